@@ -1,0 +1,1 @@
+//! Agent Client Protocol macros (see the README).
