@@ -1,1 +1,116 @@
-fn main() {}
+//! `cargo xtask`: regenerate the bindings, manage the pinned schema, check every release.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use xtask::codegen::{self, Settings};
+use xtask::schema::{self, Lock};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Maintenance commands of the ACP toolchain")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Regenerate `generated/` from the pinned schema.
+    Codegen {
+        /// A release folder (holding v1/ and v2/); defaults to schema/json, filled by `schema fetch`.
+        #[arg(long)]
+        schema_dir: Option<PathBuf>,
+        /// Compare with the checked-in files instead of writing; fail when any is stale.
+        #[arg(long)]
+        check: bool,
+    },
+    /// The pinned upstream schema.
+    Schema {
+        #[command(subcommand)]
+        command: SchemaCommand,
+    },
+    /// Generate every release under ROOT into a scratch crate and compile it without warnings.
+    CheckReleases {
+        /// The folder holding one folder per release tag.
+        #[arg(long, default_value = "../shared/acp-schema/releases")]
+        root: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum SchemaCommand {
+    /// Fill schema/json with the files pinned in schema/lock.json, verifying their sha256.
+    Fetch {
+        /// Copy from this release folder instead of downloading.
+        #[arg(long)]
+        from: Option<PathBuf>,
+    },
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_owned).unwrap_or_default()
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> Result<(), String> {
+    let root = workspace_root();
+    let lock_path = root.join("schema/lock.json");
+    match command {
+        Command::Codegen { schema_dir, check } => {
+            let lock = Lock::read(&lock_path).map_err(|e| e.to_string())?;
+            let dir = schema_dir.unwrap_or_else(|| root.join("schema/json"));
+            if !dir.join("v1/schema.json").exists() {
+                return Err(format!(
+                    "no schema in {}: run `cargo xtask schema fetch --from ../shared/acp-schema/releases/{}` \
+                     (or without --from to download), or pass --schema-dir",
+                    dir.display(),
+                    lock.tag
+                ));
+            }
+            lock.verify_dir(&dir).map_err(|e| e.to_string())?;
+            let started = std::time::Instant::now();
+            let files = codegen::generate(&Settings::new(&dir, &lock.tag)).map_err(|e| e.to_string())?;
+            let generated = root.join("generated");
+            let stale = codegen::write_or_check(&generated, &files, check).map_err(|e| e.to_string())?;
+            if check {
+                if stale.is_empty() {
+                    println!("generated/ is up to date with schema {} ({} files)", lock.tag, files.len());
+                } else {
+                    let list: Vec<String> = stale.iter().map(|p| format!("  {}", p.display())).collect();
+                    return Err(format!(
+                        "generated code is stale:\n{}\nregenerate with: cargo xtask codegen",
+                        list.join("\n")
+                    ));
+                }
+            } else {
+                println!(
+                    "generated {} files from schema {} in {:.0?} ({} changed)",
+                    files.len(),
+                    lock.tag,
+                    started.elapsed(),
+                    stale.len()
+                );
+            }
+            Ok(())
+        }
+        Command::Schema { command: SchemaCommand::Fetch { from } } => {
+            let lock = Lock::read(&lock_path).map_err(|e| e.to_string())?;
+            let out = root.join("schema/json");
+            schema::fetch(&lock, from.as_deref(), &out).map_err(|e| e.to_string())?;
+            println!("schema {} ({} files) verified into {}", lock.tag, lock.files.len(), out.display());
+            Ok(())
+        }
+        Command::CheckReleases { root: releases } => xtask::releases::check_all(&root, &releases),
+    }
+}

@@ -1,0 +1,571 @@
+//! The connection: configuration ([`Connection`]), the running I/O ([`Serve`]) and the state
+//! shared with [`Peer`] handles.
+//!
+//! # Concurrency contract
+//!
+//! One connection runs four kinds of work:
+//!
+//! - **The reader** (inside the [`Serve`] future) splits input into lines, decodes envelopes and
+//!   routes them. It never runs user code and never waits for a handler, with one exception:
+//!   when `max_concurrent_requests` handlers are running, it waits for one of them to finish
+//!   before it starts the next request (and meanwhile reads nothing). A notification queue that
+//!   is full also makes it wait; both bounds are what keeps memory flat under a flood.
+//! - **Requests** each run in their own task, concurrently. A request handler may await calls
+//!   to the peer: their responses are routed by the reader, which is not blocked by handlers.
+//! - **Notifications** are handled by one task, one at a time, in arrival order.
+//! - **The writer** is one task that owns the output: everything sent goes through one bounded
+//!   FIFO queue (senders wait when it is full), is written through a `BufWriter`, and is
+//!   flushed whenever the queue runs empty.
+//!
+//! Requests are not ordered with respect to notifications or to each other.
+//!
+//! **Responses follow notifications.** The response to one of our calls is delivered to its
+//! caller only after every notification that arrived before that response has been handled. So
+//! a client that awaits `session/prompt` has seen every `session/update` of the turn when the
+//! call returns. The reader tags each response with the number of notifications queued so far;
+//! the caller's future waits until the notification task has handled that many.
+//!
+//! Consequence: a notification handler that awaits the response of an outgoing call would wait
+//! for itself. Instead of deadlocking, the runtime recognises calls made from inside a
+//! notification handler of the same connection (a task-local marker) and delivers their
+//! responses without the ordering guarantee. Such a handler still holds up every later
+//! notification while it waits, so prefer spawning a task for it.
+//!
+//! # Cancellation contract
+//!
+//! Each incoming request gets a [`CancellationToken`](tokio_util::sync::CancellationToken)
+//! (a child of the connection's token). It fires on:
+//!
+//! - `$/cancel_request {requestId}` naming the request. This notification is consumed by the
+//!   runtime and *not* passed to the handler.
+//! - `session/cancel {sessionId}` (agent side) for in-flight `session/prompt` requests of that
+//!   session. The notification is also queued for the handler as usual.
+//! - Sending `session/cancel` ourselves ([`Peer::cancel_session`] or any `notify` of that
+//!   method; client side) for in-flight incoming `session/request_permission` requests of that
+//!   session.
+//! - The end of the connection.
+//!
+//! Once the token fires, the handler has the grace period (`cancel_grace`, default 100 ms) to
+//! finish; then its future is dropped. The answer of a cancelled request is:
+//!
+//! | method | answer |
+//! |---|---|
+//! | `session/prompt` | the handler's result if it says `"stopReason":"cancelled"`, else exactly `{"stopReason":"cancelled"}` — also when the handler failed, panicked or was dropped |
+//! | `session/request_permission` | `{"outcome":{"outcome":"cancelled"}}`, sent *as soon as* the token fires (the handler runs on for the grace period, its result ignored) |
+//! | anything else | the handler's result if it returned `Ok` within the grace period (partial results), else error -32800 |
+//!
+//! Outgoing calls: dropping a call's future before its response sends `$/cancel_request` to
+//! the peer. [`Peer::request_raw_until`] ties a call to a token and returns
+//! [`Error::Cancelled`] when it fires. An incoming `session/cancel` also resolves our pending
+//! outgoing `session/request_permission` calls of that session with the `cancelled` outcome at
+//! once (and sends `$/cancel_request` for them), so an agent's permission request of a
+//! cancelled turn never hangs.
+//!
+//! # Lifetime
+//!
+//! End of input, a read or write error, [`Peer::close`], or dropping the [`Serve`] future end
+//! the connection: the connection token fires ([`Peer::closed`]), every pending outgoing call
+//! fails with [`Error::ConnectionClosed`] at once, every in-flight handler is cancelled (and
+//! answered as above while the output still works), queued notifications are still handled
+//! (a handler that takes longer than the grace period after the end stops the draining), the
+//! writer flushes what is queued, and [`Serve`] returns: `Ok(())` for end of input or `close`,
+//! `Err(Error::Io)` for a transport error.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::{AbortOnDropHandle, TaskTracker};
+
+use crate::error::Error;
+use crate::framing::DEFAULT_MAX_LINE_BYTES;
+use crate::handler::Handler;
+use crate::jsonrpc::{self, ErrorObject, Id};
+use crate::methods;
+use crate::peer::Peer;
+use crate::router::Router;
+use crate::writer::{self};
+
+/// Configuration of a connection; [`Connection::serve`] starts it.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), acp_runtime::Error> {
+/// let (reader, writer) = acp_runtime::transport::stdio();
+/// let (peer, serve) = acp_runtime::Connection::new().serve(reader, writer, ());
+/// tokio::spawn(serve);
+/// let result = peer.request_raw("initialize", None).await?;
+/// # Ok(()) }
+/// ```
+pub struct Connection {
+    max_line_bytes: usize,
+    max_concurrent_requests: usize,
+    write_queue_capacity: usize,
+    notification_queue_capacity: usize,
+    cancel_grace: Duration,
+    tap: Option<writer::Tap>,
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("max_line_bytes", &self.max_line_bytes)
+            .field("max_concurrent_requests", &self.max_concurrent_requests)
+            .field("write_queue_capacity", &self.write_queue_capacity)
+            .field("notification_queue_capacity", &self.notification_queue_capacity)
+            .field("cancel_grace", &self.cancel_grace)
+            .field("tap", &self.tap.is_some())
+            .finish()
+    }
+}
+
+impl Default for Connection {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Connection {
+    /// The defaults: 64 MiB lines, 1024 concurrent incoming requests, a write queue and a
+    /// notification queue of 1024 messages each, a 100 ms cancellation grace period, no tap.
+    pub fn new() -> Self {
+        Connection {
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            max_concurrent_requests: 1024,
+            write_queue_capacity: 1024,
+            notification_queue_capacity: 1024,
+            cancel_grace: Duration::from_millis(100),
+            tap: None,
+        }
+    }
+
+    /// The longest accepted line in bytes; longer lines are skipped and answered -32600.
+    pub fn max_line_bytes(mut self, n: usize) -> Self {
+        self.max_line_bytes = n.max(1);
+        self
+    }
+
+    /// How many incoming requests may run at once; at the bound the reader waits.
+    pub fn max_concurrent_requests(mut self, n: usize) -> Self {
+        self.max_concurrent_requests = n.clamp(1, Semaphore::MAX_PERMITS);
+        self
+    }
+
+    /// How many outgoing messages may wait for the writer; senders wait when it is full.
+    pub fn write_queue_capacity(mut self, n: usize) -> Self {
+        self.write_queue_capacity = n.max(1);
+        self
+    }
+
+    /// How many incoming notifications may wait for the notification handler; the reader waits
+    /// when it is full.
+    pub fn notification_queue_capacity(mut self, n: usize) -> Self {
+        self.notification_queue_capacity = n.max(1);
+        self
+    }
+
+    /// How long a cancelled handler may run on before its future is dropped.
+    pub fn cancel_grace(mut self, grace: Duration) -> Self {
+        self.cancel_grace = grace;
+        self
+    }
+
+    /// Copies every message in and out to `tap` as JSON lines:
+    /// `{"dir":"in","msg":...}` / `{"dir":"out","msg":...}`; input that is not JSON is recorded
+    /// as `{"dir":"in","invalid":"<lossy text>"}`, a skipped oversized line as
+    /// `{"dir":"in","oversized":LEN}`. A slow tap slows the connection down (nothing is lost).
+    pub fn wire_tap(mut self, tap: impl AsyncWrite + Send + Unpin + 'static) -> Self {
+        self.tap = Some(Box::new(tap));
+        self
+    }
+
+    /// Builds the connection over `reader`/`writer` with `handler` for incoming messages.
+    ///
+    /// Returns the [`Peer`] handle and the [`Serve`] future that does the I/O. Nothing happens
+    /// until `Serve` is polled (spawn it, or `select!` on it); it needs a tokio runtime and
+    /// resolves when the connection ends.
+    pub fn serve<R, W, H>(self, reader: R, writer: W, handler: H) -> (Peer, Serve)
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+        H: Handler,
+    {
+        let (out_tx, out_rx) = mpsc::channel(self.write_queue_capacity);
+        let (tap_tx, tap_rx) = match self.tap {
+            Some(_) => {
+                let (tx, rx) = mpsc::channel(1024);
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
+        let shared = Arc::new(Shared {
+            out_tx,
+            tap: tap_tx,
+            next_id: AtomicI64::new(0),
+            pending: Mutex::new(PendingCalls::default()),
+            inflight: Mutex::new(HashMap::new()),
+            closed: CancellationToken::new(),
+            handled: AtomicU64::new(0),
+            handled_waiters: AtomicUsize::new(0),
+            handled_notify: Notify::new(),
+        });
+        let peer = Peer { shared: shared.clone() };
+        let options = Options {
+            max_line_bytes: self.max_line_bytes,
+            max_concurrent_requests: self.max_concurrent_requests,
+            notification_queue_capacity: self.notification_queue_capacity,
+            cancel_grace: self.cancel_grace,
+        };
+        let tap = self.tap.zip(tap_rx);
+        let fut = run(options, shared.clone(), reader, writer, out_rx, tap, Arc::new(handler));
+        (peer, Serve { fut: Box::pin(fut), shared: peer.shared.clone() })
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Options {
+    pub(crate) max_line_bytes: usize,
+    pub(crate) max_concurrent_requests: usize,
+    pub(crate) notification_queue_capacity: usize,
+    pub(crate) cancel_grace: Duration,
+}
+
+/// The running connection: resolves when it ends (see the [module docs](self)). Dropping it
+/// ends the connection at once.
+#[must_use = "the connection does nothing unless `Serve` is polled"]
+pub struct Serve {
+    fut: Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>,
+    shared: Arc<Shared>,
+}
+
+impl Drop for Serve {
+    /// Dropped early (or never polled), the connection ends: pending calls fail instead of
+    /// waiting forever. The spawned tasks stop with their `AbortOnDropHandle`s. After a normal
+    /// end this changes nothing.
+    fn drop(&mut self) {
+        self.shared.close();
+        self.shared.release_waiters();
+    }
+}
+
+impl fmt::Debug for Serve {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Serve").finish_non_exhaustive()
+    }
+}
+
+impl Future for Serve {
+    type Output = Result<(), Error>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.fut.as_mut().poll(cx)
+    }
+}
+
+async fn run<R, W, H>(
+    options: Options,
+    shared: Arc<Shared>,
+    reader: R,
+    writer: W,
+    out_rx: mpsc::Receiver<Vec<u8>>,
+    tap: Option<(Box<dyn AsyncWrite + Send + Unpin>, mpsc::Receiver<Vec<u8>>)>,
+    handler: Arc<H>,
+) -> Result<(), Error>
+where
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+    H: Handler,
+{
+    let grace = options.cancel_grace;
+
+    let writer_stop = CancellationToken::new();
+    let tap_stop = CancellationToken::new();
+    let tap_task = tap.map(|(w, rx)| AbortOnDropHandle::new(tokio::spawn(writer::tap_loop(rx, w, tap_stop.clone()))));
+    let mut writer_task = AbortOnDropHandle::new(tokio::spawn(writer::writer_loop(
+        out_rx,
+        writer,
+        shared.clone(),
+        writer_stop.clone(),
+    )));
+    let (notif_tx, notif_rx) = mpsc::channel(options.notification_queue_capacity);
+    let mut notif_task = AbortOnDropHandle::new(tokio::spawn(crate::router::notification_loop(
+        notif_rx,
+        handler.clone(),
+        shared.clone(),
+        grace,
+    )));
+    let tracker = TaskTracker::new();
+
+    let read_result = {
+        let mut router = Router::new(options, shared.clone(), handler, notif_tx, tracker.clone());
+        tokio::select! {
+            r = router.run(reader) => r,
+            () = shared.closed.cancelled() => Ok(()),
+        }
+        // `router` (and with it the notification queue's sender) is dropped here, so the
+        // notification task sees the end of its queue once it has drained it.
+    };
+    if let Err(e) = &read_result {
+        tracing::warn!(error = %e, "acp connection: read failed");
+    }
+
+    // Fail pending calls at once and cancel every in-flight handler.
+    shared.close();
+
+    // Handlers get their grace period; their answers still go out while the writer runs.
+    tracker.close();
+    let _ = tokio::time::timeout(grace.saturating_mul(2) + Duration::from_millis(50), tracker.wait()).await;
+
+    // Queued notifications are still handled (bounded by the grace period per handler).
+    let _ = (&mut notif_task).await;
+    shared.release_waiters();
+
+    // The writer writes out what is queued, then stops; a peer that no longer reads cannot
+    // hold us longer than the grace period.
+    writer_stop.cancel();
+    let write_result = match tokio::time::timeout(grace.max(Duration::from_millis(10)), &mut writer_task).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) | Err(_) => Ok(()),
+    };
+    if let Some(tap_task) = tap_task {
+        tap_stop.cancel();
+        let _ = tokio::time::timeout(grace.max(Duration::from_millis(10)), tap_task).await;
+    }
+
+    read_result.map_err(Error::Io)?;
+    write_result.map_err(Error::Io)
+}
+
+// ---- state shared by the reader, the tasks and every Peer ---------------------------------
+
+pub(crate) enum Reply {
+    /// The peer answered; deliver once `barrier` notifications have been handled.
+    Response { result: Result<Box<RawValue>, ErrorObject>, barrier: u64 },
+    /// The call failed without an answer.
+    Failed(Error),
+}
+
+pub(crate) struct PendingCall {
+    tx: oneshot::Sender<Reply>,
+    /// For outgoing `session/request_permission`: its session.
+    permission_session: Option<Arc<str>>,
+}
+
+#[derive(Default)]
+pub(crate) struct PendingCalls {
+    closed: bool,
+    map: HashMap<i64, PendingCall>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RequestKind {
+    Prompt,
+    Permission,
+    Other,
+}
+
+impl RequestKind {
+    pub(crate) fn of(method: &str) -> Self {
+        match method {
+            methods::SESSION_PROMPT => RequestKind::Prompt,
+            methods::SESSION_REQUEST_PERMISSION => RequestKind::Permission,
+            _ => RequestKind::Other,
+        }
+    }
+}
+
+pub(crate) struct InFlight {
+    pub(crate) token: CancellationToken,
+    pub(crate) kind: RequestKind,
+    pub(crate) session: Option<Arc<str>>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) out_tx: mpsc::Sender<Vec<u8>>,
+    pub(crate) tap: Option<mpsc::Sender<Vec<u8>>>,
+    pub(crate) next_id: AtomicI64,
+    pending: Mutex<PendingCalls>,
+    pub(crate) inflight: Mutex<HashMap<Id, InFlight>>,
+    /// Fires when the connection ends.
+    pub(crate) closed: CancellationToken,
+    /// How many notifications the notification task has handled (`u64::MAX` once it is gone).
+    handled: AtomicU64,
+    handled_waiters: AtomicUsize,
+    handled_notify: Notify,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // No code panics while holding these locks; if one ever did, the data is still usable.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    /// Queues one encoded line for the writer, waiting while the queue is full.
+    pub(crate) async fn send_line(&self, line: Vec<u8>) -> Result<(), Error> {
+        self.out_tx.send(line).await.map_err(|_| Error::ConnectionClosed)
+    }
+
+    pub(crate) fn register_call(
+        &self,
+        id: i64,
+        tx: oneshot::Sender<Reply>,
+        permission_session: Option<Arc<str>>,
+    ) -> Result<(), Error> {
+        let mut pending = lock(&self.pending);
+        if pending.closed {
+            return Err(Error::ConnectionClosed);
+        }
+        pending.map.insert(id, PendingCall { tx, permission_session });
+        Ok(())
+    }
+
+    /// Removes a pending call; `true` if it was still pending.
+    pub(crate) fn forget_call(&self, id: i64) -> bool {
+        lock(&self.pending).map.remove(&id).is_some()
+    }
+
+    /// Completes a pending call; `false` if no call has that id.
+    pub(crate) fn complete_call(&self, id: i64, reply: Reply) -> bool {
+        let call = lock(&self.pending).map.remove(&id);
+        match call {
+            Some(call) => {
+                // The caller may have just given up; then nobody needs the reply.
+                let _ = call.tx.send(reply);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Resolves our pending `session/request_permission` calls of `session` as cancelled, and
+    /// tells the peer (`$/cancel_request`).
+    pub(crate) fn resolve_outgoing_permissions(&self, session: &str) {
+        let resolved: Vec<(i64, PendingCall)> = {
+            let mut pending = lock(&self.pending);
+            let ids: Vec<i64> = pending
+                .map
+                .iter()
+                .filter(|(_, c)| c.permission_session.as_deref() == Some(session))
+                .map(|(id, _)| *id)
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| pending.map.remove(&id).map(|c| (id, c)))
+                .collect()
+        };
+        for (id, call) in resolved {
+            let result = RawValue::from_string(methods::CANCELLED_PERMISSION_RESULT.to_owned())
+                .map_err(|e| ErrorObject::internal_error(e));
+            let _ = call.tx.send(Reply::Response { result, barrier: 0 });
+            self.send_cancel_request(id);
+        }
+    }
+
+    /// Cancels in-flight incoming requests of `kind` for `session`.
+    pub(crate) fn cancel_incoming(&self, kind: RequestKind, session: &str) {
+        let inflight = lock(&self.inflight);
+        for entry in inflight.values() {
+            if entry.kind == kind && entry.session.as_deref() == Some(session) {
+                entry.token.cancel();
+            }
+        }
+    }
+
+    /// Client side of `session/cancel`: our in-flight incoming permission requests of the
+    /// session are cancelled (and answered `cancelled` by their tasks at once).
+    pub(crate) fn cancel_incoming_permissions(&self, session: &str) {
+        self.cancel_incoming(RequestKind::Permission, session);
+    }
+
+    /// Sends `$/cancel_request` from a synchronous context (a dropped call future). It goes
+    /// through the same FIFO queue, behind the request it cancels; when the queue is full the
+    /// send continues in a spawned task rather than being lost.
+    pub(crate) fn send_cancel_request(&self, id: i64) {
+        #[derive(serde::Serialize)]
+        struct Params {
+            #[serde(rename = "requestId")]
+            request_id: i64,
+        }
+        let mut line = Vec::with_capacity(96);
+        if jsonrpc::encode_notification(&mut line, methods::CANCEL_REQUEST, Some(&Params { request_id: id })).is_err() {
+            return;
+        }
+        match self.out_tx.try_send(line) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(line)) => {
+                if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                    let tx = self.out_tx.clone();
+                    handle.spawn(async move {
+                        let _ = tx.send(line).await;
+                    });
+                }
+            }
+        }
+    }
+
+    /// The connection ends: the token fires (cancelling every handler, whose tokens are its
+    /// children) and every pending call fails at once.
+    pub(crate) fn close(&self) {
+        self.closed.cancel();
+        let calls = {
+            let mut pending = lock(&self.pending);
+            pending.closed = true;
+            std::mem::take(&mut pending.map)
+        };
+        for (_, call) in calls {
+            let _ = call.tx.send(Reply::Failed(Error::ConnectionClosed));
+        }
+    }
+
+    /// The notification task handled notification number `seq`.
+    pub(crate) fn mark_handled(&self, seq: u64) {
+        self.handled.store(seq, Ordering::SeqCst);
+        // Waking is a lock on the Notify; skip it when nobody waits (the common case).
+        if self.handled_waiters.load(Ordering::SeqCst) > 0 {
+            self.handled_notify.notify_waiters();
+        }
+    }
+
+    /// No notification will be handled any more: nobody may wait for one.
+    pub(crate) fn release_waiters(&self) {
+        self.mark_handled(u64::MAX);
+    }
+
+    /// Waits until `barrier` notifications have been handled (contract 3), unless we are inside
+    /// this connection's notification handler, which would wait for itself.
+    pub(crate) async fn wait_for_notifications(&self, barrier: u64) {
+        if self.handled.load(Ordering::SeqCst) >= barrier {
+            return;
+        }
+        let me = self as *const Shared as usize;
+        if crate::router::IN_NOTIFICATION_HANDLER.try_with(|conn| *conn == me).unwrap_or(false) {
+            return;
+        }
+        self.handled_waiters.fetch_add(1, Ordering::SeqCst);
+        struct Unregister<'a>(&'a AtomicUsize);
+        impl Drop for Unregister<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        let _unregister = Unregister(&self.handled_waiters);
+        loop {
+            let notified = self.handled_notify.notified();
+            tokio::pin!(notified);
+            // Register before checking, so a `notify_waiters` between the check and the await
+            // is not missed.
+            notified.as_mut().enable();
+            if self.handled.load(Ordering::SeqCst) >= barrier {
+                return;
+            }
+            notified.await;
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The runtime's error type: what an outgoing call or the connection itself can fail with.
+
+use crate::jsonrpc::ErrorObject;
+
+/// Why an outgoing call, a send, or [`crate::Serve`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The connection ended (end of input, transport error, [`crate::Peer::close`], or the
+    /// [`crate::Serve`] future was dropped) before the call got its response.
+    #[error("connection closed")]
+    ConnectionClosed,
+    /// The peer answered with an error object.
+    #[error("peer returned an error: {0}")]
+    Rpc(ErrorObject),
+    /// The call was cancelled on our side (its cancellation token fired); the peer was sent
+    /// `$/cancel_request`.
+    #[error("request cancelled")]
+    Cancelled,
+    /// The peer broke JSON-RPC in its answer to our call (e.g. a response with both `result`
+    /// and `error`).
+    #[error("protocol violation by peer: {0}")]
+    Protocol(&'static str),
+    /// Reading or writing the transport failed.
+    #[error("transport error: {0}")]
+    Io(#[from] std::io::Error),
+    /// A result from the peer did not decode into the expected type.
+    #[error("cannot decode the peer's result: {0}")]
+    Decode(#[source] serde_json::Error),
+    /// Our own params could not be encoded (e.g. a map with non-string keys).
+    #[error("cannot encode params: {0}")]
+    Encode(#[source] serde_json::Error),
+}
+
+impl Error {
+    /// The error object to answer the peer with when this error ends a handler (so a typed
+    /// handler can use `?` on outgoing calls): the peer's own error passes through, the rest is
+    /// -32603, and a cancelled call is -32800.
+    pub fn to_error_object(&self) -> ErrorObject {
+        match self {
+            Error::Rpc(e) => e.clone(),
+            Error::Cancelled => ErrorObject::request_cancelled(),
+            other => ErrorObject::internal_error(other),
+        }
+    }
+}
+
+impl From<Error> for ErrorObject {
+    fn from(e: Error) -> Self {
+        e.to_error_object()
+    }
+}

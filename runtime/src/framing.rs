@@ -1,0 +1,234 @@
+//! Newline-delimited framing: splits a byte stream into lines, one JSON message per line.
+//!
+//! Owns the read buffer. Newlines are found with `memchr` over whole chunks; a line is handed
+//! out as a slice of the buffer (no copy). A line longer than the limit is skipped up to its
+//! newline without being buffered and reported as [`Frame::Oversized`], so one huge message
+//! costs neither memory nor the connection. `\r\n` endings lose their `\r`; lines that are empty
+//! or only whitespace are skipped. A last line without a newline before end of input still
+//! counts.
+
+use std::io;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// The default limit on one line: 64 MiB.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+const INITIAL_CAPACITY: usize = 64 * 1024;
+
+/// One item of the input.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// One line, without its `\n` (nor `\r`); never empty or whitespace only.
+    Line(&'a [u8]),
+    /// A line longer than the limit was skipped; `len` is its length in bytes.
+    Oversized {
+        /// How many bytes the line had (its newline excluded).
+        len: u64,
+    },
+}
+
+/// Reads [`Frame`]s from any [`AsyncRead`].
+#[derive(Debug)]
+pub struct LineReader<R> {
+    inner: R,
+    buf: Vec<u8>,
+    /// Start of the unconsumed bytes in `buf`.
+    start: usize,
+    /// End of the valid bytes in `buf`.
+    end: usize,
+    /// Bytes in `buf[start..scanned]` hold no newline (saves rescanning).
+    scanned: usize,
+    max: usize,
+    /// Skipping an oversized line: bytes dropped so far.
+    discarding: Option<u64>,
+    eof: bool,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    /// A reader with the given line limit (in bytes, newline excluded; at least 1).
+    pub fn new(inner: R, max_line_bytes: usize) -> Self {
+        let max = max_line_bytes.max(1);
+        LineReader {
+            inner,
+            buf: vec![0; INITIAL_CAPACITY.min(max.saturating_add(1))],
+            start: 0,
+            end: 0,
+            scanned: 0,
+            max,
+            discarding: None,
+            eof: false,
+        }
+    }
+
+    /// The next frame, or `None` at end of input. Cancel safe: dropping the future loses no
+    /// bytes (all state lives in `self`).
+    pub async fn next_frame(&mut self) -> io::Result<Option<Frame<'_>>> {
+        loop {
+            if let Some(pos) = memchr::memchr(b'\n', &self.buf[self.scanned..self.end]) {
+                let nl = self.scanned + pos;
+                let line_start = self.start;
+                self.start = nl + 1;
+                self.scanned = self.start;
+                if let Some(dropped) = self.discarding.take() {
+                    return Ok(Some(Frame::Oversized { len: dropped + (nl - line_start) as u64 }));
+                }
+                let line = trim_cr(&self.buf[line_start..nl]);
+                if line.len() > self.max {
+                    return Ok(Some(Frame::Oversized { len: (nl - line_start) as u64 }));
+                }
+                if is_blank(line) {
+                    continue;
+                }
+                // Re-borrow to hand out the slice (the borrow checker cannot see through the
+                // loop otherwise).
+                let line = trim_cr(&self.buf[line_start..nl]);
+                return Ok(Some(Frame::Line(line)));
+            }
+            self.scanned = self.end;
+            let pending = self.end - self.start;
+            if let Some(dropped) = self.discarding.as_mut() {
+                // Still inside an oversized line: drop what we have and keep looking.
+                *dropped += pending as u64;
+                self.start = 0;
+                self.end = 0;
+                self.scanned = 0;
+            } else if pending > self.max.saturating_add(1) {
+                // (`+ 1`: a line of exactly `max` bytes may still be followed by its `\r`.)
+                self.discarding = Some(pending as u64);
+                self.start = 0;
+                self.end = 0;
+                self.scanned = 0;
+            }
+            if self.eof {
+                return Ok(self.finish());
+            }
+            self.make_room();
+            let n = self.inner.read(&mut self.buf[self.end..]).await?;
+            if n == 0 {
+                self.eof = true;
+            } else {
+                self.end += n;
+            }
+        }
+    }
+
+    /// End of input: a last unterminated line still counts.
+    fn finish(&mut self) -> Option<Frame<'_>> {
+        if let Some(dropped) = self.discarding.take() {
+            return Some(Frame::Oversized { len: dropped });
+        }
+        let (start, end) = (self.start, self.end);
+        self.start = end;
+        self.scanned = end;
+        let line = trim_cr(&self.buf[start..end]);
+        if line.is_empty() || is_blank(line) {
+            return None;
+        }
+        if line.len() > self.max {
+            return Some(Frame::Oversized { len: line.len() as u64 });
+        }
+        Some(Frame::Line(line))
+    }
+
+    /// Ensures free space after `end`: moves the pending bytes to the front, or grows the
+    /// buffer (up to the limit plus the newline; beyond that we are discarding anyway).
+    fn make_room(&mut self) {
+        if self.end < self.buf.len() {
+            // Still space; but compact when the consumed prefix dominates, so reads stay big.
+            if self.start > 0 && self.start >= self.buf.len() / 2 {
+                self.compact();
+            }
+            return;
+        }
+        if self.start > 0 {
+            self.compact();
+            return;
+        }
+        let cap = self.max.saturating_add(2);
+        let new_len = self.buf.len().saturating_mul(2).min(cap).max(self.buf.len() + 1);
+        self.buf.resize(new_len, 0);
+    }
+
+    fn compact(&mut self) {
+        self.buf.copy_within(self.start..self.end, 0);
+        self.end -= self.start;
+        self.scanned -= self.start;
+        self.start = 0;
+    }
+
+    /// The wrapped reader.
+    pub fn into_inner(self) -> R {
+        self.inner
+    }
+}
+
+fn trim_cr(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn frames(input: &[u8], max: usize) -> Vec<Result<Vec<u8>, u64>> {
+        let mut r = LineReader::new(input, max);
+        let mut out = Vec::new();
+        while let Some(f) = r.next_frame().await.unwrap() {
+            out.push(match f {
+                Frame::Line(l) => Ok(l.to_vec()),
+                Frame::Oversized { len } => Err(len),
+            });
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn splits_lines_and_skips_blank_ones() {
+        let f = frames(b"a\r\n\n  \r\nbb\nccc", 10).await;
+        assert_eq!(f, vec![Ok(b"a".to_vec()), Ok(b"bb".to_vec()), Ok(b"ccc".to_vec())]);
+    }
+
+    #[tokio::test]
+    async fn discards_oversized_lines_and_goes_on() {
+        let mut input = vec![b'x'; 1000];
+        input.extend_from_slice(b"\nok\n");
+        input.extend(vec![b'y'; 50]);
+        let f = frames(&input, 10).await;
+        assert_eq!(f, vec![Err(1000), Ok(b"ok".to_vec()), Err(50)]);
+    }
+
+    #[tokio::test]
+    async fn exact_limit_passes() {
+        let f = frames(b"0123456789\n0123456789\r\n01234567890\n", 10).await;
+        assert_eq!(f, vec![Ok(b"0123456789".to_vec()), Ok(b"0123456789".to_vec()), Err(11)]);
+    }
+
+    #[tokio::test]
+    async fn long_lines_across_many_reads() {
+        // A pipe delivers bytes in small pieces; lines larger than the initial buffer grow it.
+        let (mut w, r) = tokio::io::duplex(7);
+        let line = vec![b'z'; 200_000];
+        let expected = line.clone();
+        let writer = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            for _ in 0..3 {
+                w.write_all(&line).await.unwrap();
+                w.write_all(b"\n").await.unwrap();
+            }
+        });
+        let mut r = LineReader::new(r, 1 << 20);
+        for _ in 0..3 {
+            match r.next_frame().await.unwrap() {
+                Some(Frame::Line(l)) => assert_eq!(l, &expected[..]),
+                other => panic!("{other:?}"),
+            }
+        }
+        writer.await.unwrap();
+        assert_eq!(r.next_frame().await.unwrap(), None);
+    }
+}

@@ -1,0 +1,134 @@
+//! The raw handler interface: what the connection calls for each incoming request and
+//! notification. The typed layer implements [`Handler`] once, decoding params by method.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+use tokio_util::sync::CancellationToken;
+
+use crate::jsonrpc::{ErrorObject, Id};
+use crate::peer::Peer;
+
+/// Handles what the peer sends. Requests run concurrently, each in its own task; notifications
+/// run one at a time, in arrival order (see [`crate::connection`] for the full contract).
+pub trait Handler: Send + Sync + 'static {
+    /// Answers one request. The default answers -32601 (method not found).
+    ///
+    /// Watch `req.cancel`: once it fires the handler has the connection's grace period to
+    /// return, after which its future is dropped. The answer of a cancelled request is fixed by
+    /// the runtime (see [`crate::connection`]).
+    fn handle_request(
+        &self,
+        req: IncomingRequest,
+    ) -> impl Future<Output = Result<Box<RawValue>, ErrorObject>> + Send {
+        async move { Err(ErrorObject::method_not_found(&req.method)) }
+    }
+
+    /// Handles one notification; nothing is ever answered. The default ignores it (which is
+    /// also what ACP asks for unknown `_` notifications).
+    ///
+    /// Must not await the *response* of an outgoing call made through the peer: that response
+    /// is delivered only after the notifications queued before it, this one included. (The
+    /// runtime detects this case and delivers such a response without the ordering guarantee
+    /// instead of deadlocking; see [`crate::connection`].)
+    fn handle_notification(&self, notification: IncomingNotification) -> impl Future<Output = ()> + Send {
+        let _ = notification;
+        async {}
+    }
+}
+
+impl<H: Handler> Handler for Arc<H> {
+    fn handle_request(
+        &self,
+        req: IncomingRequest,
+    ) -> impl Future<Output = Result<Box<RawValue>, ErrorObject>> + Send {
+        (**self).handle_request(req)
+    }
+
+    fn handle_notification(&self, notification: IncomingNotification) -> impl Future<Output = ()> + Send {
+        (**self).handle_notification(notification)
+    }
+}
+
+/// A handler that answers every request -32601 and ignores every notification (for a side
+/// that only makes calls).
+impl Handler for () {}
+
+/// One incoming request, as handed to [`Handler::handle_request`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct IncomingRequest {
+    /// The peer's id for this request (the runtime answers with it).
+    pub id: Id,
+    /// The method name.
+    pub method: Cow<'static, str>,
+    /// The params exactly as received (`None` when absent or `null`).
+    pub params: Option<Box<RawValue>>,
+    /// The params' top-level `"sessionId"`, when it is a string.
+    pub session_id: Option<Arc<str>>,
+    /// Fires on `$/cancel_request` for this id, on `session/cancel` for this session (for
+    /// `session/prompt` on the agent side, `session/request_permission` on the client side),
+    /// and when the connection ends.
+    pub cancel: CancellationToken,
+    /// The connection, to call the peer back.
+    pub peer: Peer,
+}
+
+impl IncomingRequest {
+    /// Decodes the params (absent params decode as `null`); failure is -32602.
+    pub fn parse_params<T: DeserializeOwned>(&self) -> Result<T, ErrorObject> {
+        parse_params(self.params.as_deref())
+    }
+}
+
+/// One incoming notification, as handed to [`Handler::handle_notification`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct IncomingNotification {
+    /// The method name.
+    pub method: Cow<'static, str>,
+    /// The params exactly as received (`None` when absent or `null`).
+    pub params: Option<Box<RawValue>>,
+    /// The connection, to call the peer back (send only; do not await responses here).
+    pub peer: Peer,
+}
+
+impl IncomingNotification {
+    /// Decodes the params (absent params decode as `null`); failure is -32602.
+    pub fn parse_params<T: DeserializeOwned>(&self) -> Result<T, ErrorObject> {
+        parse_params(self.params.as_deref())
+    }
+
+    /// The params' top-level `"sessionId"`, when it is a string (parsed on demand, because
+    /// most notifications never need it).
+    pub fn session_id(&self) -> Option<Arc<str>> {
+        session_id_of(self.params.as_deref())
+    }
+}
+
+fn parse_params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, ErrorObject> {
+    let text = params.map_or("null", RawValue::get);
+    serde_json::from_str(text).map_err(ErrorObject::invalid_params)
+}
+
+/// The top-level `"sessionId"` string of an object's raw params.
+pub(crate) fn session_id_of(params: Option<&RawValue>) -> Option<Arc<str>> {
+    #[derive(Deserialize)]
+    struct SessionOnly<'a> {
+        #[serde(rename = "sessionId", borrow, default)]
+        session_id: Option<Cow<'a, str>>,
+    }
+    let params = params?;
+    // Objects only: a derived struct would also read an array positionally.
+    if !params.get().starts_with('{') {
+        return None;
+    }
+    serde_json::from_str::<SessionOnly<'_>>(params.get())
+        .ok()?
+        .session_id
+        .map(|s| Arc::from(&*s))
+}

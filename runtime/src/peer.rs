@@ -1,0 +1,214 @@
+//! [`Peer`]: the handle for talking to the other side — outgoing calls and notifications,
+//! cancelling sessions, and watching the connection's lifetime.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+use tokio::sync::oneshot;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use crate::connection::{Reply, Shared};
+use crate::error::Error;
+use crate::handler::session_id_of;
+use crate::jsonrpc::{self, Message};
+use crate::methods;
+
+/// A cheap, clonable handle to one connection.
+///
+/// Every call goes through the connection's single FIFO writer; when its queue is full the
+/// call waits (backpressure). All methods fail with [`Error::ConnectionClosed`] once the
+/// connection has ended.
+#[derive(Clone)]
+pub struct Peer {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Peer")
+            .field("closed", &self.shared.closed.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Peer {
+    /// Calls `method` with raw params and returns the raw result.
+    ///
+    /// Dropping the returned future before the response arrives sends
+    /// `$/cancel_request {requestId}` to the peer (when the request was already sent) and
+    /// forgets the call. The response is delivered only after every notification that arrived
+    /// before it has been handled.
+    pub async fn request_raw(&self, method: &str, params: Option<&RawValue>) -> Result<Box<RawValue>, Error> {
+        self.call(method, params, None).await
+    }
+
+    /// Like [`Peer::request_raw`], but gives up as soon as `cancel` fires: the peer is sent
+    /// `$/cancel_request` and the call returns [`Error::Cancelled`]. Pass an incoming request's
+    /// token so that calls made on behalf of a cancelled turn resolve at once.
+    pub async fn request_raw_until(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+        cancel: &CancellationToken,
+    ) -> Result<Box<RawValue>, Error> {
+        self.call(method, params, Some(cancel)).await
+    }
+
+    /// Calls `method`, serializing `params` straight into the outgoing line and decoding the
+    /// result into `R`.
+    pub async fn request<P, R>(&self, method: &str, params: &P) -> Result<R, Error>
+    where
+        P: Serialize + ?Sized,
+        R: DeserializeOwned,
+    {
+        let raw = self.call(method, Some(params), None).await?;
+        serde_json::from_str(raw.get()).map_err(Error::Decode)
+    }
+
+    /// [`Peer::request`] tied to a cancellation token, as in [`Peer::request_raw_until`].
+    pub async fn request_until<P, R>(&self, method: &str, params: &P, cancel: &CancellationToken) -> Result<R, Error>
+    where
+        P: Serialize + ?Sized,
+        R: DeserializeOwned,
+    {
+        let raw = self.call(method, Some(params), Some(cancel)).await?;
+        serde_json::from_str(raw.get()).map_err(Error::Decode)
+    }
+
+    /// Sends a notification with raw params.
+    ///
+    /// Sending `session/cancel` also cancels our in-flight *incoming*
+    /// `session/request_permission` requests of that session, which are answered with the
+    /// `cancelled` outcome at once (ACP requires it of clients).
+    pub async fn notify_raw(&self, method: &str, params: Option<&RawValue>) -> Result<(), Error> {
+        self.send_notification(method, params).await
+    }
+
+    /// Sends a notification, serializing `params` straight into the outgoing line.
+    /// `session/cancel` has the effect described at [`Peer::notify_raw`].
+    pub async fn notify<P: Serialize + ?Sized>(&self, method: &str, params: &P) -> Result<(), Error> {
+        self.send_notification(method, Some(params)).await
+    }
+
+    /// Sends `session/cancel {"sessionId": session_id}` (with the effect described at
+    /// [`Peer::notify_raw`]).
+    pub async fn cancel_session(&self, session_id: &str) -> Result<(), Error> {
+        #[derive(Serialize)]
+        struct Params<'a> {
+            #[serde(rename = "sessionId")]
+            session_id: &'a str,
+        }
+        self.send_notification(methods::SESSION_CANCEL, Some(&Params { session_id })).await
+    }
+
+    /// Ends the connection from our side: `serve` stops reading, pending calls fail with
+    /// [`Error::ConnectionClosed`], in-flight handlers are cancelled.
+    pub fn close(&self) {
+        self.shared.closed.cancel();
+    }
+
+    /// Whether the connection has ended (or is ending).
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.is_cancelled()
+    }
+
+    /// Completes when the connection ends.
+    pub fn closed(&self) -> impl Future<Output = ()> + Send + 'static {
+        let fut: WaitForCancellationFutureOwned = self.shared.closed.clone().cancelled_owned();
+        fut
+    }
+
+    /// A token that fires when the connection ends (e.g. to derive child tokens from).
+    pub fn closed_token(&self) -> CancellationToken {
+        self.shared.closed.clone()
+    }
+
+    async fn send_notification<P: Serialize + ?Sized>(&self, method: &str, params: Option<&P>) -> Result<(), Error> {
+        if self.shared.closed.is_cancelled() {
+            return Err(Error::ConnectionClosed);
+        }
+        let mut line = Vec::with_capacity(128);
+        jsonrpc::encode_notification(&mut line, method, params).map_err(Error::Encode)?;
+        if method == methods::SESSION_CANCEL {
+            if let Some(session) = params_session_id(&line) {
+                self.shared.cancel_incoming_permissions(&session);
+            }
+        }
+        self.shared.send_line(line).await
+    }
+
+    async fn call<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: Option<&P>,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<Box<RawValue>, Error> {
+        let shared = &self.shared;
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut line = Vec::with_capacity(128);
+        jsonrpc::encode_request(&mut line, id, method, params).map_err(Error::Encode)?;
+        // Outgoing permission requests remember their session: an incoming `session/cancel`
+        // resolves them as cancelled at once (agent side of ACP's cancellation rules).
+        let permission_session = if method == methods::SESSION_REQUEST_PERMISSION {
+            params_session_id(&line)
+        } else {
+            None
+        };
+        let (tx, rx) = oneshot::channel();
+        shared.register_call(id, tx, permission_session)?;
+        let mut guard = CallGuard { shared, id, sent: false };
+        shared.send_line(line).await?;
+        guard.sent = true;
+        let reply = match cancel {
+            None => rx.await,
+            Some(cancel) => tokio::select! {
+                biased;
+                reply = rx => reply,
+                // The guard's drop sends `$/cancel_request`.
+                () = cancel.cancelled() => return Err(Error::Cancelled),
+            },
+        };
+        // Answered (or failed): nothing left to cancel.
+        guard.sent = false;
+        drop(guard);
+        match reply {
+            Ok(Reply::Response { result, barrier }) => {
+                shared.wait_for_notifications(barrier).await;
+                result.map_err(Error::Rpc)
+            }
+            Ok(Reply::Failed(e)) => Err(e),
+            // The sender was dropped: the connection went away.
+            Err(_) => Err(Error::ConnectionClosed),
+        }
+    }
+}
+
+/// Forgets a call whose future is dropped, and tells the peer to stop working on it.
+struct CallGuard<'a> {
+    shared: &'a Arc<Shared>,
+    id: i64,
+    sent: bool,
+}
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        // If the entry is gone, the response (or the connection's end) got there first.
+        if self.shared.forget_call(self.id) && self.sent {
+            self.shared.send_cancel_request(self.id);
+        }
+    }
+}
+
+/// The `sessionId` of the params of an encoded message.
+fn params_session_id(line: &[u8]) -> Option<Arc<str>> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    match jsonrpc::decode(line).ok()? {
+        Message::Request { params, .. } | Message::Notification { params, .. } => session_id_of(params),
+        Message::Response { .. } => None,
+    }
+}

@@ -1,0 +1,464 @@
+//! Classification: each `$defs` entry of the schema becomes one IR [`Item`].
+//!
+//! Normalisation happens on the way in: `$ref` becomes a type name, a single-element `allOf`
+//! is unwrapped into its target, and `type: [X, "null"]` / `anyOf: [X, {type: null}]` become
+//! `X` plus a `nullable` flag. Inline constructs that need a name of their own (a union next
+//! to `properties`, an inline object) become extra items with a name derived from their
+//! parent. Anything the generator cannot represent fails with an error naming the
+//! definition and the construct; nothing here panics on unexpected input.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use super::ir::*;
+use super::naming::{pascal, pascal_words};
+use super::{CodegenError, Result};
+
+/// The envelope definitions (`AgentRequest`, ...): generated from the method table, not from
+/// their schema shape, so that decoding is directed by the method name.
+pub fn is_envelope(def: &Value) -> bool {
+    def.get("x-docs-ignore").and_then(Value::as_bool) == Some(true)
+}
+
+pub struct Classifier<'s> {
+    defs: &'s Map<String, Value>,
+    /// Items synthesised for inline constructs, by name (deduplicated by shape).
+    extra: BTreeMap<String, Item>,
+}
+
+impl<'s> Classifier<'s> {
+    pub fn new(defs: &'s Map<String, Value>) -> Self {
+        Classifier { defs, extra: BTreeMap::new() }
+    }
+
+    /// Classifies every non-envelope definition, in schema order, followed by the
+    /// synthesised items.
+    pub fn classify_all(mut self) -> Result<Vec<Item>> {
+        let mut items = Vec::new();
+        for (name, def) in self.defs {
+            if is_envelope(def) {
+                continue;
+            }
+            items.push(self.classify(name, def)?);
+        }
+        items.extend(self.extra.into_values());
+        Ok(items)
+    }
+
+    fn classify(&mut self, name: &str, def: &Value) -> Result<Item> {
+        let err = |construct: &str| CodegenError::unsupported(name, construct);
+        let obj = def.as_object().ok_or_else(|| err("a definition that is not an object"))?;
+        let doc = doc_of(def);
+        let kind = if let Some(values) = obj.get("enum") {
+            ItemKind::StringEnum(string_enum_values(values).ok_or_else(|| err("a non-string `enum`"))?)
+        } else if obj.contains_key("properties") || type_is(def, "object") {
+            ItemKind::Struct(self.structure(name, def)?)
+        } else if let Some(variants) = union_variants(def) {
+            self.union(name, variants)?
+        } else if let Some(prim) = prim_of(def) {
+            ItemKind::Newtype(Ty::Prim(prim))
+        } else if obj.keys().all(|k| is_annotation(k)) {
+            ItemKind::Any
+        } else {
+            return Err(err(&format!("a schema with keywords {:?}", obj.keys().collect::<Vec<_>>())));
+        };
+        Ok(Item { name: name.to_owned(), doc, gate: Gate::Stable, kind })
+    }
+
+    /// An object: its properties, and a flattened union when `oneOf`/`anyOf` stands next to them.
+    fn structure(&mut self, name: &str, def: &Value) -> Result<Struct> {
+        let required: Vec<&str> = def
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut fields = Vec::new();
+        if let Some(props) = def.get("properties").and_then(Value::as_object) {
+            for (wire, prop) in props {
+                fields.push(self.field(name, wire, prop, required.contains(&wire.as_str()))?);
+            }
+        }
+        let flatten = match union_variants(def) {
+            Some(variants) => {
+                let union_name = self.flattened_union_name(name, def, variants);
+                let kind = self.union(&union_name, variants)?;
+                // Named after what varies: the tag (`mode`, `action`; `type` reads as `kind`),
+                // else the last word of the union's name (`ElicitationScope` → `scope`).
+                let field = match &kind {
+                    ItemKind::Tagged(t) if t.tag == "type" => "kind".to_owned(),
+                    ItemKind::Tagged(t) => snake_of(&t.tag),
+                    _ => pascal_words(&union_name).last().map(|w| pascal_to_snake(w)).unwrap_or_default(),
+                };
+                self.add_extra(Item {
+                    name: union_name.clone(),
+                    doc: Some(format!("The part of [`{name}`] that varies with its kind.")),
+                    gate: Gate::Stable,
+                    kind,
+                })?;
+                Some(Flatten { field: if field.is_empty() { "kind".into() } else { field }, ty: union_name })
+            }
+            None => None,
+        };
+        Ok(Struct { fields, flatten })
+    }
+
+    fn field(&mut self, parent: &str, wire: &str, prop: &Value, required: bool) -> Result<Field> {
+        let (ty, nullable) = self.ty(parent, wire, prop)?;
+        Ok(Field {
+            wire: wire.to_owned(),
+            doc: doc_of(prop),
+            ty,
+            required,
+            nullable,
+            default_on_error: flag(prop, "x-deserialize-default-on-error"),
+            skip_invalid_items: flag(prop, "x-deserialize-skip-invalid-items"),
+            gate: Gate::Stable,
+        })
+    }
+
+    /// The type of a property (or array item) schema, and whether it admits `null`.
+    fn ty(&mut self, parent: &str, field: &str, node: &Value) -> Result<(Ty, bool)> {
+        let err = |construct: &str| {
+            CodegenError::unsupported(parent, &format!("property `{field}`: {construct}"))
+        };
+        let node = match node {
+            Value::Bool(true) => return Ok((Ty::Value, false)),
+            Value::Object(o) => o,
+            _ => return Err(err("a schema that is neither an object nor `true`")),
+        };
+        if let Some(target) = node.get("$ref").and_then(Value::as_str) {
+            return Ok((Ty::Named(self.ref_name(parent, target)?), false));
+        }
+        if let Some(inner) = single(node.get("allOf")) {
+            return self.ty(parent, field, inner);
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(Value::Array(vs)) = node.get(key) {
+                let non_null: Vec<&Value> = vs.iter().filter(|v| !type_is(v, "null")).collect();
+                if non_null.len() == 1 && vs.len() == 2 {
+                    let (ty, _) = self.ty(parent, field, non_null[0])?;
+                    return Ok((ty, true));
+                }
+                return Err(err(&format!("an inline `{key}` of {} variants", vs.len())));
+            }
+        }
+        let (types, nullable) = match node.get("type") {
+            None => return Ok((Ty::Value, false)),
+            Some(Value::String(t)) => (vec![t.as_str()], false),
+            Some(Value::Array(ts)) => {
+                let ts: Vec<&str> = ts.iter().filter_map(Value::as_str).collect();
+                let nullable = ts.contains(&"null");
+                (ts.into_iter().filter(|t| *t != "null").collect(), nullable)
+            }
+            Some(_) => return Err(err("a `type` that is neither a string nor an array")),
+        };
+        let [t] = types[..] else {
+            return Err(err(&format!("several types {types:?}")));
+        };
+        let ty = match t {
+            "array" => {
+                let items = node.get("items").ok_or_else(|| err("an array without `items`"))?;
+                let (item, _) = self.ty(parent, field, items)?;
+                Ty::Vec(Box::new(item))
+            }
+            "object" if node.contains_key("properties") => {
+                let name = format!("{}{}", strip_suffixes(parent), pascal(field));
+                let def = Value::Object(node.clone());
+                let item = Item {
+                    name: name.clone(),
+                    doc: doc_of(&def),
+                    gate: Gate::Stable,
+                    kind: ItemKind::Struct(self.structure(&name, &def)?),
+                };
+                self.add_extra(item)?;
+                Ty::Named(name)
+            }
+            "object" => match node.get("additionalProperties") {
+                Some(v @ Value::Object(_)) => Ty::Map(Box::new(self.ty(parent, field, v)?.0)),
+                _ => Ty::Object,
+            },
+            _ => Ty::Prim(
+                prim_from(t, node.get("format").and_then(Value::as_str)).ok_or_else(|| err(&format!("type `{t}`")))?,
+            ),
+        };
+        Ok((ty, nullable))
+    }
+
+    fn ref_name(&self, parent: &str, target: &str) -> Result<String> {
+        let name = target
+            .strip_prefix("#/$defs/")
+            .or_else(|| target.strip_prefix("#/definitions/"))
+            .ok_or_else(|| CodegenError::unsupported(parent, &format!("a non-local `$ref` {target}")))?;
+        if !self.defs.contains_key(name) {
+            return Err(CodegenError::unsupported(parent, &format!("a `$ref` to missing `{name}`")));
+        }
+        Ok(name.to_owned())
+    }
+
+    fn union(&mut self, name: &str, variants: &[Value]) -> Result<ItemKind> {
+        let err = |construct: &str| CodegenError::unsupported(name, construct);
+        // String constants (with an optional open `{type: string}` catch-all).
+        if variants.iter().all(|v| type_is(v, "string") && !v.get("properties").is_some()) {
+            let values = variants
+                .iter()
+                .filter_map(|v| {
+                    let wire = v.get("const").and_then(Value::as_str)?;
+                    Some(EnumValue { wire: wire.to_owned(), doc: doc_of(v), gate: Gate::Stable })
+                })
+                .collect();
+            return Ok(ItemKind::StringEnum(values));
+        }
+        // Integer constants (`ErrorCode`).
+        if variants.iter().all(|v| type_is(v, "integer")) {
+            let mut consts = Vec::new();
+            for v in variants {
+                if let Some(value) = v.get("const").and_then(Value::as_i64) {
+                    let title = v.get("title").and_then(Value::as_str).ok_or_else(|| err("an untitled integer constant"))?;
+                    consts.push(IntConst { name: screaming(title), value, doc: doc_of(v) });
+                }
+            }
+            let repr = prim_of(&variants[0]).unwrap_or(Prim::I64);
+            return Ok(ItemKind::IntConsts { repr, consts });
+        }
+        if let Some(tag) = discriminator(variants) {
+            return self.tagged(name, &tag, variants).map(ItemKind::Tagged);
+        }
+        let mut out = Vec::new();
+        for (i, v) in variants.iter().enumerate() {
+            let (ty, _) = self.ty(name, &format!("variant {i}"), v)?;
+            let variant_name = match (v.get("title").and_then(Value::as_str), &ty) {
+                (Some(title), _) => pascal(title),
+                (None, Ty::Named(n)) => n.clone(),
+                (None, Ty::Prim(Prim::Null)) => "Null".into(),
+                _ => return Err(err(&format!("an untitled inline variant {i}"))),
+            };
+            out.push(UntaggedVariant { name: variant_name, doc: doc_of(v), ty });
+        }
+        Ok(ItemKind::Untagged(out))
+    }
+
+    fn tagged(&mut self, name: &str, tag: &str, variants: &[Value]) -> Result<Tagged> {
+        let err = |construct: &str| CodegenError::unsupported(name, construct);
+        let mut out = Tagged { tag: tag.to_owned(), variants: Vec::new(), untagged_default: None };
+        for v in variants {
+            let tag_schema = v.get("properties").and_then(|p| p.get(tag));
+            let constant = tag_schema.and_then(|t| t.get("const")).and_then(Value::as_str);
+            match (constant, tag_schema) {
+                (Some(wire), _) => out.variants.push(TaggedVariant {
+                    wire: wire.to_owned(),
+                    doc: doc_of(v),
+                    payload: self.payload(name, tag, v)?,
+                    gate: Gate::Stable,
+                }),
+                // `{title: "other", properties: {tag: {type: string}}, not: ...}`: the open
+                // catch-all, which every generated union has anyway.
+                (None, Some(_)) => {}
+                (None, None) => {
+                    if out.untagged_default.is_some() {
+                        return Err(err("two variants without the tag property"));
+                    }
+                    let payload = self.payload(name, tag, v)?;
+                    let variant_name = match (v.get("title").and_then(Value::as_str), &payload) {
+                        (Some(t), _) => pascal(t),
+                        (None, Payload::Type(n)) => n.clone(),
+                        _ => return Err(err("an untitled variant without the tag property")),
+                    };
+                    out.untagged_default = Some(DefaultVariant { name: variant_name, doc: doc_of(v), payload });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// What a tagged variant carries next to its tag.
+    fn payload(&mut self, name: &str, tag: &str, v: &Value) -> Result<Payload> {
+        if let Some(inner) = single(v.get("allOf")) {
+            return match self.ty(name, tag, inner)? {
+                (Ty::Named(n), _) => Ok(Payload::Type(n)),
+                _ => Err(CodegenError::unsupported(name, "a variant whose `allOf` is not a `$ref`")),
+            };
+        }
+        let others: Vec<(&String, &Value)> = v
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.iter().filter(|(k, _)| *k != tag).collect())
+            .unwrap_or_default();
+        match others[..] {
+            [] => Ok(Payload::Unit),
+            [(wire, schema)] => Ok(Payload::Property { wire: wire.clone(), ty: self.ty(name, wire, schema)?.0 }),
+            _ => Err(CodegenError::unsupported(name, "an inline variant with several properties")),
+        }
+    }
+
+    /// A flattened union is named after what varies: `{Parent}{Tag}` for a tagged union
+    /// (`SessionConfigOptionType`), the shared part of the variants' names otherwise
+    /// (`ElicitationSessionScope` | `ElicitationRequestScope` → `ElicitationScope`).
+    fn flattened_union_name(&self, parent: &str, def: &Value, variants: &[Value]) -> String {
+        let base = strip_suffixes(parent);
+        if let Some(tag) = discriminator(variants) {
+            return format!("{base}{}", pascal(&tag));
+        }
+        let refs: Vec<&str> = variants
+            .iter()
+            .filter_map(|v| single(v.get("allOf")).and_then(|r| r.get("$ref")).and_then(Value::as_str))
+            .map(|r| r.rsplit('/').next().unwrap_or(r))
+            .collect();
+        if refs.len() == variants.len() && refs.len() > 1 {
+            let words: Vec<Vec<String>> = refs.iter().map(|r| pascal_words(r)).collect();
+            let prefix = common_len(words.iter().map(|w| w.iter()));
+            let suffix = common_len(words.iter().map(|w| w.iter().rev()));
+            let first = &words[0];
+            if prefix + suffix > 0 && prefix + suffix < first.len() {
+                let mut name: String = first[..prefix].concat();
+                name.push_str(&first[first.len() - suffix..].concat());
+                return name;
+            }
+        }
+        let _ = def;
+        format!("{base}Kind")
+    }
+
+    /// Adds a synthesised item; the same name twice must mean the same shape.
+    fn add_extra(&mut self, item: Item) -> Result<()> {
+        if self.defs.contains_key(&item.name) {
+            return Err(CodegenError::unsupported(&item.name, "a derived name that collides with a definition"));
+        }
+        match self.extra.get(&item.name) {
+            Some(existing) if existing.kind != item.kind => Err(CodegenError::unsupported(
+                &item.name,
+                "two different inline constructs deriving the same name",
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.extra.insert(item.name.clone(), item);
+                Ok(())
+            }
+        }
+    }
+}
+
+fn common_len<'a, I: Iterator<Item = &'a String>>(mut seqs: impl Iterator<Item = I>) -> usize {
+    let Some(first) = seqs.next() else { return 0 };
+    let first: Vec<&String> = first.collect();
+    let mut len = first.len();
+    for s in seqs {
+        len = len.min(s.zip(first.iter()).take_while(|(a, b)| a == *b).count());
+    }
+    len
+}
+
+/// `SetSessionConfigOptionRequest` → `SetSessionConfigOption`: derived names read better
+/// without the message suffix.
+fn strip_suffixes(name: &str) -> &str {
+    ["Request", "Response", "Notification"]
+        .iter()
+        .find_map(|s| name.strip_suffix(s).filter(|b| !b.is_empty()))
+        .unwrap_or(name)
+}
+
+/// The `oneOf`/`anyOf` variants of a definition, if it is a union.
+fn union_variants(def: &Value) -> Option<&[Value]> {
+    def.get("oneOf").or_else(|| def.get("anyOf")).and_then(Value::as_array).map(Vec::as_slice)
+}
+
+/// The property every tagged variant pins with a `const` string, if the union is tagged.
+fn discriminator(variants: &[Value]) -> Option<String> {
+    let const_props = |v: &Value| -> Vec<String> {
+        v.get("properties")
+            .and_then(Value::as_object)
+            .map(|p| {
+                p.iter()
+                    .filter(|(_, s)| s.get("const").and_then(Value::as_str).is_some())
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut candidates: Option<Vec<String>> = None;
+    for v in variants {
+        let props = const_props(v);
+        if props.is_empty() {
+            continue;
+        }
+        candidates = Some(match candidates {
+            None => props,
+            Some(c) => c.into_iter().filter(|k| props.contains(k)).collect(),
+        });
+    }
+    candidates.and_then(|c| c.into_iter().next())
+}
+
+fn string_enum_values(values: &Value) -> Option<Vec<EnumValue>> {
+    values
+        .as_array()?
+        .iter()
+        .map(|v| Some(EnumValue { wire: v.as_str()?.to_owned(), doc: None, gate: Gate::Stable }))
+        .collect()
+}
+
+fn single(v: Option<&Value>) -> Option<&Value> {
+    match v?.as_array()?.as_slice() {
+        [one] => Some(one),
+        _ => None,
+    }
+}
+
+fn type_is(v: &Value, t: &str) -> bool {
+    match v.get("type") {
+        Some(Value::String(s)) => s == t,
+        _ => false,
+    }
+}
+
+fn flag(v: &Value, key: &str) -> bool {
+    v.get(key).and_then(Value::as_bool) == Some(true)
+}
+
+fn is_annotation(key: &str) -> bool {
+    matches!(key, "description" | "title" | "x-docs-ignore" | "default" | "examples" | "x-side" | "x-method")
+}
+
+pub fn doc_of(v: &Value) -> Option<String> {
+    v.get("description").and_then(Value::as_str).map(str::trim).filter(|d| !d.is_empty()).map(str::to_owned)
+}
+
+fn prim_of(v: &Value) -> Option<Prim> {
+    match v.get("type")? {
+        Value::String(t) => prim_from(t, v.get("format").and_then(Value::as_str)),
+        _ => None,
+    }
+}
+
+fn prim_from(t: &str, format: Option<&str>) -> Option<Prim> {
+    Some(match (t, format) {
+        ("string", _) => Prim::String,
+        ("boolean", _) => Prim::Bool,
+        ("number", _) => Prim::F64,
+        ("null", _) => Prim::Null,
+        ("integer", Some("int32")) => Prim::I32,
+        ("integer", Some("uint16")) => Prim::U16,
+        ("integer", Some("uint32")) => Prim::U32,
+        ("integer", Some("uint64")) => Prim::U64,
+        ("integer", _) => Prim::I64,
+        _ => return None,
+    })
+}
+
+/// `Parse error` → `PARSE_ERROR`.
+fn screaming(title: &str) -> String {
+    title
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_uppercase)
+        .collect::<Vec<_>>()
+        .join("_")
+}
+
+fn snake_of(wire: &str) -> String {
+    super::naming::snake(wire)
+}
+
+fn pascal_to_snake(name: &str) -> String {
+    super::naming::snake(name)
+}

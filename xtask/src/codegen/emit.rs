@@ -1,0 +1,978 @@
+//! Emission: IR items and methods → Rust tokens.
+//!
+//! The shapes, and why:
+//! - structs are `#[non_exhaustive]` with a constructor taking the required fields and a
+//!   setter per optional field, so a new optional field in the spec breaks no caller;
+//! - optional fields are `Option`s skipped when `None`, so absent stays absent on re-encode;
+//! - every union and string enum has a fallback variant that keeps what an unknown tag or
+//!   value carried and writes it back unchanged, so a newer peer never breaks decoding;
+//! - tagged unions are hand-serialised here rather than with `#[serde(tag)]`, which has no
+//!   fallback that keeps the payload.
+
+use proc_macro2::{Literal, TokenStream};
+use quote::{format_ident, quote};
+
+use super::ir::*;
+use super::naming::{field_ident, ident, pascal, screaming_snake, snake};
+
+/// Doc attributes from a description; one `#[doc]` per line so rustdoc sees the markdown.
+pub fn doc(text: Option<&str>) -> TokenStream {
+    let Some(text) = text else { return TokenStream::new() };
+    let lines = text.lines().map(|l| {
+        let l = if l.is_empty() { String::new() } else { format!(" {l}") };
+        quote!(#[doc = #l])
+    });
+    quote!(#(#lines)*)
+}
+
+pub fn cfg(gate: &Gate) -> TokenStream {
+    match gate {
+        Gate::Stable => TokenStream::new(),
+        Gate::Features(fs) if fs.len() == 1 => {
+            let f = fs.iter().next().map(String::as_str).unwrap_or_default();
+            quote!(#[cfg(feature = #f)])
+        }
+        Gate::Features(fs) => {
+            let fs = fs.iter();
+            quote!(#[cfg(any(#(feature = #fs),*))])
+        }
+    }
+}
+
+pub fn rust_ty(ty: &Ty) -> TokenStream {
+    match ty {
+        Ty::Prim(p) => prim(*p),
+        Ty::Value => quote!(serde_json::Value),
+        Ty::Object => quote!(serde_json::Map<String, serde_json::Value>),
+        Ty::Vec(t) => {
+            let t = rust_ty(t);
+            quote!(Vec<#t>)
+        }
+        Ty::Map(t) => {
+            let t = rust_ty(t);
+            quote!(std::collections::BTreeMap<String, #t>)
+        }
+        Ty::Named(n) => {
+            let n = ident(n);
+            quote!(#n)
+        }
+    }
+}
+
+fn prim(p: Prim) -> TokenStream {
+    match p {
+        Prim::String => quote!(String),
+        Prim::Bool => quote!(bool),
+        Prim::I32 => quote!(i32),
+        Prim::I64 => quote!(i64),
+        Prim::U16 => quote!(u16),
+        Prim::U32 => quote!(u32),
+        Prim::U64 => quote!(u64),
+        Prim::F64 => quote!(f64),
+        Prim::Null => quote!(()),
+    }
+}
+
+/// Emits one item.
+pub fn item(item: &Item, all: &[Item]) -> TokenStream {
+    let name = ident(&item.name);
+    let docs = doc(item.doc.as_deref());
+    let gate = cfg(&item.gate);
+    let body = match &item.kind {
+        ItemKind::Struct(s) => structure(&name, s, all),
+        ItemKind::Newtype(ty) => newtype(&name, ty),
+        ItemKind::Any => newtype(&name, &Ty::Value),
+        ItemKind::StringEnum(values) => string_enum(&name, values),
+        ItemKind::IntConsts { repr, consts } => int_consts(&name, *repr, consts),
+        ItemKind::Tagged(t) => tagged(&name, t),
+        ItemKind::Untagged(vs) => untagged(&name, vs, all),
+    };
+    // The gate applies to every item the body expands to (type and impls).
+    let mut out = TokenStream::new();
+    let mut first = true;
+    for tt in split_items(body) {
+        if first {
+            out.extend(quote!(#docs #gate #tt));
+            first = false;
+        } else {
+            out.extend(quote!(#gate #tt));
+        }
+    }
+    out
+}
+
+/// Splits a token stream of several top-level items by parsing it as a file.
+fn split_items(ts: TokenStream) -> Vec<TokenStream> {
+    match syn::parse2::<syn::File>(ts.clone()) {
+        Ok(file) => file.items.into_iter().map(|i| quote!(#i)).collect(),
+        Err(_) => vec![ts],
+    }
+}
+
+/// The field's type as declared: `Option<T>` unless required and not nullable.
+fn field_ty(f: &Field) -> TokenStream {
+    let t = rust_ty(&f.ty);
+    if f.required && !f.nullable { t } else { quote!(Option<#t>) }
+}
+
+fn is_option(f: &Field) -> bool {
+    !f.required || f.nullable
+}
+
+fn structure(name: &proc_macro2::Ident, s: &Struct, all: &[Item]) -> TokenStream {
+    let mut fields = Vec::new();
+    let mut ctor_params = Vec::new();
+    let mut ctor_inits = Vec::new();
+    let mut setters = Vec::new();
+    for f in &s.fields {
+        let id = field_ident(&f.wire);
+        let ty = field_ty(f);
+        let docs = doc(f.doc.as_deref());
+        let gate = cfg(&f.gate);
+        let mut attrs = Vec::new();
+        if id.to_string().trim_start_matches("r#") != f.wire {
+            let wire = &f.wire;
+            attrs.push(quote!(rename = #wire));
+        }
+        let option = is_option(f);
+        if option && !f.required {
+            attrs.push(quote!(default, skip_serializing_if = "Option::is_none"));
+        }
+        if let Some(helper) = deserialize_helper(f) {
+            attrs.push(quote!(deserialize_with = #helper));
+        }
+        let serde_attr = if attrs.is_empty() { quote!() } else { quote!(#[serde(#(#attrs),*)]) };
+        fields.push(quote!(#docs #gate #serde_attr pub #id: #ty,));
+
+        if f.required {
+            let (param_ty, conv) = into_param(&f.ty, &id);
+            let value = if option { quote!(Some(#conv)) } else { conv };
+            ctor_params.push(quote!(#gate #id: #param_ty));
+            ctor_inits.push(quote!(#gate #id: #value,));
+        } else {
+            ctor_inits.push(quote!(#gate #id: None,));
+            let (param_ty, conv) = into_param(&f.ty, &id);
+            let setter_doc = format!(" Sets [`Self::{}`].", id.to_string().trim_start_matches("r#"));
+            setters.push(quote! {
+                #[doc = #setter_doc]
+                #gate
+                #[must_use]
+                pub fn #id(mut self, #id: #param_ty) -> Self {
+                    self.#id = Some(#conv);
+                    self
+                }
+            });
+        }
+    }
+    if let Some(flat) = &s.flatten {
+        let id = field_ident(&flat.field);
+        let ty = ident(&flat.ty);
+        fields.push(quote!(#[serde(flatten)] pub #id: #ty,));
+        ctor_params.push(quote!(#id: impl Into<#ty>));
+        ctor_inits.push(quote!(#id: #id.into(),));
+    }
+    let derive_default = ctor_params.is_empty();
+    let derives = if derive_default {
+        quote!(#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)])
+    } else {
+        quote!(#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)])
+    };
+    let ctor_doc = if ctor_params.is_empty() {
+        " Creates a value with every optional field unset.".to_owned()
+    } else {
+        " Creates a value from its required fields; optional fields start unset.".to_owned()
+    };
+    let _ = all;
+    quote! {
+        #derives
+        #[non_exhaustive]
+        pub struct #name {
+            #(#fields)*
+        }
+
+        impl #name {
+            #[doc = #ctor_doc]
+            #[allow(clippy::new_without_default)]
+            pub fn new(#(#ctor_params),*) -> Self {
+                #name { #(#ctor_inits)* }
+            }
+            #(#setters)*
+        }
+    }
+}
+
+/// Constructor and setter parameters take `impl Into<T>` where that reads naturally.
+fn into_param(ty: &Ty, id: &proc_macro2::Ident) -> (TokenStream, TokenStream) {
+    let inner = rust_ty(ty);
+    match ty {
+        Ty::Prim(Prim::String) | Ty::Named(_) => (quote!(impl Into<#inner>), quote!(#id.into())),
+        _ => (inner, quote!(#id)),
+    }
+}
+
+/// The `deserialize_with` helper a lenient field needs, if any.
+fn deserialize_helper(f: &Field) -> Option<String> {
+    let is_vec = matches!(f.ty, Ty::Vec(_));
+    let option = is_option(f);
+    let helper = match (f.skip_invalid_items && is_vec, f.default_on_error, option) {
+        (true, true, false) => "vec_skip_invalid_or_default",
+        (true, false, false) => "vec_skip_invalid",
+        (true, true, true) => "opt_vec_skip_invalid_or_default",
+        (true, false, true) => "opt_vec_skip_invalid",
+        (false, true, _) => "default_on_error",
+        (false, false, _) => return None,
+    };
+    Some(format!("crate::serde_support::{helper}"))
+}
+
+fn newtype(name: &proc_macro2::Ident, ty: &Ty) -> TokenStream {
+    let inner = rust_ty(ty);
+    let string = matches!(ty, Ty::Prim(Prim::String));
+    let derives = match ty {
+        Ty::Prim(Prim::String) => quote!(#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]),
+        Ty::Prim(Prim::F64) | Ty::Value | Ty::Object => quote!(#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]),
+        Ty::Prim(_) => quote!(#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, serde::Serialize, serde::Deserialize)]),
+        _ => quote!(#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]),
+    };
+    let string_impls = if string {
+        quote! {
+            impl From<&str> for #name {
+                fn from(value: &str) -> Self { #name(value.to_owned()) }
+            }
+            impl AsRef<str> for #name {
+                fn as_ref(&self) -> &str { &self.0 }
+            }
+            impl std::fmt::Display for #name {
+                fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str(&self.0) }
+            }
+            impl std::borrow::Borrow<str> for #name {
+                fn borrow(&self) -> &str { &self.0 }
+            }
+        }
+    } else {
+        quote!()
+    };
+    quote! {
+        #derives
+        #[serde(transparent)]
+        pub struct #name(pub #inner);
+
+        impl From<#inner> for #name {
+            fn from(value: #inner) -> Self { #name(value) }
+        }
+        #string_impls
+    }
+}
+
+/// The fallback variant's name: `Other`, unless the schema already has a value by that name.
+fn fallback_ident<'a>(taken: impl IntoIterator<Item = &'a str> + Clone) -> proc_macro2::Ident {
+    let candidates = ["Other", "Unknown", "Unrecognized"];
+    let name = candidates
+        .iter()
+        .find(|c| !taken.clone().into_iter().any(|t| pascal(t) == **c))
+        .unwrap_or(&"UnrecognizedValue");
+    ident(name)
+}
+
+fn string_enum(name: &proc_macro2::Ident, values: &[EnumValue]) -> TokenStream {
+    let variants: Vec<_> = values.iter().map(|v| ident(&pascal(&v.wire))).collect();
+    let other = fallback_ident(values.iter().map(|v| v.wire.as_str()));
+    let defs = values.iter().zip(&variants).map(|(v, id)| {
+        let docs = doc(v.doc.as_deref());
+        let gate = cfg(&v.gate);
+        quote!(#docs #gate #id,)
+    });
+    let to_str = values.iter().zip(&variants).map(|(v, id)| {
+        let gate = cfg(&v.gate);
+        let wire = &v.wire;
+        quote!(#gate #name::#id => #wire,)
+    });
+    let from_str = values.iter().zip(&variants).map(|(v, id)| {
+        let gate = cfg(&v.gate);
+        let wire = &v.wire;
+        quote!(#gate #wire => #name::#id,)
+    });
+    quote! {
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum #name {
+            #(#defs)*
+            /// A value this version of the schema does not know, kept as received.
+            #other(String),
+        }
+
+        impl #name {
+            /// The value as written on the wire.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    #(#to_str)*
+                    #name::#other(other) => other,
+                }
+            }
+        }
+
+        impl From<&str> for #name {
+            fn from(value: &str) -> Self {
+                match value {
+                    #(#from_str)*
+                    other => #name::#other(other.to_owned()),
+                }
+            }
+        }
+
+        impl std::fmt::Display for #name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str(self.as_str()) }
+        }
+
+        impl serde::Serialize for #name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for #name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let value = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(deserializer)?;
+                Ok(#name::from(value.as_ref()))
+            }
+        }
+    }
+}
+
+fn int_consts(name: &proc_macro2::Ident, repr: Prim, consts: &[IntConst]) -> TokenStream {
+    let repr_ty = prim(repr);
+    let defs = consts.iter().map(|c| {
+        let id = format_ident!("{}", c.name);
+        let docs = doc(c.doc.as_deref().or(Some(&title_of(&c.name))));
+        let value = int_literal(repr, c.value);
+        quote!(#docs pub const #id: #name = #name(#value);)
+    });
+    let names = consts.iter().map(|c| {
+        let value = int_literal(repr, c.value);
+        let title = title_of(&c.name);
+        quote!(#value => Some(#title),)
+    });
+    quote! {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+        #[serde(transparent)]
+        pub struct #name(pub #repr_ty);
+
+        impl #name {
+            #(#defs)*
+
+            /// The name of a code the schema defines; `None` for any other.
+            pub fn name(self) -> Option<&'static str> {
+                match self.0 {
+                    #(#names)*
+                    _ => None,
+                }
+            }
+        }
+
+        impl From<#repr_ty> for #name {
+            fn from(value: #repr_ty) -> Self { #name(value) }
+        }
+
+        impl std::fmt::Display for #name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                match self.name() {
+                    Some(name) => write!(f, "{} ({})", self.0, name),
+                    None => write!(f, "{}", self.0),
+                }
+            }
+        }
+    }
+}
+
+fn int_literal(repr: Prim, value: i64) -> Literal {
+    match repr {
+        Prim::I32 => Literal::i32_unsuffixed(value as i32),
+        _ => Literal::i64_unsuffixed(value),
+    }
+}
+
+/// `METHOD_NOT_FOUND` → `Method not found`.
+fn title_of(screaming: &str) -> String {
+    let lower = screaming.replace('_', " ").to_ascii_lowercase();
+    let mut cs = lower.chars();
+    match cs.next() {
+        Some(f) => f.to_ascii_uppercase().to_string() + cs.as_str(),
+        None => lower,
+    }
+}
+
+fn payload_ty(p: &Payload) -> Option<TokenStream> {
+    match p {
+        Payload::Unit => None,
+        Payload::Type(n) => {
+            let n = ident(n);
+            Some(quote!(#n))
+        }
+        Payload::Property { ty, .. } => Some(rust_ty(ty)),
+    }
+}
+
+fn tagged(name: &proc_macro2::Ident, t: &Tagged) -> TokenStream {
+    let tag = &t.tag;
+    let other = fallback_ident(t.variants.iter().map(|v| v.wire.as_str()).chain(t.untagged_default.iter().map(|d| d.name.as_str())));
+    let mut defs = Vec::new();
+    let mut ser = Vec::new();
+    let mut de = Vec::new();
+    let mut tags = Vec::new();
+    for v in &t.variants {
+        let id = ident(&pascal(&v.wire));
+        let docs = doc(v.doc.as_deref());
+        let gate = cfg(&v.gate);
+        let wire = &v.wire;
+        match &v.payload {
+            Payload::Unit => {
+                defs.push(quote!(#docs #gate #id,));
+                ser.push(quote!(#gate #name::#id => crate::serde_support::serialize_tag(serializer, #tag, #wire),));
+                de.push(quote!(#gate Some(#wire) => Ok(#name::#id),));
+                tags.push(quote!(#gate #name::#id => Some(#wire),));
+            }
+            Payload::Type(_) => {
+                let ty = payload_ty(&v.payload);
+                defs.push(quote!(#docs #gate #id(#ty),));
+                ser.push(quote!(#gate #name::#id(payload) => crate::serde_support::serialize_tagged(serializer, #tag, #wire, payload),));
+                de.push(quote!(#gate Some(#wire) => crate::serde_support::payload(&value).map(#name::#id),));
+                tags.push(quote!(#gate #name::#id(_) => Some(#wire),));
+            }
+            Payload::Property { wire: prop, ty } => {
+                let ty = rust_ty(ty);
+                defs.push(quote!(#docs #gate #id(#ty),));
+                ser.push(quote!(#gate #name::#id(value) => crate::serde_support::serialize_tag_and_property(serializer, #tag, #wire, #prop, value),));
+                de.push(quote!(#gate Some(#wire) => crate::serde_support::property(&value, #prop).map(#name::#id),));
+                tags.push(quote!(#gate #name::#id(_) => Some(#wire),));
+            }
+        }
+    }
+    let missing_tag = match &t.untagged_default {
+        Some(d) => {
+            let id = ident(&d.name);
+            let docs = doc(d.doc.as_deref());
+            match &d.payload {
+                Payload::Type(_) => {
+                    let ty = payload_ty(&d.payload);
+                    defs.push(quote!(#docs #id(#ty),));
+                    ser.push(quote!(#name::#id(payload) => serde::Serialize::serialize(payload, serializer),));
+                    tags.push(quote!(#name::#id(_) => None,));
+                    quote!(None => crate::serde_support::payload(&value).map(#name::#id),)
+                }
+                Payload::Property { wire: prop, ty } => {
+                    let ty = rust_ty(ty);
+                    defs.push(quote!(#docs #id(#ty),));
+                    ser.push(quote!(#name::#id(value) => crate::serde_support::serialize_property(serializer, #prop, value),));
+                    tags.push(quote!(#name::#id(_) => None,));
+                    quote!(None => crate::serde_support::property(&value, #prop).map(#name::#id),)
+                }
+                Payload::Unit => {
+                    defs.push(quote!(#docs #id,));
+                    ser.push(quote!(#name::#id => serde::Serialize::serialize(&serde_json::Map::new(), serializer),));
+                    tags.push(quote!(#name::#id => None,));
+                    quote!(None => Ok(#name::#id),)
+                }
+            }
+        }
+        None => quote!(None => Err(serde::de::Error::missing_field(#tag)),),
+    };
+    let tag_const_doc = format!(" The property that tells the variants of [`{name}`] apart.");
+    quote! {
+        #[derive(Debug, Clone, PartialEq)]
+        #[non_exhaustive]
+        pub enum #name {
+            #(#defs)*
+            /// A kind this version of the schema does not know, kept whole as received.
+            #other(crate::serde_support::UnknownVariant),
+        }
+
+        impl #name {
+            #[doc = #tag_const_doc]
+            pub const TAG: &'static str = #tag;
+
+            /// The value of the tag property, if this variant has one.
+            pub fn tag(&self) -> Option<&str> {
+                match self {
+                    #(#tags)*
+                    #name::#other(unknown) => unknown.tag(#tag),
+                }
+            }
+        }
+
+        impl serde::Serialize for #name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                match self {
+                    #(#ser)*
+                    #name::#other(unknown) => serde::Serialize::serialize(unknown, serializer),
+                }
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for #name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let value = crate::serde_support::object(deserializer)?;
+                match crate::serde_support::tag_of(&value, #tag)? {
+                    #(#de)*
+                    #missing_tag
+                    Some(_) => Ok(#name::#other(crate::serde_support::UnknownVariant(value))),
+                }
+            }
+        }
+    }
+}
+
+fn untagged(name: &proc_macro2::Ident, vs: &[UntaggedVariant], all: &[Item]) -> TokenStream {
+    let defs = vs.iter().map(|v| {
+        let id = ident(&v.name);
+        let docs = doc(v.doc.as_deref());
+        match &v.ty {
+            Ty::Prim(Prim::Null) => quote!(#docs #id,),
+            ty => {
+                let ty = rust_ty(ty);
+                quote!(#docs #id(#ty),)
+            }
+        }
+    });
+    // A union of object types stays open: a shape this version does not know is kept.
+    let objects = vs.iter().all(|v| match &v.ty {
+        Ty::Named(n) => all.iter().any(|i| &i.name == n && matches!(i.kind, ItemKind::Struct(_))),
+        _ => false,
+    });
+    let fallback = if objects {
+        quote! {
+            /// A shape this version of the schema does not know, kept as received.
+            Other(serde_json::Value),
+        }
+    } else {
+        quote!()
+    };
+    quote! {
+        #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+        #[serde(untagged)]
+        #[non_exhaustive]
+        pub enum #name {
+            #(#defs)*
+            #fallback
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Methods: names, envelope enums, traits and dispatch.
+
+/// Which envelope enum a method belongs to.
+struct Direction {
+    /// `ClientRequest`, ...: named after the sender, as in the schema.
+    request: &'static str,
+    response: &'static str,
+    notification: &'static str,
+    /// The handler trait (the receiving side).
+    handler: &'static str,
+    side: Side,
+}
+
+const DIRECTIONS: [Direction; 2] = [
+    Direction { request: "ClientRequest", response: "AgentResponse", notification: "ClientNotification", handler: "Agent", side: Side::Agent },
+    Direction { request: "AgentRequest", response: "ClientResponse", notification: "AgentNotification", handler: "Client", side: Side::Client },
+];
+
+pub fn methods(model: &Model) -> TokenStream {
+    let mut out = TokenStream::new();
+    out.extend(method_names(model));
+    for dir in &DIRECTIONS {
+        let methods: Vec<&Method> = model.methods.iter().filter(|m| m.side == dir.side).collect();
+        out.extend(envelopes(dir, &methods));
+        out.extend(handler_trait(dir, &methods));
+    }
+    out.extend(protocol_envelope(model));
+    out
+}
+
+fn method_names(model: &Model) -> TokenStream {
+    let mut out = TokenStream::new();
+    for (module, side, doc_text) in [
+        ("agent_method", Side::Agent, "Methods the agent handles (the client sends them)."),
+        ("client_method", Side::Client, "Methods the client handles (the agent sends them)."),
+    ] {
+        let module = ident(module);
+        let mut seen = std::collections::BTreeSet::new();
+        let consts = model.methods.iter().filter(|m| m.side == side && seen.insert(m.name.clone())).map(|m| {
+            let id = format_ident!("{}", screaming_snake(&m.rust.trim_end_matches("_notification")));
+            let gate = cfg(&m.gate);
+            let name = &m.name;
+            let d = format!(" `{name}`");
+            quote!(#[doc = #d] #gate pub const #id: &str = #name;)
+        });
+        out.extend(quote! {
+            #[doc = #doc_text]
+            pub mod #module {
+                #(#consts)*
+            }
+        });
+    }
+    let protocol = model.protocol_methods.iter().map(|(name, _)| {
+        let id = format_ident!("{}", screaming_snake(name));
+        let d = format!(" `{name}`");
+        quote!(#[doc = #d] pub const #id: &str = #name;)
+    });
+    out.extend(quote! {
+        /// Protocol-level methods, handled by the connection itself.
+        pub mod protocol_method {
+            #(#protocol)*
+        }
+    });
+    out
+}
+
+fn variant_ident(m: &Method) -> proc_macro2::Ident {
+    ident(&pascal(&m.rust))
+}
+
+fn envelopes(dir: &Direction, methods: &[&Method]) -> TokenStream {
+    let requests: Vec<&&Method> = methods.iter().filter(|m| m.is_request()).collect();
+    let notifications: Vec<&&Method> = methods.iter().filter(|m| !m.is_request()).collect();
+    let handler = dir.handler;
+
+    let req = ident(dir.request);
+    let req_doc = format!(" A request the {} handles, decoded by its method name.", handler.to_ascii_lowercase());
+    let req_variants = requests.iter().map(|m| {
+        let id = variant_ident(m);
+        let p = ident(&m.params);
+        let gate = cfg(&m.gate);
+        let d = format!(" `{}`", m.name);
+        quote!(#[doc = #d] #gate #id(#p),)
+    });
+    let req_methods = requests.iter().map(|m| {
+        let id = variant_ident(m);
+        let gate = cfg(&m.gate);
+        let name = &m.name;
+        quote!(#gate #req::#id(_) => #name,)
+    });
+    let req_decode = requests.iter().map(|m| {
+        let id = variant_ident(m);
+        let gate = cfg(&m.gate);
+        let name = &m.name;
+        quote!(#gate #name => serde::Deserialize::deserialize(params).map(#req::#id).map(Some),)
+    });
+    let req_ser = requests.iter().map(|m| {
+        let id = variant_ident(m);
+        let gate = cfg(&m.gate);
+        quote!(#gate #req::#id(params) => serde::Serialize::serialize(params, serializer),)
+    });
+
+    let resp = ident(dir.response);
+    let resp_doc = format!(" The result of a request the {} handled, decoded by the request's method name.", handler.to_ascii_lowercase());
+    let resp_variants = requests.iter().map(|m| {
+        let id = variant_ident(m);
+        let r = ident(m.response.as_deref().unwrap_or_default());
+        let gate = cfg(&m.gate);
+        let d = format!(" The result of `{}`.", m.name);
+        quote!(#[doc = #d] #gate #id(#r),)
+    });
+    let resp_decode = requests.iter().map(|m| {
+        let id = variant_ident(m);
+        let gate = cfg(&m.gate);
+        let name = &m.name;
+        quote!(#gate #name => serde::Deserialize::deserialize(result).map(#resp::#id).map(Some),)
+    });
+    let resp_ser = requests.iter().map(|m| {
+        let id = variant_ident(m);
+        let gate = cfg(&m.gate);
+        quote!(#gate #resp::#id(result) => serde::Serialize::serialize(result, serializer),)
+    });
+
+    let notif = ident(dir.notification);
+    let notif_doc = format!(" A notification the {} handles, decoded by its method name.", handler.to_ascii_lowercase());
+    let notif_variants = notifications.iter().map(|m| {
+        let id = variant_ident(m);
+        let p = ident(&m.params);
+        let gate = cfg(&m.gate);
+        let d = format!(" `{}`", m.name);
+        quote!(#[doc = #d] #gate #id(#p),)
+    });
+    let notif_methods = notifications.iter().map(|m| {
+        let id = variant_ident(m);
+        let gate = cfg(&m.gate);
+        let name = &m.name;
+        quote!(#gate #notif::#id(_) => #name,)
+    });
+    let notif_decode = notifications.iter().map(|m| {
+        let id = variant_ident(m);
+        let gate = cfg(&m.gate);
+        let name = &m.name;
+        quote!(#gate #name => serde::Deserialize::deserialize(params).map(#notif::#id).map(Some),)
+    });
+    let notif_ser = notifications.iter().map(|m| {
+        let id = variant_ident(m);
+        let gate = cfg(&m.gate);
+        quote!(#gate #notif::#id(params) => serde::Serialize::serialize(params, serializer),)
+    });
+
+    quote! {
+        #[doc = #req_doc]
+        ///
+        /// Serialises as its params; [`Self::method`] gives the method name.
+        #[derive(Debug, Clone, PartialEq)]
+        #[non_exhaustive]
+        pub enum #req {
+            #(#req_variants)*
+            /// An extension method (its name starts with `_`).
+            ExtMethod { method: String, params: ExtRequest },
+        }
+
+        impl #req {
+            /// The method name on the wire.
+            pub fn method(&self) -> &str {
+                match self {
+                    #(#req_methods)*
+                    #req::ExtMethod { method, .. } => method,
+                }
+            }
+
+            /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+            pub fn decode<'de, D: serde::Deserializer<'de>>(method: &str, params: D) -> Result<Option<Self>, D::Error> {
+                match method {
+                    #(#req_decode)*
+                    ext if ext.starts_with('_') => serde::Deserialize::deserialize(params)
+                        .map(|params| Some(#req::ExtMethod { method: ext.to_owned(), params })),
+                    _ => Ok(None),
+                }
+            }
+        }
+
+        impl serde::Serialize for #req {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                match self {
+                    #(#req_ser)*
+                    #req::ExtMethod { params, .. } => serde::Serialize::serialize(params, serializer),
+                }
+            }
+        }
+
+        #[doc = #resp_doc]
+        ///
+        /// Serialises as the bare result.
+        #[derive(Debug, Clone, PartialEq)]
+        #[non_exhaustive]
+        pub enum #resp {
+            #(#resp_variants)*
+            /// The result of an extension method.
+            ExtMethod(ExtResponse),
+        }
+
+        impl #resp {
+            /// Decodes the result of a call to `method`; `Ok(None)` when the method is unknown.
+            pub fn decode<'de, D: serde::Deserializer<'de>>(method: &str, result: D) -> Result<Option<Self>, D::Error> {
+                match method {
+                    #(#resp_decode)*
+                    ext if ext.starts_with('_') => serde::Deserialize::deserialize(result).map(#resp::ExtMethod).map(Some),
+                    _ => Ok(None),
+                }
+            }
+        }
+
+        impl serde::Serialize for #resp {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                match self {
+                    #(#resp_ser)*
+                    #resp::ExtMethod(result) => serde::Serialize::serialize(result, serializer),
+                }
+            }
+        }
+
+        #[doc = #notif_doc]
+        ///
+        /// Serialises as its params; [`Self::method`] gives the method name.
+        #[derive(Debug, Clone, PartialEq)]
+        #[non_exhaustive]
+        pub enum #notif {
+            #(#notif_variants)*
+            /// An extension notification (its name starts with `_`).
+            ExtNotification { method: String, params: ExtNotification },
+        }
+
+        impl #notif {
+            /// The method name on the wire.
+            pub fn method(&self) -> &str {
+                match self {
+                    #(#notif_methods)*
+                    #notif::ExtNotification { method, .. } => method,
+                }
+            }
+
+            /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+            pub fn decode<'de, D: serde::Deserializer<'de>>(method: &str, params: D) -> Result<Option<Self>, D::Error> {
+                match method {
+                    #(#notif_decode)*
+                    ext if ext.starts_with('_') => serde::Deserialize::deserialize(params)
+                        .map(|params| Some(#notif::ExtNotification { method: ext.to_owned(), params })),
+                    _ => Ok(None),
+                }
+            }
+        }
+
+        impl serde::Serialize for #notif {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                match self {
+                    #(#notif_ser)*
+                    #notif::ExtNotification { params, .. } => serde::Serialize::serialize(params, serializer),
+                }
+            }
+        }
+    }
+}
+
+fn handler_trait(dir: &Direction, methods: &[&Method]) -> TokenStream {
+    let trait_name = ident(dir.handler);
+    let req = ident(dir.request);
+    let resp = ident(dir.response);
+    let notif = ident(dir.notification);
+    let peer = dir.side.other();
+    let trait_doc = format!(
+        " The {} side: one method per request and notification the {} sends.\n\n \
+         `Cx` is the per-call context a runtime passes along (cancellation, the peer handle); \
+         it is `()` when there is none. Methods outside the spec's baseline default to \
+         \"method not found\" (requests) or do nothing (notifications).",
+        dir.handler.to_ascii_lowercase(),
+        format!("{peer:?}").to_ascii_lowercase()
+    );
+    let fns = methods.iter().map(|m| {
+        let f = ident(&m.rust);
+        let p = ident(&m.params);
+        let docs = doc(m.doc.as_deref());
+        let gate = cfg(&m.gate);
+        let wire = format!(" Method: `{}`.", m.name);
+        match (&m.response, m.baseline) {
+            (Some(r), true) => {
+                let r = ident(r);
+                quote!(#docs #[doc = ""] #[doc = #wire] #gate fn #f(&self, params: #p, cx: Cx) -> impl std::future::Future<Output = Result<#r, Error>> + Send;)
+            }
+            (Some(r), false) => {
+                let r = ident(r);
+                let name = &m.name;
+                quote! {
+                    #docs #[doc = ""] #[doc = #wire] #gate
+                    fn #f(&self, params: #p, cx: Cx) -> impl std::future::Future<Output = Result<#r, Error>> + Send {
+                        let _ = (params, cx);
+                        std::future::ready(Err(Error::method_not_found().data(serde_json::Value::from(#name))))
+                    }
+                }
+            }
+            (None, true) => quote!(#docs #[doc = ""] #[doc = #wire] #gate fn #f(&self, params: #p, cx: Cx) -> impl std::future::Future<Output = Result<(), Error>> + Send;),
+            (None, false) => quote! {
+                #docs #[doc = ""] #[doc = #wire] #gate
+                fn #f(&self, params: #p, cx: Cx) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+                    let _ = (params, cx);
+                    std::future::ready(Ok(()))
+                }
+            },
+        }
+    });
+    let req_arms = methods.iter().filter(|m| m.is_request()).map(|m| {
+        let id = variant_ident(m);
+        let f = ident(&m.rust);
+        let gate = cfg(&m.gate);
+        quote!(#gate #req::#id(params) => handler.#f(params, cx).await.map(#resp::#id),)
+    });
+    let notif_arms = methods.iter().filter(|m| !m.is_request()).map(|m| {
+        let id = variant_ident(m);
+        let f = ident(&m.rust);
+        let gate = cfg(&m.gate);
+        quote!(#gate #notif::#id(params) => handler.#f(params, cx).await,)
+    });
+    let dispatch_doc = format!(" Calls the [`{}`] method this request is for.", dir.handler);
+    let dispatch_notif_doc = format!(" Calls the [`{}`] method this notification is for.", dir.handler);
+    quote! {
+        #[doc = #trait_doc]
+        pub trait #trait_name<Cx: Send = ()>: Send + Sync {
+            #(#fns)*
+
+            /// An extension request (a method name starting with `_`).
+            fn ext_method(&self, method: &str, params: ExtRequest, cx: Cx) -> impl std::future::Future<Output = Result<ExtResponse, Error>> + Send {
+                let _ = (params, cx);
+                std::future::ready(Err(Error::method_not_found().data(serde_json::Value::from(method))))
+            }
+
+            /// An extension notification (a method name starting with `_`); ignored by default.
+            fn ext_notification(&self, method: &str, params: ExtNotification, cx: Cx) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+                let _ = (method, params, cx);
+                std::future::ready(Ok(()))
+            }
+        }
+
+        impl #req {
+            #[doc = #dispatch_doc]
+            pub async fn dispatch<H: #trait_name<Cx>, Cx: Send>(self, handler: &H, cx: Cx) -> Result<#resp, Error> {
+                match self {
+                    #(#req_arms)*
+                    #req::ExtMethod { method, params } => handler.ext_method(&method, params, cx).await.map(#resp::ExtMethod),
+                }
+            }
+        }
+
+        impl #notif {
+            #[doc = #dispatch_notif_doc]
+            pub async fn dispatch<H: #trait_name<Cx>, Cx: Send>(self, handler: &H, cx: Cx) -> Result<(), Error> {
+                match self {
+                    #(#notif_arms)*
+                    #notif::ExtNotification { method, params } => handler.ext_notification(&method, params, cx).await,
+                }
+            }
+        }
+    }
+}
+
+/// `ProtocolLevelNotification`: `$/cancel_request` and any later `$/` method.
+fn protocol_envelope(model: &Model) -> TokenStream {
+    let variants = model.protocol_methods.iter().map(|(name, params)| {
+        let id = ident(&pascal(&snake(name)));
+        let p = ident(params);
+        let d = format!(" `{name}`");
+        quote!(#[doc = #d] #id(#p),)
+    });
+    let decode = model.protocol_methods.iter().map(|(name, _)| {
+        let id = ident(&pascal(&snake(name)));
+        quote!(#name => serde::Deserialize::deserialize(params).map(ProtocolLevelNotification::#id).map(Some),)
+    });
+    let methods = model.protocol_methods.iter().map(|(name, _)| {
+        let id = ident(&pascal(&snake(name)));
+        quote!(ProtocolLevelNotification::#id(_) => #name,)
+    });
+    let ser = model.protocol_methods.iter().map(|(name, _)| {
+        let id = ident(&pascal(&snake(name)));
+        quote!(ProtocolLevelNotification::#id(params) => serde::Serialize::serialize(params, serializer),)
+    });
+    quote! {
+        /// A protocol-level notification (`$/...`), which either side may send.
+        #[derive(Debug, Clone, PartialEq)]
+        #[non_exhaustive]
+        pub enum ProtocolLevelNotification {
+            #(#variants)*
+        }
+
+        impl ProtocolLevelNotification {
+            /// The method name on the wire.
+            pub fn method(&self) -> &str {
+                match self {
+                    #(#methods)*
+                }
+            }
+
+            /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+            pub fn decode<'de, D: serde::Deserializer<'de>>(method: &str, params: D) -> Result<Option<Self>, D::Error> {
+                match method {
+                    #(#decode)*
+                    _ => Ok(None),
+                }
+            }
+        }
+
+        impl serde::Serialize for ProtocolLevelNotification {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                match self {
+                    #(#ser)*
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! Unstable features: what exists only in `schema.unstable.json` is compiled behind cargo
+//! features.
+//!
+//! The schema does not say which feature gates what, so [`FEATURES`] is the one hand-written
+//! table of the generator. Its entries are roots (a method, a field, a union variant or a
+//! definition); every unstable-only definition is gated by the features whose roots reach it.
+//! The merge fails when an entry names nothing in the schema, or when an unstable-only item
+//! is reached by no entry, so the table cannot silently drift from the schema.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::ir::*;
+use super::{CodegenError, Result};
+
+/// Cargo feature → roots. Roots: `method:NAME`, `field:Type.property`, `variant:Type.tag`,
+/// `def:Type`.
+pub const FEATURES: &[(&str, &[&str])] = &[
+    (
+        "unstable_nes",
+        &[
+            "method:nes/start",
+            "method:nes/suggest",
+            "method:nes/accept",
+            "method:nes/reject",
+            "method:nes/close",
+            "method:document/didOpen",
+            "method:document/didChange",
+            "method:document/didClose",
+            "method:document/didSave",
+            "method:document/didFocus",
+            "field:AgentCapabilities.nes",
+            "field:AgentCapabilities.positionEncoding",
+            "field:ClientCapabilities.nes",
+            "field:ClientCapabilities.positionEncodings",
+        ],
+    ),
+    ("unstable_llm_providers", &["method:providers/list", "method:providers/set", "method:providers/disable", "field:AgentCapabilities.providers"]),
+    (
+        "unstable_mcp_over_acp",
+        &["method:mcp/connect", "method:mcp/message", "method:mcp/disconnect", "field:McpCapabilities.acp", "variant:McpServer.acp"],
+    ),
+    ("unstable_session_fork", &["method:session/fork", "field:SessionCapabilities.fork"]),
+    ("unstable_end_turn_token_usage", &["field:PromptResponse.usage"]),
+    ("unstable_tool_call_name", &["field:ToolCall.name", "field:ToolCallUpdate.name"]),
+    ("unstable_plan_updates", &["variant:SessionUpdate.plan_update", "variant:SessionUpdate.plan_removed", "field:ClientCapabilities.plan"]),
+    (
+        "unstable_context_compaction",
+        &[
+            "variant:SessionUpdate.compaction_update",
+            "variant:SessionUpdate.compaction_summary_chunk",
+            "field:ClientSessionCapabilities.compaction",
+        ],
+    ),
+];
+
+/// How unstable-only items are gated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gating {
+    /// By [`FEATURES`] (the pinned release).
+    Table,
+    /// Everything behind the one `unstable` feature (other releases, whose unstable surface
+    /// the table does not describe).
+    AllInOne,
+}
+
+pub const UMBRELLA: &str = "unstable";
+
+/// Merges the stable and the unstable model: the result is the unstable model with every
+/// item, field, variant and method that the stable model lacks gated by its features.
+pub fn merge(stable: &Model, unstable: &Model, gating: Gating) -> Result<Model> {
+    let stable_items: BTreeMap<&str, &Item> = stable.items.iter().map(|i| (i.name.as_str(), i)).collect();
+    let unstable_items: BTreeMap<&str, &Item> = unstable.items.iter().map(|i| (i.name.as_str(), i)).collect();
+    let is_new_method =
+        |m: &Method| !stable.methods.iter().any(|s| s.name == m.name && s.side == m.side && s.is_request() == m.is_request());
+
+    // Which features gate what.
+    let mut item_gates: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut member_gates: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut method_gates: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let table: Vec<(String, Vec<String>)> = match gating {
+        Gating::Table => FEATURES.iter().map(|(f, roots)| (f.to_string(), roots.iter().map(|r| r.to_string()).collect())).collect(),
+        Gating::AllInOne => vec![(UMBRELLA.to_owned(), all_in_one_roots(stable, unstable))],
+    };
+    for (feature, roots) in &table {
+        let mut reach: Vec<String> = Vec::new();
+        for root in roots {
+            let (kind, target) = root
+                .split_once(':')
+                .ok_or_else(|| CodegenError::table(&format!("feature `{feature}`: entry `{root}` is not KIND:TARGET")))?;
+            match kind {
+                "method" => {
+                    let found: Vec<&Method> = unstable.methods.iter().filter(|m| m.name == target).collect();
+                    if found.is_empty() {
+                        return Err(names_nothing(feature, root));
+                    }
+                    method_gates.entry(target.to_owned()).or_default().insert(feature.clone());
+                    for m in found {
+                        reach.push(m.params.clone());
+                        reach.extend(m.response.clone());
+                    }
+                }
+                "field" | "variant" => {
+                    let (ty, member) = target.split_once('.').ok_or_else(|| names_nothing(feature, root))?;
+                    let item = unstable_items.get(ty).ok_or_else(|| names_nothing(feature, root))?;
+                    let refs = member_refs(item, kind, member).ok_or_else(|| names_nothing(feature, root))?;
+                    reach.extend(refs);
+                    member_gates.entry(format!("{ty}.{member}")).or_default().insert(feature.clone());
+                }
+                "def" => {
+                    if !unstable_items.contains_key(target) {
+                        return Err(names_nothing(feature, root));
+                    }
+                    reach.push(target.to_owned());
+                }
+                _ => return Err(CodegenError::table(&format!("feature `{feature}`: unknown entry kind in `{root}`"))),
+            }
+        }
+        // Everything unstable-only that the roots reach.
+        let mut seen = BTreeSet::new();
+        while let Some(name) = reach.pop() {
+            if stable_items.contains_key(name.as_str()) || !seen.insert(name.clone()) {
+                continue;
+            }
+            if let Some(item) = unstable_items.get(name.as_str()) {
+                item_gates.entry(name.clone()).or_default().insert(feature.clone());
+                reach.extend(item.references().into_iter().map(str::to_owned));
+            }
+        }
+    }
+
+    let gate_of = |gates: Option<&BTreeSet<String>>, what: &str| -> Result<Gate> {
+        match gates {
+            Some(g) if !g.is_empty() => Ok(Gate::Features(g.clone())),
+            _ => Err(CodegenError::table(&format!(
+                "{what} exists only in the unstable schema and no entry of the feature table reaches it"
+            ))),
+        }
+    };
+
+    let mut items = Vec::new();
+    for item in &unstable.items {
+        let mut item = item.clone();
+        match stable_items.get(item.name.as_str()) {
+            None => item.gate = gate_of(item_gates.get(&item.name), &format!("definition `{}`", item.name))?,
+            Some(old) => gate_members(&mut item, old, &|member| {
+                gate_of(member_gates.get(member), &format!("`{member}`"))
+            })?,
+        }
+        items.push(item);
+    }
+    let mut methods = Vec::new();
+    for m in &unstable.methods {
+        let mut m = m.clone();
+        if is_new_method(&m) {
+            m.gate = gate_of(method_gates.get(&m.name), &format!("method `{}`", m.name))?;
+        }
+        methods.push(m);
+    }
+    Ok(Model { items, methods, protocol_methods: unstable.protocol_methods.clone() })
+}
+
+/// Every unstable-only method, field and variant, for [`Gating::AllInOne`].
+fn all_in_one_roots(stable: &Model, unstable: &Model) -> Vec<String> {
+    let mut roots = Vec::new();
+    for m in &unstable.methods {
+        if !stable.methods.iter().any(|s| s.name == m.name && s.side == m.side) {
+            roots.push(format!("method:{}", m.name));
+        }
+    }
+    for item in &unstable.items {
+        let Some(old) = stable.items.iter().find(|i| i.name == item.name) else {
+            roots.push(format!("def:{}", item.name));
+            continue;
+        };
+        match (&item.kind, &old.kind) {
+            (ItemKind::Struct(new), ItemKind::Struct(old)) => {
+                for f in &new.fields {
+                    if !old.fields.iter().any(|o| o.wire == f.wire) {
+                        roots.push(format!("field:{}.{}", item.name, f.wire));
+                    }
+                }
+            }
+            (ItemKind::Tagged(new), ItemKind::Tagged(old)) => {
+                for v in &new.variants {
+                    if !old.variants.iter().any(|o| o.wire == v.wire) {
+                        roots.push(format!("variant:{}.{}", item.name, v.wire));
+                    }
+                }
+            }
+            (ItemKind::StringEnum(new), ItemKind::StringEnum(old)) => {
+                for v in new {
+                    if !old.iter().any(|o| o.wire == v.wire) {
+                        roots.push(format!("variant:{}.{}", item.name, v.wire));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    roots
+}
+
+/// The type names a field or variant refers to, or `None` if it does not exist.
+fn member_refs(item: &Item, kind: &str, member: &str) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    match (&item.kind, kind) {
+        (ItemKind::Struct(s), "field") => s.fields.iter().find(|f| f.wire == member)?.ty.visit_names(&mut out),
+        (ItemKind::Tagged(t), "variant") => match &t.variants.iter().find(|v| v.wire == member)?.payload {
+            Payload::Unit => {}
+            Payload::Type(n) => out.push(n),
+            Payload::Property { ty, .. } => ty.visit_names(&mut out),
+        },
+        (ItemKind::StringEnum(vs), "variant") => {
+            vs.iter().find(|v| v.wire == member)?;
+        }
+        _ => return None,
+    }
+    Some(out.into_iter().map(str::to_owned).collect())
+}
+
+/// Gates the fields and variants `new` has and `old` lacks; any other difference in shape
+/// between the stable and the unstable definition is an error.
+fn gate_members(new: &mut Item, old: &Item, gate_of: &dyn Fn(&str) -> Result<Gate>) -> Result<()> {
+    let name = new.name.clone();
+    let changed = |what: &str| CodegenError::unsupported(&name, &format!("a {what} that differs between the stable and the unstable schema"));
+    match (&mut new.kind, &old.kind) {
+        (ItemKind::Struct(n), ItemKind::Struct(o)) => {
+            for f in &mut n.fields {
+                match o.fields.iter().find(|of| of.wire == f.wire) {
+                    Some(of) if of.ty != f.ty || of.required != f.required => return Err(changed(&format!("field `{}`", f.wire))),
+                    Some(_) => {}
+                    None => f.gate = gate_of(&format!("{name}.{}", f.wire))?,
+                }
+            }
+            if o.fields.iter().any(|of| !n.fields.iter().any(|f| f.wire == of.wire)) || n.flatten != o.flatten {
+                return Err(changed("set of fields"));
+            }
+        }
+        (ItemKind::Tagged(n), ItemKind::Tagged(o)) => {
+            for v in &mut n.variants {
+                match o.variants.iter().find(|ov| ov.wire == v.wire) {
+                    Some(ov) if ov.payload != v.payload => return Err(changed(&format!("variant `{}`", v.wire))),
+                    Some(_) => {}
+                    None => v.gate = gate_of(&format!("{name}.{}", v.wire))?,
+                }
+            }
+        }
+        (ItemKind::StringEnum(n), ItemKind::StringEnum(o)) => {
+            for v in n.iter_mut() {
+                if !o.iter().any(|ov| ov.wire == v.wire) {
+                    v.gate = gate_of(&format!("{name}.{}", v.wire))?;
+                }
+            }
+        }
+        (n, o) if n == o => {}
+        _ => return Err(changed("shape")),
+    }
+    Ok(())
+}
+
+fn names_nothing(feature: &str, root: &str) -> CodegenError {
+    CodegenError::table(&format!("feature `{feature}`: entry `{root}` names nothing in the unstable schema"))
+}
+
+/// The features a generated crate declares.
+pub fn feature_names(gating: Gating) -> Vec<&'static str> {
+    match gating {
+        Gating::Table => FEATURES.iter().map(|(f, _)| *f).collect(),
+        Gating::AllInOne => Vec::new(),
+    }
+}

@@ -1,0 +1,270 @@
+//! The intermediate representation between the JSON Schema and the emitted Rust.
+//!
+//! Classification (`classify.rs`) turns each `$defs` entry into one [`Item`]; the emitter
+//! (`emit.rs`) turns items into tokens. Nothing here knows about JSON Schema keywords or
+//! about `quote`: the IR is the contract between the two halves.
+
+use std::collections::BTreeSet;
+
+/// One generated type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
+    /// The Rust type name (the `$defs` key, or a name derived for an inline construct).
+    pub name: String,
+    pub doc: Option<String>,
+    pub gate: Gate,
+    pub kind: ItemKind,
+}
+
+/// The cargo features an item, field or variant is compiled under.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Gate {
+    /// Part of the stable schema: always compiled.
+    #[default]
+    Stable,
+    /// Only in the unstable schema: compiled when any of these features is on.
+    Features(BTreeSet<String>),
+}
+
+impl Gate {
+    pub fn feature(name: &str) -> Gate {
+        Gate::Features(BTreeSet::from([name.to_owned()]))
+    }
+
+    pub fn is_stable(&self) -> bool {
+        matches!(self, Gate::Stable)
+    }
+
+    /// The gate under which both `self` and `other` users are served.
+    pub fn union(&self, other: &Gate) -> Gate {
+        match (self, other) {
+            (Gate::Stable, _) | (_, Gate::Stable) => Gate::Stable,
+            (Gate::Features(a), Gate::Features(b)) => Gate::Features(a.union(b).cloned().collect()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ItemKind {
+    Struct(Struct),
+    /// A transparent wrapper: identifiers such as `SessionId(String)`.
+    Newtype(Ty),
+    /// Any JSON value (`{}` in the schema): extension payloads.
+    Any,
+    /// String constants; decoding an unknown string keeps it in an `Other` variant.
+    StringEnum(Vec<EnumValue>),
+    /// An integer with named values and room for any other (`ErrorCode`).
+    IntConsts { repr: Prim, consts: Vec<IntConst> },
+    /// Objects told apart by a string property; unknown tags are kept whole.
+    Tagged(Tagged),
+    /// Values told apart by their shape, tried in order.
+    Untagged(Vec<UntaggedVariant>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Struct {
+    pub fields: Vec<Field>,
+    /// A union whose variants add properties to this object (`oneOf`/`anyOf` next to
+    /// `properties`), flattened into it.
+    pub flatten: Option<Flatten>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Flatten {
+    pub field: String,
+    pub ty: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Field {
+    /// The property name on the wire.
+    pub wire: String,
+    pub doc: Option<String>,
+    pub ty: Ty,
+    pub required: bool,
+    /// The schema admits `null` for this property.
+    pub nullable: bool,
+    /// `x-deserialize-default-on-error`: a malformed value decodes as the default.
+    pub default_on_error: bool,
+    /// `x-deserialize-skip-invalid-items`: malformed array items are dropped.
+    pub skip_invalid_items: bool,
+    pub gate: Gate,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnumValue {
+    pub wire: String,
+    pub doc: Option<String>,
+    pub gate: Gate,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct IntConst {
+    pub name: String,
+    pub value: i64,
+    pub doc: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tagged {
+    /// The discriminating property (`type`, `sessionUpdate`, `outcome`, ...).
+    pub tag: String,
+    pub variants: Vec<TaggedVariant>,
+    /// The variant used when the tag property is absent (e.g. `McpServer` stdio).
+    pub untagged_default: Option<DefaultVariant>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaggedVariant {
+    pub wire: String,
+    pub doc: Option<String>,
+    pub payload: Payload,
+    pub gate: Gate,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DefaultVariant {
+    pub name: String,
+    pub doc: Option<String>,
+    pub payload: Payload,
+}
+
+/// What a union variant carries besides its tag.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Payload {
+    /// Nothing: `{"outcome": "cancelled"}`.
+    Unit,
+    /// The properties of a named type, side by side with the tag.
+    Type(String),
+    /// A single property holding a value: `{"type": "boolean", "value": true}`.
+    Property { wire: String, ty: Ty },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct UntaggedVariant {
+    pub name: String,
+    pub doc: Option<String>,
+    pub ty: Ty,
+}
+
+/// The type of a field or variant payload.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Ty {
+    Prim(Prim),
+    /// Any JSON value.
+    Value,
+    /// A JSON object with arbitrary members (`_meta`, extension params).
+    Object,
+    Vec(Box<Ty>),
+    /// A JSON object whose members all have one type.
+    Map(Box<Ty>),
+    Named(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Prim {
+    String,
+    Bool,
+    I32,
+    I64,
+    U16,
+    U32,
+    U64,
+    F64,
+    Null,
+}
+
+impl Ty {
+    /// Named types this type refers to.
+    pub fn visit_names<'a>(&'a self, out: &mut Vec<&'a str>) {
+        match self {
+            Ty::Named(n) => out.push(n),
+            Ty::Vec(t) | Ty::Map(t) => t.visit_names(out),
+            Ty::Prim(_) | Ty::Value | Ty::Object => {}
+        }
+    }
+}
+
+impl Item {
+    /// Every named type this item refers to, in order.
+    pub fn references(&self) -> Vec<&str> {
+        let mut out = Vec::new();
+        match &self.kind {
+            ItemKind::Struct(s) => {
+                for f in &s.fields {
+                    f.ty.visit_names(&mut out);
+                }
+                if let Some(f) = &s.flatten {
+                    out.push(&f.ty);
+                }
+            }
+            ItemKind::Newtype(t) => t.visit_names(&mut out),
+            ItemKind::Tagged(t) => {
+                let payloads = t.variants.iter().map(|v| &v.payload);
+                for p in payloads.chain(t.untagged_default.iter().map(|d| &d.payload)) {
+                    match p {
+                        Payload::Unit => {}
+                        Payload::Type(n) => out.push(n),
+                        Payload::Property { ty, .. } => ty.visit_names(&mut out),
+                    }
+                }
+            }
+            ItemKind::Untagged(vs) => {
+                for v in vs {
+                    v.ty.visit_names(&mut out);
+                }
+            }
+            ItemKind::Any | ItemKind::StringEnum(_) | ItemKind::IntConsts { .. } => {}
+        }
+        out
+    }
+}
+
+/// Which peer handles a method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Side {
+    Agent,
+    Client,
+}
+
+impl Side {
+    pub fn other(self) -> Side {
+        match self {
+            Side::Agent => Side::Client,
+            Side::Client => Side::Agent,
+        }
+    }
+}
+
+/// A protocol method, handled by `side`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Method {
+    /// The wire name, e.g. `session/prompt`.
+    pub name: String,
+    /// The Rust function name, e.g. `session_prompt` (from `meta.json`, cross-checked).
+    pub rust: String,
+    pub side: Side,
+    /// The params type.
+    pub params: String,
+    /// The result type for requests; `None` for notifications.
+    pub response: Option<String>,
+    pub doc: Option<String>,
+    /// The peer cannot work without a handler for it (the spec's baseline methods).
+    pub baseline: bool,
+    pub gate: Gate,
+}
+
+impl Method {
+    pub fn is_request(&self) -> bool {
+        self.response.is_some()
+    }
+}
+
+/// Everything generated from one schema version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Model {
+    pub items: Vec<Item>,
+    pub methods: Vec<Method>,
+    /// `$/cancel_request` and friends: handled by the connection itself.
+    pub protocol_methods: Vec<(String, String)>,
+}

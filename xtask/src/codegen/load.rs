@@ -1,0 +1,49 @@
+//! Loading: one protocol version folder (`schema.json`, `meta.json` and their `.unstable`
+//! variants) read into JSON values, with the sha256 of every file for the preamble.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::{CodegenError, Result};
+
+#[derive(Debug, Clone)]
+pub struct VersionFiles {
+    pub dir: PathBuf,
+    /// `v1` or `v2`: the folder name.
+    pub version: String,
+    pub schema: Value,
+    pub meta: Value,
+    pub schema_unstable: Option<Value>,
+    pub meta_unstable: Option<Value>,
+    /// File name → sha256 (hex) of every file read.
+    pub sha256: BTreeMap<String, String>,
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn load_version(dir: &Path) -> Result<VersionFiles> {
+    let mut sha256 = BTreeMap::new();
+    let mut read = |name: &str, required: bool| -> Result<Option<Value>> {
+        let path = dir.join(name);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(CodegenError::Input { path, message: e.to_string() }),
+        };
+        sha256.insert(name.to_owned(), sha256_hex(&bytes));
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| CodegenError::Input { path, message: format!("not valid JSON: {e}") })
+    };
+    let schema = read("schema.json", true)?.unwrap_or_default();
+    let meta = read("meta.json", true)?.unwrap_or_default();
+    let schema_unstable = read("schema.unstable.json", false)?;
+    let meta_unstable = read("meta.unstable.json", false)?;
+    let version = dir.file_name().and_then(|n| n.to_str()).unwrap_or("v1").to_owned();
+    Ok(VersionFiles { dir: dir.to_owned(), version, schema, meta, schema_unstable, meta_unstable, sha256 })
+}

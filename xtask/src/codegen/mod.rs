@@ -1,0 +1,299 @@
+//! The generator: ACP JSON Schema → the `generated/` crate.
+//!
+//! Data flow: [`load`] reads a release folder → [`classify`] turns every definition into an IR
+//! item and [`methods`] builds the method table → [`features`] merges stable and unstable into
+//! one gated model → [`emit`] produces tokens → `prettyplease` formats them at the edge, in
+//! [`generate`]. Every step returns [`CodegenError`] instead of panicking, naming the
+//! definition and the construct it could not handle.
+
+pub mod classify;
+pub mod emit;
+pub mod features;
+pub mod ir;
+pub mod load;
+pub mod methods;
+pub mod naming;
+
+use std::path::{Path, PathBuf};
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+pub use features::Gating;
+use ir::{ItemKind, Model};
+use load::VersionFiles;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CodegenError {
+    #[error("definition `{definition}`: cannot generate {construct}")]
+    Unsupported { definition: String, construct: String },
+    #[error("{0}")]
+    Table(String),
+    #[error("{path}: {message}")]
+    Input { path: PathBuf, message: String },
+    #[error("generated code does not parse ({file}): {message}")]
+    Emit { file: String, message: String },
+}
+
+impl CodegenError {
+    pub fn unsupported(definition: &str, construct: &str) -> Self {
+        CodegenError::Unsupported { definition: definition.to_owned(), construct: construct.to_owned() }
+    }
+
+    pub fn table(message: &str) -> Self {
+        CodegenError::Table(message.to_owned())
+    }
+}
+
+pub type Result<T, E = CodegenError> = std::result::Result<T, E>;
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// A release folder holding `v1/` (and optionally `v2/`).
+    pub schema_dir: PathBuf,
+    /// The upstream tag named in the preamble.
+    pub tag: String,
+    pub gating: Gating,
+    /// The package name written to the generated `Cargo.toml`.
+    pub package: String,
+    /// Emit the protocol v2 module when the release has one.
+    pub v2: bool,
+    /// Write a `Cargo.toml` that stands alone (scratch crates) rather than a workspace member.
+    pub standalone: bool,
+}
+
+impl Settings {
+    pub fn new(schema_dir: impl Into<PathBuf>, tag: impl Into<String>) -> Self {
+        Settings { schema_dir: schema_dir.into(), tag: tag.into(), gating: Gating::Table, package: "acp-types".into(), v2: true, standalone: false }
+    }
+}
+
+/// One file of the generated crate, relative to the crate root.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputFile {
+    pub path: PathBuf,
+    pub contents: String,
+}
+
+/// The feature that gates protocol v2.
+pub const V2_FEATURE: &str = "unstable_protocol_v2";
+
+/// Builds the merged model of one protocol version folder.
+pub fn build_model(files: &VersionFiles, gating: Gating) -> Result<Model> {
+    let stable = model_of(&files.schema, &files.meta, &files.dir.join("schema.json"))?;
+    match (&files.schema_unstable, &files.meta_unstable) {
+        (Some(schema), Some(meta)) => {
+            let unstable = model_of(schema, meta, &files.dir.join("schema.unstable.json"))?;
+            features::merge(&stable, &unstable, gating)
+        }
+        _ => Ok(stable),
+    }
+}
+
+fn model_of(schema: &serde_json::Value, meta: &serde_json::Value, path: &Path) -> Result<Model> {
+    let defs = schema
+        .get("$defs")
+        .or_else(|| schema.get("definitions"))
+        .and_then(serde_json::Value::as_object)
+        .ok_or_else(|| CodegenError::Input { path: path.to_owned(), message: "no `$defs` object".into() })?;
+    let items = classify::Classifier::new(defs).classify_all()?;
+    let (methods, protocol_methods) = methods::method_table(defs, meta)?;
+    Ok(Model { items, methods, protocol_methods })
+}
+
+/// Generates every file of the crate.
+pub fn generate(settings: &Settings) -> Result<Vec<OutputFile>> {
+    let v1 = load::load_version(&settings.schema_dir.join("v1"))?;
+    let v2_dir = settings.schema_dir.join("v2");
+    let v2 = if settings.v2 && v2_dir.join("schema.json").exists() {
+        // Protocol v2 is unstable as a whole upstream: its stable schema, behind one feature.
+        let mut files = load::load_version(&v2_dir)?;
+        files.schema_unstable = None;
+        files.meta_unstable = None;
+        Some(files)
+    } else {
+        None
+    };
+
+    let preamble = preamble(settings, &v1, v2.as_ref());
+    let mut out = Vec::new();
+    let mut push = |path: &str, tokens: TokenStream| -> Result<()> {
+        let file = syn::parse2::<syn::File>(tokens)
+            .map_err(|e| CodegenError::Emit { file: path.to_owned(), message: e.to_string() })?;
+        out.push(OutputFile { path: path.into(), contents: format!("{preamble}\n{}", prettyplease::unparse(&file)) });
+        Ok(())
+    };
+
+    let v1_model = build_model(&v1, settings.gating)?;
+    push("src/v1/types.rs", types_module(&v1_model, "v1")?)?;
+    push("src/v1/methods.rs", methods_module(&v1_model)?)?;
+    push("src/v1/mod.rs", version_mod("1"))?;
+    if let Some(v2) = &v2 {
+        let v2_model = build_model(v2, Gating::AllInOne)?;
+        push("src/v2/types.rs", types_module(&v2_model, "v2")?)?;
+        push("src/v2/methods.rs", methods_module(&v2_model)?)?;
+        push("src/v2/mod.rs", version_mod("2"))?;
+    }
+    push("src/lib.rs", lib_rs(settings, v2.is_some()))?;
+    out.push(OutputFile {
+        path: "src/serde_support.rs".into(),
+        contents: format!("{preamble}\n{}", include_str!("../../templates/serde_support.rs")),
+    });
+    out.push(OutputFile { path: "Cargo.toml".into(), contents: cargo_toml(settings, v2.is_some(), &preamble) });
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+fn preamble(settings: &Settings, v1: &VersionFiles, v2: Option<&VersionFiles>) -> String {
+    let mut lines = vec![
+        format!("// @generated by `cargo xtask codegen` from the ACP JSON Schema, release {}.", settings.tag),
+        "// Do not edit: change the generator (xtask/) or the pinned schema (schema/), then regenerate.".to_owned(),
+    ];
+    for files in std::iter::once(v1).chain(v2) {
+        for (name, sha) in &files.sha256 {
+            lines.push(format!("// {}/{name} sha256 {sha}", files.version));
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+fn version_mod(version: &str) -> TokenStream {
+    let doc = format!(" Protocol v{version}: the schema's types and its method table.");
+    quote! {
+        #![doc = #doc]
+        mod methods;
+        mod types;
+
+        pub use methods::*;
+        pub use types::*;
+    }
+}
+
+fn types_module(model: &Model, version: &str) -> Result<TokenStream> {
+    let doc = format!(" Every definition of the protocol {version} schema, as a Rust type.");
+    let items = model.items.iter().map(|i| emit::item(i, &model.items));
+    Ok(quote! {
+        #![doc = #doc]
+        #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation, rustdoc::bare_urls, rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+        #(#items)*
+    })
+}
+
+fn methods_module(model: &Model) -> Result<TokenStream> {
+    let consts = model
+        .items
+        .iter()
+        .find_map(|i| match (&i.name[..], &i.kind) {
+            ("ErrorCode", ItemKind::IntConsts { consts, .. }) => Some(consts),
+            _ => None,
+        })
+        .ok_or_else(|| CodegenError::table("the schema defines no `ErrorCode` with named codes"))?;
+    if !consts.iter().any(|c| c.name == "METHOD_NOT_FOUND") {
+        return Err(CodegenError::table("`ErrorCode` has no \"Method not found\" code"));
+    }
+    let ctors = consts.iter().map(|c| {
+        let f = naming::ident(&c.name.to_ascii_lowercase());
+        let code = quote::format_ident!("{}", c.name);
+        let message = {
+            let lower = c.name.replace('_', " ").to_ascii_lowercase();
+            let mut cs = lower.chars();
+            cs.next().map(|f| f.to_ascii_uppercase().to_string() + cs.as_str()).unwrap_or_default()
+        };
+        let d = format!(" `{}` ({message}), with the standard message.", c.value);
+        quote!(#[doc = #d] pub fn #f() -> Self { Error::new(ErrorCode::#code, #message) })
+    });
+    let body = emit::methods(model);
+    Ok(quote! {
+        //! Method names, the request / response / notification enums of each direction, and the
+        //! `Agent` and `Client` traits with their dispatch.
+        use super::types::*;
+
+        impl Error {
+            #(#ctors)*
+        }
+
+        #body
+    })
+}
+
+fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
+    let doc = format!(
+        " Agent Client Protocol types and method traits, generated from the ACP JSON Schema \
+         (release {}).\n\n The protocol v1 items are at the crate root (and in [`v1`]); \
+         unstable parts of the schema are behind cargo features, and protocol v2 is in `v2` \
+         behind `{V2_FEATURE}`. Every union has a fallback variant, so messages from a newer \
+         peer decode.",
+        settings.tag
+    );
+    let v2_mod = if v2 {
+        quote!(#[cfg(feature = #V2_FEATURE)] pub mod v2;)
+    } else {
+        quote!()
+    };
+    quote! {
+        #![doc = #doc]
+        #![cfg_attr(docsrs, feature(doc_cfg))]
+
+        pub mod serde_support;
+        pub mod v1;
+        #v2_mod
+
+        pub use serde_support::UnknownVariant;
+        pub use v1::*;
+    }
+}
+
+fn cargo_toml(settings: &Settings, v2: bool, preamble: &str) -> String {
+    let preamble = preamble.replace("// ", "# ");
+    let mut features: Vec<String> = Vec::new();
+    let gated: Vec<&str> = features::feature_names(settings.gating);
+    let mut umbrella: Vec<String> = gated.iter().map(|f| format!("\"{f}\"")).collect();
+    if v2 {
+        umbrella.push(format!("\"{V2_FEATURE}\""));
+    }
+    features.push("default = []".into());
+    features.push(format!("{} = [{}]", features::UMBRELLA, umbrella.join(", ")));
+    for f in gated {
+        features.push(format!("{f} = []"));
+    }
+    if v2 {
+        features.push(format!("{V2_FEATURE} = []"));
+    }
+    let (package, deps) = if settings.standalone {
+        (
+            "version = \"0.0.0\"\nedition = \"2024\"\npublish = false",
+            "serde = { version = \"1\", features = [\"derive\"] }\nserde_json = { version = \"1\", features = [\"raw_value\", \"preserve_order\"] }\n\n[workspace]\n",
+        )
+    } else {
+        (
+            "version.workspace = true\nedition.workspace = true\nrust-version.workspace = true\nlicense.workspace = true",
+            "serde = { workspace = true }\nserde_json = { workspace = true }\n",
+        )
+    };
+    format!(
+        "{preamble}[package]\nname = \"{}\"\ndescription = \"Agent Client Protocol types and method traits, generated from the ACP JSON Schema\"\n{package}\n\n[features]\n{}\n\n[dependencies]\n{deps}",
+        settings.package,
+        features.join("\n")
+    )
+}
+
+/// Writes the files under `root`, or with `check`, lists the ones that differ.
+pub fn write_or_check(root: &Path, files: &[OutputFile], check: bool) -> std::io::Result<Vec<PathBuf>> {
+    let mut stale = Vec::new();
+    for f in files {
+        let path = root.join(&f.path);
+        let current = std::fs::read_to_string(&path).ok();
+        if current.as_deref() == Some(f.contents.as_str()) {
+            continue;
+        }
+        stale.push(path.clone());
+        if !check {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::write(&path, &f.contents)?;
+        }
+    }
+    Ok(stale)
+}

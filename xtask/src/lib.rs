@@ -1,0 +1,6 @@
+//! The ACP toolchain's maintenance commands, as a library: the code generator
+//! ([`codegen`]) and the pinned-schema handling ([`schema`]). `main.rs` is the CLI over them.
+
+pub mod codegen;
+pub mod schema;
+pub mod releases;
