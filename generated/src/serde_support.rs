@@ -66,6 +66,44 @@ pub fn opt_vec_skip_invalid_or_default<'de, D: Deserializer<'de>, T: Deserialize
     })
 }
 
+/// An optional, nullable field that is present: `null` is `Some(None)`, a value `Some(Some(v))`.
+pub fn tri<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// As [`tri`], with a malformed value read as absent.
+pub fn tri_or_default<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::Null => Some(None),
+        value => T::deserialize(value).ok().map(Some),
+    })
+}
+
+/// As [`tri`] for an array whose malformed items are dropped.
+pub fn tri_vec_skip_invalid<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Option<Option<Vec<T>>>, D::Error> {
+    Ok(Some(Option::<Vec<Value>>::deserialize(d)?.map(items)))
+}
+
+/// As [`tri_vec_skip_invalid`], with anything but an array or `null` read as absent.
+pub fn tri_vec_skip_invalid_or_default<'de, D: Deserializer<'de>, T: DeserializeOwned>(
+    d: D,
+) -> Result<Option<Option<Vec<T>>>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::Null => Some(None),
+        Value::Array(values) => Some(Some(items(values))),
+        _ => None,
+    })
+}
+
+/// A result that peers write as `null` when it has nothing to say (`fs/write_text_file`,
+/// `session/load`): read as the empty object, which the result types accept.
+pub fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    match Option::<T>::deserialize(d)? {
+        Some(value) => Ok(value),
+        None => T::deserialize(serde::de::value::MapDeserializer::<_, D::Error>::new(std::iter::empty::<(&str, ())>())),
+    }
+}
+
 /// Reads a union value, which must be a JSON object.
 pub fn object<'de, D: Deserializer<'de>>(d: D) -> Result<Map<String, Value>, D::Error> {
     Map::deserialize(d)

@@ -519,109 +519,109 @@ impl AgentResponse {
         match method {
             #[cfg(feature = "unstable_mcp_over_acp")]
             "mcp/message" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::McpMessage)
                     .map(Some)
             }
             "initialize" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::Initialize)
                     .map(Some)
             }
             "authenticate" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::Authenticate)
                     .map(Some)
             }
             #[cfg(feature = "unstable_llm_providers")]
             "providers/list" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::ProvidersList)
                     .map(Some)
             }
             #[cfg(feature = "unstable_llm_providers")]
             "providers/set" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::ProvidersSet)
                     .map(Some)
             }
             #[cfg(feature = "unstable_llm_providers")]
             "providers/disable" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::ProvidersDisable)
                     .map(Some)
             }
             "logout" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::Logout)
                     .map(Some)
             }
             "session/new" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionNew)
                     .map(Some)
             }
             "session/load" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionLoad)
                     .map(Some)
             }
             "session/list" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionList)
                     .map(Some)
             }
             "session/delete" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionDelete)
                     .map(Some)
             }
             #[cfg(feature = "unstable_session_fork")]
             "session/fork" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionFork)
                     .map(Some)
             }
             "session/resume" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionResume)
                     .map(Some)
             }
             "session/close" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionClose)
                     .map(Some)
             }
             "session/set_mode" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionSetMode)
                     .map(Some)
             }
             "session/set_config_option" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionSetConfigOption)
                     .map(Some)
             }
             "session/prompt" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionPrompt)
                     .map(Some)
             }
             #[cfg(feature = "unstable_nes")]
             "nes/start" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::NesStart)
                     .map(Some)
             }
             #[cfg(feature = "unstable_nes")]
             "nes/suggest" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::NesSuggest)
                     .map(Some)
             }
             #[cfg(feature = "unstable_nes")]
             "nes/close" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::NesClose)
                     .map(Some)
             }
@@ -1737,65 +1737,65 @@ impl ClientResponse {
     ) -> Result<Option<Self>, D::Error> {
         match method {
             "fs/write_text_file" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(ClientResponse::FsWriteTextFile)
                     .map(Some)
             }
             "fs/read_text_file" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(ClientResponse::FsReadTextFile)
                     .map(Some)
             }
             "session/request_permission" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(ClientResponse::SessionRequestPermission)
                     .map(Some)
             }
             "terminal/create" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(ClientResponse::TerminalCreate)
                     .map(Some)
             }
             "terminal/output" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(ClientResponse::TerminalOutput)
                     .map(Some)
             }
             "terminal/release" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(ClientResponse::TerminalRelease)
                     .map(Some)
             }
             "terminal/wait_for_exit" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(ClientResponse::TerminalWaitForExit)
                     .map(Some)
             }
             "terminal/kill" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(ClientResponse::TerminalKill)
                     .map(Some)
             }
             "elicitation/create" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(ClientResponse::ElicitationCreate)
                     .map(Some)
             }
             #[cfg(feature = "unstable_mcp_over_acp")]
             "mcp/connect" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(ClientResponse::McpConnect)
                     .map(Some)
             }
             #[cfg(feature = "unstable_mcp_over_acp")]
             "mcp/message" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(ClientResponse::McpMessage)
                     .map(Some)
             }
             #[cfg(feature = "unstable_mcp_over_acp")]
             "mcp/disconnect" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(ClientResponse::McpDisconnect)
                     .map(Some)
             }

@@ -144,16 +144,16 @@ pub struct ReadTextFileRequest {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub line: Option<u32>,
+    pub line: Option<Option<u32>>,
     /// Maximum number of lines to read.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub limit: Option<u32>,
+    pub limit: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -179,15 +179,15 @@ impl ReadTextFileRequest {
             meta: None,
         }
     }
-    /// Sets [`Self::line`].
+    /// Sets [`Self::line`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn line(mut self, line: u32) -> Self {
+    pub fn line(mut self, line: Option<u32>) -> Self {
         self.line = Some(line);
         self
     }
-    /// Sets [`Self::limit`].
+    /// Sets [`Self::limit`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn limit(mut self, limit: u32) -> Self {
+    pub fn limit(mut self, limit: Option<u32>) -> Self {
         self.limit = Some(limit);
         self
     }
@@ -265,23 +265,23 @@ pub struct ToolCallUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub kind: Option<ToolKind>,
+    pub kind: Option<Option<ToolKind>>,
     /// Update the execution status.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub status: Option<ToolCallStatus>,
+    pub status: Option<Option<ToolCallStatus>>,
     /// Update the human-readable title.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// **UNSTABLE**
     ///
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -294,23 +294,23 @@ pub struct ToolCallUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub name: Option<String>,
+    pub name: Option<Option<String>>,
     /// Replace the content collection.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub content: Option<Vec<ToolCallContent>>,
+    pub content: Option<Option<Vec<ToolCallContent>>>,
     /// Replace the locations collection.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub locations: Option<Vec<ToolCallLocation>>,
+    pub locations: Option<Option<Vec<ToolCallLocation>>>,
     /// Update the raw input.
     #[serde(
         rename = "rawInput",
@@ -358,40 +358,40 @@ impl ToolCallUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::kind`].
+    /// Sets [`Self::kind`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn kind(mut self, kind: impl Into<ToolKind>) -> Self {
-        self.kind = Some(kind.into());
+    pub fn kind(mut self, kind: Option<ToolKind>) -> Self {
+        self.kind = Some(kind);
         self
     }
-    /// Sets [`Self::status`].
+    /// Sets [`Self::status`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn status(mut self, status: impl Into<ToolCallStatus>) -> Self {
-        self.status = Some(status.into());
+    pub fn status(mut self, status: Option<ToolCallStatus>) -> Self {
+        self.status = Some(status);
         self
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::name`].
+    /// Sets [`Self::name`]; `None` writes an explicit `null`.
     #[cfg(feature = "unstable_tool_call_name")]
     #[must_use]
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
+    pub fn name(mut self, name: Option<String>) -> Self {
+        self.name = Some(name);
         self
     }
-    /// Sets [`Self::content`].
+    /// Sets [`Self::content`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn content(mut self, content: Vec<ToolCallContent>) -> Self {
+    pub fn content(mut self, content: Option<Vec<ToolCallContent>>) -> Self {
         self.content = Some(content);
         self
     }
-    /// Sets [`Self::locations`].
+    /// Sets [`Self::locations`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn locations(mut self, locations: Vec<ToolCallLocation>) -> Self {
+    pub fn locations(mut self, locations: Option<Vec<ToolCallLocation>>) -> Self {
         self.locations = Some(locations);
         self
     }
@@ -836,24 +836,24 @@ pub struct Annotations {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub audience: Option<Vec<Role>>,
+    pub audience: Option<Option<Vec<Role>>>,
     /// Timestamp indicating when the underlying resource was last modified.
     #[serde(
         rename = "lastModified",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub last_modified: Option<String>,
+    pub last_modified: Option<Option<String>>,
     /// Relative importance of this content when clients choose what to surface.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub priority: Option<f64>,
+    pub priority: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -878,21 +878,21 @@ impl Annotations {
             meta: None,
         }
     }
-    /// Sets [`Self::audience`].
+    /// Sets [`Self::audience`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn audience(mut self, audience: Vec<Role>) -> Self {
+    pub fn audience(mut self, audience: Option<Vec<Role>>) -> Self {
         self.audience = Some(audience);
         self
     }
-    /// Sets [`Self::last_modified`].
+    /// Sets [`Self::last_modified`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn last_modified(mut self, last_modified: impl Into<String>) -> Self {
-        self.last_modified = Some(last_modified.into());
+    pub fn last_modified(mut self, last_modified: Option<String>) -> Self {
+        self.last_modified = Some(last_modified);
         self
     }
-    /// Sets [`Self::priority`].
+    /// Sets [`Self::priority`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn priority(mut self, priority: f64) -> Self {
+    pub fn priority(mut self, priority: Option<f64>) -> Self {
         self.priority = Some(priority);
         self
     }
@@ -962,9 +962,9 @@ pub struct TextContent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub annotations: Option<Annotations>,
+    pub annotations: Option<Option<Annotations>>,
     /// Text payload carried by this content block.
     pub text: String,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -990,10 +990,10 @@ impl TextContent {
             meta: None,
         }
     }
-    /// Sets [`Self::annotations`].
+    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn annotations(mut self, annotations: impl Into<Annotations>) -> Self {
-        self.annotations = Some(annotations.into());
+    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
+        self.annotations = Some(annotations);
         self
     }
     /// Sets [`Self::meta`].
@@ -1011,9 +1011,9 @@ pub struct ImageContent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub annotations: Option<Annotations>,
+    pub annotations: Option<Option<Annotations>>,
     /// Base64-encoded media payload.
     pub data: String,
     /// MIME type describing the encoded media payload.
@@ -1023,9 +1023,9 @@ pub struct ImageContent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub uri: Option<String>,
+    pub uri: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -1051,16 +1051,16 @@ impl ImageContent {
             meta: None,
         }
     }
-    /// Sets [`Self::annotations`].
+    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn annotations(mut self, annotations: impl Into<Annotations>) -> Self {
-        self.annotations = Some(annotations.into());
+    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
+        self.annotations = Some(annotations);
         self
     }
-    /// Sets [`Self::uri`].
+    /// Sets [`Self::uri`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn uri(mut self, uri: impl Into<String>) -> Self {
-        self.uri = Some(uri.into());
+    pub fn uri(mut self, uri: Option<String>) -> Self {
+        self.uri = Some(uri);
         self
     }
     /// Sets [`Self::meta`].
@@ -1078,9 +1078,9 @@ pub struct AudioContent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub annotations: Option<Annotations>,
+    pub annotations: Option<Option<Annotations>>,
     /// Base64-encoded media payload.
     pub data: String,
     /// MIME type describing the encoded media payload.
@@ -1110,10 +1110,10 @@ impl AudioContent {
             meta: None,
         }
     }
-    /// Sets [`Self::annotations`].
+    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn annotations(mut self, annotations: impl Into<Annotations>) -> Self {
-        self.annotations = Some(annotations.into());
+    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
+        self.annotations = Some(annotations);
         self
     }
     /// Sets [`Self::meta`].
@@ -1131,40 +1131,40 @@ pub struct ResourceLink {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub annotations: Option<Annotations>,
+    pub annotations: Option<Option<Annotations>>,
     /// Optional human-readable details shown with this protocol object.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// MIME type describing the encoded media payload.
     #[serde(
         rename = "mimeType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub mime_type: Option<String>,
+    pub mime_type: Option<Option<String>>,
     /// Human-readable name shown for this protocol object.
     pub name: String,
     /// Optional size of the linked resource in bytes, if known.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub size: Option<i64>,
+    pub size: Option<Option<i64>>,
     /// Optional display title for end-user UI.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// URI associated with this resource or media payload.
     pub uri: String,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1195,34 +1195,34 @@ impl ResourceLink {
             meta: None,
         }
     }
-    /// Sets [`Self::annotations`].
+    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn annotations(mut self, annotations: impl Into<Annotations>) -> Self {
-        self.annotations = Some(annotations.into());
+    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
+        self.annotations = Some(annotations);
         self
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
-    /// Sets [`Self::mime_type`].
+    /// Sets [`Self::mime_type`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
-        self.mime_type = Some(mime_type.into());
+    pub fn mime_type(mut self, mime_type: Option<String>) -> Self {
+        self.mime_type = Some(mime_type);
         self
     }
-    /// Sets [`Self::size`].
+    /// Sets [`Self::size`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn size(mut self, size: i64) -> Self {
+    pub fn size(mut self, size: Option<i64>) -> Self {
         self.size = Some(size);
         self
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
     /// Sets [`Self::meta`].
@@ -1253,9 +1253,9 @@ pub struct TextResourceContents {
         rename = "mimeType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub mime_type: Option<String>,
+    pub mime_type: Option<Option<String>>,
     /// Text payload carried by this content block.
     pub text: String,
     /// URI associated with this resource or media payload.
@@ -1284,10 +1284,10 @@ impl TextResourceContents {
             meta: None,
         }
     }
-    /// Sets [`Self::mime_type`].
+    /// Sets [`Self::mime_type`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
-        self.mime_type = Some(mime_type.into());
+    pub fn mime_type(mut self, mime_type: Option<String>) -> Self {
+        self.mime_type = Some(mime_type);
         self
     }
     /// Sets [`Self::meta`].
@@ -1308,9 +1308,9 @@ pub struct BlobResourceContents {
         rename = "mimeType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub mime_type: Option<String>,
+    pub mime_type: Option<Option<String>>,
     /// URI associated with this resource or media payload.
     pub uri: String,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1337,10 +1337,10 @@ impl BlobResourceContents {
             meta: None,
         }
     }
-    /// Sets [`Self::mime_type`].
+    /// Sets [`Self::mime_type`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
-        self.mime_type = Some(mime_type.into());
+    pub fn mime_type(mut self, mime_type: Option<String>) -> Self {
+        self.mime_type = Some(mime_type);
         self
     }
     /// Sets [`Self::meta`].
@@ -1358,9 +1358,9 @@ pub struct EmbeddedResource {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub annotations: Option<Annotations>,
+    pub annotations: Option<Option<Annotations>>,
     /// Embedded resource payload, either text or binary data.
     pub resource: EmbeddedResourceResource,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1386,10 +1386,10 @@ impl EmbeddedResource {
             meta: None,
         }
     }
-    /// Sets [`Self::annotations`].
+    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn annotations(mut self, annotations: impl Into<Annotations>) -> Self {
-        self.annotations = Some(annotations.into());
+    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
+        self.annotations = Some(annotations);
         self
     }
     /// Sets [`Self::meta`].
@@ -1449,9 +1449,9 @@ pub struct Diff {
         rename = "oldText",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub old_text: Option<String>,
+    pub old_text: Option<Option<String>>,
     /// The new content after modification.
     #[serde(rename = "newText")]
     pub new_text: String,
@@ -1479,10 +1479,10 @@ impl Diff {
             meta: None,
         }
     }
-    /// Sets [`Self::old_text`].
+    /// Sets [`Self::old_text`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn old_text(mut self, old_text: impl Into<String>) -> Self {
-        self.old_text = Some(old_text.into());
+    pub fn old_text(mut self, old_text: Option<String>) -> Self {
+        self.old_text = Some(old_text);
         self
     }
     /// Sets [`Self::meta`].
@@ -1586,9 +1586,9 @@ pub struct ToolCallLocation {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub line: Option<u32>,
+    pub line: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -1612,9 +1612,9 @@ impl ToolCallLocation {
             meta: None,
         }
     }
-    /// Sets [`Self::line`].
+    /// Sets [`Self::line`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn line(mut self, line: u32) -> Self {
+    pub fn line(mut self, line: Option<u32>) -> Self {
         self.line = Some(line);
         self
     }
@@ -1798,9 +1798,9 @@ pub struct CreateTerminalRequest {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub cwd: Option<String>,
+    pub cwd: Option<Option<String>>,
     /// Maximum number of output bytes to retain.
     ///
     /// When the limit is exceeded, the Client truncates from the beginning of the output
@@ -1813,9 +1813,9 @@ pub struct CreateTerminalRequest {
         rename = "outputByteLimit",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub output_byte_limit: Option<u64>,
+    pub output_byte_limit: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -1855,15 +1855,15 @@ impl CreateTerminalRequest {
         self.env = Some(env);
         self
     }
-    /// Sets [`Self::cwd`].
+    /// Sets [`Self::cwd`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn cwd(mut self, cwd: impl Into<String>) -> Self {
-        self.cwd = Some(cwd.into());
+    pub fn cwd(mut self, cwd: Option<String>) -> Self {
+        self.cwd = Some(cwd);
         self
     }
-    /// Sets [`Self::output_byte_limit`].
+    /// Sets [`Self::output_byte_limit`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn output_byte_limit(mut self, output_byte_limit: u64) -> Self {
+    pub fn output_byte_limit(mut self, output_byte_limit: Option<u64>) -> Self {
         self.output_byte_limit = Some(output_byte_limit);
         self
     }
@@ -2150,9 +2150,9 @@ pub struct ElicitationSessionScope {
         rename = "toolCallId",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub tool_call_id: Option<ToolCallId>,
+    pub tool_call_id: Option<Option<ToolCallId>>,
 }
 impl ElicitationSessionScope {
     /// Creates a value from its required fields; optional fields start unset.
@@ -2163,10 +2163,10 @@ impl ElicitationSessionScope {
             tool_call_id: None,
         }
     }
-    /// Sets [`Self::tool_call_id`].
+    /// Sets [`Self::tool_call_id`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn tool_call_id(mut self, tool_call_id: impl Into<ToolCallId>) -> Self {
-        self.tool_call_id = Some(tool_call_id.into());
+    pub fn tool_call_id(mut self, tool_call_id: Option<ToolCallId>) -> Self {
+        self.tool_call_id = Some(tool_call_id);
         self
     }
 }
@@ -2208,9 +2208,9 @@ pub struct ElicitationSchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// Property definitions (must be primitive types).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub properties: Option<
@@ -2219,17 +2219,21 @@ pub struct ElicitationSchema {
     /// List of required property names.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no property names are required.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub required: Option<Vec<String>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub required: Option<Option<Vec<String>>>,
     /// Optional description of what this schema represents.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no schema description is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -2264,10 +2268,10 @@ impl ElicitationSchema {
         self.r#type = Some(r#type.into());
         self
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
     /// Sets [`Self::properties`].
@@ -2279,16 +2283,16 @@ impl ElicitationSchema {
         self.properties = Some(properties);
         self
     }
-    /// Sets [`Self::required`].
+    /// Sets [`Self::required`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn required(mut self, required: Vec<String>) -> Self {
+    pub fn required(mut self, required: Option<Vec<String>>) -> Self {
         self.required = Some(required);
         self
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
     /// Sets [`Self::meta`].
@@ -2540,9 +2544,9 @@ pub struct EnumOption {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -2569,10 +2573,10 @@ impl EnumOption {
             meta: None,
         }
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
     /// Sets [`Self::meta`].
@@ -2595,57 +2599,84 @@ pub struct StringPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// Minimum string length.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no minimum length constraint.
-    #[serde(rename = "minLength", default, skip_serializing_if = "Option::is_none")]
-    pub min_length: Option<u32>,
+    #[serde(
+        rename = "minLength",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub min_length: Option<Option<u32>>,
     /// Maximum string length.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no maximum length constraint.
-    #[serde(rename = "maxLength", default, skip_serializing_if = "Option::is_none")]
-    pub max_length: Option<u32>,
+    #[serde(
+        rename = "maxLength",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub max_length: Option<Option<u32>>,
     /// Pattern the string must match.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no pattern constraint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pattern: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub pattern: Option<Option<String>>,
     /// String format.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no format constraint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub format: Option<StringFormat>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub format: Option<Option<StringFormat>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub default: Option<String>,
+    pub default: Option<Option<String>>,
     /// Enum values for untitled single-select enums.
     /// Optional. Omitted and `null` are equivalent and mean no untitled single-select choices are
     /// declared by `enum`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub r#enum: Option<Vec<String>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub r#enum: Option<Option<Vec<String>>>,
     /// Titled enum options for titled single-select enums.
     /// Optional. Omitted and `null` are equivalent and mean no titled single-select choices are
     /// declared by `oneOf`.
-    #[serde(rename = "oneOf", default, skip_serializing_if = "Option::is_none")]
-    pub one_of: Option<Vec<EnumOption>>,
+    #[serde(
+        rename = "oneOf",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub one_of: Option<Option<Vec<EnumOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -2678,57 +2709,57 @@ impl StringPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
-    /// Sets [`Self::min_length`].
+    /// Sets [`Self::min_length`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn min_length(mut self, min_length: u32) -> Self {
+    pub fn min_length(mut self, min_length: Option<u32>) -> Self {
         self.min_length = Some(min_length);
         self
     }
-    /// Sets [`Self::max_length`].
+    /// Sets [`Self::max_length`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn max_length(mut self, max_length: u32) -> Self {
+    pub fn max_length(mut self, max_length: Option<u32>) -> Self {
         self.max_length = Some(max_length);
         self
     }
-    /// Sets [`Self::pattern`].
+    /// Sets [`Self::pattern`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn pattern(mut self, pattern: impl Into<String>) -> Self {
-        self.pattern = Some(pattern.into());
+    pub fn pattern(mut self, pattern: Option<String>) -> Self {
+        self.pattern = Some(pattern);
         self
     }
-    /// Sets [`Self::format`].
+    /// Sets [`Self::format`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn format(mut self, format: impl Into<StringFormat>) -> Self {
-        self.format = Some(format.into());
+    pub fn format(mut self, format: Option<StringFormat>) -> Self {
+        self.format = Some(format);
         self
     }
-    /// Sets [`Self::default`].
+    /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: impl Into<String>) -> Self {
-        self.default = Some(default.into());
+    pub fn default(mut self, default: Option<String>) -> Self {
+        self.default = Some(default);
         self
     }
-    /// Sets [`Self::enum`].
+    /// Sets [`Self::enum`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn r#enum(mut self, r#enum: Vec<String>) -> Self {
+    pub fn r#enum(mut self, r#enum: Option<Vec<String>>) -> Self {
         self.r#enum = Some(r#enum);
         self
     }
-    /// Sets [`Self::one_of`].
+    /// Sets [`Self::one_of`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn one_of(mut self, one_of: Vec<EnumOption>) -> Self {
+    pub fn one_of(mut self, one_of: Option<Vec<EnumOption>>) -> Self {
         self.one_of = Some(one_of);
         self
     }
@@ -2749,37 +2780,45 @@ pub struct NumberPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub minimum: Option<f64>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub minimum: Option<Option<f64>>,
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub maximum: Option<f64>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub maximum: Option<Option<f64>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub default: Option<f64>,
+    pub default: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -2808,33 +2847,33 @@ impl NumberPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
-    /// Sets [`Self::minimum`].
+    /// Sets [`Self::minimum`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn minimum(mut self, minimum: f64) -> Self {
+    pub fn minimum(mut self, minimum: Option<f64>) -> Self {
         self.minimum = Some(minimum);
         self
     }
-    /// Sets [`Self::maximum`].
+    /// Sets [`Self::maximum`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn maximum(mut self, maximum: f64) -> Self {
+    pub fn maximum(mut self, maximum: Option<f64>) -> Self {
         self.maximum = Some(maximum);
         self
     }
-    /// Sets [`Self::default`].
+    /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: f64) -> Self {
+    pub fn default(mut self, default: Option<f64>) -> Self {
         self.default = Some(default);
         self
     }
@@ -2855,37 +2894,45 @@ pub struct IntegerPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub minimum: Option<i64>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub minimum: Option<Option<i64>>,
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub maximum: Option<i64>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub maximum: Option<Option<i64>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub default: Option<i64>,
+    pub default: Option<Option<i64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -2914,33 +2961,33 @@ impl IntegerPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
-    /// Sets [`Self::minimum`].
+    /// Sets [`Self::minimum`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn minimum(mut self, minimum: i64) -> Self {
+    pub fn minimum(mut self, minimum: Option<i64>) -> Self {
         self.minimum = Some(minimum);
         self
     }
-    /// Sets [`Self::maximum`].
+    /// Sets [`Self::maximum`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn maximum(mut self, maximum: i64) -> Self {
+    pub fn maximum(mut self, maximum: Option<i64>) -> Self {
         self.maximum = Some(maximum);
         self
     }
-    /// Sets [`Self::default`].
+    /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: i64) -> Self {
+    pub fn default(mut self, default: Option<i64>) -> Self {
         self.default = Some(default);
         self
     }
@@ -2961,27 +3008,27 @@ pub struct BooleanPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub default: Option<bool>,
+    pub default: Option<Option<bool>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -3008,21 +3055,21 @@ impl BooleanPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
-    /// Sets [`Self::default`].
+    /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: bool) -> Self {
+    pub fn default(mut self, default: Option<bool>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3177,28 +3224,38 @@ pub struct MultiSelectPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// Minimum number of items to select.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no minimum selection count.
-    #[serde(rename = "minItems", default, skip_serializing_if = "Option::is_none")]
-    pub min_items: Option<u64>,
+    #[serde(
+        rename = "minItems",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub min_items: Option<Option<u64>>,
     /// Maximum number of items to select.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no maximum selection count.
-    #[serde(rename = "maxItems", default, skip_serializing_if = "Option::is_none")]
-    pub max_items: Option<u64>,
+    #[serde(
+        rename = "maxItems",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub max_items: Option<Option<u64>>,
     /// The items definition describing allowed values.
     pub items: MultiSelectItems,
     /// Default selected values.
@@ -3207,9 +3264,9 @@ pub struct MultiSelectPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub default: Option<Vec<String>>,
+    pub default: Option<Option<Vec<String>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -3239,33 +3296,33 @@ impl MultiSelectPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
-    /// Sets [`Self::min_items`].
+    /// Sets [`Self::min_items`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn min_items(mut self, min_items: u64) -> Self {
+    pub fn min_items(mut self, min_items: Option<u64>) -> Self {
         self.min_items = Some(min_items);
         self
     }
-    /// Sets [`Self::max_items`].
+    /// Sets [`Self::max_items`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn max_items(mut self, max_items: u64) -> Self {
+    pub fn max_items(mut self, max_items: Option<u64>) -> Self {
         self.max_items = Some(max_items);
         self
     }
-    /// Sets [`Self::default`].
+    /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Vec<String>) -> Self {
+    pub fn default(mut self, default: Option<Vec<String>>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3661,9 +3718,9 @@ pub struct InitializeResponse {
         rename = "agentInfo",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub agent_info: Option<Implementation>,
+    pub agent_info: Option<Option<Implementation>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -3704,10 +3761,10 @@ impl InitializeResponse {
         self.auth_methods = Some(auth_methods);
         self
     }
-    /// Sets [`Self::agent_info`].
+    /// Sets [`Self::agent_info`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn agent_info(mut self, agent_info: impl Into<Implementation>) -> Self {
-        self.agent_info = Some(agent_info.into());
+    pub fn agent_info(mut self, agent_info: Option<Implementation>) -> Self {
+        self.agent_info = Some(agent_info);
         self
     }
     /// Sets [`Self::meta`].
@@ -3801,9 +3858,9 @@ pub struct AgentCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub providers: Option<ProvidersCapabilities>,
+    pub providers: Option<Option<ProvidersCapabilities>>,
     /// **UNSTABLE**
     ///
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -3816,9 +3873,9 @@ pub struct AgentCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub nes: Option<NesCapabilities>,
+    pub nes: Option<Option<NesCapabilities>>,
     /// **UNSTABLE**
     ///
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -3829,9 +3886,9 @@ pub struct AgentCapabilities {
         rename = "positionEncoding",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub position_encoding: Option<PositionEncodingKind>,
+    pub position_encoding: Option<Option<PositionEncodingKind>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -3903,28 +3960,28 @@ impl AgentCapabilities {
         self.auth = Some(auth.into());
         self
     }
-    /// Sets [`Self::providers`].
+    /// Sets [`Self::providers`]; `None` writes an explicit `null`.
     #[cfg(feature = "unstable_llm_providers")]
     #[must_use]
-    pub fn providers(mut self, providers: impl Into<ProvidersCapabilities>) -> Self {
-        self.providers = Some(providers.into());
+    pub fn providers(mut self, providers: Option<ProvidersCapabilities>) -> Self {
+        self.providers = Some(providers);
         self
     }
-    /// Sets [`Self::nes`].
+    /// Sets [`Self::nes`]; `None` writes an explicit `null`.
     #[cfg(feature = "unstable_nes")]
     #[must_use]
-    pub fn nes(mut self, nes: impl Into<NesCapabilities>) -> Self {
-        self.nes = Some(nes.into());
+    pub fn nes(mut self, nes: Option<NesCapabilities>) -> Self {
+        self.nes = Some(nes);
         self
     }
-    /// Sets [`Self::position_encoding`].
+    /// Sets [`Self::position_encoding`]; `None` writes an explicit `null`.
     #[cfg(feature = "unstable_nes")]
     #[must_use]
     pub fn position_encoding(
         mut self,
-        position_encoding: impl Into<PositionEncodingKind>,
+        position_encoding: Option<PositionEncodingKind>,
     ) -> Self {
-        self.position_encoding = Some(position_encoding.into());
+        self.position_encoding = Some(position_encoding);
         self
     }
     /// Sets [`Self::meta`].
@@ -4123,9 +4180,9 @@ pub struct SessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub list: Option<SessionListCapabilities>,
+    pub list: Option<Option<SessionListCapabilities>>,
     /// Whether the agent supports `session/delete`.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
@@ -4133,9 +4190,9 @@ pub struct SessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub delete: Option<SessionDeleteCapabilities>,
+    pub delete: Option<Option<SessionDeleteCapabilities>>,
     /// Whether the agent supports `additionalDirectories` on supported session lifecycle requests.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
@@ -4149,9 +4206,9 @@ pub struct SessionCapabilities {
         rename = "additionalDirectories",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub additional_directories: Option<SessionAdditionalDirectoriesCapabilities>,
+    pub additional_directories: Option<Option<SessionAdditionalDirectoriesCapabilities>>,
     /// **UNSTABLE**
     ///
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -4164,9 +4221,9 @@ pub struct SessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub fork: Option<SessionForkCapabilities>,
+    pub fork: Option<Option<SessionForkCapabilities>>,
     /// Whether the agent supports `session/resume`.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
@@ -4174,9 +4231,9 @@ pub struct SessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub resume: Option<SessionResumeCapabilities>,
+    pub resume: Option<Option<SessionResumeCapabilities>>,
     /// Whether the agent supports `session/close`.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
@@ -4184,9 +4241,9 @@ pub struct SessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub close: Option<SessionCloseCapabilities>,
+    pub close: Option<Option<SessionCloseCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -4215,44 +4272,44 @@ impl SessionCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::list`].
+    /// Sets [`Self::list`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn list(mut self, list: impl Into<SessionListCapabilities>) -> Self {
-        self.list = Some(list.into());
+    pub fn list(mut self, list: Option<SessionListCapabilities>) -> Self {
+        self.list = Some(list);
         self
     }
-    /// Sets [`Self::delete`].
+    /// Sets [`Self::delete`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn delete(mut self, delete: impl Into<SessionDeleteCapabilities>) -> Self {
-        self.delete = Some(delete.into());
+    pub fn delete(mut self, delete: Option<SessionDeleteCapabilities>) -> Self {
+        self.delete = Some(delete);
         self
     }
-    /// Sets [`Self::additional_directories`].
+    /// Sets [`Self::additional_directories`]; `None` writes an explicit `null`.
     #[must_use]
     pub fn additional_directories(
         mut self,
-        additional_directories: impl Into<SessionAdditionalDirectoriesCapabilities>,
+        additional_directories: Option<SessionAdditionalDirectoriesCapabilities>,
     ) -> Self {
-        self.additional_directories = Some(additional_directories.into());
+        self.additional_directories = Some(additional_directories);
         self
     }
-    /// Sets [`Self::fork`].
+    /// Sets [`Self::fork`]; `None` writes an explicit `null`.
     #[cfg(feature = "unstable_session_fork")]
     #[must_use]
-    pub fn fork(mut self, fork: impl Into<SessionForkCapabilities>) -> Self {
-        self.fork = Some(fork.into());
+    pub fn fork(mut self, fork: Option<SessionForkCapabilities>) -> Self {
+        self.fork = Some(fork);
         self
     }
-    /// Sets [`Self::resume`].
+    /// Sets [`Self::resume`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn resume(mut self, resume: impl Into<SessionResumeCapabilities>) -> Self {
-        self.resume = Some(resume.into());
+    pub fn resume(mut self, resume: Option<SessionResumeCapabilities>) -> Self {
+        self.resume = Some(resume);
         self
     }
-    /// Sets [`Self::close`].
+    /// Sets [`Self::close`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn close(mut self, close: impl Into<SessionCloseCapabilities>) -> Self {
-        self.close = Some(close.into());
+    pub fn close(mut self, close: Option<SessionCloseCapabilities>) -> Self {
+        self.close = Some(close);
         self
     }
     /// Sets [`Self::meta`].
@@ -4486,9 +4543,9 @@ pub struct AgentAuthCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub logout: Option<LogoutCapabilities>,
+    pub logout: Option<Option<LogoutCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -4511,10 +4568,10 @@ impl AgentAuthCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::logout`].
+    /// Sets [`Self::logout`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn logout(mut self, logout: impl Into<LogoutCapabilities>) -> Self {
-        self.logout = Some(logout.into());
+    pub fn logout(mut self, logout: Option<LogoutCapabilities>) -> Self {
+        self.logout = Some(logout);
         self
     }
     /// Sets [`Self::meta`].
@@ -4605,16 +4662,16 @@ pub struct NesCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub events: Option<NesEventCapabilities>,
+    pub events: Option<Option<NesEventCapabilities>>,
     /// Context the agent wants attached to each suggestion request.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub context: Option<NesContextCapabilities>,
+    pub context: Option<Option<NesContextCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -4639,16 +4696,16 @@ impl NesCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::events`].
+    /// Sets [`Self::events`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn events(mut self, events: impl Into<NesEventCapabilities>) -> Self {
-        self.events = Some(events.into());
+    pub fn events(mut self, events: Option<NesEventCapabilities>) -> Self {
+        self.events = Some(events);
         self
     }
-    /// Sets [`Self::context`].
+    /// Sets [`Self::context`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn context(mut self, context: impl Into<NesContextCapabilities>) -> Self {
-        self.context = Some(context.into());
+    pub fn context(mut self, context: Option<NesContextCapabilities>) -> Self {
+        self.context = Some(context);
         self
     }
     /// Sets [`Self::meta`].
@@ -4667,9 +4724,9 @@ pub struct NesEventCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub document: Option<NesDocumentEventCapabilities>,
+    pub document: Option<Option<NesDocumentEventCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -4693,13 +4750,10 @@ impl NesEventCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::document`].
+    /// Sets [`Self::document`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn document(
-        mut self,
-        document: impl Into<NesDocumentEventCapabilities>,
-    ) -> Self {
-        self.document = Some(document.into());
+    pub fn document(mut self, document: Option<NesDocumentEventCapabilities>) -> Self {
+        self.document = Some(document);
         self
     }
     /// Sets [`Self::meta`].
@@ -4719,41 +4773,41 @@ pub struct NesDocumentEventCapabilities {
         rename = "didOpen",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub did_open: Option<NesDocumentDidOpenCapabilities>,
+    pub did_open: Option<Option<NesDocumentDidOpenCapabilities>>,
     /// Whether the agent wants `document/didChange` events, and the sync kind.
     #[serde(
         rename = "didChange",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub did_change: Option<NesDocumentDidChangeCapabilities>,
+    pub did_change: Option<Option<NesDocumentDidChangeCapabilities>>,
     /// Whether the agent wants `document/didClose` events.
     #[serde(
         rename = "didClose",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub did_close: Option<NesDocumentDidCloseCapabilities>,
+    pub did_close: Option<Option<NesDocumentDidCloseCapabilities>>,
     /// Whether the agent wants `document/didSave` events.
     #[serde(
         rename = "didSave",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub did_save: Option<NesDocumentDidSaveCapabilities>,
+    pub did_save: Option<Option<NesDocumentDidSaveCapabilities>>,
     /// Whether the agent wants `document/didFocus` events.
     #[serde(
         rename = "didFocus",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub did_focus: Option<NesDocumentDidFocusCapabilities>,
+    pub did_focus: Option<Option<NesDocumentDidFocusCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -4781,49 +4835,43 @@ impl NesDocumentEventCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::did_open`].
+    /// Sets [`Self::did_open`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn did_open(
-        mut self,
-        did_open: impl Into<NesDocumentDidOpenCapabilities>,
-    ) -> Self {
-        self.did_open = Some(did_open.into());
+    pub fn did_open(mut self, did_open: Option<NesDocumentDidOpenCapabilities>) -> Self {
+        self.did_open = Some(did_open);
         self
     }
-    /// Sets [`Self::did_change`].
+    /// Sets [`Self::did_change`]; `None` writes an explicit `null`.
     #[must_use]
     pub fn did_change(
         mut self,
-        did_change: impl Into<NesDocumentDidChangeCapabilities>,
+        did_change: Option<NesDocumentDidChangeCapabilities>,
     ) -> Self {
-        self.did_change = Some(did_change.into());
+        self.did_change = Some(did_change);
         self
     }
-    /// Sets [`Self::did_close`].
+    /// Sets [`Self::did_close`]; `None` writes an explicit `null`.
     #[must_use]
     pub fn did_close(
         mut self,
-        did_close: impl Into<NesDocumentDidCloseCapabilities>,
+        did_close: Option<NesDocumentDidCloseCapabilities>,
     ) -> Self {
-        self.did_close = Some(did_close.into());
+        self.did_close = Some(did_close);
         self
     }
-    /// Sets [`Self::did_save`].
+    /// Sets [`Self::did_save`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn did_save(
-        mut self,
-        did_save: impl Into<NesDocumentDidSaveCapabilities>,
-    ) -> Self {
-        self.did_save = Some(did_save.into());
+    pub fn did_save(mut self, did_save: Option<NesDocumentDidSaveCapabilities>) -> Self {
+        self.did_save = Some(did_save);
         self
     }
-    /// Sets [`Self::did_focus`].
+    /// Sets [`Self::did_focus`]; `None` writes an explicit `null`.
     #[must_use]
     pub fn did_focus(
         mut self,
-        did_focus: impl Into<NesDocumentDidFocusCapabilities>,
+        did_focus: Option<NesDocumentDidFocusCapabilities>,
     ) -> Self {
-        self.did_focus = Some(did_focus.into());
+        self.did_focus = Some(did_focus);
         self
     }
     /// Sets [`Self::meta`].
@@ -5074,48 +5122,48 @@ pub struct NesContextCapabilities {
         rename = "recentFiles",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub recent_files: Option<NesRecentFilesCapabilities>,
+    pub recent_files: Option<Option<NesRecentFilesCapabilities>>,
     /// Whether the agent wants related snippets context.
     #[serde(
         rename = "relatedSnippets",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub related_snippets: Option<NesRelatedSnippetsCapabilities>,
+    pub related_snippets: Option<Option<NesRelatedSnippetsCapabilities>>,
     /// Whether the agent wants edit history context.
     #[serde(
         rename = "editHistory",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub edit_history: Option<NesEditHistoryCapabilities>,
+    pub edit_history: Option<Option<NesEditHistoryCapabilities>>,
     /// Whether the agent wants user actions context.
     #[serde(
         rename = "userActions",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub user_actions: Option<NesUserActionsCapabilities>,
+    pub user_actions: Option<Option<NesUserActionsCapabilities>>,
     /// Whether the agent wants open files context.
     #[serde(
         rename = "openFiles",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub open_files: Option<NesOpenFilesCapabilities>,
+    pub open_files: Option<Option<NesOpenFilesCapabilities>>,
     /// Whether the agent wants diagnostics context.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub diagnostics: Option<NesDiagnosticsCapabilities>,
+    pub diagnostics: Option<Option<NesDiagnosticsCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -5144,58 +5192,55 @@ impl NesContextCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::recent_files`].
+    /// Sets [`Self::recent_files`]; `None` writes an explicit `null`.
     #[must_use]
     pub fn recent_files(
         mut self,
-        recent_files: impl Into<NesRecentFilesCapabilities>,
+        recent_files: Option<NesRecentFilesCapabilities>,
     ) -> Self {
-        self.recent_files = Some(recent_files.into());
+        self.recent_files = Some(recent_files);
         self
     }
-    /// Sets [`Self::related_snippets`].
+    /// Sets [`Self::related_snippets`]; `None` writes an explicit `null`.
     #[must_use]
     pub fn related_snippets(
         mut self,
-        related_snippets: impl Into<NesRelatedSnippetsCapabilities>,
+        related_snippets: Option<NesRelatedSnippetsCapabilities>,
     ) -> Self {
-        self.related_snippets = Some(related_snippets.into());
+        self.related_snippets = Some(related_snippets);
         self
     }
-    /// Sets [`Self::edit_history`].
+    /// Sets [`Self::edit_history`]; `None` writes an explicit `null`.
     #[must_use]
     pub fn edit_history(
         mut self,
-        edit_history: impl Into<NesEditHistoryCapabilities>,
+        edit_history: Option<NesEditHistoryCapabilities>,
     ) -> Self {
-        self.edit_history = Some(edit_history.into());
+        self.edit_history = Some(edit_history);
         self
     }
-    /// Sets [`Self::user_actions`].
+    /// Sets [`Self::user_actions`]; `None` writes an explicit `null`.
     #[must_use]
     pub fn user_actions(
         mut self,
-        user_actions: impl Into<NesUserActionsCapabilities>,
+        user_actions: Option<NesUserActionsCapabilities>,
     ) -> Self {
-        self.user_actions = Some(user_actions.into());
+        self.user_actions = Some(user_actions);
         self
     }
-    /// Sets [`Self::open_files`].
+    /// Sets [`Self::open_files`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn open_files(
-        mut self,
-        open_files: impl Into<NesOpenFilesCapabilities>,
-    ) -> Self {
-        self.open_files = Some(open_files.into());
+    pub fn open_files(mut self, open_files: Option<NesOpenFilesCapabilities>) -> Self {
+        self.open_files = Some(open_files);
         self
     }
-    /// Sets [`Self::diagnostics`].
+    /// Sets [`Self::diagnostics`]; `None` writes an explicit `null`.
     #[must_use]
     pub fn diagnostics(
         mut self,
-        diagnostics: impl Into<NesDiagnosticsCapabilities>,
+        diagnostics: Option<NesDiagnosticsCapabilities>,
     ) -> Self {
-        self.diagnostics = Some(diagnostics.into());
+        self.diagnostics = Some(diagnostics);
         self
     }
     /// Sets [`Self::meta`].
@@ -5215,9 +5260,9 @@ pub struct NesRecentFilesCapabilities {
         rename = "maxCount",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub max_count: Option<u32>,
+    pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -5241,9 +5286,9 @@ impl NesRecentFilesCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::max_count`].
+    /// Sets [`Self::max_count`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn max_count(mut self, max_count: u32) -> Self {
+    pub fn max_count(mut self, max_count: Option<u32>) -> Self {
         self.max_count = Some(max_count);
         self
     }
@@ -5298,9 +5343,9 @@ pub struct NesEditHistoryCapabilities {
         rename = "maxCount",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub max_count: Option<u32>,
+    pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -5324,9 +5369,9 @@ impl NesEditHistoryCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::max_count`].
+    /// Sets [`Self::max_count`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn max_count(mut self, max_count: u32) -> Self {
+    pub fn max_count(mut self, max_count: Option<u32>) -> Self {
         self.max_count = Some(max_count);
         self
     }
@@ -5347,9 +5392,9 @@ pub struct NesUserActionsCapabilities {
         rename = "maxCount",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub max_count: Option<u32>,
+    pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -5373,9 +5418,9 @@ impl NesUserActionsCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::max_count`].
+    /// Sets [`Self::max_count`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn max_count(mut self, max_count: u32) -> Self {
+    pub fn max_count(mut self, max_count: Option<u32>) -> Self {
         self.max_count = Some(max_count);
         self
     }
@@ -5637,9 +5682,9 @@ pub struct AuthMethodTerminal {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// Additional arguments to append to the configured agent invocation for terminal auth.
     #[serde(
         default,
@@ -5681,10 +5726,10 @@ impl AuthMethodTerminal {
             meta: None,
         }
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
     /// Sets [`Self::args`].
@@ -5720,9 +5765,9 @@ pub struct AuthMethodAgent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -5747,10 +5792,10 @@ impl AuthMethodAgent {
             meta: None,
         }
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
     /// Sets [`Self::meta`].
@@ -5776,9 +5821,9 @@ pub struct Implementation {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// Version of the implementation. Can be displayed to the user or used
     /// for debugging or metrics purposes. (e.g. "1.0.0").
     pub version: String,
@@ -5806,10 +5851,10 @@ impl Implementation {
             meta: None,
         }
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
     /// Sets [`Self::meta`].
@@ -5910,8 +5955,12 @@ pub struct ProviderInfo {
     pub required: bool,
     /// Current effective non-secret routing config.
     /// Null or omitted means provider is disabled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub current: Option<ProviderCurrentConfig>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub current: Option<Option<ProviderCurrentConfig>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -5942,10 +5991,10 @@ impl ProviderInfo {
             meta: None,
         }
     }
-    /// Sets [`Self::current`].
+    /// Sets [`Self::current`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn current(mut self, current: impl Into<ProviderCurrentConfig>) -> Self {
-        self.current = Some(current.into());
+    pub fn current(mut self, current: Option<ProviderCurrentConfig>) -> Self {
+        self.current = Some(current);
         self
     }
     /// Sets [`Self::meta`].
@@ -6249,17 +6298,17 @@ pub struct NewSessionResponse {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub modes: Option<SessionModeState>,
+    pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
     #[serde(
         rename = "configOptions",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub config_options: Option<Vec<SessionConfigOption>>,
+    pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -6284,15 +6333,18 @@ impl NewSessionResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::modes`].
+    /// Sets [`Self::modes`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn modes(mut self, modes: impl Into<SessionModeState>) -> Self {
-        self.modes = Some(modes.into());
+    pub fn modes(mut self, modes: Option<SessionModeState>) -> Self {
+        self.modes = Some(modes);
         self
     }
-    /// Sets [`Self::config_options`].
+    /// Sets [`Self::config_options`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn config_options(mut self, config_options: Vec<SessionConfigOption>) -> Self {
+    pub fn config_options(
+        mut self,
+        config_options: Option<Vec<SessionConfigOption>>,
+    ) -> Self {
         self.config_options = Some(config_options);
         self
     }
@@ -6402,9 +6454,9 @@ pub struct SessionMode {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -6429,10 +6481,10 @@ impl SessionMode {
             meta: None,
         }
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
     /// Sets [`Self::meta`].
@@ -6454,16 +6506,16 @@ pub struct SessionConfigOption {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// Optional semantic category for this option (UX only).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub category: Option<SessionConfigOptionCategory>,
+    pub category: Option<Option<SessionConfigOptionCategory>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -6496,16 +6548,16 @@ impl SessionConfigOption {
             kind: kind.into(),
         }
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
-    /// Sets [`Self::category`].
+    /// Sets [`Self::category`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn category(mut self, category: impl Into<SessionConfigOptionCategory>) -> Self {
-        self.category = Some(category.into());
+    pub fn category(mut self, category: Option<SessionConfigOptionCategory>) -> Self {
+        self.category = Some(category);
         self
     }
     /// Sets [`Self::meta`].
@@ -6682,9 +6734,9 @@ pub struct SessionConfigSelectOption {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -6709,10 +6761,10 @@ impl SessionConfigSelectOption {
             meta: None,
         }
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
     /// Sets [`Self::meta`].
@@ -6857,17 +6909,17 @@ pub struct LoadSessionResponse {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub modes: Option<SessionModeState>,
+    pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
     #[serde(
         rename = "configOptions",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub config_options: Option<Vec<SessionConfigOption>>,
+    pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -6891,15 +6943,18 @@ impl LoadSessionResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::modes`].
+    /// Sets [`Self::modes`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn modes(mut self, modes: impl Into<SessionModeState>) -> Self {
-        self.modes = Some(modes.into());
+    pub fn modes(mut self, modes: Option<SessionModeState>) -> Self {
+        self.modes = Some(modes);
         self
     }
-    /// Sets [`Self::config_options`].
+    /// Sets [`Self::config_options`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn config_options(mut self, config_options: Vec<SessionConfigOption>) -> Self {
+    pub fn config_options(
+        mut self,
+        config_options: Option<Vec<SessionConfigOption>>,
+    ) -> Self {
         self.config_options = Some(config_options);
         self
     }
@@ -6923,9 +6978,9 @@ pub struct ListSessionsResponse {
         rename = "nextCursor",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub next_cursor: Option<String>,
+    pub next_cursor: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -6949,10 +7004,10 @@ impl ListSessionsResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::next_cursor`].
+    /// Sets [`Self::next_cursor`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn next_cursor(mut self, next_cursor: impl Into<String>) -> Self {
-        self.next_cursor = Some(next_cursor.into());
+    pub fn next_cursor(mut self, next_cursor: Option<String>) -> Self {
+        self.next_cursor = Some(next_cursor);
         self
     }
     /// Sets [`Self::meta`].
@@ -6987,17 +7042,17 @@ pub struct SessionInfo {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// ISO 8601 timestamp of last activity
     #[serde(
         rename = "updatedAt",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub updated_at: Option<String>,
+    pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -7033,16 +7088,16 @@ impl SessionInfo {
         self.additional_directories = Some(additional_directories);
         self
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::updated_at`].
+    /// Sets [`Self::updated_at`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn updated_at(mut self, updated_at: impl Into<String>) -> Self {
-        self.updated_at = Some(updated_at.into());
+    pub fn updated_at(mut self, updated_at: Option<String>) -> Self {
+        self.updated_at = Some(updated_at);
         self
     }
     /// Sets [`Self::meta`].
@@ -7102,17 +7157,17 @@ pub struct ForkSessionResponse {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub modes: Option<SessionModeState>,
+    pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
     #[serde(
         rename = "configOptions",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub config_options: Option<Vec<SessionConfigOption>>,
+    pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -7138,15 +7193,18 @@ impl ForkSessionResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::modes`].
+    /// Sets [`Self::modes`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn modes(mut self, modes: impl Into<SessionModeState>) -> Self {
-        self.modes = Some(modes.into());
+    pub fn modes(mut self, modes: Option<SessionModeState>) -> Self {
+        self.modes = Some(modes);
         self
     }
-    /// Sets [`Self::config_options`].
+    /// Sets [`Self::config_options`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn config_options(mut self, config_options: Vec<SessionConfigOption>) -> Self {
+    pub fn config_options(
+        mut self,
+        config_options: Option<Vec<SessionConfigOption>>,
+    ) -> Self {
         self.config_options = Some(config_options);
         self
     }
@@ -7167,17 +7225,17 @@ pub struct ResumeSessionResponse {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub modes: Option<SessionModeState>,
+    pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
     #[serde(
         rename = "configOptions",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub config_options: Option<Vec<SessionConfigOption>>,
+    pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -7201,15 +7259,18 @@ impl ResumeSessionResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::modes`].
+    /// Sets [`Self::modes`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn modes(mut self, modes: impl Into<SessionModeState>) -> Self {
-        self.modes = Some(modes.into());
+    pub fn modes(mut self, modes: Option<SessionModeState>) -> Self {
+        self.modes = Some(modes);
         self
     }
-    /// Sets [`Self::config_options`].
+    /// Sets [`Self::config_options`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn config_options(mut self, config_options: Vec<SessionConfigOption>) -> Self {
+    pub fn config_options(
+        mut self,
+        config_options: Option<Vec<SessionConfigOption>>,
+    ) -> Self {
         self.config_options = Some(config_options);
         self
     }
@@ -7339,9 +7400,9 @@ pub struct PromptResponse {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub usage: Option<Usage>,
+    pub usage: Option<Option<Usage>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -7366,11 +7427,11 @@ impl PromptResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::usage`].
+    /// Sets [`Self::usage`]; `None` writes an explicit `null`.
     #[cfg(feature = "unstable_end_turn_token_usage")]
     #[must_use]
-    pub fn usage(mut self, usage: impl Into<Usage>) -> Self {
-        self.usage = Some(usage.into());
+    pub fn usage(mut self, usage: Option<Usage>) -> Self {
+        self.usage = Some(usage);
         self
     }
     /// Sets [`Self::meta`].
@@ -7476,25 +7537,25 @@ pub struct Usage {
         rename = "thoughtTokens",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub thought_tokens: Option<u64>,
+    pub thought_tokens: Option<Option<u64>>,
     /// Total cache read tokens.
     #[serde(
         rename = "cachedReadTokens",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub cached_read_tokens: Option<u64>,
+    pub cached_read_tokens: Option<Option<u64>>,
     /// Total cache write tokens.
     #[serde(
         rename = "cachedWriteTokens",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub cached_write_tokens: Option<u64>,
+    pub cached_write_tokens: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -7523,21 +7584,21 @@ impl Usage {
             meta: None,
         }
     }
-    /// Sets [`Self::thought_tokens`].
+    /// Sets [`Self::thought_tokens`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn thought_tokens(mut self, thought_tokens: u64) -> Self {
+    pub fn thought_tokens(mut self, thought_tokens: Option<u64>) -> Self {
         self.thought_tokens = Some(thought_tokens);
         self
     }
-    /// Sets [`Self::cached_read_tokens`].
+    /// Sets [`Self::cached_read_tokens`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn cached_read_tokens(mut self, cached_read_tokens: u64) -> Self {
+    pub fn cached_read_tokens(mut self, cached_read_tokens: Option<u64>) -> Self {
         self.cached_read_tokens = Some(cached_read_tokens);
         self
     }
-    /// Sets [`Self::cached_write_tokens`].
+    /// Sets [`Self::cached_write_tokens`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn cached_write_tokens(mut self, cached_write_tokens: u64) -> Self {
+    pub fn cached_write_tokens(mut self, cached_write_tokens: Option<u64>) -> Self {
         self.cached_write_tokens = Some(cached_write_tokens);
         self
     }
@@ -7907,9 +7968,9 @@ pub struct NesEditSuggestion {
         rename = "cursorPosition",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub cursor_position: Option<Position>,
+    pub cursor_position: Option<Option<Position>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -7940,10 +8001,10 @@ impl NesEditSuggestion {
             meta: None,
         }
     }
-    /// Sets [`Self::cursor_position`].
+    /// Sets [`Self::cursor_position`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn cursor_position(mut self, cursor_position: impl Into<Position>) -> Self {
-        self.cursor_position = Some(cursor_position.into());
+    pub fn cursor_position(mut self, cursor_position: Option<Position>) -> Self {
+        self.cursor_position = Some(cursor_position);
         self
     }
     /// Sets [`Self::meta`].
@@ -8066,8 +8127,13 @@ pub struct NesSearchAndReplaceSuggestion {
     /// The replacement text.
     pub replace: String,
     /// Whether `search` is a regular expression. Defaults to `false`.
-    #[serde(rename = "isRegex", default, skip_serializing_if = "Option::is_none")]
-    pub is_regex: Option<bool>,
+    #[serde(
+        rename = "isRegex",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub is_regex: Option<Option<bool>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -8100,9 +8166,9 @@ impl NesSearchAndReplaceSuggestion {
             meta: None,
         }
     }
-    /// Sets [`Self::is_regex`].
+    /// Sets [`Self::is_regex`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn is_regex(mut self, is_regex: bool) -> Self {
+    pub fn is_regex(mut self, is_regex: Option<bool>) -> Self {
         self.is_regex = Some(is_regex);
         self
     }
@@ -8686,9 +8752,9 @@ pub struct ContentChunk {
         rename = "messageId",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub message_id: Option<MessageId>,
+    pub message_id: Option<Option<MessageId>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -8712,10 +8778,10 @@ impl ContentChunk {
             meta: None,
         }
     }
-    /// Sets [`Self::message_id`].
+    /// Sets [`Self::message_id`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn message_id(mut self, message_id: impl Into<MessageId>) -> Self {
-        self.message_id = Some(message_id.into());
+    pub fn message_id(mut self, message_id: Option<MessageId>) -> Self {
+        self.message_id = Some(message_id);
         self
     }
     /// Sets [`Self::meta`].
@@ -8751,9 +8817,9 @@ pub struct ToolCall {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub name: Option<String>,
+    pub name: Option<Option<String>>,
     /// The category of tool being invoked.
     /// Helps clients choose appropriate icons and UI treatment.
     #[serde(
@@ -8831,11 +8897,11 @@ impl ToolCall {
             meta: None,
         }
     }
-    /// Sets [`Self::name`].
+    /// Sets [`Self::name`]; `None` writes an explicit `null`.
     #[cfg(feature = "unstable_tool_call_name")]
     #[must_use]
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
+    pub fn name(mut self, name: Option<String>) -> Self {
+        self.name = Some(name);
         self
     }
     /// Sets [`Self::kind`].
@@ -9465,9 +9531,9 @@ pub struct AvailableCommand {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub input: Option<AvailableCommandInput>,
+    pub input: Option<Option<AvailableCommandInput>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -9492,10 +9558,10 @@ impl AvailableCommand {
             meta: None,
         }
     }
-    /// Sets [`Self::input`].
+    /// Sets [`Self::input`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn input(mut self, input: impl Into<AvailableCommandInput>) -> Self {
-        self.input = Some(input.into());
+    pub fn input(mut self, input: Option<AvailableCommandInput>) -> Self {
+        self.input = Some(input);
         self
     }
     /// Sets [`Self::meta`].
@@ -9677,17 +9743,17 @@ pub struct SessionInfoUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// ISO 8601 timestamp of last activity. Set to null to clear.
     #[serde(
         rename = "updatedAt",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub updated_at: Option<String>,
+    pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -9711,16 +9777,16 @@ impl SessionInfoUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::updated_at`].
+    /// Sets [`Self::updated_at`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn updated_at(mut self, updated_at: impl Into<String>) -> Self {
-        self.updated_at = Some(updated_at.into());
+    pub fn updated_at(mut self, updated_at: Option<String>) -> Self {
+        self.updated_at = Some(updated_at);
         self
     }
     /// Sets [`Self::meta`].
@@ -9780,9 +9846,9 @@ pub struct UsageUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub cost: Option<Cost>,
+    pub cost: Option<Option<Cost>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -9807,10 +9873,10 @@ impl UsageUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::cost`].
+    /// Sets [`Self::cost`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn cost(mut self, cost: impl Into<Cost>) -> Self {
-        self.cost = Some(cost.into());
+    pub fn cost(mut self, cost: Option<Cost>) -> Self {
+        self.cost = Some(cost);
         self
     }
     /// Sets [`Self::meta`].
@@ -9964,16 +10030,16 @@ pub struct CompactionUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub summary: Option<Vec<ContentBlock>>,
+    pub summary: Option<Option<Vec<ContentBlock>>>,
     /// Human-readable description of why the compaction failed.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub error: Option<String>,
+    pub error: Option<Option<String>>,
     /// Extensible metadata patch for this compaction.
     #[serde(
         rename = "_meta",
@@ -9999,16 +10065,16 @@ impl CompactionUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::summary`].
+    /// Sets [`Self::summary`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn summary(mut self, summary: Vec<ContentBlock>) -> Self {
+    pub fn summary(mut self, summary: Option<Vec<ContentBlock>>) -> Self {
         self.summary = Some(summary);
         self
     }
-    /// Sets [`Self::error`].
+    /// Sets [`Self::error`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn error(mut self, error: impl Into<String>) -> Self {
-        self.error = Some(error.into());
+    pub fn error(mut self, error: Option<String>) -> Self {
+        self.error = Some(error);
         self
     }
     /// Sets [`Self::meta`].
@@ -10209,9 +10275,9 @@ pub struct InitializeRequest {
         rename = "clientInfo",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub client_info: Option<Implementation>,
+    pub client_info: Option<Option<Implementation>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -10245,10 +10311,10 @@ impl InitializeRequest {
         self.client_capabilities = Some(client_capabilities.into());
         self
     }
-    /// Sets [`Self::client_info`].
+    /// Sets [`Self::client_info`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn client_info(mut self, client_info: impl Into<Implementation>) -> Self {
-        self.client_info = Some(client_info.into());
+    pub fn client_info(mut self, client_info: Option<Implementation>) -> Self {
+        self.client_info = Some(client_info);
         self
     }
     /// Sets [`Self::meta`].
@@ -10289,9 +10355,9 @@ pub struct ClientCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub session: Option<ClientSessionCapabilities>,
+    pub session: Option<Option<ClientSessionCapabilities>>,
     /// **UNSTABLE**
     ///
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -10304,9 +10370,9 @@ pub struct ClientCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub plan: Option<PlanCapabilities>,
+    pub plan: Option<Option<PlanCapabilities>>,
     /// Authentication capabilities supported by the client.
     /// Determines which authentication method types the agent may include
     /// in its `InitializeResponse`.
@@ -10324,9 +10390,9 @@ pub struct ClientCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub elicitation: Option<ElicitationCapabilities>,
+    pub elicitation: Option<Option<ElicitationCapabilities>>,
     /// **UNSTABLE**
     ///
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -10339,9 +10405,9 @@ pub struct ClientCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub nes: Option<ClientNesCapabilities>,
+    pub nes: Option<Option<ClientNesCapabilities>>,
     /// **UNSTABLE**
     ///
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -10399,17 +10465,17 @@ impl ClientCapabilities {
         self.terminal = Some(terminal);
         self
     }
-    /// Sets [`Self::session`].
+    /// Sets [`Self::session`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn session(mut self, session: impl Into<ClientSessionCapabilities>) -> Self {
-        self.session = Some(session.into());
+    pub fn session(mut self, session: Option<ClientSessionCapabilities>) -> Self {
+        self.session = Some(session);
         self
     }
-    /// Sets [`Self::plan`].
+    /// Sets [`Self::plan`]; `None` writes an explicit `null`.
     #[cfg(feature = "unstable_plan_updates")]
     #[must_use]
-    pub fn plan(mut self, plan: impl Into<PlanCapabilities>) -> Self {
-        self.plan = Some(plan.into());
+    pub fn plan(mut self, plan: Option<PlanCapabilities>) -> Self {
+        self.plan = Some(plan);
         self
     }
     /// Sets [`Self::auth`].
@@ -10418,20 +10484,17 @@ impl ClientCapabilities {
         self.auth = Some(auth.into());
         self
     }
-    /// Sets [`Self::elicitation`].
+    /// Sets [`Self::elicitation`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn elicitation(
-        mut self,
-        elicitation: impl Into<ElicitationCapabilities>,
-    ) -> Self {
-        self.elicitation = Some(elicitation.into());
+    pub fn elicitation(mut self, elicitation: Option<ElicitationCapabilities>) -> Self {
+        self.elicitation = Some(elicitation);
         self
     }
-    /// Sets [`Self::nes`].
+    /// Sets [`Self::nes`]; `None` writes an explicit `null`.
     #[cfg(feature = "unstable_nes")]
     #[must_use]
-    pub fn nes(mut self, nes: impl Into<ClientNesCapabilities>) -> Self {
-        self.nes = Some(nes.into());
+    pub fn nes(mut self, nes: Option<ClientNesCapabilities>) -> Self {
+        self.nes = Some(nes);
         self
     }
     /// Sets [`Self::position_encodings`].
@@ -10529,9 +10592,9 @@ pub struct ClientSessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub compaction: Option<CompactionCapabilities>,
+    pub compaction: Option<Option<CompactionCapabilities>>,
     /// Config option capabilities supported by the client.
     ///
     /// Omitted or `null` both mean the client does not advertise support for any
@@ -10540,9 +10603,9 @@ pub struct ClientSessionCapabilities {
         rename = "configOptions",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub config_options: Option<SessionConfigOptionsCapabilities>,
+    pub config_options: Option<Option<SessionConfigOptionsCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -10567,20 +10630,20 @@ impl ClientSessionCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::compaction`].
+    /// Sets [`Self::compaction`]; `None` writes an explicit `null`.
     #[cfg(feature = "unstable_context_compaction")]
     #[must_use]
-    pub fn compaction(mut self, compaction: impl Into<CompactionCapabilities>) -> Self {
-        self.compaction = Some(compaction.into());
+    pub fn compaction(mut self, compaction: Option<CompactionCapabilities>) -> Self {
+        self.compaction = Some(compaction);
         self
     }
-    /// Sets [`Self::config_options`].
+    /// Sets [`Self::config_options`]; `None` writes an explicit `null`.
     #[must_use]
     pub fn config_options(
         mut self,
-        config_options: impl Into<SessionConfigOptionsCapabilities>,
+        config_options: Option<SessionConfigOptionsCapabilities>,
     ) -> Self {
-        self.config_options = Some(config_options.into());
+        self.config_options = Some(config_options);
         self
     }
     /// Sets [`Self::meta`].
@@ -10620,9 +10683,9 @@ pub struct SessionConfigOptionsCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub boolean: Option<BooleanConfigOptionCapabilities>,
+    pub boolean: Option<Option<BooleanConfigOptionCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -10645,13 +10708,10 @@ impl SessionConfigOptionsCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::boolean`].
+    /// Sets [`Self::boolean`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn boolean(
-        mut self,
-        boolean: impl Into<BooleanConfigOptionCapabilities>,
-    ) -> Self {
-        self.boolean = Some(boolean.into());
+    pub fn boolean(mut self, boolean: Option<BooleanConfigOptionCapabilities>) -> Self {
+        self.boolean = Some(boolean);
         self
     }
     /// Sets [`Self::meta`].
@@ -10796,9 +10856,9 @@ pub struct ElicitationCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub form: Option<ElicitationFormCapabilities>,
+    pub form: Option<Option<ElicitationFormCapabilities>>,
     /// Whether the client supports URL-based elicitation.
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise support.
@@ -10806,9 +10866,9 @@ pub struct ElicitationCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub url: Option<ElicitationUrlCapabilities>,
+    pub url: Option<Option<ElicitationUrlCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -10834,16 +10894,16 @@ impl ElicitationCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::form`].
+    /// Sets [`Self::form`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn form(mut self, form: impl Into<ElicitationFormCapabilities>) -> Self {
-        self.form = Some(form.into());
+    pub fn form(mut self, form: Option<ElicitationFormCapabilities>) -> Self {
+        self.form = Some(form);
         self
     }
-    /// Sets [`Self::url`].
+    /// Sets [`Self::url`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn url(mut self, url: impl Into<ElicitationUrlCapabilities>) -> Self {
-        self.url = Some(url.into());
+    pub fn url(mut self, url: Option<ElicitationUrlCapabilities>) -> Self {
+        self.url = Some(url);
         self
     }
     /// Sets [`Self::meta`].
@@ -10934,24 +10994,24 @@ pub struct ClientNesCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub jump: Option<NesJumpCapabilities>,
+    pub jump: Option<Option<NesJumpCapabilities>>,
     /// Whether the client supports the `rename` suggestion kind.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub rename: Option<NesRenameCapabilities>,
+    pub rename: Option<Option<NesRenameCapabilities>>,
     /// Whether the client supports the `searchAndReplace` suggestion kind.
     #[serde(
         rename = "searchAndReplace",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub search_and_replace: Option<NesSearchAndReplaceCapabilities>,
+    pub search_and_replace: Option<Option<NesSearchAndReplaceCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -10977,25 +11037,25 @@ impl ClientNesCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::jump`].
+    /// Sets [`Self::jump`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn jump(mut self, jump: impl Into<NesJumpCapabilities>) -> Self {
-        self.jump = Some(jump.into());
+    pub fn jump(mut self, jump: Option<NesJumpCapabilities>) -> Self {
+        self.jump = Some(jump);
         self
     }
-    /// Sets [`Self::rename`].
+    /// Sets [`Self::rename`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn rename(mut self, rename: impl Into<NesRenameCapabilities>) -> Self {
-        self.rename = Some(rename.into());
+    pub fn rename(mut self, rename: Option<NesRenameCapabilities>) -> Self {
+        self.rename = Some(rename);
         self
     }
-    /// Sets [`Self::search_and_replace`].
+    /// Sets [`Self::search_and_replace`]; `None` writes an explicit `null`.
     #[must_use]
     pub fn search_and_replace(
         mut self,
-        search_and_replace: impl Into<NesSearchAndReplaceCapabilities>,
+        search_and_replace: Option<NesSearchAndReplaceCapabilities>,
     ) -> Self {
-        self.search_and_replace = Some(search_and_replace.into());
+        self.search_and_replace = Some(search_and_replace);
         self
     }
     /// Sets [`Self::meta`].
@@ -11799,11 +11859,19 @@ impl LoadSessionRequest {
 #[non_exhaustive]
 pub struct ListSessionsRequest {
     /// Filter sessions by working directory. Must be an absolute path.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub cwd: Option<Option<String>>,
     /// Opaque cursor token from a previous response's nextCursor field for cursor-based pagination
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cursor: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub cursor: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -11827,16 +11895,16 @@ impl ListSessionsRequest {
             meta: None,
         }
     }
-    /// Sets [`Self::cwd`].
+    /// Sets [`Self::cwd`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn cwd(mut self, cwd: impl Into<String>) -> Self {
-        self.cwd = Some(cwd.into());
+    pub fn cwd(mut self, cwd: Option<String>) -> Self {
+        self.cwd = Some(cwd);
         self
     }
-    /// Sets [`Self::cursor`].
+    /// Sets [`Self::cursor`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn cursor(mut self, cursor: impl Into<String>) -> Self {
-        self.cursor = Some(cursor.into());
+    pub fn cursor(mut self, cursor: Option<String>) -> Self {
+        self.cursor = Some(cursor);
         self
     }
     /// Sets [`Self::meta`].
@@ -12250,23 +12318,24 @@ pub struct StartNesRequest {
         rename = "workspaceUri",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub workspace_uri: Option<String>,
+    pub workspace_uri: Option<Option<String>>,
     /// The workspace folders.
     #[serde(
         rename = "workspaceFolders",
         default,
-        skip_serializing_if = "Option::is_none"
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
     )]
-    pub workspace_folders: Option<Vec<WorkspaceFolder>>,
+    pub workspace_folders: Option<Option<Vec<WorkspaceFolder>>>,
     /// Repository metadata, if the workspace is a git repository.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub repository: Option<NesRepository>,
+    pub repository: Option<Option<NesRepository>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -12292,22 +12361,25 @@ impl StartNesRequest {
             meta: None,
         }
     }
-    /// Sets [`Self::workspace_uri`].
+    /// Sets [`Self::workspace_uri`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn workspace_uri(mut self, workspace_uri: impl Into<String>) -> Self {
-        self.workspace_uri = Some(workspace_uri.into());
+    pub fn workspace_uri(mut self, workspace_uri: Option<String>) -> Self {
+        self.workspace_uri = Some(workspace_uri);
         self
     }
-    /// Sets [`Self::workspace_folders`].
+    /// Sets [`Self::workspace_folders`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn workspace_folders(mut self, workspace_folders: Vec<WorkspaceFolder>) -> Self {
+    pub fn workspace_folders(
+        mut self,
+        workspace_folders: Option<Vec<WorkspaceFolder>>,
+    ) -> Self {
         self.workspace_folders = Some(workspace_folders);
         self
     }
-    /// Sets [`Self::repository`].
+    /// Sets [`Self::repository`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn repository(mut self, repository: impl Into<NesRepository>) -> Self {
-        self.repository = Some(repository.into());
+    pub fn repository(mut self, repository: Option<NesRepository>) -> Self {
+        self.repository = Some(repository);
         self
     }
     /// Sets [`Self::meta`].
@@ -12420,14 +12492,22 @@ pub struct SuggestNesRequest {
     /// The current cursor position.
     pub position: Position,
     /// The current text selection range, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selection: Option<Range>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub selection: Option<Option<Range>>,
     /// What triggered this suggestion request.
     #[serde(rename = "triggerKind")]
     pub trigger_kind: NesTriggerKind,
     /// Context for the suggestion, included based on agent capabilities.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<NesSuggestContext>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub context: Option<Option<NesSuggestContext>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -12463,16 +12543,16 @@ impl SuggestNesRequest {
             meta: None,
         }
     }
-    /// Sets [`Self::selection`].
+    /// Sets [`Self::selection`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn selection(mut self, selection: impl Into<Range>) -> Self {
-        self.selection = Some(selection.into());
+    pub fn selection(mut self, selection: Option<Range>) -> Self {
+        self.selection = Some(selection);
         self
     }
-    /// Sets [`Self::context`].
+    /// Sets [`Self::context`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn context(mut self, context: impl Into<NesSuggestContext>) -> Self {
-        self.context = Some(context.into());
+    pub fn context(mut self, context: Option<NesSuggestContext>) -> Self {
+        self.context = Some(context);
         self
     }
     /// Sets [`Self::meta`].
@@ -12549,27 +12629,52 @@ impl<'de> serde::Deserialize<'de> for NesTriggerKind {
 #[non_exhaustive]
 pub struct NesSuggestContext {
     /// Recently accessed files.
-    #[serde(rename = "recentFiles", default, skip_serializing_if = "Option::is_none")]
-    pub recent_files: Option<Vec<NesRecentFile>>,
+    #[serde(
+        rename = "recentFiles",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub recent_files: Option<Option<Vec<NesRecentFile>>>,
     /// Related code snippets.
     #[serde(
         rename = "relatedSnippets",
         default,
-        skip_serializing_if = "Option::is_none"
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
     )]
-    pub related_snippets: Option<Vec<NesRelatedSnippet>>,
+    pub related_snippets: Option<Option<Vec<NesRelatedSnippet>>>,
     /// Recent edit history.
-    #[serde(rename = "editHistory", default, skip_serializing_if = "Option::is_none")]
-    pub edit_history: Option<Vec<NesEditHistoryEntry>>,
+    #[serde(
+        rename = "editHistory",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub edit_history: Option<Option<Vec<NesEditHistoryEntry>>>,
     /// Recent user actions (typing, navigation, etc.).
-    #[serde(rename = "userActions", default, skip_serializing_if = "Option::is_none")]
-    pub user_actions: Option<Vec<NesUserAction>>,
+    #[serde(
+        rename = "userActions",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub user_actions: Option<Option<Vec<NesUserAction>>>,
     /// Currently open files in the editor.
-    #[serde(rename = "openFiles", default, skip_serializing_if = "Option::is_none")]
-    pub open_files: Option<Vec<NesOpenFile>>,
+    #[serde(
+        rename = "openFiles",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub open_files: Option<Option<Vec<NesOpenFile>>>,
     /// Current diagnostics (errors, warnings).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub diagnostics: Option<Vec<NesDiagnostic>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub diagnostics: Option<Option<Vec<NesDiagnostic>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -12598,39 +12703,45 @@ impl NesSuggestContext {
             meta: None,
         }
     }
-    /// Sets [`Self::recent_files`].
+    /// Sets [`Self::recent_files`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn recent_files(mut self, recent_files: Vec<NesRecentFile>) -> Self {
+    pub fn recent_files(mut self, recent_files: Option<Vec<NesRecentFile>>) -> Self {
         self.recent_files = Some(recent_files);
         self
     }
-    /// Sets [`Self::related_snippets`].
+    /// Sets [`Self::related_snippets`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn related_snippets(mut self, related_snippets: Vec<NesRelatedSnippet>) -> Self {
+    pub fn related_snippets(
+        mut self,
+        related_snippets: Option<Vec<NesRelatedSnippet>>,
+    ) -> Self {
         self.related_snippets = Some(related_snippets);
         self
     }
-    /// Sets [`Self::edit_history`].
+    /// Sets [`Self::edit_history`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn edit_history(mut self, edit_history: Vec<NesEditHistoryEntry>) -> Self {
+    pub fn edit_history(
+        mut self,
+        edit_history: Option<Vec<NesEditHistoryEntry>>,
+    ) -> Self {
         self.edit_history = Some(edit_history);
         self
     }
-    /// Sets [`Self::user_actions`].
+    /// Sets [`Self::user_actions`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn user_actions(mut self, user_actions: Vec<NesUserAction>) -> Self {
+    pub fn user_actions(mut self, user_actions: Option<Vec<NesUserAction>>) -> Self {
         self.user_actions = Some(user_actions);
         self
     }
-    /// Sets [`Self::open_files`].
+    /// Sets [`Self::open_files`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn open_files(mut self, open_files: Vec<NesOpenFile>) -> Self {
+    pub fn open_files(mut self, open_files: Option<Vec<NesOpenFile>>) -> Self {
         self.open_files = Some(open_files);
         self
     }
-    /// Sets [`Self::diagnostics`].
+    /// Sets [`Self::diagnostics`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn diagnostics(mut self, diagnostics: Vec<NesDiagnostic>) -> Self {
+    pub fn diagnostics(mut self, diagnostics: Option<Vec<NesDiagnostic>>) -> Self {
         self.diagnostics = Some(diagnostics);
         self
     }
@@ -12881,17 +12992,17 @@ pub struct NesOpenFile {
         rename = "visibleRange",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub visible_range: Option<Range>,
+    pub visible_range: Option<Option<Range>>,
     /// Timestamp in milliseconds since epoch of when the file was last focused.
     #[serde(
         rename = "lastFocusedMs",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub last_focused_ms: Option<u64>,
+    pub last_focused_ms: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -12918,15 +13029,15 @@ impl NesOpenFile {
             meta: None,
         }
     }
-    /// Sets [`Self::visible_range`].
+    /// Sets [`Self::visible_range`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn visible_range(mut self, visible_range: impl Into<Range>) -> Self {
-        self.visible_range = Some(visible_range.into());
+    pub fn visible_range(mut self, visible_range: Option<Range>) -> Self {
+        self.visible_range = Some(visible_range);
         self
     }
-    /// Sets [`Self::last_focused_ms`].
+    /// Sets [`Self::last_focused_ms`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn last_focused_ms(mut self, last_focused_ms: u64) -> Self {
+    pub fn last_focused_ms(mut self, last_focused_ms: Option<u64>) -> Self {
         self.last_focused_ms = Some(last_focused_ms);
         self
     }
@@ -13352,9 +13463,9 @@ pub struct TerminalOutputResponse {
         rename = "exitStatus",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub exit_status: Option<TerminalExitStatus>,
+    pub exit_status: Option<Option<TerminalExitStatus>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -13379,10 +13490,10 @@ impl TerminalOutputResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::exit_status`].
+    /// Sets [`Self::exit_status`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn exit_status(mut self, exit_status: impl Into<TerminalExitStatus>) -> Self {
-        self.exit_status = Some(exit_status.into());
+    pub fn exit_status(mut self, exit_status: Option<TerminalExitStatus>) -> Self {
+        self.exit_status = Some(exit_status);
         self
     }
     /// Sets [`Self::meta`].
@@ -13401,16 +13512,16 @@ pub struct TerminalExitStatus {
         rename = "exitCode",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub exit_code: Option<u32>,
+    pub exit_code: Option<Option<u32>>,
     /// The signal that terminated the process (may be null if exited normally).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub signal: Option<String>,
+    pub signal: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -13434,16 +13545,16 @@ impl TerminalExitStatus {
             meta: None,
         }
     }
-    /// Sets [`Self::exit_code`].
+    /// Sets [`Self::exit_code`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn exit_code(mut self, exit_code: u32) -> Self {
+    pub fn exit_code(mut self, exit_code: Option<u32>) -> Self {
         self.exit_code = Some(exit_code);
         self
     }
-    /// Sets [`Self::signal`].
+    /// Sets [`Self::signal`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn signal(mut self, signal: impl Into<String>) -> Self {
-        self.signal = Some(signal.into());
+    pub fn signal(mut self, signal: Option<String>) -> Self {
+        self.signal = Some(signal);
         self
     }
     /// Sets [`Self::meta`].
@@ -13494,16 +13605,16 @@ pub struct WaitForTerminalExitResponse {
         rename = "exitCode",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub exit_code: Option<u32>,
+    pub exit_code: Option<Option<u32>>,
     /// The signal that terminated the process (may be null if exited normally).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub signal: Option<String>,
+    pub signal: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -13527,16 +13638,16 @@ impl WaitForTerminalExitResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::exit_code`].
+    /// Sets [`Self::exit_code`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn exit_code(mut self, exit_code: u32) -> Self {
+    pub fn exit_code(mut self, exit_code: Option<u32>) -> Self {
         self.exit_code = Some(exit_code);
         self
     }
-    /// Sets [`Self::signal`].
+    /// Sets [`Self::signal`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn signal(mut self, signal: impl Into<String>) -> Self {
-        self.signal = Some(signal.into());
+    pub fn signal(mut self, signal: Option<String>) -> Self {
+        self.signal = Some(signal);
         self
     }
     /// Sets [`Self::meta`].
@@ -13634,8 +13745,14 @@ pub enum ElicitationContentValue {
 #[non_exhaustive]
 pub struct ElicitationAcceptAction {
     /// The user-provided content, if any, as an object matching the requested schema.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content: Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub content: Option<
+        Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
+    >,
 }
 impl ElicitationAcceptAction {
     /// Creates a value with every optional field unset.
@@ -13645,11 +13762,11 @@ impl ElicitationAcceptAction {
             content: None,
         }
     }
-    /// Sets [`Self::content`].
+    /// Sets [`Self::content`]; `None` writes an explicit `null`.
     #[must_use]
     pub fn content(
         mut self,
-        content: std::collections::BTreeMap<String, ElicitationContentValue>,
+        content: Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
     ) -> Self {
         self.content = Some(content);
         self
@@ -13895,8 +14012,12 @@ impl DidChangeDocumentNotification {
 #[non_exhaustive]
 pub struct TextDocumentContentChangeEvent {
     /// The range of the document that changed. If `None`, the entire content is replaced.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub range: Option<Range>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub range: Option<Option<Range>>,
     /// The new text for the range, or the full document content if `range` is `None`.
     pub text: String,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13923,10 +14044,10 @@ impl TextDocumentContentChangeEvent {
             meta: None,
         }
     }
-    /// Sets [`Self::range`].
+    /// Sets [`Self::range`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn range(mut self, range: impl Into<Range>) -> Self {
-        self.range = Some(range.into());
+    pub fn range(mut self, range: Option<Range>) -> Self {
+        self.range = Some(range);
         self
     }
     /// Sets [`Self::meta`].
@@ -14133,9 +14254,9 @@ pub struct RejectNesNotification {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub reason: Option<NesRejectReason>,
+    pub reason: Option<Option<NesRejectReason>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -14164,10 +14285,10 @@ impl RejectNesNotification {
             meta: None,
         }
     }
-    /// Sets [`Self::reason`].
+    /// Sets [`Self::reason`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn reason(mut self, reason: impl Into<NesRejectReason>) -> Self {
-        self.reason = Some(reason.into());
+    pub fn reason(mut self, reason: Option<NesRejectReason>) -> Self {
+        self.reason = Some(reason);
         self
     }
     /// Sets [`Self::meta`].

@@ -276,52 +276,52 @@ impl AgentResponse {
     ) -> Result<Option<Self>, D::Error> {
         match method {
             "initialize" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::Initialize)
                     .map(Some)
             }
             "auth/login" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::AuthLogin)
                     .map(Some)
             }
             "auth/logout" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::AuthLogout)
                     .map(Some)
             }
             "session/new" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionNew)
                     .map(Some)
             }
             "session/list" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionList)
                     .map(Some)
             }
             "session/delete" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionDelete)
                     .map(Some)
             }
             "session/resume" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionResume)
                     .map(Some)
             }
             "session/close" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionClose)
                     .map(Some)
             }
             "session/set_config_option" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionSetConfigOption)
                     .map(Some)
             }
             "session/prompt" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionPrompt)
                     .map(Some)
             }
@@ -779,12 +779,12 @@ impl ClientResponse {
     ) -> Result<Option<Self>, D::Error> {
         match method {
             "session/request_permission" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(ClientResponse::SessionRequestPermission)
                     .map(Some)
             }
             "elicitation/create" => {
-                serde::Deserialize::deserialize(result)
+                crate::serde_support::null_as_empty(result)
                     .map(ClientResponse::ElicitationCreate)
                     .map(Some)
             }

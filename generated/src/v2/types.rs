@@ -61,14 +61,18 @@ pub struct RequestPermissionRequest {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// Optional structured context about the operation requiring permission.
     ///
     /// Omitted or `null` both mean no structured subject was provided.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subject: Option<RequestPermissionSubject>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub subject: Option<Option<RequestPermissionSubject>>,
     /// Available permission options for the user to choose from.
     /// Must contain at least one option.
     pub options: Vec<PermissionOption>,
@@ -102,16 +106,16 @@ impl RequestPermissionRequest {
             meta: None,
         }
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
-    /// Sets [`Self::subject`].
+    /// Sets [`Self::subject`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn subject(mut self, subject: impl Into<RequestPermissionSubject>) -> Self {
-        self.subject = Some(subject.into());
+    pub fn subject(mut self, subject: Option<RequestPermissionSubject>) -> Self {
+        self.subject = Some(subject);
         self
     }
     /// Sets [`Self::meta`].
@@ -261,39 +265,39 @@ pub struct ToolCallUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// The category of tool being invoked.
     /// Helps clients choose appropriate icons and UI treatment.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub kind: Option<ToolKind>,
+    pub kind: Option<Option<ToolKind>>,
     /// Current execution status of the tool call.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub status: Option<ToolCallStatus>,
+    pub status: Option<Option<ToolCallStatus>>,
     /// Content produced by the tool call.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub content: Option<Vec<ToolCallContent>>,
+    pub content: Option<Option<Vec<ToolCallContent>>>,
     /// File locations affected by this tool call.
     /// Enables "follow-along" features in clients.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub locations: Option<Vec<ToolCallLocation>>,
+    pub locations: Option<Option<Vec<ToolCallLocation>>>,
     /// Raw input parameters sent to the tool.
     #[serde(
         rename = "rawInput",
@@ -339,33 +343,33 @@ impl ToolCallUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::kind`].
+    /// Sets [`Self::kind`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn kind(mut self, kind: impl Into<ToolKind>) -> Self {
-        self.kind = Some(kind.into());
+    pub fn kind(mut self, kind: Option<ToolKind>) -> Self {
+        self.kind = Some(kind);
         self
     }
-    /// Sets [`Self::status`].
+    /// Sets [`Self::status`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn status(mut self, status: impl Into<ToolCallStatus>) -> Self {
-        self.status = Some(status.into());
+    pub fn status(mut self, status: Option<ToolCallStatus>) -> Self {
+        self.status = Some(status);
         self
     }
-    /// Sets [`Self::content`].
+    /// Sets [`Self::content`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn content(mut self, content: Vec<ToolCallContent>) -> Self {
+    pub fn content(mut self, content: Option<Vec<ToolCallContent>>) -> Self {
         self.content = Some(content);
         self
     }
-    /// Sets [`Self::locations`].
+    /// Sets [`Self::locations`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn locations(mut self, locations: Vec<ToolCallLocation>) -> Self {
+    pub fn locations(mut self, locations: Option<Vec<ToolCallLocation>>) -> Self {
         self.locations = Some(locations);
         self
     }
@@ -811,9 +815,9 @@ pub struct Annotations {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub audience: Option<Vec<Role>>,
+    pub audience: Option<Option<Vec<Role>>>,
     /// Timestamp indicating when the underlying resource was last modified.
     ///
     /// Must be an RFC 3339 formatted string (e.g., "2025-01-12T15:00:58Z").
@@ -821,16 +825,16 @@ pub struct Annotations {
         rename = "lastModified",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub last_modified: Option<String>,
+    pub last_modified: Option<Option<String>>,
     /// Relative importance of this content when clients choose what to surface.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub priority: Option<f64>,
+    pub priority: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -855,21 +859,21 @@ impl Annotations {
             meta: None,
         }
     }
-    /// Sets [`Self::audience`].
+    /// Sets [`Self::audience`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn audience(mut self, audience: Vec<Role>) -> Self {
+    pub fn audience(mut self, audience: Option<Vec<Role>>) -> Self {
         self.audience = Some(audience);
         self
     }
-    /// Sets [`Self::last_modified`].
+    /// Sets [`Self::last_modified`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn last_modified(mut self, last_modified: impl Into<String>) -> Self {
-        self.last_modified = Some(last_modified.into());
+    pub fn last_modified(mut self, last_modified: Option<String>) -> Self {
+        self.last_modified = Some(last_modified);
         self
     }
-    /// Sets [`Self::priority`].
+    /// Sets [`Self::priority`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn priority(mut self, priority: f64) -> Self {
+    pub fn priority(mut self, priority: Option<f64>) -> Self {
         self.priority = Some(priority);
         self
     }
@@ -941,9 +945,9 @@ pub struct TextContent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub annotations: Option<Annotations>,
+    pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -967,10 +971,10 @@ impl TextContent {
             meta: None,
         }
     }
-    /// Sets [`Self::annotations`].
+    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn annotations(mut self, annotations: impl Into<Annotations>) -> Self {
-        self.annotations = Some(annotations.into());
+    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
+        self.annotations = Some(annotations);
         self
     }
     /// Sets [`Self::meta`].
@@ -1032,16 +1036,16 @@ pub struct ImageContent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub uri: Option<String>,
+    pub uri: Option<Option<String>>,
     /// Optional annotations that help clients decide how to display or route this content.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub annotations: Option<Annotations>,
+    pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -1067,16 +1071,16 @@ impl ImageContent {
             meta: None,
         }
     }
-    /// Sets [`Self::uri`].
+    /// Sets [`Self::uri`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn uri(mut self, uri: impl Into<String>) -> Self {
-        self.uri = Some(uri.into());
+    pub fn uri(mut self, uri: Option<String>) -> Self {
+        self.uri = Some(uri);
         self
     }
-    /// Sets [`Self::annotations`].
+    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn annotations(mut self, annotations: impl Into<Annotations>) -> Self {
-        self.annotations = Some(annotations.into());
+    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
+        self.annotations = Some(annotations);
         self
     }
     /// Sets [`Self::meta`].
@@ -1099,9 +1103,9 @@ pub struct AudioContent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub annotations: Option<Annotations>,
+    pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -1126,10 +1130,10 @@ impl AudioContent {
             meta: None,
         }
     }
-    /// Sets [`Self::annotations`].
+    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn annotations(mut self, annotations: impl Into<Annotations>) -> Self {
-        self.annotations = Some(annotations.into());
+    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
+        self.annotations = Some(annotations);
         self
     }
     /// Sets [`Self::meta`].
@@ -1150,9 +1154,9 @@ pub struct Icon {
         rename = "mimeType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub mime_type: Option<MediaType>,
+    pub mime_type: Option<Option<MediaType>>,
     /// Optional array of strings that specify sizes at which the icon can be used.
     /// Each string should be in `WxH` format (e.g., `"48x48"`, `"96x96"`) or
     /// `"any"` for scalable formats like SVG.
@@ -1161,16 +1165,16 @@ pub struct Icon {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub sizes: Option<Vec<String>>,
+    pub sizes: Option<Option<Vec<String>>>,
     /// Optional theme this icon is designed for.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub theme: Option<IconTheme>,
+    pub theme: Option<Option<IconTheme>>,
 }
 impl Icon {
     /// Creates a value from its required fields; optional fields start unset.
@@ -1183,22 +1187,22 @@ impl Icon {
             theme: None,
         }
     }
-    /// Sets [`Self::mime_type`].
+    /// Sets [`Self::mime_type`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn mime_type(mut self, mime_type: impl Into<MediaType>) -> Self {
-        self.mime_type = Some(mime_type.into());
+    pub fn mime_type(mut self, mime_type: Option<MediaType>) -> Self {
+        self.mime_type = Some(mime_type);
         self
     }
-    /// Sets [`Self::sizes`].
+    /// Sets [`Self::sizes`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn sizes(mut self, sizes: Vec<String>) -> Self {
+    pub fn sizes(mut self, sizes: Option<Vec<String>>) -> Self {
         self.sizes = Some(sizes);
         self
     }
-    /// Sets [`Self::theme`].
+    /// Sets [`Self::theme`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn theme(mut self, theme: impl Into<IconTheme>) -> Self {
-        self.theme = Some(theme.into());
+    pub fn theme(mut self, theme: Option<IconTheme>) -> Self {
+        self.theme = Some(theme);
         self
     }
 }
@@ -1265,45 +1269,45 @@ pub struct ResourceLink {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// Optional human-readable details shown with this protocol object.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// Optional set of sized icons that the client can display in a user interface.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub icons: Option<Vec<Icon>>,
+    pub icons: Option<Option<Vec<Icon>>>,
     /// MIME type describing the encoded media payload.
     #[serde(
         rename = "mimeType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub mime_type: Option<MediaType>,
+    pub mime_type: Option<Option<MediaType>>,
     /// Optional size of the linked resource in bytes, if known.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub size: Option<i64>,
+    pub size: Option<Option<i64>>,
     /// Optional annotations that help clients decide how to display or route this content.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub annotations: Option<Annotations>,
+    pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -1333,40 +1337,40 @@ impl ResourceLink {
             meta: None,
         }
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
-    /// Sets [`Self::icons`].
+    /// Sets [`Self::icons`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn icons(mut self, icons: Vec<Icon>) -> Self {
+    pub fn icons(mut self, icons: Option<Vec<Icon>>) -> Self {
         self.icons = Some(icons);
         self
     }
-    /// Sets [`Self::mime_type`].
+    /// Sets [`Self::mime_type`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn mime_type(mut self, mime_type: impl Into<MediaType>) -> Self {
-        self.mime_type = Some(mime_type.into());
+    pub fn mime_type(mut self, mime_type: Option<MediaType>) -> Self {
+        self.mime_type = Some(mime_type);
         self
     }
-    /// Sets [`Self::size`].
+    /// Sets [`Self::size`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn size(mut self, size: i64) -> Self {
+    pub fn size(mut self, size: Option<i64>) -> Self {
         self.size = Some(size);
         self
     }
-    /// Sets [`Self::annotations`].
+    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn annotations(mut self, annotations: impl Into<Annotations>) -> Self {
-        self.annotations = Some(annotations.into());
+    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
+        self.annotations = Some(annotations);
         self
     }
     /// Sets [`Self::meta`].
@@ -1401,9 +1405,9 @@ pub struct TextResourceContents {
         rename = "mimeType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub mime_type: Option<MediaType>,
+    pub mime_type: Option<Option<MediaType>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -1428,10 +1432,10 @@ impl TextResourceContents {
             meta: None,
         }
     }
-    /// Sets [`Self::mime_type`].
+    /// Sets [`Self::mime_type`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn mime_type(mut self, mime_type: impl Into<MediaType>) -> Self {
-        self.mime_type = Some(mime_type.into());
+    pub fn mime_type(mut self, mime_type: Option<MediaType>) -> Self {
+        self.mime_type = Some(mime_type);
         self
     }
     /// Sets [`Self::meta`].
@@ -1454,9 +1458,9 @@ pub struct BlobResourceContents {
         rename = "mimeType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub mime_type: Option<MediaType>,
+    pub mime_type: Option<Option<MediaType>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -1481,10 +1485,10 @@ impl BlobResourceContents {
             meta: None,
         }
     }
-    /// Sets [`Self::mime_type`].
+    /// Sets [`Self::mime_type`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn mime_type(mut self, mime_type: impl Into<MediaType>) -> Self {
-        self.mime_type = Some(mime_type.into());
+    pub fn mime_type(mut self, mime_type: Option<MediaType>) -> Self {
+        self.mime_type = Some(mime_type);
         self
     }
     /// Sets [`Self::meta`].
@@ -1504,9 +1508,9 @@ pub struct EmbeddedResource {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub annotations: Option<Annotations>,
+    pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -1530,10 +1534,10 @@ impl EmbeddedResource {
             meta: None,
         }
     }
-    /// Sets [`Self::annotations`].
+    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn annotations(mut self, annotations: impl Into<Annotations>) -> Self {
-        self.annotations = Some(annotations.into());
+    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
+        self.annotations = Some(annotations);
         self
     }
     /// Sets [`Self::meta`].
@@ -1592,9 +1596,9 @@ pub struct DiffChange {
         rename = "fileType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub file_type: Option<DiffFileType>,
+    pub file_type: Option<Option<DiffFileType>>,
     /// MIME type of the file contents.
     ///
     /// Omitted or `null` means the MIME type is unknown.
@@ -1602,9 +1606,9 @@ pub struct DiffChange {
         rename = "mimeType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub mime_type: Option<MediaType>,
+    pub mime_type: Option<Option<MediaType>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -1631,16 +1635,16 @@ impl DiffChange {
             operation: operation.into(),
         }
     }
-    /// Sets [`Self::file_type`].
+    /// Sets [`Self::file_type`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn file_type(mut self, file_type: impl Into<DiffFileType>) -> Self {
-        self.file_type = Some(file_type.into());
+    pub fn file_type(mut self, file_type: Option<DiffFileType>) -> Self {
+        self.file_type = Some(file_type);
         self
     }
-    /// Sets [`Self::mime_type`].
+    /// Sets [`Self::mime_type`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn mime_type(mut self, mime_type: impl Into<MediaType>) -> Self {
-        self.mime_type = Some(mime_type.into());
+    pub fn mime_type(mut self, mime_type: Option<MediaType>) -> Self {
+        self.mime_type = Some(mime_type);
         self
     }
     /// Sets [`Self::meta`].
@@ -1879,9 +1883,9 @@ pub struct Diff {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub patch: Option<DiffPatch>,
+    pub patch: Option<Option<DiffPatch>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -1905,10 +1909,10 @@ impl Diff {
             meta: None,
         }
     }
-    /// Sets [`Self::patch`].
+    /// Sets [`Self::patch`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn patch(mut self, patch: impl Into<DiffPatch>) -> Self {
-        self.patch = Some(patch.into());
+    pub fn patch(mut self, patch: Option<DiffPatch>) -> Self {
+        self.patch = Some(patch);
         self
     }
     /// Sets [`Self::meta`].
@@ -2012,9 +2016,9 @@ pub struct ToolCallLocation {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub line: Option<u32>,
+    pub line: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -2038,9 +2042,9 @@ impl ToolCallLocation {
             meta: None,
         }
     }
-    /// Sets [`Self::line`].
+    /// Sets [`Self::line`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn line(mut self, line: u32) -> Self {
+    pub fn line(mut self, line: Option<u32>) -> Self {
         self.line = Some(line);
         self
     }
@@ -2081,17 +2085,17 @@ pub struct CommandPermissionSubject {
         rename = "toolCallId",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub tool_call_id: Option<ToolCallId>,
+    pub tool_call_id: Option<Option<ToolCallId>>,
     /// The associated terminal, when already known. Omitted and `null` are equivalent.
     #[serde(
         rename = "terminalId",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub terminal_id: Option<TerminalId>,
+    pub terminal_id: Option<Option<TerminalId>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys. Omitted and `null` are equivalent and mean no subject metadata was provided.
@@ -2117,16 +2121,16 @@ impl CommandPermissionSubject {
             meta: None,
         }
     }
-    /// Sets [`Self::tool_call_id`].
+    /// Sets [`Self::tool_call_id`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn tool_call_id(mut self, tool_call_id: impl Into<ToolCallId>) -> Self {
-        self.tool_call_id = Some(tool_call_id.into());
+    pub fn tool_call_id(mut self, tool_call_id: Option<ToolCallId>) -> Self {
+        self.tool_call_id = Some(tool_call_id);
         self
     }
-    /// Sets [`Self::terminal_id`].
+    /// Sets [`Self::terminal_id`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn terminal_id(mut self, terminal_id: impl Into<TerminalId>) -> Self {
-        self.terminal_id = Some(terminal_id.into());
+    pub fn terminal_id(mut self, terminal_id: Option<TerminalId>) -> Self {
+        self.terminal_id = Some(terminal_id);
         self
     }
     /// Sets [`Self::meta`].
@@ -2348,9 +2352,9 @@ pub struct ElicitationSessionScope {
         rename = "toolCallId",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub tool_call_id: Option<ToolCallId>,
+    pub tool_call_id: Option<Option<ToolCallId>>,
 }
 impl ElicitationSessionScope {
     /// Creates a value from its required fields; optional fields start unset.
@@ -2361,10 +2365,10 @@ impl ElicitationSessionScope {
             tool_call_id: None,
         }
     }
-    /// Sets [`Self::tool_call_id`].
+    /// Sets [`Self::tool_call_id`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn tool_call_id(mut self, tool_call_id: impl Into<ToolCallId>) -> Self {
-        self.tool_call_id = Some(tool_call_id.into());
+    pub fn tool_call_id(mut self, tool_call_id: Option<ToolCallId>) -> Self {
+        self.tool_call_id = Some(tool_call_id);
         self
     }
 }
@@ -2406,9 +2410,9 @@ pub struct ElicitationSchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// Property definitions (must be primitive types).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub properties: Option<
@@ -2417,17 +2421,21 @@ pub struct ElicitationSchema {
     /// List of required property names.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no property names are required.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub required: Option<Vec<String>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub required: Option<Option<Vec<String>>>,
     /// Optional description of what this schema represents.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no schema description is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -2462,10 +2470,10 @@ impl ElicitationSchema {
         self.r#type = Some(r#type.into());
         self
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
     /// Sets [`Self::properties`].
@@ -2477,16 +2485,16 @@ impl ElicitationSchema {
         self.properties = Some(properties);
         self
     }
-    /// Sets [`Self::required`].
+    /// Sets [`Self::required`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn required(mut self, required: Vec<String>) -> Self {
+    pub fn required(mut self, required: Option<Vec<String>>) -> Self {
         self.required = Some(required);
         self
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
     /// Sets [`Self::meta`].
@@ -2738,9 +2746,9 @@ pub struct EnumOption {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -2767,10 +2775,10 @@ impl EnumOption {
             meta: None,
         }
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
     /// Sets [`Self::meta`].
@@ -2793,59 +2801,86 @@ pub struct StringPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// Minimum string length.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no minimum length constraint.
-    #[serde(rename = "minLength", default, skip_serializing_if = "Option::is_none")]
-    pub min_length: Option<u32>,
+    #[serde(
+        rename = "minLength",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub min_length: Option<Option<u32>>,
     /// Maximum string length.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no maximum length constraint.
-    #[serde(rename = "maxLength", default, skip_serializing_if = "Option::is_none")]
-    pub max_length: Option<u32>,
+    #[serde(
+        rename = "maxLength",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub max_length: Option<Option<u32>>,
     /// Pattern the string must match.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no pattern constraint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pattern: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub pattern: Option<Option<String>>,
     /// String format.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no format constraint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub format: Option<StringFormat>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub format: Option<Option<StringFormat>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub default: Option<String>,
+    pub default: Option<Option<String>>,
     /// Enum values for untitled single-select enums.
     /// Must contain at least one value when present.
     /// Optional. Omitted and `null` are equivalent and mean no untitled single-select choices are
     /// declared by `enum`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub r#enum: Option<Vec<String>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub r#enum: Option<Option<Vec<String>>>,
     /// Titled enum options for titled single-select enums.
     /// Must contain at least one option when present.
     /// Optional. Omitted and `null` are equivalent and mean no titled single-select choices are
     /// declared by `oneOf`.
-    #[serde(rename = "oneOf", default, skip_serializing_if = "Option::is_none")]
-    pub one_of: Option<Vec<EnumOption>>,
+    #[serde(
+        rename = "oneOf",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub one_of: Option<Option<Vec<EnumOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -2878,57 +2913,57 @@ impl StringPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
-    /// Sets [`Self::min_length`].
+    /// Sets [`Self::min_length`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn min_length(mut self, min_length: u32) -> Self {
+    pub fn min_length(mut self, min_length: Option<u32>) -> Self {
         self.min_length = Some(min_length);
         self
     }
-    /// Sets [`Self::max_length`].
+    /// Sets [`Self::max_length`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn max_length(mut self, max_length: u32) -> Self {
+    pub fn max_length(mut self, max_length: Option<u32>) -> Self {
         self.max_length = Some(max_length);
         self
     }
-    /// Sets [`Self::pattern`].
+    /// Sets [`Self::pattern`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn pattern(mut self, pattern: impl Into<String>) -> Self {
-        self.pattern = Some(pattern.into());
+    pub fn pattern(mut self, pattern: Option<String>) -> Self {
+        self.pattern = Some(pattern);
         self
     }
-    /// Sets [`Self::format`].
+    /// Sets [`Self::format`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn format(mut self, format: impl Into<StringFormat>) -> Self {
-        self.format = Some(format.into());
+    pub fn format(mut self, format: Option<StringFormat>) -> Self {
+        self.format = Some(format);
         self
     }
-    /// Sets [`Self::default`].
+    /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: impl Into<String>) -> Self {
-        self.default = Some(default.into());
+    pub fn default(mut self, default: Option<String>) -> Self {
+        self.default = Some(default);
         self
     }
-    /// Sets [`Self::enum`].
+    /// Sets [`Self::enum`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn r#enum(mut self, r#enum: Vec<String>) -> Self {
+    pub fn r#enum(mut self, r#enum: Option<Vec<String>>) -> Self {
         self.r#enum = Some(r#enum);
         self
     }
-    /// Sets [`Self::one_of`].
+    /// Sets [`Self::one_of`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn one_of(mut self, one_of: Vec<EnumOption>) -> Self {
+    pub fn one_of(mut self, one_of: Option<Vec<EnumOption>>) -> Self {
         self.one_of = Some(one_of);
         self
     }
@@ -2949,37 +2984,45 @@ pub struct NumberPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub minimum: Option<f64>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub minimum: Option<Option<f64>>,
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub maximum: Option<f64>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub maximum: Option<Option<f64>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub default: Option<f64>,
+    pub default: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -3008,33 +3051,33 @@ impl NumberPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
-    /// Sets [`Self::minimum`].
+    /// Sets [`Self::minimum`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn minimum(mut self, minimum: f64) -> Self {
+    pub fn minimum(mut self, minimum: Option<f64>) -> Self {
         self.minimum = Some(minimum);
         self
     }
-    /// Sets [`Self::maximum`].
+    /// Sets [`Self::maximum`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn maximum(mut self, maximum: f64) -> Self {
+    pub fn maximum(mut self, maximum: Option<f64>) -> Self {
         self.maximum = Some(maximum);
         self
     }
-    /// Sets [`Self::default`].
+    /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: f64) -> Self {
+    pub fn default(mut self, default: Option<f64>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3055,37 +3098,45 @@ pub struct IntegerPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub minimum: Option<i64>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub minimum: Option<Option<i64>>,
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub maximum: Option<i64>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub maximum: Option<Option<i64>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub default: Option<i64>,
+    pub default: Option<Option<i64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -3114,33 +3165,33 @@ impl IntegerPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
-    /// Sets [`Self::minimum`].
+    /// Sets [`Self::minimum`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn minimum(mut self, minimum: i64) -> Self {
+    pub fn minimum(mut self, minimum: Option<i64>) -> Self {
         self.minimum = Some(minimum);
         self
     }
-    /// Sets [`Self::maximum`].
+    /// Sets [`Self::maximum`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn maximum(mut self, maximum: i64) -> Self {
+    pub fn maximum(mut self, maximum: Option<i64>) -> Self {
         self.maximum = Some(maximum);
         self
     }
-    /// Sets [`Self::default`].
+    /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: i64) -> Self {
+    pub fn default(mut self, default: Option<i64>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3161,27 +3212,27 @@ pub struct BooleanPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub default: Option<bool>,
+    pub default: Option<Option<bool>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -3208,21 +3259,21 @@ impl BooleanPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
-    /// Sets [`Self::default`].
+    /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: bool) -> Self {
+    pub fn default(mut self, default: Option<bool>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3377,28 +3428,38 @@ pub struct MultiSelectPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// Minimum number of items to select.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no minimum selection count.
-    #[serde(rename = "minItems", default, skip_serializing_if = "Option::is_none")]
-    pub min_items: Option<u64>,
+    #[serde(
+        rename = "minItems",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub min_items: Option<Option<u64>>,
     /// Maximum number of items to select.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no maximum selection count.
-    #[serde(rename = "maxItems", default, skip_serializing_if = "Option::is_none")]
-    pub max_items: Option<u64>,
+    #[serde(
+        rename = "maxItems",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub max_items: Option<Option<u64>>,
     /// The items definition describing allowed values.
     pub items: MultiSelectItems,
     /// Default selected values.
@@ -3407,9 +3468,9 @@ pub struct MultiSelectPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub default: Option<Vec<String>>,
+    pub default: Option<Option<Vec<String>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -3439,33 +3500,33 @@ impl MultiSelectPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
-    /// Sets [`Self::min_items`].
+    /// Sets [`Self::min_items`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn min_items(mut self, min_items: u64) -> Self {
+    pub fn min_items(mut self, min_items: Option<u64>) -> Self {
         self.min_items = Some(min_items);
         self
     }
-    /// Sets [`Self::max_items`].
+    /// Sets [`Self::max_items`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn max_items(mut self, max_items: u64) -> Self {
+    pub fn max_items(mut self, max_items: Option<u64>) -> Self {
         self.max_items = Some(max_items);
         self
     }
-    /// Sets [`Self::default`].
+    /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Vec<String>) -> Self {
+    pub fn default(mut self, default: Option<Vec<String>>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3700,9 +3761,9 @@ pub struct Implementation {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// Version of the implementation. Can be displayed to the user or used
     /// for debugging or metrics purposes. (e.g. "1.0.0").
     pub version: String,
@@ -3730,10 +3791,10 @@ impl Implementation {
             meta: None,
         }
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
     /// Sets [`Self::meta`].
@@ -3761,9 +3822,9 @@ pub struct AgentCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub session: Option<SessionCapabilities>,
+    pub session: Option<Option<SessionCapabilities>>,
     /// Authentication-related extension capabilities supported by the agent.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise any
@@ -3773,9 +3834,9 @@ pub struct AgentCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub auth: Option<AgentAuthCapabilities>,
+    pub auth: Option<Option<AgentAuthCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -3799,16 +3860,16 @@ impl AgentCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::session`].
+    /// Sets [`Self::session`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn session(mut self, session: impl Into<SessionCapabilities>) -> Self {
-        self.session = Some(session.into());
+    pub fn session(mut self, session: Option<SessionCapabilities>) -> Self {
+        self.session = Some(session);
         self
     }
-    /// Sets [`Self::auth`].
+    /// Sets [`Self::auth`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn auth(mut self, auth: impl Into<AgentAuthCapabilities>) -> Self {
-        self.auth = Some(auth.into());
+    pub fn auth(mut self, auth: Option<AgentAuthCapabilities>) -> Self {
+        self.auth = Some(auth);
         self
     }
     /// Sets [`Self::meta`].
@@ -3840,9 +3901,9 @@ pub struct SessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub prompt: Option<PromptCapabilities>,
+    pub prompt: Option<Option<PromptCapabilities>>,
     /// MCP capabilities supported by the agent for session lifecycle requests.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise MCP
@@ -3850,9 +3911,9 @@ pub struct SessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub mcp: Option<McpCapabilities>,
+    pub mcp: Option<Option<McpCapabilities>>,
     /// Whether the agent supports `session/delete`.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
@@ -3860,9 +3921,9 @@ pub struct SessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub delete: Option<SessionDeleteCapabilities>,
+    pub delete: Option<Option<SessionDeleteCapabilities>>,
     /// Whether the agent supports `additionalDirectories` on supported session lifecycle requests.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
@@ -3875,9 +3936,9 @@ pub struct SessionCapabilities {
         rename = "additionalDirectories",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub additional_directories: Option<SessionAdditionalDirectoriesCapabilities>,
+    pub additional_directories: Option<Option<SessionAdditionalDirectoriesCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -3903,31 +3964,31 @@ impl SessionCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::prompt`].
+    /// Sets [`Self::prompt`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn prompt(mut self, prompt: impl Into<PromptCapabilities>) -> Self {
-        self.prompt = Some(prompt.into());
+    pub fn prompt(mut self, prompt: Option<PromptCapabilities>) -> Self {
+        self.prompt = Some(prompt);
         self
     }
-    /// Sets [`Self::mcp`].
+    /// Sets [`Self::mcp`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn mcp(mut self, mcp: impl Into<McpCapabilities>) -> Self {
-        self.mcp = Some(mcp.into());
+    pub fn mcp(mut self, mcp: Option<McpCapabilities>) -> Self {
+        self.mcp = Some(mcp);
         self
     }
-    /// Sets [`Self::delete`].
+    /// Sets [`Self::delete`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn delete(mut self, delete: impl Into<SessionDeleteCapabilities>) -> Self {
-        self.delete = Some(delete.into());
+    pub fn delete(mut self, delete: Option<SessionDeleteCapabilities>) -> Self {
+        self.delete = Some(delete);
         self
     }
-    /// Sets [`Self::additional_directories`].
+    /// Sets [`Self::additional_directories`]; `None` writes an explicit `null`.
     #[must_use]
     pub fn additional_directories(
         mut self,
-        additional_directories: impl Into<SessionAdditionalDirectoriesCapabilities>,
+        additional_directories: Option<SessionAdditionalDirectoriesCapabilities>,
     ) -> Self {
-        self.additional_directories = Some(additional_directories.into());
+        self.additional_directories = Some(additional_directories);
         self
     }
     /// Sets [`Self::meta`].
@@ -3959,9 +4020,9 @@ pub struct PromptCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub image: Option<PromptImageCapabilities>,
+    pub image: Option<Option<PromptImageCapabilities>>,
     /// Agent supports [`ContentBlock::Audio`].
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
@@ -3969,9 +4030,9 @@ pub struct PromptCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub audio: Option<PromptAudioCapabilities>,
+    pub audio: Option<Option<PromptAudioCapabilities>>,
     /// Agent supports embedded context in `session/prompt` requests.
     ///
     /// When enabled, the Client is allowed to include [`ContentBlock::Resource`]
@@ -3983,9 +4044,9 @@ pub struct PromptCapabilities {
         rename = "embeddedContext",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub embedded_context: Option<PromptEmbeddedContextCapabilities>,
+    pub embedded_context: Option<Option<PromptEmbeddedContextCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -4010,25 +4071,25 @@ impl PromptCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::image`].
+    /// Sets [`Self::image`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn image(mut self, image: impl Into<PromptImageCapabilities>) -> Self {
-        self.image = Some(image.into());
+    pub fn image(mut self, image: Option<PromptImageCapabilities>) -> Self {
+        self.image = Some(image);
         self
     }
-    /// Sets [`Self::audio`].
+    /// Sets [`Self::audio`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn audio(mut self, audio: impl Into<PromptAudioCapabilities>) -> Self {
-        self.audio = Some(audio.into());
+    pub fn audio(mut self, audio: Option<PromptAudioCapabilities>) -> Self {
+        self.audio = Some(audio);
         self
     }
-    /// Sets [`Self::embedded_context`].
+    /// Sets [`Self::embedded_context`]; `None` writes an explicit `null`.
     #[must_use]
     pub fn embedded_context(
         mut self,
-        embedded_context: impl Into<PromptEmbeddedContextCapabilities>,
+        embedded_context: Option<PromptEmbeddedContextCapabilities>,
     ) -> Self {
-        self.embedded_context = Some(embedded_context.into());
+        self.embedded_context = Some(embedded_context);
         self
     }
     /// Sets [`Self::meta`].
@@ -4151,9 +4212,9 @@ pub struct McpCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub stdio: Option<McpStdioCapabilities>,
+    pub stdio: Option<Option<McpStdioCapabilities>>,
     /// Agent supports [`McpServer::Http`].
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
@@ -4161,9 +4222,9 @@ pub struct McpCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub http: Option<McpHttpCapabilities>,
+    pub http: Option<Option<McpHttpCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -4187,16 +4248,16 @@ impl McpCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::stdio`].
+    /// Sets [`Self::stdio`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn stdio(mut self, stdio: impl Into<McpStdioCapabilities>) -> Self {
-        self.stdio = Some(stdio.into());
+    pub fn stdio(mut self, stdio: Option<McpStdioCapabilities>) -> Self {
+        self.stdio = Some(stdio);
         self
     }
-    /// Sets [`Self::http`].
+    /// Sets [`Self::http`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn http(mut self, http: impl Into<McpHttpCapabilities>) -> Self {
-        self.http = Some(http.into());
+    pub fn http(mut self, http: Option<McpHttpCapabilities>) -> Self {
+        self.http = Some(http);
         self
     }
     /// Sets [`Self::meta`].
@@ -4541,9 +4602,9 @@ pub struct AuthMethodTerminal {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// Additional arguments to append to the configured agent invocation for terminal auth.
     #[serde(
         default,
@@ -4586,10 +4647,10 @@ impl AuthMethodTerminal {
             meta: None,
         }
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
     /// Sets [`Self::args`].
@@ -4626,9 +4687,9 @@ pub struct AuthMethodAgent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -4653,10 +4714,10 @@ impl AuthMethodAgent {
             meta: None,
         }
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
     /// Sets [`Self::meta`].
@@ -4794,16 +4855,16 @@ pub struct SessionConfigOption {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// Optional semantic category for this option (UX only).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub category: Option<SessionConfigOptionCategory>,
+    pub category: Option<Option<SessionConfigOptionCategory>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -4836,16 +4897,16 @@ impl SessionConfigOption {
             kind: kind.into(),
         }
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
-    /// Sets [`Self::category`].
+    /// Sets [`Self::category`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn category(mut self, category: impl Into<SessionConfigOptionCategory>) -> Self {
-        self.category = Some(category.into());
+    pub fn category(mut self, category: Option<SessionConfigOptionCategory>) -> Self {
+        self.category = Some(category);
         self
     }
     /// Sets [`Self::meta`].
@@ -5022,9 +5083,9 @@ pub struct SessionConfigSelectOption {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub description: Option<String>,
+    pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -5049,10 +5110,10 @@ impl SessionConfigSelectOption {
             meta: None,
         }
     }
-    /// Sets [`Self::description`].
+    /// Sets [`Self::description`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
+    pub fn description(mut self, description: Option<String>) -> Self {
+        self.description = Some(description);
         self
     }
     /// Sets [`Self::meta`].
@@ -5201,9 +5262,9 @@ pub struct ListSessionsResponse {
         rename = "nextCursor",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub next_cursor: Option<SessionListCursor>,
+    pub next_cursor: Option<Option<SessionListCursor>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -5227,10 +5288,10 @@ impl ListSessionsResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::next_cursor`].
+    /// Sets [`Self::next_cursor`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn next_cursor(mut self, next_cursor: impl Into<SessionListCursor>) -> Self {
-        self.next_cursor = Some(next_cursor.into());
+    pub fn next_cursor(mut self, next_cursor: Option<SessionListCursor>) -> Self {
+        self.next_cursor = Some(next_cursor);
         self
     }
     /// Sets [`Self::meta`].
@@ -5265,17 +5326,17 @@ pub struct SessionInfo {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// RFC 3339 timestamp of last activity.
     #[serde(
         rename = "updatedAt",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub updated_at: Option<String>,
+    pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -5311,16 +5372,16 @@ impl SessionInfo {
         self.additional_directories = Some(additional_directories);
         self
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::updated_at`].
+    /// Sets [`Self::updated_at`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn updated_at(mut self, updated_at: impl Into<String>) -> Self {
-        self.updated_at = Some(updated_at.into());
+    pub fn updated_at(mut self, updated_at: Option<String>) -> Self {
+        self.updated_at = Some(updated_at);
         self
     }
     /// Sets [`Self::meta`].
@@ -6115,9 +6176,9 @@ pub struct UserMessage {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub content: Option<Vec<ContentBlock>>,
+    pub content: Option<Option<Vec<ContentBlock>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys. Omitted means no metadata update; `null` is an explicit clear signal.
@@ -6141,9 +6202,9 @@ impl UserMessage {
             meta: None,
         }
     }
-    /// Sets [`Self::content`].
+    /// Sets [`Self::content`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn content(mut self, content: Vec<ContentBlock>) -> Self {
+    pub fn content(mut self, content: Option<Vec<ContentBlock>>) -> Self {
         self.content = Some(content);
         self
     }
@@ -6177,9 +6238,9 @@ pub struct AgentMessage {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub content: Option<Vec<ContentBlock>>,
+    pub content: Option<Option<Vec<ContentBlock>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys. Omitted means no metadata update; `null` is an explicit clear signal.
@@ -6203,9 +6264,9 @@ impl AgentMessage {
             meta: None,
         }
     }
-    /// Sets [`Self::content`].
+    /// Sets [`Self::content`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn content(mut self, content: Vec<ContentBlock>) -> Self {
+    pub fn content(mut self, content: Option<Vec<ContentBlock>>) -> Self {
         self.content = Some(content);
         self
     }
@@ -6239,9 +6300,9 @@ pub struct AgentThought {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
     )]
-    pub content: Option<Vec<ContentBlock>>,
+    pub content: Option<Option<Vec<ContentBlock>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys. Omitted means no metadata update; `null` is an explicit clear signal.
@@ -6265,9 +6326,9 @@ impl AgentThought {
             meta: None,
         }
     }
-    /// Sets [`Self::content`].
+    /// Sets [`Self::content`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn content(mut self, content: Vec<ContentBlock>) -> Self {
+    pub fn content(mut self, content: Option<Vec<ContentBlock>>) -> Self {
         self.content = Some(content);
         self
     }
@@ -6392,9 +6453,9 @@ pub struct IdleStateUpdate {
         rename = "stopReason",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub stop_reason: Option<StopReason>,
+    pub stop_reason: Option<Option<StopReason>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -6417,10 +6478,10 @@ impl IdleStateUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::stop_reason`].
+    /// Sets [`Self::stop_reason`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn stop_reason(mut self, stop_reason: impl Into<StopReason>) -> Self {
-        self.stop_reason = Some(stop_reason.into());
+    pub fn stop_reason(mut self, stop_reason: Option<StopReason>) -> Self {
+        self.stop_reason = Some(stop_reason);
         self
     }
     /// Sets [`Self::meta`].
@@ -6639,9 +6700,9 @@ pub struct TerminalExitStatus {
         rename = "exitCode",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub exit_code: Option<u32>,
+    pub exit_code: Option<Option<u32>>,
     /// Signal that terminated the process, when known.
     ///
     /// Agents should use the conventional platform signal name. POSIX examples
@@ -6650,9 +6711,9 @@ pub struct TerminalExitStatus {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub signal: Option<String>,
+    pub signal: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys. This metadata is scoped to the exit information. Omitted
@@ -6677,16 +6738,16 @@ impl TerminalExitStatus {
             meta: None,
         }
     }
-    /// Sets [`Self::exit_code`].
+    /// Sets [`Self::exit_code`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn exit_code(mut self, exit_code: u32) -> Self {
+    pub fn exit_code(mut self, exit_code: Option<u32>) -> Self {
         self.exit_code = Some(exit_code);
         self
     }
-    /// Sets [`Self::signal`].
+    /// Sets [`Self::signal`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn signal(mut self, signal: impl Into<String>) -> Self {
-        self.signal = Some(signal.into());
+    pub fn signal(mut self, signal: Option<String>) -> Self {
+        self.signal = Some(signal);
         self
     }
     /// Sets [`Self::meta`].
@@ -6712,31 +6773,31 @@ pub struct TerminalUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub command: Option<String>,
+    pub command: Option<Option<String>>,
     /// The absolute working directory of the command.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub cwd: Option<AbsolutePath>,
+    pub cwd: Option<Option<AbsolutePath>>,
     /// An authoritative replacement snapshot of terminal output bytes.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub output: Option<TerminalOutput>,
+    pub output: Option<Option<TerminalOutput>>,
     /// Exit information. A concrete object marks the terminal as exited.
     #[serde(
         rename = "exitStatus",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub exit_status: Option<TerminalExitStatus>,
+    pub exit_status: Option<Option<TerminalExitStatus>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Omitted means no metadata update; `null` is an
     /// explicit clear signal. Implementations MUST NOT make assumptions about values at these keys.
@@ -6763,28 +6824,28 @@ impl TerminalUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::command`].
+    /// Sets [`Self::command`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn command(mut self, command: impl Into<String>) -> Self {
-        self.command = Some(command.into());
+    pub fn command(mut self, command: Option<String>) -> Self {
+        self.command = Some(command);
         self
     }
-    /// Sets [`Self::cwd`].
+    /// Sets [`Self::cwd`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn cwd(mut self, cwd: impl Into<AbsolutePath>) -> Self {
-        self.cwd = Some(cwd.into());
+    pub fn cwd(mut self, cwd: Option<AbsolutePath>) -> Self {
+        self.cwd = Some(cwd);
         self
     }
-    /// Sets [`Self::output`].
+    /// Sets [`Self::output`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn output(mut self, output: impl Into<TerminalOutput>) -> Self {
-        self.output = Some(output.into());
+    pub fn output(mut self, output: Option<TerminalOutput>) -> Self {
+        self.output = Some(output);
         self
     }
-    /// Sets [`Self::exit_status`].
+    /// Sets [`Self::exit_status`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn exit_status(mut self, exit_status: impl Into<TerminalExitStatus>) -> Self {
-        self.exit_status = Some(exit_status.into());
+    pub fn exit_status(mut self, exit_status: Option<TerminalExitStatus>) -> Self {
+        self.exit_status = Some(exit_status);
         self
     }
     /// Sets [`Self::meta`].
@@ -7187,9 +7248,9 @@ pub struct AvailableCommand {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub input: Option<AvailableCommandInput>,
+    pub input: Option<Option<AvailableCommandInput>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -7214,10 +7275,10 @@ impl AvailableCommand {
             meta: None,
         }
     }
-    /// Sets [`Self::input`].
+    /// Sets [`Self::input`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn input(mut self, input: impl Into<AvailableCommandInput>) -> Self {
-        self.input = Some(input.into());
+    pub fn input(mut self, input: Option<AvailableCommandInput>) -> Self {
+        self.input = Some(input);
         self
     }
     /// Sets [`Self::meta`].
@@ -7411,17 +7472,17 @@ pub struct SessionInfoUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
     /// RFC 3339 timestamp of last activity. Set to null to clear.
     #[serde(
         rename = "updatedAt",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub updated_at: Option<String>,
+    pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Omitted means no metadata update; `null` is an
     /// explicit clear signal. Implementations MUST NOT make assumptions about values at these keys.
@@ -7445,16 +7506,16 @@ impl SessionInfoUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::title`].
+    /// Sets [`Self::title`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
+    pub fn title(mut self, title: Option<String>) -> Self {
+        self.title = Some(title);
         self
     }
-    /// Sets [`Self::updated_at`].
+    /// Sets [`Self::updated_at`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn updated_at(mut self, updated_at: impl Into<String>) -> Self {
-        self.updated_at = Some(updated_at.into());
+    pub fn updated_at(mut self, updated_at: Option<String>) -> Self {
+        self.updated_at = Some(updated_at);
         self
     }
     /// Sets [`Self::meta`].
@@ -7514,9 +7575,9 @@ pub struct UsageUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub cost: Option<Cost>,
+    pub cost: Option<Option<Cost>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -7541,10 +7602,10 @@ impl UsageUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::cost`].
+    /// Sets [`Self::cost`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn cost(mut self, cost: impl Into<Cost>) -> Self {
-        self.cost = Some(cost.into());
+    pub fn cost(mut self, cost: Option<Cost>) -> Self {
+        self.cost = Some(cost);
         self
     }
     /// Sets [`Self::meta`].
@@ -7683,9 +7744,9 @@ pub struct ClientCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub auth: Option<AuthCapabilities>,
+    pub auth: Option<Option<AuthCapabilities>>,
     /// Elicitation capabilities supported by the client.
     /// Determines which elicitation modes the agent may use.
     ///
@@ -7694,9 +7755,9 @@ pub struct ClientCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub elicitation: Option<ElicitationCapabilities>,
+    pub elicitation: Option<Option<ElicitationCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -7720,19 +7781,16 @@ impl ClientCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::auth`].
+    /// Sets [`Self::auth`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn auth(mut self, auth: impl Into<AuthCapabilities>) -> Self {
-        self.auth = Some(auth.into());
+    pub fn auth(mut self, auth: Option<AuthCapabilities>) -> Self {
+        self.auth = Some(auth);
         self
     }
-    /// Sets [`Self::elicitation`].
+    /// Sets [`Self::elicitation`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn elicitation(
-        mut self,
-        elicitation: impl Into<ElicitationCapabilities>,
-    ) -> Self {
-        self.elicitation = Some(elicitation.into());
+    pub fn elicitation(mut self, elicitation: Option<ElicitationCapabilities>) -> Self {
+        self.elicitation = Some(elicitation);
         self
     }
     /// Sets [`Self::meta`].
@@ -7759,9 +7817,9 @@ pub struct AuthCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub terminal: Option<TerminalAuthCapabilities>,
+    pub terminal: Option<Option<TerminalAuthCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -7784,10 +7842,10 @@ impl AuthCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::terminal`].
+    /// Sets [`Self::terminal`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn terminal(mut self, terminal: impl Into<TerminalAuthCapabilities>) -> Self {
-        self.terminal = Some(terminal.into());
+    pub fn terminal(mut self, terminal: Option<TerminalAuthCapabilities>) -> Self {
+        self.terminal = Some(terminal);
         self
     }
     /// Sets [`Self::meta`].
@@ -7844,9 +7902,9 @@ pub struct ElicitationCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub form: Option<ElicitationFormCapabilities>,
+    pub form: Option<Option<ElicitationFormCapabilities>>,
     /// Whether the client supports URL-based elicitation.
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise support.
@@ -7854,9 +7912,9 @@ pub struct ElicitationCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub url: Option<ElicitationUrlCapabilities>,
+    pub url: Option<Option<ElicitationUrlCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -7882,16 +7940,16 @@ impl ElicitationCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::form`].
+    /// Sets [`Self::form`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn form(mut self, form: impl Into<ElicitationFormCapabilities>) -> Self {
-        self.form = Some(form.into());
+    pub fn form(mut self, form: Option<ElicitationFormCapabilities>) -> Self {
+        self.form = Some(form);
         self
     }
-    /// Sets [`Self::url`].
+    /// Sets [`Self::url`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn url(mut self, url: impl Into<ElicitationUrlCapabilities>) -> Self {
-        self.url = Some(url.into());
+    pub fn url(mut self, url: Option<ElicitationUrlCapabilities>) -> Self {
+        self.url = Some(url);
         self
     }
     /// Sets [`Self::meta`].
@@ -8343,11 +8401,19 @@ impl McpServerStdio {
 #[non_exhaustive]
 pub struct ListSessionsRequest {
     /// Filter sessions by working directory. Must be an absolute path.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<AbsolutePath>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub cwd: Option<Option<AbsolutePath>>,
     /// Opaque cursor token from a previous response's nextCursor field for cursor-based pagination
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cursor: Option<SessionListCursor>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub cursor: Option<Option<SessionListCursor>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -8371,16 +8437,16 @@ impl ListSessionsRequest {
             meta: None,
         }
     }
-    /// Sets [`Self::cwd`].
+    /// Sets [`Self::cwd`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn cwd(mut self, cwd: impl Into<AbsolutePath>) -> Self {
-        self.cwd = Some(cwd.into());
+    pub fn cwd(mut self, cwd: Option<AbsolutePath>) -> Self {
+        self.cwd = Some(cwd);
         self
     }
-    /// Sets [`Self::cursor`].
+    /// Sets [`Self::cursor`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn cursor(mut self, cursor: impl Into<SessionListCursor>) -> Self {
-        self.cursor = Some(cursor.into());
+    pub fn cursor(mut self, cursor: Option<SessionListCursor>) -> Self {
+        self.cursor = Some(cursor);
         self
     }
     /// Sets [`Self::meta`].
@@ -8472,9 +8538,9 @@ pub struct ResumeSessionRequest {
         rename = "replayFrom",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "crate::serde_support::tri_or_default"
     )]
-    pub replay_from: Option<ReplayFrom>,
+    pub replay_from: Option<Option<ReplayFrom>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -8516,10 +8582,10 @@ impl ResumeSessionRequest {
         self.mcp_servers = Some(mcp_servers);
         self
     }
-    /// Sets [`Self::replay_from`].
+    /// Sets [`Self::replay_from`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn replay_from(mut self, replay_from: impl Into<ReplayFrom>) -> Self {
-        self.replay_from = Some(replay_from.into());
+    pub fn replay_from(mut self, replay_from: Option<ReplayFrom>) -> Self {
+        self.replay_from = Some(replay_from);
         self
     }
     /// Sets [`Self::meta`].
@@ -8952,8 +9018,14 @@ pub enum ElicitationContentValue {
 #[non_exhaustive]
 pub struct ElicitationAcceptAction {
     /// The user-provided content, if any, as an object matching the requested schema.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content: Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::serde_support::tri"
+    )]
+    pub content: Option<
+        Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
+    >,
 }
 impl ElicitationAcceptAction {
     /// Creates a value with every optional field unset.
@@ -8963,11 +9035,11 @@ impl ElicitationAcceptAction {
             content: None,
         }
     }
-    /// Sets [`Self::content`].
+    /// Sets [`Self::content`]; `None` writes an explicit `null`.
     #[must_use]
     pub fn content(
         mut self,
-        content: std::collections::BTreeMap<String, ElicitationContentValue>,
+        content: Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
     ) -> Self {
         self.content = Some(content);
         self

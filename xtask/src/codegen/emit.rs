@@ -109,14 +109,35 @@ fn split_items(ts: TokenStream) -> Vec<TokenStream> {
     }
 }
 
-/// The field's type as declared: `Option<T>` unless required and not nullable.
-fn field_ty(f: &Field) -> TokenStream {
-    let t = rust_ty(&f.ty);
-    if f.required && !f.nullable { t } else { quote!(Option<#t>) }
+/// How a field holds its value.
+#[derive(Clone, Copy, PartialEq)]
+enum Presence {
+    /// Required and never null: `T`.
+    Plain,
+    /// `Option<T>`: optional (skipped when `None`), or required but nullable (written as `null`).
+    Option,
+    /// `Option<Option<T>>`: optional and nullable, where absent (`None`) and `null`
+    /// (`Some(None)`) are told apart, so an update can clear a value.
+    /// `_meta`-like free-form objects are exempt: the spec defines absent and `null` as equal.
+    Tri,
 }
 
-fn is_option(f: &Field) -> bool {
-    !f.required || f.nullable
+fn presence(f: &Field) -> Presence {
+    match (f.required, f.nullable) {
+        (true, false) => Presence::Plain,
+        (false, true) if f.ty != Ty::Object => Presence::Tri,
+        _ => Presence::Option,
+    }
+}
+
+/// The field's type as declared.
+fn field_ty(f: &Field) -> TokenStream {
+    let t = rust_ty(&f.ty);
+    match presence(f) {
+        Presence::Plain => t,
+        Presence::Option => quote!(Option<#t>),
+        Presence::Tri => quote!(Option<Option<#t>>),
+    }
 }
 
 fn structure(name: &proc_macro2::Ident, s: &Struct, all: &[Item]) -> TokenStream {
@@ -134,8 +155,8 @@ fn structure(name: &proc_macro2::Ident, s: &Struct, all: &[Item]) -> TokenStream
             let wire = &f.wire;
             attrs.push(quote!(rename = #wire));
         }
-        let option = is_option(f);
-        if option && !f.required {
+        let presence = presence(f);
+        if !f.required {
             attrs.push(quote!(default, skip_serializing_if = "Option::is_none"));
         }
         if let Some(helper) = deserialize_helper(f) {
@@ -146,13 +167,25 @@ fn structure(name: &proc_macro2::Ident, s: &Struct, all: &[Item]) -> TokenStream
 
         if f.required {
             let (param_ty, conv) = into_param(&f.ty, &id);
-            let value = if option { quote!(Some(#conv)) } else { conv };
+            let value = if presence == Presence::Option { quote!(Some(#conv)) } else { conv };
             ctor_params.push(quote!(#gate #id: #param_ty));
             ctor_inits.push(quote!(#gate #id: #value,));
         } else {
             ctor_inits.push(quote!(#gate #id: None,));
-            let (param_ty, conv) = into_param(&f.ty, &id);
-            let setter_doc = format!(" Sets [`Self::{}`].", id.to_string().trim_start_matches("r#"));
+            let (param_ty, conv) = match presence {
+                Presence::Tri => {
+                    let inner = rust_ty(&f.ty);
+                    (quote!(Option<#inner>), quote!(#id))
+                }
+                _ => into_param(&f.ty, &id),
+            };
+            let field_name = id.to_string();
+            let field_name = field_name.trim_start_matches("r#");
+            let setter_doc = if presence == Presence::Tri {
+                format!(" Sets [`Self::{field_name}`]; `None` writes an explicit `null`.")
+            } else {
+                format!(" Sets [`Self::{field_name}`].")
+            };
             setters.push(quote! {
                 #[doc = #setter_doc]
                 #gate
@@ -210,19 +243,20 @@ fn into_param(ty: &Ty, id: &proc_macro2::Ident) -> (TokenStream, TokenStream) {
     }
 }
 
-/// The `deserialize_with` helper a lenient field needs, if any.
+/// The `deserialize_with` helper a field needs, if any: lenient decoding, or telling `null`
+/// from absent.
 fn deserialize_helper(f: &Field) -> Option<String> {
-    let is_vec = matches!(f.ty, Ty::Vec(_));
-    let option = is_option(f);
-    let helper = match (f.skip_invalid_items && is_vec, f.default_on_error, option) {
-        (true, true, false) => "vec_skip_invalid_or_default",
-        (true, false, false) => "vec_skip_invalid",
-        (true, true, true) => "opt_vec_skip_invalid_or_default",
-        (true, false, true) => "opt_vec_skip_invalid",
-        (false, true, _) => "default_on_error",
-        (false, false, _) => return None,
+    let skip = f.skip_invalid_items && matches!(f.ty, Ty::Vec(_));
+    let base = match (presence(f), skip) {
+        (Presence::Tri, true) => "tri_vec_skip_invalid",
+        (Presence::Tri, false) => "tri",
+        (Presence::Option, true) => "opt_vec_skip_invalid",
+        (Presence::Plain, true) => "vec_skip_invalid",
+        (_, false) if f.default_on_error => "default_on_error",
+        (_, false) => return None,
     };
-    Some(format!("crate::serde_support::{helper}"))
+    let lenient = if f.default_on_error && base != "default_on_error" { "_or_default" } else { "" };
+    Some(format!("crate::serde_support::{base}{lenient}"))
 }
 
 fn newtype(name: &proc_macro2::Ident, ty: &Ty) -> TokenStream {
@@ -673,7 +707,7 @@ fn envelopes(dir: &Direction, methods: &[&Method]) -> TokenStream {
         let id = variant_ident(m);
         let gate = cfg(&m.gate);
         let name = &m.name;
-        quote!(#gate #name => serde::Deserialize::deserialize(result).map(#resp::#id).map(Some),)
+        quote!(#gate #name => crate::serde_support::null_as_empty(result).map(#resp::#id).map(Some),)
     });
     let resp_ser = requests.iter().map(|m| {
         let id = variant_ident(m);

@@ -1,0 +1,187 @@
+//! Every ```json example of a whole JSON-RPC message in the spec pages (../shared/acp-spec/v1)
+//! decodes into its typed message and re-encodes to the same JSON value.
+//!
+//! Requests and notifications are directed by their method; a response by the method of the
+//! request with the same id earlier on the same page. Where a page shows a response without its
+//! request, the method is inferred from the result: `protocolVersion` → `initialize`,
+//! `sessionId` → `session/new`. The pages elide long arrays as `[...]`; those are read as
+//! empty arrays. A `null` result (the pages' way of writing "nothing") is re-encoded as `{}`,
+//! the empty result object the schema defines.
+//!
+//! [`KNOWN_SPEC_ERRATA`] lists the examples that contradict the schema; the test asserts they
+//! still fail, so a fix upstream shows up here.
+
+use std::path::{Path, PathBuf};
+
+use acp_types::{
+    AgentNotification, AgentRequest, AgentResponse, ClientNotification, ClientRequest, ClientResponse, Error,
+    ProtocolLevelNotification,
+};
+use serde_json::Value;
+
+/// (page, example number, why): examples whose JSON does not match the schema.
+const KNOWN_SPEC_ERRATA: &[(&str, usize, &str)] = &[
+    ("session-modes.mdx", 3, "`current_mode_update` written with `modeId`; the schema requires `currentModeId`"),
+    ("file-system.mdx", 1, "client capabilities shown inside an `initialize` result (they belong to the request)"),
+    ("terminals.mdx", 1, "client capabilities shown inside an `initialize` result (they belong to the request)"),
+];
+
+/// The method of a response whose request the page does not show.
+fn infer_method(result: &Value) -> Option<&'static str> {
+    if result.get("protocolVersion").is_some() {
+        Some("initialize")
+    } else if result.get("sessionId").is_some() {
+        Some("session/new")
+    } else {
+        None
+    }
+}
+
+fn spec_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-spec/v1")
+}
+
+/// The fenced ```json blocks of a page.
+fn json_blocks(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if line.trim_start().starts_with("```json") {
+            let block: Vec<&str> = lines.by_ref().take_while(|l| !l.trim_start().starts_with("```")).collect();
+            out.push(block.join("\n"));
+        }
+    }
+    out
+}
+
+fn reencode<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).expect("typed messages always serialise")
+}
+
+/// Decodes the params of a request or notification by method, trying both directions.
+fn roundtrip_call(method: &str, params: &Value, is_request: bool) -> Result<Value, String> {
+    let decoded: Vec<Value> = if is_request {
+        [
+            ClientRequest::decode(method, params).map(|r| r.map(|r| reencode(&r))),
+            AgentRequest::decode(method, params).map(|r| r.map(|r| reencode(&r))),
+        ]
+        .into_iter()
+        .map(|r| r.map_err(|e| format!("{method}: {e}")))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .collect()
+    } else {
+        [
+            ClientNotification::decode(method, params).map(|r| r.map(|r| reencode(&r))),
+            AgentNotification::decode(method, params).map(|r| r.map(|r| reencode(&r))),
+            ProtocolLevelNotification::decode(method, params).map(|r| r.map(|r| reencode(&r))),
+        ]
+        .into_iter()
+        .map(|r| r.map_err(|e| format!("{method}: {e}")))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .collect()
+    };
+    decoded.into_iter().next().ok_or_else(|| format!("no typed message knows method `{method}`"))
+}
+
+fn roundtrip_result(method: &str, result: &Value) -> Result<Value, String> {
+    let agent = AgentResponse::decode(method, result).map_err(|e| format!("result of {method}: {e}"))?;
+    let client = ClientResponse::decode(method, result).map_err(|e| format!("result of {method}: {e}"))?;
+    match (agent, client) {
+        (Some(r), _) => Ok(reencode(&r)),
+        (None, Some(r)) => Ok(reencode(&r)),
+        (None, None) => Err(format!("no typed response knows method `{method}`")),
+    }
+}
+
+#[test]
+fn every_whole_message_example_round_trips() {
+    let dir = spec_dir();
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read the spec pages at {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "mdx"))
+        .collect();
+    pages.sort();
+
+    let (mut messages, mut fragments, mut errata, mut failures) = (0, 0, 0, Vec::new());
+    for page in &pages {
+        let name = page.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(page).expect("spec page is readable");
+        // id → method of the latest request on this page.
+        let mut pending: Vec<(Value, String)> = Vec::new();
+        for (i, block) in json_blocks(&text).iter().enumerate() {
+            let where_ = format!("{name} example {}", i + 1);
+            let block = block.replace("[...]", "[]");
+            let message: Value = match serde_json::from_str(&block) {
+                Ok(v) => v,
+                Err(e) => {
+                    failures.push(format!("{where_}: not JSON even after eliding `[...]`: {e}"));
+                    continue;
+                }
+            };
+            if message.get("jsonrpc").is_none() {
+                fragments += 1;
+                continue;
+            }
+            messages += 1;
+            let id = message.get("id").cloned();
+            let method = message.get("method").and_then(Value::as_str);
+            let outcome = match (method, id) {
+                (Some(method), id) => {
+                    let params = message.get("params").cloned().unwrap_or(Value::Null);
+                    if let Some(id) = &id {
+                        pending.push((id.clone(), method.to_owned()));
+                    }
+                    roundtrip_call(method, &params, id.is_some()).map(|re| (params, re))
+                }
+                (None, Some(id)) => {
+                    if let Some(error) = message.get("error") {
+                        serde_json::from_value::<Error>(error.clone())
+                            .map_err(|e| format!("error object: {e}"))
+                            .map(|e| (error.clone(), reencode(&e)))
+                    } else {
+                        let result = message.get("result").cloned().unwrap_or(Value::Null);
+                        let method = pending
+                            .iter()
+                            .rev()
+                            .find(|(pid, _)| *pid == id)
+                            .map(|(_, m)| m.as_str())
+                            .or_else(|| infer_method(&result));
+                        let original = if result.is_null() { Value::Object(Default::default()) } else { result.clone() };
+                        match method {
+                            Some(method) => roundtrip_result(method, &result).map(|re| (original, re)),
+                            None => Err(format!("a response to id {id} with no request before it")),
+                        }
+                    }
+                }
+                (None, None) => Err("neither a method nor an id".to_owned()),
+            };
+            let erratum = KNOWN_SPEC_ERRATA.iter().find(|(p, n, _)| *p == name && *n == i + 1);
+            match (outcome, erratum) {
+                (Ok((original, reencoded)), Some((_, _, why))) if original == reencoded => {
+                    failures.push(format!("{where_}: listed as an erratum ({why}) but now round-trips; remove it from the list"))
+                }
+                (Ok(_) | Err(_), Some(_)) => errata += 1,
+                (Ok((original, reencoded)), None) if original == reencoded => {}
+                (Ok((original, reencoded)), None) => failures.push(format!(
+                    "{where_}: re-encoded differently\n  spec:  {original}\n  typed: {reencoded}"
+                )),
+                (Err(e), None) => failures.push(format!("{where_}: {e}")),
+            }
+        }
+    }
+    println!(
+        "spec examples: {messages} whole messages on {} pages ({fragments} fragments are not messages); \
+         {} round-trip, {errata} known errata, {} failed",
+        pages.len(),
+        messages - errata - failures.len(),
+        failures.len()
+    );
+    assert_eq!(errata, KNOWN_SPEC_ERRATA.len(), "every listed erratum is still in the pages");
+    assert!(messages >= 75, "expected the spec's ~79 whole-message examples, found {messages}");
+    assert!(failures.is_empty(), "{} examples failed:\n{}", failures.len(), failures.join("\n"));
+}
