@@ -2334,11 +2334,12 @@ pub enum ProtocolLevelNotification {
 impl ProtocolLevelNotification {
     /// The method name on the wire.
     pub fn method(&self) -> &str {
-        match self {
+        match *self {
             ProtocolLevelNotification::CancelRequest(_) => "$/cancel_request",
         }
     }
     /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+    #[allow(unused_variables)]
     pub fn decode<'de, D: serde::Deserializer<'de>>(
         method: &str,
         params: D,
@@ -2354,9 +2355,10 @@ impl ProtocolLevelNotification {
     }
 }
 impl serde::Serialize for ProtocolLevelNotification {
+    #[allow(unused_variables)]
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            ProtocolLevelNotification::CancelRequest(params) => {
+        match *self {
+            ProtocolLevelNotification::CancelRequest(ref params) => {
                 serde::Serialize::serialize(params, serializer)
             }
         }

@@ -287,7 +287,35 @@ impl<'s> Classifier<'s> {
         match others[..] {
             [] => Ok(Payload::Unit),
             [(wire, schema)] => Ok(Payload::Property { wire: wire.clone(), ty: self.ty(name, wire, schema)?.0 }),
-            _ => Err(CodegenError::unsupported(name, "an inline variant with several properties")),
+            _ => {
+                // An inline object (early schemas): a struct of its own, named after the union
+                // and the variant (`ContentBlock` + `text` → `ContentBlockText`).
+                let variant = v
+                    .get("properties")
+                    .and_then(|p| p.get(tag))
+                    .and_then(|t| t.get("const"))
+                    .and_then(Value::as_str)
+                    .or_else(|| v.get("title").and_then(Value::as_str))
+                    .ok_or_else(|| CodegenError::unsupported(name, "an unnamed inline variant with several properties"))?;
+                let struct_name = format!("{name}{}", pascal(variant));
+                let mut def = v.clone();
+                if let Some(obj) = def.as_object_mut() {
+                    if let Some(Value::Object(props)) = obj.get_mut("properties") {
+                        props.remove(tag);
+                    }
+                    if let Some(Value::Array(req)) = obj.get_mut("required") {
+                        req.retain(|r| r.as_str() != Some(tag));
+                    }
+                }
+                let item = Item {
+                    name: struct_name.clone(),
+                    doc: doc_of(v),
+                    gate: Gate::Stable,
+                    kind: ItemKind::Struct(self.structure(&struct_name, &def)?),
+                };
+                self.add_extra(item)?;
+                Ok(Payload::Type(struct_name))
+            }
         }
     }
 

@@ -36,6 +36,7 @@ pub fn cfg(gate: &Gate) -> TokenStream {
             let fs = fs.iter();
             quote!(#[cfg(any(#(feature = #fs),*))])
         }
+        Gate::WithoutFeature(f) => quote!(#[cfg(not(feature = #f))]),
     }
 }
 
@@ -610,13 +611,27 @@ const DIRECTIONS: [Direction; 2] = [
     Direction { request: "AgentRequest", response: "ClientResponse", notification: "AgentNotification", handler: "Client", side: Side::Client },
 ];
 
+/// The extension payload types (`ExtRequest`, ...), or any JSON value where the schema
+/// predates them.
+fn ext_types(model: &Model) -> [TokenStream; 3] {
+    ["ExtRequest", "ExtResponse", "ExtNotification"].map(|name| {
+        if model.items.iter().any(|i| i.name == name) {
+            let id = ident(name);
+            quote!(#id)
+        } else {
+            quote!(serde_json::Value)
+        }
+    })
+}
+
 pub fn methods(model: &Model) -> TokenStream {
     let mut out = TokenStream::new();
+    let ext = ext_types(model);
     out.extend(method_names(model));
     for dir in &DIRECTIONS {
         let methods: Vec<&Method> = model.methods.iter().filter(|m| m.side == dir.side).collect();
-        out.extend(envelopes(dir, &methods));
-        out.extend(handler_trait(dir, &methods));
+        out.extend(envelopes(dir, &methods, &ext));
+        out.extend(handler_trait(dir, &methods, &ext));
     }
     out.extend(protocol_envelope(model));
     out
@@ -662,7 +677,7 @@ fn variant_ident(m: &Method) -> proc_macro2::Ident {
     ident(&pascal(&m.rust))
 }
 
-fn envelopes(dir: &Direction, methods: &[&Method]) -> TokenStream {
+fn envelopes(dir: &Direction, methods: &[&Method], [ext_req, ext_resp, ext_notif]: &[TokenStream; 3]) -> TokenStream {
     let requests: Vec<&&Method> = methods.iter().filter(|m| m.is_request()).collect();
     let notifications: Vec<&&Method> = methods.iter().filter(|m| !m.is_request()).collect();
     let handler = dir.handler;
@@ -751,7 +766,7 @@ fn envelopes(dir: &Direction, methods: &[&Method]) -> TokenStream {
         pub enum #req {
             #(#req_variants)*
             /// An extension method (its name starts with `_`).
-            ExtMethod { method: String, params: ExtRequest },
+            ExtMethod { method: String, params: #ext_req },
         }
 
         impl #req {
@@ -791,7 +806,7 @@ fn envelopes(dir: &Direction, methods: &[&Method]) -> TokenStream {
         pub enum #resp {
             #(#resp_variants)*
             /// The result of an extension method.
-            ExtMethod(ExtResponse),
+            ExtMethod(#ext_resp),
         }
 
         impl #resp {
@@ -822,7 +837,7 @@ fn envelopes(dir: &Direction, methods: &[&Method]) -> TokenStream {
         pub enum #notif {
             #(#notif_variants)*
             /// An extension notification (its name starts with `_`).
-            ExtNotification { method: String, params: ExtNotification },
+            ExtNotification { method: String, params: #ext_notif },
         }
 
         impl #notif {
@@ -856,7 +871,7 @@ fn envelopes(dir: &Direction, methods: &[&Method]) -> TokenStream {
     }
 }
 
-fn handler_trait(dir: &Direction, methods: &[&Method]) -> TokenStream {
+fn handler_trait(dir: &Direction, methods: &[&Method], [ext_req, ext_resp, ext_notif]: &[TokenStream; 3]) -> TokenStream {
     let trait_name = ident(dir.handler);
     let req = ident(dir.request);
     let resp = ident(dir.response);
@@ -922,13 +937,13 @@ fn handler_trait(dir: &Direction, methods: &[&Method]) -> TokenStream {
             #(#fns)*
 
             /// An extension request (a method name starting with `_`).
-            fn ext_method(&self, method: &str, params: ExtRequest, cx: Cx) -> impl std::future::Future<Output = Result<ExtResponse, Error>> + Send {
+            fn ext_method(&self, method: &str, params: #ext_req, cx: Cx) -> impl std::future::Future<Output = Result<#ext_resp, Error>> + Send {
                 let _ = (params, cx);
                 std::future::ready(Err(Error::method_not_found().data(serde_json::Value::from(method))))
             }
 
             /// An extension notification (a method name starting with `_`); ignored by default.
-            fn ext_notification(&self, method: &str, params: ExtNotification, cx: Cx) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+            fn ext_notification(&self, method: &str, params: #ext_notif, cx: Cx) -> impl std::future::Future<Output = Result<(), Error>> + Send {
                 let _ = (method, params, cx);
                 std::future::ready(Ok(()))
             }
@@ -958,23 +973,31 @@ fn handler_trait(dir: &Direction, methods: &[&Method]) -> TokenStream {
 
 /// `ProtocolLevelNotification`: `$/cancel_request` and any later `$/` method.
 fn protocol_envelope(model: &Model) -> TokenStream {
+    // A protocol method is compiled with its params type.
+    let gate_of = |params: &str| {
+        cfg(&model.items.iter().find(|i| i.name == params).map(|i| i.gate.clone()).unwrap_or_default())
+    };
     let variants = model.protocol_methods.iter().map(|(name, params)| {
         let id = ident(&pascal(&snake(name)));
         let p = ident(params);
         let d = format!(" `{name}`");
-        quote!(#[doc = #d] #id(#p),)
+        let gate = gate_of(params);
+        quote!(#[doc = #d] #gate #id(#p),)
     });
-    let decode = model.protocol_methods.iter().map(|(name, _)| {
+    let decode = model.protocol_methods.iter().map(|(name, params)| {
         let id = ident(&pascal(&snake(name)));
-        quote!(#name => serde::Deserialize::deserialize(params).map(ProtocolLevelNotification::#id).map(Some),)
+        let gate = gate_of(params);
+        quote!(#gate #name => serde::Deserialize::deserialize(params).map(ProtocolLevelNotification::#id).map(Some),)
     });
-    let methods = model.protocol_methods.iter().map(|(name, _)| {
+    let methods = model.protocol_methods.iter().map(|(name, params)| {
         let id = ident(&pascal(&snake(name)));
-        quote!(ProtocolLevelNotification::#id(_) => #name,)
+        let gate = gate_of(params);
+        quote!(#gate ProtocolLevelNotification::#id(_) => #name,)
     });
-    let ser = model.protocol_methods.iter().map(|(name, _)| {
+    let ser = model.protocol_methods.iter().map(|(name, params)| {
         let id = ident(&pascal(&snake(name)));
-        quote!(ProtocolLevelNotification::#id(params) => serde::Serialize::serialize(params, serializer),)
+        let gate = gate_of(params);
+        quote!(#gate ProtocolLevelNotification::#id(ref params) => serde::Serialize::serialize(params, serializer),)
     });
     quote! {
         /// A protocol-level notification (`$/...`), which either side may send.
@@ -987,12 +1010,13 @@ fn protocol_envelope(model: &Model) -> TokenStream {
         impl ProtocolLevelNotification {
             /// The method name on the wire.
             pub fn method(&self) -> &str {
-                match self {
+                match *self {
                     #(#methods)*
                 }
             }
 
             /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+            #[allow(unused_variables)]
             pub fn decode<'de, D: serde::Deserializer<'de>>(method: &str, params: D) -> Result<Option<Self>, D::Error> {
                 match method {
                     #(#decode)*
@@ -1002,8 +1026,9 @@ fn protocol_envelope(model: &Model) -> TokenStream {
         }
 
         impl serde::Serialize for ProtocolLevelNotification {
+            #[allow(unused_variables)]
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                match self {
+                match *self {
                     #(#ser)*
                 }
             }

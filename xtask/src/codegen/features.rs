@@ -142,9 +142,24 @@ pub fn merge(stable: &Model, unstable: &Model, gating: Gating) -> Result<Model> 
         let mut item = item.clone();
         match stable_items.get(item.name.as_str()) {
             None => item.gate = gate_of(item_gates.get(&item.name), &format!("definition `{}`", item.name))?,
-            Some(old) => gate_members(&mut item, old, &|member| {
-                gate_of(member_gates.get(member), &format!("`{member}`"))
-            })?,
+            Some(old) => {
+                let gated = gate_members(&mut item, old, &|member| {
+                    gate_of(member_gates.get(member), &format!("`{member}`"))
+                });
+                match (gated, gating) {
+                    (Ok(()), _) => {}
+                    // A definition whose shape changed: both shapes, on either side of the
+                    // one feature. The table cannot say which feature owns such a change.
+                    (Err(CodegenError::Unsupported { .. }), Gating::AllInOne) => {
+                        let mut stable_shape = (*old).clone();
+                        stable_shape.gate = Gate::WithoutFeature(UMBRELLA.to_owned());
+                        items.push(stable_shape);
+                        item = unstable_items[item.name.as_str()].clone();
+                        item.gate = Gate::feature(UMBRELLA);
+                    }
+                    (Err(e), _) => return Err(e),
+                }
+            }
         }
         items.push(item);
     }

@@ -24,6 +24,9 @@ pub enum Gate {
     Stable,
     /// Only in the unstable schema: compiled when any of these features is on.
     Features(BTreeSet<String>),
+    /// The stable shape of a definition whose unstable shape differs: compiled when the
+    /// feature is off (the unstable shape is gated by it).
+    WithoutFeature(String),
 }
 
 impl Gate {
@@ -40,6 +43,8 @@ impl Gate {
         match (self, other) {
             (Gate::Stable, _) | (_, Gate::Stable) => Gate::Stable,
             (Gate::Features(a), Gate::Features(b)) => Gate::Features(a.union(b).cloned().collect()),
+            (a, b) if a == b => a.clone(),
+            _ => Gate::Stable,
         }
     }
 }
@@ -265,6 +270,6 @@ impl Method {
 pub struct Model {
     pub items: Vec<Item>,
     pub methods: Vec<Method>,
-    /// `$/cancel_request` and friends: handled by the connection itself.
+    /// `$/cancel_request` and friends, handled by the connection itself: (method, params type).
     pub protocol_methods: Vec<(String, String)>,
 }

@@ -181,27 +181,51 @@ fn types_module(model: &Model, version: &str) -> Result<TokenStream> {
 }
 
 fn methods_module(model: &Model) -> Result<TokenStream> {
-    let consts = model
+    // The named codes every shape of `ErrorCode` has (a release may define it twice, stable
+    // and unstable).
+    let shapes: Vec<&Vec<ir::IntConst>> = model
         .items
         .iter()
-        .find_map(|i| match (&i.name[..], &i.kind) {
+        .filter_map(|i| match (&i.name[..], &i.kind) {
             ("ErrorCode", ItemKind::IntConsts { consts, .. }) => Some(consts),
             _ => None,
         })
-        .ok_or_else(|| CodegenError::table("the schema defines no `ErrorCode` with named codes"))?;
-    if !consts.iter().any(|c| c.name == "METHOD_NOT_FOUND") {
+        .collect();
+    // Early schemas have no `ErrorCode`: their `Error.code` is a bare integer, and the
+    // constructors use the JSON-RPC 2.0 codes directly.
+    const JSON_RPC_CODES: [(&str, i64); 5] = [
+        ("PARSE_ERROR", -32700),
+        ("INVALID_REQUEST", -32600),
+        ("METHOD_NOT_FOUND", -32601),
+        ("INVALID_PARAMS", -32602),
+        ("INTERNAL_ERROR", -32603),
+    ];
+    let (consts, named): (Vec<(String, i64)>, bool) = match shapes.split_first() {
+        Some((first, rest)) => (
+            first.iter().filter(|c| rest.iter().all(|o| o.contains(c))).map(|c| (c.name.clone(), c.value)).collect(),
+            true,
+        ),
+        None => (JSON_RPC_CODES.iter().map(|(n, v)| (n.to_string(), *v)).collect(), false),
+    };
+    if !consts.iter().any(|(name, _)| name == "METHOD_NOT_FOUND") {
         return Err(CodegenError::table("`ErrorCode` has no \"Method not found\" code"));
     }
-    let ctors = consts.iter().map(|c| {
-        let f = naming::ident(&c.name.to_ascii_lowercase());
-        let code = quote::format_ident!("{}", c.name);
+    let ctors = consts.iter().map(|(name, value)| {
+        let f = naming::ident(&name.to_ascii_lowercase());
         let message = {
-            let lower = c.name.replace('_', " ").to_ascii_lowercase();
+            let lower = name.replace('_', " ").to_ascii_lowercase();
             let mut cs = lower.chars();
             cs.next().map(|f| f.to_ascii_uppercase().to_string() + cs.as_str()).unwrap_or_default()
         };
-        let d = format!(" `{}` ({message}), with the standard message.", c.value);
-        quote!(#[doc = #d] pub fn #f() -> Self { Error::new(ErrorCode::#code, #message) })
+        let code = if named {
+            let id = quote::format_ident!("{}", name);
+            quote!(ErrorCode::#id)
+        } else {
+            let v = proc_macro2::Literal::i64_unsuffixed(*value);
+            quote!(#v)
+        };
+        let d = format!(" `{value}` ({message}), with the standard message.");
+        quote!(#[doc = #d] pub fn #f() -> Self { Error::new(#code, #message) })
     });
     let body = emit::methods(model);
     Ok(quote! {
