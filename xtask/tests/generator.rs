@@ -1,0 +1,143 @@
+//! The generator on small fixture schemas: the shapes it emits, and the errors it gives for
+//! what it cannot handle (never a panic).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use xtask::codegen::{self, CodegenError, Gating, Settings};
+
+/// Writes a one-version release folder with the given `$defs` and method tables.
+fn fixture(name: &str, defs: Value, meta: Value) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fixtures").join(name);
+    std::fs::create_dir_all(dir.join("v1")).unwrap();
+    std::fs::write(dir.join("v1/schema.json"), json!({"$defs": defs}).to_string()).unwrap();
+    std::fs::write(dir.join("v1/meta.json"), meta.to_string()).unwrap();
+    dir
+}
+
+/// The smallest schema the generator accepts: the baseline methods and the error types.
+fn base_defs() -> serde_json::Map<String, Value> {
+    let mut defs = serde_json::Map::new();
+    let empty = |method: &str, side: &str| json!({"type": "object", "properties": {}, "x-method": method, "x-side": side});
+    for (name, method, side) in [
+        ("InitializeRequest", "initialize", "agent"),
+        ("InitializeResponse", "initialize", "agent"),
+        ("AuthenticateRequest", "authenticate", "agent"),
+        ("AuthenticateResponse", "authenticate", "agent"),
+        ("NewSessionRequest", "session/new", "agent"),
+        ("NewSessionResponse", "session/new", "agent"),
+        ("PromptRequest", "session/prompt", "agent"),
+        ("PromptResponse", "session/prompt", "agent"),
+        ("CancelNotification", "session/cancel", "agent"),
+        ("RequestPermissionRequest", "session/request_permission", "client"),
+        ("RequestPermissionResponse", "session/request_permission", "client"),
+        ("SessionNotification", "session/update", "client"),
+    ] {
+        defs.insert(name.into(), empty(method, side));
+    }
+    defs.insert(
+        "ErrorCode".into(),
+        json!({"anyOf": [
+            {"title": "Method not found", "type": "integer", "format": "int32", "const": -32601},
+            {"title": "Other", "type": "integer", "format": "int32"}
+        ]}),
+    );
+    defs.insert(
+        "Error".into(),
+        json!({"type": "object", "properties": {"code": {"$ref": "#/$defs/ErrorCode"}, "message": {"type": "string"}},
+               "required": ["code", "message"]}),
+    );
+    defs
+}
+
+fn base_meta() -> Value {
+    json!({
+        "agentMethods": {"initialize": "initialize", "authenticate": "authenticate", "session_new": "session/new",
+                         "session_prompt": "session/prompt", "session_cancel": "session/cancel"},
+        "clientMethods": {"session_request_permission": "session/request_permission", "session_update": "session/update"}
+    })
+}
+
+fn generate(name: &str, extra: Value) -> Result<String, CodegenError> {
+    let mut defs = base_defs();
+    defs.extend(extra.as_object().cloned().unwrap_or_default());
+    let dir = fixture(name, Value::Object(defs), base_meta());
+    let mut settings = Settings::new(&dir, "fixture");
+    settings.gating = Gating::AllInOne;
+    let files = codegen::generate(&settings)?;
+    Ok(files.into_iter().find(|f| f.path.ends_with("v1/types.rs")).map(|f| f.contents).unwrap_or_default())
+}
+
+#[test]
+fn tagged_union_wraps_payloads_and_keeps_unknown_kinds() {
+    let types = generate(
+        "tagged",
+        json!({
+            "Shape": {"oneOf": [
+                {"type": "object", "properties": {"kind": {"type": "string", "const": "circle"}}, "required": ["kind"],
+                 "allOf": [{"$ref": "#/$defs/Circle"}]},
+                {"type": "object", "properties": {"kind": {"type": "string", "const": "dot"}}, "required": ["kind"]}
+            ], "discriminator": {"propertyName": "kind"}},
+            "Circle": {"type": "object", "properties": {"radius": {"type": "number"}}, "required": ["radius"]}
+        }),
+    )
+    .expect("generates");
+    assert!(types.contains("pub enum Shape {"), "{types}");
+    assert!(types.contains("Circle(Circle),"));
+    assert!(types.contains("Dot,"));
+    assert!(types.contains("Other(crate::serde_support::UnknownVariant),"));
+    assert!(types.contains("pub const TAG: &'static str = \"kind\";"));
+    assert!(types.contains("pub radius: f64,"));
+}
+
+#[test]
+fn optional_fields_get_setters_and_required_ones_the_constructor() {
+    let types = generate(
+        "setters",
+        json!({"Point": {"type": "object", "properties": {
+            "x": {"type": "integer", "format": "int64"},
+            "label": {"type": ["string", "null"]}
+        }, "required": ["x"]}}),
+    )
+    .expect("generates");
+    assert!(types.contains("pub fn new(x: i64) -> Self"), "{types}");
+    assert!(types.contains("pub label: Option<Option<String>>,"), "optional + nullable keeps null apart from absent");
+    assert!(types.contains("pub fn label(mut self, label: Option<String>) -> Self"));
+}
+
+#[test]
+fn unsupported_constructs_name_the_definition() {
+    let err = generate("unsupported", json!({"Weird": {"type": "object", "properties": {"p": {"type": ["string", "integer"]}}}}))
+        .expect_err("two non-null types cannot be generated");
+    let message = err.to_string();
+    assert!(message.contains("`Weird`") && message.contains("property `p`"), "{message}");
+
+    let err = generate("dangling", json!({"Holder": {"type": "object", "properties": {"p": {"$ref": "#/$defs/Nowhere"}}}}))
+        .expect_err("a dangling $ref is an error");
+    assert!(err.to_string().contains("missing `Nowhere`"), "{err}");
+}
+
+#[test]
+fn meta_json_is_cross_checked_against_the_schema() {
+    let mut meta = base_meta();
+    meta["agentMethods"]["session_fly"] = json!("session/fly");
+    let dir = fixture("meta", Value::Object(base_defs()), meta);
+    let err = codegen::generate(&Settings::new(&dir, "fixture")).expect_err("meta names a method the schema lacks");
+    assert!(err.to_string().contains("session/fly"), "{err}");
+}
+
+#[test]
+fn the_feature_table_must_name_things_in_the_schema() {
+    // The pinned table run against a schema without any of its unstable methods.
+    let dir = fixture("table", Value::Object(base_defs()), base_meta());
+    std::fs::copy(dir.join("v1/schema.json"), dir.join("v1/schema.unstable.json")).unwrap();
+    std::fs::copy(dir.join("v1/meta.json"), dir.join("v1/meta.unstable.json")).unwrap();
+    let err = codegen::generate(&Settings::new(&dir, "fixture")).expect_err("table entries name nothing");
+    assert!(err.to_string().contains("names nothing in the unstable schema"), "{err}");
+}
+
+#[test]
+fn output_is_deterministic() {
+    let extra = json!({"Id": {"type": "string"}});
+    assert_eq!(generate("det-a", extra.clone()).unwrap(), generate("det-b", extra).unwrap());
+}
