@@ -30,6 +30,21 @@ enum Command {
         #[command(subcommand)]
         command: SchemaCommand,
     },
+    /// Write the v1 types (and optionally the traits) into one self-contained Rust file.
+    Vendor {
+        /// The file to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// Unstable features to include (`unstable` for all of them), comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        features: Vec<String>,
+        /// Leave out the method enums and the Agent / Client traits.
+        #[arg(long)]
+        types_only: bool,
+        /// A release folder; defaults to schema/json.
+        #[arg(long)]
+        schema_dir: Option<PathBuf>,
+    },
     /// Generate every release under ROOT into a scratch crate and compile it without warnings.
     CheckReleases {
         /// The folder holding one folder per release tag.
@@ -112,5 +127,17 @@ fn run(command: Command) -> Result<(), String> {
             Ok(())
         }
         Command::CheckReleases { root: releases } => xtask::releases::check_all(&root, &releases),
+        Command::Vendor { out, features, types_only, schema_dir } => {
+            let lock = Lock::read(&lock_path).map_err(|e| e.to_string())?;
+            let dir = schema_dir.unwrap_or_else(|| root.join("schema/json"));
+            lock.verify_dir(&dir).map_err(|e| e.to_string())?;
+            let text = codegen::vendor(&Settings::new(&dir, &lock.tag), &features, !types_only).map_err(|e| e.to_string())?;
+            if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+            }
+            std::fs::write(&out, &text).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+            println!("vendored {} lines into {}", text.lines().count(), out.display());
+            Ok(())
+        }
     }
 }

@@ -32,12 +32,61 @@ pub fn check_all(workspace: &Path, releases: &Path) -> Result<(), String> {
             }
         }
     }
+    let mut checked = tags.len();
+    for (label, features) in [("vendor (stable)", vec![]), ("vendor (unstable)", vec!["unstable".to_owned()])] {
+        checked += 1;
+        match check_vendor(workspace, &scratch, &features) {
+            Ok(summary) => println!("ok   {label}: {summary}"),
+            Err(e) => {
+                println!("FAIL {label}: {e}");
+                failures.push(label.to_owned());
+            }
+        }
+    }
     if failures.is_empty() {
-        println!("{} passed, 0 failed", tags.len());
+        println!("{checked} passed, 0 failed");
         Ok(())
     } else {
-        Err(format!("{} of {} releases failed: {}", failures.len(), tags.len(), failures.join(", ")))
+        Err(format!("{} of {checked} checks failed: {}", failures.len(), failures.join(", ")))
     }
+}
+
+/// A vendored file (pinned release, `schema/json`) compiles on its own in a scratch crate.
+fn check_vendor(workspace: &Path, scratch: &Path, features: &[String]) -> Result<String, String> {
+    let lock = crate::schema::Lock::read(&workspace.join("schema/lock.json")).map_err(|e| e.to_string())?;
+    let settings = Settings::new(workspace.join("schema/json"), &lock.tag);
+    let text = codegen::vendor(&settings, features, true).map_err(|e| e.to_string())?;
+    let name = if features.is_empty() { "vendor-stable" } else { "vendor-unstable" };
+    let crate_dir = scratch.join(name);
+    std::fs::create_dir_all(crate_dir.join("src")).map_err(|e| e.to_string())?;
+    // The vendored file as a module of a user's crate, as a project would keep it.
+    std::fs::write(crate_dir.join("src/acp.rs"), &text).map_err(|e| e.to_string())?;
+    std::fs::write(crate_dir.join("src/lib.rs"), "//! A crate vendoring the ACP types.\npub mod acp;\n").map_err(|e| e.to_string())?;
+    let manifest = format!(
+        "[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n\
+         [dependencies]\nserde = {{ version = \"1\", features = [\"derive\"] }}\nserde_json = \"1\"\n\n[workspace]\n"
+    );
+    std::fs::write(crate_dir.join("Cargo.toml"), manifest).map_err(|e| e.to_string())?;
+    std::fs::copy(workspace.join("Cargo.lock"), crate_dir.join("Cargo.lock")).map_err(|e| e.to_string())?;
+    cargo_check(&crate_dir, scratch, &[])?;
+    Ok(format!("{} lines, compiles standalone (edition 2021, serde + serde_json only)", text.lines().count()))
+}
+
+fn cargo_check(crate_dir: &Path, scratch: &Path, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(env!("CARGO"))
+        .current_dir(crate_dir)
+        .args(["check", "--quiet", "--all-targets"])
+        .args(args)
+        .env("RUSTFLAGS", "-D warnings")
+        .env("CARGO_TARGET_DIR", scratch.join("target"))
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let head: Vec<&str> = stderr.lines().take(40).collect();
+    Err(format!("cargo check {} failed:\n{}", args.join(" "), head.join("\n")))
 }
 
 fn check_one(workspace: &Path, dir: &Path, tag: &str, scratch: &Path) -> Result<String, String> {
@@ -53,19 +102,7 @@ fn check_one(workspace: &Path, dir: &Path, tag: &str, scratch: &Path) -> Result<
     std::fs::copy(workspace.join("Cargo.lock"), crate_dir.join("Cargo.lock")).map_err(|e| e.to_string())?;
     let lines: usize = files.iter().map(|f| f.contents.lines().count()).sum();
     for features in [&["--all-features"][..], &["--no-default-features"][..]] {
-        let out = Command::new(env!("CARGO"))
-            .current_dir(&crate_dir)
-            .args(["check", "--quiet", "--all-targets"])
-            .args(features)
-            .env("RUSTFLAGS", "-D warnings")
-            .env("CARGO_TARGET_DIR", scratch.join("target"))
-            .output()
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
-        if !out.status.success() {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let head: Vec<&str> = stderr.lines().take(40).collect();
-            return Err(format!("cargo check {} failed:\n{}", features.join(" "), head.join("\n")));
-        }
+        cargo_check(&crate_dir, scratch, features)?;
     }
     Ok(format!("{} files, {lines} lines, compiles with all features and with none", files.len()))
 }

@@ -12,6 +12,7 @@
 //! Method names, the request / response / notification enums of each direction, and the
 //! `Agent` and `Client` traits with their dispatch.
 use super::types::*;
+use crate::serde_support;
 impl Error {
     /// `-32700` (Parse error), with the standard message.
     pub fn parse_error() -> Self {
@@ -519,109 +520,107 @@ impl AgentResponse {
         match method {
             #[cfg(feature = "unstable_mcp_over_acp")]
             "mcp/message" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::McpMessage)
                     .map(Some)
             }
             "initialize" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::Initialize)
                     .map(Some)
             }
             "authenticate" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::Authenticate)
                     .map(Some)
             }
             #[cfg(feature = "unstable_llm_providers")]
             "providers/list" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::ProvidersList)
                     .map(Some)
             }
             #[cfg(feature = "unstable_llm_providers")]
             "providers/set" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::ProvidersSet)
                     .map(Some)
             }
             #[cfg(feature = "unstable_llm_providers")]
             "providers/disable" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::ProvidersDisable)
                     .map(Some)
             }
             "logout" => {
-                crate::serde_support::null_as_empty(result)
-                    .map(AgentResponse::Logout)
-                    .map(Some)
+                serde_support::null_as_empty(result).map(AgentResponse::Logout).map(Some)
             }
             "session/new" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionNew)
                     .map(Some)
             }
             "session/load" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionLoad)
                     .map(Some)
             }
             "session/list" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionList)
                     .map(Some)
             }
             "session/delete" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionDelete)
                     .map(Some)
             }
             #[cfg(feature = "unstable_session_fork")]
             "session/fork" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionFork)
                     .map(Some)
             }
             "session/resume" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionResume)
                     .map(Some)
             }
             "session/close" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionClose)
                     .map(Some)
             }
             "session/set_mode" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionSetMode)
                     .map(Some)
             }
             "session/set_config_option" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionSetConfigOption)
                     .map(Some)
             }
             "session/prompt" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionPrompt)
                     .map(Some)
             }
             #[cfg(feature = "unstable_nes")]
             "nes/start" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::NesStart)
                     .map(Some)
             }
             #[cfg(feature = "unstable_nes")]
             "nes/suggest" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::NesSuggest)
                     .map(Some)
             }
             #[cfg(feature = "unstable_nes")]
             "nes/close" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::NesClose)
                     .map(Some)
             }
@@ -1737,65 +1736,65 @@ impl ClientResponse {
     ) -> Result<Option<Self>, D::Error> {
         match method {
             "fs/write_text_file" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(ClientResponse::FsWriteTextFile)
                     .map(Some)
             }
             "fs/read_text_file" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(ClientResponse::FsReadTextFile)
                     .map(Some)
             }
             "session/request_permission" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(ClientResponse::SessionRequestPermission)
                     .map(Some)
             }
             "terminal/create" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(ClientResponse::TerminalCreate)
                     .map(Some)
             }
             "terminal/output" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(ClientResponse::TerminalOutput)
                     .map(Some)
             }
             "terminal/release" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(ClientResponse::TerminalRelease)
                     .map(Some)
             }
             "terminal/wait_for_exit" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(ClientResponse::TerminalWaitForExit)
                     .map(Some)
             }
             "terminal/kill" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(ClientResponse::TerminalKill)
                     .map(Some)
             }
             "elicitation/create" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(ClientResponse::ElicitationCreate)
                     .map(Some)
             }
             #[cfg(feature = "unstable_mcp_over_acp")]
             "mcp/connect" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(ClientResponse::McpConnect)
                     .map(Some)
             }
             #[cfg(feature = "unstable_mcp_over_acp")]
             "mcp/message" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(ClientResponse::McpMessage)
                     .map(Some)
             }
             #[cfg(feature = "unstable_mcp_over_acp")]
             "mcp/disconnect" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(ClientResponse::McpDisconnect)
                     .map(Some)
             }

@@ -17,6 +17,7 @@
     rustdoc::broken_intra_doc_links,
     rustdoc::invalid_html_tags
 )]
+use crate::serde_support;
 /// JSON RPC Request Id
 ///
 /// An identifier established by the Client that MUST contain a String, Number, or NULL value if included. If it is not included it is assumed to be a notification. The value SHOULD normally not be Null \[1\] and Numbers SHOULD NOT contain fractional parts \[2\]
@@ -59,7 +60,7 @@ pub struct WriteTextFileRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -144,14 +145,14 @@ pub struct ReadTextFileRequest {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub line: Option<Option<u32>>,
     /// Maximum number of lines to read.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub limit: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -163,7 +164,7 @@ pub struct ReadTextFileRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -223,7 +224,7 @@ pub struct RequestPermissionRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -265,21 +266,21 @@ pub struct ToolCallUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub kind: Option<Option<ToolKind>>,
     /// Update the execution status.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub status: Option<Option<ToolCallStatus>>,
     /// Update the human-readable title.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// **UNSTABLE**
@@ -294,21 +295,21 @@ pub struct ToolCallUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub name: Option<Option<String>>,
     /// Replace the content collection.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub content: Option<Option<Vec<ToolCallContent>>>,
     /// Replace the locations collection.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub locations: Option<Option<Vec<ToolCallLocation>>>,
     /// Update the raw input.
@@ -316,7 +317,7 @@ pub struct ToolCallUpdate {
         rename = "rawInput",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub raw_input: Option<serde_json::Value>,
     /// Update the raw output.
@@ -324,7 +325,7 @@ pub struct ToolCallUpdate {
         rename = "rawOutput",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub raw_output: Option<serde_json::Value>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -336,7 +337,7 @@ pub struct ToolCallUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -625,7 +626,7 @@ pub enum ToolCallContent {
     /// See protocol docs: [Terminal](https://agentclientprotocol.com/protocol/terminals)
     Terminal(Terminal),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl ToolCallContent {
     /// The property that tells the variants of [`ToolCallContent`] apart.
@@ -644,28 +645,13 @@ impl serde::Serialize for ToolCallContent {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             ToolCallContent::Content(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "content",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "content", payload)
             }
             ToolCallContent::Diff(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "diff",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "diff", payload)
             }
             ToolCallContent::Terminal(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "terminal",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "terminal", payload)
             }
             ToolCallContent::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -677,21 +663,17 @@ impl<'de> serde::Deserialize<'de> for ToolCallContent {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
             Some("content") => {
-                crate::serde_support::payload(&value).map(ToolCallContent::Content)
+                serde_support::payload(&value).map(ToolCallContent::Content)
             }
-            Some("diff") => {
-                crate::serde_support::payload(&value).map(ToolCallContent::Diff)
-            }
+            Some("diff") => serde_support::payload(&value).map(ToolCallContent::Diff),
             Some("terminal") => {
-                crate::serde_support::payload(&value).map(ToolCallContent::Terminal)
+                serde_support::payload(&value).map(ToolCallContent::Terminal)
             }
             None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(ToolCallContent::Other(crate::serde_support::UnknownVariant(value)))
-            }
+            Some(_) => Ok(ToolCallContent::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -736,7 +718,7 @@ pub enum ContentBlock {
     /// Requires the `embeddedContext` prompt capability when included in prompts.
     Resource(EmbeddedResource),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl ContentBlock {
     /// The property that tells the variants of [`ContentBlock`] apart.
@@ -757,31 +739,16 @@ impl serde::Serialize for ContentBlock {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             ContentBlock::Text(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "text",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "text", payload)
             }
             ContentBlock::Image(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "image",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "image", payload)
             }
             ContentBlock::Audio(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "audio",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "audio", payload)
             }
             ContentBlock::ResourceLink(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "type",
                     "resource_link",
@@ -789,12 +756,7 @@ impl serde::Serialize for ContentBlock {
                 )
             }
             ContentBlock::Resource(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "resource",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "resource", payload)
             }
             ContentBlock::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -806,25 +768,19 @@ impl<'de> serde::Deserialize<'de> for ContentBlock {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
-            Some("text") => crate::serde_support::payload(&value).map(ContentBlock::Text),
-            Some("image") => {
-                crate::serde_support::payload(&value).map(ContentBlock::Image)
-            }
-            Some("audio") => {
-                crate::serde_support::payload(&value).map(ContentBlock::Audio)
-            }
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
+            Some("text") => serde_support::payload(&value).map(ContentBlock::Text),
+            Some("image") => serde_support::payload(&value).map(ContentBlock::Image),
+            Some("audio") => serde_support::payload(&value).map(ContentBlock::Audio),
             Some("resource_link") => {
-                crate::serde_support::payload(&value).map(ContentBlock::ResourceLink)
+                serde_support::payload(&value).map(ContentBlock::ResourceLink)
             }
             Some("resource") => {
-                crate::serde_support::payload(&value).map(ContentBlock::Resource)
+                serde_support::payload(&value).map(ContentBlock::Resource)
             }
             None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(ContentBlock::Other(crate::serde_support::UnknownVariant(value)))
-            }
+            Some(_) => Ok(ContentBlock::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -836,7 +792,7 @@ pub struct Annotations {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub audience: Option<Option<Vec<Role>>>,
     /// Timestamp indicating when the underlying resource was last modified.
@@ -844,14 +800,14 @@ pub struct Annotations {
         rename = "lastModified",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub last_modified: Option<Option<String>>,
     /// Relative importance of this content when clients choose what to surface.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub priority: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -863,7 +819,7 @@ pub struct Annotations {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -962,7 +918,7 @@ pub struct TextContent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub annotations: Option<Option<Annotations>>,
     /// Text payload carried by this content block.
@@ -976,7 +932,7 @@ pub struct TextContent {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1011,7 +967,7 @@ pub struct ImageContent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub annotations: Option<Option<Annotations>>,
     /// Base64-encoded media payload.
@@ -1023,7 +979,7 @@ pub struct ImageContent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub uri: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1035,7 +991,7 @@ pub struct ImageContent {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1078,7 +1034,7 @@ pub struct AudioContent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub annotations: Option<Option<Annotations>>,
     /// Base64-encoded media payload.
@@ -1095,7 +1051,7 @@ pub struct AudioContent {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1131,14 +1087,14 @@ pub struct ResourceLink {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub annotations: Option<Option<Annotations>>,
     /// Optional human-readable details shown with this protocol object.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// MIME type describing the encoded media payload.
@@ -1146,7 +1102,7 @@ pub struct ResourceLink {
         rename = "mimeType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub mime_type: Option<Option<String>>,
     /// Human-readable name shown for this protocol object.
@@ -1155,14 +1111,14 @@ pub struct ResourceLink {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub size: Option<Option<i64>>,
     /// Optional display title for end-user UI.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// URI associated with this resource or media payload.
@@ -1176,7 +1132,7 @@ pub struct ResourceLink {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1253,7 +1209,7 @@ pub struct TextResourceContents {
         rename = "mimeType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub mime_type: Option<Option<String>>,
     /// Text payload carried by this content block.
@@ -1269,7 +1225,7 @@ pub struct TextResourceContents {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1308,7 +1264,7 @@ pub struct BlobResourceContents {
         rename = "mimeType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub mime_type: Option<Option<String>>,
     /// URI associated with this resource or media payload.
@@ -1322,7 +1278,7 @@ pub struct BlobResourceContents {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1358,7 +1314,7 @@ pub struct EmbeddedResource {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub annotations: Option<Option<Annotations>>,
     /// Embedded resource payload, either text or binary data.
@@ -1372,7 +1328,7 @@ pub struct EmbeddedResource {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1414,7 +1370,7 @@ pub struct Content {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1449,7 +1405,7 @@ pub struct Diff {
         rename = "oldText",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub old_text: Option<Option<String>>,
     /// The new content after modification.
@@ -1464,7 +1420,7 @@ pub struct Diff {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1551,7 +1507,7 @@ pub struct Terminal {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1586,7 +1542,7 @@ pub struct ToolCallLocation {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub line: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1598,7 +1554,7 @@ pub struct ToolCallLocation {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1645,7 +1601,7 @@ pub struct PermissionOption {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1784,21 +1740,21 @@ pub struct CreateTerminalRequest {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub args: Option<Vec<String>>,
     /// Environment variables for the command.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub env: Option<Vec<EnvVariable>>,
     /// Working directory for the command. Must be an absolute path.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub cwd: Option<Option<String>>,
     /// Maximum number of output bytes to retain.
@@ -1813,7 +1769,7 @@ pub struct CreateTerminalRequest {
         rename = "outputByteLimit",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub output_byte_limit: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1825,7 +1781,7 @@ pub struct CreateTerminalRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1891,7 +1847,7 @@ pub struct EnvVariable {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1931,7 +1887,7 @@ pub struct TerminalOutputRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1974,7 +1930,7 @@ pub struct ReleaseTerminalRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -2017,7 +1973,7 @@ pub struct WaitForTerminalExitRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -2060,7 +2016,7 @@ pub struct KillTerminalRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -2105,7 +2061,7 @@ pub struct CreateElicitationRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(flatten)]
@@ -2150,7 +2106,7 @@ pub struct ElicitationSessionScope {
         rename = "toolCallId",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub tool_call_id: Option<Option<ToolCallId>>,
 }
@@ -2199,7 +2155,7 @@ pub struct ElicitationSchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub r#type: Option<ElicitationSchemaType>,
     /// Optional title for the schema.
@@ -2208,7 +2164,7 @@ pub struct ElicitationSchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// Property definitions (must be primitive types).
@@ -2222,7 +2178,7 @@ pub struct ElicitationSchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub required: Option<Option<Vec<String>>>,
     /// Optional description of what this schema represents.
@@ -2231,7 +2187,7 @@ pub struct ElicitationSchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2245,7 +2201,7 @@ pub struct ElicitationSchema {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -2368,7 +2324,7 @@ pub enum ElicitationPropertySchema {
     /// Multi-select array property.
     Array(MultiSelectPropertySchema),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl ElicitationPropertySchema {
     /// The property that tells the variants of [`ElicitationPropertySchema`] apart.
@@ -2389,44 +2345,19 @@ impl serde::Serialize for ElicitationPropertySchema {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             ElicitationPropertySchema::String(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "string",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "string", payload)
             }
             ElicitationPropertySchema::Number(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "number",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "number", payload)
             }
             ElicitationPropertySchema::Integer(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "integer",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "integer", payload)
             }
             ElicitationPropertySchema::Boolean(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "boolean",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "boolean", payload)
             }
             ElicitationPropertySchema::Array(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "array",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "array", payload)
             }
             ElicitationPropertySchema::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -2438,33 +2369,28 @@ impl<'de> serde::Deserialize<'de> for ElicitationPropertySchema {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
             Some("string") => {
-                crate::serde_support::payload(&value)
-                    .map(ElicitationPropertySchema::String)
+                serde_support::payload(&value).map(ElicitationPropertySchema::String)
             }
             Some("number") => {
-                crate::serde_support::payload(&value)
-                    .map(ElicitationPropertySchema::Number)
+                serde_support::payload(&value).map(ElicitationPropertySchema::Number)
             }
             Some("integer") => {
-                crate::serde_support::payload(&value)
-                    .map(ElicitationPropertySchema::Integer)
+                serde_support::payload(&value).map(ElicitationPropertySchema::Integer)
             }
             Some("boolean") => {
-                crate::serde_support::payload(&value)
-                    .map(ElicitationPropertySchema::Boolean)
+                serde_support::payload(&value).map(ElicitationPropertySchema::Boolean)
             }
             Some("array") => {
-                crate::serde_support::payload(&value)
-                    .map(ElicitationPropertySchema::Array)
+                serde_support::payload(&value).map(ElicitationPropertySchema::Array)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => {
                 Ok(
                     ElicitationPropertySchema::Other(
-                        crate::serde_support::UnknownVariant(value),
+                        serde_support::UnknownVariant(value),
                     ),
                 )
             }
@@ -2544,7 +2470,7 @@ pub struct EnumOption {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2558,7 +2484,7 @@ pub struct EnumOption {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -2599,7 +2525,7 @@ pub struct StringPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// Human-readable description.
@@ -2608,7 +2534,7 @@ pub struct StringPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Minimum string length.
@@ -2618,7 +2544,7 @@ pub struct StringPropertySchema {
         rename = "minLength",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub min_length: Option<Option<u32>>,
     /// Maximum string length.
@@ -2628,7 +2554,7 @@ pub struct StringPropertySchema {
         rename = "maxLength",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub max_length: Option<Option<u32>>,
     /// Pattern the string must match.
@@ -2637,7 +2563,7 @@ pub struct StringPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub pattern: Option<Option<String>>,
     /// String format.
@@ -2646,7 +2572,7 @@ pub struct StringPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub format: Option<Option<StringFormat>>,
     /// Default value.
@@ -2655,7 +2581,7 @@ pub struct StringPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub default: Option<Option<String>>,
     /// Enum values for untitled single-select enums.
@@ -2664,7 +2590,7 @@ pub struct StringPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub r#enum: Option<Option<Vec<String>>>,
     /// Titled enum options for titled single-select enums.
@@ -2674,7 +2600,7 @@ pub struct StringPropertySchema {
         rename = "oneOf",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub one_of: Option<Option<Vec<EnumOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2688,7 +2614,7 @@ pub struct StringPropertySchema {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -2780,7 +2706,7 @@ pub struct NumberPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// Human-readable description.
@@ -2789,7 +2715,7 @@ pub struct NumberPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
@@ -2798,7 +2724,7 @@ pub struct NumberPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub minimum: Option<Option<f64>>,
     /// Maximum value (inclusive).
@@ -2807,7 +2733,7 @@ pub struct NumberPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub maximum: Option<Option<f64>>,
     /// Default value.
@@ -2816,7 +2742,7 @@ pub struct NumberPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub default: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2830,7 +2756,7 @@ pub struct NumberPropertySchema {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -2894,7 +2820,7 @@ pub struct IntegerPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// Human-readable description.
@@ -2903,7 +2829,7 @@ pub struct IntegerPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
@@ -2912,7 +2838,7 @@ pub struct IntegerPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub minimum: Option<Option<i64>>,
     /// Maximum value (inclusive).
@@ -2921,7 +2847,7 @@ pub struct IntegerPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub maximum: Option<Option<i64>>,
     /// Default value.
@@ -2930,7 +2856,7 @@ pub struct IntegerPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub default: Option<Option<i64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2944,7 +2870,7 @@ pub struct IntegerPropertySchema {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3008,7 +2934,7 @@ pub struct BooleanPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// Human-readable description.
@@ -3017,7 +2943,7 @@ pub struct BooleanPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Default value.
@@ -3026,7 +2952,7 @@ pub struct BooleanPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub default: Option<Option<bool>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3040,7 +2966,7 @@ pub struct BooleanPropertySchema {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3089,7 +3015,7 @@ pub enum MultiSelectItems {
     /// Titled multi-select items with human-readable labels.
     Titled(TitledMultiSelectItems),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl MultiSelectItems {
     /// The property that tells the variants of [`MultiSelectItems`] apart.
@@ -3107,12 +3033,7 @@ impl serde::Serialize for MultiSelectItems {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             MultiSelectItems::String(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "string",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "string", payload)
             }
             MultiSelectItems::Titled(payload) => {
                 serde::Serialize::serialize(payload, serializer)
@@ -3127,15 +3048,13 @@ impl<'de> serde::Deserialize<'de> for MultiSelectItems {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
             Some("string") => {
-                crate::serde_support::payload(&value).map(MultiSelectItems::String)
+                serde_support::payload(&value).map(MultiSelectItems::String)
             }
-            None => crate::serde_support::payload(&value).map(MultiSelectItems::Titled),
-            Some(_) => {
-                Ok(MultiSelectItems::Other(crate::serde_support::UnknownVariant(value)))
-            }
+            None => serde_support::payload(&value).map(MultiSelectItems::Titled),
+            Some(_) => Ok(MultiSelectItems::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -3156,7 +3075,7 @@ pub struct StringMultiSelectItems {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3194,7 +3113,7 @@ pub struct TitledMultiSelectItems {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3224,7 +3143,7 @@ pub struct MultiSelectPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// Human-readable description.
@@ -3233,7 +3152,7 @@ pub struct MultiSelectPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Minimum number of items to select.
@@ -3243,7 +3162,7 @@ pub struct MultiSelectPropertySchema {
         rename = "minItems",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub min_items: Option<Option<u64>>,
     /// Maximum number of items to select.
@@ -3253,7 +3172,7 @@ pub struct MultiSelectPropertySchema {
         rename = "maxItems",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub max_items: Option<Option<u64>>,
     /// The items definition describing allowed values.
@@ -3264,7 +3183,7 @@ pub struct MultiSelectPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub default: Option<Option<Vec<String>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3278,7 +3197,7 @@ pub struct MultiSelectPropertySchema {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3443,7 +3362,7 @@ pub struct ConnectMcpRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3545,7 +3464,7 @@ pub struct MessageMcpRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3647,7 +3566,7 @@ pub struct DisconnectMcpRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3700,7 +3619,7 @@ pub struct InitializeResponse {
         rename = "agentCapabilities",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub agent_capabilities: Option<AgentCapabilities>,
     /// Authentication methods supported by the agent.
@@ -3708,7 +3627,7 @@ pub struct InitializeResponse {
         rename = "authMethods",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub auth_methods: Option<Vec<AuthMethod>>,
     /// Information about the Agent name and version sent to the Client.
@@ -3718,7 +3637,7 @@ pub struct InitializeResponse {
         rename = "agentInfo",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub agent_info: Option<Option<Implementation>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3730,7 +3649,7 @@ pub struct InitializeResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3812,7 +3731,7 @@ pub struct AgentCapabilities {
         rename = "loadSession",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub load_session: Option<bool>,
     /// Prompt capabilities supported by the agent.
@@ -3820,7 +3739,7 @@ pub struct AgentCapabilities {
         rename = "promptCapabilities",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub prompt_capabilities: Option<PromptCapabilities>,
     /// MCP capabilities supported by the agent.
@@ -3828,7 +3747,7 @@ pub struct AgentCapabilities {
         rename = "mcpCapabilities",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub mcp_capabilities: Option<McpCapabilities>,
     /// Session lifecycle and prompt capabilities advertised by the agent.
@@ -3836,14 +3755,14 @@ pub struct AgentCapabilities {
         rename = "sessionCapabilities",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub session_capabilities: Option<SessionCapabilities>,
     /// Authentication-related capabilities supported by the agent.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub auth: Option<AgentAuthCapabilities>,
     /// **UNSTABLE**
@@ -3858,7 +3777,7 @@ pub struct AgentCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub providers: Option<Option<ProvidersCapabilities>>,
     /// **UNSTABLE**
@@ -3873,7 +3792,7 @@ pub struct AgentCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub nes: Option<Option<NesCapabilities>>,
     /// **UNSTABLE**
@@ -3886,7 +3805,7 @@ pub struct AgentCapabilities {
         rename = "positionEncoding",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub position_encoding: Option<Option<PositionEncodingKind>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3898,7 +3817,7 @@ pub struct AgentCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4010,14 +3929,14 @@ pub struct PromptCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub image: Option<bool>,
     /// Agent supports [`ContentBlock::Audio`].
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub audio: Option<bool>,
     /// Agent supports embedded context in `session/prompt` requests.
@@ -4028,7 +3947,7 @@ pub struct PromptCapabilities {
         rename = "embeddedContext",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub embedded_context: Option<bool>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4040,7 +3959,7 @@ pub struct PromptCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4088,14 +4007,14 @@ pub struct McpCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub http: Option<bool>,
     /// Agent supports [`McpServer::Sse`].
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub sse: Option<bool>,
     /// **UNSTABLE**
@@ -4107,7 +4026,7 @@ pub struct McpCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub acp: Option<bool>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4119,7 +4038,7 @@ pub struct McpCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4180,7 +4099,7 @@ pub struct SessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub list: Option<Option<SessionListCapabilities>>,
     /// Whether the agent supports `session/delete`.
@@ -4190,7 +4109,7 @@ pub struct SessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub delete: Option<Option<SessionDeleteCapabilities>>,
     /// Whether the agent supports `additionalDirectories` on supported session lifecycle requests.
@@ -4206,7 +4125,7 @@ pub struct SessionCapabilities {
         rename = "additionalDirectories",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub additional_directories: Option<Option<SessionAdditionalDirectoriesCapabilities>>,
     /// **UNSTABLE**
@@ -4221,7 +4140,7 @@ pub struct SessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub fork: Option<Option<SessionForkCapabilities>>,
     /// Whether the agent supports `session/resume`.
@@ -4231,7 +4150,7 @@ pub struct SessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub resume: Option<Option<SessionResumeCapabilities>>,
     /// Whether the agent supports `session/close`.
@@ -4241,7 +4160,7 @@ pub struct SessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub close: Option<Option<SessionCloseCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4253,7 +4172,7 @@ pub struct SessionCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4334,7 +4253,7 @@ pub struct SessionListCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4368,7 +4287,7 @@ pub struct SessionDeleteCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4405,7 +4324,7 @@ pub struct SessionAdditionalDirectoriesCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4444,7 +4363,7 @@ pub struct SessionForkCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4479,7 +4398,7 @@ pub struct SessionResumeCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4513,7 +4432,7 @@ pub struct SessionCloseCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4543,7 +4462,7 @@ pub struct AgentAuthCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub logout: Option<Option<LogoutCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4555,7 +4474,7 @@ pub struct AgentAuthCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4596,7 +4515,7 @@ pub struct LogoutCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4633,7 +4552,7 @@ pub struct ProvidersCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4662,14 +4581,14 @@ pub struct NesCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub events: Option<Option<NesEventCapabilities>>,
     /// Context the agent wants attached to each suggestion request.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub context: Option<Option<NesContextCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4681,7 +4600,7 @@ pub struct NesCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4724,7 +4643,7 @@ pub struct NesEventCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub document: Option<Option<NesDocumentEventCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4736,7 +4655,7 @@ pub struct NesEventCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4773,7 +4692,7 @@ pub struct NesDocumentEventCapabilities {
         rename = "didOpen",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub did_open: Option<Option<NesDocumentDidOpenCapabilities>>,
     /// Whether the agent wants `document/didChange` events, and the sync kind.
@@ -4781,7 +4700,7 @@ pub struct NesDocumentEventCapabilities {
         rename = "didChange",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub did_change: Option<Option<NesDocumentDidChangeCapabilities>>,
     /// Whether the agent wants `document/didClose` events.
@@ -4789,7 +4708,7 @@ pub struct NesDocumentEventCapabilities {
         rename = "didClose",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub did_close: Option<Option<NesDocumentDidCloseCapabilities>>,
     /// Whether the agent wants `document/didSave` events.
@@ -4797,7 +4716,7 @@ pub struct NesDocumentEventCapabilities {
         rename = "didSave",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub did_save: Option<Option<NesDocumentDidSaveCapabilities>>,
     /// Whether the agent wants `document/didFocus` events.
@@ -4805,7 +4724,7 @@ pub struct NesDocumentEventCapabilities {
         rename = "didFocus",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub did_focus: Option<Option<NesDocumentDidFocusCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4817,7 +4736,7 @@ pub struct NesDocumentEventCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4895,7 +4814,7 @@ pub struct NesDocumentDidOpenCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4932,7 +4851,7 @@ pub struct NesDocumentDidChangeCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5024,7 +4943,7 @@ pub struct NesDocumentDidCloseCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5058,7 +4977,7 @@ pub struct NesDocumentDidSaveCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5092,7 +5011,7 @@ pub struct NesDocumentDidFocusCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5122,7 +5041,7 @@ pub struct NesContextCapabilities {
         rename = "recentFiles",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub recent_files: Option<Option<NesRecentFilesCapabilities>>,
     /// Whether the agent wants related snippets context.
@@ -5130,7 +5049,7 @@ pub struct NesContextCapabilities {
         rename = "relatedSnippets",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub related_snippets: Option<Option<NesRelatedSnippetsCapabilities>>,
     /// Whether the agent wants edit history context.
@@ -5138,7 +5057,7 @@ pub struct NesContextCapabilities {
         rename = "editHistory",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub edit_history: Option<Option<NesEditHistoryCapabilities>>,
     /// Whether the agent wants user actions context.
@@ -5146,7 +5065,7 @@ pub struct NesContextCapabilities {
         rename = "userActions",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub user_actions: Option<Option<NesUserActionsCapabilities>>,
     /// Whether the agent wants open files context.
@@ -5154,14 +5073,14 @@ pub struct NesContextCapabilities {
         rename = "openFiles",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub open_files: Option<Option<NesOpenFilesCapabilities>>,
     /// Whether the agent wants diagnostics context.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub diagnostics: Option<Option<NesDiagnosticsCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5173,7 +5092,7 @@ pub struct NesContextCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5260,7 +5179,7 @@ pub struct NesRecentFilesCapabilities {
         rename = "maxCount",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5272,7 +5191,7 @@ pub struct NesRecentFilesCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5313,7 +5232,7 @@ pub struct NesRelatedSnippetsCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5343,7 +5262,7 @@ pub struct NesEditHistoryCapabilities {
         rename = "maxCount",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5355,7 +5274,7 @@ pub struct NesEditHistoryCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5392,7 +5311,7 @@ pub struct NesUserActionsCapabilities {
         rename = "maxCount",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5404,7 +5323,7 @@ pub struct NesUserActionsCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5445,7 +5364,7 @@ pub struct NesOpenFilesCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5479,7 +5398,7 @@ pub struct NesDiagnosticsCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5577,7 +5496,7 @@ pub enum AuthMethod {
     /// This is the default when no `type` is specified.
     Agent(AuthMethodAgent),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl AuthMethod {
     /// The property that tells the variants of [`AuthMethod`] apart.
@@ -5595,12 +5514,7 @@ impl serde::Serialize for AuthMethod {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             AuthMethod::Terminal(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "terminal",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "terminal", payload)
             }
             AuthMethod::Agent(payload) => {
                 serde::Serialize::serialize(payload, serializer)
@@ -5615,13 +5529,11 @@ impl<'de> serde::Deserialize<'de> for AuthMethod {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
-            Some("terminal") => {
-                crate::serde_support::payload(&value).map(AuthMethod::Terminal)
-            }
-            None => crate::serde_support::payload(&value).map(AuthMethod::Agent),
-            Some(_) => Ok(AuthMethod::Other(crate::serde_support::UnknownVariant(value))),
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
+            Some("terminal") => serde_support::payload(&value).map(AuthMethod::Terminal),
+            None => serde_support::payload(&value).map(AuthMethod::Agent),
+            Some(_) => Ok(AuthMethod::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -5682,14 +5594,14 @@ pub struct AuthMethodTerminal {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Additional arguments to append to the configured agent invocation for terminal auth.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub args: Option<Vec<String>>,
     /// Additional environment variables to set on the configured agent invocation for terminal auth.
@@ -5697,7 +5609,7 @@ pub struct AuthMethodTerminal {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub env: Option<std::collections::BTreeMap<String, String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5709,7 +5621,7 @@ pub struct AuthMethodTerminal {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5765,7 +5677,7 @@ pub struct AuthMethodAgent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5777,7 +5689,7 @@ pub struct AuthMethodAgent {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5821,7 +5733,7 @@ pub struct Implementation {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// Version of the implementation. Can be displayed to the user or used
@@ -5836,7 +5748,7 @@ pub struct Implementation {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5877,7 +5789,7 @@ pub struct AuthenticateResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5914,7 +5826,7 @@ pub struct ListProvidersResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5948,7 +5860,7 @@ pub struct ProviderInfo {
     #[serde(rename = "providerId")]
     pub provider_id: ProviderId,
     /// Supported protocol types for this provider.
-    #[serde(deserialize_with = "crate::serde_support::vec_skip_invalid_or_default")]
+    #[serde(deserialize_with = "serde_support::vec_skip_invalid_or_default")]
     pub supported: Vec<LlmProtocol>,
     /// Whether this provider is mandatory and cannot be disabled via `providers/disable`.
     /// If true, clients must not call `providers/disable` for this provider ID.
@@ -5958,7 +5870,7 @@ pub struct ProviderInfo {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub current: Option<Option<ProviderCurrentConfig>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5970,7 +5882,7 @@ pub struct ProviderInfo {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6155,7 +6067,7 @@ pub struct ProviderCurrentConfig {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6195,7 +6107,7 @@ pub struct SetProviderResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6231,7 +6143,7 @@ pub struct DisableProviderResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6264,7 +6176,7 @@ pub struct LogoutResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6298,7 +6210,7 @@ pub struct NewSessionResponse {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
@@ -6306,7 +6218,7 @@ pub struct NewSessionResponse {
         rename = "configOptions",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6318,7 +6230,7 @@ pub struct NewSessionResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6365,7 +6277,7 @@ pub struct SessionModeState {
     /// The set of modes that the Agent can operate in
     #[serde(
         rename = "availableModes",
-        deserialize_with = "crate::serde_support::vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::vec_skip_invalid_or_default"
     )]
     pub available_modes: Vec<SessionMode>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6377,7 +6289,7 @@ pub struct SessionModeState {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6454,7 +6366,7 @@ pub struct SessionMode {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6466,7 +6378,7 @@ pub struct SessionMode {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6506,14 +6418,14 @@ pub struct SessionConfigOption {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Optional semantic category for this option (UX only).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub category: Option<Option<SessionConfigOptionCategory>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6525,7 +6437,7 @@ pub struct SessionConfigOption {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(flatten)]
@@ -6734,7 +6646,7 @@ pub struct SessionConfigSelectOption {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6746,7 +6658,7 @@ pub struct SessionConfigSelectOption {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6783,7 +6695,7 @@ pub struct SessionConfigSelectGroup {
     /// Human-readable label for this group.
     pub name: String,
     /// The set of option values in this group.
-    #[serde(deserialize_with = "crate::serde_support::vec_skip_invalid_or_default")]
+    #[serde(deserialize_with = "serde_support::vec_skip_invalid_or_default")]
     pub options: Vec<SessionConfigSelectOption>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -6794,7 +6706,7 @@ pub struct SessionConfigSelectGroup {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6909,7 +6821,7 @@ pub struct LoadSessionResponse {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
@@ -6917,7 +6829,7 @@ pub struct LoadSessionResponse {
         rename = "configOptions",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6929,7 +6841,7 @@ pub struct LoadSessionResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6970,7 +6882,7 @@ impl LoadSessionResponse {
 #[non_exhaustive]
 pub struct ListSessionsResponse {
     /// Array of session information objects
-    #[serde(deserialize_with = "crate::serde_support::vec_skip_invalid_or_default")]
+    #[serde(deserialize_with = "serde_support::vec_skip_invalid_or_default")]
     pub sessions: Vec<SessionInfo>,
     /// Opaque cursor token. If present, pass this in the next request's cursor parameter
     /// to fetch the next page. If absent, there are no more results.
@@ -6978,7 +6890,7 @@ pub struct ListSessionsResponse {
         rename = "nextCursor",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub next_cursor: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6990,7 +6902,7 @@ pub struct ListSessionsResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7035,14 +6947,14 @@ pub struct SessionInfo {
         rename = "additionalDirectories",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub additional_directories: Option<Vec<String>>,
     /// Human-readable title for the session
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// ISO 8601 timestamp of last activity
@@ -7050,7 +6962,7 @@ pub struct SessionInfo {
         rename = "updatedAt",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7062,7 +6974,7 @@ pub struct SessionInfo {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7120,7 +7032,7 @@ pub struct DeleteSessionResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7157,7 +7069,7 @@ pub struct ForkSessionResponse {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
@@ -7165,7 +7077,7 @@ pub struct ForkSessionResponse {
         rename = "configOptions",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7177,7 +7089,7 @@ pub struct ForkSessionResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7225,7 +7137,7 @@ pub struct ResumeSessionResponse {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
@@ -7233,7 +7145,7 @@ pub struct ResumeSessionResponse {
         rename = "configOptions",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7245,7 +7157,7 @@ pub struct ResumeSessionResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7294,7 +7206,7 @@ pub struct CloseSessionResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7324,7 +7236,7 @@ pub struct SetSessionModeResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7350,7 +7262,7 @@ pub struct SetSessionConfigOptionResponse {
     /// The full set of configuration options and their current values.
     #[serde(
         rename = "configOptions",
-        deserialize_with = "crate::serde_support::vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::vec_skip_invalid_or_default"
     )]
     pub config_options: Vec<SessionConfigOption>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7362,7 +7274,7 @@ pub struct SetSessionConfigOptionResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7400,7 +7312,7 @@ pub struct PromptResponse {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub usage: Option<Option<Usage>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7412,7 +7324,7 @@ pub struct PromptResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7537,7 +7449,7 @@ pub struct Usage {
         rename = "thoughtTokens",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub thought_tokens: Option<Option<u64>>,
     /// Total cache read tokens.
@@ -7545,7 +7457,7 @@ pub struct Usage {
         rename = "cachedReadTokens",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub cached_read_tokens: Option<Option<u64>>,
     /// Total cache write tokens.
@@ -7553,7 +7465,7 @@ pub struct Usage {
         rename = "cachedWriteTokens",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub cached_write_tokens: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7565,7 +7477,7 @@ pub struct Usage {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7626,7 +7538,7 @@ pub struct StartNesResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7663,7 +7575,7 @@ pub struct SuggestNesResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7698,7 +7610,7 @@ pub enum NesSuggestion {
     /// A search-and-replace suggestion.
     SearchAndReplace(NesSearchAndReplaceSuggestion),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 #[cfg(feature = "unstable_nes")]
 impl NesSuggestion {
@@ -7720,31 +7632,16 @@ impl serde::Serialize for NesSuggestion {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             NesSuggestion::Edit(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "kind",
-                    "edit",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "kind", "edit", payload)
             }
             NesSuggestion::Jump(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "kind",
-                    "jump",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "kind", "jump", payload)
             }
             NesSuggestion::Rename(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "kind",
-                    "rename",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "kind", "rename", payload)
             }
             NesSuggestion::SearchAndReplace(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "kind",
                     "searchAndReplace",
@@ -7762,25 +7659,16 @@ impl<'de> serde::Deserialize<'de> for NesSuggestion {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "kind")? {
-            Some("edit") => {
-                crate::serde_support::payload(&value).map(NesSuggestion::Edit)
-            }
-            Some("jump") => {
-                crate::serde_support::payload(&value).map(NesSuggestion::Jump)
-            }
-            Some("rename") => {
-                crate::serde_support::payload(&value).map(NesSuggestion::Rename)
-            }
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "kind")? {
+            Some("edit") => serde_support::payload(&value).map(NesSuggestion::Edit),
+            Some("jump") => serde_support::payload(&value).map(NesSuggestion::Jump),
+            Some("rename") => serde_support::payload(&value).map(NesSuggestion::Rename),
             Some("searchAndReplace") => {
-                crate::serde_support::payload(&value)
-                    .map(NesSuggestion::SearchAndReplace)
+                serde_support::payload(&value).map(NesSuggestion::SearchAndReplace)
             }
             None => Err(serde::de::Error::missing_field("kind")),
-            Some(_) => {
-                Ok(NesSuggestion::Other(crate::serde_support::UnknownVariant(value)))
-            }
+            Some(_) => Ok(NesSuggestion::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -7848,7 +7736,7 @@ pub struct NesTextEdit {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7888,7 +7776,7 @@ pub struct Range {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7930,7 +7818,7 @@ pub struct Position {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7968,7 +7856,7 @@ pub struct NesEditSuggestion {
         rename = "cursorPosition",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub cursor_position: Option<Option<Position>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7980,7 +7868,7 @@ pub struct NesEditSuggestion {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8034,7 +7922,7 @@ pub struct NesJumpSuggestion {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8084,7 +7972,7 @@ pub struct NesRenameSuggestion {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8131,7 +8019,7 @@ pub struct NesSearchAndReplaceSuggestion {
         rename = "isRegex",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub is_regex: Option<Option<bool>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -8143,7 +8031,7 @@ pub struct NesSearchAndReplaceSuggestion {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8193,7 +8081,7 @@ pub struct CloseNesResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8261,7 +8149,7 @@ pub struct Error {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub data: Option<serde_json::Value>,
 }
@@ -8370,7 +8258,7 @@ pub struct SessionNotification {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8462,7 +8350,7 @@ pub enum SessionUpdate {
     #[cfg(feature = "unstable_context_compaction")]
     CompactionSummaryChunk(CompactionSummaryChunk),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl SessionUpdate {
     /// The property that tells the variants of [`SessionUpdate`] apart.
@@ -8499,7 +8387,7 @@ impl serde::Serialize for SessionUpdate {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             SessionUpdate::UserMessageChunk(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "user_message_chunk",
@@ -8507,7 +8395,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::AgentMessageChunk(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "agent_message_chunk",
@@ -8515,7 +8403,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::AgentThoughtChunk(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "agent_thought_chunk",
@@ -8523,7 +8411,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::ToolCall(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "tool_call",
@@ -8531,7 +8419,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::ToolCallUpdate(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "tool_call_update",
@@ -8539,7 +8427,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::Plan(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "plan",
@@ -8548,7 +8436,7 @@ impl serde::Serialize for SessionUpdate {
             }
             #[cfg(feature = "unstable_plan_updates")]
             SessionUpdate::PlanUpdate(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "plan_update",
@@ -8557,7 +8445,7 @@ impl serde::Serialize for SessionUpdate {
             }
             #[cfg(feature = "unstable_plan_updates")]
             SessionUpdate::PlanRemoved(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "plan_removed",
@@ -8565,7 +8453,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::AvailableCommandsUpdate(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "available_commands_update",
@@ -8573,7 +8461,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::CurrentModeUpdate(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "current_mode_update",
@@ -8581,7 +8469,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::ConfigOptionUpdate(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "config_option_update",
@@ -8589,7 +8477,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::SessionInfoUpdate(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "session_info_update",
@@ -8597,7 +8485,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::UsageUpdate(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "usage_update",
@@ -8606,7 +8494,7 @@ impl serde::Serialize for SessionUpdate {
             }
             #[cfg(feature = "unstable_context_compaction")]
             SessionUpdate::CompactionUpdate(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "compaction_update",
@@ -8615,7 +8503,7 @@ impl serde::Serialize for SessionUpdate {
             }
             #[cfg(feature = "unstable_context_compaction")]
             SessionUpdate::CompactionSummaryChunk(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "compaction_summary_chunk",
@@ -8632,70 +8520,58 @@ impl<'de> serde::Deserialize<'de> for SessionUpdate {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "sessionUpdate")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "sessionUpdate")? {
             Some("user_message_chunk") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionUpdate::UserMessageChunk)
+                serde_support::payload(&value).map(SessionUpdate::UserMessageChunk)
             }
             Some("agent_message_chunk") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionUpdate::AgentMessageChunk)
+                serde_support::payload(&value).map(SessionUpdate::AgentMessageChunk)
             }
             Some("agent_thought_chunk") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionUpdate::AgentThoughtChunk)
+                serde_support::payload(&value).map(SessionUpdate::AgentThoughtChunk)
             }
             Some("tool_call") => {
-                crate::serde_support::payload(&value).map(SessionUpdate::ToolCall)
+                serde_support::payload(&value).map(SessionUpdate::ToolCall)
             }
             Some("tool_call_update") => {
-                crate::serde_support::payload(&value).map(SessionUpdate::ToolCallUpdate)
+                serde_support::payload(&value).map(SessionUpdate::ToolCallUpdate)
             }
-            Some("plan") => {
-                crate::serde_support::payload(&value).map(SessionUpdate::Plan)
-            }
+            Some("plan") => serde_support::payload(&value).map(SessionUpdate::Plan),
             #[cfg(feature = "unstable_plan_updates")]
             Some("plan_update") => {
-                crate::serde_support::payload(&value).map(SessionUpdate::PlanUpdate)
+                serde_support::payload(&value).map(SessionUpdate::PlanUpdate)
             }
             #[cfg(feature = "unstable_plan_updates")]
             Some("plan_removed") => {
-                crate::serde_support::payload(&value).map(SessionUpdate::PlanRemoved)
+                serde_support::payload(&value).map(SessionUpdate::PlanRemoved)
             }
             Some("available_commands_update") => {
-                crate::serde_support::payload(&value)
+                serde_support::payload(&value)
                     .map(SessionUpdate::AvailableCommandsUpdate)
             }
             Some("current_mode_update") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionUpdate::CurrentModeUpdate)
+                serde_support::payload(&value).map(SessionUpdate::CurrentModeUpdate)
             }
             Some("config_option_update") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionUpdate::ConfigOptionUpdate)
+                serde_support::payload(&value).map(SessionUpdate::ConfigOptionUpdate)
             }
             Some("session_info_update") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionUpdate::SessionInfoUpdate)
+                serde_support::payload(&value).map(SessionUpdate::SessionInfoUpdate)
             }
             Some("usage_update") => {
-                crate::serde_support::payload(&value).map(SessionUpdate::UsageUpdate)
+                serde_support::payload(&value).map(SessionUpdate::UsageUpdate)
             }
             #[cfg(feature = "unstable_context_compaction")]
             Some("compaction_update") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionUpdate::CompactionUpdate)
+                serde_support::payload(&value).map(SessionUpdate::CompactionUpdate)
             }
             #[cfg(feature = "unstable_context_compaction")]
             Some("compaction_summary_chunk") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionUpdate::CompactionSummaryChunk)
+                serde_support::payload(&value).map(SessionUpdate::CompactionSummaryChunk)
             }
             None => Err(serde::de::Error::missing_field("sessionUpdate")),
-            Some(_) => {
-                Ok(SessionUpdate::Other(crate::serde_support::UnknownVariant(value)))
-            }
+            Some(_) => Ok(SessionUpdate::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -8752,7 +8628,7 @@ pub struct ContentChunk {
         rename = "messageId",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub message_id: Option<Option<MessageId>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -8764,7 +8640,7 @@ pub struct ContentChunk {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8817,7 +8693,7 @@ pub struct ToolCall {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub name: Option<Option<String>>,
     /// The category of tool being invoked.
@@ -8825,21 +8701,21 @@ pub struct ToolCall {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub kind: Option<ToolKind>,
     /// Current execution status of the tool call.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub status: Option<ToolCallStatus>,
     /// Content produced by the tool call.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub content: Option<Vec<ToolCallContent>>,
     /// File locations affected by this tool call.
@@ -8847,7 +8723,7 @@ pub struct ToolCall {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub locations: Option<Vec<ToolCallLocation>>,
     /// Raw input parameters sent to the tool.
@@ -8855,7 +8731,7 @@ pub struct ToolCall {
         rename = "rawInput",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub raw_input: Option<serde_json::Value>,
     /// Raw output returned by the tool.
@@ -8863,7 +8739,7 @@ pub struct ToolCall {
         rename = "rawOutput",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub raw_output: Option<serde_json::Value>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -8875,7 +8751,7 @@ pub struct ToolCall {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8971,7 +8847,7 @@ pub struct PlanEntry {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -9128,7 +9004,7 @@ pub struct Plan {
     ///
     /// When updating a plan, the agent must send a complete list of all entries
     /// with their current status. The client replaces the entire plan with each update.
-    #[serde(deserialize_with = "crate::serde_support::vec_skip_invalid_or_default")]
+    #[serde(deserialize_with = "serde_support::vec_skip_invalid_or_default")]
     pub entries: Vec<PlanEntry>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -9139,7 +9015,7 @@ pub struct Plan {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -9175,7 +9051,7 @@ pub enum PlanUpdateContent {
     /// Raw markdown content for the plan.
     Markdown(PlanMarkdown),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 #[cfg(feature = "unstable_plan_updates")]
 impl PlanUpdateContent {
@@ -9196,28 +9072,13 @@ impl serde::Serialize for PlanUpdateContent {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             PlanUpdateContent::Items(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "items",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "items", payload)
             }
             PlanUpdateContent::File(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "file",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "file", payload)
             }
             PlanUpdateContent::Markdown(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "markdown",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "markdown", payload)
             }
             PlanUpdateContent::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -9230,21 +9091,15 @@ impl<'de> serde::Deserialize<'de> for PlanUpdateContent {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
-            Some("items") => {
-                crate::serde_support::payload(&value).map(PlanUpdateContent::Items)
-            }
-            Some("file") => {
-                crate::serde_support::payload(&value).map(PlanUpdateContent::File)
-            }
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
+            Some("items") => serde_support::payload(&value).map(PlanUpdateContent::Items),
+            Some("file") => serde_support::payload(&value).map(PlanUpdateContent::File),
             Some("markdown") => {
-                crate::serde_support::payload(&value).map(PlanUpdateContent::Markdown)
+                serde_support::payload(&value).map(PlanUpdateContent::Markdown)
             }
             None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(PlanUpdateContent::Other(crate::serde_support::UnknownVariant(value)))
-            }
+            Some(_) => Ok(PlanUpdateContent::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -9313,7 +9168,7 @@ pub struct PlanItems {
     ///
     /// When updating an item-based plan, the agent must send a complete list of all entries
     /// with their current status. The client replaces that plan with each update.
-    #[serde(deserialize_with = "crate::serde_support::vec_skip_invalid_or_default")]
+    #[serde(deserialize_with = "serde_support::vec_skip_invalid_or_default")]
     pub entries: Vec<PlanEntry>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -9324,7 +9179,7 @@ pub struct PlanItems {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -9369,7 +9224,7 @@ pub struct PlanFile {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -9414,7 +9269,7 @@ pub struct PlanMarkdown {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -9456,7 +9311,7 @@ pub struct PlanUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -9498,7 +9353,7 @@ pub struct PlanRemoved {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -9531,7 +9386,7 @@ pub struct AvailableCommand {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub input: Option<Option<AvailableCommandInput>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -9543,7 +9398,7 @@ pub struct AvailableCommand {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -9596,7 +9451,7 @@ pub struct UnstructuredCommandInput {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -9623,7 +9478,7 @@ pub struct AvailableCommandsUpdate {
     /// Commands the agent can execute
     #[serde(
         rename = "availableCommands",
-        deserialize_with = "crate::serde_support::vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::vec_skip_invalid_or_default"
     )]
     pub available_commands: Vec<AvailableCommand>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -9635,7 +9490,7 @@ pub struct AvailableCommandsUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -9673,7 +9528,7 @@ pub struct CurrentModeUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -9700,7 +9555,7 @@ pub struct ConfigOptionUpdate {
     /// The full set of configuration options and their current values.
     #[serde(
         rename = "configOptions",
-        deserialize_with = "crate::serde_support::vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::vec_skip_invalid_or_default"
     )]
     pub config_options: Vec<SessionConfigOption>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -9712,7 +9567,7 @@ pub struct ConfigOptionUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -9743,7 +9598,7 @@ pub struct SessionInfoUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// ISO 8601 timestamp of last activity. Set to null to clear.
@@ -9751,7 +9606,7 @@ pub struct SessionInfoUpdate {
         rename = "updatedAt",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -9763,7 +9618,7 @@ pub struct SessionInfoUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -9813,7 +9668,7 @@ pub struct Cost {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -9846,7 +9701,7 @@ pub struct UsageUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub cost: Option<Option<Cost>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -9858,7 +9713,7 @@ pub struct UsageUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -10030,14 +9885,14 @@ pub struct CompactionUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub summary: Option<Option<Vec<ContentBlock>>>,
     /// Human-readable description of why the compaction failed.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub error: Option<Option<String>>,
     /// Extensible metadata patch for this compaction.
@@ -10045,7 +9900,7 @@ pub struct CompactionUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -10106,7 +9961,7 @@ pub struct CompactionSummaryChunk {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -10149,7 +10004,7 @@ pub struct CompleteElicitationNotification {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -10192,7 +10047,7 @@ pub struct MessageMcpNotification {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub params: Option<serde_json::Map<String, serde_json::Value>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10204,7 +10059,7 @@ pub struct MessageMcpNotification {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -10265,7 +10120,7 @@ pub struct InitializeRequest {
         rename = "clientCapabilities",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub client_capabilities: Option<ClientCapabilities>,
     /// Information about the Client name and version sent to the Agent.
@@ -10275,7 +10130,7 @@ pub struct InitializeRequest {
         rename = "clientInfo",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub client_info: Option<Option<Implementation>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10287,7 +10142,7 @@ pub struct InitializeRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -10338,14 +10193,14 @@ pub struct ClientCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub fs: Option<FileSystemCapabilities>,
     /// Whether the Client support all `terminal/*` methods.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub terminal: Option<bool>,
     /// Session-related capabilities supported by the client.
@@ -10355,7 +10210,7 @@ pub struct ClientCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub session: Option<Option<ClientSessionCapabilities>>,
     /// **UNSTABLE**
@@ -10370,7 +10225,7 @@ pub struct ClientCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub plan: Option<Option<PlanCapabilities>>,
     /// Authentication capabilities supported by the client.
@@ -10379,7 +10234,7 @@ pub struct ClientCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub auth: Option<AuthCapabilities>,
     /// Elicitation capabilities supported by the client.
@@ -10390,7 +10245,7 @@ pub struct ClientCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub elicitation: Option<Option<ElicitationCapabilities>>,
     /// **UNSTABLE**
@@ -10405,7 +10260,7 @@ pub struct ClientCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub nes: Option<Option<ClientNesCapabilities>>,
     /// **UNSTABLE**
@@ -10418,7 +10273,7 @@ pub struct ClientCapabilities {
         rename = "positionEncodings",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub position_encodings: Option<Vec<PositionEncodingKind>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10430,7 +10285,7 @@ pub struct ClientCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -10525,7 +10380,7 @@ pub struct FileSystemCapabilities {
         rename = "readTextFile",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub read_text_file: Option<bool>,
     /// Whether the Client supports `fs/write_text_file` requests.
@@ -10533,7 +10388,7 @@ pub struct FileSystemCapabilities {
         rename = "writeTextFile",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub write_text_file: Option<bool>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10545,7 +10400,7 @@ pub struct FileSystemCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -10592,7 +10447,7 @@ pub struct ClientSessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub compaction: Option<Option<CompactionCapabilities>>,
     /// Config option capabilities supported by the client.
@@ -10603,7 +10458,7 @@ pub struct ClientSessionCapabilities {
         rename = "configOptions",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub config_options: Option<Option<SessionConfigOptionsCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10615,7 +10470,7 @@ pub struct ClientSessionCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -10683,7 +10538,7 @@ pub struct SessionConfigOptionsCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub boolean: Option<Option<BooleanConfigOptionCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10695,7 +10550,7 @@ pub struct SessionConfigOptionsCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -10736,7 +10591,7 @@ pub struct BooleanConfigOptionCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -10773,7 +10628,7 @@ pub struct PlanCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -10807,7 +10662,7 @@ pub struct AuthCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub terminal: Option<bool>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10819,7 +10674,7 @@ pub struct AuthCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -10856,7 +10711,7 @@ pub struct ElicitationCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub form: Option<Option<ElicitationFormCapabilities>>,
     /// Whether the client supports URL-based elicitation.
@@ -10866,7 +10721,7 @@ pub struct ElicitationCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub url: Option<Option<ElicitationUrlCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10880,7 +10735,7 @@ pub struct ElicitationCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -10930,7 +10785,7 @@ pub struct ElicitationFormCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -10966,7 +10821,7 @@ pub struct ElicitationUrlCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -10994,14 +10849,14 @@ pub struct ClientNesCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub jump: Option<Option<NesJumpCapabilities>>,
     /// Whether the client supports the `rename` suggestion kind.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub rename: Option<Option<NesRenameCapabilities>>,
     /// Whether the client supports the `searchAndReplace` suggestion kind.
@@ -11009,7 +10864,7 @@ pub struct ClientNesCapabilities {
         rename = "searchAndReplace",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub search_and_replace: Option<Option<NesSearchAndReplaceCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -11021,7 +10876,7 @@ pub struct ClientNesCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11079,7 +10934,7 @@ pub struct NesJumpCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11111,7 +10966,7 @@ pub struct NesRenameCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11145,7 +11000,7 @@ pub struct NesSearchAndReplaceCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11184,7 +11039,7 @@ pub struct AuthenticateRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11222,7 +11077,7 @@ pub struct ListProvidersRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11273,7 +11128,7 @@ pub struct SetProviderRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11331,7 +11186,7 @@ pub struct DisableProviderRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11367,7 +11222,7 @@ pub struct LogoutRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11401,13 +11256,13 @@ pub struct NewSessionRequest {
         rename = "additionalDirectories",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub additional_directories: Option<Vec<String>>,
     /// List of MCP (Model Context Protocol) servers the agent should connect to.
     #[serde(
         rename = "mcpServers",
-        deserialize_with = "crate::serde_support::vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::vec_skip_invalid_or_default"
     )]
     pub mcp_servers: Vec<McpServer>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -11419,7 +11274,7 @@ pub struct NewSessionRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11482,7 +11337,7 @@ pub enum McpServer {
     /// All Agents MUST support this transport.
     Stdio(McpServerStdio),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl McpServer {
     /// The property that tells the variants of [`McpServer`] apart.
@@ -11503,29 +11358,14 @@ impl serde::Serialize for McpServer {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             McpServer::Http(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "http",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "http", payload)
             }
             McpServer::Sse(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "sse",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "sse", payload)
             }
             #[cfg(feature = "unstable_mcp_over_acp")]
             McpServer::Acp(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "acp",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "acp", payload)
             }
             McpServer::Stdio(payload) => serde::Serialize::serialize(payload, serializer),
             McpServer::Other(unknown) => serde::Serialize::serialize(unknown, serializer),
@@ -11536,14 +11376,14 @@ impl<'de> serde::Deserialize<'de> for McpServer {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
-            Some("http") => crate::serde_support::payload(&value).map(McpServer::Http),
-            Some("sse") => crate::serde_support::payload(&value).map(McpServer::Sse),
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
+            Some("http") => serde_support::payload(&value).map(McpServer::Http),
+            Some("sse") => serde_support::payload(&value).map(McpServer::Sse),
             #[cfg(feature = "unstable_mcp_over_acp")]
-            Some("acp") => crate::serde_support::payload(&value).map(McpServer::Acp),
-            None => crate::serde_support::payload(&value).map(McpServer::Stdio),
-            Some(_) => Ok(McpServer::Other(crate::serde_support::UnknownVariant(value))),
+            Some("acp") => serde_support::payload(&value).map(McpServer::Acp),
+            None => serde_support::payload(&value).map(McpServer::Stdio),
+            Some(_) => Ok(McpServer::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -11564,7 +11404,7 @@ pub struct HttpHeader {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11604,7 +11444,7 @@ pub struct McpServerHttp {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11649,7 +11489,7 @@ pub struct McpServerSse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11704,7 +11544,7 @@ pub struct McpServerAcp {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11747,7 +11587,7 @@ pub struct McpServerStdio {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11786,7 +11626,7 @@ pub struct LoadSessionRequest {
     /// List of MCP servers to connect to for this session.
     #[serde(
         rename = "mcpServers",
-        deserialize_with = "crate::serde_support::vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::vec_skip_invalid_or_default"
     )]
     pub mcp_servers: Vec<McpServer>,
     /// The working directory for this session. Must be an absolute path.
@@ -11801,7 +11641,7 @@ pub struct LoadSessionRequest {
         rename = "additionalDirectories",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub additional_directories: Option<Vec<String>>,
     /// The ID of the session to load.
@@ -11816,7 +11656,7 @@ pub struct LoadSessionRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11862,14 +11702,14 @@ pub struct ListSessionsRequest {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub cwd: Option<Option<String>>,
     /// Opaque cursor token from a previous response's nextCursor field for cursor-based pagination
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub cursor: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -11881,7 +11721,7 @@ pub struct ListSessionsRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11932,7 +11772,7 @@ pub struct DeleteSessionRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -11980,7 +11820,7 @@ pub struct ForkSessionRequest {
         rename = "additionalDirectories",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub additional_directories: Option<Vec<String>>,
     /// List of MCP servers to connect to for this session.
@@ -11988,7 +11828,7 @@ pub struct ForkSessionRequest {
         rename = "mcpServers",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub mcp_servers: Option<Vec<McpServer>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12000,7 +11840,7 @@ pub struct ForkSessionRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -12063,7 +11903,7 @@ pub struct ResumeSessionRequest {
         rename = "additionalDirectories",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub additional_directories: Option<Vec<String>>,
     /// List of MCP servers to connect to for this session.
@@ -12071,7 +11911,7 @@ pub struct ResumeSessionRequest {
         rename = "mcpServers",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub mcp_servers: Option<Vec<McpServer>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12083,7 +11923,7 @@ pub struct ResumeSessionRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -12143,7 +11983,7 @@ pub struct CloseSessionRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -12182,7 +12022,7 @@ pub struct SetSessionModeRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -12225,7 +12065,7 @@ pub struct SetSessionConfigOptionRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(flatten)]
@@ -12287,7 +12127,7 @@ pub struct PromptRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -12318,7 +12158,7 @@ pub struct StartNesRequest {
         rename = "workspaceUri",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub workspace_uri: Option<Option<String>>,
     /// The workspace folders.
@@ -12326,14 +12166,14 @@ pub struct StartNesRequest {
         rename = "workspaceFolders",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub workspace_folders: Option<Option<Vec<WorkspaceFolder>>>,
     /// Repository metadata, if the workspace is a git repository.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub repository: Option<Option<NesRepository>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12345,7 +12185,7 @@ pub struct StartNesRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -12407,7 +12247,7 @@ pub struct WorkspaceFolder {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -12450,7 +12290,7 @@ pub struct NesRepository {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -12495,7 +12335,7 @@ pub struct SuggestNesRequest {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub selection: Option<Option<Range>>,
     /// What triggered this suggestion request.
@@ -12505,7 +12345,7 @@ pub struct SuggestNesRequest {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub context: Option<Option<NesSuggestContext>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12517,7 +12357,7 @@ pub struct SuggestNesRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -12633,7 +12473,7 @@ pub struct NesSuggestContext {
         rename = "recentFiles",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub recent_files: Option<Option<Vec<NesRecentFile>>>,
     /// Related code snippets.
@@ -12641,7 +12481,7 @@ pub struct NesSuggestContext {
         rename = "relatedSnippets",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub related_snippets: Option<Option<Vec<NesRelatedSnippet>>>,
     /// Recent edit history.
@@ -12649,7 +12489,7 @@ pub struct NesSuggestContext {
         rename = "editHistory",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub edit_history: Option<Option<Vec<NesEditHistoryEntry>>>,
     /// Recent user actions (typing, navigation, etc.).
@@ -12657,7 +12497,7 @@ pub struct NesSuggestContext {
         rename = "userActions",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub user_actions: Option<Option<Vec<NesUserAction>>>,
     /// Currently open files in the editor.
@@ -12665,14 +12505,14 @@ pub struct NesSuggestContext {
         rename = "openFiles",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub open_files: Option<Option<Vec<NesOpenFile>>>,
     /// Current diagnostics (errors, warnings).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub diagnostics: Option<Option<Vec<NesDiagnostic>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12684,7 +12524,7 @@ pub struct NesSuggestContext {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -12773,7 +12613,7 @@ pub struct NesRecentFile {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -12818,7 +12658,7 @@ pub struct NesRelatedSnippet {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -12862,7 +12702,7 @@ pub struct NesExcerpt {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -12903,7 +12743,7 @@ pub struct NesEditHistoryEntry {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -12948,7 +12788,7 @@ pub struct NesUserAction {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -12992,7 +12832,7 @@ pub struct NesOpenFile {
         rename = "visibleRange",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub visible_range: Option<Option<Range>>,
     /// Timestamp in milliseconds since epoch of when the file was last focused.
@@ -13000,7 +12840,7 @@ pub struct NesOpenFile {
         rename = "lastFocusedMs",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub last_focused_ms: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13012,7 +12852,7 @@ pub struct NesOpenFile {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13070,7 +12910,7 @@ pub struct NesDiagnostic {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13184,7 +13024,7 @@ pub struct CloseNesRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13218,7 +13058,7 @@ pub struct WriteTextFileResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13252,7 +13092,7 @@ pub struct ReadTextFileResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13287,7 +13127,7 @@ pub struct RequestPermissionResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13322,7 +13162,7 @@ pub enum RequestPermissionOutcome {
     /// The user selected one of the provided options.
     Selected(SelectedPermissionOutcome),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl RequestPermissionOutcome {
     /// The property that tells the variants of [`RequestPermissionOutcome`] apart.
@@ -13340,10 +13180,10 @@ impl serde::Serialize for RequestPermissionOutcome {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             RequestPermissionOutcome::Cancelled => {
-                crate::serde_support::serialize_tag(serializer, "outcome", "cancelled")
+                serde_support::serialize_tag(serializer, "outcome", "cancelled")
             }
             RequestPermissionOutcome::Selected(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "outcome",
                     "selected",
@@ -13360,20 +13200,15 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionOutcome {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "outcome")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "outcome")? {
             Some("cancelled") => Ok(RequestPermissionOutcome::Cancelled),
             Some("selected") => {
-                crate::serde_support::payload(&value)
-                    .map(RequestPermissionOutcome::Selected)
+                serde_support::payload(&value).map(RequestPermissionOutcome::Selected)
             }
             None => Err(serde::de::Error::missing_field("outcome")),
             Some(_) => {
-                Ok(
-                    RequestPermissionOutcome::Other(
-                        crate::serde_support::UnknownVariant(value),
-                    ),
-                )
+                Ok(RequestPermissionOutcome::Other(serde_support::UnknownVariant(value)))
             }
         }
     }
@@ -13394,7 +13229,7 @@ pub struct SelectedPermissionOutcome {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13430,7 +13265,7 @@ pub struct CreateTerminalResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13463,7 +13298,7 @@ pub struct TerminalOutputResponse {
         rename = "exitStatus",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub exit_status: Option<Option<TerminalExitStatus>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13475,7 +13310,7 @@ pub struct TerminalOutputResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13512,14 +13347,14 @@ pub struct TerminalExitStatus {
         rename = "exitCode",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub exit_code: Option<Option<u32>>,
     /// The signal that terminated the process (may be null if exited normally).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub signal: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13531,7 +13366,7 @@ pub struct TerminalExitStatus {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13577,7 +13412,7 @@ pub struct ReleaseTerminalResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13605,14 +13440,14 @@ pub struct WaitForTerminalExitResponse {
         rename = "exitCode",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub exit_code: Option<Option<u32>>,
     /// The signal that terminated the process (may be null if exited normally).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub signal: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13624,7 +13459,7 @@ pub struct WaitForTerminalExitResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13670,7 +13505,7 @@ pub struct KillTerminalResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13702,7 +13537,7 @@ pub struct CreateElicitationResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(flatten)]
@@ -13748,7 +13583,7 @@ pub struct ElicitationAcceptAction {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub content: Option<
         Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
@@ -13793,7 +13628,7 @@ pub struct ConnectMcpResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13832,7 +13667,7 @@ pub struct DisconnectMcpResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13870,7 +13705,7 @@ pub struct CancelNotification {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13916,7 +13751,7 @@ pub struct DidOpenDocumentNotification {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -13962,7 +13797,7 @@ pub struct DidChangeDocumentNotification {
     /// The content changes.
     #[serde(
         rename = "contentChanges",
-        deserialize_with = "crate::serde_support::vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::vec_skip_invalid_or_default"
     )]
     pub content_changes: Vec<TextDocumentContentChangeEvent>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13974,7 +13809,7 @@ pub struct DidChangeDocumentNotification {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -14015,7 +13850,7 @@ pub struct TextDocumentContentChangeEvent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub range: Option<Option<Range>>,
     /// The new text for the range, or the full document content if `range` is `None`.
@@ -14029,7 +13864,7 @@ pub struct TextDocumentContentChangeEvent {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -14076,7 +13911,7 @@ pub struct DidCloseDocumentNotification {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -14117,7 +13952,7 @@ pub struct DidSaveDocumentNotification {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -14165,7 +14000,7 @@ pub struct DidFocusDocumentNotification {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -14215,7 +14050,7 @@ pub struct AcceptNesNotification {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -14254,7 +14089,7 @@ pub struct RejectNesNotification {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub reason: Option<Option<NesRejectReason>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -14266,7 +14101,7 @@ pub struct RejectNesNotification {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -14381,7 +14216,7 @@ pub struct CancelRequestNotification {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -14412,7 +14247,7 @@ pub enum CreateElicitationAction {
     /// The elicitation was cancelled.
     Cancel,
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl CreateElicitationAction {
     /// The property that tells the variants of [`CreateElicitationAction`] apart.
@@ -14431,18 +14266,13 @@ impl serde::Serialize for CreateElicitationAction {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             CreateElicitationAction::Accept(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "action",
-                    "accept",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "action", "accept", payload)
             }
             CreateElicitationAction::Decline => {
-                crate::serde_support::serialize_tag(serializer, "action", "decline")
+                serde_support::serialize_tag(serializer, "action", "decline")
             }
             CreateElicitationAction::Cancel => {
-                crate::serde_support::serialize_tag(serializer, "action", "cancel")
+                serde_support::serialize_tag(serializer, "action", "cancel")
             }
             CreateElicitationAction::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -14454,21 +14284,16 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationAction {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "action")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "action")? {
             Some("accept") => {
-                crate::serde_support::payload(&value)
-                    .map(CreateElicitationAction::Accept)
+                serde_support::payload(&value).map(CreateElicitationAction::Accept)
             }
             Some("decline") => Ok(CreateElicitationAction::Decline),
             Some("cancel") => Ok(CreateElicitationAction::Cancel),
             None => Err(serde::de::Error::missing_field("action")),
             Some(_) => {
-                Ok(
-                    CreateElicitationAction::Other(
-                        crate::serde_support::UnknownVariant(value),
-                    ),
-                )
+                Ok(CreateElicitationAction::Other(serde_support::UnknownVariant(value)))
             }
         }
     }
@@ -14482,7 +14307,7 @@ pub enum CreateElicitationMode {
     /// URL-based elicitation where the client directs the user to a URL.
     Url(ElicitationUrlMode),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl CreateElicitationMode {
     /// The property that tells the variants of [`CreateElicitationMode`] apart.
@@ -14500,20 +14325,10 @@ impl serde::Serialize for CreateElicitationMode {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             CreateElicitationMode::Form(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "mode",
-                    "form",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "mode", "form", payload)
             }
             CreateElicitationMode::Url(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "mode",
-                    "url",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "mode", "url", payload)
             }
             CreateElicitationMode::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -14525,21 +14340,15 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationMode {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "mode")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "mode")? {
             Some("form") => {
-                crate::serde_support::payload(&value).map(CreateElicitationMode::Form)
+                serde_support::payload(&value).map(CreateElicitationMode::Form)
             }
-            Some("url") => {
-                crate::serde_support::payload(&value).map(CreateElicitationMode::Url)
-            }
+            Some("url") => serde_support::payload(&value).map(CreateElicitationMode::Url),
             None => Err(serde::de::Error::missing_field("mode")),
             Some(_) => {
-                Ok(
-                    CreateElicitationMode::Other(
-                        crate::serde_support::UnknownVariant(value),
-                    ),
-                )
+                Ok(CreateElicitationMode::Other(serde_support::UnknownVariant(value)))
             }
         }
     }
@@ -14566,7 +14375,7 @@ pub enum SessionConfigOptionType {
     /// Boolean on/off toggle.
     Boolean(SessionConfigBoolean),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl SessionConfigOptionType {
     /// The property that tells the variants of [`SessionConfigOptionType`] apart.
@@ -14584,20 +14393,10 @@ impl serde::Serialize for SessionConfigOptionType {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             SessionConfigOptionType::Select(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "select",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "select", payload)
             }
             SessionConfigOptionType::Boolean(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "boolean",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "boolean", payload)
             }
             SessionConfigOptionType::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -14609,23 +14408,17 @@ impl<'de> serde::Deserialize<'de> for SessionConfigOptionType {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
             Some("select") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionConfigOptionType::Select)
+                serde_support::payload(&value).map(SessionConfigOptionType::Select)
             }
             Some("boolean") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionConfigOptionType::Boolean)
+                serde_support::payload(&value).map(SessionConfigOptionType::Boolean)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => {
-                Ok(
-                    SessionConfigOptionType::Other(
-                        crate::serde_support::UnknownVariant(value),
-                    ),
-                )
+                Ok(SessionConfigOptionType::Other(serde_support::UnknownVariant(value)))
             }
         }
     }
@@ -14643,7 +14436,7 @@ pub enum SetSessionConfigOptionType {
     /// variant.
     ValueId(SessionConfigValueId),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl SetSessionConfigOptionType {
     /// The property that tells the variants of [`SetSessionConfigOptionType`] apart.
@@ -14661,7 +14454,7 @@ impl serde::Serialize for SetSessionConfigOptionType {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             SetSessionConfigOptionType::Boolean(value) => {
-                crate::serde_support::serialize_tag_and_property(
+                serde_support::serialize_tag_and_property(
                     serializer,
                     "type",
                     "boolean",
@@ -14670,7 +14463,7 @@ impl serde::Serialize for SetSessionConfigOptionType {
                 )
             }
             SetSessionConfigOptionType::ValueId(value) => {
-                crate::serde_support::serialize_property(serializer, "value", value)
+                serde_support::serialize_property(serializer, "value", value)
             }
             SetSessionConfigOptionType::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -14682,20 +14475,20 @@ impl<'de> serde::Deserialize<'de> for SetSessionConfigOptionType {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
             Some("boolean") => {
-                crate::serde_support::property(&value, "value")
+                serde_support::property(&value, "value")
                     .map(SetSessionConfigOptionType::Boolean)
             }
             None => {
-                crate::serde_support::property(&value, "value")
+                serde_support::property(&value, "value")
                     .map(SetSessionConfigOptionType::ValueId)
             }
             Some(_) => {
                 Ok(
                     SetSessionConfigOptionType::Other(
-                        crate::serde_support::UnknownVariant(value),
+                        serde_support::UnknownVariant(value),
                     ),
                 )
             }

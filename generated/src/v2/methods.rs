@@ -12,6 +12,7 @@
 //! Method names, the request / response / notification enums of each direction, and the
 //! `Agent` and `Client` traits with their dispatch.
 use super::types::*;
+use crate::serde_support;
 impl Error {
     /// `-32700` (Parse error), with the standard message.
     pub fn parse_error() -> Self {
@@ -276,52 +277,52 @@ impl AgentResponse {
     ) -> Result<Option<Self>, D::Error> {
         match method {
             "initialize" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::Initialize)
                     .map(Some)
             }
             "auth/login" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::AuthLogin)
                     .map(Some)
             }
             "auth/logout" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::AuthLogout)
                     .map(Some)
             }
             "session/new" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionNew)
                     .map(Some)
             }
             "session/list" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionList)
                     .map(Some)
             }
             "session/delete" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionDelete)
                     .map(Some)
             }
             "session/resume" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionResume)
                     .map(Some)
             }
             "session/close" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionClose)
                     .map(Some)
             }
             "session/set_config_option" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionSetConfigOption)
                     .map(Some)
             }
             "session/prompt" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionPrompt)
                     .map(Some)
             }
@@ -779,12 +780,12 @@ impl ClientResponse {
     ) -> Result<Option<Self>, D::Error> {
         match method {
             "session/request_permission" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(ClientResponse::SessionRequestPermission)
                     .map(Some)
             }
             "elicitation/create" => {
-                crate::serde_support::null_as_empty(result)
+                serde_support::null_as_empty(result)
                     .map(ClientResponse::ElicitationCreate)
                     .map(Some)
             }

@@ -17,6 +17,7 @@
     rustdoc::broken_intra_doc_links,
     rustdoc::invalid_html_tags
 )]
+use crate::serde_support;
 /// JSON RPC Request Id
 ///
 /// An identifier established by the Client that MUST contain a String, Number, or NULL value if included. If it is not included it is assumed to be a notification. The value SHOULD normally not be Null \[1\] and Numbers SHOULD NOT contain fractional parts \[2\]
@@ -61,7 +62,7 @@ pub struct RequestPermissionRequest {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Optional structured context about the operation requiring permission.
@@ -70,7 +71,7 @@ pub struct RequestPermissionRequest {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub subject: Option<Option<RequestPermissionSubject>>,
     /// Available permission options for the user to choose from.
@@ -85,7 +86,7 @@ pub struct RequestPermissionRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -178,7 +179,7 @@ pub enum RequestPermissionSubject {
     /// Permission is requested before running a command.
     Command(CommandPermissionSubject),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl RequestPermissionSubject {
     /// The property that tells the variants of [`RequestPermissionSubject`] apart.
@@ -196,20 +197,10 @@ impl serde::Serialize for RequestPermissionSubject {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             RequestPermissionSubject::ToolCall(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "tool_call",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "tool_call", payload)
             }
             RequestPermissionSubject::Command(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "command",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "command", payload)
             }
             RequestPermissionSubject::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -221,23 +212,17 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionSubject {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
             Some("tool_call") => {
-                crate::serde_support::payload(&value)
-                    .map(RequestPermissionSubject::ToolCall)
+                serde_support::payload(&value).map(RequestPermissionSubject::ToolCall)
             }
             Some("command") => {
-                crate::serde_support::payload(&value)
-                    .map(RequestPermissionSubject::Command)
+                serde_support::payload(&value).map(RequestPermissionSubject::Command)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => {
-                Ok(
-                    RequestPermissionSubject::Other(
-                        crate::serde_support::UnknownVariant(value),
-                    ),
-                )
+                Ok(RequestPermissionSubject::Other(serde_support::UnknownVariant(value)))
             }
         }
     }
@@ -265,7 +250,7 @@ pub struct ToolCallUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// The category of tool being invoked.
@@ -273,21 +258,21 @@ pub struct ToolCallUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub kind: Option<Option<ToolKind>>,
     /// Current execution status of the tool call.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub status: Option<Option<ToolCallStatus>>,
     /// Content produced by the tool call.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub content: Option<Option<Vec<ToolCallContent>>>,
     /// File locations affected by this tool call.
@@ -295,7 +280,7 @@ pub struct ToolCallUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub locations: Option<Option<Vec<ToolCallLocation>>>,
     /// Raw input parameters sent to the tool.
@@ -303,7 +288,7 @@ pub struct ToolCallUpdate {
         rename = "rawInput",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub raw_input: Option<serde_json::Value>,
     /// Raw output returned by the tool.
@@ -311,7 +296,7 @@ pub struct ToolCallUpdate {
         rename = "rawOutput",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub raw_output: Option<serde_json::Value>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -323,7 +308,7 @@ pub struct ToolCallUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -603,7 +588,7 @@ pub enum ToolCallContent {
     /// A display-only reference to an agent-owned terminal.
     Terminal(Terminal),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl ToolCallContent {
     /// The property that tells the variants of [`ToolCallContent`] apart.
@@ -622,28 +607,13 @@ impl serde::Serialize for ToolCallContent {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             ToolCallContent::Content(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "content",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "content", payload)
             }
             ToolCallContent::Diff(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "diff",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "diff", payload)
             }
             ToolCallContent::Terminal(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "terminal",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "terminal", payload)
             }
             ToolCallContent::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -655,21 +625,17 @@ impl<'de> serde::Deserialize<'de> for ToolCallContent {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
             Some("content") => {
-                crate::serde_support::payload(&value).map(ToolCallContent::Content)
+                serde_support::payload(&value).map(ToolCallContent::Content)
             }
-            Some("diff") => {
-                crate::serde_support::payload(&value).map(ToolCallContent::Diff)
-            }
+            Some("diff") => serde_support::payload(&value).map(ToolCallContent::Diff),
             Some("terminal") => {
-                crate::serde_support::payload(&value).map(ToolCallContent::Terminal)
+                serde_support::payload(&value).map(ToolCallContent::Terminal)
             }
             None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(ToolCallContent::Other(crate::serde_support::UnknownVariant(value)))
-            }
+            Some(_) => Ok(ToolCallContent::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -715,7 +681,7 @@ pub enum ContentBlock {
     /// Requires the `embeddedContext` prompt capability when included in prompts.
     Resource(EmbeddedResource),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl ContentBlock {
     /// The property that tells the variants of [`ContentBlock`] apart.
@@ -736,31 +702,16 @@ impl serde::Serialize for ContentBlock {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             ContentBlock::Text(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "text",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "text", payload)
             }
             ContentBlock::Image(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "image",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "image", payload)
             }
             ContentBlock::Audio(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "audio",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "audio", payload)
             }
             ContentBlock::ResourceLink(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "type",
                     "resource_link",
@@ -768,12 +719,7 @@ impl serde::Serialize for ContentBlock {
                 )
             }
             ContentBlock::Resource(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "resource",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "resource", payload)
             }
             ContentBlock::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -785,25 +731,19 @@ impl<'de> serde::Deserialize<'de> for ContentBlock {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
-            Some("text") => crate::serde_support::payload(&value).map(ContentBlock::Text),
-            Some("image") => {
-                crate::serde_support::payload(&value).map(ContentBlock::Image)
-            }
-            Some("audio") => {
-                crate::serde_support::payload(&value).map(ContentBlock::Audio)
-            }
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
+            Some("text") => serde_support::payload(&value).map(ContentBlock::Text),
+            Some("image") => serde_support::payload(&value).map(ContentBlock::Image),
+            Some("audio") => serde_support::payload(&value).map(ContentBlock::Audio),
             Some("resource_link") => {
-                crate::serde_support::payload(&value).map(ContentBlock::ResourceLink)
+                serde_support::payload(&value).map(ContentBlock::ResourceLink)
             }
             Some("resource") => {
-                crate::serde_support::payload(&value).map(ContentBlock::Resource)
+                serde_support::payload(&value).map(ContentBlock::Resource)
             }
             None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(ContentBlock::Other(crate::serde_support::UnknownVariant(value)))
-            }
+            Some(_) => Ok(ContentBlock::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -815,7 +755,7 @@ pub struct Annotations {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub audience: Option<Option<Vec<Role>>>,
     /// Timestamp indicating when the underlying resource was last modified.
@@ -825,14 +765,14 @@ pub struct Annotations {
         rename = "lastModified",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub last_modified: Option<Option<String>>,
     /// Relative importance of this content when clients choose what to surface.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub priority: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -844,7 +784,7 @@ pub struct Annotations {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -945,7 +885,7 @@ pub struct TextContent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -957,7 +897,7 @@ pub struct TextContent {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1036,14 +976,14 @@ pub struct ImageContent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub uri: Option<Option<String>>,
     /// Optional annotations that help clients decide how to display or route this content.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1055,7 +995,7 @@ pub struct ImageContent {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1103,7 +1043,7 @@ pub struct AudioContent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1115,7 +1055,7 @@ pub struct AudioContent {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1154,7 +1094,7 @@ pub struct Icon {
         rename = "mimeType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub mime_type: Option<Option<MediaType>>,
     /// Optional array of strings that specify sizes at which the icon can be used.
@@ -1165,14 +1105,14 @@ pub struct Icon {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub sizes: Option<Option<Vec<String>>>,
     /// Optional theme this icon is designed for.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub theme: Option<Option<IconTheme>>,
 }
@@ -1269,21 +1209,21 @@ pub struct ResourceLink {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// Optional human-readable details shown with this protocol object.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Optional set of sized icons that the client can display in a user interface.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub icons: Option<Option<Vec<Icon>>>,
     /// MIME type describing the encoded media payload.
@@ -1291,21 +1231,21 @@ pub struct ResourceLink {
         rename = "mimeType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub mime_type: Option<Option<MediaType>>,
     /// Optional size of the linked resource in bytes, if known.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub size: Option<Option<i64>>,
     /// Optional annotations that help clients decide how to display or route this content.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1317,7 +1257,7 @@ pub struct ResourceLink {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1405,7 +1345,7 @@ pub struct TextResourceContents {
         rename = "mimeType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub mime_type: Option<Option<MediaType>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1417,7 +1357,7 @@ pub struct TextResourceContents {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1458,7 +1398,7 @@ pub struct BlobResourceContents {
         rename = "mimeType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub mime_type: Option<Option<MediaType>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1470,7 +1410,7 @@ pub struct BlobResourceContents {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1508,7 +1448,7 @@ pub struct EmbeddedResource {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1520,7 +1460,7 @@ pub struct EmbeddedResource {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1562,7 +1502,7 @@ pub struct Content {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1596,7 +1536,7 @@ pub struct DiffChange {
         rename = "fileType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub file_type: Option<Option<DiffFileType>>,
     /// MIME type of the file contents.
@@ -1606,7 +1546,7 @@ pub struct DiffChange {
         rename = "mimeType",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub mime_type: Option<Option<MediaType>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1618,7 +1558,7 @@ pub struct DiffChange {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(flatten)]
@@ -1874,7 +1814,7 @@ pub struct Diff {
     /// Structured file changes described by this diff.
     ///
     /// Clients can use this field without parsing patch text to determine affected paths.
-    #[serde(deserialize_with = "crate::serde_support::vec_skip_invalid")]
+    #[serde(deserialize_with = "serde_support::vec_skip_invalid")]
     pub changes: Vec<DiffChange>,
     /// Renderable patch text for some or all of the structured changes.
     ///
@@ -1883,7 +1823,7 @@ pub struct Diff {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub patch: Option<Option<DiffPatch>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1895,7 +1835,7 @@ pub struct Diff {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -1981,7 +1921,7 @@ pub struct Terminal {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -2016,7 +1956,7 @@ pub struct ToolCallLocation {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub line: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2028,7 +1968,7 @@ pub struct ToolCallLocation {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -2085,7 +2025,7 @@ pub struct CommandPermissionSubject {
         rename = "toolCallId",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub tool_call_id: Option<Option<ToolCallId>>,
     /// The associated terminal, when already known. Omitted and `null` are equivalent.
@@ -2093,7 +2033,7 @@ pub struct CommandPermissionSubject {
         rename = "terminalId",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub terminal_id: Option<Option<TerminalId>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2105,7 +2045,7 @@ pub struct CommandPermissionSubject {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -2160,7 +2100,7 @@ pub struct PermissionOption {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -2307,7 +2247,7 @@ pub struct CreateElicitationRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(flatten)]
@@ -2352,7 +2292,7 @@ pub struct ElicitationSessionScope {
         rename = "toolCallId",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub tool_call_id: Option<Option<ToolCallId>>,
 }
@@ -2401,7 +2341,7 @@ pub struct ElicitationSchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub r#type: Option<ElicitationSchemaType>,
     /// Optional title for the schema.
@@ -2410,7 +2350,7 @@ pub struct ElicitationSchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// Property definitions (must be primitive types).
@@ -2424,7 +2364,7 @@ pub struct ElicitationSchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub required: Option<Option<Vec<String>>>,
     /// Optional description of what this schema represents.
@@ -2433,7 +2373,7 @@ pub struct ElicitationSchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2447,7 +2387,7 @@ pub struct ElicitationSchema {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -2570,7 +2510,7 @@ pub enum ElicitationPropertySchema {
     /// Multi-select array property.
     Array(MultiSelectPropertySchema),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl ElicitationPropertySchema {
     /// The property that tells the variants of [`ElicitationPropertySchema`] apart.
@@ -2591,44 +2531,19 @@ impl serde::Serialize for ElicitationPropertySchema {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             ElicitationPropertySchema::String(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "string",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "string", payload)
             }
             ElicitationPropertySchema::Number(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "number",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "number", payload)
             }
             ElicitationPropertySchema::Integer(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "integer",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "integer", payload)
             }
             ElicitationPropertySchema::Boolean(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "boolean",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "boolean", payload)
             }
             ElicitationPropertySchema::Array(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "array",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "array", payload)
             }
             ElicitationPropertySchema::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -2640,33 +2555,28 @@ impl<'de> serde::Deserialize<'de> for ElicitationPropertySchema {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
             Some("string") => {
-                crate::serde_support::payload(&value)
-                    .map(ElicitationPropertySchema::String)
+                serde_support::payload(&value).map(ElicitationPropertySchema::String)
             }
             Some("number") => {
-                crate::serde_support::payload(&value)
-                    .map(ElicitationPropertySchema::Number)
+                serde_support::payload(&value).map(ElicitationPropertySchema::Number)
             }
             Some("integer") => {
-                crate::serde_support::payload(&value)
-                    .map(ElicitationPropertySchema::Integer)
+                serde_support::payload(&value).map(ElicitationPropertySchema::Integer)
             }
             Some("boolean") => {
-                crate::serde_support::payload(&value)
-                    .map(ElicitationPropertySchema::Boolean)
+                serde_support::payload(&value).map(ElicitationPropertySchema::Boolean)
             }
             Some("array") => {
-                crate::serde_support::payload(&value)
-                    .map(ElicitationPropertySchema::Array)
+                serde_support::payload(&value).map(ElicitationPropertySchema::Array)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => {
                 Ok(
                     ElicitationPropertySchema::Other(
-                        crate::serde_support::UnknownVariant(value),
+                        serde_support::UnknownVariant(value),
                     ),
                 )
             }
@@ -2746,7 +2656,7 @@ pub struct EnumOption {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2760,7 +2670,7 @@ pub struct EnumOption {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -2801,7 +2711,7 @@ pub struct StringPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// Human-readable description.
@@ -2810,7 +2720,7 @@ pub struct StringPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Minimum string length.
@@ -2820,7 +2730,7 @@ pub struct StringPropertySchema {
         rename = "minLength",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub min_length: Option<Option<u32>>,
     /// Maximum string length.
@@ -2830,7 +2740,7 @@ pub struct StringPropertySchema {
         rename = "maxLength",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub max_length: Option<Option<u32>>,
     /// Pattern the string must match.
@@ -2839,7 +2749,7 @@ pub struct StringPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub pattern: Option<Option<String>>,
     /// String format.
@@ -2848,7 +2758,7 @@ pub struct StringPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub format: Option<Option<StringFormat>>,
     /// Default value.
@@ -2857,7 +2767,7 @@ pub struct StringPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub default: Option<Option<String>>,
     /// Enum values for untitled single-select enums.
@@ -2867,7 +2777,7 @@ pub struct StringPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub r#enum: Option<Option<Vec<String>>>,
     /// Titled enum options for titled single-select enums.
@@ -2878,7 +2788,7 @@ pub struct StringPropertySchema {
         rename = "oneOf",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub one_of: Option<Option<Vec<EnumOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2892,7 +2802,7 @@ pub struct StringPropertySchema {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -2984,7 +2894,7 @@ pub struct NumberPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// Human-readable description.
@@ -2993,7 +2903,7 @@ pub struct NumberPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
@@ -3002,7 +2912,7 @@ pub struct NumberPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub minimum: Option<Option<f64>>,
     /// Maximum value (inclusive).
@@ -3011,7 +2921,7 @@ pub struct NumberPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub maximum: Option<Option<f64>>,
     /// Default value.
@@ -3020,7 +2930,7 @@ pub struct NumberPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub default: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3034,7 +2944,7 @@ pub struct NumberPropertySchema {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3098,7 +3008,7 @@ pub struct IntegerPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// Human-readable description.
@@ -3107,7 +3017,7 @@ pub struct IntegerPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
@@ -3116,7 +3026,7 @@ pub struct IntegerPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub minimum: Option<Option<i64>>,
     /// Maximum value (inclusive).
@@ -3125,7 +3035,7 @@ pub struct IntegerPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub maximum: Option<Option<i64>>,
     /// Default value.
@@ -3134,7 +3044,7 @@ pub struct IntegerPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub default: Option<Option<i64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3148,7 +3058,7 @@ pub struct IntegerPropertySchema {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3212,7 +3122,7 @@ pub struct BooleanPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// Human-readable description.
@@ -3221,7 +3131,7 @@ pub struct BooleanPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Default value.
@@ -3230,7 +3140,7 @@ pub struct BooleanPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub default: Option<Option<bool>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3244,7 +3154,7 @@ pub struct BooleanPropertySchema {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3293,7 +3203,7 @@ pub enum MultiSelectItems {
     /// Titled multi-select items with human-readable labels.
     Titled(TitledMultiSelectItems),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl MultiSelectItems {
     /// The property that tells the variants of [`MultiSelectItems`] apart.
@@ -3311,12 +3221,7 @@ impl serde::Serialize for MultiSelectItems {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             MultiSelectItems::String(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "string",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "string", payload)
             }
             MultiSelectItems::Titled(payload) => {
                 serde::Serialize::serialize(payload, serializer)
@@ -3331,15 +3236,13 @@ impl<'de> serde::Deserialize<'de> for MultiSelectItems {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
             Some("string") => {
-                crate::serde_support::payload(&value).map(MultiSelectItems::String)
+                serde_support::payload(&value).map(MultiSelectItems::String)
             }
-            None => crate::serde_support::payload(&value).map(MultiSelectItems::Titled),
-            Some(_) => {
-                Ok(MultiSelectItems::Other(crate::serde_support::UnknownVariant(value)))
-            }
+            None => serde_support::payload(&value).map(MultiSelectItems::Titled),
+            Some(_) => Ok(MultiSelectItems::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -3360,7 +3263,7 @@ pub struct StringMultiSelectItems {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3398,7 +3301,7 @@ pub struct TitledMultiSelectItems {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3428,7 +3331,7 @@ pub struct MultiSelectPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// Human-readable description.
@@ -3437,7 +3340,7 @@ pub struct MultiSelectPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Minimum number of items to select.
@@ -3447,7 +3350,7 @@ pub struct MultiSelectPropertySchema {
         rename = "minItems",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub min_items: Option<Option<u64>>,
     /// Maximum number of items to select.
@@ -3457,7 +3360,7 @@ pub struct MultiSelectPropertySchema {
         rename = "maxItems",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub max_items: Option<Option<u64>>,
     /// The items definition describing allowed values.
@@ -3468,7 +3371,7 @@ pub struct MultiSelectPropertySchema {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub default: Option<Option<Vec<String>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3482,7 +3385,7 @@ pub struct MultiSelectPropertySchema {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3659,7 +3562,7 @@ pub struct InitializeResponse {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub capabilities: Option<AgentCapabilities>,
     /// Authentication methods supported by the agent.
@@ -3671,7 +3574,7 @@ pub struct InitializeResponse {
         rename = "authMethods",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub auth_methods: Option<Vec<AuthMethod>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3683,7 +3586,7 @@ pub struct InitializeResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3761,7 +3664,7 @@ pub struct Implementation {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// Version of the implementation. Can be displayed to the user or used
@@ -3776,7 +3679,7 @@ pub struct Implementation {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3822,7 +3725,7 @@ pub struct AgentCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub session: Option<Option<SessionCapabilities>>,
     /// Authentication-related extension capabilities supported by the agent.
@@ -3834,7 +3737,7 @@ pub struct AgentCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub auth: Option<Option<AgentAuthCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3846,7 +3749,7 @@ pub struct AgentCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -3901,7 +3804,7 @@ pub struct SessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub prompt: Option<Option<PromptCapabilities>>,
     /// MCP capabilities supported by the agent for session lifecycle requests.
@@ -3911,7 +3814,7 @@ pub struct SessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub mcp: Option<Option<McpCapabilities>>,
     /// Whether the agent supports `session/delete`.
@@ -3921,7 +3824,7 @@ pub struct SessionCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub delete: Option<Option<SessionDeleteCapabilities>>,
     /// Whether the agent supports `additionalDirectories` on supported session lifecycle requests.
@@ -3936,7 +3839,7 @@ pub struct SessionCapabilities {
         rename = "additionalDirectories",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub additional_directories: Option<Option<SessionAdditionalDirectoriesCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3948,7 +3851,7 @@ pub struct SessionCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4020,7 +3923,7 @@ pub struct PromptCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub image: Option<Option<PromptImageCapabilities>>,
     /// Agent supports [`ContentBlock::Audio`].
@@ -4030,7 +3933,7 @@ pub struct PromptCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub audio: Option<Option<PromptAudioCapabilities>>,
     /// Agent supports embedded context in `session/prompt` requests.
@@ -4044,7 +3947,7 @@ pub struct PromptCapabilities {
         rename = "embeddedContext",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub embedded_context: Option<Option<PromptEmbeddedContextCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4056,7 +3959,7 @@ pub struct PromptCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4114,7 +4017,7 @@ pub struct PromptImageCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4148,7 +4051,7 @@ pub struct PromptAudioCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4182,7 +4085,7 @@ pub struct PromptEmbeddedContextCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4212,7 +4115,7 @@ pub struct McpCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub stdio: Option<Option<McpStdioCapabilities>>,
     /// Agent supports [`McpServer::Http`].
@@ -4222,7 +4125,7 @@ pub struct McpCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub http: Option<Option<McpHttpCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4234,7 +4137,7 @@ pub struct McpCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4282,7 +4185,7 @@ pub struct McpStdioCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4314,7 +4217,7 @@ pub struct McpHttpCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4346,7 +4249,7 @@ pub struct SessionDeleteCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4383,7 +4286,7 @@ pub struct SessionAdditionalDirectoriesCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4419,7 +4322,7 @@ pub struct AgentAuthCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4452,7 +4355,7 @@ pub enum AuthMethod {
     /// The `type` discriminator value is `agent`.
     Agent(AuthMethodAgent),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl AuthMethod {
     /// The property that tells the variants of [`AuthMethod`] apart.
@@ -4470,20 +4373,10 @@ impl serde::Serialize for AuthMethod {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             AuthMethod::Terminal(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "terminal",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "terminal", payload)
             }
             AuthMethod::Agent(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "agent",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "agent", payload)
             }
             AuthMethod::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -4495,14 +4388,12 @@ impl<'de> serde::Deserialize<'de> for AuthMethod {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
-            Some("terminal") => {
-                crate::serde_support::payload(&value).map(AuthMethod::Terminal)
-            }
-            Some("agent") => crate::serde_support::payload(&value).map(AuthMethod::Agent),
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
+            Some("terminal") => serde_support::payload(&value).map(AuthMethod::Terminal),
+            Some("agent") => serde_support::payload(&value).map(AuthMethod::Agent),
             None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(AuthMethod::Other(crate::serde_support::UnknownVariant(value))),
+            Some(_) => Ok(AuthMethod::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -4562,7 +4453,7 @@ pub struct EnvVariable {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4602,14 +4493,14 @@ pub struct AuthMethodTerminal {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Additional arguments to append to the configured agent invocation for terminal auth.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub args: Option<Vec<String>>,
     /// Additional environment variables to set on the configured agent invocation for terminal auth.
@@ -4618,7 +4509,7 @@ pub struct AuthMethodTerminal {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub env: Option<Vec<EnvVariable>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4630,7 +4521,7 @@ pub struct AuthMethodTerminal {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4687,7 +4578,7 @@ pub struct AuthMethodAgent {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4699,7 +4590,7 @@ pub struct AuthMethodAgent {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4740,7 +4631,7 @@ pub struct LoginAuthResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4770,7 +4661,7 @@ pub struct LogoutAuthResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4803,7 +4694,7 @@ pub struct NewSessionResponse {
         rename = "configOptions",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub config_options: Option<Vec<SessionConfigOption>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4815,7 +4706,7 @@ pub struct NewSessionResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -4855,14 +4746,14 @@ pub struct SessionConfigOption {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Optional semantic category for this option (UX only).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub category: Option<Option<SessionConfigOptionCategory>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4874,7 +4765,7 @@ pub struct SessionConfigOption {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(flatten)]
@@ -5083,7 +4974,7 @@ pub struct SessionConfigSelectOption {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5095,7 +4986,7 @@ pub struct SessionConfigSelectOption {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5133,7 +5024,7 @@ pub struct SessionConfigSelectGroup {
     /// Human-readable label for this group.
     pub name: String,
     /// The set of option values in this group.
-    #[serde(deserialize_with = "crate::serde_support::vec_skip_invalid_or_default")]
+    #[serde(deserialize_with = "serde_support::vec_skip_invalid_or_default")]
     pub options: Vec<SessionConfigSelectOption>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -5144,7 +5035,7 @@ pub struct SessionConfigSelectGroup {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5254,7 +5145,7 @@ impl SessionConfigBoolean {
 #[non_exhaustive]
 pub struct ListSessionsResponse {
     /// Array of session information objects.
-    #[serde(deserialize_with = "crate::serde_support::vec_skip_invalid_or_default")]
+    #[serde(deserialize_with = "serde_support::vec_skip_invalid_or_default")]
     pub sessions: Vec<SessionInfo>,
     /// Opaque cursor token. If present, pass this in the next request's cursor parameter
     /// to fetch the next page. If absent, there are no more results.
@@ -5262,7 +5153,7 @@ pub struct ListSessionsResponse {
         rename = "nextCursor",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub next_cursor: Option<Option<SessionListCursor>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5274,7 +5165,7 @@ pub struct ListSessionsResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5319,14 +5210,14 @@ pub struct SessionInfo {
         rename = "additionalDirectories",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub additional_directories: Option<Vec<AbsolutePath>>,
     /// Human-readable title for the session
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// RFC 3339 timestamp of last activity.
@@ -5334,7 +5225,7 @@ pub struct SessionInfo {
         rename = "updatedAt",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5346,7 +5237,7 @@ pub struct SessionInfo {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5443,7 +5334,7 @@ pub struct DeleteSessionResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5471,7 +5362,7 @@ pub struct ResumeSessionResponse {
         rename = "configOptions",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub config_options: Option<Vec<SessionConfigOption>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5483,7 +5374,7 @@ pub struct ResumeSessionResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5522,7 +5413,7 @@ pub struct CloseSessionResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5546,7 +5437,7 @@ pub struct SetSessionConfigOptionResponse {
     /// The full set of configuration options and their current values.
     #[serde(
         rename = "configOptions",
-        deserialize_with = "crate::serde_support::vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::vec_skip_invalid_or_default"
     )]
     pub config_options: Vec<SessionConfigOption>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5558,7 +5449,7 @@ pub struct SetSessionConfigOptionResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5596,7 +5487,7 @@ pub struct PromptResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5646,7 +5537,7 @@ pub struct Error {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub data: Option<serde_json::Value>,
 }
@@ -5755,7 +5646,7 @@ pub struct UpdateSessionNotification {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -5833,7 +5724,7 @@ pub enum SessionUpdate {
     /// Context window and cost update for the session.
     UsageUpdate(UsageUpdate),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl SessionUpdate {
     /// The property that tells the variants of [`SessionUpdate`] apart.
@@ -5867,7 +5758,7 @@ impl serde::Serialize for SessionUpdate {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             SessionUpdate::UserMessageChunk(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "user_message_chunk",
@@ -5875,7 +5766,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::UserMessage(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "user_message",
@@ -5883,7 +5774,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::AgentMessageChunk(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "agent_message_chunk",
@@ -5891,7 +5782,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::AgentMessage(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "agent_message",
@@ -5899,7 +5790,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::AgentThoughtChunk(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "agent_thought_chunk",
@@ -5907,7 +5798,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::AgentThought(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "agent_thought",
@@ -5915,7 +5806,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::StateUpdate(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "state_update",
@@ -5923,7 +5814,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::ToolCallContentChunk(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "tool_call_content_chunk",
@@ -5931,7 +5822,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::ToolCallUpdate(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "tool_call_update",
@@ -5939,7 +5830,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::TerminalUpdate(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "terminal_update",
@@ -5947,7 +5838,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::TerminalOutputChunk(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "terminal_output_chunk",
@@ -5955,7 +5846,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::PlanUpdate(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "plan_update",
@@ -5963,7 +5854,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::AvailableCommandsUpdate(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "available_commands_update",
@@ -5971,7 +5862,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::ConfigOptionUpdate(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "config_option_update",
@@ -5979,7 +5870,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::SessionInfoUpdate(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "session_info_update",
@@ -5987,7 +5878,7 @@ impl serde::Serialize for SessionUpdate {
                 )
             }
             SessionUpdate::UsageUpdate(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "sessionUpdate",
                     "usage_update",
@@ -6004,68 +5895,59 @@ impl<'de> serde::Deserialize<'de> for SessionUpdate {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "sessionUpdate")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "sessionUpdate")? {
             Some("user_message_chunk") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionUpdate::UserMessageChunk)
+                serde_support::payload(&value).map(SessionUpdate::UserMessageChunk)
             }
             Some("user_message") => {
-                crate::serde_support::payload(&value).map(SessionUpdate::UserMessage)
+                serde_support::payload(&value).map(SessionUpdate::UserMessage)
             }
             Some("agent_message_chunk") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionUpdate::AgentMessageChunk)
+                serde_support::payload(&value).map(SessionUpdate::AgentMessageChunk)
             }
             Some("agent_message") => {
-                crate::serde_support::payload(&value).map(SessionUpdate::AgentMessage)
+                serde_support::payload(&value).map(SessionUpdate::AgentMessage)
             }
             Some("agent_thought_chunk") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionUpdate::AgentThoughtChunk)
+                serde_support::payload(&value).map(SessionUpdate::AgentThoughtChunk)
             }
             Some("agent_thought") => {
-                crate::serde_support::payload(&value).map(SessionUpdate::AgentThought)
+                serde_support::payload(&value).map(SessionUpdate::AgentThought)
             }
             Some("state_update") => {
-                crate::serde_support::payload(&value).map(SessionUpdate::StateUpdate)
+                serde_support::payload(&value).map(SessionUpdate::StateUpdate)
             }
             Some("tool_call_content_chunk") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionUpdate::ToolCallContentChunk)
+                serde_support::payload(&value).map(SessionUpdate::ToolCallContentChunk)
             }
             Some("tool_call_update") => {
-                crate::serde_support::payload(&value).map(SessionUpdate::ToolCallUpdate)
+                serde_support::payload(&value).map(SessionUpdate::ToolCallUpdate)
             }
             Some("terminal_update") => {
-                crate::serde_support::payload(&value).map(SessionUpdate::TerminalUpdate)
+                serde_support::payload(&value).map(SessionUpdate::TerminalUpdate)
             }
             Some("terminal_output_chunk") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionUpdate::TerminalOutputChunk)
+                serde_support::payload(&value).map(SessionUpdate::TerminalOutputChunk)
             }
             Some("plan_update") => {
-                crate::serde_support::payload(&value).map(SessionUpdate::PlanUpdate)
+                serde_support::payload(&value).map(SessionUpdate::PlanUpdate)
             }
             Some("available_commands_update") => {
-                crate::serde_support::payload(&value)
+                serde_support::payload(&value)
                     .map(SessionUpdate::AvailableCommandsUpdate)
             }
             Some("config_option_update") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionUpdate::ConfigOptionUpdate)
+                serde_support::payload(&value).map(SessionUpdate::ConfigOptionUpdate)
             }
             Some("session_info_update") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionUpdate::SessionInfoUpdate)
+                serde_support::payload(&value).map(SessionUpdate::SessionInfoUpdate)
             }
             Some("usage_update") => {
-                crate::serde_support::payload(&value).map(SessionUpdate::UsageUpdate)
+                serde_support::payload(&value).map(SessionUpdate::UsageUpdate)
             }
             None => Err(serde::de::Error::missing_field("sessionUpdate")),
-            Some(_) => {
-                Ok(SessionUpdate::Other(crate::serde_support::UnknownVariant(value)))
-            }
+            Some(_) => Ok(SessionUpdate::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -6129,7 +6011,7 @@ pub struct ContentChunk {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6176,7 +6058,7 @@ pub struct UserMessage {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub content: Option<Option<Vec<ContentBlock>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6188,7 +6070,7 @@ pub struct UserMessage {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6238,7 +6120,7 @@ pub struct AgentMessage {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub content: Option<Option<Vec<ContentBlock>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6250,7 +6132,7 @@ pub struct AgentMessage {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6300,7 +6182,7 @@ pub struct AgentThought {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
     )]
     pub content: Option<Option<Vec<ContentBlock>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6312,7 +6194,7 @@ pub struct AgentThought {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6352,7 +6234,7 @@ pub struct RunningStateUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6453,7 +6335,7 @@ pub struct IdleStateUpdate {
         rename = "stopReason",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub stop_reason: Option<Option<StopReason>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6465,7 +6347,7 @@ pub struct IdleStateUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6504,7 +6386,7 @@ pub struct RequiresActionStateUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6537,7 +6419,7 @@ pub enum StateUpdate {
     /// Foreground work is blocked on user action.
     RequiresAction(RequiresActionStateUpdate),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl StateUpdate {
     /// The property that tells the variants of [`StateUpdate`] apart.
@@ -6556,23 +6438,13 @@ impl serde::Serialize for StateUpdate {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             StateUpdate::Running(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "state",
-                    "running",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "state", "running", payload)
             }
             StateUpdate::Idle(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "state",
-                    "idle",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "state", "idle", payload)
             }
             StateUpdate::RequiresAction(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "state",
                     "requires_action",
@@ -6589,19 +6461,15 @@ impl<'de> serde::Deserialize<'de> for StateUpdate {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "state")? {
-            Some("running") => {
-                crate::serde_support::payload(&value).map(StateUpdate::Running)
-            }
-            Some("idle") => crate::serde_support::payload(&value).map(StateUpdate::Idle),
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "state")? {
+            Some("running") => serde_support::payload(&value).map(StateUpdate::Running),
+            Some("idle") => serde_support::payload(&value).map(StateUpdate::Idle),
             Some("requires_action") => {
-                crate::serde_support::payload(&value).map(StateUpdate::RequiresAction)
+                serde_support::payload(&value).map(StateUpdate::RequiresAction)
             }
             None => Err(serde::de::Error::missing_field("state")),
-            Some(_) => {
-                Ok(StateUpdate::Other(crate::serde_support::UnknownVariant(value)))
-            }
+            Some(_) => Ok(StateUpdate::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -6628,7 +6496,7 @@ pub struct ToolCallContentChunk {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6668,7 +6536,7 @@ pub struct TerminalOutput {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6700,7 +6568,7 @@ pub struct TerminalExitStatus {
         rename = "exitCode",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub exit_code: Option<Option<u32>>,
     /// Signal that terminated the process, when known.
@@ -6711,7 +6579,7 @@ pub struct TerminalExitStatus {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub signal: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6724,7 +6592,7 @@ pub struct TerminalExitStatus {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6773,21 +6641,21 @@ pub struct TerminalUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub command: Option<Option<String>>,
     /// The absolute working directory of the command.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub cwd: Option<Option<AbsolutePath>>,
     /// An authoritative replacement snapshot of terminal output bytes.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub output: Option<Option<TerminalOutput>>,
     /// Exit information. A concrete object marks the terminal as exited.
@@ -6795,7 +6663,7 @@ pub struct TerminalUpdate {
         rename = "exitStatus",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub exit_status: Option<Option<TerminalExitStatus>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6807,7 +6675,7 @@ pub struct TerminalUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6874,7 +6742,7 @@ pub struct TerminalOutputChunk {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -6902,7 +6770,7 @@ pub enum PlanUpdateContent {
     /// Structured plan entries.
     Items(PlanItems),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl PlanUpdateContent {
     /// The property that tells the variants of [`PlanUpdateContent`] apart.
@@ -6919,12 +6787,7 @@ impl serde::Serialize for PlanUpdateContent {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             PlanUpdateContent::Items(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "items",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "items", payload)
             }
             PlanUpdateContent::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -6936,15 +6799,11 @@ impl<'de> serde::Deserialize<'de> for PlanUpdateContent {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
-            Some("items") => {
-                crate::serde_support::payload(&value).map(PlanUpdateContent::Items)
-            }
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
+            Some("items") => serde_support::payload(&value).map(PlanUpdateContent::Items),
             None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(PlanUpdateContent::Other(crate::serde_support::UnknownVariant(value)))
-            }
+            Some(_) => Ok(PlanUpdateContent::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -7011,7 +6870,7 @@ pub struct PlanEntry {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7169,7 +7028,7 @@ pub struct PlanItems {
     ///
     /// When updating an item-based plan, the agent must send a complete list of all entries
     /// with their current status. The client replaces that plan with each update.
-    #[serde(deserialize_with = "crate::serde_support::vec_skip_invalid_or_default")]
+    #[serde(deserialize_with = "serde_support::vec_skip_invalid_or_default")]
     pub entries: Vec<PlanEntry>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -7180,7 +7039,7 @@ pub struct PlanItems {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7216,7 +7075,7 @@ pub struct PlanUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7248,7 +7107,7 @@ pub struct AvailableCommand {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub input: Option<Option<AvailableCommandInput>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7260,7 +7119,7 @@ pub struct AvailableCommand {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7295,7 +7154,7 @@ pub enum AvailableCommandInput {
     /// All text that was typed after the command name is provided as input.
     Text(TextCommandInput),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl AvailableCommandInput {
     /// The property that tells the variants of [`AvailableCommandInput`] apart.
@@ -7312,12 +7171,7 @@ impl serde::Serialize for AvailableCommandInput {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             AvailableCommandInput::Text(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "text",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "text", payload)
             }
             AvailableCommandInput::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -7329,18 +7183,14 @@ impl<'de> serde::Deserialize<'de> for AvailableCommandInput {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
             Some("text") => {
-                crate::serde_support::payload(&value).map(AvailableCommandInput::Text)
+                serde_support::payload(&value).map(AvailableCommandInput::Text)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => {
-                Ok(
-                    AvailableCommandInput::Other(
-                        crate::serde_support::UnknownVariant(value),
-                    ),
-                )
+                Ok(AvailableCommandInput::Other(serde_support::UnknownVariant(value)))
             }
         }
     }
@@ -7360,7 +7210,7 @@ pub struct TextCommandInput {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7387,7 +7237,7 @@ pub struct AvailableCommandsUpdate {
     /// Commands the agent can execute.
     #[serde(
         rename = "availableCommands",
-        deserialize_with = "crate::serde_support::vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::vec_skip_invalid_or_default"
     )]
     pub available_commands: Vec<AvailableCommand>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7399,7 +7249,7 @@ pub struct AvailableCommandsUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7426,7 +7276,7 @@ pub struct ConfigOptionUpdate {
     /// The full set of configuration options and their current values.
     #[serde(
         rename = "configOptions",
-        deserialize_with = "crate::serde_support::vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::vec_skip_invalid_or_default"
     )]
     pub config_options: Vec<SessionConfigOption>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7438,7 +7288,7 @@ pub struct ConfigOptionUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7472,7 +7322,7 @@ pub struct SessionInfoUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub title: Option<Option<String>>,
     /// RFC 3339 timestamp of last activity. Set to null to clear.
@@ -7480,7 +7330,7 @@ pub struct SessionInfoUpdate {
         rename = "updatedAt",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7492,7 +7342,7 @@ pub struct SessionInfoUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7542,7 +7392,7 @@ pub struct Cost {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7575,7 +7425,7 @@ pub struct UsageUpdate {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub cost: Option<Option<Cost>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7587,7 +7437,7 @@ pub struct UsageUpdate {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7633,7 +7483,7 @@ pub struct CompleteElicitationNotification {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7683,7 +7533,7 @@ pub struct InitializeRequest {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub capabilities: Option<ClientCapabilities>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7695,7 +7545,7 @@ pub struct InitializeRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7744,7 +7594,7 @@ pub struct ClientCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub auth: Option<Option<AuthCapabilities>>,
     /// Elicitation capabilities supported by the client.
@@ -7755,7 +7605,7 @@ pub struct ClientCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub elicitation: Option<Option<ElicitationCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7767,7 +7617,7 @@ pub struct ClientCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7817,7 +7667,7 @@ pub struct AuthCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub terminal: Option<Option<TerminalAuthCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7829,7 +7679,7 @@ pub struct AuthCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7872,7 +7722,7 @@ pub struct TerminalAuthCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7902,7 +7752,7 @@ pub struct ElicitationCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub form: Option<Option<ElicitationFormCapabilities>>,
     /// Whether the client supports URL-based elicitation.
@@ -7912,7 +7762,7 @@ pub struct ElicitationCapabilities {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub url: Option<Option<ElicitationUrlCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7926,7 +7776,7 @@ pub struct ElicitationCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -7976,7 +7826,7 @@ pub struct ElicitationFormCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8012,7 +7862,7 @@ pub struct ElicitationUrlCapabilities {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8054,7 +7904,7 @@ pub struct LoginAuthRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8093,7 +7943,7 @@ pub struct LogoutAuthRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8127,7 +7977,7 @@ pub struct NewSessionRequest {
         rename = "additionalDirectories",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub additional_directories: Option<Vec<AbsolutePath>>,
     /// List of MCP (Model Context Protocol) servers the agent should connect to.
@@ -8135,7 +7985,7 @@ pub struct NewSessionRequest {
         rename = "mcpServers",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub mcp_servers: Option<Vec<McpServer>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -8147,7 +7997,7 @@ pub struct NewSessionRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8202,7 +8052,7 @@ pub enum McpServer {
     /// Only available when the Agent capabilities include `session.mcp.stdio`.
     Stdio(McpServerStdio),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl McpServer {
     /// The property that tells the variants of [`McpServer`] apart.
@@ -8220,20 +8070,10 @@ impl serde::Serialize for McpServer {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             McpServer::Http(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "http",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "http", payload)
             }
             McpServer::Stdio(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "stdio",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "stdio", payload)
             }
             McpServer::Other(unknown) => serde::Serialize::serialize(unknown, serializer),
         }
@@ -8243,12 +8083,12 @@ impl<'de> serde::Deserialize<'de> for McpServer {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
-            Some("http") => crate::serde_support::payload(&value).map(McpServer::Http),
-            Some("stdio") => crate::serde_support::payload(&value).map(McpServer::Stdio),
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
+            Some("http") => serde_support::payload(&value).map(McpServer::Http),
+            Some("stdio") => serde_support::payload(&value).map(McpServer::Stdio),
             None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(McpServer::Other(crate::serde_support::UnknownVariant(value))),
+            Some(_) => Ok(McpServer::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -8269,7 +8109,7 @@ pub struct HttpHeader {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8310,7 +8150,7 @@ pub struct McpServerHttp {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8361,7 +8201,7 @@ pub struct McpServerStdio {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8404,14 +8244,14 @@ pub struct ListSessionsRequest {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub cwd: Option<Option<AbsolutePath>>,
     /// Opaque cursor token from a previous response's nextCursor field for cursor-based pagination
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub cursor: Option<Option<SessionListCursor>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -8423,7 +8263,7 @@ pub struct ListSessionsRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8474,7 +8314,7 @@ pub struct DeleteSessionRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8516,7 +8356,7 @@ pub struct ResumeSessionRequest {
         rename = "additionalDirectories",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub additional_directories: Option<Vec<AbsolutePath>>,
     /// List of MCP servers to connect to for this session.
@@ -8524,7 +8364,7 @@ pub struct ResumeSessionRequest {
         rename = "mcpServers",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::opt_vec_skip_invalid_or_default"
+        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
     )]
     pub mcp_servers: Option<Vec<McpServer>>,
     /// Inclusive cursor describing where conversation replay should begin.
@@ -8538,7 +8378,7 @@ pub struct ResumeSessionRequest {
         rename = "replayFrom",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri_or_default"
+        deserialize_with = "serde_support::tri_or_default"
     )]
     pub replay_from: Option<Option<ReplayFrom>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -8550,7 +8390,7 @@ pub struct ResumeSessionRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8604,7 +8444,7 @@ pub enum ReplayFrom {
     /// Replay the whole conversation from its first replayable entry.
     Start(ReplayFromStart),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl ReplayFrom {
     /// The property that tells the variants of [`ReplayFrom`] apart.
@@ -8621,12 +8461,7 @@ impl serde::Serialize for ReplayFrom {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             ReplayFrom::Start(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "start",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "start", payload)
             }
             ReplayFrom::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -8638,11 +8473,11 @@ impl<'de> serde::Deserialize<'de> for ReplayFrom {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
-            Some("start") => crate::serde_support::payload(&value).map(ReplayFrom::Start),
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
+            Some("start") => serde_support::payload(&value).map(ReplayFrom::Start),
             None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(ReplayFrom::Other(crate::serde_support::UnknownVariant(value))),
+            Some(_) => Ok(ReplayFrom::Other(serde_support::UnknownVariant(value))),
         }
     }
 }
@@ -8659,7 +8494,7 @@ pub struct ReplayFromStart {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8696,7 +8531,7 @@ pub struct CloseSessionRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8735,7 +8570,7 @@ pub struct SetSessionConfigOptionRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(flatten)]
@@ -8797,7 +8632,7 @@ pub struct PromptRequest {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8833,7 +8668,7 @@ pub struct RequestPermissionResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8868,7 +8703,7 @@ pub enum RequestPermissionOutcome {
     /// The user selected one of the provided options.
     Selected(SelectedPermissionOutcome),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl RequestPermissionOutcome {
     /// The property that tells the variants of [`RequestPermissionOutcome`] apart.
@@ -8886,10 +8721,10 @@ impl serde::Serialize for RequestPermissionOutcome {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             RequestPermissionOutcome::Cancelled => {
-                crate::serde_support::serialize_tag(serializer, "outcome", "cancelled")
+                serde_support::serialize_tag(serializer, "outcome", "cancelled")
             }
             RequestPermissionOutcome::Selected(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "outcome",
                     "selected",
@@ -8906,20 +8741,15 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionOutcome {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "outcome")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "outcome")? {
             Some("cancelled") => Ok(RequestPermissionOutcome::Cancelled),
             Some("selected") => {
-                crate::serde_support::payload(&value)
-                    .map(RequestPermissionOutcome::Selected)
+                serde_support::payload(&value).map(RequestPermissionOutcome::Selected)
             }
             None => Err(serde::de::Error::missing_field("outcome")),
             Some(_) => {
-                Ok(
-                    RequestPermissionOutcome::Other(
-                        crate::serde_support::UnknownVariant(value),
-                    ),
-                )
+                Ok(RequestPermissionOutcome::Other(serde_support::UnknownVariant(value)))
             }
         }
     }
@@ -8940,7 +8770,7 @@ pub struct SelectedPermissionOutcome {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -8975,7 +8805,7 @@ pub struct CreateElicitationResponse {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(flatten)]
@@ -9021,7 +8851,7 @@ pub struct ElicitationAcceptAction {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::tri"
+        deserialize_with = "serde_support::tri"
     )]
     pub content: Option<
         Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
@@ -9063,7 +8893,7 @@ pub struct CancelSessionNotification {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -9101,7 +8931,7 @@ pub struct CancelRequestNotification {
         rename = "_meta",
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::serde_support::default_on_error"
+        deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -9132,7 +8962,7 @@ pub enum CreateElicitationAction {
     /// The elicitation was cancelled.
     Cancel,
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl CreateElicitationAction {
     /// The property that tells the variants of [`CreateElicitationAction`] apart.
@@ -9151,18 +8981,13 @@ impl serde::Serialize for CreateElicitationAction {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             CreateElicitationAction::Accept(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "action",
-                    "accept",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "action", "accept", payload)
             }
             CreateElicitationAction::Decline => {
-                crate::serde_support::serialize_tag(serializer, "action", "decline")
+                serde_support::serialize_tag(serializer, "action", "decline")
             }
             CreateElicitationAction::Cancel => {
-                crate::serde_support::serialize_tag(serializer, "action", "cancel")
+                serde_support::serialize_tag(serializer, "action", "cancel")
             }
             CreateElicitationAction::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -9174,21 +8999,16 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationAction {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "action")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "action")? {
             Some("accept") => {
-                crate::serde_support::payload(&value)
-                    .map(CreateElicitationAction::Accept)
+                serde_support::payload(&value).map(CreateElicitationAction::Accept)
             }
             Some("decline") => Ok(CreateElicitationAction::Decline),
             Some("cancel") => Ok(CreateElicitationAction::Cancel),
             None => Err(serde::de::Error::missing_field("action")),
             Some(_) => {
-                Ok(
-                    CreateElicitationAction::Other(
-                        crate::serde_support::UnknownVariant(value),
-                    ),
-                )
+                Ok(CreateElicitationAction::Other(serde_support::UnknownVariant(value)))
             }
         }
     }
@@ -9202,7 +9022,7 @@ pub enum CreateElicitationMode {
     /// URL-based elicitation where the client directs the user to a URL.
     Url(ElicitationUrlMode),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl CreateElicitationMode {
     /// The property that tells the variants of [`CreateElicitationMode`] apart.
@@ -9220,20 +9040,10 @@ impl serde::Serialize for CreateElicitationMode {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             CreateElicitationMode::Form(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "mode",
-                    "form",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "mode", "form", payload)
             }
             CreateElicitationMode::Url(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "mode",
-                    "url",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "mode", "url", payload)
             }
             CreateElicitationMode::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -9245,21 +9055,15 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationMode {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "mode")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "mode")? {
             Some("form") => {
-                crate::serde_support::payload(&value).map(CreateElicitationMode::Form)
+                serde_support::payload(&value).map(CreateElicitationMode::Form)
             }
-            Some("url") => {
-                crate::serde_support::payload(&value).map(CreateElicitationMode::Url)
-            }
+            Some("url") => serde_support::payload(&value).map(CreateElicitationMode::Url),
             None => Err(serde::de::Error::missing_field("mode")),
             Some(_) => {
-                Ok(
-                    CreateElicitationMode::Other(
-                        crate::serde_support::UnknownVariant(value),
-                    ),
-                )
+                Ok(CreateElicitationMode::Other(serde_support::UnknownVariant(value)))
             }
         }
     }
@@ -9279,7 +9083,7 @@ pub enum DiffChangeOperation {
     /// A file was copied.
     Copy(DiffPathPairChange),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl DiffChangeOperation {
     /// The property that tells the variants of [`DiffChangeOperation`] apart.
@@ -9300,15 +9104,10 @@ impl serde::Serialize for DiffChangeOperation {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             DiffChangeOperation::Add(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "operation",
-                    "add",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "operation", "add", payload)
             }
             DiffChangeOperation::Delete(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "operation",
                     "delete",
@@ -9316,7 +9115,7 @@ impl serde::Serialize for DiffChangeOperation {
                 )
             }
             DiffChangeOperation::Modify(payload) => {
-                crate::serde_support::serialize_tagged(
+                serde_support::serialize_tagged(
                     serializer,
                     "operation",
                     "modify",
@@ -9324,20 +9123,10 @@ impl serde::Serialize for DiffChangeOperation {
                 )
             }
             DiffChangeOperation::Move(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "operation",
-                    "move",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "operation", "move", payload)
             }
             DiffChangeOperation::Copy(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "operation",
-                    "copy",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "operation", "copy", payload)
             }
             DiffChangeOperation::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -9349,30 +9138,20 @@ impl<'de> serde::Deserialize<'de> for DiffChangeOperation {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "operation")? {
-            Some("add") => {
-                crate::serde_support::payload(&value).map(DiffChangeOperation::Add)
-            }
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "operation")? {
+            Some("add") => serde_support::payload(&value).map(DiffChangeOperation::Add),
             Some("delete") => {
-                crate::serde_support::payload(&value).map(DiffChangeOperation::Delete)
+                serde_support::payload(&value).map(DiffChangeOperation::Delete)
             }
             Some("modify") => {
-                crate::serde_support::payload(&value).map(DiffChangeOperation::Modify)
+                serde_support::payload(&value).map(DiffChangeOperation::Modify)
             }
-            Some("move") => {
-                crate::serde_support::payload(&value).map(DiffChangeOperation::Move)
-            }
-            Some("copy") => {
-                crate::serde_support::payload(&value).map(DiffChangeOperation::Copy)
-            }
+            Some("move") => serde_support::payload(&value).map(DiffChangeOperation::Move),
+            Some("copy") => serde_support::payload(&value).map(DiffChangeOperation::Copy),
             None => Err(serde::de::Error::missing_field("operation")),
             Some(_) => {
-                Ok(
-                    DiffChangeOperation::Other(
-                        crate::serde_support::UnknownVariant(value),
-                    ),
-                )
+                Ok(DiffChangeOperation::Other(serde_support::UnknownVariant(value)))
             }
         }
     }
@@ -9399,7 +9178,7 @@ pub enum SessionConfigOptionType {
     /// Boolean on/off toggle.
     Boolean(SessionConfigBoolean),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl SessionConfigOptionType {
     /// The property that tells the variants of [`SessionConfigOptionType`] apart.
@@ -9417,20 +9196,10 @@ impl serde::Serialize for SessionConfigOptionType {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             SessionConfigOptionType::Select(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "select",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "select", payload)
             }
             SessionConfigOptionType::Boolean(payload) => {
-                crate::serde_support::serialize_tagged(
-                    serializer,
-                    "type",
-                    "boolean",
-                    payload,
-                )
+                serde_support::serialize_tagged(serializer, "type", "boolean", payload)
             }
             SessionConfigOptionType::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -9442,23 +9211,17 @@ impl<'de> serde::Deserialize<'de> for SessionConfigOptionType {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
             Some("select") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionConfigOptionType::Select)
+                serde_support::payload(&value).map(SessionConfigOptionType::Select)
             }
             Some("boolean") => {
-                crate::serde_support::payload(&value)
-                    .map(SessionConfigOptionType::Boolean)
+                serde_support::payload(&value).map(SessionConfigOptionType::Boolean)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => {
-                Ok(
-                    SessionConfigOptionType::Other(
-                        crate::serde_support::UnknownVariant(value),
-                    ),
-                )
+                Ok(SessionConfigOptionType::Other(serde_support::UnknownVariant(value)))
             }
         }
     }
@@ -9472,7 +9235,7 @@ pub enum SetSessionConfigOptionType {
     /// A boolean value (`type: "boolean"`).
     Boolean(bool),
     /// A kind this version of the schema does not know, kept whole as received.
-    Other(crate::serde_support::UnknownVariant),
+    Other(serde_support::UnknownVariant),
 }
 impl SetSessionConfigOptionType {
     /// The property that tells the variants of [`SetSessionConfigOptionType`] apart.
@@ -9490,7 +9253,7 @@ impl serde::Serialize for SetSessionConfigOptionType {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             SetSessionConfigOptionType::Id(value) => {
-                crate::serde_support::serialize_tag_and_property(
+                serde_support::serialize_tag_and_property(
                     serializer,
                     "type",
                     "id",
@@ -9499,7 +9262,7 @@ impl serde::Serialize for SetSessionConfigOptionType {
                 )
             }
             SetSessionConfigOptionType::Boolean(value) => {
-                crate::serde_support::serialize_tag_and_property(
+                serde_support::serialize_tag_and_property(
                     serializer,
                     "type",
                     "boolean",
@@ -9517,21 +9280,21 @@ impl<'de> serde::Deserialize<'de> for SetSessionConfigOptionType {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = crate::serde_support::object(deserializer)?;
-        match crate::serde_support::tag_of(&value, "type")? {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "type")? {
             Some("id") => {
-                crate::serde_support::property(&value, "value")
+                serde_support::property(&value, "value")
                     .map(SetSessionConfigOptionType::Id)
             }
             Some("boolean") => {
-                crate::serde_support::property(&value, "value")
+                serde_support::property(&value, "value")
                     .map(SetSessionConfigOptionType::Boolean)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => {
                 Ok(
                     SetSessionConfigOptionType::Other(
-                        crate::serde_support::UnknownVariant(value),
+                        serde_support::UnknownVariant(value),
                     ),
                 )
             }

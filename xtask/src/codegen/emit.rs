@@ -88,6 +88,9 @@ pub fn item(item: &Item, all: &[Item]) -> TokenStream {
         ItemKind::Tagged(t) => tagged(&name, t),
         ItemKind::Untagged(vs) => untagged(&name, vs, all),
     };
+    if item.gate.is_stable() {
+        return quote!(#docs #body);
+    }
     // The gate applies to every item the body expands to (type and impls).
     let mut out = TokenStream::new();
     let mut first = true;
@@ -257,7 +260,7 @@ fn deserialize_helper(f: &Field) -> Option<String> {
         (_, false) => return None,
     };
     let lenient = if f.default_on_error && base != "default_on_error" { "_or_default" } else { "" };
-    Some(format!("crate::serde_support::{base}{lenient}"))
+    Some(format!("serde_support::{base}{lenient}"))
 }
 
 fn newtype(name: &proc_macro2::Ident, ty: &Ty) -> TokenStream {
@@ -462,22 +465,22 @@ fn tagged(name: &proc_macro2::Ident, t: &Tagged) -> TokenStream {
         match &v.payload {
             Payload::Unit => {
                 defs.push(quote!(#docs #gate #id,));
-                ser.push(quote!(#gate #name::#id => crate::serde_support::serialize_tag(serializer, #tag, #wire),));
+                ser.push(quote!(#gate #name::#id => serde_support::serialize_tag(serializer, #tag, #wire),));
                 de.push(quote!(#gate Some(#wire) => Ok(#name::#id),));
                 tags.push(quote!(#gate #name::#id => Some(#wire),));
             }
             Payload::Type(_) => {
                 let ty = payload_ty(&v.payload);
                 defs.push(quote!(#docs #gate #id(#ty),));
-                ser.push(quote!(#gate #name::#id(payload) => crate::serde_support::serialize_tagged(serializer, #tag, #wire, payload),));
-                de.push(quote!(#gate Some(#wire) => crate::serde_support::payload(&value).map(#name::#id),));
+                ser.push(quote!(#gate #name::#id(payload) => serde_support::serialize_tagged(serializer, #tag, #wire, payload),));
+                de.push(quote!(#gate Some(#wire) => serde_support::payload(&value).map(#name::#id),));
                 tags.push(quote!(#gate #name::#id(_) => Some(#wire),));
             }
             Payload::Property { wire: prop, ty } => {
                 let ty = rust_ty(ty);
                 defs.push(quote!(#docs #gate #id(#ty),));
-                ser.push(quote!(#gate #name::#id(value) => crate::serde_support::serialize_tag_and_property(serializer, #tag, #wire, #prop, value),));
-                de.push(quote!(#gate Some(#wire) => crate::serde_support::property(&value, #prop).map(#name::#id),));
+                ser.push(quote!(#gate #name::#id(value) => serde_support::serialize_tag_and_property(serializer, #tag, #wire, #prop, value),));
+                de.push(quote!(#gate Some(#wire) => serde_support::property(&value, #prop).map(#name::#id),));
                 tags.push(quote!(#gate #name::#id(_) => Some(#wire),));
             }
         }
@@ -492,14 +495,14 @@ fn tagged(name: &proc_macro2::Ident, t: &Tagged) -> TokenStream {
                     defs.push(quote!(#docs #id(#ty),));
                     ser.push(quote!(#name::#id(payload) => serde::Serialize::serialize(payload, serializer),));
                     tags.push(quote!(#name::#id(_) => None,));
-                    quote!(None => crate::serde_support::payload(&value).map(#name::#id),)
+                    quote!(None => serde_support::payload(&value).map(#name::#id),)
                 }
                 Payload::Property { wire: prop, ty } => {
                     let ty = rust_ty(ty);
                     defs.push(quote!(#docs #id(#ty),));
-                    ser.push(quote!(#name::#id(value) => crate::serde_support::serialize_property(serializer, #prop, value),));
+                    ser.push(quote!(#name::#id(value) => serde_support::serialize_property(serializer, #prop, value),));
                     tags.push(quote!(#name::#id(_) => None,));
-                    quote!(None => crate::serde_support::property(&value, #prop).map(#name::#id),)
+                    quote!(None => serde_support::property(&value, #prop).map(#name::#id),)
                 }
                 Payload::Unit => {
                     defs.push(quote!(#docs #id,));
@@ -518,7 +521,7 @@ fn tagged(name: &proc_macro2::Ident, t: &Tagged) -> TokenStream {
         pub enum #name {
             #(#defs)*
             /// A kind this version of the schema does not know, kept whole as received.
-            #other(crate::serde_support::UnknownVariant),
+            #other(serde_support::UnknownVariant),
         }
 
         impl #name {
@@ -545,11 +548,11 @@ fn tagged(name: &proc_macro2::Ident, t: &Tagged) -> TokenStream {
 
         impl<'de> serde::Deserialize<'de> for #name {
             fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                let value = crate::serde_support::object(deserializer)?;
-                match crate::serde_support::tag_of(&value, #tag)? {
+                let value = serde_support::object(deserializer)?;
+                match serde_support::tag_of(&value, #tag)? {
                     #(#de)*
                     #missing_tag
-                    Some(_) => Ok(#name::#other(crate::serde_support::UnknownVariant(value))),
+                    Some(_) => Ok(#name::#other(serde_support::UnknownVariant(value))),
                 }
             }
         }
@@ -722,7 +725,7 @@ fn envelopes(dir: &Direction, methods: &[&Method], [ext_req, ext_resp, ext_notif
         let id = variant_ident(m);
         let gate = cfg(&m.gate);
         let name = &m.name;
-        quote!(#gate #name => crate::serde_support::null_as_empty(result).map(#resp::#id).map(Some),)
+        quote!(#gate #name => serde_support::null_as_empty(result).map(#resp::#id).map(Some),)
     });
     let resp_ser = requests.iter().map(|m| {
         let id = variant_ident(m);

@@ -273,3 +273,56 @@ pub struct Model {
     /// `$/cancel_request` and friends, handled by the connection itself: (method, params type).
     pub protocol_methods: Vec<(String, String)>,
 }
+
+impl Gate {
+    /// Whether this gate is on when exactly `features` are enabled.
+    pub fn enabled(&self, features: &BTreeSet<String>) -> bool {
+        match self {
+            Gate::Stable => true,
+            Gate::Features(fs) => fs.iter().any(|f| features.contains(f)),
+            Gate::WithoutFeature(f) => !features.contains(f),
+        }
+    }
+}
+
+impl Model {
+    /// The model as compiled with `features`: gated-off items, fields, variants and methods
+    /// removed and every gate resolved, for a vendored file that has no cargo features.
+    pub fn select(&self, features: &BTreeSet<String>) -> Model {
+        let on = |g: &Gate| g.enabled(features);
+        let items = self
+            .items
+            .iter()
+            .filter(|i| on(&i.gate))
+            .map(|i| {
+                let mut i = i.clone();
+                i.gate = Gate::Stable;
+                match &mut i.kind {
+                    ItemKind::Struct(s) => {
+                        s.fields.retain(|f| on(&f.gate));
+                        s.fields.iter_mut().for_each(|f| f.gate = Gate::Stable);
+                    }
+                    ItemKind::Tagged(t) => {
+                        t.variants.retain(|v| on(&v.gate));
+                        t.variants.iter_mut().for_each(|v| v.gate = Gate::Stable);
+                    }
+                    ItemKind::StringEnum(vs) => {
+                        vs.retain(|v| on(&v.gate));
+                        vs.iter_mut().for_each(|v| v.gate = Gate::Stable);
+                    }
+                    _ => {}
+                }
+                i
+            })
+            .collect::<Vec<_>>();
+        let methods = self
+            .methods
+            .iter()
+            .filter(|m| on(&m.gate))
+            .map(|m| Method { gate: Gate::Stable, ..m.clone() })
+            .collect();
+        let protocol_methods =
+            self.protocol_methods.iter().filter(|(_, params)| items.iter().any(|i| &i.name == params)).cloned().collect();
+        Model { items, methods, protocol_methods }
+    }
+}
