@@ -29,11 +29,16 @@
 //! for itself. Instead of deadlocking, the runtime recognises calls made from inside a
 //! notification handler of the same connection (a task-local marker) and delivers their
 //! responses without the ordering guarantee. Such a handler still holds up every later
-//! notification while it waits, so prefer spawning a task for it.
+//! notification while it waits, and if `notification_queue_capacity` notifications pile up
+//! behind it the reader stops and the response can no longer be read: a notification handler
+//! that needs an answer from the peer should spawn a task for it.
+//!
+//! Bounds are counted in messages, not bytes: the worst case of the write queue is
+//! `write_queue_capacity` × the largest message.
 //!
 //! # Cancellation contract
 //!
-//! Each incoming request gets a [`CancellationToken`](tokio_util::sync::CancellationToken)
+//! Each incoming request gets a [`CancellationToken`]
 //! (a child of the connection's token). It fires on:
 //!
 //! - `$/cancel_request {requestId}` naming the request. This notification is consumed by the
@@ -226,7 +231,8 @@ impl Connection {
         };
         let tap = self.tap.zip(tap_rx);
         let fut = run(options, shared.clone(), reader, writer, out_rx, tap, Arc::new(handler));
-        (peer, Serve { fut: Box::pin(fut), shared: peer.shared.clone() })
+        let serve = Serve { fut: Box::pin(fut), shared: peer.shared.clone() };
+        (peer, serve)
     }
 }
 
@@ -275,7 +281,7 @@ async fn run<R, W, H>(
     reader: R,
     writer: W,
     out_rx: mpsc::Receiver<Vec<u8>>,
-    tap: Option<(Box<dyn AsyncWrite + Send + Unpin>, mpsc::Receiver<Vec<u8>>)>,
+    tap: Option<(writer::Tap, mpsc::Receiver<Vec<u8>>)>,
     handler: Arc<H>,
 ) -> Result<(), Error>
 where
@@ -392,13 +398,17 @@ pub(crate) struct Shared {
     pub(crate) tap: Option<mpsc::Sender<Vec<u8>>>,
     pub(crate) next_id: AtomicI64,
     pending: Mutex<PendingCalls>,
-    pub(crate) inflight: Mutex<HashMap<Id, InFlight>>,
+    inflight: Mutex<HashMap<Id, InFlight>>,
     /// Fires when the connection ends.
     pub(crate) closed: CancellationToken,
     /// How many notifications the notification task has handled (`u64::MAX` once it is gone).
     handled: AtomicU64,
     handled_waiters: AtomicUsize,
     handled_notify: Notify,
+}
+
+pub(crate) fn lock_inflight(shared: &Shared) -> MutexGuard<'_, HashMap<Id, InFlight>> {
+    lock(&shared.inflight)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -461,7 +471,7 @@ impl Shared {
         };
         for (id, call) in resolved {
             let result = RawValue::from_string(methods::CANCELLED_PERMISSION_RESULT.to_owned())
-                .map_err(|e| ErrorObject::internal_error(e));
+                .map_err(ErrorObject::internal_error);
             let _ = call.tx.send(Reply::Response { result, barrier: 0 });
             self.send_cancel_request(id);
         }

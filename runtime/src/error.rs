@@ -24,9 +24,15 @@ pub enum Error {
     /// Reading or writing the transport failed.
     #[error("transport error: {0}")]
     Io(#[from] std::io::Error),
-    /// A result from the peer did not decode into the expected type.
-    #[error("cannot decode the peer's result: {0}")]
-    Decode(#[source] serde_json::Error),
+    /// A result from the peer did not decode into the expected type. `path` locates the
+    /// offending field (e.g. `options[2].kind`; empty for the root or when unknown).
+    #[error("cannot decode the peer's result at `{path}`: {message}")]
+    Decode {
+        /// Where in the result the problem is.
+        path: String,
+        /// What the problem is.
+        message: String,
+    },
     /// Our own params could not be encoded (e.g. a map with non-string keys).
     #[error("cannot encode params: {0}")]
     Encode(#[source] serde_json::Error),

@@ -31,10 +31,13 @@ pub trait Handler: Send + Sync + 'static {
     /// Handles one notification; nothing is ever answered. The default ignores it (which is
     /// also what ACP asks for unknown `_` notifications).
     ///
-    /// Must not await the *response* of an outgoing call made through the peer: that response
-    /// is delivered only after the notifications queued before it, this one included. (The
-    /// runtime detects this case and delivers such a response without the ordering guarantee
-    /// instead of deadlocking; see [`crate::connection`].)
+    /// Notifications are handled one at a time, so keep this quick. Sending (`notify`,
+    /// starting a call) is fine; to *await the response* of a call, spawn a task: while this
+    /// handler waits, later notifications queue up, and once the queue is full the reader stops
+    /// and cannot read that response. (Short of that, the runtime does deliver the response: it
+    /// recognises calls made from inside a notification handler and exempts them from the
+    /// responses-after-notifications ordering, which would otherwise wait for this very
+    /// handler; see [`crate::connection`].)
     fn handle_notification(&self, notification: IncomingNotification) -> impl Future<Output = ()> + Send {
         let _ = notification;
         async {}
@@ -79,7 +82,8 @@ pub struct IncomingRequest {
 }
 
 impl IncomingRequest {
-    /// Decodes the params (absent params decode as `null`); failure is -32602.
+    /// Decodes the params (absent params decode as `null`); failure is -32602 with the failing
+    /// field's path in `data.path` (see [`crate::jsonrpc::decode_params`]).
     pub fn parse_params<T: DeserializeOwned>(&self) -> Result<T, ErrorObject> {
         parse_params(self.params.as_deref())
     }
@@ -111,8 +115,7 @@ impl IncomingNotification {
 }
 
 fn parse_params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, ErrorObject> {
-    let text = params.map_or("null", RawValue::get);
-    serde_json::from_str(text).map_err(ErrorObject::invalid_params)
+    crate::jsonrpc::decode_params(params)
 }
 
 /// The top-level `"sessionId"` string of an object's raw params.

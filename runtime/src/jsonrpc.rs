@@ -9,6 +9,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -303,8 +304,11 @@ struct Envelope<'a> {
     error: Option<&'a RawValue>,
     /// A member that appeared twice; duplicates make a message ambiguous, so it is invalid.
     duplicate: bool,
+    /// `id` itself appeared twice: then no id can be trusted for the answer.
+    duplicate_id: bool,
 }
 
+#[derive(Clone, Copy)]
 enum Key {
     Jsonrpc,
     Id,
@@ -369,6 +373,7 @@ impl<'de> Deserialize<'de> for Envelope<'de> {
                     let value = map.next_value::<&'de RawValue>()?;
                     if slot.is_some() {
                         env.duplicate = true;
+                        env.duplicate_id |= matches!(key, Key::Id);
                     } else {
                         *slot = Some(value);
                     }
@@ -444,7 +449,7 @@ pub fn decode(line: &[u8]) -> Result<Message<'_>, DecodeError> {
 
     let id = env.id.map(parse_id);
     let valid_id = match &id {
-        Some(Some(id)) => id.clone(),
+        Some(Some(id)) if !env.duplicate_id => id.clone(),
         _ => Id::Null,
     };
     let version_ok = env
@@ -514,6 +519,108 @@ pub fn decode(line: &[u8]) -> Result<Message<'_>, DecodeError> {
         ));
     }
     Err(DecodeError::new(K::InvalidRequest, valid_id, "missing method"))
+}
+
+// ---- decoding params and results into types, with the failing field's path ----------------
+
+/// Decodes raw params (absent params decode as `null`) into `T`; a failure is -32602 with the
+/// path of the offending field in `data.path` (e.g. `prompt[0].type`) when it can be located.
+pub fn decode_params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, ErrorObject> {
+    decode_with_path(params.map_or("null", RawValue::get)).map_err(|(path, message)| match path {
+        Some(path) => ErrorObject::invalid_params_at(path, message),
+        None => ErrorObject::invalid_params(message),
+    })
+}
+
+/// Decodes `text` into `T`; on failure returns the path of the failing field (if it can be
+/// located) and serde's message without its position suffix.
+pub(crate) fn decode_with_path<T: DeserializeOwned>(text: &str) -> Result<T, (Option<String>, String)> {
+    serde_json::from_str(text).map_err(|e| {
+        let full = e.to_string();
+        let message = match full.rfind(" at line ") {
+            Some(i) => full[..i].to_owned(),
+            None => full,
+        };
+        // Raw values from the wire are single lines, so the column is a byte offset.
+        let path = (e.line() == 1 && e.column() > 0).then(|| path_at(text, e.column()));
+        (path, message)
+    })
+}
+
+/// The JSON path (`a.b[2]["odd key"]`) of the value being read at byte `offset` of `text`
+/// (which serde_json reports as the column of an error). Never fails: malformed input just
+/// yields a shorter path.
+pub fn path_at(text: &str, offset: usize) -> String {
+    enum Level {
+        Object { key: Option<String>, expecting_key: bool },
+        Array { index: usize },
+    }
+    let bytes = text.as_bytes();
+    let end = offset.min(bytes.len());
+    let mut stack: Vec<Level> = Vec::new();
+    let mut i = 0;
+    while i < end {
+        match bytes[i] {
+            b'"' => {
+                let start = i;
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                if let Some(Level::Object { key, expecting_key: true }) = stack.last_mut() {
+                    let raw = text.get(start..(i + 1).min(text.len())).unwrap_or("");
+                    *key = serde_json::from_str::<String>(raw).ok();
+                }
+            }
+            b':' => {
+                if let Some(Level::Object { expecting_key, .. }) = stack.last_mut() {
+                    *expecting_key = false;
+                }
+            }
+            b',' => match stack.last_mut() {
+                Some(Level::Object { key, expecting_key }) => {
+                    *key = None;
+                    *expecting_key = true;
+                }
+                Some(Level::Array { index }) => *index += 1,
+                None => {}
+            },
+            b'{' => stack.push(Level::Object { key: None, expecting_key: true }),
+            b'[' => stack.push(Level::Array { index: 0 }),
+            b'}' | b']' => {
+                stack.pop();
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let mut path = String::new();
+    for level in &stack {
+        match level {
+            Level::Object { key: Some(key), .. } => {
+                let plain = !key.is_empty()
+                    && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+                    && !key.starts_with(|c: char| c.is_ascii_digit());
+                if plain {
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(key);
+                } else {
+                    path.push('[');
+                    path.push_str(&serde_json::to_string(key).unwrap_or_default());
+                    path.push(']');
+                }
+            }
+            Level::Object { key: None, .. } => {}
+            Level::Array { index } => {
+                path.push('[');
+                path.push_str(&index.to_string());
+                path.push(']');
+            }
+        }
+    }
+    path
 }
 
 // ---- encoding -------------------------------------------------------------------------------
@@ -626,6 +733,77 @@ mod tests {
         assert_eq!(kind(&deep), DecodeErrorKind::Parse);
         let deep_obj = format!(r#"{{"jsonrpc":"2.0","method":"a","params":{}"#, "[".repeat(200_000));
         assert_eq!(kind(&deep_obj), DecodeErrorKind::Parse);
+    }
+
+    #[test]
+    fn decode_errors_name_the_failing_field() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Block {
+            r#type: String,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        #[serde(rename_all = "camelCase")]
+        struct Prompt {
+            session_id: String,
+            prompt: Vec<Block>,
+        }
+        let at = |json: &str| {
+            let raw = RawValue::from_string(json.to_owned()).unwrap();
+            let e = decode_params::<Prompt>(Some(&raw)).unwrap_err();
+            assert_eq!(e.code, codes::INVALID_PARAMS);
+            (e.data.map(|d| d["path"].as_str().unwrap().to_owned()), e.message)
+        };
+        assert_eq!(at(r#"{"sessionId": 5, "prompt": []}"#).0.as_deref(), Some("sessionId"));
+        assert_eq!(at(r#"{"sessionId":"s","prompt":[{"type":"a"},{"type":1}]}"#).0.as_deref(), Some("prompt[1].type"));
+        let (path, message) = at(r#"{"sessionId":"s","prompt":[{"type":"a"},{"text":"x"}]}"#);
+        assert_eq!(path.as_deref(), Some("prompt[1]"));
+        assert!(message.contains("missing field `type`"), "{message}");
+        assert!(!message.contains("column"), "{message}");
+        assert_eq!(path_at(r#"{"a b":{"c":[0,{"d":"#, 19), r#"["a b"].c[1].d"#);
+        assert_eq!(path_at("", 10), "");
+    }
+
+    /// Seeded mutations of valid messages: decoding never panics, and an answer is always a
+    /// short fixed text (never the input).
+    #[test]
+    fn mutated_input_never_panics() {
+        let seeds: [&[u8]; 4] = [
+            br#"{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"s","prompt":[{"type":"text","text":"hi"}]}}"#,
+            br#"{"jsonrpc":"2.0","id":"x","result":{"stopReason":"end_turn","_meta":{"a":[1,2,{"b":null}]}}}"#,
+            br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32602,"message":"m","data":{"path":"a"}}}"#,
+            br#"{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":7}}"#,
+        ];
+        let alphabet = b"{}[]\",:\\0123456789-.eEtrufalsn \x00\xff\xc3u";
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut rand = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        for i in 0..20_000 {
+            let mut line = seeds[i % seeds.len()].to_vec();
+            for _ in 0..1 + rand(4) {
+                let at = rand(line.len());
+                match rand(3) {
+                    0 => line[at] = alphabet[rand(alphabet.len())],
+                    1 => line.insert(at, alphabet[rand(alphabet.len())]),
+                    _ => {
+                        line.remove(at);
+                    }
+                }
+                if line.is_empty() {
+                    line.push(b'{');
+                }
+            }
+            if let Err(e) = decode(&line) {
+                if let Some((_, error)) = e.answer() {
+                    assert!(error.message.len() < 100, "{error:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,1 +1,96 @@
-//! Agent Client Protocol runtime.
+//! Agent Client Protocol runtime: JSON-RPC 2.0 over newline-delimited JSON, with ACP's
+//! concurrency and cancellation rules, for agents and clients alike.
+//!
+//! This crate works at the raw-JSON level (params and results are [`RawValue`]s, never
+//! rewritten); the typed ACP layer sits on top of [`Handler`] and [`Peer`].
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`framing`] | splitting input into lines: buffering, the line limit, CRLF, blank lines |
+//! | [`jsonrpc`] | the envelope: [`Id`], [`ErrorObject`] and [`codes`], decoding a line, encoding |
+//! | [`connection`] | [`Connection`] (options), [`Serve`] (the I/O), and the concurrency and cancellation contract |
+//! | [`handler`] | the [`Handler`] trait and [`IncomingRequest`] / [`IncomingNotification`] |
+//! | [`peer`] | [`Peer`]: outgoing calls and notifications, cancel-on-drop, `cancel_session` |
+//! | [`transport`] | stdio, a spawned agent process (process group, stderr, termination), in-memory duplex |
+//! | [`methods`] | the ACP method names and fixed results the runtime acts on |
+//!
+//! ```no_run
+//! use acp_runtime::{Connection, ErrorObject, Handler, IncomingRequest, RawValue};
+//!
+//! struct Echo;
+//! impl Handler for Echo {
+//!     async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
+//!         match &*req.method {
+//!             "_echo" => Ok(req.params.unwrap_or_else(|| RawValue::from_string("null".into()).unwrap())),
+//!             other => Err(ErrorObject::method_not_found(other)),
+//!         }
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), acp_runtime::Error> {
+//! let (reader, writer) = acp_runtime::transport::stdio();
+//! let (_peer, serve) = Connection::new().serve(reader, writer, Echo);
+//! serve.await
+//! # }
+//! ```
+//!
+//! # Bad input and how it is answered
+//!
+//! Nothing the peer sends can panic the runtime or end the connection; only end of input or
+//! a transport error do. An answer never echoes the input back. Answers with a `null` id are
+//! what JSON-RPC prescribes when the id cannot be known.
+//!
+//! | input | answer |
+//! |---|---|
+//! | a line longer than `max_line_bytes` (default 64 MiB) | skipped without being buffered; -32600 with `null` id; warning logged |
+//! | not UTF-8 | -32700, `null` id |
+//! | not JSON (incl. a stray log line, truncated JSON, trailing garbage) | -32700, `null` id |
+//! | deeply nested JSON (e.g. 100,000 `[`) | -32700 if unterminated, -32600 if complete; no recursion, no stack overflow |
+//! | empty or whitespace-only line | ignored |
+//! | `\r\n` line ending | `\r` stripped, message handled normally |
+//! | JSON that is not an object (number, string, `null`, ...) | -32600, `null` id |
+//! | a batch (JSON array) | -32600, `null` id (batches are not supported by ACP) |
+//! | `"jsonrpc"` missing or not `"2.0"` | -32600 with the message's id if valid, else `null` |
+//! | an id that is an object, array, boolean, fraction or beyond i64 | -32600, `null` id |
+//! | `"id": null` with a method | a request with id `null`; answered with id `null` |
+//! | `"method"` not a string | -32600 with the id if valid, else `null` |
+//! | no `"method"`, no `"result"`/`"error"` | -32600 with the id if valid, else `null` |
+//! | a member given twice (e.g. two `"id"`) | -32600 with the id if unambiguous, else `null` |
+//! | request `"params"` not an object or array (e.g. a string) | -32602 with its id |
+//! | notification `"params"` not an object or array | not answered (notifications never are); warning logged |
+//! | `"params": null` | treated as absent |
+//! | a request for a method the handler does not know | the handler decides; the default and the typed layer answer -32601 |
+//! | an unknown notification (e.g. `_x`) | passed to the handler, never answered; the default ignores it |
+//! | a response to an id we are not waiting for | warning logged, ignored |
+//! | a response with a string id | ignored like an unknown id (our ids are integers) |
+//! | an error response with `null` id | warning logged, ignored |
+//! | a malformed response (both `result` and `error`, bad error object, bad `jsonrpc`) | never answered; the pending call with that id, if any, fails with [`Error::Protocol`] |
+//! | a request reusing the id of one of its in-flight requests | -32600 for the duplicate (with that id); the original runs on |
+//! | a message with `"method"` *and* `"result"`/`"error"` | treated as a request or notification (the method decides) |
+//! | `$/cancel_request` for an unknown id, or with bad params | ignored (never passed to the handler) |
+//! | `session/cancel` without a string `"sessionId"` | nothing is cancelled; passed to the handler |
+//! | a handler that panics | -32603 for its request; a notification handler's panic is logged; the connection goes on |
+//! | a last line without a newline before end of input | handled like any other line |
+//!
+//! Each row is exercised by `tests/bad_input.rs`.
+
+pub mod connection;
+pub mod framing;
+pub mod handler;
+pub mod jsonrpc;
+pub mod methods;
+pub mod peer;
+pub mod transport;
+
+mod catch_unwind;
+mod error;
+mod router;
+mod writer;
+
+pub use connection::{Connection, Serve};
+pub use error::Error;
+pub use handler::{Handler, IncomingNotification, IncomingRequest};
+pub use jsonrpc::{ErrorObject, Id, codes};
+pub use peer::Peer;
+pub use serde_json::value::RawValue;
+pub use tokio_util::sync::CancellationToken;

@@ -67,7 +67,7 @@ impl Peer {
         R: DeserializeOwned,
     {
         let raw = self.call(method, Some(params), None).await?;
-        serde_json::from_str(raw.get()).map_err(Error::Decode)
+        decode_result(&raw)
     }
 
     /// [`Peer::request`] tied to a cancellation token, as in [`Peer::request_raw_until`].
@@ -77,7 +77,7 @@ impl Peer {
         R: DeserializeOwned,
     {
         let raw = self.call(method, Some(params), Some(cancel)).await?;
-        serde_json::from_str(raw.get()).map_err(Error::Decode)
+        decode_result(&raw)
     }
 
     /// Sends a notification with raw params.
@@ -109,7 +109,7 @@ impl Peer {
     /// Ends the connection from our side: `serve` stops reading, pending calls fail with
     /// [`Error::ConnectionClosed`], in-flight handlers are cancelled.
     pub fn close(&self) {
-        self.shared.closed.cancel();
+        self.shared.close();
     }
 
     /// Whether the connection has ended (or is ending).
@@ -149,6 +149,10 @@ impl Peer {
         cancel: Option<&CancellationToken>,
     ) -> Result<Box<RawValue>, Error> {
         let shared = &self.shared;
+        if cancel.is_some_and(CancellationToken::is_cancelled) {
+            // Already cancelled: do not bother the peer at all.
+            return Err(Error::Cancelled);
+        }
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let mut line = Vec::with_capacity(128);
         jsonrpc::encode_request(&mut line, id, method, params).map_err(Error::Encode)?;
@@ -162,7 +166,15 @@ impl Peer {
         let (tx, rx) = oneshot::channel();
         shared.register_call(id, tx, permission_session)?;
         let mut guard = CallGuard { shared, id, sent: false };
-        shared.send_line(line).await?;
+        match cancel {
+            None => shared.send_line(line).await?,
+            // While waiting for room in the write queue, too: not sent yet, nothing to cancel.
+            Some(cancel) => tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(Error::Cancelled),
+                sent = shared.send_line(line) => sent?,
+            },
+        }
         guard.sent = true;
         let reply = match cancel {
             None => rx.await,
@@ -202,6 +214,10 @@ impl Drop for CallGuard<'_> {
             self.shared.send_cancel_request(self.id);
         }
     }
+}
+
+fn decode_result<R: DeserializeOwned>(raw: &RawValue) -> Result<R, Error> {
+    jsonrpc::decode_with_path(raw.get()).map_err(|(path, message)| Error::Decode { path: path.unwrap_or_default(), message })
 }
 
 /// The `sessionId` of the params of an encoded message.

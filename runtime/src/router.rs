@@ -1,0 +1,367 @@
+//! The reader side of a connection: routes each decoded line (a response to its pending call,
+//! a request to a new task, a notification to the ordered queue), answers bad input, and runs
+//! request and notification handlers with the cancellation rules of [`crate::connection`].
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::io::AsyncRead;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::catch_unwind::{CatchUnwind, panic_message};
+use crate::connection::{InFlight, Options, Reply, RequestKind, Shared};
+use crate::error::Error;
+use crate::framing::{Frame, LineReader};
+use crate::handler::{Handler, IncomingNotification, IncomingRequest, session_id_of};
+use crate::jsonrpc::{self, DecodeErrorKind, ErrorObject, Id, Message};
+use crate::methods;
+use crate::peer::Peer;
+use crate::writer::{TapIn, tap_in};
+
+tokio::task_local! {
+    /// Set (to the connection's address) while a notification handler runs, so an outgoing
+    /// call made from it skips the response-after-notifications wait that would deadlock.
+    pub(crate) static IN_NOTIFICATION_HANDLER: usize;
+}
+
+/// A notification waiting for the notification task; `seq` numbers them from 1.
+pub(crate) struct Queued {
+    method: Cow<'static, str>,
+    params: Option<Box<RawValue>>,
+    seq: u64,
+}
+
+pub(crate) struct Router<H> {
+    options: Options,
+    shared: Arc<Shared>,
+    handler: Arc<H>,
+    notifications: mpsc::Sender<Queued>,
+    /// Notifications queued so far; a response is delivered once this many are handled.
+    queued: u64,
+    permits: Arc<Semaphore>,
+    tracker: TaskTracker,
+}
+
+impl<H: Handler> Router<H> {
+    pub(crate) fn new(
+        options: Options,
+        shared: Arc<Shared>,
+        handler: Arc<H>,
+        notifications: mpsc::Sender<Queued>,
+        tracker: TaskTracker,
+    ) -> Self {
+        Router {
+            options,
+            shared,
+            handler,
+            notifications,
+            queued: 0,
+            permits: Arc::new(Semaphore::new(options.max_concurrent_requests)),
+            tracker,
+        }
+    }
+
+    /// Reads until end of input (`Ok`) or a read error.
+    pub(crate) async fn run<R: AsyncRead + Unpin>(&mut self, reader: R) -> std::io::Result<()> {
+        let mut lines = LineReader::new(reader, self.options.max_line_bytes);
+        while let Some(frame) = lines.next_frame().await? {
+            match frame {
+                Frame::Line(line) => self.dispatch(line).await,
+                Frame::Oversized { len } => {
+                    tracing::warn!(len, limit = self.options.max_line_bytes, "acp connection: oversized message discarded");
+                    tap_in(&self.shared, TapIn::Oversized(len)).await;
+                    let error = ErrorObject::invalid_request(format_args!(
+                        "message of {len} bytes exceeds the limit of {} bytes",
+                        self.options.max_line_bytes
+                    ));
+                    self.answer(&Id::Null, Err(&error)).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn dispatch(&mut self, line: &[u8]) {
+        let decoded = jsonrpc::decode(line);
+        if self.shared.tap.is_some() {
+            let item = match &decoded {
+                Err(e) if e.kind == DecodeErrorKind::Parse => TapIn::Invalid(line),
+                _ => TapIn::Json(line),
+            };
+            tap_in(&self.shared, item).await;
+        }
+        match decoded {
+            Ok(Message::Request { id, method, params }) => self.on_request(id, method, params).await,
+            Ok(Message::Notification { method, params }) => self.on_notification(method, params).await,
+            Ok(Message::Response { id, result }) => self.on_response(id, result.map(ToOwned::to_owned)),
+            Err(e) => {
+                tracing::warn!(kind = ?e.kind, reason = e.reason, id = %e.id, "acp connection: bad input");
+                if e.kind == DecodeErrorKind::InvalidResponse {
+                    if let Id::Number(n) = e.id {
+                        self.shared.complete_call(n, Reply::Failed(Error::Protocol(e.reason)));
+                    }
+                }
+                if let Some((id, error)) = e.answer() {
+                    self.answer(&id, Err(&error)).await;
+                }
+            }
+        }
+    }
+
+    async fn answer(&self, id: &Id, result: Result<&RawValue, &ErrorObject>) {
+        let mut line = Vec::with_capacity(128);
+        jsonrpc::encode_response(&mut line, id, result);
+        // A closed connection has nobody to answer.
+        let _ = self.shared.send_line(line).await;
+    }
+
+    fn on_response(&mut self, id: Id, result: Result<Box<RawValue>, ErrorObject>) {
+        let delivered = match &id {
+            Id::Number(n) => self.shared.complete_call(*n, Reply::Response { result, barrier: self.queued }),
+            Id::Null => {
+                if let Err(e) = &result {
+                    tracing::warn!(error = %e, "acp connection: peer reported an error about a message of ours");
+                }
+                return;
+            }
+            Id::String(_) => false,
+        };
+        if !delivered {
+            tracing::warn!(%id, "acp connection: response to an unknown request id ignored");
+        }
+    }
+
+    async fn on_notification(&mut self, method: Cow<'_, str>, params: Option<&RawValue>) {
+        match &*method {
+            methods::CANCEL_REQUEST => {
+                self.on_cancel_request(params);
+                // Consumed by the runtime: handlers never see it.
+                return;
+            }
+            methods::SESSION_CANCEL => {
+                if let Some(session) = session_id_of(params) {
+                    // Acted on here, not in the queue: cancellation must not wait behind a
+                    // backlog of notifications.
+                    self.shared.cancel_incoming(RequestKind::Prompt, &session);
+                    self.shared.resolve_outgoing_permissions(&session);
+                }
+            }
+            _ => {}
+        }
+        self.queued += 1;
+        let queued = Queued {
+            method: methods::intern(&method),
+            params: params.map(ToOwned::to_owned),
+            seq: self.queued,
+        };
+        if self.notifications.send(queued).await.is_err() {
+            // The notification task is gone (only at shutdown).
+            tracing::debug!("acp connection: notification dropped, handler task has ended");
+        }
+    }
+
+    fn on_cancel_request(&self, params: Option<&RawValue>) {
+        #[derive(Deserialize)]
+        struct CancelParams {
+            #[serde(rename = "requestId")]
+            request_id: Id,
+        }
+        let Some(params) = params.filter(|p| p.get().starts_with('{')) else {
+            tracing::warn!("acp connection: $/cancel_request without params ignored");
+            return;
+        };
+        let Ok(CancelParams { request_id }) = serde_json::from_str(params.get()) else {
+            tracing::warn!("acp connection: $/cancel_request with invalid requestId ignored");
+            return;
+        };
+        let inflight = crate::connection::lock_inflight(&self.shared);
+        match inflight.get(&request_id) {
+            Some(entry) => entry.token.cancel(),
+            // Finished already, or never existed: nothing to do.
+            None => tracing::debug!(id = %request_id, "acp connection: $/cancel_request for no in-flight request"),
+        }
+    }
+
+    async fn on_request(&mut self, id: Id, method: Cow<'_, str>, params: Option<&RawValue>) {
+        // The only place the reader waits for handlers: the concurrency bound.
+        let Ok(permit) = self.permits.clone().acquire_owned().await else {
+            return;
+        };
+        let kind = RequestKind::of(&method);
+        let session_id = session_id_of(params);
+        let token = self.shared.closed.child_token();
+        let duplicate = {
+            let mut inflight = crate::connection::lock_inflight(&self.shared);
+            let duplicate = inflight.contains_key(&id);
+            if !duplicate {
+                inflight.insert(id.clone(), InFlight { token: token.clone(), kind, session: session_id.clone() });
+            }
+            duplicate
+        };
+        if duplicate {
+            tracing::warn!(%id, "acp connection: duplicate id of an in-flight request");
+            let error = ErrorObject::invalid_request("duplicate id of an in-flight request");
+            self.answer(&id, Err(&error)).await;
+            return;
+        }
+        let req = IncomingRequest {
+            id,
+            method: methods::intern(&method),
+            params: params.map(ToOwned::to_owned),
+            session_id,
+            cancel: token,
+            peer: Peer { shared: self.shared.clone() },
+        };
+        let task = run_request(self.shared.clone(), self.handler.clone(), req, kind, self.options.cancel_grace, permit);
+        self.tracker.spawn(task);
+    }
+}
+
+type HandlerOutput = Result<Result<Box<RawValue>, ErrorObject>, Box<dyn std::any::Any + Send>>;
+
+/// Runs one request handler and sends exactly one answer for it.
+async fn run_request<H: Handler>(
+    shared: Arc<Shared>,
+    handler: Arc<H>,
+    req: IncomingRequest,
+    kind: RequestKind,
+    grace: Duration,
+    _permit: OwnedSemaphorePermit,
+) {
+    let span = tracing::info_span!(
+        "acp_request",
+        method = %req.method,
+        id = %req.id,
+        session_id = tracing::field::Empty,
+    );
+    if let Some(session) = &req.session_id {
+        span.record("session_id", &**session);
+    }
+    let id = req.id.clone();
+    let token = req.cancel.clone();
+    // The handler is called inside the future, so a panic in its synchronous part is caught too.
+    let fut = CatchUnwind::new(async move { handler.handle_request(req).await }).instrument(span.clone());
+    tokio::pin!(fut);
+
+    let finished = tokio::select! {
+        biased;
+        out = &mut fut => Some(out),
+        () = token.cancelled() => None,
+    };
+    let answer = match finished {
+        Some(out) if !token.is_cancelled() => normal_answer(out, &span),
+        Some(out) => cancelled_answer(kind, Some(out)),
+        None if kind == RequestKind::Permission => {
+            // Answered at once; the handler may still clean up during the grace period.
+            finish(&shared, id, cancelled_answer(kind, None)).await;
+            let _ = tokio::time::timeout(grace, fut).await;
+            return;
+        }
+        None => {
+            let out = tokio::time::timeout(grace, &mut fut).await.ok();
+            if out.is_none() {
+                span.in_scope(|| tracing::debug!("cancelled handler did not finish within the grace period; dropped"));
+            }
+            cancelled_answer(kind, out)
+        }
+    };
+    finish(&shared, id, answer).await;
+}
+
+fn normal_answer(out: HandlerOutput, span: &tracing::Span) -> Result<Box<RawValue>, ErrorObject> {
+    match out {
+        Ok(result) => result,
+        Err(panic) => {
+            span.in_scope(|| tracing::error!(panic = panic_message(&*panic), "request handler panicked"));
+            Err(ErrorObject::internal_error("the request handler panicked"))
+        }
+    }
+}
+
+/// The fixed answers of cancelled requests (see the table in [`crate::connection`]).
+fn cancelled_answer(kind: RequestKind, out: Option<HandlerOutput>) -> Result<Box<RawValue>, ErrorObject> {
+    let handler_result = match out {
+        Some(Ok(Ok(result))) => Some(result),
+        _ => None,
+    };
+    let fixed = |text: &str| RawValue::from_string(text.to_owned()).map_err(ErrorObject::internal_error);
+    match kind {
+        RequestKind::Prompt => match handler_result {
+            Some(result) if says_cancelled(&result) => Ok(result),
+            _ => fixed(methods::CANCELLED_PROMPT_RESULT),
+        },
+        RequestKind::Permission => fixed(methods::CANCELLED_PERMISSION_RESULT),
+        RequestKind::Other => handler_result.ok_or_else(ErrorObject::request_cancelled),
+    }
+}
+
+/// Whether a prompt result is `{"stopReason":"cancelled", ...}` (then it is kept, `_meta` and all).
+fn says_cancelled(result: &RawValue) -> bool {
+    #[derive(Deserialize)]
+    struct StopReason<'a> {
+        #[serde(rename = "stopReason", borrow)]
+        stop_reason: Cow<'a, str>,
+    }
+    result.get().starts_with('{')
+        && serde_json::from_str::<StopReason<'_>>(result.get()).is_ok_and(|r| r.stop_reason == "cancelled")
+}
+
+async fn finish(shared: &Shared, id: Id, answer: Result<Box<RawValue>, ErrorObject>) {
+    // Forget the id *before* answering: once the peer has the answer it may reuse the id.
+    crate::connection::lock_inflight(shared).remove(&id);
+    let mut line = Vec::with_capacity(match &answer {
+        Ok(result) => result.get().len() + 48,
+        Err(_) => 128,
+    });
+    jsonrpc::encode_response(&mut line, &id, answer.as_deref());
+    let _ = shared.send_line(line).await;
+}
+
+/// Handles queued notifications one at a time, in order, until the queue ends.
+pub(crate) async fn notification_loop<H: Handler>(
+    mut rx: mpsc::Receiver<Queued>,
+    handler: Arc<H>,
+    shared: Arc<Shared>,
+    grace: Duration,
+) {
+    let me = Arc::as_ptr(&shared) as usize;
+    while let Some(queued) = rx.recv().await {
+        let notification = IncomingNotification {
+            method: queued.method,
+            params: queued.params,
+            peer: Peer { shared: shared.clone() },
+        };
+        let handler = &handler;
+        let fut = IN_NOTIFICATION_HANDLER.scope(
+            me,
+            CatchUnwind::new(async move { handler.handle_notification(notification).await }),
+        );
+        tokio::pin!(fut);
+        let finished = tokio::select! {
+            biased;
+            out = &mut fut => {
+                if let Err(panic) = out {
+                    tracing::error!(panic = panic_message(&*panic), "notification handler panicked");
+                }
+                true
+            }
+            () = after_close(&shared.closed, grace) => false,
+        };
+        shared.mark_handled(queued.seq);
+        if !finished {
+            tracing::warn!("notification handler still running a grace period after the connection ended; dropped with the rest of the queue");
+            break;
+        }
+    }
+}
+
+async fn after_close(closed: &CancellationToken, grace: Duration) {
+    closed.cancelled().await;
+    tokio::time::sleep(grace).await;
+}

@@ -1,0 +1,354 @@
+//! Transports: the `(reader, writer)` pairs a [`crate::Connection`] runs over — this process's
+//! stdio (an agent), a spawned agent process (a client), and in-memory pipes (tests).
+
+use std::io;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
+
+use crate::framing::{Frame, LineReader};
+
+/// This process's stdin and stdout (the agent side of the stdio transport).
+///
+/// Nothing else may write to stdout: send logs to stderr (ACP lets agents log there).
+/// tokio reads stdin with a blocking read on a helper thread; the agent's connection ends at
+/// end of stdin anyway, so this only matters to a program that wants to shut its runtime down
+/// while stdin is still open (that waits for the pending read).
+pub fn stdio() -> (tokio::io::Stdin, tokio::io::Stdout) {
+    (tokio::io::stdin(), tokio::io::stdout())
+}
+
+/// One end of an in-memory [`duplex`]: what it reads and what it writes.
+pub type DuplexEnd = (PipeReader, PipeWriter);
+
+/// Two connected in-memory ends, each direction buffering up to `max_buf_size` bytes (a writer
+/// waits when its direction is full, like a pipe). Dropping a writer is end of input for the
+/// other end's reader; dropping a reader makes the other end's writes fail (broken pipe).
+pub fn duplex(max_buf_size: usize) -> (DuplexEnd, DuplexEnd) {
+    let (a_writes, b_reads) = pipe(max_buf_size);
+    let (b_writes, a_reads) = pipe(max_buf_size);
+    ((a_reads, a_writes), (b_reads, b_writes))
+}
+
+/// A one-way in-memory pipe holding up to `max_buf_size` bytes (at least 1).
+pub fn pipe(max_buf_size: usize) -> (PipeWriter, PipeReader) {
+    let inner = Arc::new(Mutex::new(PipeState {
+        buf: VecDeque::new(),
+        cap: max_buf_size.max(1),
+        writer_gone: false,
+        reader_gone: false,
+        read_waker: None,
+        write_waker: None,
+    }));
+    (PipeWriter { inner: inner.clone() }, PipeReader { inner })
+}
+
+struct PipeState {
+    buf: VecDeque<u8>,
+    cap: usize,
+    writer_gone: bool,
+    reader_gone: bool,
+    read_waker: Option<Waker>,
+    write_waker: Option<Waker>,
+}
+
+fn lock_pipe(inner: &Mutex<PipeState>) -> std::sync::MutexGuard<'_, PipeState> {
+    inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The reading end of a [`pipe`].
+pub struct PipeReader {
+    inner: Arc<Mutex<PipeState>>,
+}
+
+/// The writing end of a [`pipe`].
+pub struct PipeWriter {
+    inner: Arc<Mutex<PipeState>>,
+}
+
+impl std::fmt::Debug for PipeReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PipeReader").finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for PipeWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PipeWriter").finish_non_exhaustive()
+    }
+}
+
+impl AsyncRead for PipeReader {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let mut state = lock_pipe(&self.inner);
+        if state.buf.is_empty() {
+            if state.writer_gone {
+                return Poll::Ready(Ok(()));
+            }
+            state.read_waker = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        let n = out.remaining().min(state.buf.len());
+        let (front, back) = state.buf.as_slices();
+        let from_front = n.min(front.len());
+        out.put_slice(&front[..from_front]);
+        out.put_slice(&back[..n - from_front]);
+        state.buf.drain(..n);
+        if let Some(w) = state.write_waker.take() {
+            w.wake();
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl Drop for PipeReader {
+    fn drop(&mut self) {
+        let mut state = lock_pipe(&self.inner);
+        state.reader_gone = true;
+        state.buf = VecDeque::new();
+        if let Some(w) = state.write_waker.take() {
+            w.wake();
+        }
+    }
+}
+
+impl AsyncWrite for PipeWriter {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let mut state = lock_pipe(&self.inner);
+        if state.reader_gone {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        let room = state.cap.saturating_sub(state.buf.len());
+        if room == 0 {
+            state.write_waker = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        let n = room.min(data.len());
+        state.buf.extend(&data[..n]);
+        if let Some(w) = state.read_waker.take() {
+            w.wake();
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.close();
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl PipeWriter {
+    fn close(&self) {
+        let mut state = lock_pipe(&self.inner);
+        state.writer_gone = true;
+        if let Some(w) = state.read_waker.take() {
+            w.wake();
+        }
+    }
+}
+
+impl Drop for PipeWriter {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Where a spawned agent's stderr goes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StderrMode {
+    /// Each line becomes a `tracing` event (target `acp_runtime::agent_stderr`, level INFO).
+    #[default]
+    Trace,
+    /// Shared with this process's stderr.
+    Inherit,
+    /// Discarded.
+    Null,
+    /// Kept for the caller: [`ChildProcess::take_stderr`].
+    Piped,
+}
+
+/// Options for [`ChildProcess::spawn`].
+#[derive(Clone, Debug)]
+pub struct SpawnOptions {
+    /// Where stderr goes (default: [`StderrMode::Trace`]).
+    pub stderr: StderrMode,
+    /// How long the process group has between SIGTERM and SIGKILL (default: 2 s).
+    pub kill_grace: Duration,
+}
+
+impl Default for SpawnOptions {
+    fn default() -> Self {
+        SpawnOptions { stderr: StderrMode::Trace, kill_grace: Duration::from_secs(2) }
+    }
+}
+
+/// A spawned agent process whose stdin/stdout are the transport.
+///
+/// The process leads its own process group (so its children can be signalled with it). When
+/// the handle drops, the group gets SIGTERM, and SIGKILL after the grace period if the leader
+/// has not exited by then; a detached task reaps the leader, so no zombie remains. Members of
+/// the group that outlive the leader are killed when it is reaped.
+#[derive(Debug)]
+pub struct ChildProcess {
+    child: Option<Child>,
+    pid: u32,
+    stdin: Option<ChildStdin>,
+    stdout: Option<ChildStdout>,
+    stderr: Option<ChildStderr>,
+    kill_grace: Duration,
+}
+
+impl ChildProcess {
+    /// Spawns `command` with piped stdin/stdout in a new process group. Needs a tokio runtime.
+    pub fn spawn(command: std::process::Command, options: SpawnOptions) -> io::Result<Self> {
+        let mut command = tokio::process::Command::from(command);
+        command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(match options.stderr {
+                StderrMode::Trace | StderrMode::Piped => std::process::Stdio::piped(),
+                StderrMode::Inherit => std::process::Stdio::inherit(),
+                StderrMode::Null => std::process::Stdio::null(),
+            })
+            // A fallback only: normally `Drop` hands the child to the reaper first.
+            .kill_on_drop(true);
+        #[cfg(unix)]
+        command.process_group(0);
+        let mut child = command.spawn()?;
+        let pid = child.id().ok_or_else(|| io::Error::other("spawned process has no pid"))?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let mut stderr = child.stderr.take();
+        if options.stderr == StderrMode::Trace {
+            if let Some(stderr) = stderr.take() {
+                tokio::spawn(forward_stderr(stderr, pid));
+            }
+        }
+        Ok(ChildProcess { child: Some(child), pid, stdin, stdout, stderr, kill_grace: options.kill_grace })
+    }
+
+    /// The transport: `(reader, writer)` = (the child's stdout, the child's stdin). `None` the
+    /// second time.
+    pub fn take_transport(&mut self) -> Option<(ChildStdout, ChildStdin)> {
+        Some((self.stdout.take()?, self.stdin.take()?))
+    }
+
+    /// The child's stderr, with [`StderrMode::Piped`].
+    pub fn take_stderr(&mut self) -> Option<ChildStderr> {
+        self.stderr.take()
+    }
+
+    /// The child's pid (also its process group id).
+    pub fn id(&self) -> u32 {
+        self.pid
+    }
+
+    /// Waits for the process to exit by itself.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        match self.child.as_mut() {
+            Some(child) => child.wait().await,
+            None => Err(io::Error::other("process already terminated")),
+        }
+    }
+
+    /// Terminates the process group now (SIGTERM, then SIGKILL after the grace period) and
+    /// waits until the leader is reaped.
+    pub async fn terminate(mut self) -> io::Result<ExitStatus> {
+        let child = self.child.take().ok_or_else(|| io::Error::other("process already terminated"))?;
+        signal_group(self.pid, Signal::Term);
+        reap(child, self.pid, self.kill_grace).await
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        let Some(child) = self.child.take() else { return };
+        // Closing our end of stdin first lets a well-behaved agent see end of input too.
+        self.stdin.take();
+        signal_group(self.pid, Signal::Term);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                let (pid, grace) = (self.pid, self.kill_grace);
+                handle.spawn(async move {
+                    let _ = reap(child, pid, grace).await;
+                });
+            }
+            Err(_) => {
+                // No runtime to wait in: kill at once; tokio reaps dropped children later.
+                signal_group(self.pid, Signal::Kill);
+                drop(child);
+            }
+        }
+    }
+}
+
+/// Waits up to `grace` for the (already signalled) leader, then SIGKILLs the group; either way
+/// waits for the leader to be reaped and kills stragglers of its group.
+async fn reap(mut child: Child, pgid: u32, grace: Duration) -> io::Result<ExitStatus> {
+    let status = match tokio::time::timeout(grace, child.wait()).await {
+        Ok(status) => status,
+        Err(_) => {
+            signal_group(pgid, Signal::Kill);
+            child.wait().await
+        }
+    };
+    // Group members that ignored SIGTERM and outlived the leader.
+    signal_group(pgid, Signal::Kill);
+    status
+}
+
+#[derive(Clone, Copy)]
+enum Signal {
+    Term,
+    Kill,
+}
+
+#[cfg(unix)]
+fn signal_group(pgid: u32, signal: Signal) {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else { return };
+    // Never 0 or 1: `killpg(0)` would signal our own group, 1 is init.
+    if pgid <= 1 {
+        return;
+    }
+    let signal = match signal {
+        Signal::Term => libc::SIGTERM,
+        Signal::Kill => libc::SIGKILL,
+    };
+    // SAFETY: killpg has no memory-safety preconditions; ESRCH (group gone) is fine.
+    unsafe {
+        libc::killpg(pgid, signal);
+    }
+}
+
+#[cfg(not(unix))]
+fn signal_group(_pgid: u32, _signal: Signal) {
+    // No process groups: `kill_on_drop` kills the child itself when the reaper drops it.
+}
+
+/// Forwards the child's stderr to `tracing`, one event per line (long lines are cut).
+async fn forward_stderr(stderr: ChildStderr, pid: u32) {
+    const MAX: usize = 64 * 1024;
+    let mut lines = LineReader::new(stderr, MAX);
+    loop {
+        match lines.next_frame().await {
+            Ok(Some(Frame::Line(line))) => {
+                tracing::info!(target: "acp_runtime::agent_stderr", pid, "{}", String::from_utf8_lossy(line));
+            }
+            Ok(Some(Frame::Oversized { len })) => {
+                tracing::info!(target: "acp_runtime::agent_stderr", pid, "<{len} bytes on one line, not shown>");
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+}
