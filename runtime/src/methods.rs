@@ -1,19 +1,21 @@
 //! The ACP method names and fixed results the runtime itself acts on.
 //!
-//! Kept small on purpose: the generated crate (`acp-types`) owns the full method table; the
-//! runtime only needs the names its cancellation rules depend on.
+//! The names come from the generated method constants (`acp-types`), which own the full
+//! method table; the runtime only names the ones its cancellation rules depend on.
+
+use acp_types::{agent_method, client_method, protocol_method};
 
 /// Cancels one request by id (protocol level, both directions). Params: `{"requestId": ID}`.
-pub const CANCEL_REQUEST: &str = "$/cancel_request";
+pub const CANCEL_REQUEST: &str = protocol_method::CANCEL_REQUEST;
 /// Client → agent notification: cancel the session's ongoing prompt turn. Params:
 /// `{"sessionId": ...}`.
-pub const SESSION_CANCEL: &str = "session/cancel";
+pub const SESSION_CANCEL: &str = agent_method::SESSION_CANCEL;
 /// Client → agent request: one prompt turn.
-pub const SESSION_PROMPT: &str = "session/prompt";
+pub const SESSION_PROMPT: &str = agent_method::SESSION_PROMPT;
 /// Agent → client request: ask the user for permission.
-pub const SESSION_REQUEST_PERMISSION: &str = "session/request_permission";
+pub const SESSION_REQUEST_PERMISSION: &str = client_method::SESSION_REQUEST_PERMISSION;
 /// Agent → client notification: streaming progress of a session.
-pub const SESSION_UPDATE: &str = "session/update";
+pub const SESSION_UPDATE: &str = client_method::SESSION_UPDATE;
 
 /// The answer to a cancelled `session/prompt`.
 pub const CANCELLED_PROMPT_RESULT: &str = r#"{"stopReason":"cancelled"}"#;
@@ -28,19 +30,19 @@ pub(crate) const COMMON: &[&str] = &[
     SESSION_CANCEL,
     SESSION_REQUEST_PERMISSION,
     CANCEL_REQUEST,
-    "initialize",
-    "authenticate",
-    "session/new",
-    "session/load",
-    "session/set_mode",
-    "session/set_config_option",
-    "fs/read_text_file",
-    "fs/write_text_file",
-    "terminal/create",
-    "terminal/output",
-    "terminal/release",
-    "terminal/wait_for_exit",
-    "terminal/kill",
+    agent_method::INITIALIZE,
+    agent_method::AUTHENTICATE,
+    agent_method::SESSION_NEW,
+    agent_method::SESSION_LOAD,
+    agent_method::SESSION_SET_MODE,
+    agent_method::SESSION_SET_CONFIG_OPTION,
+    client_method::FS_READ_TEXT_FILE,
+    client_method::FS_WRITE_TEXT_FILE,
+    client_method::TERMINAL_CREATE,
+    client_method::TERMINAL_OUTPUT,
+    client_method::TERMINAL_RELEASE,
+    client_method::TERMINAL_WAIT_FOR_EXIT,
+    client_method::TERMINAL_KILL,
 ];
 
 /// Returns the method as a `Cow`, borrowed from [`COMMON`] when it is a known name.
