@@ -40,6 +40,18 @@ async fn write_until_stopped<W: AsyncWrite + Unpin>(
     shared: &Shared,
     stop: &CancellationToken,
 ) -> io::Result<()> {
+    pump(rx, out, stop, Some(shared)).await
+}
+
+/// Drains `rx` into `out` in batches until `stop` fires or every sender is gone, flushing
+/// whenever the queue runs empty; with `tap_to`, each line is recorded in the wire tap first.
+/// On stop the queue refuses new lines and the ones already queued are still written.
+async fn pump<W: AsyncWrite + Unpin>(
+    rx: &mut mpsc::Receiver<Vec<u8>>,
+    out: &mut BufWriter<W>,
+    stop: &CancellationToken,
+    tap_to: Option<&Shared>,
+) -> io::Result<()> {
     let mut batch = Vec::with_capacity(BATCH);
     loop {
         let n = tokio::select! {
@@ -51,17 +63,20 @@ async fn write_until_stopped<W: AsyncWrite + Unpin>(
             break;
         }
         for line in batch.drain(..) {
-            tap_out(shared, &line).await;
+            if let Some(shared) = tap_to {
+                tap_out(shared, &line).await;
+            }
             out.write_all(&line).await?;
         }
         if rx.is_empty() {
             out.flush().await?;
         }
     }
-    // Stopping: refuse new messages, write the ones already queued.
     rx.close();
     while let Some(line) = rx.recv().await {
-        tap_out(shared, &line).await;
+        if let Some(shared) = tap_to {
+            tap_out(shared, &line).await;
+        }
         out.write_all(&line).await?;
     }
     out.flush().await
@@ -85,31 +100,7 @@ pub(crate) async fn tap_loop(
     stop: CancellationToken,
 ) {
     let mut out = BufWriter::with_capacity(BUFFER, writer);
-    let result: io::Result<()> = async {
-        let mut batch = Vec::with_capacity(BATCH);
-        loop {
-            let n = tokio::select! {
-                biased;
-                n = rx.recv_many(&mut batch, BATCH) => n,
-                () = stop.cancelled() => break,
-            };
-            if n == 0 {
-                break;
-            }
-            for entry in batch.drain(..) {
-                out.write_all(&entry).await?;
-            }
-            if rx.is_empty() {
-                out.flush().await?;
-            }
-        }
-        // Peers may still hold senders, so drain what is there without waiting for more.
-        while let Ok(entry) = rx.try_recv() {
-            out.write_all(&entry).await?;
-        }
-        out.flush().await
-    }
-    .await;
+    let result = pump(&mut rx, &mut out, &stop, None).await;
     if let Err(e) = result {
         tracing::warn!(error = %e, "acp connection: wire tap write failed; tap disabled");
     }
