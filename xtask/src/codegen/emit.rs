@@ -78,40 +78,20 @@ fn prim(p: Prim) -> TokenStream {
 pub fn item(item: &Item, all: &[Item]) -> TokenStream {
     let name = ident(&item.name);
     let docs = doc(item.doc.as_deref());
-    let gate = cfg(&item.gate);
+    // The gate goes on every item the body expands to (the type and its impls).
+    let gate = &cfg(&item.gate);
     let body = match &item.kind {
-        ItemKind::Struct(s) => structure(&name, s, all),
-        ItemKind::Newtype(ty) => newtype(&name, ty),
-        ItemKind::Any => newtype(&name, &Ty::Value),
-        ItemKind::StringEnum(values) => string_enum(&name, values),
-        ItemKind::IntConsts { repr, consts } => int_consts(&name, *repr, consts),
-        ItemKind::Tagged(t) => tagged(&name, t),
-        ItemKind::Untagged(vs) => untagged(&name, vs, all),
+        ItemKind::Struct(s) => structure(gate, &name, s, all),
+        ItemKind::Newtype(ty) => newtype(gate, &name, ty),
+        ItemKind::Any => newtype(gate, &name, &Ty::Value),
+        ItemKind::StringEnum(values) => string_enum(gate, &name, values),
+        ItemKind::IntConsts { repr, consts } => int_consts(gate, &name, *repr, consts),
+        ItemKind::Tagged(t) => tagged(gate, &name, t),
+        ItemKind::Untagged(vs) => untagged(gate, &name, vs, all),
     };
-    if item.gate.is_stable() {
-        return quote!(#docs #body);
-    }
-    // The gate applies to every item the body expands to (type and impls).
-    let mut out = TokenStream::new();
-    let mut first = true;
-    for tt in split_items(body) {
-        if first {
-            out.extend(quote!(#docs #gate #tt));
-            first = false;
-        } else {
-            out.extend(quote!(#gate #tt));
-        }
-    }
-    out
+    quote!(#docs #body)
 }
 
-/// Splits a token stream of several top-level items by parsing it as a file.
-fn split_items(ts: TokenStream) -> Vec<TokenStream> {
-    match syn::parse2::<syn::File>(ts.clone()) {
-        Ok(file) => file.items.into_iter().map(|i| quote!(#i)).collect(),
-        Err(_) => vec![ts],
-    }
-}
 
 /// How a field holds its value.
 #[derive(Clone, Copy, PartialEq)]
@@ -144,7 +124,7 @@ fn field_ty(f: &Field) -> TokenStream {
     }
 }
 
-fn structure(name: &proc_macro2::Ident, s: &Struct, all: &[Item]) -> TokenStream {
+fn structure(gate: &TokenStream, name: &proc_macro2::Ident, s: &Struct, all: &[Item]) -> TokenStream {
     let mut fields = Vec::new();
     let mut ctor_params = Vec::new();
     let mut ctor_inits = Vec::new();
@@ -221,13 +201,13 @@ fn structure(name: &proc_macro2::Ident, s: &Struct, all: &[Item]) -> TokenStream
     };
     let _ = all;
     quote! {
-        #derives
+        #gate #derives
         #[non_exhaustive]
         pub struct #name {
             #(#fields)*
         }
 
-        impl #name {
+        #gate impl #name {
             #[doc = #ctor_doc]
             #[allow(clippy::new_without_default)]
             pub fn new(#(#ctor_params),*) -> Self {
@@ -263,7 +243,7 @@ fn deserialize_helper(f: &Field) -> Option<String> {
     Some(format!("serde_support::{base}{lenient}"))
 }
 
-fn newtype(name: &proc_macro2::Ident, ty: &Ty) -> TokenStream {
+fn newtype(gate: &TokenStream, name: &proc_macro2::Ident, ty: &Ty) -> TokenStream {
     let inner = rust_ty(ty);
     let string = matches!(ty, Ty::Prim(Prim::String));
     let derives = match ty {
@@ -274,16 +254,16 @@ fn newtype(name: &proc_macro2::Ident, ty: &Ty) -> TokenStream {
     };
     let string_impls = if string {
         quote! {
-            impl From<&str> for #name {
+            #gate impl From<&str> for #name {
                 fn from(value: &str) -> Self { #name(value.to_owned()) }
             }
-            impl AsRef<str> for #name {
+            #gate impl AsRef<str> for #name {
                 fn as_ref(&self) -> &str { &self.0 }
             }
-            impl std::fmt::Display for #name {
+            #gate impl std::fmt::Display for #name {
                 fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str(&self.0) }
             }
-            impl std::borrow::Borrow<str> for #name {
+            #gate impl std::borrow::Borrow<str> for #name {
                 fn borrow(&self) -> &str { &self.0 }
             }
         }
@@ -291,11 +271,11 @@ fn newtype(name: &proc_macro2::Ident, ty: &Ty) -> TokenStream {
         quote!()
     };
     quote! {
-        #derives
+        #gate #derives
         #[serde(transparent)]
         pub struct #name(pub #inner);
 
-        impl From<#inner> for #name {
+        #gate impl From<#inner> for #name {
             fn from(value: #inner) -> Self { #name(value) }
         }
         #string_impls
@@ -312,7 +292,7 @@ fn fallback_ident<'a>(taken: impl IntoIterator<Item = &'a str> + Clone) -> proc_
     ident(name)
 }
 
-fn string_enum(name: &proc_macro2::Ident, values: &[EnumValue]) -> TokenStream {
+fn string_enum(gate: &TokenStream, name: &proc_macro2::Ident, values: &[EnumValue]) -> TokenStream {
     let variants: Vec<_> = values.iter().map(|v| ident(&pascal(&v.wire))).collect();
     let other = fallback_ident(values.iter().map(|v| v.wire.as_str()));
     let defs = values.iter().zip(&variants).map(|(v, id)| {
@@ -331,7 +311,7 @@ fn string_enum(name: &proc_macro2::Ident, values: &[EnumValue]) -> TokenStream {
         quote!(#gate #wire => #name::#id,)
     });
     quote! {
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #gate #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[non_exhaustive]
         pub enum #name {
             #(#defs)*
@@ -339,7 +319,7 @@ fn string_enum(name: &proc_macro2::Ident, values: &[EnumValue]) -> TokenStream {
             #other(String),
         }
 
-        impl #name {
+        #gate impl #name {
             /// The value as written on the wire.
             pub fn as_str(&self) -> &str {
                 match self {
@@ -349,7 +329,7 @@ fn string_enum(name: &proc_macro2::Ident, values: &[EnumValue]) -> TokenStream {
             }
         }
 
-        impl From<&str> for #name {
+        #gate impl From<&str> for #name {
             fn from(value: &str) -> Self {
                 match value {
                     #(#from_str)*
@@ -358,17 +338,17 @@ fn string_enum(name: &proc_macro2::Ident, values: &[EnumValue]) -> TokenStream {
             }
         }
 
-        impl std::fmt::Display for #name {
+        #gate impl std::fmt::Display for #name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str(self.as_str()) }
         }
 
-        impl serde::Serialize for #name {
+        #gate impl serde::Serialize for #name {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 serializer.serialize_str(self.as_str())
             }
         }
 
-        impl<'de> serde::Deserialize<'de> for #name {
+        #gate impl<'de> serde::Deserialize<'de> for #name {
             fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
                 let value = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(deserializer)?;
                 Ok(#name::from(value.as_ref()))
@@ -377,7 +357,7 @@ fn string_enum(name: &proc_macro2::Ident, values: &[EnumValue]) -> TokenStream {
     }
 }
 
-fn int_consts(name: &proc_macro2::Ident, repr: Prim, consts: &[IntConst]) -> TokenStream {
+fn int_consts(gate: &TokenStream, name: &proc_macro2::Ident, repr: Prim, consts: &[IntConst]) -> TokenStream {
     let repr_ty = prim(repr);
     let defs = consts.iter().map(|c| {
         let id = format_ident!("{}", c.name);
@@ -391,11 +371,11 @@ fn int_consts(name: &proc_macro2::Ident, repr: Prim, consts: &[IntConst]) -> Tok
         quote!(#value => Some(#title),)
     });
     quote! {
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+        #gate #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
         #[serde(transparent)]
         pub struct #name(pub #repr_ty);
 
-        impl #name {
+        #gate impl #name {
             #(#defs)*
 
             /// The name of a code the schema defines; `None` for any other.
@@ -407,11 +387,11 @@ fn int_consts(name: &proc_macro2::Ident, repr: Prim, consts: &[IntConst]) -> Tok
             }
         }
 
-        impl From<#repr_ty> for #name {
+        #gate impl From<#repr_ty> for #name {
             fn from(value: #repr_ty) -> Self { #name(value) }
         }
 
-        impl std::fmt::Display for #name {
+        #gate impl std::fmt::Display for #name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 match self.name() {
                     Some(name) => write!(f, "{} ({})", self.0, name),
@@ -450,7 +430,7 @@ fn payload_ty(p: &Payload) -> Option<TokenStream> {
     }
 }
 
-fn tagged(name: &proc_macro2::Ident, t: &Tagged) -> TokenStream {
+fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStream {
     let tag = &t.tag;
     let other = fallback_ident(t.variants.iter().map(|v| v.wire.as_str()).chain(t.untagged_default.iter().map(|d| d.name.as_str())));
     let mut defs = Vec::new();
@@ -516,7 +496,7 @@ fn tagged(name: &proc_macro2::Ident, t: &Tagged) -> TokenStream {
     };
     let tag_const_doc = format!(" The property that tells the variants of [`{name}`] apart.");
     quote! {
-        #[derive(Debug, Clone, PartialEq)]
+        #gate #[derive(Debug, Clone, PartialEq)]
         #[non_exhaustive]
         pub enum #name {
             #(#defs)*
@@ -524,7 +504,7 @@ fn tagged(name: &proc_macro2::Ident, t: &Tagged) -> TokenStream {
             #other(serde_support::UnknownVariant),
         }
 
-        impl #name {
+        #gate impl #name {
             #[doc = #tag_const_doc]
             pub const TAG: &'static str = #tag;
 
@@ -537,7 +517,7 @@ fn tagged(name: &proc_macro2::Ident, t: &Tagged) -> TokenStream {
             }
         }
 
-        impl serde::Serialize for #name {
+        #gate impl serde::Serialize for #name {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 match self {
                     #(#ser)*
@@ -546,7 +526,7 @@ fn tagged(name: &proc_macro2::Ident, t: &Tagged) -> TokenStream {
             }
         }
 
-        impl<'de> serde::Deserialize<'de> for #name {
+        #gate impl<'de> serde::Deserialize<'de> for #name {
             fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
                 let value = serde_support::object(deserializer)?;
                 match serde_support::tag_of(&value, #tag)? {
@@ -559,7 +539,7 @@ fn tagged(name: &proc_macro2::Ident, t: &Tagged) -> TokenStream {
     }
 }
 
-fn untagged(name: &proc_macro2::Ident, vs: &[UntaggedVariant], all: &[Item]) -> TokenStream {
+fn untagged(gate: &TokenStream, name: &proc_macro2::Ident, vs: &[UntaggedVariant], all: &[Item]) -> TokenStream {
     let defs = vs.iter().map(|v| {
         let id = ident(&v.name);
         let docs = doc(v.doc.as_deref());
@@ -585,7 +565,7 @@ fn untagged(name: &proc_macro2::Ident, vs: &[UntaggedVariant], all: &[Item]) -> 
         quote!()
     };
     quote! {
-        #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+        #gate #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
         #[serde(untagged)]
         #[non_exhaustive]
         pub enum #name {

@@ -117,25 +117,37 @@ pub fn generate(settings: &Settings) -> Result<Vec<OutputFile>> {
     };
 
     let preamble = preamble(settings, &v1, v2.as_ref());
-    let mut out = Vec::new();
-    let mut push = |path: &str, tokens: TokenStream| -> Result<()> {
-        let file = syn::parse2::<syn::File>(tokens)
+    let render = |path: &str, tokens: Result<TokenStream>| -> Result<OutputFile> {
+        let file = syn::parse2::<syn::File>(tokens?)
             .map_err(|e| CodegenError::Emit { file: path.to_owned(), message: e.to_string() })?;
-        out.push(OutputFile { path: path.into(), contents: format!("{preamble}\n{}", prettyplease::unparse(&file)) });
-        Ok(())
+        Ok(OutputFile { path: path.into(), contents: format!("{preamble}\n{}", prettyplease::unparse(&file)) })
     };
 
     let v1_model = build_model(&v1, settings.gating)?;
-    push("src/v1/types.rs", types_module(&v1_model, "v1")?)?;
-    push("src/v1/methods.rs", methods_module(&v1_model)?)?;
-    push("src/v1/mod.rs", version_mod("1"))?;
-    if let Some(v2) = &v2 {
-        let v2_model = build_model(v2, Gating::AllInOne)?;
-        push("src/v2/types.rs", types_module(&v2_model, "v2")?)?;
-        push("src/v2/methods.rs", methods_module(&v2_model)?)?;
-        push("src/v2/mod.rs", version_mod("2"))?;
-    }
-    push("src/lib.rs", lib_rs(settings, v2.is_some()))?;
+    let v2_model = v2.as_ref().map(|v2| build_model(v2, Gating::AllInOne)).transpose()?;
+    // Emitting, parsing and formatting dominate; the big files are independent, so they are
+    // rendered on their own threads (token streams are not `Send`, so each thread makes its own).
+    let mut out = std::thread::scope(|scope| -> Result<Vec<OutputFile>> {
+        let v1_types = scope.spawn(|| render("src/v1/types.rs", types_module(&v1_model, "v1")));
+        let v2_types = v2_model.as_ref().map(|m| scope.spawn(|| render("src/v2/types.rs", types_module(m, "v2"))));
+        let mut out = vec![
+            render("src/v1/methods.rs", methods_module(&v1_model))?,
+            render("src/v1/mod.rs", Ok(version_mod("1")))?,
+            render("src/lib.rs", Ok(lib_rs(settings, v2_model.is_some())))?,
+        ];
+        if let Some(m) = &v2_model {
+            out.push(render("src/v2/methods.rs", methods_module(m))?);
+            out.push(render("src/v2/mod.rs", Ok(version_mod("2")))?);
+        }
+        let joined = |h: std::thread::ScopedJoinHandle<'_, Result<OutputFile>>| {
+            h.join().unwrap_or_else(|_| Err(CodegenError::table("a rendering thread panicked")))
+        };
+        out.push(joined(v1_types)?);
+        if let Some(h) = v2_types {
+            out.push(joined(h)?);
+        }
+        Ok(out)
+    })?;
     out.push(OutputFile {
         path: "src/serde_support.rs".into(),
         contents: format!("{preamble}\n{}", include_str!("../../templates/serde_support.rs")),
