@@ -186,3 +186,140 @@ pub fn serialize_tagged<S: Serializer, T: Serialize>(serializer: S, tag: &'stati
     }
     Tagged { _p: std::marker::PhantomData, tag: TagEntry(tag, name), payload }.serialize(serializer)
 }
+
+/// A map key, borrowed from the input when it can be (no allocation per field name).
+pub enum Key<'de> {
+    Borrowed(&'de str),
+    Owned(String),
+}
+
+impl Key<'_> {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Key::Borrowed(s) => s,
+            Key::Owned(s) => s,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a property name")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key::Borrowed(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key::Owned(v.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key::Owned(v))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+/// A way of decoding one field's value into `T` (a marker per helper function above), used
+/// by the generated `Deserialize` impls through [`next_lenient`].
+pub trait Lenient<T> {
+    fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<T, D::Error>;
+}
+
+struct Via<H, T>(T, std::marker::PhantomData<H>);
+
+impl<'de, H: Lenient<T>, T> Deserialize<'de> for Via<H, T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        H::decode(d).map(|value| Via(value, std::marker::PhantomData))
+    }
+}
+
+/// Decodes the next map value with the helper `H`.
+pub fn next_lenient<'de, H: Lenient<T>, T, A: serde::de::MapAccess<'de>>(map: &mut A) -> Result<T, A::Error> {
+    map.next_value::<Via<H, T>>().map(|via| via.0)
+}
+
+macro_rules! lenient_markers {
+    ($($(#[$doc:meta])* $marker:ident: $helper:ident => $out:ty, where [$($bound:tt)*];)*) => {$(
+        $(#[$doc])*
+        pub enum $marker {}
+        impl<T: $($bound)*> Lenient<$out> for $marker {
+            fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<$out, D::Error> {
+                $helper(d)
+            }
+        }
+    )*};
+}
+
+lenient_markers! {
+    /// [`default_on_error`]
+    DefaultOnError: default_on_error => T, where [DeserializeOwned + Default];
+    /// [`vec_skip_invalid`]
+    VecSkipInvalid: vec_skip_invalid => Vec<T>, where [DeserializeOwned];
+    /// [`vec_skip_invalid_or_default`]
+    VecSkipInvalidOrDefault: vec_skip_invalid_or_default => Vec<T>, where [DeserializeOwned];
+    /// [`opt_vec_skip_invalid`]
+    OptVecSkipInvalid: opt_vec_skip_invalid => Option<Vec<T>>, where [DeserializeOwned];
+    /// [`opt_vec_skip_invalid_or_default`]
+    OptVecSkipInvalidOrDefault: opt_vec_skip_invalid_or_default => Option<Vec<T>>, where [DeserializeOwned];
+    /// [`tri_or_default`]
+    TriOrDefault: tri_or_default => Option<Option<T>>, where [DeserializeOwned];
+    /// [`tri_vec_skip_invalid`]
+    TriVecSkipInvalid: tri_vec_skip_invalid => Option<Option<Vec<T>>>, where [DeserializeOwned];
+    /// [`tri_vec_skip_invalid_or_default`]
+    TriVecSkipInvalidOrDefault: tri_vec_skip_invalid_or_default => Option<Option<Vec<T>>>, where [DeserializeOwned];
+}
+
+/// [`tri`]
+pub enum Tri {}
+impl<T: for<'a> Deserialize<'a>> Lenient<Option<Option<T>>> for Tri {
+    fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+        Option::<T>::deserialize(d).map(Some)
+    }
+}
+
+/// Implements a streaming `Deserialize` for a plain struct: one pass over the map, unknown
+/// keys skipped. Each field is `name: "wire" => required | optional`, optionally with a
+/// [`Lenient`] marker (`required(Marker)`). Compared with serde's derive there is no
+/// field-identifier type, no sequence form and no wrapper type per lenient field, which keeps
+/// the generated crate quick to compile.
+macro_rules! deserialize_struct {
+    ($name:ident { $($(#[$cfg:meta])* $field:ident: $wire:literal => $how:ident $(($marker:ident))?),* $(,)? }) => {
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct Visitor;
+                impl<'de> serde::de::Visitor<'de> for Visitor {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str(concat!("a ", stringify!($name), " object"))
+                    }
+                    #[allow(unused_mut)]
+                    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<$name, A::Error> {
+                        $($(#[$cfg])* let mut $field = None;)*
+                        while let Some(key) = map.next_key::<serde_support::Key<'de>>()? {
+                            match key.as_str() {
+                                $($(#[$cfg])* $wire => $field = serde_support::deserialize_struct!(@value $how map $($marker)?),)*
+                                _ => {
+                                    map.next_value::<serde::de::IgnoredAny>()?;
+                                }
+                            }
+                        }
+                        Ok($name { $($(#[$cfg])* $field: serde_support::deserialize_struct!(@finish $how $field $wire),)* })
+                    }
+                }
+                deserializer.deserialize_map(Visitor)
+            }
+        }
+    };
+    (@value required $map:ident) => { Some($map.next_value()?) };
+    (@value required $map:ident $marker:ident) => { Some(serde_support::next_lenient::<serde_support::$marker, _, _>(&mut $map)?) };
+    (@value optional $map:ident) => { $map.next_value()? };
+    (@value optional $map:ident $marker:ident) => { serde_support::next_lenient::<serde_support::$marker, _, _>(&mut $map)? };
+    (@finish required $field:ident $wire:literal) => { $field.ok_or_else(|| serde::de::Error::missing_field($wire))? };
+    (@finish optional $field:ident $wire:literal) => { $field };
+}
+pub(crate) use deserialize_struct;

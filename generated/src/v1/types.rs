@@ -41,7 +41,7 @@ pub enum RequestId {
 /// Request to write content to a text file.
 ///
 /// Only available if the client supports the `fs.writeTextFile` capability.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct WriteTextFileRequest {
     /// The session ID for this request.
@@ -56,12 +56,7 @@ pub struct WriteTextFileRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl WriteTextFileRequest {
@@ -86,6 +81,12 @@ impl WriteTextFileRequest {
         self
     }
 }
+serde_support::deserialize_struct!(WriteTextFileRequest {
+    session_id: "sessionId" => required,
+    path: "path" => required,
+    content: "content" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A unique identifier for a conversation session between a client and agent.
 ///
 /// Sessions maintain their own context, conversation history, and state,
@@ -133,7 +134,7 @@ impl std::borrow::Borrow<str> for SessionId {
 /// Request to read content from a text file.
 ///
 /// Only available if the client supports the `fs.readTextFile` capability.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ReadTextFileRequest {
     /// The session ID for this request.
@@ -142,30 +143,17 @@ pub struct ReadTextFileRequest {
     /// Absolute path to the file to read.
     pub path: String,
     /// Line number to start reading from (1-based).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<Option<u32>>,
     /// Maximum number of lines to read.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ReadTextFileRequest {
@@ -199,12 +187,19 @@ impl ReadTextFileRequest {
         self
     }
 }
+serde_support::deserialize_struct!(ReadTextFileRequest {
+    session_id: "sessionId" => required,
+    path: "path" => required,
+    line: "line" => optional(TriOrDefault),
+    limit: "limit" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request for user permission to execute a tool call.
 ///
 /// Sent when the agent needs authorization before performing a sensitive operation.
 ///
 /// See protocol docs: [Requesting Permission](https://agentclientprotocol.com/protocol/tool-calls#requesting-permission)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct RequestPermissionRequest {
     /// The session ID for this request.
@@ -220,12 +215,7 @@ pub struct RequestPermissionRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl RequestPermissionRequest {
@@ -250,38 +240,32 @@ impl RequestPermissionRequest {
         self
     }
 }
+serde_support::deserialize_struct!(RequestPermissionRequest {
+    session_id: "sessionId" => required,
+    tool_call: "toolCall" => required,
+    options: "options" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// An update to an existing tool call.
 ///
 /// Used to report progress and results as tools execute. All fields except
 /// the tool call ID are optional - only changed fields need to be included.
 ///
 /// See protocol docs: [Updating](https://agentclientprotocol.com/protocol/tool-calls#updating)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ToolCallUpdate {
     /// The ID of the tool call being updated.
     #[serde(rename = "toolCallId")]
     pub tool_call_id: ToolCallId,
     /// Update the tool kind.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<Option<ToolKind>>,
     /// Update the execution status.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<Option<ToolCallStatus>>,
     /// Update the human-readable title.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// **UNSTABLE**
     ///
@@ -292,53 +276,26 @@ pub struct ToolCallUpdate {
     /// This field is optional. Omitting it or sending `null` both mean that
     /// the existing name is left unchanged.
     #[cfg(feature = "unstable_tool_call_name")]
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<Option<String>>,
     /// Replace the content collection.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Option<Vec<ToolCallContent>>>,
     /// Replace the locations collection.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub locations: Option<Option<Vec<ToolCallLocation>>>,
     /// Update the raw input.
-    #[serde(
-        rename = "rawInput",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "rawInput", skip_serializing_if = "Option::is_none")]
     pub raw_input: Option<serde_json::Value>,
     /// Update the raw output.
-    #[serde(
-        rename = "rawOutput",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "rawOutput", skip_serializing_if = "Option::is_none")]
     pub raw_output: Option<serde_json::Value>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ToolCallUpdate {
@@ -415,6 +372,18 @@ impl ToolCallUpdate {
         self
     }
 }
+serde_support::deserialize_struct!(ToolCallUpdate {
+    tool_call_id: "toolCallId" => required,
+    kind: "kind" => optional(TriOrDefault),
+    status: "status" => optional(TriOrDefault),
+    title: "title" => optional(TriOrDefault),
+    #[cfg(feature = "unstable_tool_call_name")] name: "name" => optional(TriOrDefault),
+    content: "content" => optional(TriVecSkipInvalidOrDefault),
+    locations: "locations" => optional(TriVecSkipInvalidOrDefault),
+    raw_input: "rawInput" => optional(DefaultOnError),
+    raw_output: "rawOutput" => optional(DefaultOnError),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Unique identifier for a tool call within a session.
 #[derive(
     Debug,
@@ -785,42 +754,24 @@ impl<'de> serde::Deserialize<'de> for ContentBlock {
     }
 }
 /// Optional annotations for the client. The client can use annotations to inform how objects are used or displayed
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct Annotations {
     /// Intended recipients for this content, such as the user or assistant.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub audience: Option<Option<Vec<Role>>>,
     /// Timestamp indicating when the underlying resource was last modified.
-    #[serde(
-        rename = "lastModified",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "lastModified", skip_serializing_if = "Option::is_none")]
     pub last_modified: Option<Option<String>>,
     /// Relative importance of this content when clients choose what to surface.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub priority: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl Annotations {
@@ -859,6 +810,12 @@ impl Annotations {
         self
     }
 }
+serde_support::deserialize_struct!(Annotations {
+    audience: "audience" => optional(TriVecSkipInvalidOrDefault),
+    last_modified: "lastModified" => optional(TriOrDefault),
+    priority: "priority" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// The sender or recipient of messages and data in a conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -911,15 +868,11 @@ impl<'de> serde::Deserialize<'de> for Role {
     }
 }
 /// Text provided to or from an LLM.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct TextContent {
     /// Optional annotations that help clients decide how to display or route this content.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// Text payload carried by this content block.
     pub text: String,
@@ -928,12 +881,7 @@ pub struct TextContent {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl TextContent {
@@ -959,16 +907,17 @@ impl TextContent {
         self
     }
 }
+serde_support::deserialize_struct!(TextContent {
+    annotations: "annotations" => optional(TriOrDefault),
+    text: "text" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// An image provided to or from an LLM.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ImageContent {
     /// Optional annotations that help clients decide how to display or route this content.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// Base64-encoded media payload.
     pub data: String,
@@ -976,23 +925,14 @@ pub struct ImageContent {
     #[serde(rename = "mimeType")]
     pub mime_type: String,
     /// URI associated with this resource or media payload.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub uri: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ImageContent {
@@ -1026,16 +966,19 @@ impl ImageContent {
         self
     }
 }
+serde_support::deserialize_struct!(ImageContent {
+    annotations: "annotations" => optional(TriOrDefault),
+    data: "data" => required,
+    mime_type: "mimeType" => required,
+    uri: "uri" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Audio provided to or from an LLM.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct AudioContent {
     /// Optional annotations that help clients decide how to display or route this content.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// Base64-encoded media payload.
     pub data: String,
@@ -1047,12 +990,7 @@ pub struct AudioContent {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AudioContent {
@@ -1079,47 +1017,32 @@ impl AudioContent {
         self
     }
 }
+serde_support::deserialize_struct!(AudioContent {
+    annotations: "annotations" => optional(TriOrDefault),
+    data: "data" => required,
+    mime_type: "mimeType" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A resource that the server is capable of reading, included in a prompt or tool call result.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ResourceLink {
     /// Optional annotations that help clients decide how to display or route this content.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// Optional human-readable details shown with this protocol object.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// MIME type describing the encoded media payload.
-    #[serde(
-        rename = "mimeType",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<String>>,
     /// Human-readable name shown for this protocol object.
     pub name: String,
     /// Optional size of the linked resource in bytes, if known.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub size: Option<Option<i64>>,
     /// Optional display title for end-user UI.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// URI associated with this resource or media payload.
     pub uri: String,
@@ -1128,12 +1051,7 @@ pub struct ResourceLink {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ResourceLink {
@@ -1188,6 +1106,16 @@ impl ResourceLink {
         self
     }
 }
+serde_support::deserialize_struct!(ResourceLink {
+    annotations: "annotations" => optional(TriOrDefault),
+    description: "description" => optional(TriOrDefault),
+    mime_type: "mimeType" => optional(TriOrDefault),
+    name: "name" => required,
+    size: "size" => optional(TriOrDefault),
+    title: "title" => optional(TriOrDefault),
+    uri: "uri" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Resource content that can be embedded in a message.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
@@ -1201,16 +1129,11 @@ pub enum EmbeddedResourceResource {
     Other(serde_json::Value),
 }
 /// Text-based resource contents.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct TextResourceContents {
     /// MIME type describing the encoded media payload.
-    #[serde(
-        rename = "mimeType",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<String>>,
     /// Text payload carried by this content block.
     pub text: String,
@@ -1221,12 +1144,7 @@ pub struct TextResourceContents {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl TextResourceContents {
@@ -1253,19 +1171,20 @@ impl TextResourceContents {
         self
     }
 }
+serde_support::deserialize_struct!(TextResourceContents {
+    mime_type: "mimeType" => optional(TriOrDefault),
+    text: "text" => required,
+    uri: "uri" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Binary resource contents.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct BlobResourceContents {
     /// Base64-encoded bytes for a binary resource payload.
     pub blob: String,
     /// MIME type describing the encoded media payload.
-    #[serde(
-        rename = "mimeType",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<String>>,
     /// URI associated with this resource or media payload.
     pub uri: String,
@@ -1274,12 +1193,7 @@ pub struct BlobResourceContents {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl BlobResourceContents {
@@ -1306,16 +1220,18 @@ impl BlobResourceContents {
         self
     }
 }
+serde_support::deserialize_struct!(BlobResourceContents {
+    blob: "blob" => required,
+    mime_type: "mimeType" => optional(TriOrDefault),
+    uri: "uri" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// The contents of a resource, embedded into a prompt or tool call result.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct EmbeddedResource {
     /// Optional annotations that help clients decide how to display or route this content.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// Embedded resource payload, either text or binary data.
     pub resource: EmbeddedResourceResource,
@@ -1324,12 +1240,7 @@ pub struct EmbeddedResource {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl EmbeddedResource {
@@ -1355,8 +1266,13 @@ impl EmbeddedResource {
         self
     }
 }
+serde_support::deserialize_struct!(EmbeddedResource {
+    annotations: "annotations" => optional(TriOrDefault),
+    resource: "resource" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Standard content block (text, images, resources).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Content {
     /// The actual content block.
@@ -1366,12 +1282,7 @@ pub struct Content {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl Content {
@@ -1390,23 +1301,22 @@ impl Content {
         self
     }
 }
+serde_support::deserialize_struct!(Content {
+    content: "content" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A diff representing file modifications.
 ///
 /// Shows changes to files in a format suitable for display in the client UI.
 ///
 /// See protocol docs: [Content](https://agentclientprotocol.com/protocol/tool-calls#content)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Diff {
     /// The absolute file path being modified.
     pub path: String,
     /// The original content (None for new files).
-    #[serde(
-        rename = "oldText",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "oldText", skip_serializing_if = "Option::is_none")]
     pub old_text: Option<Option<String>>,
     /// The new content after modification.
     #[serde(rename = "newText")]
@@ -1416,12 +1326,7 @@ pub struct Diff {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl Diff {
@@ -1448,6 +1353,12 @@ impl Diff {
         self
     }
 }
+serde_support::deserialize_struct!(Diff {
+    path: "path" => required,
+    old_text: "oldText" => optional(TriOrDefault),
+    new_text: "newText" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Typed identifier used for terminal values on the wire.
 #[derive(
     Debug,
@@ -1492,7 +1403,7 @@ impl std::borrow::Borrow<str> for TerminalId {
 /// The terminal must be added before calling `terminal/release`.
 ///
 /// See protocol docs: [Terminal](https://agentclientprotocol.com/protocol/terminals)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Terminal {
     /// Identifier of the terminal instance to embed in the content stream.
@@ -1503,12 +1414,7 @@ pub struct Terminal {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl Terminal {
@@ -1527,35 +1433,30 @@ impl Terminal {
         self
     }
 }
+serde_support::deserialize_struct!(Terminal {
+    terminal_id: "terminalId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A file location being accessed or modified by a tool.
 ///
 /// Enables clients to implement "follow-along" features that track
 /// which files the agent is working with in real-time.
 ///
 /// See protocol docs: [Following the Agent](https://agentclientprotocol.com/protocol/tool-calls#following-the-agent)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ToolCallLocation {
     /// The absolute file path being accessed or modified.
     pub path: String,
     /// Optional line number within the file.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ToolCallLocation {
@@ -1581,8 +1482,13 @@ impl ToolCallLocation {
         self
     }
 }
+serde_support::deserialize_struct!(ToolCallLocation {
+    path: "path" => required,
+    line: "line" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// An option presented to the user when requesting permission.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct PermissionOption {
     /// Unique identifier for this permission option.
@@ -1597,12 +1503,7 @@ pub struct PermissionOption {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl PermissionOption {
@@ -1627,6 +1528,12 @@ impl PermissionOption {
         self
     }
 }
+serde_support::deserialize_struct!(PermissionOption {
+    option_id: "optionId" => required,
+    name: "name" => required,
+    kind: "kind" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Unique identifier for a permission option.
 #[derive(
     Debug,
@@ -1728,7 +1635,7 @@ impl<'de> serde::Deserialize<'de> for PermissionOptionKind {
     }
 }
 /// Request to create a new terminal and execute a command.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CreateTerminalRequest {
     /// The session ID for this request.
@@ -1737,25 +1644,13 @@ pub struct CreateTerminalRequest {
     /// The command to execute.
     pub command: String,
     /// Array of command arguments.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub args: Option<Vec<String>>,
     /// Environment variables for the command.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<EnvVariable>>,
     /// Working directory for the command. Must be an absolute path.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<Option<String>>,
     /// Maximum number of output bytes to retain.
     ///
@@ -1765,24 +1660,14 @@ pub struct CreateTerminalRequest {
     /// The Client MUST ensure truncation happens at a character boundary to maintain valid
     /// string output, even if this means the retained output is slightly less than the
     /// specified limit.
-    #[serde(
-        rename = "outputByteLimit",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "outputByteLimit", skip_serializing_if = "Option::is_none")]
     pub output_byte_limit: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl CreateTerminalRequest {
@@ -1830,8 +1715,17 @@ impl CreateTerminalRequest {
         self
     }
 }
+serde_support::deserialize_struct!(CreateTerminalRequest {
+    session_id: "sessionId" => required,
+    command: "command" => required,
+    args: "args" => optional(OptVecSkipInvalidOrDefault),
+    env: "env" => optional(OptVecSkipInvalidOrDefault),
+    cwd: "cwd" => optional(TriOrDefault),
+    output_byte_limit: "outputByteLimit" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// An environment variable to set when launching an MCP server.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct EnvVariable {
     /// The name of the environment variable.
@@ -1843,12 +1737,7 @@ pub struct EnvVariable {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl EnvVariable {
@@ -1868,8 +1757,13 @@ impl EnvVariable {
         self
     }
 }
+serde_support::deserialize_struct!(EnvVariable {
+    name: "name" => required,
+    value: "value" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request to get the current output and status of a terminal.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct TerminalOutputRequest {
     /// The session ID for this request.
@@ -1883,12 +1777,7 @@ pub struct TerminalOutputRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl TerminalOutputRequest {
@@ -1911,8 +1800,13 @@ impl TerminalOutputRequest {
         self
     }
 }
+serde_support::deserialize_struct!(TerminalOutputRequest {
+    session_id: "sessionId" => required,
+    terminal_id: "terminalId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request to release a terminal and free its resources.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ReleaseTerminalRequest {
     /// The session ID for this request.
@@ -1926,12 +1820,7 @@ pub struct ReleaseTerminalRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ReleaseTerminalRequest {
@@ -1954,8 +1843,13 @@ impl ReleaseTerminalRequest {
         self
     }
 }
+serde_support::deserialize_struct!(ReleaseTerminalRequest {
+    session_id: "sessionId" => required,
+    terminal_id: "terminalId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request to wait for a terminal command to exit.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct WaitForTerminalExitRequest {
     /// The session ID for this request.
@@ -1969,12 +1863,7 @@ pub struct WaitForTerminalExitRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl WaitForTerminalExitRequest {
@@ -1997,8 +1886,13 @@ impl WaitForTerminalExitRequest {
         self
     }
 }
+serde_support::deserialize_struct!(WaitForTerminalExitRequest {
+    session_id: "sessionId" => required,
+    terminal_id: "terminalId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request to kill a terminal without releasing it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct KillTerminalRequest {
     /// The session ID for this request.
@@ -2012,12 +1906,7 @@ pub struct KillTerminalRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl KillTerminalRequest {
@@ -2040,6 +1929,11 @@ impl KillTerminalRequest {
         self
     }
 }
+serde_support::deserialize_struct!(KillTerminalRequest {
+    session_id: "sessionId" => required,
+    terminal_id: "terminalId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request from the agent to elicit structured user input.
 ///
 /// The agent sends this to the client to request information from the user,
@@ -2059,8 +1953,8 @@ pub struct CreateElicitationRequest {
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
     #[serde(
         rename = "_meta",
-        default,
         skip_serializing_if = "Option::is_none",
+        default,
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
@@ -2092,7 +1986,7 @@ impl CreateElicitationRequest {
 /// When `tool_call_id` is set, the elicitation is tied to a specific tool call.
 /// This is useful when an agent receives an elicitation from an MCP server
 /// during a tool call and needs to redirect it to the user.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ElicitationSessionScope {
     /// The session this elicitation is tied to.
@@ -2102,12 +1996,7 @@ pub struct ElicitationSessionScope {
     ///
     /// Optional. Omitted and `null` are equivalent and mean the elicitation is scoped to the
     /// session without a specific tool call.
-    #[serde(
-        rename = "toolCallId",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "toolCallId", skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<Option<ToolCallId>>,
 }
 impl ElicitationSessionScope {
@@ -2126,9 +2015,13 @@ impl ElicitationSessionScope {
         self
     }
 }
+serde_support::deserialize_struct!(ElicitationSessionScope {
+    session_id: "sessionId" => required,
+    tool_call_id: "toolCallId" => optional(TriOrDefault),
+});
 /// Request-scoped elicitation, tied to a specific JSON-RPC request outside of a session
 /// (e.g., during auth/configuration phases before any session is started).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ElicitationRequestScope {
     /// The request this elicitation is tied to.
@@ -2144,51 +2037,38 @@ impl ElicitationRequestScope {
         }
     }
 }
+serde_support::deserialize_struct!(ElicitationRequestScope {
+    request_id: "requestId" => required,
+});
 /// Type-safe elicitation schema for requesting structured user input.
 ///
 /// This represents a JSON Schema object with primitive-typed properties,
 /// as required by the elicitation specification.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ElicitationSchema {
     /// Type discriminator. Always `"object"`.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub r#type: Option<ElicitationSchemaType>,
     /// Optional title for the schema.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Property definitions (must be primitive types).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub properties: Option<
         std::collections::BTreeMap<String, ElicitationPropertySchema>,
     >,
     /// List of required property names.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no property names are required.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub required: Option<Option<Vec<String>>>,
     /// Optional description of what this schema represents.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no schema description is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -2197,12 +2077,7 @@ pub struct ElicitationSchema {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ElicitationSchema {
@@ -2258,6 +2133,14 @@ impl ElicitationSchema {
         self
     }
 }
+serde_support::deserialize_struct!(ElicitationSchema {
+    r#type: "type" => optional(DefaultOnError),
+    title: "title" => optional(TriOrDefault),
+    properties: "properties" => optional,
+    required: "required" => optional(Tri),
+    description: "description" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Type discriminator for elicitation schemas.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -2457,7 +2340,7 @@ impl<'de> serde::Deserialize<'de> for StringFormat {
     }
 }
 /// A titled enum option with a const value, human-readable title, and optional description.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct EnumOption {
     /// The constant value for this option.
@@ -2467,11 +2350,7 @@ pub struct EnumOption {
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -2480,12 +2359,7 @@ pub struct EnumOption {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl EnumOption {
@@ -2512,96 +2386,63 @@ impl EnumOption {
         self
     }
 }
+serde_support::deserialize_struct!(EnumOption {
+    r#const: "const" => required,
+    title: "title" => required,
+    description: "description" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Schema for string properties in an elicitation form.
 ///
 /// When `enum` or `oneOf` is set, this represents a single-select enum
 /// with `"type": "string"`.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct StringPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum string length.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no minimum length constraint.
-    #[serde(
-        rename = "minLength",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "minLength", skip_serializing_if = "Option::is_none")]
     pub min_length: Option<Option<u32>>,
     /// Maximum string length.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no maximum length constraint.
-    #[serde(
-        rename = "maxLength",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "maxLength", skip_serializing_if = "Option::is_none")]
     pub max_length: Option<Option<u32>>,
     /// Pattern the string must match.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no pattern constraint.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub pattern: Option<Option<String>>,
     /// String format.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no format constraint.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub format: Option<Option<StringFormat>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<String>>,
     /// Enum values for untitled single-select enums.
     /// Optional. Omitted and `null` are equivalent and mean no untitled single-select choices are
     /// declared by `enum`.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub r#enum: Option<Option<Vec<String>>>,
     /// Titled enum options for titled single-select enums.
     /// Optional. Omitted and `null` are equivalent and mean no titled single-select choices are
     /// declared by `oneOf`.
-    #[serde(
-        rename = "oneOf",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "oneOf", skip_serializing_if = "Option::is_none")]
     pub one_of: Option<Option<Vec<EnumOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -2610,12 +2451,7 @@ pub struct StringPropertySchema {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl StringPropertySchema {
@@ -2696,54 +2532,46 @@ impl StringPropertySchema {
         self
     }
 }
+serde_support::deserialize_struct!(StringPropertySchema {
+    title: "title" => optional(TriOrDefault),
+    description: "description" => optional(TriOrDefault),
+    min_length: "minLength" => optional(Tri),
+    max_length: "maxLength" => optional(Tri),
+    pattern: "pattern" => optional(Tri),
+    format: "format" => optional(Tri),
+    default: "default" => optional(TriOrDefault),
+    r#enum: "enum" => optional(Tri),
+    one_of: "oneOf" => optional(Tri),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Schema for number (floating-point) properties in an elicitation form.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NumberPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub minimum: Option<Option<f64>>,
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub maximum: Option<Option<f64>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -2752,12 +2580,7 @@ pub struct NumberPropertySchema {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl NumberPropertySchema {
@@ -2810,54 +2633,42 @@ impl NumberPropertySchema {
         self
     }
 }
+serde_support::deserialize_struct!(NumberPropertySchema {
+    title: "title" => optional(TriOrDefault),
+    description: "description" => optional(TriOrDefault),
+    minimum: "minimum" => optional(Tri),
+    maximum: "maximum" => optional(Tri),
+    default: "default" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Schema for integer properties in an elicitation form.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct IntegerPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub minimum: Option<Option<i64>>,
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub maximum: Option<Option<i64>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<i64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -2866,12 +2677,7 @@ pub struct IntegerPropertySchema {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl IntegerPropertySchema {
@@ -2924,36 +2730,32 @@ impl IntegerPropertySchema {
         self
     }
 }
+serde_support::deserialize_struct!(IntegerPropertySchema {
+    title: "title" => optional(TriOrDefault),
+    description: "description" => optional(TriOrDefault),
+    minimum: "minimum" => optional(Tri),
+    maximum: "maximum" => optional(Tri),
+    default: "default" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Schema for boolean properties in an elicitation form.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct BooleanPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<bool>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -2962,12 +2764,7 @@ pub struct BooleanPropertySchema {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl BooleanPropertySchema {
@@ -3006,6 +2803,12 @@ impl BooleanPropertySchema {
         self
     }
 }
+serde_support::deserialize_struct!(BooleanPropertySchema {
+    title: "title" => optional(TriOrDefault),
+    description: "description" => optional(TriOrDefault),
+    default: "default" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Items for a multi-select (array) property schema.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -3059,7 +2862,7 @@ impl<'de> serde::Deserialize<'de> for MultiSelectItems {
     }
 }
 /// String item schema for multi-select enum properties.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct StringMultiSelectItems {
     /// Allowed enum values.
@@ -3071,12 +2874,7 @@ pub struct StringMultiSelectItems {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl StringMultiSelectItems {
@@ -3095,8 +2893,12 @@ impl StringMultiSelectItems {
         self
     }
 }
+serde_support::deserialize_struct!(StringMultiSelectItems {
+    r#enum: "enum" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Items definition for titled multi-select enum properties.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct TitledMultiSelectItems {
     /// Titled enum options.
@@ -3109,12 +2911,7 @@ pub struct TitledMultiSelectItems {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl TitledMultiSelectItems {
@@ -3133,58 +2930,40 @@ impl TitledMultiSelectItems {
         self
     }
 }
+serde_support::deserialize_struct!(TitledMultiSelectItems {
+    any_of: "anyOf" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Schema for multi-select (array) properties in an elicitation form.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct MultiSelectPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum number of items to select.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no minimum selection count.
-    #[serde(
-        rename = "minItems",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "minItems", skip_serializing_if = "Option::is_none")]
     pub min_items: Option<Option<u64>>,
     /// Maximum number of items to select.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no maximum selection count.
-    #[serde(
-        rename = "maxItems",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "maxItems", skip_serializing_if = "Option::is_none")]
     pub max_items: Option<Option<u64>>,
     /// The items definition describing allowed values.
     pub items: MultiSelectItems,
     /// Default selected values.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default selections are provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<Vec<String>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -3193,12 +2972,7 @@ pub struct MultiSelectPropertySchema {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl MultiSelectPropertySchema {
@@ -3252,6 +3026,15 @@ impl MultiSelectPropertySchema {
         self
     }
 }
+serde_support::deserialize_struct!(MultiSelectPropertySchema {
+    title: "title" => optional(TriOrDefault),
+    description: "description" => optional(TriOrDefault),
+    min_items: "minItems" => optional(Tri),
+    max_items: "maxItems" => optional(Tri),
+    items: "items" => required,
+    default: "default" => optional(TriVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Form-based elicitation mode where the client renders a form from the provided schema.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
@@ -3347,7 +3130,7 @@ impl ElicitationUrlMode {
 ///
 /// Request parameters for `mcp/connect`.
 #[cfg(feature = "unstable_mcp_over_acp")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ConnectMcpRequest {
     /// The ACP MCP server ID that was provided by the component declaring the MCP server.
@@ -3358,12 +3141,7 @@ pub struct ConnectMcpRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_mcp_over_acp")]
@@ -3383,6 +3161,11 @@ impl ConnectMcpRequest {
         self
     }
 }
+#[cfg(feature = "unstable_mcp_over_acp")]
+serde_support::deserialize_struct!(ConnectMcpRequest {
+    server_id: "serverId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -3442,7 +3225,7 @@ impl std::borrow::Borrow<str> for McpServerAcpId {
 ///
 /// Request parameters for `mcp/message`.
 #[cfg(feature = "unstable_mcp_over_acp")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct MessageMcpRequest {
     /// The MCP-over-ACP connection this message is sent on.
@@ -3453,19 +3236,14 @@ pub struct MessageMcpRequest {
     /// Optional inner MCP params.
     ///
     /// If omitted or set to `null`, the inner MCP message has no params.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub params: Option<serde_json::Map<String, serde_json::Value>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_mcp_over_acp")]
@@ -3496,6 +3274,13 @@ impl MessageMcpRequest {
         self
     }
 }
+#[cfg(feature = "unstable_mcp_over_acp")]
+serde_support::deserialize_struct!(MessageMcpRequest {
+    connection_id: "connectionId" => required,
+    method: "method" => required,
+    params: "params" => optional,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -3551,7 +3336,7 @@ impl std::borrow::Borrow<str> for McpConnectionId {
 ///
 /// Request parameters for `mcp/disconnect`.
 #[cfg(feature = "unstable_mcp_over_acp")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct DisconnectMcpRequest {
     /// The MCP-over-ACP connection to close.
@@ -3562,12 +3347,7 @@ pub struct DisconnectMcpRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_mcp_over_acp")]
@@ -3587,6 +3367,11 @@ impl DisconnectMcpRequest {
         self
     }
 }
+#[cfg(feature = "unstable_mcp_over_acp")]
+serde_support::deserialize_struct!(DisconnectMcpRequest {
+    connection_id: "connectionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Allows for sending an arbitrary request that is not part of the ACP spec.
 /// Extension methods provide a way to add custom functionality while maintaining
 /// protocol compatibility.
@@ -3605,7 +3390,7 @@ impl From<serde_json::Value> for ExtRequest {
 /// Contains the negotiated protocol version and agent capabilities.
 ///
 /// See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/initialization)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct InitializeResponse {
     /// The protocol version the client specified if supported by the agent,
@@ -3615,42 +3400,22 @@ pub struct InitializeResponse {
     #[serde(rename = "protocolVersion")]
     pub protocol_version: ProtocolVersion,
     /// Capabilities supported by the agent.
-    #[serde(
-        rename = "agentCapabilities",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "agentCapabilities", skip_serializing_if = "Option::is_none")]
     pub agent_capabilities: Option<AgentCapabilities>,
     /// Authentication methods supported by the agent.
-    #[serde(
-        rename = "authMethods",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "authMethods", skip_serializing_if = "Option::is_none")]
     pub auth_methods: Option<Vec<AuthMethod>>,
     /// Information about the Agent name and version sent to the Client.
     ///
     /// Note: in future versions of the protocol, this will be required.
-    #[serde(
-        rename = "agentInfo",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "agentInfo", skip_serializing_if = "Option::is_none")]
     pub agent_info: Option<Option<Implementation>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl InitializeResponse {
@@ -3693,6 +3458,13 @@ impl InitializeResponse {
         self
     }
 }
+serde_support::deserialize_struct!(InitializeResponse {
+    protocol_version: "protocolVersion" => required,
+    agent_capabilities: "agentCapabilities" => optional(DefaultOnError),
+    auth_methods: "authMethods" => optional(OptVecSkipInvalidOrDefault),
+    agent_info: "agentInfo" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Protocol version identifier.
 ///
 /// This version is only bumped for breaking changes.
@@ -3723,47 +3495,23 @@ impl From<u16> for ProtocolVersion {
 /// available features and content types.
 ///
 /// See protocol docs: [Agent Capabilities](https://agentclientprotocol.com/protocol/initialization#agent-capabilities)
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct AgentCapabilities {
     /// Whether the agent supports `session/load`.
-    #[serde(
-        rename = "loadSession",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "loadSession", skip_serializing_if = "Option::is_none")]
     pub load_session: Option<bool>,
     /// Prompt capabilities supported by the agent.
-    #[serde(
-        rename = "promptCapabilities",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "promptCapabilities", skip_serializing_if = "Option::is_none")]
     pub prompt_capabilities: Option<PromptCapabilities>,
     /// MCP capabilities supported by the agent.
-    #[serde(
-        rename = "mcpCapabilities",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "mcpCapabilities", skip_serializing_if = "Option::is_none")]
     pub mcp_capabilities: Option<McpCapabilities>,
     /// Session lifecycle and prompt capabilities advertised by the agent.
-    #[serde(
-        rename = "sessionCapabilities",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "sessionCapabilities", skip_serializing_if = "Option::is_none")]
     pub session_capabilities: Option<SessionCapabilities>,
     /// Authentication-related capabilities supported by the agent.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub auth: Option<AgentAuthCapabilities>,
     /// **UNSTABLE**
     ///
@@ -3774,11 +3522,7 @@ pub struct AgentCapabilities {
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports provider configuration methods.
     #[cfg(feature = "unstable_llm_providers")]
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub providers: Option<Option<ProvidersCapabilities>>,
     /// **UNSTABLE**
     ///
@@ -3789,11 +3533,7 @@ pub struct AgentCapabilities {
     /// Optional. Omitted or `null` both mean the agent does not advertise support
     /// for NES methods.
     #[cfg(feature = "unstable_nes")]
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub nes: Option<Option<NesCapabilities>>,
     /// **UNSTABLE**
     ///
@@ -3801,24 +3541,14 @@ pub struct AgentCapabilities {
     ///
     /// The position encoding selected by the agent from the client's supported encodings.
     #[cfg(feature = "unstable_nes")]
-    #[serde(
-        rename = "positionEncoding",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "positionEncoding", skip_serializing_if = "Option::is_none")]
     pub position_encoding: Option<Option<PositionEncodingKind>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AgentCapabilities {
@@ -3910,6 +3640,17 @@ impl AgentCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(AgentCapabilities {
+    load_session: "loadSession" => optional(DefaultOnError),
+    prompt_capabilities: "promptCapabilities" => optional(DefaultOnError),
+    mcp_capabilities: "mcpCapabilities" => optional(DefaultOnError),
+    session_capabilities: "sessionCapabilities" => optional(DefaultOnError),
+    auth: "auth" => optional(DefaultOnError),
+    #[cfg(feature = "unstable_llm_providers")] providers: "providers" => optional(TriOrDefault),
+    #[cfg(feature = "unstable_nes")] nes: "nes" => optional(TriOrDefault),
+    #[cfg(feature = "unstable_nes")] position_encoding: "positionEncoding" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Prompt capabilities supported by the agent in `session/prompt` requests.
 ///
 /// Baseline agent functionality requires support for [`ContentBlock::Text`]
@@ -3922,45 +3663,27 @@ impl AgentCapabilities {
 /// the agent can process.
 ///
 /// See protocol docs: [Prompt Capabilities](https://agentclientprotocol.com/protocol/initialization#prompt-capabilities)
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct PromptCapabilities {
     /// Agent supports [`ContentBlock::Image`].
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<bool>,
     /// Agent supports [`ContentBlock::Audio`].
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub audio: Option<bool>,
     /// Agent supports embedded context in `session/prompt` requests.
     ///
     /// When enabled, the Client is allowed to include [`ContentBlock::Resource`]
     /// in prompt requests for pieces of context that are referenced in the message.
-    #[serde(
-        rename = "embeddedContext",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "embeddedContext", skip_serializing_if = "Option::is_none")]
     pub embedded_context: Option<bool>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl PromptCapabilities {
@@ -3999,23 +3722,21 @@ impl PromptCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(PromptCapabilities {
+    image: "image" => optional(DefaultOnError),
+    audio: "audio" => optional(DefaultOnError),
+    embedded_context: "embeddedContext" => optional(DefaultOnError),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// MCP capabilities supported by the agent
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct McpCapabilities {
     /// Agent supports [`McpServer::Http`].
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub http: Option<bool>,
     /// Agent supports [`McpServer::Sse`].
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sse: Option<bool>,
     /// **UNSTABLE**
     ///
@@ -4023,23 +3744,14 @@ pub struct McpCapabilities {
     ///
     /// Agent supports [`McpServer::Acp`].
     #[cfg(feature = "unstable_mcp_over_acp")]
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub acp: Option<bool>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl McpCapabilities {
@@ -4080,6 +3792,12 @@ impl McpCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(McpCapabilities {
+    http: "http" => optional(DefaultOnError),
+    sse: "sse" => optional(DefaultOnError),
+    #[cfg(feature = "unstable_mcp_over_acp")] acp: "acp" => optional(DefaultOnError),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Session capabilities supported by the agent.
 ///
 /// As a baseline, all Agents **MUST** support `session/new`, `session/prompt`, `session/cancel`, and `session/update`.
@@ -4089,28 +3807,20 @@ impl McpCapabilities {
 /// Note: `session/load` is still handled by the top-level `load_session` capability. This will be unified in future versions of the protocol.
 ///
 /// See protocol docs: [Session Capabilities](https://agentclientprotocol.com/protocol/initialization#session-capabilities)
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionCapabilities {
     /// Whether the agent supports `session/list`.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports listing sessions.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub list: Option<Option<SessionListCapabilities>>,
     /// Whether the agent supports `session/delete`.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports deleting sessions from `session/list`.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub delete: Option<Option<SessionDeleteCapabilities>>,
     /// Whether the agent supports `additionalDirectories` on supported session lifecycle requests.
     ///
@@ -4121,12 +3831,7 @@ pub struct SessionCapabilities {
     /// Agents that also support `session/list` may return
     /// `SessionInfo.additionalDirectories` to report the complete ordered
     /// additional-root list associated with a listed session.
-    #[serde(
-        rename = "additionalDirectories",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Option<SessionAdditionalDirectoriesCapabilities>>,
     /// **UNSTABLE**
     ///
@@ -4137,43 +3842,26 @@ pub struct SessionCapabilities {
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports forking sessions.
     #[cfg(feature = "unstable_session_fork")]
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub fork: Option<Option<SessionForkCapabilities>>,
     /// Whether the agent supports `session/resume`.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports resuming sessions.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub resume: Option<Option<SessionResumeCapabilities>>,
     /// Whether the agent supports `session/close`.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports closing sessions.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub close: Option<Option<SessionCloseCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionCapabilities {
@@ -4238,10 +3926,19 @@ impl SessionCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(SessionCapabilities {
+    list: "list" => optional(TriOrDefault),
+    delete: "delete" => optional(TriOrDefault),
+    additional_directories: "additionalDirectories" => optional(TriOrDefault),
+    #[cfg(feature = "unstable_session_fork")] fork: "fork" => optional(TriOrDefault),
+    resume: "resume" => optional(TriOrDefault),
+    close: "close" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for the `session/list` method.
 ///
 /// Supplying `{}` means the agent supports listing sessions.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionListCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4249,12 +3946,7 @@ pub struct SessionListCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionListCapabilities {
@@ -4272,10 +3964,13 @@ impl SessionListCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(SessionListCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for the `session/delete` method.
 ///
 /// Supplying `{}` means the agent supports deleting sessions from `session/list`.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionDeleteCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4283,12 +3978,7 @@ pub struct SessionDeleteCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionDeleteCapabilities {
@@ -4306,13 +3996,16 @@ impl SessionDeleteCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(SessionDeleteCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for additional session directories support.
 ///
 /// Supplying `{}` means the agent supports the `additionalDirectories` field on
 /// supported session lifecycle requests. Agents that also support
 /// `session/list` may return `SessionInfo.additionalDirectories` to report the
 /// complete ordered additional-root list associated with a listed session.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionAdditionalDirectoriesCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4320,12 +4013,7 @@ pub struct SessionAdditionalDirectoriesCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionAdditionalDirectoriesCapabilities {
@@ -4343,6 +4031,9 @@ impl SessionAdditionalDirectoriesCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(SessionAdditionalDirectoriesCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -4351,7 +4042,7 @@ impl SessionAdditionalDirectoriesCapabilities {
 ///
 /// Supplying `{}` means the agent supports forking sessions.
 #[cfg(feature = "unstable_session_fork")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionForkCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4359,12 +4050,7 @@ pub struct SessionForkCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_session_fork")]
@@ -4383,10 +4069,14 @@ impl SessionForkCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_session_fork")]
+serde_support::deserialize_struct!(SessionForkCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for the `session/resume` method.
 ///
 /// Supplying `{}` means the agent supports resuming sessions.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionResumeCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4394,12 +4084,7 @@ pub struct SessionResumeCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionResumeCapabilities {
@@ -4417,10 +4102,13 @@ impl SessionResumeCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(SessionResumeCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for the `session/close` method.
 ///
 /// Supplying `{}` means the agent supports closing sessions.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionCloseCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4428,12 +4116,7 @@ pub struct SessionCloseCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionCloseCapabilities {
@@ -4451,31 +4134,25 @@ impl SessionCloseCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(SessionCloseCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Authentication-related capabilities supported by the agent.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct AgentAuthCapabilities {
     /// Whether the agent supports the logout method.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports the logout method.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub logout: Option<Option<LogoutCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AgentAuthCapabilities {
@@ -4500,10 +4177,14 @@ impl AgentAuthCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(AgentAuthCapabilities {
+    logout: "logout" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Logout capabilities supported by the agent.
 ///
 /// Supplying `{}` means the agent supports the logout method.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct LogoutCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4511,12 +4192,7 @@ pub struct LogoutCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl LogoutCapabilities {
@@ -4532,6 +4208,9 @@ impl LogoutCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(LogoutCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -4540,7 +4219,7 @@ impl LogoutCapabilities {
 ///
 /// Supplying `{}` means the agent supports provider configuration methods.
 #[cfg(feature = "unstable_llm_providers")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ProvidersCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4548,12 +4227,7 @@ pub struct ProvidersCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_llm_providers")]
@@ -4572,36 +4246,27 @@ impl ProvidersCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(ProvidersCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// NES capabilities advertised by the agent during initialization.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesCapabilities {
     /// Events the agent wants to receive.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Option<NesEventCapabilities>>,
     /// Context the agent wants attached to each suggestion request.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<Option<NesContextCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -4634,29 +4299,26 @@ impl NesCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesCapabilities {
+    events: "events" => optional(TriOrDefault),
+    context: "context" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Event capabilities the agent can consume.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesEventCapabilities {
     /// Document event capabilities.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub document: Option<Option<NesDocumentEventCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -4682,62 +4344,37 @@ impl NesEventCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesEventCapabilities {
+    document: "document" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Document event capabilities the agent wants to receive.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesDocumentEventCapabilities {
     /// Whether the agent wants `document/didOpen` events.
-    #[serde(
-        rename = "didOpen",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "didOpen", skip_serializing_if = "Option::is_none")]
     pub did_open: Option<Option<NesDocumentDidOpenCapabilities>>,
     /// Whether the agent wants `document/didChange` events, and the sync kind.
-    #[serde(
-        rename = "didChange",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "didChange", skip_serializing_if = "Option::is_none")]
     pub did_change: Option<Option<NesDocumentDidChangeCapabilities>>,
     /// Whether the agent wants `document/didClose` events.
-    #[serde(
-        rename = "didClose",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "didClose", skip_serializing_if = "Option::is_none")]
     pub did_close: Option<Option<NesDocumentDidCloseCapabilities>>,
     /// Whether the agent wants `document/didSave` events.
-    #[serde(
-        rename = "didSave",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "didSave", skip_serializing_if = "Option::is_none")]
     pub did_save: Option<Option<NesDocumentDidSaveCapabilities>>,
     /// Whether the agent wants `document/didFocus` events.
-    #[serde(
-        rename = "didFocus",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "didFocus", skip_serializing_if = "Option::is_none")]
     pub did_focus: Option<Option<NesDocumentDidFocusCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -4800,9 +4437,18 @@ impl NesDocumentEventCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesDocumentEventCapabilities {
+    did_open: "didOpen" => optional(TriOrDefault),
+    did_change: "didChange" => optional(TriOrDefault),
+    did_close: "didClose" => optional(TriOrDefault),
+    did_save: "didSave" => optional(TriOrDefault),
+    did_focus: "didFocus" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Marker for `document/didOpen` capability support.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesDocumentDidOpenCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4810,12 +4456,7 @@ pub struct NesDocumentDidOpenCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -4834,9 +4475,13 @@ impl NesDocumentDidOpenCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesDocumentDidOpenCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for `document/didChange` events.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesDocumentDidChangeCapabilities {
     /// The sync kind the agent wants: `"full"` or `"incremental"`.
@@ -4847,12 +4492,7 @@ pub struct NesDocumentDidChangeCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -4872,6 +4512,11 @@ impl NesDocumentDidChangeCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesDocumentDidChangeCapabilities {
+    sync_kind: "syncKind" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// How the agent wants document changes delivered.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -4931,7 +4576,7 @@ impl<'de> serde::Deserialize<'de> for TextDocumentSyncKind {
 }
 /// Marker for `document/didClose` capability support.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesDocumentDidCloseCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4939,12 +4584,7 @@ pub struct NesDocumentDidCloseCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -4963,9 +4603,13 @@ impl NesDocumentDidCloseCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesDocumentDidCloseCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Marker for `document/didSave` capability support.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesDocumentDidSaveCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4973,12 +4617,7 @@ pub struct NesDocumentDidSaveCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -4997,9 +4636,13 @@ impl NesDocumentDidSaveCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesDocumentDidSaveCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Marker for `document/didFocus` capability support.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesDocumentDidFocusCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5007,12 +4650,7 @@ pub struct NesDocumentDidFocusCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -5031,69 +4669,39 @@ impl NesDocumentDidFocusCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesDocumentDidFocusCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Context capabilities the agent wants attached to each suggestion request.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesContextCapabilities {
     /// Whether the agent wants recent files context.
-    #[serde(
-        rename = "recentFiles",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "recentFiles", skip_serializing_if = "Option::is_none")]
     pub recent_files: Option<Option<NesRecentFilesCapabilities>>,
     /// Whether the agent wants related snippets context.
-    #[serde(
-        rename = "relatedSnippets",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "relatedSnippets", skip_serializing_if = "Option::is_none")]
     pub related_snippets: Option<Option<NesRelatedSnippetsCapabilities>>,
     /// Whether the agent wants edit history context.
-    #[serde(
-        rename = "editHistory",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "editHistory", skip_serializing_if = "Option::is_none")]
     pub edit_history: Option<Option<NesEditHistoryCapabilities>>,
     /// Whether the agent wants user actions context.
-    #[serde(
-        rename = "userActions",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "userActions", skip_serializing_if = "Option::is_none")]
     pub user_actions: Option<Option<NesUserActionsCapabilities>>,
     /// Whether the agent wants open files context.
-    #[serde(
-        rename = "openFiles",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "openFiles", skip_serializing_if = "Option::is_none")]
     pub open_files: Option<Option<NesOpenFilesCapabilities>>,
     /// Whether the agent wants diagnostics context.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub diagnostics: Option<Option<NesDiagnosticsCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -5169,30 +4777,30 @@ impl NesContextCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesContextCapabilities {
+    recent_files: "recentFiles" => optional(TriOrDefault),
+    related_snippets: "relatedSnippets" => optional(TriOrDefault),
+    edit_history: "editHistory" => optional(TriOrDefault),
+    user_actions: "userActions" => optional(TriOrDefault),
+    open_files: "openFiles" => optional(TriOrDefault),
+    diagnostics: "diagnostics" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for recent files context.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesRecentFilesCapabilities {
     /// Maximum number of recent files the agent can use.
-    #[serde(
-        rename = "maxCount",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "maxCount", skip_serializing_if = "Option::is_none")]
     pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -5218,9 +4826,14 @@ impl NesRecentFilesCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesRecentFilesCapabilities {
+    max_count: "maxCount" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for related snippets context.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesRelatedSnippetsCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5228,12 +4841,7 @@ pub struct NesRelatedSnippetsCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -5252,30 +4860,24 @@ impl NesRelatedSnippetsCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesRelatedSnippetsCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for edit history context.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesEditHistoryCapabilities {
     /// Maximum number of edit history entries the agent can use.
-    #[serde(
-        rename = "maxCount",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "maxCount", skip_serializing_if = "Option::is_none")]
     pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -5301,30 +4903,25 @@ impl NesEditHistoryCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesEditHistoryCapabilities {
+    max_count: "maxCount" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for user actions context.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesUserActionsCapabilities {
     /// Maximum number of user actions the agent can use.
-    #[serde(
-        rename = "maxCount",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "maxCount", skip_serializing_if = "Option::is_none")]
     pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -5350,9 +4947,14 @@ impl NesUserActionsCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesUserActionsCapabilities {
+    max_count: "maxCount" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for open files context.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesOpenFilesCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5360,12 +4962,7 @@ pub struct NesOpenFilesCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -5384,9 +4981,13 @@ impl NesOpenFilesCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesOpenFilesCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for diagnostics context.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesDiagnosticsCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5394,12 +4995,7 @@ pub struct NesDiagnosticsCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -5418,6 +5014,10 @@ impl NesDiagnosticsCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesDiagnosticsCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// The encoding used for character offsets in positions.
 ///
 /// Follows the same conventions as LSP 3.17. The default is UTF-16.
@@ -5583,7 +5183,7 @@ impl std::borrow::Borrow<str> for AuthMethodId {
 /// method only when the client enabled its terminal authentication capability.
 /// A zero exit status signals success; any other termination signals failure.
 /// The client MUST NOT pass this method to `authenticate`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct AuthMethodTerminal {
     /// Unique identifier for this authentication method.
@@ -5591,38 +5191,21 @@ pub struct AuthMethodTerminal {
     /// Human-readable name of the authentication method.
     pub name: String,
     /// Optional description providing more details about this authentication method.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Additional arguments to append to the configured agent invocation for terminal auth.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub args: Option<Vec<String>>,
     /// Additional environment variables to set on the configured agent invocation for terminal auth.
     /// These values override same-named variables in the base launch configuration.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub env: Option<std::collections::BTreeMap<String, String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AuthMethodTerminal {
@@ -5663,10 +5246,18 @@ impl AuthMethodTerminal {
         self
     }
 }
+serde_support::deserialize_struct!(AuthMethodTerminal {
+    id: "id" => required,
+    name: "name" => required,
+    description: "description" => optional(TriOrDefault),
+    args: "args" => optional(OptVecSkipInvalidOrDefault),
+    env: "env" => optional(DefaultOnError),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Agent handles authentication itself through `authenticate`.
 ///
 /// This is the default authentication method type.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct AuthMethodAgent {
     /// Unique identifier for this authentication method.
@@ -5674,23 +5265,14 @@ pub struct AuthMethodAgent {
     /// Human-readable name of the authentication method.
     pub name: String,
     /// Optional description providing more details about this authentication method.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AuthMethodAgent {
@@ -5717,10 +5299,16 @@ impl AuthMethodAgent {
         self
     }
 }
+serde_support::deserialize_struct!(AuthMethodAgent {
+    id: "id" => required,
+    name: "name" => required,
+    description: "description" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Metadata about the implementation of the client or agent.
 /// Describes the name and version of an ACP implementation, with an optional
 /// title for UI representation.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Implementation {
     /// Intended for programmatic or logical use, but can be used as a display
@@ -5730,11 +5318,7 @@ pub struct Implementation {
     /// and easily understood.
     ///
     /// If not provided, the name should be used for display.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Version of the implementation. Can be displayed to the user or used
     /// for debugging or metrics purposes. (e.g. "1.0.0").
@@ -5744,12 +5328,7 @@ pub struct Implementation {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl Implementation {
@@ -5776,8 +5355,14 @@ impl Implementation {
         self
     }
 }
+serde_support::deserialize_struct!(Implementation {
+    name: "name" => required,
+    title: "title" => optional(TriOrDefault),
+    version: "version" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response to the `authenticate` method.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct AuthenticateResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5785,12 +5370,7 @@ pub struct AuthenticateResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AuthenticateResponse {
@@ -5806,13 +5386,16 @@ impl AuthenticateResponse {
         self
     }
 }
+serde_support::deserialize_struct!(AuthenticateResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Response to `providers/list`.
 #[cfg(feature = "unstable_llm_providers")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ListProvidersResponse {
     /// Configurable providers with current routing info suitable for UI display.
@@ -5822,12 +5405,7 @@ pub struct ListProvidersResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_llm_providers")]
@@ -5847,43 +5425,38 @@ impl ListProvidersResponse {
         self
     }
 }
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(ListProvidersResponse {
+    providers: "providers" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Information about a configurable LLM provider.
 #[cfg(feature = "unstable_llm_providers")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ProviderInfo {
     /// Provider identifier, for example "main" or "openai".
     #[serde(rename = "providerId")]
     pub provider_id: ProviderId,
     /// Supported protocol types for this provider.
-    #[serde(deserialize_with = "serde_support::vec_skip_invalid_or_default")]
     pub supported: Vec<LlmProtocol>,
     /// Whether this provider is mandatory and cannot be disabled via `providers/disable`.
     /// If true, clients must not call `providers/disable` for this provider ID.
     pub required: bool,
     /// Current effective non-secret routing config.
     /// Null or omitted means provider is disabled.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub current: Option<Option<ProviderCurrentConfig>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_llm_providers")]
@@ -5916,6 +5489,14 @@ impl ProviderInfo {
         self
     }
 }
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(ProviderInfo {
+    provider_id: "providerId" => required,
+    supported: "supported" => required(VecSkipInvalidOrDefault),
+    required: "required" => required,
+    current: "current" => optional(Tri),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -6049,7 +5630,7 @@ impl<'de> serde::Deserialize<'de> for LlmProtocol {
 ///
 /// Current effective non-secret routing configuration for a provider.
 #[cfg(feature = "unstable_llm_providers")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ProviderCurrentConfig {
     /// Protocol currently used by this provider.
@@ -6063,12 +5644,7 @@ pub struct ProviderCurrentConfig {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_llm_providers")]
@@ -6089,13 +5665,19 @@ impl ProviderCurrentConfig {
         self
     }
 }
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(ProviderCurrentConfig {
+    api_type: "apiType" => required,
+    base_url: "baseUrl" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Response to `providers/set`.
 #[cfg(feature = "unstable_llm_providers")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct SetProviderResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6103,12 +5685,7 @@ pub struct SetProviderResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_llm_providers")]
@@ -6125,13 +5702,17 @@ impl SetProviderResponse {
         self
     }
 }
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(SetProviderResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Response to `providers/disable`.
 #[cfg(feature = "unstable_llm_providers")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct DisableProviderResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6139,12 +5720,7 @@ pub struct DisableProviderResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_llm_providers")]
@@ -6163,8 +5739,12 @@ impl DisableProviderResponse {
         self
     }
 }
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(DisableProviderResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response to the `logout` method.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct LogoutResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6172,12 +5752,7 @@ pub struct LogoutResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl LogoutResponse {
@@ -6193,10 +5768,13 @@ impl LogoutResponse {
         self
     }
 }
+serde_support::deserialize_struct!(LogoutResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response from creating a new session.
 ///
 /// See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/session-setup#creating-a-session)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NewSessionResponse {
     /// Unique identifier for the created session.
@@ -6207,31 +5785,17 @@ pub struct NewSessionResponse {
     /// Initial mode state if supported by the Agent
     ///
     /// See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/session-modes)
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
-    #[serde(
-        rename = "configOptions",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl NewSessionResponse {
@@ -6267,30 +5831,28 @@ impl NewSessionResponse {
         self
     }
 }
+serde_support::deserialize_struct!(NewSessionResponse {
+    session_id: "sessionId" => required,
+    modes: "modes" => optional(TriOrDefault),
+    config_options: "configOptions" => optional(TriVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// The set of modes and the one currently active.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionModeState {
     /// The current mode the Agent is in.
     #[serde(rename = "currentModeId")]
     pub current_mode_id: SessionModeId,
     /// The set of modes that the Agent can operate in
-    #[serde(
-        rename = "availableModes",
-        deserialize_with = "serde_support::vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "availableModes")]
     pub available_modes: Vec<SessionMode>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionModeState {
@@ -6313,6 +5875,11 @@ impl SessionModeState {
         self
     }
 }
+serde_support::deserialize_struct!(SessionModeState {
+    current_mode_id: "currentModeId" => required,
+    available_modes: "availableModes" => required(VecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Unique identifier for a Session Mode.
 #[derive(
     Debug,
@@ -6355,7 +5922,7 @@ impl std::borrow::Borrow<str> for SessionModeId {
 /// A mode the agent can operate in.
 ///
 /// See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/session-modes)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionMode {
     /// Stable identifier used to refer to this protocol object in later messages.
@@ -6363,23 +5930,14 @@ pub struct SessionMode {
     /// Human-readable name shown for this protocol object.
     pub name: String,
     /// Optional human-readable details shown with this protocol object.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionMode {
@@ -6406,6 +5964,12 @@ impl SessionMode {
         self
     }
 }
+serde_support::deserialize_struct!(SessionMode {
+    id: "id" => required,
+    name: "name" => required,
+    description: "description" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A session configuration option selector and its current state.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
@@ -6416,15 +5980,15 @@ pub struct SessionConfigOption {
     pub name: String,
     /// Optional description for the Client to display to the user.
     #[serde(
-        default,
         skip_serializing_if = "Option::is_none",
+        default,
         deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Optional semantic category for this option (UX only).
     #[serde(
-        default,
         skip_serializing_if = "Option::is_none",
+        default,
         deserialize_with = "serde_support::tri_or_default"
     )]
     pub category: Option<Option<SessionConfigOptionCategory>>,
@@ -6435,8 +5999,8 @@ pub struct SessionConfigOption {
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
     #[serde(
         rename = "_meta",
-        default,
         skip_serializing_if = "Option::is_none",
+        default,
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
@@ -6635,7 +6199,7 @@ pub enum SessionConfigSelectOptions {
     Grouped(Vec<SessionConfigSelectGroup>),
 }
 /// A possible value for a session configuration option.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionConfigSelectOption {
     /// Unique identifier for this option value.
@@ -6643,23 +6207,14 @@ pub struct SessionConfigSelectOption {
     /// Human-readable label for this option value.
     pub name: String,
     /// Optional description for this option value.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionConfigSelectOption {
@@ -6686,8 +6241,14 @@ impl SessionConfigSelectOption {
         self
     }
 }
+serde_support::deserialize_struct!(SessionConfigSelectOption {
+    value: "value" => required,
+    name: "name" => required,
+    description: "description" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A group of possible values for a session configuration option.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionConfigSelectGroup {
     /// Unique identifier for this group.
@@ -6695,19 +6256,13 @@ pub struct SessionConfigSelectGroup {
     /// Human-readable label for this group.
     pub name: String,
     /// The set of option values in this group.
-    #[serde(deserialize_with = "serde_support::vec_skip_invalid_or_default")]
     pub options: Vec<SessionConfigSelectOption>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionConfigSelectGroup {
@@ -6732,6 +6287,12 @@ impl SessionConfigSelectGroup {
         self
     }
 }
+serde_support::deserialize_struct!(SessionConfigSelectGroup {
+    group: "group" => required,
+    name: "name" => required,
+    options: "options" => required(VecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Unique identifier for a session configuration option value group.
 #[derive(
     Debug,
@@ -6772,7 +6333,7 @@ impl std::borrow::Borrow<str> for SessionConfigGroupId {
     }
 }
 /// A single-value selector (dropdown) session configuration option payload.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionConfigSelect {
     /// The currently selected value.
@@ -6794,8 +6355,12 @@ impl SessionConfigSelect {
         }
     }
 }
+serde_support::deserialize_struct!(SessionConfigSelect {
+    current_value: "currentValue" => required,
+    options: "options" => required,
+});
 /// A boolean on/off toggle session configuration option payload.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionConfigBoolean {
     /// The current value of the boolean option.
@@ -6811,38 +6376,27 @@ impl SessionConfigBoolean {
         }
     }
 }
+serde_support::deserialize_struct!(SessionConfigBoolean {
+    current_value: "currentValue" => required,
+});
 /// Response from loading an existing session.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct LoadSessionResponse {
     /// Initial mode state if supported by the Agent
     ///
     /// See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/session-modes)
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
-    #[serde(
-        rename = "configOptions",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl LoadSessionResponse {
@@ -6877,33 +6431,27 @@ impl LoadSessionResponse {
         self
     }
 }
+serde_support::deserialize_struct!(LoadSessionResponse {
+    modes: "modes" => optional(TriOrDefault),
+    config_options: "configOptions" => optional(TriVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response from listing sessions.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ListSessionsResponse {
     /// Array of session information objects
-    #[serde(deserialize_with = "serde_support::vec_skip_invalid_or_default")]
     pub sessions: Vec<SessionInfo>,
     /// Opaque cursor token. If present, pass this in the next request's cursor parameter
     /// to fetch the next page. If absent, there are no more results.
-    #[serde(
-        rename = "nextCursor",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "nextCursor", skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ListSessionsResponse {
@@ -6929,8 +6477,13 @@ impl ListSessionsResponse {
         self
     }
 }
+serde_support::deserialize_struct!(ListSessionsResponse {
+    sessions: "sessions" => required(VecSkipInvalidOrDefault),
+    next_cursor: "nextCursor" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Information about a session returned by session/list
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionInfo {
     /// Unique identifier for the session
@@ -6943,39 +6496,20 @@ pub struct SessionInfo {
     /// When present, this is the complete ordered additional-root list reported
     /// by the Agent. Omitted and empty values are equivalent: the response
     /// reports no additional roots.
-    #[serde(
-        rename = "additionalDirectories",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Vec<String>>,
     /// Human-readable title for the session
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// ISO 8601 timestamp of last activity
-    #[serde(
-        rename = "updatedAt",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "updatedAt", skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionInfo {
@@ -7019,8 +6553,16 @@ impl SessionInfo {
         self
     }
 }
+serde_support::deserialize_struct!(SessionInfo {
+    session_id: "sessionId" => required,
+    cwd: "cwd" => required,
+    additional_directories: "additionalDirectories" => optional(OptVecSkipInvalidOrDefault),
+    title: "title" => optional(TriOrDefault),
+    updated_at: "updatedAt" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response from deleting a session.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct DeleteSessionResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7028,12 +6570,7 @@ pub struct DeleteSessionResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl DeleteSessionResponse {
@@ -7051,13 +6588,16 @@ impl DeleteSessionResponse {
         self
     }
 }
+serde_support::deserialize_struct!(DeleteSessionResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Response from forking an existing session.
 #[cfg(feature = "unstable_session_fork")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ForkSessionResponse {
     /// Unique identifier for the newly created forked session.
@@ -7066,31 +6606,17 @@ pub struct ForkSessionResponse {
     /// Initial mode state if supported by the Agent
     ///
     /// See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/session-modes)
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
-    #[serde(
-        rename = "configOptions",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_session_fork")]
@@ -7127,38 +6653,31 @@ impl ForkSessionResponse {
         self
     }
 }
+#[cfg(feature = "unstable_session_fork")]
+serde_support::deserialize_struct!(ForkSessionResponse {
+    session_id: "sessionId" => required,
+    modes: "modes" => optional(TriOrDefault),
+    config_options: "configOptions" => optional(TriVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response from resuming an existing session.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ResumeSessionResponse {
     /// Initial mode state if supported by the Agent
     ///
     /// See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/session-modes)
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
-    #[serde(
-        rename = "configOptions",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ResumeSessionResponse {
@@ -7193,8 +6712,13 @@ impl ResumeSessionResponse {
         self
     }
 }
+serde_support::deserialize_struct!(ResumeSessionResponse {
+    modes: "modes" => optional(TriOrDefault),
+    config_options: "configOptions" => optional(TriVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response from closing a session.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct CloseSessionResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7202,12 +6726,7 @@ pub struct CloseSessionResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl CloseSessionResponse {
@@ -7223,8 +6742,11 @@ impl CloseSessionResponse {
         self
     }
 }
+serde_support::deserialize_struct!(CloseSessionResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response to `session/set_mode` method.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct SetSessionModeResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7232,12 +6754,7 @@ pub struct SetSessionModeResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SetSessionModeResponse {
@@ -7255,27 +6772,22 @@ impl SetSessionModeResponse {
         self
     }
 }
+serde_support::deserialize_struct!(SetSessionModeResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response to `session/set_config_option` method.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SetSessionConfigOptionResponse {
     /// The full set of configuration options and their current values.
-    #[serde(
-        rename = "configOptions",
-        deserialize_with = "serde_support::vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "configOptions")]
     pub config_options: Vec<SessionConfigOption>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SetSessionConfigOptionResponse {
@@ -7294,10 +6806,14 @@ impl SetSessionConfigOptionResponse {
         self
     }
 }
+serde_support::deserialize_struct!(SetSessionConfigOptionResponse {
+    config_options: "configOptions" => required(VecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response from processing a user prompt.
 ///
 /// See protocol docs: [Check for Completion](https://agentclientprotocol.com/protocol/prompt-turn#4-check-for-completion)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct PromptResponse {
     /// Indicates why the agent stopped processing the turn.
@@ -7309,23 +6825,14 @@ pub struct PromptResponse {
     ///
     /// Token usage for this turn (optional).
     #[cfg(feature = "unstable_end_turn_token_usage")]
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Option<Usage>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl PromptResponse {
@@ -7353,6 +6860,11 @@ impl PromptResponse {
         self
     }
 }
+serde_support::deserialize_struct!(PromptResponse {
+    stop_reason: "stopReason" => required,
+    #[cfg(feature = "unstable_end_turn_token_usage")] usage: "usage" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Reasons why an agent stops processing a prompt turn.
 ///
 /// See protocol docs: [Stop Reasons](https://agentclientprotocol.com/protocol/prompt-turn#stop-reasons)
@@ -7432,7 +6944,7 @@ impl<'de> serde::Deserialize<'de> for StopReason {
 ///
 /// Token usage information for a prompt turn.
 #[cfg(feature = "unstable_end_turn_token_usage")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Usage {
     /// Sum of all token types across session.
@@ -7445,40 +6957,20 @@ pub struct Usage {
     #[serde(rename = "outputTokens")]
     pub output_tokens: u64,
     /// Total thought/reasoning tokens
-    #[serde(
-        rename = "thoughtTokens",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "thoughtTokens", skip_serializing_if = "Option::is_none")]
     pub thought_tokens: Option<Option<u64>>,
     /// Total cache read tokens.
-    #[serde(
-        rename = "cachedReadTokens",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "cachedReadTokens", skip_serializing_if = "Option::is_none")]
     pub cached_read_tokens: Option<Option<u64>>,
     /// Total cache write tokens.
-    #[serde(
-        rename = "cachedWriteTokens",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "cachedWriteTokens", skip_serializing_if = "Option::is_none")]
     pub cached_write_tokens: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_end_turn_token_usage")]
@@ -7521,9 +7013,19 @@ impl Usage {
         self
     }
 }
+#[cfg(feature = "unstable_end_turn_token_usage")]
+serde_support::deserialize_struct!(Usage {
+    total_tokens: "totalTokens" => required,
+    input_tokens: "inputTokens" => required,
+    output_tokens: "outputTokens" => required,
+    thought_tokens: "thoughtTokens" => optional(TriOrDefault),
+    cached_read_tokens: "cachedReadTokens" => optional(TriOrDefault),
+    cached_write_tokens: "cachedWriteTokens" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response to `nes/start`.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct StartNesResponse {
     /// The session ID for the newly started NES session.
@@ -7534,12 +7036,7 @@ pub struct StartNesResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -7559,9 +7056,14 @@ impl StartNesResponse {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(StartNesResponse {
+    session_id: "sessionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response to `nes/suggest`.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SuggestNesResponse {
     /// The list of suggestions.
@@ -7571,12 +7073,7 @@ pub struct SuggestNesResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -7596,6 +7093,11 @@ impl SuggestNesResponse {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(SuggestNesResponse {
+    suggestions: "suggestions" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A suggestion returned by the agent.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq)]
@@ -7719,7 +7221,7 @@ impl std::borrow::Borrow<str> for NesSuggestionId {
 }
 /// A text edit within a suggestion.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesTextEdit {
     /// The range to replace.
@@ -7732,12 +7234,7 @@ pub struct NesTextEdit {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -7758,9 +7255,15 @@ impl NesTextEdit {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesTextEdit {
+    range: "range" => required,
+    new_text: "newText" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A range in a text document, expressed as start and end positions.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Range {
     /// The start position (inclusive).
@@ -7772,12 +7275,7 @@ pub struct Range {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -7798,11 +7296,17 @@ impl Range {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(Range {
+    start: "start" => required,
+    end: "end" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A zero-based position in a text document.
 ///
 /// The meaning of `character` depends on the negotiated position encoding.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Position {
     /// Zero-based line number.
@@ -7814,12 +7318,7 @@ pub struct Position {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -7840,9 +7339,15 @@ impl Position {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(Position {
+    line: "line" => required,
+    character: "character" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A text edit suggestion.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesEditSuggestion {
     /// Unique identifier for accept/reject tracking.
@@ -7852,24 +7357,14 @@ pub struct NesEditSuggestion {
     /// The text edits to apply.
     pub edits: Vec<NesTextEdit>,
     /// Optional suggested cursor position after applying edits.
-    #[serde(
-        rename = "cursorPosition",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "cursorPosition", skip_serializing_if = "Option::is_none")]
     pub cursor_position: Option<Option<Position>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -7902,9 +7397,17 @@ impl NesEditSuggestion {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesEditSuggestion {
+    id: "id" => required,
+    uri: "uri" => required,
+    edits: "edits" => required,
+    cursor_position: "cursorPosition" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A jump-to-location suggestion.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesJumpSuggestion {
     /// Unique identifier for accept/reject tracking.
@@ -7918,12 +7421,7 @@ pub struct NesJumpSuggestion {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -7949,9 +7447,16 @@ impl NesJumpSuggestion {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesJumpSuggestion {
+    id: "id" => required,
+    uri: "uri" => required,
+    position: "position" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A rename symbol suggestion.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesRenameSuggestion {
     /// Unique identifier for accept/reject tracking.
@@ -7968,12 +7473,7 @@ pub struct NesRenameSuggestion {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -8001,9 +7501,17 @@ impl NesRenameSuggestion {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesRenameSuggestion {
+    id: "id" => required,
+    uri: "uri" => required,
+    position: "position" => required,
+    new_name: "newName" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A search-and-replace suggestion.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesSearchAndReplaceSuggestion {
     /// Unique identifier for accept/reject tracking.
@@ -8015,24 +7523,14 @@ pub struct NesSearchAndReplaceSuggestion {
     /// The replacement text.
     pub replace: String,
     /// Whether `search` is a regular expression. Defaults to `false`.
-    #[serde(
-        rename = "isRegex",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "isRegex", skip_serializing_if = "Option::is_none")]
     pub is_regex: Option<Option<bool>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -8067,9 +7565,18 @@ impl NesSearchAndReplaceSuggestion {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesSearchAndReplaceSuggestion {
+    id: "id" => required,
+    uri: "uri" => required,
+    search: "search" => required,
+    replace: "replace" => required,
+    is_regex: "isRegex" => optional(Tri),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response from closing an NES session.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct CloseNesResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -8077,12 +7584,7 @@ pub struct CloseNesResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -8099,6 +7601,10 @@ impl CloseNesResponse {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(CloseNesResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Allows for sending an arbitrary response to an [`ExtRequest`] that is not part of the ACP spec.
 /// Extension methods provide a way to add custom functionality while maintaining
 /// protocol compatibility.
@@ -8135,7 +7641,7 @@ impl From<serde_json::Value> for MessageMcpResponse {
 /// JSON-RPC 2.0 error object specification with optional additional data.
 ///
 /// See protocol docs: [JSON-RPC Error Object](https://www.jsonrpc.org/specification#error_object)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Error {
     /// A number indicating the error type that occurred.
@@ -8146,11 +7652,7 @@ pub struct Error {
     pub message: String,
     /// Optional primitive or structured value that contains additional information about the error.
     /// This may include debugging information or context-specific details.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub data: Option<serde_json::Value>,
 }
 impl Error {
@@ -8170,6 +7672,11 @@ impl Error {
         self
     }
 }
+serde_support::deserialize_struct!(Error {
+    code: "code" => required,
+    message: "message" => required,
+    data: "data" => optional(DefaultOnError),
+});
 /// Predefined error codes for common JSON-RPC and ACP-specific errors.
 ///
 /// These codes follow the JSON-RPC 2.0 specification for standard errors
@@ -8241,7 +7748,7 @@ impl std::fmt::Display for ErrorCode {
 /// Used to stream real-time progress and results during prompt processing.
 ///
 /// See protocol docs: [Agent Reports Output](https://agentclientprotocol.com/protocol/prompt-turn#3-agent-reports-output)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionNotification {
     /// The ID of the session this update pertains to.
@@ -8254,12 +7761,7 @@ pub struct SessionNotification {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionNotification {
@@ -8282,6 +7784,11 @@ impl SessionNotification {
         self
     }
 }
+serde_support::deserialize_struct!(SessionNotification {
+    session_id: "sessionId" => required,
+    update: "update" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Different types of updates that can be sent during session processing.
 ///
 /// These updates provide real-time feedback about the agent's progress.
@@ -8615,7 +8122,7 @@ impl std::borrow::Borrow<str> for MessageId {
     }
 }
 /// A streamed item of content
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ContentChunk {
     /// A single item of content
@@ -8624,24 +8131,14 @@ pub struct ContentChunk {
     ///
     /// All chunks belonging to the same message share the same `messageId`.
     /// A change in `messageId` indicates a new message has started.
-    #[serde(
-        rename = "messageId",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "messageId", skip_serializing_if = "Option::is_none")]
     pub message_id: Option<Option<MessageId>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ContentChunk {
@@ -8667,13 +8164,18 @@ impl ContentChunk {
         self
     }
 }
+serde_support::deserialize_struct!(ContentChunk {
+    content: "content" => required,
+    message_id: "messageId" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Represents a tool call that the language model has requested.
 ///
 /// Tool calls are actions that the agent executes on behalf of the language model,
 /// such as reading files, executing code, or fetching data from external sources.
 ///
 /// See protocol docs: [Tool Calls](https://agentclientprotocol.com/protocol/tool-calls)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ToolCall {
     /// Unique identifier for this tool call within the session.
@@ -8690,69 +8192,34 @@ pub struct ToolCall {
     /// This field is optional. Omitting it or sending `null` both mean that no
     /// tool name is available.
     #[cfg(feature = "unstable_tool_call_name")]
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<Option<String>>,
     /// The category of tool being invoked.
     /// Helps clients choose appropriate icons and UI treatment.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<ToolKind>,
     /// Current execution status of the tool call.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<ToolCallStatus>,
     /// Content produced by the tool call.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Vec<ToolCallContent>>,
     /// File locations affected by this tool call.
     /// Enables "follow-along" features in clients.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub locations: Option<Vec<ToolCallLocation>>,
     /// Raw input parameters sent to the tool.
-    #[serde(
-        rename = "rawInput",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "rawInput", skip_serializing_if = "Option::is_none")]
     pub raw_input: Option<serde_json::Value>,
     /// Raw output returned by the tool.
-    #[serde(
-        rename = "rawOutput",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "rawOutput", skip_serializing_if = "Option::is_none")]
     pub raw_output: Option<serde_json::Value>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ToolCall {
@@ -8823,12 +8290,24 @@ impl ToolCall {
         self
     }
 }
+serde_support::deserialize_struct!(ToolCall {
+    tool_call_id: "toolCallId" => required,
+    title: "title" => required,
+    #[cfg(feature = "unstable_tool_call_name")] name: "name" => optional(TriOrDefault),
+    kind: "kind" => optional(DefaultOnError),
+    status: "status" => optional(DefaultOnError),
+    content: "content" => optional(OptVecSkipInvalidOrDefault),
+    locations: "locations" => optional(OptVecSkipInvalidOrDefault),
+    raw_input: "rawInput" => optional(DefaultOnError),
+    raw_output: "rawOutput" => optional(DefaultOnError),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A single entry in the execution plan.
 ///
 /// Represents a task or goal that the assistant intends to accomplish
 /// as part of fulfilling the user's request.
 /// See protocol docs: [Plan Entries](https://agentclientprotocol.com/protocol/agent-plan#plan-entries)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct PlanEntry {
     /// Human-readable description of what this task aims to accomplish.
@@ -8843,12 +8322,7 @@ pub struct PlanEntry {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl PlanEntry {
@@ -8873,6 +8347,12 @@ impl PlanEntry {
         self
     }
 }
+serde_support::deserialize_struct!(PlanEntry {
+    content: "content" => required,
+    priority: "priority" => required,
+    status: "status" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Priority levels for plan entries.
 ///
 /// Used to indicate the relative importance or urgency of different
@@ -8997,26 +8477,20 @@ impl<'de> serde::Deserialize<'de> for PlanEntryStatus {
 /// Plans can evolve during execution as the agent discovers new requirements or completes tasks.
 ///
 /// See protocol docs: [Agent Plan](https://agentclientprotocol.com/protocol/agent-plan)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Plan {
     /// The list of tasks to be accomplished.
     ///
     /// When updating a plan, the agent must send a complete list of all entries
     /// with their current status. The client replaces the entire plan with each update.
-    #[serde(deserialize_with = "serde_support::vec_skip_invalid_or_default")]
     pub entries: Vec<PlanEntry>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl Plan {
@@ -9035,6 +8509,10 @@ impl Plan {
         self
     }
 }
+serde_support::deserialize_struct!(Plan {
+    entries: "entries" => required(VecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -9158,7 +8636,7 @@ impl std::borrow::Borrow<str> for PlanId {
 ///
 /// A plan represented as structured entries.
 #[cfg(feature = "unstable_plan_updates")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct PlanItems {
     /// The plan ID to update.
@@ -9168,19 +8646,13 @@ pub struct PlanItems {
     ///
     /// When updating an item-based plan, the agent must send a complete list of all entries
     /// with their current status. The client replaces that plan with each update.
-    #[serde(deserialize_with = "serde_support::vec_skip_invalid_or_default")]
     pub entries: Vec<PlanEntry>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_plan_updates")]
@@ -9201,13 +8673,19 @@ impl PlanItems {
         self
     }
 }
+#[cfg(feature = "unstable_plan_updates")]
+serde_support::deserialize_struct!(PlanItems {
+    plan_id: "planId" => required,
+    entries: "entries" => required(VecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// A plan represented by a file URI.
 #[cfg(feature = "unstable_plan_updates")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct PlanFile {
     /// The plan ID to update.
@@ -9220,12 +8698,7 @@ pub struct PlanFile {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_plan_updates")]
@@ -9246,13 +8719,19 @@ impl PlanFile {
         self
     }
 }
+#[cfg(feature = "unstable_plan_updates")]
+serde_support::deserialize_struct!(PlanFile {
+    plan_id: "planId" => required,
+    uri: "uri" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// A plan represented as raw markdown content.
 #[cfg(feature = "unstable_plan_updates")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct PlanMarkdown {
     /// The plan ID to update.
@@ -9265,12 +8744,7 @@ pub struct PlanMarkdown {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_plan_updates")]
@@ -9291,13 +8765,19 @@ impl PlanMarkdown {
         self
     }
 }
+#[cfg(feature = "unstable_plan_updates")]
+serde_support::deserialize_struct!(PlanMarkdown {
+    plan_id: "planId" => required,
+    content: "content" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// A content update for a plan identified by ID.
 #[cfg(feature = "unstable_plan_updates")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct PlanUpdate {
     /// The updated plan content.
@@ -9307,12 +8787,7 @@ pub struct PlanUpdate {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_plan_updates")]
@@ -9332,13 +8807,18 @@ impl PlanUpdate {
         self
     }
 }
+#[cfg(feature = "unstable_plan_updates")]
+serde_support::deserialize_struct!(PlanUpdate {
+    plan: "plan" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Removal notice for a plan identified by ID.
 #[cfg(feature = "unstable_plan_updates")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct PlanRemoved {
     /// The plan ID to remove.
@@ -9349,12 +8829,7 @@ pub struct PlanRemoved {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_plan_updates")]
@@ -9374,8 +8849,13 @@ impl PlanRemoved {
         self
     }
 }
+#[cfg(feature = "unstable_plan_updates")]
+serde_support::deserialize_struct!(PlanRemoved {
+    plan_id: "planId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Information about a command.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct AvailableCommand {
     /// Command name (e.g., `create_plan`, `research_codebase`).
@@ -9383,23 +8863,14 @@ pub struct AvailableCommand {
     /// Human-readable description of what the command does.
     pub description: String,
     /// Input for the command if required
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<Option<AvailableCommandInput>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AvailableCommand {
@@ -9426,6 +8897,12 @@ impl AvailableCommand {
         self
     }
 }
+serde_support::deserialize_struct!(AvailableCommand {
+    name: "name" => required,
+    description: "description" => required,
+    input: "input" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// The input specification for a command.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
@@ -9437,7 +8914,7 @@ pub enum AvailableCommandInput {
     Other(serde_json::Value),
 }
 /// All text that was typed after the command name is provided as input.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct UnstructuredCommandInput {
     /// A hint to display when the input hasn't been provided yet
@@ -9447,12 +8924,7 @@ pub struct UnstructuredCommandInput {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl UnstructuredCommandInput {
@@ -9471,27 +8943,23 @@ impl UnstructuredCommandInput {
         self
     }
 }
+serde_support::deserialize_struct!(UnstructuredCommandInput {
+    hint: "hint" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Available commands are ready or have changed
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct AvailableCommandsUpdate {
     /// Commands the agent can execute
-    #[serde(
-        rename = "availableCommands",
-        deserialize_with = "serde_support::vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "availableCommands")]
     pub available_commands: Vec<AvailableCommand>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AvailableCommandsUpdate {
@@ -9510,10 +8978,14 @@ impl AvailableCommandsUpdate {
         self
     }
 }
+serde_support::deserialize_struct!(AvailableCommandsUpdate {
+    available_commands: "availableCommands" => required(VecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// The current mode of the session has changed
 ///
 /// See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/session-modes)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CurrentModeUpdate {
     /// The ID of the current mode
@@ -9524,12 +8996,7 @@ pub struct CurrentModeUpdate {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl CurrentModeUpdate {
@@ -9548,27 +9015,23 @@ impl CurrentModeUpdate {
         self
     }
 }
+serde_support::deserialize_struct!(CurrentModeUpdate {
+    current_mode_id: "currentModeId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Session configuration options have been updated.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ConfigOptionUpdate {
     /// The full set of configuration options and their current values.
-    #[serde(
-        rename = "configOptions",
-        deserialize_with = "serde_support::vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "configOptions")]
     pub config_options: Vec<SessionConfigOption>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ConfigOptionUpdate {
@@ -9587,39 +9050,29 @@ impl ConfigOptionUpdate {
         self
     }
 }
+serde_support::deserialize_struct!(ConfigOptionUpdate {
+    config_options: "configOptions" => required(VecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Update to session metadata. All fields are optional to support partial updates.
 ///
 /// Agents send this notification to update session information like title or custom metadata.
 /// This allows clients to display dynamic session names and track session state changes.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionInfoUpdate {
     /// Human-readable title for the session. Set to null to clear.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// ISO 8601 timestamp of last activity. Set to null to clear.
-    #[serde(
-        rename = "updatedAt",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "updatedAt", skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionInfoUpdate {
@@ -9651,8 +9104,13 @@ impl SessionInfoUpdate {
         self
     }
 }
+serde_support::deserialize_struct!(SessionInfoUpdate {
+    title: "title" => optional(TriOrDefault),
+    updated_at: "updatedAt" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Cost information for a session.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Cost {
     /// Total cumulative cost for session.
@@ -9664,12 +9122,7 @@ pub struct Cost {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl Cost {
@@ -9689,8 +9142,13 @@ impl Cost {
         self
     }
 }
+serde_support::deserialize_struct!(Cost {
+    amount: "amount" => required,
+    currency: "currency" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Context window and cost update for a session.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct UsageUpdate {
     /// Tokens currently in context.
@@ -9698,23 +9156,14 @@ pub struct UsageUpdate {
     /// Total context window size in tokens.
     pub size: u64,
     /// Cumulative session cost (optional).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cost: Option<Option<Cost>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl UsageUpdate {
@@ -9741,6 +9190,12 @@ impl UsageUpdate {
         self
     }
 }
+serde_support::deserialize_struct!(UsageUpdate {
+    used: "used" => required,
+    size: "size" => required,
+    cost: "cost" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -9873,7 +9328,7 @@ impl<'de> serde::Deserialize<'de> for CompactionStatus {
 /// `summary: []` also clears the retained summary. A non-empty summary is only
 /// valid with `completed`; `error` is only valid with `failed`.
 #[cfg(feature = "unstable_context_compaction")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CompactionUpdate {
     /// The Agent-owned ID of this compaction, unique within the session.
@@ -9882,26 +9337,13 @@ pub struct CompactionUpdate {
     /// Current lifecycle status.
     pub status: CompactionStatus,
     /// Complete replacement user-displayable summary retained by the compaction.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub summary: Option<Option<Vec<ContentBlock>>>,
     /// Human-readable description of why the compaction failed.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Option<String>>,
     /// Extensible metadata patch for this compaction.
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_context_compaction")]
@@ -9939,6 +9381,14 @@ impl CompactionUpdate {
         self
     }
 }
+#[cfg(feature = "unstable_context_compaction")]
+serde_support::deserialize_struct!(CompactionUpdate {
+    compaction_id: "compactionId" => required,
+    status: "status" => required,
+    summary: "summary" => optional(TriVecSkipInvalidOrDefault),
+    error: "error" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -9948,7 +9398,7 @@ impl CompactionUpdate {
 /// the terminal update for the same ID. Agents MUST only send this update when
 /// the Client advertised [`ClientSessionCapabilities::compaction`].
 #[cfg(feature = "unstable_context_compaction")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CompactionSummaryChunk {
     /// ID of the compaction whose summary receives this content.
@@ -9957,12 +9407,7 @@ pub struct CompactionSummaryChunk {
     /// One content block to append.
     pub content: ContentBlock,
     /// Metadata scoped to this chunk. Omission and `null` both mean absent.
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_context_compaction")]
@@ -9986,8 +9431,14 @@ impl CompactionSummaryChunk {
         self
     }
 }
+#[cfg(feature = "unstable_context_compaction")]
+serde_support::deserialize_struct!(CompactionSummaryChunk {
+    compaction_id: "compactionId" => required,
+    content: "content" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Notification sent by the agent when a URL-based elicitation is complete.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CompleteElicitationNotification {
     /// The ID of the elicitation that completed.
@@ -10000,12 +9451,7 @@ pub struct CompleteElicitationNotification {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl CompleteElicitationNotification {
@@ -10024,6 +9470,10 @@ impl CompleteElicitationNotification {
         self
     }
 }
+serde_support::deserialize_struct!(CompleteElicitationNotification {
+    elicitation_id: "elicitationId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -10033,7 +9483,7 @@ impl CompleteElicitationNotification {
 /// This is used when the wrapped MCP message is a notification and the outer JSON-RPC
 /// envelope has no `id`.
 #[cfg(feature = "unstable_mcp_over_acp")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct MessageMcpNotification {
     /// The MCP-over-ACP connection this message is sent on.
@@ -10044,23 +9494,14 @@ pub struct MessageMcpNotification {
     /// Optional inner MCP params.
     ///
     /// If omitted or set to `null`, the inner MCP message has no params.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub params: Option<serde_json::Map<String, serde_json::Value>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_mcp_over_acp")]
@@ -10091,6 +9532,13 @@ impl MessageMcpNotification {
         self
     }
 }
+#[cfg(feature = "unstable_mcp_over_acp")]
+serde_support::deserialize_struct!(MessageMcpNotification {
+    connection_id: "connectionId" => required,
+    method: "method" => required,
+    params: "params" => optional(DefaultOnError),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Allows the Agent to send an arbitrary notification that is not part of the ACP spec.
 /// Extension notifications provide a way to send one-way messages for custom functionality
 /// while maintaining protocol compatibility.
@@ -10109,41 +9557,26 @@ impl From<serde_json::Value> for ExtNotification {
 /// Sent by the client to establish connection and negotiate capabilities.
 ///
 /// See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/initialization)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct InitializeRequest {
     /// The latest protocol version supported by the client.
     #[serde(rename = "protocolVersion")]
     pub protocol_version: ProtocolVersion,
     /// Capabilities supported by the client.
-    #[serde(
-        rename = "clientCapabilities",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "clientCapabilities", skip_serializing_if = "Option::is_none")]
     pub client_capabilities: Option<ClientCapabilities>,
     /// Information about the Client name and version sent to the Agent.
     ///
     /// Note: in future versions of the protocol, this will be required.
-    #[serde(
-        rename = "clientInfo",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "clientInfo", skip_serializing_if = "Option::is_none")]
     pub client_info: Option<Option<Implementation>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl InitializeRequest {
@@ -10179,39 +9612,33 @@ impl InitializeRequest {
         self
     }
 }
+serde_support::deserialize_struct!(InitializeRequest {
+    protocol_version: "protocolVersion" => required,
+    client_capabilities: "clientCapabilities" => optional(DefaultOnError),
+    client_info: "clientInfo" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities supported by the client.
 ///
 /// Advertised during initialization to inform the agent about
 /// available features and methods.
 ///
 /// See protocol docs: [Client Capabilities](https://agentclientprotocol.com/protocol/initialization#client-capabilities)
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ClientCapabilities {
     /// File system capabilities supported by the client.
     /// Determines which file operations the agent can request.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub fs: Option<FileSystemCapabilities>,
     /// Whether the Client support all `terminal/*` methods.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub terminal: Option<bool>,
     /// Session-related capabilities supported by the client.
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise any
     /// session-related extensions.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<Option<ClientSessionCapabilities>>,
     /// **UNSTABLE**
     ///
@@ -10222,31 +9649,19 @@ pub struct ClientCapabilities {
     /// Optional. Omitted or `null` both mean the client does not advertise support.
     /// Supplying `{}` means the client can receive both update types.
     #[cfg(feature = "unstable_plan_updates")]
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub plan: Option<Option<PlanCapabilities>>,
     /// Authentication capabilities supported by the client.
     /// Determines which authentication method types the agent may include
     /// in its `InitializeResponse`.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthCapabilities>,
     /// Elicitation capabilities supported by the client.
     /// Determines which elicitation modes the agent may use.
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise
     /// elicitation support.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub elicitation: Option<Option<ElicitationCapabilities>>,
     /// **UNSTABLE**
     ///
@@ -10257,11 +9672,7 @@ pub struct ClientCapabilities {
     /// Optional. Omitted or `null` both mean the client does not advertise any
     /// NES suggestion-kind extensions.
     #[cfg(feature = "unstable_nes")]
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub nes: Option<Option<ClientNesCapabilities>>,
     /// **UNSTABLE**
     ///
@@ -10269,24 +9680,14 @@ pub struct ClientCapabilities {
     ///
     /// The position encodings supported by the client, in order of preference.
     #[cfg(feature = "unstable_nes")]
-    #[serde(
-        rename = "positionEncodings",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "positionEncodings", skip_serializing_if = "Option::is_none")]
     pub position_encodings: Option<Vec<PositionEncodingKind>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ClientCapabilities {
@@ -10369,39 +9770,35 @@ impl ClientCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(ClientCapabilities {
+    fs: "fs" => optional(DefaultOnError),
+    terminal: "terminal" => optional(DefaultOnError),
+    session: "session" => optional(TriOrDefault),
+    #[cfg(feature = "unstable_plan_updates")] plan: "plan" => optional(TriOrDefault),
+    auth: "auth" => optional(DefaultOnError),
+    elicitation: "elicitation" => optional(TriOrDefault),
+    #[cfg(feature = "unstable_nes")] nes: "nes" => optional(TriOrDefault),
+    #[cfg(feature = "unstable_nes")] position_encodings: "positionEncodings" => optional(OptVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// File system capabilities that a client may support.
 ///
 /// See protocol docs: [FileSystem](https://agentclientprotocol.com/protocol/initialization#filesystem)
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct FileSystemCapabilities {
     /// Whether the Client supports `fs/read_text_file` requests.
-    #[serde(
-        rename = "readTextFile",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "readTextFile", skip_serializing_if = "Option::is_none")]
     pub read_text_file: Option<bool>,
     /// Whether the Client supports `fs/write_text_file` requests.
-    #[serde(
-        rename = "writeTextFile",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "writeTextFile", skip_serializing_if = "Option::is_none")]
     pub write_text_file: Option<bool>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl FileSystemCapabilities {
@@ -10433,8 +9830,13 @@ impl FileSystemCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(FileSystemCapabilities {
+    read_text_file: "readTextFile" => optional(DefaultOnError),
+    write_text_file: "writeTextFile" => optional(DefaultOnError),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Session-related capabilities supported by the client.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ClientSessionCapabilities {
     /// **UNSTABLE**
@@ -10444,34 +9846,20 @@ pub struct ClientSessionCapabilities {
     /// Support for ID-addressed context compaction updates. Omitted or `null`
     /// means unsupported; `{}` advertises the complete compaction contract.
     #[cfg(feature = "unstable_context_compaction")]
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub compaction: Option<Option<CompactionCapabilities>>,
     /// Config option capabilities supported by the client.
     ///
     /// Omitted or `null` both mean the client does not advertise support for any
     /// config option extensions.
-    #[serde(
-        rename = "configOptions",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Option<SessionConfigOptionsCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ClientSessionCapabilities {
@@ -10508,13 +9896,18 @@ impl ClientSessionCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(ClientSessionCapabilities {
+    #[cfg(feature = "unstable_context_compaction")] compaction: "compaction" => optional(TriOrDefault),
+    config_options: "configOptions" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Client support for ID-addressed context compaction updates.
 #[cfg(feature = "unstable_context_compaction")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct CompactionCapabilities {}
 #[cfg(feature = "unstable_context_compaction")]
@@ -10525,8 +9918,11 @@ impl CompactionCapabilities {
         CompactionCapabilities {}
     }
 }
+#[cfg(feature = "unstable_context_compaction")]
+serde_support::deserialize_struct!(CompactionCapabilities {
+});
 /// Session configuration option capabilities supported by the client.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionConfigOptionsCapabilities {
     /// Whether the client supports boolean session configuration options.
@@ -10535,23 +9931,14 @@ pub struct SessionConfigOptionsCapabilities {
     /// Supplying `{}` means agents may include `type: "boolean"` entries in
     /// `configOptions`, and the client may send `session/set_config_option`
     /// requests with `type: "boolean"` and a boolean `value`.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub boolean: Option<Option<BooleanConfigOptionCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionConfigOptionsCapabilities {
@@ -10576,10 +9963,14 @@ impl SessionConfigOptionsCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(SessionConfigOptionsCapabilities {
+    boolean: "boolean" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for boolean session configuration options.
 ///
 /// Supplying `{}` means the client supports boolean session configuration options.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct BooleanConfigOptionCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10587,12 +9978,7 @@ pub struct BooleanConfigOptionCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl BooleanConfigOptionCapabilities {
@@ -10610,13 +9996,16 @@ impl BooleanConfigOptionCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(BooleanConfigOptionCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Capabilities for receiving `plan_update` and `plan_removed` session updates.
 #[cfg(feature = "unstable_plan_updates")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct PlanCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10624,12 +10013,7 @@ pub struct PlanCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_plan_updates")]
@@ -10646,12 +10030,16 @@ impl PlanCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_plan_updates")]
+serde_support::deserialize_struct!(PlanCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Authentication capabilities supported by the client.
 ///
 /// Advertised during initialization to inform the agent which authentication
 /// method types the client can handle. This governs opt-in types that require
 /// additional client-side support.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct AuthCapabilities {
     /// Whether the client supports `terminal` authentication methods.
@@ -10659,23 +10047,14 @@ pub struct AuthCapabilities {
     /// The client should set this to `true` only when it can reproduce the
     /// configured agent invocation in an interactive terminal. When `true`, the
     /// agent may include `terminal` entries in its authentication methods.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub terminal: Option<bool>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AuthCapabilities {
@@ -10700,29 +10079,25 @@ impl AuthCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(AuthCapabilities {
+    terminal: "terminal" => optional(DefaultOnError),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Elicitation capabilities supported by the client.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ElicitationCapabilities {
     /// Whether the client supports form-based elicitation.
     ///
     /// Optional. Omitted and `null` are equivalent and mean form support is not advertised.
     /// Supplying `{}` explicitly advertises form support.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub form: Option<Option<ElicitationFormCapabilities>>,
     /// Whether the client supports URL-based elicitation.
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise support.
     /// Supplying `{}` means the client supports URL-based elicitation.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<Option<ElicitationUrlCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -10731,12 +10106,7 @@ pub struct ElicitationCapabilities {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ElicitationCapabilities {
@@ -10768,10 +10138,15 @@ impl ElicitationCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(ElicitationCapabilities {
+    form: "form" => optional(TriOrDefault),
+    url: "url" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Form-based elicitation capabilities.
 ///
 /// Supplying `{}` means the client supports form-based elicitation.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ElicitationFormCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10781,12 +10156,7 @@ pub struct ElicitationFormCapabilities {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ElicitationFormCapabilities {
@@ -10804,10 +10174,13 @@ impl ElicitationFormCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(ElicitationFormCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// URL-based elicitation capabilities.
 ///
 /// Supplying `{}` means the client supports URL-based elicitation.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ElicitationUrlCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10817,12 +10190,7 @@ pub struct ElicitationUrlCapabilities {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ElicitationUrlCapabilities {
@@ -10840,44 +10208,29 @@ impl ElicitationUrlCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(ElicitationUrlCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// NES capabilities advertised by the client during initialization.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ClientNesCapabilities {
     /// Whether the client supports the `jump` suggestion kind.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub jump: Option<Option<NesJumpCapabilities>>,
     /// Whether the client supports the `rename` suggestion kind.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub rename: Option<Option<NesRenameCapabilities>>,
     /// Whether the client supports the `searchAndReplace` suggestion kind.
-    #[serde(
-        rename = "searchAndReplace",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "searchAndReplace", skip_serializing_if = "Option::is_none")]
     pub search_and_replace: Option<Option<NesSearchAndReplaceCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -10920,9 +10273,16 @@ impl ClientNesCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(ClientNesCapabilities {
+    jump: "jump" => optional(TriOrDefault),
+    rename: "rename" => optional(TriOrDefault),
+    search_and_replace: "searchAndReplace" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Marker for jump suggestion support.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesJumpCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10930,12 +10290,7 @@ pub struct NesJumpCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -10952,9 +10307,13 @@ impl NesJumpCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesJumpCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Marker for rename suggestion support.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesRenameCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10962,12 +10321,7 @@ pub struct NesRenameCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -10986,9 +10340,13 @@ impl NesRenameCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesRenameCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Marker for search and replace suggestion support.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesSearchAndReplaceCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10996,12 +10354,7 @@ pub struct NesSearchAndReplaceCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -11020,10 +10373,14 @@ impl NesSearchAndReplaceCapabilities {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesSearchAndReplaceCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for the authenticate method.
 ///
 /// Specifies which authentication method to use.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct AuthenticateRequest {
     /// The ID of the authentication method to use.
@@ -11035,12 +10392,7 @@ pub struct AuthenticateRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AuthenticateRequest {
@@ -11059,13 +10411,17 @@ impl AuthenticateRequest {
         self
     }
 }
+serde_support::deserialize_struct!(AuthenticateRequest {
+    method_id: "methodId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Request parameters for `providers/list`.
 #[cfg(feature = "unstable_llm_providers")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ListProvidersRequest {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -11073,12 +10429,7 @@ pub struct ListProvidersRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_llm_providers")]
@@ -11095,6 +10446,10 @@ impl ListProvidersRequest {
         self
     }
 }
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(ListProvidersRequest {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -11103,7 +10458,7 @@ impl ListProvidersRequest {
 ///
 /// Replaces the full configuration for one provider ID.
 #[cfg(feature = "unstable_llm_providers")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SetProviderRequest {
     /// Provider ID to configure.
@@ -11117,19 +10472,14 @@ pub struct SetProviderRequest {
     pub base_url: String,
     /// Full headers map for this provider.
     /// May include authorization, routing, or other integration-specific headers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub headers: Option<std::collections::BTreeMap<String, String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_llm_providers")]
@@ -11165,13 +10515,21 @@ impl SetProviderRequest {
         self
     }
 }
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(SetProviderRequest {
+    provider_id: "providerId" => required,
+    api_type: "apiType" => required,
+    base_url: "baseUrl" => required,
+    headers: "headers" => optional,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Request parameters for `providers/disable`.
 #[cfg(feature = "unstable_llm_providers")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct DisableProviderRequest {
     /// Provider ID to disable.
@@ -11182,12 +10540,7 @@ pub struct DisableProviderRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_llm_providers")]
@@ -11207,10 +10560,15 @@ impl DisableProviderRequest {
         self
     }
 }
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(DisableProviderRequest {
+    provider_id: "providerId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for the logout method.
 ///
 /// Terminates the current authenticated session.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct LogoutRequest {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -11218,12 +10576,7 @@ pub struct LogoutRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl LogoutRequest {
@@ -11239,10 +10592,13 @@ impl LogoutRequest {
         self
     }
 }
+serde_support::deserialize_struct!(LogoutRequest {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for creating a new session.
 ///
 /// See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/session-setup#creating-a-session)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NewSessionRequest {
     /// The working directory for this session. Must be an absolute path.
@@ -11252,30 +10608,17 @@ pub struct NewSessionRequest {
     /// These expand the session's filesystem scope without changing `cwd`, which
     /// remains the base for relative paths. When omitted or empty, no
     /// additional roots are activated for the new session.
-    #[serde(
-        rename = "additionalDirectories",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Vec<String>>,
     /// List of MCP (Model Context Protocol) servers the agent should connect to.
-    #[serde(
-        rename = "mcpServers",
-        deserialize_with = "serde_support::vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "mcpServers")]
     pub mcp_servers: Vec<McpServer>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl NewSessionRequest {
@@ -11305,6 +10648,12 @@ impl NewSessionRequest {
         self
     }
 }
+serde_support::deserialize_struct!(NewSessionRequest {
+    cwd: "cwd" => required,
+    additional_directories: "additionalDirectories" => optional(OptVecSkipInvalidOrDefault),
+    mcp_servers: "mcpServers" => required(VecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Configuration for connecting to an MCP (Model Context Protocol) server.
 ///
 /// MCP servers provide tools and context that the agent can use when
@@ -11388,7 +10737,7 @@ impl<'de> serde::Deserialize<'de> for McpServer {
     }
 }
 /// An HTTP header to set when making requests to the MCP server.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct HttpHeader {
     /// The name of the HTTP header.
@@ -11400,12 +10749,7 @@ pub struct HttpHeader {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl HttpHeader {
@@ -11425,8 +10769,13 @@ impl HttpHeader {
         self
     }
 }
+serde_support::deserialize_struct!(HttpHeader {
+    name: "name" => required,
+    value: "value" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// HTTP transport configuration for MCP.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct McpServerHttp {
     /// Human-readable name identifying this MCP server.
@@ -11440,12 +10789,7 @@ pub struct McpServerHttp {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl McpServerHttp {
@@ -11470,8 +10814,14 @@ impl McpServerHttp {
         self
     }
 }
+serde_support::deserialize_struct!(McpServerHttp {
+    name: "name" => required,
+    url: "url" => required,
+    headers: "headers" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// SSE transport configuration for MCP.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct McpServerSse {
     /// Human-readable name identifying this MCP server.
@@ -11485,12 +10835,7 @@ pub struct McpServerSse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl McpServerSse {
@@ -11515,6 +10860,12 @@ impl McpServerSse {
         self
     }
 }
+serde_support::deserialize_struct!(McpServerSse {
+    name: "name" => required,
+    url: "url" => required,
+    headers: "headers" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -11524,7 +10875,7 @@ impl McpServerSse {
 /// The MCP server is provided by an ACP component and communicates over the ACP channel
 /// using `mcp/connect`, `mcp/message`, and `mcp/disconnect`.
 #[cfg(feature = "unstable_mcp_over_acp")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct McpServerAcp {
     /// Human-readable name identifying this MCP server.
@@ -11540,12 +10891,7 @@ pub struct McpServerAcp {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_mcp_over_acp")]
@@ -11566,8 +10912,14 @@ impl McpServerAcp {
         self
     }
 }
+#[cfg(feature = "unstable_mcp_over_acp")]
+serde_support::deserialize_struct!(McpServerAcp {
+    name: "name" => required,
+    server_id: "serverId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Stdio transport configuration for MCP.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct McpServerStdio {
     /// Human-readable name identifying this MCP server.
@@ -11583,12 +10935,7 @@ pub struct McpServerStdio {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl McpServerStdio {
@@ -11615,19 +10962,23 @@ impl McpServerStdio {
         self
     }
 }
+serde_support::deserialize_struct!(McpServerStdio {
+    name: "name" => required,
+    command: "command" => required,
+    args: "args" => required,
+    env: "env" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for loading an existing session.
 ///
 /// Only available if the Agent supports the `loadSession` capability.
 ///
 /// See protocol docs: [Loading Sessions](https://agentclientprotocol.com/protocol/session-setup#loading-sessions)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct LoadSessionRequest {
     /// List of MCP servers to connect to for this session.
-    #[serde(
-        rename = "mcpServers",
-        deserialize_with = "serde_support::vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "mcpServers")]
     pub mcp_servers: Vec<McpServer>,
     /// The working directory for this session. Must be an absolute path.
     pub cwd: String,
@@ -11637,12 +10988,7 @@ pub struct LoadSessionRequest {
     /// this is the complete resulting additional-root list for the loaded
     /// session. It may differ from any previously used or reported list as long as
     /// the request `cwd` matches the session's `cwd`.
-    #[serde(
-        rename = "additionalDirectories",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Vec<String>>,
     /// The ID of the session to load.
     #[serde(rename = "sessionId")]
@@ -11652,12 +10998,7 @@ pub struct LoadSessionRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl LoadSessionRequest {
@@ -11692,37 +11033,31 @@ impl LoadSessionRequest {
         self
     }
 }
+serde_support::deserialize_struct!(LoadSessionRequest {
+    mcp_servers: "mcpServers" => required(VecSkipInvalidOrDefault),
+    cwd: "cwd" => required,
+    additional_directories: "additionalDirectories" => optional(OptVecSkipInvalidOrDefault),
+    session_id: "sessionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for listing existing sessions.
 ///
 /// Only available if the Agent supports the `sessionCapabilities.list` capability.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ListSessionsRequest {
     /// Filter sessions by working directory. Must be an absolute path.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<Option<String>>,
     /// Opaque cursor token from a previous response's nextCursor field for cursor-based pagination
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cursor: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ListSessionsRequest {
@@ -11754,10 +11089,15 @@ impl ListSessionsRequest {
         self
     }
 }
+serde_support::deserialize_struct!(ListSessionsRequest {
+    cwd: "cwd" => optional(Tri),
+    cursor: "cursor" => optional(Tri),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for deleting an existing session from `session/list`.
 ///
 /// Only available if the Agent supports the `sessionCapabilities.delete` capability.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct DeleteSessionRequest {
     /// The ID of the session to delete.
@@ -11768,12 +11108,7 @@ pub struct DeleteSessionRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl DeleteSessionRequest {
@@ -11792,6 +11127,10 @@ impl DeleteSessionRequest {
         self
     }
 }
+serde_support::deserialize_struct!(DeleteSessionRequest {
+    session_id: "sessionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -11803,7 +11142,7 @@ impl DeleteSessionRequest {
 ///
 /// Only available if the Agent supports the `session.fork` capability.
 #[cfg(feature = "unstable_session_fork")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ForkSessionRequest {
     /// The ID of the session to fork.
@@ -11816,32 +11155,17 @@ pub struct ForkSessionRequest {
     /// When omitted or empty, no additional roots are activated. When non-empty,
     /// this is the complete resulting additional-root list for the forked
     /// session.
-    #[serde(
-        rename = "additionalDirectories",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Vec<String>>,
     /// List of MCP servers to connect to for this session.
-    #[serde(
-        rename = "mcpServers",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "mcpServers", skip_serializing_if = "Option::is_none")]
     pub mcp_servers: Option<Vec<McpServer>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_session_fork")]
@@ -11879,13 +11203,21 @@ impl ForkSessionRequest {
         self
     }
 }
+#[cfg(feature = "unstable_session_fork")]
+serde_support::deserialize_struct!(ForkSessionRequest {
+    session_id: "sessionId" => required,
+    cwd: "cwd" => required,
+    additional_directories: "additionalDirectories" => optional(OptVecSkipInvalidOrDefault),
+    mcp_servers: "mcpServers" => optional(OptVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for resuming an existing session.
 ///
 /// Resumes an existing session without returning previous messages (unlike `session/load`).
 /// This is useful for agents that can resume sessions but don't implement full session loading.
 ///
 /// Only available if the Agent supports the `sessionCapabilities.resume` capability.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ResumeSessionRequest {
     /// The ID of the session to resume.
@@ -11899,32 +11231,17 @@ pub struct ResumeSessionRequest {
     /// this is the complete resulting additional-root list for the resumed
     /// session. It may differ from any previously used or reported list as long as
     /// the request `cwd` matches the session's `cwd`.
-    #[serde(
-        rename = "additionalDirectories",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Vec<String>>,
     /// List of MCP servers to connect to for this session.
-    #[serde(
-        rename = "mcpServers",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "mcpServers", skip_serializing_if = "Option::is_none")]
     pub mcp_servers: Option<Vec<McpServer>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ResumeSessionRequest {
@@ -11961,6 +11278,13 @@ impl ResumeSessionRequest {
         self
     }
 }
+serde_support::deserialize_struct!(ResumeSessionRequest {
+    session_id: "sessionId" => required,
+    cwd: "cwd" => required,
+    additional_directories: "additionalDirectories" => optional(OptVecSkipInvalidOrDefault),
+    mcp_servers: "mcpServers" => optional(OptVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for closing an active session.
 ///
 /// If supported, the agent **must** cancel any ongoing work related to the session
@@ -11968,7 +11292,7 @@ impl ResumeSessionRequest {
 /// associated with the session.
 ///
 /// Only available if the Agent supports the `sessionCapabilities.close` capability.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CloseSessionRequest {
     /// The ID of the session to close.
@@ -11979,12 +11303,7 @@ pub struct CloseSessionRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl CloseSessionRequest {
@@ -12003,8 +11322,12 @@ impl CloseSessionRequest {
         self
     }
 }
+serde_support::deserialize_struct!(CloseSessionRequest {
+    session_id: "sessionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for setting a session mode.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SetSessionModeRequest {
     /// The ID of the session to set the mode for.
@@ -12018,12 +11341,7 @@ pub struct SetSessionModeRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SetSessionModeRequest {
@@ -12046,6 +11364,11 @@ impl SetSessionModeRequest {
         self
     }
 }
+serde_support::deserialize_struct!(SetSessionModeRequest {
+    session_id: "sessionId" => required,
+    mode_id: "modeId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for setting a session configuration option.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
@@ -12063,8 +11386,8 @@ pub struct SetSessionConfigOptionRequest {
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
     #[serde(
         rename = "_meta",
-        default,
         skip_serializing_if = "Option::is_none",
+        default,
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
@@ -12098,7 +11421,7 @@ impl SetSessionConfigOptionRequest {
 /// Contains the user's message and any additional context.
 ///
 /// See protocol docs: [User Message](https://agentclientprotocol.com/protocol/prompt-turn#1-user-message)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct PromptRequest {
     /// The ID of the session to send this user message to
@@ -12123,12 +11446,7 @@ pub struct PromptRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl PromptRequest {
@@ -12148,45 +11466,31 @@ impl PromptRequest {
         self
     }
 }
+serde_support::deserialize_struct!(PromptRequest {
+    session_id: "sessionId" => required,
+    prompt: "prompt" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request to start an NES session.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct StartNesRequest {
     /// The root URI of the workspace.
-    #[serde(
-        rename = "workspaceUri",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "workspaceUri", skip_serializing_if = "Option::is_none")]
     pub workspace_uri: Option<Option<String>>,
     /// The workspace folders.
-    #[serde(
-        rename = "workspaceFolders",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "workspaceFolders", skip_serializing_if = "Option::is_none")]
     pub workspace_folders: Option<Option<Vec<WorkspaceFolder>>>,
     /// Repository metadata, if the workspace is a git repository.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub repository: Option<Option<NesRepository>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -12229,9 +11533,16 @@ impl StartNesRequest {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(StartNesRequest {
+    workspace_uri: "workspaceUri" => optional(TriOrDefault),
+    workspace_folders: "workspaceFolders" => optional(Tri),
+    repository: "repository" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A workspace folder.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct WorkspaceFolder {
     /// The URI of the folder.
@@ -12243,12 +11554,7 @@ pub struct WorkspaceFolder {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -12269,9 +11575,15 @@ impl WorkspaceFolder {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(WorkspaceFolder {
+    uri: "uri" => required,
+    name: "name" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Repository metadata for an NES session.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesRepository {
     /// The repository name.
@@ -12286,12 +11598,7 @@ pub struct NesRepository {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -12317,9 +11624,16 @@ impl NesRepository {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesRepository {
+    name: "name" => required,
+    owner: "owner" => required,
+    remote_url: "remoteUrl" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request for a code suggestion.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SuggestNesRequest {
     /// The session ID for this request.
@@ -12332,33 +11646,20 @@ pub struct SuggestNesRequest {
     /// The current cursor position.
     pub position: Position,
     /// The current text selection range, if any.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub selection: Option<Option<Range>>,
     /// What triggered this suggestion request.
     #[serde(rename = "triggerKind")]
     pub trigger_kind: NesTriggerKind,
     /// Context for the suggestion, included based on agent capabilities.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<Option<NesSuggestContext>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -12402,6 +11703,17 @@ impl SuggestNesRequest {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(SuggestNesRequest {
+    session_id: "sessionId" => required,
+    uri: "uri" => required,
+    version: "version" => required,
+    position: "position" => required,
+    selection: "selection" => optional(Tri),
+    trigger_kind: "triggerKind" => required,
+    context: "context" => optional(Tri),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// What triggered the suggestion request.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -12465,67 +11777,33 @@ impl<'de> serde::Deserialize<'de> for NesTriggerKind {
 }
 /// Context attached to a suggestion request.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesSuggestContext {
     /// Recently accessed files.
-    #[serde(
-        rename = "recentFiles",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "recentFiles", skip_serializing_if = "Option::is_none")]
     pub recent_files: Option<Option<Vec<NesRecentFile>>>,
     /// Related code snippets.
-    #[serde(
-        rename = "relatedSnippets",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "relatedSnippets", skip_serializing_if = "Option::is_none")]
     pub related_snippets: Option<Option<Vec<NesRelatedSnippet>>>,
     /// Recent edit history.
-    #[serde(
-        rename = "editHistory",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "editHistory", skip_serializing_if = "Option::is_none")]
     pub edit_history: Option<Option<Vec<NesEditHistoryEntry>>>,
     /// Recent user actions (typing, navigation, etc.).
-    #[serde(
-        rename = "userActions",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "userActions", skip_serializing_if = "Option::is_none")]
     pub user_actions: Option<Option<Vec<NesUserAction>>>,
     /// Currently open files in the editor.
-    #[serde(
-        rename = "openFiles",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "openFiles", skip_serializing_if = "Option::is_none")]
     pub open_files: Option<Option<Vec<NesOpenFile>>>,
     /// Current diagnostics (errors, warnings).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub diagnostics: Option<Option<Vec<NesDiagnostic>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -12592,9 +11870,19 @@ impl NesSuggestContext {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesSuggestContext {
+    recent_files: "recentFiles" => optional(Tri),
+    related_snippets: "relatedSnippets" => optional(Tri),
+    edit_history: "editHistory" => optional(Tri),
+    user_actions: "userActions" => optional(Tri),
+    open_files: "openFiles" => optional(Tri),
+    diagnostics: "diagnostics" => optional(Tri),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A recently accessed file.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesRecentFile {
     /// The URI of the file.
@@ -12609,12 +11897,7 @@ pub struct NesRecentFile {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -12640,9 +11923,16 @@ impl NesRecentFile {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesRecentFile {
+    uri: "uri" => required,
+    language_id: "languageId" => required,
+    text: "text" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A related code snippet from a file.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesRelatedSnippet {
     /// The URI of the file containing the snippets.
@@ -12654,12 +11944,7 @@ pub struct NesRelatedSnippet {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -12680,9 +11965,15 @@ impl NesRelatedSnippet {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesRelatedSnippet {
+    uri: "uri" => required,
+    excerpts: "excerpts" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A code excerpt from a file.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesExcerpt {
     /// The start line of the excerpt (zero-based).
@@ -12698,12 +11989,7 @@ pub struct NesExcerpt {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -12725,9 +12011,16 @@ impl NesExcerpt {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesExcerpt {
+    start_line: "startLine" => required,
+    end_line: "endLine" => required,
+    text: "text" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// An entry in the edit history.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesEditHistoryEntry {
     /// The URI of the edited file.
@@ -12739,12 +12032,7 @@ pub struct NesEditHistoryEntry {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -12765,9 +12053,15 @@ impl NesEditHistoryEntry {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesEditHistoryEntry {
+    uri: "uri" => required,
+    diff: "diff" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A user action (typing, cursor movement, etc.).
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesUserAction {
     /// The kind of action (e.g., "insertChar", "cursorMovement").
@@ -12784,12 +12078,7 @@ pub struct NesUserAction {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -12817,9 +12106,17 @@ impl NesUserAction {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesUserAction {
+    action: "action" => required,
+    uri: "uri" => required,
+    position: "position" => required,
+    timestamp_ms: "timestampMs" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// An open file in the editor.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesOpenFile {
     /// The URI of the file.
@@ -12828,32 +12125,17 @@ pub struct NesOpenFile {
     #[serde(rename = "languageId")]
     pub language_id: String,
     /// The visible range in the editor, if any.
-    #[serde(
-        rename = "visibleRange",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "visibleRange", skip_serializing_if = "Option::is_none")]
     pub visible_range: Option<Option<Range>>,
     /// Timestamp in milliseconds since epoch of when the file was last focused.
-    #[serde(
-        rename = "lastFocusedMs",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "lastFocusedMs", skip_serializing_if = "Option::is_none")]
     pub last_focused_ms: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -12888,9 +12170,17 @@ impl NesOpenFile {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesOpenFile {
+    uri: "uri" => required,
+    language_id: "languageId" => required,
+    visible_range: "visibleRange" => optional(TriOrDefault),
+    last_focused_ms: "lastFocusedMs" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A diagnostic (error, warning, etc.).
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NesDiagnostic {
     /// The URI of the file containing the diagnostic.
@@ -12906,12 +12196,7 @@ pub struct NesDiagnostic {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -12939,6 +12224,14 @@ impl NesDiagnostic {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesDiagnostic {
+    uri: "uri" => required,
+    range: "range" => required,
+    severity: "severity" => required,
+    message: "message" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Severity of a diagnostic.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -13009,7 +12302,7 @@ impl<'de> serde::Deserialize<'de> for NesDiagnosticSeverity {
 /// The agent **must** cancel any ongoing work related to the NES session
 /// and then free up any resources associated with the session.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CloseNesRequest {
     /// The ID of the NES session to close.
@@ -13020,12 +12313,7 @@ pub struct CloseNesRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -13045,8 +12333,13 @@ impl CloseNesRequest {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(CloseNesRequest {
+    session_id: "sessionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response to `fs/write_text_file`
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct WriteTextFileResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13054,12 +12347,7 @@ pub struct WriteTextFileResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl WriteTextFileResponse {
@@ -13077,8 +12365,11 @@ impl WriteTextFileResponse {
         self
     }
 }
+serde_support::deserialize_struct!(WriteTextFileResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response containing the contents of a text file.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ReadTextFileResponse {
     /// Content payload returned by this response.
@@ -13088,12 +12379,7 @@ pub struct ReadTextFileResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ReadTextFileResponse {
@@ -13112,8 +12398,12 @@ impl ReadTextFileResponse {
         self
     }
 }
+serde_support::deserialize_struct!(ReadTextFileResponse {
+    content: "content" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response to a permission request.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct RequestPermissionResponse {
     /// The user's decision on the permission request.
@@ -13123,12 +12413,7 @@ pub struct RequestPermissionResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl RequestPermissionResponse {
@@ -13147,6 +12432,10 @@ impl RequestPermissionResponse {
         self
     }
 }
+serde_support::deserialize_struct!(RequestPermissionResponse {
+    outcome: "outcome" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// The outcome of a permission request.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -13214,7 +12503,7 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionOutcome {
     }
 }
 /// The user selected one of the provided options.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SelectedPermissionOutcome {
     /// The ID of the option the user selected.
@@ -13225,12 +12514,7 @@ pub struct SelectedPermissionOutcome {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SelectedPermissionOutcome {
@@ -13249,8 +12533,12 @@ impl SelectedPermissionOutcome {
         self
     }
 }
+serde_support::deserialize_struct!(SelectedPermissionOutcome {
+    option_id: "optionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response containing the ID of the created terminal.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CreateTerminalResponse {
     /// The unique identifier for the created terminal.
@@ -13261,12 +12549,7 @@ pub struct CreateTerminalResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl CreateTerminalResponse {
@@ -13285,8 +12568,12 @@ impl CreateTerminalResponse {
         self
     }
 }
+serde_support::deserialize_struct!(CreateTerminalResponse {
+    terminal_id: "terminalId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response containing the terminal output and exit status.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct TerminalOutputResponse {
     /// The terminal output captured so far.
@@ -13294,24 +12581,14 @@ pub struct TerminalOutputResponse {
     /// Whether the output was truncated due to byte limits.
     pub truncated: bool,
     /// Exit status if the command has completed.
-    #[serde(
-        rename = "exitStatus",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "exitStatus", skip_serializing_if = "Option::is_none")]
     pub exit_status: Option<Option<TerminalExitStatus>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl TerminalOutputResponse {
@@ -13338,36 +12615,28 @@ impl TerminalOutputResponse {
         self
     }
 }
+serde_support::deserialize_struct!(TerminalOutputResponse {
+    output: "output" => required,
+    truncated: "truncated" => required,
+    exit_status: "exitStatus" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Exit status of a terminal command.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct TerminalExitStatus {
     /// The process exit code (may be null if terminated by signal).
-    #[serde(
-        rename = "exitCode",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "exitCode", skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<Option<u32>>,
     /// The signal that terminated the process (may be null if exited normally).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl TerminalExitStatus {
@@ -13399,8 +12668,13 @@ impl TerminalExitStatus {
         self
     }
 }
+serde_support::deserialize_struct!(TerminalExitStatus {
+    exit_code: "exitCode" => optional(TriOrDefault),
+    signal: "signal" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response to terminal/release method
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ReleaseTerminalResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13408,12 +12682,7 @@ pub struct ReleaseTerminalResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ReleaseTerminalResponse {
@@ -13431,36 +12700,25 @@ impl ReleaseTerminalResponse {
         self
     }
 }
+serde_support::deserialize_struct!(ReleaseTerminalResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response containing the exit status of a terminal command.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct WaitForTerminalExitResponse {
     /// The process exit code (may be null if terminated by signal).
-    #[serde(
-        rename = "exitCode",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "exitCode", skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<Option<u32>>,
     /// The signal that terminated the process (may be null if exited normally).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl WaitForTerminalExitResponse {
@@ -13492,8 +12750,13 @@ impl WaitForTerminalExitResponse {
         self
     }
 }
+serde_support::deserialize_struct!(WaitForTerminalExitResponse {
+    exit_code: "exitCode" => optional(TriOrDefault),
+    signal: "signal" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response to `terminal/kill` method
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct KillTerminalResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13501,12 +12764,7 @@ pub struct KillTerminalResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl KillTerminalResponse {
@@ -13522,6 +12780,9 @@ impl KillTerminalResponse {
         self
     }
 }
+serde_support::deserialize_struct!(KillTerminalResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response from the client to an elicitation request.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
@@ -13535,8 +12796,8 @@ pub struct CreateElicitationResponse {
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
     #[serde(
         rename = "_meta",
-        default,
         skip_serializing_if = "Option::is_none",
+        default,
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
@@ -13576,15 +12837,11 @@ pub enum ElicitationContentValue {
     StringArray(Vec<String>),
 }
 /// The user accepted the elicitation and provided content.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ElicitationAcceptAction {
     /// The user-provided content, if any, as an object matching the requested schema.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<
         Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
     >,
@@ -13607,13 +12864,16 @@ impl ElicitationAcceptAction {
         self
     }
 }
+serde_support::deserialize_struct!(ElicitationAcceptAction {
+    content: "content" => optional(Tri),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Response to `mcp/connect`.
 #[cfg(feature = "unstable_mcp_over_acp")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ConnectMcpResponse {
     /// The unique identifier for this MCP-over-ACP connection.
@@ -13624,12 +12884,7 @@ pub struct ConnectMcpResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_mcp_over_acp")]
@@ -13649,13 +12904,18 @@ impl ConnectMcpResponse {
         self
     }
 }
+#[cfg(feature = "unstable_mcp_over_acp")]
+serde_support::deserialize_struct!(ConnectMcpResponse {
+    connection_id: "connectionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Response to `mcp/disconnect`.
 #[cfg(feature = "unstable_mcp_over_acp")]
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct DisconnectMcpResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13663,12 +12923,7 @@ pub struct DisconnectMcpResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_mcp_over_acp")]
@@ -13687,10 +12942,14 @@ impl DisconnectMcpResponse {
         self
     }
 }
+#[cfg(feature = "unstable_mcp_over_acp")]
+serde_support::deserialize_struct!(DisconnectMcpResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Notification to cancel ongoing operations for a session.
 ///
 /// See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/prompt-turn#cancellation)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CancelNotification {
     /// The ID of the session to cancel operations for.
@@ -13701,12 +12960,7 @@ pub struct CancelNotification {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl CancelNotification {
@@ -13725,9 +12979,13 @@ impl CancelNotification {
         self
     }
 }
+serde_support::deserialize_struct!(CancelNotification {
+    session_id: "sessionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Notification sent when a file is opened in the editor.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct DidOpenDocumentNotification {
     /// The session ID for this notification.
@@ -13747,12 +13005,7 @@ pub struct DidOpenDocumentNotification {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -13782,9 +13035,18 @@ impl DidOpenDocumentNotification {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(DidOpenDocumentNotification {
+    session_id: "sessionId" => required,
+    uri: "uri" => required,
+    language_id: "languageId" => required,
+    version: "version" => required,
+    text: "text" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Notification sent when a file is edited.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct DidChangeDocumentNotification {
     /// The session ID for this notification.
@@ -13795,22 +13057,14 @@ pub struct DidChangeDocumentNotification {
     /// The new version number of the document.
     pub version: i64,
     /// The content changes.
-    #[serde(
-        rename = "contentChanges",
-        deserialize_with = "serde_support::vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "contentChanges")]
     pub content_changes: Vec<TextDocumentContentChangeEvent>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -13838,20 +13092,24 @@ impl DidChangeDocumentNotification {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(DidChangeDocumentNotification {
+    session_id: "sessionId" => required,
+    uri: "uri" => required,
+    version: "version" => required,
+    content_changes: "contentChanges" => required(VecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A content change event for a document.
 ///
 /// When `range` is `None`, `text` is the full content of the document.
 /// When `range` is `Some`, `text` replaces the given range.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct TextDocumentContentChangeEvent {
     /// The range of the document that changed. If `None`, the entire content is replaced.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub range: Option<Option<Range>>,
     /// The new text for the range, or the full document content if `range` is `None`.
     pub text: String,
@@ -13860,12 +13118,7 @@ pub struct TextDocumentContentChangeEvent {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -13892,9 +13145,15 @@ impl TextDocumentContentChangeEvent {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(TextDocumentContentChangeEvent {
+    range: "range" => optional(Tri),
+    text: "text" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Notification sent when a file is closed.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct DidCloseDocumentNotification {
     /// The session ID for this notification.
@@ -13907,12 +13166,7 @@ pub struct DidCloseDocumentNotification {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -13933,9 +13187,15 @@ impl DidCloseDocumentNotification {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(DidCloseDocumentNotification {
+    session_id: "sessionId" => required,
+    uri: "uri" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Notification sent when a file is saved.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct DidSaveDocumentNotification {
     /// The session ID for this notification.
@@ -13948,12 +13208,7 @@ pub struct DidSaveDocumentNotification {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -13974,9 +13229,15 @@ impl DidSaveDocumentNotification {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(DidSaveDocumentNotification {
+    session_id: "sessionId" => required,
+    uri: "uri" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Notification sent when a file becomes the active editor tab.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct DidFocusDocumentNotification {
     /// The session ID for this notification.
@@ -13996,12 +13257,7 @@ pub struct DidFocusDocumentNotification {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -14031,9 +13287,18 @@ impl DidFocusDocumentNotification {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(DidFocusDocumentNotification {
+    session_id: "sessionId" => required,
+    uri: "uri" => required,
+    version: "version" => required,
+    position: "position" => required,
+    visible_range: "visibleRange" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Notification sent when a suggestion is accepted.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct AcceptNesNotification {
     /// The session ID for this notification.
@@ -14046,12 +13311,7 @@ pub struct AcceptNesNotification {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -14075,9 +13335,15 @@ impl AcceptNesNotification {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(AcceptNesNotification {
+    session_id: "sessionId" => required,
+    id: "id" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Notification sent when a suggestion is rejected.
 #[cfg(feature = "unstable_nes")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct RejectNesNotification {
     /// The session ID for this notification.
@@ -14086,23 +13352,14 @@ pub struct RejectNesNotification {
     /// The ID of the rejected suggestion.
     pub id: NesSuggestionId,
     /// The reason for rejection.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<Option<NesRejectReason>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_nes")]
@@ -14133,6 +13390,13 @@ impl RejectNesNotification {
         self
     }
 }
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(RejectNesNotification {
+    session_id: "sessionId" => required,
+    id: "id" => required,
+    reason: "reason" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// The reason a suggestion was rejected.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -14201,7 +13465,7 @@ impl<'de> serde::Deserialize<'de> for NesRejectReason {
 /// Notification to cancel an ongoing request.
 ///
 /// See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/cancellation)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CancelRequestNotification {
     /// The ID of the request to cancel.
@@ -14212,12 +13476,7 @@ pub struct CancelRequestNotification {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl CancelRequestNotification {
@@ -14236,6 +13495,10 @@ impl CancelRequestNotification {
         self
     }
 }
+serde_support::deserialize_struct!(CancelRequestNotification {
+    request_id: "requestId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// The part of [`CreateElicitationResponse`] that varies with its kind.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]

@@ -43,7 +43,7 @@ pub enum RequestId {
 /// Sent when the agent needs authorization before performing a sensitive operation.
 ///
 /// See protocol docs: [Requesting Permission](https://agentclientprotocol.com/protocol/v2/tool-calls#requesting-permission)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct RequestPermissionRequest {
     /// The session ID for this request.
@@ -59,20 +59,12 @@ pub struct RequestPermissionRequest {
     /// This text is specific to the permission prompt and does not update any
     /// subject's displayed content. Omitted or `null` both mean no separate
     /// permission description was provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Optional structured context about the operation requiring permission.
     ///
     /// Omitted or `null` both mean no structured subject was provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub subject: Option<Option<RequestPermissionSubject>>,
     /// Available permission options for the user to choose from.
     /// Must contain at least one option.
@@ -82,12 +74,7 @@ pub struct RequestPermissionRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl RequestPermissionRequest {
@@ -126,6 +113,14 @@ impl RequestPermissionRequest {
         self
     }
 }
+serde_support::deserialize_struct!(RequestPermissionRequest {
+    session_id: "sessionId" => required,
+    title: "title" => required,
+    description: "description" => optional(TriOrDefault),
+    subject: "subject" => optional(Tri),
+    options: "options" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A unique identifier for a conversation session between a client and agent.
 ///
 /// Sessions maintain their own context, conversation history, and state,
@@ -240,76 +235,41 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionSubject {
 /// has not seen before, omitted fields use client defaults.
 ///
 /// See protocol docs: [Tool Calls](https://agentclientprotocol.com/protocol/v2/tool-calls)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ToolCallUpdate {
     /// Unique identifier for this tool call within the session.
     #[serde(rename = "toolCallId")]
     pub tool_call_id: ToolCallId,
     /// Human-readable title describing what the tool is doing.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// The category of tool being invoked.
     /// Helps clients choose appropriate icons and UI treatment.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<Option<ToolKind>>,
     /// Current execution status of the tool call.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<Option<ToolCallStatus>>,
     /// Content produced by the tool call.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Option<Vec<ToolCallContent>>>,
     /// File locations affected by this tool call.
     /// Enables "follow-along" features in clients.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub locations: Option<Option<Vec<ToolCallLocation>>>,
     /// Raw input parameters sent to the tool.
-    #[serde(
-        rename = "rawInput",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "rawInput", skip_serializing_if = "Option::is_none")]
     pub raw_input: Option<serde_json::Value>,
     /// Raw output returned by the tool.
-    #[serde(
-        rename = "rawOutput",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "rawOutput", skip_serializing_if = "Option::is_none")]
     pub raw_output: Option<serde_json::Value>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Omitted means no metadata update; `null` is an
     /// explicit clear signal. Implementations MUST NOT make assumptions about values at these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ToolCallUpdate {
@@ -377,6 +337,17 @@ impl ToolCallUpdate {
         self
     }
 }
+serde_support::deserialize_struct!(ToolCallUpdate {
+    tool_call_id: "toolCallId" => required,
+    title: "title" => optional(TriOrDefault),
+    kind: "kind" => optional(TriOrDefault),
+    status: "status" => optional(TriOrDefault),
+    content: "content" => optional(TriVecSkipInvalidOrDefault),
+    locations: "locations" => optional(TriVecSkipInvalidOrDefault),
+    raw_input: "rawInput" => optional(DefaultOnError),
+    raw_output: "rawOutput" => optional(DefaultOnError),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Unique identifier for a tool call within a session.
 #[derive(
     Debug,
@@ -748,44 +719,26 @@ impl<'de> serde::Deserialize<'de> for ContentBlock {
     }
 }
 /// Optional annotations for the client. The client can use annotations to inform how objects are used or displayed
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct Annotations {
     /// Intended recipients for this content, such as the user or assistant.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub audience: Option<Option<Vec<Role>>>,
     /// Timestamp indicating when the underlying resource was last modified.
     ///
     /// Must be an RFC 3339 formatted string (e.g., "2025-01-12T15:00:58Z").
-    #[serde(
-        rename = "lastModified",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "lastModified", skip_serializing_if = "Option::is_none")]
     pub last_modified: Option<Option<String>>,
     /// Relative importance of this content when clients choose what to surface.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub priority: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl Annotations {
@@ -824,6 +777,12 @@ impl Annotations {
         self
     }
 }
+serde_support::deserialize_struct!(Annotations {
+    audience: "audience" => optional(TriVecSkipInvalidOrDefault),
+    last_modified: "lastModified" => optional(TriOrDefault),
+    priority: "priority" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// The sender or recipient of messages and data in a conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -876,29 +835,20 @@ impl<'de> serde::Deserialize<'de> for Role {
     }
 }
 /// Text provided to or from an LLM.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct TextContent {
     /// Text payload carried by this content block.
     pub text: String,
     /// Optional annotations that help clients decide how to display or route this content.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl TextContent {
@@ -924,6 +874,11 @@ impl TextContent {
         self
     }
 }
+serde_support::deserialize_struct!(TextContent {
+    text: "text" => required,
+    annotations: "annotations" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// An Internet media type identifying the format of protocol content.
 #[derive(
     Debug,
@@ -964,7 +919,7 @@ impl std::borrow::Borrow<str> for MediaType {
     }
 }
 /// An image provided to or from an LLM.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ImageContent {
     /// Base64-encoded media payload.
@@ -973,30 +928,17 @@ pub struct ImageContent {
     #[serde(rename = "mimeType")]
     pub mime_type: MediaType,
     /// URI associated with this resource or media payload.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub uri: Option<Option<String>>,
     /// Optional annotations that help clients decide how to display or route this content.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ImageContent {
@@ -1030,8 +972,15 @@ impl ImageContent {
         self
     }
 }
+serde_support::deserialize_struct!(ImageContent {
+    data: "data" => required,
+    mime_type: "mimeType" => required,
+    uri: "uri" => optional(TriOrDefault),
+    annotations: "annotations" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Audio provided to or from an LLM.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct AudioContent {
     /// Base64-encoded media payload.
@@ -1040,23 +989,14 @@ pub struct AudioContent {
     #[serde(rename = "mimeType")]
     pub mime_type: MediaType,
     /// Optional annotations that help clients decide how to display or route this content.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AudioContent {
@@ -1083,37 +1023,30 @@ impl AudioContent {
         self
     }
 }
+serde_support::deserialize_struct!(AudioContent {
+    data: "data" => required,
+    mime_type: "mimeType" => required,
+    annotations: "annotations" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// An optionally-sized icon that can be displayed in a user interface.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Icon {
     /// A standard URI pointing to an icon resource.
     pub src: String,
     /// Optional MIME type override if the source MIME type is missing or generic.
-    #[serde(
-        rename = "mimeType",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<MediaType>>,
     /// Optional array of strings that specify sizes at which the icon can be used.
     /// Each string should be in `WxH` format (e.g., `"48x48"`, `"96x96"`) or
     /// `"any"` for scalable formats like SVG.
     ///
     /// If not provided, the client should assume that the icon can be used at any size.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sizes: Option<Option<Vec<String>>>,
     /// Optional theme this icon is designed for.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub theme: Option<Option<IconTheme>>,
 }
 impl Icon {
@@ -1146,6 +1079,12 @@ impl Icon {
         self
     }
 }
+serde_support::deserialize_struct!(Icon {
+    src: "src" => required,
+    mime_type: "mimeType" => optional(TriOrDefault),
+    sizes: "sizes" => optional(TriVecSkipInvalidOrDefault),
+    theme: "theme" => optional(TriOrDefault),
+});
 /// Theme an icon is designed for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -1198,7 +1137,7 @@ impl<'de> serde::Deserialize<'de> for IconTheme {
     }
 }
 /// A resource that the server is capable of reading, included in a prompt or tool call result.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ResourceLink {
     /// Human-readable name shown for this protocol object.
@@ -1206,59 +1145,29 @@ pub struct ResourceLink {
     /// URI associated with this resource or media payload.
     pub uri: String,
     /// Optional display title for end-user UI.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Optional human-readable details shown with this protocol object.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Optional set of sized icons that the client can display in a user interface.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub icons: Option<Option<Vec<Icon>>>,
     /// MIME type describing the encoded media payload.
-    #[serde(
-        rename = "mimeType",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<MediaType>>,
     /// Optional size of the linked resource in bytes, if known.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub size: Option<Option<i64>>,
     /// Optional annotations that help clients decide how to display or route this content.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ResourceLink {
@@ -1320,6 +1229,17 @@ impl ResourceLink {
         self
     }
 }
+serde_support::deserialize_struct!(ResourceLink {
+    name: "name" => required,
+    uri: "uri" => required,
+    title: "title" => optional(TriOrDefault),
+    description: "description" => optional(TriOrDefault),
+    icons: "icons" => optional(TriVecSkipInvalidOrDefault),
+    mime_type: "mimeType" => optional(TriOrDefault),
+    size: "size" => optional(TriOrDefault),
+    annotations: "annotations" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Resource content that can be embedded in a message.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
@@ -1333,7 +1253,7 @@ pub enum EmbeddedResourceResource {
     Other(serde_json::Value),
 }
 /// Text-based resource contents.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct TextResourceContents {
     /// Text payload carried by this content block.
@@ -1341,24 +1261,14 @@ pub struct TextResourceContents {
     /// URI associated with this resource or media payload.
     pub uri: String,
     /// MIME type describing the encoded media payload.
-    #[serde(
-        rename = "mimeType",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<MediaType>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl TextResourceContents {
@@ -1385,8 +1295,14 @@ impl TextResourceContents {
         self
     }
 }
+serde_support::deserialize_struct!(TextResourceContents {
+    text: "text" => required,
+    uri: "uri" => required,
+    mime_type: "mimeType" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Binary resource contents.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct BlobResourceContents {
     /// Base64-encoded bytes for a binary resource payload.
@@ -1394,24 +1310,14 @@ pub struct BlobResourceContents {
     /// URI associated with this resource or media payload.
     pub uri: String,
     /// MIME type describing the encoded media payload.
-    #[serde(
-        rename = "mimeType",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<MediaType>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl BlobResourceContents {
@@ -1438,30 +1344,27 @@ impl BlobResourceContents {
         self
     }
 }
+serde_support::deserialize_struct!(BlobResourceContents {
+    blob: "blob" => required,
+    uri: "uri" => required,
+    mime_type: "mimeType" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// The contents of a resource, embedded into a prompt or tool call result.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct EmbeddedResource {
     /// Embedded resource payload, either text or binary data.
     pub resource: EmbeddedResourceResource,
     /// Optional annotations that help clients decide how to display or route this content.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl EmbeddedResource {
@@ -1487,8 +1390,13 @@ impl EmbeddedResource {
         self
     }
 }
+serde_support::deserialize_struct!(EmbeddedResource {
+    resource: "resource" => required,
+    annotations: "annotations" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Standard content block (text, images, resources).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Content {
     /// The actual content block.
@@ -1498,12 +1406,7 @@ pub struct Content {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl Content {
@@ -1522,6 +1425,10 @@ impl Content {
         self
     }
 }
+serde_support::deserialize_struct!(Content {
+    content: "content" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// One file-level change described by a [`Diff`].
 ///
 /// Structured change metadata lets clients identify affected files and
@@ -1534,8 +1441,8 @@ pub struct DiffChange {
     /// Omitted or `null` means the content kind is unknown.
     #[serde(
         rename = "fileType",
-        default,
         skip_serializing_if = "Option::is_none",
+        default,
         deserialize_with = "serde_support::tri_or_default"
     )]
     pub file_type: Option<Option<DiffFileType>>,
@@ -1544,8 +1451,8 @@ pub struct DiffChange {
     /// Omitted or `null` means the MIME type is unknown.
     #[serde(
         rename = "mimeType",
-        default,
         skip_serializing_if = "Option::is_none",
+        default,
         deserialize_with = "serde_support::tri_or_default"
     )]
     pub mime_type: Option<Option<MediaType>>,
@@ -1556,8 +1463,8 @@ pub struct DiffChange {
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(
         rename = "_meta",
-        default,
         skip_serializing_if = "Option::is_none",
+        default,
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
@@ -1693,7 +1600,7 @@ impl std::borrow::Borrow<str> for AbsolutePath {
     }
 }
 /// Operation metadata for add, delete, and modify changes.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct DiffPathChange {
     /// Absolute path for the operation.
@@ -1708,8 +1615,11 @@ impl DiffPathChange {
         }
     }
 }
+serde_support::deserialize_struct!(DiffPathChange {
+    path: "path" => required,
+});
 /// Operation metadata for move and copy changes.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct DiffPathPairChange {
     /// Absolute path before the operation.
@@ -1731,8 +1641,12 @@ impl DiffPathPairChange {
         }
     }
 }
+serde_support::deserialize_struct!(DiffPathPairChange {
+    old_path: "oldPath" => required,
+    path: "path" => required,
+});
 /// Renderable patch text and its format.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct DiffPatch {
     /// Patch format. The only ACP-defined value is `git_patch`.
@@ -1750,6 +1664,10 @@ impl DiffPatch {
         }
     }
 }
+serde_support::deserialize_struct!(DiffPatch {
+    format: "format" => required,
+    text: "text" => required,
+});
 /// Text patch format used by [`DiffPatch`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -1808,35 +1726,25 @@ impl<'de> serde::Deserialize<'de> for DiffPatchFormat {
 /// feasible. Clients MUST handle diffs where `patch` is omitted or `null`.
 ///
 /// See protocol docs: [Content](https://agentclientprotocol.com/protocol/v2/tool-calls#content)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Diff {
     /// Structured file changes described by this diff.
     ///
     /// Clients can use this field without parsing patch text to determine affected paths.
-    #[serde(deserialize_with = "serde_support::vec_skip_invalid")]
     pub changes: Vec<DiffChange>,
     /// Renderable patch text for some or all of the structured changes.
     ///
     /// Agents SHOULD provide patch text whenever feasible. Omitted or `null`
     /// means no renderable patch text was provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub patch: Option<Option<DiffPatch>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl Diff {
@@ -1862,6 +1770,11 @@ impl Diff {
         self
     }
 }
+serde_support::deserialize_struct!(Diff {
+    changes: "changes" => required(VecSkipInvalid),
+    patch: "patch" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Unique identifier for an agent-owned terminal within a session.
 #[derive(
     Debug,
@@ -1905,7 +1818,7 @@ impl std::borrow::Borrow<str> for TerminalId {
 ///
 /// Terminal state and output are delivered separately through
 /// [`TerminalUpdate`] and [`TerminalOutputChunk`].
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Terminal {
     /// The ID of the terminal to display.
@@ -1917,12 +1830,7 @@ pub struct Terminal {
     /// and `null` are equivalent and mean no item metadata was provided.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl Terminal {
@@ -1941,35 +1849,30 @@ impl Terminal {
         self
     }
 }
+serde_support::deserialize_struct!(Terminal {
+    terminal_id: "terminalId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A file location being accessed or modified by a tool.
 ///
 /// Enables clients to implement "follow-along" features that track
 /// which files the agent is working with in real-time.
 ///
 /// See protocol docs: [Following the Agent](https://agentclientprotocol.com/protocol/v2/tool-calls#following-the-agent)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ToolCallLocation {
     /// The absolute file path being accessed or modified.
     pub path: AbsolutePath,
     /// Optional line number within the file.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ToolCallLocation {
@@ -1995,8 +1898,13 @@ impl ToolCallLocation {
         self
     }
 }
+serde_support::deserialize_struct!(ToolCallLocation {
+    path: "path" => required,
+    line: "line" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Permission request details for a tool call.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ToolCallPermissionSubject {
     /// Details about the tool call requiring permission.
@@ -2012,8 +1920,11 @@ impl ToolCallPermissionSubject {
         }
     }
 }
+serde_support::deserialize_struct!(ToolCallPermissionSubject {
+    tool_call: "toolCall" => required,
+});
 /// Permission request details for a command.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CommandPermissionSubject {
     /// The command that would be run if permission is granted.
@@ -2021,32 +1932,17 @@ pub struct CommandPermissionSubject {
     /// The absolute working directory for the command.
     pub cwd: AbsolutePath,
     /// The associated tool call, when known. Omitted and `null` are equivalent.
-    #[serde(
-        rename = "toolCallId",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "toolCallId", skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<Option<ToolCallId>>,
     /// The associated terminal, when already known. Omitted and `null` are equivalent.
-    #[serde(
-        rename = "terminalId",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "terminalId", skip_serializing_if = "Option::is_none")]
     pub terminal_id: Option<Option<TerminalId>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys. Omitted and `null` are equivalent and mean no subject metadata was provided.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl CommandPermissionSubject {
@@ -2080,8 +1976,15 @@ impl CommandPermissionSubject {
         self
     }
 }
+serde_support::deserialize_struct!(CommandPermissionSubject {
+    command: "command" => required,
+    cwd: "cwd" => required,
+    tool_call_id: "toolCallId" => optional(TriOrDefault),
+    terminal_id: "terminalId" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// An option presented to the user when requesting permission.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct PermissionOption {
     /// Unique identifier for this permission option.
@@ -2096,12 +1999,7 @@ pub struct PermissionOption {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl PermissionOption {
@@ -2126,6 +2024,12 @@ impl PermissionOption {
         self
     }
 }
+serde_support::deserialize_struct!(PermissionOption {
+    option_id: "optionId" => required,
+    name: "name" => required,
+    kind: "kind" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Unique identifier for a permission option.
 #[derive(
     Debug,
@@ -2245,8 +2149,8 @@ pub struct CreateElicitationRequest {
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(
         rename = "_meta",
-        default,
         skip_serializing_if = "Option::is_none",
+        default,
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
@@ -2278,7 +2182,7 @@ impl CreateElicitationRequest {
 /// When `tool_call_id` is set, the elicitation is tied to a specific tool call.
 /// This is useful when an agent receives an elicitation from an MCP server
 /// during a tool call and needs to redirect it to the user.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ElicitationSessionScope {
     /// The session this elicitation is tied to.
@@ -2288,12 +2192,7 @@ pub struct ElicitationSessionScope {
     ///
     /// Optional. Omitted and `null` are equivalent and mean the elicitation is scoped to the
     /// session without a specific tool call.
-    #[serde(
-        rename = "toolCallId",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "toolCallId", skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<Option<ToolCallId>>,
 }
 impl ElicitationSessionScope {
@@ -2312,9 +2211,13 @@ impl ElicitationSessionScope {
         self
     }
 }
+serde_support::deserialize_struct!(ElicitationSessionScope {
+    session_id: "sessionId" => required,
+    tool_call_id: "toolCallId" => optional(TriOrDefault),
+});
 /// Request-scoped elicitation, tied to a specific JSON-RPC request outside of a session
 /// (e.g., during auth/configuration phases before any session is started).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ElicitationRequestScope {
     /// The request this elicitation is tied to.
@@ -2330,51 +2233,38 @@ impl ElicitationRequestScope {
         }
     }
 }
+serde_support::deserialize_struct!(ElicitationRequestScope {
+    request_id: "requestId" => required,
+});
 /// Type-safe elicitation schema for requesting structured user input.
 ///
 /// This represents a JSON Schema object with primitive-typed properties,
 /// as required by the elicitation specification.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ElicitationSchema {
     /// Type discriminator. Always `"object"`.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub r#type: Option<ElicitationSchemaType>,
     /// Optional title for the schema.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Property definitions (must be primitive types).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub properties: Option<
         std::collections::BTreeMap<String, ElicitationPropertySchema>,
     >,
     /// List of required property names.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no property names are required.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub required: Option<Option<Vec<String>>>,
     /// Optional description of what this schema represents.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no schema description is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -2383,12 +2273,7 @@ pub struct ElicitationSchema {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ElicitationSchema {
@@ -2444,6 +2329,14 @@ impl ElicitationSchema {
         self
     }
 }
+serde_support::deserialize_struct!(ElicitationSchema {
+    r#type: "type" => optional(DefaultOnError),
+    title: "title" => optional(TriOrDefault),
+    properties: "properties" => optional,
+    required: "required" => optional(Tri),
+    description: "description" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Type discriminator for elicitation schemas.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -2643,7 +2536,7 @@ impl<'de> serde::Deserialize<'de> for StringFormat {
     }
 }
 /// A titled enum option with a const value, human-readable title, and optional description.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct EnumOption {
     /// The constant value for this option.
@@ -2653,11 +2546,7 @@ pub struct EnumOption {
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -2666,12 +2555,7 @@ pub struct EnumOption {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl EnumOption {
@@ -2698,98 +2582,65 @@ impl EnumOption {
         self
     }
 }
+serde_support::deserialize_struct!(EnumOption {
+    r#const: "const" => required,
+    title: "title" => required,
+    description: "description" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Schema for string properties in an elicitation form.
 ///
 /// When `enum` or `oneOf` is set, this represents a single-select enum
 /// with `"type": "string"`.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct StringPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum string length.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no minimum length constraint.
-    #[serde(
-        rename = "minLength",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "minLength", skip_serializing_if = "Option::is_none")]
     pub min_length: Option<Option<u32>>,
     /// Maximum string length.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no maximum length constraint.
-    #[serde(
-        rename = "maxLength",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "maxLength", skip_serializing_if = "Option::is_none")]
     pub max_length: Option<Option<u32>>,
     /// Pattern the string must match.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no pattern constraint.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub pattern: Option<Option<String>>,
     /// String format.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no format constraint.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub format: Option<Option<StringFormat>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<String>>,
     /// Enum values for untitled single-select enums.
     /// Must contain at least one value when present.
     /// Optional. Omitted and `null` are equivalent and mean no untitled single-select choices are
     /// declared by `enum`.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub r#enum: Option<Option<Vec<String>>>,
     /// Titled enum options for titled single-select enums.
     /// Must contain at least one option when present.
     /// Optional. Omitted and `null` are equivalent and mean no titled single-select choices are
     /// declared by `oneOf`.
-    #[serde(
-        rename = "oneOf",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "oneOf", skip_serializing_if = "Option::is_none")]
     pub one_of: Option<Option<Vec<EnumOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -2798,12 +2649,7 @@ pub struct StringPropertySchema {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl StringPropertySchema {
@@ -2884,54 +2730,46 @@ impl StringPropertySchema {
         self
     }
 }
+serde_support::deserialize_struct!(StringPropertySchema {
+    title: "title" => optional(TriOrDefault),
+    description: "description" => optional(TriOrDefault),
+    min_length: "minLength" => optional(Tri),
+    max_length: "maxLength" => optional(Tri),
+    pattern: "pattern" => optional(Tri),
+    format: "format" => optional(Tri),
+    default: "default" => optional(TriOrDefault),
+    r#enum: "enum" => optional(Tri),
+    one_of: "oneOf" => optional(Tri),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Schema for number (floating-point) properties in an elicitation form.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct NumberPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub minimum: Option<Option<f64>>,
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub maximum: Option<Option<f64>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -2940,12 +2778,7 @@ pub struct NumberPropertySchema {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl NumberPropertySchema {
@@ -2998,54 +2831,42 @@ impl NumberPropertySchema {
         self
     }
 }
+serde_support::deserialize_struct!(NumberPropertySchema {
+    title: "title" => optional(TriOrDefault),
+    description: "description" => optional(TriOrDefault),
+    minimum: "minimum" => optional(Tri),
+    maximum: "maximum" => optional(Tri),
+    default: "default" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Schema for integer properties in an elicitation form.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct IntegerPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub minimum: Option<Option<i64>>,
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub maximum: Option<Option<i64>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<i64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -3054,12 +2875,7 @@ pub struct IntegerPropertySchema {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl IntegerPropertySchema {
@@ -3112,36 +2928,32 @@ impl IntegerPropertySchema {
         self
     }
 }
+serde_support::deserialize_struct!(IntegerPropertySchema {
+    title: "title" => optional(TriOrDefault),
+    description: "description" => optional(TriOrDefault),
+    minimum: "minimum" => optional(Tri),
+    maximum: "maximum" => optional(Tri),
+    default: "default" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Schema for boolean properties in an elicitation form.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct BooleanPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<bool>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -3150,12 +2962,7 @@ pub struct BooleanPropertySchema {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl BooleanPropertySchema {
@@ -3194,6 +3001,12 @@ impl BooleanPropertySchema {
         self
     }
 }
+serde_support::deserialize_struct!(BooleanPropertySchema {
+    title: "title" => optional(TriOrDefault),
+    description: "description" => optional(TriOrDefault),
+    default: "default" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Items for a multi-select (array) property schema.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -3247,7 +3060,7 @@ impl<'de> serde::Deserialize<'de> for MultiSelectItems {
     }
 }
 /// String item schema for multi-select enum properties.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct StringMultiSelectItems {
     /// Allowed enum values. Must contain at least one value.
@@ -3259,12 +3072,7 @@ pub struct StringMultiSelectItems {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl StringMultiSelectItems {
@@ -3283,8 +3091,12 @@ impl StringMultiSelectItems {
         self
     }
 }
+serde_support::deserialize_struct!(StringMultiSelectItems {
+    r#enum: "enum" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Items definition for titled multi-select enum properties.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct TitledMultiSelectItems {
     /// Titled enum options. Must contain at least one option.
@@ -3297,12 +3109,7 @@ pub struct TitledMultiSelectItems {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl TitledMultiSelectItems {
@@ -3321,58 +3128,40 @@ impl TitledMultiSelectItems {
         self
     }
 }
+serde_support::deserialize_struct!(TitledMultiSelectItems {
+    any_of: "anyOf" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Schema for multi-select (array) properties in an elicitation form.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct MultiSelectPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum number of items to select.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no minimum selection count.
-    #[serde(
-        rename = "minItems",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "minItems", skip_serializing_if = "Option::is_none")]
     pub min_items: Option<Option<u64>>,
     /// Maximum number of items to select.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no maximum selection count.
-    #[serde(
-        rename = "maxItems",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(rename = "maxItems", skip_serializing_if = "Option::is_none")]
     pub max_items: Option<Option<u64>>,
     /// The items definition describing allowed values.
     pub items: MultiSelectItems,
     /// Default selected values.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default selections are provided.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<Vec<String>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -3381,12 +3170,7 @@ pub struct MultiSelectPropertySchema {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl MultiSelectPropertySchema {
@@ -3440,6 +3224,15 @@ impl MultiSelectPropertySchema {
         self
     }
 }
+serde_support::deserialize_struct!(MultiSelectPropertySchema {
+    title: "title" => optional(TriOrDefault),
+    description: "description" => optional(TriOrDefault),
+    min_items: "minItems" => optional(Tri),
+    max_items: "maxItems" => optional(Tri),
+    items: "items" => required,
+    default: "default" => optional(TriVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Form-based elicitation mode where the client renders a form from the provided schema.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
@@ -3547,7 +3340,7 @@ impl From<serde_json::Value> for ExtRequest {
 /// Contains the negotiated protocol version and agent capabilities.
 ///
 /// See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/v2/initialization)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct InitializeResponse {
     /// The protocol version the client specified if supported by the agent,
@@ -3559,35 +3352,21 @@ pub struct InitializeResponse {
     /// Information about the implementation sending this initialize response.
     pub info: Implementation,
     /// Capabilities supported by the agent.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<AgentCapabilities>,
     /// Authentication methods supported by the agent.
     ///
     /// Optional. Omitted or empty means the agent does not advertise the
     /// authentication method surface. Supplying one or more valid methods means
     /// the agent MUST support both `auth/login` and `auth/logout`.
-    #[serde(
-        rename = "authMethods",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "authMethods", skip_serializing_if = "Option::is_none")]
     pub auth_methods: Option<Vec<AuthMethod>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl InitializeResponse {
@@ -3624,6 +3403,13 @@ impl InitializeResponse {
         self
     }
 }
+serde_support::deserialize_struct!(InitializeResponse {
+    protocol_version: "protocolVersion" => required,
+    info: "info" => required,
+    capabilities: "capabilities" => optional(DefaultOnError),
+    auth_methods: "authMethods" => optional(OptVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Protocol version identifier.
 ///
 /// This version is only bumped for breaking changes.
@@ -3651,7 +3437,7 @@ impl From<u16> for ProtocolVersion {
 /// Metadata about the implementation of the client or agent.
 /// Describes the name and version of an ACP implementation, with an optional
 /// title for UI representation.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Implementation {
     /// Intended for programmatic or logical use, but can be used as a display
@@ -3661,11 +3447,7 @@ pub struct Implementation {
     /// and easily understood.
     ///
     /// If not provided, the name should be used for display.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Version of the implementation. Can be displayed to the user or used
     /// for debugging or metrics purposes. (e.g. "1.0.0").
@@ -3675,12 +3457,7 @@ pub struct Implementation {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl Implementation {
@@ -3707,13 +3484,19 @@ impl Implementation {
         self
     }
 }
+serde_support::deserialize_struct!(Implementation {
+    name: "name" => required,
+    title: "title" => optional(TriOrDefault),
+    version: "version" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities supported by the agent.
 ///
 /// Advertised during initialization to inform the client about
 /// available features and content types.
 ///
 /// See protocol docs: [Agent Capabilities](https://agentclientprotocol.com/protocol/v2/initialization#agent-capabilities)
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct AgentCapabilities {
     /// Session capabilities supported by the agent.
@@ -3722,11 +3505,7 @@ pub struct AgentCapabilities {
     /// `session/*` method surface. Supplying `{}` means the agent supports the
     /// baseline session methods: `session/new`, `session/prompt`,
     /// `session/cancel`, and `session/update`.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<Option<SessionCapabilities>>,
     /// Authentication-related extension capabilities supported by the agent.
     ///
@@ -3734,23 +3513,14 @@ pub struct AgentCapabilities {
     /// authentication-related extensions. This field does not advertise support
     /// for `auth/login` or `auth/logout`; those methods are advertised by a
     /// non-empty `authMethods` list in the `initialize` response.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub auth: Option<Option<AgentAuthCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AgentCapabilities {
@@ -3782,6 +3552,11 @@ impl AgentCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(AgentCapabilities {
+    session: "session" => optional(TriOrDefault),
+    auth: "auth" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Session capabilities supported by the agent.
 ///
 /// Supplying `{}` means the agent supports the baseline session methods:
@@ -3793,7 +3568,7 @@ impl AgentCapabilities {
 /// capabilities.
 ///
 /// See protocol docs: [Session Capabilities](https://agentclientprotocol.com/protocol/v2/initialization#session-capabilities)
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionCapabilities {
     /// Prompt capabilities supported by the agent in `session/prompt` requests.
@@ -3801,31 +3576,19 @@ pub struct SessionCapabilities {
     /// Optional. Omitted or `null` both mean the agent does not advertise any
     /// prompt extensions beyond the baseline text and resource-link content
     /// required by `session/prompt`.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<Option<PromptCapabilities>>,
     /// MCP capabilities supported by the agent for session lifecycle requests.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise MCP
     /// server transport support for sessions.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub mcp: Option<Option<McpCapabilities>>,
     /// Whether the agent supports `session/delete`.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports deleting sessions from `session/list`.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub delete: Option<Option<SessionDeleteCapabilities>>,
     /// Whether the agent supports `additionalDirectories` on supported session lifecycle requests.
     ///
@@ -3835,24 +3598,14 @@ pub struct SessionCapabilities {
     ///
     /// Agents may return `SessionInfo.additionalDirectories` to report the
     /// complete ordered additional-root list associated with a listed session.
-    #[serde(
-        rename = "additionalDirectories",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Option<SessionAdditionalDirectoriesCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionCapabilities {
@@ -3901,6 +3654,13 @@ impl SessionCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(SessionCapabilities {
+    prompt: "prompt" => optional(TriOrDefault),
+    mcp: "mcp" => optional(TriOrDefault),
+    delete: "delete" => optional(TriOrDefault),
+    additional_directories: "additionalDirectories" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Prompt capabilities supported by the agent in `session/prompt` requests.
 ///
 /// Baseline agent functionality requires support for [`ContentBlock::Text`]
@@ -3913,28 +3673,20 @@ impl SessionCapabilities {
 /// the agent can process.
 ///
 /// See protocol docs: [Prompt Capabilities](https://agentclientprotocol.com/protocol/v2/initialization#prompt-capabilities)
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct PromptCapabilities {
     /// Agent supports [`ContentBlock::Image`].
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports image content in prompts.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<Option<PromptImageCapabilities>>,
     /// Agent supports [`ContentBlock::Audio`].
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports audio content in prompts.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub audio: Option<Option<PromptAudioCapabilities>>,
     /// Agent supports embedded context in `session/prompt` requests.
     ///
@@ -3943,24 +3695,14 @@ pub struct PromptCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports embedded context in prompts.
-    #[serde(
-        rename = "embeddedContext",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "embeddedContext", skip_serializing_if = "Option::is_none")]
     pub embedded_context: Option<Option<PromptEmbeddedContextCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl PromptCapabilities {
@@ -4002,10 +3744,16 @@ impl PromptCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(PromptCapabilities {
+    image: "image" => optional(TriOrDefault),
+    audio: "audio" => optional(TriOrDefault),
+    embedded_context: "embeddedContext" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for image content in prompt requests.
 ///
 /// Supplying `{}` means the agent supports image content in prompts.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct PromptImageCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4013,12 +3761,7 @@ pub struct PromptImageCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl PromptImageCapabilities {
@@ -4036,10 +3779,13 @@ impl PromptImageCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(PromptImageCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for audio content in prompt requests.
 ///
 /// Supplying `{}` means the agent supports audio content in prompts.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct PromptAudioCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4047,12 +3793,7 @@ pub struct PromptAudioCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl PromptAudioCapabilities {
@@ -4070,10 +3811,13 @@ impl PromptAudioCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(PromptAudioCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for embedded context in prompt requests.
 ///
 /// Supplying `{}` means the agent supports embedded context in prompts.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct PromptEmbeddedContextCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4081,12 +3825,7 @@ pub struct PromptEmbeddedContextCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl PromptEmbeddedContextCapabilities {
@@ -4104,41 +3843,31 @@ impl PromptEmbeddedContextCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(PromptEmbeddedContextCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// MCP capabilities supported by the agent for session lifecycle requests.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct McpCapabilities {
     /// Agent supports [`McpServer::Stdio`].
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports stdio MCP server transports.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub stdio: Option<Option<McpStdioCapabilities>>,
     /// Agent supports [`McpServer::Http`].
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports HTTP MCP server transports.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub http: Option<Option<McpHttpCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl McpCapabilities {
@@ -4170,10 +3899,15 @@ impl McpCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(McpCapabilities {
+    stdio: "stdio" => optional(TriOrDefault),
+    http: "http" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for stdio MCP server transports.
 ///
 /// Supplying `{}` means the agent supports stdio MCP server transports.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct McpStdioCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4181,12 +3915,7 @@ pub struct McpStdioCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl McpStdioCapabilities {
@@ -4202,10 +3931,13 @@ impl McpStdioCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(McpStdioCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for HTTP MCP server transports.
 ///
 /// Supplying `{}` means the agent supports HTTP MCP server transports.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct McpHttpCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4213,12 +3945,7 @@ pub struct McpHttpCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl McpHttpCapabilities {
@@ -4234,10 +3961,13 @@ impl McpHttpCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(McpHttpCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for the `session/delete` method.
 ///
 /// Supplying `{}` means the agent supports deleting sessions from `session/list`.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionDeleteCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4245,12 +3975,7 @@ pub struct SessionDeleteCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionDeleteCapabilities {
@@ -4268,13 +3993,16 @@ impl SessionDeleteCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(SessionDeleteCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for additional session directories support.
 ///
 /// Supplying `{}` means the agent supports the `additionalDirectories` field on
 /// supported session lifecycle requests. Agents that also support
 /// `session/list` may return `SessionInfo.additionalDirectories` to report the
 /// complete ordered additional-root list associated with a listed session.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionAdditionalDirectoriesCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4282,12 +4010,7 @@ pub struct SessionAdditionalDirectoriesCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionAdditionalDirectoriesCapabilities {
@@ -4305,12 +4028,15 @@ impl SessionAdditionalDirectoriesCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(SessionAdditionalDirectoriesCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Authentication-related extension capabilities supported by the agent.
 ///
 /// This object does not advertise support for `auth/login` or `auth/logout`.
 /// Those methods are advertised by a non-empty `authMethods` list in the
 /// `initialize` response.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct AgentAuthCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4318,12 +4044,7 @@ pub struct AgentAuthCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AgentAuthCapabilities {
@@ -4341,6 +4062,9 @@ impl AgentAuthCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(AgentAuthCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Describes an available authentication method.
 ///
 /// The `type` field acts as the discriminator in the serialized JSON form.
@@ -4437,7 +4161,7 @@ impl std::borrow::Borrow<str> for AuthMethodId {
     }
 }
 /// An environment variable to set when launching a process.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct EnvVariable {
     /// The name of the environment variable.
@@ -4449,12 +4173,7 @@ pub struct EnvVariable {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl EnvVariable {
@@ -4474,6 +4193,11 @@ impl EnvVariable {
         self
     }
 }
+serde_support::deserialize_struct!(EnvVariable {
+    name: "name" => required,
+    value: "value" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Terminal-based authentication method.
 ///
 /// The client runs the configured agent program as a separate interactive
@@ -4481,7 +4205,7 @@ impl EnvVariable {
 /// method only when the client enabled its terminal authentication capability.
 /// A zero exit status signals success; any other termination signals failure.
 /// The client MUST NOT pass this method to `auth/login`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct AuthMethodTerminal {
     /// Unique identifier for this authentication method.
@@ -4490,39 +4214,22 @@ pub struct AuthMethodTerminal {
     /// Human-readable name of the authentication method.
     pub name: String,
     /// Optional description providing more details about this authentication method.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Additional arguments to append to the configured agent invocation for terminal auth.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub args: Option<Vec<String>>,
     /// Additional environment variables to set on the configured agent invocation for terminal auth.
     /// Names MUST be unique. These values override same-named variables in the
     /// base launch configuration.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<EnvVariable>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AuthMethodTerminal {
@@ -4563,10 +4270,18 @@ impl AuthMethodTerminal {
         self
     }
 }
+serde_support::deserialize_struct!(AuthMethodTerminal {
+    method_id: "methodId" => required,
+    name: "name" => required,
+    description: "description" => optional(TriOrDefault),
+    args: "args" => optional(OptVecSkipInvalidOrDefault),
+    env: "env" => optional(OptVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Agent handles authentication itself through `auth/login`.
 ///
 /// The `type` discriminator value is `agent`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct AuthMethodAgent {
     /// Unique identifier for this authentication method.
@@ -4575,23 +4290,14 @@ pub struct AuthMethodAgent {
     /// Human-readable name of the authentication method.
     pub name: String,
     /// Optional description providing more details about this authentication method.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AuthMethodAgent {
@@ -4618,8 +4324,14 @@ impl AuthMethodAgent {
         self
     }
 }
+serde_support::deserialize_struct!(AuthMethodAgent {
+    method_id: "methodId" => required,
+    name: "name" => required,
+    description: "description" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response to the `auth/login` method.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct LoginAuthResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4627,12 +4339,7 @@ pub struct LoginAuthResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl LoginAuthResponse {
@@ -4648,8 +4355,11 @@ impl LoginAuthResponse {
         self
     }
 }
+serde_support::deserialize_struct!(LoginAuthResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response to the `auth/logout` method.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct LogoutAuthResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4657,12 +4367,7 @@ pub struct LogoutAuthResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl LogoutAuthResponse {
@@ -4678,10 +4383,13 @@ impl LogoutAuthResponse {
         self
     }
 }
+serde_support::deserialize_struct!(LogoutAuthResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response from creating a new session.
 ///
 /// See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/v2/session-setup#creating-a-session)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NewSessionResponse {
     /// Unique identifier for the created session.
@@ -4690,24 +4398,14 @@ pub struct NewSessionResponse {
     #[serde(rename = "sessionId")]
     pub session_id: SessionId,
     /// Initial session configuration options.
-    #[serde(
-        rename = "configOptions",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Vec<SessionConfigOption>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl NewSessionResponse {
@@ -4733,6 +4431,11 @@ impl NewSessionResponse {
         self
     }
 }
+serde_support::deserialize_struct!(NewSessionResponse {
+    session_id: "sessionId" => required,
+    config_options: "configOptions" => optional(OptVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A session configuration option selector and its current state.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
@@ -4744,15 +4447,15 @@ pub struct SessionConfigOption {
     pub name: String,
     /// Optional description for the Client to display to the user.
     #[serde(
-        default,
         skip_serializing_if = "Option::is_none",
+        default,
         deserialize_with = "serde_support::tri_or_default"
     )]
     pub description: Option<Option<String>>,
     /// Optional semantic category for this option (UX only).
     #[serde(
-        default,
         skip_serializing_if = "Option::is_none",
+        default,
         deserialize_with = "serde_support::tri_or_default"
     )]
     pub category: Option<Option<SessionConfigOptionCategory>>,
@@ -4763,8 +4466,8 @@ pub struct SessionConfigOption {
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(
         rename = "_meta",
-        default,
         skip_serializing_if = "Option::is_none",
+        default,
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
@@ -4963,7 +4666,7 @@ pub enum SessionConfigSelectOptions {
     Grouped(Vec<SessionConfigSelectGroup>),
 }
 /// A possible value for a session configuration option.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionConfigSelectOption {
     /// Unique identifier for this option value.
@@ -4971,23 +4674,14 @@ pub struct SessionConfigSelectOption {
     /// Human-readable label for this option value.
     pub name: String,
     /// Optional description for this option value.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionConfigSelectOption {
@@ -5014,8 +4708,14 @@ impl SessionConfigSelectOption {
         self
     }
 }
+serde_support::deserialize_struct!(SessionConfigSelectOption {
+    value: "value" => required,
+    name: "name" => required,
+    description: "description" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A group of possible values for a session configuration option.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionConfigSelectGroup {
     /// Unique identifier for this group.
@@ -5024,19 +4724,13 @@ pub struct SessionConfigSelectGroup {
     /// Human-readable label for this group.
     pub name: String,
     /// The set of option values in this group.
-    #[serde(deserialize_with = "serde_support::vec_skip_invalid_or_default")]
     pub options: Vec<SessionConfigSelectOption>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionConfigSelectGroup {
@@ -5061,6 +4755,12 @@ impl SessionConfigSelectGroup {
         self
     }
 }
+serde_support::deserialize_struct!(SessionConfigSelectGroup {
+    group_id: "groupId" => required,
+    name: "name" => required,
+    options: "options" => required(VecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Unique identifier for a session configuration option value group.
 #[derive(
     Debug,
@@ -5101,7 +4801,7 @@ impl std::borrow::Borrow<str> for SessionConfigGroupId {
     }
 }
 /// A single-value selector (dropdown) session configuration option payload.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionConfigSelect {
     /// The currently selected value.
@@ -5123,8 +4823,12 @@ impl SessionConfigSelect {
         }
     }
 }
+serde_support::deserialize_struct!(SessionConfigSelect {
+    current_value: "currentValue" => required,
+    options: "options" => required,
+});
 /// A boolean on/off toggle session configuration option payload.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionConfigBoolean {
     /// The current value of the boolean option.
@@ -5140,33 +4844,25 @@ impl SessionConfigBoolean {
         }
     }
 }
+serde_support::deserialize_struct!(SessionConfigBoolean {
+    current_value: "currentValue" => required,
+});
 /// Response from listing sessions.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ListSessionsResponse {
     /// Array of session information objects.
-    #[serde(deserialize_with = "serde_support::vec_skip_invalid_or_default")]
     pub sessions: Vec<SessionInfo>,
     /// Opaque cursor token. If present, pass this in the next request's cursor parameter
     /// to fetch the next page. If absent, there are no more results.
-    #[serde(
-        rename = "nextCursor",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "nextCursor", skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<Option<SessionListCursor>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ListSessionsResponse {
@@ -5192,8 +4888,13 @@ impl ListSessionsResponse {
         self
     }
 }
+serde_support::deserialize_struct!(ListSessionsResponse {
+    sessions: "sessions" => required(VecSkipInvalidOrDefault),
+    next_cursor: "nextCursor" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Information about a session returned by session/list
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionInfo {
     /// Unique identifier for the session
@@ -5206,39 +4907,20 @@ pub struct SessionInfo {
     /// When present, this is the complete ordered additional-root list reported
     /// by the Agent. Omitted and empty values are equivalent: the response
     /// reports no additional roots.
-    #[serde(
-        rename = "additionalDirectories",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Vec<AbsolutePath>>,
     /// Human-readable title for the session
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// RFC 3339 timestamp of last activity.
-    #[serde(
-        rename = "updatedAt",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "updatedAt", skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionInfo {
@@ -5282,6 +4964,14 @@ impl SessionInfo {
         self
     }
 }
+serde_support::deserialize_struct!(SessionInfo {
+    session_id: "sessionId" => required,
+    cwd: "cwd" => required,
+    additional_directories: "additionalDirectories" => optional(OptVecSkipInvalidOrDefault),
+    title: "title" => optional(TriOrDefault),
+    updated_at: "updatedAt" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// An opaque cursor used to paginate `session/list` results.
 #[derive(
     Debug,
@@ -5322,7 +5012,7 @@ impl std::borrow::Borrow<str> for SessionListCursor {
     }
 }
 /// Response from deleting a session.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct DeleteSessionResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5330,12 +5020,7 @@ pub struct DeleteSessionResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl DeleteSessionResponse {
@@ -5353,29 +5038,22 @@ impl DeleteSessionResponse {
         self
     }
 }
+serde_support::deserialize_struct!(DeleteSessionResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response from resuming an existing session.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ResumeSessionResponse {
     /// Initial session configuration options.
-    #[serde(
-        rename = "configOptions",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Vec<SessionConfigOption>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ResumeSessionResponse {
@@ -5400,8 +5078,12 @@ impl ResumeSessionResponse {
         self
     }
 }
+serde_support::deserialize_struct!(ResumeSessionResponse {
+    config_options: "configOptions" => optional(OptVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response from closing a session.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct CloseSessionResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5409,12 +5091,7 @@ pub struct CloseSessionResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl CloseSessionResponse {
@@ -5430,27 +5107,22 @@ impl CloseSessionResponse {
         self
     }
 }
+serde_support::deserialize_struct!(CloseSessionResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response to `session/set_config_option` method.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SetSessionConfigOptionResponse {
     /// The full set of configuration options and their current values.
-    #[serde(
-        rename = "configOptions",
-        deserialize_with = "serde_support::vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "configOptions")]
     pub config_options: Vec<SessionConfigOption>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SetSessionConfigOptionResponse {
@@ -5469,13 +5141,17 @@ impl SetSessionConfigOptionResponse {
         self
     }
 }
+serde_support::deserialize_struct!(SetSessionConfigOptionResponse {
+    config_options: "configOptions" => required(VecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response acknowledging that a user prompt was accepted.
 ///
 /// This response does not indicate that the agent has finished processing.
 /// Processing and completion are reported through `state_update` session updates.
 ///
 /// See protocol docs: [Prompt Accepted](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#2-prompt-accepted)
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct PromptResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5483,12 +5159,7 @@ pub struct PromptResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl PromptResponse {
@@ -5504,6 +5175,9 @@ impl PromptResponse {
         self
     }
 }
+serde_support::deserialize_struct!(PromptResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Allows for sending an arbitrary response to an [`ExtRequest`] that is not part of the ACP spec.
 /// Extension methods provide a way to add custom functionality while maintaining
 /// protocol compatibility.
@@ -5523,7 +5197,7 @@ impl From<serde_json::Value> for ExtResponse {
 /// JSON-RPC 2.0 error object specification with optional additional data.
 ///
 /// See protocol docs: [JSON-RPC Error Object](https://www.jsonrpc.org/specification#error_object)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Error {
     /// A number indicating the error type that occurred.
@@ -5534,11 +5208,7 @@ pub struct Error {
     pub message: String,
     /// Optional primitive or structured value that contains additional information about the error.
     /// This may include debugging information or context-specific details.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub data: Option<serde_json::Value>,
 }
 impl Error {
@@ -5558,6 +5228,11 @@ impl Error {
         self
     }
 }
+serde_support::deserialize_struct!(Error {
+    code: "code" => required,
+    message: "message" => required,
+    data: "data" => optional(DefaultOnError),
+});
 /// Predefined error codes for common JSON-RPC and ACP-specific errors.
 ///
 /// These codes follow the JSON-RPC 2.0 specification for standard errors
@@ -5629,7 +5304,7 @@ impl std::fmt::Display for ErrorCode {
 /// Agents can send session updates at any point while the session exists.
 ///
 /// See protocol docs: [Agent Reports Output](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#3-agent-reports-output)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct UpdateSessionNotification {
     /// The ID of the session this update pertains to.
@@ -5642,12 +5317,7 @@ pub struct UpdateSessionNotification {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl UpdateSessionNotification {
@@ -5670,6 +5340,11 @@ impl UpdateSessionNotification {
         self
     }
 }
+serde_support::deserialize_struct!(UpdateSessionNotification {
+    session_id: "sessionId" => required,
+    update: "update" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Different types of updates that can be sent while a session exists.
 ///
 /// These updates report messages, progress, and other session activity.
@@ -5991,7 +5666,7 @@ impl std::borrow::Borrow<str> for MessageId {
     }
 }
 /// A streamed item of message content.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ContentChunk {
     /// A unique identifier for the message this chunk belongs to.
@@ -6007,12 +5682,7 @@ pub struct ContentChunk {
     /// these keys. This field is chunk-scoped.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ContentChunk {
@@ -6035,6 +5705,11 @@ impl ContentChunk {
         self
     }
 }
+serde_support::deserialize_struct!(ContentChunk {
+    message_id: "messageId" => required,
+    content: "content" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A user message upsert.
 ///
 /// Only [`UserMessage::message_id`] is required. `content` has patch semantics:
@@ -6048,30 +5723,21 @@ impl ContentChunk {
 /// previously accumulated for the message, including content from earlier
 /// chunks. Later chunks with the same `messageId` append to the current
 /// content.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct UserMessage {
     /// A unique identifier for the message.
     #[serde(rename = "messageId")]
     pub message_id: MessageId,
     /// Complete replacement content for this message.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Option<Vec<ContentBlock>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys. Omitted means no metadata update; `null` is an explicit clear signal.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl UserMessage {
@@ -6097,6 +5763,11 @@ impl UserMessage {
         self
     }
 }
+serde_support::deserialize_struct!(UserMessage {
+    message_id: "messageId" => required,
+    content: "content" => optional(TriVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// An agent message upsert.
 ///
 /// Only [`AgentMessage::message_id`] is required. `content` has patch semantics:
@@ -6110,30 +5781,21 @@ impl UserMessage {
 /// content previously accumulated for the message, including content from
 /// earlier chunks. Later chunks with the same `messageId` append to the current
 /// content.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct AgentMessage {
     /// A unique identifier for the message.
     #[serde(rename = "messageId")]
     pub message_id: MessageId,
     /// Complete replacement content for this message.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Option<Vec<ContentBlock>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys. Omitted means no metadata update; `null` is an explicit clear signal.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AgentMessage {
@@ -6159,6 +5821,11 @@ impl AgentMessage {
         self
     }
 }
+serde_support::deserialize_struct!(AgentMessage {
+    message_id: "messageId" => required,
+    content: "content" => optional(TriVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// An agent thought or reasoning message upsert.
 ///
 /// Only [`AgentThought::message_id`] is required. `content` has patch semantics:
@@ -6172,30 +5839,21 @@ impl AgentMessage {
 /// content previously accumulated for the thought, including content from
 /// earlier chunks. Later chunks with the same `messageId` append to the current
 /// content.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct AgentThought {
     /// A unique identifier for the thought message.
     #[serde(rename = "messageId")]
     pub message_id: MessageId,
     /// Complete replacement content for this thought message.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_vec_skip_invalid_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Option<Vec<ContentBlock>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys. Omitted means no metadata update; `null` is an explicit clear signal.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AgentThought {
@@ -6221,8 +5879,13 @@ impl AgentThought {
         self
     }
 }
+serde_support::deserialize_struct!(AgentThought {
+    message_id: "messageId" => required,
+    content: "content" => optional(TriVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Foreground work is in progress.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct RunningStateUpdate {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6230,12 +5893,7 @@ pub struct RunningStateUpdate {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl RunningStateUpdate {
@@ -6251,6 +5909,9 @@ impl RunningStateUpdate {
         self
     }
 }
+serde_support::deserialize_struct!(RunningStateUpdate {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Reasons why an agent stops active session work.
 ///
 /// See protocol docs: [Stop Reasons](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#stop-reasons)
@@ -6324,31 +5985,21 @@ impl<'de> serde::Deserialize<'de> for StopReason {
     }
 }
 /// The agent is ready to process a new prompt.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct IdleStateUpdate {
     /// Indicates why foreground work stopped.
     ///
     /// Optional. Omitted or `null` both mean the agent is not reporting a stop reason.
     /// Agents SHOULD include this when the idle transition ends foreground work.
-    #[serde(
-        rename = "stopReason",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "stopReason", skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<Option<StopReason>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl IdleStateUpdate {
@@ -6373,8 +6024,12 @@ impl IdleStateUpdate {
         self
     }
 }
+serde_support::deserialize_struct!(IdleStateUpdate {
+    stop_reason: "stopReason" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Foreground work is blocked on user action.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct RequiresActionStateUpdate {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6382,12 +6037,7 @@ pub struct RequiresActionStateUpdate {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl RequiresActionStateUpdate {
@@ -6405,6 +6055,9 @@ impl RequiresActionStateUpdate {
         self
     }
 }
+serde_support::deserialize_struct!(RequiresActionStateUpdate {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// The state of the agent's foreground work has changed.
 ///
 /// Background activity can continue and emit other `session/update` notifications
@@ -6479,7 +6132,7 @@ impl<'de> serde::Deserialize<'de> for StateUpdate {
 /// content for the matching [`ToolCallId`]. Agents can use
 /// [`ToolCallUpdate::content`] when they need to replace the whole content
 /// collection instead.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ToolCallContentChunk {
     /// The ID of the tool call this content belongs to.
@@ -6492,12 +6145,7 @@ pub struct ToolCallContentChunk {
     /// these keys. This field is chunk-scoped.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ToolCallContentChunk {
@@ -6520,8 +6168,13 @@ impl ToolCallContentChunk {
         self
     }
 }
+serde_support::deserialize_struct!(ToolCallContentChunk {
+    tool_call_id: "toolCallId" => required,
+    content: "content" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// An authoritative replacement snapshot of terminal output bytes.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct TerminalOutput {
     /// Base64-encoded replacement terminal output bytes.
@@ -6532,12 +6185,7 @@ pub struct TerminalOutput {
     /// and `null` are equivalent and mean no snapshot metadata was provided.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl TerminalOutput {
@@ -6556,31 +6204,26 @@ impl TerminalOutput {
         self
     }
 }
+serde_support::deserialize_struct!(TerminalOutput {
+    data: "data" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Exit information for an agent-owned terminal.
 ///
 /// The presence of this object marks the terminal as exited, even when neither
 /// an exit code nor a signal is known.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct TerminalExitStatus {
     /// Process exit code, when known. Omitted and `null` are equivalent.
-    #[serde(
-        rename = "exitCode",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "exitCode", skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<Option<u32>>,
     /// Signal that terminated the process, when known.
     ///
     /// Agents should use the conventional platform signal name. POSIX examples
     /// include `SIGTERM`, `SIGKILL`, and `SIGINT`. Other platforms may use a
     /// platform-specific name. Omitted and `null` are equivalent.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -6588,12 +6231,7 @@ pub struct TerminalExitStatus {
     /// and `null` are equivalent and mean no exit metadata was provided.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl TerminalExitStatus {
@@ -6625,58 +6263,41 @@ impl TerminalExitStatus {
         self
     }
 }
+serde_support::deserialize_struct!(TerminalExitStatus {
+    exit_code: "exitCode" => optional(TriOrDefault),
+    signal: "signal" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// An upsert for the stored state of an agent-owned terminal.
 ///
 /// Only [`TerminalUpdate::terminal_id`] is required. Other fields have patch
 /// semantics: omitted fields leave the stored value unchanged, `null` clears
 /// it, and concrete values replace it. When the terminal ID is new, omitted
 /// fields start unknown.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct TerminalUpdate {
     /// Unique identifier for this terminal within the session.
     #[serde(rename = "terminalId")]
     pub terminal_id: TerminalId,
     /// The command being run.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<Option<String>>,
     /// The absolute working directory of the command.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<Option<AbsolutePath>>,
     /// An authoritative replacement snapshot of terminal output bytes.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<Option<TerminalOutput>>,
     /// Exit information. A concrete object marks the terminal as exited.
-    #[serde(
-        rename = "exitStatus",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "exitStatus", skip_serializing_if = "Option::is_none")]
     pub exit_status: Option<Option<TerminalExitStatus>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Omitted means no metadata update; `null` is an
     /// explicit clear signal. Implementations MUST NOT make assumptions about values at these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl TerminalUpdate {
@@ -6723,8 +6344,16 @@ impl TerminalUpdate {
         self
     }
 }
+serde_support::deserialize_struct!(TerminalUpdate {
+    terminal_id: "terminalId" => required,
+    command: "command" => optional(TriOrDefault),
+    cwd: "cwd" => optional(TriOrDefault),
+    output: "output" => optional(TriOrDefault),
+    exit_status: "exitStatus" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A chunk of bytes appended to an agent-owned terminal's output.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct TerminalOutputChunk {
     /// The terminal receiving these bytes.
@@ -6738,12 +6367,7 @@ pub struct TerminalOutputChunk {
     /// equivalent and mean no chunk metadata was provided.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl TerminalOutputChunk {
@@ -6763,6 +6387,11 @@ impl TerminalOutputChunk {
         self
     }
 }
+serde_support::deserialize_struct!(TerminalOutputChunk {
+    terminal_id: "terminalId" => required,
+    data: "data" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Updated content for a plan.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -6851,7 +6480,7 @@ impl std::borrow::Borrow<str> for PlanId {
 /// Represents a task or goal that the assistant intends to accomplish
 /// as part of fulfilling the user's request.
 /// See protocol docs: [Plan Entries](https://agentclientprotocol.com/protocol/v2/agent-plan#plan-entries)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct PlanEntry {
     /// Human-readable description of what this task aims to accomplish.
@@ -6866,12 +6495,7 @@ pub struct PlanEntry {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl PlanEntry {
@@ -6896,6 +6520,12 @@ impl PlanEntry {
         self
     }
 }
+serde_support::deserialize_struct!(PlanEntry {
+    content: "content" => required,
+    priority: "priority" => required,
+    status: "status" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Priority levels for plan entries.
 ///
 /// Used to indicate the relative importance or urgency of different
@@ -7018,7 +6648,7 @@ impl<'de> serde::Deserialize<'de> for PlanEntryStatus {
     }
 }
 /// A plan represented as structured entries.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct PlanItems {
     /// The plan ID to update.
@@ -7028,19 +6658,13 @@ pub struct PlanItems {
     ///
     /// When updating an item-based plan, the agent must send a complete list of all entries
     /// with their current status. The client replaces that plan with each update.
-    #[serde(deserialize_with = "serde_support::vec_skip_invalid_or_default")]
     pub entries: Vec<PlanEntry>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl PlanItems {
@@ -7060,8 +6684,13 @@ impl PlanItems {
         self
     }
 }
+serde_support::deserialize_struct!(PlanItems {
+    plan_id: "planId" => required,
+    entries: "entries" => required(VecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A content update for a plan identified by ID.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct PlanUpdate {
     /// The updated plan content.
@@ -7071,12 +6700,7 @@ pub struct PlanUpdate {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl PlanUpdate {
@@ -7095,8 +6719,12 @@ impl PlanUpdate {
         self
     }
 }
+serde_support::deserialize_struct!(PlanUpdate {
+    plan: "plan" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Information about a command.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct AvailableCommand {
     /// Command name (e.g., `create_plan`, `research_codebase`).
@@ -7104,23 +6732,14 @@ pub struct AvailableCommand {
     /// Human-readable description of what the command does.
     pub description: String,
     /// Input for the command if required
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<Option<AvailableCommandInput>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AvailableCommand {
@@ -7147,6 +6766,12 @@ impl AvailableCommand {
         self
     }
 }
+serde_support::deserialize_struct!(AvailableCommand {
+    name: "name" => required,
+    description: "description" => required,
+    input: "input" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// The input specification for a command.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -7196,7 +6821,7 @@ impl<'de> serde::Deserialize<'de> for AvailableCommandInput {
     }
 }
 /// All text that was typed after the command name is provided as input.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct TextCommandInput {
     /// A hint to display when the input hasn't been provided yet
@@ -7206,12 +6831,7 @@ pub struct TextCommandInput {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl TextCommandInput {
@@ -7230,27 +6850,23 @@ impl TextCommandInput {
         self
     }
 }
+serde_support::deserialize_struct!(TextCommandInput {
+    hint: "hint" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Available commands are ready or have changed
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct AvailableCommandsUpdate {
     /// Commands the agent can execute.
-    #[serde(
-        rename = "availableCommands",
-        deserialize_with = "serde_support::vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "availableCommands")]
     pub available_commands: Vec<AvailableCommand>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AvailableCommandsUpdate {
@@ -7269,27 +6885,23 @@ impl AvailableCommandsUpdate {
         self
     }
 }
+serde_support::deserialize_struct!(AvailableCommandsUpdate {
+    available_commands: "availableCommands" => required(VecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Session configuration options have been updated.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ConfigOptionUpdate {
     /// The full set of configuration options and their current values.
-    #[serde(
-        rename = "configOptions",
-        deserialize_with = "serde_support::vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "configOptions")]
     pub config_options: Vec<SessionConfigOption>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ConfigOptionUpdate {
@@ -7308,6 +6920,10 @@ impl ConfigOptionUpdate {
         self
     }
 }
+serde_support::deserialize_struct!(ConfigOptionUpdate {
+    config_options: "configOptions" => required(VecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Update to session metadata. All fields are optional to support partial updates.
 ///
 /// Agents send this notification to update session information like title or custom metadata.
@@ -7315,35 +6931,21 @@ impl ConfigOptionUpdate {
 ///
 /// Omitted fields leave the existing session info unchanged. `null` clears the
 /// corresponding value.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct SessionInfoUpdate {
     /// Human-readable title for the session. Set to null to clear.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// RFC 3339 timestamp of last activity. Set to null to clear.
-    #[serde(
-        rename = "updatedAt",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "updatedAt", skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Omitted means no metadata update; `null` is an
     /// explicit clear signal. Implementations MUST NOT make assumptions about values at these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SessionInfoUpdate {
@@ -7375,8 +6977,13 @@ impl SessionInfoUpdate {
         self
     }
 }
+serde_support::deserialize_struct!(SessionInfoUpdate {
+    title: "title" => optional(TriOrDefault),
+    updated_at: "updatedAt" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Cost information for a session.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Cost {
     /// Total cumulative cost for session.
@@ -7388,12 +6995,7 @@ pub struct Cost {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl Cost {
@@ -7413,8 +7015,13 @@ impl Cost {
         self
     }
 }
+serde_support::deserialize_struct!(Cost {
+    amount: "amount" => required,
+    currency: "currency" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Context window and cost update for a session.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct UsageUpdate {
     /// Tokens currently in context.
@@ -7422,23 +7029,14 @@ pub struct UsageUpdate {
     /// Total context window size in tokens.
     pub size: u64,
     /// Cumulative session cost (optional).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cost: Option<Option<Cost>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl UsageUpdate {
@@ -7465,8 +7063,14 @@ impl UsageUpdate {
         self
     }
 }
+serde_support::deserialize_struct!(UsageUpdate {
+    used: "used" => required,
+    size: "size" => required,
+    cost: "cost" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Notification sent by the agent when a URL-based elicitation is complete.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CompleteElicitationNotification {
     /// The ID of the elicitation that completed.
@@ -7479,12 +7083,7 @@ pub struct CompleteElicitationNotification {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl CompleteElicitationNotification {
@@ -7503,6 +7102,10 @@ impl CompleteElicitationNotification {
         self
     }
 }
+serde_support::deserialize_struct!(CompleteElicitationNotification {
+    elicitation_id: "elicitationId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Allows the Agent to send an arbitrary notification that is not part of the ACP spec.
 /// Extension notifications provide a way to send one-way messages for custom functionality
 /// while maintaining protocol compatibility.
@@ -7521,7 +7124,7 @@ impl From<serde_json::Value> for ExtNotification {
 /// Sent by the client to establish connection and negotiate capabilities.
 ///
 /// See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/v2/initialization)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct InitializeRequest {
     /// The latest protocol version supported by the client.
@@ -7530,23 +7133,14 @@ pub struct InitializeRequest {
     /// Information about the implementation sending this initialize request.
     pub info: Implementation,
     /// Capabilities supported by the client.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<ClientCapabilities>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl InitializeRequest {
@@ -7576,13 +7170,19 @@ impl InitializeRequest {
         self
     }
 }
+serde_support::deserialize_struct!(InitializeRequest {
+    protocol_version: "protocolVersion" => required,
+    info: "info" => required,
+    capabilities: "capabilities" => optional(DefaultOnError),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities supported by the client.
 ///
 /// Advertised during initialization to inform the agent about
 /// available features and methods.
 ///
 /// See protocol docs: [Client Capabilities](https://agentclientprotocol.com/protocol/v2/initialization#client-capabilities)
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ClientCapabilities {
     /// Authentication capabilities supported by the client.
@@ -7591,34 +7191,21 @@ pub struct ClientCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise any
     /// authentication-method extensions.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub auth: Option<Option<AuthCapabilities>>,
     /// Elicitation capabilities supported by the client.
     /// Determines which elicitation modes the agent may use.
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise
     /// elicitation support.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub elicitation: Option<Option<ElicitationCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ClientCapabilities {
@@ -7650,12 +7237,17 @@ impl ClientCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(ClientCapabilities {
+    auth: "auth" => optional(TriOrDefault),
+    elicitation: "elicitation" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Authentication capabilities supported by the client.
 ///
 /// Advertised during initialization to inform the agent which authentication
 /// method types the client can handle. This governs opt-in types that require
 /// additional client-side support.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct AuthCapabilities {
     /// Whether the client supports `terminal` authentication methods.
@@ -7664,23 +7256,14 @@ pub struct AuthCapabilities {
     /// The client should supply `{}` only when it can reproduce the configured
     /// agent invocation in an interactive terminal. Supplying `{}` means the
     /// agent may include `terminal` entries in its authentication methods.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub terminal: Option<Option<TerminalAuthCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl AuthCapabilities {
@@ -7705,12 +7288,16 @@ impl AuthCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(AuthCapabilities {
+    terminal: "terminal" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Capabilities for terminal authentication methods.
 ///
 /// Supplying `{}` means the client can reproduce the configured agent
 /// invocation in an interactive terminal and supports terminal authentication
 /// methods.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct TerminalAuthCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7718,12 +7305,7 @@ pub struct TerminalAuthCapabilities {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl TerminalAuthCapabilities {
@@ -7741,29 +7323,24 @@ impl TerminalAuthCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(TerminalAuthCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Elicitation capabilities supported by the client.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ElicitationCapabilities {
     /// Whether the client supports form-based elicitation.
     ///
     /// Optional. Omitted and `null` are equivalent and mean form support is not advertised.
     /// Supplying `{}` explicitly advertises form support.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub form: Option<Option<ElicitationFormCapabilities>>,
     /// Whether the client supports URL-based elicitation.
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise support.
     /// Supplying `{}` means the client supports URL-based elicitation.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<Option<ElicitationUrlCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -7772,12 +7349,7 @@ pub struct ElicitationCapabilities {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ElicitationCapabilities {
@@ -7809,10 +7381,15 @@ impl ElicitationCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(ElicitationCapabilities {
+    form: "form" => optional(TriOrDefault),
+    url: "url" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Form-based elicitation capabilities.
 ///
 /// Supplying `{}` means the client supports form-based elicitation.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ElicitationFormCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7822,12 +7399,7 @@ pub struct ElicitationFormCapabilities {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ElicitationFormCapabilities {
@@ -7845,10 +7417,13 @@ impl ElicitationFormCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(ElicitationFormCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// URL-based elicitation capabilities.
 ///
 /// Supplying `{}` means the client supports URL-based elicitation.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ElicitationUrlCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7858,12 +7433,7 @@ pub struct ElicitationUrlCapabilities {
     /// Optional. Omitted and `null` are equivalent and mean no metadata.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ElicitationUrlCapabilities {
@@ -7881,6 +7451,9 @@ impl ElicitationUrlCapabilities {
         self
     }
 }
+serde_support::deserialize_struct!(ElicitationUrlCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for the `auth/login` method.
 ///
 /// Specifies which authentication method to use.
@@ -7888,7 +7461,7 @@ impl ElicitationUrlCapabilities {
 /// Agents MUST support this method when their `initialize` response advertised
 /// at least one valid authentication method. Clients MUST NOT call this method
 /// when `authMethods` was omitted or empty.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct LoginAuthRequest {
     /// The ID of the authentication method to use.
@@ -7900,12 +7473,7 @@ pub struct LoginAuthRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl LoginAuthRequest {
@@ -7924,6 +7492,10 @@ impl LoginAuthRequest {
         self
     }
 }
+serde_support::deserialize_struct!(LoginAuthRequest {
+    method_id: "methodId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for the `auth/logout` method.
 ///
 /// Terminates the current authenticated session.
@@ -7931,7 +7503,7 @@ impl LoginAuthRequest {
 /// Agents MUST support this method when their `initialize` response advertised
 /// at least one valid authentication method. Clients MUST NOT call this method
 /// when `authMethods` was omitted or empty.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct LogoutAuthRequest {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7939,12 +7511,7 @@ pub struct LogoutAuthRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl LogoutAuthRequest {
@@ -7960,10 +7527,13 @@ impl LogoutAuthRequest {
         self
     }
 }
+serde_support::deserialize_struct!(LogoutAuthRequest {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for creating a new session.
 ///
 /// See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/v2/session-setup#creating-a-session)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NewSessionRequest {
     /// The working directory for this session. Must be an absolute path.
@@ -7973,32 +7543,17 @@ pub struct NewSessionRequest {
     /// These expand the session's workspace scope without changing `cwd`, which
     /// remains the base for relative paths. When omitted or empty, no
     /// additional roots are activated for the new session.
-    #[serde(
-        rename = "additionalDirectories",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Vec<AbsolutePath>>,
     /// List of MCP (Model Context Protocol) servers the agent should connect to.
-    #[serde(
-        rename = "mcpServers",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "mcpServers", skip_serializing_if = "Option::is_none")]
     pub mcp_servers: Option<Vec<McpServer>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl NewSessionRequest {
@@ -8034,6 +7589,12 @@ impl NewSessionRequest {
         self
     }
 }
+serde_support::deserialize_struct!(NewSessionRequest {
+    cwd: "cwd" => required,
+    additional_directories: "additionalDirectories" => optional(OptVecSkipInvalidOrDefault),
+    mcp_servers: "mcpServers" => optional(OptVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Configuration for connecting to an MCP (Model Context Protocol) server.
 ///
 /// MCP servers provide tools and context that the agent can use when
@@ -8093,7 +7654,7 @@ impl<'de> serde::Deserialize<'de> for McpServer {
     }
 }
 /// An HTTP header to set when making requests to the MCP server.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct HttpHeader {
     /// The name of the HTTP header.
@@ -8105,12 +7666,7 @@ pub struct HttpHeader {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl HttpHeader {
@@ -8130,8 +7686,13 @@ impl HttpHeader {
         self
     }
 }
+serde_support::deserialize_struct!(HttpHeader {
+    name: "name" => required,
+    value: "value" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// HTTP transport configuration for MCP.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct McpServerHttp {
     /// Human-readable name identifying this MCP server.
@@ -8139,19 +7700,14 @@ pub struct McpServerHttp {
     /// URL to the MCP server.
     pub url: String,
     /// HTTP headers to set when making requests to the MCP server.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub headers: Option<Vec<HttpHeader>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl McpServerHttp {
@@ -8178,8 +7734,14 @@ impl McpServerHttp {
         self
     }
 }
+serde_support::deserialize_struct!(McpServerHttp {
+    name: "name" => required,
+    url: "url" => required,
+    headers: "headers" => optional,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Stdio transport configuration for MCP.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct McpServerStdio {
     /// Human-readable name identifying this MCP server.
@@ -8187,22 +7749,17 @@ pub struct McpServerStdio {
     /// Absolute path to the MCP server executable.
     pub command: AbsolutePath,
     /// Command-line arguments to pass to the MCP server.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub args: Option<Vec<String>>,
     /// Environment variables to set when launching the MCP server.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<EnvVariable>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl McpServerStdio {
@@ -8236,35 +7793,29 @@ impl McpServerStdio {
         self
     }
 }
+serde_support::deserialize_struct!(McpServerStdio {
+    name: "name" => required,
+    command: "command" => required,
+    args: "args" => optional,
+    env: "env" => optional,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for listing existing sessions.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ListSessionsRequest {
     /// Filter sessions by working directory. Must be an absolute path.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<Option<AbsolutePath>>,
     /// Opaque cursor token from a previous response's nextCursor field for cursor-based pagination
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cursor: Option<Option<SessionListCursor>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ListSessionsRequest {
@@ -8296,10 +7847,15 @@ impl ListSessionsRequest {
         self
     }
 }
+serde_support::deserialize_struct!(ListSessionsRequest {
+    cwd: "cwd" => optional(Tri),
+    cursor: "cursor" => optional(Tri),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for deleting an existing session from `session/list`.
 ///
 /// Only available if the Agent supports the `session.delete` capability.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct DeleteSessionRequest {
     /// The ID of the session to delete.
@@ -8310,12 +7866,7 @@ pub struct DeleteSessionRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl DeleteSessionRequest {
@@ -8334,11 +7885,15 @@ impl DeleteSessionRequest {
         self
     }
 }
+serde_support::deserialize_struct!(DeleteSessionRequest {
+    session_id: "sessionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for resuming an existing session.
 ///
 /// Resumes an existing session and optionally replays prior conversation
 /// history according to `replayFrom`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ResumeSessionRequest {
     /// The ID of the session to resume.
@@ -8352,20 +7907,10 @@ pub struct ResumeSessionRequest {
     /// this is the complete resulting additional-root list for the resumed
     /// session. It may differ from any previously used or reported list as long as
     /// the request `cwd` matches the session's `cwd`.
-    #[serde(
-        rename = "additionalDirectories",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Vec<AbsolutePath>>,
     /// List of MCP servers to connect to for this session.
-    #[serde(
-        rename = "mcpServers",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::opt_vec_skip_invalid_or_default"
-    )]
+    #[serde(rename = "mcpServers", skip_serializing_if = "Option::is_none")]
     pub mcp_servers: Option<Vec<McpServer>>,
     /// Inclusive cursor describing where conversation replay should begin.
     ///
@@ -8374,24 +7919,14 @@ pub struct ResumeSessionRequest {
     /// replay includes the position identified by the cursor. Supplying
     /// `{ "type": "start" }` means the Agent should replay the whole
     /// conversation before responding.
-    #[serde(
-        rename = "replayFrom",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri_or_default"
-    )]
+    #[serde(rename = "replayFrom", skip_serializing_if = "Option::is_none")]
     pub replay_from: Option<Option<ReplayFrom>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ResumeSessionRequest {
@@ -8435,6 +7970,14 @@ impl ResumeSessionRequest {
         self
     }
 }
+serde_support::deserialize_struct!(ResumeSessionRequest {
+    session_id: "sessionId" => required,
+    cwd: "cwd" => required,
+    additional_directories: "additionalDirectories" => optional(OptVecSkipInvalidOrDefault),
+    mcp_servers: "mcpServers" => optional(OptVecSkipInvalidOrDefault),
+    replay_from: "replayFrom" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Inclusive cursor describing where replayed session history should begin.
 ///
 /// Replay includes the position identified by the cursor.
@@ -8482,7 +8025,7 @@ impl<'de> serde::Deserialize<'de> for ReplayFrom {
     }
 }
 /// Inclusive replay cursor requesting replay from the start of the conversation.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ReplayFromStart {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -8490,12 +8033,7 @@ pub struct ReplayFromStart {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl ReplayFromStart {
@@ -8511,12 +8049,15 @@ impl ReplayFromStart {
         self
     }
 }
+serde_support::deserialize_struct!(ReplayFromStart {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for closing an active session.
 ///
 /// The agent **must** cancel any ongoing work related to the session (treat it
 /// as if `session/cancel` was called) and then free up any resources associated
 /// with the session.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CloseSessionRequest {
     /// The ID of the session to close.
@@ -8527,12 +8068,7 @@ pub struct CloseSessionRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl CloseSessionRequest {
@@ -8551,6 +8087,10 @@ impl CloseSessionRequest {
         self
     }
 }
+serde_support::deserialize_struct!(CloseSessionRequest {
+    session_id: "sessionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for setting a session configuration option.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
@@ -8568,8 +8108,8 @@ pub struct SetSessionConfigOptionRequest {
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(
         rename = "_meta",
-        default,
         skip_serializing_if = "Option::is_none",
+        default,
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
@@ -8603,7 +8143,7 @@ impl SetSessionConfigOptionRequest {
 /// Contains the user's message and any additional context.
 ///
 /// See protocol docs: [User Message](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#1-user-message)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct PromptRequest {
     /// The ID of the session to send this user message to
@@ -8628,12 +8168,7 @@ pub struct PromptRequest {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl PromptRequest {
@@ -8653,8 +8188,13 @@ impl PromptRequest {
         self
     }
 }
+serde_support::deserialize_struct!(PromptRequest {
+    session_id: "sessionId" => required,
+    prompt: "prompt" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response to a permission request.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct RequestPermissionResponse {
     /// The user's decision on the permission request.
@@ -8664,12 +8204,7 @@ pub struct RequestPermissionResponse {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl RequestPermissionResponse {
@@ -8688,6 +8223,10 @@ impl RequestPermissionResponse {
         self
     }
 }
+serde_support::deserialize_struct!(RequestPermissionResponse {
+    outcome: "outcome" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// The outcome of a permission request.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -8755,7 +8294,7 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionOutcome {
     }
 }
 /// The user selected one of the provided options.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SelectedPermissionOutcome {
     /// The ID of the option the user selected.
@@ -8766,12 +8305,7 @@ pub struct SelectedPermissionOutcome {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl SelectedPermissionOutcome {
@@ -8790,6 +8324,10 @@ impl SelectedPermissionOutcome {
         self
     }
 }
+serde_support::deserialize_struct!(SelectedPermissionOutcome {
+    option_id: "optionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response from the client to an elicitation request.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
@@ -8803,8 +8341,8 @@ pub struct CreateElicitationResponse {
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(
         rename = "_meta",
-        default,
         skip_serializing_if = "Option::is_none",
+        default,
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
@@ -8844,15 +8382,11 @@ pub enum ElicitationContentValue {
     StringArray(Vec<String>),
 }
 /// The user accepted the elicitation and provided content.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct ElicitationAcceptAction {
     /// The user-provided content, if any, as an object matching the requested schema.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::tri"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<
         Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
     >,
@@ -8875,10 +8409,13 @@ impl ElicitationAcceptAction {
         self
     }
 }
+serde_support::deserialize_struct!(ElicitationAcceptAction {
+    content: "content" => optional(Tri),
+});
 /// Notification to cancel ongoing operations for a session.
 ///
 /// See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#cancellation)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CancelSessionNotification {
     /// The ID of the session to cancel operations for.
@@ -8889,12 +8426,7 @@ pub struct CancelSessionNotification {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl CancelSessionNotification {
@@ -8913,10 +8445,14 @@ impl CancelSessionNotification {
         self
     }
 }
+serde_support::deserialize_struct!(CancelSessionNotification {
+    session_id: "sessionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Notification to cancel an ongoing request.
 ///
 /// See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v2/cancellation)
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CancelRequestNotification {
     /// The ID of the request to cancel.
@@ -8927,12 +8463,7 @@ pub struct CancelRequestNotification {
     /// these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-    #[serde(
-        rename = "_meta",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "serde_support::default_on_error"
-    )]
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 impl CancelRequestNotification {
@@ -8951,6 +8482,10 @@ impl CancelRequestNotification {
         self
     }
 }
+serde_support::deserialize_struct!(CancelRequestNotification {
+    request_id: "requestId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// The part of [`CreateElicitationResponse`] that varies with its kind.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]

@@ -125,6 +125,9 @@ fn field_ty(f: &Field) -> TokenStream {
 }
 
 fn structure(gate: &TokenStream, name: &proc_macro2::Ident, s: &Struct, all: &[Item]) -> TokenStream {
+    // Structs with a flattened union keep serde's derive; the others get a generated
+    // `Deserialize` (see `deserialize_struct`), which compiles faster.
+    let derive_de = s.flatten.is_some();
     let mut fields = Vec::new();
     let mut ctor_params = Vec::new();
     let mut ctor_inits = Vec::new();
@@ -141,10 +144,16 @@ fn structure(gate: &TokenStream, name: &proc_macro2::Ident, s: &Struct, all: &[I
         }
         let presence = presence(f);
         if !f.required {
-            attrs.push(quote!(default, skip_serializing_if = "Option::is_none"));
+            attrs.push(quote!(skip_serializing_if = "Option::is_none"));
         }
-        if let Some(helper) = deserialize_helper(f) {
-            attrs.push(quote!(deserialize_with = #helper));
+        if derive_de {
+            if !f.required {
+                attrs.push(quote!(default));
+            }
+            if let Some(helper) = deserialize_helper(f) {
+                let helper = format!("serde_support::{helper}");
+                attrs.push(quote!(deserialize_with = #helper));
+            }
         }
         let serde_attr = if attrs.is_empty() { quote!() } else { quote!(#[serde(#(#attrs),*)]) };
         fields.push(quote!(#docs #gate #serde_attr pub #id: #ty,));
@@ -188,12 +197,10 @@ fn structure(gate: &TokenStream, name: &proc_macro2::Ident, s: &Struct, all: &[I
         ctor_params.push(quote!(#id: impl Into<#ty>));
         ctor_inits.push(quote!(#id: #id.into(),));
     }
-    let derive_default = ctor_params.is_empty();
-    let derives = if derive_default {
-        quote!(#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)])
-    } else {
-        quote!(#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)])
-    };
+    let default = if ctor_params.is_empty() { quote!(Default,) } else { quote!() };
+    let (de_derive, de_impl) =
+        if derive_de { (quote!(serde::Deserialize,), quote!()) } else { (quote!(), deserialize_struct(gate, name, s)) };
+    let derives = quote!(#[derive(Debug, Clone, PartialEq, #default serde::Serialize, #de_derive)]);
     let ctor_doc = if ctor_params.is_empty() {
         " Creates a value with every optional field unset.".to_owned()
     } else {
@@ -215,6 +222,27 @@ fn structure(gate: &TokenStream, name: &proc_macro2::Ident, s: &Struct, all: &[I
             }
             #(#setters)*
         }
+
+        #de_impl
+    }
+}
+
+/// A streaming `Deserialize` for a plain struct, through `serde_support::deserialize_struct!`
+/// (one pass over the map, unknown keys skipped, lenient fields through their markers).
+fn deserialize_struct(gate: &TokenStream, name: &proc_macro2::Ident, s: &Struct) -> TokenStream {
+    let fields = s.fields.iter().map(|f| {
+        let id = field_ident(&f.wire);
+        let fgate = cfg(&f.gate);
+        let wire = &f.wire;
+        let how = if presence(f) == Presence::Plain { quote!(required) } else { quote!(optional) };
+        let marker = deserialize_helper(f).map(|helper| {
+            let marker = ident(&pascal(&helper));
+            quote!((#marker))
+        });
+        quote!(#fgate #id: #wire => #how #marker)
+    });
+    quote! {
+        #gate serde_support::deserialize_struct!(#name { #(#fields),* });
     }
 }
 
@@ -227,8 +255,9 @@ fn into_param(ty: &Ty, id: &proc_macro2::Ident) -> (TokenStream, TokenStream) {
     }
 }
 
-/// The `deserialize_with` helper a field needs, if any: lenient decoding, or telling `null`
-/// from absent.
+/// The helper a field needs to decode, if any: lenient decoding, or telling `null` from
+/// absent. A function in `serde_support`; its marker type for `next_lenient` is the same
+/// name in PascalCase.
 fn deserialize_helper(f: &Field) -> Option<String> {
     let skip = f.skip_invalid_items && matches!(f.ty, Ty::Vec(_));
     let base = match (presence(f), skip) {
@@ -240,7 +269,7 @@ fn deserialize_helper(f: &Field) -> Option<String> {
         (_, false) => return None,
     };
     let lenient = if f.default_on_error && base != "default_on_error" { "_or_default" } else { "" };
-    Some(format!("serde_support::{base}{lenient}"))
+    Some(format!("{base}{lenient}"))
 }
 
 fn newtype(gate: &TokenStream, name: &proc_macro2::Ident, ty: &Ty) -> TokenStream {
