@@ -97,10 +97,12 @@ fn run(command: Command) -> Result<(), String> {
             let started = std::time::Instant::now();
             let files = codegen::generate(&Settings::new(&dir, &lock.tag)).map_err(|e| e.to_string())?;
             let generated = root.join("generated");
-            let stale = codegen::write_or_check(&generated, &files, check).map_err(|e| e.to_string())?;
+            let mut stale = codegen::write_or_check(&generated, &files, check).map_err(|e| e.to_string())?;
+            let table = codegen::macro_table(&Settings::new(&dir, &lock.tag)).map_err(|e| e.to_string())?;
+            stale.extend(codegen::write_or_check(&root.join("macros"), &[table], check).map_err(|e| e.to_string())?);
             if check {
                 if stale.is_empty() {
-                    println!("generated/ is up to date with schema {} ({} files)", lock.tag, files.len());
+                    println!("generated/ and macros/src/table.rs are up to date with schema {} ({} files)", lock.tag, files.len() + 1);
                 } else {
                     let list: Vec<String> = stale.iter().map(|p| format!("  {}", p.display())).collect();
                     return Err(format!(

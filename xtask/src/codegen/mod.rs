@@ -11,6 +11,7 @@ pub mod emit;
 pub mod features;
 pub mod ir;
 pub mod load;
+pub mod macro_table;
 pub mod methods;
 pub mod naming;
 mod tidy;
@@ -371,6 +372,24 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool) -> Re
         settings.tag
     );
     Ok(format!("{preamble}\n{}", tidy::struct_macros(&prettyplease::unparse(&file))))
+}
+
+/// `macros/src/table.rs`: the handler table of the attribute macros (pinned release, v1).
+pub fn macro_table(settings: &Settings) -> Result<OutputFile> {
+    let v1 = load::load_version(&settings.schema_dir.join("v1"))?;
+    let model = build_model(&v1, settings.gating)?;
+    let schema = v1.schema_unstable.as_ref().unwrap_or(&v1.schema);
+    let defs = schema
+        .get("$defs")
+        .and_then(serde_json::Value::as_object)
+        .ok_or_else(|| CodegenError::Input { path: v1.dir.clone(), message: "no `$defs` object".into() })?;
+    let agent_caps = macro_table::capabilities(defs, "InitializeResponse", &model, ir::Side::Agent);
+    let client_caps = macro_table::capabilities(defs, "InitializeRequest", &model, ir::Side::Client);
+    let tokens = macro_table::table(&model, &agent_caps, &client_caps);
+    let file = syn::parse2::<syn::File>(tokens)
+        .map_err(|e| CodegenError::Emit { file: "macros/src/table.rs".into(), message: e.to_string() })?;
+    let preamble = preamble(settings, &v1, None);
+    Ok(OutputFile { path: "src/table.rs".into(), contents: format!("{preamble}\n{}", prettyplease::unparse(&file)) })
 }
 
 /// Writes the files under `root`, or with `check`, lists the ones that differ.
