@@ -203,6 +203,18 @@ impl Connection {
         W: AsyncWrite + Send + Unpin + 'static,
         H: Handler,
     {
+        self.serve_with(reader, writer, |_| handler)
+    }
+
+    /// Like [`Connection::serve`], but builds the handler from the connection's [`Peer`], for
+    /// a handler that keeps a handle to the other side from the start.
+    pub fn serve_with<R, W, H, F>(self, reader: R, writer: W, make_handler: F) -> (Peer, Serve)
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+        H: Handler,
+        F: FnOnce(&Peer) -> H,
+    {
         let (out_tx, out_rx) = mpsc::channel(self.write_queue_capacity);
         let (tap_tx, tap_rx) = match self.tap {
             Some(_) => {
@@ -223,6 +235,7 @@ impl Connection {
             handled_notify: Notify::new(),
         });
         let peer = Peer { shared: shared.clone() };
+        let handler = make_handler(&peer);
         let options = Options {
             max_line_bytes: self.max_line_bytes,
             max_concurrent_requests: self.max_concurrent_requests,

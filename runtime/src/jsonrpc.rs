@@ -535,7 +535,24 @@ pub fn decode_params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T
 /// Decodes `text` into `T`; on failure returns the path of the failing field (if it can be
 /// located) and serde's message without its position suffix.
 pub(crate) fn decode_with_path<T: DeserializeOwned>(text: &str) -> Result<T, (Option<String>, String)> {
-    serde_json::from_str(text).map_err(|e| {
+    decode_with_path_by(text, |de| {
+        let value = T::deserialize(&mut *de)?;
+        de.end()?;
+        Ok(value)
+    })
+}
+
+/// Runs `decode` on a deserializer over `text`; on failure returns the failing field's path
+/// and serde's message, as [`decode_with_path`] does. For decoders that are not a
+/// `Deserialize` impl (decoding by method name, lenient results). Trailing input is not
+/// checked (a decoder may leave the value unread, e.g. for an unknown method): `text` must be
+/// one JSON value, as a [`RawValue`] is.
+pub(crate) fn decode_with_path_by<'a, T>(
+    text: &'a str,
+    decode: impl FnOnce(&mut serde_json::Deserializer<serde_json::de::StrRead<'a>>) -> Result<T, serde_json::Error>,
+) -> Result<T, (Option<String>, String)> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    decode(&mut de).map_err(|e| {
         let full = e.to_string();
         let message = match full.rfind(" at line ") {
             Some(i) => full[..i].to_owned(),

@@ -1,11 +1,19 @@
 //! Agent Client Protocol runtime: JSON-RPC 2.0 over newline-delimited JSON, with ACP's
 //! concurrency and cancellation rules, for agents and clients alike.
 //!
-//! This crate works at the raw-JSON level (params and results are [`RawValue`]s, never
-//! rewritten); the typed ACP layer sits on top of [`Handler`] and [`Peer`].
+//! Two layers. The core works at the raw-JSON level (params and results are [`RawValue`]s,
+//! never rewritten): [`Connection`], [`Handler`], [`Peer`]. The typed layer sits on top of it
+//! and speaks the generated [`acp_types`]: an agent implements `acp_types::Agent<AgentContext>`
+//! and is served with [`agent::serve_stdio`] (or [`Connection::serve_agent`]); a client
+//! implements `acp_types::Client<ClientContext>` and starts an agent with
+//! [`client::spawn_agent`] (or [`Connection::serve_client`]). Each side calls the other
+//! through a typed handle ([`ClientHandle`], [`AgentHandle`]). See [`agent`] for an example.
 //!
 //! | module | owns |
 //! |---|---|
+//! | [`agent`] | the agent side of the typed layer: [`AgentContext`], [`ClientHandle`], serving an `Agent` |
+//! | [`client`] | the client side of the typed layer: [`ClientContext`], [`AgentHandle`], serving a `Client`, spawning an agent ([`AgentProcess`]) |
+//! | [`terminal`] | [`TerminalHandle`]: a client terminal the agent created, released on drop |
 //! | [`framing`] | splitting input into lines: buffering, the line limit, CRLF, blank lines |
 //! | [`jsonrpc`] | the envelope: [`Id`], [`ErrorObject`] and [`codes`], decoding a line, encoding |
 //! | [`connection`] | [`Connection`] (options), [`Serve`] (the I/O), and the concurrency and cancellation contract |
@@ -13,6 +21,8 @@
 //! | [`peer`] | [`Peer`]: outgoing calls and notifications, cancel-on-drop, `cancel_session` |
 //! | [`transport`] | stdio, a spawned agent process (process group, stderr, termination), in-memory duplex |
 //! | [`methods`] | the ACP method names and fixed results the runtime acts on |
+//!
+//! A raw handler (the typed layer is one too: [`agent::AgentHandler`], [`client::ClientHandler`]):
 //!
 //! ```no_run
 //! use acp_runtime::{Connection, ErrorObject, Handler, IncomingRequest, RawValue};
@@ -74,23 +84,31 @@
 //!
 //! Each row is exercised by `tests/bad_input.rs`.
 
+pub mod agent;
+pub mod client;
 pub mod connection;
 pub mod framing;
 pub mod handler;
 pub mod jsonrpc;
 pub mod methods;
 pub mod peer;
+pub mod terminal;
 pub mod transport;
 
 mod catch_unwind;
 mod error;
 mod router;
+mod typed;
 mod writer;
 
+pub use agent::{AgentContext, ClientHandle, serve_agent};
+pub use client::{AgentHandle, AgentProcess, ClientContext, serve_client, spawn_agent};
 pub use connection::{Connection, Serve};
 pub use error::Error;
 pub use handler::{Handler, IncomingNotification, IncomingRequest};
 pub use jsonrpc::{ErrorObject, Id, codes};
 pub use peer::Peer;
+pub use terminal::TerminalHandle;
+pub use acp_types;
 pub use serde_json::value::RawValue;
 pub use tokio_util::sync::CancellationToken;

@@ -142,7 +142,9 @@ impl Peer {
         self.shared.send_line(line).await
     }
 
-    async fn call<P: Serialize + ?Sized>(
+    /// Calls `method`, serializing `params` straight into the outgoing line, optionally tied to
+    /// `cancel`; the raw result (the typed layer decodes it).
+    pub(crate) async fn call<P: Serialize + ?Sized>(
         &self,
         method: &str,
         params: Option<&P>,

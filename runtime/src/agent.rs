@@ -1,0 +1,452 @@
+//! The agent side of the typed layer: serving an [`acp_types::Agent`] implementation, the
+//! per-call [`AgentContext`], and [`ClientHandle`] for calling the client back.
+//!
+//! This module owns the agent's view of a connection:
+//!
+//! - [`AgentHandler`] adapts an `A: Agent<AgentContext>` into a raw [`Handler`]: params are
+//!   decoded once by method name ([`ClientRequest::decode`]; absent or `null` params read as
+//!   `{}`), a decode failure is -32602 with the failing field's path in `data.path`, an unknown
+//!   method is -32601, the result is encoded as is, and an [`acp_types::Error`] goes out
+//!   unchanged (code, message, data). Notifications go through [`ClientNotification::decode`];
+//!   a bad or unknown one, or a handler error, is logged (notifications are never answered).
+//! - [`Connection::serve_agent`] (and [`serve_agent`], [`serve_stdio`]) start it.
+//! - [`AgentContext`] is what each handler gets besides its params: the request id, the
+//!   session id, the params' `_meta`, the request's cancellation token, and a [`ClientHandle`]
+//!   bound to that token.
+//! - [`ClientHandle`] calls the client: `session/update`, `session/request_permission`,
+//!   `fs/*`, `terminal/*` (through [`TerminalHandle`]), `elicitation/*` and extension methods.
+//!
+//! Concurrency and cancellation are the runtime's (see [`crate::connection`]): requests run
+//! concurrently, notifications in order, a cancelled `session/prompt` answers
+//! `{"stopReason":"cancelled"}` whatever the handler returns. On top of that, the typed layer
+//! binds a handler's outgoing calls to its request: once the turn is cancelled, a pending call
+//! made through [`AgentContext::client`] returns [`Error::Cancelled`] and the client is sent
+//! `$/cancel_request` for it, and [`ClientHandle::request_permission`] resolves with the
+//! `cancelled` outcome, as ACP requires.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use acp_runtime::agent::{AgentContext, serve_stdio};
+//! use acp_types::{
+//!     Agent, AuthenticateRequest, AuthenticateResponse, CancelNotification, ContentBlock,
+//!     ContentChunk, Error, InitializeRequest, InitializeResponse, NewSessionRequest,
+//!     NewSessionResponse, PromptRequest, PromptResponse, SessionNotification, SessionUpdate,
+//!     StopReason, TextContent,
+//! };
+//!
+//! struct Echo;
+//!
+//! impl Agent<AgentContext> for Echo {
+//!     async fn initialize(&self, params: InitializeRequest, _cx: AgentContext) -> Result<InitializeResponse, Error> {
+//!         Ok(InitializeResponse::new(params.protocol_version))
+//!     }
+//!     async fn authenticate(&self, _: AuthenticateRequest, _cx: AgentContext) -> Result<AuthenticateResponse, Error> {
+//!         Ok(AuthenticateResponse::new())
+//!     }
+//!     async fn session_new(&self, _: NewSessionRequest, _cx: AgentContext) -> Result<NewSessionResponse, Error> {
+//!         Ok(NewSessionResponse::new("sess_1"))
+//!     }
+//!     async fn session_prompt(&self, params: PromptRequest, cx: AgentContext) -> Result<PromptResponse, Error> {
+//!         for block in params.prompt {
+//!             let chunk = SessionUpdate::AgentMessageChunk(ContentChunk::new(block));
+//!             // `?` turns a failed call into an error answer (-32603, or the client's own error).
+//!             cx.client().session_update(SessionNotification::new(params.session_id.clone(), chunk)).await?;
+//!         }
+//!         let reason = if cx.is_cancelled() { StopReason::Cancelled } else { StopReason::EndTurn };
+//!         Ok(PromptResponse::new(reason))
+//!     }
+//!     async fn session_cancel(&self, _: CancelNotification, _cx: AgentContext) -> Result<(), Error> {
+//!         Ok(()) // the runtime already cancelled the turn's token
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), acp_runtime::Error> {
+//!     serve_stdio(Echo).await
+//! }
+//! ```
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::sync::Arc;
+
+use acp_types::{
+    Agent, ClientNotification, ClientRequest, CompleteElicitationNotification, CreateElicitationRequest,
+    CreateElicitationResponse, CreateTerminalRequest, CreateTerminalResponse, ReadTextFileRequest,
+    ReadTextFileResponse, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+    SessionNotification, WriteTextFileRequest, WriteTextFileResponse, client_method,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+use crate::connection::{Connection, Serve};
+use crate::error::Error;
+use crate::handler::{Handler, IncomingNotification, IncomingRequest};
+use crate::jsonrpc::{ErrorObject, Id, codes};
+use crate::peer::Peer;
+pub use crate::terminal::TerminalHandle;
+use crate::typed;
+
+// ---- serving --------------------------------------------------------------------------------
+
+/// Serves `agent` over `reader`/`writer` with the default [`Connection`] options.
+///
+/// Returns the handle to the client (for calls outside any request, e.g. from a background
+/// task) and the [`Serve`] future that runs the connection (poll or spawn it).
+pub fn serve_agent<A, R, W>(agent: A, reader: R, writer: W) -> (ClientHandle, Serve)
+where
+    A: Agent<AgentContext> + 'static,
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    Connection::new().serve_agent(agent, reader, writer)
+}
+
+/// Serves `agent` on this process's stdin/stdout until the client closes stdin (or the
+/// connection fails). Nothing else may write to stdout; log to stderr.
+pub async fn serve_stdio<A>(agent: A) -> Result<(), Error>
+where
+    A: Agent<AgentContext> + 'static,
+{
+    Connection::new().serve_agent_stdio(agent).await
+}
+
+impl Connection {
+    /// Serves `agent` (the agent side of ACP) with these options; see [`serve_agent`].
+    pub fn serve_agent<A, R, W>(self, agent: A, reader: R, writer: W) -> (ClientHandle, Serve)
+    where
+        A: Agent<AgentContext> + 'static,
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
+        self.serve_agent_with(reader, writer, |_| agent)
+    }
+
+    /// Like [`Connection::serve_agent`], but builds the agent from the [`ClientHandle`], for an
+    /// agent that keeps a handle to its client from the start.
+    pub fn serve_agent_with<A, R, W, F>(self, reader: R, writer: W, make_agent: F) -> (ClientHandle, Serve)
+    where
+        A: Agent<AgentContext> + 'static,
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+        F: FnOnce(ClientHandle) -> A,
+    {
+        let (peer, serve) =
+            self.serve_with(reader, writer, |peer| AgentHandler::new(make_agent(ClientHandle::new(peer.clone()))));
+        (ClientHandle::new(peer), serve)
+    }
+
+    /// Serves `agent` on stdin/stdout with these options until the connection ends; see
+    /// [`serve_stdio`].
+    pub async fn serve_agent_stdio<A>(self, agent: A) -> Result<(), Error>
+    where
+        A: Agent<AgentContext> + 'static,
+    {
+        let (reader, writer) = crate::transport::stdio();
+        let (_client, serve) = self.serve_agent(agent, reader, writer);
+        serve.await
+    }
+}
+
+/// The raw [`Handler`] that serves an [`Agent<AgentContext>`](Agent) (see the
+/// [module docs](self) for how messages are decoded and answered). [`Connection::serve_agent`]
+/// uses it; build one yourself to combine it with other raw handling.
+#[derive(Debug)]
+pub struct AgentHandler<A> {
+    agent: A,
+}
+
+impl<A> AgentHandler<A> {
+    /// Wraps `agent`.
+    pub fn new(agent: A) -> Self {
+        AgentHandler { agent }
+    }
+
+    /// The wrapped agent.
+    pub fn agent(&self) -> &A {
+        &self.agent
+    }
+}
+
+impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
+    async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
+        let text = typed::params_text(req.params.as_deref());
+        let request = typed::decode_incoming(text, |de| ClientRequest::decode(&req.method, de))?
+            .ok_or_else(|| ErrorObject::method_not_found(&req.method))?;
+        let meta = typed::scan_envelope(req.params.as_deref(), false).meta;
+        let cx = AgentContext {
+            inner: Arc::new(ContextInner {
+                request_id: Some(req.id),
+                method: req.method,
+                session_id: req.session_id,
+                meta,
+                handle: ClientHandle { peer: req.peer, cancel: Some(req.cancel.clone()) },
+                cancel: req.cancel,
+            }),
+        };
+        let response = request.dispatch(&self.agent, cx).await?;
+        typed::encode_result(&response)
+    }
+
+    async fn handle_notification(&self, notification: IncomingNotification) {
+        let text = typed::params_text(notification.params.as_deref());
+        let decoded = typed::decode_incoming(text, |de| ClientNotification::decode(&notification.method, de));
+        let decoded = match decoded {
+            Ok(Some(decoded)) => decoded,
+            Ok(None) => {
+                tracing::debug!(method = %notification.method, "acp agent: unknown notification ignored");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(method = %notification.method, %error, data = ?error.data, "acp agent: notification with invalid params ignored");
+                return;
+            }
+        };
+        let envelope = typed::scan_envelope(notification.params.as_deref(), true);
+        let method = notification.method.clone();
+        let cancel = notification.peer.closed_token();
+        let cx = AgentContext {
+            inner: Arc::new(ContextInner {
+                request_id: None,
+                method: notification.method,
+                session_id: envelope.session_id,
+                meta: envelope.meta,
+                handle: ClientHandle::new(notification.peer),
+                cancel,
+            }),
+        };
+        if let Err(error) = decoded.dispatch(&self.agent, cx).await {
+            tracing::warn!(%method, code = error.code.0, message = %error.message, "acp agent: notification handler failed");
+        }
+    }
+}
+
+// ---- the context ----------------------------------------------------------------------------
+
+/// What an agent's handler gets besides its params (the `Cx` of
+/// [`acp_types::Agent<AgentContext>`](Agent)). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AgentContext {
+    inner: Arc<ContextInner<ClientHandle>>,
+}
+
+/// The fields of a handler context, shared by both sides.
+#[derive(Debug)]
+pub(crate) struct ContextInner<H> {
+    pub(crate) request_id: Option<Id>,
+    pub(crate) method: Cow<'static, str>,
+    pub(crate) session_id: Option<Arc<str>>,
+    pub(crate) meta: Option<Arc<Map<String, Value>>>,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) handle: H,
+}
+
+impl AgentContext {
+    /// The id of the request being handled; `None` for a notification.
+    pub fn request_id(&self) -> Option<&Id> {
+        self.inner.request_id.as_ref()
+    }
+
+    /// The method being handled (e.g. `session/prompt`, or the full `_`-name of an extension).
+    pub fn method(&self) -> &str {
+        &self.inner.method
+    }
+
+    /// The params' top-level `"sessionId"`, when there is one.
+    pub fn session_id(&self) -> Option<&str> {
+        self.inner.session_id.as_deref()
+    }
+
+    /// The params' top-level `"_meta"` object, when there is one (also in the typed params of
+    /// most methods; here for every method, extensions included).
+    pub fn meta(&self) -> Option<&Map<String, Value>> {
+        self.inner.meta.as_deref()
+    }
+
+    /// The request's cancellation token. It fires on `$/cancel_request` for this request, on
+    /// `session/cancel` (for `session/prompt`), and when the connection ends; for a
+    /// notification it is the connection's token.
+    pub fn cancellation_token(&self) -> &CancellationToken {
+        &self.inner.cancel
+    }
+
+    /// Whether the request has been cancelled (see [`AgentContext::cancellation_token`]).
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancel.is_cancelled()
+    }
+
+    /// Completes when the request is cancelled (e.g. to `select!` against long work).
+    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.inner.cancel.cancelled()
+    }
+
+    /// The client, with calls bound to this request: once it is cancelled, pending calls
+    /// return [`Error::Cancelled`] (and the client gets `$/cancel_request`), and a permission
+    /// request resolves `cancelled`. For a notification the handle is not bound.
+    pub fn client(&self) -> &ClientHandle {
+        &self.inner.handle
+    }
+
+    /// The raw connection, for calls outside the typed API.
+    pub fn peer(&self) -> &Peer {
+        &self.inner.handle.peer
+    }
+}
+
+// ---- the handle -----------------------------------------------------------------------------
+
+/// The agent's handle to its client: typed calls and notifications, cheap to clone.
+///
+/// A handle may be *bound* to a cancellation token (the one from [`AgentContext::client`] is
+/// bound to its request): calls made through it give up when the token fires, see
+/// [`ClientHandle::bound_to`]. Notifications are never held back by the token (ACP lets an
+/// agent send updates after `session/cancel`, before it answers the prompt). Every call fails
+/// with [`Error::ConnectionClosed`] once the connection has ended.
+#[derive(Clone, Debug)]
+pub struct ClientHandle {
+    pub(crate) peer: Peer,
+    cancel: Option<CancellationToken>,
+}
+
+impl ClientHandle {
+    /// An unbound handle over a raw connection.
+    pub fn new(peer: Peer) -> Self {
+        ClientHandle { peer, cancel: None }
+    }
+
+    /// This handle bound to `token`: once it fires, a pending call returns
+    /// [`Error::Cancelled`] and the client is sent `$/cancel_request` for it, a new call
+    /// returns at once without being sent, and [`ClientHandle::request_permission`] resolves
+    /// with the `cancelled` outcome instead.
+    pub fn bound_to(&self, token: CancellationToken) -> Self {
+        ClientHandle { peer: self.peer.clone(), cancel: Some(token) }
+    }
+
+    /// This handle without a cancellation token (e.g. for clean-up that must happen even
+    /// though the turn was cancelled).
+    pub fn unbound(&self) -> Self {
+        ClientHandle { peer: self.peer.clone(), cancel: None }
+    }
+
+    /// The token calls are bound to, if any.
+    pub fn cancellation_token(&self) -> Option<&CancellationToken> {
+        self.cancel.as_ref()
+    }
+
+    /// The raw connection, for calls outside the typed API.
+    pub fn peer(&self) -> &Peer {
+        &self.peer
+    }
+
+    /// Whether the connection has ended.
+    pub fn is_closed(&self) -> bool {
+        self.peer.is_closed()
+    }
+
+    /// Completes when the connection ends.
+    pub fn closed(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.peer.closed()
+    }
+
+    /// A token that fires when the connection ends.
+    pub fn closed_token(&self) -> CancellationToken {
+        self.peer.closed_token()
+    }
+
+    /// Ends the connection from our side: pending calls fail with
+    /// [`Error::ConnectionClosed`], in-flight handlers are cancelled.
+    pub fn close(&self) {
+        self.peer.close();
+    }
+
+    /// `session/update`: streams progress of a session (message chunks, plans, tool calls, ...).
+    pub async fn session_update(&self, notification: SessionNotification) -> Result<(), Error> {
+        self.peer.notify(client_method::SESSION_UPDATE, &notification).await
+    }
+
+    /// `session/request_permission`: asks the user to allow a tool call.
+    ///
+    /// If the turn is cancelled first (the bound token fires, or the client sends
+    /// `session/cancel` for the session), this resolves at once with
+    /// [`RequestPermissionOutcome::Cancelled`] and the client is sent `$/cancel_request`.
+    pub async fn request_permission(
+        &self,
+        params: RequestPermissionRequest,
+    ) -> Result<RequestPermissionResponse, Error> {
+        match self.call(client_method::SESSION_REQUEST_PERMISSION, &params).await {
+            Err(Error::Cancelled) => Ok(cancelled_permission()),
+            Err(Error::Rpc(e))
+                if e.code == codes::REQUEST_CANCELLED
+                    && self.cancel.as_ref().is_some_and(CancellationToken::is_cancelled) =>
+            {
+                Ok(cancelled_permission())
+            }
+            other => other,
+        }
+    }
+
+    /// `fs/read_text_file`: reads a text file through the client (which sees unsaved edits).
+    /// Needs the client's `fs.readTextFile` capability.
+    pub async fn read_text_file(&self, params: ReadTextFileRequest) -> Result<ReadTextFileResponse, Error> {
+        self.call(client_method::FS_READ_TEXT_FILE, &params).await
+    }
+
+    /// `fs/write_text_file`: writes a text file through the client. Needs the client's
+    /// `fs.writeTextFile` capability.
+    pub async fn write_text_file(&self, params: WriteTextFileRequest) -> Result<WriteTextFileResponse, Error> {
+        self.call(client_method::FS_WRITE_TEXT_FILE, &params).await
+    }
+
+    /// `terminal/create`: starts a command in a client terminal. The returned [`TerminalHandle`]
+    /// reads its output, waits for it, kills it, and releases it (when dropped, if not
+    /// released before). Needs the client's `terminal` capability.
+    pub async fn create_terminal(&self, params: CreateTerminalRequest) -> Result<TerminalHandle, Error> {
+        let session_id = params.session_id.clone();
+        let created: CreateTerminalResponse = self.call(client_method::TERMINAL_CREATE, &params).await?;
+        Ok(TerminalHandle::new(created.terminal_id, session_id, self.clone()))
+    }
+
+    /// `elicitation/create`: asks the user for structured input (a form or a URL).
+    pub async fn create_elicitation(
+        &self,
+        params: CreateElicitationRequest,
+    ) -> Result<CreateElicitationResponse, Error> {
+        self.call(client_method::ELICITATION_CREATE, &params).await
+    }
+
+    /// `elicitation/complete`: tells the client a URL-based elicitation is complete.
+    pub async fn complete_elicitation(&self, notification: CompleteElicitationNotification) -> Result<(), Error> {
+        self.peer.notify(client_method::ELICITATION_COMPLETE, &notification).await
+    }
+
+    /// Calls an extension method; `method` is the full name, starting with `_`. The params
+    /// and the result are passed as they are (`_meta` included).
+    pub async fn ext_method(&self, method: &str, params: Value) -> Result<Value, Error> {
+        let raw = typed::call(&self.peer, method, &params, self.cancel.as_ref()).await?;
+        typed::decode_value(&raw)
+    }
+
+    /// Sends an extension notification; `method` is the full name, starting with `_`.
+    pub async fn ext_notification(&self, method: &str, params: Value) -> Result<(), Error> {
+        self.peer.notify(method, &params).await
+    }
+
+    /// A typed call, bound to the handle's token.
+    pub(crate) async fn call<P, R>(&self, method: &str, params: &P) -> Result<R, Error>
+    where
+        P: Serialize + Sync,
+        R: DeserializeOwned,
+    {
+        let raw = typed::call(&self.peer, method, params, self.cancel.as_ref()).await?;
+        typed::decode_result(&raw)
+    }
+}
+
+fn cancelled_permission() -> RequestPermissionResponse {
+    RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled)
+}

@@ -1,0 +1,177 @@
+//! What the agent side and the client side of the typed layer share: decoding incoming params
+//! by method name and outgoing results by type (both with the failing field's path), what a
+//! handler context knows about its message, and the conversions between the generated
+//! [`acp_types::Error`] and the runtime's [`ErrorObject`] / [`Error`].
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::error::Error;
+use crate::jsonrpc::{self, ErrorObject};
+
+/// The params of an incoming message as text: absent (or `null`) params decode as `{}`, which
+/// every ACP params type with only optional fields accepts.
+pub(crate) fn params_text(params: Option<&RawValue>) -> &str {
+    params.map_or("{}", RawValue::get)
+}
+
+/// Decodes incoming params with `decode` (a generated `decode(method, deserializer)`): a
+/// failure is -32602 with the failing field's path in `data.path`.
+pub(crate) fn decode_incoming<'a, T>(
+    text: &'a str,
+    decode: impl FnOnce(&mut serde_json::Deserializer<serde_json::de::StrRead<'a>>) -> Result<T, serde_json::Error>,
+) -> Result<T, ErrorObject> {
+    jsonrpc::decode_with_path_by(text, decode).map_err(|(path, message)| match path {
+        Some(path) => ErrorObject::invalid_params_at(path, message),
+        None => ErrorObject::invalid_params(message),
+    })
+}
+
+/// Decodes the result of one of our calls. A `null` result reads as `{}` (peers write `null`
+/// for results with nothing to say), as the generated response enums do.
+pub(crate) fn decode_result<R: DeserializeOwned>(raw: &RawValue) -> Result<R, Error> {
+    jsonrpc::decode_with_path_by(raw.get(), |de| acp_types::serde_support::null_as_empty(de))
+        .map_err(|(path, message)| Error::Decode { path: path.unwrap_or_default(), message })
+}
+
+/// Decodes an extension method's result as it is (`null` stays `null`).
+pub(crate) fn decode_value(raw: &RawValue) -> Result<Value, Error> {
+    jsonrpc::decode_with_path(raw.get())
+        .map_err(|(path, message)| Error::Decode { path: path.unwrap_or_default(), message })
+}
+
+/// Makes an outgoing call for a typed handle, tied to the handle's token if it has one. When the
+/// connection ends, the handle's token (a child of the connection's) fires at the same moment
+/// the call fails; either way the caller sees [`Error::ConnectionClosed`], never a cancellation.
+pub(crate) async fn call<P: serde::Serialize + ?Sized>(
+    peer: &crate::Peer,
+    method: &str,
+    params: &P,
+    cancel: Option<&tokio_util::sync::CancellationToken>,
+) -> Result<Box<RawValue>, Error> {
+    match peer.call(method, Some(params), cancel).await {
+        Err(Error::Cancelled) if peer.is_closed() => Err(Error::ConnectionClosed),
+        other => other,
+    }
+}
+
+/// Encodes a handler's result for the response.
+pub(crate) fn encode_result<T: serde::Serialize>(result: &T) -> Result<Box<RawValue>, ErrorObject> {
+    serde_json::value::to_raw_value(result)
+        .map_err(|e| ErrorObject::internal_error(format_args!("cannot encode the result: {e}")))
+}
+
+/// What a handler context knows about the message beyond its typed params.
+#[derive(Default)]
+pub(crate) struct Envelope {
+    pub(crate) session_id: Option<Arc<str>>,
+    pub(crate) meta: Option<Arc<Map<String, Value>>>,
+}
+
+/// Reads the top-level `"sessionId"` (when `want_session`) and `"_meta"` of raw params, in one
+/// pass and without decoding anything else. Values of the wrong type read as absent.
+pub(crate) fn scan_envelope(params: Option<&RawValue>, want_session: bool) -> Envelope {
+    #[derive(Deserialize)]
+    struct Scan<'a> {
+        #[serde(rename = "sessionId", borrow, default)]
+        session_id: Option<&'a RawValue>,
+        #[serde(rename = "_meta", borrow, default)]
+        meta: Option<&'a RawValue>,
+    }
+    let Some(params) = params else { return Envelope::default() };
+    let text = params.get();
+    // Objects only (a derived struct would read an array positionally), and skip the pass
+    // when it cannot find anything.
+    if !text.starts_with('{') || (!want_session && memchr::memmem::find(text.as_bytes(), b"\"_meta\"").is_none()) {
+        return Envelope::default();
+    }
+    let Ok(scan) = serde_json::from_str::<Scan<'_>>(text) else { return Envelope::default() };
+    let session_id = if want_session {
+        scan.session_id.and_then(|raw| serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()).map(|s| Arc::from(&*s))
+    } else {
+        None
+    };
+    let meta = scan
+        .meta
+        .filter(|raw| raw.get().starts_with('{'))
+        .and_then(|raw| serde_json::from_str::<Map<String, Value>>(raw.get()).ok())
+        .map(Arc::new);
+    Envelope { session_id, meta }
+}
+
+// ---- errors ---------------------------------------------------------------------------------
+
+impl From<acp_types::Error> for ErrorObject {
+    /// A typed handler's error, answered as is (code, message, data).
+    fn from(e: acp_types::Error) -> Self {
+        ErrorObject { code: e.code.0, message: e.message, data: e.data }
+    }
+}
+
+impl From<ErrorObject> for acp_types::Error {
+    /// An error object from the wire, as the generated error type (code, message, data).
+    fn from(e: ErrorObject) -> Self {
+        let error = acp_types::Error::new(e.code, e.message);
+        match e.data {
+            Some(data) => error.data(data),
+            None => error,
+        }
+    }
+}
+
+impl From<Error> for acp_types::Error {
+    /// Lets a typed handler use `?` on calls to the peer: the peer's own error passes through,
+    /// a cancelled call is -32800, anything else -32603 (as [`Error::to_error_object`]).
+    fn from(e: Error) -> Self {
+        e.to_error_object().into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(s: &str) -> Box<RawValue> {
+        RawValue::from_string(s.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn scans_session_and_meta_in_one_pass() {
+        let p = raw(r#"{"update":{"_meta":{"inner":1}},"sessionId":"s1","_meta":{"trace":"t"}}"#);
+        let env = scan_envelope(Some(&p), true);
+        assert_eq!(env.session_id.as_deref(), Some("s1"));
+        assert_eq!(env.meta.unwrap()["trace"], "t");
+        let env = scan_envelope(Some(&raw(r#"{"sessionId":5,"_meta":[1]}"#)), true);
+        assert!(env.session_id.is_none() && env.meta.is_none());
+        let env = scan_envelope(Some(&raw(r#"{"sessionId":"s"}"#)), false);
+        assert!(env.session_id.is_none() && env.meta.is_none());
+        assert!(scan_envelope(Some(&raw(r#"["_meta"]"#)), true).meta.is_none());
+        assert!(scan_envelope(None, true).session_id.is_none());
+    }
+
+    #[test]
+    fn errors_convert_both_ways_unchanged() {
+        let wire = ErrorObject::new(-32042, "custom").with_data(serde_json::json!({"a": [1]}));
+        let typed: acp_types::Error = wire.clone().into();
+        assert_eq!(typed.code, acp_types::ErrorCode(-32042));
+        assert_eq!(ErrorObject::from(typed), wire);
+        let cancelled: acp_types::Error = Error::Cancelled.into();
+        assert_eq!(cancelled.code, acp_types::ErrorCode::REQUEST_CANCELLED);
+        let closed: acp_types::Error = Error::ConnectionClosed.into();
+        assert_eq!(closed.code, acp_types::ErrorCode::INTERNAL_ERROR);
+    }
+
+    #[test]
+    fn results_read_null_as_empty_and_name_the_failing_field() {
+        let r: acp_types::WriteTextFileResponse = decode_result(&raw("null")).unwrap();
+        assert!(r.meta.is_none());
+        let e = decode_result::<acp_types::CreateTerminalResponse>(&raw(r#"{"terminalId":7}"#)).unwrap_err();
+        assert!(matches!(e, Error::Decode { ref path, .. } if path == "terminalId"), "{e:?}");
+        assert_eq!(decode_value(&raw("null")).unwrap(), Value::Null);
+    }
+}

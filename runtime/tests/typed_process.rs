@@ -1,0 +1,84 @@
+//! `spawn_agent`: a client connected to a real agent process in one call; the guard keeps the
+//! process alive, dropping it terminates the process group.
+#![cfg(unix)]
+
+mod typed_common;
+
+use std::process::Command;
+use std::time::Instant;
+
+use acp_runtime::client::{ClientContext, spawn_agent};
+use acp_runtime::transport::{SpawnOptions, StderrMode};
+use acp_runtime::{Connection, Error};
+use acp_types::*;
+use typed_common::LIMIT;
+
+/// A client that needs nothing from the agent.
+struct Quiet;
+
+impl Client<ClientContext> for Quiet {
+    async fn session_request_permission(
+        &self,
+        _: RequestPermissionRequest,
+        _: ClientContext,
+    ) -> Result<RequestPermissionResponse, acp_types::Error> {
+        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
+    }
+    async fn session_update(&self, _: SessionNotification, _: ClientContext) -> Result<(), acp_types::Error> {
+        Ok(())
+    }
+}
+
+/// A scripted agent: answers the first request (our ids start at 0) with an `initialize`
+/// result, then does what `then` says.
+fn scripted_agent(then: &str) -> Command {
+    let mut c = Command::new("sh");
+    c.arg("-c").arg(format!(
+        r#"read line; printf '%s\n' '{{"jsonrpc":"2.0","id":0,"result":{{"protocolVersion":1,"_meta":{{"a":1}}}}}}'; {then}"#
+    ));
+    c
+}
+
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !matches!(stat.rsplit_once(')').and_then(|(_, s)| s.trim_start().chars().next()), Some('Z')),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_spawn_agent_connects_in_one_call_and_the_guard_terminates_the_process() {
+    let (agent, process) = spawn_agent(Quiet, scripted_agent("exec sleep 1000")).unwrap();
+    let pid = process.id();
+    let init = tokio::time::timeout(LIMIT, agent.initialize(InitializeRequest::new(ProtocolVersion(1))))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(init.protocol_version, ProtocolVersion(1));
+    assert_eq!(init.meta.unwrap()["a"], 1);
+    assert!(alive(pid));
+
+    drop(process);
+    tokio::time::timeout(LIMIT, agent.closed()).await.expect("connection ends with the guard");
+    let t0 = Instant::now();
+    while alive(pid) {
+        assert!(t0.elapsed() < LIMIT, "agent process {pid} still alive");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let late = agent.new_session(NewSessionRequest::new("/w", vec![])).await;
+    assert!(matches!(late, Err(Error::ConnectionClosed)), "{late:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_spawned_agent_exiting_fails_pending_calls_and_closes_the_handle() {
+    let options = SpawnOptions { stderr: StderrMode::Null, ..SpawnOptions::default() };
+    // Answers `initialize`, then exits when it gets the next request.
+    let (agent, mut process) =
+        Connection::new().spawn_agent(Quiet, scripted_agent("read line; exit 3"), options).unwrap();
+    agent.initialize(InitializeRequest::new(ProtocolVersion(1))).await.unwrap();
+    let pending = agent.new_session(NewSessionRequest::new("/w", vec![])).await;
+    assert!(matches!(pending, Err(Error::ConnectionClosed)), "{pending:?}");
+    tokio::time::timeout(LIMIT, agent.closed()).await.unwrap();
+    let status = tokio::time::timeout(LIMIT, process.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(3));
+}
