@@ -74,6 +74,8 @@ pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
     };
     if let Some((_, path, _)) = &block.trait_ {
         errors.push(path.span(), format!("#[{macro_name}] goes on an inherent impl block (`impl MyPeer {{ .. }}`), not a trait impl"));
+        let e = errors.0.map(|e| e.to_compile_error());
+        return quote!(#e #block);
     }
     if !block.generics.params.is_empty() {
         errors.push(block.generics.span(), format!("#[{macro_name}] does not support generic impl blocks"));
@@ -202,14 +204,18 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<(LitStr, bool)>>, 
 fn unknown_name(side: Side, name: &str) -> String {
     let (macro_name, _, _) = side.names();
     let valid: Vec<&str> = side.handlers().iter().map(|h| h.name).collect();
-    let listed: Vec<String> = side
+    let stable: Vec<&str> = side.handlers().iter().filter(|h| h.features.is_empty()).map(|h| h.name).collect();
+    let gated: Vec<String> = side
         .handlers()
         .iter()
-        .map(|h| match h.features {
-            [] => h.name.to_owned(),
-            fs => format!("{} (acp-types feature {})", h.name, fs.join(" or ")),
-        })
+        .filter(|h| !h.features.is_empty())
+        .map(|h| format!("{} ({})", h.name, h.features.join(" or ")))
         .collect();
+    let mut listed = stable.join(", ");
+    if !gated.is_empty() {
+        listed.push_str(";\n       with acp-types features: ");
+        listed.push_str(&gated.join(", "));
+    }
     let best = valid.iter().map(|v| (distance(name, v), *v)).min().filter(|(d, v)| *d <= v.len().max(name.len()) / 3 + 1);
     let hint = match best {
         Some((_, v)) => format!("did you mean `{v}`? "),
@@ -218,7 +224,7 @@ fn unknown_name(side: Side, name: &str) -> String {
     format!(
         "`{name}` is not a method #[{macro_name}] handles; {hint}the handlers are: {}.\n\
          Put helper functions in a separate impl block, and bind extension methods with #[ext(\"_vendor/method\")]",
-        listed.join(", ")
+        listed
     )
 }
 
@@ -278,7 +284,10 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
         let f = &b.func.sig.ident;
         let params = format_ident!("{}", h.params);
         let span = b.func.sig.span();
-        let call_args = if b.takes_cx { quote!(params, cx) } else { quote!(params) };
+        // Spanned at the user's parameter, so a type mismatch points there.
+        let params_span = b.func.sig.inputs.iter().nth(1).map(|a| a.span()).unwrap_or(span);
+        let params_arg = quote_spanned!(params_span=> params);
+        let call_args = if b.takes_cx { quote!(#params_arg, cx) } else { quote!(#params_arg) };
         let unused_cx = if b.takes_cx { quote!() } else { quote!(let _ = cx;) };
         let call = quote_spanned!(span=> <#self_ty>::#f(self, #call_args).await);
         let (output, body) = match h.response {
@@ -286,15 +295,15 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
                 let r = format_ident!("{r}");
                 let body = if h.method == "initialize" && matches!(side, Side::Agent) {
                     quote! {
-                        let response: #types::#r = #call.map_err(::core::convert::Into::into)?;
+                        let response: #types::#r = #call.map_err(::core::convert::Into::<#types::Error>::into)?;
                         ::core::result::Result::Ok(#krate::macro_support::advertise(response, #capabilities))
                     }
                 } else {
-                    quote!(#call.map_err(::core::convert::Into::into))
+                    quote!(#call.map_err(::core::convert::Into::<#types::Error>::into))
                 };
                 (quote!(::core::result::Result<#types::#r, #types::Error>), body)
             }
-            None => (quote!(::core::result::Result<(), #types::Error>), quote!(#call.map_err(::core::convert::Into::into))),
+            None => (quote!(::core::result::Result<(), #types::Error>), quote!(#call.map_err(::core::convert::Into::<#types::Error>::into))),
         };
         methods.push(quote_spanned! {span=>
             fn #f(&self, params: #types::#params, cx: #cx_ty)
@@ -317,7 +326,7 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
             quote_spanned! {span=>
                 #lit => {
                     let params = #krate::macro_support::ext_params(params)?;
-                    let result = <#self_ty>::#f(self, #call_args).await.map_err(::core::convert::Into::into)?;
+                    let result = <#self_ty>::#f(self, #call_args).await.map_err(::core::convert::Into::<#types::Error>::into)?;
                     #krate::macro_support::ext_result(result)
                 }
             }

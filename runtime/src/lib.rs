@@ -90,6 +90,8 @@ pub mod connection;
 pub mod framing;
 pub mod handler;
 pub mod jsonrpc;
+#[doc(hidden)]
+pub mod macro_support;
 pub mod methods;
 pub mod peer;
 pub mod terminal;
@@ -109,6 +111,7 @@ pub use handler::{Handler, IncomingNotification, IncomingRequest};
 pub use jsonrpc::{ErrorObject, Id, codes};
 pub use peer::Peer;
 pub use terminal::TerminalHandle;
+pub use acp_macros::{acp_agent, acp_client};
 pub use acp_types;
 pub use serde_json::value::RawValue;
 pub use tokio_util::sync::CancellationToken;
