@@ -2,5 +2,6 @@
 //! ([`codegen`]) and the pinned-schema handling ([`schema`]). `main.rs` is the CLI over them.
 
 pub mod codegen;
+pub mod diff;
 pub mod schema;
 pub mod releases;

@@ -30,6 +30,19 @@ enum Command {
         #[command(subcommand)]
         command: SchemaCommand,
     },
+    /// Report what changed between two schema versions (breaking changes flagged).
+    Diff {
+        /// A release folder, a version folder (with schema.json), or a release tag under --root.
+        old: String,
+        /// Same as OLD.
+        new: String,
+        /// Where tags are looked up.
+        #[arg(long, default_value = "../shared/acp-schema/releases")]
+        root: PathBuf,
+        /// JSON instead of Markdown.
+        #[arg(long)]
+        json: bool,
+    },
     /// Write the v1 types (and optionally the traits) into one self-contained Rust file.
     Vendor {
         /// The file to write.
@@ -60,6 +73,19 @@ enum SchemaCommand {
         /// Copy from this release folder instead of downloading.
         #[arg(long)]
         from: Option<PathBuf>,
+    },
+    /// Move the pin to another release: verify it generates, update schema/lock.json and
+    /// schema/json, regenerate, and write the change report to schema/CHANGES.md.
+    Update {
+        /// The upstream release tag.
+        #[arg(long)]
+        to: String,
+        /// The release folder (holding v1/ and v2/); defaults to ../shared/acp-schema/releases/TAG.
+        #[arg(long)]
+        from: Option<PathBuf>,
+        /// The upstream commit of the release, recorded in the lock (kept when the tag is unchanged).
+        #[arg(long)]
+        commit: Option<String>,
     },
 }
 
@@ -129,6 +155,23 @@ fn run(command: Command) -> Result<(), String> {
             Ok(())
         }
         Command::CheckReleases { root: releases } => xtask::releases::check_all(&root, &releases),
+        Command::Diff { old, new, root: releases, json } => {
+            let resolve = |s: &str| {
+                let p = PathBuf::from(s);
+                if p.exists() { p } else { releases.join(s) }
+            };
+            let report = xtask::diff::diff_dirs(&resolve(&old), &resolve(&new)).map_err(|e| e.to_string())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+            } else {
+                print!("{}", report.markdown());
+            }
+            Ok(())
+        }
+        Command::Schema { command: SchemaCommand::Update { to, from, commit } } => {
+            let from = from.unwrap_or_else(|| root.join("../shared/acp-schema/releases").join(&to));
+            xtask::schema::update(&root, &to, &from, commit.as_deref())
+        }
         Command::Vendor { out, features, types_only, schema_dir } => {
             let lock = Lock::read(&lock_path).map_err(|e| e.to_string())?;
             let dir = schema_dir.unwrap_or_else(|| root.join("schema/json"));

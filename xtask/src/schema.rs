@@ -107,3 +107,71 @@ fn download(lock: &Lock, file: &str) -> Result<Vec<u8>, SchemaError> {
     }
     Ok(output.stdout)
 }
+
+/// `cargo xtask schema update`: everything is generated and checked in memory first, so a
+/// release the generator cannot handle (or the feature table does not describe) changes nothing.
+pub fn update(workspace: &Path, tag: &str, from: &Path, commit: Option<&str>) -> Result<(), String> {
+    use crate::codegen::{self, Settings};
+
+    if !from.join("v1/schema.json").exists() {
+        return Err(format!(
+            "{} has no v1/schema.json: pass --from with a folder holding the release's v1/ (and v2/) files",
+            from.display()
+        ));
+    }
+    let lock_path = workspace.join("schema/lock.json");
+    let old_lock = Lock::read(&lock_path).map_err(|e| e.to_string())?;
+    let pinned = workspace.join("schema/json");
+    old_lock.verify_dir(&pinned).map_err(|e| format!("{e}\nrun `cargo xtask schema fetch` first"))?;
+
+    let settings = Settings::new(from, tag);
+    let files = codegen::generate(&settings).map_err(|e| format!("release {tag} does not generate: {e}"))?;
+    let table = codegen::macro_table(&settings).map_err(|e| e.to_string())?;
+    let mut report = crate::diff::diff_dirs(&pinned, from).map_err(|e| e.to_string())?;
+    report.old = old_lock.tag.clone();
+    report.new = tag.to_owned();
+
+    let mut new_files = BTreeMap::new();
+    for version in ["v1", "v2"] {
+        for name in ["schema.json", "meta.json", "schema.unstable.json", "meta.unstable.json"] {
+            let rel = format!("{version}/{name}");
+            if let Ok(bytes) = std::fs::read(from.join(&rel)) {
+                new_files.insert(rel, (sha256_hex(&bytes), bytes));
+            }
+        }
+    }
+    let commit = match commit {
+        Some(c) => c.to_owned(),
+        None if tag == old_lock.tag => old_lock.commit.clone(),
+        None => {
+            eprintln!("warning: no --commit given; the lock records the upstream commit as `unknown`");
+            "unknown".to_owned()
+        }
+    };
+    let lock = Lock {
+        tag: tag.to_owned(),
+        commit,
+        files: new_files.iter().map(|(k, (sha, _))| (k.clone(), sha.clone())).collect(),
+        ..old_lock
+    };
+
+    // Everything checked: write.
+    let _ = std::fs::remove_dir_all(&pinned);
+    for (rel, (_, bytes)) in &new_files {
+        let path = pinned.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap_or(&pinned)).map_err(|e| e.to_string())?;
+        std::fs::write(&path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    let text = serde_json::to_string_pretty(&lock).map_err(|e| e.to_string())? + "\n";
+    std::fs::write(&lock_path, text).map_err(|e| e.to_string())?;
+    codegen::write_or_check(&workspace.join("generated"), &files, false).map_err(|e| e.to_string())?;
+    codegen::write_or_check(&workspace.join("macros"), &[table], false).map_err(|e| e.to_string())?;
+    std::fs::write(workspace.join("schema/CHANGES.md"), report.markdown()).map_err(|e| e.to_string())?;
+    println!(
+        "pinned {tag} ({} files); regenerated; {} changes ({} breaking) written to schema/CHANGES.md",
+        lock.files.len(),
+        report.changes.len(),
+        report.breaking()
+    );
+    Ok(())
+}

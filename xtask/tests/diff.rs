@@ -1,0 +1,219 @@
+//! `cargo xtask diff`: snapshot reports for each consecutive pair of upstream releases, and each
+//! kind of change on small hand-made schemas.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use xtask::diff::{Report, diff_dirs};
+
+fn releases() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/releases")
+}
+
+/// Compares with `tests/snapshots/NAME`; `UPDATE_SNAPSHOTS=1` rewrites it.
+fn snapshot(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots").join(name);
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_SNAPSHOTS=1 to create it)", path.display()));
+    assert!(expected == actual, "{} differs from the report; run with UPDATE_SNAPSHOTS=1 and review the diff", path.display());
+}
+
+#[test]
+fn consecutive_releases() {
+    let tags = ["v0.6.3", "v0.10.8", "v1.3.0", "v1.7.0"];
+    for pair in tags.windows(2) {
+        let mut report = diff_dirs(&releases().join(pair[0]), &releases().join(pair[1])).expect("diffs");
+        report.old = pair[0].into();
+        report.new = pair[1].into();
+        assert!(!report.changes.is_empty(), "{} → {} has changes", pair[0], pair[1]);
+        snapshot(&format!("diff-{}-{}.md", pair[0], pair[1]), &report.markdown());
+    }
+}
+
+#[test]
+fn a_release_against_itself_has_no_changes() {
+    let dir = releases().join("v1.7.0");
+    let report = diff_dirs(&dir, &dir).expect("diffs");
+    assert!(report.changes.is_empty(), "{:?}", report.changes);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Fixtures: a minimal valid schema (the baseline methods) plus the definitions under test.
+
+fn base_defs() -> serde_json::Map<String, Value> {
+    let mut defs = serde_json::Map::new();
+    let empty = |method: &str, side: &str| json!({"type": "object", "properties": {}, "x-method": method, "x-side": side});
+    for (name, method, side) in [
+        ("InitializeRequest", "initialize", "agent"),
+        ("InitializeResponse", "initialize", "agent"),
+        ("AuthenticateRequest", "authenticate", "agent"),
+        ("AuthenticateResponse", "authenticate", "agent"),
+        ("NewSessionRequest", "session/new", "agent"),
+        ("NewSessionResponse", "session/new", "agent"),
+        ("PromptRequest", "session/prompt", "agent"),
+        ("PromptResponse", "session/prompt", "agent"),
+        ("CancelNotification", "session/cancel", "agent"),
+        ("RequestPermissionRequest", "session/request_permission", "client"),
+        ("RequestPermissionResponse", "session/request_permission", "client"),
+        ("SessionNotification", "session/update", "client"),
+    ] {
+        defs.insert(name.into(), empty(method, side));
+    }
+    defs.insert("ErrorCode".into(), json!({"anyOf": [{"title": "Method not found", "type": "integer", "format": "int32", "const": -32601}]}));
+    defs
+}
+
+fn meta(extra_agent: &[(&str, &str)]) -> Value {
+    let mut agent = json!({"initialize": "initialize", "authenticate": "authenticate", "session_new": "session/new",
+                           "session_prompt": "session/prompt", "session_cancel": "session/cancel"});
+    for (k, v) in extra_agent {
+        agent[*k] = json!(v);
+    }
+    json!({"agentMethods": agent, "clientMethods": {"session_request_permission": "session/request_permission", "session_update": "session/update"}})
+}
+
+fn write(name: &str, defs: Value, meta: Value) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("diff-fixtures").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut all = base_defs();
+    all.extend(defs.as_object().cloned().unwrap_or_default());
+    std::fs::write(dir.join("schema.json"), json!({"$defs": all}).to_string()).unwrap();
+    std::fs::write(dir.join("meta.json"), meta.to_string()).unwrap();
+    dir
+}
+
+fn diff(name: &str, old: Value, new: Value) -> Report {
+    diff_meta(name, old, new, meta(&[]), meta(&[]))
+}
+
+fn diff_meta(name: &str, old: Value, new: Value, old_meta: Value, new_meta: Value) -> Report {
+    let a = write(&format!("{name}-old"), old, old_meta);
+    let b = write(&format!("{name}-new"), new, new_meta);
+    diff_dirs(&a, &b).expect("diffs")
+}
+
+/// The one change of a report, as (scope, kind, target, breaking).
+fn only(report: &Report) -> (&str, &str, &str, bool) {
+    assert_eq!(report.changes.len(), 1, "{:#?}", report.changes);
+    let c = &report.changes[0];
+    (c.scope, c.kind, c.target.as_str(), c.breaking)
+}
+
+fn point(props: Value, required: &[&str]) -> Value {
+    json!({"Point": {"type": "object", "properties": props, "required": required}})
+}
+
+#[test]
+fn fields() {
+    let x = json!({"x": {"type": "integer"}});
+    let xy = json!({"x": {"type": "integer"}, "y": {"type": "integer"}});
+    assert_eq!(only(&diff("opt-field", point(x.clone(), &["x"]), point(xy.clone(), &["x"]))), ("field", "added", "Point.y", false));
+    assert_eq!(only(&diff("req-field", point(x.clone(), &["x"]), point(xy.clone(), &["x", "y"]))), ("field", "added", "Point.y", true));
+    assert_eq!(only(&diff("rm-field", point(xy.clone(), &["x"]), point(x.clone(), &["x"]))), ("field", "removed", "Point.y", true));
+    let r = diff("type", point(x.clone(), &["x"]), point(json!({"x": {"type": "string"}}), &["x"]));
+    assert_eq!(only(&r), ("field", "changed", "Point.x", true));
+    assert!(r.changes[0].detail.contains("i64 → string"), "{}", r.changes[0].detail);
+    let r = diff("req-to-opt", point(x.clone(), &["x"]), point(x.clone(), &[]));
+    assert_eq!(only(&r), ("field", "changed", "Point.x", true));
+    assert_eq!(r.changes[0].detail, "required → optional");
+    let r = diff("opt-to-req", point(x.clone(), &[]), point(x, &["x"]));
+    assert_eq!(r.changes[0].detail, "optional → required");
+}
+
+#[test]
+fn definitions_and_shapes() {
+    let shape = json!({"Shape": {"type": "object", "properties": {"r": {"type": "number"}}}});
+    let union = json!({"Shape": {"oneOf": [{"type": "string", "const": "a"}, {"type": "string", "const": "b"}]}});
+    assert_eq!(only(&diff("def-added", json!({}), shape.clone())), ("definition", "added", "Shape", false));
+    assert_eq!(only(&diff("def-removed", shape.clone(), json!({}))), ("definition", "removed", "Shape", true));
+    let r = diff("struct-to-union", shape, union);
+    assert_eq!(only(&r), ("definition", "changed", "Shape", true));
+    assert!(r.changes[0].detail.contains("struct → string enum"), "{}", r.changes[0].detail);
+}
+
+#[test]
+fn variants_and_openness() {
+    let closed = json!({"Mode": {"oneOf": [{"type": "string", "const": "a"}, {"type": "string", "const": "b"}]}});
+    let more = json!({"Mode": {"oneOf": [{"type": "string", "const": "a"}, {"type": "string", "const": "b"}, {"type": "string", "const": "c"}]}});
+    let fewer = json!({"Mode": {"oneOf": [{"type": "string", "const": "a"}]}});
+    let open = json!({"Mode": {"anyOf": [{"type": "string", "const": "a"}, {"type": "string", "const": "b"}, {"title": "other", "type": "string"}]}});
+    assert_eq!(only(&diff("variant-added", closed.clone(), more)), ("variant", "added", "Mode.c", false));
+    assert_eq!(only(&diff("variant-removed", closed.clone(), fewer)), ("variant", "removed", "Mode.b", true));
+    let r = diff("closed-to-open", closed.clone(), open.clone());
+    assert_eq!(only(&r), ("definition", "changed", "Mode", false));
+    assert!(r.changes[0].detail.contains("closed → open"));
+    let r = diff("open-to-closed", open, closed);
+    assert_eq!(only(&r), ("definition", "changed", "Mode", true));
+
+    let tagged = |extra: Value| {
+        let mut variants = vec![json!({"type": "object", "properties": {"kind": {"type": "string", "const": "circle"}}, "required": ["kind"]})];
+        if !extra.is_null() {
+            variants.push(extra);
+        }
+        json!({"Shape": {"oneOf": variants, "discriminator": {"propertyName": "kind"}}})
+    };
+    let square = json!({"type": "object", "properties": {"kind": {"type": "string", "const": "square"}}, "required": ["kind"]});
+    assert_eq!(only(&diff("tagged-added", tagged(Value::Null), tagged(square))), ("variant", "added", "Shape.square", false));
+}
+
+#[test]
+fn methods_and_renames() {
+    let fork = json!({
+        "ForkRequest": {"type": "object", "properties": {}, "x-method": "session/fork", "x-side": "agent"},
+        "ForkResponse": {"type": "object", "properties": {}, "x-method": "session/fork", "x-side": "agent"}
+    });
+    let r = diff_meta("method-added", json!({}), fork.clone(), meta(&[]), meta(&[("session_fork", "session/fork")]));
+    let methods: Vec<_> = r.changes.iter().filter(|c| c.scope == "method").collect();
+    assert_eq!(methods.len(), 1, "{methods:#?}");
+    assert_eq!((methods[0].kind, methods[0].target.as_str(), methods[0].breaking), ("added", "session/fork (agent)", false));
+    let r = diff_meta("method-removed", fork, json!({}), meta(&[("session_fork", "session/fork")]), meta(&[]));
+    assert!(r.changes.iter().any(|c| c.scope == "method" && c.kind == "removed" && c.breaking), "{:#?}", r.changes);
+
+    let old = json!({"Colour": {"type": "object", "properties": {"hex": {"type": "string"}}, "required": ["hex"]}});
+    let new = json!({"Color": {"type": "object", "properties": {"hex": {"type": "string"}}, "required": ["hex"]}});
+    let r = diff("rename", old, new);
+    assert_eq!(r.rename_hints, vec![("Colour".to_owned(), "Color".to_owned())]);
+    assert!(r.markdown().contains("`Colour` → `Color`"));
+}
+
+// ----------------------------------------------------------------------------------------------
+// `cargo xtask schema update`, on a scratch copy of the workspace's pinned files.
+
+fn scratch_workspace(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let ws = Path::new(env!("CARGO_TARGET_TMPDIR")).join("update").join(name);
+    let _ = std::fs::remove_dir_all(&ws);
+    std::fs::create_dir_all(ws.join("schema")).unwrap();
+    std::fs::copy(root.join("schema/lock.json"), ws.join("schema/lock.json")).unwrap();
+    let lock = xtask::schema::Lock::read(&root.join("schema/lock.json")).unwrap();
+    xtask::schema::fetch(&lock, Some(&releases().join(&lock.tag)), &ws.join("schema/json")).unwrap();
+    ws
+}
+
+#[test]
+fn update_to_the_pinned_release_regenerates_the_checked_in_code() {
+    let ws = scratch_workspace("same");
+    xtask::schema::update(&ws, "v1.7.0", &releases().join("v1.7.0"), None).expect("updates");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for file in ["generated/src/v1/types.rs", "generated/Cargo.toml", "macros/src/table.rs"] {
+        assert_eq!(std::fs::read_to_string(ws.join(file)).unwrap(), std::fs::read_to_string(root.join(file)).unwrap(), "{file}");
+    }
+    assert!(std::fs::read_to_string(ws.join("schema/CHANGES.md")).unwrap().contains("No changes."));
+    let lock = std::fs::read_to_string(ws.join("schema/lock.json")).unwrap();
+    assert_eq!(lock, std::fs::read_to_string(root.join("schema/lock.json")).unwrap(), "same tag, same lock (commit kept)");
+}
+
+#[test]
+fn update_that_cannot_generate_changes_nothing() {
+    // v1.3.0's unstable schema lacks what the feature table (written for v1.7.0) names.
+    let ws = scratch_workspace("refused");
+    let before = std::fs::read_to_string(ws.join("schema/lock.json")).unwrap();
+    let err = xtask::schema::update(&ws, "v1.3.0", &releases().join("v1.3.0"), Some("abc")).expect_err("the table does not fit");
+    assert!(err.contains("does not generate") && err.contains("names nothing"), "{err}");
+    assert_eq!(std::fs::read_to_string(ws.join("schema/lock.json")).unwrap(), before);
+    assert!(!ws.join("generated").exists() && !ws.join("schema/CHANGES.md").exists());
+}
