@@ -54,6 +54,10 @@ enum Command {
         /// Leave out the method enums and the Agent / Client traits.
         #[arg(long)]
         types_only: bool,
+        /// Extra derives for every type, comma-separated (e.g. `Eq` where the types allow it, or
+        /// a path such as `my_crate::MyTrait`).
+        #[arg(long, value_delimiter = ',')]
+        derive: Vec<String>,
         /// A release folder; defaults to schema/json.
         #[arg(long)]
         schema_dir: Option<PathBuf>,
@@ -172,11 +176,11 @@ fn run(command: Command) -> Result<(), String> {
             let from = from.unwrap_or_else(|| root.join("../shared/acp-schema/releases").join(&to));
             xtask::schema::update(&root, &to, &from, commit.as_deref())
         }
-        Command::Vendor { out, features, types_only, schema_dir } => {
+        Command::Vendor { out, features, types_only, derive, schema_dir } => {
             let lock = Lock::read(&lock_path).map_err(|e| e.to_string())?;
             let dir = schema_dir.unwrap_or_else(|| root.join("schema/json"));
             lock.verify_dir(&dir).map_err(|e| e.to_string())?;
-            let text = codegen::vendor(&Settings::new(&dir, &lock.tag), &features, !types_only).map_err(|e| e.to_string())?;
+            let text = codegen::vendor(&Settings::new(&dir, &lock.tag), &features, !types_only, &derive).map_err(|e| e.to_string())?;
             if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
                 std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
             }

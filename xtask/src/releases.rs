@@ -55,7 +55,7 @@ pub fn check_all(workspace: &Path, releases: &Path) -> Result<(), String> {
 fn check_vendor(workspace: &Path, scratch: &Path, features: &[String]) -> Result<String, String> {
     let lock = crate::schema::Lock::read(&workspace.join("schema/lock.json")).map_err(|e| e.to_string())?;
     let settings = Settings::new(workspace.join("schema/json"), &lock.tag);
-    let text = codegen::vendor(&settings, features, true).map_err(|e| e.to_string())?;
+    let text = codegen::vendor(&settings, features, true, &[]).map_err(|e| e.to_string())?;
     let name = if features.is_empty() { "vendor-stable" } else { "vendor-unstable" };
     let crate_dir = scratch.join(name);
     std::fs::create_dir_all(crate_dir.join("src")).map_err(|e| e.to_string())?;

@@ -141,3 +141,23 @@ fn output_is_deterministic() {
     let extra = json!({"Id": {"type": "string"}});
     assert_eq!(generate("det-a", extra.clone()).unwrap(), generate("det-b", extra).unwrap());
 }
+
+#[test]
+fn vendoring_selects_features_and_adds_derives() {
+    let release = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/releases/v1.7.0");
+    let settings = Settings::new(&release, "v1.7.0");
+    let stable = codegen::vendor(&settings, &[], true, &["Eq".into()]).expect("vendors");
+    assert!(stable.contains("pub struct SessionId"), "types are in");
+    assert!(stable.contains("pub trait Agent"), "traits are in");
+    assert!(!stable.contains("cfg(feature"), "no cargo features left in a vendored file");
+    assert!(!stable.contains("ForkSessionRequest"), "unstable types are out by default");
+    assert!(stable.contains("PartialEq, Eq,") || stable.contains("PartialEq, Eq)"), "extra derives are added");
+
+    let unstable = codegen::vendor(&settings, &["unstable_session_fork".into()], false, &[]).expect("vendors");
+    assert!(unstable.contains("pub struct ForkSessionRequest"));
+    assert!(!unstable.contains("pub trait Agent"), "types only");
+    assert!(!unstable.contains("NesCapabilities"), "only the chosen feature");
+
+    let err = codegen::vendor(&settings, &["unstable_teleport".into()], true, &[]).expect_err("unknown feature");
+    assert!(err.to_string().contains("unstable_teleport"));
+}
