@@ -29,6 +29,7 @@ use crate::serde_support;
 /// \[2\] Fractional parts may be problematic, since many decimal fractions cannot be represented exactly as binary fractions.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub enum RequestId {
     /// The JSON-RPC `null` request id.
@@ -42,6 +43,7 @@ pub enum RequestId {
 ///
 /// Only available if the client supports the `fs.writeTextFile` capability.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct WriteTextFileRequest {
     /// The session ID for this request.
@@ -105,6 +107,7 @@ serde_support::deserialize_struct!(WriteTextFileRequest {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct SessionId(pub String);
 impl From<String> for SessionId {
     fn from(value: String) -> Self {
@@ -135,6 +138,7 @@ impl std::borrow::Borrow<str> for SessionId {
 ///
 /// Only available if the client supports the `fs.readTextFile` capability.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ReadTextFileRequest {
     /// The session ID for this request.
@@ -200,6 +204,7 @@ serde_support::deserialize_struct!(ReadTextFileRequest {
 ///
 /// See protocol docs: [Requesting Permission](https://agentclientprotocol.com/protocol/tool-calls#requesting-permission)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct RequestPermissionRequest {
     /// The session ID for this request.
@@ -253,6 +258,7 @@ serde_support::deserialize_struct!(RequestPermissionRequest {
 ///
 /// See protocol docs: [Updating](https://agentclientprotocol.com/protocol/tool-calls#updating)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ToolCallUpdate {
     /// The ID of the tool call being updated.
@@ -397,6 +403,7 @@ serde_support::deserialize_struct!(ToolCallUpdate {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ToolCallId(pub String);
 impl From<String> for ToolCallId {
     fn from(value: String) -> Self {
@@ -511,6 +518,28 @@ impl<'de> serde::Deserialize<'de> for ToolKind {
         Ok(ToolKind::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for ToolKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ToolKind".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("read");
+        values.push("edit");
+        values.push("delete");
+        values.push("move");
+        values.push("search");
+        values.push("execute");
+        values.push("think");
+        values.push("fetch");
+        values.push("switch_mode");
+        values.push("other");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Execution status of a tool call.
 ///
 /// Tool calls progress through different statuses during their lifecycle.
@@ -573,6 +602,22 @@ impl<'de> serde::Deserialize<'de> for ToolCallStatus {
             str,
         > as serde::Deserialize>::deserialize(deserializer)?;
         Ok(ToolCallStatus::from(value.as_ref()))
+    }
+}
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for ToolCallStatus {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ToolCallStatus".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("pending");
+        values.push("in_progress");
+        values.push("completed");
+        values.push("failed");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
     }
 }
 /// Content produced by a tool call.
@@ -644,6 +689,42 @@ impl<'de> serde::Deserialize<'de> for ToolCallContent {
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => Ok(ToolCallContent::Other(serde_support::UnknownVariant(value))),
         }
+    }
+}
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for ToolCallContent {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ToolCallContent".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "content" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < Content > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "diff" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < Diff > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "terminal" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < Terminal > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
 /// Content blocks represent displayable information in the Agent Client Protocol.
@@ -753,8 +834,61 @@ impl<'de> serde::Deserialize<'de> for ContentBlock {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for ContentBlock {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ContentBlock".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "text" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < TextContent > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "image" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < ImageContent > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "audio" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < AudioContent > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "resource_link" } }, "required" : ["type"], "allOf" :
+                    [generator.subschema_for:: < ResourceLink > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "resource" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < EmbeddedResource > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// Optional annotations for the client. The client can use annotations to inform how objects are used or displayed
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Annotations {
     /// Intended recipients for this content, such as the user or assistant.
@@ -867,8 +1001,23 @@ impl<'de> serde::Deserialize<'de> for Role {
         Ok(Role::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for Role {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Role".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("assistant");
+        values.push("user");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Text provided to or from an LLM.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct TextContent {
     /// Optional annotations that help clients decide how to display or route this content.
@@ -914,6 +1063,7 @@ serde_support::deserialize_struct!(TextContent {
 });
 /// An image provided to or from an LLM.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ImageContent {
     /// Optional annotations that help clients decide how to display or route this content.
@@ -975,6 +1125,7 @@ serde_support::deserialize_struct!(ImageContent {
 });
 /// Audio provided to or from an LLM.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AudioContent {
     /// Optional annotations that help clients decide how to display or route this content.
@@ -1025,6 +1176,7 @@ serde_support::deserialize_struct!(AudioContent {
 });
 /// A resource that the server is capable of reading, included in a prompt or tool call result.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ResourceLink {
     /// Optional annotations that help clients decide how to display or route this content.
@@ -1119,6 +1271,7 @@ serde_support::deserialize_struct!(ResourceLink {
 /// Resource content that can be embedded in a message.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub enum EmbeddedResourceResource {
     /// Text resource contents embedded directly in the message.
@@ -1130,6 +1283,7 @@ pub enum EmbeddedResourceResource {
 }
 /// Text-based resource contents.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct TextResourceContents {
     /// MIME type describing the encoded media payload.
@@ -1179,6 +1333,7 @@ serde_support::deserialize_struct!(TextResourceContents {
 });
 /// Binary resource contents.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct BlobResourceContents {
     /// Base64-encoded bytes for a binary resource payload.
@@ -1228,6 +1383,7 @@ serde_support::deserialize_struct!(BlobResourceContents {
 });
 /// The contents of a resource, embedded into a prompt or tool call result.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct EmbeddedResource {
     /// Optional annotations that help clients decide how to display or route this content.
@@ -1273,6 +1429,7 @@ serde_support::deserialize_struct!(EmbeddedResource {
 });
 /// Standard content block (text, images, resources).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Content {
     /// The actual content block.
@@ -1311,6 +1468,7 @@ serde_support::deserialize_struct!(Content {
 ///
 /// See protocol docs: [Content](https://agentclientprotocol.com/protocol/tool-calls#content)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Diff {
     /// The absolute file path being modified.
@@ -1372,6 +1530,7 @@ serde_support::deserialize_struct!(Diff {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct TerminalId(pub String);
 impl From<String> for TerminalId {
     fn from(value: String) -> Self {
@@ -1404,6 +1563,7 @@ impl std::borrow::Borrow<str> for TerminalId {
 ///
 /// See protocol docs: [Terminal](https://agentclientprotocol.com/protocol/terminals)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Terminal {
     /// Identifier of the terminal instance to embed in the content stream.
@@ -1444,6 +1604,7 @@ serde_support::deserialize_struct!(Terminal {
 ///
 /// See protocol docs: [Following the Agent](https://agentclientprotocol.com/protocol/tool-calls#following-the-agent)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ToolCallLocation {
     /// The absolute file path being accessed or modified.
@@ -1489,6 +1650,7 @@ serde_support::deserialize_struct!(ToolCallLocation {
 });
 /// An option presented to the user when requesting permission.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PermissionOption {
     /// Unique identifier for this permission option.
@@ -1547,6 +1709,7 @@ serde_support::deserialize_struct!(PermissionOption {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct PermissionOptionId(pub String);
 impl From<String> for PermissionOptionId {
     fn from(value: String) -> Self {
@@ -1634,8 +1797,25 @@ impl<'de> serde::Deserialize<'de> for PermissionOptionKind {
         Ok(PermissionOptionKind::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for PermissionOptionKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PermissionOptionKind".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("allow_once");
+        values.push("allow_always");
+        values.push("reject_once");
+        values.push("reject_always");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Request to create a new terminal and execute a command.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CreateTerminalRequest {
     /// The session ID for this request.
@@ -1726,6 +1906,7 @@ serde_support::deserialize_struct!(CreateTerminalRequest {
 });
 /// An environment variable to set when launching an MCP server.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct EnvVariable {
     /// The name of the environment variable.
@@ -1764,6 +1945,7 @@ serde_support::deserialize_struct!(EnvVariable {
 });
 /// Request to get the current output and status of a terminal.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct TerminalOutputRequest {
     /// The session ID for this request.
@@ -1807,6 +1989,7 @@ serde_support::deserialize_struct!(TerminalOutputRequest {
 });
 /// Request to release a terminal and free its resources.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ReleaseTerminalRequest {
     /// The session ID for this request.
@@ -1850,6 +2033,7 @@ serde_support::deserialize_struct!(ReleaseTerminalRequest {
 });
 /// Request to wait for a terminal command to exit.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct WaitForTerminalExitRequest {
     /// The session ID for this request.
@@ -1893,6 +2077,7 @@ serde_support::deserialize_struct!(WaitForTerminalExitRequest {
 });
 /// Request to kill a terminal without releasing it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct KillTerminalRequest {
     /// The session ID for this request.
@@ -1940,6 +2125,7 @@ serde_support::deserialize_struct!(KillTerminalRequest {
 /// either via a form or by directing them to a URL.
 /// Elicitations are tied to a session (optionally a tool call) or a request.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CreateElicitationRequest {
     /// A human-readable message describing what input is needed.
@@ -1987,6 +2173,7 @@ impl CreateElicitationRequest {
 /// This is useful when an agent receives an elicitation from an MCP server
 /// during a tool call and needs to redirect it to the user.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationSessionScope {
     /// The session this elicitation is tied to.
@@ -2022,6 +2209,7 @@ serde_support::deserialize_struct!(ElicitationSessionScope {
 /// Request-scoped elicitation, tied to a specific JSON-RPC request outside of a session
 /// (e.g., during auth/configuration phases before any session is started).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationRequestScope {
     /// The request this elicitation is tied to.
@@ -2045,6 +2233,7 @@ serde_support::deserialize_struct!(ElicitationRequestScope {
 /// This represents a JSON Schema object with primitive-typed properties,
 /// as required by the elicitation specification.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationSchema {
     /// Type discriminator. Always `"object"`.
@@ -2188,6 +2377,19 @@ impl<'de> serde::Deserialize<'de> for ElicitationSchemaType {
         Ok(ElicitationSchemaType::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for ElicitationSchemaType {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ElicitationSchemaType".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("object");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Property schema for elicitation form fields.
 ///
 /// Each variant corresponds to a JSON Schema `"type"` value.
@@ -2280,6 +2482,58 @@ impl<'de> serde::Deserialize<'de> for ElicitationPropertySchema {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for ElicitationPropertySchema {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ElicitationPropertySchema".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "string" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < StringPropertySchema > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "number" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < NumberPropertySchema > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "integer" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < IntegerPropertySchema > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "boolean" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < BooleanPropertySchema > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "array" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < MultiSelectPropertySchema > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// String format types for string properties in elicitation schemas.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -2339,8 +2593,25 @@ impl<'de> serde::Deserialize<'de> for StringFormat {
         Ok(StringFormat::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for StringFormat {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "StringFormat".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("email");
+        values.push("uri");
+        values.push("date");
+        values.push("date-time");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// A titled enum option with a const value, human-readable title, and optional description.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct EnumOption {
     /// The constant value for this option.
@@ -2397,6 +2668,7 @@ serde_support::deserialize_struct!(EnumOption {
 /// When `enum` or `oneOf` is set, this represents a single-select enum
 /// with `"type": "string"`.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct StringPropertySchema {
     /// Optional title for the property.
@@ -2546,6 +2818,7 @@ serde_support::deserialize_struct!(StringPropertySchema {
 });
 /// Schema for number (floating-point) properties in an elicitation form.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NumberPropertySchema {
     /// Optional title for the property.
@@ -2643,6 +2916,7 @@ serde_support::deserialize_struct!(NumberPropertySchema {
 });
 /// Schema for integer properties in an elicitation form.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct IntegerPropertySchema {
     /// Optional title for the property.
@@ -2740,6 +3014,7 @@ serde_support::deserialize_struct!(IntegerPropertySchema {
 });
 /// Schema for boolean properties in an elicitation form.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct BooleanPropertySchema {
     /// Optional title for the property.
@@ -2861,8 +3136,36 @@ impl<'de> serde::Deserialize<'de> for MultiSelectItems {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for MultiSelectItems {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "MultiSelectItems".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "string" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < StringMultiSelectItems > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "allOf" : [generator.subschema_for:: <
+                    TitledMultiSelectItems > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// String item schema for multi-select enum properties.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct StringMultiSelectItems {
     /// Allowed enum values.
@@ -2899,6 +3202,7 @@ serde_support::deserialize_struct!(StringMultiSelectItems {
 });
 /// Items definition for titled multi-select enum properties.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct TitledMultiSelectItems {
     /// Titled enum options.
@@ -2936,6 +3240,7 @@ serde_support::deserialize_struct!(TitledMultiSelectItems {
 });
 /// Schema for multi-select (array) properties in an elicitation form.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct MultiSelectPropertySchema {
     /// Optional title for the property.
@@ -3037,6 +3342,7 @@ serde_support::deserialize_struct!(MultiSelectPropertySchema {
 });
 /// Form-based elicitation mode where the client renders a form from the provided schema.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationFormMode {
     /// A JSON Schema describing the form fields to present to the user.
@@ -3071,6 +3377,7 @@ impl ElicitationFormMode {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ElicitationId(pub String);
 impl From<String> for ElicitationId {
     fn from(value: String) -> Self {
@@ -3099,6 +3406,7 @@ impl std::borrow::Borrow<str> for ElicitationId {
 }
 /// URL-based elicitation mode where the client directs the user to a URL.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationUrlMode {
     /// The unique identifier for this elicitation.
@@ -3131,6 +3439,7 @@ impl ElicitationUrlMode {
 /// Request parameters for `mcp/connect`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ConnectMcpRequest {
     /// The ACP MCP server ID that was provided by the component declaring the MCP server.
@@ -3188,6 +3497,7 @@ serde_support::deserialize_struct!(ConnectMcpRequest {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct McpServerAcpId(pub String);
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl From<String> for McpServerAcpId {
@@ -3226,6 +3536,7 @@ impl std::borrow::Borrow<str> for McpServerAcpId {
 /// Request parameters for `mcp/message`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct MessageMcpRequest {
     /// The MCP-over-ACP connection this message is sent on.
@@ -3299,6 +3610,7 @@ serde_support::deserialize_struct!(MessageMcpRequest {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct McpConnectionId(pub String);
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl From<String> for McpConnectionId {
@@ -3337,6 +3649,7 @@ impl std::borrow::Borrow<str> for McpConnectionId {
 /// Request parameters for `mcp/disconnect`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DisconnectMcpRequest {
     /// The MCP-over-ACP connection to close.
@@ -3379,6 +3692,7 @@ serde_support::deserialize_struct!(DisconnectMcpRequest {
 /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ExtRequest(pub serde_json::Value);
 impl From<serde_json::Value> for ExtRequest {
     fn from(value: serde_json::Value) -> Self {
@@ -3391,6 +3705,7 @@ impl From<serde_json::Value> for ExtRequest {
 ///
 /// See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/initialization)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct InitializeResponse {
     /// The protocol version the client specified if supported by the agent,
@@ -3483,6 +3798,7 @@ serde_support::deserialize_struct!(InitializeResponse {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ProtocolVersion(pub u16);
 impl From<u16> for ProtocolVersion {
     fn from(value: u16) -> Self {
@@ -3496,6 +3812,7 @@ impl From<u16> for ProtocolVersion {
 ///
 /// See protocol docs: [Agent Capabilities](https://agentclientprotocol.com/protocol/initialization#agent-capabilities)
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AgentCapabilities {
     /// Whether the agent supports `session/load`.
@@ -3664,6 +3981,7 @@ serde_support::deserialize_struct!(AgentCapabilities {
 ///
 /// See protocol docs: [Prompt Capabilities](https://agentclientprotocol.com/protocol/initialization#prompt-capabilities)
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PromptCapabilities {
     /// Agent supports [`ContentBlock::Image`].
@@ -3730,6 +4048,7 @@ serde_support::deserialize_struct!(PromptCapabilities {
 });
 /// MCP capabilities supported by the agent
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct McpCapabilities {
     /// Agent supports [`McpServer::Http`].
@@ -3808,6 +4127,7 @@ serde_support::deserialize_struct!(McpCapabilities {
 ///
 /// See protocol docs: [Session Capabilities](https://agentclientprotocol.com/protocol/initialization#session-capabilities)
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionCapabilities {
     /// Whether the agent supports `session/list`.
@@ -3939,6 +4259,7 @@ serde_support::deserialize_struct!(SessionCapabilities {
 ///
 /// Supplying `{}` means the agent supports listing sessions.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionListCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3971,6 +4292,7 @@ serde_support::deserialize_struct!(SessionListCapabilities {
 ///
 /// Supplying `{}` means the agent supports deleting sessions from `session/list`.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionDeleteCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4006,6 +4328,7 @@ serde_support::deserialize_struct!(SessionDeleteCapabilities {
 /// `session/list` may return `SessionInfo.additionalDirectories` to report the
 /// complete ordered additional-root list associated with a listed session.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionAdditionalDirectoriesCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4043,6 +4366,7 @@ serde_support::deserialize_struct!(SessionAdditionalDirectoriesCapabilities {
 /// Supplying `{}` means the agent supports forking sessions.
 #[cfg(feature = "unstable_session_fork")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionForkCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4077,6 +4401,7 @@ serde_support::deserialize_struct!(SessionForkCapabilities {
 ///
 /// Supplying `{}` means the agent supports resuming sessions.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionResumeCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4109,6 +4434,7 @@ serde_support::deserialize_struct!(SessionResumeCapabilities {
 ///
 /// Supplying `{}` means the agent supports closing sessions.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionCloseCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4139,6 +4465,7 @@ serde_support::deserialize_struct!(SessionCloseCapabilities {
 });
 /// Authentication-related capabilities supported by the agent.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AgentAuthCapabilities {
     /// Whether the agent supports the logout method.
@@ -4185,6 +4512,7 @@ serde_support::deserialize_struct!(AgentAuthCapabilities {
 ///
 /// Supplying `{}` means the agent supports the logout method.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct LogoutCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4220,6 +4548,7 @@ serde_support::deserialize_struct!(LogoutCapabilities {
 /// Supplying `{}` means the agent supports provider configuration methods.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ProvidersCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4253,6 +4582,7 @@ serde_support::deserialize_struct!(ProvidersCapabilities {
 /// NES capabilities advertised by the agent during initialization.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesCapabilities {
     /// Events the agent wants to receive.
@@ -4308,6 +4638,7 @@ serde_support::deserialize_struct!(NesCapabilities {
 /// Event capabilities the agent can consume.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesEventCapabilities {
     /// Document event capabilities.
@@ -4352,6 +4683,7 @@ serde_support::deserialize_struct!(NesEventCapabilities {
 /// Document event capabilities the agent wants to receive.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesDocumentEventCapabilities {
     /// Whether the agent wants `document/didOpen` events.
@@ -4449,6 +4781,7 @@ serde_support::deserialize_struct!(NesDocumentEventCapabilities {
 /// Marker for `document/didOpen` capability support.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesDocumentDidOpenCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4482,6 +4815,7 @@ serde_support::deserialize_struct!(NesDocumentDidOpenCapabilities {
 /// Capabilities for `document/didChange` events.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesDocumentDidChangeCapabilities {
     /// The sync kind the agent wants: `"full"` or `"incremental"`.
@@ -4574,9 +4908,25 @@ impl<'de> serde::Deserialize<'de> for TextDocumentSyncKind {
         Ok(TextDocumentSyncKind::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_nes")]
+impl schemars::JsonSchema for TextDocumentSyncKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "TextDocumentSyncKind".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("full");
+        values.push("incremental");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Marker for `document/didClose` capability support.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesDocumentDidCloseCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4610,6 +4960,7 @@ serde_support::deserialize_struct!(NesDocumentDidCloseCapabilities {
 /// Marker for `document/didSave` capability support.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesDocumentDidSaveCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4643,6 +4994,7 @@ serde_support::deserialize_struct!(NesDocumentDidSaveCapabilities {
 /// Marker for `document/didFocus` capability support.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesDocumentDidFocusCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4676,6 +5028,7 @@ serde_support::deserialize_struct!(NesDocumentDidFocusCapabilities {
 /// Context capabilities the agent wants attached to each suggestion request.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesContextCapabilities {
     /// Whether the agent wants recent files context.
@@ -4790,6 +5143,7 @@ serde_support::deserialize_struct!(NesContextCapabilities {
 /// Capabilities for recent files context.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesRecentFilesCapabilities {
     /// Maximum number of recent files the agent can use.
@@ -4834,6 +5188,7 @@ serde_support::deserialize_struct!(NesRecentFilesCapabilities {
 /// Capabilities for related snippets context.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesRelatedSnippetsCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4867,6 +5222,7 @@ serde_support::deserialize_struct!(NesRelatedSnippetsCapabilities {
 /// Capabilities for edit history context.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesEditHistoryCapabilities {
     /// Maximum number of edit history entries the agent can use.
@@ -4911,6 +5267,7 @@ serde_support::deserialize_struct!(NesEditHistoryCapabilities {
 /// Capabilities for user actions context.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesUserActionsCapabilities {
     /// Maximum number of user actions the agent can use.
@@ -4955,6 +5312,7 @@ serde_support::deserialize_struct!(NesUserActionsCapabilities {
 /// Capabilities for open files context.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesOpenFilesCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4988,6 +5346,7 @@ serde_support::deserialize_struct!(NesOpenFilesCapabilities {
 /// Capabilities for diagnostics context.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesDiagnosticsCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5081,6 +5440,22 @@ impl<'de> serde::Deserialize<'de> for PositionEncodingKind {
         Ok(PositionEncodingKind::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_nes")]
+impl schemars::JsonSchema for PositionEncodingKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PositionEncodingKind".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("utf-16");
+        values.push("utf-32");
+        values.push("utf-8");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Describes an available authentication method.
 ///
 /// The `type` field acts as the discriminator in the serialized JSON form.
@@ -5137,6 +5512,33 @@ impl<'de> serde::Deserialize<'de> for AuthMethod {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for AuthMethod {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "AuthMethod".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "terminal" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < AuthMethodTerminal > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "allOf" : [generator.subschema_for:: <
+                    AuthMethodAgent > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// Typed identifier used for auth method values on the wire.
 #[derive(
     Debug,
@@ -5150,6 +5552,7 @@ impl<'de> serde::Deserialize<'de> for AuthMethod {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct AuthMethodId(pub String);
 impl From<String> for AuthMethodId {
     fn from(value: String) -> Self {
@@ -5184,6 +5587,7 @@ impl std::borrow::Borrow<str> for AuthMethodId {
 /// A zero exit status signals success; any other termination signals failure.
 /// The client MUST NOT pass this method to `authenticate`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AuthMethodTerminal {
     /// Unique identifier for this authentication method.
@@ -5258,6 +5662,7 @@ serde_support::deserialize_struct!(AuthMethodTerminal {
 ///
 /// This is the default authentication method type.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AuthMethodAgent {
     /// Unique identifier for this authentication method.
@@ -5309,6 +5714,7 @@ serde_support::deserialize_struct!(AuthMethodAgent {
 /// Describes the name and version of an ACP implementation, with an optional
 /// title for UI representation.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Implementation {
     /// Intended for programmatic or logical use, but can be used as a display
@@ -5363,6 +5769,7 @@ serde_support::deserialize_struct!(Implementation {
 });
 /// Response to the `authenticate` method.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AuthenticateResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5396,6 +5803,7 @@ serde_support::deserialize_struct!(AuthenticateResponse {
 /// Response to `providers/list`.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ListProvidersResponse {
     /// Configurable providers with current routing info suitable for UI display.
@@ -5437,6 +5845,7 @@ serde_support::deserialize_struct!(ListProvidersResponse {
 /// Information about a configurable LLM provider.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ProviderInfo {
     /// Provider identifier, for example "main" or "openai".
@@ -5515,6 +5924,7 @@ serde_support::deserialize_struct!(ProviderInfo {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ProviderId(pub String);
 #[cfg(feature = "unstable_llm_providers")]
 impl From<String> for ProviderId {
@@ -5624,6 +6034,24 @@ impl<'de> serde::Deserialize<'de> for LlmProtocol {
         Ok(LlmProtocol::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_llm_providers")]
+impl schemars::JsonSchema for LlmProtocol {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "LlmProtocol".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("anthropic");
+        values.push("openai");
+        values.push("azure");
+        values.push("vertex");
+        values.push("bedrock");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -5631,6 +6059,7 @@ impl<'de> serde::Deserialize<'de> for LlmProtocol {
 /// Current effective non-secret routing configuration for a provider.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ProviderCurrentConfig {
     /// Protocol currently used by this provider.
@@ -5678,6 +6107,7 @@ serde_support::deserialize_struct!(ProviderCurrentConfig {
 /// Response to `providers/set`.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SetProviderResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5713,6 +6143,7 @@ serde_support::deserialize_struct!(SetProviderResponse {
 /// Response to `providers/disable`.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DisableProviderResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5745,6 +6176,7 @@ serde_support::deserialize_struct!(DisableProviderResponse {
 });
 /// Response to the `logout` method.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct LogoutResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5775,6 +6207,7 @@ serde_support::deserialize_struct!(LogoutResponse {
 ///
 /// See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/session-setup#creating-a-session)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NewSessionResponse {
     /// Unique identifier for the created session.
@@ -5839,6 +6272,7 @@ serde_support::deserialize_struct!(NewSessionResponse {
 });
 /// The set of modes and the one currently active.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionModeState {
     /// The current mode the Agent is in.
@@ -5893,6 +6327,7 @@ serde_support::deserialize_struct!(SessionModeState {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct SessionModeId(pub String);
 impl From<String> for SessionModeId {
     fn from(value: String) -> Self {
@@ -5923,6 +6358,7 @@ impl std::borrow::Borrow<str> for SessionModeId {
 ///
 /// See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/session-modes)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionMode {
     /// Stable identifier used to refer to this protocol object in later messages.
@@ -5972,6 +6408,7 @@ serde_support::deserialize_struct!(SessionMode {
 });
 /// A session configuration option selector and its current state.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionConfigOption {
     /// Unique identifier for the configuration option.
@@ -6056,6 +6493,7 @@ impl SessionConfigOption {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct SessionConfigId(pub String);
 impl From<String> for SessionConfigId {
     fn from(value: String) -> Self {
@@ -6149,6 +6587,22 @@ impl<'de> serde::Deserialize<'de> for SessionConfigOptionCategory {
         Ok(SessionConfigOptionCategory::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for SessionConfigOptionCategory {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SessionConfigOptionCategory".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("mode");
+        values.push("model");
+        values.push("model_config");
+        values.push("thought_level");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Unique identifier for a session configuration option value.
 #[derive(
     Debug,
@@ -6162,6 +6616,7 @@ impl<'de> serde::Deserialize<'de> for SessionConfigOptionCategory {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct SessionConfigValueId(pub String);
 impl From<String> for SessionConfigValueId {
     fn from(value: String) -> Self {
@@ -6191,6 +6646,7 @@ impl std::borrow::Borrow<str> for SessionConfigValueId {
 /// Possible values for a session configuration option.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub enum SessionConfigSelectOptions {
     /// A flat list of options with no grouping.
@@ -6200,6 +6656,7 @@ pub enum SessionConfigSelectOptions {
 }
 /// A possible value for a session configuration option.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionConfigSelectOption {
     /// Unique identifier for this option value.
@@ -6249,6 +6706,7 @@ serde_support::deserialize_struct!(SessionConfigSelectOption {
 });
 /// A group of possible values for a session configuration option.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionConfigSelectGroup {
     /// Unique identifier for this group.
@@ -6306,6 +6764,7 @@ serde_support::deserialize_struct!(SessionConfigSelectGroup {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct SessionConfigGroupId(pub String);
 impl From<String> for SessionConfigGroupId {
     fn from(value: String) -> Self {
@@ -6334,6 +6793,7 @@ impl std::borrow::Borrow<str> for SessionConfigGroupId {
 }
 /// A single-value selector (dropdown) session configuration option payload.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionConfigSelect {
     /// The currently selected value.
@@ -6361,6 +6821,7 @@ serde_support::deserialize_struct!(SessionConfigSelect {
 });
 /// A boolean on/off toggle session configuration option payload.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionConfigBoolean {
     /// The current value of the boolean option.
@@ -6381,6 +6842,7 @@ serde_support::deserialize_struct!(SessionConfigBoolean {
 });
 /// Response from loading an existing session.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct LoadSessionResponse {
     /// Initial mode state if supported by the Agent
@@ -6438,6 +6900,7 @@ serde_support::deserialize_struct!(LoadSessionResponse {
 });
 /// Response from listing sessions.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ListSessionsResponse {
     /// Array of session information objects
@@ -6484,6 +6947,7 @@ serde_support::deserialize_struct!(ListSessionsResponse {
 });
 /// Information about a session returned by session/list
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionInfo {
     /// Unique identifier for the session
@@ -6563,6 +7027,7 @@ serde_support::deserialize_struct!(SessionInfo {
 });
 /// Response from deleting a session.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DeleteSessionResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6598,6 +7063,7 @@ serde_support::deserialize_struct!(DeleteSessionResponse {
 /// Response from forking an existing session.
 #[cfg(feature = "unstable_session_fork")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ForkSessionResponse {
     /// Unique identifier for the newly created forked session.
@@ -6662,6 +7128,7 @@ serde_support::deserialize_struct!(ForkSessionResponse {
 });
 /// Response from resuming an existing session.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ResumeSessionResponse {
     /// Initial mode state if supported by the Agent
@@ -6719,6 +7186,7 @@ serde_support::deserialize_struct!(ResumeSessionResponse {
 });
 /// Response from closing a session.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CloseSessionResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6747,6 +7215,7 @@ serde_support::deserialize_struct!(CloseSessionResponse {
 });
 /// Response to `session/set_mode` method.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SetSessionModeResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6777,6 +7246,7 @@ serde_support::deserialize_struct!(SetSessionModeResponse {
 });
 /// Response to `session/set_config_option` method.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SetSessionConfigOptionResponse {
     /// The full set of configuration options and their current values.
@@ -6814,6 +7284,7 @@ serde_support::deserialize_struct!(SetSessionConfigOptionResponse {
 ///
 /// See protocol docs: [Check for Completion](https://agentclientprotocol.com/protocol/prompt-turn#4-check-for-completion)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PromptResponse {
     /// Indicates why the agent stopped processing the turn.
@@ -6938,6 +7409,23 @@ impl<'de> serde::Deserialize<'de> for StopReason {
         Ok(StopReason::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for StopReason {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "StopReason".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("end_turn");
+        values.push("max_tokens");
+        values.push("max_turn_requests");
+        values.push("refusal");
+        values.push("cancelled");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -6945,6 +7433,7 @@ impl<'de> serde::Deserialize<'de> for StopReason {
 /// Token usage information for a prompt turn.
 #[cfg(feature = "unstable_end_turn_token_usage")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Usage {
     /// Sum of all token types across session.
@@ -7026,6 +7515,7 @@ serde_support::deserialize_struct!(Usage {
 /// Response to `nes/start`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct StartNesResponse {
     /// The session ID for the newly started NES session.
@@ -7064,6 +7554,7 @@ serde_support::deserialize_struct!(StartNesResponse {
 /// Response to `nes/suggest`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SuggestNesResponse {
     /// The list of suggestions.
@@ -7174,6 +7665,51 @@ impl<'de> serde::Deserialize<'de> for NesSuggestion {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_nes")]
+impl schemars::JsonSchema for NesSuggestion {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NesSuggestion".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "kind" : { "type" : "string",
+                    "const" : "edit" } }, "required" : ["kind"], "allOf" : [generator
+                    .subschema_for:: < NesEditSuggestion > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "kind" : { "type" : "string",
+                    "const" : "jump" } }, "required" : ["kind"], "allOf" : [generator
+                    .subschema_for:: < NesJumpSuggestion > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "kind" : { "type" : "string",
+                    "const" : "rename" } }, "required" : ["kind"], "allOf" : [generator
+                    .subschema_for:: < NesRenameSuggestion > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "kind" : { "type" : "string",
+                    "const" : "searchAndReplace" } }, "required" : ["kind"], "allOf" :
+                    [generator.subschema_for:: < NesSearchAndReplaceSuggestion > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// Unique identifier for a next edit suggestion.
 #[cfg(feature = "unstable_nes")]
 #[derive(
@@ -7188,6 +7724,7 @@ impl<'de> serde::Deserialize<'de> for NesSuggestion {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct NesSuggestionId(pub String);
 #[cfg(feature = "unstable_nes")]
 impl From<String> for NesSuggestionId {
@@ -7222,6 +7759,7 @@ impl std::borrow::Borrow<str> for NesSuggestionId {
 /// A text edit within a suggestion.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesTextEdit {
     /// The range to replace.
@@ -7264,6 +7802,7 @@ serde_support::deserialize_struct!(NesTextEdit {
 /// A range in a text document, expressed as start and end positions.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Range {
     /// The start position (inclusive).
@@ -7307,6 +7846,7 @@ serde_support::deserialize_struct!(Range {
 /// The meaning of `character` depends on the negotiated position encoding.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Position {
     /// Zero-based line number.
@@ -7348,6 +7888,7 @@ serde_support::deserialize_struct!(Position {
 /// A text edit suggestion.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesEditSuggestion {
     /// Unique identifier for accept/reject tracking.
@@ -7408,6 +7949,7 @@ serde_support::deserialize_struct!(NesEditSuggestion {
 /// A jump-to-location suggestion.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesJumpSuggestion {
     /// Unique identifier for accept/reject tracking.
@@ -7457,6 +7999,7 @@ serde_support::deserialize_struct!(NesJumpSuggestion {
 /// A rename symbol suggestion.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesRenameSuggestion {
     /// Unique identifier for accept/reject tracking.
@@ -7512,6 +8055,7 @@ serde_support::deserialize_struct!(NesRenameSuggestion {
 /// A search-and-replace suggestion.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesSearchAndReplaceSuggestion {
     /// Unique identifier for accept/reject tracking.
@@ -7577,6 +8121,7 @@ serde_support::deserialize_struct!(NesSearchAndReplaceSuggestion {
 /// Response from closing an NES session.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CloseNesResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7612,6 +8157,7 @@ serde_support::deserialize_struct!(CloseNesResponse {
 /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ExtResponse(pub serde_json::Value);
 impl From<serde_json::Value> for ExtResponse {
     fn from(value: serde_json::Value) -> Self {
@@ -7628,6 +8174,7 @@ impl From<serde_json::Value> for ExtResponse {
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct MessageMcpResponse(pub serde_json::Value);
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl From<serde_json::Value> for MessageMcpResponse {
@@ -7642,6 +8189,7 @@ impl From<serde_json::Value> for MessageMcpResponse {
 ///
 /// See protocol docs: [JSON-RPC Error Object](https://www.jsonrpc.org/specification#error_object)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Error {
     /// A number indicating the error type that occurred.
@@ -7695,6 +8243,24 @@ serde_support::deserialize_struct!(Error {
 )]
 #[serde(transparent)]
 pub struct ErrorCode(pub i32);
+/// The named codes, and any other integer.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for ErrorCode {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ErrorCode".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!(
+            { "anyOf" : [{ "title" : "Parse error", "const" : - 32700 }, { "title" :
+            "Invalid request", "const" : - 32600 }, { "title" : "Method not found",
+            "const" : - 32601 }, { "title" : "Invalid params", "const" : - 32602 }, {
+            "title" : "Internal error", "const" : - 32603 }, { "title" :
+            "Request cancelled", "const" : - 32800 }, { "title" :
+            "Authentication required", "const" : - 32000 }, { "title" :
+            "Resource not found", "const" : - 32002 }, { "type" : "integer" }] }
+        )
+    }
+}
 impl ErrorCode {
     /// **Parse error**: Invalid JSON was received by the server.
     /// An error occurred on the server while parsing the JSON text.
@@ -7749,6 +8315,7 @@ impl std::fmt::Display for ErrorCode {
 ///
 /// See protocol docs: [Agent Reports Output](https://agentclientprotocol.com/protocol/prompt-turn#3-agent-reports-output)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionNotification {
     /// The ID of the session this update pertains to.
@@ -8082,6 +8649,155 @@ impl<'de> serde::Deserialize<'de> for SessionUpdate {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for SessionUpdate {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SessionUpdate".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "user_message_chunk" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    ContentChunk > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "agent_message_chunk" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    ContentChunk > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "agent_thought_chunk" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    ContentChunk > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "tool_call" } }, "required" : ["sessionUpdate"],
+                    "allOf" : [generator.subschema_for:: < ToolCall > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "tool_call_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    ToolCallUpdate > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "plan" } }, "required" : ["sessionUpdate"],
+                    "allOf" : [generator.subschema_for:: < Plan > ()] }
+                ),
+            );
+        #[cfg(feature = "unstable_plan_updates")]
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "plan_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: < PlanUpdate
+                    > ()] }
+                ),
+            );
+        #[cfg(feature = "unstable_plan_updates")]
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "plan_removed" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: < PlanRemoved
+                    > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "available_commands_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    AvailableCommandsUpdate > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "current_mode_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    CurrentModeUpdate > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "config_option_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    ConfigOptionUpdate > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "session_info_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    SessionInfoUpdate > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "usage_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: < UsageUpdate
+                    > ()] }
+                ),
+            );
+        #[cfg(feature = "unstable_context_compaction")]
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "compaction_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    CompactionUpdate > ()] }
+                ),
+            );
+        #[cfg(feature = "unstable_context_compaction")]
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "compaction_summary_chunk" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    CompactionSummaryChunk > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// Unique identifier for a message within a session.
 #[derive(
     Debug,
@@ -8095,6 +8811,7 @@ impl<'de> serde::Deserialize<'de> for SessionUpdate {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct MessageId(pub String);
 impl From<String> for MessageId {
     fn from(value: String) -> Self {
@@ -8123,6 +8840,7 @@ impl std::borrow::Borrow<str> for MessageId {
 }
 /// A streamed item of content
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ContentChunk {
     /// A single item of content
@@ -8176,6 +8894,7 @@ serde_support::deserialize_struct!(ContentChunk {
 ///
 /// See protocol docs: [Tool Calls](https://agentclientprotocol.com/protocol/tool-calls)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ToolCall {
     /// Unique identifier for this tool call within the session.
@@ -8308,6 +9027,7 @@ serde_support::deserialize_struct!(ToolCall {
 /// as part of fulfilling the user's request.
 /// See protocol docs: [Plan Entries](https://agentclientprotocol.com/protocol/agent-plan#plan-entries)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PlanEntry {
     /// Human-readable description of what this task aims to accomplish.
@@ -8412,6 +9132,21 @@ impl<'de> serde::Deserialize<'de> for PlanEntryPriority {
         Ok(PlanEntryPriority::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for PlanEntryPriority {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PlanEntryPriority".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("high");
+        values.push("medium");
+        values.push("low");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Status of a plan entry in the execution flow.
 ///
 /// Tracks the lifecycle of each task from planning through completion.
@@ -8470,6 +9205,21 @@ impl<'de> serde::Deserialize<'de> for PlanEntryStatus {
         Ok(PlanEntryStatus::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for PlanEntryStatus {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PlanEntryStatus".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("pending");
+        values.push("in_progress");
+        values.push("completed");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// An execution plan for accomplishing complex tasks.
 ///
 /// Plans consist of multiple entries representing individual tasks or goals.
@@ -8478,6 +9228,7 @@ impl<'de> serde::Deserialize<'de> for PlanEntryStatus {
 ///
 /// See protocol docs: [Agent Plan](https://agentclientprotocol.com/protocol/agent-plan)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Plan {
     /// The list of tasks to be accomplished.
@@ -8581,6 +9332,43 @@ impl<'de> serde::Deserialize<'de> for PlanUpdateContent {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_plan_updates")]
+impl schemars::JsonSchema for PlanUpdateContent {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PlanUpdateContent".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "items" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < PlanItems > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "file" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < PlanFile > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "markdown" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < PlanMarkdown > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -8599,6 +9387,7 @@ impl<'de> serde::Deserialize<'de> for PlanUpdateContent {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct PlanId(pub String);
 #[cfg(feature = "unstable_plan_updates")]
 impl From<String> for PlanId {
@@ -8637,6 +9426,7 @@ impl std::borrow::Borrow<str> for PlanId {
 /// A plan represented as structured entries.
 #[cfg(feature = "unstable_plan_updates")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PlanItems {
     /// The plan ID to update.
@@ -8686,6 +9476,7 @@ serde_support::deserialize_struct!(PlanItems {
 /// A plan represented by a file URI.
 #[cfg(feature = "unstable_plan_updates")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PlanFile {
     /// The plan ID to update.
@@ -8732,6 +9523,7 @@ serde_support::deserialize_struct!(PlanFile {
 /// A plan represented as raw markdown content.
 #[cfg(feature = "unstable_plan_updates")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PlanMarkdown {
     /// The plan ID to update.
@@ -8778,6 +9570,7 @@ serde_support::deserialize_struct!(PlanMarkdown {
 /// A content update for a plan identified by ID.
 #[cfg(feature = "unstable_plan_updates")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PlanUpdate {
     /// The updated plan content.
@@ -8819,6 +9612,7 @@ serde_support::deserialize_struct!(PlanUpdate {
 /// Removal notice for a plan identified by ID.
 #[cfg(feature = "unstable_plan_updates")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PlanRemoved {
     /// The plan ID to remove.
@@ -8856,6 +9650,7 @@ serde_support::deserialize_struct!(PlanRemoved {
 });
 /// Information about a command.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AvailableCommand {
     /// Command name (e.g., `create_plan`, `research_codebase`).
@@ -8906,6 +9701,7 @@ serde_support::deserialize_struct!(AvailableCommand {
 /// The input specification for a command.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub enum AvailableCommandInput {
     /// All text that was typed after the command name is provided as input.
@@ -8915,6 +9711,7 @@ pub enum AvailableCommandInput {
 }
 /// All text that was typed after the command name is provided as input.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct UnstructuredCommandInput {
     /// A hint to display when the input hasn't been provided yet
@@ -8949,6 +9746,7 @@ serde_support::deserialize_struct!(UnstructuredCommandInput {
 });
 /// Available commands are ready or have changed
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AvailableCommandsUpdate {
     /// Commands the agent can execute
@@ -8986,6 +9784,7 @@ serde_support::deserialize_struct!(AvailableCommandsUpdate {
 ///
 /// See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/session-modes)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CurrentModeUpdate {
     /// The ID of the current mode
@@ -9021,6 +9820,7 @@ serde_support::deserialize_struct!(CurrentModeUpdate {
 });
 /// Session configuration options have been updated.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ConfigOptionUpdate {
     /// The full set of configuration options and their current values.
@@ -9059,6 +9859,7 @@ serde_support::deserialize_struct!(ConfigOptionUpdate {
 /// Agents send this notification to update session information like title or custom metadata.
 /// This allows clients to display dynamic session names and track session state changes.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionInfoUpdate {
     /// Human-readable title for the session. Set to null to clear.
@@ -9111,6 +9912,7 @@ serde_support::deserialize_struct!(SessionInfoUpdate {
 });
 /// Cost information for a session.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Cost {
     /// Total cumulative cost for session.
@@ -9149,6 +9951,7 @@ serde_support::deserialize_struct!(Cost {
 });
 /// Context window and cost update for a session.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct UsageUpdate {
     /// Tokens currently in context.
@@ -9214,6 +10017,7 @@ serde_support::deserialize_struct!(UsageUpdate {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct CompactionId(pub String);
 #[cfg(feature = "unstable_context_compaction")]
 impl From<String> for CompactionId {
@@ -9314,6 +10118,23 @@ impl<'de> serde::Deserialize<'de> for CompactionStatus {
         Ok(CompactionStatus::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_context_compaction")]
+impl schemars::JsonSchema for CompactionStatus {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "CompactionStatus".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("in_progress");
+        values.push("completed");
+        values.push("failed");
+        values.push("cancelled");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -9329,6 +10150,7 @@ impl<'de> serde::Deserialize<'de> for CompactionStatus {
 /// valid with `completed`; `error` is only valid with `failed`.
 #[cfg(feature = "unstable_context_compaction")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CompactionUpdate {
     /// The Agent-owned ID of this compaction, unique within the session.
@@ -9399,6 +10221,7 @@ serde_support::deserialize_struct!(CompactionUpdate {
 /// the Client advertised [`ClientSessionCapabilities::compaction`].
 #[cfg(feature = "unstable_context_compaction")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CompactionSummaryChunk {
     /// ID of the compaction whose summary receives this content.
@@ -9439,6 +10262,7 @@ serde_support::deserialize_struct!(CompactionSummaryChunk {
 });
 /// Notification sent by the agent when a URL-based elicitation is complete.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CompleteElicitationNotification {
     /// The ID of the elicitation that completed.
@@ -9484,6 +10308,7 @@ serde_support::deserialize_struct!(CompleteElicitationNotification {
 /// envelope has no `id`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct MessageMcpNotification {
     /// The MCP-over-ACP connection this message is sent on.
@@ -9546,6 +10371,7 @@ serde_support::deserialize_struct!(MessageMcpNotification {
 /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/extensibility)
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ExtNotification(pub serde_json::Value);
 impl From<serde_json::Value> for ExtNotification {
     fn from(value: serde_json::Value) -> Self {
@@ -9558,6 +10384,7 @@ impl From<serde_json::Value> for ExtNotification {
 ///
 /// See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/initialization)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct InitializeRequest {
     /// The latest protocol version supported by the client.
@@ -9625,6 +10452,7 @@ serde_support::deserialize_struct!(InitializeRequest {
 ///
 /// See protocol docs: [Client Capabilities](https://agentclientprotocol.com/protocol/initialization#client-capabilities)
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ClientCapabilities {
     /// File system capabilities supported by the client.
@@ -9785,6 +10613,7 @@ serde_support::deserialize_struct!(ClientCapabilities {
 ///
 /// See protocol docs: [FileSystem](https://agentclientprotocol.com/protocol/initialization#filesystem)
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct FileSystemCapabilities {
     /// Whether the Client supports `fs/read_text_file` requests.
@@ -9837,6 +10666,7 @@ serde_support::deserialize_struct!(FileSystemCapabilities {
 });
 /// Session-related capabilities supported by the client.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ClientSessionCapabilities {
     /// **UNSTABLE**
@@ -9908,6 +10738,7 @@ serde_support::deserialize_struct!(ClientSessionCapabilities {
 /// Client support for ID-addressed context compaction updates.
 #[cfg(feature = "unstable_context_compaction")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CompactionCapabilities {}
 #[cfg(feature = "unstable_context_compaction")]
@@ -9923,6 +10754,7 @@ serde_support::deserialize_struct!(CompactionCapabilities {
 });
 /// Session configuration option capabilities supported by the client.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionConfigOptionsCapabilities {
     /// Whether the client supports boolean session configuration options.
@@ -9971,6 +10803,7 @@ serde_support::deserialize_struct!(SessionConfigOptionsCapabilities {
 ///
 /// Supplying `{}` means the client supports boolean session configuration options.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct BooleanConfigOptionCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10006,6 +10839,7 @@ serde_support::deserialize_struct!(BooleanConfigOptionCapabilities {
 /// Capabilities for receiving `plan_update` and `plan_removed` session updates.
 #[cfg(feature = "unstable_plan_updates")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PlanCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10040,6 +10874,7 @@ serde_support::deserialize_struct!(PlanCapabilities {
 /// method types the client can handle. This governs opt-in types that require
 /// additional client-side support.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AuthCapabilities {
     /// Whether the client supports `terminal` authentication methods.
@@ -10085,6 +10920,7 @@ serde_support::deserialize_struct!(AuthCapabilities {
 });
 /// Elicitation capabilities supported by the client.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationCapabilities {
     /// Whether the client supports form-based elicitation.
@@ -10147,6 +10983,7 @@ serde_support::deserialize_struct!(ElicitationCapabilities {
 ///
 /// Supplying `{}` means the client supports form-based elicitation.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationFormCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10181,6 +11018,7 @@ serde_support::deserialize_struct!(ElicitationFormCapabilities {
 ///
 /// Supplying `{}` means the client supports URL-based elicitation.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationUrlCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10214,6 +11052,7 @@ serde_support::deserialize_struct!(ElicitationUrlCapabilities {
 /// NES capabilities advertised by the client during initialization.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ClientNesCapabilities {
     /// Whether the client supports the `jump` suggestion kind.
@@ -10283,6 +11122,7 @@ serde_support::deserialize_struct!(ClientNesCapabilities {
 /// Marker for jump suggestion support.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesJumpCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10314,6 +11154,7 @@ serde_support::deserialize_struct!(NesJumpCapabilities {
 /// Marker for rename suggestion support.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesRenameCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10347,6 +11188,7 @@ serde_support::deserialize_struct!(NesRenameCapabilities {
 /// Marker for search and replace suggestion support.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesSearchAndReplaceCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10381,6 +11223,7 @@ serde_support::deserialize_struct!(NesSearchAndReplaceCapabilities {
 ///
 /// Specifies which authentication method to use.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AuthenticateRequest {
     /// The ID of the authentication method to use.
@@ -10422,6 +11265,7 @@ serde_support::deserialize_struct!(AuthenticateRequest {
 /// Request parameters for `providers/list`.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ListProvidersRequest {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10459,6 +11303,7 @@ serde_support::deserialize_struct!(ListProvidersRequest {
 /// Replaces the full configuration for one provider ID.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SetProviderRequest {
     /// Provider ID to configure.
@@ -10530,6 +11375,7 @@ serde_support::deserialize_struct!(SetProviderRequest {
 /// Request parameters for `providers/disable`.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DisableProviderRequest {
     /// Provider ID to disable.
@@ -10569,6 +11415,7 @@ serde_support::deserialize_struct!(DisableProviderRequest {
 ///
 /// Terminates the current authenticated session.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct LogoutRequest {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10599,6 +11446,7 @@ serde_support::deserialize_struct!(LogoutRequest {
 ///
 /// See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/session-setup#creating-a-session)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NewSessionRequest {
     /// The working directory for this session. Must be an absolute path.
@@ -10736,8 +11584,53 @@ impl<'de> serde::Deserialize<'de> for McpServer {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for McpServer {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "McpServer".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "http" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < McpServerHttp > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "sse" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < McpServerSse > ()] }
+                ),
+            );
+        #[cfg(feature = "unstable_mcp_over_acp")]
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "acp" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < McpServerAcp > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "allOf" : [generator.subschema_for:: <
+                    McpServerStdio > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// An HTTP header to set when making requests to the MCP server.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct HttpHeader {
     /// The name of the HTTP header.
@@ -10776,6 +11669,7 @@ serde_support::deserialize_struct!(HttpHeader {
 });
 /// HTTP transport configuration for MCP.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct McpServerHttp {
     /// Human-readable name identifying this MCP server.
@@ -10822,6 +11716,7 @@ serde_support::deserialize_struct!(McpServerHttp {
 });
 /// SSE transport configuration for MCP.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct McpServerSse {
     /// Human-readable name identifying this MCP server.
@@ -10876,6 +11771,7 @@ serde_support::deserialize_struct!(McpServerSse {
 /// using `mcp/connect`, `mcp/message`, and `mcp/disconnect`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct McpServerAcp {
     /// Human-readable name identifying this MCP server.
@@ -10920,6 +11816,7 @@ serde_support::deserialize_struct!(McpServerAcp {
 });
 /// Stdio transport configuration for MCP.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct McpServerStdio {
     /// Human-readable name identifying this MCP server.
@@ -10975,6 +11872,7 @@ serde_support::deserialize_struct!(McpServerStdio {
 ///
 /// See protocol docs: [Loading Sessions](https://agentclientprotocol.com/protocol/session-setup#loading-sessions)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct LoadSessionRequest {
     /// List of MCP servers to connect to for this session.
@@ -11044,6 +11942,7 @@ serde_support::deserialize_struct!(LoadSessionRequest {
 ///
 /// Only available if the Agent supports the `sessionCapabilities.list` capability.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ListSessionsRequest {
     /// Filter sessions by working directory. Must be an absolute path.
@@ -11098,6 +11997,7 @@ serde_support::deserialize_struct!(ListSessionsRequest {
 ///
 /// Only available if the Agent supports the `sessionCapabilities.delete` capability.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DeleteSessionRequest {
     /// The ID of the session to delete.
@@ -11143,6 +12043,7 @@ serde_support::deserialize_struct!(DeleteSessionRequest {
 /// Only available if the Agent supports the `session.fork` capability.
 #[cfg(feature = "unstable_session_fork")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ForkSessionRequest {
     /// The ID of the session to fork.
@@ -11218,6 +12119,7 @@ serde_support::deserialize_struct!(ForkSessionRequest {
 ///
 /// Only available if the Agent supports the `sessionCapabilities.resume` capability.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ResumeSessionRequest {
     /// The ID of the session to resume.
@@ -11293,6 +12195,7 @@ serde_support::deserialize_struct!(ResumeSessionRequest {
 ///
 /// Only available if the Agent supports the `sessionCapabilities.close` capability.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CloseSessionRequest {
     /// The ID of the session to close.
@@ -11328,6 +12231,7 @@ serde_support::deserialize_struct!(CloseSessionRequest {
 });
 /// Request parameters for setting a session mode.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SetSessionModeRequest {
     /// The ID of the session to set the mode for.
@@ -11371,6 +12275,7 @@ serde_support::deserialize_struct!(SetSessionModeRequest {
 });
 /// Request parameters for setting a session configuration option.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SetSessionConfigOptionRequest {
     /// The ID of the session to set the configuration option for.
@@ -11422,6 +12327,7 @@ impl SetSessionConfigOptionRequest {
 ///
 /// See protocol docs: [User Message](https://agentclientprotocol.com/protocol/prompt-turn#1-user-message)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PromptRequest {
     /// The ID of the session to send this user message to
@@ -11474,6 +12380,7 @@ serde_support::deserialize_struct!(PromptRequest {
 /// Request to start an NES session.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct StartNesRequest {
     /// The root URI of the workspace.
@@ -11543,6 +12450,7 @@ serde_support::deserialize_struct!(StartNesRequest {
 /// A workspace folder.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct WorkspaceFolder {
     /// The URI of the folder.
@@ -11584,6 +12492,7 @@ serde_support::deserialize_struct!(WorkspaceFolder {
 /// Repository metadata for an NES session.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesRepository {
     /// The repository name.
@@ -11634,6 +12543,7 @@ serde_support::deserialize_struct!(NesRepository {
 /// Request for a code suggestion.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SuggestNesRequest {
     /// The session ID for this request.
@@ -11775,9 +12685,26 @@ impl<'de> serde::Deserialize<'de> for NesTriggerKind {
         Ok(NesTriggerKind::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_nes")]
+impl schemars::JsonSchema for NesTriggerKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NesTriggerKind".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("automatic");
+        values.push("diagnostic");
+        values.push("manual");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Context attached to a suggestion request.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesSuggestContext {
     /// Recently accessed files.
@@ -11883,6 +12810,7 @@ serde_support::deserialize_struct!(NesSuggestContext {
 /// A recently accessed file.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesRecentFile {
     /// The URI of the file.
@@ -11933,6 +12861,7 @@ serde_support::deserialize_struct!(NesRecentFile {
 /// A related code snippet from a file.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesRelatedSnippet {
     /// The URI of the file containing the snippets.
@@ -11974,6 +12903,7 @@ serde_support::deserialize_struct!(NesRelatedSnippet {
 /// A code excerpt from a file.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesExcerpt {
     /// The start line of the excerpt (zero-based).
@@ -12021,6 +12951,7 @@ serde_support::deserialize_struct!(NesExcerpt {
 /// An entry in the edit history.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesEditHistoryEntry {
     /// The URI of the edited file.
@@ -12062,6 +12993,7 @@ serde_support::deserialize_struct!(NesEditHistoryEntry {
 /// A user action (typing, cursor movement, etc.).
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesUserAction {
     /// The kind of action (e.g., "insertChar", "cursorMovement").
@@ -12117,6 +13049,7 @@ serde_support::deserialize_struct!(NesUserAction {
 /// An open file in the editor.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesOpenFile {
     /// The URI of the file.
@@ -12181,6 +13114,7 @@ serde_support::deserialize_struct!(NesOpenFile {
 /// A diagnostic (error, warning, etc.).
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NesDiagnostic {
     /// The URI of the file containing the diagnostic.
@@ -12297,12 +13231,30 @@ impl<'de> serde::Deserialize<'de> for NesDiagnosticSeverity {
         Ok(NesDiagnosticSeverity::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_nes")]
+impl schemars::JsonSchema for NesDiagnosticSeverity {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NesDiagnosticSeverity".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("error");
+        values.push("warning");
+        values.push("information");
+        values.push("hint");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Request to close an NES session.
 ///
 /// The agent **must** cancel any ongoing work related to the NES session
 /// and then free up any resources associated with the session.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CloseNesRequest {
     /// The ID of the NES session to close.
@@ -12340,6 +13292,7 @@ serde_support::deserialize_struct!(CloseNesRequest {
 });
 /// Response to `fs/write_text_file`
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct WriteTextFileResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12370,6 +13323,7 @@ serde_support::deserialize_struct!(WriteTextFileResponse {
 });
 /// Response containing the contents of a text file.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ReadTextFileResponse {
     /// Content payload returned by this response.
@@ -12404,6 +13358,7 @@ serde_support::deserialize_struct!(ReadTextFileResponse {
 });
 /// Response to a permission request.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct RequestPermissionResponse {
     /// The user's decision on the permission request.
@@ -12502,8 +13457,36 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionOutcome {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for RequestPermissionOutcome {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "RequestPermissionOutcome".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "outcome" : { "type" :
+                    "string", "const" : "cancelled" } }, "required" : ["outcome"], }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "outcome" : { "type" :
+                    "string", "const" : "selected" } }, "required" : ["outcome"], "allOf"
+                    : [generator.subschema_for:: < SelectedPermissionOutcome > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// The user selected one of the provided options.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SelectedPermissionOutcome {
     /// The ID of the option the user selected.
@@ -12539,6 +13522,7 @@ serde_support::deserialize_struct!(SelectedPermissionOutcome {
 });
 /// Response containing the ID of the created terminal.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CreateTerminalResponse {
     /// The unique identifier for the created terminal.
@@ -12574,6 +13558,7 @@ serde_support::deserialize_struct!(CreateTerminalResponse {
 });
 /// Response containing the terminal output and exit status.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct TerminalOutputResponse {
     /// The terminal output captured so far.
@@ -12623,6 +13608,7 @@ serde_support::deserialize_struct!(TerminalOutputResponse {
 });
 /// Exit status of a terminal command.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct TerminalExitStatus {
     /// The process exit code (may be null if terminated by signal).
@@ -12675,6 +13661,7 @@ serde_support::deserialize_struct!(TerminalExitStatus {
 });
 /// Response to terminal/release method
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ReleaseTerminalResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12705,6 +13692,7 @@ serde_support::deserialize_struct!(ReleaseTerminalResponse {
 });
 /// Response containing the exit status of a terminal command.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct WaitForTerminalExitResponse {
     /// The process exit code (may be null if terminated by signal).
@@ -12757,6 +13745,7 @@ serde_support::deserialize_struct!(WaitForTerminalExitResponse {
 });
 /// Response to `terminal/kill` method
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct KillTerminalResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12785,6 +13774,7 @@ serde_support::deserialize_struct!(KillTerminalResponse {
 });
 /// Response from the client to an elicitation request.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CreateElicitationResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12823,6 +13813,7 @@ impl CreateElicitationResponse {
 /// Allowed wire representations for [`ElicitationContentValue`].
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub enum ElicitationContentValue {
     /// String value accepted in elicitation response content.
@@ -12838,6 +13829,7 @@ pub enum ElicitationContentValue {
 }
 /// The user accepted the elicitation and provided content.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationAcceptAction {
     /// The user-provided content, if any, as an object matching the requested schema.
@@ -12874,6 +13866,7 @@ serde_support::deserialize_struct!(ElicitationAcceptAction {
 /// Response to `mcp/connect`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ConnectMcpResponse {
     /// The unique identifier for this MCP-over-ACP connection.
@@ -12916,6 +13909,7 @@ serde_support::deserialize_struct!(ConnectMcpResponse {
 /// Response to `mcp/disconnect`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DisconnectMcpResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12950,6 +13944,7 @@ serde_support::deserialize_struct!(DisconnectMcpResponse {
 ///
 /// See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/prompt-turn#cancellation)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CancelNotification {
     /// The ID of the session to cancel operations for.
@@ -12986,6 +13981,7 @@ serde_support::deserialize_struct!(CancelNotification {
 /// Notification sent when a file is opened in the editor.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DidOpenDocumentNotification {
     /// The session ID for this notification.
@@ -13047,6 +14043,7 @@ serde_support::deserialize_struct!(DidOpenDocumentNotification {
 /// Notification sent when a file is edited.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DidChangeDocumentNotification {
     /// The session ID for this notification.
@@ -13106,6 +14103,7 @@ serde_support::deserialize_struct!(DidChangeDocumentNotification {
 /// When `range` is `Some`, `text` replaces the given range.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct TextDocumentContentChangeEvent {
     /// The range of the document that changed. If `None`, the entire content is replaced.
@@ -13154,6 +14152,7 @@ serde_support::deserialize_struct!(TextDocumentContentChangeEvent {
 /// Notification sent when a file is closed.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DidCloseDocumentNotification {
     /// The session ID for this notification.
@@ -13196,6 +14195,7 @@ serde_support::deserialize_struct!(DidCloseDocumentNotification {
 /// Notification sent when a file is saved.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DidSaveDocumentNotification {
     /// The session ID for this notification.
@@ -13238,6 +14238,7 @@ serde_support::deserialize_struct!(DidSaveDocumentNotification {
 /// Notification sent when a file becomes the active editor tab.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DidFocusDocumentNotification {
     /// The session ID for this notification.
@@ -13299,6 +14300,7 @@ serde_support::deserialize_struct!(DidFocusDocumentNotification {
 /// Notification sent when a suggestion is accepted.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AcceptNesNotification {
     /// The session ID for this notification.
@@ -13344,6 +14346,7 @@ serde_support::deserialize_struct!(AcceptNesNotification {
 /// Notification sent when a suggestion is rejected.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct RejectNesNotification {
     /// The session ID for this notification.
@@ -13462,10 +14465,28 @@ impl<'de> serde::Deserialize<'de> for NesRejectReason {
         Ok(NesRejectReason::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_nes")]
+impl schemars::JsonSchema for NesRejectReason {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NesRejectReason".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("rejected");
+        values.push("ignored");
+        values.push("replaced");
+        values.push("cancelled");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Notification to cancel an ongoing request.
 ///
 /// See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/cancellation)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CancelRequestNotification {
     /// The ID of the request to cancel.
@@ -13561,6 +14582,40 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationAction {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for CreateElicitationAction {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "CreateElicitationAction".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "action" : { "type" : "string",
+                    "const" : "accept" } }, "required" : ["action"], "allOf" : [generator
+                    .subschema_for:: < ElicitationAcceptAction > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "action" : { "type" : "string",
+                    "const" : "decline" } }, "required" : ["action"], }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "action" : { "type" : "string",
+                    "const" : "cancel" } }, "required" : ["action"], }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// The part of [`CreateElicitationRequest`] that varies with its kind.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -13616,9 +14671,38 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationMode {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for CreateElicitationMode {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "CreateElicitationMode".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "mode" : { "type" : "string",
+                    "const" : "form" } }, "required" : ["mode"], "allOf" : [generator
+                    .subschema_for:: < ElicitationFormMode > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "mode" : { "type" : "string",
+                    "const" : "url" } }, "required" : ["mode"], "allOf" : [generator
+                    .subschema_for:: < ElicitationUrlMode > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// The part of [`ElicitationFormMode`] that varies with its kind.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub enum ElicitationScope {
     /// Tied to a session, optionally to a specific tool call within that session.
@@ -13684,6 +14768,34 @@ impl<'de> serde::Deserialize<'de> for SessionConfigOptionType {
                 Ok(SessionConfigOptionType::Other(serde_support::UnknownVariant(value)))
             }
         }
+    }
+}
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for SessionConfigOptionType {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SessionConfigOptionType".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "select" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < SessionConfigSelect > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "boolean" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < SessionConfigBoolean > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
 /// The part of [`SetSessionConfigOptionRequest`] that varies with its kind.
@@ -13757,4 +14869,358 @@ impl<'de> serde::Deserialize<'de> for SetSessionConfigOptionType {
             }
         }
     }
+}
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for SetSessionConfigOptionType {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SetSessionConfigOptionType".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push({
+                let mut schema = schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "boolean" } }, "required" : ["type"], }
+                );
+                let value = generator.subschema_for::<bool>();
+                schema
+                    .ensure_object()
+                    .entry("properties")
+                    .or_insert_with(|| serde_json::json!({}))
+                    .as_object_mut()
+                    .map(|p| p.insert("value".to_owned(), value.to_value()));
+                schema
+            });
+        alternatives
+            .push({
+                let mut schema = schemars::json_schema!({ "type" : "object", });
+                let value = generator.subschema_for::<SessionConfigValueId>();
+                schema
+                    .ensure_object()
+                    .entry("properties")
+                    .or_insert_with(|| serde_json::json!({}))
+                    .as_object_mut()
+                    .map(|p| p.insert("value".to_owned(), value.to_value()));
+                schema
+            });
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+/// Adds the JSON Schema of every type to `generator`'s definitions (`generator.definitions()`).
+#[cfg(feature = "schemars")]
+pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
+    generator.subschema_for::<RequestId>();
+    generator.subschema_for::<WriteTextFileRequest>();
+    generator.subschema_for::<SessionId>();
+    generator.subschema_for::<ReadTextFileRequest>();
+    generator.subschema_for::<RequestPermissionRequest>();
+    generator.subschema_for::<ToolCallUpdate>();
+    generator.subschema_for::<ToolCallId>();
+    generator.subschema_for::<ToolKind>();
+    generator.subschema_for::<ToolCallStatus>();
+    generator.subschema_for::<ToolCallContent>();
+    generator.subschema_for::<ContentBlock>();
+    generator.subschema_for::<Annotations>();
+    generator.subschema_for::<Role>();
+    generator.subschema_for::<TextContent>();
+    generator.subschema_for::<ImageContent>();
+    generator.subschema_for::<AudioContent>();
+    generator.subschema_for::<ResourceLink>();
+    generator.subschema_for::<EmbeddedResourceResource>();
+    generator.subschema_for::<TextResourceContents>();
+    generator.subschema_for::<BlobResourceContents>();
+    generator.subschema_for::<EmbeddedResource>();
+    generator.subschema_for::<Content>();
+    generator.subschema_for::<Diff>();
+    generator.subschema_for::<TerminalId>();
+    generator.subschema_for::<Terminal>();
+    generator.subschema_for::<ToolCallLocation>();
+    generator.subschema_for::<PermissionOption>();
+    generator.subschema_for::<PermissionOptionId>();
+    generator.subschema_for::<PermissionOptionKind>();
+    generator.subschema_for::<CreateTerminalRequest>();
+    generator.subschema_for::<EnvVariable>();
+    generator.subschema_for::<TerminalOutputRequest>();
+    generator.subschema_for::<ReleaseTerminalRequest>();
+    generator.subschema_for::<WaitForTerminalExitRequest>();
+    generator.subschema_for::<KillTerminalRequest>();
+    generator.subschema_for::<CreateElicitationRequest>();
+    generator.subschema_for::<ElicitationSessionScope>();
+    generator.subschema_for::<ElicitationRequestScope>();
+    generator.subschema_for::<ElicitationSchema>();
+    generator.subschema_for::<ElicitationSchemaType>();
+    generator.subschema_for::<ElicitationPropertySchema>();
+    generator.subschema_for::<StringFormat>();
+    generator.subschema_for::<EnumOption>();
+    generator.subschema_for::<StringPropertySchema>();
+    generator.subschema_for::<NumberPropertySchema>();
+    generator.subschema_for::<IntegerPropertySchema>();
+    generator.subschema_for::<BooleanPropertySchema>();
+    generator.subschema_for::<MultiSelectItems>();
+    generator.subschema_for::<StringMultiSelectItems>();
+    generator.subschema_for::<TitledMultiSelectItems>();
+    generator.subschema_for::<MultiSelectPropertySchema>();
+    generator.subschema_for::<ElicitationFormMode>();
+    generator.subschema_for::<ElicitationId>();
+    generator.subschema_for::<ElicitationUrlMode>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<ConnectMcpRequest>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<McpServerAcpId>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<MessageMcpRequest>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<McpConnectionId>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<DisconnectMcpRequest>();
+    generator.subschema_for::<ExtRequest>();
+    generator.subschema_for::<InitializeResponse>();
+    generator.subschema_for::<ProtocolVersion>();
+    generator.subschema_for::<AgentCapabilities>();
+    generator.subschema_for::<PromptCapabilities>();
+    generator.subschema_for::<McpCapabilities>();
+    generator.subschema_for::<SessionCapabilities>();
+    generator.subschema_for::<SessionListCapabilities>();
+    generator.subschema_for::<SessionDeleteCapabilities>();
+    generator.subschema_for::<SessionAdditionalDirectoriesCapabilities>();
+    #[cfg(feature = "unstable_session_fork")]
+    generator.subschema_for::<SessionForkCapabilities>();
+    generator.subschema_for::<SessionResumeCapabilities>();
+    generator.subschema_for::<SessionCloseCapabilities>();
+    generator.subschema_for::<AgentAuthCapabilities>();
+    generator.subschema_for::<LogoutCapabilities>();
+    #[cfg(feature = "unstable_llm_providers")]
+    generator.subschema_for::<ProvidersCapabilities>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesCapabilities>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesEventCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesDocumentEventCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesDocumentDidOpenCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesDocumentDidChangeCapabilities>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<TextDocumentSyncKind>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesDocumentDidCloseCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesDocumentDidSaveCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesDocumentDidFocusCapabilities>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesContextCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesRecentFilesCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesRelatedSnippetsCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesEditHistoryCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesUserActionsCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesOpenFilesCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesDiagnosticsCapabilities>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<PositionEncodingKind>();
+    generator.subschema_for::<AuthMethod>();
+    generator.subschema_for::<AuthMethodId>();
+    generator.subschema_for::<AuthMethodTerminal>();
+    generator.subschema_for::<AuthMethodAgent>();
+    generator.subschema_for::<Implementation>();
+    generator.subschema_for::<AuthenticateResponse>();
+    #[cfg(feature = "unstable_llm_providers")]
+    generator.subschema_for::<ListProvidersResponse>();
+    #[cfg(feature = "unstable_llm_providers")] generator.subschema_for::<ProviderInfo>();
+    #[cfg(feature = "unstable_llm_providers")] generator.subschema_for::<ProviderId>();
+    #[cfg(feature = "unstable_llm_providers")] generator.subschema_for::<LlmProtocol>();
+    #[cfg(feature = "unstable_llm_providers")]
+    generator.subschema_for::<ProviderCurrentConfig>();
+    #[cfg(feature = "unstable_llm_providers")]
+    generator.subschema_for::<SetProviderResponse>();
+    #[cfg(feature = "unstable_llm_providers")]
+    generator.subschema_for::<DisableProviderResponse>();
+    generator.subschema_for::<LogoutResponse>();
+    generator.subschema_for::<NewSessionResponse>();
+    generator.subschema_for::<SessionModeState>();
+    generator.subschema_for::<SessionModeId>();
+    generator.subschema_for::<SessionMode>();
+    generator.subschema_for::<SessionConfigOption>();
+    generator.subschema_for::<SessionConfigId>();
+    generator.subschema_for::<SessionConfigOptionCategory>();
+    generator.subschema_for::<SessionConfigValueId>();
+    generator.subschema_for::<SessionConfigSelectOptions>();
+    generator.subschema_for::<SessionConfigSelectOption>();
+    generator.subschema_for::<SessionConfigSelectGroup>();
+    generator.subschema_for::<SessionConfigGroupId>();
+    generator.subschema_for::<SessionConfigSelect>();
+    generator.subschema_for::<SessionConfigBoolean>();
+    generator.subschema_for::<LoadSessionResponse>();
+    generator.subschema_for::<ListSessionsResponse>();
+    generator.subschema_for::<SessionInfo>();
+    generator.subschema_for::<DeleteSessionResponse>();
+    #[cfg(feature = "unstable_session_fork")]
+    generator.subschema_for::<ForkSessionResponse>();
+    generator.subschema_for::<ResumeSessionResponse>();
+    generator.subschema_for::<CloseSessionResponse>();
+    generator.subschema_for::<SetSessionModeResponse>();
+    generator.subschema_for::<SetSessionConfigOptionResponse>();
+    generator.subschema_for::<PromptResponse>();
+    generator.subschema_for::<StopReason>();
+    #[cfg(feature = "unstable_end_turn_token_usage")] generator.subschema_for::<Usage>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<StartNesResponse>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<SuggestNesResponse>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesSuggestion>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesSuggestionId>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesTextEdit>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<Range>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<Position>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesEditSuggestion>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesJumpSuggestion>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesRenameSuggestion>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesSearchAndReplaceSuggestion>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<CloseNesResponse>();
+    generator.subschema_for::<ExtResponse>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<MessageMcpResponse>();
+    generator.subschema_for::<Error>();
+    generator.subschema_for::<ErrorCode>();
+    generator.subschema_for::<SessionNotification>();
+    generator.subschema_for::<SessionUpdate>();
+    generator.subschema_for::<MessageId>();
+    generator.subschema_for::<ContentChunk>();
+    generator.subschema_for::<ToolCall>();
+    generator.subschema_for::<PlanEntry>();
+    generator.subschema_for::<PlanEntryPriority>();
+    generator.subschema_for::<PlanEntryStatus>();
+    generator.subschema_for::<Plan>();
+    #[cfg(feature = "unstable_plan_updates")]
+    generator.subschema_for::<PlanUpdateContent>();
+    #[cfg(feature = "unstable_plan_updates")] generator.subschema_for::<PlanId>();
+    #[cfg(feature = "unstable_plan_updates")] generator.subschema_for::<PlanItems>();
+    #[cfg(feature = "unstable_plan_updates")] generator.subschema_for::<PlanFile>();
+    #[cfg(feature = "unstable_plan_updates")] generator.subschema_for::<PlanMarkdown>();
+    #[cfg(feature = "unstable_plan_updates")] generator.subschema_for::<PlanUpdate>();
+    #[cfg(feature = "unstable_plan_updates")] generator.subschema_for::<PlanRemoved>();
+    generator.subschema_for::<AvailableCommand>();
+    generator.subschema_for::<AvailableCommandInput>();
+    generator.subschema_for::<UnstructuredCommandInput>();
+    generator.subschema_for::<AvailableCommandsUpdate>();
+    generator.subschema_for::<CurrentModeUpdate>();
+    generator.subschema_for::<ConfigOptionUpdate>();
+    generator.subschema_for::<SessionInfoUpdate>();
+    generator.subschema_for::<Cost>();
+    generator.subschema_for::<UsageUpdate>();
+    #[cfg(feature = "unstable_context_compaction")]
+    generator.subschema_for::<CompactionId>();
+    #[cfg(feature = "unstable_context_compaction")]
+    generator.subschema_for::<CompactionStatus>();
+    #[cfg(feature = "unstable_context_compaction")]
+    generator.subschema_for::<CompactionUpdate>();
+    #[cfg(feature = "unstable_context_compaction")]
+    generator.subschema_for::<CompactionSummaryChunk>();
+    generator.subschema_for::<CompleteElicitationNotification>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<MessageMcpNotification>();
+    generator.subschema_for::<ExtNotification>();
+    generator.subschema_for::<InitializeRequest>();
+    generator.subschema_for::<ClientCapabilities>();
+    generator.subschema_for::<FileSystemCapabilities>();
+    generator.subschema_for::<ClientSessionCapabilities>();
+    #[cfg(feature = "unstable_context_compaction")]
+    generator.subschema_for::<CompactionCapabilities>();
+    generator.subschema_for::<SessionConfigOptionsCapabilities>();
+    generator.subschema_for::<BooleanConfigOptionCapabilities>();
+    #[cfg(feature = "unstable_plan_updates")]
+    generator.subschema_for::<PlanCapabilities>();
+    generator.subschema_for::<AuthCapabilities>();
+    generator.subschema_for::<ElicitationCapabilities>();
+    generator.subschema_for::<ElicitationFormCapabilities>();
+    generator.subschema_for::<ElicitationUrlCapabilities>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<ClientNesCapabilities>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesJumpCapabilities>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesRenameCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesSearchAndReplaceCapabilities>();
+    generator.subschema_for::<AuthenticateRequest>();
+    #[cfg(feature = "unstable_llm_providers")]
+    generator.subschema_for::<ListProvidersRequest>();
+    #[cfg(feature = "unstable_llm_providers")]
+    generator.subschema_for::<SetProviderRequest>();
+    #[cfg(feature = "unstable_llm_providers")]
+    generator.subschema_for::<DisableProviderRequest>();
+    generator.subschema_for::<LogoutRequest>();
+    generator.subschema_for::<NewSessionRequest>();
+    generator.subschema_for::<McpServer>();
+    generator.subschema_for::<HttpHeader>();
+    generator.subschema_for::<McpServerHttp>();
+    generator.subschema_for::<McpServerSse>();
+    #[cfg(feature = "unstable_mcp_over_acp")] generator.subschema_for::<McpServerAcp>();
+    generator.subschema_for::<McpServerStdio>();
+    generator.subschema_for::<LoadSessionRequest>();
+    generator.subschema_for::<ListSessionsRequest>();
+    generator.subschema_for::<DeleteSessionRequest>();
+    #[cfg(feature = "unstable_session_fork")]
+    generator.subschema_for::<ForkSessionRequest>();
+    generator.subschema_for::<ResumeSessionRequest>();
+    generator.subschema_for::<CloseSessionRequest>();
+    generator.subschema_for::<SetSessionModeRequest>();
+    generator.subschema_for::<SetSessionConfigOptionRequest>();
+    generator.subschema_for::<PromptRequest>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<StartNesRequest>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<WorkspaceFolder>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesRepository>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<SuggestNesRequest>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesTriggerKind>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesSuggestContext>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesRecentFile>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesRelatedSnippet>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesExcerpt>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesEditHistoryEntry>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesUserAction>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesOpenFile>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesDiagnostic>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesDiagnosticSeverity>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<CloseNesRequest>();
+    generator.subschema_for::<WriteTextFileResponse>();
+    generator.subschema_for::<ReadTextFileResponse>();
+    generator.subschema_for::<RequestPermissionResponse>();
+    generator.subschema_for::<RequestPermissionOutcome>();
+    generator.subschema_for::<SelectedPermissionOutcome>();
+    generator.subschema_for::<CreateTerminalResponse>();
+    generator.subschema_for::<TerminalOutputResponse>();
+    generator.subschema_for::<TerminalExitStatus>();
+    generator.subschema_for::<ReleaseTerminalResponse>();
+    generator.subschema_for::<WaitForTerminalExitResponse>();
+    generator.subschema_for::<KillTerminalResponse>();
+    generator.subschema_for::<CreateElicitationResponse>();
+    generator.subschema_for::<ElicitationContentValue>();
+    generator.subschema_for::<ElicitationAcceptAction>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<ConnectMcpResponse>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<DisconnectMcpResponse>();
+    generator.subschema_for::<CancelNotification>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<DidOpenDocumentNotification>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<DidChangeDocumentNotification>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<TextDocumentContentChangeEvent>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<DidCloseDocumentNotification>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<DidSaveDocumentNotification>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<DidFocusDocumentNotification>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<AcceptNesNotification>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<RejectNesNotification>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesRejectReason>();
+    generator.subschema_for::<CancelRequestNotification>();
+    generator.subschema_for::<CreateElicitationAction>();
+    generator.subschema_for::<CreateElicitationMode>();
+    generator.subschema_for::<ElicitationScope>();
+    generator.subschema_for::<SessionConfigOptionType>();
+    generator.subschema_for::<SetSessionConfigOptionType>();
 }

@@ -29,6 +29,7 @@ use crate::serde_support;
 /// \[2\] Fractional parts may be problematic, since many decimal fractions cannot be represented exactly as binary fractions.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub enum RequestId {
     /// The JSON-RPC `null` request id.
@@ -44,6 +45,7 @@ pub enum RequestId {
 ///
 /// See protocol docs: [Requesting Permission](https://agentclientprotocol.com/protocol/v2/tool-calls#requesting-permission)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct RequestPermissionRequest {
     /// The session ID for this request.
@@ -139,6 +141,7 @@ serde_support::deserialize_struct!(RequestPermissionRequest {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct SessionId(pub String);
 impl From<String> for SessionId {
     fn from(value: String) -> Self {
@@ -222,6 +225,34 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionSubject {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for RequestPermissionSubject {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "RequestPermissionSubject".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "tool_call" } }, "required" : ["type"], "allOf" :
+                    [generator.subschema_for:: < ToolCallPermissionSubject > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "command" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < CommandPermissionSubject > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// Represents an upsert for a tool call that the language model has requested.
 ///
 /// Tool calls are actions that the agent executes on behalf of the language model,
@@ -236,6 +267,7 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionSubject {
 ///
 /// See protocol docs: [Tool Calls](https://agentclientprotocol.com/protocol/v2/tool-calls)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ToolCallUpdate {
     /// Unique identifier for this tool call within the session.
@@ -361,6 +393,7 @@ serde_support::deserialize_struct!(ToolCallUpdate {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ToolCallId(pub String);
 impl From<String> for ToolCallId {
     fn from(value: String) -> Self {
@@ -475,6 +508,28 @@ impl<'de> serde::Deserialize<'de> for ToolKind {
         Ok(ToolKind::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for ToolKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ToolKind".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("read");
+        values.push("edit");
+        values.push("delete");
+        values.push("move");
+        values.push("search");
+        values.push("execute");
+        values.push("think");
+        values.push("fetch");
+        values.push("switch_mode");
+        values.push("other");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Execution status of a tool call.
 ///
 /// Tool calls progress through different statuses during their lifecycle.
@@ -543,6 +598,23 @@ impl<'de> serde::Deserialize<'de> for ToolCallStatus {
         Ok(ToolCallStatus::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for ToolCallStatus {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ToolCallStatus".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("pending");
+        values.push("in_progress");
+        values.push("completed");
+        values.push("failed");
+        values.push("cancelled");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Content produced by a tool call.
 ///
 /// Tool calls can produce different types of content including standard
@@ -608,6 +680,42 @@ impl<'de> serde::Deserialize<'de> for ToolCallContent {
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => Ok(ToolCallContent::Other(serde_support::UnknownVariant(value))),
         }
+    }
+}
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for ToolCallContent {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ToolCallContent".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "content" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < Content > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "diff" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < Diff > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "terminal" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < Terminal > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
 /// Content blocks represent displayable information in the Agent Client Protocol.
@@ -718,8 +826,61 @@ impl<'de> serde::Deserialize<'de> for ContentBlock {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for ContentBlock {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ContentBlock".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "text" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < TextContent > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "image" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < ImageContent > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "audio" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < AudioContent > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "resource_link" } }, "required" : ["type"], "allOf" :
+                    [generator.subschema_for:: < ResourceLink > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "resource" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < EmbeddedResource > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// Optional annotations for the client. The client can use annotations to inform how objects are used or displayed
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Annotations {
     /// Intended recipients for this content, such as the user or assistant.
@@ -834,8 +995,23 @@ impl<'de> serde::Deserialize<'de> for Role {
         Ok(Role::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for Role {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Role".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("assistant");
+        values.push("user");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Text provided to or from an LLM.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct TextContent {
     /// Text payload carried by this content block.
@@ -892,6 +1068,7 @@ serde_support::deserialize_struct!(TextContent {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct MediaType(pub String);
 impl From<String> for MediaType {
     fn from(value: String) -> Self {
@@ -920,6 +1097,7 @@ impl std::borrow::Borrow<str> for MediaType {
 }
 /// An image provided to or from an LLM.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ImageContent {
     /// Base64-encoded media payload.
@@ -981,6 +1159,7 @@ serde_support::deserialize_struct!(ImageContent {
 });
 /// Audio provided to or from an LLM.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AudioContent {
     /// Base64-encoded media payload.
@@ -1031,6 +1210,7 @@ serde_support::deserialize_struct!(AudioContent {
 });
 /// An optionally-sized icon that can be displayed in a user interface.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Icon {
     /// A standard URI pointing to an icon resource.
@@ -1136,8 +1316,23 @@ impl<'de> serde::Deserialize<'de> for IconTheme {
         Ok(IconTheme::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for IconTheme {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "IconTheme".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("light");
+        values.push("dark");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// A resource that the server is capable of reading, included in a prompt or tool call result.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ResourceLink {
     /// Human-readable name shown for this protocol object.
@@ -1243,6 +1438,7 @@ serde_support::deserialize_struct!(ResourceLink {
 /// Resource content that can be embedded in a message.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub enum EmbeddedResourceResource {
     /// Text resource contents embedded directly in the message.
@@ -1254,6 +1450,7 @@ pub enum EmbeddedResourceResource {
 }
 /// Text-based resource contents.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct TextResourceContents {
     /// Text payload carried by this content block.
@@ -1303,6 +1500,7 @@ serde_support::deserialize_struct!(TextResourceContents {
 });
 /// Binary resource contents.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct BlobResourceContents {
     /// Base64-encoded bytes for a binary resource payload.
@@ -1352,6 +1550,7 @@ serde_support::deserialize_struct!(BlobResourceContents {
 });
 /// The contents of a resource, embedded into a prompt or tool call result.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct EmbeddedResource {
     /// Embedded resource payload, either text or binary data.
@@ -1397,6 +1596,7 @@ serde_support::deserialize_struct!(EmbeddedResource {
 });
 /// Standard content block (text, images, resources).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Content {
     /// The actual content block.
@@ -1434,6 +1634,7 @@ serde_support::deserialize_struct!(Content {
 /// Structured change metadata lets clients identify affected files and
 /// operations without parsing the text patch.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DiffChange {
     /// File content kind.
@@ -1560,6 +1761,22 @@ impl<'de> serde::Deserialize<'de> for DiffFileType {
         Ok(DiffFileType::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for DiffFileType {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DiffFileType".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("text");
+        values.push("binary");
+        values.push("directory");
+        values.push("symlink");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// An absolute filesystem path used by the protocol.
 #[derive(
     Debug,
@@ -1573,6 +1790,7 @@ impl<'de> serde::Deserialize<'de> for DiffFileType {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct AbsolutePath(pub String);
 impl From<String> for AbsolutePath {
     fn from(value: String) -> Self {
@@ -1601,6 +1819,7 @@ impl std::borrow::Borrow<str> for AbsolutePath {
 }
 /// Operation metadata for add, delete, and modify changes.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DiffPathChange {
     /// Absolute path for the operation.
@@ -1620,6 +1839,7 @@ serde_support::deserialize_struct!(DiffPathChange {
 });
 /// Operation metadata for move and copy changes.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DiffPathPairChange {
     /// Absolute path before the operation.
@@ -1647,6 +1867,7 @@ serde_support::deserialize_struct!(DiffPathPairChange {
 });
 /// Renderable patch text and its format.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DiffPatch {
     /// Patch format. The only ACP-defined value is `git_patch`.
@@ -1718,6 +1939,19 @@ impl<'de> serde::Deserialize<'de> for DiffPatchFormat {
         Ok(DiffPatchFormat::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for DiffPatchFormat {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DiffPatchFormat".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("git_patch");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// File changes produced by a tool call.
 ///
 /// `changes` is authoritative for affected absolute paths and operations.
@@ -1727,6 +1961,7 @@ impl<'de> serde::Deserialize<'de> for DiffPatchFormat {
 ///
 /// See protocol docs: [Content](https://agentclientprotocol.com/protocol/v2/tool-calls#content)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Diff {
     /// Structured file changes described by this diff.
@@ -1788,6 +2023,7 @@ serde_support::deserialize_struct!(Diff {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct TerminalId(pub String);
 impl From<String> for TerminalId {
     fn from(value: String) -> Self {
@@ -1819,6 +2055,7 @@ impl std::borrow::Borrow<str> for TerminalId {
 /// Terminal state and output are delivered separately through
 /// [`TerminalUpdate`] and [`TerminalOutputChunk`].
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Terminal {
     /// The ID of the terminal to display.
@@ -1860,6 +2097,7 @@ serde_support::deserialize_struct!(Terminal {
 ///
 /// See protocol docs: [Following the Agent](https://agentclientprotocol.com/protocol/v2/tool-calls#following-the-agent)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ToolCallLocation {
     /// The absolute file path being accessed or modified.
@@ -1905,6 +2143,7 @@ serde_support::deserialize_struct!(ToolCallLocation {
 });
 /// Permission request details for a tool call.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ToolCallPermissionSubject {
     /// Details about the tool call requiring permission.
@@ -1925,6 +2164,7 @@ serde_support::deserialize_struct!(ToolCallPermissionSubject {
 });
 /// Permission request details for a command.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CommandPermissionSubject {
     /// The command that would be run if permission is granted.
@@ -1985,6 +2225,7 @@ serde_support::deserialize_struct!(CommandPermissionSubject {
 });
 /// An option presented to the user when requesting permission.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PermissionOption {
     /// Unique identifier for this permission option.
@@ -2043,6 +2284,7 @@ serde_support::deserialize_struct!(PermissionOption {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct PermissionOptionId(pub String);
 impl From<String> for PermissionOptionId {
     fn from(value: String) -> Self {
@@ -2130,12 +2372,29 @@ impl<'de> serde::Deserialize<'de> for PermissionOptionKind {
         Ok(PermissionOptionKind::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for PermissionOptionKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PermissionOptionKind".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("allow_once");
+        values.push("allow_always");
+        values.push("reject_once");
+        values.push("reject_always");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Request from the agent to elicit structured user input.
 ///
 /// The agent sends this to the client to request information from the user,
 /// either via a form or by directing them to a URL.
 /// Elicitations are tied to a session (optionally a tool call) or a request.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CreateElicitationRequest {
     /// A human-readable message describing what input is needed.
@@ -2183,6 +2442,7 @@ impl CreateElicitationRequest {
 /// This is useful when an agent receives an elicitation from an MCP server
 /// during a tool call and needs to redirect it to the user.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationSessionScope {
     /// The session this elicitation is tied to.
@@ -2218,6 +2478,7 @@ serde_support::deserialize_struct!(ElicitationSessionScope {
 /// Request-scoped elicitation, tied to a specific JSON-RPC request outside of a session
 /// (e.g., during auth/configuration phases before any session is started).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationRequestScope {
     /// The request this elicitation is tied to.
@@ -2241,6 +2502,7 @@ serde_support::deserialize_struct!(ElicitationRequestScope {
 /// This represents a JSON Schema object with primitive-typed properties,
 /// as required by the elicitation specification.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationSchema {
     /// Type discriminator. Always `"object"`.
@@ -2384,6 +2646,19 @@ impl<'de> serde::Deserialize<'de> for ElicitationSchemaType {
         Ok(ElicitationSchemaType::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for ElicitationSchemaType {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ElicitationSchemaType".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("object");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Property schema for elicitation form fields.
 ///
 /// Each variant corresponds to a JSON Schema `"type"` value.
@@ -2476,6 +2751,58 @@ impl<'de> serde::Deserialize<'de> for ElicitationPropertySchema {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for ElicitationPropertySchema {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ElicitationPropertySchema".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "string" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < StringPropertySchema > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "number" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < NumberPropertySchema > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "integer" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < IntegerPropertySchema > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "boolean" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < BooleanPropertySchema > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "array" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < MultiSelectPropertySchema > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// String format types for string properties in elicitation schemas.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -2535,8 +2862,25 @@ impl<'de> serde::Deserialize<'de> for StringFormat {
         Ok(StringFormat::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for StringFormat {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "StringFormat".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("email");
+        values.push("uri");
+        values.push("date");
+        values.push("date-time");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// A titled enum option with a const value, human-readable title, and optional description.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct EnumOption {
     /// The constant value for this option.
@@ -2593,6 +2937,7 @@ serde_support::deserialize_struct!(EnumOption {
 /// When `enum` or `oneOf` is set, this represents a single-select enum
 /// with `"type": "string"`.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct StringPropertySchema {
     /// Optional title for the property.
@@ -2744,6 +3089,7 @@ serde_support::deserialize_struct!(StringPropertySchema {
 });
 /// Schema for number (floating-point) properties in an elicitation form.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NumberPropertySchema {
     /// Optional title for the property.
@@ -2841,6 +3187,7 @@ serde_support::deserialize_struct!(NumberPropertySchema {
 });
 /// Schema for integer properties in an elicitation form.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct IntegerPropertySchema {
     /// Optional title for the property.
@@ -2938,6 +3285,7 @@ serde_support::deserialize_struct!(IntegerPropertySchema {
 });
 /// Schema for boolean properties in an elicitation form.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct BooleanPropertySchema {
     /// Optional title for the property.
@@ -3059,8 +3407,36 @@ impl<'de> serde::Deserialize<'de> for MultiSelectItems {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for MultiSelectItems {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "MultiSelectItems".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "string" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < StringMultiSelectItems > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "allOf" : [generator.subschema_for:: <
+                    TitledMultiSelectItems > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// String item schema for multi-select enum properties.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct StringMultiSelectItems {
     /// Allowed enum values. Must contain at least one value.
@@ -3097,6 +3473,7 @@ serde_support::deserialize_struct!(StringMultiSelectItems {
 });
 /// Items definition for titled multi-select enum properties.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct TitledMultiSelectItems {
     /// Titled enum options. Must contain at least one option.
@@ -3134,6 +3511,7 @@ serde_support::deserialize_struct!(TitledMultiSelectItems {
 });
 /// Schema for multi-select (array) properties in an elicitation form.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct MultiSelectPropertySchema {
     /// Optional title for the property.
@@ -3235,6 +3613,7 @@ serde_support::deserialize_struct!(MultiSelectPropertySchema {
 });
 /// Form-based elicitation mode where the client renders a form from the provided schema.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationFormMode {
     /// A JSON Schema describing the form fields to present to the user.
@@ -3269,6 +3648,7 @@ impl ElicitationFormMode {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ElicitationId(pub String);
 impl From<String> for ElicitationId {
     fn from(value: String) -> Self {
@@ -3297,6 +3677,7 @@ impl std::borrow::Borrow<str> for ElicitationId {
 }
 /// URL-based elicitation mode where the client directs the user to a URL.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationUrlMode {
     /// The unique identifier for this elicitation.
@@ -3329,6 +3710,7 @@ impl ElicitationUrlMode {
 /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ExtRequest(pub serde_json::Value);
 impl From<serde_json::Value> for ExtRequest {
     fn from(value: serde_json::Value) -> Self {
@@ -3341,6 +3723,7 @@ impl From<serde_json::Value> for ExtRequest {
 ///
 /// See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/v2/initialization)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct InitializeResponse {
     /// The protocol version the client specified if supported by the agent,
@@ -3428,6 +3811,7 @@ serde_support::deserialize_struct!(InitializeResponse {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ProtocolVersion(pub u16);
 impl From<u16> for ProtocolVersion {
     fn from(value: u16) -> Self {
@@ -3438,6 +3822,7 @@ impl From<u16> for ProtocolVersion {
 /// Describes the name and version of an ACP implementation, with an optional
 /// title for UI representation.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Implementation {
     /// Intended for programmatic or logical use, but can be used as a display
@@ -3497,6 +3882,7 @@ serde_support::deserialize_struct!(Implementation {
 ///
 /// See protocol docs: [Agent Capabilities](https://agentclientprotocol.com/protocol/v2/initialization#agent-capabilities)
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AgentCapabilities {
     /// Session capabilities supported by the agent.
@@ -3569,6 +3955,7 @@ serde_support::deserialize_struct!(AgentCapabilities {
 ///
 /// See protocol docs: [Session Capabilities](https://agentclientprotocol.com/protocol/v2/initialization#session-capabilities)
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionCapabilities {
     /// Prompt capabilities supported by the agent in `session/prompt` requests.
@@ -3674,6 +4061,7 @@ serde_support::deserialize_struct!(SessionCapabilities {
 ///
 /// See protocol docs: [Prompt Capabilities](https://agentclientprotocol.com/protocol/v2/initialization#prompt-capabilities)
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PromptCapabilities {
     /// Agent supports [`ContentBlock::Image`].
@@ -3754,6 +4142,7 @@ serde_support::deserialize_struct!(PromptCapabilities {
 ///
 /// Supplying `{}` means the agent supports image content in prompts.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PromptImageCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3786,6 +4175,7 @@ serde_support::deserialize_struct!(PromptImageCapabilities {
 ///
 /// Supplying `{}` means the agent supports audio content in prompts.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PromptAudioCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3818,6 +4208,7 @@ serde_support::deserialize_struct!(PromptAudioCapabilities {
 ///
 /// Supplying `{}` means the agent supports embedded context in prompts.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PromptEmbeddedContextCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3848,6 +4239,7 @@ serde_support::deserialize_struct!(PromptEmbeddedContextCapabilities {
 });
 /// MCP capabilities supported by the agent for session lifecycle requests.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct McpCapabilities {
     /// Agent supports [`McpServer::Stdio`].
@@ -3908,6 +4300,7 @@ serde_support::deserialize_struct!(McpCapabilities {
 ///
 /// Supplying `{}` means the agent supports stdio MCP server transports.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct McpStdioCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3938,6 +4331,7 @@ serde_support::deserialize_struct!(McpStdioCapabilities {
 ///
 /// Supplying `{}` means the agent supports HTTP MCP server transports.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct McpHttpCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3968,6 +4362,7 @@ serde_support::deserialize_struct!(McpHttpCapabilities {
 ///
 /// Supplying `{}` means the agent supports deleting sessions from `session/list`.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionDeleteCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4003,6 +4398,7 @@ serde_support::deserialize_struct!(SessionDeleteCapabilities {
 /// `session/list` may return `SessionInfo.additionalDirectories` to report the
 /// complete ordered additional-root list associated with a listed session.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionAdditionalDirectoriesCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4037,6 +4433,7 @@ serde_support::deserialize_struct!(SessionAdditionalDirectoriesCapabilities {
 /// Those methods are advertised by a non-empty `authMethods` list in the
 /// `initialize` response.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AgentAuthCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4121,6 +4518,34 @@ impl<'de> serde::Deserialize<'de> for AuthMethod {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for AuthMethod {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "AuthMethod".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "terminal" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < AuthMethodTerminal > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "agent" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < AuthMethodAgent > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// Typed identifier used for auth method values on the wire.
 #[derive(
     Debug,
@@ -4134,6 +4559,7 @@ impl<'de> serde::Deserialize<'de> for AuthMethod {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct AuthMethodId(pub String);
 impl From<String> for AuthMethodId {
     fn from(value: String) -> Self {
@@ -4162,6 +4588,7 @@ impl std::borrow::Borrow<str> for AuthMethodId {
 }
 /// An environment variable to set when launching a process.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct EnvVariable {
     /// The name of the environment variable.
@@ -4206,6 +4633,7 @@ serde_support::deserialize_struct!(EnvVariable {
 /// A zero exit status signals success; any other termination signals failure.
 /// The client MUST NOT pass this method to `auth/login`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AuthMethodTerminal {
     /// Unique identifier for this authentication method.
@@ -4282,6 +4710,7 @@ serde_support::deserialize_struct!(AuthMethodTerminal {
 ///
 /// The `type` discriminator value is `agent`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AuthMethodAgent {
     /// Unique identifier for this authentication method.
@@ -4332,6 +4761,7 @@ serde_support::deserialize_struct!(AuthMethodAgent {
 });
 /// Response to the `auth/login` method.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct LoginAuthResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4360,6 +4790,7 @@ serde_support::deserialize_struct!(LoginAuthResponse {
 });
 /// Response to the `auth/logout` method.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct LogoutAuthResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4390,6 +4821,7 @@ serde_support::deserialize_struct!(LogoutAuthResponse {
 ///
 /// See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/v2/session-setup#creating-a-session)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NewSessionResponse {
     /// Unique identifier for the created session.
@@ -4438,6 +4870,7 @@ serde_support::deserialize_struct!(NewSessionResponse {
 });
 /// A session configuration option selector and its current state.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionConfigOption {
     /// Unique identifier for the configuration option.
@@ -4523,6 +4956,7 @@ impl SessionConfigOption {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct SessionConfigId(pub String);
 impl From<String> for SessionConfigId {
     fn from(value: String) -> Self {
@@ -4616,6 +5050,22 @@ impl<'de> serde::Deserialize<'de> for SessionConfigOptionCategory {
         Ok(SessionConfigOptionCategory::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for SessionConfigOptionCategory {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SessionConfigOptionCategory".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("mode");
+        values.push("model");
+        values.push("model_config");
+        values.push("thought_level");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Unique identifier for a session configuration option value.
 #[derive(
     Debug,
@@ -4629,6 +5079,7 @@ impl<'de> serde::Deserialize<'de> for SessionConfigOptionCategory {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct SessionConfigValueId(pub String);
 impl From<String> for SessionConfigValueId {
     fn from(value: String) -> Self {
@@ -4658,6 +5109,7 @@ impl std::borrow::Borrow<str> for SessionConfigValueId {
 /// Possible values for a session configuration option.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub enum SessionConfigSelectOptions {
     /// A flat list of options with no grouping.
@@ -4667,6 +5119,7 @@ pub enum SessionConfigSelectOptions {
 }
 /// A possible value for a session configuration option.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionConfigSelectOption {
     /// Unique identifier for this option value.
@@ -4716,6 +5169,7 @@ serde_support::deserialize_struct!(SessionConfigSelectOption {
 });
 /// A group of possible values for a session configuration option.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionConfigSelectGroup {
     /// Unique identifier for this group.
@@ -4774,6 +5228,7 @@ serde_support::deserialize_struct!(SessionConfigSelectGroup {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct SessionConfigGroupId(pub String);
 impl From<String> for SessionConfigGroupId {
     fn from(value: String) -> Self {
@@ -4802,6 +5257,7 @@ impl std::borrow::Borrow<str> for SessionConfigGroupId {
 }
 /// A single-value selector (dropdown) session configuration option payload.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionConfigSelect {
     /// The currently selected value.
@@ -4829,6 +5285,7 @@ serde_support::deserialize_struct!(SessionConfigSelect {
 });
 /// A boolean on/off toggle session configuration option payload.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionConfigBoolean {
     /// The current value of the boolean option.
@@ -4849,6 +5306,7 @@ serde_support::deserialize_struct!(SessionConfigBoolean {
 });
 /// Response from listing sessions.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ListSessionsResponse {
     /// Array of session information objects.
@@ -4895,6 +5353,7 @@ serde_support::deserialize_struct!(ListSessionsResponse {
 });
 /// Information about a session returned by session/list
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionInfo {
     /// Unique identifier for the session
@@ -4985,6 +5444,7 @@ serde_support::deserialize_struct!(SessionInfo {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct SessionListCursor(pub String);
 impl From<String> for SessionListCursor {
     fn from(value: String) -> Self {
@@ -5013,6 +5473,7 @@ impl std::borrow::Borrow<str> for SessionListCursor {
 }
 /// Response from deleting a session.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DeleteSessionResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5043,6 +5504,7 @@ serde_support::deserialize_struct!(DeleteSessionResponse {
 });
 /// Response from resuming an existing session.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ResumeSessionResponse {
     /// Initial session configuration options.
@@ -5084,6 +5546,7 @@ serde_support::deserialize_struct!(ResumeSessionResponse {
 });
 /// Response from closing a session.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CloseSessionResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5112,6 +5575,7 @@ serde_support::deserialize_struct!(CloseSessionResponse {
 });
 /// Response to `session/set_config_option` method.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SetSessionConfigOptionResponse {
     /// The full set of configuration options and their current values.
@@ -5152,6 +5616,7 @@ serde_support::deserialize_struct!(SetSessionConfigOptionResponse {
 ///
 /// See protocol docs: [Prompt Accepted](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#2-prompt-accepted)
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PromptResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5185,6 +5650,7 @@ serde_support::deserialize_struct!(PromptResponse {
 /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ExtResponse(pub serde_json::Value);
 impl From<serde_json::Value> for ExtResponse {
     fn from(value: serde_json::Value) -> Self {
@@ -5198,6 +5664,7 @@ impl From<serde_json::Value> for ExtResponse {
 ///
 /// See protocol docs: [JSON-RPC Error Object](https://www.jsonrpc.org/specification#error_object)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Error {
     /// A number indicating the error type that occurred.
@@ -5251,6 +5718,24 @@ serde_support::deserialize_struct!(Error {
 )]
 #[serde(transparent)]
 pub struct ErrorCode(pub i32);
+/// The named codes, and any other integer.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for ErrorCode {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ErrorCode".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!(
+            { "anyOf" : [{ "title" : "Parse error", "const" : - 32700 }, { "title" :
+            "Invalid request", "const" : - 32600 }, { "title" : "Method not found",
+            "const" : - 32601 }, { "title" : "Invalid params", "const" : - 32602 }, {
+            "title" : "Internal error", "const" : - 32603 }, { "title" :
+            "Request cancelled", "const" : - 32800 }, { "title" :
+            "Authentication required", "const" : - 32000 }, { "title" :
+            "Resource not found", "const" : - 32002 }, { "type" : "integer" }] }
+        )
+    }
+}
 impl ErrorCode {
     /// **Parse error**: Invalid JSON was received by the server.
     /// An error occurred on the server while parsing the JSON text.
@@ -5305,6 +5790,7 @@ impl std::fmt::Display for ErrorCode {
 ///
 /// See protocol docs: [Agent Reports Output](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#3-agent-reports-output)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct UpdateSessionNotification {
     /// The ID of the session this update pertains to.
@@ -5626,6 +6112,162 @@ impl<'de> serde::Deserialize<'de> for SessionUpdate {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for SessionUpdate {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SessionUpdate".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "user_message_chunk" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    ContentChunk > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "user_message" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: < UserMessage
+                    > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "agent_message_chunk" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    ContentChunk > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "agent_message" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    AgentMessage > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "agent_thought_chunk" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    ContentChunk > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "agent_thought" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    AgentThought > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "state_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: < StateUpdate
+                    > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "tool_call_content_chunk" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    ToolCallContentChunk > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "tool_call_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    ToolCallUpdate > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "terminal_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    TerminalUpdate > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "terminal_output_chunk" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    TerminalOutputChunk > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "plan_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: < PlanUpdate
+                    > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "available_commands_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    AvailableCommandsUpdate > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "config_option_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    ConfigOptionUpdate > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "session_info_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    SessionInfoUpdate > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "usage_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: < UsageUpdate
+                    > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// Unique identifier for a message within a session.
 #[derive(
     Debug,
@@ -5639,6 +6281,7 @@ impl<'de> serde::Deserialize<'de> for SessionUpdate {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct MessageId(pub String);
 impl From<String> for MessageId {
     fn from(value: String) -> Self {
@@ -5667,6 +6310,7 @@ impl std::borrow::Borrow<str> for MessageId {
 }
 /// A streamed item of message content.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ContentChunk {
     /// A unique identifier for the message this chunk belongs to.
@@ -5724,6 +6368,7 @@ serde_support::deserialize_struct!(ContentChunk {
 /// chunks. Later chunks with the same `messageId` append to the current
 /// content.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct UserMessage {
     /// A unique identifier for the message.
@@ -5782,6 +6427,7 @@ serde_support::deserialize_struct!(UserMessage {
 /// earlier chunks. Later chunks with the same `messageId` append to the current
 /// content.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AgentMessage {
     /// A unique identifier for the message.
@@ -5840,6 +6486,7 @@ serde_support::deserialize_struct!(AgentMessage {
 /// earlier chunks. Later chunks with the same `messageId` append to the current
 /// content.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AgentThought {
     /// A unique identifier for the thought message.
@@ -5886,6 +6533,7 @@ serde_support::deserialize_struct!(AgentThought {
 });
 /// Foreground work is in progress.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct RunningStateUpdate {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5984,8 +6632,26 @@ impl<'de> serde::Deserialize<'de> for StopReason {
         Ok(StopReason::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for StopReason {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "StopReason".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("end_turn");
+        values.push("max_tokens");
+        values.push("max_turn_requests");
+        values.push("refusal");
+        values.push("cancelled");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// The agent is ready to process a new prompt.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct IdleStateUpdate {
     /// Indicates why foreground work stopped.
@@ -6030,6 +6696,7 @@ serde_support::deserialize_struct!(IdleStateUpdate {
 });
 /// Foreground work is blocked on user action.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct RequiresActionStateUpdate {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6126,6 +6793,42 @@ impl<'de> serde::Deserialize<'de> for StateUpdate {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for StateUpdate {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "StateUpdate".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "state" : { "type" : "string",
+                    "const" : "running" } }, "required" : ["state"], "allOf" : [generator
+                    .subschema_for:: < RunningStateUpdate > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "state" : { "type" : "string",
+                    "const" : "idle" } }, "required" : ["state"], "allOf" : [generator
+                    .subschema_for:: < IdleStateUpdate > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "state" : { "type" : "string",
+                    "const" : "requires_action" } }, "required" : ["state"], "allOf" :
+                    [generator.subschema_for:: < RequiresActionStateUpdate > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// A streamed item of tool-call content.
 ///
 /// Tool-call content chunks append one [`ToolCallContent`] item to the current
@@ -6133,6 +6836,7 @@ impl<'de> serde::Deserialize<'de> for StateUpdate {
 /// [`ToolCallUpdate::content`] when they need to replace the whole content
 /// collection instead.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ToolCallContentChunk {
     /// The ID of the tool call this content belongs to.
@@ -6175,6 +6879,7 @@ serde_support::deserialize_struct!(ToolCallContentChunk {
 });
 /// An authoritative replacement snapshot of terminal output bytes.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct TerminalOutput {
     /// Base64-encoded replacement terminal output bytes.
@@ -6213,6 +6918,7 @@ serde_support::deserialize_struct!(TerminalOutput {
 /// The presence of this object marks the terminal as exited, even when neither
 /// an exit code nor a signal is known.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct TerminalExitStatus {
     /// Process exit code, when known. Omitted and `null` are equivalent.
@@ -6275,6 +6981,7 @@ serde_support::deserialize_struct!(TerminalExitStatus {
 /// it, and concrete values replace it. When the terminal ID is new, omitted
 /// fields start unknown.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct TerminalUpdate {
     /// Unique identifier for this terminal within the session.
@@ -6354,6 +7061,7 @@ serde_support::deserialize_struct!(TerminalUpdate {
 });
 /// A chunk of bytes appended to an agent-owned terminal's output.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct TerminalOutputChunk {
     /// The terminal receiving these bytes.
@@ -6436,6 +7144,26 @@ impl<'de> serde::Deserialize<'de> for PlanUpdateContent {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for PlanUpdateContent {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PlanUpdateContent".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "items" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < PlanItems > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// Unique identifier for a plan within a session.
 #[derive(
     Debug,
@@ -6449,6 +7177,7 @@ impl<'de> serde::Deserialize<'de> for PlanUpdateContent {
     serde::Deserialize
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct PlanId(pub String);
 impl From<String> for PlanId {
     fn from(value: String) -> Self {
@@ -6481,6 +7210,7 @@ impl std::borrow::Borrow<str> for PlanId {
 /// as part of fulfilling the user's request.
 /// See protocol docs: [Plan Entries](https://agentclientprotocol.com/protocol/v2/agent-plan#plan-entries)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PlanEntry {
     /// Human-readable description of what this task aims to accomplish.
@@ -6585,6 +7315,21 @@ impl<'de> serde::Deserialize<'de> for PlanEntryPriority {
         Ok(PlanEntryPriority::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for PlanEntryPriority {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PlanEntryPriority".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("high");
+        values.push("medium");
+        values.push("low");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Status of a plan entry in the execution flow.
 ///
 /// Tracks the lifecycle of each task from planning through completion.
@@ -6647,8 +7392,25 @@ impl<'de> serde::Deserialize<'de> for PlanEntryStatus {
         Ok(PlanEntryStatus::from(value.as_ref()))
     }
 }
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for PlanEntryStatus {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PlanEntryStatus".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("pending");
+        values.push("in_progress");
+        values.push("completed");
+        values.push("cancelled");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// A plan represented as structured entries.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PlanItems {
     /// The plan ID to update.
@@ -6691,6 +7453,7 @@ serde_support::deserialize_struct!(PlanItems {
 });
 /// A content update for a plan identified by ID.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PlanUpdate {
     /// The updated plan content.
@@ -6725,6 +7488,7 @@ serde_support::deserialize_struct!(PlanUpdate {
 });
 /// Information about a command.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AvailableCommand {
     /// Command name (e.g., `create_plan`, `research_codebase`).
@@ -6820,8 +7584,29 @@ impl<'de> serde::Deserialize<'de> for AvailableCommandInput {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for AvailableCommandInput {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "AvailableCommandInput".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "text" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < TextCommandInput > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// All text that was typed after the command name is provided as input.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct TextCommandInput {
     /// A hint to display when the input hasn't been provided yet
@@ -6856,6 +7641,7 @@ serde_support::deserialize_struct!(TextCommandInput {
 });
 /// Available commands are ready or have changed
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AvailableCommandsUpdate {
     /// Commands the agent can execute.
@@ -6891,6 +7677,7 @@ serde_support::deserialize_struct!(AvailableCommandsUpdate {
 });
 /// Session configuration options have been updated.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ConfigOptionUpdate {
     /// The full set of configuration options and their current values.
@@ -6932,6 +7719,7 @@ serde_support::deserialize_struct!(ConfigOptionUpdate {
 /// Omitted fields leave the existing session info unchanged. `null` clears the
 /// corresponding value.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionInfoUpdate {
     /// Human-readable title for the session. Set to null to clear.
@@ -6984,6 +7772,7 @@ serde_support::deserialize_struct!(SessionInfoUpdate {
 });
 /// Cost information for a session.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Cost {
     /// Total cumulative cost for session.
@@ -7022,6 +7811,7 @@ serde_support::deserialize_struct!(Cost {
 });
 /// Context window and cost update for a session.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct UsageUpdate {
     /// Tokens currently in context.
@@ -7071,6 +7861,7 @@ serde_support::deserialize_struct!(UsageUpdate {
 });
 /// Notification sent by the agent when a URL-based elicitation is complete.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CompleteElicitationNotification {
     /// The ID of the elicitation that completed.
@@ -7113,6 +7904,7 @@ serde_support::deserialize_struct!(CompleteElicitationNotification {
 /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ExtNotification(pub serde_json::Value);
 impl From<serde_json::Value> for ExtNotification {
     fn from(value: serde_json::Value) -> Self {
@@ -7125,6 +7917,7 @@ impl From<serde_json::Value> for ExtNotification {
 ///
 /// See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/v2/initialization)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct InitializeRequest {
     /// The latest protocol version supported by the client.
@@ -7183,6 +7976,7 @@ serde_support::deserialize_struct!(InitializeRequest {
 ///
 /// See protocol docs: [Client Capabilities](https://agentclientprotocol.com/protocol/v2/initialization#client-capabilities)
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ClientCapabilities {
     /// Authentication capabilities supported by the client.
@@ -7248,6 +8042,7 @@ serde_support::deserialize_struct!(ClientCapabilities {
 /// method types the client can handle. This governs opt-in types that require
 /// additional client-side support.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AuthCapabilities {
     /// Whether the client supports `terminal` authentication methods.
@@ -7298,6 +8093,7 @@ serde_support::deserialize_struct!(AuthCapabilities {
 /// invocation in an interactive terminal and supports terminal authentication
 /// methods.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct TerminalAuthCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7328,6 +8124,7 @@ serde_support::deserialize_struct!(TerminalAuthCapabilities {
 });
 /// Elicitation capabilities supported by the client.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationCapabilities {
     /// Whether the client supports form-based elicitation.
@@ -7390,6 +8187,7 @@ serde_support::deserialize_struct!(ElicitationCapabilities {
 ///
 /// Supplying `{}` means the client supports form-based elicitation.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationFormCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7424,6 +8222,7 @@ serde_support::deserialize_struct!(ElicitationFormCapabilities {
 ///
 /// Supplying `{}` means the client supports URL-based elicitation.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationUrlCapabilities {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7462,6 +8261,7 @@ serde_support::deserialize_struct!(ElicitationUrlCapabilities {
 /// at least one valid authentication method. Clients MUST NOT call this method
 /// when `authMethods` was omitted or empty.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct LoginAuthRequest {
     /// The ID of the authentication method to use.
@@ -7504,6 +8304,7 @@ serde_support::deserialize_struct!(LoginAuthRequest {
 /// at least one valid authentication method. Clients MUST NOT call this method
 /// when `authMethods` was omitted or empty.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct LogoutAuthRequest {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7534,6 +8335,7 @@ serde_support::deserialize_struct!(LogoutAuthRequest {
 ///
 /// See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/v2/session-setup#creating-a-session)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct NewSessionRequest {
     /// The working directory for this session. Must be an absolute path.
@@ -7653,8 +8455,37 @@ impl<'de> serde::Deserialize<'de> for McpServer {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for McpServer {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "McpServer".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "http" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < McpServerHttp > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "stdio" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < McpServerStdio > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// An HTTP header to set when making requests to the MCP server.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct HttpHeader {
     /// The name of the HTTP header.
@@ -7693,6 +8524,7 @@ serde_support::deserialize_struct!(HttpHeader {
 });
 /// HTTP transport configuration for MCP.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct McpServerHttp {
     /// Human-readable name identifying this MCP server.
@@ -7742,6 +8574,7 @@ serde_support::deserialize_struct!(McpServerHttp {
 });
 /// Stdio transport configuration for MCP.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct McpServerStdio {
     /// Human-readable name identifying this MCP server.
@@ -7802,6 +8635,7 @@ serde_support::deserialize_struct!(McpServerStdio {
 });
 /// Request parameters for listing existing sessions.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ListSessionsRequest {
     /// Filter sessions by working directory. Must be an absolute path.
@@ -7856,6 +8690,7 @@ serde_support::deserialize_struct!(ListSessionsRequest {
 ///
 /// Only available if the Agent supports the `session.delete` capability.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DeleteSessionRequest {
     /// The ID of the session to delete.
@@ -7894,6 +8729,7 @@ serde_support::deserialize_struct!(DeleteSessionRequest {
 /// Resumes an existing session and optionally replays prior conversation
 /// history according to `replayFrom`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ResumeSessionRequest {
     /// The ID of the session to resume.
@@ -8024,8 +8860,29 @@ impl<'de> serde::Deserialize<'de> for ReplayFrom {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for ReplayFrom {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ReplayFrom".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "start" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < ReplayFromStart > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// Inclusive replay cursor requesting replay from the start of the conversation.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ReplayFromStart {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -8058,6 +8915,7 @@ serde_support::deserialize_struct!(ReplayFromStart {
 /// as if `session/cancel` was called) and then free up any resources associated
 /// with the session.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CloseSessionRequest {
     /// The ID of the session to close.
@@ -8093,6 +8951,7 @@ serde_support::deserialize_struct!(CloseSessionRequest {
 });
 /// Request parameters for setting a session configuration option.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SetSessionConfigOptionRequest {
     /// The ID of the session to set the configuration option for.
@@ -8144,6 +9003,7 @@ impl SetSessionConfigOptionRequest {
 ///
 /// See protocol docs: [User Message](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#1-user-message)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PromptRequest {
     /// The ID of the session to send this user message to
@@ -8195,6 +9055,7 @@ serde_support::deserialize_struct!(PromptRequest {
 });
 /// Response to a permission request.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct RequestPermissionResponse {
     /// The user's decision on the permission request.
@@ -8293,8 +9154,36 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionOutcome {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for RequestPermissionOutcome {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "RequestPermissionOutcome".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "outcome" : { "type" :
+                    "string", "const" : "cancelled" } }, "required" : ["outcome"], }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "outcome" : { "type" :
+                    "string", "const" : "selected" } }, "required" : ["outcome"], "allOf"
+                    : [generator.subschema_for:: < SelectedPermissionOutcome > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// The user selected one of the provided options.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SelectedPermissionOutcome {
     /// The ID of the option the user selected.
@@ -8330,6 +9219,7 @@ serde_support::deserialize_struct!(SelectedPermissionOutcome {
 });
 /// Response from the client to an elicitation request.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CreateElicitationResponse {
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -8368,6 +9258,7 @@ impl CreateElicitationResponse {
 /// Allowed wire representations for [`ElicitationContentValue`].
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub enum ElicitationContentValue {
     /// String value accepted in elicitation response content.
@@ -8383,6 +9274,7 @@ pub enum ElicitationContentValue {
 }
 /// The user accepted the elicitation and provided content.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ElicitationAcceptAction {
     /// The user-provided content, if any, as an object matching the requested schema.
@@ -8416,6 +9308,7 @@ serde_support::deserialize_struct!(ElicitationAcceptAction {
 ///
 /// See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#cancellation)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CancelSessionNotification {
     /// The ID of the session to cancel operations for.
@@ -8453,6 +9346,7 @@ serde_support::deserialize_struct!(CancelSessionNotification {
 ///
 /// See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v2/cancellation)
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CancelRequestNotification {
     /// The ID of the request to cancel.
@@ -8548,6 +9442,40 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationAction {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for CreateElicitationAction {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "CreateElicitationAction".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "action" : { "type" : "string",
+                    "const" : "accept" } }, "required" : ["action"], "allOf" : [generator
+                    .subschema_for:: < ElicitationAcceptAction > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "action" : { "type" : "string",
+                    "const" : "decline" } }, "required" : ["action"], }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "action" : { "type" : "string",
+                    "const" : "cancel" } }, "required" : ["action"], }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// The part of [`CreateElicitationRequest`] that varies with its kind.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -8601,6 +9529,34 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationMode {
                 Ok(CreateElicitationMode::Other(serde_support::UnknownVariant(value)))
             }
         }
+    }
+}
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for CreateElicitationMode {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "CreateElicitationMode".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "mode" : { "type" : "string",
+                    "const" : "form" } }, "required" : ["mode"], "allOf" : [generator
+                    .subschema_for:: < ElicitationFormMode > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "mode" : { "type" : "string",
+                    "const" : "url" } }, "required" : ["mode"], "allOf" : [generator
+                    .subschema_for:: < ElicitationUrlMode > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
 /// The part of [`DiffChange`] that varies with its kind.
@@ -8691,9 +9647,62 @@ impl<'de> serde::Deserialize<'de> for DiffChangeOperation {
         }
     }
 }
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for DiffChangeOperation {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DiffChangeOperation".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "operation" : { "type" :
+                    "string", "const" : "add" } }, "required" : ["operation"], "allOf" :
+                    [generator.subschema_for:: < DiffPathChange > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "operation" : { "type" :
+                    "string", "const" : "delete" } }, "required" : ["operation"], "allOf"
+                    : [generator.subschema_for:: < DiffPathChange > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "operation" : { "type" :
+                    "string", "const" : "modify" } }, "required" : ["operation"], "allOf"
+                    : [generator.subschema_for:: < DiffPathChange > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "operation" : { "type" :
+                    "string", "const" : "move" } }, "required" : ["operation"], "allOf" :
+                    [generator.subschema_for:: < DiffPathPairChange > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "operation" : { "type" :
+                    "string", "const" : "copy" } }, "required" : ["operation"], "allOf" :
+                    [generator.subschema_for:: < DiffPathPairChange > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
 /// The part of [`ElicitationFormMode`] that varies with its kind.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub enum ElicitationScope {
     /// Tied to a session, optionally to a specific tool call within that session.
@@ -8759,6 +9768,34 @@ impl<'de> serde::Deserialize<'de> for SessionConfigOptionType {
                 Ok(SessionConfigOptionType::Other(serde_support::UnknownVariant(value)))
             }
         }
+    }
+}
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for SessionConfigOptionType {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SessionConfigOptionType".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "select" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < SessionConfigSelect > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "boolean" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < SessionConfigBoolean > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
 /// The part of [`SetSessionConfigOptionRequest`] that varies with its kind.
@@ -8835,4 +9872,224 @@ impl<'de> serde::Deserialize<'de> for SetSessionConfigOptionType {
             }
         }
     }
+}
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for SetSessionConfigOptionType {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SetSessionConfigOptionType".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push({
+                let mut schema = schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "id" } }, "required" : ["type"], }
+                );
+                let value = generator.subschema_for::<SessionConfigValueId>();
+                schema
+                    .ensure_object()
+                    .entry("properties")
+                    .or_insert_with(|| serde_json::json!({}))
+                    .as_object_mut()
+                    .map(|p| p.insert("value".to_owned(), value.to_value()));
+                schema
+            });
+        alternatives
+            .push({
+                let mut schema = schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "boolean" } }, "required" : ["type"], }
+                );
+                let value = generator.subschema_for::<bool>();
+                schema
+                    .ensure_object()
+                    .entry("properties")
+                    .or_insert_with(|| serde_json::json!({}))
+                    .as_object_mut()
+                    .map(|p| p.insert("value".to_owned(), value.to_value()));
+                schema
+            });
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+/// Adds the JSON Schema of every type to `generator`'s definitions (`generator.definitions()`).
+#[cfg(feature = "schemars")]
+pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
+    generator.subschema_for::<RequestId>();
+    generator.subschema_for::<RequestPermissionRequest>();
+    generator.subschema_for::<SessionId>();
+    generator.subschema_for::<RequestPermissionSubject>();
+    generator.subschema_for::<ToolCallUpdate>();
+    generator.subschema_for::<ToolCallId>();
+    generator.subschema_for::<ToolKind>();
+    generator.subschema_for::<ToolCallStatus>();
+    generator.subschema_for::<ToolCallContent>();
+    generator.subschema_for::<ContentBlock>();
+    generator.subschema_for::<Annotations>();
+    generator.subschema_for::<Role>();
+    generator.subschema_for::<TextContent>();
+    generator.subschema_for::<MediaType>();
+    generator.subschema_for::<ImageContent>();
+    generator.subschema_for::<AudioContent>();
+    generator.subschema_for::<Icon>();
+    generator.subschema_for::<IconTheme>();
+    generator.subschema_for::<ResourceLink>();
+    generator.subschema_for::<EmbeddedResourceResource>();
+    generator.subschema_for::<TextResourceContents>();
+    generator.subschema_for::<BlobResourceContents>();
+    generator.subschema_for::<EmbeddedResource>();
+    generator.subschema_for::<Content>();
+    generator.subschema_for::<DiffChange>();
+    generator.subschema_for::<DiffFileType>();
+    generator.subschema_for::<AbsolutePath>();
+    generator.subschema_for::<DiffPathChange>();
+    generator.subschema_for::<DiffPathPairChange>();
+    generator.subschema_for::<DiffPatch>();
+    generator.subschema_for::<DiffPatchFormat>();
+    generator.subschema_for::<Diff>();
+    generator.subschema_for::<TerminalId>();
+    generator.subschema_for::<Terminal>();
+    generator.subschema_for::<ToolCallLocation>();
+    generator.subschema_for::<ToolCallPermissionSubject>();
+    generator.subschema_for::<CommandPermissionSubject>();
+    generator.subschema_for::<PermissionOption>();
+    generator.subschema_for::<PermissionOptionId>();
+    generator.subschema_for::<PermissionOptionKind>();
+    generator.subschema_for::<CreateElicitationRequest>();
+    generator.subschema_for::<ElicitationSessionScope>();
+    generator.subschema_for::<ElicitationRequestScope>();
+    generator.subschema_for::<ElicitationSchema>();
+    generator.subschema_for::<ElicitationSchemaType>();
+    generator.subschema_for::<ElicitationPropertySchema>();
+    generator.subschema_for::<StringFormat>();
+    generator.subschema_for::<EnumOption>();
+    generator.subschema_for::<StringPropertySchema>();
+    generator.subschema_for::<NumberPropertySchema>();
+    generator.subschema_for::<IntegerPropertySchema>();
+    generator.subschema_for::<BooleanPropertySchema>();
+    generator.subschema_for::<MultiSelectItems>();
+    generator.subschema_for::<StringMultiSelectItems>();
+    generator.subschema_for::<TitledMultiSelectItems>();
+    generator.subschema_for::<MultiSelectPropertySchema>();
+    generator.subschema_for::<ElicitationFormMode>();
+    generator.subschema_for::<ElicitationId>();
+    generator.subschema_for::<ElicitationUrlMode>();
+    generator.subschema_for::<ExtRequest>();
+    generator.subschema_for::<InitializeResponse>();
+    generator.subschema_for::<ProtocolVersion>();
+    generator.subschema_for::<Implementation>();
+    generator.subschema_for::<AgentCapabilities>();
+    generator.subschema_for::<SessionCapabilities>();
+    generator.subschema_for::<PromptCapabilities>();
+    generator.subschema_for::<PromptImageCapabilities>();
+    generator.subschema_for::<PromptAudioCapabilities>();
+    generator.subschema_for::<PromptEmbeddedContextCapabilities>();
+    generator.subschema_for::<McpCapabilities>();
+    generator.subschema_for::<McpStdioCapabilities>();
+    generator.subschema_for::<McpHttpCapabilities>();
+    generator.subschema_for::<SessionDeleteCapabilities>();
+    generator.subschema_for::<SessionAdditionalDirectoriesCapabilities>();
+    generator.subschema_for::<AgentAuthCapabilities>();
+    generator.subschema_for::<AuthMethod>();
+    generator.subschema_for::<AuthMethodId>();
+    generator.subschema_for::<EnvVariable>();
+    generator.subschema_for::<AuthMethodTerminal>();
+    generator.subschema_for::<AuthMethodAgent>();
+    generator.subschema_for::<LoginAuthResponse>();
+    generator.subschema_for::<LogoutAuthResponse>();
+    generator.subschema_for::<NewSessionResponse>();
+    generator.subschema_for::<SessionConfigOption>();
+    generator.subschema_for::<SessionConfigId>();
+    generator.subschema_for::<SessionConfigOptionCategory>();
+    generator.subschema_for::<SessionConfigValueId>();
+    generator.subschema_for::<SessionConfigSelectOptions>();
+    generator.subschema_for::<SessionConfigSelectOption>();
+    generator.subschema_for::<SessionConfigSelectGroup>();
+    generator.subschema_for::<SessionConfigGroupId>();
+    generator.subschema_for::<SessionConfigSelect>();
+    generator.subschema_for::<SessionConfigBoolean>();
+    generator.subschema_for::<ListSessionsResponse>();
+    generator.subschema_for::<SessionInfo>();
+    generator.subschema_for::<SessionListCursor>();
+    generator.subschema_for::<DeleteSessionResponse>();
+    generator.subschema_for::<ResumeSessionResponse>();
+    generator.subschema_for::<CloseSessionResponse>();
+    generator.subschema_for::<SetSessionConfigOptionResponse>();
+    generator.subschema_for::<PromptResponse>();
+    generator.subschema_for::<ExtResponse>();
+    generator.subschema_for::<Error>();
+    generator.subschema_for::<ErrorCode>();
+    generator.subschema_for::<UpdateSessionNotification>();
+    generator.subschema_for::<SessionUpdate>();
+    generator.subschema_for::<MessageId>();
+    generator.subschema_for::<ContentChunk>();
+    generator.subschema_for::<UserMessage>();
+    generator.subschema_for::<AgentMessage>();
+    generator.subschema_for::<AgentThought>();
+    generator.subschema_for::<RunningStateUpdate>();
+    generator.subschema_for::<StopReason>();
+    generator.subschema_for::<IdleStateUpdate>();
+    generator.subschema_for::<RequiresActionStateUpdate>();
+    generator.subschema_for::<StateUpdate>();
+    generator.subschema_for::<ToolCallContentChunk>();
+    generator.subschema_for::<TerminalOutput>();
+    generator.subschema_for::<TerminalExitStatus>();
+    generator.subschema_for::<TerminalUpdate>();
+    generator.subschema_for::<TerminalOutputChunk>();
+    generator.subschema_for::<PlanUpdateContent>();
+    generator.subschema_for::<PlanId>();
+    generator.subschema_for::<PlanEntry>();
+    generator.subschema_for::<PlanEntryPriority>();
+    generator.subschema_for::<PlanEntryStatus>();
+    generator.subschema_for::<PlanItems>();
+    generator.subschema_for::<PlanUpdate>();
+    generator.subschema_for::<AvailableCommand>();
+    generator.subschema_for::<AvailableCommandInput>();
+    generator.subschema_for::<TextCommandInput>();
+    generator.subschema_for::<AvailableCommandsUpdate>();
+    generator.subschema_for::<ConfigOptionUpdate>();
+    generator.subschema_for::<SessionInfoUpdate>();
+    generator.subschema_for::<Cost>();
+    generator.subschema_for::<UsageUpdate>();
+    generator.subschema_for::<CompleteElicitationNotification>();
+    generator.subschema_for::<ExtNotification>();
+    generator.subschema_for::<InitializeRequest>();
+    generator.subschema_for::<ClientCapabilities>();
+    generator.subschema_for::<AuthCapabilities>();
+    generator.subschema_for::<TerminalAuthCapabilities>();
+    generator.subschema_for::<ElicitationCapabilities>();
+    generator.subschema_for::<ElicitationFormCapabilities>();
+    generator.subschema_for::<ElicitationUrlCapabilities>();
+    generator.subschema_for::<LoginAuthRequest>();
+    generator.subschema_for::<LogoutAuthRequest>();
+    generator.subschema_for::<NewSessionRequest>();
+    generator.subschema_for::<McpServer>();
+    generator.subschema_for::<HttpHeader>();
+    generator.subschema_for::<McpServerHttp>();
+    generator.subschema_for::<McpServerStdio>();
+    generator.subschema_for::<ListSessionsRequest>();
+    generator.subschema_for::<DeleteSessionRequest>();
+    generator.subschema_for::<ResumeSessionRequest>();
+    generator.subschema_for::<ReplayFrom>();
+    generator.subschema_for::<ReplayFromStart>();
+    generator.subschema_for::<CloseSessionRequest>();
+    generator.subschema_for::<SetSessionConfigOptionRequest>();
+    generator.subschema_for::<PromptRequest>();
+    generator.subschema_for::<RequestPermissionResponse>();
+    generator.subschema_for::<RequestPermissionOutcome>();
+    generator.subschema_for::<SelectedPermissionOutcome>();
+    generator.subschema_for::<CreateElicitationResponse>();
+    generator.subschema_for::<ElicitationContentValue>();
+    generator.subschema_for::<ElicitationAcceptAction>();
+    generator.subschema_for::<CancelSessionNotification>();
+    generator.subschema_for::<CancelRequestNotification>();
+    generator.subschema_for::<CreateElicitationAction>();
+    generator.subschema_for::<CreateElicitationMode>();
+    generator.subschema_for::<DiffChangeOperation>();
+    generator.subschema_for::<ElicitationScope>();
+    generator.subschema_for::<SessionConfigOptionType>();
+    generator.subschema_for::<SetSessionConfigOptionType>();
 }

@@ -74,6 +74,11 @@ fn prim(p: Prim) -> TokenStream {
     }
 }
 
+/// `JsonSchema` for the types whose serde shape schemars derives correctly.
+fn schemars_derive() -> TokenStream {
+    quote!(#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))])
+}
+
 /// Emits one item.
 pub fn item(item: &Item, all: &[Item]) -> TokenStream {
     let name = ident(&item.name);
@@ -200,7 +205,8 @@ fn structure(gate: &TokenStream, name: &proc_macro2::Ident, s: &Struct, all: &[I
     let default = if ctor_params.is_empty() { quote!(Default,) } else { quote!() };
     let (de_derive, de_impl) =
         if derive_de { (quote!(serde::Deserialize,), quote!()) } else { (quote!(), deserialize_struct(gate, name, s)) };
-    let derives = quote!(#[derive(Debug, Clone, PartialEq, #default serde::Serialize, #de_derive)]);
+    let schemars = schemars_derive();
+    let derives = quote!(#[derive(Debug, Clone, PartialEq, #default serde::Serialize, #de_derive)] #schemars);
     let ctor_doc = if ctor_params.is_empty() {
         " Creates a value with every optional field unset.".to_owned()
     } else {
@@ -273,6 +279,7 @@ fn deserialize_helper(f: &Field) -> Option<String> {
 }
 
 fn newtype(gate: &TokenStream, name: &proc_macro2::Ident, ty: &Ty) -> TokenStream {
+    let schemars = schemars_derive();
     let inner = rust_ty(ty);
     let string = matches!(ty, Ty::Prim(Prim::String));
     let derives = match ty {
@@ -302,6 +309,7 @@ fn newtype(gate: &TokenStream, name: &proc_macro2::Ident, ty: &Ty) -> TokenStrea
     quote! {
         #gate #derives
         #[serde(transparent)]
+        #schemars
         pub struct #name(pub #inner);
 
         #gate impl From<#inner> for #name {
@@ -324,6 +332,12 @@ fn fallback_ident<'a>(taken: impl IntoIterator<Item = &'a str> + Clone) -> proc_
 fn string_enum(gate: &TokenStream, name: &proc_macro2::Ident, values: &[EnumValue]) -> TokenStream {
     let variants: Vec<_> = values.iter().map(|v| ident(&pascal(&v.wire))).collect();
     let other = fallback_ident(values.iter().map(|v| v.wire.as_str()));
+    let name_str = name.to_string();
+    let schema_values = values.iter().map(|v| {
+        let gate = cfg(&v.gate);
+        let wire = &v.wire;
+        quote!(#gate values.push(#wire);)
+    });
     let defs = values.iter().zip(&variants).map(|(v, id)| {
         let docs = doc(v.doc.as_deref());
         let gate = cfg(&v.gate);
@@ -383,10 +397,27 @@ fn string_enum(gate: &TokenStream, name: &proc_macro2::Ident, values: &[EnumValu
                 Ok(#name::from(value.as_ref()))
             }
         }
+
+        /// The schema lists the known values; decoding also keeps unknown ones.
+        #[cfg(feature = "schemars")]
+        #gate impl schemars::JsonSchema for #name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                #name_str.into()
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                #[allow(unused_mut)]
+                let mut values: Vec<&str> = Vec::new();
+                #(#schema_values)*
+                schemars::json_schema!({ "type": "string", "enum": values })
+            }
+        }
     }
 }
 
 fn int_consts(gate: &TokenStream, name: &proc_macro2::Ident, repr: Prim, consts: &[IntConst]) -> TokenStream {
+    let name_str = name.to_string();
+    let titles: Vec<String> = consts.iter().map(|c| title_of(&c.name)).collect();
+    let values: Vec<Literal> = consts.iter().map(|c| int_literal(repr, c.value)).collect();
     let repr_ty = prim(repr);
     let defs = consts.iter().map(|c| {
         let id = format_ident!("{}", c.name);
@@ -403,6 +434,17 @@ fn int_consts(gate: &TokenStream, name: &proc_macro2::Ident, repr: Prim, consts:
         #gate #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
         #[serde(transparent)]
         pub struct #name(pub #repr_ty);
+
+        /// The named codes, and any other integer.
+        #[cfg(feature = "schemars")]
+        #gate impl schemars::JsonSchema for #name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                #name_str.into()
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({ "anyOf": [#({ "title": #titles, "const": #values },)* { "type": "integer" }] })
+            }
+        }
 
         #gate impl #name {
             #(#defs)*
@@ -524,6 +566,36 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
         None => quote!(None => Err(serde::de::Error::missing_field(#tag)),),
     };
     let tag_const_doc = format!(" The property that tells the variants of [`{name}`] apart.");
+    let name_str = name.to_string();
+    let schema_alternatives = t
+        .variants
+        .iter()
+        .map(|v| (cfg(&v.gate), Some(v.wire.as_str()), &v.payload))
+        .chain(t.untagged_default.iter().map(|d| (TokenStream::new(), None, &d.payload)))
+        .map(|(gate, wire, payload)| {
+            let tag_part = match wire {
+                Some(w) => quote!("properties": { #tag: { "type": "string", "const": #w } }, "required": [#tag],),
+                None => quote!(),
+            };
+            let body = match payload {
+                Payload::Unit => quote!(schemars::json_schema!({ "type": "object", #tag_part })),
+                Payload::Type(t) => {
+                    let t = ident(t);
+                    quote!(schemars::json_schema!({ "type": "object", #tag_part "allOf": [generator.subschema_for::<#t>()] }))
+                }
+                Payload::Property { wire: prop, ty } => {
+                    let ty = rust_ty(ty);
+                    quote! {{
+                        let mut schema = schemars::json_schema!({ "type": "object", #tag_part });
+                        let value = generator.subschema_for::<#ty>();
+                        schema.ensure_object().entry("properties").or_insert_with(|| serde_json::json!({}))
+                            .as_object_mut().map(|p| p.insert(#prop.to_owned(), value.to_value()));
+                        schema
+                    }}
+                }
+            };
+            quote!(#gate alternatives.push(#body);)
+        });
     quote! {
         #gate #[derive(Debug, Clone, PartialEq)]
         #[non_exhaustive]
@@ -565,10 +637,25 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
                 }
             }
         }
+
+        /// One alternative per known kind; decoding also keeps unknown ones.
+        #[cfg(feature = "schemars")]
+        #gate impl schemars::JsonSchema for #name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                #name_str.into()
+            }
+            fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                #[allow(unused_mut)]
+                let mut alternatives: Vec<schemars::Schema> = Vec::new();
+                #(#schema_alternatives)*
+                schemars::json_schema!({ "oneOf": alternatives })
+            }
+        }
     }
 }
 
 fn untagged(gate: &TokenStream, name: &proc_macro2::Ident, vs: &[UntaggedVariant], all: &[Item]) -> TokenStream {
+    let schemars = schemars_derive();
     let defs = vs.iter().map(|v| {
         let id = ident(&v.name);
         let docs = doc(v.doc.as_deref());
@@ -596,6 +683,7 @@ fn untagged(gate: &TokenStream, name: &proc_macro2::Ident, vs: &[UntaggedVariant
     quote! {
         #gate #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
         #[serde(untagged)]
+        #schemars
         #[non_exhaustive]
         pub enum #name {
             #(#defs)*
