@@ -260,11 +260,11 @@ async fn run_request<H: Handler>(
         None if kind == RequestKind::Permission => {
             // Answered at once; the handler may still clean up during the grace period.
             finish(&shared, id, cancelled_answer(kind, None)).await;
-            let _ = tokio::time::timeout(grace, fut).await;
+            let _ = within_grace(grace, fut).await;
             return;
         }
         None => {
-            let out = tokio::time::timeout(grace, &mut fut).await.ok();
+            let out = within_grace(grace, &mut fut).await;
             if out.is_none() {
                 span.in_scope(|| tracing::debug!("cancelled handler did not finish within the grace period; dropped"));
             }
@@ -272,6 +272,20 @@ async fn run_request<H: Handler>(
         }
     };
     finish(&shared, id, answer).await;
+}
+
+/// Gives a cancelled handler `grace` to finish. A zero grace polls it once instead of arming a
+/// timer, whose 1 ms tick would otherwise be the floor of the cancellation latency.
+async fn within_grace<F: Future + Unpin>(grace: Duration, mut fut: F) -> Option<F::Output> {
+    if grace.is_zero() {
+        std::future::poll_fn(|cx| std::task::Poll::Ready(match std::pin::Pin::new(&mut fut).poll(cx) {
+            std::task::Poll::Ready(out) => Some(out),
+            std::task::Poll::Pending => None,
+        }))
+        .await
+    } else {
+        tokio::time::timeout(grace, fut).await.ok()
+    }
 }
 
 fn normal_answer(out: HandlerOutput, span: &tracing::Span) -> Result<Box<RawValue>, ErrorObject> {

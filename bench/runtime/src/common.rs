@@ -1,0 +1,88 @@
+//! Shared helpers: the runtime, the message, memory readings, percentiles, result lines.
+
+use std::time::Duration;
+
+/// The text of every `agent_message_chunk` (short, like one streamed LLM token or two).
+pub const TEXT: &str = "Hello, world! ";
+pub const SESSION: &str = "sess_bench_1";
+
+/// The same multi-threaded tokio runtime for every implementation (worker threads = cores).
+/// `BENCH_RUNTIME=current_thread` switches to a single-threaded runtime (both connections
+/// on one thread: no cross-core wake-ups, far less noise on a small shared machine).
+pub fn current_thread() -> bool {
+    std::env::var("BENCH_RUNTIME").as_deref() == Ok("current_thread")
+}
+
+pub fn rt() -> tokio::runtime::Runtime {
+    if current_thread() {
+        return tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    }
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime")
+}
+
+/// `VmHWM` (peak resident set) of a process in KiB, from `/proc/<pid>/status`.
+pub fn vm_hwm_kib(pid: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+pub fn self_hwm_kib() -> u64 {
+    vm_hwm_kib("self").unwrap_or(0)
+}
+
+/// Peak RSS of this process's (single, live) child process: the spawned agent. Found by
+/// scanning `/proc` for our pid as parent, because the official SDK's `AcpAgent` does not
+/// expose the child's pid.
+pub fn child_hwm_kib() -> u64 {
+    let me = std::process::id().to_string();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str() else { continue };
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // `pid (comm) state ppid ...`; comm may contain spaces, so split after the last ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+        let mut fields = rest.split_whitespace();
+        let _state = fields.next();
+        if fields.next() == Some(me.as_str()) {
+            return vm_hwm_kib(pid).unwrap_or(0);
+        }
+    }
+    0
+}
+
+/// Throughput result line: `pipe impl n secs msgs_per_s client_hwm_kib agent_hwm_kib`.
+pub fn print_pipe(imp: &str, n: u64, elapsed: Duration, client_kib: u64, agent_kib: u64) {
+    let secs = elapsed.as_secs_f64();
+    println!("pipe\t{imp}\t{n}\t{secs:.6}\t{:.0}\t{client_kib}\t{agent_kib}", n as f64 / secs);
+}
+
+/// Latency result line: `<kind> impl n p50_us p99_us max_us`; the kind gets `-ct` on the
+/// current-thread runtime.
+pub fn print_latency(kind: &str, imp: &str, mut samples: Vec<Duration>) {
+    let kind = if current_thread() { format!("{kind}-ct") } else { kind.to_string() };
+    samples.sort_unstable();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let n = samples.len();
+    println!(
+        "{kind}\t{imp}\t{n}\t{:.2}\t{:.2}\t{:.2}",
+        us(percentile(&samples, 0.50)),
+        us(percentile(&samples, 0.99)),
+        us(samples[n - 1])
+    );
+}
+
+/// Nearest-rank percentile of sorted samples.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// Round trips done before measuring, in `rtt`.
+pub const RTT_WARMUP: u64 = 1_000;

@@ -1,0 +1,59 @@
+//! Runtime benchmarks: acp-runtime (+ acp-types) against the official `agent-client-protocol`
+//! 5.0.0 SDK. Each subcommand does one run and prints one tab-separated result line; `run.sh`
+//! alternates the implementations, repeats, and `report` turns the lines into a markdown table.
+//!
+//! ```text
+//! acp-runtime-bench pipe   --impl ours|official|raw --n N    # client: spawns `agent`
+//! acp-runtime-bench agent  --impl ours|official|raw          # child (stdio)
+//! acp-runtime-bench rtt    --impl ours|official|official-channel --n N
+//! acp-runtime-bench cancel --impl ours-ignore|ours-ignore-grace0|ours-coop|official --n K
+//! acp-runtime-bench report FILE
+//! ```
+
+mod common;
+mod official;
+mod ours;
+mod raw;
+mod report;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cmd = args.first().map(String::as_str).unwrap_or("");
+    let opt = |name: &str| -> Option<String> {
+        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
+    };
+    let imp = opt("--impl").unwrap_or_default();
+    let n: u64 = opt("--n").and_then(|s| s.parse().ok()).unwrap_or(100_000);
+
+    match (cmd, imp.as_str()) {
+        ("report", _) => {
+            let Some(path) = args.get(1) else {
+                eprintln!("usage: report FILE");
+                return ExitCode::FAILURE;
+            };
+            report::report(path);
+        }
+        ("agent", "raw") => raw::agent(n),
+        ("pipe", "raw") => raw::client(n),
+        ("agent", "ours") => common::rt().block_on(ours::agent(n)),
+        ("pipe", "ours") => common::rt().block_on(ours::pipe_client(n)),
+        ("rtt", "ours") => common::rt().block_on(ours::rtt(n)),
+        ("cancel", "ours-ignore") => common::rt().block_on(ours::cancel(n, ours::CancelMode::Ignore, None)),
+        ("cancel", "ours-ignore-grace0") => {
+            common::rt().block_on(ours::cancel(n, ours::CancelMode::Ignore, Some(std::time::Duration::ZERO)))
+        }
+        ("cancel", "ours-coop") => common::rt().block_on(ours::cancel(n, ours::CancelMode::Cooperative, None)),
+        ("agent", "official") => common::rt().block_on(official::agent(n)),
+        ("pipe", "official") => common::rt().block_on(official::pipe_client(n)),
+        ("rtt", "official") => common::rt().block_on(official::rtt(n, false)),
+        ("rtt", "official-channel") => common::rt().block_on(official::rtt(n, true)),
+        ("cancel", "official") => common::rt().block_on(official::cancel(n)),
+        _ => {
+            eprintln!("unknown command/impl: {cmd} --impl {imp}\n(see the source's header for usage)");
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
