@@ -306,6 +306,7 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
             None => (quote!(::core::result::Result<(), #types::Error>), quote!(#call.map_err(::core::convert::Into::<#types::Error>::into))),
         };
         methods.push(quote_spanned! {span=>
+            #[allow(clippy::manual_async_fn)]
             fn #f(&self, params: #types::#params, cx: #cx_ty)
                 -> impl ::core::future::Future<Output = #output> + ::core::marker::Send {
                 async move {
@@ -336,6 +337,7 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
         quote!()
     } else {
         quote! {
+            #[allow(clippy::manual_async_fn)]
             fn ext_method(&self, method: &str, params: #types::ExtRequest, cx: #cx_ty)
                 -> impl ::core::future::Future<Output = ::core::result::Result<#types::ExtResponse, #types::Error>> + ::core::marker::Send {
                 let method = method.to_owned();

@@ -446,3 +446,11 @@ impl AgentHandle {
         typed::decode_result(&raw)
     }
 }
+
+/// The `initialize` request with the capabilities `C`'s handlers earn filled in where the
+/// request leaves them unset: `fs.readTextFile` when `C` handles `fs/read_text_file`,
+/// `terminal` when it handles every `terminal/*` method, and so on. `C` is a type under
+/// `#[acp_client]`, which implements [`Advertise`](crate::Advertise) for it.
+pub fn with_capabilities<C: crate::Advertise>(request: acp_types::InitializeRequest) -> acp_types::InitializeRequest {
+    crate::macro_support::advertise(request, C::CAPABILITIES)
+}

@@ -17,7 +17,10 @@
 //!   FIFO queue (senders wait when it is full), is written through a `BufWriter`, and is
 //!   flushed whenever the queue runs empty.
 //!
-//! Requests are not ordered with respect to notifications or to each other.
+//! **Requests follow notifications too.** A request's handler starts only after every
+//! notification that arrived before the request has been handled (the request's task waits; the
+//! reader does not). So a client handles a `tool_call` update before the permission request that
+//! is about it. Requests are not ordered with respect to each other.
 //!
 //! **Responses follow notifications.** The response to one of our calls is delivered to its
 //! caller only after every notification that arrived before that response has been handled. So

@@ -112,6 +112,7 @@ pub use jsonrpc::{ErrorObject, Id, codes};
 pub use peer::Peer;
 pub use terminal::TerminalHandle;
 pub use acp_macros::{acp_agent, acp_client};
+pub use macro_support::Advertise;
 pub use acp_types;
 pub use serde_json::value::RawValue;
 pub use tokio_util::sync::CancellationToken;

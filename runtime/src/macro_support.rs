@@ -7,8 +7,9 @@ pub use serde_json::Value;
 
 use crate::acp_types::{Error, ExtRequest, ExtResponse};
 
-/// The capabilities a peer's handlers earn: JSON paths inside the initialize result (agent) or
-/// params (client), each set to `{}` (object) or `true`.
+/// The capabilities a peer's handlers earn (implemented by `#[acp_agent]` / `#[acp_client]`):
+/// JSON paths inside the initialize result (agent) or params (client), each set to `{}`
+/// (object) or `true`. For a client, see [`crate::client::with_capabilities`].
 pub trait Advertise {
     const CAPABILITIES: &'static [(&'static [&'static str], bool)];
 }

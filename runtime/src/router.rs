@@ -218,7 +218,8 @@ impl<H: Handler> Router<H> {
             cancel: token,
             peer: Peer { shared: self.shared.clone() },
         };
-        let task = run_request(self.shared.clone(), self.handler.clone(), req, kind, self.options.cancel_grace, permit);
+        let task =
+            run_request(self.shared.clone(), self.handler.clone(), req, kind, self.options.cancel_grace, self.queued, permit);
         self.tracker.spawn(task);
     }
 }
@@ -232,6 +233,7 @@ async fn run_request<H: Handler>(
     req: IncomingRequest,
     kind: RequestKind,
     grace: Duration,
+    barrier: u64,
     _permit: OwnedSemaphorePermit,
 ) {
     let span = tracing::info_span!(
@@ -246,7 +248,14 @@ async fn run_request<H: Handler>(
     let id = req.id.clone();
     let token = req.cancel.clone();
     // The handler is called inside the future, so a panic in its synchronous part is caught too.
-    let fut = CatchUnwind::new(async move { handler.handle_request(req).await }).instrument(span.clone());
+    // Like a response, a request is handled only after the notifications that arrived before
+    // it: a permission request never overtakes the tool call update it is about.
+    let waiting = shared.clone();
+    let fut = CatchUnwind::new(async move {
+        waiting.wait_for_notifications(barrier).await;
+        handler.handle_request(req).await
+    })
+    .instrument(span.clone());
     tokio::pin!(fut);
 
     let finished = tokio::select! {

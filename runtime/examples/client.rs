@@ -1,0 +1,41 @@
+//! An ACP client: spawns any agent command, runs one prompt turn and prints a live transcript
+//! (see `common/client.rs`).
+//!
+//! `cargo run -p acp-runtime --example client -- [--root DIR] [--policy allow|reject|ask] [--prompt TEXT] [-v] -- <agent command...>`
+
+#[path = "common/client.rs"]
+mod demo_client;
+
+use demo_client::Parsed;
+
+const USAGE: &str = "\
+usage: client [--root DIR] [--policy allow|reject|ask] [--prompt TEXT] [-v] -- <agent command...>
+
+  --root DIR      the session's cwd; file reads and writes stay inside it (default: .)
+  --policy P      permission requests: ask on the terminal (default), allow, or reject;
+                  `ask` allows when stdin is not a terminal
+  --prompt TEXT   the prompt (default: \"Please read README.md and tell me how it starts.\")
+  -v, --verbose   show the agent's stderr";
+
+#[tokio::main]
+async fn main() {
+    let options = match demo_client::parse(std::env::args().skip(1)) {
+        Ok(Parsed::Run(options)) if !options.agent.is_empty() => options,
+        Ok(Parsed::Run(_)) => exit_usage("missing the agent command after `--`"),
+        Ok(Parsed::Help) => {
+            println!("{USAGE}");
+            return;
+        }
+        Err(message) => exit_usage(&message),
+    };
+    let mut command = std::process::Command::new(&options.agent[0]);
+    command.args(&options.agent[1..]);
+    let code = demo_client::run(options, command).await;
+    // Not returning: a thread may still be blocked reading the terminal.
+    std::process::exit(code);
+}
+
+fn exit_usage(message: &str) -> ! {
+    eprintln!("error: {message}\n\n{USAGE}");
+    std::process::exit(2);
+}

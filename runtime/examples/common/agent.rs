@@ -1,0 +1,319 @@
+//! The demo agent: a scripted stand-in for an LLM-backed agent, written with `#[acp_agent]`.
+//!
+//! A prompt turn follows the spec's prompt-turn guide step by step: a `plan`, a few streamed
+//! `agent_message_chunk`s, a `tool_call` (kind `read`, `pending`) for the file named in the
+//! prompt (`README.md` when none is), `session/request_permission` (allow once / reject),
+//! then on allow `tool_call_update` `in_progress`, `fs/read_text_file` through the client (only
+//! if it advertised `fs.readTextFile`), `tool_call_update` `completed` with the start of the
+//! file, a closing message and `end_turn`. A rejection fails the tool call and ends the turn.
+//! `session/cancel` stops the turn at once: it returns `cancelled` (which the runtime also
+//! enforces), and a pending permission request resolves `cancelled`.
+//!
+//! Shared by the `agent` and `duet` examples (and built as a test binary by `acp-tests`).
+//! Logs go to stderr; stdout is the protocol. `ACP_DEMO_DELAY_MS` sets the pause between
+//! streamed words (default 40).
+
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use acp_runtime::acp_types::{
+    AgentCapabilities, AuthenticateRequest, AuthenticateResponse, CancelNotification, Content, ContentBlock,
+    ContentChunk, Error, Implementation, InitializeRequest, InitializeResponse, NewSessionRequest, NewSessionResponse,
+    PermissionOption, PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus, PromptCapabilities,
+    PromptRequest, PromptResponse, ProtocolVersion, ReadTextFileRequest, RequestPermissionOutcome,
+    RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, StopReason, TextContent, ToolCall,
+    ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind,
+};
+use acp_runtime::{AgentContext, acp_agent};
+
+/// The file read when the prompt names none.
+const DEFAULT_FILE: &str = "README.md";
+/// How much of the file goes into the tool call's content.
+const MAX_LINES: u32 = 8;
+const MAX_CHARS: usize = 800;
+const ALLOW: &str = "allow-once";
+const REJECT: &str = "reject-once";
+
+macro_rules! log {
+    ($($arg:tt)*) => { eprintln!("[demo-agent] {}", format_args!($($arg)*)) };
+}
+
+/// Serves the demo agent on stdin/stdout until the client closes stdin.
+pub async fn serve() -> Result<(), acp_runtime::Error> {
+    log!("ready on stdio");
+    let result = acp_runtime::agent::serve_stdio(DemoAgent::new()).await;
+    log!("connection ended: {result:?}");
+    result
+}
+
+struct DemoAgent {
+    /// Whether the client advertised `fs.readTextFile` in `initialize`.
+    client_reads_files: AtomicBool,
+    /// Session id -> working directory.
+    sessions: Mutex<HashMap<String, PathBuf>>,
+    /// Makes session ids unique across runs, not only within this process.
+    id_seed: u64,
+    sessions_made: AtomicU64,
+    tool_calls_made: AtomicU64,
+    messages_made: AtomicU64,
+    /// The pause between streamed words.
+    delay: Duration,
+}
+
+impl DemoAgent {
+    fn new() -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or_default();
+        let delay_ms = std::env::var("ACP_DEMO_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+        DemoAgent {
+            client_reads_files: AtomicBool::new(false),
+            sessions: Mutex::new(HashMap::new()),
+            id_seed: (u64::from(std::process::id()) << 32) ^ u64::from(nanos),
+            sessions_made: AtomicU64::new(0),
+            tool_calls_made: AtomicU64::new(0),
+            messages_made: AtomicU64::new(0),
+            delay: Duration::from_millis(delay_ms),
+        }
+    }
+
+    /// The next number from `counter`, from 1.
+    fn next(counter: &AtomicU64) -> u64 {
+        counter.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+#[acp_agent]
+impl DemoAgent {
+    async fn initialize(&self, params: InitializeRequest) -> Result<InitializeResponse, Error> {
+        let reads = params
+            .client_capabilities
+            .as_ref()
+            .and_then(|c| c.fs.as_ref())
+            .and_then(|fs| fs.read_text_file)
+            .unwrap_or(false);
+        self.client_reads_files.store(reads, Ordering::Relaxed);
+        let client = params.client_info.flatten().map(|i| i.name).unwrap_or_else(|| "an unnamed client".into());
+        log!("initialize from {client} (protocol {}, fs.readTextFile: {reads})", params.protocol_version.0);
+        // We speak protocol version 1; a client asking for another one decides whether to go on.
+        Ok(InitializeResponse::new(ProtocolVersion(1))
+            .agent_capabilities(AgentCapabilities::new().prompt_capabilities(PromptCapabilities::new()))
+            .auth_methods(Vec::new())
+            .agent_info(Some(Implementation::new("acp-demo-agent", env!("CARGO_PKG_VERSION")))))
+    }
+
+    async fn authenticate(&self, _params: AuthenticateRequest) -> Result<AuthenticateResponse, Error> {
+        Ok(AuthenticateResponse::new()) // no authentication methods, so nothing to do
+    }
+
+    async fn session_new(&self, params: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+        let cwd = PathBuf::from(&params.cwd);
+        if !cwd.is_absolute() {
+            return Err(
+                Error::invalid_params().data(format!("cwd must be an absolute path, got {:?}", params.cwd).into())
+            );
+        }
+        let id = format!("sess_{:x}_{}", self.id_seed, Self::next(&self.sessions_made));
+        log!("session/new {id} in {}", cwd.display());
+        self.sessions.lock().expect("sessions").insert(id.clone(), cwd);
+        Ok(NewSessionResponse::new(id))
+    }
+
+    async fn session_prompt(&self, params: PromptRequest, cx: AgentContext) -> Result<PromptResponse, Error> {
+        let session = params.session_id.clone();
+        let Some(cwd) = self.sessions.lock().expect("sessions").get(&session.0).cloned() else {
+            return Err(Error::invalid_params().data(format!("unknown session {}", session.0).into()));
+        };
+        log!("session/prompt {}", session.0);
+        let turn =
+            Turn { cx: &cx, session, message: format!("msg_{}", Self::next(&self.messages_made)), delay: self.delay };
+        let stop = self.turn(&turn, &params.prompt, &cwd).await?;
+        // Whatever happened in between, a cancelled turn answers `cancelled`.
+        let stop = if cx.is_cancelled() { StopReason::Cancelled } else { stop };
+        log!("turn ends: {}", stop.as_str());
+        Ok(PromptResponse::new(stop))
+    }
+
+    async fn session_cancel(&self, params: CancelNotification) -> Result<(), Error> {
+        // The runtime has already fired the turn's cancellation token; the turn notices it.
+        log!("session/cancel {}", params.session_id.0);
+        Ok(())
+    }
+}
+
+/// The turn's way to talk to the client.
+struct Turn<'a> {
+    cx: &'a AgentContext,
+    session: SessionId,
+    message: String,
+    delay: Duration,
+}
+
+impl Turn<'_> {
+    async fn send(&self, update: SessionUpdate) -> Result<(), Error> {
+        self.cx.client().session_update(SessionNotification::new(self.session.clone(), update)).await?;
+        Ok(())
+    }
+
+    /// Streams `text` word by word; `false` when the turn was cancelled meanwhile.
+    async fn say(&self, text: &str) -> Result<bool, Error> {
+        let words: Vec<&str> = text.split_inclusive(' ').collect();
+        for word in words {
+            tokio::select! {
+                biased;
+                _ = self.cx.cancelled() => return Ok(false),
+                _ = tokio::time::sleep(self.delay) => {}
+            }
+            let chunk = ContentChunk::new(ContentBlock::Text(TextContent::new(word)))
+                .message_id(Some(self.message.as_str().into()));
+            self.send(SessionUpdate::AgentMessageChunk(chunk)).await?;
+        }
+        Ok(true)
+    }
+
+    async fn update_tool(&self, update: ToolCallUpdate) -> Result<(), Error> {
+        self.send(SessionUpdate::ToolCallUpdate(update)).await
+    }
+}
+
+impl DemoAgent {
+    async fn turn(&self, turn: &Turn<'_>, prompt: &[ContentBlock], cwd: &Path) -> Result<StopReason, Error> {
+        let target = file_named_in(prompt).unwrap_or_else(|| DEFAULT_FILE.to_owned());
+        let path = cwd.join(&target); // absolute (cwd is); the client decides what it may serve
+        let path_text = path.to_string_lossy().into_owned();
+
+        turn.send(SessionUpdate::Plan(Plan::new(vec![
+            PlanEntry::new(format!("Read {target}"), PlanEntryPriority::High, PlanEntryStatus::Pending),
+            PlanEntry::new("Tell how it starts", PlanEntryPriority::Medium, PlanEntryStatus::Pending),
+        ])))
+        .await?;
+        if !turn.say(&format!("Let me read {target} for you.")).await? {
+            return Ok(StopReason::Cancelled);
+        }
+
+        let call = format!("call_{}", Self::next(&self.tool_calls_made));
+        turn.send(SessionUpdate::ToolCall(
+            ToolCall::new(call.as_str(), format!("Read {target}"))
+                .kind(ToolKind::Read)
+                .status(ToolCallStatus::Pending)
+                .locations(vec![ToolCallLocation::new(path_text.as_str())])
+                .raw_input(serde_json::json!({ "path": path_text })),
+        ))
+        .await?;
+
+        let options = vec![
+            PermissionOption::new(ALLOW, "Allow once", PermissionOptionKind::AllowOnce),
+            PermissionOption::new(REJECT, "Reject", PermissionOptionKind::RejectOnce),
+        ];
+        let ask = RequestPermissionRequest::new(turn.session.clone(), ToolCallUpdate::new(call.as_str()), options);
+        // Bound to the turn: a `session/cancel` resolves it with the `cancelled` outcome.
+        let answer = turn.cx.client().request_permission(ask).await?;
+        let allowed = match &answer.outcome {
+            RequestPermissionOutcome::Cancelled => {
+                log!("permission for {call}: cancelled");
+                return Ok(StopReason::Cancelled);
+            }
+            RequestPermissionOutcome::Selected(selected) => selected.option_id.0 == ALLOW,
+            _ => false,
+        };
+        log!("permission for {call}: {}", if allowed { "allowed" } else { "rejected" });
+        if !allowed {
+            turn.update_tool(
+                ToolCallUpdate::new(call.as_str())
+                    .status(Some(ToolCallStatus::Failed))
+                    .content(Some(vec![text_content("Permission denied by the user.")])),
+            )
+            .await?;
+            turn.say(&format!("Understood, I left {target} alone.")).await?;
+            return Ok(StopReason::EndTurn);
+        }
+        if turn.cx.is_cancelled() {
+            return Ok(StopReason::Cancelled);
+        }
+
+        turn.update_tool(ToolCallUpdate::new(call.as_str()).status(Some(ToolCallStatus::InProgress))).await?;
+        let read = if self.client_reads_files.load(Ordering::Relaxed) {
+            let request = ReadTextFileRequest::new(turn.session.clone(), path_text.as_str()).limit(Some(MAX_LINES));
+            match turn.cx.client().read_text_file(request).await {
+                Ok(response) => Ok(response.content),
+                Err(acp_runtime::Error::Cancelled) => return Ok(StopReason::Cancelled),
+                Err(acp_runtime::Error::Rpc(e)) => Err(e.message),
+                Err(other) => Err(other.to_string()),
+            }
+        } else {
+            Err("the client does not offer fs/read_text_file".to_owned())
+        };
+        match read {
+            Ok(content) => {
+                turn.update_tool(
+                    ToolCallUpdate::new(call.as_str())
+                        .status(Some(ToolCallStatus::Completed))
+                        .content(Some(vec![text_content(&truncate(&content))])),
+                )
+                .await?;
+                let first = content.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+                let summary = if first.is_empty() {
+                    format!("{target} is empty.")
+                } else {
+                    format!("{target} starts with “{}”.", truncate_chars(first, 60))
+                };
+                turn.say(&summary).await?;
+            }
+            Err(message) => {
+                log!("reading {path_text} failed: {message}");
+                turn.update_tool(
+                    ToolCallUpdate::new(call.as_str())
+                        .status(Some(ToolCallStatus::Failed))
+                        .content(Some(vec![text_content(&message)])),
+                )
+                .await?;
+                turn.say(&format!("I could not read {target}: {message}")).await?;
+            }
+        }
+        Ok(StopReason::EndTurn)
+    }
+}
+
+/// The file the prompt asks about: a resource link's path, or the first word that looks like
+/// a file name (has a `.` or a `/` after trimming punctuation).
+fn file_named_in(prompt: &[ContentBlock]) -> Option<String> {
+    for block in prompt {
+        match block {
+            ContentBlock::ResourceLink(link) => {
+                return Some(link.uri.strip_prefix("file://").unwrap_or(&link.uri).to_owned());
+            }
+            ContentBlock::Text(text) => {
+                let mut found = text.text.split_whitespace().map(|w| {
+                    w.trim_start_matches(['"', '\'', '`', '(', '“'])
+                        .trim_end_matches(['"', '\'', '`', ')', ',', ';', ':', '!', '?', '.', '”'])
+                });
+                if let Some(word) = found.find(|w| w.contains(['.', '/']) && w.chars().any(char::is_alphanumeric)) {
+                    return Some(word.to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn text_content(text: &str) -> ToolCallContent {
+    ToolCallContent::Content(Content::new(ContentBlock::Text(TextContent::new(text))))
+}
+
+fn truncate(content: &str) -> String {
+    let cut = truncate_chars(content, MAX_CHARS);
+    if cut.len() < content.len() { format!("{}\n… (truncated)", cut.trim_end()) } else { cut.to_owned() }
+}
+
+fn truncate_chars(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => &text[..at],
+        None => text,
+    }
+}
