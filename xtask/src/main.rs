@@ -130,9 +130,14 @@ fn run(command: Command) -> Result<(), String> {
             let mut stale = codegen::write_or_check(&generated, &files, check).map_err(|e| e.to_string())?;
             let table = codegen::macro_table(&Settings::new(&dir, &lock.tag)).map_err(|e| e.to_string())?;
             stale.extend(codegen::write_or_check(&root.join("macros"), &[table], check).map_err(|e| e.to_string())?);
+            let readme_path = root.join("README.md");
+            let readme = std::fs::read_to_string(&readme_path).map_err(|e| format!("cannot read README.md: {e}"))?;
+            let readme = codegen::readme(&Settings::new(&dir, &lock.tag), &readme).map_err(|e| e.to_string())?;
+            let file = codegen::OutputFile { path: "README.md".into(), contents: readme };
+            stale.extend(codegen::write_or_check(&root, &[file], check).map_err(|e| e.to_string())?);
             if check {
                 if stale.is_empty() {
-                    println!("generated/ and macros/src/table.rs are up to date with schema {} ({} files)", lock.tag, files.len() + 1);
+                    println!("generated/, macros/src/table.rs and the README tables are up to date with schema {} ({} files)", lock.tag, files.len() + 2);
                 } else {
                     let list: Vec<String> = stale.iter().map(|p| format!("  {}", p.display())).collect();
                     return Err(format!(

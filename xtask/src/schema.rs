@@ -127,6 +127,11 @@ pub fn update(workspace: &Path, tag: &str, from: &Path, commit: Option<&str>) ->
     let settings = Settings::new(from, tag);
     let files = codegen::generate(&settings).map_err(|e| format!("release {tag} does not generate: {e}"))?;
     let table = codegen::macro_table(&settings).map_err(|e| e.to_string())?;
+    let readme_path = workspace.join("README.md");
+    let readme = match std::fs::read_to_string(&readme_path) {
+        Ok(text) => Some(codegen::readme(&settings, &text).map_err(|e| e.to_string())?),
+        Err(_) => None,
+    };
     let mut report = crate::diff::diff_dirs(&pinned, from).map_err(|e| e.to_string())?;
     report.old = old_lock.tag.clone();
     report.new = tag.to_owned();
@@ -166,6 +171,9 @@ pub fn update(workspace: &Path, tag: &str, from: &Path, commit: Option<&str>) ->
     std::fs::write(&lock_path, text).map_err(|e| e.to_string())?;
     codegen::write_or_check(&workspace.join("generated"), &files, false).map_err(|e| e.to_string())?;
     codegen::write_or_check(&workspace.join("macros"), &[table], false).map_err(|e| e.to_string())?;
+    if let Some(readme) = readme {
+        std::fs::write(&readme_path, readme).map_err(|e| e.to_string())?;
+    }
     std::fs::write(workspace.join("schema/CHANGES.md"), report.markdown()).map_err(|e| e.to_string())?;
     println!(
         "pinned {tag} ({} files); regenerated; {} changes ({} breaking) written to schema/CHANGES.md",

@@ -393,6 +393,14 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
     Ok(format!("{preamble}\n{}", tidy::struct_macros(&prettyplease::unparse(&file))))
 }
 
+/// The README with its handler tables regenerated (see [`macro_table::readme_tables`]).
+pub fn readme(settings: &Settings, readme: &str) -> Result<String> {
+    let v1 = load::load_version(&settings.schema_dir.join("v1"))?;
+    let model = build_model(&v1, settings.gating)?;
+    macro_table::splice_readme(readme, &macro_table::readme_tables(&model))
+        .ok_or_else(|| CodegenError::table("README.md has no `<!-- handlers:begin ... -->` / `<!-- handlers:end -->` markers"))
+}
+
 /// `macros/src/table.rs`: the handler table of the attribute macros (pinned release, v1).
 pub fn macro_table(settings: &Settings) -> Result<OutputFile> {
     let v1 = load::load_version(&settings.schema_dir.join("v1"))?;
