@@ -1,0 +1,153 @@
+//! `acp-check`: checks that any ACP agent follows the spec's MUSTs and SHOULDs.
+//!
+//! ```text
+//! acp-check [--json] [--timeout-ms N] [-v] -- <agent command...>
+//! ```
+//!
+//! The agent is spawned over stdio (several times: each group of checks gets a fresh process)
+//! and driven by a minimal client that advertises no capabilities and allows permission
+//! requests. The report lists each check as PASS, FAIL (a MUST that does not hold), WARN (a
+//! SHOULD that does not hold, or an inconclusive check) or SKIP. Exit status: 0 when every
+//! MUST holds, 1 when one fails, 2 on a usage error or when the agent cannot be started.
+
+mod checks;
+mod wire;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use checks::{Level, Options, Status};
+use serde_json::json;
+
+const USAGE: &str = "\
+usage: acp-check [--json] [--timeout-ms N] [-v] -- <agent command...>
+
+Spawns the agent over stdio and checks what the ACP spec asks of it: initialize and version
+negotiation, session/new, a prompt turn and its session/update shapes, cancellation, unknown
+and extension methods, a malformed line, and whether the advertised capabilities are honest.
+
+  --json          print the report as JSON
+  --timeout-ms N  how long to wait for each answer, a whole prompt turn included (default 10000)
+  -v, --verbose   show the agent's stderr
+
+exit status: 0 when every MUST holds, 1 when one fails, 2 on a usage error";
+
+struct Cli {
+    json: bool,
+    timeout: Duration,
+    verbose: bool,
+    command: Vec<String>,
+}
+
+fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Cli>, String> {
+    let mut cli = Cli { json: false, timeout: Duration::from_millis(10_000), verbose: false, command: Vec::new() };
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--" => {
+                cli.command.extend(args.by_ref());
+                break;
+            }
+            "-h" | "--help" => return Ok(None),
+            "--json" => cli.json = true,
+            "-v" | "--verbose" => cli.verbose = true,
+            "--timeout-ms" => {
+                let value = args.next().ok_or("--timeout-ms needs a value")?;
+                let ms: u64 = value.parse().map_err(|_| format!("--timeout-ms: {value:?} is not a number"))?;
+                cli.timeout = Duration::from_millis(ms.max(1));
+            }
+            other if other.starts_with("--timeout-ms=") => {
+                let value = &other["--timeout-ms=".len()..];
+                let ms: u64 = value.parse().map_err(|_| format!("--timeout-ms: {value:?} is not a number"))?;
+                cli.timeout = Duration::from_millis(ms.max(1));
+            }
+            other if other.starts_with('-') => return Err(format!("unknown option {other}")),
+            _ => {
+                // The agent command without `--`.
+                cli.command.push(arg);
+                cli.command.extend(args.by_ref());
+                break;
+            }
+        }
+    }
+    if cli.command.is_empty() {
+        return Err("missing the agent command after `--`".into());
+    }
+    Ok(Some(cli))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = match parse(std::env::args().skip(1)) {
+        Ok(Some(cli)) => cli,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("acp-check: {message}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let options = Options {
+        launch: wire::Launch { command: cli.command.clone(), verbose: cli.verbose },
+        timeout: cli.timeout,
+    };
+    let run = match checks::run(&options).await {
+        Ok(run) => run,
+        Err(message) => {
+            eprintln!("acp-check: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let count = |status| run.checks.iter().filter(|c| c.status == status).count();
+    let (passed, failed, warned, skipped) = (count(Status::Pass), count(Status::Fail), count(Status::Warn), count(Status::Skip));
+    let conforms = failed == 0;
+
+    if cli.json {
+        let report = json!({
+            "command": cli.command,
+            "agent": run.facts,
+            "checks": run.checks,
+            "summary": {"passed": passed, "failed": failed, "warnings": warned, "skipped": skipped, "conforms": conforms},
+        });
+        println!("{}", serde_json::to_string_pretty(&report).expect("serializable"));
+    } else {
+        let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        println!("acp-check: {}", cli.command.join(" "));
+        if let Some(info) = &run.facts.agent_info {
+            println!(
+                "agent: {} {} (protocol {})",
+                info["name"].as_str().unwrap_or("?"),
+                info["version"].as_str().unwrap_or(""),
+                run.facts.protocol_version.as_ref().map_or("?".into(), |v| v.to_string())
+            );
+        }
+        println!();
+        let width = run.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
+        for check in &run.checks {
+            let (label, code) = match check.status {
+                Status::Pass => ("PASS", "32"),
+                Status::Fail => ("FAIL", "31"),
+                Status::Warn => ("WARN", "33"),
+                Status::Skip => ("SKIP", "90"),
+            };
+            let label = if color { format!("\x1b[{code}m{label}\x1b[0m") } else { label.to_owned() };
+            let level = match check.level {
+                Level::Must => "MUST  ",
+                Level::Should => "SHOULD",
+            };
+            println!("{label}  {level}  {:width$}  {}", check.id, check.detail);
+            if check.status != Status::Pass {
+                println!("      {:6}  {:width$}  rule: {}", "", "", check.rule);
+            }
+        }
+        println!();
+        println!(
+            "{passed} passed, {failed} failed, {warned} warning(s), {skipped} skipped: {}",
+            if conforms { "every MUST holds" } else { "a MUST does not hold" }
+        );
+    }
+    if conforms { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}
