@@ -2,6 +2,7 @@
 //! hand-rolled one, and fails each deliberately broken agent (tests/agents/) on the rule it
 //! breaks, with a message that says what went wrong.
 
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
@@ -111,4 +112,39 @@ fn the_text_report_and_the_usage_errors() {
     let output = Command::new(CHECK).args(["--", "/nonexistent/acp-agent"]).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot start"));
+}
+
+/// The checker against an agent written with the official TypeScript SDK
+/// (`tests/interop/ts/agent.mjs`; the SDK is installed by `npm ci` when missing). Its one
+/// deliberate oddity, an update kind from a "newer" protocol, is a warning, not a failure.
+#[test]
+fn the_typescript_sdk_agent_conforms() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/interop/ts");
+    let ready = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success())
+        && (dir.join("node_modules/@agentclientprotocol/sdk/package.json").exists()
+            || Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund"])
+                .current_dir(&dir)
+                .output()
+                .is_ok_and(|o| o.status.success()));
+    if !ready {
+        assert!(
+            std::env::var_os("ACP_INTEROP_REQUIRED").is_none_or(|v| v == "0"),
+            "node and the TypeScript SDK are required (ACP_INTEROP_REQUIRED)"
+        );
+        eprintln!("SKIPPED: node or the TypeScript SDK is not available");
+        return;
+    }
+    let output = Command::new(CHECK)
+        .args(["--json", "--timeout-ms", "20000", "--", "node"])
+        .arg(dir.join("agent.mjs"))
+        .output()
+        .expect("run acp-check");
+    let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
+    assert_eq!(output.status.code(), Some(0), "{:?}", failures(&report));
+    let not_passed = failures(&report);
+    assert!(
+        not_passed.len() == 1 && not_passed[0].contains("session-update-shape") && not_passed[0].contains("hologram_projection"),
+        "only the deliberate unknown update kind may warn: {not_passed:?}"
+    );
 }
