@@ -5,3 +5,4 @@ pub mod codegen;
 pub mod diff;
 pub mod schema;
 pub mod releases;
+pub mod soak;

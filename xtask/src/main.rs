@@ -68,6 +68,19 @@ enum Command {
         #[arg(long, default_value = "../shared/acp-schema/releases")]
         root: PathBuf,
     },
+    /// Run a client and an agent process against each other for a fixed time; fail if their
+    /// memory or file descriptors grow (see xtask/src/soak.rs).
+    Soak {
+        /// How long the two processes talk.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Concurrent sessions.
+        #[arg(long, default_value_t = 4)]
+        sessions: usize,
+        /// Allowed RSS growth of each process after the warm-up, in MiB.
+        #[arg(long, default_value_t = 8)]
+        max_rss_growth_mib: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -125,14 +138,12 @@ fn run(command: Command) -> Result<(), String> {
             }
             lock.verify_dir(&dir).map_err(|e| e.to_string())?;
             let started = std::time::Instant::now();
-            let files = codegen::generate(&Settings::new(&dir, &lock.tag)).map_err(|e| e.to_string())?;
-            let generated = root.join("generated");
-            let mut stale = codegen::write_or_check(&generated, &files, check).map_err(|e| e.to_string())?;
-            let table = codegen::macro_table(&Settings::new(&dir, &lock.tag)).map_err(|e| e.to_string())?;
-            stale.extend(codegen::write_or_check(&root.join("macros"), &[table], check).map_err(|e| e.to_string())?);
             let readme_path = root.join("README.md");
             let readme = std::fs::read_to_string(&readme_path).map_err(|e| format!("cannot read README.md: {e}"))?;
-            let readme = codegen::readme(&Settings::new(&dir, &lock.tag), &readme).map_err(|e| e.to_string())?;
+            let (files, table, readme) =
+                codegen::generate_all(&Settings::new(&dir, &lock.tag), &readme).map_err(|e| e.to_string())?;
+            let mut stale = codegen::write_or_check(&root.join("generated"), &files, check).map_err(|e| e.to_string())?;
+            stale.extend(codegen::write_or_check(&root.join("macros"), &[table], check).map_err(|e| e.to_string())?);
             let file = codegen::OutputFile { path: "README.md".into(), contents: readme };
             stale.extend(codegen::write_or_check(&root, &[file], check).map_err(|e| e.to_string())?);
             if check {
@@ -164,6 +175,12 @@ fn run(command: Command) -> Result<(), String> {
             Ok(())
         }
         Command::CheckReleases { root: releases } => xtask::releases::check_all(&root, &releases),
+        Command::Soak { seconds, sessions, max_rss_growth_mib } => {
+            let options = xtask::soak::Options { seconds, sessions, max_rss_growth_kib: max_rss_growth_mib * 1024 };
+            let report = xtask::soak::run(&root, &options)?;
+            print!("{}", report.markdown());
+            if report.passed() { Ok(()) } else { Err(format!("soak failed: {}", report.failures.join("; "))) }
+        }
         Command::Diff { old, new, root: releases, json } => {
             let resolve = |s: &str| {
                 let p = PathBuf::from(s);

@@ -7512,6 +7512,7 @@ serde_support::deserialize_struct!(Usage {
     cached_write_tokens: "cachedWriteTokens" => optional(TriOrDefault),
     meta: "_meta" => optional(DefaultOnError),
 });
+
 /// Response to `nes/start`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

@@ -5106,6 +5106,7 @@ impl std::borrow::Borrow<str> for SessionConfigValueId {
         &self.0
     }
 }
+
 /// Possible values for a session configuration option.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]

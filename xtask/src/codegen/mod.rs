@@ -107,6 +107,22 @@ fn model_of(schema: &serde_json::Value, meta: &serde_json::Value, path: &Path) -
 /// Generates every file of the crate.
 pub fn generate(settings: &Settings) -> Result<Vec<OutputFile>> {
     let v1 = load::load_version(&settings.schema_dir.join("v1"))?;
+    let v1_model = build_model(&v1, settings.gating)?;
+    generate_from(settings, &v1, &v1_model)
+}
+
+/// Everything `cargo xtask codegen` writes: the crate, the macro table and the README with its
+/// handler tables, from one load of the schema.
+pub fn generate_all(settings: &Settings, readme_text: &str) -> Result<(Vec<OutputFile>, OutputFile, String)> {
+    let v1 = load::load_version(&settings.schema_dir.join("v1"))?;
+    let v1_model = build_model(&v1, settings.gating)?;
+    let files = generate_from(settings, &v1, &v1_model)?;
+    let table = macro_table_from(settings, &v1, &v1_model)?;
+    let readme = readme_from(&v1_model, readme_text)?;
+    Ok((files, table, readme))
+}
+
+fn generate_from(settings: &Settings, v1: &VersionFiles, v1_model: &Model) -> Result<Vec<OutputFile>> {
     let v2_dir = settings.schema_dir.join("v2");
     let v2 = if settings.v2 && v2_dir.join("schema.json").exists() {
         // Protocol v2 is unstable as a whole upstream: its stable schema, behind one feature.
@@ -118,23 +134,34 @@ pub fn generate(settings: &Settings) -> Result<Vec<OutputFile>> {
         None
     };
 
-    let preamble = preamble(settings, &v1, v2.as_ref());
-    let render = |path: &str, tokens: Result<TokenStream>| -> Result<OutputFile> {
+    let preamble = preamble(settings, v1, v2.as_ref());
+    let render_text = |path: &str, tokens: Result<TokenStream>| -> Result<String> {
         let file = syn::parse2::<syn::File>(tokens?)
             .map_err(|e| CodegenError::Emit { file: path.to_owned(), message: e.to_string() })?;
-        let text = tidy::struct_macros(&prettyplease::unparse(&file));
-        Ok(OutputFile { path: path.into(), contents: format!("{preamble}\n{text}") })
+        Ok(tidy::struct_macros(&prettyplease::unparse(&file)))
+    };
+    let render = |path: &str, tokens: Result<TokenStream>| -> Result<OutputFile> {
+        Ok(OutputFile { path: path.into(), contents: format!("{preamble}\n{}", render_text(path, tokens)?) })
     };
 
-    let v1_model = build_model(&v1, settings.gating)?;
     let v2_model = v2.as_ref().map(|v2| build_model(v2, Gating::AllInOne)).transpose()?;
     // Emitting, parsing and formatting dominate; the big files are independent, so they are
     // rendered on their own threads (token streams are not `Send`, so each thread makes its own).
+    // (path, model, part): the types files in halves; the rest is small.
+    let mut jobs: Vec<(&str, &Model, usize)> = vec![("src/v1/types.rs", v1_model, 0), ("src/v1/types.rs", v1_model, 1)];
+    if let Some(m) = &v2_model {
+        jobs.extend([("src/v2/types.rs", m, 0), ("src/v2/types.rs", m, 1)]);
+    }
     let mut out = std::thread::scope(|scope| -> Result<Vec<OutputFile>> {
-        let v1_types = scope.spawn(|| render("src/v1/types.rs", types_module(&v1_model, "v1")));
-        let v2_types = v2_model.as_ref().map(|m| scope.spawn(|| render("src/v2/types.rs", types_module(m, "v2"))));
+        let handles: Vec<_> = jobs
+            .iter()
+            .map(|&(path, model, part)| {
+                let version = if path.contains("v2") { "v2" } else { "v1" };
+                scope.spawn(move || render_text(path, types_module(model, version, part, 2)))
+            })
+            .collect();
         let mut out = vec![
-            render("src/v1/methods.rs", methods_module(&v1_model))?,
+            render("src/v1/methods.rs", methods_module(v1_model))?,
             render("src/v1/mod.rs", Ok(version_mod("1")))?,
             render("src/lib.rs", Ok(lib_rs(settings, v2_model.is_some())))?,
         ];
@@ -142,13 +169,19 @@ pub fn generate(settings: &Settings) -> Result<Vec<OutputFile>> {
             out.push(render("src/v2/methods.rs", methods_module(m))?);
             out.push(render("src/v2/mod.rs", Ok(version_mod("2")))?);
         }
-        let joined = |h: std::thread::ScopedJoinHandle<'_, Result<OutputFile>>| {
-            h.join().unwrap_or_else(|_| Err(CodegenError::table("a rendering thread panicked")))
-        };
-        out.push(joined(v1_types)?);
-        if let Some(h) = v2_types {
-            out.push(joined(h)?);
+        // Join the parts of each types file, in order.
+        let mut texts: Vec<(&str, String)> = Vec::new();
+        for (h, &(path, _, _)) in handles.into_iter().zip(&jobs) {
+            let text = h.join().unwrap_or_else(|_| Err(CodegenError::table("a rendering thread panicked")))?;
+            match texts.iter_mut().find(|(p, _)| *p == path) {
+                Some((_, joined)) => {
+                    joined.push('\n');
+                    joined.push_str(&text);
+                }
+                None => texts.push((path, text)),
+            }
         }
+        out.extend(texts.into_iter().map(|(path, text)| OutputFile { path: path.into(), contents: format!("{preamble}\n{text}") }));
         Ok(out)
     })?;
     out.push(OutputFile {
@@ -185,26 +218,42 @@ fn version_mod(version: &str) -> TokenStream {
     }
 }
 
-fn types_module(model: &Model, version: &str) -> Result<TokenStream> {
-    let doc = format!(" Every definition of the protocol {version} schema, as a Rust type.");
-    let items = model.items.iter().map(|i| emit::item(i, &model.items));
-    let schemas = model.items.iter().map(|i| {
-        let gate = emit::cfg(&i.gate);
-        let name = naming::ident(&i.name);
-        quote!(#gate generator.subschema_for::<#name>();)
-    });
-    Ok(quote! {
-        #![doc = #doc]
-        #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation, rustdoc::bare_urls, rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
-        use crate::serde_support;
-
-        #(#items)*
-
-        /// Adds the JSON Schema of every type to `generator`'s definitions (`generator.definitions()`).
-        #[cfg(feature = "schemars")]
-        pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
-            #(#schemas)*
+/// The types module in `parts` pieces (items split evenly), rendered separately and joined:
+/// parsing and formatting are most of the generator's time, and the pieces run in parallel.
+fn types_module(model: &Model, version: &str, part: usize, parts: usize) -> Result<TokenStream> {
+    let per_part = model.items.len().div_ceil(parts);
+    let chunk = model.items.iter().skip(part * per_part).take(per_part);
+    let items = chunk.map(|i| emit::item(i, &model.items));
+    let header = if part == 0 {
+        let doc = format!(" Every definition of the protocol {version} schema, as a Rust type.");
+        quote! {
+            #![doc = #doc]
+            #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation, rustdoc::bare_urls, rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+            use crate::serde_support;
         }
+    } else {
+        TokenStream::new()
+    };
+    let footer = if part + 1 == parts {
+        let schemas = model.items.iter().map(|i| {
+            let gate = emit::cfg(&i.gate);
+            let name = naming::ident(&i.name);
+            quote!(#gate generator.subschema_for::<#name>();)
+        });
+        quote! {
+            /// Adds the JSON Schema of every type to `generator`'s definitions (`generator.definitions()`).
+            #[cfg(feature = "schemars")]
+            pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
+                #(#schemas)*
+            }
+        }
+    } else {
+        TokenStream::new()
+    };
+    Ok(quote! {
+        #header
+        #(#items)*
+        #footer
     })
 }
 
@@ -396,26 +445,32 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
 /// The README with its handler tables regenerated (see [`macro_table::readme_tables`]).
 pub fn readme(settings: &Settings, readme: &str) -> Result<String> {
     let v1 = load::load_version(&settings.schema_dir.join("v1"))?;
-    let model = build_model(&v1, settings.gating)?;
-    macro_table::splice_readme(readme, &macro_table::readme_tables(&model))
+    readme_from(&build_model(&v1, settings.gating)?, readme)
+}
+
+fn readme_from(model: &Model, readme: &str) -> Result<String> {
+    macro_table::splice_readme(readme, &macro_table::readme_tables(model))
         .ok_or_else(|| CodegenError::table("README.md has no `<!-- handlers:begin ... -->` / `<!-- handlers:end -->` markers"))
 }
 
 /// `macros/src/table.rs`: the handler table of the attribute macros (pinned release, v1).
 pub fn macro_table(settings: &Settings) -> Result<OutputFile> {
     let v1 = load::load_version(&settings.schema_dir.join("v1"))?;
-    let model = build_model(&v1, settings.gating)?;
+    macro_table_from(settings, &v1, &build_model(&v1, settings.gating)?)
+}
+
+fn macro_table_from(settings: &Settings, v1: &VersionFiles, model: &Model) -> Result<OutputFile> {
     let schema = v1.schema_unstable.as_ref().unwrap_or(&v1.schema);
     let defs = schema
         .get("$defs")
         .and_then(serde_json::Value::as_object)
         .ok_or_else(|| CodegenError::Input { path: v1.dir.clone(), message: "no `$defs` object".into() })?;
-    let agent_caps = macro_table::capabilities(defs, "InitializeResponse", &model, ir::Side::Agent);
-    let client_caps = macro_table::capabilities(defs, "InitializeRequest", &model, ir::Side::Client);
-    let tokens = macro_table::table(&model, &agent_caps, &client_caps);
+    let agent_caps = macro_table::capabilities(defs, "InitializeResponse", model, ir::Side::Agent);
+    let client_caps = macro_table::capabilities(defs, "InitializeRequest", model, ir::Side::Client);
+    let tokens = macro_table::table(model, &agent_caps, &client_caps);
     let file = syn::parse2::<syn::File>(tokens)
         .map_err(|e| CodegenError::Emit { file: "macros/src/table.rs".into(), message: e.to_string() })?;
-    let preamble = preamble(settings, &v1, None);
+    let preamble = preamble(settings, v1, None);
     Ok(OutputFile { path: "src/table.rs".into(), contents: format!("{preamble}\n{}", prettyplease::unparse(&file)) })
 }
 
