@@ -1,0 +1,795 @@
+//! Schema-driven property tests: instances generated from the pinned JSON Schema (v1.7.0,
+//! stable) for every method, decoded through the generated envelope enums.
+//!
+//! - **Valid instances** (generated from the schema, checked against it by the small validator
+//!   below) decode and re-encode to the same JSON value, for every method's params and result.
+//!   The definitions the generator went through are counted; the test asserts that every
+//!   definition reachable from a method is covered.
+//! - **Invalid instances** (a valid one with a wrong JSON type at a random required path, or a
+//!   required property removed) never panic, and decode exactly when the schema, read with the
+//!   lenient annotations (`x-deserialize-default-on-error`: a malformed property reads as its
+//!   default; `x-deserialize-skip-invalid-items`: malformed items are dropped) and the generated
+//!   code's open-world fallbacks ([`open_union_accepts`]), still accepts them: otherwise
+//!   decoding returns an error.
+//! - **Through the runtime**: an agent served over the in-memory duplex answers invalid params
+//!   with -32602 and valid params with anything but -32602.
+//!
+//! Everything is driven by a fixed seed (a small splitmix64 generator, no dependency), so a
+//! failure replays; bump [`SEED`] locally to explore. The generator follows the schema's own
+//! keywords: `$ref`, `allOf`, `anyOf` / `oneOf` (one alternative; catch-all alternatives that
+//! use `not` are skipped, they are exercised by the open-world tests), `type` (arrays, `null`),
+//! `const` / `enum`, `properties` / `required` (optional properties included at random),
+//! `additionalProperties`, `items`, integer formats and `minimum` / `maximum`, and an object's
+//! own properties merged with the chosen alternative (SessionConfigOption,
+//! SetSessionConfigOptionRequest, CreateElicitationRequest, ...).
+//!
+//! One normalisation before comparing: `null` is dropped for the few properties where the
+//! generated type reads it as absent ([`NULL_READS_AS_ABSENT`], each with its reason).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+
+use acp_types::{
+    AgentNotification, AgentRequest, AgentResponse, ClientNotification, ClientRequest, ClientResponse,
+    ProtocolLevelNotification,
+};
+use serde_json::{Map, Value};
+
+/// The seed of every random choice in this file.
+const SEED: u64 = 0x0AC9_5EED_2026_0007;
+/// Valid instances generated per method.
+const VALID_CASES: usize = 160;
+/// Invalid instances generated per method.
+const INVALID_CASES: usize = 160;
+/// Below this depth optional properties, array items and map entries are generated; beyond
+/// it only what is required (keeps instances small and recursion finite).
+const MAX_DEPTH: usize = 14;
+
+// ---- a seeded PRNG ----------------------------------------------------------------------------
+
+/// splitmix64: tiny, fast, and good enough to drive choices.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    fn percent(&mut self, p: u64) -> bool {
+        self.next_u64() % 100 < p
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+// ---- the schema -------------------------------------------------------------------------------
+
+struct Schema {
+    defs: Map<String, Value>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Request,
+    Response,
+    Notification,
+}
+
+/// One `x-method` definition: the params of a request or notification, or a result.
+#[derive(Debug)]
+struct Method {
+    def: String,
+    method: String,
+    side: String,
+    kind: Kind,
+}
+
+impl Schema {
+    fn load() -> Self {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/releases/v1.7.0/v1/schema.json");
+        let text = std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        let schema: Value = serde_json::from_slice(&text).expect("the schema is JSON");
+        Schema { defs: schema["$defs"].as_object().cloned().expect("$defs") }
+    }
+
+    fn def(&self, reference: &Value) -> (&str, &Value) {
+        let name = reference.as_str().and_then(|r| r.strip_prefix("#/$defs/")).expect("local $ref");
+        let (name, def) = self.defs.get_key_value(name).unwrap_or_else(|| panic!("no definition {name}"));
+        (name.as_str(), def)
+    }
+
+    /// Every method definition, from `x-method` / `x-side`; the kind from the name's suffix.
+    fn methods(&self) -> Vec<Method> {
+        let mut out = Vec::new();
+        for (name, def) in &self.defs {
+            let (Some(method), Some(side)) = (def["x-method"].as_str(), def["x-side"].as_str()) else { continue };
+            let kind = if name.ends_with("Request") {
+                Kind::Request
+            } else if name.ends_with("Response") {
+                Kind::Response
+            } else if name.ends_with("Notification") {
+                Kind::Notification
+            } else {
+                panic!("{name}: x-method on a definition that is no Request, Response or Notification");
+            };
+            out.push(Method { def: name.clone(), method: method.into(), side: side.into(), kind });
+        }
+        out
+    }
+
+    /// The definitions reachable from `root` the way the generator walks the schema (catch-all
+    /// alternatives that use `not` excluded).
+    fn reachable(&self, root: &Value, out: &mut BTreeSet<String>) {
+        let Some(s) = root.as_object() else { return };
+        if let Some(r) = s.get("$ref") {
+            let (name, def) = self.def(r);
+            if out.insert(name.to_owned()) {
+                self.reachable(def, out);
+            }
+        }
+        for p in s.get("properties").and_then(Value::as_object).into_iter().flat_map(|p| p.values()) {
+            self.reachable(p, out);
+        }
+        for key in ["additionalProperties", "items"] {
+            if let Some(sub) = s.get(key) {
+                self.reachable(sub, out);
+            }
+        }
+        for a in s.get("allOf").and_then(Value::as_array).into_iter().flatten() {
+            self.reachable(a, out);
+        }
+        for a in alternatives(root) {
+            self.reachable(a, out);
+        }
+    }
+}
+
+/// The `anyOf` / `oneOf` alternatives of a schema, without the catch-alls that use `not`.
+fn alternatives(s: &Value) -> Vec<&Value> {
+    ["anyOf", "oneOf"]
+        .iter()
+        .filter_map(|k| s.get(*k).and_then(Value::as_array))
+        .flatten()
+        .filter(|a| a.get("not").is_none())
+        .collect()
+}
+
+fn types_of(s: &Value) -> Vec<&str> {
+    match s.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    }
+}
+
+fn flag(s: &Value, name: &str) -> bool {
+    s.get(name).and_then(Value::as_bool) == Some(true)
+}
+
+/// The range of an integer schema: its `format`, narrowed by `minimum` / `maximum`.
+fn integer_range(s: &Value) -> (i128, i128) {
+    let (mut lo, mut hi): (i128, i128) = match s.get("format").and_then(Value::as_str) {
+        Some("int8") => (i8::MIN.into(), i8::MAX.into()),
+        Some("uint8") => (0, u8::MAX.into()),
+        Some("int16") => (i16::MIN.into(), i16::MAX.into()),
+        Some("uint16") => (0, u16::MAX.into()),
+        Some("int32") => (i32::MIN.into(), i32::MAX.into()),
+        Some("uint32") => (0, u32::MAX.into()),
+        Some("uint64") => (0, u64::MAX.into()),
+        _ => (i64::MIN.into(), i64::MAX.into()),
+    };
+    if let Some(min) = s.get("minimum").and_then(Value::as_f64) {
+        lo = lo.max(min.ceil() as i128);
+    }
+    if let Some(max) = s.get("maximum").and_then(Value::as_f64) {
+        hi = hi.min(max.floor() as i128);
+    }
+    (lo, hi)
+}
+
+fn int_value(v: i128) -> Value {
+    if v > i64::MAX as i128 { Value::from(v as u64) } else { Value::from(v as i64) }
+}
+
+// ---- the validator (the test's oracle) ---------------------------------------------------------
+
+/// Whether `v` is an instance of `s`. With `lenient`, a property marked
+/// `x-deserialize-default-on-error` accepts any value and an array marked
+/// `x-deserialize-skip-invalid-items` accepts any items: what the decoder is meant to do.
+fn valid(schema: &Schema, s: &Value, v: &Value, lenient: bool) -> bool {
+    let s = match s {
+        Value::Bool(b) => return *b,
+        Value::Object(_) => s,
+        _ => panic!("not a schema: {s}"),
+    };
+    let sub = |s: &Value, v: &Value| valid(schema, s, v, lenient);
+    if let Some(r) = s.get("$ref")
+        && !sub(schema.def(r).1, v)
+    {
+        return false;
+    }
+    if s.get("const").is_some_and(|c| v != c) {
+        return false;
+    }
+    if let Some(Value::Array(e)) = s.get("enum")
+        && !e.contains(v)
+    {
+        return false;
+    }
+    let types = types_of(s);
+    if !types.is_empty() && !types.iter().any(|t| type_matches(t, v)) {
+        return false;
+    }
+    if (v.is_i64() || v.is_u64()) && types.contains(&"integer") {
+        let (lo, hi) = integer_range(s);
+        let n = v.as_i64().map(i128::from).or(v.as_u64().map(i128::from)).unwrap_or_default();
+        if n < lo || n > hi {
+            return false;
+        }
+    }
+    if let Some(obj) = v.as_object() {
+        let props = s.get("properties").and_then(Value::as_object);
+        let required = s.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str);
+        if required.into_iter().any(|name| !obj.contains_key(name)) {
+            return false;
+        }
+        for (k, item) in obj {
+            let ok = match (props.and_then(|p| p.get(k)), s.get("additionalProperties")) {
+                (Some(ps), _) => sub(ps, item) || (lenient && flag(ps, "x-deserialize-default-on-error")),
+                (None, Some(extra)) => sub(extra, item),
+                (None, None) => true,
+            };
+            if !ok {
+                return false;
+            }
+        }
+    }
+    if let (Some(items), Some(arr)) = (s.get("items"), v.as_array()) {
+        let skip = lenient && flag(s, "x-deserialize-skip-invalid-items");
+        if !skip && !arr.iter().all(|item| sub(items, item)) {
+            return false;
+        }
+    }
+    if s.get("allOf").and_then(Value::as_array).is_some_and(|all| !all.iter().all(|a| sub(a, v))) {
+        return false;
+    }
+    let open = lenient && open_union_accepts(s, v);
+    if !open && s.get("anyOf").and_then(Value::as_array).is_some_and(|any| !any.iter().any(|a| sub(a, v))) {
+        return false;
+    }
+    if !open && s.get("oneOf").and_then(Value::as_array).is_some_and(|one| one.iter().filter(|a| sub(a, v)).count() != 1) {
+        return false;
+    }
+    !s.get("not").is_some_and(|not| sub(not, v))
+}
+
+/// The open-world rule of the generated code (README: every union and string enum has a
+/// fallback variant): a string enum (alternatives that are all string `const`s) accepts any
+/// string, and a tagged union (alternatives told apart by a required `const` property) accepts
+/// any object whose tag is a string it does not know, kept whole.
+fn open_union_accepts(s: &Value, v: &Value) -> bool {
+    let alts = alternatives(s);
+    if alts.is_empty() {
+        return false;
+    }
+    if alts.iter().all(|a| a.get("const").is_some_and(Value::is_string)) {
+        return v.is_string();
+    }
+    // An untagged union of named shapes (EmbeddedResourceResource, ElicitationScope,
+    // AvailableCommandInput): its `Other(serde_json::Value)` keeps any value.
+    if alts.iter().all(|a| a.get("properties").is_none() && single_ref(a)) {
+        return true;
+    }
+    let mut tags: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+    for a in &alts {
+        let required: Vec<&str> = a.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+        for (name, p) in a.get("properties").and_then(Value::as_object).into_iter().flatten() {
+            if let Some(c) = p.get("const").filter(|_| required.contains(&name.as_str())) {
+                tags.entry(name.as_str()).or_default().push(c);
+            }
+        }
+    }
+    tags.iter().any(|(tag, known)| match v.get(*tag) {
+        Some(Value::String(t)) => !known.iter().any(|k| k.as_str() == Some(t)),
+        _ => false,
+    })
+}
+
+/// `{"$ref": ...}` or `{"allOf": [{"$ref": ...}]}` (with a title or description at most).
+fn single_ref(a: &Value) -> bool {
+    a.get("$ref").is_some()
+        || a.get("allOf").and_then(Value::as_array).is_some_and(|all| all.len() == 1 && all[0].get("$ref").is_some())
+}
+
+fn type_matches(t: &str, v: &Value) -> bool {
+    match t {
+        "null" => v.is_null(),
+        "boolean" => v.is_boolean(),
+        "integer" => v.is_i64() || v.is_u64(),
+        "number" => v.is_number(),
+        "string" => v.is_string(),
+        "array" => v.is_array(),
+        "object" => v.is_object(),
+        other => panic!("unknown type {other}"),
+    }
+}
+
+// ---- the generator -------------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+struct Gen<'a> {
+    schema: &'a Schema,
+    rng: Rng,
+    /// Definitions gone through, over every instance.
+    covered: BTreeSet<String>,
+    /// The paths of the required properties of the last instance.
+    required: Vec<Vec<Seg>>,
+}
+
+const ALPHABET: &[&str] = &["a", "b", "Z", "0", "_", "/", " ", "é", "ß", "😀", "\"", "\\", "\n", "\t", "\u{0}", "\u{7f}", "{", "]"];
+
+impl<'a> Gen<'a> {
+    fn new(schema: &'a Schema, seed: u64) -> Self {
+        Gen { schema, rng: Rng(seed), covered: BTreeSet::new(), required: Vec::new() }
+    }
+
+    fn instance(&mut self, def: &str) -> Value {
+        self.required.clear();
+        self.covered.insert(def.to_owned());
+        self.generate(&self.schema.defs[def], &mut Vec::new(), 0)
+    }
+
+    fn string(&mut self) -> String {
+        let n = self.rng.below(9);
+        (0..n).map(|_| *self.rng.pick(ALPHABET)).collect()
+    }
+
+    /// Any JSON value (free-form `_meta` content, `rawInput`, ...). Numbers are integers or
+    /// dyadic fractions, which every float parser reads back exactly.
+    fn any_json(&mut self, depth: usize) -> Value {
+        let deep = depth > MAX_DEPTH;
+        match self.rng.below(if deep { 5 } else { 7 }) {
+            0 => Value::Null,
+            1 => Value::Bool(self.rng.percent(50)),
+            2 => Value::from(self.rng.next_u64() as i64 >> self.rng.below(64)),
+            3 => Value::from((self.rng.next_u64() as i32) as f64 / 16.0),
+            4 => Value::String(self.string()),
+            5 => Value::Array((0..self.rng.below(3)).map(|_| self.any_json(depth + 1)).collect()),
+            _ => Value::Object((0..self.rng.below(3)).map(|_| (self.string(), self.any_json(depth + 1))).collect()),
+        }
+    }
+
+    fn integer(&mut self, s: &Value) -> Value {
+        let (lo, hi) = integer_range(s);
+        if self.rng.percent(30) {
+            let edges: Vec<i128> = [lo, hi, 0, 1, lo + 1, hi - 1].into_iter().filter(|v| (lo..=hi).contains(v)).collect();
+            return int_value(*self.rng.pick(&edges));
+        }
+        if self.rng.percent(50) {
+            let near_zero = (self.rng.next_u64() % 2001) as i128 - 1000;
+            return int_value(near_zero.clamp(lo, hi));
+        }
+        let span = (hi - lo + 1) as u128;
+        int_value(lo + (self.rng.next_u64() as u128 % span) as i128)
+    }
+
+    fn merge(into: Option<Value>, v: Value) -> Option<Value> {
+        match (into, v) {
+            (None, v) => Some(v),
+            (Some(Value::Object(mut a)), Value::Object(b)) => {
+                a.extend(b);
+                Some(Value::Object(a))
+            }
+            (Some(a), b) => panic!("cannot merge {a} with {b}"),
+        }
+    }
+
+    fn generate(&mut self, s: &Value, path: &mut Vec<Seg>, depth: usize) -> Value {
+        let deep = depth > MAX_DEPTH;
+        let s = match s {
+            Value::Bool(true) => return self.any_json(depth),
+            Value::Object(_) => s,
+            other => panic!("cannot generate from {other}"),
+        };
+        if let Some(r) = s.get("$ref") {
+            let (name, def) = self.schema.def(r);
+            self.covered.insert(name.to_owned());
+            return self.generate(def, path, depth + 1);
+        }
+        if let Some(c) = s.get("const") {
+            return c.clone();
+        }
+        if let Some(Value::Array(values)) = s.get("enum") {
+            return self.rng.pick(values).clone();
+        }
+        let types = types_of(s);
+        if types.contains(&"null") && (types.len() == 1 || self.rng.percent(if deep { 100 } else { 15 })) {
+            return Value::Null;
+        }
+        let alts = alternatives(s);
+        let objectish = types.contains(&"object") || s.get("properties").is_some();
+        let mut out = objectish.then(|| self.object(s, path, depth));
+        for a in s.get("allOf").and_then(Value::as_array).into_iter().flatten() {
+            let v = self.generate(a, path, depth);
+            out = Self::merge(out, v);
+        }
+        if !alts.is_empty() {
+            let null = alts.iter().position(|a| types_of(a) == ["null"]);
+            let alt = match null {
+                Some(i) if deep || self.rng.percent(15) => alts[i],
+                Some(i) => {
+                    let others: Vec<&Value> = alts.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, a)| *a).collect();
+                    if others.is_empty() { alts[i] } else { *self.rng.pick(&others) }
+                }
+                None => *self.rng.pick(&alts),
+            };
+            let v = self.generate(alt, path, depth);
+            out = Self::merge(out, v);
+        }
+        if let Some(v) = out {
+            return v;
+        }
+        let concrete: Vec<&str> = types.iter().copied().filter(|t| *t != "null").collect();
+        if concrete.is_empty() {
+            return self.any_json(depth);
+        }
+        match *self.rng.pick(&concrete) {
+            "string" => Value::String(self.string()),
+            "boolean" => Value::Bool(self.rng.percent(50)),
+            "integer" => self.integer(s),
+            "number" => Value::from((self.rng.next_u64() as i32) as f64 / 16.0),
+            "array" => {
+                let items = s.get("items").expect("array schema with items");
+                let n = if deep { 0 } else { self.rng.below(4) };
+                Value::Array(
+                    (0..n)
+                        .map(|i| {
+                            path.push(Seg::Index(i));
+                            let v = self.generate(items, path, depth + 1);
+                            path.pop();
+                            v
+                        })
+                        .collect(),
+                )
+            }
+            other => panic!("unexpected type {other} in {s}"),
+        }
+    }
+
+    /// An object's own `properties` (required ones always, optional ones at random) and, for a
+    /// map, a few entries of `additionalProperties`.
+    fn object(&mut self, s: &Value, path: &mut Vec<Seg>, depth: usize) -> Value {
+        let deep = depth > MAX_DEPTH;
+        let required: BTreeSet<&str> =
+            s.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+        let mut out = Map::new();
+        let props = s.get("properties").and_then(Value::as_object);
+        for (k, ps) in props.into_iter().flatten() {
+            let is_required = required.contains(k.as_str());
+            if !is_required && (deep || self.rng.percent(50)) {
+                continue;
+            }
+            path.push(Seg::Key(k.clone()));
+            let v = self.generate(ps, path, depth + 1);
+            if is_required {
+                self.required.push(path.clone());
+            }
+            path.pop();
+            out.insert(k.clone(), v);
+        }
+        // Extra entries only for maps: a struct with declared properties drops unknown ones.
+        if props.is_none_or(|p| p.is_empty())
+            && let Some(extra) = s.get("additionalProperties").filter(|e| **e != Value::Bool(false))
+        {
+            let n = if deep { 0 } else { self.rng.below(4) };
+            for _ in 0..n {
+                let k = self.string();
+                path.push(Seg::Key(k.clone()));
+                let v = self.generate(extra, path, depth + 1);
+                path.pop();
+                out.insert(k, v);
+            }
+        }
+        Value::Object(out)
+    }
+}
+
+fn get_mut<'v>(v: &'v mut Value, path: &[Seg]) -> &'v mut Value {
+    path.iter().fold(v, |v, seg| match seg {
+        Seg::Key(k) => &mut v[k.as_str()],
+        Seg::Index(i) => &mut v[*i],
+    })
+}
+
+fn show(path: &[Seg]) -> String {
+    path.iter()
+        .map(|s| match s {
+            Seg::Key(k) => format!("/{k}"),
+            Seg::Index(i) => format!("/{i}"),
+        })
+        .collect()
+}
+
+// ---- decoding through the envelope enums -------------------------------------------------------
+
+/// Decodes `text` as `m`'s params or result through the envelope enum of its direction and
+/// re-encodes it.
+fn decode(m: &Method, text: &str) -> Result<Value, String> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    macro_rules! go {
+        ($ty:ty) => {{
+            let decoded = <$ty>::decode(&m.method, &mut de).map_err(|e| e.to_string())?;
+            let Some(decoded) = decoded else { panic!("{} does not know {}", stringify!($ty), m.method) };
+            de.end().map_err(|e| e.to_string())?;
+            serde_json::to_value(&decoded).map_err(|e| format!("cannot encode: {e}"))
+        }};
+    }
+    match (m.kind, m.side.as_str()) {
+        (Kind::Request, "agent") => go!(ClientRequest),
+        (Kind::Response, "agent") => go!(AgentResponse),
+        (Kind::Notification, "agent") => go!(ClientNotification),
+        (Kind::Request, "client") => go!(AgentRequest),
+        (Kind::Response, "client") => go!(ClientResponse),
+        (Kind::Notification, "client") => go!(AgentNotification),
+        (Kind::Notification, "protocol") => go!(ProtocolLevelNotification),
+        other => panic!("{}: no envelope for {other:?}", m.def),
+    }
+}
+
+/// Properties whose `null` re-encodes as absent, each with its reason. Everything else must
+/// re-encode exactly.
+const NULL_READS_AS_ABSENT: &[(&str, &str)] = &[
+    ("_meta", "the spec defines absent and `null` as the same; the field is a plain `Option`"),
+    (
+        "rawInput",
+        "ToolCall / ToolCallUpdate: a free-form value (no `type`) is an `Option<serde_json::Value>`, so `null` reads as absent",
+    ),
+    ("rawOutput", "as rawInput"),
+];
+
+/// Drops the [`NULL_READS_AS_ABSENT`] properties that are `null`, everywhere.
+fn normalise(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            for (name, _) in NULL_READS_AS_ABSENT {
+                if m.get(*name) == Some(&Value::Null) {
+                    m.remove(*name);
+                }
+            }
+            m.values_mut().for_each(normalise);
+        }
+        Value::Array(a) => a.iter_mut().for_each(normalise),
+        _ => {}
+    }
+}
+
+fn decode_no_panic(m: &Method, text: &str) -> Result<Result<Value, String>, String> {
+    catch_unwind(AssertUnwindSafe(|| decode(m, text))).map_err(|p| {
+        p.downcast_ref::<String>().cloned().or(p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+    })
+}
+
+fn seed_for(m: &Method, salt: u64) -> u64 {
+    m.def.bytes().fold(SEED ^ salt, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01B3))
+}
+
+fn report(failures: &[String]) -> String {
+    let shown: Vec<&str> = failures.iter().take(15).map(String::as_str).collect();
+    format!("{} failures, first {}:\n{}", failures.len(), shown.len(), shown.join("\n"))
+}
+
+// ---- the tests -----------------------------------------------------------------------------------
+
+#[test]
+fn valid_instances_of_every_method_round_trip_losslessly() {
+    let schema = Schema::load();
+    let methods = schema.methods();
+    assert!(methods.len() >= 40, "only {} methods in the schema", methods.len());
+    let mut covered = BTreeSet::new();
+    let mut reachable = BTreeSet::new();
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for m in &methods {
+        reachable.insert(m.def.clone());
+        schema.reachable(&schema.defs[&m.def], &mut reachable);
+        let mut g = Gen::new(&schema, seed_for(m, 1));
+        for case in 0..VALID_CASES {
+            let v = g.instance(&m.def);
+            assert!(valid(&schema, &schema.defs[&m.def], &v, false), "the generator made an invalid {}: {v}", m.def);
+            let text = v.to_string();
+            cases += 1;
+            match decode_no_panic(m, &text) {
+                Err(panic) => failures.push(format!("{} #{case}: PANIC {panic}\n  {text}", m.def)),
+                Ok(Err(e)) => failures.push(format!("{} #{case}: rejected: {e}\n  {text}", m.def)),
+                Ok(Ok(mut encoded)) => {
+                    let mut expected = v.clone();
+                    normalise(&mut expected);
+                    normalise(&mut encoded);
+                    if encoded != expected {
+                        failures.push(format!("{} #{case}: re-encoded differently\n  in:  {expected}\n  out: {encoded}", m.def));
+                    }
+                }
+            }
+        }
+        covered.extend(g.covered);
+    }
+    let envelopes = ["AgentRequest", "AgentResponse", "AgentNotification", "ClientRequest", "ClientResponse", "ClientNotification"];
+    let missing: Vec<&String> = reachable.iter().filter(|d| !covered.contains(*d) && !envelopes.contains(&d.as_str())).collect();
+    let unreachable: Vec<&String> = schema.defs.keys().filter(|d| !reachable.contains(*d)).collect();
+    eprintln!(
+        "{} methods, {cases} valid instances; definitions covered: {} of {} reachable from a method ({} in the schema; not reachable: {})",
+        methods.len(),
+        covered.len(),
+        reachable.len(),
+        schema.defs.len(),
+        unreachable.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+    );
+    assert!(failures.is_empty(), "{}", report(&failures));
+    assert!(missing.is_empty(), "definitions reachable from a method but never generated: {missing:?}");
+}
+
+/// A wrong-typed replacement for `current`, invalid for its schema if one can be found.
+const WRONG: &[&str] = &["null", "true", "7", "-1.5", "\"x\"", "[]", "{}", "[1]", "{\"a\":1}"];
+
+#[test]
+fn invalid_instances_are_rejected_or_decoded_leniently_never_panic() {
+    let schema = Schema::load();
+    let mut failures = Vec::new();
+    let (mut rejected, mut lenient, mut still_valid) = (0, 0, 0);
+    for m in schema.methods() {
+        let def = &schema.defs[&m.def];
+        let mut g = Gen::new(&schema, seed_for(&m, 2));
+        for case in 0..INVALID_CASES {
+            let Some((v, what)) = mutate(&mut g, &m.def) else { continue };
+            let expect_ok = valid(&schema, def, &v, true);
+            if valid(&schema, def, &v, false) {
+                still_valid += 1;
+            } else if expect_ok {
+                lenient += 1;
+            } else {
+                rejected += 1;
+            }
+            let text = v.to_string();
+            match decode_no_panic(&m, &text) {
+                Err(panic) => failures.push(format!("{} #{case} ({what}): PANIC {panic}\n  {text}", m.def)),
+                Ok(Ok(_)) if !expect_ok => failures.push(format!("{} #{case} ({what}): accepted, schema says invalid\n  {text}", m.def)),
+                Ok(Err(e)) if expect_ok => failures.push(format!("{} #{case} ({what}): rejected ({e}), schema (lenient) says valid\n  {text}", m.def)),
+                Ok(_) => {}
+            }
+        }
+    }
+    eprintln!(
+        "invalid instances: {rejected} must be rejected, {lenient} decode leniently (annotations or open-world fallbacks), {still_valid} still valid"
+    );
+    assert!(failures.is_empty(), "{}", report(&failures));
+    assert!(rejected > 1000, "too few invalid instances: {rejected}");
+    assert!(lenient > 100, "too few lenient cases: {lenient}");
+}
+
+/// A valid instance of `def` with one required property removed or given a wrong type; `None`
+/// when the instance has no required property.
+fn mutate(g: &mut Gen<'_>, def: &str) -> Option<(Value, String)> {
+    let mut v = g.instance(def);
+    if g.required.is_empty() {
+        return None;
+    }
+    let path = g.rng.pick(&g.required).clone();
+    let (parent, last) = path.split_at(path.len() - 1);
+    let Seg::Key(key) = &last[0] else { unreachable!("required paths end in a key") };
+    if g.rng.percent(30) {
+        get_mut(&mut v, parent).as_object_mut().expect("parent object").remove(key);
+        return Some((v, format!("removed {}", show(&path))));
+    }
+    // A wrong type: the first replacement, in random order, that makes the instance invalid.
+    let start = g.rng.below(WRONG.len());
+    let schema = g.schema;
+    let def_schema = &schema.defs[def];
+    let mut first = None;
+    for i in 0..WRONG.len() {
+        let replacement: Value = serde_json::from_str(WRONG[(start + i) % WRONG.len()]).unwrap();
+        let mut candidate = v.clone();
+        *get_mut(&mut candidate, &path) = replacement.clone();
+        if !valid(schema, def_schema, &candidate, false) {
+            return Some((candidate, format!("{} := {replacement}", show(&path))));
+        }
+        first.get_or_insert((candidate, format!("{} := {replacement} (still valid)", show(&path))));
+    }
+    first
+}
+
+// ---- through the runtime -------------------------------------------------------------------------
+
+mod runtime_agent {
+    use acp_runtime::Connection;
+    use acp_runtime::agent::AgentContext;
+    use acp_types::*;
+
+    /// An agent with the required handlers only; everything else answers -32601.
+    pub struct Minimal;
+
+    impl Agent<AgentContext> for Minimal {
+        async fn initialize(&self, p: InitializeRequest, _: AgentContext) -> Result<InitializeResponse, Error> {
+            Ok(InitializeResponse::new(p.protocol_version))
+        }
+        async fn authenticate(&self, _: AuthenticateRequest, _: AgentContext) -> Result<AuthenticateResponse, Error> {
+            Ok(AuthenticateResponse::new())
+        }
+        async fn session_new(&self, _: NewSessionRequest, _: AgentContext) -> Result<NewSessionResponse, Error> {
+            Ok(NewSessionResponse::new("sess_1"))
+        }
+        async fn session_prompt(&self, _: PromptRequest, _: AgentContext) -> Result<PromptResponse, Error> {
+            Ok(PromptResponse::new(StopReason::EndTurn))
+        }
+        async fn session_cancel(&self, _: CancelNotification, _: AgentContext) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    /// The agent on one end of a duplex, a raw peer (no handler) on the other.
+    pub fn serve() -> (acp_runtime::Peer, Vec<tokio::task::JoinHandle<Result<(), acp_runtime::Error>>>) {
+        let (agent_end, client_end) = acp_runtime::transport::duplex(64 * 1024);
+        let (_client, agent_serve) = acp_runtime::serve_agent(Minimal, agent_end.0, agent_end.1);
+        let (peer, raw_serve) = Connection::new().serve(client_end.0, client_end.1, ());
+        (peer, vec![tokio::spawn(agent_serve), tokio::spawn(raw_serve)])
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_answers_invalid_params_with_32602() {
+    use acp_runtime::{Error, RawValue, codes};
+    let schema = Schema::load();
+    let (peer, _tasks) = runtime_agent::serve();
+    let mut checked = BTreeMap::new();
+    for m in schema.methods().iter().filter(|m| m.kind == Kind::Request && m.side == "agent") {
+        let def = &schema.defs[&m.def];
+        let mut g = Gen::new(&schema, seed_for(m, 3));
+        let (mut invalid, mut valid_sent) = (0, 0);
+        for _ in 0..60 {
+            let (v, what) = match g.rng.percent(20) {
+                true => (g.instance(&m.def), "valid".to_owned()),
+                false => match mutate(&mut g, &m.def) {
+                    Some(x) => x,
+                    None => continue,
+                },
+            };
+            let is_valid = valid(&schema, def, &v, true);
+            let raw = RawValue::from_string(v.to_string()).unwrap();
+            let answer = tokio::time::timeout(std::time::Duration::from_secs(10), peer.request_raw(&m.method, Some(&raw)))
+                .await
+                .unwrap_or_else(|_| panic!("{}: no answer within 10 s", m.method));
+            let code = match &answer {
+                Err(Error::Rpc(e)) => Some(e.code),
+                Ok(_) => None,
+                Err(other) => panic!("{} ({what}): {other:?}", m.method),
+            };
+            if is_valid {
+                valid_sent += 1;
+                assert_ne!(code, Some(codes::INVALID_PARAMS), "{} ({what}): valid params answered {answer:?}\n  {v}", m.method);
+            } else {
+                invalid += 1;
+                assert_eq!(code, Some(codes::INVALID_PARAMS), "{} ({what}): invalid params answered {answer:?}\n  {v}", m.method);
+            }
+        }
+        checked.insert(m.method.clone(), (invalid, valid_sent));
+    }
+    eprintln!("through the runtime (method: invalid answered -32602, valid not): {checked:?}");
+    assert!(checked.len() >= 10, "{checked:?}");
+    assert!(checked.values().map(|(i, _)| i).sum::<usize>() > 200, "{checked:?}");
+}
