@@ -295,8 +295,8 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
                 let r = format_ident!("{r}");
                 let body = if h.method == "initialize" && matches!(side, Side::Agent) {
                     quote! {
-                        let response: #types::#r = #call.map_err(::core::convert::Into::<#types::Error>::into)?;
-                        ::core::result::Result::Ok(#krate::macro_support::advertise(response, #capabilities))
+                        #krate::macro_support::earn(&cx, #capabilities);
+                        #call.map_err(::core::convert::Into::<#types::Error>::into)
                     }
                 } else {
                     quote!(#call.map_err(::core::convert::Into::<#types::Error>::into))

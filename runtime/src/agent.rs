@@ -69,7 +69,7 @@
 
 use std::borrow::Cow;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use acp_types::{
     Agent, ClientNotification, ClientRequest, CompleteElicitationNotification, CreateElicitationRequest,
@@ -86,6 +86,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::connection::{Connection, Serve};
 use crate::error::Error;
+use crate::macro_support::Capabilities;
 use crate::handler::{Handler, IncomingNotification, IncomingRequest};
 use crate::jsonrpc::{ErrorObject, Id, codes};
 use crate::peer::Peer;
@@ -174,56 +175,88 @@ impl<A> AgentHandler<A> {
 }
 
 impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
+    // Only the dispatch to the agent's methods is generic; decoding, the context and encoding
+    // are the non-generic functions below, compiled once in this crate.
     async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
-        let text = typed::params_text(req.params.as_deref());
-        let request = typed::decode_incoming(text, |de| ClientRequest::decode(&req.method, de))?
-            .ok_or_else(|| ErrorObject::method_not_found(&req.method))?;
-        let meta = typed::scan_envelope(req.params.as_deref(), false).meta;
-        let cx = AgentContext {
-            inner: Arc::new(ContextInner {
-                request_id: Some(req.id),
-                method: req.method,
-                session_id: req.session_id,
-                meta,
-                handle: ClientHandle { peer: req.peer, cancel: Some(req.cancel.clone()) },
-                cancel: req.cancel,
-            }),
-        };
-        let response = request.dispatch(&self.agent, cx).await?;
-        typed::encode_result(&response)
+        let (request, cx) = decode_request(req)?;
+        let response = request.dispatch(&self.agent, cx.clone()).await?;
+        encode_response(&response, &cx)
     }
 
     async fn handle_notification(&self, notification: IncomingNotification) {
-        let text = typed::params_text(notification.params.as_deref());
-        let decoded = typed::decode_incoming(text, |de| ClientNotification::decode(&notification.method, de));
-        let decoded = match decoded {
-            Ok(Some(decoded)) => decoded,
-            Ok(None) => {
-                tracing::debug!(method = %notification.method, "acp agent: unknown notification ignored");
-                return;
-            }
-            Err(error) => {
-                tracing::warn!(method = %notification.method, %error, data = ?error.data, "acp agent: notification with invalid params ignored");
-                return;
-            }
-        };
-        let envelope = typed::scan_envelope(notification.params.as_deref(), true);
-        let method = notification.method.clone();
-        let cancel = notification.peer.closed_token();
-        let cx = AgentContext {
-            inner: Arc::new(ContextInner {
-                request_id: None,
-                method: notification.method,
-                session_id: envelope.session_id,
-                meta: envelope.meta,
-                handle: ClientHandle::new(notification.peer),
-                cancel,
-            }),
-        };
-        if let Err(error) = decoded.dispatch(&self.agent, cx).await {
-            tracing::warn!(%method, code = error.code.0, message = %error.message, "acp agent: notification handler failed");
+        let Some((decoded, cx)) = decode_notification(notification) else { return };
+        if let Err(error) = decoded.dispatch(&self.agent, cx.clone()).await {
+            notification_failed(&cx, &error);
         }
     }
+}
+
+/// Decodes a request's params by method and builds its context.
+fn decode_request(req: IncomingRequest) -> Result<(ClientRequest, AgentContext), ErrorObject> {
+    let text = typed::params_text(req.params.as_deref());
+    let request = typed::decode_incoming(text, |de| ClientRequest::decode(&req.method, de))?
+        .ok_or_else(|| ErrorObject::method_not_found(&req.method))?;
+    let meta = typed::scan_envelope(req.params.as_deref(), false).meta;
+    let cx = AgentContext {
+        inner: Arc::new(ContextInner {
+            request_id: Some(req.id),
+            method: req.method,
+            session_id: req.session_id,
+            meta,
+            handle: ClientHandle { peer: req.peer, cancel: Some(req.cancel.clone()) },
+            cancel: req.cancel,
+            earned: OnceLock::new(),
+        }),
+    };
+    Ok((request, cx))
+}
+
+/// Encodes a result; an `initialize` result gets the capabilities the handler earned (see
+/// [`crate::macro_support::earn`]), on the JSON, so the result type is never decoded again.
+fn encode_response(response: &acp_types::AgentResponse, cx: &AgentContext) -> Result<Box<RawValue>, ErrorObject> {
+    let raw = typed::encode_result(response)?;
+    match cx.inner.earned.get() {
+        Some(capabilities) if matches!(response, acp_types::AgentResponse::Initialize(_)) => {
+            Ok(crate::macro_support::advertise_raw(raw, capabilities))
+        }
+        _ => Ok(raw),
+    }
+}
+
+/// Decodes a notification by method and builds its context; `None` (logged) when it is unknown
+/// or its params do not fit.
+fn decode_notification(notification: IncomingNotification) -> Option<(ClientNotification, AgentContext)> {
+    let text = typed::params_text(notification.params.as_deref());
+    let decoded = typed::decode_incoming(text, |de| ClientNotification::decode(&notification.method, de));
+    let decoded = match decoded {
+        Ok(Some(decoded)) => decoded,
+        Ok(None) => {
+            tracing::debug!(method = %notification.method, "acp agent: unknown notification ignored");
+            return None;
+        }
+        Err(error) => {
+            tracing::warn!(method = %notification.method, %error, data = ?error.data, "acp agent: notification with invalid params ignored");
+            return None;
+        }
+    };
+    let envelope = typed::scan_envelope(notification.params.as_deref(), true);
+    let cancel = notification.peer.closed_token();
+    let cx = AgentContext {
+        inner: Arc::new(ContextInner {
+            request_id: None,
+            method: notification.method,
+            session_id: envelope.session_id,
+            meta: envelope.meta,
+            handle: ClientHandle::new(notification.peer),
+            cancel,
+            earned: OnceLock::new(),
+        }),
+    };
+    Some((decoded, cx))
+}
+
+fn notification_failed(cx: &AgentContext, error: &acp_types::Error) {
+    tracing::warn!(method = cx.method(), code = error.code.0, message = %error.message, "acp agent: notification handler failed");
 }
 
 // ---- the context ----------------------------------------------------------------------------
@@ -232,7 +265,7 @@ impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
 /// [`acp_types::Agent<AgentContext>`](Agent)). Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct AgentContext {
-    inner: Arc<ContextInner<ClientHandle>>,
+    pub(crate) inner: Arc<ContextInner<ClientHandle>>,
 }
 
 /// The fields of a handler context, shared by both sides.
@@ -244,6 +277,8 @@ pub(crate) struct ContextInner<H> {
     pub(crate) meta: Option<Arc<Map<String, Value>>>,
     pub(crate) cancel: CancellationToken,
     pub(crate) handle: H,
+    /// Agent side, `initialize`: the capabilities `#[acp_agent]` adds to the result.
+    pub(crate) earned: OnceLock<&'static Capabilities>,
 }
 
 impl AgentContext {

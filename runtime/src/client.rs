@@ -26,7 +26,7 @@
 use std::future::Future;
 use std::io;
 use std::process::ExitStatus;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use acp_types::{
     AgentNotification, AgentRequest, AuthenticateRequest, AuthenticateResponse, CancelNotification, Client,
@@ -185,56 +185,80 @@ impl<C> ClientHandler<C> {
 }
 
 impl<C: Client<ClientContext> + 'static> Handler for ClientHandler<C> {
+    // Only the dispatch to the client's methods is generic; decoding, the context and encoding
+    // are the non-generic functions below, compiled once in this crate.
     async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
-        let text = typed::params_text(req.params.as_deref());
-        let request = typed::decode_incoming(text, |de| AgentRequest::decode(&req.method, de))?
-            .ok_or_else(|| ErrorObject::method_not_found(&req.method))?;
-        let meta = typed::scan_envelope(req.params.as_deref(), false).meta;
-        let cx = ClientContext {
-            inner: Arc::new(ContextInner {
-                request_id: Some(req.id),
-                method: req.method,
-                session_id: req.session_id,
-                meta,
-                handle: AgentHandle { peer: req.peer, cancel: Some(req.cancel.clone()) },
-                cancel: req.cancel,
-            }),
-        };
+        let (request, cx) = decode_request(req)?;
         let response = request.dispatch(&self.client, cx).await?;
-        typed::encode_result(&response)
+        encode_response(&response)
     }
 
     async fn handle_notification(&self, notification: IncomingNotification) {
-        let text = typed::params_text(notification.params.as_deref());
-        let decoded = typed::decode_incoming(text, |de| AgentNotification::decode(&notification.method, de));
-        let decoded = match decoded {
-            Ok(Some(decoded)) => decoded,
-            Ok(None) => {
-                tracing::debug!(method = %notification.method, "acp client: unknown notification ignored");
-                return;
-            }
-            Err(error) => {
-                tracing::warn!(method = %notification.method, %error, data = ?error.data, "acp client: notification with invalid params ignored");
-                return;
-            }
-        };
-        let envelope = typed::scan_envelope(notification.params.as_deref(), true);
-        let method = notification.method.clone();
-        let cancel = notification.peer.closed_token();
-        let cx = ClientContext {
-            inner: Arc::new(ContextInner {
-                request_id: None,
-                method: notification.method,
-                session_id: envelope.session_id,
-                meta: envelope.meta,
-                handle: AgentHandle::new(notification.peer),
-                cancel,
-            }),
-        };
-        if let Err(error) = decoded.dispatch(&self.client, cx).await {
-            tracing::warn!(%method, code = error.code.0, message = %error.message, "acp client: notification handler failed");
+        let Some((decoded, cx)) = decode_notification(notification) else { return };
+        if let Err(error) = decoded.dispatch(&self.client, cx.clone()).await {
+            notification_failed(&cx, &error);
         }
     }
+}
+
+/// Decodes a request's params by method and builds its context.
+fn decode_request(req: IncomingRequest) -> Result<(AgentRequest, ClientContext), ErrorObject> {
+    let text = typed::params_text(req.params.as_deref());
+    let request = typed::decode_incoming(text, |de| AgentRequest::decode(&req.method, de))?
+        .ok_or_else(|| ErrorObject::method_not_found(&req.method))?;
+    let meta = typed::scan_envelope(req.params.as_deref(), false).meta;
+    let cx = ClientContext {
+        inner: Arc::new(ContextInner {
+            request_id: Some(req.id),
+            method: req.method,
+            session_id: req.session_id,
+            meta,
+            handle: AgentHandle { peer: req.peer, cancel: Some(req.cancel.clone()) },
+            cancel: req.cancel,
+            earned: OnceLock::new(),
+        }),
+    };
+    Ok((request, cx))
+}
+
+fn encode_response(response: &acp_types::ClientResponse) -> Result<Box<RawValue>, ErrorObject> {
+    typed::encode_result(response)
+}
+
+/// Decodes a notification by method and builds its context; `None` (logged) when it is unknown
+/// or its params do not fit.
+fn decode_notification(notification: IncomingNotification) -> Option<(AgentNotification, ClientContext)> {
+    let text = typed::params_text(notification.params.as_deref());
+    let decoded = typed::decode_incoming(text, |de| AgentNotification::decode(&notification.method, de));
+    let decoded = match decoded {
+        Ok(Some(decoded)) => decoded,
+        Ok(None) => {
+            tracing::debug!(method = %notification.method, "acp client: unknown notification ignored");
+            return None;
+        }
+        Err(error) => {
+            tracing::warn!(method = %notification.method, %error, data = ?error.data, "acp client: notification with invalid params ignored");
+            return None;
+        }
+    };
+    let envelope = typed::scan_envelope(notification.params.as_deref(), true);
+    let cancel = notification.peer.closed_token();
+    let cx = ClientContext {
+        inner: Arc::new(ContextInner {
+            request_id: None,
+            method: notification.method,
+            session_id: envelope.session_id,
+            meta: envelope.meta,
+            handle: AgentHandle::new(notification.peer),
+            cancel,
+            earned: OnceLock::new(),
+        }),
+    };
+    Some((decoded, cx))
+}
+
+fn notification_failed(cx: &ClientContext, error: &acp_types::Error) {
+    tracing::warn!(method = cx.method(), code = error.code.0, message = %error.message, "acp client: notification handler failed");
 }
 
 // ---- the context ----------------------------------------------------------------------------
@@ -452,5 +476,5 @@ impl AgentHandle {
 /// `terminal` when it handles every `terminal/*` method, and so on. `C` is a type under
 /// `#[acp_client]`, which implements [`Advertise`](crate::Advertise) for it.
 pub fn with_capabilities<C: crate::Advertise>(request: acp_types::InitializeRequest) -> acp_types::InitializeRequest {
-    crate::macro_support::advertise(request, C::CAPABILITIES)
+    crate::macro_support::advertise_request(request, C::CAPABILITIES)
 }

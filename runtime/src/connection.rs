@@ -6,12 +6,16 @@
 //! One connection runs four kinds of work:
 //!
 //! - **The reader** (inside the [`Serve`] future) splits input into lines, decodes envelopes and
-//!   routes them. It never runs user code and never waits for a handler, with one exception:
-//!   when `max_concurrent_requests` handlers are running, it waits for one of them to finish
-//!   before it starts the next request (and meanwhile reads nothing). A notification queue that
-//!   is full also makes it wait; both bounds are what keeps memory flat under a flood.
-//! - **Requests** each run in their own task, concurrently. A request handler may await calls
-//!   to the peer: their responses are routed by the reader, which is not blocked by handlers.
+//!   routes them. It never runs user code and never waits for a request handler, so responses,
+//!   cancellations and the end of input are read however busy the handlers are. It does wait
+//!   when the notification queue or the write queue is full: those bounds (and the request
+//!   bounds below) are what keeps memory flat under a flood.
+//! - **Requests** each run in their own task, concurrently: at most `max_concurrent_requests`
+//!   handlers at once; up to `max_queued_requests` more wait for a slot (a cancelled one is
+//!   answered without ever running). A request beyond both bounds is answered at once with
+//!   error -32603 ("too many requests in flight") and the connection goes on. A request handler
+//!   may await calls to the peer: their responses are routed by the reader, which is not
+//!   blocked by handlers.
 //! - **Notifications** are handled by one task, one at a time, in arrival order.
 //! - **The writer** is one task that owns the output: everything sent goes through one bounded
 //!   FIFO queue (senders wait when it is full), is written through a `BufWriter`, and is
@@ -96,7 +100,7 @@ use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
 use crate::error::Error;
 use crate::framing::DEFAULT_MAX_LINE_BYTES;
-use crate::handler::Handler;
+use crate::handler::{DynHandler, Handler};
 use crate::jsonrpc::{self, ErrorObject, Id};
 use crate::methods;
 use crate::peer::Peer;
@@ -116,6 +120,7 @@ use crate::writer::{self};
 pub struct Connection {
     max_line_bytes: usize,
     max_concurrent_requests: usize,
+    max_queued_requests: usize,
     write_queue_capacity: usize,
     notification_queue_capacity: usize,
     cancel_grace: Duration,
@@ -127,6 +132,7 @@ impl fmt::Debug for Connection {
         f.debug_struct("Connection")
             .field("max_line_bytes", &self.max_line_bytes)
             .field("max_concurrent_requests", &self.max_concurrent_requests)
+            .field("max_queued_requests", &self.max_queued_requests)
             .field("write_queue_capacity", &self.write_queue_capacity)
             .field("notification_queue_capacity", &self.notification_queue_capacity)
             .field("cancel_grace", &self.cancel_grace)
@@ -142,12 +148,14 @@ impl Default for Connection {
 }
 
 impl Connection {
-    /// The defaults: 64 MiB lines, 1024 concurrent incoming requests, a write queue and a
-    /// notification queue of 1024 messages each, a 100 ms cancellation grace period, no tap.
+    /// The defaults: 64 MiB lines, 1024 concurrent incoming requests and 4096 more waiting, a
+    /// write queue and a notification queue of 1024 messages each, a 100 ms cancellation grace
+    /// period, no tap.
     pub fn new() -> Self {
         Connection {
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
             max_concurrent_requests: 1024,
+            max_queued_requests: 4096,
             write_queue_capacity: 1024,
             notification_queue_capacity: 1024,
             cancel_grace: Duration::from_millis(100),
@@ -161,9 +169,19 @@ impl Connection {
         self
     }
 
-    /// How many incoming requests may run at once; at the bound the reader waits.
+    /// How many incoming request handlers may run at once; further requests wait for a slot
+    /// (see [`Connection::max_queued_requests`]).
     pub fn max_concurrent_requests(mut self, n: usize) -> Self {
-        self.max_concurrent_requests = n.clamp(1, Semaphore::MAX_PERMITS);
+        self.max_concurrent_requests = n.clamp(1, Semaphore::MAX_PERMITS / 2);
+        self
+    }
+
+    /// How many incoming requests may wait for a handler slot when
+    /// [`max_concurrent_requests`](Connection::max_concurrent_requests) are running. A request
+    /// beyond both bounds is answered at once with -32603 ("too many requests in flight"); the
+    /// reader never stops for requests, so cancellations and responses still get through.
+    pub fn max_queued_requests(mut self, n: usize) -> Self {
+        self.max_queued_requests = n.min(Semaphore::MAX_PERMITS / 2);
         self
     }
 
@@ -218,6 +236,15 @@ impl Connection {
         H: Handler,
         F: FnOnce(&Peer) -> H,
     {
+        // Only the boxing is generic: everything behind `start` is compiled once, here.
+        let (peer, parts) = self.prepare();
+        let handler = Arc::new(make_handler(&peer));
+        let serve = parts.start(Box::new(reader), Box::new(writer), handler);
+        (peer, serve)
+    }
+
+    /// The connection's state, before the handler exists (it may need the [`Peer`]).
+    fn prepare(self) -> (Peer, Prepared) {
         let (out_tx, out_rx) = mpsc::channel(self.write_queue_capacity);
         let (tap_tx, tap_rx) = match self.tap {
             Some(_) => {
@@ -237,25 +264,42 @@ impl Connection {
             handled_waiters: AtomicUsize::new(0),
             handled_notify: Notify::new(),
         });
-        let peer = Peer { shared: shared.clone() };
-        let handler = make_handler(&peer);
         let options = Options {
             max_line_bytes: self.max_line_bytes,
             max_concurrent_requests: self.max_concurrent_requests,
+            max_queued_requests: self.max_queued_requests,
             notification_queue_capacity: self.notification_queue_capacity,
             cancel_grace: self.cancel_grace,
         };
-        let tap = self.tap.zip(tap_rx);
-        let fut = run(options, shared.clone(), reader, writer, out_rx, tap, Arc::new(handler));
-        let serve = Serve { fut: Box::pin(fut), shared: peer.shared.clone() };
-        (peer, serve)
+        let peer = Peer { shared: shared.clone() };
+        (peer, Prepared { options, shared, out_rx, tap: self.tap.zip(tap_rx) })
     }
 }
+
+/// A connection between [`Connection::prepare`] and its start.
+struct Prepared {
+    options: Options,
+    shared: Arc<Shared>,
+    out_rx: mpsc::Receiver<Vec<u8>>,
+    tap: Option<(writer::Tap, mpsc::Receiver<Vec<u8>>)>,
+}
+
+impl Prepared {
+    fn start(self, reader: BoxReader, writer: BoxWriter, handler: Arc<dyn DynHandler>) -> Serve {
+        let Prepared { options, shared, out_rx, tap } = self;
+        let fut = run(options, shared.clone(), reader, writer, out_rx, tap, handler);
+        Serve { fut: Box::pin(fut), shared }
+    }
+}
+
+type BoxReader = Box<dyn AsyncRead + Send + Unpin>;
+type BoxWriter = Box<dyn AsyncWrite + Send + Unpin>;
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Options {
     pub(crate) max_line_bytes: usize,
     pub(crate) max_concurrent_requests: usize,
+    pub(crate) max_queued_requests: usize,
     pub(crate) notification_queue_capacity: usize,
     pub(crate) cancel_grace: Duration,
 }
@@ -291,20 +335,15 @@ impl Future for Serve {
     }
 }
 
-async fn run<R, W, H>(
+async fn run(
     options: Options,
     shared: Arc<Shared>,
-    reader: R,
-    writer: W,
+    reader: BoxReader,
+    writer: BoxWriter,
     out_rx: mpsc::Receiver<Vec<u8>>,
     tap: Option<(writer::Tap, mpsc::Receiver<Vec<u8>>)>,
-    handler: Arc<H>,
-) -> Result<(), Error>
-where
-    R: AsyncRead + Send + Unpin + 'static,
-    W: AsyncWrite + Send + Unpin + 'static,
-    H: Handler,
-{
+    handler: Arc<dyn DynHandler>,
+) -> Result<(), Error> {
     let grace = options.cancel_grace;
 
     let writer_stop = CancellationToken::new();

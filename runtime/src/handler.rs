@@ -1,8 +1,13 @@
 //! The raw handler interface: what the connection calls for each incoming request and
 //! notification. The typed layer implements [`Handler`] once, decoding params by method.
+//!
+//! The connection itself only sees [`DynHandler`], the object-safe form of [`Handler`]: the
+//! reader, the request tasks and the notification task are then compiled once, in this crate,
+//! instead of again in every crate that serves a handler.
 
 use std::borrow::Cow;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -54,6 +59,26 @@ impl<H: Handler> Handler for Arc<H> {
 
     fn handle_notification(&self, notification: IncomingNotification) -> impl Future<Output = ()> + Send {
         (**self).handle_notification(notification)
+    }
+}
+
+/// A boxed handler future, as the connection polls it.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// [`Handler`] with boxed futures, so the connection can hold any handler as
+/// `Arc<dyn DynHandler>`. Implemented for every [`Handler`].
+pub(crate) trait DynHandler: Send + Sync + 'static {
+    fn handle_request_boxed(&self, req: IncomingRequest) -> BoxFuture<'_, Result<Box<RawValue>, ErrorObject>>;
+    fn handle_notification_boxed(&self, notification: IncomingNotification) -> BoxFuture<'_, ()>;
+}
+
+impl<H: Handler> DynHandler for H {
+    fn handle_request_boxed(&self, req: IncomingRequest) -> BoxFuture<'_, Result<Box<RawValue>, ErrorObject>> {
+        Box::pin(self.handle_request(req))
+    }
+
+    fn handle_notification_boxed(&self, notification: IncomingNotification) -> BoxFuture<'_, ()> {
+        Box::pin(self.handle_notification(notification))
     }
 }
 

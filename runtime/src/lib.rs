@@ -79,6 +79,7 @@
 //! | a message with `"method"` *and* `"result"`/`"error"` | treated as a request or notification (the method decides) |
 //! | `$/cancel_request` for an unknown id, or with bad params | ignored (never passed to the handler) |
 //! | `session/cancel` without a string `"sessionId"` | nothing is cancelled; passed to the handler |
+//! | more requests in flight than `max_concurrent_requests` + `max_queued_requests` | -32603 "too many requests in flight" for each one beyond; reading goes on (`tests/contract.rs`) |
 //! | a handler that panics | -32603 for its request; a notification handler's panic is logged; the connection goes on |
 //! | a last line without a newline before end of input | handled like any other line |
 //!

@@ -3,27 +3,52 @@
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 pub use serde_json::Value;
 
-use crate::acp_types::{Error, ExtRequest, ExtResponse};
+use crate::acp_types::{Error, ExtRequest, ExtResponse, InitializeRequest};
+use crate::agent::AgentContext;
 
-/// The capabilities a peer's handlers earn (implemented by `#[acp_agent]` / `#[acp_client]`):
-/// JSON paths inside the initialize result (agent) or params (client), each set to `{}`
-/// (object) or `true`. For a client, see [`crate::client::with_capabilities`].
+/// Capability paths inside the initialize result (agent) or params (client), each set to `{}`
+/// (`true` in the pair) or `true` (`false`).
+pub type Capabilities = [(&'static [&'static str], bool)];
+
+/// The capabilities a peer's handlers earn (implemented by `#[acp_agent]` / `#[acp_client]`).
+/// For a client, see [`crate::client::with_capabilities`].
 pub trait Advertise {
-    const CAPABILITIES: &'static [(&'static [&'static str], bool)];
+    const CAPABILITIES: &'static Capabilities;
 }
 
-/// Sets each earned capability that `value` leaves unset; explicit settings are kept.
-pub fn advertise<T: Serialize + DeserializeOwned>(value: T, capabilities: &[(&[&str], bool)]) -> T {
+/// Agent side: asks the runtime to add `capabilities` to the result of the `initialize` request
+/// `cx` belongs to (where unset). Applied to the encoded result, so the result type is never
+/// decoded again: that keeps the decoding code of the whole initialize result out of agents.
+pub fn earn(cx: &AgentContext, capabilities: &'static Capabilities) {
+    if !capabilities.is_empty() {
+        let _ = cx.inner.earned.set(capabilities);
+    }
+}
+
+/// Sets each capability the encoded `raw` object leaves unset; explicit settings are kept.
+pub(crate) fn advertise_raw(raw: Box<RawValue>, capabilities: &Capabilities) -> Box<RawValue> {
+    let Ok(mut json) = serde_json::from_str::<Value>(raw.get()) else { return raw };
+    set_all_unset(&mut json, capabilities);
+    serde_json::value::to_raw_value(&json).unwrap_or(raw)
+}
+
+/// Client side: sets each capability `request` leaves unset; explicit settings are kept.
+pub fn advertise_request(request: InitializeRequest, capabilities: &Capabilities) -> InitializeRequest {
     if capabilities.is_empty() {
-        return value;
+        return request;
     }
-    let Ok(mut json) = serde_json::to_value(&value) else { return value };
+    let Ok(mut json) = serde_json::to_value(&request) else { return request };
+    set_all_unset(&mut json, capabilities);
+    serde_json::from_value(json).unwrap_or(request)
+}
+
+fn set_all_unset(json: &mut Value, capabilities: &Capabilities) {
     for (path, object) in capabilities {
-        set_if_unset(&mut json, path, if *object { Value::Object(Default::default()) } else { Value::Bool(true) });
+        set_if_unset(json, path, if *object { Value::Object(Default::default()) } else { Value::Bool(true) });
     }
-    serde_json::from_value(json).unwrap_or(value)
 }
 
 fn set_if_unset(json: &mut Value, path: &[&str], leaf: Value) {
@@ -59,20 +84,34 @@ pub fn ext_result<T: Serialize>(result: T) -> Result<ExtResponse, Error> {
 mod tests {
     use super::*;
     use crate::acp_types::{InitializeResponse, ProtocolVersion};
+    use serde_json::json;
+
+    const CAPS: &Capabilities =
+        &[(&["agentCapabilities", "loadSession"], false), (&["agentCapabilities", "sessionCapabilities", "list"], true)];
+
+    fn raw(v: &impl Serialize) -> Box<RawValue> {
+        serde_json::value::to_raw_value(v).unwrap()
+    }
 
     #[test]
     fn earned_capabilities_fill_only_what_is_unset() {
-        let response = InitializeResponse::new(ProtocolVersion(1));
-        let caps: &[(&[&str], bool)] =
-            &[(&["agentCapabilities", "loadSession"], false), (&["agentCapabilities", "sessionCapabilities", "list"], true)];
-        let json = serde_json::to_value(advertise(response, caps)).unwrap();
+        let response = raw(&InitializeResponse::new(ProtocolVersion(1)));
+        let json: Value = serde_json::from_str(advertise_raw(response, CAPS).get()).unwrap();
         assert_eq!(json["agentCapabilities"]["loadSession"], true);
-        assert_eq!(json["agentCapabilities"]["sessionCapabilities"]["list"], serde_json::json!({}));
+        assert_eq!(json["agentCapabilities"]["sessionCapabilities"]["list"], json!({}));
+        assert_eq!(json["protocolVersion"], 1, "the rest is kept");
 
         let mut explicit = serde_json::to_value(InitializeResponse::new(ProtocolVersion(1))).unwrap();
-        explicit["agentCapabilities"] = serde_json::json!({"loadSession": false});
-        let explicit: InitializeResponse = serde_json::from_value(explicit).unwrap();
-        let json = serde_json::to_value(advertise(explicit, caps)).unwrap();
+        explicit["agentCapabilities"] = json!({"loadSession": false});
+        let json: Value = serde_json::from_str(advertise_raw(raw(&explicit), CAPS).get()).unwrap();
         assert_eq!(json["agentCapabilities"]["loadSession"], false, "an explicit setting wins");
+    }
+
+    #[test]
+    fn a_client_request_gets_its_capabilities() {
+        let caps: &Capabilities = &[(&["clientCapabilities", "fs", "readTextFile"], false)];
+        let request = advertise_request(InitializeRequest::new(ProtocolVersion(1)), caps);
+        let json = serde_json::to_value(request).unwrap();
+        assert_eq!(json["clientCapabilities"]["fs"]["readTextFile"], true);
     }
 }

@@ -18,7 +18,7 @@ use crate::catch_unwind::{CatchUnwind, panic_message};
 use crate::connection::{InFlight, Options, Reply, RequestKind, Shared};
 use crate::error::Error;
 use crate::framing::{Frame, LineReader};
-use crate::handler::{Handler, IncomingNotification, IncomingRequest, session_id_of};
+use crate::handler::{DynHandler, IncomingNotification, IncomingRequest, session_id_of};
 use crate::jsonrpc::{self, DecodeErrorKind, ErrorObject, Id, Message};
 use crate::methods;
 use crate::peer::Peer;
@@ -37,22 +37,25 @@ pub(crate) struct Queued {
     seq: u64,
 }
 
-pub(crate) struct Router<H> {
+pub(crate) struct Router {
     options: Options,
     shared: Arc<Shared>,
-    handler: Arc<H>,
+    handler: Arc<dyn DynHandler>,
     notifications: mpsc::Sender<Queued>,
     /// Notifications queued so far; a response is delivered once this many are handled.
     queued: u64,
-    permits: Arc<Semaphore>,
+    /// Requests admitted (running or waiting): `max_concurrent_requests + max_queued_requests`.
+    admitted: Arc<Semaphore>,
+    /// Handler slots: `max_concurrent_requests`.
+    running: Arc<Semaphore>,
     tracker: TaskTracker,
 }
 
-impl<H: Handler> Router<H> {
+impl Router {
     pub(crate) fn new(
         options: Options,
         shared: Arc<Shared>,
-        handler: Arc<H>,
+        handler: Arc<dyn DynHandler>,
         notifications: mpsc::Sender<Queued>,
         tracker: TaskTracker,
     ) -> Self {
@@ -62,13 +65,14 @@ impl<H: Handler> Router<H> {
             handler,
             notifications,
             queued: 0,
-            permits: Arc::new(Semaphore::new(options.max_concurrent_requests)),
+            admitted: Arc::new(Semaphore::new(options.max_concurrent_requests + options.max_queued_requests)),
+            running: Arc::new(Semaphore::new(options.max_concurrent_requests)),
             tracker,
         }
     }
 
     /// Reads until end of input (`Ok`) or a read error.
-    pub(crate) async fn run<R: AsyncRead + Unpin>(&mut self, reader: R) -> std::io::Result<()> {
+    pub(crate) async fn run(&mut self, reader: Box<dyn AsyncRead + Send + Unpin>) -> std::io::Result<()> {
         let mut lines = LineReader::new(reader, self.options.max_line_bytes);
         while let Some(frame) = lines.next_frame().await? {
             match frame {
@@ -189,8 +193,15 @@ impl<H: Handler> Router<H> {
     }
 
     async fn on_request(&mut self, id: Id, method: Cow<'_, str>, params: Option<&RawValue>) {
-        // The only place the reader waits for handlers: the concurrency bound.
-        let Ok(permit) = self.permits.clone().acquire_owned().await else {
+        // Never wait here: a reader waiting for a handler slot would not read the cancellation
+        // or the response that handler is waiting for.
+        let Ok(admitted) = self.admitted.clone().try_acquire_owned() else {
+            tracing::warn!(%id, %method, "acp connection: too many requests in flight; request refused");
+            let error = ErrorObject::internal_error(format_args!(
+                "too many requests in flight ({} running, {} waiting); try again later",
+                self.options.max_concurrent_requests, self.options.max_queued_requests
+            ));
+            self.answer(&id, Err(&error)).await;
             return;
         };
         let kind = RequestKind::of(&method);
@@ -218,23 +229,31 @@ impl<H: Handler> Router<H> {
             cancel: token,
             peer: Peer { shared: self.shared.clone() },
         };
+        let slot = Slot { running: self.running.clone(), _admitted: admitted };
         let task =
-            run_request(self.shared.clone(), self.handler.clone(), req, kind, self.options.cancel_grace, self.queued, permit);
+            run_request(self.shared.clone(), self.handler.clone(), req, kind, self.options.cancel_grace, self.queued, slot);
         self.tracker.spawn(task);
     }
+}
+
+/// A request's claim on the concurrency bounds: admitted by the reader, then waiting in its
+/// task for one of the `running` permits. Both are released when the handler's future ends.
+struct Slot {
+    running: Arc<Semaphore>,
+    _admitted: OwnedSemaphorePermit,
 }
 
 type HandlerOutput = Result<Result<Box<RawValue>, ErrorObject>, Box<dyn std::any::Any + Send>>;
 
 /// Runs one request handler and sends exactly one answer for it.
-async fn run_request<H: Handler>(
+async fn run_request(
     shared: Arc<Shared>,
-    handler: Arc<H>,
+    handler: Arc<dyn DynHandler>,
     req: IncomingRequest,
     kind: RequestKind,
     grace: Duration,
     barrier: u64,
-    _permit: OwnedSemaphorePermit,
+    slot: Slot,
 ) {
     let span = tracing::info_span!(
         "acp_request",
@@ -253,7 +272,10 @@ async fn run_request<H: Handler>(
     let waiting = shared.clone();
     let fut = CatchUnwind::new(async move {
         waiting.wait_for_notifications(barrier).await;
-        handler.handle_request(req).await
+        // Held, with `slot`, until the handler's future is done or dropped. The semaphore is
+        // never closed, so the permit always comes.
+        let _running = slot.running.clone().acquire_owned().await;
+        handler.handle_request_boxed(req).await
     })
     .instrument(span.clone());
     tokio::pin!(fut);
@@ -347,9 +369,9 @@ async fn finish(shared: &Shared, id: Id, answer: Result<Box<RawValue>, ErrorObje
 }
 
 /// Handles queued notifications one at a time, in order, until the queue ends.
-pub(crate) async fn notification_loop<H: Handler>(
+pub(crate) async fn notification_loop(
     mut rx: mpsc::Receiver<Queued>,
-    handler: Arc<H>,
+    handler: Arc<dyn DynHandler>,
     shared: Arc<Shared>,
     grace: Duration,
 ) {
@@ -363,7 +385,7 @@ pub(crate) async fn notification_loop<H: Handler>(
         let handler = &handler;
         let fut = IN_NOTIFICATION_HANDLER.scope(
             me,
-            CatchUnwind::new(async move { handler.handle_notification(notification).await }),
+            CatchUnwind::new(async move { handler.handle_notification_boxed(notification).await }),
         );
         tokio::pin!(fut);
         let finished = tokio::select! {

@@ -18,9 +18,9 @@ const BUFFER: usize = 64 * 1024;
 
 /// Writes queued lines until `stop` fires (then writes what is still queued and returns) or a
 /// write fails (then the connection is closed and the queue refuses further sends).
-pub(crate) async fn writer_loop<W: AsyncWrite + Unpin>(
+pub(crate) async fn writer_loop(
     mut rx: mpsc::Receiver<Vec<u8>>,
-    writer: W,
+    writer: Box<dyn AsyncWrite + Send + Unpin>,
     shared: Arc<Shared>,
     stop: CancellationToken,
 ) -> io::Result<()> {

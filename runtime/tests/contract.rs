@@ -174,6 +174,45 @@ async fn contract_2_concurrency_bound_is_configurable() {
     assert_eq!(h.max_running.load(Ordering::SeqCst), 3);
 }
 
+/// Beyond `max_concurrent_requests`, requests wait for a slot (up to `max_queued_requests`), a
+/// waiting one can be cancelled without ever running, and one beyond both bounds is refused at
+/// once; the reader keeps reading throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contract_2_requests_beyond_the_bound_wait_and_beyond_the_queue_are_refused() {
+    let (reached_tx, mut reached) = mpsc::unbounded_channel();
+    let h = Arc::new(Bounded {
+        running: AtomicUsize::new(0),
+        max_running: AtomicUsize::new(0),
+        release: Semaphore::new(0),
+        reached: reached_tx,
+    });
+    let (mut raw, _peer, _task) = start(Connection::new().max_concurrent_requests(1).max_queued_requests(1), h.clone());
+    raw.send_json(json!({"jsonrpc":"2.0","id":0,"method":"work"})).await;
+    next(&mut reached).await;
+    raw.send_json(json!({"jsonrpc":"2.0","id":1,"method":"work"})).await; // waits for the slot
+    raw.send_json(json!({"jsonrpc":"2.0","id":2,"method":"work"})).await; // one too many
+    let refused = raw.recv().await;
+    assert_eq!(refused["id"], 2, "{refused}");
+    assert_eq!(refused["error"]["code"], codes::INTERNAL_ERROR, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("too many requests in flight"), "{refused}");
+
+    // The waiting request is cancelled before it ever runs.
+    raw.send_json(json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":1}})).await;
+    let cancelled = raw.recv().await;
+    assert_eq!(cancelled["id"], 1, "{cancelled}");
+    assert_eq!(cancelled["error"]["code"], codes::REQUEST_CANCELLED, "{cancelled}");
+
+    h.release.add_permits(1);
+    assert_eq!(raw.recv().await, json!({"jsonrpc":"2.0","id":0,"result":null}));
+    // Room again: the next request runs.
+    raw.send_json(json!({"jsonrpc":"2.0","id":3,"method":"work"})).await;
+    next(&mut reached).await;
+    h.release.add_permits(1);
+    assert_eq!(raw.recv().await, json!({"jsonrpc":"2.0","id":3,"result":null}));
+    assert_eq!(h.max_running.load(Ordering::SeqCst), 1, "request 1 never ran, so never two at once");
+    assert!(reached.try_recv().is_err(), "only requests 0 and 3 ran");
+}
+
 // ---- 3. notification order, responses after notifications --------------------------------
 
 /// Agent side: a prompt streams `updates` notifications, then ends the turn.

@@ -20,7 +20,8 @@ const N: u64 = 10_000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_concurrent_requests_with_random_cancellations_get_exactly_one_answer_each() {
     let (handler, _rx) = test_handler();
-    let (raw, _peer, task) = start(Connection::new(), handler);
+    // All N may be in flight at once: the reader outruns the handlers.
+    let (raw, _peer, task) = start(Connection::new().max_queued_requests(N as usize), handler);
     let RawPeerParts { mut lines, mut writer } = split(raw);
 
     // Requests interleaved with `$/cancel_request` for a seeded 30%, each sent a random
@@ -103,7 +104,7 @@ async fn ten_thousand_concurrent_calls_between_two_connections_with_random_drops
     let (server_handler, _rx) = test_handler();
     let (client, client_task, _server, server_task) = pair(
         (Connection::new(), ()),
-        (Connection::new().wire_tap(tap.clone()), server_handler),
+        (Connection::new().max_queued_requests(N as usize).wire_tap(tap.clone()), server_handler),
     );
 
     let mut rng = Rng::new(42);

@@ -61,19 +61,18 @@ fn raw(s: &str) -> Box<RawValue> {
 }
 
 /// router, fuzz/regressions/router/bound-reached-waiting-for-cancel: with
-/// `max_concurrent_requests(1)` and a prompt turn running, a second request makes the reader
-/// wait for a permit, and while it waits it reads nothing: not the `session/cancel` that would
-/// end the turn, not a response to the turn's own calls, not even the end of input. The turn
-/// and the connection then never end.
+/// `max_concurrent_requests(1)` and a prompt turn running, a second request made the reader
+/// wait for a permit, and while it waited it read nothing: not the `session/cancel` that would
+/// end the turn, not a response to the turn's own calls, not even the end of input. Fixed: the
+/// second request now waits in its own task and the reader goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known defect of the runtime: a reached max_concurrent_requests bound stops the reader, so cancellations and the end of input are never read"]
 async fn a_reached_concurrency_bound_still_reads_cancellation() {
     let (agent_end, client_end) = acp_runtime::transport::duplex(64 * 1024);
     let (_client, agent_serve) =
         Connection::new().max_concurrent_requests(1).serve_agent(WaitsForCancel, agent_end.0, agent_end.1);
     let agent_serve = tokio::spawn(agent_serve);
     let (peer, raw_serve) = Connection::new().serve(client_end.0, client_end.1, ());
-    let _raw_serve = tokio::spawn(raw_serve);
+    let raw_serve = tokio::spawn(raw_serve);
 
     let prompt = {
         let peer = peer.clone();
@@ -98,9 +97,11 @@ async fn a_reached_concurrency_bound_still_reads_cancellation() {
     assert_eq!(answer.get(), r#"{"stopReason":"cancelled"}"#);
     let second: Result<Box<RawValue>, RuntimeError> = tokio::time::timeout(Duration::from_secs(5), second).await.unwrap().unwrap();
     assert!(second.is_ok(), "{second:?}");
+    // The client side goes away: the agent reads the end of input and its connection ends.
     drop(peer);
-    drop(_raw_serve);
-    let _ = tokio::time::timeout(Duration::from_secs(5), agent_serve).await;
+    raw_serve.abort();
+    let ended = tokio::time::timeout(Duration::from_secs(5), agent_serve).await;
+    assert!(matches!(ended, Ok(Ok(Ok(())))), "{ended:?}");
 }
 
 /// typed_decode, fuzz/regressions/typed_decode/float-not-read-back-exactly: serde_json without
