@@ -4,7 +4,7 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{FnArg, ImplItem, ImplItemFn, ItemImpl, LitStr, ReturnType};
+use syn::{FnArg, ImplItem, ImplItemFn, ItemImpl, LitStr, ReceiverKind, ReturnType};
 
 use crate::table::{self, Capability, Handler};
 
@@ -72,7 +72,7 @@ pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
             return e.to_compile_error();
         }
     };
-    if let Some((_, path, _)) = &block.trait_ {
+    if let Some((path, _)) = &block.trait_ {
         errors.push(path.span(), format!("#[{macro_name}] goes on an inherent impl block (`impl MyPeer {{ .. }}`), not a trait impl"));
         let e = errors.0.map(|e| e.to_compile_error());
         return quote!(#e #block);
@@ -169,7 +169,7 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<(LitStr, bool)>>, 
         }
         let mut inputs = f.sig.inputs.iter();
         match inputs.next() {
-            Some(FnArg::Receiver(r)) if r.mutability.is_some() || r.reference.is_none() => errors.push(
+            Some(FnArg::Receiver(r)) if !matches!(r.kind, ReceiverKind::Reference(_, _, None)) => errors.push(
                 r.span(),
                 format!("handler `{name}` takes `&self`: requests run concurrently, so use interior mutability (a Mutex, atomics) for state"),
             ),

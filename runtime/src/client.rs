@@ -42,11 +42,11 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
-use tokio_util::task::AbortOnDropHandle;
 
 use crate::agent::ContextInner;
 use crate::connection::{Connection, Serve};
 use crate::error::Error;
+use crate::tasks::AbortOnDrop;
 use crate::handler::{Handler, IncomingNotification, IncomingRequest};
 use crate::jsonrpc::{ErrorObject, Id};
 use crate::peer::Peer;
@@ -124,7 +124,7 @@ impl Connection {
         let (reader, writer) =
             child.take_transport().ok_or_else(|| io::Error::other("spawned agent has no stdio transport"))?;
         let (agent, serve) = self.serve_client(client, reader, writer);
-        let serve = AbortOnDropHandle::new(tokio::spawn(serve));
+        let serve = AbortOnDrop::spawn(serve);
         Ok((agent, AgentProcess { child, serve }))
     }
 }
@@ -136,7 +136,7 @@ impl Connection {
 pub struct AgentProcess {
     // Dropped first: closing the child's stdin lets it see end of input.
     child: ChildProcess,
-    serve: AbortOnDropHandle<Result<(), Error>>,
+    serve: AbortOnDrop<Result<(), Error>>,
 }
 
 impl AgentProcess {

@@ -96,7 +96,6 @@ use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
 use crate::error::Error;
 use crate::framing::DEFAULT_MAX_LINE_BYTES;
@@ -105,6 +104,7 @@ use crate::jsonrpc::{self, ErrorObject, Id};
 use crate::methods;
 use crate::peer::Peer;
 use crate::router::Router;
+use crate::tasks::{AbortOnDrop, RequestTasks};
 use crate::writer::{self};
 
 /// Configuration of a connection; [`Connection::serve`] starts it.
@@ -314,7 +314,7 @@ pub struct Serve {
 
 impl Drop for Serve {
     /// Dropped early (or never polled), the connection ends: pending calls fail instead of
-    /// waiting forever. The spawned tasks stop with their `AbortOnDropHandle`s. After a normal
+    /// waiting forever. The spawned tasks stop with their `AbortOnDrop` handles. After a normal
     /// end this changes nothing.
     fn drop(&mut self) {
         self.shared.close();
@@ -348,24 +348,14 @@ async fn run(
 
     let writer_stop = CancellationToken::new();
     let tap_stop = CancellationToken::new();
-    let tap_task = tap.map(|(w, rx)| AbortOnDropHandle::new(tokio::spawn(writer::tap_loop(rx, w, tap_stop.clone()))));
-    let mut writer_task = AbortOnDropHandle::new(tokio::spawn(writer::writer_loop(
-        out_rx,
-        writer,
-        shared.clone(),
-        writer_stop.clone(),
-    )));
+    let tap_task = tap.map(|(w, rx)| AbortOnDrop::spawn(writer::tap_loop(rx, w, tap_stop.clone())));
+    let mut writer_task = AbortOnDrop::spawn(writer::writer_loop(out_rx, writer, shared.clone(), writer_stop.clone()));
     let (notif_tx, notif_rx) = mpsc::channel(options.notification_queue_capacity);
-    let mut notif_task = AbortOnDropHandle::new(tokio::spawn(crate::router::notification_loop(
-        notif_rx,
-        handler.clone(),
-        shared.clone(),
-        grace,
-    )));
-    let tracker = TaskTracker::new();
+    let mut notif_task = AbortOnDrop::spawn(crate::router::notification_loop(notif_rx, handler.clone(), shared.clone(), grace));
+    let requests = RequestTasks::default();
 
     let read_result = {
-        let mut router = Router::new(options, shared.clone(), handler, notif_tx, tracker.clone());
+        let mut router = Router::new(options, shared.clone(), handler, notif_tx, requests.clone());
         tokio::select! {
             r = router.run(reader) => r,
             () = shared.closed.cancelled() => Ok(()),
@@ -381,8 +371,7 @@ async fn run(
     shared.close();
 
     // Handlers get their grace period; their answers still go out while the writer runs.
-    tracker.close();
-    let _ = tokio::time::timeout(grace.saturating_mul(2) + Duration::from_millis(50), tracker.wait()).await;
+    let _ = tokio::time::timeout(grace.saturating_mul(2) + Duration::from_millis(50), requests.all_done()).await;
 
     // Queued notifications are still handled (bounded by the grace period per handler).
     let _ = (&mut notif_task).await;

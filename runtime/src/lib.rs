@@ -101,6 +101,7 @@ pub mod transport;
 mod catch_unwind;
 mod error;
 mod router;
+mod tasks;
 mod typed;
 mod writer;
 

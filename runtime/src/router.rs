@@ -11,7 +11,6 @@ use serde_json::value::RawValue;
 use tokio::io::AsyncRead;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::catch_unwind::{CatchUnwind, panic_message};
@@ -22,6 +21,7 @@ use crate::handler::{DynHandler, IncomingNotification, IncomingRequest, session_
 use crate::jsonrpc::{self, DecodeErrorKind, ErrorObject, Id, Message};
 use crate::methods;
 use crate::peer::Peer;
+use crate::tasks::RequestTasks;
 use crate::writer::{TapIn, tap_in};
 
 tokio::task_local! {
@@ -48,7 +48,7 @@ pub(crate) struct Router {
     admitted: Arc<Semaphore>,
     /// Handler slots: `max_concurrent_requests`.
     running: Arc<Semaphore>,
-    tracker: TaskTracker,
+    tasks: RequestTasks,
 }
 
 impl Router {
@@ -57,7 +57,7 @@ impl Router {
         shared: Arc<Shared>,
         handler: Arc<dyn DynHandler>,
         notifications: mpsc::Sender<Queued>,
-        tracker: TaskTracker,
+        tasks: RequestTasks,
     ) -> Self {
         Router {
             options,
@@ -67,7 +67,7 @@ impl Router {
             queued: 0,
             admitted: Arc::new(Semaphore::new(options.max_concurrent_requests + options.max_queued_requests)),
             running: Arc::new(Semaphore::new(options.max_concurrent_requests)),
-            tracker,
+            tasks,
         }
     }
 
@@ -232,7 +232,7 @@ impl Router {
         let slot = Slot { running: self.running.clone(), _admitted: admitted };
         let task =
             run_request(self.shared.clone(), self.handler.clone(), req, kind, self.options.cancel_grace, self.queued, slot);
-        self.tracker.spawn(task);
+        self.tasks.spawn(task);
     }
 }
 
