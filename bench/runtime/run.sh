@@ -46,7 +46,7 @@ for ((rep = 1; rep <= RUNS; rep++)); do
         export BENCH_RUNTIME="$rt"
         for impl in "${order[@]}" official-channel; do one rtt --impl "$impl" --n "$RTT_N"; done
         if ((rep % 2)); then corder=(ours-coop official); else corder=(official ours-coop); fi
-        for impl in "${corder[@]}" ours-ignore-grace0; do one cancel --impl "$impl" --n "$CANCEL_N"; done
+        for impl in "${corder[@]}" ours-ignore-grace0 ours-typed-ignore; do one cancel --impl "$impl" --n "$CANCEL_N"; done
     done
     export BENCH_RUNTIME=multi_thread
     one cancel --impl ours-ignore --n "$CANCEL_IGNORE_N"

@@ -87,7 +87,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use crate::connection::{Connection, Serve};
 use crate::error::Error;
 use crate::macro_support::Capabilities;
-use crate::handler::{Handler, IncomingNotification, IncomingRequest};
+use crate::handler::{Handler, IncomingNotification, IncomingRequest, Watch};
 use crate::jsonrpc::{ErrorObject, Id, codes};
 use crate::peer::Peer;
 pub use crate::terminal::TerminalHandle;
@@ -193,6 +193,7 @@ impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
 
 /// Decodes a request's params by method and builds its context.
 fn decode_request(req: IncomingRequest) -> Result<(ClientRequest, AgentContext), ErrorObject> {
+    req.watch.track();
     let text = typed::params_text(req.params.as_deref());
     let request = typed::decode_incoming(text, |de| ClientRequest::decode(&req.method, de))?
         .ok_or_else(|| ErrorObject::method_not_found(&req.method))?;
@@ -205,6 +206,7 @@ fn decode_request(req: IncomingRequest) -> Result<(ClientRequest, AgentContext),
             meta,
             handle: ClientHandle { peer: req.peer, cancel: Some(req.cancel.clone()) },
             cancel: req.cancel,
+            watch: Some(req.watch),
             earned: OnceLock::new(),
         }),
     };
@@ -249,6 +251,7 @@ fn decode_notification(notification: IncomingNotification) -> Option<(ClientNoti
             meta: envelope.meta,
             handle: ClientHandle::new(notification.peer),
             cancel,
+            watch: None,
             earned: OnceLock::new(),
         }),
     };
@@ -277,8 +280,18 @@ pub(crate) struct ContextInner<H> {
     pub(crate) meta: Option<Arc<Map<String, Value>>>,
     pub(crate) cancel: CancellationToken,
     pub(crate) handle: H,
+    /// Requests: told when the handler asks for its token (see [`Watch`]).
+    pub(crate) watch: Option<Watch>,
     /// Agent side, `initialize`: the capabilities `#[acp_agent]` adds to the result.
     pub(crate) earned: OnceLock<&'static Capabilities>,
+}
+
+impl<H> ContextInner<H> {
+    pub(crate) fn watched(&self) {
+        if let Some(watch) = &self.watch {
+            watch.watched();
+        }
+    }
 }
 
 impl AgentContext {
@@ -307,16 +320,24 @@ impl AgentContext {
     /// `session/cancel` (for `session/prompt`), and when the connection ends; for a
     /// notification it is the connection's token.
     pub fn cancellation_token(&self) -> &CancellationToken {
+        self.inner.watched();
         &self.inner.cancel
     }
 
     /// Whether the request has been cancelled (see [`AgentContext::cancellation_token`]).
     pub fn is_cancelled(&self) -> bool {
+        self.inner.watched();
         self.inner.cancel.is_cancelled()
     }
 
     /// Completes when the request is cancelled (e.g. to `select!` against long work).
+    ///
+    /// Asking for the token (this, `is_cancelled`, `cancellation_token`) tells the runtime that
+    /// the handler watches it: once cancelled, the handler then gets the connection's grace
+    /// period to wind down. A handler that never asks is answered at once (see
+    /// [`crate::connection`]).
     pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.inner.watched();
         self.inner.cancel.cancelled()
     }
 

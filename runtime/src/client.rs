@@ -203,6 +203,7 @@ impl<C: Client<ClientContext> + 'static> Handler for ClientHandler<C> {
 
 /// Decodes a request's params by method and builds its context.
 fn decode_request(req: IncomingRequest) -> Result<(AgentRequest, ClientContext), ErrorObject> {
+    req.watch.track();
     let text = typed::params_text(req.params.as_deref());
     let request = typed::decode_incoming(text, |de| AgentRequest::decode(&req.method, de))?
         .ok_or_else(|| ErrorObject::method_not_found(&req.method))?;
@@ -215,6 +216,7 @@ fn decode_request(req: IncomingRequest) -> Result<(AgentRequest, ClientContext),
             meta,
             handle: AgentHandle { peer: req.peer, cancel: Some(req.cancel.clone()) },
             cancel: req.cancel,
+            watch: Some(req.watch),
             earned: OnceLock::new(),
         }),
     };
@@ -251,6 +253,7 @@ fn decode_notification(notification: IncomingNotification) -> Option<(AgentNotif
             meta: envelope.meta,
             handle: AgentHandle::new(notification.peer),
             cancel,
+            watch: None,
             earned: OnceLock::new(),
         }),
     };
@@ -296,16 +299,24 @@ impl ClientContext {
     /// runtime then answers `cancelled` at once), and when the connection ends; for a
     /// notification it is the connection's token.
     pub fn cancellation_token(&self) -> &CancellationToken {
+        self.inner.watched();
         &self.inner.cancel
     }
 
     /// Whether the request has been cancelled.
     pub fn is_cancelled(&self) -> bool {
+        self.inner.watched();
         self.inner.cancel.is_cancelled()
     }
 
     /// Completes when the request is cancelled (e.g. to close a permission dialog).
+    ///
+    /// Asking for the token (this, `is_cancelled`, `cancellation_token`) tells the runtime that
+    /// the handler watches it: once cancelled, the handler then gets the connection's grace
+    /// period to wind down. A handler that never asks is answered at once (see
+    /// [`crate::connection`]).
     pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.inner.watched();
         self.inner.cancel.cancelled()
     }
 

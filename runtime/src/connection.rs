@@ -58,7 +58,12 @@
 //! - The end of the connection.
 //!
 //! Once the token fires, the handler has the grace period (`cancel_grace`, default 100 ms) to
-//! finish; then its future is dropped. The answer of a cancelled request is:
+//! finish; then its future is dropped. A handler of the typed layer ([`crate::agent`],
+//! [`crate::client`]) that has never asked its context for the token (`cancelled()`,
+//! `is_cancelled()`, `cancellation_token()`) ignores it, so it gets no grace: it is polled once
+//! more, in case it is about to finish, and then dropped and answered at once. A raw
+//! [`Handler`]'s use of its token cannot be seen, so it always gets the grace period. The
+//! answer of a cancelled request is:
 //!
 //! | method | answer |
 //! |---|---|

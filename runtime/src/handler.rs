@@ -9,6 +9,8 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -104,6 +106,8 @@ pub struct IncomingRequest {
     pub cancel: CancellationToken,
     /// The connection, to call the peer back.
     pub peer: Peer,
+    /// Whether the typed layer saw the handler look at its token (see [`Watch`]).
+    pub(crate) watch: Watch,
 }
 
 impl IncomingRequest {
@@ -111,6 +115,36 @@ impl IncomingRequest {
     /// field's path in `data.path` (see [`crate::jsonrpc::decode_params`]).
     pub fn parse_params<T: DeserializeOwned>(&self) -> Result<T, ErrorObject> {
         parse_params(self.params.as_deref())
+    }
+}
+
+/// Whether a request's handler watches its cancellation token, which decides how long the
+/// runtime waits for it once the token fires. A raw handler's use of the token cannot be seen,
+/// so it always gets the connection's grace period. The typed layer can see it: a typed handler
+/// that never asked for its token (`cancelled()`, `is_cancelled()`, `cancellation_token()`)
+/// ignores it, and waiting for it to finish would only delay the answer.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Watch(Arc<AtomicU8>);
+
+const UNTRACKED: u8 = 0;
+const UNWATCHED: u8 = 1;
+const WATCHED: u8 = 2;
+
+impl Watch {
+    /// The typed layer handles this request: from now on it reports whether the token is used.
+    pub(crate) fn track(&self) {
+        let _ = self.0.compare_exchange(UNTRACKED, UNWATCHED, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// The handler asked for its token.
+    pub(crate) fn watched(&self) {
+        self.0.store(WATCHED, Ordering::Relaxed);
+    }
+
+    /// The time a cancelled handler gets to finish: `grace`, or none for a typed handler that
+    /// never looked at its token (it is still polled once, in case it is about to finish).
+    pub(crate) fn grace(&self, grace: Duration) -> Duration {
+        if self.0.load(Ordering::Relaxed) == UNWATCHED { Duration::ZERO } else { grace }
     }
 }
 

@@ -17,7 +17,7 @@ use crate::catch_unwind::{CatchUnwind, panic_message};
 use crate::connection::{InFlight, Options, Reply, RequestKind, Shared};
 use crate::error::Error;
 use crate::framing::{Frame, LineReader};
-use crate::handler::{DynHandler, IncomingNotification, IncomingRequest, session_id_of};
+use crate::handler::{DynHandler, IncomingNotification, IncomingRequest, Watch, session_id_of};
 use crate::jsonrpc::{self, DecodeErrorKind, ErrorObject, Id, Message};
 use crate::methods;
 use crate::peer::Peer;
@@ -228,6 +228,7 @@ impl Router {
             session_id,
             cancel: token,
             peer: Peer { shared: self.shared.clone() },
+            watch: Watch::default(),
         };
         let slot = Slot { running: self.running.clone(), _admitted: admitted };
         let task =
@@ -266,6 +267,7 @@ async fn run_request(
     }
     let id = req.id.clone();
     let token = req.cancel.clone();
+    let watch = req.watch.clone();
     // The handler is called inside the future, so a panic in its synchronous part is caught too.
     // Like a response, a request is handled only after the notifications that arrived before
     // it: a permission request never overtakes the tool call update it is about.
@@ -291,11 +293,11 @@ async fn run_request(
         None if kind == RequestKind::Permission => {
             // Answered at once; the handler may still clean up during the grace period.
             finish(&shared, id, cancelled_answer(kind, None)).await;
-            let _ = within_grace(grace, fut).await;
+            let _ = within_grace(watch.grace(grace), fut).await;
             return;
         }
         None => {
-            let out = within_grace(grace, &mut fut).await;
+            let out = within_grace(watch.grace(grace), &mut fut).await;
             if out.is_none() {
                 span.in_scope(|| tracing::debug!("cancelled handler did not finish within the grace period; dropped"));
             }

@@ -6,7 +6,7 @@
 //! acp-runtime-bench pipe   --impl ours|official|raw --n N    # client: spawns `agent`
 //! acp-runtime-bench agent  --impl ours|official|raw          # child (stdio)
 //! acp-runtime-bench rtt    --impl ours|official|official-channel --n N
-//! acp-runtime-bench cancel --impl ours-ignore|ours-ignore-grace0|ours-coop|official --n K
+//! acp-runtime-bench cancel --impl ours-ignore|ours-ignore-grace0|ours-typed-ignore|ours-coop|official --n K
 //! acp-runtime-bench report FILE
 //! ```
 
@@ -44,6 +44,7 @@ fn main() -> ExitCode {
         ("cancel", "ours-ignore-grace0") => {
             common::rt().block_on(ours::cancel(n, ours::CancelMode::Ignore, Some(std::time::Duration::ZERO)))
         }
+        ("cancel", "ours-typed-ignore") => common::rt().block_on(ours::cancel(n, ours::CancelMode::TypedIgnore, None)),
         ("cancel", "ours-coop") => common::rt().block_on(ours::cancel(n, ours::CancelMode::Cooperative, None)),
         ("agent", "official") => common::rt().block_on(official::agent(n)),
         ("pipe", "official") => common::rt().block_on(official::pipe_client(n)),

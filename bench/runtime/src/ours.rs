@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use acp_runtime::transport::{ChildProcess, SpawnOptions, StderrMode, stdio};
 use acp_runtime::{Connection, ErrorObject, Handler, IncomingNotification, IncomingRequest, RawValue};
+use acp_runtime::agent::AgentContext;
 use acp_types::{
-    ContentBlock, ContentChunk, InitializeRequest, InitializeResponse, NewSessionRequest, NewSessionResponse,
+    AuthenticateRequest, AuthenticateResponse, CancelNotification, ContentBlock, ContentChunk, InitializeRequest, InitializeResponse, NewSessionRequest, NewSessionResponse,
     PromptRequest, PromptResponse, SessionNotification, SessionUpdate, StopReason, TextContent,
 };
 use serde::Serialize;
@@ -22,6 +23,38 @@ pub enum CancelMode {
     Ignore,
     /// The prompt handler waits for its token, then returns `cancelled`.
     Cooperative,
+    /// Like `Ignore`, but a typed handler (`acp_types::Agent` on `serve_agent`): the runtime
+    /// sees that it never asks for its token and skips the grace period.
+    TypedIgnore,
+}
+
+/// The typed agent of [`CancelMode::TypedIgnore`].
+struct TypedBenchAgent {
+    started: mpsc::UnboundedSender<()>,
+}
+
+impl acp_types::Agent<AgentContext> for TypedBenchAgent {
+    async fn initialize(&self, p: InitializeRequest, _: AgentContext) -> Result<InitializeResponse, acp_types::Error> {
+        Ok(InitializeResponse::new(p.protocol_version))
+    }
+    async fn authenticate(
+        &self,
+        _: AuthenticateRequest,
+        _: AgentContext,
+    ) -> Result<AuthenticateResponse, acp_types::Error> {
+        Ok(AuthenticateResponse::new())
+    }
+    async fn session_new(&self, _: NewSessionRequest, _: AgentContext) -> Result<NewSessionResponse, acp_types::Error> {
+        Ok(NewSessionResponse::new(SESSION))
+    }
+    async fn session_prompt(&self, _: PromptRequest, _: AgentContext) -> Result<PromptResponse, acp_types::Error> {
+        let _ = self.started.send(());
+        std::future::pending::<()>().await;
+        Ok(PromptResponse::new(StopReason::EndTurn))
+    }
+    async fn session_cancel(&self, _: CancelNotification, _: AgentContext) -> Result<(), acp_types::Error> {
+        Ok(())
+    }
 }
 
 /// The agent: answers initialize / session/new / _echo; `session/prompt` either streams
@@ -52,7 +85,7 @@ impl Handler for BenchAgent {
                 if let Some(started) = &self.started {
                     let _ = started.send(());
                     match self.mode {
-                        CancelMode::Ignore => std::future::pending::<()>().await,
+                        CancelMode::Ignore | CancelMode::TypedIgnore => std::future::pending::<()>().await,
                         CancelMode::Cooperative => req.cancel.cancelled().await,
                     }
                     return raw(&PromptResponse::new(StopReason::Cancelled));
@@ -167,6 +200,7 @@ pub async fn rtt(n: u64) {
 pub async fn cancel(k: u64, mode: CancelMode, grace: Option<Duration>) {
     let label = match (mode, grace) {
         (CancelMode::Cooperative, _) => "ours-coop".to_string(),
+        (CancelMode::TypedIgnore, _) => "ours-typed-ignore".to_string(),
         (CancelMode::Ignore, None) => "ours-ignore".to_string(),
         (CancelMode::Ignore, Some(g)) => format!("ours-ignore-grace{}", g.as_millis()),
     };
@@ -177,7 +211,10 @@ pub async fn cancel(k: u64, mode: CancelMode, grace: Option<Duration>) {
         agent_conn = agent_conn.cancel_grace(g);
     }
     let (client, sc) = Connection::new().serve(ar, aw, ());
-    let (_agent, sa) = agent_conn.serve(br, bw, BenchAgent { stream: 0, started: Some(tx), mode });
+    let sa = match mode {
+        CancelMode::TypedIgnore => agent_conn.serve_agent(TypedBenchAgent { started: tx }, br, bw).1,
+        _ => agent_conn.serve(br, bw, BenchAgent { stream: 0, started: Some(tx), mode }).1,
+    };
     tokio::spawn(sc);
     tokio::spawn(sa);
 
