@@ -524,7 +524,7 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
                 let ty = payload_ty(&v.payload);
                 defs.push(quote!(#docs #gate #id(#ty),));
                 ser.push(quote!(#gate #name::#id(payload) => serde_support::serialize_tagged(serializer, #tag, #wire, payload),));
-                de.push(quote!(#gate Some(#wire) => serde_support::payload(&value).map(#name::#id),));
+                de.push(quote!(#gate Some(#wire) => serde_support::payload(&value, #tag).map(#name::#id),));
                 tags.push(quote!(#gate #name::#id(_) => Some(#wire),));
             }
             Payload::Property { wire: prop, ty } => {
@@ -546,7 +546,7 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
                     defs.push(quote!(#docs #id(#ty),));
                     ser.push(quote!(#name::#id(payload) => serde::Serialize::serialize(payload, serializer),));
                     tags.push(quote!(#name::#id(_) => None,));
-                    quote!(None => serde_support::payload(&value).map(#name::#id),)
+                    quote!(None => serde_support::payload(&value, #tag).map(#name::#id),)
                 }
                 Payload::Property { wire: prop, ty } => {
                     let ty = rust_ty(ty);
