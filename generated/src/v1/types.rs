@@ -7527,7 +7527,6 @@ serde_support::deserialize_struct!(Usage {
     cached_write_tokens: "cachedWriteTokens" => optional(TriOrDefault),
     meta: "_meta" => optional(DefaultOnError),
 });
-
 /// Response to `nes/start`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

@@ -5125,7 +5125,6 @@ impl std::borrow::Borrow<str> for SessionConfigValueId {
         &self.0
     }
 }
-
 /// Possible values for a session configuration option.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
