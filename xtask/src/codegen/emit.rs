@@ -16,8 +16,12 @@ use super::ir::*;
 use super::naming::{field_ident, ident, pascal, screaming_snake, snake};
 
 /// Doc attributes from a description; one `#[doc]` per line so rustdoc sees the markdown.
+/// While descriptions are deferred ([`super::docs`]), one placeholder attribute instead.
 pub fn doc(text: Option<&str>) -> TokenStream {
     let Some(text) = text else { return TokenStream::new() };
+    if let Some(mark) = super::docs::placeholder(text) {
+        return quote!(#[doc = #mark]);
+    }
     let lines = text.lines().map(|l| {
         let l = if l.is_empty() { String::new() } else { format!(" {l}") };
         quote!(#[doc = #l])
@@ -180,12 +184,13 @@ fn structure(gate: &TokenStream, name: &proc_macro2::Ident, s: &Struct, all: &[I
             let field_name = id.to_string();
             let field_name = field_name.trim_start_matches("r#");
             let setter_doc = if presence == Presence::Tri {
-                format!(" Sets [`Self::{field_name}`]; `None` writes an explicit `null`.")
+                format!("Sets [`Self::{field_name}`]; `None` writes an explicit `null`.")
             } else {
-                format!(" Sets [`Self::{field_name}`].")
+                format!("Sets [`Self::{field_name}`].")
             };
+            let setter_doc = doc(Some(&setter_doc));
             setters.push(quote! {
-                #[doc = #setter_doc]
+                #setter_doc
                 #gate
                 #[must_use]
                 pub fn #id(mut self, #id: #param_ty) -> Self {
@@ -207,11 +212,11 @@ fn structure(gate: &TokenStream, name: &proc_macro2::Ident, s: &Struct, all: &[I
         if derive_de { (quote!(serde::Deserialize,), quote!()) } else { (quote!(), deserialize_struct(gate, name, s)) };
     let schemars = schemars_derive();
     let derives = quote!(#[derive(Debug, Clone, PartialEq, #default serde::Serialize, #de_derive)] #schemars);
-    let ctor_doc = if ctor_params.is_empty() {
-        " Creates a value with every optional field unset.".to_owned()
+    let ctor_doc = doc(Some(if ctor_params.is_empty() {
+        "Creates a value with every optional field unset."
     } else {
-        " Creates a value from its required fields; optional fields start unset.".to_owned()
-    };
+        "Creates a value from its required fields; optional fields start unset."
+    }));
     let _ = all;
     quote! {
         #gate #derives
@@ -221,7 +226,7 @@ fn structure(gate: &TokenStream, name: &proc_macro2::Ident, s: &Struct, all: &[I
         }
 
         #gate impl #name {
-            #[doc = #ctor_doc]
+            #ctor_doc
             #[allow(clippy::new_without_default)]
             pub fn new(#(#ctor_params),*) -> Self {
                 #name { #(#ctor_inits)* }

@@ -3,10 +3,12 @@
 //! Data flow: [`load`] reads a release folder → [`classify`] turns every definition into an IR
 //! item and [`methods`] builds the method table → [`features`] merges stable and unstable into
 //! one gated model → [`emit`] produces tokens → `syn` and `prettyplease` format them at the
-//! edge, in [`generate`], one item at a time on every core. Every step returns [`CodegenError`]
-//! instead of panicking, naming the definition and the construct it could not handle.
+//! edge, in [`generate`], one item at a time on every core, with the doc comments set aside
+//! ([`docs`]). Every step returns [`CodegenError`] instead of panicking, naming the definition
+//! and the construct it could not handle.
 
 pub mod classify;
+pub mod docs;
 pub mod emit;
 pub mod features;
 pub mod ir;
@@ -204,10 +206,11 @@ fn render(files: &[(&str, Vec<Piece>)]) -> Result<Vec<String>> {
             let Some(&i) = order.get(n) else { return done };
             let (file, make) = pieces[i];
             let path = files[file].0;
-            let text = make().and_then(|tokens| {
+            let (tokens, docs) = docs::deferred(make);
+            let text = tokens.and_then(|tokens| {
                 let file = syn::parse2::<syn::File>(tokens)
                     .map_err(|e| CodegenError::Emit { file: path.to_owned(), message: e.to_string() })?;
-                Ok(tidy::struct_macros(&prettyplease::unparse(&file)))
+                docs::expand(&tidy::struct_macros(&prettyplease::unparse(&file)), &docs)
             });
             done.push((i, text));
         }
