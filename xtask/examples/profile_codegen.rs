@@ -37,16 +37,20 @@ fn main() {
     let (t, (m1, m2)) =
         best(|| (codegen::build_model(&v1, Gating::Table).expect("model"), codegen::build_model(&v2, Gating::AllInOne).expect("model")));
     println!("classify + merge:          {:>6.1} ms", ms(t));
-    let emit_all = || {
-        let items = m1.items.iter().map(|i| codegen::emit::item(i, &m1.items));
-        let items = items.chain(m2.items.iter().map(|i| codegen::emit::item(i, &m2.items)));
-        items.chain([codegen::emit::methods(&m1), codegen::emit::methods(&m2)]).collect::<Vec<_>>()
+    // What each piece of `generate` does before formatting: structs built as syntax, the other
+    // items and the methods modules emitted as tokens and parsed.
+    let syntax_all = || {
+        let file = |items| syn::File { shebang: None, attrs: Vec::new(), items };
+        let mut files: Vec<syn::File> = Vec::new();
+        for model in [&m1, &m2] {
+            files.extend(model.items.iter().map(|i| file(codegen::emit::item_syntax(i, &model.items).expect("parses"))));
+            files.push(syn::parse2(codegen::emit::methods(model)).expect("parses"));
+        }
+        files
     };
-    let (t, _) = best(|| docs::deferred(emit_all));
-    println!("emit tokens:               {:>6.1} ms", ms(t));
-    let (tokens, texts) = docs::deferred(emit_all);
-    let (t, files) = best(|| tokens.iter().map(|t| syn::parse2::<syn::File>(t.clone()).expect("parses")).collect::<Vec<_>>());
-    println!("syn parse:                 {:>6.1} ms ({} pieces)", ms(t), files.len());
+    let (t, _) = best(|| docs::deferred(syntax_all));
+    println!("emit + syn:                {:>6.1} ms", ms(t));
+    let (files, texts) = docs::deferred(syntax_all);
     let (t, lines) = best(|| {
         let text: String = files.iter().map(prettyplease::unparse).collect();
         docs::expand(&text, &texts).expect("expands").lines().count()

@@ -16,6 +16,7 @@ pub mod load;
 pub mod macro_table;
 pub mod methods;
 pub mod naming;
+mod syntax;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -159,15 +160,15 @@ fn generate_from(settings: &Settings, loaded: &Loaded) -> Result<Vec<OutputFile>
 
     // Every Rust file as a list of pieces, each rendered on its own (see [`render`]).
     let mut files: Vec<(&str, Vec<Piece>)> = vec![
-        ("src/v1/methods.rs", vec![Box::new(|| methods_module(v1_model))]),
+        ("src/v1/methods.rs", vec![tokens(|| methods_module(v1_model))]),
         ("src/v1/types.rs", types_pieces(v1_model, "v1")),
-        ("src/v1/mod.rs", vec![Box::new(|| Ok(version_mod("1")))]),
-        ("src/lib.rs", vec![Box::new(|| Ok(lib_rs(settings, v2_model.is_some())))]),
+        ("src/v1/mod.rs", vec![tokens(|| Ok(version_mod("1")))]),
+        ("src/lib.rs", vec![tokens(|| Ok(lib_rs(settings, v2_model.is_some())))]),
     ];
     if let Some(m) = v2_model {
-        files.push(("src/v2/methods.rs", vec![Box::new(move || methods_module(m))]));
+        files.push(("src/v2/methods.rs", vec![tokens(move || methods_module(m))]));
         files.push(("src/v2/types.rs", types_pieces(m, "v2")));
-        files.push(("src/v2/mod.rs", vec![Box::new(|| Ok(version_mod("2")))]));
+        files.push(("src/v2/mod.rs", vec![tokens(|| Ok(version_mod("2")))]));
     }
     let mut out: Vec<OutputFile> = render(&files)?
         .into_iter()
@@ -183,9 +184,20 @@ fn generate_from(settings: &Settings, loaded: &Loaded) -> Result<Vec<OutputFile>
     Ok(out)
 }
 
-/// A part of a generated file: makes its tokens when called, on whichever thread renders it
-/// (token streams are not `Send`).
-type Piece<'a> = Box<dyn Fn() -> Result<TokenStream> + Send + Sync + 'a>;
+/// A part of a generated file: makes its code when called, on whichever thread renders it
+/// (token streams and syntax trees are not `Send`).
+type Piece<'a> = Box<dyn Fn() -> Result<Code> + Send + Sync + 'a>;
+
+/// What a piece makes: tokens to parse, or items already parsed or built as syntax.
+enum Code {
+    Tokens(TokenStream),
+    Items(syn::Result<Vec<syn::Item>>),
+}
+
+/// A piece made of tokens.
+fn tokens<'a>(make: impl Fn() -> Result<TokenStream> + Send + Sync + 'a) -> Piece<'a> {
+    Box::new(move || make().map(Code::Tokens))
+}
 
 /// Renders every file (tokens → `syn` → `prettyplease`, piece by piece) and returns their texts
 /// in order. Parsing and formatting are most of the generator's time: one item at a time keeps
@@ -206,10 +218,13 @@ fn render(files: &[(&str, Vec<Piece>)]) -> Result<Vec<String>> {
             let Some(&i) = order.get(n) else { return done };
             let (file, make) = pieces[i];
             let path = files[file].0;
-            let (tokens, docs) = docs::deferred(make);
-            let text = tokens.and_then(|tokens| {
-                let file = syn::parse2::<syn::File>(tokens)
-                    .map_err(|e| CodegenError::Emit { file: path.to_owned(), message: e.to_string() })?;
+            let (code, docs) = docs::deferred(make);
+            let text = code.and_then(|code| {
+                let file = match code {
+                    Code::Tokens(tokens) => syn::parse2::<syn::File>(tokens),
+                    Code::Items(items) => items.map(|items| syn::File { shebang: None, attrs: Vec::new(), items }),
+                };
+                let file = file.map_err(|e| CodegenError::Emit { file: path.to_owned(), message: e.to_string() })?;
                 docs::expand(&tidy::struct_macros(&prettyplease::unparse(&file)), &docs)
             });
             done.push((i, text));
@@ -262,7 +277,7 @@ fn version_mod(version: &str) -> TokenStream {
 
 /// The types module: its header, one piece per item, and the `json_schemas` function.
 fn types_pieces<'a>(model: &'a Model, version: &'a str) -> Vec<Piece<'a>> {
-    let mut pieces: Vec<Piece<'a>> = vec![Box::new(move || {
+    let mut pieces: Vec<Piece<'a>> = vec![tokens(move || {
         let doc = format!(" Every definition of the protocol {version} schema, as a Rust type.");
         Ok(quote! {
             #![doc = #doc]
@@ -270,8 +285,8 @@ fn types_pieces<'a>(model: &'a Model, version: &'a str) -> Vec<Piece<'a>> {
             use crate::serde_support;
         })
     })];
-    pieces.extend(model.items.iter().map(|i| -> Piece<'a> { Box::new(move || Ok(emit::item(i, &model.items))) }));
-    pieces.push(Box::new(move || {
+    pieces.extend(model.items.iter().map(|i| -> Piece<'a> { Box::new(move || Ok(Code::Items(emit::item_syntax(i, &model.items)))) }));
+    pieces.push(tokens(move || {
         let schemas = model.items.iter().map(|i| {
             let gate = emit::cfg(&i.gate);
             let name = naming::ident(&i.name);
