@@ -10,7 +10,7 @@
 //!   fallback that keeps the payload.
 
 use proc_macro2::{Literal, TokenStream};
-use quote::{format_ident, quote};
+use quote::{ToTokens, format_ident, quote};
 
 use super::ir::*;
 use super::naming::{field_ident, ident, pascal, screaming_snake, snake};
@@ -52,31 +52,14 @@ fn cfg_predicate(gate: &Gate) -> Option<TokenStream> {
 }
 
 pub fn rust_ty(ty: &Ty) -> TokenStream {
-    match ty {
-        Ty::Prim(p) => prim(*p),
-        Ty::Value => quote!(serde_json::Value),
-        Ty::Object => quote!(serde_json::Map<String, serde_json::Value>),
-        Ty::Vec(t) => {
-            let t = rust_ty(t);
-            quote!(Vec<#t>)
-        }
-        Ty::Map(t) => {
-            let t = rust_ty(t);
-            quote!(std::collections::BTreeMap<String, #t>)
-        }
-        Ty::Named(n) => {
-            let n = ident(n);
-            quote!(#n)
-        }
-    }
+    syn_ty(ty).into_token_stream()
 }
 
 /// [`rust_ty`] as a syntax node.
 fn syn_ty(ty: &Ty) -> syn::Type {
     use syntax::{generic_path, path, path_ty};
     match ty {
-        Ty::Prim(Prim::Null) => syntax::unit_ty(),
-        Ty::Prim(p) => path_ty(path(&[prim_name(*p)])),
+        Ty::Prim(p) => prim_name(*p).map_or_else(syntax::unit_ty, |name| path_ty(path(&[name]))),
         Ty::Value => path_ty(path(&["serde_json", "Value"])),
         Ty::Object => path_ty(generic_path(&["serde_json", "Map"], vec![syn_ty(&Ty::Prim(Prim::String)), syn_ty(&Ty::Value)])),
         Ty::Vec(t) => path_ty(generic_path(&["Vec"], vec![syn_ty(t)])),
@@ -85,8 +68,9 @@ fn syn_ty(ty: &Ty) -> syn::Type {
     }
 }
 
-fn prim_name(p: Prim) -> &'static str {
-    match p {
+/// The name of a primitive type; `None` for `()`.
+fn prim_name(p: Prim) -> Option<&'static str> {
+    Some(match p {
         Prim::String => "String",
         Prim::Bool => "bool",
         Prim::I32 => "i32",
@@ -95,22 +79,8 @@ fn prim_name(p: Prim) -> &'static str {
         Prim::U32 => "u32",
         Prim::U64 => "u64",
         Prim::F64 => "f64",
-        Prim::Null => "()",
-    }
-}
-
-fn prim(p: Prim) -> TokenStream {
-    match p {
-        Prim::String => quote!(String),
-        Prim::Bool => quote!(bool),
-        Prim::I32 => quote!(i32),
-        Prim::I64 => quote!(i64),
-        Prim::U16 => quote!(u16),
-        Prim::U32 => quote!(u32),
-        Prim::U64 => quote!(u64),
-        Prim::F64 => quote!(f64),
-        Prim::Null => quote!(()),
-    }
+        Prim::Null => return None,
+    })
 }
 
 /// `JsonSchema` for the types whose serde shape schemars derives correctly.
@@ -463,7 +433,7 @@ fn int_consts(gate: &TokenStream, name: &proc_macro2::Ident, repr: Prim, consts:
     let name_str = name.to_string();
     let titles: Vec<String> = consts.iter().map(|c| title_of(&c.name)).collect();
     let values: Vec<Literal> = consts.iter().map(|c| int_literal(repr, c.value)).collect();
-    let repr_ty = prim(repr);
+    let repr_ty = rust_ty(&Ty::Prim(repr));
     let defs = consts.iter().map(|c| {
         let id = format_ident!("{}", c.name);
         let docs = doc(c.doc.as_deref().or(Some(&title_of(&c.name))));
