@@ -40,22 +40,27 @@ pub fn placeholder(text: &str) -> Option<String> {
 }
 
 /// Replaces every placeholder line of `formatted` with its description, one `///` line per
-/// line of text, at the placeholder's indentation.
+/// line of text, at the placeholder's indentation. Fails if a placeholder was printed any
+/// other way (not alone on its line, or as an attribute), rather than lose its description.
 pub fn expand(formatted: &str, docs: &[String]) -> Result<String> {
+    let misplaced = || CodegenError::table("a deferred doc comment was not printed as a `///` line of its own");
     let pattern = format!("///{MARK}");
     let extra: usize = docs.iter().map(|d| d.len() + 8 * d.lines().count()).sum();
     let mut out = String::with_capacity(formatted.len() + extra);
+    let mut expanded = vec![false; docs.len()];
     let mut rest = formatted;
     while let Some(at) = rest.find(&pattern) {
         let line_start = rest[..at].rfind('\n').map_or(0, |i| i + 1);
         let indent = &rest[line_start..at];
         let after = &rest[at + pattern.len()..];
         let digits = after.bytes().take_while(u8::is_ascii_digit).count();
-        let text = after[..digits].parse::<usize>().ok().and_then(|i| docs.get(i));
-        let (Some(text), true, Some(tail)) = (text, indent.bytes().all(|b| b == b' '), after[digits..].strip_prefix('\n'))
+        let index = after[..digits].parse::<usize>().ok().filter(|&i| i < docs.len());
+        let (Some(index), true, Some(tail)) = (index, indent.bytes().all(|b| b == b' '), after[digits..].strip_prefix('\n'))
         else {
-            return Err(CodegenError::table("a deferred doc comment was not printed on a line of its own"));
+            return Err(misplaced());
         };
+        expanded[index] = true;
+        let text = &docs[index];
         out.push_str(&rest[..line_start]);
         for line in text.lines() {
             out.push_str(indent);
@@ -68,6 +73,9 @@ pub fn expand(formatted: &str, docs: &[String]) -> Result<String> {
             out.push('\n');
         }
         rest = tail;
+    }
+    if expanded.contains(&false) {
+        return Err(misplaced());
     }
     out.push_str(rest);
     Ok(out)
@@ -98,5 +106,14 @@ mod tests {
         assert!(formatted.contains("///\u{1}0\n") && formatted.contains("    ///\u{1}1\n"), "{formatted}");
         assert_eq!(super::expand(&formatted, &docs).unwrap(), direct);
         assert!(super::placeholder("not deferred").is_none());
+
+        // A placeholder that prettyplease does not print alone on its line (here, a doc on an
+        // expression) is an error, not a lost description.
+        let (tokens, docs) = super::deferred(|| {
+            let doc = super::super::emit::doc(Some("On an expression."));
+            quote!(const C: u8 = #doc 1;)
+        });
+        let formatted = prettyplease::unparse(&syn::parse2(tokens).unwrap());
+        assert!(super::expand(&formatted, &docs).is_err(), "{formatted}");
     }
 }
