@@ -118,9 +118,11 @@ pub fn tag_of<'a, E: serde::de::Error>(value: &'a Map<String, Value>, tag: &'sta
     }
 }
 
-/// Decodes a variant's payload type from the union object (the tag is ignored as an unknown field).
-pub fn payload<T: DeserializeOwned, E: serde::de::Error>(value: &Map<String, Value>) -> Result<T, E> {
-    T::deserialize(MapRef(value)).map_err(E::custom)
+/// Decodes a variant's payload type from the union object without the tag property: the
+/// union writes the tag itself, and a payload that keeps unknown members (a flattened open
+/// union) would otherwise keep the tag too and write it twice.
+pub fn payload<T: DeserializeOwned, E: serde::de::Error>(value: &Map<String, Value>, tag: &'static str) -> Result<T, E> {
+    T::deserialize(MapRef(value, tag)).map_err(E::custom)
 }
 
 /// Decodes a variant that carries a single property.
@@ -131,14 +133,17 @@ pub fn property<T: DeserializeOwned, E: serde::de::Error>(value: &Map<String, Va
     }
 }
 
-/// A borrowed map as a deserializer, so a payload decodes without copying the object.
-struct MapRef<'a>(&'a Map<String, Value>);
+/// A borrowed map less one property as a deserializer, so a payload decodes without copying
+/// the object.
+struct MapRef<'a>(&'a Map<String, Value>, &'static str);
 
 impl<'de> Deserializer<'de> for MapRef<'de> {
     type Error = serde_json::Error;
 
     fn deserialize_any<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
-        visitor.visit_map(serde::de::value::MapDeserializer::new(self.0.iter().map(|(k, v)| (k.as_str(), v))))
+        let skip = self.1;
+        let entries = self.0.iter().filter(move |(k, _)| k.as_str() != skip).map(|(k, v)| (k.as_str(), v));
+        visitor.visit_map(serde::de::value::MapDeserializer::new(entries))
     }
 
     serde::forward_to_deserialize_any! {

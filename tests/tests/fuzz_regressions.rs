@@ -1,9 +1,9 @@
 //! Inputs the fuzz targets (../fuzz, see FUZZING.md) found, as tests. Each names the target and
 //! the input file under fuzz/regressions/ it came from.
 //!
-//! The two below are defects that are not fixed yet (they live in generated/ and runtime/src,
-//! outside the fuzzing change): they are `#[ignore]`d with the reason, and pass once fixed; run
-//! them with `cargo test -p acp-tests --test fuzz_regressions -- --ignored`.
+//! One defect below is not fixed yet (it lives in runtime/src, outside the fuzzing change): its
+//! test is `#[ignore]`d with the reason, and passes once fixed; run it with
+//! `cargo test -p acp-tests --test fuzz_regressions -- --ignored`.
 
 use std::time::Duration;
 
@@ -14,10 +14,10 @@ use serde_json::{Value, json};
 
 /// typed_decode, fuzz/regressions/typed_decode/elicitation-unknown-scope-duplicate-mode: an
 /// `elicitation/create` whose scope is neither a session nor a request decodes with
-/// `ElicitationScope::Other`, which keeps every leftover member, the `mode` tag included; the
-/// encoding then writes `"mode"` twice.
+/// `ElicitationScope::Other`, which keeps every leftover member. It used to keep the `mode`
+/// tag too, and the encoding wrote `"mode"` twice; a tagged union's payload is now decoded
+/// without its tag.
 #[test]
-#[ignore = "known defect of the generated code: ElicitationScope::Other keeps the `mode` tag, which is then written twice"]
 fn elicitation_with_an_unknown_scope_writes_mode_once() {
     let params = json!({
         "message": "How should I approach this refactoring?",

@@ -115,3 +115,34 @@ fn absent_and_null_stay_distinct() {
         assert_eq!(serde_json::to_value(&decoded).expect("encodes"), status);
     }
 }
+
+#[test]
+fn unknown_elicitation_scope_is_kept_without_the_mode_tag() {
+    use acp_types::{CreateElicitationMode, CreateElicitationRequest, ElicitationScope};
+    let scope = |r: &CreateElicitationRequest| match &r.mode {
+        CreateElicitationMode::Form(form) => Some(form.scope.clone()),
+        CreateElicitationMode::Url(url) => Some(url.scope.clone()),
+        _ => None,
+    };
+    // A scope from a newer peer (neither `sessionId` nor `requestId`) inside a tagged union
+    // (`mode`) flattened into the request: the fallback keeps the scope's members only, since
+    // the tag belongs to the union that writes it.
+    let params = json!({"message": "Sign in", "mode": "url", "elicitationId": "e1", "url": "https://example.com/a", "taskId": "t1"});
+    let request: CreateElicitationRequest = serde_json::from_value(params.clone()).expect("decodes");
+    assert_eq!(scope(&request), Some(ElicitationScope::Other(json!({"taskId": "t1"}))));
+    assert_eq!(serde_json::to_value(&request).expect("encodes"), params);
+
+    // The known scopes still round-trip, and so does an unknown mode (kept whole, tag included).
+    let session = json!({"message": "Pick", "mode": "form", "requestedSchema": {"type": "object"}, "sessionId": "s1", "toolCallId": "c1"});
+    let request_scoped = json!({"message": "Pick", "mode": "url", "elicitationId": "e2", "url": "https://example.com/b", "requestId": 7});
+    let unknown_mode = json!({"message": "Pick", "mode": "hologram", "sessionId": "s1", "beam": true});
+    for params in [session, request_scoped, unknown_mode] {
+        let request: CreateElicitationRequest = serde_json::from_value(params.clone()).expect("decodes");
+        match (params["mode"].as_str(), scope(&request)) {
+            (Some("form"), Some(ElicitationScope::Session(_))) | (Some("url"), Some(ElicitationScope::Request(_))) => {}
+            (Some("hologram"), None) => assert_eq!(request.mode.tag(), Some("hologram")),
+            other => panic!("decoded as {other:?}"),
+        }
+        assert_eq!(serde_json::to_value(&request).expect("encodes"), params);
+    }
+}

@@ -91,6 +91,30 @@ fn tagged_union_wraps_payloads_and_keeps_unknown_kinds() {
 }
 
 #[test]
+fn a_tagged_payload_is_decoded_without_its_tag() {
+    // A payload with a flattened open union: its fallback keeps the members no variant knows,
+    // which must not include the outer tag (the union writes that itself, so it would be
+    // written twice). The shape of `elicitation/create`'s `mode` and `scope`.
+    let types = generate(
+        "tag-not-in-payload",
+        json!({
+            "Mode": {"oneOf": [
+                {"type": "object", "properties": {"mode": {"type": "string", "const": "url"}}, "required": ["mode"],
+                 "allOf": [{"$ref": "#/$defs/UrlMode"}]}
+            ]},
+            "UrlMode": {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"],
+                        "anyOf": [{"allOf": [{"$ref": "#/$defs/SessionScope"}]}, {"allOf": [{"$ref": "#/$defs/RequestScope"}]}]},
+            "SessionScope": {"type": "object", "properties": {"sessionId": {"type": "string"}}, "required": ["sessionId"]},
+            "RequestScope": {"type": "object", "properties": {"requestId": {"type": "string"}}, "required": ["requestId"]}
+        }),
+    )
+    .expect("generates");
+    assert!(types.contains("pub scope: Scope,"), "{types}");
+    assert!(types.contains("Other(serde_json::Value),"), "the flattened union is open");
+    assert!(types.contains("serde_support::payload(&value, \"mode\")"), "the payload is decoded without the tag: {types}");
+}
+
+#[test]
 fn optional_fields_get_setters_and_required_ones_the_constructor() {
     let types = generate(
         "setters",

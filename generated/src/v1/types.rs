@@ -680,11 +680,13 @@ impl<'de> serde::Deserialize<'de> for ToolCallContent {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
             Some("content") => {
-                serde_support::payload(&value).map(ToolCallContent::Content)
+                serde_support::payload(&value, "type").map(ToolCallContent::Content)
             }
-            Some("diff") => serde_support::payload(&value).map(ToolCallContent::Diff),
+            Some("diff") => {
+                serde_support::payload(&value, "type").map(ToolCallContent::Diff)
+            }
             Some("terminal") => {
-                serde_support::payload(&value).map(ToolCallContent::Terminal)
+                serde_support::payload(&value, "type").map(ToolCallContent::Terminal)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => Ok(ToolCallContent::Other(serde_support::UnknownVariant(value))),
@@ -820,14 +822,20 @@ impl<'de> serde::Deserialize<'de> for ContentBlock {
     ) -> Result<Self, D::Error> {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
-            Some("text") => serde_support::payload(&value).map(ContentBlock::Text),
-            Some("image") => serde_support::payload(&value).map(ContentBlock::Image),
-            Some("audio") => serde_support::payload(&value).map(ContentBlock::Audio),
+            Some("text") => {
+                serde_support::payload(&value, "type").map(ContentBlock::Text)
+            }
+            Some("image") => {
+                serde_support::payload(&value, "type").map(ContentBlock::Image)
+            }
+            Some("audio") => {
+                serde_support::payload(&value, "type").map(ContentBlock::Audio)
+            }
             Some("resource_link") => {
-                serde_support::payload(&value).map(ContentBlock::ResourceLink)
+                serde_support::payload(&value, "type").map(ContentBlock::ResourceLink)
             }
             Some("resource") => {
-                serde_support::payload(&value).map(ContentBlock::Resource)
+                serde_support::payload(&value, "type").map(ContentBlock::Resource)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => Ok(ContentBlock::Other(serde_support::UnknownVariant(value))),
@@ -2457,19 +2465,24 @@ impl<'de> serde::Deserialize<'de> for ElicitationPropertySchema {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
             Some("string") => {
-                serde_support::payload(&value).map(ElicitationPropertySchema::String)
+                serde_support::payload(&value, "type")
+                    .map(ElicitationPropertySchema::String)
             }
             Some("number") => {
-                serde_support::payload(&value).map(ElicitationPropertySchema::Number)
+                serde_support::payload(&value, "type")
+                    .map(ElicitationPropertySchema::Number)
             }
             Some("integer") => {
-                serde_support::payload(&value).map(ElicitationPropertySchema::Integer)
+                serde_support::payload(&value, "type")
+                    .map(ElicitationPropertySchema::Integer)
             }
             Some("boolean") => {
-                serde_support::payload(&value).map(ElicitationPropertySchema::Boolean)
+                serde_support::payload(&value, "type")
+                    .map(ElicitationPropertySchema::Boolean)
             }
             Some("array") => {
-                serde_support::payload(&value).map(ElicitationPropertySchema::Array)
+                serde_support::payload(&value, "type")
+                    .map(ElicitationPropertySchema::Array)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => {
@@ -3129,9 +3142,9 @@ impl<'de> serde::Deserialize<'de> for MultiSelectItems {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
             Some("string") => {
-                serde_support::payload(&value).map(MultiSelectItems::String)
+                serde_support::payload(&value, "type").map(MultiSelectItems::String)
             }
-            None => serde_support::payload(&value).map(MultiSelectItems::Titled),
+            None => serde_support::payload(&value, "type").map(MultiSelectItems::Titled),
             Some(_) => Ok(MultiSelectItems::Other(serde_support::UnknownVariant(value))),
         }
     }
@@ -5506,8 +5519,10 @@ impl<'de> serde::Deserialize<'de> for AuthMethod {
     ) -> Result<Self, D::Error> {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
-            Some("terminal") => serde_support::payload(&value).map(AuthMethod::Terminal),
-            None => serde_support::payload(&value).map(AuthMethod::Agent),
+            Some("terminal") => {
+                serde_support::payload(&value, "type").map(AuthMethod::Terminal)
+            }
+            None => serde_support::payload(&value, "type").map(AuthMethod::Agent),
             Some(_) => Ok(AuthMethod::Other(serde_support::UnknownVariant(value))),
         }
     }
@@ -7512,7 +7527,6 @@ serde_support::deserialize_struct!(Usage {
     cached_write_tokens: "cachedWriteTokens" => optional(TriOrDefault),
     meta: "_meta" => optional(DefaultOnError),
 });
-
 /// Response to `nes/start`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -7655,11 +7669,18 @@ impl<'de> serde::Deserialize<'de> for NesSuggestion {
     ) -> Result<Self, D::Error> {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "kind")? {
-            Some("edit") => serde_support::payload(&value).map(NesSuggestion::Edit),
-            Some("jump") => serde_support::payload(&value).map(NesSuggestion::Jump),
-            Some("rename") => serde_support::payload(&value).map(NesSuggestion::Rename),
+            Some("edit") => {
+                serde_support::payload(&value, "kind").map(NesSuggestion::Edit)
+            }
+            Some("jump") => {
+                serde_support::payload(&value, "kind").map(NesSuggestion::Jump)
+            }
+            Some("rename") => {
+                serde_support::payload(&value, "kind").map(NesSuggestion::Rename)
+            }
             Some("searchAndReplace") => {
-                serde_support::payload(&value).map(NesSuggestion::SearchAndReplace)
+                serde_support::payload(&value, "kind")
+                    .map(NesSuggestion::SearchAndReplace)
             }
             None => Err(serde::de::Error::missing_field("kind")),
             Some(_) => Ok(NesSuggestion::Other(serde_support::UnknownVariant(value))),
@@ -8598,52 +8619,67 @@ impl<'de> serde::Deserialize<'de> for SessionUpdate {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "sessionUpdate")? {
             Some("user_message_chunk") => {
-                serde_support::payload(&value).map(SessionUpdate::UserMessageChunk)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::UserMessageChunk)
             }
             Some("agent_message_chunk") => {
-                serde_support::payload(&value).map(SessionUpdate::AgentMessageChunk)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::AgentMessageChunk)
             }
             Some("agent_thought_chunk") => {
-                serde_support::payload(&value).map(SessionUpdate::AgentThoughtChunk)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::AgentThoughtChunk)
             }
             Some("tool_call") => {
-                serde_support::payload(&value).map(SessionUpdate::ToolCall)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::ToolCall)
             }
             Some("tool_call_update") => {
-                serde_support::payload(&value).map(SessionUpdate::ToolCallUpdate)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::ToolCallUpdate)
             }
-            Some("plan") => serde_support::payload(&value).map(SessionUpdate::Plan),
+            Some("plan") => {
+                serde_support::payload(&value, "sessionUpdate").map(SessionUpdate::Plan)
+            }
             #[cfg(feature = "unstable_plan_updates")]
             Some("plan_update") => {
-                serde_support::payload(&value).map(SessionUpdate::PlanUpdate)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::PlanUpdate)
             }
             #[cfg(feature = "unstable_plan_updates")]
             Some("plan_removed") => {
-                serde_support::payload(&value).map(SessionUpdate::PlanRemoved)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::PlanRemoved)
             }
             Some("available_commands_update") => {
-                serde_support::payload(&value)
+                serde_support::payload(&value, "sessionUpdate")
                     .map(SessionUpdate::AvailableCommandsUpdate)
             }
             Some("current_mode_update") => {
-                serde_support::payload(&value).map(SessionUpdate::CurrentModeUpdate)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::CurrentModeUpdate)
             }
             Some("config_option_update") => {
-                serde_support::payload(&value).map(SessionUpdate::ConfigOptionUpdate)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::ConfigOptionUpdate)
             }
             Some("session_info_update") => {
-                serde_support::payload(&value).map(SessionUpdate::SessionInfoUpdate)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::SessionInfoUpdate)
             }
             Some("usage_update") => {
-                serde_support::payload(&value).map(SessionUpdate::UsageUpdate)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::UsageUpdate)
             }
             #[cfg(feature = "unstable_context_compaction")]
             Some("compaction_update") => {
-                serde_support::payload(&value).map(SessionUpdate::CompactionUpdate)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::CompactionUpdate)
             }
             #[cfg(feature = "unstable_context_compaction")]
             Some("compaction_summary_chunk") => {
-                serde_support::payload(&value).map(SessionUpdate::CompactionSummaryChunk)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::CompactionSummaryChunk)
             }
             None => Err(serde::de::Error::missing_field("sessionUpdate")),
             Some(_) => Ok(SessionUpdate::Other(serde_support::UnknownVariant(value))),
@@ -9323,10 +9359,14 @@ impl<'de> serde::Deserialize<'de> for PlanUpdateContent {
     ) -> Result<Self, D::Error> {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
-            Some("items") => serde_support::payload(&value).map(PlanUpdateContent::Items),
-            Some("file") => serde_support::payload(&value).map(PlanUpdateContent::File),
+            Some("items") => {
+                serde_support::payload(&value, "type").map(PlanUpdateContent::Items)
+            }
+            Some("file") => {
+                serde_support::payload(&value, "type").map(PlanUpdateContent::File)
+            }
             Some("markdown") => {
-                serde_support::payload(&value).map(PlanUpdateContent::Markdown)
+                serde_support::payload(&value, "type").map(PlanUpdateContent::Markdown)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => Ok(PlanUpdateContent::Other(serde_support::UnknownVariant(value))),
@@ -11576,11 +11616,11 @@ impl<'de> serde::Deserialize<'de> for McpServer {
     ) -> Result<Self, D::Error> {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
-            Some("http") => serde_support::payload(&value).map(McpServer::Http),
-            Some("sse") => serde_support::payload(&value).map(McpServer::Sse),
+            Some("http") => serde_support::payload(&value, "type").map(McpServer::Http),
+            Some("sse") => serde_support::payload(&value, "type").map(McpServer::Sse),
             #[cfg(feature = "unstable_mcp_over_acp")]
-            Some("acp") => serde_support::payload(&value).map(McpServer::Acp),
-            None => serde_support::payload(&value).map(McpServer::Stdio),
+            Some("acp") => serde_support::payload(&value, "type").map(McpServer::Acp),
+            None => serde_support::payload(&value, "type").map(McpServer::Stdio),
             Some(_) => Ok(McpServer::Other(serde_support::UnknownVariant(value))),
         }
     }
@@ -13449,7 +13489,8 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionOutcome {
         match serde_support::tag_of(&value, "outcome")? {
             Some("cancelled") => Ok(RequestPermissionOutcome::Cancelled),
             Some("selected") => {
-                serde_support::payload(&value).map(RequestPermissionOutcome::Selected)
+                serde_support::payload(&value, "outcome")
+                    .map(RequestPermissionOutcome::Selected)
             }
             None => Err(serde::de::Error::missing_field("outcome")),
             Some(_) => {
@@ -14572,7 +14613,8 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationAction {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "action")? {
             Some("accept") => {
-                serde_support::payload(&value).map(CreateElicitationAction::Accept)
+                serde_support::payload(&value, "action")
+                    .map(CreateElicitationAction::Accept)
             }
             Some("decline") => Ok(CreateElicitationAction::Decline),
             Some("cancel") => Ok(CreateElicitationAction::Cancel),
@@ -14662,9 +14704,11 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationMode {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "mode")? {
             Some("form") => {
-                serde_support::payload(&value).map(CreateElicitationMode::Form)
+                serde_support::payload(&value, "mode").map(CreateElicitationMode::Form)
             }
-            Some("url") => serde_support::payload(&value).map(CreateElicitationMode::Url),
+            Some("url") => {
+                serde_support::payload(&value, "mode").map(CreateElicitationMode::Url)
+            }
             None => Err(serde::de::Error::missing_field("mode")),
             Some(_) => {
                 Ok(CreateElicitationMode::Other(serde_support::UnknownVariant(value)))
@@ -14759,10 +14803,12 @@ impl<'de> serde::Deserialize<'de> for SessionConfigOptionType {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
             Some("select") => {
-                serde_support::payload(&value).map(SessionConfigOptionType::Select)
+                serde_support::payload(&value, "type")
+                    .map(SessionConfigOptionType::Select)
             }
             Some("boolean") => {
-                serde_support::payload(&value).map(SessionConfigOptionType::Boolean)
+                serde_support::payload(&value, "type")
+                    .map(SessionConfigOptionType::Boolean)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => {

@@ -213,10 +213,12 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionSubject {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
             Some("tool_call") => {
-                serde_support::payload(&value).map(RequestPermissionSubject::ToolCall)
+                serde_support::payload(&value, "type")
+                    .map(RequestPermissionSubject::ToolCall)
             }
             Some("command") => {
-                serde_support::payload(&value).map(RequestPermissionSubject::Command)
+                serde_support::payload(&value, "type")
+                    .map(RequestPermissionSubject::Command)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => {
@@ -671,11 +673,13 @@ impl<'de> serde::Deserialize<'de> for ToolCallContent {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
             Some("content") => {
-                serde_support::payload(&value).map(ToolCallContent::Content)
+                serde_support::payload(&value, "type").map(ToolCallContent::Content)
             }
-            Some("diff") => serde_support::payload(&value).map(ToolCallContent::Diff),
+            Some("diff") => {
+                serde_support::payload(&value, "type").map(ToolCallContent::Diff)
+            }
             Some("terminal") => {
-                serde_support::payload(&value).map(ToolCallContent::Terminal)
+                serde_support::payload(&value, "type").map(ToolCallContent::Terminal)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => Ok(ToolCallContent::Other(serde_support::UnknownVariant(value))),
@@ -812,14 +816,20 @@ impl<'de> serde::Deserialize<'de> for ContentBlock {
     ) -> Result<Self, D::Error> {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
-            Some("text") => serde_support::payload(&value).map(ContentBlock::Text),
-            Some("image") => serde_support::payload(&value).map(ContentBlock::Image),
-            Some("audio") => serde_support::payload(&value).map(ContentBlock::Audio),
+            Some("text") => {
+                serde_support::payload(&value, "type").map(ContentBlock::Text)
+            }
+            Some("image") => {
+                serde_support::payload(&value, "type").map(ContentBlock::Image)
+            }
+            Some("audio") => {
+                serde_support::payload(&value, "type").map(ContentBlock::Audio)
+            }
             Some("resource_link") => {
-                serde_support::payload(&value).map(ContentBlock::ResourceLink)
+                serde_support::payload(&value, "type").map(ContentBlock::ResourceLink)
             }
             Some("resource") => {
-                serde_support::payload(&value).map(ContentBlock::Resource)
+                serde_support::payload(&value, "type").map(ContentBlock::Resource)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => Ok(ContentBlock::Other(serde_support::UnknownVariant(value))),
@@ -2726,19 +2736,24 @@ impl<'de> serde::Deserialize<'de> for ElicitationPropertySchema {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
             Some("string") => {
-                serde_support::payload(&value).map(ElicitationPropertySchema::String)
+                serde_support::payload(&value, "type")
+                    .map(ElicitationPropertySchema::String)
             }
             Some("number") => {
-                serde_support::payload(&value).map(ElicitationPropertySchema::Number)
+                serde_support::payload(&value, "type")
+                    .map(ElicitationPropertySchema::Number)
             }
             Some("integer") => {
-                serde_support::payload(&value).map(ElicitationPropertySchema::Integer)
+                serde_support::payload(&value, "type")
+                    .map(ElicitationPropertySchema::Integer)
             }
             Some("boolean") => {
-                serde_support::payload(&value).map(ElicitationPropertySchema::Boolean)
+                serde_support::payload(&value, "type")
+                    .map(ElicitationPropertySchema::Boolean)
             }
             Some("array") => {
-                serde_support::payload(&value).map(ElicitationPropertySchema::Array)
+                serde_support::payload(&value, "type")
+                    .map(ElicitationPropertySchema::Array)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => {
@@ -3400,9 +3415,9 @@ impl<'de> serde::Deserialize<'de> for MultiSelectItems {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
             Some("string") => {
-                serde_support::payload(&value).map(MultiSelectItems::String)
+                serde_support::payload(&value, "type").map(MultiSelectItems::String)
             }
-            None => serde_support::payload(&value).map(MultiSelectItems::Titled),
+            None => serde_support::payload(&value, "type").map(MultiSelectItems::Titled),
             Some(_) => Ok(MultiSelectItems::Other(serde_support::UnknownVariant(value))),
         }
     }
@@ -4511,8 +4526,12 @@ impl<'de> serde::Deserialize<'de> for AuthMethod {
     ) -> Result<Self, D::Error> {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
-            Some("terminal") => serde_support::payload(&value).map(AuthMethod::Terminal),
-            Some("agent") => serde_support::payload(&value).map(AuthMethod::Agent),
+            Some("terminal") => {
+                serde_support::payload(&value, "type").map(AuthMethod::Terminal)
+            }
+            Some("agent") => {
+                serde_support::payload(&value, "type").map(AuthMethod::Agent)
+            }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => Ok(AuthMethod::Other(serde_support::UnknownVariant(value))),
         }
@@ -5106,7 +5125,6 @@ impl std::borrow::Borrow<str> for SessionConfigValueId {
         &self.0
     }
 }
-
 /// Possible values for a session configuration option.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
@@ -6060,53 +6078,68 @@ impl<'de> serde::Deserialize<'de> for SessionUpdate {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "sessionUpdate")? {
             Some("user_message_chunk") => {
-                serde_support::payload(&value).map(SessionUpdate::UserMessageChunk)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::UserMessageChunk)
             }
             Some("user_message") => {
-                serde_support::payload(&value).map(SessionUpdate::UserMessage)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::UserMessage)
             }
             Some("agent_message_chunk") => {
-                serde_support::payload(&value).map(SessionUpdate::AgentMessageChunk)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::AgentMessageChunk)
             }
             Some("agent_message") => {
-                serde_support::payload(&value).map(SessionUpdate::AgentMessage)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::AgentMessage)
             }
             Some("agent_thought_chunk") => {
-                serde_support::payload(&value).map(SessionUpdate::AgentThoughtChunk)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::AgentThoughtChunk)
             }
             Some("agent_thought") => {
-                serde_support::payload(&value).map(SessionUpdate::AgentThought)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::AgentThought)
             }
             Some("state_update") => {
-                serde_support::payload(&value).map(SessionUpdate::StateUpdate)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::StateUpdate)
             }
             Some("tool_call_content_chunk") => {
-                serde_support::payload(&value).map(SessionUpdate::ToolCallContentChunk)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::ToolCallContentChunk)
             }
             Some("tool_call_update") => {
-                serde_support::payload(&value).map(SessionUpdate::ToolCallUpdate)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::ToolCallUpdate)
             }
             Some("terminal_update") => {
-                serde_support::payload(&value).map(SessionUpdate::TerminalUpdate)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::TerminalUpdate)
             }
             Some("terminal_output_chunk") => {
-                serde_support::payload(&value).map(SessionUpdate::TerminalOutputChunk)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::TerminalOutputChunk)
             }
             Some("plan_update") => {
-                serde_support::payload(&value).map(SessionUpdate::PlanUpdate)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::PlanUpdate)
             }
             Some("available_commands_update") => {
-                serde_support::payload(&value)
+                serde_support::payload(&value, "sessionUpdate")
                     .map(SessionUpdate::AvailableCommandsUpdate)
             }
             Some("config_option_update") => {
-                serde_support::payload(&value).map(SessionUpdate::ConfigOptionUpdate)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::ConfigOptionUpdate)
             }
             Some("session_info_update") => {
-                serde_support::payload(&value).map(SessionUpdate::SessionInfoUpdate)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::SessionInfoUpdate)
             }
             Some("usage_update") => {
-                serde_support::payload(&value).map(SessionUpdate::UsageUpdate)
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::UsageUpdate)
             }
             None => Err(serde::de::Error::missing_field("sessionUpdate")),
             Some(_) => Ok(SessionUpdate::Other(serde_support::UnknownVariant(value))),
@@ -6784,10 +6817,14 @@ impl<'de> serde::Deserialize<'de> for StateUpdate {
     ) -> Result<Self, D::Error> {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "state")? {
-            Some("running") => serde_support::payload(&value).map(StateUpdate::Running),
-            Some("idle") => serde_support::payload(&value).map(StateUpdate::Idle),
+            Some("running") => {
+                serde_support::payload(&value, "state").map(StateUpdate::Running)
+            }
+            Some("idle") => {
+                serde_support::payload(&value, "state").map(StateUpdate::Idle)
+            }
             Some("requires_action") => {
-                serde_support::payload(&value).map(StateUpdate::RequiresAction)
+                serde_support::payload(&value, "state").map(StateUpdate::RequiresAction)
             }
             None => Err(serde::de::Error::missing_field("state")),
             Some(_) => Ok(StateUpdate::Other(serde_support::UnknownVariant(value))),
@@ -7139,7 +7176,9 @@ impl<'de> serde::Deserialize<'de> for PlanUpdateContent {
     ) -> Result<Self, D::Error> {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
-            Some("items") => serde_support::payload(&value).map(PlanUpdateContent::Items),
+            Some("items") => {
+                serde_support::payload(&value, "type").map(PlanUpdateContent::Items)
+            }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => Ok(PlanUpdateContent::Other(serde_support::UnknownVariant(value))),
         }
@@ -7576,7 +7615,7 @@ impl<'de> serde::Deserialize<'de> for AvailableCommandInput {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
             Some("text") => {
-                serde_support::payload(&value).map(AvailableCommandInput::Text)
+                serde_support::payload(&value, "type").map(AvailableCommandInput::Text)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => {
@@ -8449,8 +8488,8 @@ impl<'de> serde::Deserialize<'de> for McpServer {
     ) -> Result<Self, D::Error> {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
-            Some("http") => serde_support::payload(&value).map(McpServer::Http),
-            Some("stdio") => serde_support::payload(&value).map(McpServer::Stdio),
+            Some("http") => serde_support::payload(&value, "type").map(McpServer::Http),
+            Some("stdio") => serde_support::payload(&value, "type").map(McpServer::Stdio),
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => Ok(McpServer::Other(serde_support::UnknownVariant(value))),
         }
@@ -8855,7 +8894,9 @@ impl<'de> serde::Deserialize<'de> for ReplayFrom {
     ) -> Result<Self, D::Error> {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
-            Some("start") => serde_support::payload(&value).map(ReplayFrom::Start),
+            Some("start") => {
+                serde_support::payload(&value, "type").map(ReplayFrom::Start)
+            }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => Ok(ReplayFrom::Other(serde_support::UnknownVariant(value))),
         }
@@ -9146,7 +9187,8 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionOutcome {
         match serde_support::tag_of(&value, "outcome")? {
             Some("cancelled") => Ok(RequestPermissionOutcome::Cancelled),
             Some("selected") => {
-                serde_support::payload(&value).map(RequestPermissionOutcome::Selected)
+                serde_support::payload(&value, "outcome")
+                    .map(RequestPermissionOutcome::Selected)
             }
             None => Err(serde::de::Error::missing_field("outcome")),
             Some(_) => {
@@ -9432,7 +9474,8 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationAction {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "action")? {
             Some("accept") => {
-                serde_support::payload(&value).map(CreateElicitationAction::Accept)
+                serde_support::payload(&value, "action")
+                    .map(CreateElicitationAction::Accept)
             }
             Some("decline") => Ok(CreateElicitationAction::Decline),
             Some("cancel") => Ok(CreateElicitationAction::Cancel),
@@ -9522,9 +9565,11 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationMode {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "mode")? {
             Some("form") => {
-                serde_support::payload(&value).map(CreateElicitationMode::Form)
+                serde_support::payload(&value, "mode").map(CreateElicitationMode::Form)
             }
-            Some("url") => serde_support::payload(&value).map(CreateElicitationMode::Url),
+            Some("url") => {
+                serde_support::payload(&value, "mode").map(CreateElicitationMode::Url)
+            }
             None => Err(serde::de::Error::missing_field("mode")),
             Some(_) => {
                 Ok(CreateElicitationMode::Other(serde_support::UnknownVariant(value)))
@@ -9632,15 +9677,25 @@ impl<'de> serde::Deserialize<'de> for DiffChangeOperation {
     ) -> Result<Self, D::Error> {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "operation")? {
-            Some("add") => serde_support::payload(&value).map(DiffChangeOperation::Add),
+            Some("add") => {
+                serde_support::payload(&value, "operation").map(DiffChangeOperation::Add)
+            }
             Some("delete") => {
-                serde_support::payload(&value).map(DiffChangeOperation::Delete)
+                serde_support::payload(&value, "operation")
+                    .map(DiffChangeOperation::Delete)
             }
             Some("modify") => {
-                serde_support::payload(&value).map(DiffChangeOperation::Modify)
+                serde_support::payload(&value, "operation")
+                    .map(DiffChangeOperation::Modify)
             }
-            Some("move") => serde_support::payload(&value).map(DiffChangeOperation::Move),
-            Some("copy") => serde_support::payload(&value).map(DiffChangeOperation::Copy),
+            Some("move") => {
+                serde_support::payload(&value, "operation")
+                    .map(DiffChangeOperation::Move)
+            }
+            Some("copy") => {
+                serde_support::payload(&value, "operation")
+                    .map(DiffChangeOperation::Copy)
+            }
             None => Err(serde::de::Error::missing_field("operation")),
             Some(_) => {
                 Ok(DiffChangeOperation::Other(serde_support::UnknownVariant(value)))
@@ -9759,10 +9814,12 @@ impl<'de> serde::Deserialize<'de> for SessionConfigOptionType {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
             Some("select") => {
-                serde_support::payload(&value).map(SessionConfigOptionType::Select)
+                serde_support::payload(&value, "type")
+                    .map(SessionConfigOptionType::Select)
             }
             Some("boolean") => {
-                serde_support::payload(&value).map(SessionConfigOptionType::Boolean)
+                serde_support::payload(&value, "type")
+                    .map(SessionConfigOptionType::Boolean)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => {

@@ -10,73 +10,91 @@
 //!   fallback that keeps the payload.
 
 use proc_macro2::{Literal, TokenStream};
-use quote::{format_ident, quote};
+use quote::{ToTokens, format_ident, quote};
 
 use super::ir::*;
 use super::naming::{field_ident, ident, pascal, screaming_snake, snake};
+use super::syntax;
 
 /// Doc attributes from a description; one `#[doc]` per line so rustdoc sees the markdown.
+/// While descriptions are deferred ([`super::docs`]), one placeholder attribute instead.
 pub fn doc(text: Option<&str>) -> TokenStream {
-    let Some(text) = text else { return TokenStream::new() };
-    let lines = text.lines().map(|l| {
-        let l = if l.is_empty() { String::new() } else { format!(" {l}") };
-        quote!(#[doc = #l])
-    });
-    quote!(#(#lines)*)
+    let attrs = syntax::doc_attrs(text);
+    quote!(#(#attrs)*)
 }
 
 pub fn cfg(gate: &Gate) -> TokenStream {
-    match gate {
-        Gate::Stable => TokenStream::new(),
+    match cfg_predicate(gate) {
+        Some(predicate) => quote!(#[cfg(#predicate)]),
+        None => TokenStream::new(),
+    }
+}
+
+/// [`cfg`] as a syntax node.
+fn cfg_attrs(gate: &Gate) -> Vec<syn::Attribute> {
+    cfg_predicate(gate).map(|predicate| syntax::attr_list("cfg", predicate)).into_iter().collect()
+}
+
+/// What goes inside `#[cfg(...)]`; `None` when the gate is always on.
+fn cfg_predicate(gate: &Gate) -> Option<TokenStream> {
+    Some(match gate {
+        Gate::Stable => return None,
         Gate::Features(fs) if fs.len() == 1 => {
             let f = fs.iter().next().map(String::as_str).unwrap_or_default();
-            quote!(#[cfg(feature = #f)])
+            quote!(feature = #f)
         }
         Gate::Features(fs) => {
             let fs = fs.iter();
-            quote!(#[cfg(any(#(feature = #fs),*))])
+            quote!(any(#(feature = #fs),*))
         }
-        Gate::WithoutFeature(f) => quote!(#[cfg(not(feature = #f))]),
-    }
+        Gate::WithoutFeature(f) => quote!(not(feature = #f)),
+    })
 }
 
 pub fn rust_ty(ty: &Ty) -> TokenStream {
+    syn_ty(ty).into_token_stream()
+}
+
+/// [`rust_ty`] as a syntax node.
+fn syn_ty(ty: &Ty) -> syn::Type {
+    use syntax::{generic_path, path, path_ty};
     match ty {
-        Ty::Prim(p) => prim(*p),
-        Ty::Value => quote!(serde_json::Value),
-        Ty::Object => quote!(serde_json::Map<String, serde_json::Value>),
-        Ty::Vec(t) => {
-            let t = rust_ty(t);
-            quote!(Vec<#t>)
-        }
-        Ty::Map(t) => {
-            let t = rust_ty(t);
-            quote!(std::collections::BTreeMap<String, #t>)
-        }
-        Ty::Named(n) => {
-            let n = ident(n);
-            quote!(#n)
-        }
+        Ty::Prim(p) => prim_name(*p).map_or_else(syntax::unit_ty, |name| path_ty(path(&[name]))),
+        Ty::Value => path_ty(path(&["serde_json", "Value"])),
+        Ty::Object => path_ty(generic_path(&["serde_json", "Map"], vec![syn_ty(&Ty::Prim(Prim::String)), syn_ty(&Ty::Value)])),
+        Ty::Vec(t) => path_ty(generic_path(&["Vec"], vec![syn_ty(t)])),
+        Ty::Map(t) => path_ty(generic_path(&["std", "collections", "BTreeMap"], vec![syn_ty(&Ty::Prim(Prim::String)), syn_ty(t)])),
+        Ty::Named(n) => path_ty(syn::Path::from(ident(n))),
     }
 }
 
-fn prim(p: Prim) -> TokenStream {
-    match p {
-        Prim::String => quote!(String),
-        Prim::Bool => quote!(bool),
-        Prim::I32 => quote!(i32),
-        Prim::I64 => quote!(i64),
-        Prim::U16 => quote!(u16),
-        Prim::U32 => quote!(u32),
-        Prim::U64 => quote!(u64),
-        Prim::F64 => quote!(f64),
-        Prim::Null => quote!(()),
-    }
+/// The name of a primitive type; `None` for `()`.
+fn prim_name(p: Prim) -> Option<&'static str> {
+    Some(match p {
+        Prim::String => "String",
+        Prim::Bool => "bool",
+        Prim::I32 => "i32",
+        Prim::I64 => "i64",
+        Prim::U16 => "u16",
+        Prim::U32 => "u32",
+        Prim::U64 => "u64",
+        Prim::F64 => "f64",
+        Prim::Null => return None,
+    })
 }
 
 /// `JsonSchema` for the types whose serde shape schemars derives correctly.
 fn schemars_derive() -> TokenStream {
     quote!(#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))])
+}
+
+/// One item as syntax, for formatting: a struct (the most frequent and most regular item) is
+/// built as nodes ([`syntax`]), any other item parsed from its tokens.
+pub fn item_syntax(item: &Item, all: &[Item]) -> syn::Result<Vec<syn::Item>> {
+    match &item.kind {
+        ItemKind::Struct(s) => Ok(structure(item, s)),
+        _ => syn::parse2::<syn::File>(self::item(item, all)).map(|f| f.items),
+    }
 }
 
 /// Emits one item.
@@ -86,7 +104,10 @@ pub fn item(item: &Item, all: &[Item]) -> TokenStream {
     // The gate goes on every item the body expands to (the type and its impls).
     let gate = &cfg(&item.gate);
     let body = match &item.kind {
-        ItemKind::Struct(s) => structure(gate, &name, s, all),
+        ItemKind::Struct(s) => {
+            let items = structure(item, s);
+            return quote!(#(#items)*);
+        }
         ItemKind::Newtype(ty) => newtype(gate, &name, ty),
         ItemKind::Any => newtype(gate, &name, &Ty::Value),
         ItemKind::StringEnum(values) => string_enum(gate, &name, values),
@@ -96,7 +117,6 @@ pub fn item(item: &Item, all: &[Item]) -> TokenStream {
     };
     quote!(#docs #body)
 }
-
 
 /// How a field holds its value.
 #[derive(Clone, Copy, PartialEq)]
@@ -120,16 +140,19 @@ fn presence(f: &Field) -> Presence {
 }
 
 /// The field's type as declared.
-fn field_ty(f: &Field) -> TokenStream {
-    let t = rust_ty(&f.ty);
+fn field_syn_ty(f: &Field) -> syn::Type {
+    let option = |t| syntax::path_ty(syntax::generic_path(&["Option"], vec![t]));
     match presence(f) {
-        Presence::Plain => t,
-        Presence::Option => quote!(Option<#t>),
-        Presence::Tri => quote!(Option<Option<#t>>),
+        Presence::Plain => syn_ty(&f.ty),
+        Presence::Option => option(syn_ty(&f.ty)),
+        Presence::Tri => option(option(syn_ty(&f.ty))),
     }
 }
 
-fn structure(gate: &TokenStream, name: &proc_macro2::Ident, s: &Struct, all: &[Item]) -> TokenStream {
+/// A struct as syntax nodes ([`syntax`]): its definition, its `impl` with the constructor and
+/// a setter per optional field, and its `Deserialize` (unless it derives one).
+fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
+    let name = ident(&item.name);
     // Structs with a flattened union keep serde's derive; the others get a generated
     // `Deserialize` (see `deserialize_struct`), which compiles faster.
     let derive_de = s.flatten.is_some();
@@ -139,103 +162,96 @@ fn structure(gate: &TokenStream, name: &proc_macro2::Ident, s: &Struct, all: &[I
     let mut setters = Vec::new();
     for f in &s.fields {
         let id = field_ident(&f.wire);
-        let ty = field_ty(f);
-        let docs = doc(f.doc.as_deref());
-        let gate = cfg(&f.gate);
-        let mut attrs = Vec::new();
+        let mut serde = Vec::new();
         if id.to_string().trim_start_matches("r#") != f.wire {
             let wire = &f.wire;
-            attrs.push(quote!(rename = #wire));
+            serde.push(quote!(rename = #wire));
         }
         let presence = presence(f);
         if !f.required {
-            attrs.push(quote!(skip_serializing_if = "Option::is_none"));
+            serde.push(quote!(skip_serializing_if = "Option::is_none"));
         }
         if derive_de {
             if !f.required {
-                attrs.push(quote!(default));
+                serde.push(quote!(default));
             }
             if let Some(helper) = deserialize_helper(f) {
                 let helper = format!("serde_support::{helper}");
-                attrs.push(quote!(deserialize_with = #helper));
+                serde.push(quote!(deserialize_with = #helper));
             }
         }
-        let serde_attr = if attrs.is_empty() { quote!() } else { quote!(#[serde(#(#attrs),*)]) };
-        fields.push(quote!(#docs #gate #serde_attr pub #id: #ty,));
+        let mut attrs = syntax::doc_attrs(f.doc.as_deref());
+        attrs.extend(cfg_attrs(&f.gate));
+        if !serde.is_empty() {
+            attrs.push(syntax::attr_list("serde", quote!(#(#serde),*)));
+        }
+        fields.push(syntax::pub_field(attrs, &id, field_syn_ty(f)));
 
         if f.required {
             let (param_ty, conv) = into_param(&f.ty, &id);
-            let value = if presence == Presence::Option { quote!(Some(#conv)) } else { conv };
-            ctor_params.push(quote!(#gate #id: #param_ty));
-            ctor_inits.push(quote!(#gate #id: #value,));
+            let value = if presence == Presence::Option { syntax::expr_call("Some", conv) } else { conv };
+            ctor_params.push(syntax::param(cfg_attrs(&f.gate), &id, param_ty));
+            ctor_inits.push((cfg_attrs(&f.gate), id, value));
         } else {
-            ctor_inits.push(quote!(#gate #id: None,));
+            ctor_inits.push((cfg_attrs(&f.gate), id.clone(), syntax::expr_path(syntax::path(&["None"]))));
             let (param_ty, conv) = match presence {
-                Presence::Tri => {
-                    let inner = rust_ty(&f.ty);
-                    (quote!(Option<#inner>), quote!(#id))
-                }
+                Presence::Tri => (syntax::path_ty(syntax::generic_path(&["Option"], vec![syn_ty(&f.ty)])), syntax::expr_ident(&id)),
                 _ => into_param(&f.ty, &id),
             };
             let field_name = id.to_string();
             let field_name = field_name.trim_start_matches("r#");
             let setter_doc = if presence == Presence::Tri {
-                format!(" Sets [`Self::{field_name}`]; `None` writes an explicit `null`.")
+                format!("Sets [`Self::{field_name}`]; `None` writes an explicit `null`.")
             } else {
-                format!(" Sets [`Self::{field_name}`].")
+                format!("Sets [`Self::{field_name}`].")
             };
-            setters.push(quote! {
-                #[doc = #setter_doc]
-                #gate
-                #[must_use]
-                pub fn #id(mut self, #id: #param_ty) -> Self {
-                    self.#id = Some(#conv);
-                    self
-                }
-            });
+            let mut attrs = syntax::doc_attrs(Some(&setter_doc));
+            attrs.extend(cfg_attrs(&f.gate));
+            attrs.push(syntax::attr_word("must_use"));
+            let body = vec![
+                (syntax::expr_assign_self_field(&id, syntax::expr_call("Some", conv)), true),
+                (syntax::expr_path(syntax::path(&["self"])), false),
+            ];
+            setters.push(syntax::pub_fn_returning_self(attrs, &id, vec![syntax::mut_self(), syntax::param(Vec::new(), &id, param_ty)], body));
         }
     }
     if let Some(flat) = &s.flatten {
         let id = field_ident(&flat.field);
-        let ty = ident(&flat.ty);
-        fields.push(quote!(#[serde(flatten)] pub #id: #ty,));
-        ctor_params.push(quote!(#id: impl Into<#ty>));
-        ctor_inits.push(quote!(#id: #id.into(),));
+        let ty = Ty::Named(flat.ty.clone());
+        fields.push(syntax::pub_field(vec![syntax::attr_list("serde", quote!(flatten))], &id, syn_ty(&ty)));
+        let (param_ty, conv) = into_param(&ty, &id);
+        ctor_params.push(syntax::param(Vec::new(), &id, param_ty));
+        ctor_inits.push((Vec::new(), id, conv));
     }
+
     let default = if ctor_params.is_empty() { quote!(Default,) } else { quote!() };
-    let (de_derive, de_impl) =
-        if derive_de { (quote!(serde::Deserialize,), quote!()) } else { (quote!(), deserialize_struct(gate, name, s)) };
-    let schemars = schemars_derive();
-    let derives = quote!(#[derive(Debug, Clone, PartialEq, #default serde::Serialize, #de_derive)] #schemars);
-    let ctor_doc = if ctor_params.is_empty() {
-        " Creates a value with every optional field unset.".to_owned()
+    let de_derive = if derive_de { quote!(serde::Deserialize,) } else { quote!() };
+    let mut attrs = syntax::doc_attrs(item.doc.as_deref());
+    attrs.extend(cfg_attrs(&item.gate));
+    attrs.push(syntax::attr_list("derive", quote!(Debug, Clone, PartialEq, #default serde::Serialize, #de_derive)));
+    attrs.push(syntax::attr_list("cfg_attr", quote!(feature = "schemars", derive(schemars::JsonSchema))));
+    attrs.push(syntax::attr_word("non_exhaustive"));
+    let definition = syntax::pub_struct(attrs, &name, fields);
+
+    let mut ctor_attrs = syntax::doc_attrs(Some(if ctor_params.is_empty() {
+        "Creates a value with every optional field unset."
     } else {
-        " Creates a value from its required fields; optional fields start unset.".to_owned()
-    };
-    let _ = all;
-    quote! {
-        #gate #derives
-        #[non_exhaustive]
-        pub struct #name {
-            #(#fields)*
-        }
-
-        #gate impl #name {
-            #[doc = #ctor_doc]
-            #[allow(clippy::new_without_default)]
-            pub fn new(#(#ctor_params),*) -> Self {
-                #name { #(#ctor_inits)* }
-            }
-            #(#setters)*
-        }
-
-        #de_impl
+        "Creates a value from its required fields; optional fields start unset."
+    }));
+    ctor_attrs.push(syntax::attr_list("allow", quote!(clippy::new_without_default)));
+    let ctor = syntax::pub_fn_returning_self(ctor_attrs, &ident("new"), ctor_params, vec![(syntax::expr_struct(&name, ctor_inits), false)]);
+    let mut fns = vec![ctor];
+    fns.extend(setters);
+    let mut out = vec![syn::Item::Struct(definition), syn::Item::Impl(syntax::inherent_impl(cfg_attrs(&item.gate), &name, fns))];
+    if !derive_de {
+        out.push(syn::Item::Macro(deserialize_struct(&item.gate, &name, s)));
     }
+    out
 }
 
 /// A streaming `Deserialize` for a plain struct, through `serde_support::deserialize_struct!`
 /// (one pass over the map, unknown keys skipped, lenient fields through their markers).
-fn deserialize_struct(gate: &TokenStream, name: &proc_macro2::Ident, s: &Struct) -> TokenStream {
+fn deserialize_struct(gate: &Gate, name: &proc_macro2::Ident, s: &Struct) -> syn::ItemMacro {
     let fields = s.fields.iter().map(|f| {
         let id = field_ident(&f.wire);
         let fgate = cfg(&f.gate);
@@ -247,17 +263,16 @@ fn deserialize_struct(gate: &TokenStream, name: &proc_macro2::Ident, s: &Struct)
         });
         quote!(#fgate #id: #wire => #how #marker)
     });
-    quote! {
-        #gate serde_support::deserialize_struct!(#name { #(#fields),* });
-    }
+    syntax::macro_call(cfg_attrs(gate), &["serde_support", "deserialize_struct"], quote!(#name { #(#fields),* }))
 }
 
-/// Constructor and setter parameters take `impl Into<T>` where that reads naturally.
-fn into_param(ty: &Ty, id: &proc_macro2::Ident) -> (TokenStream, TokenStream) {
-    let inner = rust_ty(ty);
+/// Constructor and setter parameters take `impl Into<T>` where that reads naturally: the
+/// parameter's type and the expression that turns it into the field's.
+fn into_param(ty: &Ty, id: &proc_macro2::Ident) -> (syn::Type, syn::Expr) {
+    let inner = syn_ty(ty);
     match ty {
-        Ty::Prim(Prim::String) | Ty::Named(_) => (quote!(impl Into<#inner>), quote!(#id.into())),
-        _ => (inner, quote!(#id)),
+        Ty::Prim(Prim::String) | Ty::Named(_) => (syntax::impl_into(inner), syntax::expr_method(syntax::expr_ident(id), "into")),
+        _ => (inner, syntax::expr_ident(id)),
     }
 }
 
@@ -418,7 +433,7 @@ fn int_consts(gate: &TokenStream, name: &proc_macro2::Ident, repr: Prim, consts:
     let name_str = name.to_string();
     let titles: Vec<String> = consts.iter().map(|c| title_of(&c.name)).collect();
     let values: Vec<Literal> = consts.iter().map(|c| int_literal(repr, c.value)).collect();
-    let repr_ty = prim(repr);
+    let repr_ty = rust_ty(&Ty::Prim(repr));
     let defs = consts.iter().map(|c| {
         let id = format_ident!("{}", c.name);
         let docs = doc(c.doc.as_deref().or(Some(&title_of(&c.name))));
@@ -524,7 +539,7 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
                 let ty = payload_ty(&v.payload);
                 defs.push(quote!(#docs #gate #id(#ty),));
                 ser.push(quote!(#gate #name::#id(payload) => serde_support::serialize_tagged(serializer, #tag, #wire, payload),));
-                de.push(quote!(#gate Some(#wire) => serde_support::payload(&value).map(#name::#id),));
+                de.push(quote!(#gate Some(#wire) => serde_support::payload(&value, #tag).map(#name::#id),));
                 tags.push(quote!(#gate #name::#id(_) => Some(#wire),));
             }
             Payload::Property { wire: prop, ty } => {
@@ -546,7 +561,7 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
                     defs.push(quote!(#docs #id(#ty),));
                     ser.push(quote!(#name::#id(payload) => serde::Serialize::serialize(payload, serializer),));
                     tags.push(quote!(#name::#id(_) => None,));
-                    quote!(None => serde_support::payload(&value).map(#name::#id),)
+                    quote!(None => serde_support::payload(&value, #tag).map(#name::#id),)
                 }
                 Payload::Property { wire: prop, ty } => {
                     let ty = rust_ty(ty);

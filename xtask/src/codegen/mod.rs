@@ -2,11 +2,13 @@
 //!
 //! Data flow: [`load`] reads a release folder → [`classify`] turns every definition into an IR
 //! item and [`methods`] builds the method table → [`features`] merges stable and unstable into
-//! one gated model → [`emit`] produces tokens → `prettyplease` formats them at the edge, in
-//! [`generate`]. Every step returns [`CodegenError`] instead of panicking, naming the
-//! definition and the construct it could not handle.
+//! one gated model → [`emit`] produces tokens → `syn` and `prettyplease` format them at the
+//! edge, in [`generate`], one item at a time on every core, with the doc comments set aside
+//! ([`docs`]). Every step returns [`CodegenError`] instead of panicking, naming the definition
+//! and the construct it could not handle.
 
 pub mod classify;
+pub mod docs;
 pub mod emit;
 pub mod features;
 pub mod ir;
@@ -14,6 +16,7 @@ pub mod load;
 pub mod macro_table;
 pub mod methods;
 pub mod naming;
+mod syntax;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -106,90 +109,144 @@ fn model_of(schema: &serde_json::Value, meta: &serde_json::Value, path: &Path) -
 
 /// Generates every file of the crate.
 pub fn generate(settings: &Settings) -> Result<Vec<OutputFile>> {
-    let v1 = load::load_version(&settings.schema_dir.join("v1"))?;
-    let v1_model = build_model(&v1, settings.gating)?;
-    generate_from(settings, &v1, &v1_model)
+    generate_from(settings, &load_all(settings)?)
 }
 
 /// Everything `cargo xtask codegen` writes: the crate, the macro table and the README with its
 /// handler tables, from one load of the schema.
 pub fn generate_all(settings: &Settings, readme_text: &str) -> Result<(Vec<OutputFile>, OutputFile, String)> {
-    let v1 = load::load_version(&settings.schema_dir.join("v1"))?;
-    let v1_model = build_model(&v1, settings.gating)?;
-    let files = generate_from(settings, &v1, &v1_model)?;
-    let table = macro_table_from(settings, &v1, &v1_model)?;
-    let readme = readme_from(&v1_model, readme_text)?;
+    let loaded = load_all(settings)?;
+    let files = generate_from(settings, &loaded)?;
+    let table = macro_table_from(settings, &loaded.v1, &loaded.v1_model)?;
+    let readme = readme_from(&loaded.v1_model, readme_text)?;
     Ok((files, table, readme))
 }
 
-fn generate_from(settings: &Settings, v1: &VersionFiles, v1_model: &Model) -> Result<Vec<OutputFile>> {
-    let v2_dir = settings.schema_dir.join("v2");
-    let v2 = if settings.v2 && v2_dir.join("schema.json").exists() {
-        // Protocol v2 is unstable as a whole upstream: its stable schema, behind one feature.
-        let mut files = load::load_version(&v2_dir)?;
-        files.schema_unstable = None;
-        files.meta_unstable = None;
-        Some(files)
-    } else {
-        None
-    };
+/// A release's schema, loaded and classified: v1 with its merged model, and protocol v2 when
+/// it is generated.
+struct Loaded {
+    v1: VersionFiles,
+    v1_model: Model,
+    v2: Option<(VersionFiles, Model)>,
+}
 
-    let preamble = preamble(settings, v1, v2.as_ref());
-    let render_text = |path: &str, tokens: Result<TokenStream>| -> Result<String> {
-        let file = syn::parse2::<syn::File>(tokens?)
-            .map_err(|e| CodegenError::Emit { file: path.to_owned(), message: e.to_string() })?;
-        Ok(tidy::struct_macros(&prettyplease::unparse(&file)))
-    };
-    let render = |path: &str, tokens: Result<TokenStream>| -> Result<OutputFile> {
-        Ok(OutputFile { path: path.into(), contents: format!("{preamble}\n{}", render_text(path, tokens)?) })
-    };
+/// Loads v1 and v2; v2 on a thread of its own, since the two are independent.
+fn load_all(settings: &Settings) -> Result<Loaded> {
+    std::thread::scope(|scope| {
+        let v2 = scope.spawn(|| load_v2(settings));
+        let v1 = load::load_version(&settings.schema_dir.join("v1"))?;
+        let v1_model = build_model(&v1, settings.gating)?;
+        let v2 = v2.join().map_err(|_| CodegenError::table("the thread loading protocol v2 panicked"))??;
+        Ok(Loaded { v1, v1_model, v2 })
+    })
+}
 
-    let v2_model = v2.as_ref().map(|v2| build_model(v2, Gating::AllInOne)).transpose()?;
-    // Emitting, parsing and formatting dominate; the big files are independent, so they are
-    // rendered on their own threads (token streams are not `Send`, so each thread makes its own).
-    // (path, model, part): the types files in halves; the rest is small.
-    let mut jobs: Vec<(&str, &Model, usize)> = vec![("src/v1/types.rs", v1_model, 0), ("src/v1/types.rs", v1_model, 1)];
-    if let Some(m) = &v2_model {
-        jobs.extend([("src/v2/types.rs", m, 0), ("src/v2/types.rs", m, 1)]);
+fn load_v2(settings: &Settings) -> Result<Option<(VersionFiles, Model)>> {
+    let dir = settings.schema_dir.join("v2");
+    if !settings.v2 || !dir.join("schema.json").exists() {
+        return Ok(None);
     }
-    let mut out = std::thread::scope(|scope| -> Result<Vec<OutputFile>> {
-        let handles: Vec<_> = jobs
-            .iter()
-            .map(|&(path, model, part)| {
-                let version = if path.contains("v2") { "v2" } else { "v1" };
-                scope.spawn(move || render_text(path, types_module(model, version, part, 2)))
-            })
-            .collect();
-        let mut out = vec![
-            render("src/v1/methods.rs", methods_module(v1_model))?,
-            render("src/v1/mod.rs", Ok(version_mod("1")))?,
-            render("src/lib.rs", Ok(lib_rs(settings, v2_model.is_some())))?,
-        ];
-        if let Some(m) = &v2_model {
-            out.push(render("src/v2/methods.rs", methods_module(m))?);
-            out.push(render("src/v2/mod.rs", Ok(version_mod("2")))?);
-        }
-        // Join the parts of each types file, in order.
-        let mut texts: Vec<(&str, String)> = Vec::new();
-        for (h, &(path, _, _)) in handles.into_iter().zip(&jobs) {
-            let text = h.join().unwrap_or_else(|_| Err(CodegenError::table("a rendering thread panicked")))?;
-            match texts.iter_mut().find(|(p, _)| *p == path) {
-                Some((_, joined)) => {
-                    joined.push('\n');
-                    joined.push_str(&text);
-                }
-                None => texts.push((path, text)),
-            }
-        }
-        out.extend(texts.into_iter().map(|(path, text)| OutputFile { path: path.into(), contents: format!("{preamble}\n{text}") }));
-        Ok(out)
-    })?;
+    // Protocol v2 is unstable as a whole upstream: its stable schema, behind one feature.
+    let files = load::load_stable(&dir)?;
+    let model = build_model(&files, Gating::AllInOne)?;
+    Ok(Some((files, model)))
+}
+
+fn generate_from(settings: &Settings, loaded: &Loaded) -> Result<Vec<OutputFile>> {
+    let (v1, v1_model) = (&loaded.v1, &loaded.v1_model);
+    let v2 = loaded.v2.as_ref().map(|(files, _)| files);
+    let v2_model = loaded.v2.as_ref().map(|(_, model)| model);
+    let preamble = preamble(settings, v1, v2);
+
+    // Every Rust file as a list of pieces, each rendered on its own (see [`render`]).
+    let mut files: Vec<(&str, Vec<Piece>)> = vec![
+        ("src/v1/methods.rs", vec![tokens(|| methods_module(v1_model))]),
+        ("src/v1/types.rs", types_pieces(v1_model, "v1")),
+        ("src/v1/mod.rs", vec![tokens(|| Ok(version_mod("1")))]),
+        ("src/lib.rs", vec![tokens(|| Ok(lib_rs(settings, v2_model.is_some())))]),
+    ];
+    if let Some(m) = v2_model {
+        files.push(("src/v2/methods.rs", vec![tokens(move || methods_module(m))]));
+        files.push(("src/v2/types.rs", types_pieces(m, "v2")));
+        files.push(("src/v2/mod.rs", vec![tokens(|| Ok(version_mod("2")))]));
+    }
+    let mut out: Vec<OutputFile> = render(&files)?
+        .into_iter()
+        .zip(&files)
+        .map(|(text, (path, _))| OutputFile { path: path.into(), contents: format!("{preamble}\n{text}") })
+        .collect();
     out.push(OutputFile {
         path: "src/serde_support.rs".into(),
         contents: format!("{preamble}\n{}", include_str!("../../templates/serde_support.rs")),
     });
     out.push(OutputFile { path: "Cargo.toml".into(), contents: cargo_toml(settings, v2.is_some(), &preamble) });
     out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// A part of a generated file: makes its code when called, on whichever thread renders it
+/// (token streams and syntax trees are not `Send`).
+type Piece<'a> = Box<dyn Fn() -> Result<Code> + Send + Sync + 'a>;
+
+/// What a piece makes: tokens to parse, or items already parsed or built as syntax.
+enum Code {
+    Tokens(TokenStream),
+    Items(syn::Result<Vec<syn::Item>>),
+}
+
+/// A piece made of tokens.
+fn tokens<'a>(make: impl Fn() -> Result<TokenStream> + Send + Sync + 'a) -> Piece<'a> {
+    Box::new(move || make().map(Code::Tokens))
+}
+
+/// Renders every file (tokens → `syn` → `prettyplease`, piece by piece) and returns their texts
+/// in order. Parsing and formatting are most of the generator's time: one item at a time keeps
+/// the token streams and syntax trees small (less memory to allocate and free than one tree
+/// per file), and the pieces are shared out between the cores, the biggest first.
+fn render(files: &[(&str, Vec<Piece>)]) -> Result<Vec<String>> {
+    let pieces: Vec<(usize, &Piece)> =
+        files.iter().enumerate().flat_map(|(file, (_, pieces))| pieces.iter().map(move |p| (file, p))).collect();
+    // The files of one piece (the methods modules, each about as long to render as 40 items)
+    // go first, so that no core is left with a long piece at the end.
+    let mut order: Vec<usize> = (0..pieces.len()).collect();
+    order.sort_by_key(|&i| files[pieces[i].0].1.len() > 1);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || -> Vec<(usize, Result<String>)> {
+        let mut done = Vec::new();
+        loop {
+            let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(&i) = order.get(n) else { return done };
+            let (file, make) = pieces[i];
+            let path = files[file].0;
+            let (code, docs) = docs::deferred(make);
+            let text = code.and_then(|code| {
+                let file = match code {
+                    Code::Tokens(tokens) => syn::parse2::<syn::File>(tokens),
+                    Code::Items(items) => items.map(|items| syn::File { shebang: None, attrs: Vec::new(), items }),
+                };
+                let file = file.map_err(|e| CodegenError::Emit { file: path.to_owned(), message: e.to_string() })?;
+                docs::expand(&tidy::struct_macros(&prettyplease::unparse(&file)), &docs)
+            });
+            done.push((i, text));
+        }
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(pieces.len()).max(1);
+    let results = std::thread::scope(|scope| -> Result<Vec<(usize, Result<String>)>> {
+        let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+        let mut results = work();
+        for h in helpers {
+            results.extend(h.join().map_err(|_| CodegenError::table("a rendering thread panicked"))?);
+        }
+        Ok(results)
+    })?;
+    let mut texts: Vec<Option<Result<String>>> = (0..pieces.len()).map(|_| None).collect();
+    for (i, text) in results {
+        texts[i] = Some(text);
+    }
+    let mut out = vec![String::new(); files.len()];
+    for ((file, _), text) in pieces.iter().zip(texts) {
+        out[*file].push_str(&text.unwrap_or_else(|| Err(CodegenError::table("a piece was not rendered")))?);
+    }
     Ok(out)
 }
 
@@ -218,43 +275,32 @@ fn version_mod(version: &str) -> TokenStream {
     }
 }
 
-/// The types module in `parts` pieces (items split evenly), rendered separately and joined:
-/// parsing and formatting are most of the generator's time, and the pieces run in parallel.
-fn types_module(model: &Model, version: &str, part: usize, parts: usize) -> Result<TokenStream> {
-    let per_part = model.items.len().div_ceil(parts);
-    let chunk = model.items.iter().skip(part * per_part).take(per_part);
-    let items = chunk.map(|i| emit::item(i, &model.items));
-    let header = if part == 0 {
+/// The types module: its header, one piece per item, and the `json_schemas` function.
+fn types_pieces<'a>(model: &'a Model, version: &'a str) -> Vec<Piece<'a>> {
+    let mut pieces: Vec<Piece<'a>> = vec![tokens(move || {
         let doc = format!(" Every definition of the protocol {version} schema, as a Rust type.");
-        quote! {
+        Ok(quote! {
             #![doc = #doc]
             #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation, rustdoc::bare_urls, rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
             use crate::serde_support;
-        }
-    } else {
-        TokenStream::new()
-    };
-    let footer = if part + 1 == parts {
+        })
+    })];
+    pieces.extend(model.items.iter().map(|i| -> Piece<'a> { Box::new(move || Ok(Code::Items(emit::item_syntax(i, &model.items)))) }));
+    pieces.push(tokens(move || {
         let schemas = model.items.iter().map(|i| {
             let gate = emit::cfg(&i.gate);
             let name = naming::ident(&i.name);
             quote!(#gate generator.subschema_for::<#name>();)
         });
-        quote! {
+        Ok(quote! {
             /// Adds the JSON Schema of every type to `generator`'s definitions (`generator.definitions()`).
             #[cfg(feature = "schemars")]
             pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
                 #(#schemas)*
             }
-        }
-    } else {
-        TokenStream::new()
-    };
-    Ok(quote! {
-        #header
-        #(#items)*
-        #footer
-    })
+        })
+    }));
+    pieces
 }
 
 fn methods_module(model: &Model) -> Result<TokenStream> {
