@@ -17,9 +17,12 @@
 //!   may await calls to the peer: their responses are routed by the reader, which is not
 //!   blocked by handlers.
 //! - **Notifications** are handled by one task, one at a time, in arrival order.
-//! - **The writer** is one task that owns the output: everything sent goes through one bounded
-//!   FIFO queue (senders wait when it is full), is written through a `BufWriter`, and is
-//!   flushed whenever the queue runs empty.
+//! - **The output** is one bounded FIFO queue (senders wait when it is full), drained by one
+//!   writer task in batches and flushed whenever the queue runs empty. A request or a response
+//!   that finds the queue empty and nothing being written is written by its sender instead, at
+//!   once and within one poll: it keeps its place in the order, and a sender dropped afterwards
+//!   cannot tear it (what the transport does not take at once is left to the writer task).
+//!   Notifications always take the queue. With a wire tap, everything takes the queue.
 //!
 //! **Requests follow notifications too.** A request's handler starts only after every
 //! notification that arrived before the request has been handled (the request's task waits; the
@@ -250,7 +253,7 @@ impl Connection {
 
     /// The connection's state, before the handler exists (it may need the [`Peer`]).
     fn prepare(self) -> (Peer, Prepared) {
-        let (out_tx, out_rx) = mpsc::channel(self.write_queue_capacity);
+        let (out, out_rx) = writer::Output::new(self.write_queue_capacity, self.tap.is_none());
         let (tap_tx, tap_rx) = match self.tap {
             Some(_) => {
                 let (tx, rx) = mpsc::channel(1024);
@@ -259,7 +262,7 @@ impl Connection {
             None => (None, None),
         };
         let shared = Arc::new(Shared {
-            out_tx,
+            out,
             tap: tap_tx,
             next_id: AtomicI64::new(0),
             pending: Mutex::new(PendingCalls::default()),
@@ -324,6 +327,8 @@ impl Drop for Serve {
     fn drop(&mut self) {
         self.shared.close();
         self.shared.release_waiters();
+        // At once, not when the aborted writer task gets to it: no direct write after this.
+        self.shared.out.detach();
     }
 }
 
@@ -443,7 +448,7 @@ pub(crate) struct InFlight {
 }
 
 pub(crate) struct Shared {
-    pub(crate) out_tx: mpsc::Sender<Vec<u8>>,
+    pub(crate) out: writer::Output,
     pub(crate) tap: Option<mpsc::Sender<Vec<u8>>>,
     pub(crate) next_id: AtomicI64,
     pending: Mutex<PendingCalls>,
@@ -468,7 +473,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shared {
     /// Queues one encoded line for the writer, waiting while the queue is full.
     pub(crate) async fn send_line(&self, line: Vec<u8>) -> Result<(), Error> {
-        self.out_tx.send(line).await.map_err(|_| Error::ConnectionClosed)
+        self.out.send(line, false).await
+    }
+
+    /// Like [`Shared::send_line`], but the line is written at once when the writer is idle (for
+    /// requests and responses, whose latency counts; see [`writer`]).
+    pub(crate) async fn send_line_direct(&self, line: Vec<u8>) -> Result<(), Error> {
+        self.out.send(line, true).await
     }
 
     pub(crate) fn register_call(
@@ -555,12 +566,12 @@ impl Shared {
         if jsonrpc::encode_notification(&mut line, methods::CANCEL_REQUEST, Some(&Params { request_id: id })).is_err() {
             return;
         }
-        match self.out_tx.try_send(line) {
+        match self.out.queue.try_send(line) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Closed(_)) => {}
             Err(mpsc::error::TrySendError::Full(line)) => {
                 if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                    let tx = self.out_tx.clone();
+                    let tx = self.out.queue.clone();
                     handle.spawn(async move {
                         let _ = tx.send(line).await;
                     });

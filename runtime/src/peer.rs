@@ -169,12 +169,12 @@ impl Peer {
         shared.register_call(id, tx, permission_session)?;
         let mut guard = CallGuard { shared, id, sent: false };
         match cancel {
-            None => shared.send_line(line).await?,
+            None => shared.send_line_direct(line).await?,
             // While waiting for room in the write queue, too: not sent yet, nothing to cancel.
             Some(cancel) => tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(Error::Cancelled),
-                sent = shared.send_line(line) => sent?,
+                sent = shared.send_line_direct(line) => sent?,
             },
         }
         guard.sent = true;

@@ -122,7 +122,7 @@ impl Router {
         let mut line = Vec::with_capacity(128);
         jsonrpc::encode_response(&mut line, id, result);
         // A closed connection has nobody to answer.
-        let _ = self.shared.send_line(line).await;
+        let _ = self.shared.send_line_direct(line).await;
     }
 
     fn on_response(&mut self, id: Id, result: Result<Box<RawValue>, ErrorObject>) {
@@ -272,36 +272,43 @@ async fn run_request(
     // Like a response, a request is handled only after the notifications that arrived before
     // it: a permission request never overtakes the tool call update it is about.
     let waiting = shared.clone();
-    let fut = CatchUnwind::new(async move {
-        waiting.wait_for_notifications(barrier).await;
-        // Held, with `slot`, until the handler's future is done or dropped. The semaphore is
-        // never closed, so the permit always comes.
-        let _running = slot.running.clone().acquire_owned().await;
-        handler.handle_request_boxed(req).await
-    })
-    .instrument(span.clone());
-    tokio::pin!(fut);
+    // The handler's future lives in this block only: it is dropped, its request slot with it,
+    // before the answer goes out (which may be at once, see `writer`). So a peer that has the
+    // answer finds the slot free and the handler gone.
+    let answer = {
+        let fut = CatchUnwind::new(async move {
+            waiting.wait_for_notifications(barrier).await;
+            // Held, with `slot`, until the handler's future is done or dropped. The semaphore is
+            // never closed, so the permit always comes.
+            let _running = slot.running.clone().acquire_owned().await;
+            handler.handle_request_boxed(req).await
+        })
+        .instrument(span.clone());
+        tokio::pin!(fut);
 
-    let finished = tokio::select! {
-        biased;
-        out = &mut fut => Some(out),
-        () = token.cancelled() => None,
-    };
-    let answer = match finished {
-        Some(out) if !token.is_cancelled() => normal_answer(out, &span),
-        Some(out) => cancelled_answer(kind, Some(out)),
-        None if kind == RequestKind::Permission => {
-            // Answered at once; the handler may still clean up during the grace period.
-            finish(&shared, id, cancelled_answer(kind, None)).await;
-            let _ = within_grace(watch.grace(grace), fut).await;
-            return;
-        }
-        None => {
-            let out = within_grace(watch.grace(grace), &mut fut).await;
-            if out.is_none() {
-                span.in_scope(|| tracing::debug!("cancelled handler did not finish within the grace period; dropped"));
+        let finished = tokio::select! {
+            biased;
+            out = &mut fut => Some(out),
+            () = token.cancelled() => None,
+        };
+        match finished {
+            Some(out) if !token.is_cancelled() => normal_answer(out, &span),
+            Some(out) => cancelled_answer(kind, Some(out)),
+            None if kind == RequestKind::Permission => {
+                // Answered at once; the handler may still clean up during the grace period.
+                finish(&shared, id, cancelled_answer(kind, None)).await;
+                let _ = within_grace(watch.grace(grace), fut).await;
+                return;
             }
-            cancelled_answer(kind, out)
+            None => {
+                let out = within_grace(watch.grace(grace), &mut fut).await;
+                if out.is_none() {
+                    span.in_scope(|| {
+                        tracing::debug!("cancelled handler did not finish within the grace period; dropped")
+                    });
+                }
+                cancelled_answer(kind, out)
+            }
         }
     };
     finish(&shared, id, answer).await;
@@ -367,7 +374,7 @@ async fn finish(shared: &Shared, id: Id, answer: Result<Box<RawValue>, ErrorObje
         Err(_) => 128,
     });
     jsonrpc::encode_response(&mut line, &id, answer.as_deref());
-    let _ = shared.send_line(line).await;
+    let _ = shared.send_line_direct(line).await;
 }
 
 /// Handles queued notifications one at a time, in order, until the queue ends.

@@ -1,31 +1,239 @@
-//! The single FIFO writer task and the wire tap task.
+//! The output of a connection: the bounded FIFO write queue, the writer task that drains it,
+//! the direct path that lets a sender skip that task when it is idle, and the wire tap task.
 //!
-//! Everything a connection sends is one encoded line (with its newline) in one bounded queue;
-//! the writer drains it in batches into a `BufWriter` and flushes only when the queue is empty,
-//! so a burst of small messages costs few syscalls and a lone message is not delayed.
+//! Everything a connection sends is one encoded line (with its newline). The writer task moves
+//! queued lines into one buffer in batches and writes when the queue runs empty (or the buffer is
+//! full), so a burst of small messages costs few syscalls and a lone message is not delayed.
+//! A request or response that finds the queue and the buffer empty, and nobody writing, is
+//! written by its sender at once instead ([`Output::send`]): on a multi-thread runtime that saves
+//! handing the line to another task, the writer, on every hop of a round trip. The direct write
+//! happens within one poll of the sender (never across an await), and whatever the transport
+//! does not take at once stays in the shared buffer for the writer task: a sender dropped
+//! afterwards cannot tear a line, and later lines queue behind it. Notifications always take
+//! the queue, because they come in streams and the batching is for those.
 
 use std::io;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::task::{Context, Poll, Waker};
 
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::connection::Shared;
+use crate::error::Error;
 
 const BATCH: usize = 64;
 const BUFFER: usize = 64 * 1024;
+
+type BoxWriter = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// The sending side of a connection's output, shared by every sender and the writer task.
+pub(crate) struct Output {
+    /// The bounded queue to the writer task.
+    pub(crate) queue: mpsc::Sender<Vec<u8>>,
+    sink: Mutex<Sink>,
+    /// Whether senders may write themselves: not with a wire tap, whose entries the writer task
+    /// records in wire order.
+    direct: bool,
+}
+
+/// The transport and what was accepted for it but not written yet. Only ever locked for the
+/// length of one poll, never across an await.
+struct Sink {
+    /// The transport, from the writer task's start to its end (dropping it is end of input for
+    /// the peer); `None` before and after, and always with a wire tap.
+    io: Option<BoxWriter>,
+    /// Accepted bytes; `buf[done..]` is not written yet.
+    buf: Vec<u8>,
+    done: usize,
+    /// Written since the last completed flush.
+    unflushed: bool,
+    /// A direct write failed: the writer task reports it and ends the connection.
+    error: Option<io::Error>,
+    /// The writer task, woken when a direct write leaves work behind.
+    waker: Option<Waker>,
+}
+
+impl Output {
+    pub(crate) fn new(capacity: usize, direct: bool) -> (Output, mpsc::Receiver<Vec<u8>>) {
+        let (queue, rx) = mpsc::channel(capacity);
+        let sink = Sink { io: None, buf: Vec::new(), done: 0, unflushed: false, error: None, waker: None };
+        (Output { queue, sink: Mutex::new(sink), direct }, rx)
+    }
+
+    /// Sends one line: with `direct`, written at once when nothing is queued or being written;
+    /// otherwise queued for the writer task, waiting while the queue is full.
+    pub(crate) async fn send(&self, line: Vec<u8>, direct: bool) -> Result<(), Error> {
+        let line = if direct {
+            match self.try_write(line) {
+                None => return Ok(()),
+                Some(line) => line,
+            }
+        } else {
+            line
+        };
+        self.queue.send(line).await.map_err(|_| Error::ConnectionClosed)
+    }
+
+    /// Drops the transport (end of input for the peer); nothing is written after this.
+    pub(crate) fn detach(&self) {
+        let io = lock(&self.sink).io.take();
+        drop(io);
+    }
+
+    /// The direct path: takes `line` (`None`) if the writer is idle, with nothing queued and
+    /// nothing left to write, or hands it back for the queue. Everything happens in this call:
+    /// what the transport does not take at once goes to the buffer, for the writer task.
+    fn try_write(&self, line: Vec<u8>) -> Option<Vec<u8>> {
+        if !self.direct {
+            return Some(line);
+        }
+        // Busy (the writer task or another sender is writing): queue, which also batches.
+        let mut sink = match self.sink.try_lock() {
+            Ok(sink) => sink,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return Some(line),
+        };
+        // The writer task moves lines from the queue to the buffer under this lock, so an empty
+        // queue and an empty buffer mean every line accepted before this one is written: FIFO.
+        let idle = self.queue.capacity() == self.queue.max_capacity()
+            && !self.queue.is_closed()
+            && sink.done == sink.buf.len()
+            && sink.error.is_none();
+        let sink = &mut *sink;
+        let Some(io) = sink.io.as_mut().filter(|_| idle) else {
+            return Some(line);
+        };
+        // The writer task registers for readiness when it takes over; this poll must not.
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut written = 0;
+        let mut failed = None;
+        while written < line.len() {
+            match Pin::new(&mut *io).poll_write(&mut cx, &line[written..]) {
+                Poll::Ready(Ok(0)) => failed = Some(io::ErrorKind::WriteZero.into()),
+                Poll::Ready(Ok(n)) => written += n,
+                Poll::Ready(Err(e)) => failed = Some(e),
+                Poll::Pending => break,
+            }
+            if failed.is_some() {
+                break;
+            }
+        }
+        if written > 0 {
+            sink.unflushed = true;
+        }
+        if failed.is_none() && written == line.len() {
+            match Pin::new(&mut *io).poll_flush(&mut cx) {
+                Poll::Ready(Ok(())) => sink.unflushed = false,
+                Poll::Ready(Err(e)) => failed = Some(e),
+                Poll::Pending => {}
+            }
+        }
+        if failed.is_none() && written < line.len() {
+            sink.buf.clear();
+            sink.done = 0;
+            sink.buf.extend_from_slice(&line[written..]);
+        }
+        sink.error = failed;
+        if sink.unflushed || sink.error.is_some() || !sink.buf.is_empty() {
+            if let Some(waker) = &sink.waker {
+                waker.wake_by_ref();
+            }
+        }
+        None
+    }
+
+    /// One poll of the writer task: writes the buffer, refills it from the queue (up to
+    /// `BUFFER` bytes) and writes again, flushes when both are empty. `Ready(Ok(()))` once the
+    /// queue is closed and drained and everything is flushed.
+    fn poll_pump(
+        &self,
+        cx: &mut Context<'_>,
+        rx: &mut mpsc::Receiver<Vec<u8>>,
+        batch: &mut Vec<Vec<u8>>,
+    ) -> Poll<io::Result<()>> {
+        let mut guard = lock(&self.sink);
+        let Sink { io, buf, done, unflushed, error, waker } = &mut *guard;
+        if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            *waker = Some(cx.waker().clone());
+        }
+        let Some(io) = io.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        loop {
+            if let Some(e) = error.take() {
+                return Poll::Ready(Err(e));
+            }
+            while *done < buf.len() {
+                match Pin::new(&mut *io).poll_write(cx, &buf[*done..]) {
+                    Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                    Poll::Ready(Ok(n)) => {
+                        *done += n;
+                        *unflushed = true;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            buf.clear();
+            *done = 0;
+            if buf.capacity() > 4 * BUFFER {
+                // One huge line must not pin its size for the rest of the connection.
+                *buf = Vec::new();
+            }
+            // Moved under the lock, so a direct sender never sees a line in neither place.
+            let mut closed = false;
+            while buf.len() < BUFFER {
+                match rx.poll_recv_many(cx, batch, BATCH) {
+                    Poll::Ready(0) => {
+                        closed = true;
+                        break;
+                    }
+                    Poll::Ready(_) => {
+                        for line in batch.drain(..) {
+                            buf.extend_from_slice(&line);
+                        }
+                    }
+                    Poll::Pending => break,
+                }
+            }
+            if !buf.is_empty() {
+                continue;
+            }
+            if *unflushed {
+                match Pin::new(&mut *io).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => *unflushed = false,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            return if closed { Poll::Ready(Ok(())) } else { Poll::Pending };
+        }
+    }
+}
+
+fn lock(sink: &Mutex<Sink>) -> MutexGuard<'_, Sink> {
+    // Nothing panics while holding it; if something ever did, the state is still usable.
+    sink.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Writes queued lines until `stop` fires (then writes what is still queued and returns) or a
 /// write fails (then the connection is closed and the queue refuses further sends).
 pub(crate) async fn writer_loop(
     mut rx: mpsc::Receiver<Vec<u8>>,
-    writer: Box<dyn AsyncWrite + Send + Unpin>,
+    writer: BoxWriter,
     shared: Arc<Shared>,
     stop: CancellationToken,
 ) -> io::Result<()> {
-    let mut out = BufWriter::with_capacity(BUFFER, writer);
-    let result = write_until_stopped(&mut rx, &mut out, &shared, &stop).await;
+    let result = if shared.tap.is_some() {
+        // The tap records each line before it goes out, so this task keeps the transport.
+        let mut out = BufWriter::with_capacity(BUFFER, writer);
+        pump(&mut rx, &mut out, &stop, Some(&shared)).await
+    } else {
+        write_until_stopped(&mut rx, writer, &shared.out, &stop).await
+    };
     if let Err(e) = &result {
         tracing::warn!(error = %e, "acp connection: write failed, closing");
         rx.close();
@@ -34,13 +242,37 @@ pub(crate) async fn writer_loop(
     result
 }
 
-async fn write_until_stopped<W: AsyncWrite + Unpin>(
+/// The writer task without a tap: shares the transport with direct senders through `out`.
+async fn write_until_stopped(
     rx: &mut mpsc::Receiver<Vec<u8>>,
-    out: &mut BufWriter<W>,
-    shared: &Shared,
+    writer: BoxWriter,
+    out: &Output,
     stop: &CancellationToken,
 ) -> io::Result<()> {
-    pump(rx, out, stop, Some(shared)).await
+    /// Takes the transport back when the task ends, however it ends (aborted too): dropping it
+    /// is what tells the peer the output has ended.
+    struct Detach<'a>(&'a Output);
+    impl Drop for Detach<'_> {
+        fn drop(&mut self) {
+            self.0.detach();
+        }
+    }
+    {
+        let mut sink = lock(&out.sink);
+        sink.io = Some(writer);
+        sink.buf.reserve(BUFFER);
+    }
+    let _detach = Detach(out);
+    let mut batch = Vec::with_capacity(BATCH);
+    tokio::select! {
+        biased;
+        result = std::future::poll_fn(|cx| out.poll_pump(cx, rx, &mut batch)) => return result,
+        () = stop.cancelled() => {}
+    }
+    // Stopping: the queue refuses new lines (and so does the direct path); what is accepted is
+    // still written.
+    rx.close();
+    std::future::poll_fn(|cx| out.poll_pump(cx, rx, &mut batch)).await
 }
 
 /// Drains `rx` into `out` in batches until `stop` fires or every sender is gone, flushing

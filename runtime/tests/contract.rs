@@ -325,7 +325,7 @@ async fn contract_4_single_fifo_writer_with_bounded_queue_applies_backpressure()
         assert!(tokio::time::timeout(Duration::from_millis(500), &mut sender).await.is_err());
         sender
     };
-    // What may be in flight: the queue (8), one writer batch (64), the BufWriter (64 KiB ≈ 63
+    // What may be in flight: the queue (8), one writer batch (64), the writer's buffer (64 KiB ≈ 63
     // lines of ~1 KiB), the pipe (4 KiB ≈ 4 lines), one line being written.
     let in_flight = sent.load(Ordering::SeqCst);
     assert!(in_flight <= 8 + 64 + 64 + 4 + 2, "{in_flight} messages accepted without a reader");

@@ -212,7 +212,7 @@ async fn backpressure_a_slow_reader_keeps_the_outgoing_backlog_bounded() {
         }
     }
     producer.await.unwrap();
-    // Queue + one writer batch + the 64 KiB BufWriter (~120 lines of ~550 bytes) + the pipe
+    // Queue + one writer batch + the writer's 64 KiB buffer (~120 lines of ~550 bytes) + the pipe
     // (~15 lines) + a line in transit: the backlog never grows with the number of messages.
     let max = max_backlog.load(Ordering::SeqCst);
     assert!(max <= queue + 64 + 120 + 15 + 4, "backlog reached {max}");
