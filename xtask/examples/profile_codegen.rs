@@ -8,10 +8,6 @@ use std::time::{Duration, Instant};
 
 use xtask::codegen::{self, Gating, Settings, docs, load};
 
-// The allocator of the `xtask` binary, so that the figures match it.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn best<T>(mut run: impl FnMut() -> T) -> (Duration, T) {
     let mut best = Duration::MAX;
     let mut out = None;

@@ -7,12 +7,6 @@ use clap::{Parser, Subcommand};
 use xtask::codegen::{self, Settings};
 use xtask::schema::{self, Lock};
 
-// The generator allocates and frees a great many small token and syntax-tree nodes, from
-// several threads: mimalloc takes about a quarter off the CPU time of `codegen --check`
-// compared with the system allocator (BENCHMARKS.md, "Code generation").
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "Maintenance commands of the ACP toolchain")]
 struct Cli {

@@ -3,10 +3,6 @@
 //! after one warm-up call and prints one duration in milliseconds per line.
 use std::time::Instant;
 
-// As in the xtask binary.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() {
     let mut args = std::env::args().skip(1);
     let dir = args.next().expect("SCHEMA_DIR");
