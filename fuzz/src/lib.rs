@@ -232,10 +232,8 @@ pub fn router(data: &[u8]) {
         let connection = match knob >> 6 {
             0 => Connection::new(),
             1 => Connection::new().max_line_bytes(256),
-            // Not `max_concurrent_requests(1)`: with the bound reached the reader stops reading,
-            // so a handler waiting for its cancellation hangs the connection even at the end of
-            // input (a known issue, see ../FUZZING.md and tests/tests/fuzz_regressions.rs).
-            2 => Connection::new().max_concurrent_requests(4).write_queue_capacity(1),
+            // A bound that is reached: requests wait for a slot while the reader goes on.
+            2 => Connection::new().max_concurrent_requests(1).max_queued_requests(2).write_queue_capacity(1),
             _ => Connection::new().notification_queue_capacity(1).cancel_grace(Duration::from_millis(1)),
         };
         let (agent_end, peer_end) = acp_runtime::transport::duplex(4096);
