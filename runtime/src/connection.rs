@@ -206,7 +206,8 @@ impl Connection {
         self
     }
 
-    /// How long a cancelled handler may run on before its future is dropped.
+    /// How long a cancelled handler may run on before its future is dropped. A typed handler
+    /// that never asks for its token gets none of it (see the [module docs](self)).
     pub fn cancel_grace(mut self, grace: Duration) -> Self {
         self.cancel_grace = grace;
         self
