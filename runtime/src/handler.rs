@@ -1,7 +1,7 @@
 //! The raw handler interface: what the connection calls for each incoming request and
 //! notification. The typed layer implements [`Handler`] once, decoding params by method.
 //!
-//! The connection itself only sees [`DynHandler`], the object-safe form of [`Handler`]: the
+//! The connection itself only sees `DynHandler`, the object-safe form of [`Handler`]: the
 //! reader, the request tasks and the notification task are then compiled once, in this crate,
 //! instead of again in every crate that serves a handler.
 
