@@ -183,10 +183,9 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<(LitStr, bool)>>, 
                 format!("handler `{name}` takes `&self`, its params, and optionally `cx: {cx_name}`"),
             );
         }
-        if handler.is_some_and(|h| h.response.is_some()) || ext.is_some() {
-            if matches!(f.sig.output, ReturnType::Default) {
-                errors.push(f.sig.ident.span(), format!("handler `{name}` returns `Result<_, acp_types::Error>`"));
-            }
+        let returns_result = handler.is_some_and(|h| h.response.is_some()) || ext.is_some();
+        if returns_result && matches!(f.sig.output, ReturnType::Default) {
+            errors.push(f.sig.ident.span(), format!("handler `{name}` returns `Result<_, acp_types::Error>`"));
         }
         if let Some((lit, _)) = &ext {
             if let Some(prev) = bound.iter().find(|b| b.ext.as_ref().is_some_and(|(l, _)| l.value() == lit.value())) {
