@@ -234,7 +234,7 @@ impl RequestPermissionRequest {
         RequestPermissionRequest {
             session_id: session_id.into(),
             tool_call: tool_call.into(),
-            options: options,
+            options,
             meta: None,
         }
     }
@@ -3198,7 +3198,7 @@ impl StringMultiSelectItems {
     #[allow(clippy::new_without_default)]
     pub fn new(r#enum: Vec<String>) -> Self {
         StringMultiSelectItems {
-            r#enum: r#enum,
+            r#enum,
             meta: None,
         }
     }
@@ -3236,7 +3236,7 @@ impl TitledMultiSelectItems {
     #[allow(clippy::new_without_default)]
     pub fn new(any_of: Vec<EnumOption>) -> Self {
         TitledMultiSelectItems {
-            any_of: any_of,
+            any_of,
             meta: None,
         }
     }
@@ -5837,7 +5837,7 @@ impl ListProvidersResponse {
     #[allow(clippy::new_without_default)]
     pub fn new(providers: Vec<ProviderInfo>) -> Self {
         ListProvidersResponse {
-            providers: providers,
+            providers,
             meta: None,
         }
     }
@@ -5894,8 +5894,8 @@ impl ProviderInfo {
     ) -> Self {
         ProviderInfo {
             provider_id: provider_id.into(),
-            supported: supported,
-            required: required,
+            supported,
+            required,
             current: None,
             meta: None,
         }
@@ -6313,7 +6313,7 @@ impl SessionModeState {
     ) -> Self {
         SessionModeState {
             current_mode_id: current_mode_id.into(),
-            available_modes: available_modes,
+            available_modes,
             meta: None,
         }
     }
@@ -6749,7 +6749,7 @@ impl SessionConfigSelectGroup {
         SessionConfigSelectGroup {
             group: group.into(),
             name: name.into(),
-            options: options,
+            options,
             meta: None,
         }
     }
@@ -6848,7 +6848,7 @@ impl SessionConfigBoolean {
     #[allow(clippy::new_without_default)]
     pub fn new(current_value: bool) -> Self {
         SessionConfigBoolean {
-            current_value: current_value,
+            current_value,
         }
     }
 }
@@ -6937,7 +6937,7 @@ impl ListSessionsResponse {
     #[allow(clippy::new_without_default)]
     pub fn new(sessions: Vec<SessionInfo>) -> Self {
         ListSessionsResponse {
-            sessions: sessions,
+            sessions,
             next_cursor: None,
             meta: None,
         }
@@ -7280,7 +7280,7 @@ impl SetSessionConfigOptionResponse {
     #[allow(clippy::new_without_default)]
     pub fn new(config_options: Vec<SessionConfigOption>) -> Self {
         SetSessionConfigOptionResponse {
-            config_options: config_options,
+            config_options,
             meta: None,
         }
     }
@@ -7483,9 +7483,9 @@ impl Usage {
     #[allow(clippy::new_without_default)]
     pub fn new(total_tokens: u64, input_tokens: u64, output_tokens: u64) -> Self {
         Usage {
-            total_tokens: total_tokens,
-            input_tokens: input_tokens,
-            output_tokens: output_tokens,
+            total_tokens,
+            input_tokens,
+            output_tokens,
             thought_tokens: None,
             cached_read_tokens: None,
             cached_write_tokens: None,
@@ -7588,7 +7588,7 @@ impl SuggestNesResponse {
     #[allow(clippy::new_without_default)]
     pub fn new(suggestions: Vec<NesSuggestion>) -> Self {
         SuggestNesResponse {
-            suggestions: suggestions,
+            suggestions,
             meta: None,
         }
     }
@@ -7889,8 +7889,8 @@ impl Position {
     #[allow(clippy::new_without_default)]
     pub fn new(line: u32, character: u32) -> Self {
         Position {
-            line: line,
-            character: character,
+            line,
+            character,
             meta: None,
         }
     }
@@ -7942,7 +7942,7 @@ impl NesEditSuggestion {
         NesEditSuggestion {
             id: id.into(),
             uri: uri.into(),
-            edits: edits,
+            edits,
             cursor_position: None,
             meta: None,
         }
@@ -9285,10 +9285,7 @@ impl Plan {
     /// Creates a value from its required fields; optional fields start unset.
     #[allow(clippy::new_without_default)]
     pub fn new(entries: Vec<PlanEntry>) -> Self {
-        Plan {
-            entries: entries,
-            meta: None,
-        }
+        Plan { entries, meta: None }
     }
     /// Sets [`Self::meta`].
     #[must_use]
@@ -9493,7 +9490,7 @@ impl PlanItems {
     pub fn new(plan_id: impl Into<PlanId>, entries: Vec<PlanEntry>) -> Self {
         PlanItems {
             plan_id: plan_id.into(),
-            entries: entries,
+            entries,
             meta: None,
         }
     }
@@ -9806,7 +9803,7 @@ impl AvailableCommandsUpdate {
     #[allow(clippy::new_without_default)]
     pub fn new(available_commands: Vec<AvailableCommand>) -> Self {
         AvailableCommandsUpdate {
-            available_commands: available_commands,
+            available_commands,
             meta: None,
         }
     }
@@ -9880,7 +9877,7 @@ impl ConfigOptionUpdate {
     #[allow(clippy::new_without_default)]
     pub fn new(config_options: Vec<SessionConfigOption>) -> Self {
         ConfigOptionUpdate {
-            config_options: config_options,
+            config_options,
             meta: None,
         }
     }
@@ -9973,7 +9970,7 @@ impl Cost {
     #[allow(clippy::new_without_default)]
     pub fn new(amount: f64, currency: impl Into<String>) -> Self {
         Cost {
-            amount: amount,
+            amount,
             currency: currency.into(),
             meta: None,
         }
@@ -10015,8 +10012,8 @@ impl UsageUpdate {
     #[allow(clippy::new_without_default)]
     pub fn new(used: u64, size: u64) -> Self {
         UsageUpdate {
-            used: used,
-            size: size,
+            used,
+            size,
             cost: None,
             meta: None,
         }
@@ -11517,7 +11514,7 @@ impl NewSessionRequest {
         NewSessionRequest {
             cwd: cwd.into(),
             additional_directories: None,
-            mcp_servers: mcp_servers,
+            mcp_servers,
             meta: None,
         }
     }
@@ -11738,7 +11735,7 @@ impl McpServerHttp {
         McpServerHttp {
             name: name.into(),
             url: url.into(),
-            headers: headers,
+            headers,
             meta: None,
         }
     }
@@ -11785,7 +11782,7 @@ impl McpServerSse {
         McpServerSse {
             name: name.into(),
             url: url.into(),
-            headers: headers,
+            headers,
             meta: None,
         }
     }
@@ -11888,8 +11885,8 @@ impl McpServerStdio {
         McpServerStdio {
             name: name.into(),
             command: command.into(),
-            args: args,
-            env: env,
+            args,
+            env,
             meta: None,
         }
     }
@@ -11949,7 +11946,7 @@ impl LoadSessionRequest {
         session_id: impl Into<SessionId>,
     ) -> Self {
         LoadSessionRequest {
-            mcp_servers: mcp_servers,
+            mcp_servers,
             cwd: cwd.into(),
             additional_directories: None,
             session_id: session_id.into(),
@@ -12402,7 +12399,7 @@ impl PromptRequest {
     pub fn new(session_id: impl Into<SessionId>, prompt: Vec<ContentBlock>) -> Self {
         PromptRequest {
             session_id: session_id.into(),
-            prompt: prompt,
+            prompt,
             meta: None,
         }
     }
@@ -12627,7 +12624,7 @@ impl SuggestNesRequest {
         SuggestNesRequest {
             session_id: session_id.into(),
             uri: uri.into(),
-            version: version,
+            version,
             position: position.into(),
             selection: None,
             trigger_kind: trigger_kind.into(),
@@ -12924,7 +12921,7 @@ impl NesRelatedSnippet {
     pub fn new(uri: impl Into<String>, excerpts: Vec<NesExcerpt>) -> Self {
         NesRelatedSnippet {
             uri: uri.into(),
-            excerpts: excerpts,
+            excerpts,
             meta: None,
         }
     }
@@ -12969,8 +12966,8 @@ impl NesExcerpt {
     #[allow(clippy::new_without_default)]
     pub fn new(start_line: u32, end_line: u32, text: impl Into<String>) -> Self {
         NesExcerpt {
-            start_line: start_line,
-            end_line: end_line,
+            start_line,
+            end_line,
             text: text.into(),
             meta: None,
         }
@@ -13068,7 +13065,7 @@ impl NesUserAction {
             action: action.into(),
             uri: uri.into(),
             position: position.into(),
-            timestamp_ms: timestamp_ms,
+            timestamp_ms,
             meta: None,
         }
     }
@@ -13624,7 +13621,7 @@ impl TerminalOutputResponse {
     pub fn new(output: impl Into<String>, truncated: bool) -> Self {
         TerminalOutputResponse {
             output: output.into(),
-            truncated: truncated,
+            truncated,
             exit_status: None,
             meta: None,
         }
@@ -14061,7 +14058,7 @@ impl DidOpenDocumentNotification {
             session_id: session_id.into(),
             uri: uri.into(),
             language_id: language_id.into(),
-            version: version,
+            version,
             text: text.into(),
             meta: None,
         }
@@ -14119,8 +14116,8 @@ impl DidChangeDocumentNotification {
         DidChangeDocumentNotification {
             session_id: session_id.into(),
             uri: uri.into(),
-            version: version,
-            content_changes: content_changes,
+            version,
+            content_changes,
             meta: None,
         }
     }
@@ -14317,7 +14314,7 @@ impl DidFocusDocumentNotification {
         DidFocusDocumentNotification {
             session_id: session_id.into(),
             uri: uri.into(),
-            version: version,
+            version,
             position: position.into(),
             visible_range: visible_range.into(),
             meta: None,

@@ -92,7 +92,7 @@ impl RequestPermissionRequest {
             title: title.into(),
             description: None,
             subject: None,
-            options: options,
+            options,
             meta: None,
         }
     }
@@ -1997,7 +1997,7 @@ impl Diff {
     #[allow(clippy::new_without_default)]
     pub fn new(changes: Vec<DiffChange>) -> Self {
         Diff {
-            changes: changes,
+            changes,
             patch: None,
             meta: None,
         }
@@ -3471,7 +3471,7 @@ impl StringMultiSelectItems {
     #[allow(clippy::new_without_default)]
     pub fn new(r#enum: Vec<String>) -> Self {
         StringMultiSelectItems {
-            r#enum: r#enum,
+            r#enum,
             meta: None,
         }
     }
@@ -3509,7 +3509,7 @@ impl TitledMultiSelectItems {
     #[allow(clippy::new_without_default)]
     pub fn new(any_of: Vec<EnumOption>) -> Self {
         TitledMultiSelectItems {
-            any_of: any_of,
+            any_of,
             meta: None,
         }
     }
@@ -5217,7 +5217,7 @@ impl SessionConfigSelectGroup {
         SessionConfigSelectGroup {
             group_id: group_id.into(),
             name: name.into(),
-            options: options,
+            options,
             meta: None,
         }
     }
@@ -5316,7 +5316,7 @@ impl SessionConfigBoolean {
     #[allow(clippy::new_without_default)]
     pub fn new(current_value: bool) -> Self {
         SessionConfigBoolean {
-            current_value: current_value,
+            current_value,
         }
     }
 }
@@ -5347,7 +5347,7 @@ impl ListSessionsResponse {
     #[allow(clippy::new_without_default)]
     pub fn new(sessions: Vec<SessionInfo>) -> Self {
         ListSessionsResponse {
-            sessions: sessions,
+            sessions,
             next_cursor: None,
             meta: None,
         }
@@ -5613,7 +5613,7 @@ impl SetSessionConfigOptionResponse {
     #[allow(clippy::new_without_default)]
     pub fn new(config_options: Vec<SessionConfigOption>) -> Self {
         SetSessionConfigOptionResponse {
-            config_options: config_options,
+            config_options,
             meta: None,
         }
     }
@@ -7475,7 +7475,7 @@ impl PlanItems {
     pub fn new(plan_id: impl Into<PlanId>, entries: Vec<PlanEntry>) -> Self {
         PlanItems {
             plan_id: plan_id.into(),
-            entries: entries,
+            entries,
             meta: None,
         }
     }
@@ -7700,7 +7700,7 @@ impl AvailableCommandsUpdate {
     #[allow(clippy::new_without_default)]
     pub fn new(available_commands: Vec<AvailableCommand>) -> Self {
         AvailableCommandsUpdate {
-            available_commands: available_commands,
+            available_commands,
             meta: None,
         }
     }
@@ -7736,7 +7736,7 @@ impl ConfigOptionUpdate {
     #[allow(clippy::new_without_default)]
     pub fn new(config_options: Vec<SessionConfigOption>) -> Self {
         ConfigOptionUpdate {
-            config_options: config_options,
+            config_options,
             meta: None,
         }
     }
@@ -7832,7 +7832,7 @@ impl Cost {
     #[allow(clippy::new_without_default)]
     pub fn new(amount: f64, currency: impl Into<String>) -> Self {
         Cost {
-            amount: amount,
+            amount,
             currency: currency.into(),
             meta: None,
         }
@@ -7874,8 +7874,8 @@ impl UsageUpdate {
     #[allow(clippy::new_without_default)]
     pub fn new(used: u64, size: u64) -> Self {
         UsageUpdate {
-            used: used,
-            size: size,
+            used,
+            size,
             cost: None,
             meta: None,
         }
@@ -9079,7 +9079,7 @@ impl PromptRequest {
     pub fn new(session_id: impl Into<SessionId>, prompt: Vec<ContentBlock>) -> Self {
         PromptRequest {
             session_id: session_id.into(),
-            prompt: prompt,
+            prompt,
             meta: None,
         }
     }

@@ -141,11 +141,15 @@ pub fn expr_assign_self_field(field: &Ident, value: syn::Expr) -> syn::Expr {
 
 /// `Name { field: value, ... }`, each field with its attributes.
 pub fn expr_struct(name: &Ident, fields: Vec<(Vec<syn::Attribute>, Ident, syn::Expr)>) -> syn::Expr {
-    let fields = fields.into_iter().map(|(attrs, member, expr)| syn::FieldValue {
-        attrs,
-        member: syn::Member::Named(member),
-        colon_token: Some(Default::default()),
-        expr,
+    let fields = fields.into_iter().map(|(attrs, member, expr)| {
+        // `field` rather than `field: field`, as hand-written code (and clippy) would have it.
+        let shorthand = matches!(&expr, syn::Expr::Path(p) if p.qself.is_none() && p.path.is_ident(&member));
+        syn::FieldValue {
+            attrs,
+            member: syn::Member::Named(member),
+            colon_token: (!shorthand).then(Default::default),
+            expr,
+        }
     });
     syn::Expr::Struct(syn::ExprStruct {
         attrs: Vec::new(),
