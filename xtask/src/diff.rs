@@ -79,12 +79,11 @@ pub fn diff(old: &Model, new: &Model, old_schema: &Value, new_schema: &Value) ->
     }
     for name in old_items.keys().filter(|n| new_items.contains_key(*n)) {
         let (was, is) = (openness(old_schema, name), openness(new_schema, name));
-        if let (Some(was), Some(is)) = (was, is) {
-            if was != is {
+        if let (Some(was), Some(is)) = (was, is)
+            && was != is {
                 let detail = if is { "closed → open (accepts unlisted values)" } else { "open → closed (unlisted values now rejected)" };
                 changes.push(change("definition", "changed", name, detail, !is));
             }
-        }
     }
 
     // A removed definition and an added one of the same shape: probably a rename.

@@ -199,7 +199,7 @@ impl<'s> Classifier<'s> {
     fn union(&mut self, name: &str, variants: &[Value]) -> Result<ItemKind> {
         let err = |construct: &str| CodegenError::unsupported(name, construct);
         // String constants (with an optional open `{type: string}` catch-all).
-        if variants.iter().all(|v| type_is(v, "string") && !v.get("properties").is_some()) {
+        if variants.iter().all(|v| type_is(v, "string") && v.get("properties").is_none()) {
             let values = variants
                 .iter()
                 .filter_map(|v| {

@@ -761,7 +761,7 @@ fn method_names(model: &Model) -> TokenStream {
         let module = ident(module);
         let mut seen = std::collections::BTreeSet::new();
         let consts = model.methods.iter().filter(|m| m.side == side && seen.insert(m.name.clone())).map(|m| {
-            let id = format_ident!("{}", screaming_snake(&m.rust.trim_end_matches("_notification")));
+            let id = format_ident!("{}", screaming_snake(m.rust.trim_end_matches("_notification")));
             let gate = cfg(&m.gate);
             let name = &m.name;
             let d = format!(" `{name}`");

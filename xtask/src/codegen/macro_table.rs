@@ -85,11 +85,10 @@ fn methods_named(desc: &str, model: &Model, side: Side) -> Vec<String> {
         }
     }
     // "the logout method"
-    if out.is_empty() {
-        if let Some(name) = lower.rsplit("the ").next().and_then(|r| r.strip_suffix(" method")) {
+    if out.is_empty()
+        && let Some(name) = lower.rsplit("the ").next().and_then(|r| r.strip_suffix(" method")) {
             out.extend(side_methods().filter(|m| m.name == name).map(|m| m.name.clone()));
         }
-    }
     out
 }
 

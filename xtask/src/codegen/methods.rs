@@ -41,9 +41,11 @@ struct Forms<'s> {
     notification: Option<(&'s str, &'s Value)>,
 }
 
-/// Builds the method table of a schema, and the protocol-level methods (`$/...`) with their
-/// params type.
-pub fn method_table(defs: &Map<String, Value>, meta: &Value) -> Result<(Vec<Method>, Vec<(String, String)>)> {
+/// Protocol-level methods (`$/...`): the method name and its params type.
+pub type ProtocolMethods = Vec<(String, String)>;
+
+/// Builds the method table of a schema, and the protocol-level methods with their params type.
+pub fn method_table(defs: &Map<String, Value>, meta: &Value) -> Result<(Vec<Method>, ProtocolMethods)> {
     let mut forms: BTreeMap<(Side, &str), Forms> = BTreeMap::new();
     let mut order: Vec<(Side, &str)> = Vec::new();
     let mut protocol = Vec::new();
