@@ -113,7 +113,8 @@ const CAPABILITIES: &[(&str, &str, &str)] = &[
 
 pub async fn run(options: &Options) -> Result<Run, String> {
     let mut run = Run::default();
-    let cwd = scratch_dir()?;
+    let scratch = ScratchDir::create()?;
+    let cwd = scratch.path.clone();
 
     // 1. The handshake, a session, a prompt turn, a cancelled turn.
     let agent = spawn(options)?;
@@ -180,7 +181,6 @@ pub async fn run(options: &Options) -> Result<Run, String> {
         Outcome::Fail(format!("{} line(s) that are not JSON-RPC, e.g. {:?}", non_json.len(), non_json[0]))
     };
     run.record("stdout-json-only", Level::Must, STDOUT, outcome);
-    let _ = std::fs::remove_dir_all(&cwd);
     Ok(run)
 }
 
@@ -207,11 +207,26 @@ fn spawn(options: &Options) -> Result<Agent, String> {
     Agent::spawn(&options.launch).map_err(|e| format!("cannot start `{}`: {e}", options.launch.command.join(" ")))
 }
 
-fn scratch_dir() -> Result<String, String> {
-    let dir = std::env::temp_dir().join(format!("acp-check-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let dir = dir.canonicalize().map_err(|e| e.to_string())?;
-    Ok(dir.to_string_lossy().into_owned())
+/// The sessions' working directory, removed on every way out of the run (early returns too).
+struct ScratchDir {
+    path: String,
+}
+
+impl ScratchDir {
+    fn create() -> Result<Self, String> {
+        let dir = std::env::temp_dir().join(format!("acp-check-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let mut guard = Self { path: dir.to_string_lossy().into_owned() };
+        let canonical = dir.canonicalize().map_err(|e| format!("cannot resolve {}: {e}", dir.display()))?;
+        guard.path = canonical.to_string_lossy().into_owned();
+        Ok(guard)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
 }
 
 async fn initialize(agent: &Agent, limit: Duration) -> Result<(InitializeResponse, Value), String> {
