@@ -1,10 +1,14 @@
 //! The expansion of `#[acp_agent]` / `#[acp_client]`: validate the impl block against the
 //! generated handler table, then implement the generated trait by forwarding to it.
+//!
+//! Every function of the block is a handler: named after a protocol method (`session_prompt`),
+//! or bound to an extension by `#[ext("_vendor/method")]` (requests) or
+//! `#[ext_notification("_vendor/name")]` (notifications).
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{FnArg, ImplItem, ImplItemFn, ItemImpl, LitStr, ReceiverKind, ReturnType};
+use syn::{Attribute, FnArg, ImplItem, ImplItemFn, ItemImpl, LitStr, ReceiverKind, ReturnType};
 
 use crate::table::{self, Capability, Handler};
 
@@ -51,23 +55,73 @@ impl Errors {
     }
 }
 
+/// Which extension messages a function handles.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ExtKind {
+    /// `#[ext("_name")]`: requests, answered with the function's result.
+    Request,
+    /// `#[ext_notification("_name")]`: notifications, never answered.
+    Notification,
+}
+
+impl ExtKind {
+    fn of(attr: &Attribute) -> Option<ExtKind> {
+        if attr.path().is_ident("ext") {
+            Some(ExtKind::Request)
+        } else if attr.path().is_ident("ext_notification") {
+            Some(ExtKind::Notification)
+        } else {
+            None
+        }
+    }
+
+    fn attr(self) -> &'static str {
+        match self {
+            ExtKind::Request => "ext",
+            ExtKind::Notification => "ext_notification",
+        }
+    }
+}
+
+/// An `#[ext(..)]` / `#[ext_notification(..)]` binding.
+struct Ext {
+    name: LitStr,
+    kind: ExtKind,
+    /// False when the name was rejected (already reported).
+    valid: bool,
+}
+
+enum Binding {
+    Protocol(&'static Handler),
+    Ext(Ext),
+}
+
 /// One function of the block, bound to a method.
 struct Bound<'a> {
     func: &'a ImplItemFn,
-    /// `None` for extension methods.
-    handler: Option<&'static Handler>,
-    ext: Option<(LitStr, bool)>,
+    binding: Binding,
     takes_cx: bool,
+    /// Where type errors about the params and the result point.
+    params_span: Span,
+    output_span: Span,
+}
+
+impl Bound<'_> {
+    fn is_request(&self) -> bool {
+        match &self.binding {
+            Binding::Protocol(h) => h.response.is_some(),
+            Binding::Ext(e) => e.kind == ExtKind::Request,
+        }
+    }
 }
 
 pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
     let (macro_name, _, _) = side.names();
     let mut errors = Errors::default();
     let krate = parse_attr(attr, macro_name, &mut errors);
-    let mut block: ItemImpl = match syn::parse2(item.clone()) {
+    let mut block: ItemImpl = match syn::parse2(item) {
         Ok(b) => b,
-        Err(e) => {
-            let mut e = e;
+        Err(mut e) => {
             e.combine(syn::Error::new(Span::call_site(), format!("#[{macro_name}] goes on an inherent impl block")));
             return e.to_compile_error();
         }
@@ -81,16 +135,13 @@ pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
         errors.push(block.generics.span(), format!("#[{macro_name}] does not support generic impl blocks"));
     }
 
-    // Take the `#[ext("_name")]` attributes off before the block is emitted again.
-    let mut exts: Vec<Option<(LitStr, bool)>> = Vec::new();
-    for it in &mut block.items {
-        if let ImplItem::Fn(f) = it {
-            exts.push(take_ext(f, &mut errors));
-        }
-    }
+    // Take the `#[ext(..)]` / `#[ext_notification(..)]` attributes off before the block is
+    // emitted again.
+    let exts: Vec<Option<Ext>> = block.items.iter_mut().map(|it| take_ext(it, &mut errors)).collect();
 
     let bound = bind(side, &block, exts, &mut errors);
     check_missing(side, &block, &bound, &mut errors);
+    check_ext_overlaps(&bound, &mut errors);
     if let Some(e) = errors.0 {
         // Keep the block so the user's own code still type-checks and reports its errors.
         let e = e.to_compile_error();
@@ -124,42 +175,79 @@ fn parse_attr(attr: TokenStream, macro_name: &str, errors: &mut Errors) -> syn::
     krate
 }
 
-/// Removes `#[ext("_name")]` from a function; returns the name, and whether it is valid.
-fn take_ext(f: &mut ImplItemFn, errors: &mut Errors) -> Option<(LitStr, bool)> {
-    let pos = f.attrs.iter().position(|a| a.path().is_ident("ext"))?;
-    let attr = f.attrs.remove(pos);
-    match attr.parse_args::<LitStr>() {
-        Ok(name) => {
-            let valid = name.value().starts_with('_');
-            if !valid {
-                errors.push(
-                    name.span(),
-                    format!("extension method names start with `_` (e.g. \"_{}\"), so they cannot clash with the protocol's", name.value()),
-                );
-            }
-            Some((name, valid))
-        }
-        Err(e) => {
-            errors.push(attr.span(), format!("expected #[ext(\"_vendor/method\")]: {e}"));
-            None
-        }
-    }
-}
-
-fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<(LitStr, bool)>>, errors: &mut Errors) -> Vec<Bound<'a>> {
-    let (_, _, cx_name) = side.names();
-    let fns = block.items.iter().filter_map(|it| match it {
-        ImplItem::Fn(f) => Some(f),
-        _ => None,
-    });
-    let mut bound: Vec<Bound> = Vec::new();
-    for (f, ext) in fns.zip(exts) {
-        let name = f.sig.ident.to_string();
-        let handler = if ext.is_some() { None } else { side.handlers().iter().find(|h| h.name == name) };
-        if ext.is_none() && handler.is_none() {
-            errors.push(f.sig.ident.span(), unknown_name(side, &name));
+/// Removes `#[ext(..)]` / `#[ext_notification(..)]` from an item; returns the binding of a
+/// function.
+fn take_ext(item: &mut ImplItem, errors: &mut Errors) -> Option<Ext> {
+    let (attrs, func) = match item {
+        ImplItem::Fn(f) => (&mut f.attrs, Some(f.sig.ident.to_string())),
+        ImplItem::Const(c) => (&mut c.attrs, None),
+        ImplItem::Type(t) => (&mut t.attrs, None),
+        ImplItem::Macro(m) => (&mut m.attrs, None),
+        _ => return None,
+    };
+    let mut found: Option<Ext> = None;
+    let mut kept = Vec::with_capacity(attrs.len());
+    for attr in std::mem::take(attrs) {
+        let Some(kind) = ExtKind::of(&attr) else {
+            kept.push(attr);
+            continue;
+        };
+        let at = attr.path().span();
+        let Some(func) = &func else {
+            errors.push(at, format!("#[{}(..)] goes on the `async fn` that handles the extension", kind.attr()));
+            continue;
+        };
+        if let Some(prev) = &found {
+            errors.push(
+                at,
+                format!(
+                    "one #[ext] or #[ext_notification] per function: `{func}` already handles `{}`; \
+                     write one function per extension method",
+                    prev.name.value()
+                ),
+            );
             continue;
         }
+        found = Some(match attr.parse_args::<LitStr>() {
+            Ok(name) => {
+                let valid = name.value().starts_with('_');
+                if !valid {
+                    errors.push(
+                        name.span(),
+                        format!(
+                            "extension method names start with `_` (e.g. \"_{}\"), so they cannot clash with the protocol's",
+                            name.value()
+                        ),
+                    );
+                }
+                Ext { name, kind, valid }
+            }
+            Err(e) => {
+                errors.push(at, format!("expected #[{}(\"_vendor/method\")]: {e}", kind.attr()));
+                Ext { name: LitStr::new("", at), kind, valid: false }
+            }
+        });
+    }
+    *attrs = kept;
+    found
+}
+
+fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<Ext>>, errors: &mut Errors) -> Vec<Bound<'a>> {
+    let (_, _, cx_name) = side.names();
+    let mut bound: Vec<Bound> = Vec::new();
+    for (item, ext) in block.items.iter().zip(exts) {
+        let ImplItem::Fn(f) = item else { continue };
+        let name = f.sig.ident.to_string();
+        let binding = match ext {
+            Some(ext) => Binding::Ext(ext),
+            None => match side.handlers().iter().find(|h| h.name == name) {
+                Some(h) => Binding::Protocol(h),
+                None => {
+                    errors.push(f.sig.ident.span(), unknown_name(side, &name));
+                    continue;
+                }
+            },
+        };
         // The signature: `async fn name(&self, params: P[, cx: Context]) -> Result<R, E>`.
         if f.sig.asyncness.is_none() {
             errors.push(f.sig.fn_token.span(), format!("handler `{name}` must be an `async fn`"));
@@ -183,19 +271,26 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<(LitStr, bool)>>, 
                 format!("handler `{name}` takes `&self`, its params, and optionally `cx: {cx_name}`"),
             );
         }
-        let returns_result = handler.is_some_and(|h| h.response.is_some()) || ext.is_some();
-        if returns_result && matches!(f.sig.output, ReturnType::Default) {
-            errors.push(f.sig.ident.span(), format!("handler `{name}` returns `Result<_, acp_types::Error>`"));
+        let output_span = match &f.sig.output {
+            ReturnType::Type(_, ty) => ty.span(),
+            ReturnType::Default => f.sig.ident.span(),
+        };
+        let b = Bound {
+            func: f,
+            binding,
+            takes_cx: rest.len() == 2,
+            params_span: rest.first().map(|a| a.span()).unwrap_or_else(|| f.sig.span()),
+            output_span,
+        };
+        // A request is answered with the result; a notification handler may return nothing.
+        if b.is_request() && matches!(f.sig.output, ReturnType::Default) {
+            let result = match &b.binding {
+                Binding::Protocol(h) => format!("`Result<{}, Error>`", h.response.unwrap_or("_")),
+                Binding::Ext(_) => "`Result<T, Error>` (`T: Serialize`)".into(),
+            };
+            errors.push(f.sig.ident.span(), format!("handler `{name}` answers a request: it returns {result}"));
         }
-        if let Some((lit, _)) = &ext {
-            if let Some(prev) = bound.iter().find(|b| b.ext.as_ref().is_some_and(|(l, _)| l.value() == lit.value())) {
-                errors.push(
-                    lit.span(),
-                    format!("`{}` is already handled by `{}`; two functions cannot handle one method", lit.value(), prev.func.sig.ident),
-                );
-            }
-        }
-        bound.push(Bound { func: f, handler, ext, takes_cx: rest.len() == 2 });
+        bound.push(b);
     }
     bound
 }
@@ -243,10 +338,11 @@ fn distance(a: &str, b: &str) -> usize {
 
 fn check_missing(side: Side, block: &ItemImpl, bound: &[Bound], errors: &mut Errors) {
     let (macro_name, _, _) = side.names();
+    let handles = |h: &Handler| bound.iter().any(|b| matches!(b.binding, Binding::Protocol(bh) if bh.name == h.name));
     let missing: Vec<String> = side
         .handlers()
         .iter()
-        .filter(|h| h.baseline && !bound.iter().any(|b| b.handler.is_some_and(|bh| bh.name == h.name)))
+        .filter(|h| h.baseline && !handles(h))
         .map(|h| {
             let ret = h.response.map(|r| format!("Result<{r}, Error>")).unwrap_or_else(|| "Result<(), Error>".into());
             format!("    async fn {}(&self, params: {}) -> {ret}", h.name, h.params)
@@ -260,6 +356,41 @@ fn check_missing(side: Side, block: &ItemImpl, bound: &[Bound], errors: &mut Err
     }
 }
 
+/// Two functions for one extension message.
+fn check_ext_overlaps(bound: &[Bound], errors: &mut Errors) {
+    for (i, b) in bound.iter().enumerate() {
+        let Binding::Ext(e) = &b.binding else { continue };
+        if !e.valid {
+            continue;
+        }
+        let prev = bound[..i].iter().find(|p| {
+            matches!(&p.binding, Binding::Ext(pe) if pe.valid && pe.kind == e.kind && pe.name.value() == e.name.value())
+        });
+        let Some(prev) = prev else { continue };
+        let what = match e.kind {
+            ExtKind::Request => "method",
+            ExtKind::Notification => "notification",
+        };
+        let message = format!(
+            "`{}` is already handled by `{}`; two functions cannot handle one {what}",
+            e.name.value(),
+            prev.func.sig.ident
+        );
+        errors.push(e.name.span(), message);
+    }
+}
+
+/// The capabilities the handlers present earn.
+fn capabilities(side: Side, bound: &[Bound]) -> TokenStream {
+    let handles = |method: &str| bound.iter().any(|b| matches!(b.binding, Binding::Protocol(h) if h.method == method));
+    let rows = side.capabilities().iter().filter(|c| c.methods.iter().all(|m| handles(m))).map(|c| {
+        let path = c.path;
+        let object = c.object;
+        quote!((&[#(#path),*], #object))
+    });
+    quote!(&[#(#rows),*])
+}
+
 fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -> TokenStream {
     let (_, trait_name, cx_name) = side.names();
     let self_ty = &block.self_ty;
@@ -267,44 +398,52 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
     let cx_ident = format_ident!("{cx_name}");
     let types = quote!(#krate::acp_types);
     let cx_ty = quote!(#krate::#cx_ident);
-    let handled: Vec<&str> = bound.iter().filter_map(|b| b.handler.map(|h| h.method)).collect();
-    let earned: Vec<&Capability> =
-        side.capabilities().iter().filter(|c| c.methods.iter().all(|m| handled.contains(m))).collect();
-    let cap_rows = earned.iter().map(|c| {
-        let path = c.path;
-        let object = c.object;
-        quote!((&[#(#path),*], #object))
-    });
-    let capabilities = quote!(&[#(#cap_rows),*]);
+    let support = quote!(#krate::macro_support);
+    let into_error = quote!(::core::convert::Into::<#types::Error>::into);
+
+    // The call of the user's function, its params spanned at the user's parameter so that a
+    // type mismatch points there.
+    let call = |b: &Bound| {
+        let f = &b.func.sig.ident;
+        let params = quote_spanned!(b.params_span=> params);
+        let args = if b.takes_cx { quote!(#params, cx) } else { quote!(#params) };
+        quote_spanned!(b.func.sig.span()=> <#self_ty>::#f(self, #args).await)
+    };
+    // A notification handler returns `()` or `Result<(), E>`; anything else is reported at
+    // the user's return type.
+    let notified = |b: &Bound| {
+        let call = call(b);
+        quote_spanned! {b.output_span=> {
+            use #support::notified as __acp_notified;
+            let __acp_result = #call;
+            __acp_notified(__acp_result)
+        }}
+    };
 
     let mut methods = Vec::new();
-    for b in bound.iter().filter(|b| b.handler.is_some()) {
-        let h = b.handler.expect("filtered");
+    for b in bound {
+        let Binding::Protocol(h) = b.binding else { continue };
         let f = &b.func.sig.ident;
         let params = format_ident!("{}", h.params);
         let span = b.func.sig.span();
-        // Spanned at the user's parameter, so a type mismatch points there.
-        let params_span = b.func.sig.inputs.iter().nth(1).map(|a| a.span()).unwrap_or(span);
-        let params_arg = quote_spanned!(params_span=> params);
-        let call_args = if b.takes_cx { quote!(#params_arg, cx) } else { quote!(#params_arg) };
         let unused_cx = if b.takes_cx { quote!() } else { quote!(let _ = cx;) };
-        let call = quote_spanned!(span=> <#self_ty>::#f(self, #call_args).await);
         let (output, body) = match h.response {
             Some(r) => {
                 let r = format_ident!("{r}");
-                let body = if h.method == "initialize" && matches!(side, Side::Agent) {
-                    quote! {
-                        #krate::macro_support::earn(&cx, #capabilities);
-                        #call.map_err(::core::convert::Into::<#types::Error>::into)
-                    }
+                let call = call(b);
+                let earn = if h.method == "initialize" && matches!(side, Side::Agent) {
+                    quote!(#support::earn(&cx, <Self as #support::Advertise>::CAPABILITIES);)
                 } else {
-                    quote!(#call.map_err(::core::convert::Into::<#types::Error>::into))
+                    quote!()
                 };
-                (quote!(::core::result::Result<#types::#r, #types::Error>), body)
+                (
+                    quote!(::core::result::Result<#types::#r, #types::Error>),
+                    quote!(#earn #call.map_err(#into_error)),
+                )
             }
-            None => (quote!(::core::result::Result<(), #types::Error>), quote!(#call.map_err(::core::convert::Into::<#types::Error>::into))),
+            None => (quote!(::core::result::Result<(), #types::Error>), notified(b)),
         };
-        methods.push(quote_spanned! {span=>
+        let method = quote_spanned! {span=>
             #[allow(clippy::manual_async_fn)]
             fn #f(&self, params: #types::#params, cx: #cx_ty)
                 -> impl ::core::future::Future<Output = #output> + ::core::marker::Send {
@@ -313,51 +452,88 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
                     #body
                 }
             }
-        });
+        };
+        methods.push(method);
     }
 
-    let ext_arms: Vec<TokenStream> = bound
-        .iter()
-        .filter_map(|b| b.ext.as_ref().map(|(lit, _)| (b, lit)))
+    let ext = |kind: ExtKind| {
+        bound.iter().filter_map(move |b| match &b.binding {
+            Binding::Ext(e) if e.kind == kind => Some((b, &e.name)),
+            _ => None,
+        })
+    };
+
+    let request_arms: Vec<TokenStream> = ext(ExtKind::Request)
         .map(|(b, lit)| {
-            let f = &b.func.sig.ident;
-            let span = b.func.sig.span();
-            let call_args = if b.takes_cx { quote!(params, cx) } else { quote!(params) };
-            quote_spanned! {span=>
+            let call = call(b);
+            quote_spanned! {b.func.sig.span()=>
                 #lit => {
-                    let params = #krate::macro_support::ext_params(params)?;
-                    let result = <#self_ty>::#f(self, #call_args).await.map_err(::core::convert::Into::<#types::Error>::into)?;
-                    #krate::macro_support::ext_result(result)
+                    let params = #support::ext_params(params.0)?;
+                    let result = #call.map_err(#into_error)?;
+                    #support::ext_result(result)
                 }
             }
         })
         .collect();
-    let ext_method = if ext_arms.is_empty() {
+    let ext_method = if request_arms.is_empty() {
         quote!()
     } else {
         quote! {
-            #[allow(clippy::manual_async_fn)]
+            #[allow(clippy::manual_async_fn, clippy::useless_conversion)]
             fn ext_method(&self, method: &str, params: #types::ExtRequest, cx: #cx_ty)
                 -> impl ::core::future::Future<Output = ::core::result::Result<#types::ExtResponse, #types::Error>> + ::core::marker::Send {
                 let method = method.to_owned();
                 async move {
-                    let _ = &cx;
+                    let _ = (&params, &cx);
                     match method.as_str() {
-                        #(#ext_arms)*
-                        other => ::core::result::Result::Err(#types::Error::method_not_found().data(#krate::macro_support::Value::from(other))),
+                        #(#request_arms)*
+                        other => ::core::result::Result::Err(#types::Error::method_not_found().data(#support::Value::from(other))),
                     }
                 }
             }
         }
     };
 
+    let notification_arms: Vec<TokenStream> = ext(ExtKind::Notification)
+        .map(|(b, lit)| {
+            let notified = notified(b);
+            quote_spanned! {b.func.sig.span()=>
+                #lit => {
+                    let params = #support::ext_params(params.0)?;
+                    #notified
+                }
+            }
+        })
+        .collect();
+    let ext_notification = if notification_arms.is_empty() {
+        quote!()
+    } else {
+        quote! {
+            #[allow(clippy::manual_async_fn, clippy::useless_conversion)]
+            fn ext_notification(&self, method: &str, params: #types::ExtNotification, cx: #cx_ty)
+                -> impl ::core::future::Future<Output = ::core::result::Result<(), #types::Error>> + ::core::marker::Send {
+                let method = method.to_owned();
+                async move {
+                    let _ = (&params, &cx);
+                    match method.as_str() {
+                        #(#notification_arms)*
+                        // An unknown extension notification is ignored.
+                        _ => ::core::result::Result::Ok(()),
+                    }
+                }
+            }
+        }
+    };
+
+    let capabilities = capabilities(side, bound);
     quote! {
         impl #types::#trait_ident<#cx_ty> for #self_ty {
             #(#methods)*
             #ext_method
+            #ext_notification
         }
 
-        impl #krate::macro_support::Advertise for #self_ty {
+        impl #support::Advertise for #self_ty {
             const CAPABILITIES: &'static [(&'static [&'static str], bool)] = #capabilities;
         }
     }
