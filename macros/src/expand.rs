@@ -8,7 +8,7 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Attribute, FnArg, ImplItem, ImplItemFn, ItemImpl, LitStr, ReceiverKind, ReturnType};
+use syn::{Attribute, FnArg, ImplItem, ImplItemFn, ItemImpl, LitStr, ReceiverKind, ReturnType, Type};
 
 use crate::table::{self, Capability, Handler};
 
@@ -101,8 +101,9 @@ struct Bound<'a> {
     func: &'a ImplItemFn,
     binding: Binding,
     takes_cx: bool,
-    /// Where type errors about the params and the result point.
+    /// Where type errors about the params, the context and the result point.
     params_span: Span,
+    cx_span: Span,
     output_span: Span,
 }
 
@@ -128,8 +129,9 @@ pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
     };
     if let Some((path, _)) = &block.trait_ {
         errors.push(path.span(), format!("#[{macro_name}] goes on an inherent impl block (`impl MyPeer {{ .. }}`), not a trait impl"));
-        let e = errors.0.map(|e| e.to_compile_error());
-        return quote!(#e #block);
+        // The error alone: the trait impl is not what the macro can use, and the compiler's own
+        // complaints about it (missing trait items) would only hide the real one.
+        return errors.0.map(|e| e.to_compile_error()).unwrap_or_default();
     }
     if !block.generics.params.is_empty() {
         errors.push(block.generics.span(), format!("#[{macro_name}] does not support generic impl blocks"));
@@ -257,11 +259,7 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<Ext>>, errors: &mu
         }
         let mut inputs = f.sig.inputs.iter();
         match inputs.next() {
-            Some(FnArg::Receiver(r)) if !matches!(r.kind, ReceiverKind::Reference(_, _, None)) => errors.push(
-                r.span(),
-                format!("handler `{name}` takes `&self`: requests run concurrently, so use interior mutability (a Mutex, atomics) for state"),
-            ),
-            Some(FnArg::Receiver(_)) => {}
+            Some(FnArg::Receiver(r)) => check_receiver(&name, r, errors),
             _ => errors.push(f.sig.ident.span(), format!("handler `{name}` takes `&self` first")),
         }
         let rest: Vec<&FnArg> = inputs.collect();
@@ -271,6 +269,11 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<Ext>>, errors: &mu
                 format!("handler `{name}` takes `&self`, its params, and optionally `cx: {cx_name}`"),
             );
         }
+        let arg_type_span = |arg: Option<&&FnArg>| match arg {
+            Some(FnArg::Typed(t)) => t.ty.span(),
+            Some(other) => other.span(),
+            None => f.sig.ident.span(),
+        };
         let output_span = match &f.sig.output {
             ReturnType::Type(_, ty) => ty.span(),
             ReturnType::Default => f.sig.ident.span(),
@@ -279,7 +282,8 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<Ext>>, errors: &mu
             func: f,
             binding,
             takes_cx: rest.len() == 2,
-            params_span: rest.first().map(|a| a.span()).unwrap_or_else(|| f.sig.span()),
+            params_span: arg_type_span(rest.first()),
+            cx_span: arg_type_span(rest.get(1)),
             output_span,
         };
         // A request is answered with the result; a notification handler may return nothing.
@@ -293,6 +297,37 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<Ext>>, errors: &mu
         bound.push(b);
     }
     bound
+}
+
+/// Handlers take `&self` (or `self: &Self`): the runtime holds the peer and lends it to each
+/// call, and calls run concurrently.
+fn check_receiver(name: &str, r: &syn::Receiver, errors: &mut Errors) {
+    let mutable = || {
+        format!("handler `{name}` takes `&self`: requests run concurrently, so use interior mutability (a Mutex, atomics) for state")
+    };
+    match &r.kind {
+        ReceiverKind::Reference(_, _, None) => {}
+        ReceiverKind::Reference(_, _, Some(_)) => errors.push(r.span(), mutable()),
+        ReceiverKind::Typed(_, ty) => match &**ty {
+            Type::Reference(re) if is_self(&re.elem) && re.mutability.is_none() => {}
+            Type::Reference(re) if is_self(&re.elem) => errors.push(ty.span(), mutable()),
+            _ => errors.push(
+                ty.span(),
+                format!(
+                    "handler `{name}` takes `&self` (or `self: &Self`): the runtime owns the peer and lends it to each call; \
+                     to share state with spawned tasks, keep it in an `Arc` field"
+                ),
+            ),
+        },
+        _ => errors.push(
+            r.self_token.span(),
+            format!("handler `{name}` takes `&self`, not `self`: the runtime owns the peer and lends it to each call"),
+        ),
+    }
+}
+
+fn is_self(ty: &Type) -> bool {
+    matches!(ty, Type::Path(p) if p.qself.is_none() && p.path.is_ident("Self"))
 }
 
 fn unknown_name(side: Side, name: &str) -> String {
@@ -401,12 +436,13 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
     let support = quote!(#krate::macro_support);
     let into_error = quote!(::core::convert::Into::<#types::Error>::into);
 
-    // The call of the user's function, its params spanned at the user's parameter so that a
-    // type mismatch points there.
+    // The call of the user's function, its arguments spanned at the user's parameter types so
+    // that a type mismatch points there.
     let call = |b: &Bound| {
         let f = &b.func.sig.ident;
         let params = quote_spanned!(b.params_span=> params);
-        let args = if b.takes_cx { quote!(#params, cx) } else { quote!(#params) };
+        let cx = quote_spanned!(b.cx_span=> cx);
+        let args = if b.takes_cx { quote!(#params, #cx) } else { quote!(#params) };
         quote_spanned!(b.func.sig.span()=> <#self_ty>::#f(self, #args).await)
     };
     // A notification handler returns `()` or `Result<(), E>`; anything else is reported at
