@@ -1,9 +1,14 @@
 //! The expansion of `#[acp_agent]` / `#[acp_client]`: validate the impl block against the
 //! generated handler table, then implement the generated trait by forwarding to it.
 //!
-//! Every function of the block is a handler: named after a protocol method (`session_prompt`),
-//! or bound to an extension by `#[ext("_vendor/method")]` (requests) or
-//! `#[ext_notification("_vendor/name")]` (notifications).
+//! What the block may hold:
+//!
+//! - handlers: a function named after a protocol method (`session_prompt`), or bound to an
+//!   extension by `#[ext("_vendor/method")]` (requests) or `#[ext_notification("_vendor/name")]`
+//!   (notifications);
+//! - anything else that is not an `async fn`: plain helper functions, associated consts, which
+//!   stay in the inherent impl untouched. An `async fn` with an unknown name is an error (a
+//!   typo'd handler would otherwise be silently ignored).
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
@@ -133,9 +138,6 @@ pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
         // complaints about it (missing trait items) would only hide the real one.
         return errors.0.map(|e| e.to_compile_error()).unwrap_or_default();
     }
-    if !block.generics.params.is_empty() {
-        errors.push(block.generics.span(), format!("#[{macro_name}] does not support generic impl blocks"));
-    }
 
     // Take the `#[ext(..)]` / `#[ext_notification(..)]` attributes off before the block is
     // emitted again.
@@ -244,10 +246,13 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<Ext>>, errors: &mu
             Some(ext) => Binding::Ext(ext),
             None => match side.handlers().iter().find(|h| h.name == name) {
                 Some(h) => Binding::Protocol(h),
-                None => {
+                // An `async fn` is meant as a handler: a typo must not go unnoticed.
+                None if f.sig.asyncness.is_some() => {
                     errors.push(f.sig.ident.span(), unknown_name(side, &name));
                     continue;
                 }
+                // A helper: stays in the inherent impl.
+                None => continue,
             },
         };
         // The signature: `async fn name(&self, params: P[, cx: Context]) -> Result<R, E>`.
@@ -352,7 +357,8 @@ fn unknown_name(side: Side, name: &str) -> String {
     };
     format!(
         "`{name}` is not a method #[{macro_name}] handles; {hint}the handlers are: {}.\n\
-         Put helper functions in a separate impl block, and bind extension methods with #[ext(\"_vendor/method\")]",
+         An async helper goes in a separate impl block (plain `fn` helpers may stay); bind extensions with \
+         #[ext(\"_vendor/method\")] or #[ext_notification(\"_vendor/method\")]",
         listed
     )
 }
@@ -428,6 +434,7 @@ fn capabilities(side: Side, bound: &[Bound]) -> TokenStream {
 
 fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -> TokenStream {
     let (_, trait_name, cx_name) = side.names();
+    let (impl_generics, _, where_clause) = block.generics.split_for_impl();
     let self_ty = &block.self_ty;
     let trait_ident = format_ident!("{trait_name}");
     let cx_ident = format_ident!("{cx_name}");
@@ -563,13 +570,13 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
 
     let capabilities = capabilities(side, bound);
     quote! {
-        impl #types::#trait_ident<#cx_ty> for #self_ty {
+        impl #impl_generics #types::#trait_ident<#cx_ty> for #self_ty #where_clause {
             #(#methods)*
             #ext_method
             #ext_notification
         }
 
-        impl #support::Advertise for #self_ty {
+        impl #impl_generics #support::Advertise for #self_ty #where_clause {
             const CAPABILITIES: &'static [(&'static [&'static str], bool)] = #capabilities;
         }
     }

@@ -1,7 +1,9 @@
 //! `#[acp_agent]` / `#[acp_client]` expansions at work, over the in-memory duplex: extension
-//! requests and notifications reach the function bound to them (and only that one), and
-//! notification handlers may return nothing.
+//! requests and notifications reach the function bound to them (and only that one),
+//! notification handlers may return nothing, helper functions stay in the block, and impl
+//! blocks may be generic.
 
+use std::fmt::Display;
 use std::time::Duration;
 
 use acp_runtime::acp_types::*;
@@ -41,16 +43,15 @@ struct ExtAgent {
     events: mpsc::UnboundedSender<String>,
 }
 
+#[acp_agent]
 impl ExtAgent {
+    /// A plain helper in the block: left alone.
     fn report(&self, event: impl Into<String>) {
         let _ = self.events.send(event.into());
     }
 
     const SESSION: &str = "sess_ext";
-}
 
-#[acp_agent]
-impl ExtAgent {
     async fn initialize(&self, params: InitializeRequest) -> Result<InitializeResponse, Error> {
         Ok(InitializeResponse::new(params.protocol_version))
     }
@@ -139,15 +140,18 @@ async fn a_notification_handler_without_a_result_is_called() {
     assert_eq!(next(&mut events).await, "cancel sess_ext");
 }
 
-// ---- a client --------------------------------------------------------------------------------
+// ---- a generic client -----------------------------------------------------------------------
 
-struct ExtClient {
-    tag: u8,
+struct ExtClient<T> {
+    tag: T,
     events: mpsc::UnboundedSender<String>,
 }
 
 #[acp_client]
-impl ExtClient {
+impl<T> ExtClient<T>
+where
+    T: Display + Send + Sync + 'static,
+{
     async fn session_request_permission(&self, _: RequestPermissionRequest) -> Result<RequestPermissionResponse, Error> {
         Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
     }
@@ -165,7 +169,7 @@ impl ExtClient {
 }
 
 #[tokio::test]
-async fn a_client_handles_ext_requests_and_notifications() {
+async fn a_generic_client_handles_ext_requests_and_notifications() {
     let (agent_end, client_end) = duplex(64 * 1024);
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let client = ExtClient { tag: 7u8, events: events_tx };
