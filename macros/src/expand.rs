@@ -9,11 +9,16 @@
 //! - anything else that is not an `async fn`: plain helper functions, associated consts, which
 //!   stay in the inherent impl untouched. An `async fn` with an unknown name is an error (a
 //!   typo'd handler would otherwise be silently ignored).
+//!
+//! `#[cfg]` / `#[cfg_attr(.., cfg(..))]` on a handler carry over to everything generated for it
+//! (the trait method, the match arm of an extension, the advertised capability), so a handler
+//! that is configured out is neither handled nor advertised.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
+use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::{Attribute, FnArg, ImplItem, ImplItemFn, ItemImpl, LitStr, ReceiverKind, ReturnType, Type};
+use syn::{Attribute, FnArg, ImplItem, ImplItemFn, ItemImpl, LitStr, Meta, ReceiverKind, ReturnType, Token, Type};
 
 use crate::table::{self, Capability, Handler};
 
@@ -106,6 +111,8 @@ struct Bound<'a> {
     func: &'a ImplItemFn,
     binding: Binding,
     takes_cx: bool,
+    /// The `cfg` predicate the function is compiled under, if any.
+    cfg: Option<TokenStream>,
     /// Where type errors about the params, the context and the result point.
     params_span: Span,
     cx_span: Span,
@@ -117,6 +124,13 @@ impl Bound<'_> {
         match &self.binding {
             Binding::Protocol(h) => h.response.is_some(),
             Binding::Ext(e) => e.kind == ExtKind::Request,
+        }
+    }
+
+    fn cfg_attr(&self) -> TokenStream {
+        match &self.cfg {
+            Some(p) => quote!(#[cfg(#p)]),
+            None => quote!(),
         }
     }
 }
@@ -145,7 +159,7 @@ pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
 
     let bound = bind(side, &block, exts, &mut errors);
     check_missing(side, &block, &bound, &mut errors);
-    check_ext_overlaps(&bound, &mut errors);
+    let overlaps = check_ext_overlaps(&bound, &mut errors);
     if let Some(e) = errors.0 {
         // Keep the block so the user's own code still type-checks and reports its errors.
         let e = e.to_compile_error();
@@ -155,6 +169,7 @@ pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
     quote! {
         #block
         #imp
+        #overlaps
     }
 }
 
@@ -287,6 +302,7 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<Ext>>, errors: &mu
             func: f,
             binding,
             takes_cx: rest.len() == 2,
+            cfg: cfg_predicate(&f.attrs),
             params_span: arg_type_span(rest.first()),
             cx_span: arg_type_span(rest.get(1)),
             output_span,
@@ -333,6 +349,33 @@ fn check_receiver(name: &str, r: &syn::Receiver, errors: &mut Errors) {
 
 fn is_self(ty: &Type) -> bool {
     matches!(ty, Type::Path(p) if p.qself.is_none() && p.path.is_ident("Self"))
+}
+
+/// The predicate a function is compiled under: its `#[cfg(p)]`s, and the `cfg`s its
+/// `#[cfg_attr(q, ..)]`s add (`any(not(q), ..)`); `None` when there are none.
+fn cfg_predicate(attrs: &[Attribute]) -> Option<TokenStream> {
+    let preds: Vec<TokenStream> = attrs.iter().filter_map(|a| meta_predicate(&a.meta)).collect();
+    match preds.len() {
+        0 => None,
+        1 => preds.into_iter().next(),
+        _ => Some(quote!(all(#(#preds),*))),
+    }
+}
+
+fn meta_predicate(meta: &Meta) -> Option<TokenStream> {
+    let Meta::List(list) = meta else { return None };
+    if list.path.is_ident("cfg") {
+        return Some(list.tokens.clone());
+    }
+    if !list.path.is_ident("cfg_attr") {
+        return None;
+    }
+    // `cfg_attr(q, attr, ..)`; a malformed one is the compiler's to report.
+    let metas = list.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated).ok()?;
+    let mut metas = metas.into_iter();
+    let q = metas.next()?;
+    let inner: Vec<TokenStream> = metas.filter_map(|m| meta_predicate(&m)).collect();
+    (!inner.is_empty()).then(|| quote!(any(not(#q), all(#(#inner),*))))
 }
 
 fn unknown_name(side: Side, name: &str) -> String {
@@ -397,8 +440,10 @@ fn check_missing(side: Side, block: &ItemImpl, bound: &[Bound], errors: &mut Err
     }
 }
 
-/// Two functions for one extension message.
-fn check_ext_overlaps(bound: &[Bound], errors: &mut Errors) {
+/// Two functions for one extension message: an error, or, when either is under `cfg`, an error
+/// under the conjunction of their `cfg`s (when both are compiled in).
+fn check_ext_overlaps(bound: &[Bound], errors: &mut Errors) -> TokenStream {
+    let mut conditional = TokenStream::new();
     for (i, b) in bound.iter().enumerate() {
         let Binding::Ext(e) = &b.binding else { continue };
         if !e.valid {
@@ -417,17 +462,41 @@ fn check_ext_overlaps(bound: &[Bound], errors: &mut Errors) {
             e.name.value(),
             prev.func.sig.ident
         );
-        errors.push(e.name.span(), message);
+        match (&prev.cfg, &b.cfg) {
+            (None, None) => errors.push(e.name.span(), message),
+            (p, q) => {
+                let all = quote!(all());
+                let (p, q) = (p.as_ref().unwrap_or(&all), q.as_ref().unwrap_or(&all));
+                conditional.extend(quote_spanned!(e.name.span()=> #[cfg(all(#p, #q))] ::core::compile_error! { #message }));
+            }
+        }
     }
+    conditional
 }
 
-/// The capabilities the handlers present earn.
+/// The capabilities the handlers present earn; a capability of handlers under `cfg` is
+/// advertised under the same `cfg`.
 fn capabilities(side: Side, bound: &[Bound]) -> TokenStream {
-    let handles = |method: &str| bound.iter().any(|b| matches!(b.binding, Binding::Protocol(h) if h.method == method));
-    let rows = side.capabilities().iter().filter(|c| c.methods.iter().all(|m| handles(m))).map(|c| {
+    let rows = side.capabilities().iter().filter_map(|c| {
+        let mut preds = Vec::new();
+        for method in c.methods {
+            let handlers: Vec<&Bound> = bound
+                .iter()
+                .filter(|b| matches!(b.binding, Binding::Protocol(h) if h.method == *method))
+                .collect();
+            if handlers.is_empty() {
+                return None;
+            }
+            if handlers.iter().any(|b| b.cfg.is_none()) {
+                continue;
+            }
+            let any = handlers.iter().filter_map(|b| b.cfg.as_ref());
+            preds.push(quote!(any(#(#any),*)));
+        }
         let path = c.path;
         let object = c.object;
-        quote!((&[#(#path),*], #object))
+        let cfg = if preds.is_empty() { quote!() } else { quote!(#[cfg(all(#(#preds),*))]) };
+        Some(quote!(#cfg (&[#(#path),*], #object)))
     });
     quote!(&[#(#rows),*])
 }
@@ -464,8 +533,14 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
     };
 
     let mut methods = Vec::new();
-    for b in bound {
+    for (i, b) in bound.iter().enumerate() {
         let Binding::Protocol(h) = b.binding else { continue };
+        // Two functions of one name that may both be compiled in: the compiler reports the
+        // duplicate in the user's block; a duplicate trait method would only repeat it.
+        let same = |p: &Bound| matches!(p.binding, Binding::Protocol(ph) if ph.name == h.name);
+        if bound[..i].iter().any(|p| same(p) && (p.cfg.is_none() || b.cfg.is_none())) {
+            continue;
+        }
         let f = &b.func.sig.ident;
         let params = format_ident!("{}", h.params);
         let span = b.func.sig.span();
@@ -496,7 +571,8 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
                 }
             }
         };
-        methods.push(method);
+        let cfg = b.cfg_attr();
+        methods.push(quote!(#cfg #method));
     }
 
     let ext = |kind: ExtKind| {
@@ -508,8 +584,10 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
 
     let request_arms: Vec<TokenStream> = ext(ExtKind::Request)
         .map(|(b, lit)| {
+            let cfg = b.cfg_attr();
             let call = call(b);
             quote_spanned! {b.func.sig.span()=>
+                #cfg
                 #lit => {
                     let params = #support::ext_params(params.0)?;
                     let result = #call.map_err(#into_error)?;
@@ -521,8 +599,10 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
     let ext_method = if request_arms.is_empty() {
         quote!()
     } else {
+        // `unreachable_patterns`: two functions for one name under `cfg`s that both hold are
+        // already an error (see `check_ext_overlaps`).
         quote! {
-            #[allow(clippy::manual_async_fn, clippy::useless_conversion)]
+            #[allow(clippy::manual_async_fn, clippy::useless_conversion, unreachable_patterns)]
             fn ext_method(&self, method: &str, params: #types::ExtRequest, cx: #cx_ty)
                 -> impl ::core::future::Future<Output = ::core::result::Result<#types::ExtResponse, #types::Error>> + ::core::marker::Send {
                 let method = method.to_owned();
@@ -539,8 +619,10 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
 
     let notification_arms: Vec<TokenStream> = ext(ExtKind::Notification)
         .map(|(b, lit)| {
+            let cfg = b.cfg_attr();
             let notified = notified(b);
             quote_spanned! {b.func.sig.span()=>
+                #cfg
                 #lit => {
                     let params = #support::ext_params(params.0)?;
                     #notified
@@ -552,7 +634,7 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
         quote!()
     } else {
         quote! {
-            #[allow(clippy::manual_async_fn, clippy::useless_conversion)]
+            #[allow(clippy::manual_async_fn, clippy::useless_conversion, unreachable_patterns)]
             fn ext_notification(&self, method: &str, params: #types::ExtNotification, cx: #cx_ty)
                 -> impl ::core::future::Future<Output = ::core::result::Result<(), #types::Error>> + ::core::marker::Send {
                 let method = method.to_owned();
@@ -579,5 +661,32 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
         impl #impl_generics #support::Advertise for #self_ty #where_clause {
             const CAPABILITIES: &'static [(&'static [&'static str], bool)] = #capabilities;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn predicate(item: &str) -> Option<String> {
+        let f: ImplItemFn = syn::parse_str(item).unwrap();
+        cfg_predicate(&f.attrs).map(|p| p.to_string())
+    }
+
+    #[test]
+    fn cfg_predicates_combine_cfg_and_cfg_attr() {
+        assert_eq!(predicate("#[doc = \"x\"] async fn f(&self) {}"), None);
+        assert_eq!(predicate("#[cfg(unix)] async fn f(&self) {}").as_deref(), Some("unix"));
+        assert_eq!(
+            predicate("#[cfg(unix)] #[cfg(feature = \"a\")] async fn f(&self) {}").as_deref(),
+            Some("all (unix , feature = \"a\")")
+        );
+        // Only the `cfg`s a `cfg_attr` adds matter, nested ones included.
+        assert_eq!(predicate("#[cfg_attr(test, allow(dead_code))] async fn f(&self) {}"), None);
+        assert_eq!(
+            predicate("#[cfg_attr(test, allow(dead_code), cfg(unix), cfg_attr(x, cfg(y)))] async fn f(&self) {}")
+                .as_deref(),
+            Some("any (not (test) , all (unix , any (not (x) , all (y))))")
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! `#[acp_agent]` / `#[acp_client]` expansions at work, over the in-memory duplex: extension
-//! requests and notifications reach the function bound to them (and only that one),
-//! notification handlers may return nothing, helper functions stay in the block, and impl
-//! blocks may be generic.
+//! requests and notifications reach the function bound to them (and only that one), handlers
+//! under `#[cfg]` are handled and advertised only when compiled in, notification handlers may
+//! return nothing, helper functions stay in the block, and impl blocks may be generic.
 
 use std::fmt::Display;
 use std::time::Duration;
@@ -69,6 +69,22 @@ impl ExtAgent {
         self.report(format!("cancel {}", params.session_id.0));
     }
 
+    // Configured out: neither handled nor advertised.
+    #[cfg(any())]
+    async fn session_load(&self, _: LoadSessionRequest) -> Result<LoadSessionResponse, Error> {
+        unreachable!("configured out")
+    }
+
+    // One of the two is compiled in: handled and advertised either way.
+    #[cfg(unix)]
+    async fn session_list(&self, _: ListSessionsRequest) -> Result<ListSessionsResponse, Error> {
+        Ok(ListSessionsResponse::new(vec![SessionInfo::new(Self::SESSION, "/unix")]))
+    }
+    #[cfg(not(unix))]
+    async fn session_list(&self, _: ListSessionsRequest) -> Result<ListSessionsResponse, Error> {
+        Ok(ListSessionsResponse::new(vec![SessionInfo::new(Self::SESSION, "C:\\other")]))
+    }
+
     // `_v/ping` as a request and as a notification, each with its own function.
     #[ext("_v/ping")]
     async fn ping(&self, params: Value) -> Result<Value, Error> {
@@ -91,6 +107,18 @@ impl ExtAgent {
         }
         self.report(format!("log {}", params.line));
         Ok(())
+    }
+
+    // Configured out: `_v/gone` is unknown as a request and as a notification.
+    #[cfg(any())]
+    #[ext("_v/gone")]
+    async fn gone(&self, params: Value) -> Result<Value, Error> {
+        Ok(params)
+    }
+    #[ext_notification("_v/gone")]
+    #[cfg_attr(all(), cfg(any()))]
+    async fn gone_notification(&self, _: Value) {
+        self.report("gone");
     }
 }
 
@@ -117,13 +145,14 @@ async fn ext_requests_and_notifications_of_one_name_reach_their_own_functions() 
     // handled, and none of them reported anything.
     peer.notify("_v/echo", &json!({"request": "only"})).await.unwrap();
     peer.notify("_v/unknown", &json!({})).await.unwrap();
+    peer.notify("_v/gone", &json!({})).await.unwrap();
     peer.notify("_v/log", &json!({"line": 5})).await.unwrap(); // params do not fit: logged
     peer.notify("_v/log", &json!({"line": "fail"})).await.unwrap(); // handler error: logged
     peer.notify("_v/log", &json!({"line": "last"})).await.unwrap();
     assert_eq!(next(&mut events).await, "log last");
 
-    // A request for a notification-only name, an unknown name.
-    for method in ["_v/log", "_v/unknown"] {
+    // A request for a notification-only name, a configured-out name, an unknown name.
+    for method in ["_v/log", "_v/gone", "_v/unknown"] {
         let e = request(&peer, method, json!({})).await.unwrap_err();
         assert_eq!(e.code, codes::METHOD_NOT_FOUND, "{method}: {e:?}");
         assert_eq!(e.data, Some(json!(method)));
@@ -138,6 +167,21 @@ async fn a_notification_handler_without_a_result_is_called() {
     let (peer, mut events) = agent();
     peer.notify("session/cancel", &json!({"sessionId": "sess_ext"})).await.unwrap();
     assert_eq!(next(&mut events).await, "cancel sess_ext");
+}
+
+#[tokio::test]
+async fn handlers_under_cfg_are_handled_and_advertised_only_when_compiled_in() {
+    let (peer, _events) = agent();
+    let init = request(&peer, "initialize", json!({"protocolVersion": 1})).await.unwrap();
+    let caps = &init["agentCapabilities"];
+    assert_ne!(caps["loadSession"], json!(true), "session_load is configured out: {init}");
+    assert_eq!(caps["sessionCapabilities"]["list"], json!({}), "session_list is compiled in: {init}");
+
+    let e = request(&peer, "session/load", json!({"sessionId": "s", "cwd": "/", "mcpServers": []})).await.unwrap_err();
+    assert_eq!(e.code, codes::METHOD_NOT_FOUND);
+    let listed = request(&peer, "session/list", json!({})).await.unwrap();
+    let cwd = if cfg!(unix) { "/unix" } else { "C:\\other" };
+    assert_eq!(listed["sessions"][0]["cwd"], json!(cwd));
 }
 
 // ---- a generic client -----------------------------------------------------------------------
