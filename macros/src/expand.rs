@@ -12,7 +12,8 @@
 //!
 //! `#[cfg]` / `#[cfg_attr(.., cfg(..))]` on a handler carry over to everything generated for it
 //! (the trait method, the match arm of an extension, the advertised capability), so a handler
-//! that is configured out is neither handled nor advertised.
+//! that is configured out is neither handled nor advertised. A handler of an unstable method
+//! is wrapped in the runtime's gate of its cargo feature (see `acp_runtime::macro_support`).
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
@@ -109,6 +110,8 @@ enum Binding {
 /// One function of the block, bound to a method.
 struct Bound<'a> {
     func: &'a ImplItemFn,
+    /// Its position in the block's items.
+    index: usize,
     binding: Binding,
     takes_cx: bool,
     /// The `cfg` predicate the function is compiled under, if any.
@@ -160,14 +163,15 @@ pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
     let bound = bind(side, &block, exts, &mut errors);
     check_missing(side, &block, &bound, &mut errors);
     let overlaps = check_ext_overlaps(&bound, &mut errors);
+    let inherent = inherent_block(&krate, &block, &bound);
     if let Some(e) = errors.0 {
         // Keep the block so the user's own code still type-checks and reports its errors.
         let e = e.to_compile_error();
-        return quote!(#e #block);
+        return quote!(#e #inherent);
     }
     let imp = implement(side, &krate, &block, &bound);
     quote! {
-        #block
+        #inherent
         #imp
         #overlaps
     }
@@ -254,7 +258,7 @@ fn take_ext(item: &mut ImplItem, errors: &mut Errors) -> Option<Ext> {
 fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<Ext>>, errors: &mut Errors) -> Vec<Bound<'a>> {
     let (_, _, cx_name) = side.names();
     let mut bound: Vec<Bound> = Vec::new();
-    for (item, ext) in block.items.iter().zip(exts) {
+    for ((index, item), ext) in block.items.iter().enumerate().zip(exts) {
         let ImplItem::Fn(f) = item else { continue };
         let name = f.sig.ident.to_string();
         let binding = match ext {
@@ -300,6 +304,7 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<Ext>>, errors: &mu
         };
         let b = Bound {
             func: f,
+            index,
             binding,
             takes_cx: rest.len() == 2,
             cfg: cfg_predicate(&f.attrs),
@@ -390,7 +395,7 @@ fn unknown_name(side: Side, name: &str) -> String {
         .collect();
     let mut listed = stable.join(", ");
     if !gated.is_empty() {
-        listed.push_str(";\n       with acp-types features: ");
+        listed.push_str(";\n       with acp-runtime features: ");
         listed.push_str(&gated.join(", "));
     }
     let best = valid.iter().map(|v| (distance(name, v), *v)).min().filter(|(d, v)| *d <= v.len().max(name.len()) / 3 + 1);
@@ -472,6 +477,39 @@ fn check_ext_overlaps(bound: &[Bound], errors: &mut Errors) -> TokenStream {
         }
     }
     conditional
+}
+
+/// `items` when acp-runtime has one of `features` on, else `otherwise`.
+fn gate(krate: &syn::Path, features: &[&str], items: TokenStream, otherwise: TokenStream) -> TokenStream {
+    features.iter().rev().fold(otherwise, |otherwise, feature| {
+        let gate = format_ident!("gate_{feature}");
+        quote!(#krate::macro_support::#gate! { { #items } { #otherwise } })
+    })
+}
+
+/// The user's block again, with each handler of an unstable method inside its feature's gate:
+/// when the feature is off, the handler is replaced by one error naming the feature (instead
+/// of the compiler's errors about the types and trait methods that do not exist).
+fn inherent_block(krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -> TokenStream {
+    let mut block = block.clone();
+    for b in bound {
+        let Binding::Protocol(h) = b.binding else { continue };
+        if h.features.is_empty() {
+            continue;
+        }
+        let features = h.features.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(" or ");
+        let message = format!(
+            "`{}` handles `{}`, an unstable method: enable the cargo feature {features} of acp-runtime \
+             (e.g. `acp-runtime = {{ version = \"..\", features = [\"{}\"] }}`)",
+            h.name, h.method, h.features[0]
+        );
+        let error = quote_spanned!(b.func.sig.ident.span()=> ::core::compile_error! { #message });
+        let func = b.func;
+        let cfg = b.cfg_attr();
+        let gated = gate(krate, h.features, quote!(#func), error);
+        block.items[b.index] = ImplItem::Verbatim(quote!(#cfg #gated));
+    }
+    quote!(#block)
 }
 
 /// The capabilities the handlers present earn; a capability of handlers under `cfg` is
@@ -572,6 +610,7 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
             }
         };
         let cfg = b.cfg_attr();
+        let method = if h.features.is_empty() { method } else { gate(krate, h.features, method, quote!()) };
         methods.push(quote!(#cfg #method));
     }
 
@@ -688,5 +727,30 @@ mod tests {
                 .as_deref(),
             Some("any (not (test) , all (unix , any (not (x) , all (y))))")
         );
+    }
+
+    /// The expansion wraps a handler of an unstable method in `macro_support::gate_FEATURE!`,
+    /// which acp-runtime defines under its feature of that name: every feature the table names
+    /// needs both.
+    #[test]
+    fn every_feature_of_the_table_has_a_gate_in_the_runtime() {
+        let runtime = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime");
+        let (Ok(support), Ok(manifest)) = (
+            std::fs::read_to_string(runtime.join("src/macro_support.rs")),
+            std::fs::read_to_string(runtime.join("Cargo.toml")),
+        ) else {
+            eprintln!("skipped: no acp-runtime sources next to acp-macros");
+            return;
+        };
+        let features = table::AGENT.iter().chain(table::CLIENT).flat_map(|h| h.features.iter());
+        for feature in features {
+            let on = format!("#[cfg(feature = \"{feature}\")]\npub use crate::__acp_feature_on as gate_{feature};");
+            let off = format!("#[cfg(not(feature = \"{feature}\"))]\npub use crate::__acp_feature_off as gate_{feature};");
+            for gate in [on, off] {
+                assert!(support.contains(&gate), "runtime/src/macro_support.rs lacks:\n{gate}");
+            }
+            let forward = format!("{feature} = [\"acp-types/{feature}\"]");
+            assert!(manifest.contains(&forward), "runtime/Cargo.toml lacks the feature: {forward}");
+        }
     }
 }

@@ -109,6 +109,45 @@ pub fn notified<R: NotificationResult>(result: R) -> Result<(), Error> {
     result.into_result()
 }
 
+// ---- feature gates ----------------------------------------------------------------------------
+//
+// A handler of an unstable method (e.g. `session_fork`) only exists when `acp-types` has the
+// method. The expansion runs in the user's crate, where `#[cfg(feature = ..)]` would test the
+// user's own features, so it wraps such a handler in the gate of its feature, defined here
+// under this crate's feature of the same name (which turns on `acp-types`' one):
+// `gate_NAME! { { items } { otherwise } }` is the items when the feature is on and `otherwise`
+// (a compile error naming the feature) when it is off. Every feature the macro table names
+// has a gate (checked by a test of acp-macros).
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __acp_feature_on {
+    ({ $($items:tt)* } { $($otherwise:tt)* }) => { $($items)* };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __acp_feature_off {
+    ({ $($items:tt)* } { $($otherwise:tt)* }) => { $($otherwise)* };
+}
+
+#[cfg(feature = "unstable_llm_providers")]
+pub use crate::__acp_feature_on as gate_unstable_llm_providers;
+#[cfg(not(feature = "unstable_llm_providers"))]
+pub use crate::__acp_feature_off as gate_unstable_llm_providers;
+#[cfg(feature = "unstable_mcp_over_acp")]
+pub use crate::__acp_feature_on as gate_unstable_mcp_over_acp;
+#[cfg(not(feature = "unstable_mcp_over_acp"))]
+pub use crate::__acp_feature_off as gate_unstable_mcp_over_acp;
+#[cfg(feature = "unstable_nes")]
+pub use crate::__acp_feature_on as gate_unstable_nes;
+#[cfg(not(feature = "unstable_nes"))]
+pub use crate::__acp_feature_off as gate_unstable_nes;
+#[cfg(feature = "unstable_session_fork")]
+pub use crate::__acp_feature_on as gate_unstable_session_fork;
+#[cfg(not(feature = "unstable_session_fork"))]
+pub use crate::__acp_feature_off as gate_unstable_session_fork;
+
 #[cfg(test)]
 mod tests {
     use super::*;
