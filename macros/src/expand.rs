@@ -1,10 +1,25 @@
 //! The expansion of `#[acp_agent]` / `#[acp_client]`: validate the impl block against the
 //! generated handler table, then implement the generated trait by forwarding to it.
+//!
+//! What the block may hold:
+//!
+//! - handlers: a function named after a protocol method (`session_prompt`), or bound to an
+//!   extension by `#[ext("_vendor/method")]` (requests) or `#[ext_notification("_vendor/name")]`
+//!   (notifications);
+//! - anything else that is not an `async fn`: plain helper functions, associated consts, which
+//!   stay in the inherent impl untouched. An `async fn` with an unknown name is an error (a
+//!   typo'd handler would otherwise be silently ignored).
+//!
+//! `#[cfg]` / `#[cfg_attr(.., cfg(..))]` on a handler carry over to everything generated for it
+//! (the trait method, the match arm of an extension, the advertised capability), so a handler
+//! that is configured out is neither handled nor advertised. A handler of an unstable method
+//! is wrapped in the runtime's gate of its cargo feature (see `acp_runtime::macro_support`).
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
+use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::{FnArg, ImplItem, ImplItemFn, ItemImpl, LitStr, ReceiverKind, ReturnType};
+use syn::{Attribute, FnArg, ImplItem, ImplItemFn, ItemImpl, LitStr, Meta, ReceiverKind, ReturnType, Token, Type};
 
 use crate::table::{self, Capability, Handler};
 
@@ -51,55 +66,114 @@ impl Errors {
     }
 }
 
+/// Which extension messages a function handles.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ExtKind {
+    /// `#[ext("_name")]`: requests, answered with the function's result.
+    Request,
+    /// `#[ext_notification("_name")]`: notifications, never answered.
+    Notification,
+}
+
+impl ExtKind {
+    fn of(attr: &Attribute) -> Option<ExtKind> {
+        if attr.path().is_ident("ext") {
+            Some(ExtKind::Request)
+        } else if attr.path().is_ident("ext_notification") {
+            Some(ExtKind::Notification)
+        } else {
+            None
+        }
+    }
+
+    fn attr(self) -> &'static str {
+        match self {
+            ExtKind::Request => "ext",
+            ExtKind::Notification => "ext_notification",
+        }
+    }
+}
+
+/// An `#[ext(..)]` / `#[ext_notification(..)]` binding.
+struct Ext {
+    name: LitStr,
+    kind: ExtKind,
+    /// False when the name was rejected (already reported).
+    valid: bool,
+}
+
+enum Binding {
+    Protocol(&'static Handler),
+    Ext(Ext),
+}
+
 /// One function of the block, bound to a method.
 struct Bound<'a> {
     func: &'a ImplItemFn,
-    /// `None` for extension methods.
-    handler: Option<&'static Handler>,
-    ext: Option<(LitStr, bool)>,
+    /// Its position in the block's items.
+    index: usize,
+    binding: Binding,
     takes_cx: bool,
+    /// The `cfg` predicate the function is compiled under, if any.
+    cfg: Option<TokenStream>,
+    /// Where type errors about the params, the context and the result point.
+    params_span: Span,
+    cx_span: Span,
+    output_span: Span,
+}
+
+impl Bound<'_> {
+    fn is_request(&self) -> bool {
+        match &self.binding {
+            Binding::Protocol(h) => h.response.is_some(),
+            Binding::Ext(e) => e.kind == ExtKind::Request,
+        }
+    }
+
+    fn cfg_attr(&self) -> TokenStream {
+        match &self.cfg {
+            Some(p) => quote!(#[cfg(#p)]),
+            None => quote!(),
+        }
+    }
 }
 
 pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
     let (macro_name, _, _) = side.names();
     let mut errors = Errors::default();
     let krate = parse_attr(attr, macro_name, &mut errors);
-    let mut block: ItemImpl = match syn::parse2(item.clone()) {
+    let mut block: ItemImpl = match syn::parse2(item) {
         Ok(b) => b,
-        Err(e) => {
-            let mut e = e;
+        Err(mut e) => {
             e.combine(syn::Error::new(Span::call_site(), format!("#[{macro_name}] goes on an inherent impl block")));
             return e.to_compile_error();
         }
     };
     if let Some((path, _)) = &block.trait_ {
         errors.push(path.span(), format!("#[{macro_name}] goes on an inherent impl block (`impl MyPeer {{ .. }}`), not a trait impl"));
-        let e = errors.0.map(|e| e.to_compile_error());
-        return quote!(#e #block);
-    }
-    if !block.generics.params.is_empty() {
-        errors.push(block.generics.span(), format!("#[{macro_name}] does not support generic impl blocks"));
+        // The error alone: the trait impl is not what the macro can use, and the compiler's own
+        // complaints about it (missing trait items) would only hide the real one.
+        return errors.0.map(|e| e.to_compile_error()).unwrap_or_default();
     }
 
-    // Take the `#[ext("_name")]` attributes off before the block is emitted again.
-    let mut exts: Vec<Option<(LitStr, bool)>> = Vec::new();
-    for it in &mut block.items {
-        if let ImplItem::Fn(f) = it {
-            exts.push(take_ext(f, &mut errors));
-        }
-    }
+    // Take the `#[ext(..)]` / `#[ext_notification(..)]` attributes off before the block is
+    // emitted again.
+    let exts: Vec<Option<Ext>> = block.items.iter_mut().map(|it| take_ext(it, &mut errors)).collect();
 
     let bound = bind(side, &block, exts, &mut errors);
     check_missing(side, &block, &bound, &mut errors);
+    let overlaps = check_ext_overlaps(&bound, &mut errors);
+    let inherent = inherent_block(&krate, &block, &bound);
     if let Some(e) = errors.0 {
         // Keep the block so the user's own code still type-checks and reports its errors.
         let e = e.to_compile_error();
-        return quote!(#e #block);
+        return quote!(#e #inherent);
     }
     let imp = implement(side, &krate, &block, &bound);
     quote! {
-        #block
+        #inherent
         #imp
+        #overlaps
     }
 }
 
@@ -124,42 +198,82 @@ fn parse_attr(attr: TokenStream, macro_name: &str, errors: &mut Errors) -> syn::
     krate
 }
 
-/// Removes `#[ext("_name")]` from a function; returns the name, and whether it is valid.
-fn take_ext(f: &mut ImplItemFn, errors: &mut Errors) -> Option<(LitStr, bool)> {
-    let pos = f.attrs.iter().position(|a| a.path().is_ident("ext"))?;
-    let attr = f.attrs.remove(pos);
-    match attr.parse_args::<LitStr>() {
-        Ok(name) => {
-            let valid = name.value().starts_with('_');
-            if !valid {
-                errors.push(
-                    name.span(),
-                    format!("extension method names start with `_` (e.g. \"_{}\"), so they cannot clash with the protocol's", name.value()),
-                );
-            }
-            Some((name, valid))
-        }
-        Err(e) => {
-            errors.push(attr.span(), format!("expected #[ext(\"_vendor/method\")]: {e}"));
-            None
-        }
-    }
-}
-
-fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<(LitStr, bool)>>, errors: &mut Errors) -> Vec<Bound<'a>> {
-    let (_, _, cx_name) = side.names();
-    let fns = block.items.iter().filter_map(|it| match it {
-        ImplItem::Fn(f) => Some(f),
-        _ => None,
-    });
-    let mut bound: Vec<Bound> = Vec::new();
-    for (f, ext) in fns.zip(exts) {
-        let name = f.sig.ident.to_string();
-        let handler = if ext.is_some() { None } else { side.handlers().iter().find(|h| h.name == name) };
-        if ext.is_none() && handler.is_none() {
-            errors.push(f.sig.ident.span(), unknown_name(side, &name));
+/// Removes `#[ext(..)]` / `#[ext_notification(..)]` from an item; returns the binding of a
+/// function.
+fn take_ext(item: &mut ImplItem, errors: &mut Errors) -> Option<Ext> {
+    let (attrs, func) = match item {
+        ImplItem::Fn(f) => (&mut f.attrs, Some(f.sig.ident.to_string())),
+        ImplItem::Const(c) => (&mut c.attrs, None),
+        ImplItem::Type(t) => (&mut t.attrs, None),
+        ImplItem::Macro(m) => (&mut m.attrs, None),
+        _ => return None,
+    };
+    let mut found: Option<Ext> = None;
+    let mut kept = Vec::with_capacity(attrs.len());
+    for attr in std::mem::take(attrs) {
+        let Some(kind) = ExtKind::of(&attr) else {
+            kept.push(attr);
+            continue;
+        };
+        let at = attr.path().span();
+        let Some(func) = &func else {
+            errors.push(at, format!("#[{}(..)] goes on the `async fn` that handles the extension", kind.attr()));
+            continue;
+        };
+        if let Some(prev) = &found {
+            errors.push(
+                at,
+                format!(
+                    "one #[ext] or #[ext_notification] per function: `{func}` already handles `{}`; \
+                     write one function per extension method",
+                    prev.name.value()
+                ),
+            );
             continue;
         }
+        found = Some(match attr.parse_args::<LitStr>() {
+            Ok(name) => {
+                let valid = name.value().starts_with('_');
+                if !valid {
+                    errors.push(
+                        name.span(),
+                        format!(
+                            "extension method names start with `_` (e.g. \"_{}\"), so they cannot clash with the protocol's",
+                            name.value()
+                        ),
+                    );
+                }
+                Ext { name, kind, valid }
+            }
+            Err(e) => {
+                errors.push(at, format!("expected #[{}(\"_vendor/method\")]: {e}", kind.attr()));
+                Ext { name: LitStr::new("", at), kind, valid: false }
+            }
+        });
+    }
+    *attrs = kept;
+    found
+}
+
+fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<Ext>>, errors: &mut Errors) -> Vec<Bound<'a>> {
+    let (_, _, cx_name) = side.names();
+    let mut bound: Vec<Bound> = Vec::new();
+    for ((index, item), ext) in block.items.iter().enumerate().zip(exts) {
+        let ImplItem::Fn(f) = item else { continue };
+        let name = f.sig.ident.to_string();
+        let binding = match ext {
+            Some(ext) => Binding::Ext(ext),
+            None => match side.handlers().iter().find(|h| h.name == name) {
+                Some(h) => Binding::Protocol(h),
+                // An `async fn` is meant as a handler: a typo must not go unnoticed.
+                None if f.sig.asyncness.is_some() => {
+                    errors.push(f.sig.ident.span(), unknown_name(side, &name));
+                    continue;
+                }
+                // A helper: stays in the inherent impl.
+                None => continue,
+            },
+        };
         // The signature: `async fn name(&self, params: P[, cx: Context]) -> Result<R, E>`.
         if f.sig.asyncness.is_none() {
             errors.push(f.sig.fn_token.span(), format!("handler `{name}` must be an `async fn`"));
@@ -169,11 +283,7 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<(LitStr, bool)>>, 
         }
         let mut inputs = f.sig.inputs.iter();
         match inputs.next() {
-            Some(FnArg::Receiver(r)) if !matches!(r.kind, ReceiverKind::Reference(_, _, None)) => errors.push(
-                r.span(),
-                format!("handler `{name}` takes `&self`: requests run concurrently, so use interior mutability (a Mutex, atomics) for state"),
-            ),
-            Some(FnArg::Receiver(_)) => {}
+            Some(FnArg::Receiver(r)) => check_receiver(&name, r, errors),
             _ => errors.push(f.sig.ident.span(), format!("handler `{name}` takes `&self` first")),
         }
         let rest: Vec<&FnArg> = inputs.collect();
@@ -183,21 +293,94 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<(LitStr, bool)>>, 
                 format!("handler `{name}` takes `&self`, its params, and optionally `cx: {cx_name}`"),
             );
         }
-        let returns_result = handler.is_some_and(|h| h.response.is_some()) || ext.is_some();
-        if returns_result && matches!(f.sig.output, ReturnType::Default) {
-            errors.push(f.sig.ident.span(), format!("handler `{name}` returns `Result<_, acp_types::Error>`"));
+        let arg_type_span = |arg: Option<&&FnArg>| match arg {
+            Some(FnArg::Typed(t)) => t.ty.span(),
+            Some(other) => other.span(),
+            None => f.sig.ident.span(),
+        };
+        let output_span = match &f.sig.output {
+            ReturnType::Type(_, ty) => ty.span(),
+            ReturnType::Default => f.sig.ident.span(),
+        };
+        let b = Bound {
+            func: f,
+            index,
+            binding,
+            takes_cx: rest.len() == 2,
+            cfg: cfg_predicate(&f.attrs),
+            params_span: arg_type_span(rest.first()),
+            cx_span: arg_type_span(rest.get(1)),
+            output_span,
+        };
+        // A request is answered with the result; a notification handler may return nothing.
+        if b.is_request() && matches!(f.sig.output, ReturnType::Default) {
+            let result = match &b.binding {
+                Binding::Protocol(h) => format!("`Result<{}, Error>`", h.response.unwrap_or("_")),
+                Binding::Ext(_) => "`Result<T, Error>` (`T: Serialize`)".into(),
+            };
+            errors.push(f.sig.ident.span(), format!("handler `{name}` answers a request: it returns {result}"));
         }
-        if let Some((lit, _)) = &ext {
-            if let Some(prev) = bound.iter().find(|b| b.ext.as_ref().is_some_and(|(l, _)| l.value() == lit.value())) {
-                errors.push(
-                    lit.span(),
-                    format!("`{}` is already handled by `{}`; two functions cannot handle one method", lit.value(), prev.func.sig.ident),
-                );
-            }
-        }
-        bound.push(Bound { func: f, handler, ext, takes_cx: rest.len() == 2 });
+        bound.push(b);
     }
     bound
+}
+
+/// Handlers take `&self` (or `self: &Self`): the runtime holds the peer and lends it to each
+/// call, and calls run concurrently.
+fn check_receiver(name: &str, r: &syn::Receiver, errors: &mut Errors) {
+    let mutable = || {
+        format!("handler `{name}` takes `&self`: requests run concurrently, so use interior mutability (a Mutex, atomics) for state")
+    };
+    match &r.kind {
+        ReceiverKind::Reference(_, _, None) => {}
+        ReceiverKind::Reference(_, _, Some(_)) => errors.push(r.span(), mutable()),
+        ReceiverKind::Typed(_, ty) => match &**ty {
+            Type::Reference(re) if is_self(&re.elem) && re.mutability.is_none() => {}
+            Type::Reference(re) if is_self(&re.elem) => errors.push(ty.span(), mutable()),
+            _ => errors.push(
+                ty.span(),
+                format!(
+                    "handler `{name}` takes `&self` (or `self: &Self`): the runtime owns the peer and lends it to each call; \
+                     to share state with spawned tasks, keep it in an `Arc` field"
+                ),
+            ),
+        },
+        _ => errors.push(
+            r.self_token.span(),
+            format!("handler `{name}` takes `&self`, not `self`: the runtime owns the peer and lends it to each call"),
+        ),
+    }
+}
+
+fn is_self(ty: &Type) -> bool {
+    matches!(ty, Type::Path(p) if p.qself.is_none() && p.path.is_ident("Self"))
+}
+
+/// The predicate a function is compiled under: its `#[cfg(p)]`s, and the `cfg`s its
+/// `#[cfg_attr(q, ..)]`s add (`any(not(q), ..)`); `None` when there are none.
+fn cfg_predicate(attrs: &[Attribute]) -> Option<TokenStream> {
+    let preds: Vec<TokenStream> = attrs.iter().filter_map(|a| meta_predicate(&a.meta)).collect();
+    match preds.len() {
+        0 => None,
+        1 => preds.into_iter().next(),
+        _ => Some(quote!(all(#(#preds),*))),
+    }
+}
+
+fn meta_predicate(meta: &Meta) -> Option<TokenStream> {
+    let Meta::List(list) = meta else { return None };
+    if list.path.is_ident("cfg") {
+        return Some(list.tokens.clone());
+    }
+    if !list.path.is_ident("cfg_attr") {
+        return None;
+    }
+    // `cfg_attr(q, attr, ..)`; a malformed one is the compiler's to report.
+    let metas = list.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated).ok()?;
+    let mut metas = metas.into_iter();
+    let q = metas.next()?;
+    let inner: Vec<TokenStream> = metas.filter_map(|m| meta_predicate(&m)).collect();
+    (!inner.is_empty()).then(|| quote!(any(not(#q), all(#(#inner),*))))
 }
 
 fn unknown_name(side: Side, name: &str) -> String {
@@ -212,7 +395,7 @@ fn unknown_name(side: Side, name: &str) -> String {
         .collect();
     let mut listed = stable.join(", ");
     if !gated.is_empty() {
-        listed.push_str(";\n       with acp-types features: ");
+        listed.push_str(";\n       with acp-runtime features: ");
         listed.push_str(&gated.join(", "));
     }
     let best = valid.iter().map(|v| (distance(name, v), *v)).min().filter(|(d, v)| *d <= v.len().max(name.len()) / 3 + 1);
@@ -222,7 +405,8 @@ fn unknown_name(side: Side, name: &str) -> String {
     };
     format!(
         "`{name}` is not a method #[{macro_name}] handles; {hint}the handlers are: {}.\n\
-         Put helper functions in a separate impl block, and bind extension methods with #[ext(\"_vendor/method\")]",
+         An async helper goes in a separate impl block (plain `fn` helpers may stay); bind extensions with \
+         #[ext(\"_vendor/method\")] or #[ext_notification(\"_vendor/method\")]",
         listed
     )
 }
@@ -243,10 +427,11 @@ fn distance(a: &str, b: &str) -> usize {
 
 fn check_missing(side: Side, block: &ItemImpl, bound: &[Bound], errors: &mut Errors) {
     let (macro_name, _, _) = side.names();
+    let handles = |h: &Handler| bound.iter().any(|b| matches!(b.binding, Binding::Protocol(bh) if bh.name == h.name));
     let missing: Vec<String> = side
         .handlers()
         .iter()
-        .filter(|h| h.baseline && !bound.iter().any(|b| b.handler.is_some_and(|bh| bh.name == h.name)))
+        .filter(|h| h.baseline && !handles(h))
         .map(|h| {
             let ret = h.response.map(|r| format!("Result<{r}, Error>")).unwrap_or_else(|| "Result<(), Error>".into());
             format!("    async fn {}(&self, params: {}) -> {ret}", h.name, h.params)
@@ -260,51 +445,161 @@ fn check_missing(side: Side, block: &ItemImpl, bound: &[Bound], errors: &mut Err
     }
 }
 
+/// Two functions for one extension message: an error, or, when either is under `cfg`, an error
+/// under the conjunction of their `cfg`s (when both are compiled in).
+fn check_ext_overlaps(bound: &[Bound], errors: &mut Errors) -> TokenStream {
+    let mut conditional = TokenStream::new();
+    for (i, b) in bound.iter().enumerate() {
+        let Binding::Ext(e) = &b.binding else { continue };
+        if !e.valid {
+            continue;
+        }
+        let prev = bound[..i].iter().find(|p| {
+            matches!(&p.binding, Binding::Ext(pe) if pe.valid && pe.kind == e.kind && pe.name.value() == e.name.value())
+        });
+        let Some(prev) = prev else { continue };
+        let what = match e.kind {
+            ExtKind::Request => "method",
+            ExtKind::Notification => "notification",
+        };
+        let message = format!(
+            "`{}` is already handled by `{}`; two functions cannot handle one {what}",
+            e.name.value(),
+            prev.func.sig.ident
+        );
+        match (&prev.cfg, &b.cfg) {
+            (None, None) => errors.push(e.name.span(), message),
+            (p, q) => {
+                let all = quote!(all());
+                let (p, q) = (p.as_ref().unwrap_or(&all), q.as_ref().unwrap_or(&all));
+                conditional.extend(quote_spanned!(e.name.span()=> #[cfg(all(#p, #q))] ::core::compile_error! { #message }));
+            }
+        }
+    }
+    conditional
+}
+
+/// `items` when acp-runtime has one of `features` on, else `otherwise`.
+fn gate(krate: &syn::Path, features: &[&str], items: TokenStream, otherwise: TokenStream) -> TokenStream {
+    features.iter().rev().fold(otherwise, |otherwise, feature| {
+        let gate = format_ident!("gate_{feature}");
+        quote!(#krate::macro_support::#gate! { { #items } { #otherwise } })
+    })
+}
+
+/// The user's block again, with each handler of an unstable method inside its feature's gate:
+/// when the feature is off, the handler is replaced by one error naming the feature (instead
+/// of the compiler's errors about the types and trait methods that do not exist).
+fn inherent_block(krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -> TokenStream {
+    let mut block = block.clone();
+    for b in bound {
+        let Binding::Protocol(h) = b.binding else { continue };
+        if h.features.is_empty() {
+            continue;
+        }
+        let features = h.features.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(" or ");
+        let message = format!(
+            "`{}` handles `{}`, an unstable method: enable the cargo feature {features} of acp-runtime \
+             (e.g. `acp-runtime = {{ version = \"..\", features = [\"{}\"] }}`)",
+            h.name, h.method, h.features[0]
+        );
+        let error = quote_spanned!(b.func.sig.ident.span()=> ::core::compile_error! { #message });
+        let func = b.func;
+        let cfg = b.cfg_attr();
+        let gated = gate(krate, h.features, quote!(#func), error);
+        block.items[b.index] = ImplItem::Verbatim(quote!(#cfg #gated));
+    }
+    quote!(#block)
+}
+
+/// The capabilities the handlers present earn; a capability of handlers under `cfg` is
+/// advertised under the same `cfg`.
+fn capabilities(side: Side, bound: &[Bound]) -> TokenStream {
+    let rows = side.capabilities().iter().filter_map(|c| {
+        let mut preds = Vec::new();
+        for method in c.methods {
+            let handlers: Vec<&Bound> = bound
+                .iter()
+                .filter(|b| matches!(b.binding, Binding::Protocol(h) if h.method == *method))
+                .collect();
+            if handlers.is_empty() {
+                return None;
+            }
+            if handlers.iter().any(|b| b.cfg.is_none()) {
+                continue;
+            }
+            let any = handlers.iter().filter_map(|b| b.cfg.as_ref());
+            preds.push(quote!(any(#(#any),*)));
+        }
+        let path = c.path;
+        let object = c.object;
+        let cfg = if preds.is_empty() { quote!() } else { quote!(#[cfg(all(#(#preds),*))]) };
+        Some(quote!(#cfg (&[#(#path),*], #object)))
+    });
+    quote!(&[#(#rows),*])
+}
+
 fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -> TokenStream {
     let (_, trait_name, cx_name) = side.names();
+    let (impl_generics, _, where_clause) = block.generics.split_for_impl();
     let self_ty = &block.self_ty;
     let trait_ident = format_ident!("{trait_name}");
     let cx_ident = format_ident!("{cx_name}");
     let types = quote!(#krate::acp_types);
     let cx_ty = quote!(#krate::#cx_ident);
-    let handled: Vec<&str> = bound.iter().filter_map(|b| b.handler.map(|h| h.method)).collect();
-    let earned: Vec<&Capability> =
-        side.capabilities().iter().filter(|c| c.methods.iter().all(|m| handled.contains(m))).collect();
-    let cap_rows = earned.iter().map(|c| {
-        let path = c.path;
-        let object = c.object;
-        quote!((&[#(#path),*], #object))
-    });
-    let capabilities = quote!(&[#(#cap_rows),*]);
+    let support = quote!(#krate::macro_support);
+    let into_error = quote!(::core::convert::Into::<#types::Error>::into);
+
+    // The call of the user's function, its arguments spanned at the user's parameter types so
+    // that a type mismatch points there.
+    let call = |b: &Bound| {
+        let f = &b.func.sig.ident;
+        let params = quote_spanned!(b.params_span=> params);
+        let cx = quote_spanned!(b.cx_span=> cx);
+        let args = if b.takes_cx { quote!(#params, #cx) } else { quote!(#params) };
+        quote_spanned!(b.func.sig.span()=> <#self_ty>::#f(self, #args).await)
+    };
+    // A notification handler returns `()` or `Result<(), E>`; anything else is reported at
+    // the user's return type.
+    let notified = |b: &Bound| {
+        let call = call(b);
+        quote_spanned! {b.output_span=> {
+            use #support::notified as __acp_notified;
+            let __acp_result = #call;
+            __acp_notified(__acp_result)
+        }}
+    };
 
     let mut methods = Vec::new();
-    for b in bound.iter().filter(|b| b.handler.is_some()) {
-        let h = b.handler.expect("filtered");
+    for (i, b) in bound.iter().enumerate() {
+        let Binding::Protocol(h) = b.binding else { continue };
+        // Two functions of one name that may both be compiled in: the compiler reports the
+        // duplicate in the user's block; a duplicate trait method would only repeat it.
+        let same = |p: &Bound| matches!(p.binding, Binding::Protocol(ph) if ph.name == h.name);
+        if bound[..i].iter().any(|p| same(p) && (p.cfg.is_none() || b.cfg.is_none())) {
+            continue;
+        }
         let f = &b.func.sig.ident;
         let params = format_ident!("{}", h.params);
         let span = b.func.sig.span();
-        // Spanned at the user's parameter, so a type mismatch points there.
-        let params_span = b.func.sig.inputs.iter().nth(1).map(|a| a.span()).unwrap_or(span);
-        let params_arg = quote_spanned!(params_span=> params);
-        let call_args = if b.takes_cx { quote!(#params_arg, cx) } else { quote!(#params_arg) };
         let unused_cx = if b.takes_cx { quote!() } else { quote!(let _ = cx;) };
-        let call = quote_spanned!(span=> <#self_ty>::#f(self, #call_args).await);
         let (output, body) = match h.response {
             Some(r) => {
                 let r = format_ident!("{r}");
-                let body = if h.method == "initialize" && matches!(side, Side::Agent) {
-                    quote! {
-                        #krate::macro_support::earn(&cx, #capabilities);
-                        #call.map_err(::core::convert::Into::<#types::Error>::into)
-                    }
+                let call = call(b);
+                let earn = if h.method == "initialize" && matches!(side, Side::Agent) {
+                    quote!(#support::earn(&cx, <Self as #support::Advertise>::CAPABILITIES);)
                 } else {
-                    quote!(#call.map_err(::core::convert::Into::<#types::Error>::into))
+                    quote!()
                 };
-                (quote!(::core::result::Result<#types::#r, #types::Error>), body)
+                (
+                    quote!(::core::result::Result<#types::#r, #types::Error>),
+                    quote!(#earn #call.map_err(#into_error)),
+                )
             }
-            None => (quote!(::core::result::Result<(), #types::Error>), quote!(#call.map_err(::core::convert::Into::<#types::Error>::into))),
+            None => (quote!(::core::result::Result<(), #types::Error>), notified(b)),
         };
-        methods.push(quote_spanned! {span=>
+        let method = quote_spanned! {span=>
             #[allow(clippy::manual_async_fn)]
             fn #f(&self, params: #types::#params, cx: #cx_ty)
                 -> impl ::core::future::Future<Output = #output> + ::core::marker::Send {
@@ -313,52 +608,149 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
                     #body
                 }
             }
-        });
+        };
+        let cfg = b.cfg_attr();
+        let method = if h.features.is_empty() { method } else { gate(krate, h.features, method, quote!()) };
+        methods.push(quote!(#cfg #method));
     }
 
-    let ext_arms: Vec<TokenStream> = bound
-        .iter()
-        .filter_map(|b| b.ext.as_ref().map(|(lit, _)| (b, lit)))
+    let ext = |kind: ExtKind| {
+        bound.iter().filter_map(move |b| match &b.binding {
+            Binding::Ext(e) if e.kind == kind => Some((b, &e.name)),
+            _ => None,
+        })
+    };
+
+    let request_arms: Vec<TokenStream> = ext(ExtKind::Request)
         .map(|(b, lit)| {
-            let f = &b.func.sig.ident;
-            let span = b.func.sig.span();
-            let call_args = if b.takes_cx { quote!(params, cx) } else { quote!(params) };
-            quote_spanned! {span=>
+            let cfg = b.cfg_attr();
+            let call = call(b);
+            quote_spanned! {b.func.sig.span()=>
+                #cfg
                 #lit => {
-                    let params = #krate::macro_support::ext_params(params)?;
-                    let result = <#self_ty>::#f(self, #call_args).await.map_err(::core::convert::Into::<#types::Error>::into)?;
-                    #krate::macro_support::ext_result(result)
+                    let params = #support::ext_params(params.0)?;
+                    let result = #call.map_err(#into_error)?;
+                    #support::ext_result(result)
                 }
             }
         })
         .collect();
-    let ext_method = if ext_arms.is_empty() {
+    let ext_method = if request_arms.is_empty() {
         quote!()
     } else {
+        // `unreachable_patterns`: two functions for one name under `cfg`s that both hold are
+        // already an error (see `check_ext_overlaps`).
         quote! {
-            #[allow(clippy::manual_async_fn)]
+            #[allow(clippy::manual_async_fn, clippy::useless_conversion, unreachable_patterns)]
             fn ext_method(&self, method: &str, params: #types::ExtRequest, cx: #cx_ty)
                 -> impl ::core::future::Future<Output = ::core::result::Result<#types::ExtResponse, #types::Error>> + ::core::marker::Send {
                 let method = method.to_owned();
                 async move {
-                    let _ = &cx;
+                    let _ = (&params, &cx);
                     match method.as_str() {
-                        #(#ext_arms)*
-                        other => ::core::result::Result::Err(#types::Error::method_not_found().data(#krate::macro_support::Value::from(other))),
+                        #(#request_arms)*
+                        other => ::core::result::Result::Err(#types::Error::method_not_found().data(#support::Value::from(other))),
                     }
                 }
             }
         }
     };
 
+    let notification_arms: Vec<TokenStream> = ext(ExtKind::Notification)
+        .map(|(b, lit)| {
+            let cfg = b.cfg_attr();
+            let notified = notified(b);
+            quote_spanned! {b.func.sig.span()=>
+                #cfg
+                #lit => {
+                    let params = #support::ext_params(params.0)?;
+                    #notified
+                }
+            }
+        })
+        .collect();
+    let ext_notification = if notification_arms.is_empty() {
+        quote!()
+    } else {
+        quote! {
+            #[allow(clippy::manual_async_fn, clippy::useless_conversion, unreachable_patterns)]
+            fn ext_notification(&self, method: &str, params: #types::ExtNotification, cx: #cx_ty)
+                -> impl ::core::future::Future<Output = ::core::result::Result<(), #types::Error>> + ::core::marker::Send {
+                let method = method.to_owned();
+                async move {
+                    let _ = (&params, &cx);
+                    match method.as_str() {
+                        #(#notification_arms)*
+                        // An unknown extension notification is ignored.
+                        _ => ::core::result::Result::Ok(()),
+                    }
+                }
+            }
+        }
+    };
+
+    let capabilities = capabilities(side, bound);
     quote! {
-        impl #types::#trait_ident<#cx_ty> for #self_ty {
+        impl #impl_generics #types::#trait_ident<#cx_ty> for #self_ty #where_clause {
             #(#methods)*
             #ext_method
+            #ext_notification
         }
 
-        impl #krate::macro_support::Advertise for #self_ty {
+        impl #impl_generics #support::Advertise for #self_ty #where_clause {
             const CAPABILITIES: &'static [(&'static [&'static str], bool)] = #capabilities;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn predicate(item: &str) -> Option<String> {
+        let f: ImplItemFn = syn::parse_str(item).unwrap();
+        cfg_predicate(&f.attrs).map(|p| p.to_string())
+    }
+
+    #[test]
+    fn cfg_predicates_combine_cfg_and_cfg_attr() {
+        assert_eq!(predicate("#[doc = \"x\"] async fn f(&self) {}"), None);
+        assert_eq!(predicate("#[cfg(unix)] async fn f(&self) {}").as_deref(), Some("unix"));
+        assert_eq!(
+            predicate("#[cfg(unix)] #[cfg(feature = \"a\")] async fn f(&self) {}").as_deref(),
+            Some("all (unix , feature = \"a\")")
+        );
+        // Only the `cfg`s a `cfg_attr` adds matter, nested ones included.
+        assert_eq!(predicate("#[cfg_attr(test, allow(dead_code))] async fn f(&self) {}"), None);
+        assert_eq!(
+            predicate("#[cfg_attr(test, allow(dead_code), cfg(unix), cfg_attr(x, cfg(y)))] async fn f(&self) {}")
+                .as_deref(),
+            Some("any (not (test) , all (unix , any (not (x) , all (y))))")
+        );
+    }
+
+    /// The expansion wraps a handler of an unstable method in `macro_support::gate_FEATURE!`,
+    /// which acp-runtime defines under its feature of that name: every feature the table names
+    /// needs both.
+    #[test]
+    fn every_feature_of_the_table_has_a_gate_in_the_runtime() {
+        let runtime = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime");
+        let (Ok(support), Ok(manifest)) = (
+            std::fs::read_to_string(runtime.join("src/macro_support.rs")),
+            std::fs::read_to_string(runtime.join("Cargo.toml")),
+        ) else {
+            eprintln!("skipped: no acp-runtime sources next to acp-macros");
+            return;
+        };
+        let features = table::AGENT.iter().chain(table::CLIENT).flat_map(|h| h.features.iter());
+        for feature in features {
+            let on = format!("#[cfg(feature = \"{feature}\")]\npub use crate::__acp_feature_on as gate_{feature};");
+            let off = format!("#[cfg(not(feature = \"{feature}\"))]\npub use crate::__acp_feature_off as gate_{feature};");
+            for gate in [on, off] {
+                assert!(support.contains(&gate), "runtime/src/macro_support.rs lacks:\n{gate}");
+            }
+            let forward = format!("{feature} = [\"acp-types/{feature}\"]");
+            assert!(manifest.contains(&forward), "runtime/Cargo.toml lacks the feature: {forward}");
         }
     }
 }

@@ -2,10 +2,11 @@
 //!
 //! Each `async fn` in the block handles the protocol method of the same name (the names of the
 //! generated `Agent` / `Client` traits, listed in [`table`], which `cargo xtask codegen`
-//! regenerates with the bindings). The expansion is thin: it implements the generated trait by
-//! calling the user's functions, and nothing else; routing, decoding, cancellation and errors
-//! are the runtime's. Misuse is reported at compile time, all errors at once, each pointing at
-//! the offending code.
+//! regenerates with the bindings), or the extension its `#[ext(..)]` / `#[ext_notification(..)]`
+//! names. Plain functions and associated consts are helpers and stay in the block. The expansion
+//! is thin: it implements the generated trait by calling the user's functions, and nothing else;
+//! routing, decoding, cancellation and errors are the runtime's. Misuse is reported at compile
+//! time, all errors at once, each pointing at the offending code.
 //!
 //! Use the macros through `acp-runtime`, which re-exports them.
 
@@ -17,10 +18,21 @@ use proc_macro::TokenStream;
 /// Turns `impl MyAgent { async fn initialize(..) .. }` into an ACP agent: implements
 /// `acp_types::Agent<AgentContext>` by calling the functions in the block.
 ///
-/// A handler is `async fn NAME(&self, params: P) -> Result<R, E>` (with `E: Into<acp_types::Error>`),
-/// optionally with a second argument `cx: AgentContext`. `#[ext("_vendor/method")]` binds a
-/// function to an extension method. The capabilities of the handlers present (e.g.
-/// `loadSession` when `session_load` is handled) are added to the `initialize` result.
+/// - A handler is `async fn NAME(&self, params: P) -> Result<R, E>` (with
+///   `E: Into<acp_types::Error>`), optionally with a second argument `cx: AgentContext`;
+///   `self: &Self` works too. A notification handler returns nothing or `Result<(), E>` (an
+///   error is logged: notifications are never answered).
+/// - `#[ext("_vendor/method")]` binds a function to the extension request of that name (params:
+///   any `Deserialize` type, result: any `Serialize` type); `#[ext_notification("_vendor/name")]`
+///   to the extension notification of that name. A request without a function answers -32601;
+///   a notification without one is ignored.
+/// - Any other `async fn` must be named after a protocol method; plain functions and
+///   associated consts are left in the block. The block may be generic.
+/// - `#[cfg]` / `#[cfg_attr(.., cfg(..))]` on a handler apply to everything generated for it.
+/// - A handler of an unstable method needs the `acp-runtime` feature of that name (one
+///   compile error says which otherwise).
+/// - The capabilities of the handlers present (e.g. `loadSession` when `session_load` is
+///   handled) are added to the `initialize` result.
 #[proc_macro_attribute]
 pub fn acp_agent(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand(expand::Side::Agent, attr.into(), item.into()).into()
@@ -28,7 +40,8 @@ pub fn acp_agent(attr: TokenStream, item: TokenStream) -> TokenStream {
 
 /// Turns `impl MyClient { async fn session_request_permission(..) .. }` into an ACP client:
 /// implements `acp_types::Client<ClientContext>` and `acp_runtime::Advertise` (the client
-/// capabilities the handlers present earn, for the `initialize` request).
+/// capabilities the handlers present earn, for the `initialize` request). The rules are
+/// [`acp_agent`]'s, with `cx: ClientContext`.
 #[proc_macro_attribute]
 pub fn acp_client(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand(expand::Side::Client, attr.into(), item.into()).into()

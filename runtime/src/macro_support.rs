@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 pub use serde_json::Value;
 
-use crate::acp_types::{Error, ExtRequest, ExtResponse, InitializeRequest};
+use crate::acp_types::{Error, ExtResponse, InitializeRequest};
 use crate::agent::AgentContext;
 
 /// Capability paths inside the initialize result (agent) or params (client), each set to `{}`
@@ -70,15 +70,83 @@ fn set_if_unset(json: &mut Value, path: &[&str], leaf: Value) {
     }
 }
 
-/// Decodes an extension method's params into the handler's type (`-32602` when they do not fit).
-pub fn ext_params<T: DeserializeOwned>(params: ExtRequest) -> Result<T, Error> {
-    serde_json::from_value(params.0).map_err(|e| Error::invalid_params().data(Value::from(e.to_string())))
+/// Decodes the params of an extension request or notification (the `Value` inside
+/// [`ExtRequest`](crate::acp_types::ExtRequest) / [`ExtNotification`](crate::acp_types::ExtNotification))
+/// into the handler's type (`-32602` when they do not fit).
+pub fn ext_params<T: DeserializeOwned>(params: Value) -> Result<T, Error> {
+    serde_json::from_value(params).map_err(|e| Error::invalid_params().data(Value::from(e.to_string())))
 }
 
 /// Encodes an extension handler's result.
 pub fn ext_result<T: Serialize>(result: T) -> Result<ExtResponse, Error> {
     serde_json::to_value(result).map(ExtResponse).map_err(|e| Error::internal_error().data(Value::from(e.to_string())))
 }
+
+/// What a notification handler may return: nothing, or `Result<(), E>` with
+/// `E: Into<acp_types::Error>` (an error is logged; notifications are never answered).
+#[diagnostic::on_unimplemented(
+    message = "a notification handler returns `()` or `Result<(), E>` with `E: Into<acp_types::Error>`, not `{Self}`",
+    label = "notifications are never answered: return nothing, or `Result<(), Error>` to have an error logged"
+)]
+pub trait NotificationResult {
+    fn into_result(self) -> Result<(), Error>;
+}
+
+impl NotificationResult for () {
+    fn into_result(self) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+impl<E: Into<Error>> NotificationResult for Result<(), E> {
+    fn into_result(self) -> Result<(), Error> {
+        self.map_err(Into::into)
+    }
+}
+
+/// A notification handler's result, as the generated traits want it.
+pub fn notified<R: NotificationResult>(result: R) -> Result<(), Error> {
+    result.into_result()
+}
+
+// ---- feature gates ----------------------------------------------------------------------------
+//
+// A handler of an unstable method (e.g. `session_fork`) only exists when `acp-types` has the
+// method. The expansion runs in the user's crate, where `#[cfg(feature = ..)]` would test the
+// user's own features, so it wraps such a handler in the gate of its feature, defined here
+// under this crate's feature of the same name (which turns on `acp-types`' one):
+// `gate_NAME! { { items } { otherwise } }` is the items when the feature is on and `otherwise`
+// (a compile error naming the feature) when it is off. Every feature the macro table names
+// has a gate (checked by a test of acp-macros).
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __acp_feature_on {
+    ({ $($items:tt)* } { $($otherwise:tt)* }) => { $($items)* };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __acp_feature_off {
+    ({ $($items:tt)* } { $($otherwise:tt)* }) => { $($otherwise)* };
+}
+
+#[cfg(feature = "unstable_llm_providers")]
+pub use crate::__acp_feature_on as gate_unstable_llm_providers;
+#[cfg(not(feature = "unstable_llm_providers"))]
+pub use crate::__acp_feature_off as gate_unstable_llm_providers;
+#[cfg(feature = "unstable_mcp_over_acp")]
+pub use crate::__acp_feature_on as gate_unstable_mcp_over_acp;
+#[cfg(not(feature = "unstable_mcp_over_acp"))]
+pub use crate::__acp_feature_off as gate_unstable_mcp_over_acp;
+#[cfg(feature = "unstable_nes")]
+pub use crate::__acp_feature_on as gate_unstable_nes;
+#[cfg(not(feature = "unstable_nes"))]
+pub use crate::__acp_feature_off as gate_unstable_nes;
+#[cfg(feature = "unstable_session_fork")]
+pub use crate::__acp_feature_on as gate_unstable_session_fork;
+#[cfg(not(feature = "unstable_session_fork"))]
+pub use crate::__acp_feature_off as gate_unstable_session_fork;
 
 #[cfg(test)]
 mod tests {

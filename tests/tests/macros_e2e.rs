@@ -1,0 +1,231 @@
+//! `#[acp_agent]` / `#[acp_client]` expansions at work, over the in-memory duplex: extension
+//! requests and notifications reach the function bound to them (and only that one), handlers
+//! under `#[cfg]` are handled and advertised only when compiled in, notification handlers may
+//! return nothing, helper functions stay in the block, and impl blocks may be generic.
+
+use std::fmt::Display;
+use std::time::Duration;
+
+use acp_runtime::acp_types::*;
+use acp_runtime::transport::duplex;
+use acp_runtime::{AgentContext, Connection, ErrorObject, Peer, RawValue, acp_agent, acp_client, codes};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+/// Upper bound for anything that should happen soon; never used as synchronisation.
+const LIMIT: Duration = Duration::from_secs(10);
+
+async fn next(events: &mut mpsc::UnboundedReceiver<String>) -> String {
+    tokio::time::timeout(LIMIT, events.recv()).await.expect("timed out waiting for an event").expect("channel closed")
+}
+
+fn raw(v: Value) -> Box<RawValue> {
+    serde_json::value::to_raw_value(&v).unwrap()
+}
+
+async fn request(peer: &Peer, method: &str, params: Value) -> Result<Value, ErrorObject> {
+    match peer.request_raw(method, Some(&raw(params))).await {
+        Ok(result) => Ok(serde_json::from_str(result.get()).unwrap()),
+        Err(acp_runtime::Error::Rpc(e)) => Err(e),
+        Err(other) => panic!("{method}: expected an answer, got {other:?}"),
+    }
+}
+
+#[derive(Deserialize)]
+struct LogLine {
+    line: String,
+}
+
+// ---- the agent ------------------------------------------------------------------------------
+
+struct ExtAgent {
+    events: mpsc::UnboundedSender<String>,
+}
+
+#[acp_agent]
+impl ExtAgent {
+    /// A plain helper in the block: left alone.
+    fn report(&self, event: impl Into<String>) {
+        let _ = self.events.send(event.into());
+    }
+
+    const SESSION: &str = "sess_ext";
+
+    async fn initialize(&self, params: InitializeRequest) -> Result<InitializeResponse, Error> {
+        Ok(InitializeResponse::new(params.protocol_version))
+    }
+    async fn authenticate(&self, _: AuthenticateRequest) -> Result<AuthenticateResponse, Error> {
+        Ok(AuthenticateResponse::new())
+    }
+    async fn session_new(&self, _: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+        Ok(NewSessionResponse::new(Self::SESSION))
+    }
+    async fn session_prompt(&self, _: PromptRequest) -> Result<PromptResponse, Error> {
+        Ok(PromptResponse::new(StopReason::EndTurn))
+    }
+    // A notification handler may return nothing.
+    async fn session_cancel(&self, params: CancelNotification) {
+        self.report(format!("cancel {}", params.session_id.0));
+    }
+
+    // Configured out: neither handled nor advertised.
+    #[cfg(any())]
+    async fn session_load(&self, _: LoadSessionRequest) -> Result<LoadSessionResponse, Error> {
+        unreachable!("configured out")
+    }
+
+    // One of the two is compiled in: handled and advertised either way.
+    #[cfg(unix)]
+    async fn session_list(&self, _: ListSessionsRequest) -> Result<ListSessionsResponse, Error> {
+        Ok(ListSessionsResponse::new(vec![SessionInfo::new(Self::SESSION, "/unix")]))
+    }
+    #[cfg(not(unix))]
+    async fn session_list(&self, _: ListSessionsRequest) -> Result<ListSessionsResponse, Error> {
+        Ok(ListSessionsResponse::new(vec![SessionInfo::new(Self::SESSION, "C:\\other")]))
+    }
+
+    // `_v/ping` as a request and as a notification, each with its own function.
+    #[ext("_v/ping")]
+    async fn ping(&self, params: Value) -> Result<Value, Error> {
+        Ok(json!({ "pong": params }))
+    }
+    #[ext_notification("_v/ping")]
+    async fn ping_notification(&self, params: Value, cx: AgentContext) {
+        self.report(format!("ping notification {params} id={:?} method={}", cx.request_id(), cx.method()));
+    }
+
+    // Request only, and notification only.
+    #[ext("_v/echo")]
+    async fn echo(&self, params: Value) -> Result<Value, Error> {
+        Ok(params)
+    }
+    #[ext_notification("_v/log")]
+    async fn log(&self, params: LogLine) -> Result<(), Error> {
+        if params.line == "fail" {
+            return Err(Error::internal_error());
+        }
+        self.report(format!("log {}", params.line));
+        Ok(())
+    }
+
+    // Configured out: `_v/gone` is unknown as a request and as a notification.
+    #[cfg(any())]
+    #[ext("_v/gone")]
+    async fn gone(&self, params: Value) -> Result<Value, Error> {
+        Ok(params)
+    }
+    #[ext_notification("_v/gone")]
+    #[cfg_attr(all(), cfg(any()))]
+    async fn gone_notification(&self, _: Value) {
+        self.report("gone");
+    }
+}
+
+/// A raw client connected to an [`ExtAgent`].
+fn agent() -> (Peer, mpsc::UnboundedReceiver<String>) {
+    let (agent_end, client_end) = duplex(64 * 1024);
+    let (events_tx, events) = mpsc::unbounded_channel();
+    let (_client, agent_serve) = acp_runtime::serve_agent(ExtAgent { events: events_tx }, agent_end.0, agent_end.1);
+    let (peer, raw_serve) = Connection::new().serve(client_end.0, client_end.1, ());
+    tokio::spawn(agent_serve);
+    tokio::spawn(raw_serve);
+    (peer, events)
+}
+
+#[tokio::test]
+async fn ext_requests_and_notifications_of_one_name_reach_their_own_functions() {
+    let (peer, mut events) = agent();
+
+    assert_eq!(request(&peer, "_v/ping", json!({"n": 1})).await.unwrap(), json!({"pong": {"n": 1}}));
+    peer.notify("_v/ping", &json!({"n": 2})).await.unwrap();
+    assert_eq!(next(&mut events).await, r#"ping notification {"n":2} id=None method=_v/ping"#);
+
+    // Notifications are handled in order: when `log last` arrives, the ones before it were
+    // handled, and none of them reported anything.
+    peer.notify("_v/echo", &json!({"request": "only"})).await.unwrap();
+    peer.notify("_v/unknown", &json!({})).await.unwrap();
+    peer.notify("_v/gone", &json!({})).await.unwrap();
+    peer.notify("_v/log", &json!({"line": 5})).await.unwrap(); // params do not fit: logged
+    peer.notify("_v/log", &json!({"line": "fail"})).await.unwrap(); // handler error: logged
+    peer.notify("_v/log", &json!({"line": "last"})).await.unwrap();
+    assert_eq!(next(&mut events).await, "log last");
+
+    // A request for a notification-only name, a configured-out name, an unknown name.
+    for method in ["_v/log", "_v/gone", "_v/unknown"] {
+        let e = request(&peer, method, json!({})).await.unwrap_err();
+        assert_eq!(e.code, codes::METHOD_NOT_FOUND, "{method}: {e:?}");
+        assert_eq!(e.data, Some(json!(method)));
+    }
+    assert_eq!(request(&peer, "_v/echo", json!([1, 2])).await.unwrap(), json!([1, 2]));
+    // The connection went on through all of it.
+    assert_eq!(request(&peer, "_v/ping", json!(null)).await.unwrap(), json!({"pong": {}}));
+}
+
+#[tokio::test]
+async fn a_notification_handler_without_a_result_is_called() {
+    let (peer, mut events) = agent();
+    peer.notify("session/cancel", &json!({"sessionId": "sess_ext"})).await.unwrap();
+    assert_eq!(next(&mut events).await, "cancel sess_ext");
+}
+
+#[tokio::test]
+async fn handlers_under_cfg_are_handled_and_advertised_only_when_compiled_in() {
+    let (peer, _events) = agent();
+    let init = request(&peer, "initialize", json!({"protocolVersion": 1})).await.unwrap();
+    let caps = &init["agentCapabilities"];
+    assert_ne!(caps["loadSession"], json!(true), "session_load is configured out: {init}");
+    assert_eq!(caps["sessionCapabilities"]["list"], json!({}), "session_list is compiled in: {init}");
+
+    let e = request(&peer, "session/load", json!({"sessionId": "s", "cwd": "/", "mcpServers": []})).await.unwrap_err();
+    assert_eq!(e.code, codes::METHOD_NOT_FOUND);
+    let listed = request(&peer, "session/list", json!({})).await.unwrap();
+    let cwd = if cfg!(unix) { "/unix" } else { "C:\\other" };
+    assert_eq!(listed["sessions"][0]["cwd"], json!(cwd));
+}
+
+// ---- a generic client -----------------------------------------------------------------------
+
+struct ExtClient<T> {
+    tag: T,
+    events: mpsc::UnboundedSender<String>,
+}
+
+#[acp_client]
+impl<T> ExtClient<T>
+where
+    T: Display + Send + Sync + 'static,
+{
+    async fn session_request_permission(&self, _: RequestPermissionRequest) -> Result<RequestPermissionResponse, Error> {
+        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
+    }
+    async fn session_update(&self, _: SessionNotification) -> Result<(), Error> {
+        Ok(())
+    }
+    #[ext("_v/whoami")]
+    async fn whoami(&self, _: Value) -> Result<String, Error> {
+        Ok(self.tag.to_string())
+    }
+    #[ext_notification("_v/status")]
+    async fn status(&self, params: Value) {
+        let _ = self.events.send(format!("{} status {params}", self.tag));
+    }
+}
+
+#[tokio::test]
+async fn a_generic_client_handles_ext_requests_and_notifications() {
+    let (agent_end, client_end) = duplex(64 * 1024);
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let client = ExtClient { tag: 7u8, events: events_tx };
+    let (_agent, client_serve) = acp_runtime::serve_client(client, client_end.0, client_end.1);
+    let (peer, raw_serve) = Connection::new().serve(agent_end.0, agent_end.1, ());
+    tokio::spawn(client_serve);
+    tokio::spawn(raw_serve);
+
+    assert_eq!(request(&peer, "_v/whoami", json!({})).await.unwrap(), json!("7"));
+    peer.notify("_v/whoami", &json!({})).await.unwrap(); // request-only name: ignored
+    peer.notify("_v/status", &json!({"state": "busy"})).await.unwrap();
+    assert_eq!(next(&mut events).await, r#"7 status {"state":"busy"}"#);
+    let e = request(&peer, "_v/status", json!({})).await.unwrap_err();
+    assert_eq!(e.code, codes::METHOD_NOT_FOUND);
+}

@@ -1,0 +1,32 @@
+use acp_runtime::acp_types::*;
+use acp_runtime::acp_agent;
+use std::sync::Arc;
+
+struct MyAgent;
+
+#[acp_agent]
+impl MyAgent {
+    async fn initialize(&self, p: InitializeRequest) -> Result<InitializeResponse, Error> {
+        Ok(InitializeResponse::new(p.protocol_version))
+    }
+    async fn authenticate(&self, _p: AuthenticateRequest) -> Result<AuthenticateResponse, Error> {
+        Ok(AuthenticateResponse::new())
+    }
+    async fn session_new(&self, _p: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+        Ok(NewSessionResponse::new("s"))
+    }
+    async fn session_cancel(&self, _p: CancelNotification) -> Result<(), Error> {
+        Ok(())
+    }
+    async fn session_prompt(self: Arc<Self>, _p: PromptRequest) -> Result<PromptResponse, Error> {
+        Ok(PromptResponse::new(StopReason::EndTurn))
+    }
+    async fn session_load(self, _p: LoadSessionRequest) -> Result<LoadSessionResponse, Error> {
+        Ok(LoadSessionResponse::new())
+    }
+    async fn session_list(self: &mut Self, _p: ListSessionsRequest) -> Result<ListSessionsResponse, Error> {
+        Ok(ListSessionsResponse::new(vec![]))
+    }
+}
+
+fn main() {}

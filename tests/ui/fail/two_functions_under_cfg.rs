@@ -1,0 +1,36 @@
+use acp_runtime::acp_types::*;
+use acp_runtime::acp_agent;
+
+struct MyAgent;
+
+#[acp_agent]
+impl MyAgent {
+    async fn initialize(&self, p: InitializeRequest) -> Result<InitializeResponse, Error> {
+        Ok(InitializeResponse::new(p.protocol_version))
+    }
+    async fn authenticate(&self, _p: AuthenticateRequest) -> Result<AuthenticateResponse, Error> {
+        Ok(AuthenticateResponse::new())
+    }
+    async fn session_new(&self, _p: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+        Ok(NewSessionResponse::new("s"))
+    }
+    async fn session_cancel(&self, _p: CancelNotification) -> Result<(), Error> {
+        Ok(())
+    }
+    async fn session_prompt(&self, _p: PromptRequest) -> Result<PromptResponse, Error> {
+        Ok(PromptResponse::new(StopReason::EndTurn))
+    }
+    // Under `cfg`s that may both hold: an error when they do (here, they do).
+    #[cfg(all())]
+    #[ext("_vendor/ask")]
+    async fn ask(&self, p: serde_json::Value) -> Result<serde_json::Value, Error> {
+        Ok(p)
+    }
+    #[cfg(not(any()))]
+    #[ext("_vendor/ask")]
+    async fn ask_again(&self, p: serde_json::Value) -> Result<serde_json::Value, Error> {
+        Ok(p)
+    }
+}
+
+fn main() {}
