@@ -14,7 +14,6 @@
     clippy::large_enum_variant,
     clippy::doc_lazy_continuation,
     rustdoc::bare_urls,
-    rustdoc::broken_intra_doc_links,
     rustdoc::invalid_html_tags
 )]
 use crate::serde_support;
@@ -63,7 +62,6 @@ pub struct WriteTextFileRequest {
 }
 impl WriteTextFileRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         path: impl Into<String>,
@@ -162,7 +160,6 @@ pub struct ReadTextFileRequest {
 }
 impl ReadTextFileRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, path: impl Into<String>) -> Self {
         ReadTextFileRequest {
             session_id: session_id.into(),
@@ -225,7 +222,6 @@ pub struct RequestPermissionRequest {
 }
 impl RequestPermissionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         tool_call: impl Into<ToolCallUpdate>,
@@ -306,7 +302,6 @@ pub struct ToolCallUpdate {
 }
 impl ToolCallUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(tool_call_id: impl Into<ToolCallId>) -> Self {
         ToolCallUpdate {
             tool_call_id: tool_call_id.into(),
@@ -918,7 +913,6 @@ pub struct Annotations {
 }
 impl Annotations {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         Annotations {
             audience: None,
@@ -1043,7 +1037,6 @@ pub struct TextContent {
 }
 impl TextContent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(text: impl Into<String>) -> Self {
         TextContent {
             annotations: None,
@@ -1095,7 +1088,6 @@ pub struct ImageContent {
 }
 impl ImageContent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
         ImageContent {
             annotations: None,
@@ -1154,7 +1146,6 @@ pub struct AudioContent {
 }
 impl AudioContent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
         AudioContent {
             annotations: None,
@@ -1216,7 +1207,6 @@ pub struct ResourceLink {
 }
 impl ResourceLink {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, uri: impl Into<String>) -> Self {
         ResourceLink {
             annotations: None,
@@ -1311,7 +1301,6 @@ pub struct TextResourceContents {
 }
 impl TextResourceContents {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(text: impl Into<String>, uri: impl Into<String>) -> Self {
         TextResourceContents {
             mime_type: None,
@@ -1361,7 +1350,6 @@ pub struct BlobResourceContents {
 }
 impl BlobResourceContents {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(blob: impl Into<String>, uri: impl Into<String>) -> Self {
         BlobResourceContents {
             blob: blob.into(),
@@ -1409,7 +1397,6 @@ pub struct EmbeddedResource {
 }
 impl EmbeddedResource {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(resource: impl Into<EmbeddedResourceResource>) -> Self {
         EmbeddedResource {
             annotations: None,
@@ -1452,7 +1439,6 @@ pub struct Content {
 }
 impl Content {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(content: impl Into<ContentBlock>) -> Self {
         Content {
             content: content.into(),
@@ -1497,7 +1483,6 @@ pub struct Diff {
 }
 impl Diff {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(path: impl Into<String>, new_text: impl Into<String>) -> Self {
         Diff {
             path: path.into(),
@@ -1587,7 +1572,6 @@ pub struct Terminal {
 }
 impl Terminal {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(terminal_id: impl Into<TerminalId>) -> Self {
         Terminal {
             terminal_id: terminal_id.into(),
@@ -1630,7 +1614,6 @@ pub struct ToolCallLocation {
 }
 impl ToolCallLocation {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(path: impl Into<String>) -> Self {
         ToolCallLocation {
             path: path.into(),
@@ -1678,7 +1661,6 @@ pub struct PermissionOption {
 }
 impl PermissionOption {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         option_id: impl Into<PermissionOptionId>,
         name: impl Into<String>,
@@ -1860,7 +1842,6 @@ pub struct CreateTerminalRequest {
 }
 impl CreateTerminalRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, command: impl Into<String>) -> Self {
         CreateTerminalRequest {
             session_id: session_id.into(),
@@ -1931,7 +1912,6 @@ pub struct EnvVariable {
 }
 impl EnvVariable {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
         EnvVariable {
             name: name.into(),
@@ -1972,7 +1952,6 @@ pub struct TerminalOutputRequest {
 }
 impl TerminalOutputRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         terminal_id: impl Into<TerminalId>,
@@ -2016,7 +1995,6 @@ pub struct ReleaseTerminalRequest {
 }
 impl ReleaseTerminalRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         terminal_id: impl Into<TerminalId>,
@@ -2060,7 +2038,6 @@ pub struct WaitForTerminalExitRequest {
 }
 impl WaitForTerminalExitRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         terminal_id: impl Into<TerminalId>,
@@ -2104,7 +2081,6 @@ pub struct KillTerminalRequest {
 }
 impl KillTerminalRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         terminal_id: impl Into<TerminalId>,
@@ -2157,7 +2133,6 @@ pub struct CreateElicitationRequest {
 }
 impl CreateElicitationRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         message: impl Into<String>,
         mode: impl Into<CreateElicitationMode>,
@@ -2196,7 +2171,6 @@ pub struct ElicitationSessionScope {
 }
 impl ElicitationSessionScope {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         ElicitationSessionScope {
             session_id: session_id.into(),
@@ -2226,7 +2200,6 @@ pub struct ElicitationRequestScope {
 }
 impl ElicitationRequestScope {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(request_id: impl Into<RequestId>) -> Self {
         ElicitationRequestScope {
             request_id: request_id.into(),
@@ -2279,7 +2252,6 @@ pub struct ElicitationSchema {
 }
 impl ElicitationSchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationSchema {
             r#type: None,
@@ -2648,7 +2620,6 @@ pub struct EnumOption {
 }
 impl EnumOption {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(r#const: impl Into<String>, title: impl Into<String>) -> Self {
         EnumOption {
             r#const: r#const.into(),
@@ -2741,7 +2712,6 @@ pub struct StringPropertySchema {
 }
 impl StringPropertySchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         StringPropertySchema {
             title: None,
@@ -2871,7 +2841,6 @@ pub struct NumberPropertySchema {
 }
 impl NumberPropertySchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NumberPropertySchema {
             title: None,
@@ -2969,7 +2938,6 @@ pub struct IntegerPropertySchema {
 }
 impl IntegerPropertySchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         IntegerPropertySchema {
             title: None,
@@ -3057,7 +3025,6 @@ pub struct BooleanPropertySchema {
 }
 impl BooleanPropertySchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         BooleanPropertySchema {
             title: None,
@@ -3195,7 +3162,6 @@ pub struct StringMultiSelectItems {
 }
 impl StringMultiSelectItems {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(r#enum: Vec<String>) -> Self {
         StringMultiSelectItems {
             r#enum,
@@ -3233,7 +3199,6 @@ pub struct TitledMultiSelectItems {
 }
 impl TitledMultiSelectItems {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(any_of: Vec<EnumOption>) -> Self {
         TitledMultiSelectItems {
             any_of,
@@ -3295,7 +3260,6 @@ pub struct MultiSelectPropertySchema {
 }
 impl MultiSelectPropertySchema {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(items: impl Into<MultiSelectItems>) -> Self {
         MultiSelectPropertySchema {
             title: None,
@@ -3366,7 +3330,6 @@ pub struct ElicitationFormMode {
 }
 impl ElicitationFormMode {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         requested_schema: impl Into<ElicitationSchema>,
         scope: impl Into<ElicitationScope>,
@@ -3432,7 +3395,6 @@ pub struct ElicitationUrlMode {
 }
 impl ElicitationUrlMode {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         elicitation_id: impl Into<ElicitationId>,
         url: impl Into<String>,
@@ -3469,7 +3431,6 @@ pub struct ConnectMcpRequest {
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl ConnectMcpRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(server_id: impl Into<McpServerAcpId>) -> Self {
         ConnectMcpRequest {
             server_id: server_id.into(),
@@ -3573,7 +3534,6 @@ pub struct MessageMcpRequest {
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl MessageMcpRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         connection_id: impl Into<McpConnectionId>,
         method: impl Into<String>,
@@ -3679,7 +3639,6 @@ pub struct DisconnectMcpRequest {
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl DisconnectMcpRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(connection_id: impl Into<McpConnectionId>) -> Self {
         DisconnectMcpRequest {
             connection_id: connection_id.into(),
@@ -3748,7 +3707,6 @@ pub struct InitializeResponse {
 }
 impl InitializeResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(protocol_version: impl Into<ProtocolVersion>) -> Self {
         InitializeResponse {
             protocol_version: protocol_version.into(),
@@ -3883,7 +3841,6 @@ pub struct AgentCapabilities {
 }
 impl AgentCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         AgentCapabilities {
             load_session: None,
@@ -4019,7 +3976,6 @@ pub struct PromptCapabilities {
 }
 impl PromptCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         PromptCapabilities {
             image: None,
@@ -4088,7 +4044,6 @@ pub struct McpCapabilities {
 }
 impl McpCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         McpCapabilities {
             http: None,
@@ -4199,7 +4154,6 @@ pub struct SessionCapabilities {
 }
 impl SessionCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionCapabilities {
             list: None,
@@ -4285,7 +4239,6 @@ pub struct SessionListCapabilities {
 }
 impl SessionListCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionListCapabilities {
             meta: None,
@@ -4318,7 +4271,6 @@ pub struct SessionDeleteCapabilities {
 }
 impl SessionDeleteCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionDeleteCapabilities {
             meta: None,
@@ -4354,7 +4306,6 @@ pub struct SessionAdditionalDirectoriesCapabilities {
 }
 impl SessionAdditionalDirectoriesCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionAdditionalDirectoriesCapabilities {
             meta: None,
@@ -4393,7 +4344,6 @@ pub struct SessionForkCapabilities {
 #[cfg(feature = "unstable_session_fork")]
 impl SessionForkCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionForkCapabilities {
             meta: None,
@@ -4427,7 +4377,6 @@ pub struct SessionResumeCapabilities {
 }
 impl SessionResumeCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionResumeCapabilities {
             meta: None,
@@ -4460,7 +4409,6 @@ pub struct SessionCloseCapabilities {
 }
 impl SessionCloseCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionCloseCapabilities {
             meta: None,
@@ -4497,7 +4445,6 @@ pub struct AgentAuthCapabilities {
 }
 impl AgentAuthCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         AgentAuthCapabilities {
             logout: None,
@@ -4538,7 +4485,6 @@ pub struct LogoutCapabilities {
 }
 impl LogoutCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         LogoutCapabilities { meta: None }
     }
@@ -4575,7 +4521,6 @@ pub struct ProvidersCapabilities {
 #[cfg(feature = "unstable_llm_providers")]
 impl ProvidersCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ProvidersCapabilities {
             meta: None,
@@ -4615,7 +4560,6 @@ pub struct NesCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesCapabilities {
             events: None,
@@ -4668,7 +4612,6 @@ pub struct NesEventCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesEventCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesEventCapabilities {
             document: None,
@@ -4725,7 +4668,6 @@ pub struct NesDocumentEventCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesDocumentEventCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesDocumentEventCapabilities {
             did_open: None,
@@ -4808,7 +4750,6 @@ pub struct NesDocumentDidOpenCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesDocumentDidOpenCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesDocumentDidOpenCapabilities {
             meta: None,
@@ -4845,7 +4786,6 @@ pub struct NesDocumentDidChangeCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesDocumentDidChangeCapabilities {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(sync_kind: impl Into<TextDocumentSyncKind>) -> Self {
         NesDocumentDidChangeCapabilities {
             sync_kind: sync_kind.into(),
@@ -4953,7 +4893,6 @@ pub struct NesDocumentDidCloseCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesDocumentDidCloseCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesDocumentDidCloseCapabilities {
             meta: None,
@@ -4987,7 +4926,6 @@ pub struct NesDocumentDidSaveCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesDocumentDidSaveCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesDocumentDidSaveCapabilities {
             meta: None,
@@ -5021,7 +4959,6 @@ pub struct NesDocumentDidFocusCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesDocumentDidFocusCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesDocumentDidFocusCapabilities {
             meta: None,
@@ -5073,7 +5010,6 @@ pub struct NesContextCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesContextCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesContextCapabilities {
             recent_files: None,
@@ -5173,7 +5109,6 @@ pub struct NesRecentFilesCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesRecentFilesCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesRecentFilesCapabilities {
             max_count: None,
@@ -5215,7 +5150,6 @@ pub struct NesRelatedSnippetsCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesRelatedSnippetsCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesRelatedSnippetsCapabilities {
             meta: None,
@@ -5252,7 +5186,6 @@ pub struct NesEditHistoryCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesEditHistoryCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesEditHistoryCapabilities {
             max_count: None,
@@ -5297,7 +5230,6 @@ pub struct NesUserActionsCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesUserActionsCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesUserActionsCapabilities {
             max_count: None,
@@ -5339,7 +5271,6 @@ pub struct NesOpenFilesCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesOpenFilesCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesOpenFilesCapabilities {
             meta: None,
@@ -5373,7 +5304,6 @@ pub struct NesDiagnosticsCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesDiagnosticsCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesDiagnosticsCapabilities {
             meta: None,
@@ -5629,7 +5559,6 @@ pub struct AuthMethodTerminal {
 }
 impl AuthMethodTerminal {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(id: impl Into<AuthMethodId>, name: impl Into<String>) -> Self {
         AuthMethodTerminal {
             id: id.into(),
@@ -5697,7 +5626,6 @@ pub struct AuthMethodAgent {
 }
 impl AuthMethodAgent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(id: impl Into<AuthMethodId>, name: impl Into<String>) -> Self {
         AuthMethodAgent {
             id: id.into(),
@@ -5754,7 +5682,6 @@ pub struct Implementation {
 }
 impl Implementation {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
         Implementation {
             name: name.into(),
@@ -5797,7 +5724,6 @@ pub struct AuthenticateResponse {
 }
 impl AuthenticateResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         AuthenticateResponse { meta: None }
     }
@@ -5834,7 +5760,6 @@ pub struct ListProvidersResponse {
 #[cfg(feature = "unstable_llm_providers")]
 impl ListProvidersResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(providers: Vec<ProviderInfo>) -> Self {
         ListProvidersResponse {
             providers,
@@ -5886,7 +5811,6 @@ pub struct ProviderInfo {
 #[cfg(feature = "unstable_llm_providers")]
 impl ProviderInfo {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         provider_id: impl Into<ProviderId>,
         supported: Vec<LlmProtocol>,
@@ -6094,7 +6018,6 @@ pub struct ProviderCurrentConfig {
 #[cfg(feature = "unstable_llm_providers")]
 impl ProviderCurrentConfig {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(api_type: impl Into<LlmProtocol>, base_url: impl Into<String>) -> Self {
         ProviderCurrentConfig {
             api_type: api_type.into(),
@@ -6136,7 +6059,6 @@ pub struct SetProviderResponse {
 #[cfg(feature = "unstable_llm_providers")]
 impl SetProviderResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SetProviderResponse { meta: None }
     }
@@ -6172,7 +6094,6 @@ pub struct DisableProviderResponse {
 #[cfg(feature = "unstable_llm_providers")]
 impl DisableProviderResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         DisableProviderResponse {
             meta: None,
@@ -6204,7 +6125,6 @@ pub struct LogoutResponse {
 }
 impl LogoutResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         LogoutResponse { meta: None }
     }
@@ -6248,7 +6168,6 @@ pub struct NewSessionResponse {
 }
 impl NewSessionResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         NewSessionResponse {
             session_id: session_id.into(),
@@ -6306,7 +6225,6 @@ pub struct SessionModeState {
 }
 impl SessionModeState {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         current_mode_id: impl Into<SessionModeId>,
         available_modes: Vec<SessionMode>,
@@ -6393,7 +6311,6 @@ pub struct SessionMode {
 }
 impl SessionMode {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(id: impl Into<SessionModeId>, name: impl Into<String>) -> Self {
         SessionMode {
             id: id.into(),
@@ -6461,7 +6378,6 @@ pub struct SessionConfigOption {
 }
 impl SessionConfigOption {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         id: impl Into<SessionConfigId>,
         name: impl Into<String>,
@@ -6691,7 +6607,6 @@ pub struct SessionConfigSelectOption {
 }
 impl SessionConfigSelectOption {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(value: impl Into<SessionConfigValueId>, name: impl Into<String>) -> Self {
         SessionConfigSelectOption {
             value: value.into(),
@@ -6740,7 +6655,6 @@ pub struct SessionConfigSelectGroup {
 }
 impl SessionConfigSelectGroup {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         group: impl Into<SessionConfigGroupId>,
         name: impl Into<String>,
@@ -6819,7 +6733,6 @@ pub struct SessionConfigSelect {
 }
 impl SessionConfigSelect {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         current_value: impl Into<SessionConfigValueId>,
         options: impl Into<SessionConfigSelectOptions>,
@@ -6845,7 +6758,6 @@ pub struct SessionConfigBoolean {
 }
 impl SessionConfigBoolean {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(current_value: bool) -> Self {
         SessionConfigBoolean {
             current_value,
@@ -6878,7 +6790,6 @@ pub struct LoadSessionResponse {
 }
 impl LoadSessionResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         LoadSessionResponse {
             modes: None,
@@ -6934,7 +6845,6 @@ pub struct ListSessionsResponse {
 }
 impl ListSessionsResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(sessions: Vec<SessionInfo>) -> Self {
         ListSessionsResponse {
             sessions,
@@ -6993,7 +6903,6 @@ pub struct SessionInfo {
 }
 impl SessionInfo {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, cwd: impl Into<String>) -> Self {
         SessionInfo {
             session_id: session_id.into(),
@@ -7055,7 +6964,6 @@ pub struct DeleteSessionResponse {
 }
 impl DeleteSessionResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         DeleteSessionResponse {
             meta: None,
@@ -7103,7 +7011,6 @@ pub struct ForkSessionResponse {
 #[cfg(feature = "unstable_session_fork")]
 impl ForkSessionResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         ForkSessionResponse {
             session_id: session_id.into(),
@@ -7164,7 +7071,6 @@ pub struct ResumeSessionResponse {
 }
 impl ResumeSessionResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ResumeSessionResponse {
             modes: None,
@@ -7214,7 +7120,6 @@ pub struct CloseSessionResponse {
 }
 impl CloseSessionResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         CloseSessionResponse { meta: None }
     }
@@ -7243,7 +7148,6 @@ pub struct SetSessionModeResponse {
 }
 impl SetSessionModeResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SetSessionModeResponse {
             meta: None,
@@ -7277,7 +7181,6 @@ pub struct SetSessionConfigOptionResponse {
 }
 impl SetSessionConfigOptionResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(config_options: Vec<SessionConfigOption>) -> Self {
         SetSessionConfigOptionResponse {
             config_options,
@@ -7323,7 +7226,6 @@ pub struct PromptResponse {
 }
 impl PromptResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(stop_reason: impl Into<StopReason>) -> Self {
         PromptResponse {
             stop_reason: stop_reason.into(),
@@ -7480,7 +7382,6 @@ pub struct Usage {
 #[cfg(feature = "unstable_end_turn_token_usage")]
 impl Usage {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(total_tokens: u64, input_tokens: u64, output_tokens: u64) -> Self {
         Usage {
             total_tokens,
@@ -7547,7 +7448,6 @@ pub struct StartNesResponse {
 #[cfg(feature = "unstable_nes")]
 impl StartNesResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         StartNesResponse {
             session_id: session_id.into(),
@@ -7585,7 +7485,6 @@ pub struct SuggestNesResponse {
 #[cfg(feature = "unstable_nes")]
 impl SuggestNesResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(suggestions: Vec<NesSuggestion>) -> Self {
         SuggestNesResponse {
             suggestions,
@@ -7800,7 +7699,6 @@ pub struct NesTextEdit {
 #[cfg(feature = "unstable_nes")]
 impl NesTextEdit {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(range: impl Into<Range>, new_text: impl Into<String>) -> Self {
         NesTextEdit {
             range: range.into(),
@@ -7842,7 +7740,6 @@ pub struct Range {
 #[cfg(feature = "unstable_nes")]
 impl Range {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(start: impl Into<Position>, end: impl Into<Position>) -> Self {
         Range {
             start: start.into(),
@@ -7886,7 +7783,6 @@ pub struct Position {
 #[cfg(feature = "unstable_nes")]
 impl Position {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(line: u32, character: u32) -> Self {
         Position {
             line,
@@ -7933,7 +7829,6 @@ pub struct NesEditSuggestion {
 #[cfg(feature = "unstable_nes")]
 impl NesEditSuggestion {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         id: impl Into<NesSuggestionId>,
         uri: impl Into<String>,
@@ -7991,7 +7886,6 @@ pub struct NesJumpSuggestion {
 #[cfg(feature = "unstable_nes")]
 impl NesJumpSuggestion {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         id: impl Into<NesSuggestionId>,
         uri: impl Into<String>,
@@ -8044,7 +7938,6 @@ pub struct NesRenameSuggestion {
 #[cfg(feature = "unstable_nes")]
 impl NesRenameSuggestion {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         id: impl Into<NesSuggestionId>,
         uri: impl Into<String>,
@@ -8102,7 +7995,6 @@ pub struct NesSearchAndReplaceSuggestion {
 #[cfg(feature = "unstable_nes")]
 impl NesSearchAndReplaceSuggestion {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         id: impl Into<NesSuggestionId>,
         uri: impl Into<String>,
@@ -8157,7 +8049,6 @@ pub struct CloseNesResponse {
 #[cfg(feature = "unstable_nes")]
 impl CloseNesResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         CloseNesResponse { meta: None }
     }
@@ -8227,7 +8118,6 @@ pub struct Error {
 }
 impl Error {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(code: impl Into<ErrorCode>, message: impl Into<String>) -> Self {
         Error {
             code: code.into(),
@@ -8355,7 +8245,6 @@ pub struct SessionNotification {
 }
 impl SessionNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         update: impl Into<SessionUpdate>,
@@ -8898,7 +8787,6 @@ pub struct ContentChunk {
 }
 impl ContentChunk {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(content: impl Into<ContentBlock>) -> Self {
         ContentChunk {
             content: content.into(),
@@ -8980,7 +8868,6 @@ pub struct ToolCall {
 }
 impl ToolCall {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(tool_call_id: impl Into<ToolCallId>, title: impl Into<String>) -> Self {
         ToolCall {
             tool_call_id: tool_call_id.into(),
@@ -9084,7 +8971,6 @@ pub struct PlanEntry {
 }
 impl PlanEntry {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         content: impl Into<String>,
         priority: impl Into<PlanEntryPriority>,
@@ -9283,7 +9169,6 @@ pub struct Plan {
 }
 impl Plan {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(entries: Vec<PlanEntry>) -> Self {
         Plan { entries, meta: None }
     }
@@ -9486,7 +9371,6 @@ pub struct PlanItems {
 #[cfg(feature = "unstable_plan_updates")]
 impl PlanItems {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(plan_id: impl Into<PlanId>, entries: Vec<PlanEntry>) -> Self {
         PlanItems {
             plan_id: plan_id.into(),
@@ -9533,7 +9417,6 @@ pub struct PlanFile {
 #[cfg(feature = "unstable_plan_updates")]
 impl PlanFile {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(plan_id: impl Into<PlanId>, uri: impl Into<String>) -> Self {
         PlanFile {
             plan_id: plan_id.into(),
@@ -9580,7 +9463,6 @@ pub struct PlanMarkdown {
 #[cfg(feature = "unstable_plan_updates")]
 impl PlanMarkdown {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(plan_id: impl Into<PlanId>, content: impl Into<String>) -> Self {
         PlanMarkdown {
             plan_id: plan_id.into(),
@@ -9624,7 +9506,6 @@ pub struct PlanUpdate {
 #[cfg(feature = "unstable_plan_updates")]
 impl PlanUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(plan: impl Into<PlanUpdateContent>) -> Self {
         PlanUpdate {
             plan: plan.into(),
@@ -9667,7 +9548,6 @@ pub struct PlanRemoved {
 #[cfg(feature = "unstable_plan_updates")]
 impl PlanRemoved {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(plan_id: impl Into<PlanId>) -> Self {
         PlanRemoved {
             plan_id: plan_id.into(),
@@ -9708,7 +9588,6 @@ pub struct AvailableCommand {
 }
 impl AvailableCommand {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
         AvailableCommand {
             name: name.into(),
@@ -9764,7 +9643,6 @@ pub struct UnstructuredCommandInput {
 }
 impl UnstructuredCommandInput {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(hint: impl Into<String>) -> Self {
         UnstructuredCommandInput {
             hint: hint.into(),
@@ -9800,7 +9678,6 @@ pub struct AvailableCommandsUpdate {
 }
 impl AvailableCommandsUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(available_commands: Vec<AvailableCommand>) -> Self {
         AvailableCommandsUpdate {
             available_commands,
@@ -9838,7 +9715,6 @@ pub struct CurrentModeUpdate {
 }
 impl CurrentModeUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(current_mode_id: impl Into<SessionModeId>) -> Self {
         CurrentModeUpdate {
             current_mode_id: current_mode_id.into(),
@@ -9874,7 +9750,6 @@ pub struct ConfigOptionUpdate {
 }
 impl ConfigOptionUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(config_options: Vec<SessionConfigOption>) -> Self {
         ConfigOptionUpdate {
             config_options,
@@ -9916,7 +9791,6 @@ pub struct SessionInfoUpdate {
 }
 impl SessionInfoUpdate {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionInfoUpdate {
             title: None,
@@ -9967,7 +9841,6 @@ pub struct Cost {
 }
 impl Cost {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(amount: f64, currency: impl Into<String>) -> Self {
         Cost {
             amount,
@@ -10009,7 +9882,6 @@ pub struct UsageUpdate {
 }
 impl UsageUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(used: u64, size: u64) -> Self {
         UsageUpdate {
             used,
@@ -10209,7 +10081,6 @@ pub struct CompactionUpdate {
 #[cfg(feature = "unstable_context_compaction")]
 impl CompactionUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         compaction_id: impl Into<CompactionId>,
         status: impl Into<CompactionStatus>,
@@ -10274,7 +10145,6 @@ pub struct CompactionSummaryChunk {
 #[cfg(feature = "unstable_context_compaction")]
 impl CompactionSummaryChunk {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         compaction_id: impl Into<CompactionId>,
         content: impl Into<ContentBlock>,
@@ -10318,7 +10188,6 @@ pub struct CompleteElicitationNotification {
 }
 impl CompleteElicitationNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(elicitation_id: impl Into<ElicitationId>) -> Self {
         CompleteElicitationNotification {
             elicitation_id: elicitation_id.into(),
@@ -10370,7 +10239,6 @@ pub struct MessageMcpNotification {
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl MessageMcpNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         connection_id: impl Into<McpConnectionId>,
         method: impl Into<String>,
@@ -10446,7 +10314,6 @@ pub struct InitializeRequest {
 }
 impl InitializeRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(protocol_version: impl Into<ProtocolVersion>) -> Self {
         InitializeRequest {
             protocol_version: protocol_version.into(),
@@ -10558,7 +10425,6 @@ pub struct ClientCapabilities {
 }
 impl ClientCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ClientCapabilities {
             fs: None,
@@ -10670,7 +10536,6 @@ pub struct FileSystemCapabilities {
 }
 impl FileSystemCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         FileSystemCapabilities {
             read_text_file: None,
@@ -10732,7 +10597,6 @@ pub struct ClientSessionCapabilities {
 }
 impl ClientSessionCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ClientSessionCapabilities {
             #[cfg(feature = "unstable_context_compaction")]
@@ -10782,7 +10646,6 @@ pub struct CompactionCapabilities {}
 #[cfg(feature = "unstable_context_compaction")]
 impl CompactionCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         CompactionCapabilities {}
     }
@@ -10813,7 +10676,6 @@ pub struct SessionConfigOptionsCapabilities {
 }
 impl SessionConfigOptionsCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionConfigOptionsCapabilities {
             boolean: None,
@@ -10854,7 +10716,6 @@ pub struct BooleanConfigOptionCapabilities {
 }
 impl BooleanConfigOptionCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         BooleanConfigOptionCapabilities {
             meta: None,
@@ -10891,7 +10752,6 @@ pub struct PlanCapabilities {
 #[cfg(feature = "unstable_plan_updates")]
 impl PlanCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         PlanCapabilities { meta: None }
     }
@@ -10932,7 +10792,6 @@ pub struct AuthCapabilities {
 }
 impl AuthCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         AuthCapabilities {
             terminal: None,
@@ -10985,7 +10844,6 @@ pub struct ElicitationCapabilities {
 }
 impl ElicitationCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationCapabilities {
             form: None,
@@ -11036,7 +10894,6 @@ pub struct ElicitationFormCapabilities {
 }
 impl ElicitationFormCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationFormCapabilities {
             meta: None,
@@ -11071,7 +10928,6 @@ pub struct ElicitationUrlCapabilities {
 }
 impl ElicitationUrlCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationUrlCapabilities {
             meta: None,
@@ -11113,7 +10969,6 @@ pub struct ClientNesCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl ClientNesCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ClientNesCapabilities {
             jump: None,
@@ -11174,7 +11029,6 @@ pub struct NesJumpCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesJumpCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesJumpCapabilities { meta: None }
     }
@@ -11206,7 +11060,6 @@ pub struct NesRenameCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesRenameCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesRenameCapabilities {
             meta: None,
@@ -11240,7 +11093,6 @@ pub struct NesSearchAndReplaceCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesSearchAndReplaceCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesSearchAndReplaceCapabilities {
             meta: None,
@@ -11278,7 +11130,6 @@ pub struct AuthenticateRequest {
 }
 impl AuthenticateRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(method_id: impl Into<AuthMethodId>) -> Self {
         AuthenticateRequest {
             method_id: method_id.into(),
@@ -11317,7 +11168,6 @@ pub struct ListProvidersRequest {
 #[cfg(feature = "unstable_llm_providers")]
 impl ListProvidersRequest {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ListProvidersRequest { meta: None }
     }
@@ -11368,7 +11218,6 @@ pub struct SetProviderRequest {
 #[cfg(feature = "unstable_llm_providers")]
 impl SetProviderRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         provider_id: impl Into<ProviderId>,
         api_type: impl Into<LlmProtocol>,
@@ -11430,7 +11279,6 @@ pub struct DisableProviderRequest {
 #[cfg(feature = "unstable_llm_providers")]
 impl DisableProviderRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(provider_id: impl Into<ProviderId>) -> Self {
         DisableProviderRequest {
             provider_id: provider_id.into(),
@@ -11466,7 +11314,6 @@ pub struct LogoutRequest {
 }
 impl LogoutRequest {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         LogoutRequest { meta: None }
     }
@@ -11509,7 +11356,6 @@ pub struct NewSessionRequest {
 }
 impl NewSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(cwd: impl Into<String>, mcp_servers: Vec<McpServer>) -> Self {
         NewSessionRequest {
             cwd: cwd.into(),
@@ -11685,7 +11531,6 @@ pub struct HttpHeader {
 }
 impl HttpHeader {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
         HttpHeader {
             name: name.into(),
@@ -11726,7 +11571,6 @@ pub struct McpServerHttp {
 }
 impl McpServerHttp {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         name: impl Into<String>,
         url: impl Into<String>,
@@ -11773,7 +11617,6 @@ pub struct McpServerSse {
 }
 impl McpServerSse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         name: impl Into<String>,
         url: impl Into<String>,
@@ -11831,7 +11674,6 @@ pub struct McpServerAcp {
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl McpServerAcp {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, server_id: impl Into<McpServerAcpId>) -> Self {
         McpServerAcp {
             name: name.into(),
@@ -11875,7 +11717,6 @@ pub struct McpServerStdio {
 }
 impl McpServerStdio {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         name: impl Into<String>,
         command: impl Into<String>,
@@ -11939,7 +11780,6 @@ pub struct LoadSessionRequest {
 }
 impl LoadSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         mcp_servers: Vec<McpServer>,
         cwd: impl Into<String>,
@@ -11999,7 +11839,6 @@ pub struct ListSessionsRequest {
 }
 impl ListSessionsRequest {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ListSessionsRequest {
             cwd: None,
@@ -12051,7 +11890,6 @@ pub struct DeleteSessionRequest {
 }
 impl DeleteSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         DeleteSessionRequest {
             session_id: session_id.into(),
@@ -12110,7 +11948,6 @@ pub struct ForkSessionRequest {
 #[cfg(feature = "unstable_session_fork")]
 impl ForkSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, cwd: impl Into<String>) -> Self {
         ForkSessionRequest {
             session_id: session_id.into(),
@@ -12186,7 +12023,6 @@ pub struct ResumeSessionRequest {
 }
 impl ResumeSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, cwd: impl Into<String>) -> Self {
         ResumeSessionRequest {
             session_id: session_id.into(),
@@ -12249,7 +12085,6 @@ pub struct CloseSessionRequest {
 }
 impl CloseSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         CloseSessionRequest {
             session_id: session_id.into(),
@@ -12288,7 +12123,6 @@ pub struct SetSessionModeRequest {
 }
 impl SetSessionModeRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         mode_id: impl Into<SessionModeId>,
@@ -12339,7 +12173,6 @@ pub struct SetSessionConfigOptionRequest {
 }
 impl SetSessionConfigOptionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         config_id: impl Into<SessionConfigId>,
@@ -12395,7 +12228,6 @@ pub struct PromptRequest {
 }
 impl PromptRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, prompt: Vec<ContentBlock>) -> Self {
         PromptRequest {
             session_id: session_id.into(),
@@ -12441,7 +12273,6 @@ pub struct StartNesRequest {
 #[cfg(feature = "unstable_nes")]
 impl StartNesRequest {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         StartNesRequest {
             workspace_uri: None,
@@ -12506,7 +12337,6 @@ pub struct WorkspaceFolder {
 #[cfg(feature = "unstable_nes")]
 impl WorkspaceFolder {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(uri: impl Into<String>, name: impl Into<String>) -> Self {
         WorkspaceFolder {
             uri: uri.into(),
@@ -12551,7 +12381,6 @@ pub struct NesRepository {
 #[cfg(feature = "unstable_nes")]
 impl NesRepository {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         name: impl Into<String>,
         owner: impl Into<String>,
@@ -12613,7 +12442,6 @@ pub struct SuggestNesRequest {
 #[cfg(feature = "unstable_nes")]
 impl SuggestNesRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         uri: impl Into<String>,
@@ -12774,7 +12602,6 @@ pub struct NesSuggestContext {
 #[cfg(feature = "unstable_nes")]
 impl NesSuggestContext {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesSuggestContext {
             recent_files: None,
@@ -12869,7 +12696,6 @@ pub struct NesRecentFile {
 #[cfg(feature = "unstable_nes")]
 impl NesRecentFile {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         uri: impl Into<String>,
         language_id: impl Into<String>,
@@ -12917,7 +12743,6 @@ pub struct NesRelatedSnippet {
 #[cfg(feature = "unstable_nes")]
 impl NesRelatedSnippet {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(uri: impl Into<String>, excerpts: Vec<NesExcerpt>) -> Self {
         NesRelatedSnippet {
             uri: uri.into(),
@@ -12963,7 +12788,6 @@ pub struct NesExcerpt {
 #[cfg(feature = "unstable_nes")]
 impl NesExcerpt {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(start_line: u32, end_line: u32, text: impl Into<String>) -> Self {
         NesExcerpt {
             start_line,
@@ -13007,7 +12831,6 @@ pub struct NesEditHistoryEntry {
 #[cfg(feature = "unstable_nes")]
 impl NesEditHistoryEntry {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(uri: impl Into<String>, diff: impl Into<String>) -> Self {
         NesEditHistoryEntry {
             uri: uri.into(),
@@ -13054,7 +12877,6 @@ pub struct NesUserAction {
 #[cfg(feature = "unstable_nes")]
 impl NesUserAction {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         action: impl Into<String>,
         uri: impl Into<String>,
@@ -13112,7 +12934,6 @@ pub struct NesOpenFile {
 #[cfg(feature = "unstable_nes")]
 impl NesOpenFile {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(uri: impl Into<String>, language_id: impl Into<String>) -> Self {
         NesOpenFile {
             uri: uri.into(),
@@ -13174,7 +12995,6 @@ pub struct NesDiagnostic {
 #[cfg(feature = "unstable_nes")]
 impl NesDiagnostic {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         uri: impl Into<String>,
         range: impl Into<Range>,
@@ -13309,7 +13129,6 @@ pub struct CloseNesRequest {
 #[cfg(feature = "unstable_nes")]
 impl CloseNesRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         CloseNesRequest {
             session_id: session_id.into(),
@@ -13343,7 +13162,6 @@ pub struct WriteTextFileResponse {
 }
 impl WriteTextFileResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         WriteTextFileResponse {
             meta: None,
@@ -13376,7 +13194,6 @@ pub struct ReadTextFileResponse {
 }
 impl ReadTextFileResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(content: impl Into<String>) -> Self {
         ReadTextFileResponse {
             content: content.into(),
@@ -13411,7 +13228,6 @@ pub struct RequestPermissionResponse {
 }
 impl RequestPermissionResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(outcome: impl Into<RequestPermissionOutcome>) -> Self {
         RequestPermissionResponse {
             outcome: outcome.into(),
@@ -13541,7 +13357,6 @@ pub struct SelectedPermissionOutcome {
 }
 impl SelectedPermissionOutcome {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(option_id: impl Into<PermissionOptionId>) -> Self {
         SelectedPermissionOutcome {
             option_id: option_id.into(),
@@ -13577,7 +13392,6 @@ pub struct CreateTerminalResponse {
 }
 impl CreateTerminalResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(terminal_id: impl Into<TerminalId>) -> Self {
         CreateTerminalResponse {
             terminal_id: terminal_id.into(),
@@ -13617,7 +13431,6 @@ pub struct TerminalOutputResponse {
 }
 impl TerminalOutputResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(output: impl Into<String>, truncated: bool) -> Self {
         TerminalOutputResponse {
             output: output.into(),
@@ -13666,7 +13479,6 @@ pub struct TerminalExitStatus {
 }
 impl TerminalExitStatus {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         TerminalExitStatus {
             exit_code: None,
@@ -13713,7 +13525,6 @@ pub struct ReleaseTerminalResponse {
 }
 impl ReleaseTerminalResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ReleaseTerminalResponse {
             meta: None,
@@ -13750,7 +13561,6 @@ pub struct WaitForTerminalExitResponse {
 }
 impl WaitForTerminalExitResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         WaitForTerminalExitResponse {
             exit_code: None,
@@ -13797,7 +13607,6 @@ pub struct KillTerminalResponse {
 }
 impl KillTerminalResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         KillTerminalResponse { meta: None }
     }
@@ -13835,7 +13644,6 @@ pub struct CreateElicitationResponse {
 }
 impl CreateElicitationResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(action: impl Into<CreateElicitationAction>) -> Self {
         CreateElicitationResponse {
             meta: None,
@@ -13879,7 +13687,6 @@ pub struct ElicitationAcceptAction {
 }
 impl ElicitationAcceptAction {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationAcceptAction {
             content: None,
@@ -13922,7 +13729,6 @@ pub struct ConnectMcpResponse {
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl ConnectMcpResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(connection_id: impl Into<McpConnectionId>) -> Self {
         ConnectMcpResponse {
             connection_id: connection_id.into(),
@@ -13962,7 +13768,6 @@ pub struct DisconnectMcpResponse {
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl DisconnectMcpResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         DisconnectMcpResponse {
             meta: None,
@@ -13999,7 +13804,6 @@ pub struct CancelNotification {
 }
 impl CancelNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         CancelNotification {
             session_id: session_id.into(),
@@ -14046,7 +13850,6 @@ pub struct DidOpenDocumentNotification {
 #[cfg(feature = "unstable_nes")]
 impl DidOpenDocumentNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         uri: impl Into<String>,
@@ -14106,7 +13909,6 @@ pub struct DidChangeDocumentNotification {
 #[cfg(feature = "unstable_nes")]
 impl DidChangeDocumentNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         uri: impl Into<String>,
@@ -14161,7 +13963,6 @@ pub struct TextDocumentContentChangeEvent {
 #[cfg(feature = "unstable_nes")]
 impl TextDocumentContentChangeEvent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(text: impl Into<String>) -> Self {
         TextDocumentContentChangeEvent {
             range: None,
@@ -14210,7 +14011,6 @@ pub struct DidCloseDocumentNotification {
 #[cfg(feature = "unstable_nes")]
 impl DidCloseDocumentNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, uri: impl Into<String>) -> Self {
         DidCloseDocumentNotification {
             session_id: session_id.into(),
@@ -14253,7 +14053,6 @@ pub struct DidSaveDocumentNotification {
 #[cfg(feature = "unstable_nes")]
 impl DidSaveDocumentNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, uri: impl Into<String>) -> Self {
         DidSaveDocumentNotification {
             session_id: session_id.into(),
@@ -14303,7 +14102,6 @@ pub struct DidFocusDocumentNotification {
 #[cfg(feature = "unstable_nes")]
 impl DidFocusDocumentNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         uri: impl Into<String>,
@@ -14358,7 +14156,6 @@ pub struct AcceptNesNotification {
 #[cfg(feature = "unstable_nes")]
 impl AcceptNesNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         id: impl Into<NesSuggestionId>,
@@ -14407,7 +14204,6 @@ pub struct RejectNesNotification {
 #[cfg(feature = "unstable_nes")]
 impl RejectNesNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         id: impl Into<NesSuggestionId>,
@@ -14541,7 +14337,6 @@ pub struct CancelRequestNotification {
 }
 impl CancelRequestNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(request_id: impl Into<RequestId>) -> Self {
         CancelRequestNotification {
             request_id: request_id.into(),

@@ -14,7 +14,6 @@
     clippy::large_enum_variant,
     clippy::doc_lazy_continuation,
     rustdoc::bare_urls,
-    rustdoc::broken_intra_doc_links,
     rustdoc::invalid_html_tags
 )]
 use crate::serde_support;
@@ -81,7 +80,6 @@ pub struct RequestPermissionRequest {
 }
 impl RequestPermissionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         title: impl Into<String>,
@@ -308,7 +306,6 @@ pub struct ToolCallUpdate {
 }
 impl ToolCallUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(tool_call_id: impl Into<ToolCallId>) -> Self {
         ToolCallUpdate {
             tool_call_id: tool_call_id.into(),
@@ -914,7 +911,6 @@ pub struct Annotations {
 }
 impl Annotations {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         Annotations {
             audience: None,
@@ -1039,7 +1035,6 @@ pub struct TextContent {
 }
 impl TextContent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(text: impl Into<String>) -> Self {
         TextContent {
             text: text.into(),
@@ -1131,7 +1126,6 @@ pub struct ImageContent {
 }
 impl ImageContent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(data: impl Into<String>, mime_type: impl Into<MediaType>) -> Self {
         ImageContent {
             data: data.into(),
@@ -1190,7 +1184,6 @@ pub struct AudioContent {
 }
 impl AudioContent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(data: impl Into<String>, mime_type: impl Into<MediaType>) -> Self {
         AudioContent {
             data: data.into(),
@@ -1241,7 +1234,6 @@ pub struct Icon {
 }
 impl Icon {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(src: impl Into<String>) -> Self {
         Icon {
             src: src.into(),
@@ -1377,7 +1369,6 @@ pub struct ResourceLink {
 }
 impl ResourceLink {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, uri: impl Into<String>) -> Self {
         ResourceLink {
             name: name.into(),
@@ -1480,7 +1471,6 @@ pub struct TextResourceContents {
 }
 impl TextResourceContents {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(text: impl Into<String>, uri: impl Into<String>) -> Self {
         TextResourceContents {
             text: text.into(),
@@ -1530,7 +1520,6 @@ pub struct BlobResourceContents {
 }
 impl BlobResourceContents {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(blob: impl Into<String>, uri: impl Into<String>) -> Self {
         BlobResourceContents {
             blob: blob.into(),
@@ -1578,7 +1567,6 @@ pub struct EmbeddedResource {
 }
 impl EmbeddedResource {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(resource: impl Into<EmbeddedResourceResource>) -> Self {
         EmbeddedResource {
             resource: resource.into(),
@@ -1621,7 +1609,6 @@ pub struct Content {
 }
 impl Content {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(content: impl Into<ContentBlock>) -> Self {
         Content {
             content: content.into(),
@@ -1684,7 +1671,6 @@ pub struct DiffChange {
 }
 impl DiffChange {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(operation: impl Into<DiffChangeOperation>) -> Self {
         DiffChange {
             file_type: None,
@@ -1837,7 +1823,6 @@ pub struct DiffPathChange {
 }
 impl DiffPathChange {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(path: impl Into<AbsolutePath>) -> Self {
         DiffPathChange {
             path: path.into(),
@@ -1860,7 +1845,6 @@ pub struct DiffPathPairChange {
 }
 impl DiffPathPairChange {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         old_path: impl Into<AbsolutePath>,
         path: impl Into<AbsolutePath>,
@@ -1887,7 +1871,6 @@ pub struct DiffPatch {
 }
 impl DiffPatch {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(format: impl Into<DiffPatchFormat>, text: impl Into<String>) -> Self {
         DiffPatch {
             format: format.into(),
@@ -1994,7 +1977,6 @@ pub struct Diff {
 }
 impl Diff {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(changes: Vec<DiffChange>) -> Self {
         Diff {
             changes,
@@ -2082,7 +2064,6 @@ pub struct Terminal {
 }
 impl Terminal {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(terminal_id: impl Into<TerminalId>) -> Self {
         Terminal {
             terminal_id: terminal_id.into(),
@@ -2125,7 +2106,6 @@ pub struct ToolCallLocation {
 }
 impl ToolCallLocation {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(path: impl Into<AbsolutePath>) -> Self {
         ToolCallLocation {
             path: path.into(),
@@ -2162,7 +2142,6 @@ pub struct ToolCallPermissionSubject {
 }
 impl ToolCallPermissionSubject {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(tool_call: impl Into<ToolCallUpdate>) -> Self {
         ToolCallPermissionSubject {
             tool_call: tool_call.into(),
@@ -2197,7 +2176,6 @@ pub struct CommandPermissionSubject {
 }
 impl CommandPermissionSubject {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(command: impl Into<String>, cwd: impl Into<AbsolutePath>) -> Self {
         CommandPermissionSubject {
             command: command.into(),
@@ -2255,7 +2233,6 @@ pub struct PermissionOption {
 }
 impl PermissionOption {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         option_id: impl Into<PermissionOptionId>,
         name: impl Into<String>,
@@ -2428,7 +2405,6 @@ pub struct CreateElicitationRequest {
 }
 impl CreateElicitationRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         message: impl Into<String>,
         mode: impl Into<CreateElicitationMode>,
@@ -2467,7 +2443,6 @@ pub struct ElicitationSessionScope {
 }
 impl ElicitationSessionScope {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         ElicitationSessionScope {
             session_id: session_id.into(),
@@ -2497,7 +2472,6 @@ pub struct ElicitationRequestScope {
 }
 impl ElicitationRequestScope {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(request_id: impl Into<RequestId>) -> Self {
         ElicitationRequestScope {
             request_id: request_id.into(),
@@ -2550,7 +2524,6 @@ pub struct ElicitationSchema {
 }
 impl ElicitationSchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationSchema {
             r#type: None,
@@ -2919,7 +2892,6 @@ pub struct EnumOption {
 }
 impl EnumOption {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(r#const: impl Into<String>, title: impl Into<String>) -> Self {
         EnumOption {
             r#const: r#const.into(),
@@ -3014,7 +2986,6 @@ pub struct StringPropertySchema {
 }
 impl StringPropertySchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         StringPropertySchema {
             title: None,
@@ -3144,7 +3115,6 @@ pub struct NumberPropertySchema {
 }
 impl NumberPropertySchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NumberPropertySchema {
             title: None,
@@ -3242,7 +3212,6 @@ pub struct IntegerPropertySchema {
 }
 impl IntegerPropertySchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         IntegerPropertySchema {
             title: None,
@@ -3330,7 +3299,6 @@ pub struct BooleanPropertySchema {
 }
 impl BooleanPropertySchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         BooleanPropertySchema {
             title: None,
@@ -3468,7 +3436,6 @@ pub struct StringMultiSelectItems {
 }
 impl StringMultiSelectItems {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(r#enum: Vec<String>) -> Self {
         StringMultiSelectItems {
             r#enum,
@@ -3506,7 +3473,6 @@ pub struct TitledMultiSelectItems {
 }
 impl TitledMultiSelectItems {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(any_of: Vec<EnumOption>) -> Self {
         TitledMultiSelectItems {
             any_of,
@@ -3568,7 +3534,6 @@ pub struct MultiSelectPropertySchema {
 }
 impl MultiSelectPropertySchema {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(items: impl Into<MultiSelectItems>) -> Self {
         MultiSelectPropertySchema {
             title: None,
@@ -3639,7 +3604,6 @@ pub struct ElicitationFormMode {
 }
 impl ElicitationFormMode {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         requested_schema: impl Into<ElicitationSchema>,
         scope: impl Into<ElicitationScope>,
@@ -3705,7 +3669,6 @@ pub struct ElicitationUrlMode {
 }
 impl ElicitationUrlMode {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         elicitation_id: impl Into<ElicitationId>,
         url: impl Into<String>,
@@ -3769,7 +3732,6 @@ pub struct InitializeResponse {
 }
 impl InitializeResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         protocol_version: impl Into<ProtocolVersion>,
         info: impl Into<Implementation>,
@@ -3862,7 +3824,6 @@ pub struct Implementation {
 }
 impl Implementation {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
         Implementation {
             name: name.into(),
@@ -3926,7 +3887,6 @@ pub struct AgentCapabilities {
 }
 impl AgentCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         AgentCapabilities {
             session: None,
@@ -4012,7 +3972,6 @@ pub struct SessionCapabilities {
 }
 impl SessionCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionCapabilities {
             prompt: None,
@@ -4110,7 +4069,6 @@ pub struct PromptCapabilities {
 }
 impl PromptCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         PromptCapabilities {
             image: None,
@@ -4170,7 +4128,6 @@ pub struct PromptImageCapabilities {
 }
 impl PromptImageCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         PromptImageCapabilities {
             meta: None,
@@ -4203,7 +4160,6 @@ pub struct PromptAudioCapabilities {
 }
 impl PromptAudioCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         PromptAudioCapabilities {
             meta: None,
@@ -4236,7 +4192,6 @@ pub struct PromptEmbeddedContextCapabilities {
 }
 impl PromptEmbeddedContextCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         PromptEmbeddedContextCapabilities {
             meta: None,
@@ -4279,7 +4234,6 @@ pub struct McpCapabilities {
 }
 impl McpCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         McpCapabilities {
             stdio: None,
@@ -4328,7 +4282,6 @@ pub struct McpStdioCapabilities {
 }
 impl McpStdioCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         McpStdioCapabilities { meta: None }
     }
@@ -4359,7 +4312,6 @@ pub struct McpHttpCapabilities {
 }
 impl McpHttpCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         McpHttpCapabilities { meta: None }
     }
@@ -4390,7 +4342,6 @@ pub struct SessionDeleteCapabilities {
 }
 impl SessionDeleteCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionDeleteCapabilities {
             meta: None,
@@ -4426,7 +4377,6 @@ pub struct SessionAdditionalDirectoriesCapabilities {
 }
 impl SessionAdditionalDirectoriesCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionAdditionalDirectoriesCapabilities {
             meta: None,
@@ -4461,7 +4411,6 @@ pub struct AgentAuthCapabilities {
 }
 impl AgentAuthCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         AgentAuthCapabilities {
             meta: None,
@@ -4624,7 +4573,6 @@ pub struct EnvVariable {
 }
 impl EnvVariable {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
         EnvVariable {
             name: name.into(),
@@ -4681,7 +4629,6 @@ pub struct AuthMethodTerminal {
 }
 impl AuthMethodTerminal {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(method_id: impl Into<AuthMethodId>, name: impl Into<String>) -> Self {
         AuthMethodTerminal {
             method_id: method_id.into(),
@@ -4750,7 +4697,6 @@ pub struct AuthMethodAgent {
 }
 impl AuthMethodAgent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(method_id: impl Into<AuthMethodId>, name: impl Into<String>) -> Self {
         AuthMethodAgent {
             method_id: method_id.into(),
@@ -4793,7 +4739,6 @@ pub struct LoginAuthResponse {
 }
 impl LoginAuthResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         LoginAuthResponse { meta: None }
     }
@@ -4822,7 +4767,6 @@ pub struct LogoutAuthResponse {
 }
 impl LogoutAuthResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         LogoutAuthResponse { meta: None }
     }
@@ -4861,7 +4805,6 @@ pub struct NewSessionResponse {
 }
 impl NewSessionResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         NewSessionResponse {
             session_id: session_id.into(),
@@ -4928,7 +4871,6 @@ pub struct SessionConfigOption {
 }
 impl SessionConfigOption {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         config_id: impl Into<SessionConfigId>,
         name: impl Into<String>,
@@ -5158,7 +5100,6 @@ pub struct SessionConfigSelectOption {
 }
 impl SessionConfigSelectOption {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(value: impl Into<SessionConfigValueId>, name: impl Into<String>) -> Self {
         SessionConfigSelectOption {
             value: value.into(),
@@ -5208,7 +5149,6 @@ pub struct SessionConfigSelectGroup {
 }
 impl SessionConfigSelectGroup {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         group_id: impl Into<SessionConfigGroupId>,
         name: impl Into<String>,
@@ -5287,7 +5227,6 @@ pub struct SessionConfigSelect {
 }
 impl SessionConfigSelect {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         current_value: impl Into<SessionConfigValueId>,
         options: impl Into<SessionConfigSelectOptions>,
@@ -5313,7 +5252,6 @@ pub struct SessionConfigBoolean {
 }
 impl SessionConfigBoolean {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(current_value: bool) -> Self {
         SessionConfigBoolean {
             current_value,
@@ -5344,7 +5282,6 @@ pub struct ListSessionsResponse {
 }
 impl ListSessionsResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(sessions: Vec<SessionInfo>) -> Self {
         ListSessionsResponse {
             sessions,
@@ -5403,7 +5340,6 @@ pub struct SessionInfo {
 }
 impl SessionInfo {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, cwd: impl Into<AbsolutePath>) -> Self {
         SessionInfo {
             session_id: session_id.into(),
@@ -5505,7 +5441,6 @@ pub struct DeleteSessionResponse {
 }
 impl DeleteSessionResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         DeleteSessionResponse {
             meta: None,
@@ -5539,7 +5474,6 @@ pub struct ResumeSessionResponse {
 }
 impl ResumeSessionResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ResumeSessionResponse {
             config_options: None,
@@ -5578,7 +5512,6 @@ pub struct CloseSessionResponse {
 }
 impl CloseSessionResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         CloseSessionResponse { meta: None }
     }
@@ -5610,7 +5543,6 @@ pub struct SetSessionConfigOptionResponse {
 }
 impl SetSessionConfigOptionResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(config_options: Vec<SessionConfigOption>) -> Self {
         SetSessionConfigOptionResponse {
             config_options,
@@ -5648,7 +5580,6 @@ pub struct PromptResponse {
 }
 impl PromptResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         PromptResponse { meta: None }
     }
@@ -5699,7 +5630,6 @@ pub struct Error {
 }
 impl Error {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(code: impl Into<ErrorCode>, message: impl Into<String>) -> Self {
         Error {
             code: code.into(),
@@ -5827,7 +5757,6 @@ pub struct UpdateSessionNotification {
 }
 impl UpdateSessionNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         update: impl Into<SessionUpdate>,
@@ -6365,7 +6294,6 @@ pub struct ContentChunk {
 }
 impl ContentChunk {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         message_id: impl Into<MessageId>,
         content: impl Into<ContentBlock>,
@@ -6421,7 +6349,6 @@ pub struct UserMessage {
 }
 impl UserMessage {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(message_id: impl Into<MessageId>) -> Self {
         UserMessage {
             message_id: message_id.into(),
@@ -6480,7 +6407,6 @@ pub struct AgentMessage {
 }
 impl AgentMessage {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(message_id: impl Into<MessageId>) -> Self {
         AgentMessage {
             message_id: message_id.into(),
@@ -6539,7 +6465,6 @@ pub struct AgentThought {
 }
 impl AgentThought {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(message_id: impl Into<MessageId>) -> Self {
         AgentThought {
             message_id: message_id.into(),
@@ -6580,7 +6505,6 @@ pub struct RunningStateUpdate {
 }
 impl RunningStateUpdate {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         RunningStateUpdate { meta: None }
     }
@@ -6704,7 +6628,6 @@ pub struct IdleStateUpdate {
 }
 impl IdleStateUpdate {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         IdleStateUpdate {
             stop_reason: None,
@@ -6743,7 +6666,6 @@ pub struct RequiresActionStateUpdate {
 }
 impl RequiresActionStateUpdate {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         RequiresActionStateUpdate {
             meta: None,
@@ -6892,7 +6814,6 @@ pub struct ToolCallContentChunk {
 }
 impl ToolCallContentChunk {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         tool_call_id: impl Into<ToolCallId>,
         content: impl Into<ToolCallContent>,
@@ -6933,7 +6854,6 @@ pub struct TerminalOutput {
 }
 impl TerminalOutput {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(data: impl Into<String>) -> Self {
         TerminalOutput {
             data: data.into(),
@@ -6980,7 +6900,6 @@ pub struct TerminalExitStatus {
 }
 impl TerminalExitStatus {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         TerminalExitStatus {
             exit_code: None,
@@ -7047,7 +6966,6 @@ pub struct TerminalUpdate {
 }
 impl TerminalUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(terminal_id: impl Into<TerminalId>) -> Self {
         TerminalUpdate {
             terminal_id: terminal_id.into(),
@@ -7118,7 +7036,6 @@ pub struct TerminalOutputChunk {
 }
 impl TerminalOutputChunk {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(terminal_id: impl Into<TerminalId>, data: impl Into<String>) -> Self {
         TerminalOutputChunk {
             terminal_id: terminal_id.into(),
@@ -7270,7 +7187,6 @@ pub struct PlanEntry {
 }
 impl PlanEntry {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         content: impl Into<String>,
         priority: impl Into<PlanEntryPriority>,
@@ -7471,7 +7387,6 @@ pub struct PlanItems {
 }
 impl PlanItems {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(plan_id: impl Into<PlanId>, entries: Vec<PlanEntry>) -> Self {
         PlanItems {
             plan_id: plan_id.into(),
@@ -7508,7 +7423,6 @@ pub struct PlanUpdate {
 }
 impl PlanUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(plan: impl Into<PlanUpdateContent>) -> Self {
         PlanUpdate {
             plan: plan.into(),
@@ -7548,7 +7462,6 @@ pub struct AvailableCommand {
 }
 impl AvailableCommand {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
         AvailableCommand {
             name: name.into(),
@@ -7661,7 +7574,6 @@ pub struct TextCommandInput {
 }
 impl TextCommandInput {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(hint: impl Into<String>) -> Self {
         TextCommandInput {
             hint: hint.into(),
@@ -7697,7 +7609,6 @@ pub struct AvailableCommandsUpdate {
 }
 impl AvailableCommandsUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(available_commands: Vec<AvailableCommand>) -> Self {
         AvailableCommandsUpdate {
             available_commands,
@@ -7733,7 +7644,6 @@ pub struct ConfigOptionUpdate {
 }
 impl ConfigOptionUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(config_options: Vec<SessionConfigOption>) -> Self {
         ConfigOptionUpdate {
             config_options,
@@ -7778,7 +7688,6 @@ pub struct SessionInfoUpdate {
 }
 impl SessionInfoUpdate {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionInfoUpdate {
             title: None,
@@ -7829,7 +7738,6 @@ pub struct Cost {
 }
 impl Cost {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(amount: f64, currency: impl Into<String>) -> Self {
         Cost {
             amount,
@@ -7871,7 +7779,6 @@ pub struct UsageUpdate {
 }
 impl UsageUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(used: u64, size: u64) -> Self {
         UsageUpdate {
             used,
@@ -7919,7 +7826,6 @@ pub struct CompleteElicitationNotification {
 }
 impl CompleteElicitationNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(elicitation_id: impl Into<ElicitationId>) -> Self {
         CompleteElicitationNotification {
             elicitation_id: elicitation_id.into(),
@@ -7978,7 +7884,6 @@ pub struct InitializeRequest {
 }
 impl InitializeRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         protocol_version: impl Into<ProtocolVersion>,
         info: impl Into<Implementation>,
@@ -8044,7 +7949,6 @@ pub struct ClientCapabilities {
 }
 impl ClientCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ClientCapabilities {
             auth: None,
@@ -8103,7 +8007,6 @@ pub struct AuthCapabilities {
 }
 impl AuthCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         AuthCapabilities {
             terminal: None,
@@ -8146,7 +8049,6 @@ pub struct TerminalAuthCapabilities {
 }
 impl TerminalAuthCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         TerminalAuthCapabilities {
             meta: None,
@@ -8191,7 +8093,6 @@ pub struct ElicitationCapabilities {
 }
 impl ElicitationCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationCapabilities {
             form: None,
@@ -8242,7 +8143,6 @@ pub struct ElicitationFormCapabilities {
 }
 impl ElicitationFormCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationFormCapabilities {
             meta: None,
@@ -8277,7 +8177,6 @@ pub struct ElicitationUrlCapabilities {
 }
 impl ElicitationUrlCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationUrlCapabilities {
             meta: None,
@@ -8318,7 +8217,6 @@ pub struct LoginAuthRequest {
 }
 impl LoginAuthRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(method_id: impl Into<AuthMethodId>) -> Self {
         LoginAuthRequest {
             method_id: method_id.into(),
@@ -8357,7 +8255,6 @@ pub struct LogoutAuthRequest {
 }
 impl LogoutAuthRequest {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         LogoutAuthRequest { meta: None }
     }
@@ -8400,7 +8297,6 @@ pub struct NewSessionRequest {
 }
 impl NewSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(cwd: impl Into<AbsolutePath>) -> Self {
         NewSessionRequest {
             cwd: cwd.into(),
@@ -8542,7 +8438,6 @@ pub struct HttpHeader {
 }
 impl HttpHeader {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
         HttpHeader {
             name: name.into(),
@@ -8584,7 +8479,6 @@ pub struct McpServerHttp {
 }
 impl McpServerHttp {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, url: impl Into<String>) -> Self {
         McpServerHttp {
             name: name.into(),
@@ -8637,7 +8531,6 @@ pub struct McpServerStdio {
 }
 impl McpServerStdio {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, command: impl Into<AbsolutePath>) -> Self {
         McpServerStdio {
             name: name.into(),
@@ -8694,7 +8587,6 @@ pub struct ListSessionsRequest {
 }
 impl ListSessionsRequest {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ListSessionsRequest {
             cwd: None,
@@ -8746,7 +8638,6 @@ pub struct DeleteSessionRequest {
 }
 impl DeleteSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         DeleteSessionRequest {
             session_id: session_id.into(),
@@ -8807,7 +8698,6 @@ pub struct ResumeSessionRequest {
 }
 impl ResumeSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, cwd: impl Into<AbsolutePath>) -> Self {
         ResumeSessionRequest {
             session_id: session_id.into(),
@@ -8937,7 +8827,6 @@ pub struct ReplayFromStart {
 }
 impl ReplayFromStart {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ReplayFromStart { meta: None }
     }
@@ -8973,7 +8862,6 @@ pub struct CloseSessionRequest {
 }
 impl CloseSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         CloseSessionRequest {
             session_id: session_id.into(),
@@ -9019,7 +8907,6 @@ pub struct SetSessionConfigOptionRequest {
 }
 impl SetSessionConfigOptionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         config_id: impl Into<SessionConfigId>,
@@ -9075,7 +8962,6 @@ pub struct PromptRequest {
 }
 impl PromptRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, prompt: Vec<ContentBlock>) -> Self {
         PromptRequest {
             session_id: session_id.into(),
@@ -9112,7 +8998,6 @@ pub struct RequestPermissionResponse {
 }
 impl RequestPermissionResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(outcome: impl Into<RequestPermissionOutcome>) -> Self {
         RequestPermissionResponse {
             outcome: outcome.into(),
@@ -9242,7 +9127,6 @@ pub struct SelectedPermissionOutcome {
 }
 impl SelectedPermissionOutcome {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(option_id: impl Into<PermissionOptionId>) -> Self {
         SelectedPermissionOutcome {
             option_id: option_id.into(),
@@ -9284,7 +9168,6 @@ pub struct CreateElicitationResponse {
 }
 impl CreateElicitationResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(action: impl Into<CreateElicitationAction>) -> Self {
         CreateElicitationResponse {
             meta: None,
@@ -9328,7 +9211,6 @@ pub struct ElicitationAcceptAction {
 }
 impl ElicitationAcceptAction {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationAcceptAction {
             content: None,
@@ -9367,7 +9249,6 @@ pub struct CancelSessionNotification {
 }
 impl CancelSessionNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         CancelSessionNotification {
             session_id: session_id.into(),
@@ -9405,7 +9286,6 @@ pub struct CancelRequestNotification {
 }
 impl CancelRequestNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(request_id: impl Into<RequestId>) -> Self {
         CancelRequestNotification {
             request_id: request_id.into(),

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::ir::*;
-use super::naming::{pascal, pascal_words};
+use super::naming::{pascal, pascal_words, snake};
 use super::{CodegenError, Result};
 
 /// The envelope definitions (`AgentRequest`, ...): generated from the method table, not from
@@ -87,8 +87,8 @@ impl<'s> Classifier<'s> {
                 // else the last word of the union's name (`ElicitationScope` → `scope`).
                 let field = match &kind {
                     ItemKind::Tagged(t) if t.tag == "type" => "kind".to_owned(),
-                    ItemKind::Tagged(t) => snake_of(&t.tag),
-                    _ => pascal_words(&union_name).last().map(|w| pascal_to_snake(w)).unwrap_or_default(),
+                    ItemKind::Tagged(t) => snake(&t.tag),
+                    _ => pascal_words(&union_name).last().map(|w| snake(w)).unwrap_or_default(),
                 };
                 self.add_extra(Item {
                     name: union_name.clone(),
@@ -481,12 +481,4 @@ fn screaming(title: &str) -> String {
         .map(str::to_ascii_uppercase)
         .collect::<Vec<_>>()
         .join("_")
-}
-
-fn snake_of(wire: &str) -> String {
-    super::naming::snake(wire)
-}
-
-fn pascal_to_snake(name: &str) -> String {
-    super::naming::snake(name)
 }

@@ -13,7 +13,7 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{ToTokens, format_ident, quote};
 
 use super::ir::*;
-use super::naming::{field_ident, ident, pascal, screaming_snake, snake};
+use super::naming::{field_ident, ident, pascal, screaming_snake, sentence, snake};
 use super::syntax;
 
 /// Doc attributes from a description; one `#[doc]` per line so rustdoc sees the markdown.
@@ -238,7 +238,11 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
     } else {
         "Creates a value from its required fields; optional fields start unset."
     }));
-    ctor_attrs.push(syntax::attr_list("allow", quote!(clippy::new_without_default)));
+    // `new()` without parameters comes with a derived `Default`; only a constructor whose
+    // parameters are all feature-gated can lose them all without one.
+    if !ctor_params.is_empty() && ctor_params.iter().all(|p| matches!(p, syn::FnArg::Typed(t) if !t.attrs.is_empty())) {
+        ctor_attrs.push(syntax::attr_list("allow", quote!(clippy::new_without_default)));
+    }
     let ctor = syntax::pub_fn_returning_self(ctor_attrs, &ident("new"), ctor_params, vec![(syntax::expr_struct(&name, ctor_inits), false)]);
     let mut fns = vec![ctor];
     fns.extend(setters);
@@ -431,18 +435,18 @@ fn string_enum(gate: &TokenStream, name: &proc_macro2::Ident, values: &[EnumValu
 
 fn int_consts(gate: &TokenStream, name: &proc_macro2::Ident, repr: Prim, consts: &[IntConst]) -> TokenStream {
     let name_str = name.to_string();
-    let titles: Vec<String> = consts.iter().map(|c| title_of(&c.name)).collect();
+    let titles: Vec<String> = consts.iter().map(|c| sentence(&c.name)).collect();
     let values: Vec<Literal> = consts.iter().map(|c| int_literal(repr, c.value)).collect();
     let repr_ty = rust_ty(&Ty::Prim(repr));
     let defs = consts.iter().map(|c| {
         let id = format_ident!("{}", c.name);
-        let docs = doc(c.doc.as_deref().or(Some(&title_of(&c.name))));
+        let docs = doc(c.doc.as_deref().or(Some(&sentence(&c.name))));
         let value = int_literal(repr, c.value);
         quote!(#docs pub const #id: #name = #name(#value);)
     });
     let names = consts.iter().map(|c| {
         let value = int_literal(repr, c.value);
-        let title = title_of(&c.name);
+        let title = sentence(&c.name);
         quote!(#value => Some(#title),)
     });
     quote! {
@@ -492,16 +496,6 @@ fn int_literal(repr: Prim, value: i64) -> Literal {
     match repr {
         Prim::I32 => Literal::i32_unsuffixed(value as i32),
         _ => Literal::i64_unsuffixed(value),
-    }
-}
-
-/// `METHOD_NOT_FOUND` → `Method not found`.
-fn title_of(screaming: &str) -> String {
-    let lower = screaming.replace('_', " ").to_ascii_lowercase();
-    let mut cs = lower.chars();
-    match cs.next() {
-        Some(f) => f.to_ascii_uppercase().to_string() + cs.as_str(),
-        None => lower,
     }
 }
 

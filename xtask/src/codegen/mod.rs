@@ -281,7 +281,7 @@ fn types_pieces<'a>(model: &'a Model, version: &'a str) -> Vec<Piece<'a>> {
         let doc = format!(" Every definition of the protocol {version} schema, as a Rust type.");
         Ok(quote! {
             #![doc = #doc]
-            #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation, rustdoc::bare_urls, rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+            #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation, rustdoc::bare_urls, rustdoc::invalid_html_tags)]
             use crate::serde_support;
         })
     })];
@@ -335,11 +335,7 @@ fn methods_module(model: &Model) -> Result<TokenStream> {
     }
     let ctors = consts.iter().map(|(name, value)| {
         let f = naming::ident(&name.to_ascii_lowercase());
-        let message = {
-            let lower = name.replace('_', " ").to_ascii_lowercase();
-            let mut cs = lower.chars();
-            cs.next().map(|f| f.to_ascii_uppercase().to_string() + cs.as_str()).unwrap_or_default()
-        };
+        let message = naming::sentence(name);
         let code = if named {
             let id = quote::format_ident!("{}", name);
             quote!(ErrorCode::#id)
@@ -461,13 +457,13 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
         .map_err(|e| CodegenError::Emit { file: "serde_support".into(), message: e.to_string() })?;
     let support_items = &support.items;
     let doc = format!(
-        " Agent Client Protocol v1 types, vendored from the ACP JSON Schema (release {}) with          features [{}]. Depends only on serde (derive) and serde_json.",
+        " Agent Client Protocol v1 types, vendored from the ACP JSON Schema (release {}) with features [{}]. Depends only on serde (derive) and serde_json.",
         settings.tag,
         selected.iter().cloned().collect::<Vec<_>>().join(", ")
     );
     let tokens = quote! {
         #![doc = #doc]
-        #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation, rustdoc::bare_urls, rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+        #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation, rustdoc::bare_urls, rustdoc::invalid_html_tags)]
 
         /// Serde helpers shared by the types below.
         pub mod serde_support {

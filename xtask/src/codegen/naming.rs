@@ -64,6 +64,16 @@ pub fn screaming_snake(s: &str) -> String {
     snake(s).to_ascii_uppercase()
 }
 
+/// `METHOD_NOT_FOUND` → `Method not found`: a named constant as the sentence it stands for.
+pub fn sentence(screaming: &str) -> String {
+    let lower = screaming.replace('_', " ").to_ascii_lowercase();
+    let mut cs = lower.chars();
+    match cs.next() {
+        Some(f) => f.to_ascii_uppercase().to_string() + cs.as_str(),
+        None => lower,
+    }
+}
+
 /// A field or function name, escaped when it is a Rust keyword (`type` → `r#type`).
 pub fn field_ident(wire: &str) -> proc_macro2::Ident {
     let name = if wire == "_meta" { "meta".to_owned() } else { snake(wire) };
@@ -100,6 +110,7 @@ mod tests {
         assert_eq!(snake("document/didOpen"), "document_did_open");
         assert_eq!(snake("$/cancel_request"), "cancel_request");
         assert_eq!(screaming_snake("session/set_mode"), "SESSION_SET_MODE");
+        assert_eq!(sentence("METHOD_NOT_FOUND"), "Method not found");
         assert_eq!(field_ident("type").to_string(), "r#type");
         assert_eq!(field_ident("_meta").to_string(), "meta");
         assert_eq!(pascal_words("ElicitationSessionScope"), ["Elicitation", "Session", "Scope"]);
