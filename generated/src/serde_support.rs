@@ -66,6 +66,12 @@ pub fn opt_vec_skip_invalid_or_default<'de, D: Deserializer<'de>, T: Deserialize
     })
 }
 
+/// An optional field whose type holds `null` itself (any JSON value) that is present: `null`
+/// is `Some(Value::Null)`, so it stays apart from absent (`None`).
+pub fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
 /// An optional, nullable field that is present: `null` is `Some(None)`, a value `Some(Some(v))`.
 pub fn tri<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(d).map(Some)
@@ -295,6 +301,14 @@ pub enum Tri {}
 impl<T: for<'a> Deserialize<'a>> Lenient<Option<Option<T>>> for Tri {
     fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
         Option::<T>::deserialize(d).map(Some)
+    }
+}
+
+/// [`present`]
+pub enum Present {}
+impl<T: for<'a> Deserialize<'a>> Lenient<Option<T>> for Present {
+    fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<T>, D::Error> {
+        T::deserialize(d).map(Some)
     }
 }
 

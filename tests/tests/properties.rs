@@ -23,8 +23,9 @@
 //! own properties merged with the chosen alternative (SessionConfigOption,
 //! SetSessionConfigOptionRequest, CreateElicitationRequest, ...).
 //!
-//! One normalisation before comparing: `null` is dropped for the few properties where the
-//! generated type reads it as absent ([`NULL_READS_AS_ABSENT`], each with its reason).
+//! One normalisation before comparing: `null` is dropped for the properties where the
+//! generated type reads it as absent ([`NULL_READS_AS_ABSENT`], each with its reason: only
+//! `_meta`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -555,14 +556,8 @@ fn decode(m: &Method, text: &str) -> Result<Value, String> {
 
 /// Properties whose `null` re-encodes as absent, each with its reason. Everything else must
 /// re-encode exactly.
-const NULL_READS_AS_ABSENT: &[(&str, &str)] = &[
-    ("_meta", "the spec defines absent and `null` as the same; the field is a plain `Option`"),
-    (
-        "rawInput",
-        "ToolCall / ToolCallUpdate: a free-form value (no `type`) is an `Option<serde_json::Value>`, so `null` reads as absent",
-    ),
-    ("rawOutput", "as rawInput"),
-];
+const NULL_READS_AS_ABSENT: &[(&str, &str)] =
+    &[("_meta", "the spec defines absent and `null` as the same; the field is a plain `Option`")];
 
 /// Drops the [`NULL_READS_AS_ABSENT`] properties that are `null`, everywhere.
 fn normalise(v: &mut Value) {

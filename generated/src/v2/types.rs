@@ -349,13 +349,13 @@ impl ToolCallUpdate {
         self.locations = Some(locations);
         self
     }
-    /// Sets [`Self::raw_input`].
+    /// Sets [`Self::raw_input`]; a `null` value writes an explicit `null`.
     #[must_use]
     pub fn raw_input(mut self, raw_input: serde_json::Value) -> Self {
         self.raw_input = Some(raw_input);
         self
     }
-    /// Sets [`Self::raw_output`].
+    /// Sets [`Self::raw_output`]; a `null` value writes an explicit `null`.
     #[must_use]
     pub fn raw_output(mut self, raw_output: serde_json::Value) -> Self {
         self.raw_output = Some(raw_output);
@@ -375,8 +375,8 @@ serde_support::deserialize_struct!(ToolCallUpdate {
     status: "status" => optional(TriOrDefault),
     content: "content" => optional(TriVecSkipInvalidOrDefault),
     locations: "locations" => optional(TriVecSkipInvalidOrDefault),
-    raw_input: "rawInput" => optional(DefaultOnError),
-    raw_output: "rawOutput" => optional(DefaultOnError),
+    raw_input: "rawInput" => optional(Present),
+    raw_output: "rawOutput" => optional(Present),
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Unique identifier for a tool call within a session.
@@ -5637,7 +5637,7 @@ impl Error {
             data: None,
         }
     }
-    /// Sets [`Self::data`].
+    /// Sets [`Self::data`]; a `null` value writes an explicit `null`.
     #[must_use]
     pub fn data(mut self, data: serde_json::Value) -> Self {
         self.data = Some(data);
@@ -5647,7 +5647,7 @@ impl Error {
 serde_support::deserialize_struct!(Error {
     code: "code" => required,
     message: "message" => required,
-    data: "data" => optional(DefaultOnError),
+    data: "data" => optional(Present),
 });
 /// Predefined error codes for common JSON-RPC and ACP-specific errors.
 ///

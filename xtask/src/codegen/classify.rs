@@ -58,7 +58,7 @@ impl<'s> Classifier<'s> {
             self.union(name, variants)?
         } else if let Some(prim) = prim_of(def) {
             ItemKind::Newtype(Ty::Prim(prim))
-        } else if obj.keys().all(|k| is_annotation(k)) {
+        } else if is_any(def) {
             ItemKind::Any
         } else {
             return Err(err(&format!("a schema with keywords {:?}", obj.keys().collect::<Vec<_>>())));
@@ -105,12 +105,18 @@ impl<'s> Classifier<'s> {
 
     fn field(&mut self, parent: &str, wire: &str, prop: &Value, required: bool) -> Result<Field> {
         let (ty, nullable) = self.ty(parent, wire, prop)?;
+        let holds_null = match &ty {
+            Ty::Value => true,
+            Ty::Named(n) => self.defs.get(n).is_some_and(is_any),
+            _ => false,
+        };
         Ok(Field {
             wire: wire.to_owned(),
             doc: doc_of(prop),
             ty,
             required,
             nullable,
+            holds_null,
             default_on_error: flag(prop, "x-deserialize-default-on-error"),
             skip_invalid_items: flag(prop, "x-deserialize-skip-invalid-items"),
             gate: Gate::Stable,
@@ -441,6 +447,11 @@ fn type_is(v: &Value, t: &str) -> bool {
 
 fn flag(v: &Value, key: &str) -> bool {
     v.get(key).and_then(Value::as_bool) == Some(true)
+}
+
+/// A definition that admits any JSON value (`{}` with annotations only).
+fn is_any(def: &Value) -> bool {
+    def.as_object().is_some_and(|obj| obj.keys().all(|k| is_annotation(k)))
 }
 
 fn is_annotation(key: &str) -> bool {

@@ -133,6 +133,9 @@ enum Presence {
 
 fn presence(f: &Field) -> Presence {
     match (f.required, f.nullable) {
+        // A type that holds `null` itself (any JSON value) needs no `Option` for it.
+        (true, _) if f.holds_null => Presence::Plain,
+        (false, _) if f.holds_null => Presence::Option,
         (true, false) => Presence::Plain,
         (false, true) if f.ty != Ty::Object => Presence::Tri,
         _ => Presence::Option,
@@ -202,6 +205,8 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
             let field_name = field_name.trim_start_matches("r#");
             let setter_doc = if presence == Presence::Tri {
                 format!("Sets [`Self::{field_name}`]; `None` writes an explicit `null`.")
+            } else if f.holds_null {
+                format!("Sets [`Self::{field_name}`]; a `null` value writes an explicit `null`.")
             } else {
                 format!("Sets [`Self::{field_name}`].")
             };
@@ -284,6 +289,11 @@ fn into_param(ty: &Ty, id: &proc_macro2::Ident) -> (syn::Type, syn::Expr) {
 /// absent. A function in `serde_support`; its marker type for `next_lenient` is the same
 /// name in PascalCase.
 fn deserialize_helper(f: &Field) -> Option<String> {
+    if f.holds_null {
+        // Any JSON value decodes, so there is nothing to be lenient about; a present `null`
+        // must stay `Some(Value::Null)` (plain `Option` reads it as `None`).
+        return (presence(f) == Presence::Option).then(|| "present".to_owned());
+    }
     let skip = f.skip_invalid_items && matches!(f.ty, Ty::Vec(_));
     let base = match (presence(f), skip) {
         (Presence::Tri, true) => "tri_vec_skip_invalid",

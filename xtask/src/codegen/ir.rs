@@ -89,6 +89,10 @@ pub struct Field {
     pub required: bool,
     /// The schema admits `null` for this property.
     pub nullable: bool,
+    /// The type holds `null` itself (any JSON value: no `type` in the schema): a present `null`
+    /// is a value like any other, so absent (`None`) and `null` (`Some(Value::Null)`) stay apart
+    /// without a second `Option`.
+    pub holds_null: bool,
     /// `x-deserialize-default-on-error`: a malformed value decodes as the default.
     pub default_on_error: bool,
     /// `x-deserialize-skip-invalid-items`: malformed array items are dropped.
