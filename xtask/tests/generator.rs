@@ -185,3 +185,43 @@ fn vendoring_selects_features_and_adds_derives() {
     let err = codegen::vendor(&settings, &["unstable_teleport".into()], true, &[]).expect_err("unknown feature");
     assert!(err.to_string().contains("unstable_teleport"));
 }
+
+#[test]
+fn setters_never_shadow_methods_the_type_already_has() {
+    // `NumberPropertySchema` has a `default` property and derives `Default`: a setter named
+    // `default` would make `NumberPropertySchema::default()` call it (E0061).
+    let types = generate(
+        "setter-names",
+        json!({"Knob": {"type": "object", "properties": {
+            "default": {"type": ["number", "null"]},
+            "new": {"type": "string"},
+            "clone": {"type": "boolean"},
+            "title": {"type": "string"}
+        }}}),
+    )
+    .expect("generates");
+    assert!(types.contains("pub fn default_value(mut self, default: Option<f64>) -> Self"), "{types}");
+    assert!(types.contains("pub fn new_value(mut self, new: impl Into<String>) -> Self"));
+    assert!(types.contains("pub fn clone_value(mut self, clone: bool) -> Self"));
+    assert!(types.contains("pub fn title(mut self, title: impl Into<String>) -> Self"));
+    assert!(types.contains("assert_eq!(super::Knob::default(), super::Knob::new());"), "the generated test covers it");
+}
+
+#[test]
+fn two_schema_names_for_one_rust_name_are_errors() {
+    let cases = [
+        ("props", json!({"Holder": {"type": "object", "properties": {"fooBar": {"type": "string"}, "foo_bar": {"type": "string"}}}}), "properties `fooBar` and `foo_bar`, which both become the Rust field `foo_bar`"),
+        ("meta", json!({"Holder": {"type": "object", "properties": {"meta": {"type": "string"}, "_meta": {"type": "object"}}}}), "properties `meta` and `_meta`, which both become the Rust field `meta`"),
+        ("values", json!({"Holder": {"type": "string", "enum": ["end_turn", "endTurn"]}}), "values `end_turn` and `endTurn`, which both become the Rust variant `EndTurn`"),
+        ("tags", json!({"Holder": {"oneOf": [
+            {"type": "object", "properties": {"kind": {"type": "string", "const": "end_turn"}}, "required": ["kind"]},
+            {"type": "object", "properties": {"kind": {"type": "string", "const": "end-turn"}}, "required": ["kind"]}
+        ]}}), "variants `end_turn` and `end-turn`, which both become the Rust variant `EndTurn`"),
+        ("setters", json!({"Holder": {"type": "object", "properties": {"default": {"type": "string"}, "defaultValue": {"type": "string"}}}}), "properties `default` and `defaultValue`, which both become the Rust method `default_value`"),
+    ];
+    for (name, defs, expected) in cases {
+        let err = generate(&format!("clash-{name}"), defs).expect_err("a name clash is an error");
+        let message = err.to_string();
+        assert!(message.contains("definition `Holder`") && message.contains(expected), "{name}: {message}");
+    }
+}

@@ -2764,7 +2764,7 @@ impl StringPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<String>) -> Self {
+    pub fn default_value(mut self, default: Option<String>) -> Self {
         self.default = Some(default);
         self
     }
@@ -2877,7 +2877,7 @@ impl NumberPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<f64>) -> Self {
+    pub fn default_value(mut self, default: Option<f64>) -> Self {
         self.default = Some(default);
         self
     }
@@ -2974,7 +2974,7 @@ impl IntegerPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<i64>) -> Self {
+    pub fn default_value(mut self, default: Option<i64>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3047,7 +3047,7 @@ impl BooleanPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<bool>) -> Self {
+    pub fn default_value(mut self, default: Option<bool>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3297,7 +3297,7 @@ impl MultiSelectPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<Vec<String>>) -> Self {
+    pub fn default_value(mut self, default: Option<Vec<String>>) -> Self {
         self.default = Some(default);
         self
     }
@@ -14746,6 +14746,262 @@ impl schemars::JsonSchema for SetSessionConfigOptionType {
                 schema
             });
         schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+#[cfg(test)]
+mod tests {
+    /// `Type::default()` is the derived `Default` for every type that has one (no
+    /// setter shadows it), and the same as `Type::new()`.
+    #[test]
+    fn default_is_the_derived_default() {
+        assert_eq!(super::Annotations::default(), super::Annotations::new());
+        assert_eq!(super::ElicitationSchema::default(), super::ElicitationSchema::new());
+        assert_eq!(
+            super::StringPropertySchema::default(), super::StringPropertySchema::new()
+        );
+        assert_eq!(
+            super::NumberPropertySchema::default(), super::NumberPropertySchema::new()
+        );
+        assert_eq!(
+            super::IntegerPropertySchema::default(), super::IntegerPropertySchema::new()
+        );
+        assert_eq!(
+            super::BooleanPropertySchema::default(), super::BooleanPropertySchema::new()
+        );
+        assert_eq!(super::AgentCapabilities::default(), super::AgentCapabilities::new());
+        assert_eq!(
+            super::PromptCapabilities::default(), super::PromptCapabilities::new()
+        );
+        assert_eq!(super::McpCapabilities::default(), super::McpCapabilities::new());
+        assert_eq!(
+            super::SessionCapabilities::default(), super::SessionCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionListCapabilities::default(),
+            super::SessionListCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionDeleteCapabilities::default(),
+            super::SessionDeleteCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionAdditionalDirectoriesCapabilities::default(),
+            super::SessionAdditionalDirectoriesCapabilities::new()
+        );
+        #[cfg(feature = "unstable_session_fork")]
+        assert_eq!(
+            super::SessionForkCapabilities::default(),
+            super::SessionForkCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionResumeCapabilities::default(),
+            super::SessionResumeCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionCloseCapabilities::default(),
+            super::SessionCloseCapabilities::new()
+        );
+        assert_eq!(
+            super::AgentAuthCapabilities::default(), super::AgentAuthCapabilities::new()
+        );
+        assert_eq!(
+            super::LogoutCapabilities::default(), super::LogoutCapabilities::new()
+        );
+        #[cfg(feature = "unstable_llm_providers")]
+        assert_eq!(
+            super::ProvidersCapabilities::default(), super::ProvidersCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(super::NesCapabilities::default(), super::NesCapabilities::new());
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesEventCapabilities::default(), super::NesEventCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentEventCapabilities::default(),
+            super::NesDocumentEventCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentDidOpenCapabilities::default(),
+            super::NesDocumentDidOpenCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentDidCloseCapabilities::default(),
+            super::NesDocumentDidCloseCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentDidSaveCapabilities::default(),
+            super::NesDocumentDidSaveCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentDidFocusCapabilities::default(),
+            super::NesDocumentDidFocusCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesContextCapabilities::default(),
+            super::NesContextCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesRecentFilesCapabilities::default(),
+            super::NesRecentFilesCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesRelatedSnippetsCapabilities::default(),
+            super::NesRelatedSnippetsCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesEditHistoryCapabilities::default(),
+            super::NesEditHistoryCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesUserActionsCapabilities::default(),
+            super::NesUserActionsCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesOpenFilesCapabilities::default(),
+            super::NesOpenFilesCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDiagnosticsCapabilities::default(),
+            super::NesDiagnosticsCapabilities::new()
+        );
+        assert_eq!(
+            super::AuthenticateResponse::default(), super::AuthenticateResponse::new()
+        );
+        #[cfg(feature = "unstable_llm_providers")]
+        assert_eq!(
+            super::SetProviderResponse::default(), super::SetProviderResponse::new()
+        );
+        #[cfg(feature = "unstable_llm_providers")]
+        assert_eq!(
+            super::DisableProviderResponse::default(),
+            super::DisableProviderResponse::new()
+        );
+        assert_eq!(super::LogoutResponse::default(), super::LogoutResponse::new());
+        assert_eq!(
+            super::LoadSessionResponse::default(), super::LoadSessionResponse::new()
+        );
+        assert_eq!(
+            super::DeleteSessionResponse::default(), super::DeleteSessionResponse::new()
+        );
+        assert_eq!(
+            super::ResumeSessionResponse::default(), super::ResumeSessionResponse::new()
+        );
+        assert_eq!(
+            super::CloseSessionResponse::default(), super::CloseSessionResponse::new()
+        );
+        assert_eq!(
+            super::SetSessionModeResponse::default(),
+            super::SetSessionModeResponse::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(super::CloseNesResponse::default(), super::CloseNesResponse::new());
+        assert_eq!(super::SessionInfoUpdate::default(), super::SessionInfoUpdate::new());
+        assert_eq!(
+            super::ClientCapabilities::default(), super::ClientCapabilities::new()
+        );
+        assert_eq!(
+            super::FileSystemCapabilities::default(),
+            super::FileSystemCapabilities::new()
+        );
+        assert_eq!(
+            super::ClientSessionCapabilities::default(),
+            super::ClientSessionCapabilities::new()
+        );
+        #[cfg(feature = "unstable_context_compaction")]
+        assert_eq!(
+            super::CompactionCapabilities::default(),
+            super::CompactionCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionConfigOptionsCapabilities::default(),
+            super::SessionConfigOptionsCapabilities::new()
+        );
+        assert_eq!(
+            super::BooleanConfigOptionCapabilities::default(),
+            super::BooleanConfigOptionCapabilities::new()
+        );
+        #[cfg(feature = "unstable_plan_updates")]
+        assert_eq!(super::PlanCapabilities::default(), super::PlanCapabilities::new());
+        assert_eq!(super::AuthCapabilities::default(), super::AuthCapabilities::new());
+        assert_eq!(
+            super::ElicitationCapabilities::default(),
+            super::ElicitationCapabilities::new()
+        );
+        assert_eq!(
+            super::ElicitationFormCapabilities::default(),
+            super::ElicitationFormCapabilities::new()
+        );
+        assert_eq!(
+            super::ElicitationUrlCapabilities::default(),
+            super::ElicitationUrlCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::ClientNesCapabilities::default(), super::ClientNesCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesJumpCapabilities::default(), super::NesJumpCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesRenameCapabilities::default(), super::NesRenameCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesSearchAndReplaceCapabilities::default(),
+            super::NesSearchAndReplaceCapabilities::new()
+        );
+        #[cfg(feature = "unstable_llm_providers")]
+        assert_eq!(
+            super::ListProvidersRequest::default(), super::ListProvidersRequest::new()
+        );
+        assert_eq!(super::LogoutRequest::default(), super::LogoutRequest::new());
+        assert_eq!(
+            super::ListSessionsRequest::default(), super::ListSessionsRequest::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(super::StartNesRequest::default(), super::StartNesRequest::new());
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(super::NesSuggestContext::default(), super::NesSuggestContext::new());
+        assert_eq!(
+            super::WriteTextFileResponse::default(), super::WriteTextFileResponse::new()
+        );
+        assert_eq!(
+            super::TerminalExitStatus::default(), super::TerminalExitStatus::new()
+        );
+        assert_eq!(
+            super::ReleaseTerminalResponse::default(),
+            super::ReleaseTerminalResponse::new()
+        );
+        assert_eq!(
+            super::WaitForTerminalExitResponse::default(),
+            super::WaitForTerminalExitResponse::new()
+        );
+        assert_eq!(
+            super::KillTerminalResponse::default(), super::KillTerminalResponse::new()
+        );
+        assert_eq!(
+            super::ElicitationAcceptAction::default(),
+            super::ElicitationAcceptAction::new()
+        );
+        #[cfg(feature = "unstable_mcp_over_acp")]
+        assert_eq!(
+            super::DisconnectMcpResponse::default(), super::DisconnectMcpResponse::new()
+        );
     }
 }
 /// Adds the JSON Schema of every type to `generator`'s definitions (`generator.definitions()`).

@@ -3038,7 +3038,7 @@ impl StringPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<String>) -> Self {
+    pub fn default_value(mut self, default: Option<String>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3151,7 +3151,7 @@ impl NumberPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<f64>) -> Self {
+    pub fn default_value(mut self, default: Option<f64>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3248,7 +3248,7 @@ impl IntegerPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<i64>) -> Self {
+    pub fn default_value(mut self, default: Option<i64>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3321,7 +3321,7 @@ impl BooleanPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<bool>) -> Self {
+    pub fn default_value(mut self, default: Option<bool>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3571,7 +3571,7 @@ impl MultiSelectPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<Vec<String>>) -> Self {
+    pub fn default_value(mut self, default: Option<Vec<String>>) -> Self {
         self.default = Some(default);
         self
     }
@@ -9851,6 +9851,120 @@ impl schemars::JsonSchema for SetSessionConfigOptionType {
                 schema
             });
         schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+#[cfg(test)]
+mod tests {
+    /// `Type::default()` is the derived `Default` for every type that has one (no
+    /// setter shadows it), and the same as `Type::new()`.
+    #[test]
+    fn default_is_the_derived_default() {
+        assert_eq!(super::Annotations::default(), super::Annotations::new());
+        assert_eq!(super::ElicitationSchema::default(), super::ElicitationSchema::new());
+        assert_eq!(
+            super::StringPropertySchema::default(), super::StringPropertySchema::new()
+        );
+        assert_eq!(
+            super::NumberPropertySchema::default(), super::NumberPropertySchema::new()
+        );
+        assert_eq!(
+            super::IntegerPropertySchema::default(), super::IntegerPropertySchema::new()
+        );
+        assert_eq!(
+            super::BooleanPropertySchema::default(), super::BooleanPropertySchema::new()
+        );
+        assert_eq!(super::AgentCapabilities::default(), super::AgentCapabilities::new());
+        assert_eq!(
+            super::SessionCapabilities::default(), super::SessionCapabilities::new()
+        );
+        assert_eq!(
+            super::PromptCapabilities::default(), super::PromptCapabilities::new()
+        );
+        assert_eq!(
+            super::PromptImageCapabilities::default(),
+            super::PromptImageCapabilities::new()
+        );
+        assert_eq!(
+            super::PromptAudioCapabilities::default(),
+            super::PromptAudioCapabilities::new()
+        );
+        assert_eq!(
+            super::PromptEmbeddedContextCapabilities::default(),
+            super::PromptEmbeddedContextCapabilities::new()
+        );
+        assert_eq!(super::McpCapabilities::default(), super::McpCapabilities::new());
+        assert_eq!(
+            super::McpStdioCapabilities::default(), super::McpStdioCapabilities::new()
+        );
+        assert_eq!(
+            super::McpHttpCapabilities::default(), super::McpHttpCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionDeleteCapabilities::default(),
+            super::SessionDeleteCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionAdditionalDirectoriesCapabilities::default(),
+            super::SessionAdditionalDirectoriesCapabilities::new()
+        );
+        assert_eq!(
+            super::AgentAuthCapabilities::default(), super::AgentAuthCapabilities::new()
+        );
+        assert_eq!(super::LoginAuthResponse::default(), super::LoginAuthResponse::new());
+        assert_eq!(
+            super::LogoutAuthResponse::default(), super::LogoutAuthResponse::new()
+        );
+        assert_eq!(
+            super::DeleteSessionResponse::default(), super::DeleteSessionResponse::new()
+        );
+        assert_eq!(
+            super::ResumeSessionResponse::default(), super::ResumeSessionResponse::new()
+        );
+        assert_eq!(
+            super::CloseSessionResponse::default(), super::CloseSessionResponse::new()
+        );
+        assert_eq!(super::PromptResponse::default(), super::PromptResponse::new());
+        assert_eq!(
+            super::RunningStateUpdate::default(), super::RunningStateUpdate::new()
+        );
+        assert_eq!(super::IdleStateUpdate::default(), super::IdleStateUpdate::new());
+        assert_eq!(
+            super::RequiresActionStateUpdate::default(),
+            super::RequiresActionStateUpdate::new()
+        );
+        assert_eq!(
+            super::TerminalExitStatus::default(), super::TerminalExitStatus::new()
+        );
+        assert_eq!(super::SessionInfoUpdate::default(), super::SessionInfoUpdate::new());
+        assert_eq!(
+            super::ClientCapabilities::default(), super::ClientCapabilities::new()
+        );
+        assert_eq!(super::AuthCapabilities::default(), super::AuthCapabilities::new());
+        assert_eq!(
+            super::TerminalAuthCapabilities::default(),
+            super::TerminalAuthCapabilities::new()
+        );
+        assert_eq!(
+            super::ElicitationCapabilities::default(),
+            super::ElicitationCapabilities::new()
+        );
+        assert_eq!(
+            super::ElicitationFormCapabilities::default(),
+            super::ElicitationFormCapabilities::new()
+        );
+        assert_eq!(
+            super::ElicitationUrlCapabilities::default(),
+            super::ElicitationUrlCapabilities::new()
+        );
+        assert_eq!(super::LogoutAuthRequest::default(), super::LogoutAuthRequest::new());
+        assert_eq!(
+            super::ListSessionsRequest::default(), super::ListSessionsRequest::new()
+        );
+        assert_eq!(super::ReplayFromStart::default(), super::ReplayFromStart::new());
+        assert_eq!(
+            super::ElicitationAcceptAction::default(),
+            super::ElicitationAcceptAction::new()
+        );
     }
 }
 /// Adds the JSON Schema of every type to `generator`'s definitions (`generator.definitions()`).

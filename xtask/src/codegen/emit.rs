@@ -13,7 +13,7 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{ToTokens, format_ident, quote};
 
 use super::ir::*;
-use super::naming::{field_ident, ident, pascal, screaming_snake, sentence, snake};
+use super::naming::{field_ident, ident, pascal, screaming_snake, sentence, setter_ident, snake};
 use super::syntax;
 
 /// Doc attributes from a description; one `#[doc]` per line so rustdoc sees the markdown.
@@ -118,6 +118,66 @@ pub fn item(item: &Item, all: &[Item]) -> TokenStream {
     quote!(#docs #body)
 }
 
+/// Fails when two names of the schema become one Rust name in `item` (properties `fooBar` and
+/// `foo_bar`, `meta` and `_meta`; values `end_turn` and `endTurn`), which would otherwise be
+/// code that does not compile. Uses the same naming functions as the emitter.
+pub fn check_names(item: &Item) -> super::Result<()> {
+    fn first_clash<'a>(names: impl IntoIterator<Item = (String, &'a str)>) -> Option<(&'a str, &'a str, String)> {
+        let mut seen: std::collections::BTreeMap<String, &str> = std::collections::BTreeMap::new();
+        for (rust, source) in names {
+            if let Some(first) = seen.get(&rust) {
+                return Some((first, source, rust));
+            }
+            seen.insert(rust, source);
+        }
+        None
+    }
+    let clash = |what: &str, rust_what: &str, (a, b, rust): (&str, &str, String)| {
+        Err(super::CodegenError::unsupported(
+            &item.name,
+            &format!("{what} `{a}` and `{b}`, which both become the Rust {rust_what} `{rust}`"),
+        ))
+    };
+    let bare = |id: proc_macro2::Ident| id.to_string().trim_start_matches("r#").to_owned();
+    match &item.kind {
+        ItemKind::Struct(s) => {
+            let fields = s.fields.iter().map(|f| (bare(field_ident(&f.wire)), f.wire.as_str()));
+            let flattened = s.flatten.iter().map(|f| (bare(field_ident(&f.field)), f.ty.as_str()));
+            if let Some(c) = first_clash(fields.chain(flattened)) {
+                return clash("properties", "field", c);
+            }
+            let setters = s.fields.iter().filter(|f| !f.required).map(|f| (bare(setter_ident(&f.wire)), f.wire.as_str()));
+            if let Some(c) = first_clash(std::iter::once(("new".to_owned(), "(the constructor)")).chain(setters)) {
+                return clash("properties", "method", c);
+            }
+        }
+        ItemKind::StringEnum(values) => {
+            if let Some(c) = first_clash(values.iter().map(|v| (pascal(&v.wire), v.wire.as_str()))) {
+                return clash("values", "variant", c);
+            }
+        }
+        ItemKind::Tagged(t) => {
+            let tagged = t.variants.iter().map(|v| (pascal(&v.wire), v.wire.as_str()));
+            let default = t.untagged_default.iter().map(|d| (d.name.clone(), d.name.as_str()));
+            if let Some(c) = first_clash(tagged.chain(default)) {
+                return clash("variants", "variant", c);
+            }
+        }
+        ItemKind::Untagged(vs) => {
+            if let Some(c) = first_clash(vs.iter().map(|v| (v.name.clone(), v.name.as_str()))) {
+                return clash("variants", "variant", c);
+            }
+        }
+        ItemKind::IntConsts { consts, .. } => {
+            if let Some(c) = first_clash(consts.iter().map(|c| (c.name.clone(), c.name.as_str()))) {
+                return clash("constants", "constant", c);
+            }
+        }
+        ItemKind::Newtype(_) | ItemKind::Any => {}
+    }
+    Ok(())
+}
+
 /// How a field holds its value.
 #[derive(Clone, Copy, PartialEq)]
 enum Presence {
@@ -217,7 +277,8 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
                 (syntax::expr_assign_self_field(&id, syntax::expr_call("Some", conv)), true),
                 (syntax::expr_path(syntax::path(&["self"])), false),
             ];
-            setters.push(syntax::pub_fn_returning_self(attrs, &id, vec![syntax::mut_self(), syntax::param(Vec::new(), &id, param_ty)], body));
+            let setter = setter_ident(&f.wire);
+            setters.push(syntax::pub_fn_returning_self(attrs, &setter, vec![syntax::mut_self(), syntax::param(Vec::new(), &id, param_ty)], body));
         }
     }
     if let Some(flat) = &s.flatten {
@@ -229,6 +290,7 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
         ctor_inits.push((Vec::new(), id, conv));
     }
 
+    debug_assert_eq!(ctor_params.is_empty(), derives_default(item));
     let default = if ctor_params.is_empty() { quote!(Default,) } else { quote!() };
     let de_derive = if derive_de { quote!(serde::Deserialize,) } else { quote!() };
     let mut attrs = syntax::doc_attrs(item.doc.as_deref());
@@ -256,6 +318,12 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
         out.push(syn::Item::Macro(deserialize_struct(&item.gate, &name, s)));
     }
     out
+}
+
+/// Whether `item` is a struct that derives `Default`: one whose constructor takes nothing
+/// (every field optional, no flattened union).
+pub fn derives_default(item: &Item) -> bool {
+    matches!(&item.kind, ItemKind::Struct(s) if s.flatten.is_none() && s.fields.iter().all(|f| !f.required))
 }
 
 /// A streaming `Deserialize` for a plain struct, through `serde_support::deserialize_struct!`
@@ -692,9 +760,10 @@ fn untagged(gate: &TokenStream, name: &proc_macro2::Ident, vs: &[UntaggedVariant
         _ => false,
     });
     let fallback = if objects {
+        let other = fallback_ident(vs.iter().map(|v| v.name.as_str()));
         quote! {
             /// A shape this version of the schema does not know, kept as received.
-            Other(serde_json::Value),
+            #other(serde_json::Value),
         }
     } else {
         quote!()

@@ -103,6 +103,9 @@ fn model_of(schema: &serde_json::Value, meta: &serde_json::Value, path: &Path) -
         .and_then(serde_json::Value::as_object)
         .ok_or_else(|| CodegenError::Input { path: path.to_owned(), message: "no `$defs` object".into() })?;
     let items = classify::Classifier::new(defs).classify_all()?;
+    for item in &items {
+        emit::check_names(item)?;
+    }
     let (methods, protocol_methods) = methods::method_table(defs, meta)?;
     Ok(Model { items, methods, protocol_methods })
 }
@@ -286,6 +289,26 @@ fn types_pieces<'a>(model: &'a Model, version: &'a str) -> Vec<Piece<'a>> {
         })
     })];
     pieces.extend(model.items.iter().map(|i| -> Piece<'a> { Box::new(move || Ok(Code::Items(emit::item_syntax(i, &model.items)))) }));
+    pieces.push(tokens(move || {
+        // Every struct that derives `Default` (all its fields optional): `Type::default()`
+        // must be that, not a setter of the same name.
+        let defaults = model.items.iter().filter(|i| emit::derives_default(i)).map(|i| {
+            let gate = emit::cfg(&i.gate);
+            let name = naming::ident(&i.name);
+            quote!(#gate assert_eq!(super::#name::default(), super::#name::new());)
+        });
+        Ok(quote! {
+            #[cfg(test)]
+            mod tests {
+                /// `Type::default()` is the derived `Default` for every type that has one (no
+                /// setter shadows it), and the same as `Type::new()`.
+                #[test]
+                fn default_is_the_derived_default() {
+                    #(#defaults)*
+                }
+            }
+        })
+    }));
     pieces.push(tokens(move || {
         let schemas = model.items.iter().map(|i| {
             let gate = emit::cfg(&i.gate);

@@ -80,6 +80,24 @@ pub fn field_ident(wire: &str) -> proc_macro2::Ident {
     ident(&name)
 }
 
+/// Methods a generated struct has besides its setters: its constructor, and those of the
+/// traits it derives or gets for free that are called as `Type::name(..)` or `value.name(..)`.
+/// An inherent setter by one of these names would shadow it (`NumberPropertySchema::default()`
+/// would call the setter of the `default` property).
+const TAKEN_METHODS: &[&str] = &[
+    "new", "default", "clone", "clone_from", "clone_into", "eq", "ne", "fmt", "serialize", "deserialize",
+    "into", "try_into", "from", "try_from", "to_owned", "borrow", "borrow_mut", "type_id", "schema_name",
+    "schema_id", "json_schema", "inline_schema",
+];
+
+/// The setter of an optional property: the field's name (`title` → `title`), or with `_value`
+/// appended where that name is taken by another method (`default` → `default_value`).
+pub fn setter_ident(wire: &str) -> proc_macro2::Ident {
+    let field = field_ident(wire).to_string();
+    let field = field.trim_start_matches("r#");
+    if TAKEN_METHODS.contains(&field) { ident(&format!("{field}_value")) } else { ident(field) }
+}
+
 pub fn ident(name: &str) -> proc_macro2::Ident {
     const KEYWORDS: &[&str] = &[
         "as", "async", "await", "break", "const", "continue", "crate", "dyn", "else", "enum", "extern", "false",
@@ -113,6 +131,10 @@ mod tests {
         assert_eq!(sentence("METHOD_NOT_FOUND"), "Method not found");
         assert_eq!(field_ident("type").to_string(), "r#type");
         assert_eq!(field_ident("_meta").to_string(), "meta");
+        assert_eq!(setter_ident("title").to_string(), "title");
+        assert_eq!(setter_ident("type").to_string(), "r#type");
+        assert_eq!(setter_ident("default").to_string(), "default_value");
+        assert_eq!(setter_ident("new").to_string(), "new_value");
         assert_eq!(pascal_words("ElicitationSessionScope"), ["Elicitation", "Session", "Scope"]);
     }
 }
