@@ -30,6 +30,61 @@ impl UnknownVariant {
     }
 }
 
+/// A `number` written as JavaScript writes it (`JSON.stringify`, what most ACP peers use): a
+/// finite integral value within ±2^53 without a fraction (`1`, not `1.0`), any other as a float.
+/// The Rust type stays `f64`; decoding accepts both forms.
+pub trait JsonNumber {
+    fn serialize_number<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error>;
+}
+
+/// 2^53: beyond it not every integer is an `f64`, and JavaScript's safe integers end.
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_992.0;
+
+impl JsonNumber for f64 {
+    fn serialize_number<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.is_finite() && self.fract() == 0.0 && self.abs() <= MAX_SAFE_INTEGER {
+            serializer.serialize_i64(*self as i64)
+        } else {
+            serializer.serialize_f64(*self)
+        }
+    }
+}
+
+impl<T: JsonNumber> JsonNumber for Option<T> {
+    fn serialize_number<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Some(value) => serializer.serialize_some(&Number(value)),
+            None => serializer.serialize_none(),
+        }
+    }
+}
+
+impl<T: JsonNumber> JsonNumber for Vec<T> {
+    fn serialize_number<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter().map(Number))
+    }
+}
+
+impl<T: JsonNumber> JsonNumber for std::collections::BTreeMap<String, T> {
+    fn serialize_number<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter().map(|(k, v)| (k, Number(v))))
+    }
+}
+
+/// A value holding numbers, serialised through [`JsonNumber`].
+pub struct Number<'a, T: ?Sized>(pub &'a T);
+
+impl<T: JsonNumber + ?Sized> Serialize for Number<'_, T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize_number(serializer)
+    }
+}
+
+/// `serialize_with` for fields and variants holding numbers (see [`JsonNumber`]).
+pub fn number<T: JsonNumber + ?Sized, S: Serializer>(value: &T, serializer: S) -> Result<S::Ok, S::Error> {
+    value.serialize_number(serializer)
+}
+
 /// A malformed value decodes as the type's default instead of failing the whole message.
 pub fn default_on_error<'de, D: Deserializer<'de>, T: DeserializeOwned + Default>(d: D) -> Result<T, D::Error> {
     let value = Value::deserialize(d)?;

@@ -455,7 +455,7 @@ impl<'a> Gen<'a> {
             "string" => Value::String(self.string()),
             "boolean" => Value::Bool(self.rng.percent(50)),
             "integer" => self.integer(s),
-            "number" => Value::from((self.rng.next_u64() as i32) as f64 / 16.0),
+            "number" => js_number((self.rng.next_u64() as i32) as f64 / 16.0),
             "array" => {
                 let items = s.get("items").expect("array schema with items");
                 let n = if deep { 0 } else { self.rng.below(4) };
@@ -526,6 +526,12 @@ fn show(path: &[Seg]) -> String {
             Seg::Index(i) => format!("/{i}"),
         })
         .collect()
+}
+
+/// A typed `number` as a JavaScript peer writes it (`JSON.stringify`): integral values without
+/// a fraction (`1`, not `1.0`), which is also how the generated types write them back.
+fn js_number(x: f64) -> Value {
+    if x.fract() == 0.0 && x.abs() <= 9_007_199_254_740_992.0 { Value::from(x as i64) } else { Value::from(x) }
 }
 
 // ---- decoding through the envelope enums -------------------------------------------------------

@@ -88,6 +88,7 @@ fn tagged_union_wraps_payloads_and_keeps_unknown_kinds() {
     assert!(types.contains("Other(serde_support::UnknownVariant),"));
     assert!(types.contains("pub const TAG: &'static str = \"kind\";"));
     assert!(types.contains("pub radius: f64,"));
+    assert!(types.contains("#[serde(serialize_with = \"serde_support::number\")]"), "numbers are written as JavaScript writes them");
 }
 
 #[test]

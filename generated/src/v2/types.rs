@@ -899,7 +899,10 @@ pub struct Annotations {
     #[serde(rename = "lastModified", skip_serializing_if = "Option::is_none")]
     pub last_modified: Option<Option<String>>,
     /// Relative importance of this content when clients choose what to surface.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serde_support::number"
+    )]
     pub priority: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -3091,17 +3094,26 @@ pub struct NumberPropertySchema {
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serde_support::number"
+    )]
     pub minimum: Option<Option<f64>>,
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serde_support::number"
+    )]
     pub maximum: Option<Option<f64>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serde_support::number"
+    )]
     pub default: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -7725,6 +7737,7 @@ serde_support::deserialize_struct!(SessionInfoUpdate {
 #[non_exhaustive]
 pub struct Cost {
     /// Total cumulative cost for session.
+    #[serde(serialize_with = "serde_support::number")]
     pub amount: f64,
     /// ISO 4217 currency code (e.g., "USD", "EUR").
     pub currency: String,
@@ -9192,6 +9205,7 @@ pub enum ElicitationContentValue {
     /// Integer value accepted in elicitation response content.
     Integer(i64),
     /// Number value accepted in elicitation response content.
+    #[serde(serialize_with = "serde_support::number")]
     Number(f64),
     /// Boolean value accepted in elicitation response content.
     Boolean(bool),

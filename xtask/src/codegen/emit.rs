@@ -234,6 +234,9 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
         if !f.required {
             serde.push(quote!(skip_serializing_if = "Option::is_none"));
         }
+        if f.ty.has_number() {
+            serde.push(quote!(serialize_with = "serde_support::number"));
+        }
         if derive_de {
             if !f.required {
                 serde.push(quote!(default));
@@ -403,11 +406,12 @@ fn newtype(gate: &TokenStream, name: &proc_macro2::Ident, ty: &Ty) -> TokenStrea
     } else {
         quote!()
     };
+    let number = if ty.has_number() { quote!(#[serde(serialize_with = "serde_support::number")]) } else { quote!() };
     quote! {
         #gate #derives
         #[serde(transparent)]
         #schemars
-        pub struct #name(pub #inner);
+        pub struct #name(#number pub #inner);
 
         #gate impl From<#inner> for #name {
             fn from(value: #inner) -> Self { #name(value) }
@@ -615,9 +619,10 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
                 tags.push(quote!(#gate #name::#id(_) => Some(#wire),));
             }
             Payload::Property { wire: prop, ty } => {
+                let value = if ty.has_number() { quote!(&serde_support::Number(value)) } else { quote!(value) };
                 let ty = rust_ty(ty);
                 defs.push(quote!(#docs #gate #id(#ty),));
-                ser.push(quote!(#gate #name::#id(value) => serde_support::serialize_tag_and_property(serializer, #tag, #wire, #prop, value),));
+                ser.push(quote!(#gate #name::#id(value) => serde_support::serialize_tag_and_property(serializer, #tag, #wire, #prop, #value),));
                 de.push(quote!(#gate Some(#wire) => serde_support::property(&value, #prop).map(#name::#id),));
                 tags.push(quote!(#gate #name::#id(_) => Some(#wire),));
             }
@@ -636,9 +641,10 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
                     quote!(None => serde_support::payload(&value, #tag).map(#name::#id),)
                 }
                 Payload::Property { wire: prop, ty } => {
+                    let value = if ty.has_number() { quote!(&serde_support::Number(value)) } else { quote!(value) };
                     let ty = rust_ty(ty);
                     defs.push(quote!(#docs #id(#ty),));
-                    ser.push(quote!(#name::#id(value) => serde_support::serialize_property(serializer, #prop, value),));
+                    ser.push(quote!(#name::#id(value) => serde_support::serialize_property(serializer, #prop, #value),));
                     tags.push(quote!(#name::#id(_) => None,));
                     quote!(None => serde_support::property(&value, #prop).map(#name::#id),)
                 }
@@ -749,8 +755,9 @@ fn untagged(gate: &TokenStream, name: &proc_macro2::Ident, vs: &[UntaggedVariant
         match &v.ty {
             Ty::Prim(Prim::Null) => quote!(#docs #id,),
             ty => {
+                let number = if ty.has_number() { quote!(#[serde(serialize_with = "serde_support::number")]) } else { quote!() };
                 let ty = rust_ty(ty);
-                quote!(#docs #id(#ty),)
+                quote!(#docs #number #id(#ty),)
             }
         }
     });

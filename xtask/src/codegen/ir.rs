@@ -184,6 +184,16 @@ pub enum Prim {
 }
 
 impl Ty {
+    /// Whether the value holds `number`s (`f64`) of its own, not inside a named type: they are
+    /// written as JavaScript writes them (`serde_support::number`).
+    pub fn has_number(&self) -> bool {
+        match self {
+            Ty::Prim(Prim::F64) => true,
+            Ty::Vec(t) | Ty::Map(t) => t.has_number(),
+            _ => false,
+        }
+    }
+
     /// Named types this type refers to.
     pub fn visit_names<'a>(&'a self, out: &mut Vec<&'a str>) {
         match self {
