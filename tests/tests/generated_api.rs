@@ -37,3 +37,31 @@ fn integral_numbers_are_written_as_javascript_writes_them() {
     assert_eq!(serde_json::to_string(&ElicitationContentValue::Number(3.0)).unwrap(), "3");
     assert_eq!(serde_json::to_string(&ElicitationContentValue::Number(3.5)).unwrap(), "3.5");
 }
+
+#[test]
+fn maps_keep_the_order_they_came_in() {
+    use acp_types::ElicitationSchema;
+    use acp_types::serde_support::OrderedMap;
+    // Form fields are shown in the order of `properties`: not alphabetical on re-encode.
+    let text = r#"{"type":"object","properties":{"zip":{"type":"string"},"name":{"type":"string"},"age":{"type":"integer"}},"required":["name"]}"#;
+    let schema: ElicitationSchema = serde_json::from_str(text).expect("decodes");
+    let properties = schema.properties.as_ref().expect("properties");
+    assert_eq!(properties.keys().collect::<Vec<_>>(), ["zip", "name", "age"]);
+    assert_eq!(serde_json::to_string(&schema).unwrap(), text);
+
+    // A repeated key keeps its first place and its last value, as serde_json::Map does.
+    let map: OrderedMap<u8> = serde_json::from_str(r#"{"b":1,"a":2,"b":3,"c":4,"a":5}"#).unwrap();
+    assert_eq!(serde_json::to_string(&map).unwrap(), r#"{"b":3,"a":5,"c":4}"#);
+
+    // Built by hand: insertion order; equality ignores the order, as for any JSON object.
+    let mut built: OrderedMap<u8> = [("b", 3), ("a", 5)].into();
+    assert_eq!(built.insert("c", 4), None);
+    assert_eq!(built.insert("b", 3), Some(3), "in place");
+    assert_eq!(built, map);
+    assert_eq!(built.remove("a"), Some(5));
+    assert_eq!(built.iter().collect::<Vec<_>>(), [("b", &3), ("c", &4)]);
+    let sorted: OrderedMap<u8> = std::collections::BTreeMap::from([("y".to_owned(), 1), ("x".to_owned(), 2)]).into();
+    assert_eq!(serde_json::to_string(&sorted).unwrap(), r#"{"x":2,"y":1}"#);
+    let schema = ElicitationSchema::new().properties([("b", acp_types::ElicitationPropertySchema::Boolean(Default::default()))]);
+    assert_eq!(serde_json::to_value(&schema).unwrap()["properties"], serde_json::json!({"b": {"type": "boolean"}}));
+}

@@ -2230,9 +2230,7 @@ pub struct ElicitationSchema {
     pub title: Option<Option<String>>,
     /// Property definitions (must be primitive types).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub properties: Option<
-        std::collections::BTreeMap<String, ElicitationPropertySchema>,
-    >,
+    pub properties: Option<serde_support::OrderedMap<ElicitationPropertySchema>>,
     /// List of required property names.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no property names are required.
@@ -2281,9 +2279,9 @@ impl ElicitationSchema {
     #[must_use]
     pub fn properties(
         mut self,
-        properties: std::collections::BTreeMap<String, ElicitationPropertySchema>,
+        properties: impl Into<serde_support::OrderedMap<ElicitationPropertySchema>>,
     ) -> Self {
-        self.properties = Some(properties);
+        self.properties = Some(properties.into());
         self
     }
     /// Sets [`Self::required`]; `None` writes an explicit `null`.
@@ -5560,7 +5558,7 @@ pub struct AuthMethodTerminal {
     /// Additional environment variables to set on the configured agent invocation for terminal auth.
     /// These values override same-named variables in the base launch configuration.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub env: Option<std::collections::BTreeMap<String, String>>,
+    pub env: Option<serde_support::OrderedMap<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -5595,8 +5593,8 @@ impl AuthMethodTerminal {
     }
     /// Sets [`Self::env`].
     #[must_use]
-    pub fn env(mut self, env: std::collections::BTreeMap<String, String>) -> Self {
-        self.env = Some(env);
+    pub fn env(mut self, env: impl Into<serde_support::OrderedMap<String>>) -> Self {
+        self.env = Some(env.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -11219,7 +11217,7 @@ pub struct SetProviderRequest {
     /// Full headers map for this provider.
     /// May include authorization, routing, or other integration-specific headers.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub headers: Option<std::collections::BTreeMap<String, String>>,
+    pub headers: Option<serde_support::OrderedMap<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -11248,9 +11246,9 @@ impl SetProviderRequest {
     #[must_use]
     pub fn headers(
         mut self,
-        headers: std::collections::BTreeMap<String, String>,
+        headers: impl Into<serde_support::OrderedMap<String>>,
     ) -> Self {
-        self.headers = Some(headers);
+        self.headers = Some(headers.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -13695,9 +13693,7 @@ pub enum ElicitationContentValue {
 pub struct ElicitationAcceptAction {
     /// The user-provided content, if any, as an object matching the requested schema.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub content: Option<
-        Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
-    >,
+    pub content: Option<Option<serde_support::OrderedMap<ElicitationContentValue>>>,
 }
 impl ElicitationAcceptAction {
     /// Creates a value with every optional field unset.
@@ -13710,7 +13706,7 @@ impl ElicitationAcceptAction {
     #[must_use]
     pub fn content(
         mut self,
-        content: Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
+        content: Option<serde_support::OrderedMap<ElicitationContentValue>>,
     ) -> Self {
         self.content = Some(content);
         self
@@ -14762,262 +14758,6 @@ impl schemars::JsonSchema for SetSessionConfigOptionType {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
-#[cfg(test)]
-mod tests {
-    /// `Type::default()` is the derived `Default` for every type that has one (no
-    /// setter shadows it), and the same as `Type::new()`.
-    #[test]
-    fn default_is_the_derived_default() {
-        assert_eq!(super::Annotations::default(), super::Annotations::new());
-        assert_eq!(super::ElicitationSchema::default(), super::ElicitationSchema::new());
-        assert_eq!(
-            super::StringPropertySchema::default(), super::StringPropertySchema::new()
-        );
-        assert_eq!(
-            super::NumberPropertySchema::default(), super::NumberPropertySchema::new()
-        );
-        assert_eq!(
-            super::IntegerPropertySchema::default(), super::IntegerPropertySchema::new()
-        );
-        assert_eq!(
-            super::BooleanPropertySchema::default(), super::BooleanPropertySchema::new()
-        );
-        assert_eq!(super::AgentCapabilities::default(), super::AgentCapabilities::new());
-        assert_eq!(
-            super::PromptCapabilities::default(), super::PromptCapabilities::new()
-        );
-        assert_eq!(super::McpCapabilities::default(), super::McpCapabilities::new());
-        assert_eq!(
-            super::SessionCapabilities::default(), super::SessionCapabilities::new()
-        );
-        assert_eq!(
-            super::SessionListCapabilities::default(),
-            super::SessionListCapabilities::new()
-        );
-        assert_eq!(
-            super::SessionDeleteCapabilities::default(),
-            super::SessionDeleteCapabilities::new()
-        );
-        assert_eq!(
-            super::SessionAdditionalDirectoriesCapabilities::default(),
-            super::SessionAdditionalDirectoriesCapabilities::new()
-        );
-        #[cfg(feature = "unstable_session_fork")]
-        assert_eq!(
-            super::SessionForkCapabilities::default(),
-            super::SessionForkCapabilities::new()
-        );
-        assert_eq!(
-            super::SessionResumeCapabilities::default(),
-            super::SessionResumeCapabilities::new()
-        );
-        assert_eq!(
-            super::SessionCloseCapabilities::default(),
-            super::SessionCloseCapabilities::new()
-        );
-        assert_eq!(
-            super::AgentAuthCapabilities::default(), super::AgentAuthCapabilities::new()
-        );
-        assert_eq!(
-            super::LogoutCapabilities::default(), super::LogoutCapabilities::new()
-        );
-        #[cfg(feature = "unstable_llm_providers")]
-        assert_eq!(
-            super::ProvidersCapabilities::default(), super::ProvidersCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(super::NesCapabilities::default(), super::NesCapabilities::new());
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::NesEventCapabilities::default(), super::NesEventCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::NesDocumentEventCapabilities::default(),
-            super::NesDocumentEventCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::NesDocumentDidOpenCapabilities::default(),
-            super::NesDocumentDidOpenCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::NesDocumentDidCloseCapabilities::default(),
-            super::NesDocumentDidCloseCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::NesDocumentDidSaveCapabilities::default(),
-            super::NesDocumentDidSaveCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::NesDocumentDidFocusCapabilities::default(),
-            super::NesDocumentDidFocusCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::NesContextCapabilities::default(),
-            super::NesContextCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::NesRecentFilesCapabilities::default(),
-            super::NesRecentFilesCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::NesRelatedSnippetsCapabilities::default(),
-            super::NesRelatedSnippetsCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::NesEditHistoryCapabilities::default(),
-            super::NesEditHistoryCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::NesUserActionsCapabilities::default(),
-            super::NesUserActionsCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::NesOpenFilesCapabilities::default(),
-            super::NesOpenFilesCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::NesDiagnosticsCapabilities::default(),
-            super::NesDiagnosticsCapabilities::new()
-        );
-        assert_eq!(
-            super::AuthenticateResponse::default(), super::AuthenticateResponse::new()
-        );
-        #[cfg(feature = "unstable_llm_providers")]
-        assert_eq!(
-            super::SetProviderResponse::default(), super::SetProviderResponse::new()
-        );
-        #[cfg(feature = "unstable_llm_providers")]
-        assert_eq!(
-            super::DisableProviderResponse::default(),
-            super::DisableProviderResponse::new()
-        );
-        assert_eq!(super::LogoutResponse::default(), super::LogoutResponse::new());
-        assert_eq!(
-            super::LoadSessionResponse::default(), super::LoadSessionResponse::new()
-        );
-        assert_eq!(
-            super::DeleteSessionResponse::default(), super::DeleteSessionResponse::new()
-        );
-        assert_eq!(
-            super::ResumeSessionResponse::default(), super::ResumeSessionResponse::new()
-        );
-        assert_eq!(
-            super::CloseSessionResponse::default(), super::CloseSessionResponse::new()
-        );
-        assert_eq!(
-            super::SetSessionModeResponse::default(),
-            super::SetSessionModeResponse::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(super::CloseNesResponse::default(), super::CloseNesResponse::new());
-        assert_eq!(super::SessionInfoUpdate::default(), super::SessionInfoUpdate::new());
-        assert_eq!(
-            super::ClientCapabilities::default(), super::ClientCapabilities::new()
-        );
-        assert_eq!(
-            super::FileSystemCapabilities::default(),
-            super::FileSystemCapabilities::new()
-        );
-        assert_eq!(
-            super::ClientSessionCapabilities::default(),
-            super::ClientSessionCapabilities::new()
-        );
-        #[cfg(feature = "unstable_context_compaction")]
-        assert_eq!(
-            super::CompactionCapabilities::default(),
-            super::CompactionCapabilities::new()
-        );
-        assert_eq!(
-            super::SessionConfigOptionsCapabilities::default(),
-            super::SessionConfigOptionsCapabilities::new()
-        );
-        assert_eq!(
-            super::BooleanConfigOptionCapabilities::default(),
-            super::BooleanConfigOptionCapabilities::new()
-        );
-        #[cfg(feature = "unstable_plan_updates")]
-        assert_eq!(super::PlanCapabilities::default(), super::PlanCapabilities::new());
-        assert_eq!(super::AuthCapabilities::default(), super::AuthCapabilities::new());
-        assert_eq!(
-            super::ElicitationCapabilities::default(),
-            super::ElicitationCapabilities::new()
-        );
-        assert_eq!(
-            super::ElicitationFormCapabilities::default(),
-            super::ElicitationFormCapabilities::new()
-        );
-        assert_eq!(
-            super::ElicitationUrlCapabilities::default(),
-            super::ElicitationUrlCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::ClientNesCapabilities::default(), super::ClientNesCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::NesJumpCapabilities::default(), super::NesJumpCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::NesRenameCapabilities::default(), super::NesRenameCapabilities::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(
-            super::NesSearchAndReplaceCapabilities::default(),
-            super::NesSearchAndReplaceCapabilities::new()
-        );
-        #[cfg(feature = "unstable_llm_providers")]
-        assert_eq!(
-            super::ListProvidersRequest::default(), super::ListProvidersRequest::new()
-        );
-        assert_eq!(super::LogoutRequest::default(), super::LogoutRequest::new());
-        assert_eq!(
-            super::ListSessionsRequest::default(), super::ListSessionsRequest::new()
-        );
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(super::StartNesRequest::default(), super::StartNesRequest::new());
-        #[cfg(feature = "unstable_nes")]
-        assert_eq!(super::NesSuggestContext::default(), super::NesSuggestContext::new());
-        assert_eq!(
-            super::WriteTextFileResponse::default(), super::WriteTextFileResponse::new()
-        );
-        assert_eq!(
-            super::TerminalExitStatus::default(), super::TerminalExitStatus::new()
-        );
-        assert_eq!(
-            super::ReleaseTerminalResponse::default(),
-            super::ReleaseTerminalResponse::new()
-        );
-        assert_eq!(
-            super::WaitForTerminalExitResponse::default(),
-            super::WaitForTerminalExitResponse::new()
-        );
-        assert_eq!(
-            super::KillTerminalResponse::default(), super::KillTerminalResponse::new()
-        );
-        assert_eq!(
-            super::ElicitationAcceptAction::default(),
-            super::ElicitationAcceptAction::new()
-        );
-        #[cfg(feature = "unstable_mcp_over_acp")]
-        assert_eq!(
-            super::DisconnectMcpResponse::default(), super::DisconnectMcpResponse::new()
-        );
-    }
-}
 /// Adds the JSON Schema of every type to `generator`'s definitions (`generator.definitions()`).
 #[cfg(feature = "schemars")]
 pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
@@ -15332,4 +15072,260 @@ pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
     generator.subschema_for::<ElicitationScope>();
     generator.subschema_for::<SessionConfigOptionType>();
     generator.subschema_for::<SetSessionConfigOptionType>();
+}
+#[cfg(test)]
+mod tests {
+    /// `Type::default()` is the derived `Default` for every type that has one (no
+    /// setter shadows it), and the same as `Type::new()`.
+    #[test]
+    fn default_is_the_derived_default() {
+        assert_eq!(super::Annotations::default(), super::Annotations::new());
+        assert_eq!(super::ElicitationSchema::default(), super::ElicitationSchema::new());
+        assert_eq!(
+            super::StringPropertySchema::default(), super::StringPropertySchema::new()
+        );
+        assert_eq!(
+            super::NumberPropertySchema::default(), super::NumberPropertySchema::new()
+        );
+        assert_eq!(
+            super::IntegerPropertySchema::default(), super::IntegerPropertySchema::new()
+        );
+        assert_eq!(
+            super::BooleanPropertySchema::default(), super::BooleanPropertySchema::new()
+        );
+        assert_eq!(super::AgentCapabilities::default(), super::AgentCapabilities::new());
+        assert_eq!(
+            super::PromptCapabilities::default(), super::PromptCapabilities::new()
+        );
+        assert_eq!(super::McpCapabilities::default(), super::McpCapabilities::new());
+        assert_eq!(
+            super::SessionCapabilities::default(), super::SessionCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionListCapabilities::default(),
+            super::SessionListCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionDeleteCapabilities::default(),
+            super::SessionDeleteCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionAdditionalDirectoriesCapabilities::default(),
+            super::SessionAdditionalDirectoriesCapabilities::new()
+        );
+        #[cfg(feature = "unstable_session_fork")]
+        assert_eq!(
+            super::SessionForkCapabilities::default(),
+            super::SessionForkCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionResumeCapabilities::default(),
+            super::SessionResumeCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionCloseCapabilities::default(),
+            super::SessionCloseCapabilities::new()
+        );
+        assert_eq!(
+            super::AgentAuthCapabilities::default(), super::AgentAuthCapabilities::new()
+        );
+        assert_eq!(
+            super::LogoutCapabilities::default(), super::LogoutCapabilities::new()
+        );
+        #[cfg(feature = "unstable_llm_providers")]
+        assert_eq!(
+            super::ProvidersCapabilities::default(), super::ProvidersCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(super::NesCapabilities::default(), super::NesCapabilities::new());
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesEventCapabilities::default(), super::NesEventCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentEventCapabilities::default(),
+            super::NesDocumentEventCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentDidOpenCapabilities::default(),
+            super::NesDocumentDidOpenCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentDidCloseCapabilities::default(),
+            super::NesDocumentDidCloseCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentDidSaveCapabilities::default(),
+            super::NesDocumentDidSaveCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentDidFocusCapabilities::default(),
+            super::NesDocumentDidFocusCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesContextCapabilities::default(),
+            super::NesContextCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesRecentFilesCapabilities::default(),
+            super::NesRecentFilesCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesRelatedSnippetsCapabilities::default(),
+            super::NesRelatedSnippetsCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesEditHistoryCapabilities::default(),
+            super::NesEditHistoryCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesUserActionsCapabilities::default(),
+            super::NesUserActionsCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesOpenFilesCapabilities::default(),
+            super::NesOpenFilesCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDiagnosticsCapabilities::default(),
+            super::NesDiagnosticsCapabilities::new()
+        );
+        assert_eq!(
+            super::AuthenticateResponse::default(), super::AuthenticateResponse::new()
+        );
+        #[cfg(feature = "unstable_llm_providers")]
+        assert_eq!(
+            super::SetProviderResponse::default(), super::SetProviderResponse::new()
+        );
+        #[cfg(feature = "unstable_llm_providers")]
+        assert_eq!(
+            super::DisableProviderResponse::default(),
+            super::DisableProviderResponse::new()
+        );
+        assert_eq!(super::LogoutResponse::default(), super::LogoutResponse::new());
+        assert_eq!(
+            super::LoadSessionResponse::default(), super::LoadSessionResponse::new()
+        );
+        assert_eq!(
+            super::DeleteSessionResponse::default(), super::DeleteSessionResponse::new()
+        );
+        assert_eq!(
+            super::ResumeSessionResponse::default(), super::ResumeSessionResponse::new()
+        );
+        assert_eq!(
+            super::CloseSessionResponse::default(), super::CloseSessionResponse::new()
+        );
+        assert_eq!(
+            super::SetSessionModeResponse::default(),
+            super::SetSessionModeResponse::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(super::CloseNesResponse::default(), super::CloseNesResponse::new());
+        assert_eq!(super::SessionInfoUpdate::default(), super::SessionInfoUpdate::new());
+        assert_eq!(
+            super::ClientCapabilities::default(), super::ClientCapabilities::new()
+        );
+        assert_eq!(
+            super::FileSystemCapabilities::default(),
+            super::FileSystemCapabilities::new()
+        );
+        assert_eq!(
+            super::ClientSessionCapabilities::default(),
+            super::ClientSessionCapabilities::new()
+        );
+        #[cfg(feature = "unstable_context_compaction")]
+        assert_eq!(
+            super::CompactionCapabilities::default(),
+            super::CompactionCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionConfigOptionsCapabilities::default(),
+            super::SessionConfigOptionsCapabilities::new()
+        );
+        assert_eq!(
+            super::BooleanConfigOptionCapabilities::default(),
+            super::BooleanConfigOptionCapabilities::new()
+        );
+        #[cfg(feature = "unstable_plan_updates")]
+        assert_eq!(super::PlanCapabilities::default(), super::PlanCapabilities::new());
+        assert_eq!(super::AuthCapabilities::default(), super::AuthCapabilities::new());
+        assert_eq!(
+            super::ElicitationCapabilities::default(),
+            super::ElicitationCapabilities::new()
+        );
+        assert_eq!(
+            super::ElicitationFormCapabilities::default(),
+            super::ElicitationFormCapabilities::new()
+        );
+        assert_eq!(
+            super::ElicitationUrlCapabilities::default(),
+            super::ElicitationUrlCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::ClientNesCapabilities::default(), super::ClientNesCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesJumpCapabilities::default(), super::NesJumpCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesRenameCapabilities::default(), super::NesRenameCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesSearchAndReplaceCapabilities::default(),
+            super::NesSearchAndReplaceCapabilities::new()
+        );
+        #[cfg(feature = "unstable_llm_providers")]
+        assert_eq!(
+            super::ListProvidersRequest::default(), super::ListProvidersRequest::new()
+        );
+        assert_eq!(super::LogoutRequest::default(), super::LogoutRequest::new());
+        assert_eq!(
+            super::ListSessionsRequest::default(), super::ListSessionsRequest::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(super::StartNesRequest::default(), super::StartNesRequest::new());
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(super::NesSuggestContext::default(), super::NesSuggestContext::new());
+        assert_eq!(
+            super::WriteTextFileResponse::default(), super::WriteTextFileResponse::new()
+        );
+        assert_eq!(
+            super::TerminalExitStatus::default(), super::TerminalExitStatus::new()
+        );
+        assert_eq!(
+            super::ReleaseTerminalResponse::default(),
+            super::ReleaseTerminalResponse::new()
+        );
+        assert_eq!(
+            super::WaitForTerminalExitResponse::default(),
+            super::WaitForTerminalExitResponse::new()
+        );
+        assert_eq!(
+            super::KillTerminalResponse::default(), super::KillTerminalResponse::new()
+        );
+        assert_eq!(
+            super::ElicitationAcceptAction::default(),
+            super::ElicitationAcceptAction::new()
+        );
+        #[cfg(feature = "unstable_mcp_over_acp")]
+        assert_eq!(
+            super::DisconnectMcpResponse::default(), super::DisconnectMcpResponse::new()
+        );
+    }
 }

@@ -2502,9 +2502,7 @@ pub struct ElicitationSchema {
     pub title: Option<Option<String>>,
     /// Property definitions (must be primitive types).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub properties: Option<
-        std::collections::BTreeMap<String, ElicitationPropertySchema>,
-    >,
+    pub properties: Option<serde_support::OrderedMap<ElicitationPropertySchema>>,
     /// List of required property names.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no property names are required.
@@ -2553,9 +2551,9 @@ impl ElicitationSchema {
     #[must_use]
     pub fn properties(
         mut self,
-        properties: std::collections::BTreeMap<String, ElicitationPropertySchema>,
+        properties: impl Into<serde_support::OrderedMap<ElicitationPropertySchema>>,
     ) -> Self {
-        self.properties = Some(properties);
+        self.properties = Some(properties.into());
         self
     }
     /// Sets [`Self::required`]; `None` writes an explicit `null`.
@@ -9219,9 +9217,7 @@ pub enum ElicitationContentValue {
 pub struct ElicitationAcceptAction {
     /// The user-provided content, if any, as an object matching the requested schema.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub content: Option<
-        Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
-    >,
+    pub content: Option<Option<serde_support::OrderedMap<ElicitationContentValue>>>,
 }
 impl ElicitationAcceptAction {
     /// Creates a value with every optional field unset.
@@ -9234,7 +9230,7 @@ impl ElicitationAcceptAction {
     #[must_use]
     pub fn content(
         mut self,
-        content: Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
+        content: Option<serde_support::OrderedMap<ElicitationContentValue>>,
     ) -> Self {
         self.content = Some(content);
         self
@@ -9867,120 +9863,6 @@ impl schemars::JsonSchema for SetSessionConfigOptionType {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
-#[cfg(test)]
-mod tests {
-    /// `Type::default()` is the derived `Default` for every type that has one (no
-    /// setter shadows it), and the same as `Type::new()`.
-    #[test]
-    fn default_is_the_derived_default() {
-        assert_eq!(super::Annotations::default(), super::Annotations::new());
-        assert_eq!(super::ElicitationSchema::default(), super::ElicitationSchema::new());
-        assert_eq!(
-            super::StringPropertySchema::default(), super::StringPropertySchema::new()
-        );
-        assert_eq!(
-            super::NumberPropertySchema::default(), super::NumberPropertySchema::new()
-        );
-        assert_eq!(
-            super::IntegerPropertySchema::default(), super::IntegerPropertySchema::new()
-        );
-        assert_eq!(
-            super::BooleanPropertySchema::default(), super::BooleanPropertySchema::new()
-        );
-        assert_eq!(super::AgentCapabilities::default(), super::AgentCapabilities::new());
-        assert_eq!(
-            super::SessionCapabilities::default(), super::SessionCapabilities::new()
-        );
-        assert_eq!(
-            super::PromptCapabilities::default(), super::PromptCapabilities::new()
-        );
-        assert_eq!(
-            super::PromptImageCapabilities::default(),
-            super::PromptImageCapabilities::new()
-        );
-        assert_eq!(
-            super::PromptAudioCapabilities::default(),
-            super::PromptAudioCapabilities::new()
-        );
-        assert_eq!(
-            super::PromptEmbeddedContextCapabilities::default(),
-            super::PromptEmbeddedContextCapabilities::new()
-        );
-        assert_eq!(super::McpCapabilities::default(), super::McpCapabilities::new());
-        assert_eq!(
-            super::McpStdioCapabilities::default(), super::McpStdioCapabilities::new()
-        );
-        assert_eq!(
-            super::McpHttpCapabilities::default(), super::McpHttpCapabilities::new()
-        );
-        assert_eq!(
-            super::SessionDeleteCapabilities::default(),
-            super::SessionDeleteCapabilities::new()
-        );
-        assert_eq!(
-            super::SessionAdditionalDirectoriesCapabilities::default(),
-            super::SessionAdditionalDirectoriesCapabilities::new()
-        );
-        assert_eq!(
-            super::AgentAuthCapabilities::default(), super::AgentAuthCapabilities::new()
-        );
-        assert_eq!(super::LoginAuthResponse::default(), super::LoginAuthResponse::new());
-        assert_eq!(
-            super::LogoutAuthResponse::default(), super::LogoutAuthResponse::new()
-        );
-        assert_eq!(
-            super::DeleteSessionResponse::default(), super::DeleteSessionResponse::new()
-        );
-        assert_eq!(
-            super::ResumeSessionResponse::default(), super::ResumeSessionResponse::new()
-        );
-        assert_eq!(
-            super::CloseSessionResponse::default(), super::CloseSessionResponse::new()
-        );
-        assert_eq!(super::PromptResponse::default(), super::PromptResponse::new());
-        assert_eq!(
-            super::RunningStateUpdate::default(), super::RunningStateUpdate::new()
-        );
-        assert_eq!(super::IdleStateUpdate::default(), super::IdleStateUpdate::new());
-        assert_eq!(
-            super::RequiresActionStateUpdate::default(),
-            super::RequiresActionStateUpdate::new()
-        );
-        assert_eq!(
-            super::TerminalExitStatus::default(), super::TerminalExitStatus::new()
-        );
-        assert_eq!(super::SessionInfoUpdate::default(), super::SessionInfoUpdate::new());
-        assert_eq!(
-            super::ClientCapabilities::default(), super::ClientCapabilities::new()
-        );
-        assert_eq!(super::AuthCapabilities::default(), super::AuthCapabilities::new());
-        assert_eq!(
-            super::TerminalAuthCapabilities::default(),
-            super::TerminalAuthCapabilities::new()
-        );
-        assert_eq!(
-            super::ElicitationCapabilities::default(),
-            super::ElicitationCapabilities::new()
-        );
-        assert_eq!(
-            super::ElicitationFormCapabilities::default(),
-            super::ElicitationFormCapabilities::new()
-        );
-        assert_eq!(
-            super::ElicitationUrlCapabilities::default(),
-            super::ElicitationUrlCapabilities::new()
-        );
-        assert_eq!(super::LogoutAuthRequest::default(), super::LogoutAuthRequest::new());
-        assert_eq!(
-            super::ListSessionsRequest::default(), super::ListSessionsRequest::new()
-        );
-        assert_eq!(super::ReplayFromStart::default(), super::ReplayFromStart::new());
-        assert_eq!(
-            super::ElicitationAcceptAction::default(),
-            super::ElicitationAcceptAction::new()
-        );
-    }
-}
 /// Adds the JSON Schema of every type to `generator`'s definitions (`generator.definitions()`).
 #[cfg(feature = "schemars")]
 pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
@@ -10158,4 +10040,118 @@ pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
     generator.subschema_for::<ElicitationScope>();
     generator.subschema_for::<SessionConfigOptionType>();
     generator.subschema_for::<SetSessionConfigOptionType>();
+}
+#[cfg(test)]
+mod tests {
+    /// `Type::default()` is the derived `Default` for every type that has one (no
+    /// setter shadows it), and the same as `Type::new()`.
+    #[test]
+    fn default_is_the_derived_default() {
+        assert_eq!(super::Annotations::default(), super::Annotations::new());
+        assert_eq!(super::ElicitationSchema::default(), super::ElicitationSchema::new());
+        assert_eq!(
+            super::StringPropertySchema::default(), super::StringPropertySchema::new()
+        );
+        assert_eq!(
+            super::NumberPropertySchema::default(), super::NumberPropertySchema::new()
+        );
+        assert_eq!(
+            super::IntegerPropertySchema::default(), super::IntegerPropertySchema::new()
+        );
+        assert_eq!(
+            super::BooleanPropertySchema::default(), super::BooleanPropertySchema::new()
+        );
+        assert_eq!(super::AgentCapabilities::default(), super::AgentCapabilities::new());
+        assert_eq!(
+            super::SessionCapabilities::default(), super::SessionCapabilities::new()
+        );
+        assert_eq!(
+            super::PromptCapabilities::default(), super::PromptCapabilities::new()
+        );
+        assert_eq!(
+            super::PromptImageCapabilities::default(),
+            super::PromptImageCapabilities::new()
+        );
+        assert_eq!(
+            super::PromptAudioCapabilities::default(),
+            super::PromptAudioCapabilities::new()
+        );
+        assert_eq!(
+            super::PromptEmbeddedContextCapabilities::default(),
+            super::PromptEmbeddedContextCapabilities::new()
+        );
+        assert_eq!(super::McpCapabilities::default(), super::McpCapabilities::new());
+        assert_eq!(
+            super::McpStdioCapabilities::default(), super::McpStdioCapabilities::new()
+        );
+        assert_eq!(
+            super::McpHttpCapabilities::default(), super::McpHttpCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionDeleteCapabilities::default(),
+            super::SessionDeleteCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionAdditionalDirectoriesCapabilities::default(),
+            super::SessionAdditionalDirectoriesCapabilities::new()
+        );
+        assert_eq!(
+            super::AgentAuthCapabilities::default(), super::AgentAuthCapabilities::new()
+        );
+        assert_eq!(super::LoginAuthResponse::default(), super::LoginAuthResponse::new());
+        assert_eq!(
+            super::LogoutAuthResponse::default(), super::LogoutAuthResponse::new()
+        );
+        assert_eq!(
+            super::DeleteSessionResponse::default(), super::DeleteSessionResponse::new()
+        );
+        assert_eq!(
+            super::ResumeSessionResponse::default(), super::ResumeSessionResponse::new()
+        );
+        assert_eq!(
+            super::CloseSessionResponse::default(), super::CloseSessionResponse::new()
+        );
+        assert_eq!(super::PromptResponse::default(), super::PromptResponse::new());
+        assert_eq!(
+            super::RunningStateUpdate::default(), super::RunningStateUpdate::new()
+        );
+        assert_eq!(super::IdleStateUpdate::default(), super::IdleStateUpdate::new());
+        assert_eq!(
+            super::RequiresActionStateUpdate::default(),
+            super::RequiresActionStateUpdate::new()
+        );
+        assert_eq!(
+            super::TerminalExitStatus::default(), super::TerminalExitStatus::new()
+        );
+        assert_eq!(super::SessionInfoUpdate::default(), super::SessionInfoUpdate::new());
+        assert_eq!(
+            super::ClientCapabilities::default(), super::ClientCapabilities::new()
+        );
+        assert_eq!(super::AuthCapabilities::default(), super::AuthCapabilities::new());
+        assert_eq!(
+            super::TerminalAuthCapabilities::default(),
+            super::TerminalAuthCapabilities::new()
+        );
+        assert_eq!(
+            super::ElicitationCapabilities::default(),
+            super::ElicitationCapabilities::new()
+        );
+        assert_eq!(
+            super::ElicitationFormCapabilities::default(),
+            super::ElicitationFormCapabilities::new()
+        );
+        assert_eq!(
+            super::ElicitationUrlCapabilities::default(),
+            super::ElicitationUrlCapabilities::new()
+        );
+        assert_eq!(super::LogoutAuthRequest::default(), super::LogoutAuthRequest::new());
+        assert_eq!(
+            super::ListSessionsRequest::default(), super::ListSessionsRequest::new()
+        );
+        assert_eq!(super::ReplayFromStart::default(), super::ReplayFromStart::new());
+        assert_eq!(
+            super::ElicitationAcceptAction::default(),
+            super::ElicitationAcceptAction::new()
+        );
+    }
 }

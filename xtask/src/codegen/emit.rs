@@ -63,7 +63,7 @@ fn syn_ty(ty: &Ty) -> syn::Type {
         Ty::Value => path_ty(path(&["serde_json", "Value"])),
         Ty::Object => path_ty(generic_path(&["serde_json", "Map"], vec![syn_ty(&Ty::Prim(Prim::String)), syn_ty(&Ty::Value)])),
         Ty::Vec(t) => path_ty(generic_path(&["Vec"], vec![syn_ty(t)])),
-        Ty::Map(t) => path_ty(generic_path(&["std", "collections", "BTreeMap"], vec![syn_ty(&Ty::Prim(Prim::String)), syn_ty(t)])),
+        Ty::Map(t) => path_ty(generic_path(&["serde_support", "OrderedMap"], vec![syn_ty(t)])),
         Ty::Named(n) => path_ty(syn::Path::from(ident(n))),
     }
 }
@@ -351,7 +351,7 @@ fn deserialize_struct(gate: &Gate, name: &proc_macro2::Ident, s: &Struct) -> syn
 fn into_param(ty: &Ty, id: &proc_macro2::Ident) -> (syn::Type, syn::Expr) {
     let inner = syn_ty(ty);
     match ty {
-        Ty::Prim(Prim::String) | Ty::Named(_) => (syntax::impl_into(inner), syntax::expr_method(syntax::expr_ident(id), "into")),
+        Ty::Prim(Prim::String) | Ty::Named(_) | Ty::Map(_) => (syntax::impl_into(inner), syntax::expr_method(syntax::expr_ident(id), "into")),
         _ => (inner, syntax::expr_ident(id)),
     }
 }

@@ -290,6 +290,20 @@ fn types_pieces<'a>(model: &'a Model, version: &'a str) -> Vec<Piece<'a>> {
     })];
     pieces.extend(model.items.iter().map(|i| -> Piece<'a> { Box::new(move || Ok(Code::Items(emit::item_syntax(i, &model.items)))) }));
     pieces.push(tokens(move || {
+        let schemas = model.items.iter().map(|i| {
+            let gate = emit::cfg(&i.gate);
+            let name = naming::ident(&i.name);
+            quote!(#gate generator.subschema_for::<#name>();)
+        });
+        Ok(quote! {
+            /// Adds the JSON Schema of every type to `generator`'s definitions (`generator.definitions()`).
+            #[cfg(feature = "schemars")]
+            pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
+                #(#schemas)*
+            }
+        })
+    }));
+    pieces.push(tokens(move || {
         // Every struct that derives `Default` (all its fields optional): `Type::default()`
         // must be that, not a setter of the same name.
         let defaults = model.items.iter().filter(|i| emit::derives_default(i)).map(|i| {
@@ -306,20 +320,6 @@ fn types_pieces<'a>(model: &'a Model, version: &'a str) -> Vec<Piece<'a>> {
                 fn default_is_the_derived_default() {
                     #(#defaults)*
                 }
-            }
-        })
-    }));
-    pieces.push(tokens(move || {
-        let schemas = model.items.iter().map(|i| {
-            let gate = emit::cfg(&i.gate);
-            let name = naming::ident(&i.name);
-            quote!(#gate generator.subschema_for::<#name>();)
-        });
-        Ok(quote! {
-            /// Adds the JSON Schema of every type to `generator`'s definitions (`generator.definitions()`).
-            #[cfg(feature = "schemars")]
-            pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
-                #(#schemas)*
             }
         })
     }));
@@ -539,7 +539,8 @@ fn macro_table_from(settings: &Settings, v1: &VersionFiles, model: &Model) -> Re
     Ok(OutputFile { path: "src/table.rs".into(), contents: format!("{preamble}\n{}", prettyplease::unparse(&file)) })
 }
 
-/// A vendored file has no `schemars` feature: drops the `JsonSchema` impls and derives.
+/// A vendored file has no `schemars` feature: drops the `JsonSchema` impls and derives, also
+/// inside inline modules (`serde_support`).
 fn strip_schemars(items: &mut Vec<syn::Item>) {
     let mentions_schemars = |attr: &syn::Attribute| {
         (attr.path().is_ident("cfg") || attr.path().is_ident("cfg_attr"))
@@ -553,6 +554,10 @@ fn strip_schemars(items: &mut Vec<syn::Item>) {
         let attrs = match item {
             syn::Item::Struct(s) => &mut s.attrs,
             syn::Item::Enum(e) => &mut e.attrs,
+            syn::Item::Mod(syn::ItemMod { content: Some((_, inner)), .. }) => {
+                strip_schemars(inner);
+                continue;
+            }
             _ => continue,
         };
         attrs.retain(|a| !mentions_schemars(a));
