@@ -65,3 +65,38 @@ fn maps_keep_the_order_they_came_in() {
     let schema = ElicitationSchema::new().properties([("b", acp_types::ElicitationPropertySchema::Boolean(Default::default()))]);
     assert_eq!(serde_json::to_value(&schema).unwrap()["properties"], serde_json::json!({"b": {"type": "boolean"}}));
 }
+
+#[test]
+fn the_tagless_variant_also_reads_its_own_tag() {
+    use acp_types::{AuthMethod, McpServer, SetSessionConfigOptionRequest, SetSessionConfigOptionType};
+    use serde_json::json;
+    // `McpServer` stdio has no `type` const in the schema (title "stdio"); some clients send
+    // `type: "stdio"` anyway. Both decode as `Stdio`, which is written without the tag.
+    let tagless = json!({"name": "fs", "command": "mcp-fs", "args": [], "env": []});
+    let tagged = json!({"type": "stdio", "name": "fs", "command": "mcp-fs", "args": [], "env": []});
+    for input in [&tagless, &tagged] {
+        let server: McpServer = serde_json::from_value(input.clone()).expect("decodes");
+        assert!(matches!(server, McpServer::Stdio(_)), "{input} → {server:?}");
+        assert_eq!(server.tag(), None);
+        assert_eq!(serde_json::to_value(&server).unwrap(), tagless, "re-encoded without the tag");
+    }
+    let unknown: McpServer = serde_json::from_value(json!({"type": "carrier-pigeon", "name": "fs"})).unwrap();
+    assert!(matches!(unknown, McpServer::Other(_)));
+
+    let agent: AuthMethod = serde_json::from_value(json!({"type": "agent", "id": "a", "name": "Agent"})).unwrap();
+    assert!(matches!(agent, AuthMethod::Agent(_)), "{agent:?}");
+
+    // `SetSessionConfigOptionRequest`: the value-id alternative is titled `value_id`.
+    let set = |ty: Option<&str>| {
+        let mut params = json!({"sessionId": "s", "configId": "model", "value": "fast"});
+        if let Some(ty) = ty {
+            params["type"] = json!(ty);
+        }
+        serde_json::from_value::<SetSessionConfigOptionRequest>(params).expect("decodes").kind
+    };
+    assert!(matches!(set(None), SetSessionConfigOptionType::ValueId(v) if v.0 == "fast"));
+    assert!(matches!(set(Some("value_id")), SetSessionConfigOptionType::ValueId(v) if v.0 == "fast"));
+    // Another `type` is kept whole (the schema's prose reads string payloads of unknown types
+    // as value ids; its structure does not, so the generator does not guess).
+    assert!(matches!(set(Some("select")), SetSessionConfigOptionType::Other(_)));
+}

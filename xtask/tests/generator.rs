@@ -226,3 +226,22 @@ fn two_schema_names_for_one_rust_name_are_errors() {
         assert!(message.contains("definition `Holder`") && message.contains(expected), "{name}: {message}");
     }
 }
+
+#[test]
+fn the_tagless_variant_also_reads_its_title_as_tag() {
+    let types = generate(
+        "tagless",
+        json!({
+            "Server": {"anyOf": [
+                {"type": "object", "properties": {"type": {"type": "string", "const": "http"}}, "required": ["type"],
+                 "allOf": [{"$ref": "#/$defs/Http"}]},
+                {"title": "stdio", "allOf": [{"$ref": "#/$defs/Stdio"}]}
+            ]},
+            "Http": {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]},
+            "Stdio": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+        }),
+    )
+    .expect("generates");
+    assert!(types.contains("None | Some(\"stdio\") => {"), "{types}");
+    assert!(types.contains("Server::Stdio(payload) => serde::Serialize::serialize(payload, serializer)"), "written without the tag");
+}

@@ -3081,6 +3081,8 @@ pub enum MultiSelectItems {
     /// Multi-select string items with plain string values.
     String(StringMultiSelectItems),
     /// Titled multi-select items with human-readable labels.
+    ///
+    /// Decoded when `type` is absent or `"titled"` (another value is kept in `Other`); written without `type`.
     Titled(TitledMultiSelectItems),
     /// A kind this version of the schema does not know, kept whole as received.
     Other(serde_support::UnknownVariant),
@@ -3121,7 +3123,9 @@ impl<'de> serde::Deserialize<'de> for MultiSelectItems {
             Some("string") => {
                 serde_support::payload(&value, "type").map(MultiSelectItems::String)
             }
-            None => serde_support::payload(&value, "type").map(MultiSelectItems::Titled),
+            None | Some("titled") => {
+                serde_support::payload(&value, "type").map(MultiSelectItems::Titled)
+            }
             Some(_) => Ok(MultiSelectItems::Other(serde_support::UnknownVariant(value))),
         }
     }
@@ -5422,6 +5426,8 @@ pub enum AuthMethod {
     /// Agent handles authentication itself through `authenticate`.
     ///
     /// This is the default when no `type` is specified.
+    ///
+    /// Decoded when `type` is absent or `"agent"` (another value is kept in `Other`); written without `type`.
     Agent(AuthMethodAgent),
     /// A kind this version of the schema does not know, kept whole as received.
     Other(serde_support::UnknownVariant),
@@ -5462,7 +5468,9 @@ impl<'de> serde::Deserialize<'de> for AuthMethod {
             Some("terminal") => {
                 serde_support::payload(&value, "type").map(AuthMethod::Terminal)
             }
-            None => serde_support::payload(&value, "type").map(AuthMethod::Agent),
+            None | Some("agent") => {
+                serde_support::payload(&value, "type").map(AuthMethod::Agent)
+            }
             Some(_) => Ok(AuthMethod::Other(serde_support::UnknownVariant(value))),
         }
     }
@@ -11427,6 +11435,8 @@ pub enum McpServer {
     /// Stdio transport configuration
     ///
     /// All Agents MUST support this transport.
+    ///
+    /// Decoded when `type` is absent or `"stdio"` (another value is kept in `Other`); written without `type`.
     Stdio(McpServerStdio),
     /// A kind this version of the schema does not know, kept whole as received.
     Other(serde_support::UnknownVariant),
@@ -11474,7 +11484,9 @@ impl<'de> serde::Deserialize<'de> for McpServer {
             Some("sse") => serde_support::payload(&value, "type").map(McpServer::Sse),
             #[cfg(feature = "unstable_mcp_over_acp")]
             Some("acp") => serde_support::payload(&value, "type").map(McpServer::Acp),
-            None => serde_support::payload(&value, "type").map(McpServer::Stdio),
+            None | Some("stdio") => {
+                serde_support::payload(&value, "type").map(McpServer::Stdio)
+            }
             Some(_) => Ok(McpServer::Other(serde_support::UnknownVariant(value))),
         }
     }
@@ -14658,6 +14670,8 @@ pub enum SetSessionConfigOptionType {
     /// This is the default when `type` is absent on the wire. Unknown `type`
     /// values with string payloads also gracefully deserialize into this
     /// variant.
+    ///
+    /// Decoded when `type` is absent or `"value_id"` (another value is kept in `Other`); written without `type`.
     ValueId(SessionConfigValueId),
     /// A kind this version of the schema does not know, kept whole as received.
     Other(serde_support::UnknownVariant),
@@ -14705,7 +14719,7 @@ impl<'de> serde::Deserialize<'de> for SetSessionConfigOptionType {
                 serde_support::property(&value, "value")
                     .map(SetSessionConfigOptionType::Boolean)
             }
-            None => {
+            None | Some("value_id") => {
                 serde_support::property(&value, "value")
                     .map(SetSessionConfigOptionType::ValueId)
             }

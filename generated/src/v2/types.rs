@@ -3355,6 +3355,8 @@ pub enum MultiSelectItems {
     /// Multi-select string items with plain string values.
     String(StringMultiSelectItems),
     /// Titled multi-select items with human-readable labels.
+    ///
+    /// Decoded when `type` is absent or `"titled"` (another value is kept in `Other`); written without `type`.
     Titled(TitledMultiSelectItems),
     /// A kind this version of the schema does not know, kept whole as received.
     Other(serde_support::UnknownVariant),
@@ -3395,7 +3397,9 @@ impl<'de> serde::Deserialize<'de> for MultiSelectItems {
             Some("string") => {
                 serde_support::payload(&value, "type").map(MultiSelectItems::String)
             }
-            None => serde_support::payload(&value, "type").map(MultiSelectItems::Titled),
+            None | Some("titled") => {
+                serde_support::payload(&value, "type").map(MultiSelectItems::Titled)
+            }
             Some(_) => Ok(MultiSelectItems::Other(serde_support::UnknownVariant(value))),
         }
     }

@@ -265,14 +265,23 @@ impl<'s> Classifier<'s> {
                         return Err(err("two variants without the tag property"));
                     }
                     let payload = self.payload(name, tag, v)?;
-                    let variant_name = match (v.get("title").and_then(Value::as_str), &payload) {
+                    let title = v.get("title").and_then(Value::as_str);
+                    let variant_name = match (title, &payload) {
                         (Some(t), _) => pascal(t),
                         (None, Payload::Type(n)) => n.clone(),
                         _ => return Err(err("an untitled variant without the tag property")),
                     };
-                    out.untagged_default = Some(DefaultVariant { name: variant_name, doc: doc_of(v), payload });
+                    let wire = title.map(str::to_owned);
+                    out.untagged_default = Some(DefaultVariant { name: variant_name, wire, doc: doc_of(v), payload });
                 }
             }
+        }
+        // The tagless variant's title stands for it as a tag value too, unless a tagged
+        // variant uses that value.
+        if let Some(d) = &mut out.untagged_default
+            && d.wire.as_ref().is_some_and(|w| out.variants.iter().any(|v| &v.wire == w))
+        {
+            d.wire = None;
         }
         Ok(out)
     }

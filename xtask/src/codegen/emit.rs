@@ -631,14 +631,25 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
     let missing_tag = match &t.untagged_default {
         Some(d) => {
             let id = ident(&d.name);
-            let docs = doc(d.doc.as_deref());
+            // Decoded without the tag, or with its own tag value; written without the tag.
+            let (note, own_tag) = match &d.wire {
+                Some(w) => (
+                    format!("Decoded when `{tag}` is absent or `\"{w}\"` (another value is kept in `{other}`); written without `{tag}`."),
+                    quote!(| Some(#w)),
+                ),
+                None => (format!("Decoded when `{tag}` is absent; written without it."), quote!()),
+            };
+            let docs = doc(Some(&match d.doc.as_deref() {
+                Some(text) => format!("{text}\n\n{note}"),
+                None => note,
+            }));
             match &d.payload {
                 Payload::Type(_) => {
                     let ty = payload_ty(&d.payload);
                     defs.push(quote!(#docs #id(#ty),));
                     ser.push(quote!(#name::#id(payload) => serde::Serialize::serialize(payload, serializer),));
                     tags.push(quote!(#name::#id(_) => None,));
-                    quote!(None => serde_support::payload(&value, #tag).map(#name::#id),)
+                    quote!(None #own_tag => serde_support::payload(&value, #tag).map(#name::#id),)
                 }
                 Payload::Property { wire: prop, ty } => {
                     let value = if ty.has_number() { quote!(&serde_support::Number(value)) } else { quote!(value) };
@@ -646,13 +657,13 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
                     defs.push(quote!(#docs #id(#ty),));
                     ser.push(quote!(#name::#id(value) => serde_support::serialize_property(serializer, #prop, #value),));
                     tags.push(quote!(#name::#id(_) => None,));
-                    quote!(None => serde_support::property(&value, #prop).map(#name::#id),)
+                    quote!(None #own_tag => serde_support::property(&value, #prop).map(#name::#id),)
                 }
                 Payload::Unit => {
                     defs.push(quote!(#docs #id,));
                     ser.push(quote!(#name::#id => serde::Serialize::serialize(&serde_json::Map::new(), serializer),));
                     tags.push(quote!(#name::#id => None,));
-                    quote!(None => Ok(#name::#id),)
+                    quote!(None #own_tag => Ok(#name::#id),)
                 }
             }
         }

@@ -134,6 +134,9 @@ pub struct TaggedVariant {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DefaultVariant {
     pub name: String,
+    /// The variant's own tag value (its `title`, e.g. `stdio`): some peers write the tag
+    /// anyway, and it decodes as this variant too. Not written back.
+    pub wire: Option<String>,
     pub doc: Option<String>,
     pub payload: Payload,
 }
