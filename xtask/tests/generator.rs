@@ -245,3 +245,23 @@ fn the_tagless_variant_also_reads_its_title_as_tag() {
     assert!(types.contains("None | Some(\"stdio\") => {"), "{types}");
     assert!(types.contains("Server::Stdio(payload) => serde::Serialize::serialize(payload, serializer)"), "written without the tag");
 }
+
+#[test]
+fn an_optional_or_nullable_single_property_of_a_variant_stays_optional() {
+    let types = generate(
+        "variant-optional-property",
+        json!({"Shape": {"oneOf": [
+            {"type": "object", "properties": {"kind": {"type": "string", "const": "dot"}, "label": {"type": ["string", "null"]}},
+             "required": ["kind"]},
+            {"type": "object", "properties": {"kind": {"type": "string", "const": "line"}, "length": {"type": "integer", "format": "int32"}},
+             "required": ["kind", "length"]}
+        ]}}),
+    )
+    .expect("generates");
+    // `label` may be absent or null: a struct field keeps the three cases apart.
+    assert!(!types.contains("serde_support::property(&value, \"label\")"), "{types}");
+    assert!(types.contains("Dot(ShapeDot),"), "{types}");
+    assert!(types.contains("pub struct ShapeDot {") && types.contains("pub label: Option<Option<String>>,"), "{types}");
+    // A required, non-null single property is still the variant's value.
+    assert!(types.contains("Line(i32),") && types.contains("serde_support::property(&value, \"length\")"), "{types}");
+}

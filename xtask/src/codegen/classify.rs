@@ -299,9 +299,19 @@ impl<'s> Classifier<'s> {
             .and_then(Value::as_object)
             .map(|p| p.iter().filter(|(k, _)| *k != tag).collect())
             .unwrap_or_default();
+        let required = |wire: &str| v.get("required").and_then(Value::as_array).is_some_and(|r| r.iter().any(|x| x == wire));
+        if let [(wire, schema)] = others[..] {
+            // A single property that is always there and never null is the variant's value;
+            // one that may be absent or null (or is read leniently) is a struct's field below,
+            // where absent, `null` and a value stay apart.
+            let (ty, nullable) = self.ty(name, wire, schema)?;
+            let lenient = flag(schema, "x-deserialize-default-on-error") || flag(schema, "x-deserialize-skip-invalid-items");
+            if required(wire) && !nullable && !lenient {
+                return Ok(Payload::Property { wire: wire.clone(), ty });
+            }
+        }
         match others[..] {
             [] => Ok(Payload::Unit),
-            [(wire, schema)] => Ok(Payload::Property { wire: wire.clone(), ty: self.ty(name, wire, schema)?.0 }),
             _ => {
                 // An inline object (early schemas): a struct of its own, named after the union
                 // and the variant (`ContentBlock` + `text` → `ContentBlockText`).
@@ -311,7 +321,7 @@ impl<'s> Classifier<'s> {
                     .and_then(|t| t.get("const"))
                     .and_then(Value::as_str)
                     .or_else(|| v.get("title").and_then(Value::as_str))
-                    .ok_or_else(|| CodegenError::unsupported(name, "an unnamed inline variant with several properties"))?;
+                    .ok_or_else(|| CodegenError::unsupported(name, "an unnamed inline variant with properties that are not one required value"))?;
                 let struct_name = format!("{name}{}", pascal(variant));
                 let mut def = v.clone();
                 if let Some(obj) = def.as_object_mut() {
