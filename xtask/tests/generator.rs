@@ -265,3 +265,30 @@ fn an_optional_or_nullable_single_property_of_a_variant_stays_optional() {
     // A required, non-null single property is still the variant's value.
     assert!(types.contains("Line(i32),") && types.contains("serde_support::property(&value, \"length\")"), "{types}");
 }
+
+#[test]
+fn the_schemas_discriminator_names_the_tag() {
+    // Both variants pin `shape` and `kind`; the first shared const (`shape`) would be the tag
+    // by the shape alone, but the schema says `kind`.
+    let union = |discriminator: Value| {
+        let mut shape = json!({"oneOf": [
+            {"type": "object", "properties": {"shape": {"type": "string", "const": "round"}, "kind": {"type": "string", "const": "circle"}},
+             "required": ["shape", "kind"]},
+            {"type": "object", "properties": {"shape": {"type": "string", "const": "round"}, "kind": {"type": "string", "const": "disc"}},
+             "required": ["shape", "kind"]}
+        ]});
+        if !discriminator.is_null() {
+            shape["discriminator"] = discriminator;
+        }
+        json!({"Shape": shape})
+    };
+    let types = generate("discriminator", union(json!({"propertyName": "kind"}))).expect("generates");
+    assert!(types.contains("pub const TAG: &'static str = \"kind\";"), "{types}");
+    assert!(types.contains("Some(\"circle\") =>") && types.contains("Some(\"disc\") =>"), "{types}");
+
+    let err = generate("discriminator-none", union(Value::Null)).expect_err("by shape, `shape` is the tag: two `round`s");
+    assert!(err.to_string().contains("`round` and `round`"), "{err}");
+
+    let err = generate("discriminator-missing", union(json!({"propertyName": "colour"}))).expect_err("no variant pins it");
+    assert!(err.to_string().contains("definition `Shape`") && err.to_string().contains("`colour`, which no variant pins"), "{err}");
+}

@@ -55,7 +55,7 @@ impl<'s> Classifier<'s> {
         } else if obj.contains_key("properties") || type_is(def, "object") {
             ItemKind::Struct(self.structure(name, def)?)
         } else if let Some(variants) = union_variants(def) {
-            self.union(name, variants)?
+            self.union(name, def, variants)?
         } else if let Some(prim) = prim_of(def) {
             ItemKind::Newtype(Ty::Prim(prim))
         } else if is_any(def) {
@@ -82,7 +82,7 @@ impl<'s> Classifier<'s> {
         let flatten = match union_variants(def) {
             Some(variants) => {
                 let union_name = self.flattened_union_name(name, def, variants);
-                let kind = self.union(&union_name, variants)?;
+                let kind = self.union(&union_name, def, variants)?;
                 // Named after what varies: the tag (`mode`, `action`; `type` reads as `kind`),
                 // else the last word of the union's name (`ElicitationScope` → `scope`).
                 let field = match &kind {
@@ -202,7 +202,8 @@ impl<'s> Classifier<'s> {
         Ok(name.to_owned())
     }
 
-    fn union(&mut self, name: &str, variants: &[Value]) -> Result<ItemKind> {
+    /// A union: `def` holds its `oneOf`/`anyOf` (`variants`) and any `discriminator`.
+    fn union(&mut self, name: &str, def: &Value, variants: &[Value]) -> Result<ItemKind> {
         let err = |construct: &str| CodegenError::unsupported(name, construct);
         // String constants (with an optional open `{type: string}` catch-all).
         if variants.iter().all(|v| type_is(v, "string") && v.get("properties").is_none()) {
@@ -227,7 +228,10 @@ impl<'s> Classifier<'s> {
             let repr = prim_of(&variants[0]).unwrap_or(Prim::I64);
             return Ok(ItemKind::IntConsts { repr, consts });
         }
-        if let Some(tag) = discriminator(variants) {
+        if let Some(tag) = discriminator(def, variants) {
+            if !variants.iter().any(|v| tag_const(v, &tag).is_some()) {
+                return Err(err(&format!("`discriminator.propertyName` `{tag}`, which no variant pins with a `const` string")));
+            }
             return self.tagged(name, &tag, variants).map(ItemKind::Tagged);
         }
         let mut out = Vec::new();
@@ -249,7 +253,7 @@ impl<'s> Classifier<'s> {
         let mut out = Tagged { tag: tag.to_owned(), variants: Vec::new(), untagged_default: None };
         for v in variants {
             let tag_schema = v.get("properties").and_then(|p| p.get(tag));
-            let constant = tag_schema.and_then(|t| t.get("const")).and_then(Value::as_str);
+            let constant = tag_const(v, tag);
             match (constant, tag_schema) {
                 (Some(wire), _) => out.variants.push(TaggedVariant {
                     wire: wire.to_owned(),
@@ -315,11 +319,7 @@ impl<'s> Classifier<'s> {
             _ => {
                 // An inline object (early schemas): a struct of its own, named after the union
                 // and the variant (`ContentBlock` + `text` → `ContentBlockText`).
-                let variant = v
-                    .get("properties")
-                    .and_then(|p| p.get(tag))
-                    .and_then(|t| t.get("const"))
-                    .and_then(Value::as_str)
+                let variant = tag_const(v, tag)
                     .or_else(|| v.get("title").and_then(Value::as_str))
                     .ok_or_else(|| CodegenError::unsupported(name, "an unnamed inline variant with properties that are not one required value"))?;
                 let struct_name = format!("{name}{}", pascal(variant));
@@ -349,7 +349,7 @@ impl<'s> Classifier<'s> {
     /// (`ElicitationSessionScope` | `ElicitationRequestScope` → `ElicitationScope`).
     fn flattened_union_name(&self, parent: &str, def: &Value, variants: &[Value]) -> String {
         let base = strip_suffixes(parent);
-        if let Some(tag) = discriminator(variants) {
+        if let Some(tag) = discriminator(def, variants) {
             return format!("{base}{}", pascal(&tag));
         }
         let refs: Vec<&str> = variants
@@ -368,7 +368,6 @@ impl<'s> Classifier<'s> {
                 return name;
             }
         }
-        let _ = def;
         format!("{base}Kind")
     }
 
@@ -415,8 +414,18 @@ fn union_variants(def: &Value) -> Option<&[Value]> {
     def.get("oneOf").or_else(|| def.get("anyOf")).and_then(Value::as_array).map(Vec::as_slice)
 }
 
-/// The property every tagged variant pins with a `const` string, if the union is tagged.
-fn discriminator(variants: &[Value]) -> Option<String> {
+/// The `const` string a variant pins `tag` to.
+fn tag_const<'v>(v: &'v Value, tag: &str) -> Option<&'v str> {
+    v.get("properties")?.get(tag)?.get("const")?.as_str()
+}
+
+/// The property that tells the variants apart, if the union is tagged: the schema's
+/// `discriminator.propertyName` when it gives one, else the property every tagged variant
+/// pins with a `const` string (the first, in the schema's order, if several).
+fn discriminator(def: &Value, variants: &[Value]) -> Option<String> {
+    if let Some(name) = def.get("discriminator").and_then(|d| d.get("propertyName")).and_then(Value::as_str) {
+        return Some(name.to_owned());
+    }
     let const_props = |v: &Value| -> Vec<String> {
         v.get("properties")
             .and_then(Value::as_object)
