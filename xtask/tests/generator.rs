@@ -292,3 +292,38 @@ fn the_schemas_discriminator_names_the_tag() {
     let err = generate("discriminator-missing", union(json!({"propertyName": "colour"}))).expect_err("no variant pins it");
     assert!(err.to_string().contains("definition `Shape`") && err.to_string().contains("`colour`, which no variant pins"), "{err}");
 }
+
+#[test]
+fn integer_formats_map_to_their_rust_types_and_constants_must_fit() {
+    let int = |format: &str| json!({"type": "integer", "format": format});
+    let types = generate(
+        "int-formats",
+        json!({"Sizes": {"type": "object", "properties": {
+            "a": int("int8"), "b": int("int16"), "c": int("uint8"), "d": int("uint"), "e": int("int"), "f": {"type": "integer"}
+        }, "required": ["a", "b", "c", "d", "e", "f"]}}),
+    )
+    .expect("generates");
+    for field in ["pub a: i8,", "pub b: i16,", "pub c: u8,", "pub d: u64,", "pub e: i64,", "pub f: i64,"] {
+        assert!(types.contains(field), "{field}: {types}");
+    }
+
+    let codes = |format: &str, value: i64| {
+        json!({"Code": {"anyOf": [
+            {"title": "Small", "type": "integer", "format": format, "const": value},
+            {"title": "Other", "type": "integer", "format": format}
+        ]}})
+    };
+    let types = generate("int-const-fits", codes("uint8", 255)).expect("255 fits a u8");
+    assert!(types.contains("pub struct Code(pub u8);") && types.contains("pub const SMALL: Code = Code(255);"), "{types}");
+    let types = generate("int-const-i32", codes("int32", -32601)).expect("fits an i32");
+    assert!(types.contains("pub const SMALL: Code = Code(-32601);"), "{types}");
+    for (name, format, value) in [("int-const-u8", "uint8", 300), ("int-const-neg", "uint16", -1), ("int-const-i32-over", "int32", 1 << 40)] {
+        let err = generate(name, codes(format, value)).expect_err("out of range");
+        let message = err.to_string();
+        assert!(message.contains("definition `Code`") && message.contains(&format!("`Small` = {value}, out of the range")), "{message}");
+    }
+
+    let err = generate("int-format-unknown", json!({"Big": {"type": "object", "properties": {"n": int("int128")}}}))
+        .expect_err("an unknown format is not guessed");
+    assert!(err.to_string().contains("`Big`") && err.to_string().contains("integer format `int128`"), "{err}");
+}

@@ -57,7 +57,7 @@ impl<'s> Classifier<'s> {
         } else if let Some(variants) = union_variants(def) {
             self.union(name, def, variants)?
         } else if let Some(prim) = prim_of(def) {
-            ItemKind::Newtype(Ty::Prim(prim))
+            ItemKind::Newtype(Ty::Prim(prim.map_err(|e| err(&e))?))
         } else if is_any(def) {
             ItemKind::Any
         } else {
@@ -184,9 +184,7 @@ impl<'s> Classifier<'s> {
                 Some(v @ Value::Object(_)) => Ty::Map(Box::new(self.ty(parent, field, v)?.0)),
                 _ => Ty::Object,
             },
-            _ => Ty::Prim(
-                prim_from(t, node.get("format").and_then(Value::as_str)).ok_or_else(|| err(&format!("type `{t}`")))?,
-            ),
+            _ => Ty::Prim(prim_from(t, node.get("format").and_then(Value::as_str)).map_err(|e| err(&e))?),
         };
         Ok((ty, nullable))
     }
@@ -218,14 +216,22 @@ impl<'s> Classifier<'s> {
         }
         // Integer constants (`ErrorCode`).
         if variants.iter().all(|v| type_is(v, "integer")) {
+            let repr = prim_of(&variants[0]).unwrap_or(Ok(Prim::I64)).map_err(|e| err(&e))?;
+            let (lo, hi) = repr.int_range().ok_or_else(|| err("integer constants of a non-integer type"))?;
             let mut consts = Vec::new();
             for v in variants {
-                if let Some(value) = v.get("const").and_then(Value::as_i64) {
-                    let title = v.get("title").and_then(Value::as_str).ok_or_else(|| err("an untitled integer constant"))?;
-                    consts.push(IntConst { name: screaming(title), value, doc: doc_of(v) });
+                let Some(constant) = v.get("const") else { continue };
+                let title = v.get("title").and_then(Value::as_str).ok_or_else(|| err("an untitled integer constant"))?;
+                let value = constant
+                    .as_i64()
+                    .filter(|&n| (lo..=hi).contains(&i128::from(n)))
+                    .ok_or_else(|| err(&format!("integer constant `{title}` = {constant}, out of the range of its type ({lo}..={hi})")))?;
+                let name = screaming(title);
+                if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
+                    return Err(err(&format!("integer constant titled `{title}`, which makes no Rust name")));
                 }
+                consts.push(IntConst { name, value, doc: doc_of(v) });
             }
-            let repr = prim_of(&variants[0]).unwrap_or(Prim::I64);
             return Ok(ItemKind::IntConsts { repr, consts });
         }
         if let Some(tag) = discriminator(def, variants) {
@@ -490,25 +496,34 @@ pub fn doc_of(v: &Value) -> Option<String> {
     v.get("description").and_then(Value::as_str).map(str::trim).filter(|d| !d.is_empty()).map(str::to_owned)
 }
 
-fn prim_of(v: &Value) -> Option<Prim> {
+/// The primitive a schema with a single `type` names, or why it cannot be one; `None` when
+/// `type` is not a single string.
+fn prim_of(v: &Value) -> Option<std::result::Result<Prim, String>> {
     match v.get("type")? {
-        Value::String(t) => prim_from(t, v.get("format").and_then(Value::as_str)),
+        Value::String(t) => Some(prim_from(t, v.get("format").and_then(Value::as_str))),
         _ => None,
     }
 }
 
-fn prim_from(t: &str, format: Option<&str>) -> Option<Prim> {
-    Some(match (t, format) {
+/// A JSON Schema `type` (and `format`) as a Rust primitive. Integer formats are the ones
+/// schemars writes (`int8` ... `uint64`, `int` / `uint` for `isize` / `usize`, read as 64
+/// bits); no format is `i64`, and an unknown one an error rather than a guess.
+fn prim_from(t: &str, format: Option<&str>) -> std::result::Result<Prim, String> {
+    Ok(match (t, format) {
         ("string", _) => Prim::String,
         ("boolean", _) => Prim::Bool,
         ("number", _) => Prim::F64,
         ("null", _) => Prim::Null,
+        ("integer", Some("int8")) => Prim::I8,
+        ("integer", Some("int16")) => Prim::I16,
         ("integer", Some("int32")) => Prim::I32,
+        ("integer", None | Some("int64" | "int")) => Prim::I64,
+        ("integer", Some("uint8")) => Prim::U8,
         ("integer", Some("uint16")) => Prim::U16,
         ("integer", Some("uint32")) => Prim::U32,
-        ("integer", Some("uint64")) => Prim::U64,
-        ("integer", _) => Prim::I64,
-        _ => return None,
+        ("integer", Some("uint64" | "uint")) => Prim::U64,
+        ("integer", Some(other)) => return Err(format!("integer format `{other}`")),
+        (other, _) => return Err(format!("type `{other}`")),
     })
 }
 

@@ -73,8 +73,11 @@ fn prim_name(p: Prim) -> Option<&'static str> {
     Some(match p {
         Prim::String => "String",
         Prim::Bool => "bool",
+        Prim::I8 => "i8",
+        Prim::I16 => "i16",
         Prim::I32 => "i32",
         Prim::I64 => "i64",
+        Prim::U8 => "u8",
         Prim::U16 => "u16",
         Prim::U32 => "u32",
         Prim::U64 => "u64",
@@ -574,11 +577,10 @@ fn int_consts(gate: &TokenStream, name: &proc_macro2::Ident, repr: Prim, consts:
     }
 }
 
+/// A constant of an integer type; classification checked that `value` fits `repr`.
 fn int_literal(repr: Prim, value: i64) -> Literal {
-    match repr {
-        Prim::I32 => Literal::i32_unsuffixed(value as i32),
-        _ => Literal::i64_unsuffixed(value),
-    }
+    debug_assert!(repr.int_range().is_some_and(|(lo, hi)| (lo..=hi).contains(&i128::from(value))));
+    Literal::i64_unsuffixed(value)
 }
 
 fn payload_ty(p: &Payload) -> Option<TokenStream> {

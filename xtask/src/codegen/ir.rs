@@ -177,13 +177,33 @@ pub enum Ty {
 pub enum Prim {
     String,
     Bool,
+    I8,
+    I16,
     I32,
     I64,
+    U8,
     U16,
     U32,
     U64,
     F64,
     Null,
+}
+
+impl Prim {
+    /// The values an integer type holds; `None` for the other types.
+    pub fn int_range(self) -> Option<(i128, i128)> {
+        Some(match self {
+            Prim::I8 => (i8::MIN.into(), i8::MAX.into()),
+            Prim::I16 => (i16::MIN.into(), i16::MAX.into()),
+            Prim::I32 => (i32::MIN.into(), i32::MAX.into()),
+            Prim::I64 => (i64::MIN.into(), i64::MAX.into()),
+            Prim::U8 => (0, u8::MAX.into()),
+            Prim::U16 => (0, u16::MAX.into()),
+            Prim::U32 => (0, u32::MAX.into()),
+            Prim::U64 => (0, u64::MAX.into()),
+            Prim::String | Prim::Bool | Prim::F64 | Prim::Null => return None,
+        })
+    }
 }
 
 impl Ty {
