@@ -121,10 +121,14 @@ fn optional_fields_get_setters_and_required_ones_the_constructor() {
         "setters",
         json!({"Point": {"type": "object", "properties": {
             "x": {"type": "integer", "format": "int64"},
-            "label": {"type": ["string", "null"]}
+            "label": {"type": ["string", "null"]},
+            "raw": {"description": "Any JSON value."}
         }, "required": ["x"]}}),
     )
     .expect("generates");
+    // No `type`: any JSON value, `null` included, so absent and `null` are `None` and `Some(Value::Null)`.
+    assert!(types.contains("pub raw: Option<serde_json::Value>,"), "{types}");
+    assert!(types.contains("raw: \"raw\" => optional(Present),"), "a present null is kept: {types}");
     assert!(types.contains("pub fn new(x: i64) -> Self"), "{types}");
     assert!(types.contains("pub label: Option<Option<String>>,"), "optional + nullable keeps null apart from absent");
     assert!(types.contains("pub fn label(mut self, label: Option<String>) -> Self"));
