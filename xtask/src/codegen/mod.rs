@@ -373,6 +373,9 @@ fn methods_module(model: &Model) -> Result<TokenStream> {
     Ok(quote! {
         //! Method names, the request / response / notification enums of each direction, and the
         //! `Agent` and `Client` traits with their dispatch.
+        // The envelopes hold the params and results by value, as the types hold their fields:
+        // boxing the large ones would cost an allocation per message and change the API.
+        #![allow(clippy::large_enum_variant)]
         use super::types::*;
         use crate::serde_support;
 
