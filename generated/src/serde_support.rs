@@ -30,6 +30,272 @@ impl UnknownVariant {
     }
 }
 
+/// A JSON object whose members all have one type (`additionalProperties` in the schema),
+/// kept in the order they came and written back in it: the order can matter to the peer (the
+/// fields of an elicitation form are shown in it).
+///
+/// Backed by a `Vec`, so lookups are linear, which suits the small objects of the protocol.
+/// A key written twice on the wire keeps its first place and its last value, as
+/// `serde_json::Map` does. Two maps are equal when they hold the same entries, in any order.
+#[derive(Debug, Clone)]
+pub struct OrderedMap<V>(Vec<(String, V)>);
+
+impl<V> Default for OrderedMap<V> {
+    fn default() -> Self {
+        OrderedMap(Vec::new())
+    }
+}
+
+impl<V> OrderedMap<V> {
+    pub fn new() -> Self {
+        OrderedMap(Vec::new())
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn get(&self, key: &str) -> Option<&V> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut V> {
+        self.0.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Sets `key` to `value`: in its place when the key is there (returning the old value),
+    /// else at the end.
+    pub fn insert(&mut self, key: impl Into<String>, value: V) -> Option<V> {
+        let key = key.into();
+        match self.get_mut(&key) {
+            Some(slot) => Some(std::mem::replace(slot, value)),
+            None => {
+                self.0.push((key, value));
+                None
+            }
+        }
+    }
+
+    /// Removes `key`, keeping the others in order.
+    pub fn remove(&mut self, key: &str) -> Option<V> {
+        let at = self.0.iter().position(|(k, _)| k == key)?;
+        Some(self.0.remove(at).1)
+    }
+
+    /// The entries, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &V)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(k, _)| k.as_str())
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.0.iter().map(|(_, v)| v)
+    }
+
+    /// The entries, in order.
+    pub fn as_slice(&self) -> &[(String, V)] {
+        &self.0
+    }
+
+    /// The entries, in order.
+    pub fn into_vec(self) -> Vec<(String, V)> {
+        self.0
+    }
+
+    /// Entries as read from the wire: a repeated key keeps its first place and its last value.
+    fn from_wire(entries: Vec<(String, V)>) -> Self {
+        let mut order: Vec<usize> = (0..entries.len()).collect();
+        order.sort_by(|&a, &b| entries[a].0.cmp(&entries[b].0).then(a.cmp(&b)));
+        if order.windows(2).all(|w| entries[w[0]].0 != entries[w[1]].0) {
+            return OrderedMap(entries);
+        }
+        // For the first occurrence of each key, the index of its last one.
+        let mut last_of = vec![None; entries.len()];
+        for run in order.chunk_by(|&a, &b| entries[a].0 == entries[b].0) {
+            last_of[run[0]] = run.last().copied();
+        }
+        let mut slots: Vec<Option<(String, V)>> = entries.into_iter().map(Some).collect();
+        let mut out = Vec::new();
+        for first in 0..slots.len() {
+            let (Some(last), Some((key, value))) = (last_of[first], slots[first].take()) else { continue };
+            let value = match slots.get_mut(last).and_then(Option::take) {
+                Some((_, later)) if last != first => later,
+                _ => value,
+            };
+            out.push((key, value));
+        }
+        OrderedMap(out)
+    }
+}
+
+impl<V: PartialEq> PartialEq for OrderedMap<V> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().all(|(k, v)| other.get(k) == Some(v))
+    }
+}
+
+impl<V: Eq> Eq for OrderedMap<V> {}
+
+impl<V: std::hash::Hash> std::hash::Hash for OrderedMap<V> {
+    /// In key order, as equality ignores the order.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let mut entries: Vec<&(String, V)> = self.0.iter().collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries.hash(state);
+    }
+}
+
+impl<K: Into<String>, V> FromIterator<(K, V)> for OrderedMap<V> {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        let mut map = OrderedMap::new();
+        map.extend(iter);
+        map
+    }
+}
+
+impl<K: Into<String>, V> Extend<(K, V)> for OrderedMap<V> {
+    fn extend<I: IntoIterator<Item = (K, V)>>(&mut self, iter: I) {
+        for (k, v) in iter {
+            self.insert(k, v);
+        }
+    }
+}
+
+impl<K: Into<String>, V, const N: usize> From<[(K, V); N]> for OrderedMap<V> {
+    fn from(entries: [(K, V); N]) -> Self {
+        entries.into_iter().collect()
+    }
+}
+
+impl<V> From<Vec<(String, V)>> for OrderedMap<V> {
+    fn from(entries: Vec<(String, V)>) -> Self {
+        OrderedMap::from_wire(entries)
+    }
+}
+
+impl<V> From<std::collections::BTreeMap<String, V>> for OrderedMap<V> {
+    fn from(map: std::collections::BTreeMap<String, V>) -> Self {
+        OrderedMap(map.into_iter().collect())
+    }
+}
+
+impl<V> IntoIterator for OrderedMap<V> {
+    type Item = (String, V);
+    type IntoIter = std::vec::IntoIter<(String, V)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl<V: Serialize> Serialize for OrderedMap<V> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for OrderedMap<V> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor<V>(std::marker::PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> serde::de::Visitor<'de> for Visitor<V> {
+            type Value = OrderedMap<V>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<OrderedMap<V>, A::Error> {
+                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
+                while let Some(entry) = map.next_entry::<String, V>()? {
+                    entries.push(entry);
+                }
+                Ok(OrderedMap::from_wire(entries))
+            }
+        }
+        d.deserialize_map(Visitor(std::marker::PhantomData))
+    }
+}
+
+/// The schema of a map with string keys, as schemars gives it for `BTreeMap<String, V>`.
+#[cfg(feature = "schemars")]
+impl<V: schemars::JsonSchema> schemars::JsonSchema for OrderedMap<V> {
+    fn inline_schema() -> bool {
+        <std::collections::BTreeMap<String, V> as schemars::JsonSchema>::inline_schema()
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        <std::collections::BTreeMap<String, V> as schemars::JsonSchema>::schema_name()
+    }
+    fn schema_id() -> std::borrow::Cow<'static, str> {
+        <std::collections::BTreeMap<String, V> as schemars::JsonSchema>::schema_id()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <std::collections::BTreeMap<String, V> as schemars::JsonSchema>::json_schema(generator)
+    }
+}
+
+/// A `number` written as JavaScript writes it (`JSON.stringify`, what most ACP peers use): a
+/// finite integral value within ±2^53 without a fraction (`1`, not `1.0`), any other as a float.
+/// The Rust type stays `f64`; decoding accepts both forms.
+pub trait JsonNumber {
+    fn serialize_number<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error>;
+}
+
+/// 2^53: beyond it not every integer is an `f64`, and JavaScript's safe integers end.
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_992.0;
+
+impl JsonNumber for f64 {
+    fn serialize_number<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.is_finite() && self.fract() == 0.0 && self.abs() <= MAX_SAFE_INTEGER {
+            serializer.serialize_i64(*self as i64)
+        } else {
+            serializer.serialize_f64(*self)
+        }
+    }
+}
+
+impl<T: JsonNumber> JsonNumber for Option<T> {
+    fn serialize_number<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Some(value) => serializer.serialize_some(&Number(value)),
+            None => serializer.serialize_none(),
+        }
+    }
+}
+
+impl<T: JsonNumber> JsonNumber for Vec<T> {
+    fn serialize_number<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter().map(Number))
+    }
+}
+
+impl<T: JsonNumber> JsonNumber for OrderedMap<T> {
+    fn serialize_number<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter().map(|(k, v)| (k, Number(v))))
+    }
+}
+
+/// A value holding numbers, serialised through [`JsonNumber`].
+pub struct Number<'a, T: ?Sized>(pub &'a T);
+
+impl<T: JsonNumber + ?Sized> Serialize for Number<'_, T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize_number(serializer)
+    }
+}
+
+/// `serialize_with` for fields and variants holding numbers (see [`JsonNumber`]).
+pub fn number<T: JsonNumber + ?Sized, S: Serializer>(value: &T, serializer: S) -> Result<S::Ok, S::Error> {
+    value.serialize_number(serializer)
+}
+
 /// A malformed value decodes as the type's default instead of failing the whole message.
 pub fn default_on_error<'de, D: Deserializer<'de>, T: DeserializeOwned + Default>(d: D) -> Result<T, D::Error> {
     let value = Value::deserialize(d)?;
@@ -64,6 +330,12 @@ pub fn opt_vec_skip_invalid_or_default<'de, D: Deserializer<'de>, T: Deserialize
         Value::Array(values) => Some(items(values)),
         _ => None,
     })
+}
+
+/// An optional field whose type holds `null` itself (any JSON value) that is present: `null`
+/// is `Some(Value::Null)`, so it stays apart from absent (`None`).
+pub fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
 /// An optional, nullable field that is present: `null` is `Some(None)`, a value `Some(Some(v))`.
@@ -295,6 +567,14 @@ pub enum Tri {}
 impl<T: for<'a> Deserialize<'a>> Lenient<Option<Option<T>>> for Tri {
     fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
         Option::<T>::deserialize(d).map(Some)
+    }
+}
+
+/// [`present`]
+pub enum Present {}
+impl<T: for<'a> Deserialize<'a>> Lenient<Option<T>> for Present {
+    fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<T>, D::Error> {
+        T::deserialize(d).map(Some)
     }
 }
 

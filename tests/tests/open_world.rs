@@ -117,6 +117,33 @@ fn absent_and_null_stay_distinct() {
 }
 
 #[test]
+fn null_stays_apart_from_absent_for_free_form_values() {
+    // `rawInput` / `rawOutput` / `Error.data` have no `type` (any JSON value): `null` is a value
+    // (in an update it can mean "clear"), absent is `None`.
+    use acp_types::{Error, ToolCallUpdate};
+    for update in [
+        json!({"toolCallId": "c1", "rawOutput": null}),
+        json!({"toolCallId": "c1", "rawInput": null, "rawOutput": {"ok": true}}),
+        json!({"toolCallId": "c1"}),
+    ] {
+        let decoded: ToolCallUpdate = serde_json::from_value(update.clone()).expect("decodes");
+        assert_eq!(decoded.raw_output.is_some(), update.get("rawOutput").is_some());
+        assert_eq!(serde_json::to_value(&decoded).expect("encodes"), update);
+    }
+    let cleared: ToolCallUpdate = serde_json::from_value(json!({"toolCallId": "c1", "rawOutput": null})).unwrap();
+    assert_eq!(cleared.raw_output, Some(Value::Null));
+    assert_eq!(
+        serde_json::to_value(ToolCallUpdate::new("c1").raw_output(Value::Null)).unwrap(),
+        json!({"toolCallId": "c1", "rawOutput": null})
+    );
+
+    for error in [json!({"code": -32603, "message": "m", "data": null}), json!({"code": -32603, "message": "m"})] {
+        let decoded: Error = serde_json::from_value(error.clone()).expect("decodes");
+        assert_eq!(serde_json::to_value(&decoded).expect("encodes"), error);
+    }
+}
+
+#[test]
 fn unknown_elicitation_scope_is_kept_without_the_mode_tag() {
     use acp_types::{CreateElicitationMode, CreateElicitationRequest, ElicitationScope};
     let scope = |r: &CreateElicitationRequest| match &r.mode {

@@ -23,8 +23,9 @@
 //! own properties merged with the chosen alternative (SessionConfigOption,
 //! SetSessionConfigOptionRequest, CreateElicitationRequest, ...).
 //!
-//! One normalisation before comparing: `null` is dropped for the few properties where the
-//! generated type reads it as absent ([`NULL_READS_AS_ABSENT`], each with its reason).
+//! One normalisation before comparing: `null` is dropped for the properties where the
+//! generated type reads it as absent ([`NULL_READS_AS_ABSENT`], each with its reason: only
+//! `_meta`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -454,7 +455,7 @@ impl<'a> Gen<'a> {
             "string" => Value::String(self.string()),
             "boolean" => Value::Bool(self.rng.percent(50)),
             "integer" => self.integer(s),
-            "number" => Value::from((self.rng.next_u64() as i32) as f64 / 16.0),
+            "number" => js_number((self.rng.next_u64() as i32) as f64 / 16.0),
             "array" => {
                 let items = s.get("items").expect("array schema with items");
                 let n = if deep { 0 } else { self.rng.below(4) };
@@ -527,6 +528,12 @@ fn show(path: &[Seg]) -> String {
         .collect()
 }
 
+/// A typed `number` as a JavaScript peer writes it (`JSON.stringify`): integral values without
+/// a fraction (`1`, not `1.0`), which is also how the generated types write them back.
+fn js_number(x: f64) -> Value {
+    if x.fract() == 0.0 && x.abs() <= 9_007_199_254_740_992.0 { Value::from(x as i64) } else { Value::from(x) }
+}
+
 // ---- decoding through the envelope enums -------------------------------------------------------
 
 /// Decodes `text` as `m`'s params or result through the envelope enum of its direction and
@@ -555,14 +562,8 @@ fn decode(m: &Method, text: &str) -> Result<Value, String> {
 
 /// Properties whose `null` re-encodes as absent, each with its reason. Everything else must
 /// re-encode exactly.
-const NULL_READS_AS_ABSENT: &[(&str, &str)] = &[
-    ("_meta", "the spec defines absent and `null` as the same; the field is a plain `Option`"),
-    (
-        "rawInput",
-        "ToolCall / ToolCallUpdate: a free-form value (no `type`) is an `Option<serde_json::Value>`, so `null` reads as absent",
-    ),
-    ("rawOutput", "as rawInput"),
-];
+const NULL_READS_AS_ABSENT: &[(&str, &str)] =
+    &[("_meta", "the spec defines absent and `null` as the same; the field is a plain `Option`")];
 
 /// Drops the [`NULL_READS_AS_ABSENT`] properties that are `null`, everywhere.
 fn normalise(v: &mut Value) {

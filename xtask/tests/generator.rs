@@ -88,6 +88,7 @@ fn tagged_union_wraps_payloads_and_keeps_unknown_kinds() {
     assert!(types.contains("Other(serde_support::UnknownVariant),"));
     assert!(types.contains("pub const TAG: &'static str = \"kind\";"));
     assert!(types.contains("pub radius: f64,"));
+    assert!(types.contains("#[serde(serialize_with = \"serde_support::number\")]"), "numbers are written as JavaScript writes them");
 }
 
 #[test]
@@ -120,10 +121,14 @@ fn optional_fields_get_setters_and_required_ones_the_constructor() {
         "setters",
         json!({"Point": {"type": "object", "properties": {
             "x": {"type": "integer", "format": "int64"},
-            "label": {"type": ["string", "null"]}
+            "label": {"type": ["string", "null"]},
+            "raw": {"description": "Any JSON value."}
         }, "required": ["x"]}}),
     )
     .expect("generates");
+    // No `type`: any JSON value, `null` included, so absent and `null` are `None` and `Some(Value::Null)`.
+    assert!(types.contains("pub raw: Option<serde_json::Value>,"), "{types}");
+    assert!(types.contains("raw: \"raw\" => optional(Present),"), "a present null is kept: {types}");
     assert!(types.contains("pub fn new(x: i64) -> Self"), "{types}");
     assert!(types.contains("pub label: Option<Option<String>>,"), "optional + nullable keeps null apart from absent");
     assert!(types.contains("pub fn label(mut self, label: Option<String>) -> Self"));
@@ -184,4 +189,145 @@ fn vendoring_selects_features_and_adds_derives() {
 
     let err = codegen::vendor(&settings, &["unstable_teleport".into()], true, &[]).expect_err("unknown feature");
     assert!(err.to_string().contains("unstable_teleport"));
+}
+
+#[test]
+fn setters_never_shadow_methods_the_type_already_has() {
+    // `NumberPropertySchema` has a `default` property and derives `Default`: a setter named
+    // `default` would make `NumberPropertySchema::default()` call it (E0061).
+    let types = generate(
+        "setter-names",
+        json!({"Knob": {"type": "object", "properties": {
+            "default": {"type": ["number", "null"]},
+            "new": {"type": "string"},
+            "clone": {"type": "boolean"},
+            "title": {"type": "string"}
+        }}}),
+    )
+    .expect("generates");
+    assert!(types.contains("pub fn default_value(mut self, default: Option<f64>) -> Self"), "{types}");
+    assert!(types.contains("pub fn new_value(mut self, new: impl Into<String>) -> Self"));
+    assert!(types.contains("pub fn clone_value(mut self, clone: bool) -> Self"));
+    assert!(types.contains("pub fn title(mut self, title: impl Into<String>) -> Self"));
+    assert!(types.contains("assert_eq!(super::Knob::default(), super::Knob::new());"), "the generated test covers it");
+}
+
+#[test]
+fn two_schema_names_for_one_rust_name_are_errors() {
+    let cases = [
+        ("props", json!({"Holder": {"type": "object", "properties": {"fooBar": {"type": "string"}, "foo_bar": {"type": "string"}}}}), "properties `fooBar` and `foo_bar`, which both become the Rust field `foo_bar`"),
+        ("meta", json!({"Holder": {"type": "object", "properties": {"meta": {"type": "string"}, "_meta": {"type": "object"}}}}), "properties `meta` and `_meta`, which both become the Rust field `meta`"),
+        ("values", json!({"Holder": {"type": "string", "enum": ["end_turn", "endTurn"]}}), "values `end_turn` and `endTurn`, which both become the Rust variant `EndTurn`"),
+        ("tags", json!({"Holder": {"oneOf": [
+            {"type": "object", "properties": {"kind": {"type": "string", "const": "end_turn"}}, "required": ["kind"]},
+            {"type": "object", "properties": {"kind": {"type": "string", "const": "end-turn"}}, "required": ["kind"]}
+        ]}}), "variants `end_turn` and `end-turn`, which both become the Rust variant `EndTurn`"),
+        ("setters", json!({"Holder": {"type": "object", "properties": {"default": {"type": "string"}, "defaultValue": {"type": "string"}}}}), "properties `default` and `defaultValue`, which both become the Rust method `default_value`"),
+    ];
+    for (name, defs, expected) in cases {
+        let err = generate(&format!("clash-{name}"), defs).expect_err("a name clash is an error");
+        let message = err.to_string();
+        assert!(message.contains("definition `Holder`") && message.contains(expected), "{name}: {message}");
+    }
+}
+
+#[test]
+fn the_tagless_variant_also_reads_its_title_as_tag() {
+    let types = generate(
+        "tagless",
+        json!({
+            "Server": {"anyOf": [
+                {"type": "object", "properties": {"type": {"type": "string", "const": "http"}}, "required": ["type"],
+                 "allOf": [{"$ref": "#/$defs/Http"}]},
+                {"title": "stdio", "allOf": [{"$ref": "#/$defs/Stdio"}]}
+            ]},
+            "Http": {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]},
+            "Stdio": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+        }),
+    )
+    .expect("generates");
+    assert!(types.contains("None | Some(\"stdio\") => {"), "{types}");
+    assert!(types.contains("Server::Stdio(payload) => serde::Serialize::serialize(payload, serializer)"), "written without the tag");
+}
+
+#[test]
+fn an_optional_or_nullable_single_property_of_a_variant_stays_optional() {
+    let types = generate(
+        "variant-optional-property",
+        json!({"Shape": {"oneOf": [
+            {"type": "object", "properties": {"kind": {"type": "string", "const": "dot"}, "label": {"type": ["string", "null"]}},
+             "required": ["kind"]},
+            {"type": "object", "properties": {"kind": {"type": "string", "const": "line"}, "length": {"type": "integer", "format": "int32"}},
+             "required": ["kind", "length"]}
+        ]}}),
+    )
+    .expect("generates");
+    // `label` may be absent or null: a struct field keeps the three cases apart.
+    assert!(!types.contains("serde_support::property(&value, \"label\")"), "{types}");
+    assert!(types.contains("Dot(ShapeDot),"), "{types}");
+    assert!(types.contains("pub struct ShapeDot {") && types.contains("pub label: Option<Option<String>>,"), "{types}");
+    // A required, non-null single property is still the variant's value.
+    assert!(types.contains("Line(i32),") && types.contains("serde_support::property(&value, \"length\")"), "{types}");
+}
+
+#[test]
+fn the_schemas_discriminator_names_the_tag() {
+    // Both variants pin `shape` and `kind`; the first shared const (`shape`) would be the tag
+    // by the shape alone, but the schema says `kind`.
+    let union = |discriminator: Value| {
+        let mut shape = json!({"oneOf": [
+            {"type": "object", "properties": {"shape": {"type": "string", "const": "round"}, "kind": {"type": "string", "const": "circle"}},
+             "required": ["shape", "kind"]},
+            {"type": "object", "properties": {"shape": {"type": "string", "const": "round"}, "kind": {"type": "string", "const": "disc"}},
+             "required": ["shape", "kind"]}
+        ]});
+        if !discriminator.is_null() {
+            shape["discriminator"] = discriminator;
+        }
+        json!({"Shape": shape})
+    };
+    let types = generate("discriminator", union(json!({"propertyName": "kind"}))).expect("generates");
+    assert!(types.contains("pub const TAG: &'static str = \"kind\";"), "{types}");
+    assert!(types.contains("Some(\"circle\") =>") && types.contains("Some(\"disc\") =>"), "{types}");
+
+    let err = generate("discriminator-none", union(Value::Null)).expect_err("by shape, `shape` is the tag: two `round`s");
+    assert!(err.to_string().contains("`round` and `round`"), "{err}");
+
+    let err = generate("discriminator-missing", union(json!({"propertyName": "colour"}))).expect_err("no variant pins it");
+    assert!(err.to_string().contains("definition `Shape`") && err.to_string().contains("`colour`, which no variant pins"), "{err}");
+}
+
+#[test]
+fn integer_formats_map_to_their_rust_types_and_constants_must_fit() {
+    let int = |format: &str| json!({"type": "integer", "format": format});
+    let types = generate(
+        "int-formats",
+        json!({"Sizes": {"type": "object", "properties": {
+            "a": int("int8"), "b": int("int16"), "c": int("uint8"), "d": int("uint"), "e": int("int"), "f": {"type": "integer"}
+        }, "required": ["a", "b", "c", "d", "e", "f"]}}),
+    )
+    .expect("generates");
+    for field in ["pub a: i8,", "pub b: i16,", "pub c: u8,", "pub d: u64,", "pub e: i64,", "pub f: i64,"] {
+        assert!(types.contains(field), "{field}: {types}");
+    }
+
+    let codes = |format: &str, value: i64| {
+        json!({"Code": {"anyOf": [
+            {"title": "Small", "type": "integer", "format": format, "const": value},
+            {"title": "Other", "type": "integer", "format": format}
+        ]}})
+    };
+    let types = generate("int-const-fits", codes("uint8", 255)).expect("255 fits a u8");
+    assert!(types.contains("pub struct Code(pub u8);") && types.contains("pub const SMALL: Code = Code(255);"), "{types}");
+    let types = generate("int-const-i32", codes("int32", -32601)).expect("fits an i32");
+    assert!(types.contains("pub const SMALL: Code = Code(-32601);"), "{types}");
+    for (name, format, value) in [("int-const-u8", "uint8", 300), ("int-const-neg", "uint16", -1), ("int-const-i32-over", "int32", 1 << 40)] {
+        let err = generate(name, codes(format, value)).expect_err("out of range");
+        let message = err.to_string();
+        assert!(message.contains("definition `Code`") && message.contains(&format!("`Small` = {value}, out of the range")), "{message}");
+    }
+
+    let err = generate("int-format-unknown", json!({"Big": {"type": "object", "properties": {"n": int("int128")}}}))
+        .expect_err("an unknown format is not guessed");
+    assert!(err.to_string().contains("`Big`") && err.to_string().contains("integer format `int128`"), "{err}");
 }

@@ -14,7 +14,6 @@
     clippy::large_enum_variant,
     clippy::doc_lazy_continuation,
     rustdoc::bare_urls,
-    rustdoc::broken_intra_doc_links,
     rustdoc::invalid_html_tags
 )]
 use crate::serde_support;
@@ -63,7 +62,6 @@ pub struct WriteTextFileRequest {
 }
 impl WriteTextFileRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         path: impl Into<String>,
@@ -162,7 +160,6 @@ pub struct ReadTextFileRequest {
 }
 impl ReadTextFileRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, path: impl Into<String>) -> Self {
         ReadTextFileRequest {
             session_id: session_id.into(),
@@ -225,7 +222,6 @@ pub struct RequestPermissionRequest {
 }
 impl RequestPermissionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         tool_call: impl Into<ToolCallUpdate>,
@@ -306,7 +302,6 @@ pub struct ToolCallUpdate {
 }
 impl ToolCallUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(tool_call_id: impl Into<ToolCallId>) -> Self {
         ToolCallUpdate {
             tool_call_id: tool_call_id.into(),
@@ -359,13 +354,13 @@ impl ToolCallUpdate {
         self.locations = Some(locations);
         self
     }
-    /// Sets [`Self::raw_input`].
+    /// Sets [`Self::raw_input`]; a `null` value writes an explicit `null`.
     #[must_use]
     pub fn raw_input(mut self, raw_input: serde_json::Value) -> Self {
         self.raw_input = Some(raw_input);
         self
     }
-    /// Sets [`Self::raw_output`].
+    /// Sets [`Self::raw_output`]; a `null` value writes an explicit `null`.
     #[must_use]
     pub fn raw_output(mut self, raw_output: serde_json::Value) -> Self {
         self.raw_output = Some(raw_output);
@@ -386,8 +381,8 @@ serde_support::deserialize_struct!(ToolCallUpdate {
     #[cfg(feature = "unstable_tool_call_name")] name: "name" => optional(TriOrDefault),
     content: "content" => optional(TriVecSkipInvalidOrDefault),
     locations: "locations" => optional(TriVecSkipInvalidOrDefault),
-    raw_input: "rawInput" => optional(DefaultOnError),
-    raw_output: "rawOutput" => optional(DefaultOnError),
+    raw_input: "rawInput" => optional(Present),
+    raw_output: "rawOutput" => optional(Present),
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Unique identifier for a tool call within a session.
@@ -906,7 +901,10 @@ pub struct Annotations {
     #[serde(rename = "lastModified", skip_serializing_if = "Option::is_none")]
     pub last_modified: Option<Option<String>>,
     /// Relative importance of this content when clients choose what to surface.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serde_support::number"
+    )]
     pub priority: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -918,7 +916,6 @@ pub struct Annotations {
 }
 impl Annotations {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         Annotations {
             audience: None,
@@ -1043,7 +1040,6 @@ pub struct TextContent {
 }
 impl TextContent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(text: impl Into<String>) -> Self {
         TextContent {
             annotations: None,
@@ -1095,7 +1091,6 @@ pub struct ImageContent {
 }
 impl ImageContent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
         ImageContent {
             annotations: None,
@@ -1154,7 +1149,6 @@ pub struct AudioContent {
 }
 impl AudioContent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
         AudioContent {
             annotations: None,
@@ -1216,7 +1210,6 @@ pub struct ResourceLink {
 }
 impl ResourceLink {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, uri: impl Into<String>) -> Self {
         ResourceLink {
             annotations: None,
@@ -1311,7 +1304,6 @@ pub struct TextResourceContents {
 }
 impl TextResourceContents {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(text: impl Into<String>, uri: impl Into<String>) -> Self {
         TextResourceContents {
             mime_type: None,
@@ -1361,7 +1353,6 @@ pub struct BlobResourceContents {
 }
 impl BlobResourceContents {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(blob: impl Into<String>, uri: impl Into<String>) -> Self {
         BlobResourceContents {
             blob: blob.into(),
@@ -1409,7 +1400,6 @@ pub struct EmbeddedResource {
 }
 impl EmbeddedResource {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(resource: impl Into<EmbeddedResourceResource>) -> Self {
         EmbeddedResource {
             annotations: None,
@@ -1452,7 +1442,6 @@ pub struct Content {
 }
 impl Content {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(content: impl Into<ContentBlock>) -> Self {
         Content {
             content: content.into(),
@@ -1497,7 +1486,6 @@ pub struct Diff {
 }
 impl Diff {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(path: impl Into<String>, new_text: impl Into<String>) -> Self {
         Diff {
             path: path.into(),
@@ -1587,7 +1575,6 @@ pub struct Terminal {
 }
 impl Terminal {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(terminal_id: impl Into<TerminalId>) -> Self {
         Terminal {
             terminal_id: terminal_id.into(),
@@ -1630,7 +1617,6 @@ pub struct ToolCallLocation {
 }
 impl ToolCallLocation {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(path: impl Into<String>) -> Self {
         ToolCallLocation {
             path: path.into(),
@@ -1678,7 +1664,6 @@ pub struct PermissionOption {
 }
 impl PermissionOption {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         option_id: impl Into<PermissionOptionId>,
         name: impl Into<String>,
@@ -1860,7 +1845,6 @@ pub struct CreateTerminalRequest {
 }
 impl CreateTerminalRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, command: impl Into<String>) -> Self {
         CreateTerminalRequest {
             session_id: session_id.into(),
@@ -1931,7 +1915,6 @@ pub struct EnvVariable {
 }
 impl EnvVariable {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
         EnvVariable {
             name: name.into(),
@@ -1972,7 +1955,6 @@ pub struct TerminalOutputRequest {
 }
 impl TerminalOutputRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         terminal_id: impl Into<TerminalId>,
@@ -2016,7 +1998,6 @@ pub struct ReleaseTerminalRequest {
 }
 impl ReleaseTerminalRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         terminal_id: impl Into<TerminalId>,
@@ -2060,7 +2041,6 @@ pub struct WaitForTerminalExitRequest {
 }
 impl WaitForTerminalExitRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         terminal_id: impl Into<TerminalId>,
@@ -2104,7 +2084,6 @@ pub struct KillTerminalRequest {
 }
 impl KillTerminalRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         terminal_id: impl Into<TerminalId>,
@@ -2157,7 +2136,6 @@ pub struct CreateElicitationRequest {
 }
 impl CreateElicitationRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         message: impl Into<String>,
         mode: impl Into<CreateElicitationMode>,
@@ -2196,7 +2174,6 @@ pub struct ElicitationSessionScope {
 }
 impl ElicitationSessionScope {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         ElicitationSessionScope {
             session_id: session_id.into(),
@@ -2226,7 +2203,6 @@ pub struct ElicitationRequestScope {
 }
 impl ElicitationRequestScope {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(request_id: impl Into<RequestId>) -> Self {
         ElicitationRequestScope {
             request_id: request_id.into(),
@@ -2254,9 +2230,7 @@ pub struct ElicitationSchema {
     pub title: Option<Option<String>>,
     /// Property definitions (must be primitive types).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub properties: Option<
-        std::collections::BTreeMap<String, ElicitationPropertySchema>,
-    >,
+    pub properties: Option<serde_support::OrderedMap<ElicitationPropertySchema>>,
     /// List of required property names.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no property names are required.
@@ -2279,7 +2253,6 @@ pub struct ElicitationSchema {
 }
 impl ElicitationSchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationSchema {
             r#type: None,
@@ -2306,9 +2279,9 @@ impl ElicitationSchema {
     #[must_use]
     pub fn properties(
         mut self,
-        properties: std::collections::BTreeMap<String, ElicitationPropertySchema>,
+        properties: impl Into<serde_support::OrderedMap<ElicitationPropertySchema>>,
     ) -> Self {
-        self.properties = Some(properties);
+        self.properties = Some(properties.into());
         self
     }
     /// Sets [`Self::required`]; `None` writes an explicit `null`.
@@ -2648,7 +2621,6 @@ pub struct EnumOption {
 }
 impl EnumOption {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(r#const: impl Into<String>, title: impl Into<String>) -> Self {
         EnumOption {
             r#const: r#const.into(),
@@ -2741,7 +2713,6 @@ pub struct StringPropertySchema {
 }
 impl StringPropertySchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         StringPropertySchema {
             title: None,
@@ -2794,7 +2765,7 @@ impl StringPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<String>) -> Self {
+    pub fn default_value(mut self, default: Option<String>) -> Self {
         self.default = Some(default);
         self
     }
@@ -2847,17 +2818,26 @@ pub struct NumberPropertySchema {
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serde_support::number"
+    )]
     pub minimum: Option<Option<f64>>,
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serde_support::number"
+    )]
     pub maximum: Option<Option<f64>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serde_support::number"
+    )]
     pub default: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -2871,7 +2851,6 @@ pub struct NumberPropertySchema {
 }
 impl NumberPropertySchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NumberPropertySchema {
             title: None,
@@ -2908,7 +2887,7 @@ impl NumberPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<f64>) -> Self {
+    pub fn default_value(mut self, default: Option<f64>) -> Self {
         self.default = Some(default);
         self
     }
@@ -2969,7 +2948,6 @@ pub struct IntegerPropertySchema {
 }
 impl IntegerPropertySchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         IntegerPropertySchema {
             title: None,
@@ -3006,7 +2984,7 @@ impl IntegerPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<i64>) -> Self {
+    pub fn default_value(mut self, default: Option<i64>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3057,7 +3035,6 @@ pub struct BooleanPropertySchema {
 }
 impl BooleanPropertySchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         BooleanPropertySchema {
             title: None,
@@ -3080,7 +3057,7 @@ impl BooleanPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<bool>) -> Self {
+    pub fn default_value(mut self, default: Option<bool>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3104,6 +3081,8 @@ pub enum MultiSelectItems {
     /// Multi-select string items with plain string values.
     String(StringMultiSelectItems),
     /// Titled multi-select items with human-readable labels.
+    ///
+    /// Decoded when `type` is absent or `"titled"` (another value is kept in `Other`); written without `type`.
     Titled(TitledMultiSelectItems),
     /// A kind this version of the schema does not know, kept whole as received.
     Other(serde_support::UnknownVariant),
@@ -3144,7 +3123,9 @@ impl<'de> serde::Deserialize<'de> for MultiSelectItems {
             Some("string") => {
                 serde_support::payload(&value, "type").map(MultiSelectItems::String)
             }
-            None => serde_support::payload(&value, "type").map(MultiSelectItems::Titled),
+            None | Some("titled") => {
+                serde_support::payload(&value, "type").map(MultiSelectItems::Titled)
+            }
             Some(_) => Ok(MultiSelectItems::Other(serde_support::UnknownVariant(value))),
         }
     }
@@ -3195,7 +3176,6 @@ pub struct StringMultiSelectItems {
 }
 impl StringMultiSelectItems {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(r#enum: Vec<String>) -> Self {
         StringMultiSelectItems {
             r#enum,
@@ -3233,7 +3213,6 @@ pub struct TitledMultiSelectItems {
 }
 impl TitledMultiSelectItems {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(any_of: Vec<EnumOption>) -> Self {
         TitledMultiSelectItems {
             any_of,
@@ -3295,7 +3274,6 @@ pub struct MultiSelectPropertySchema {
 }
 impl MultiSelectPropertySchema {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(items: impl Into<MultiSelectItems>) -> Self {
         MultiSelectPropertySchema {
             title: None,
@@ -3333,7 +3311,7 @@ impl MultiSelectPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<Vec<String>>) -> Self {
+    pub fn default_value(mut self, default: Option<Vec<String>>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3366,7 +3344,6 @@ pub struct ElicitationFormMode {
 }
 impl ElicitationFormMode {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         requested_schema: impl Into<ElicitationSchema>,
         scope: impl Into<ElicitationScope>,
@@ -3432,7 +3409,6 @@ pub struct ElicitationUrlMode {
 }
 impl ElicitationUrlMode {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         elicitation_id: impl Into<ElicitationId>,
         url: impl Into<String>,
@@ -3469,7 +3445,6 @@ pub struct ConnectMcpRequest {
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl ConnectMcpRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(server_id: impl Into<McpServerAcpId>) -> Self {
         ConnectMcpRequest {
             server_id: server_id.into(),
@@ -3573,7 +3548,6 @@ pub struct MessageMcpRequest {
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl MessageMcpRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         connection_id: impl Into<McpConnectionId>,
         method: impl Into<String>,
@@ -3679,7 +3653,6 @@ pub struct DisconnectMcpRequest {
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl DisconnectMcpRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(connection_id: impl Into<McpConnectionId>) -> Self {
         DisconnectMcpRequest {
             connection_id: connection_id.into(),
@@ -3748,7 +3721,6 @@ pub struct InitializeResponse {
 }
 impl InitializeResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(protocol_version: impl Into<ProtocolVersion>) -> Self {
         InitializeResponse {
             protocol_version: protocol_version.into(),
@@ -3883,7 +3855,6 @@ pub struct AgentCapabilities {
 }
 impl AgentCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         AgentCapabilities {
             load_session: None,
@@ -4019,7 +3990,6 @@ pub struct PromptCapabilities {
 }
 impl PromptCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         PromptCapabilities {
             image: None,
@@ -4088,7 +4058,6 @@ pub struct McpCapabilities {
 }
 impl McpCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         McpCapabilities {
             http: None,
@@ -4199,7 +4168,6 @@ pub struct SessionCapabilities {
 }
 impl SessionCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionCapabilities {
             list: None,
@@ -4285,7 +4253,6 @@ pub struct SessionListCapabilities {
 }
 impl SessionListCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionListCapabilities {
             meta: None,
@@ -4318,7 +4285,6 @@ pub struct SessionDeleteCapabilities {
 }
 impl SessionDeleteCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionDeleteCapabilities {
             meta: None,
@@ -4354,7 +4320,6 @@ pub struct SessionAdditionalDirectoriesCapabilities {
 }
 impl SessionAdditionalDirectoriesCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionAdditionalDirectoriesCapabilities {
             meta: None,
@@ -4393,7 +4358,6 @@ pub struct SessionForkCapabilities {
 #[cfg(feature = "unstable_session_fork")]
 impl SessionForkCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionForkCapabilities {
             meta: None,
@@ -4427,7 +4391,6 @@ pub struct SessionResumeCapabilities {
 }
 impl SessionResumeCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionResumeCapabilities {
             meta: None,
@@ -4460,7 +4423,6 @@ pub struct SessionCloseCapabilities {
 }
 impl SessionCloseCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionCloseCapabilities {
             meta: None,
@@ -4497,7 +4459,6 @@ pub struct AgentAuthCapabilities {
 }
 impl AgentAuthCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         AgentAuthCapabilities {
             logout: None,
@@ -4538,7 +4499,6 @@ pub struct LogoutCapabilities {
 }
 impl LogoutCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         LogoutCapabilities { meta: None }
     }
@@ -4575,7 +4535,6 @@ pub struct ProvidersCapabilities {
 #[cfg(feature = "unstable_llm_providers")]
 impl ProvidersCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ProvidersCapabilities {
             meta: None,
@@ -4615,7 +4574,6 @@ pub struct NesCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesCapabilities {
             events: None,
@@ -4668,7 +4626,6 @@ pub struct NesEventCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesEventCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesEventCapabilities {
             document: None,
@@ -4725,7 +4682,6 @@ pub struct NesDocumentEventCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesDocumentEventCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesDocumentEventCapabilities {
             did_open: None,
@@ -4808,7 +4764,6 @@ pub struct NesDocumentDidOpenCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesDocumentDidOpenCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesDocumentDidOpenCapabilities {
             meta: None,
@@ -4845,7 +4800,6 @@ pub struct NesDocumentDidChangeCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesDocumentDidChangeCapabilities {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(sync_kind: impl Into<TextDocumentSyncKind>) -> Self {
         NesDocumentDidChangeCapabilities {
             sync_kind: sync_kind.into(),
@@ -4953,7 +4907,6 @@ pub struct NesDocumentDidCloseCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesDocumentDidCloseCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesDocumentDidCloseCapabilities {
             meta: None,
@@ -4987,7 +4940,6 @@ pub struct NesDocumentDidSaveCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesDocumentDidSaveCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesDocumentDidSaveCapabilities {
             meta: None,
@@ -5021,7 +4973,6 @@ pub struct NesDocumentDidFocusCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesDocumentDidFocusCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesDocumentDidFocusCapabilities {
             meta: None,
@@ -5073,7 +5024,6 @@ pub struct NesContextCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesContextCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesContextCapabilities {
             recent_files: None,
@@ -5173,7 +5123,6 @@ pub struct NesRecentFilesCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesRecentFilesCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesRecentFilesCapabilities {
             max_count: None,
@@ -5215,7 +5164,6 @@ pub struct NesRelatedSnippetsCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesRelatedSnippetsCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesRelatedSnippetsCapabilities {
             meta: None,
@@ -5252,7 +5200,6 @@ pub struct NesEditHistoryCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesEditHistoryCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesEditHistoryCapabilities {
             max_count: None,
@@ -5297,7 +5244,6 @@ pub struct NesUserActionsCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesUserActionsCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesUserActionsCapabilities {
             max_count: None,
@@ -5339,7 +5285,6 @@ pub struct NesOpenFilesCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesOpenFilesCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesOpenFilesCapabilities {
             meta: None,
@@ -5373,7 +5318,6 @@ pub struct NesDiagnosticsCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesDiagnosticsCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesDiagnosticsCapabilities {
             meta: None,
@@ -5482,6 +5426,8 @@ pub enum AuthMethod {
     /// Agent handles authentication itself through `authenticate`.
     ///
     /// This is the default when no `type` is specified.
+    ///
+    /// Decoded when `type` is absent or `"agent"` (another value is kept in `Other`); written without `type`.
     Agent(AuthMethodAgent),
     /// A kind this version of the schema does not know, kept whole as received.
     Other(serde_support::UnknownVariant),
@@ -5522,7 +5468,9 @@ impl<'de> serde::Deserialize<'de> for AuthMethod {
             Some("terminal") => {
                 serde_support::payload(&value, "type").map(AuthMethod::Terminal)
             }
-            None => serde_support::payload(&value, "type").map(AuthMethod::Agent),
+            None | Some("agent") => {
+                serde_support::payload(&value, "type").map(AuthMethod::Agent)
+            }
             Some(_) => Ok(AuthMethod::Other(serde_support::UnknownVariant(value))),
         }
     }
@@ -5618,7 +5566,7 @@ pub struct AuthMethodTerminal {
     /// Additional environment variables to set on the configured agent invocation for terminal auth.
     /// These values override same-named variables in the base launch configuration.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub env: Option<std::collections::BTreeMap<String, String>>,
+    pub env: Option<serde_support::OrderedMap<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -5629,7 +5577,6 @@ pub struct AuthMethodTerminal {
 }
 impl AuthMethodTerminal {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(id: impl Into<AuthMethodId>, name: impl Into<String>) -> Self {
         AuthMethodTerminal {
             id: id.into(),
@@ -5654,8 +5601,8 @@ impl AuthMethodTerminal {
     }
     /// Sets [`Self::env`].
     #[must_use]
-    pub fn env(mut self, env: std::collections::BTreeMap<String, String>) -> Self {
-        self.env = Some(env);
+    pub fn env(mut self, env: impl Into<serde_support::OrderedMap<String>>) -> Self {
+        self.env = Some(env.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -5697,7 +5644,6 @@ pub struct AuthMethodAgent {
 }
 impl AuthMethodAgent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(id: impl Into<AuthMethodId>, name: impl Into<String>) -> Self {
         AuthMethodAgent {
             id: id.into(),
@@ -5754,7 +5700,6 @@ pub struct Implementation {
 }
 impl Implementation {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
         Implementation {
             name: name.into(),
@@ -5797,7 +5742,6 @@ pub struct AuthenticateResponse {
 }
 impl AuthenticateResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         AuthenticateResponse { meta: None }
     }
@@ -5834,7 +5778,6 @@ pub struct ListProvidersResponse {
 #[cfg(feature = "unstable_llm_providers")]
 impl ListProvidersResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(providers: Vec<ProviderInfo>) -> Self {
         ListProvidersResponse {
             providers,
@@ -5886,7 +5829,6 @@ pub struct ProviderInfo {
 #[cfg(feature = "unstable_llm_providers")]
 impl ProviderInfo {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         provider_id: impl Into<ProviderId>,
         supported: Vec<LlmProtocol>,
@@ -6094,7 +6036,6 @@ pub struct ProviderCurrentConfig {
 #[cfg(feature = "unstable_llm_providers")]
 impl ProviderCurrentConfig {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(api_type: impl Into<LlmProtocol>, base_url: impl Into<String>) -> Self {
         ProviderCurrentConfig {
             api_type: api_type.into(),
@@ -6136,7 +6077,6 @@ pub struct SetProviderResponse {
 #[cfg(feature = "unstable_llm_providers")]
 impl SetProviderResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SetProviderResponse { meta: None }
     }
@@ -6172,7 +6112,6 @@ pub struct DisableProviderResponse {
 #[cfg(feature = "unstable_llm_providers")]
 impl DisableProviderResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         DisableProviderResponse {
             meta: None,
@@ -6204,7 +6143,6 @@ pub struct LogoutResponse {
 }
 impl LogoutResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         LogoutResponse { meta: None }
     }
@@ -6248,7 +6186,6 @@ pub struct NewSessionResponse {
 }
 impl NewSessionResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         NewSessionResponse {
             session_id: session_id.into(),
@@ -6306,7 +6243,6 @@ pub struct SessionModeState {
 }
 impl SessionModeState {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         current_mode_id: impl Into<SessionModeId>,
         available_modes: Vec<SessionMode>,
@@ -6393,7 +6329,6 @@ pub struct SessionMode {
 }
 impl SessionMode {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(id: impl Into<SessionModeId>, name: impl Into<String>) -> Self {
         SessionMode {
             id: id.into(),
@@ -6461,7 +6396,6 @@ pub struct SessionConfigOption {
 }
 impl SessionConfigOption {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         id: impl Into<SessionConfigId>,
         name: impl Into<String>,
@@ -6691,7 +6625,6 @@ pub struct SessionConfigSelectOption {
 }
 impl SessionConfigSelectOption {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(value: impl Into<SessionConfigValueId>, name: impl Into<String>) -> Self {
         SessionConfigSelectOption {
             value: value.into(),
@@ -6740,7 +6673,6 @@ pub struct SessionConfigSelectGroup {
 }
 impl SessionConfigSelectGroup {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         group: impl Into<SessionConfigGroupId>,
         name: impl Into<String>,
@@ -6819,7 +6751,6 @@ pub struct SessionConfigSelect {
 }
 impl SessionConfigSelect {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         current_value: impl Into<SessionConfigValueId>,
         options: impl Into<SessionConfigSelectOptions>,
@@ -6845,7 +6776,6 @@ pub struct SessionConfigBoolean {
 }
 impl SessionConfigBoolean {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(current_value: bool) -> Self {
         SessionConfigBoolean {
             current_value,
@@ -6878,7 +6808,6 @@ pub struct LoadSessionResponse {
 }
 impl LoadSessionResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         LoadSessionResponse {
             modes: None,
@@ -6934,7 +6863,6 @@ pub struct ListSessionsResponse {
 }
 impl ListSessionsResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(sessions: Vec<SessionInfo>) -> Self {
         ListSessionsResponse {
             sessions,
@@ -6993,7 +6921,6 @@ pub struct SessionInfo {
 }
 impl SessionInfo {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, cwd: impl Into<String>) -> Self {
         SessionInfo {
             session_id: session_id.into(),
@@ -7055,7 +6982,6 @@ pub struct DeleteSessionResponse {
 }
 impl DeleteSessionResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         DeleteSessionResponse {
             meta: None,
@@ -7103,7 +7029,6 @@ pub struct ForkSessionResponse {
 #[cfg(feature = "unstable_session_fork")]
 impl ForkSessionResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         ForkSessionResponse {
             session_id: session_id.into(),
@@ -7164,7 +7089,6 @@ pub struct ResumeSessionResponse {
 }
 impl ResumeSessionResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ResumeSessionResponse {
             modes: None,
@@ -7214,7 +7138,6 @@ pub struct CloseSessionResponse {
 }
 impl CloseSessionResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         CloseSessionResponse { meta: None }
     }
@@ -7243,7 +7166,6 @@ pub struct SetSessionModeResponse {
 }
 impl SetSessionModeResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SetSessionModeResponse {
             meta: None,
@@ -7277,7 +7199,6 @@ pub struct SetSessionConfigOptionResponse {
 }
 impl SetSessionConfigOptionResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(config_options: Vec<SessionConfigOption>) -> Self {
         SetSessionConfigOptionResponse {
             config_options,
@@ -7323,7 +7244,6 @@ pub struct PromptResponse {
 }
 impl PromptResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(stop_reason: impl Into<StopReason>) -> Self {
         PromptResponse {
             stop_reason: stop_reason.into(),
@@ -7480,7 +7400,6 @@ pub struct Usage {
 #[cfg(feature = "unstable_end_turn_token_usage")]
 impl Usage {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(total_tokens: u64, input_tokens: u64, output_tokens: u64) -> Self {
         Usage {
             total_tokens,
@@ -7547,7 +7466,6 @@ pub struct StartNesResponse {
 #[cfg(feature = "unstable_nes")]
 impl StartNesResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         StartNesResponse {
             session_id: session_id.into(),
@@ -7585,7 +7503,6 @@ pub struct SuggestNesResponse {
 #[cfg(feature = "unstable_nes")]
 impl SuggestNesResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(suggestions: Vec<NesSuggestion>) -> Self {
         SuggestNesResponse {
             suggestions,
@@ -7800,7 +7717,6 @@ pub struct NesTextEdit {
 #[cfg(feature = "unstable_nes")]
 impl NesTextEdit {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(range: impl Into<Range>, new_text: impl Into<String>) -> Self {
         NesTextEdit {
             range: range.into(),
@@ -7842,7 +7758,6 @@ pub struct Range {
 #[cfg(feature = "unstable_nes")]
 impl Range {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(start: impl Into<Position>, end: impl Into<Position>) -> Self {
         Range {
             start: start.into(),
@@ -7886,7 +7801,6 @@ pub struct Position {
 #[cfg(feature = "unstable_nes")]
 impl Position {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(line: u32, character: u32) -> Self {
         Position {
             line,
@@ -7933,7 +7847,6 @@ pub struct NesEditSuggestion {
 #[cfg(feature = "unstable_nes")]
 impl NesEditSuggestion {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         id: impl Into<NesSuggestionId>,
         uri: impl Into<String>,
@@ -7991,7 +7904,6 @@ pub struct NesJumpSuggestion {
 #[cfg(feature = "unstable_nes")]
 impl NesJumpSuggestion {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         id: impl Into<NesSuggestionId>,
         uri: impl Into<String>,
@@ -8044,7 +7956,6 @@ pub struct NesRenameSuggestion {
 #[cfg(feature = "unstable_nes")]
 impl NesRenameSuggestion {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         id: impl Into<NesSuggestionId>,
         uri: impl Into<String>,
@@ -8102,7 +8013,6 @@ pub struct NesSearchAndReplaceSuggestion {
 #[cfg(feature = "unstable_nes")]
 impl NesSearchAndReplaceSuggestion {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         id: impl Into<NesSuggestionId>,
         uri: impl Into<String>,
@@ -8157,7 +8067,6 @@ pub struct CloseNesResponse {
 #[cfg(feature = "unstable_nes")]
 impl CloseNesResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         CloseNesResponse { meta: None }
     }
@@ -8227,7 +8136,6 @@ pub struct Error {
 }
 impl Error {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(code: impl Into<ErrorCode>, message: impl Into<String>) -> Self {
         Error {
             code: code.into(),
@@ -8235,7 +8143,7 @@ impl Error {
             data: None,
         }
     }
-    /// Sets [`Self::data`].
+    /// Sets [`Self::data`]; a `null` value writes an explicit `null`.
     #[must_use]
     pub fn data(mut self, data: serde_json::Value) -> Self {
         self.data = Some(data);
@@ -8245,7 +8153,7 @@ impl Error {
 serde_support::deserialize_struct!(Error {
     code: "code" => required,
     message: "message" => required,
-    data: "data" => optional(DefaultOnError),
+    data: "data" => optional(Present),
 });
 /// Predefined error codes for common JSON-RPC and ACP-specific errors.
 ///
@@ -8355,7 +8263,6 @@ pub struct SessionNotification {
 }
 impl SessionNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         update: impl Into<SessionUpdate>,
@@ -8898,7 +8805,6 @@ pub struct ContentChunk {
 }
 impl ContentChunk {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(content: impl Into<ContentBlock>) -> Self {
         ContentChunk {
             content: content.into(),
@@ -8980,7 +8886,6 @@ pub struct ToolCall {
 }
 impl ToolCall {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(tool_call_id: impl Into<ToolCallId>, title: impl Into<String>) -> Self {
         ToolCall {
             tool_call_id: tool_call_id.into(),
@@ -9027,13 +8932,13 @@ impl ToolCall {
         self.locations = Some(locations);
         self
     }
-    /// Sets [`Self::raw_input`].
+    /// Sets [`Self::raw_input`]; a `null` value writes an explicit `null`.
     #[must_use]
     pub fn raw_input(mut self, raw_input: serde_json::Value) -> Self {
         self.raw_input = Some(raw_input);
         self
     }
-    /// Sets [`Self::raw_output`].
+    /// Sets [`Self::raw_output`]; a `null` value writes an explicit `null`.
     #[must_use]
     pub fn raw_output(mut self, raw_output: serde_json::Value) -> Self {
         self.raw_output = Some(raw_output);
@@ -9054,8 +8959,8 @@ serde_support::deserialize_struct!(ToolCall {
     status: "status" => optional(DefaultOnError),
     content: "content" => optional(OptVecSkipInvalidOrDefault),
     locations: "locations" => optional(OptVecSkipInvalidOrDefault),
-    raw_input: "rawInput" => optional(DefaultOnError),
-    raw_output: "rawOutput" => optional(DefaultOnError),
+    raw_input: "rawInput" => optional(Present),
+    raw_output: "rawOutput" => optional(Present),
     meta: "_meta" => optional(DefaultOnError),
 });
 /// A single entry in the execution plan.
@@ -9084,7 +8989,6 @@ pub struct PlanEntry {
 }
 impl PlanEntry {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         content: impl Into<String>,
         priority: impl Into<PlanEntryPriority>,
@@ -9283,7 +9187,6 @@ pub struct Plan {
 }
 impl Plan {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(entries: Vec<PlanEntry>) -> Self {
         Plan { entries, meta: None }
     }
@@ -9486,7 +9389,6 @@ pub struct PlanItems {
 #[cfg(feature = "unstable_plan_updates")]
 impl PlanItems {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(plan_id: impl Into<PlanId>, entries: Vec<PlanEntry>) -> Self {
         PlanItems {
             plan_id: plan_id.into(),
@@ -9533,7 +9435,6 @@ pub struct PlanFile {
 #[cfg(feature = "unstable_plan_updates")]
 impl PlanFile {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(plan_id: impl Into<PlanId>, uri: impl Into<String>) -> Self {
         PlanFile {
             plan_id: plan_id.into(),
@@ -9580,7 +9481,6 @@ pub struct PlanMarkdown {
 #[cfg(feature = "unstable_plan_updates")]
 impl PlanMarkdown {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(plan_id: impl Into<PlanId>, content: impl Into<String>) -> Self {
         PlanMarkdown {
             plan_id: plan_id.into(),
@@ -9624,7 +9524,6 @@ pub struct PlanUpdate {
 #[cfg(feature = "unstable_plan_updates")]
 impl PlanUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(plan: impl Into<PlanUpdateContent>) -> Self {
         PlanUpdate {
             plan: plan.into(),
@@ -9667,7 +9566,6 @@ pub struct PlanRemoved {
 #[cfg(feature = "unstable_plan_updates")]
 impl PlanRemoved {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(plan_id: impl Into<PlanId>) -> Self {
         PlanRemoved {
             plan_id: plan_id.into(),
@@ -9708,7 +9606,6 @@ pub struct AvailableCommand {
 }
 impl AvailableCommand {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
         AvailableCommand {
             name: name.into(),
@@ -9764,7 +9661,6 @@ pub struct UnstructuredCommandInput {
 }
 impl UnstructuredCommandInput {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(hint: impl Into<String>) -> Self {
         UnstructuredCommandInput {
             hint: hint.into(),
@@ -9800,7 +9696,6 @@ pub struct AvailableCommandsUpdate {
 }
 impl AvailableCommandsUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(available_commands: Vec<AvailableCommand>) -> Self {
         AvailableCommandsUpdate {
             available_commands,
@@ -9838,7 +9733,6 @@ pub struct CurrentModeUpdate {
 }
 impl CurrentModeUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(current_mode_id: impl Into<SessionModeId>) -> Self {
         CurrentModeUpdate {
             current_mode_id: current_mode_id.into(),
@@ -9874,7 +9768,6 @@ pub struct ConfigOptionUpdate {
 }
 impl ConfigOptionUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(config_options: Vec<SessionConfigOption>) -> Self {
         ConfigOptionUpdate {
             config_options,
@@ -9916,7 +9809,6 @@ pub struct SessionInfoUpdate {
 }
 impl SessionInfoUpdate {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionInfoUpdate {
             title: None,
@@ -9954,6 +9846,7 @@ serde_support::deserialize_struct!(SessionInfoUpdate {
 #[non_exhaustive]
 pub struct Cost {
     /// Total cumulative cost for session.
+    #[serde(serialize_with = "serde_support::number")]
     pub amount: f64,
     /// ISO 4217 currency code (e.g., "USD", "EUR").
     pub currency: String,
@@ -9967,7 +9860,6 @@ pub struct Cost {
 }
 impl Cost {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(amount: f64, currency: impl Into<String>) -> Self {
         Cost {
             amount,
@@ -10009,7 +9901,6 @@ pub struct UsageUpdate {
 }
 impl UsageUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(used: u64, size: u64) -> Self {
         UsageUpdate {
             used,
@@ -10209,7 +10100,6 @@ pub struct CompactionUpdate {
 #[cfg(feature = "unstable_context_compaction")]
 impl CompactionUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         compaction_id: impl Into<CompactionId>,
         status: impl Into<CompactionStatus>,
@@ -10274,7 +10164,6 @@ pub struct CompactionSummaryChunk {
 #[cfg(feature = "unstable_context_compaction")]
 impl CompactionSummaryChunk {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         compaction_id: impl Into<CompactionId>,
         content: impl Into<ContentBlock>,
@@ -10318,7 +10207,6 @@ pub struct CompleteElicitationNotification {
 }
 impl CompleteElicitationNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(elicitation_id: impl Into<ElicitationId>) -> Self {
         CompleteElicitationNotification {
             elicitation_id: elicitation_id.into(),
@@ -10370,7 +10258,6 @@ pub struct MessageMcpNotification {
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl MessageMcpNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         connection_id: impl Into<McpConnectionId>,
         method: impl Into<String>,
@@ -10446,7 +10333,6 @@ pub struct InitializeRequest {
 }
 impl InitializeRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(protocol_version: impl Into<ProtocolVersion>) -> Self {
         InitializeRequest {
             protocol_version: protocol_version.into(),
@@ -10558,7 +10444,6 @@ pub struct ClientCapabilities {
 }
 impl ClientCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ClientCapabilities {
             fs: None,
@@ -10670,7 +10555,6 @@ pub struct FileSystemCapabilities {
 }
 impl FileSystemCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         FileSystemCapabilities {
             read_text_file: None,
@@ -10732,7 +10616,6 @@ pub struct ClientSessionCapabilities {
 }
 impl ClientSessionCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ClientSessionCapabilities {
             #[cfg(feature = "unstable_context_compaction")]
@@ -10782,7 +10665,6 @@ pub struct CompactionCapabilities {}
 #[cfg(feature = "unstable_context_compaction")]
 impl CompactionCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         CompactionCapabilities {}
     }
@@ -10813,7 +10695,6 @@ pub struct SessionConfigOptionsCapabilities {
 }
 impl SessionConfigOptionsCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionConfigOptionsCapabilities {
             boolean: None,
@@ -10854,7 +10735,6 @@ pub struct BooleanConfigOptionCapabilities {
 }
 impl BooleanConfigOptionCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         BooleanConfigOptionCapabilities {
             meta: None,
@@ -10891,7 +10771,6 @@ pub struct PlanCapabilities {
 #[cfg(feature = "unstable_plan_updates")]
 impl PlanCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         PlanCapabilities { meta: None }
     }
@@ -10932,7 +10811,6 @@ pub struct AuthCapabilities {
 }
 impl AuthCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         AuthCapabilities {
             terminal: None,
@@ -10985,7 +10863,6 @@ pub struct ElicitationCapabilities {
 }
 impl ElicitationCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationCapabilities {
             form: None,
@@ -11036,7 +10913,6 @@ pub struct ElicitationFormCapabilities {
 }
 impl ElicitationFormCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationFormCapabilities {
             meta: None,
@@ -11071,7 +10947,6 @@ pub struct ElicitationUrlCapabilities {
 }
 impl ElicitationUrlCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationUrlCapabilities {
             meta: None,
@@ -11113,7 +10988,6 @@ pub struct ClientNesCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl ClientNesCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ClientNesCapabilities {
             jump: None,
@@ -11174,7 +11048,6 @@ pub struct NesJumpCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesJumpCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesJumpCapabilities { meta: None }
     }
@@ -11206,7 +11079,6 @@ pub struct NesRenameCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesRenameCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesRenameCapabilities {
             meta: None,
@@ -11240,7 +11112,6 @@ pub struct NesSearchAndReplaceCapabilities {
 #[cfg(feature = "unstable_nes")]
 impl NesSearchAndReplaceCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesSearchAndReplaceCapabilities {
             meta: None,
@@ -11278,7 +11149,6 @@ pub struct AuthenticateRequest {
 }
 impl AuthenticateRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(method_id: impl Into<AuthMethodId>) -> Self {
         AuthenticateRequest {
             method_id: method_id.into(),
@@ -11317,7 +11187,6 @@ pub struct ListProvidersRequest {
 #[cfg(feature = "unstable_llm_providers")]
 impl ListProvidersRequest {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ListProvidersRequest { meta: None }
     }
@@ -11356,7 +11225,7 @@ pub struct SetProviderRequest {
     /// Full headers map for this provider.
     /// May include authorization, routing, or other integration-specific headers.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub headers: Option<std::collections::BTreeMap<String, String>>,
+    pub headers: Option<serde_support::OrderedMap<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -11368,7 +11237,6 @@ pub struct SetProviderRequest {
 #[cfg(feature = "unstable_llm_providers")]
 impl SetProviderRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         provider_id: impl Into<ProviderId>,
         api_type: impl Into<LlmProtocol>,
@@ -11386,9 +11254,9 @@ impl SetProviderRequest {
     #[must_use]
     pub fn headers(
         mut self,
-        headers: std::collections::BTreeMap<String, String>,
+        headers: impl Into<serde_support::OrderedMap<String>>,
     ) -> Self {
-        self.headers = Some(headers);
+        self.headers = Some(headers.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -11430,7 +11298,6 @@ pub struct DisableProviderRequest {
 #[cfg(feature = "unstable_llm_providers")]
 impl DisableProviderRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(provider_id: impl Into<ProviderId>) -> Self {
         DisableProviderRequest {
             provider_id: provider_id.into(),
@@ -11466,7 +11333,6 @@ pub struct LogoutRequest {
 }
 impl LogoutRequest {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         LogoutRequest { meta: None }
     }
@@ -11509,7 +11375,6 @@ pub struct NewSessionRequest {
 }
 impl NewSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(cwd: impl Into<String>, mcp_servers: Vec<McpServer>) -> Self {
         NewSessionRequest {
             cwd: cwd.into(),
@@ -11570,6 +11435,8 @@ pub enum McpServer {
     /// Stdio transport configuration
     ///
     /// All Agents MUST support this transport.
+    ///
+    /// Decoded when `type` is absent or `"stdio"` (another value is kept in `Other`); written without `type`.
     Stdio(McpServerStdio),
     /// A kind this version of the schema does not know, kept whole as received.
     Other(serde_support::UnknownVariant),
@@ -11617,7 +11484,9 @@ impl<'de> serde::Deserialize<'de> for McpServer {
             Some("sse") => serde_support::payload(&value, "type").map(McpServer::Sse),
             #[cfg(feature = "unstable_mcp_over_acp")]
             Some("acp") => serde_support::payload(&value, "type").map(McpServer::Acp),
-            None => serde_support::payload(&value, "type").map(McpServer::Stdio),
+            None | Some("stdio") => {
+                serde_support::payload(&value, "type").map(McpServer::Stdio)
+            }
             Some(_) => Ok(McpServer::Other(serde_support::UnknownVariant(value))),
         }
     }
@@ -11685,7 +11554,6 @@ pub struct HttpHeader {
 }
 impl HttpHeader {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
         HttpHeader {
             name: name.into(),
@@ -11726,7 +11594,6 @@ pub struct McpServerHttp {
 }
 impl McpServerHttp {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         name: impl Into<String>,
         url: impl Into<String>,
@@ -11773,7 +11640,6 @@ pub struct McpServerSse {
 }
 impl McpServerSse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         name: impl Into<String>,
         url: impl Into<String>,
@@ -11831,7 +11697,6 @@ pub struct McpServerAcp {
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl McpServerAcp {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, server_id: impl Into<McpServerAcpId>) -> Self {
         McpServerAcp {
             name: name.into(),
@@ -11875,7 +11740,6 @@ pub struct McpServerStdio {
 }
 impl McpServerStdio {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         name: impl Into<String>,
         command: impl Into<String>,
@@ -11939,7 +11803,6 @@ pub struct LoadSessionRequest {
 }
 impl LoadSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         mcp_servers: Vec<McpServer>,
         cwd: impl Into<String>,
@@ -11999,7 +11862,6 @@ pub struct ListSessionsRequest {
 }
 impl ListSessionsRequest {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ListSessionsRequest {
             cwd: None,
@@ -12051,7 +11913,6 @@ pub struct DeleteSessionRequest {
 }
 impl DeleteSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         DeleteSessionRequest {
             session_id: session_id.into(),
@@ -12110,7 +11971,6 @@ pub struct ForkSessionRequest {
 #[cfg(feature = "unstable_session_fork")]
 impl ForkSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, cwd: impl Into<String>) -> Self {
         ForkSessionRequest {
             session_id: session_id.into(),
@@ -12186,7 +12046,6 @@ pub struct ResumeSessionRequest {
 }
 impl ResumeSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, cwd: impl Into<String>) -> Self {
         ResumeSessionRequest {
             session_id: session_id.into(),
@@ -12249,7 +12108,6 @@ pub struct CloseSessionRequest {
 }
 impl CloseSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         CloseSessionRequest {
             session_id: session_id.into(),
@@ -12288,7 +12146,6 @@ pub struct SetSessionModeRequest {
 }
 impl SetSessionModeRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         mode_id: impl Into<SessionModeId>,
@@ -12339,7 +12196,6 @@ pub struct SetSessionConfigOptionRequest {
 }
 impl SetSessionConfigOptionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         config_id: impl Into<SessionConfigId>,
@@ -12395,7 +12251,6 @@ pub struct PromptRequest {
 }
 impl PromptRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, prompt: Vec<ContentBlock>) -> Self {
         PromptRequest {
             session_id: session_id.into(),
@@ -12441,7 +12296,6 @@ pub struct StartNesRequest {
 #[cfg(feature = "unstable_nes")]
 impl StartNesRequest {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         StartNesRequest {
             workspace_uri: None,
@@ -12506,7 +12360,6 @@ pub struct WorkspaceFolder {
 #[cfg(feature = "unstable_nes")]
 impl WorkspaceFolder {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(uri: impl Into<String>, name: impl Into<String>) -> Self {
         WorkspaceFolder {
             uri: uri.into(),
@@ -12551,7 +12404,6 @@ pub struct NesRepository {
 #[cfg(feature = "unstable_nes")]
 impl NesRepository {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         name: impl Into<String>,
         owner: impl Into<String>,
@@ -12613,7 +12465,6 @@ pub struct SuggestNesRequest {
 #[cfg(feature = "unstable_nes")]
 impl SuggestNesRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         uri: impl Into<String>,
@@ -12774,7 +12625,6 @@ pub struct NesSuggestContext {
 #[cfg(feature = "unstable_nes")]
 impl NesSuggestContext {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NesSuggestContext {
             recent_files: None,
@@ -12869,7 +12719,6 @@ pub struct NesRecentFile {
 #[cfg(feature = "unstable_nes")]
 impl NesRecentFile {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         uri: impl Into<String>,
         language_id: impl Into<String>,
@@ -12917,7 +12766,6 @@ pub struct NesRelatedSnippet {
 #[cfg(feature = "unstable_nes")]
 impl NesRelatedSnippet {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(uri: impl Into<String>, excerpts: Vec<NesExcerpt>) -> Self {
         NesRelatedSnippet {
             uri: uri.into(),
@@ -12963,7 +12811,6 @@ pub struct NesExcerpt {
 #[cfg(feature = "unstable_nes")]
 impl NesExcerpt {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(start_line: u32, end_line: u32, text: impl Into<String>) -> Self {
         NesExcerpt {
             start_line,
@@ -13007,7 +12854,6 @@ pub struct NesEditHistoryEntry {
 #[cfg(feature = "unstable_nes")]
 impl NesEditHistoryEntry {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(uri: impl Into<String>, diff: impl Into<String>) -> Self {
         NesEditHistoryEntry {
             uri: uri.into(),
@@ -13054,7 +12900,6 @@ pub struct NesUserAction {
 #[cfg(feature = "unstable_nes")]
 impl NesUserAction {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         action: impl Into<String>,
         uri: impl Into<String>,
@@ -13112,7 +12957,6 @@ pub struct NesOpenFile {
 #[cfg(feature = "unstable_nes")]
 impl NesOpenFile {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(uri: impl Into<String>, language_id: impl Into<String>) -> Self {
         NesOpenFile {
             uri: uri.into(),
@@ -13174,7 +13018,6 @@ pub struct NesDiagnostic {
 #[cfg(feature = "unstable_nes")]
 impl NesDiagnostic {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         uri: impl Into<String>,
         range: impl Into<Range>,
@@ -13309,7 +13152,6 @@ pub struct CloseNesRequest {
 #[cfg(feature = "unstable_nes")]
 impl CloseNesRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         CloseNesRequest {
             session_id: session_id.into(),
@@ -13343,7 +13185,6 @@ pub struct WriteTextFileResponse {
 }
 impl WriteTextFileResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         WriteTextFileResponse {
             meta: None,
@@ -13376,7 +13217,6 @@ pub struct ReadTextFileResponse {
 }
 impl ReadTextFileResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(content: impl Into<String>) -> Self {
         ReadTextFileResponse {
             content: content.into(),
@@ -13411,7 +13251,6 @@ pub struct RequestPermissionResponse {
 }
 impl RequestPermissionResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(outcome: impl Into<RequestPermissionOutcome>) -> Self {
         RequestPermissionResponse {
             outcome: outcome.into(),
@@ -13541,7 +13380,6 @@ pub struct SelectedPermissionOutcome {
 }
 impl SelectedPermissionOutcome {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(option_id: impl Into<PermissionOptionId>) -> Self {
         SelectedPermissionOutcome {
             option_id: option_id.into(),
@@ -13577,7 +13415,6 @@ pub struct CreateTerminalResponse {
 }
 impl CreateTerminalResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(terminal_id: impl Into<TerminalId>) -> Self {
         CreateTerminalResponse {
             terminal_id: terminal_id.into(),
@@ -13617,7 +13454,6 @@ pub struct TerminalOutputResponse {
 }
 impl TerminalOutputResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(output: impl Into<String>, truncated: bool) -> Self {
         TerminalOutputResponse {
             output: output.into(),
@@ -13666,7 +13502,6 @@ pub struct TerminalExitStatus {
 }
 impl TerminalExitStatus {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         TerminalExitStatus {
             exit_code: None,
@@ -13713,7 +13548,6 @@ pub struct ReleaseTerminalResponse {
 }
 impl ReleaseTerminalResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ReleaseTerminalResponse {
             meta: None,
@@ -13750,7 +13584,6 @@ pub struct WaitForTerminalExitResponse {
 }
 impl WaitForTerminalExitResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         WaitForTerminalExitResponse {
             exit_code: None,
@@ -13797,7 +13630,6 @@ pub struct KillTerminalResponse {
 }
 impl KillTerminalResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         KillTerminalResponse { meta: None }
     }
@@ -13835,7 +13667,6 @@ pub struct CreateElicitationResponse {
 }
 impl CreateElicitationResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(action: impl Into<CreateElicitationAction>) -> Self {
         CreateElicitationResponse {
             meta: None,
@@ -13860,6 +13691,7 @@ pub enum ElicitationContentValue {
     /// Integer value accepted in elicitation response content.
     Integer(i64),
     /// Number value accepted in elicitation response content.
+    #[serde(serialize_with = "serde_support::number")]
     Number(f64),
     /// Boolean value accepted in elicitation response content.
     Boolean(bool),
@@ -13873,13 +13705,10 @@ pub enum ElicitationContentValue {
 pub struct ElicitationAcceptAction {
     /// The user-provided content, if any, as an object matching the requested schema.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub content: Option<
-        Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
-    >,
+    pub content: Option<Option<serde_support::OrderedMap<ElicitationContentValue>>>,
 }
 impl ElicitationAcceptAction {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationAcceptAction {
             content: None,
@@ -13889,7 +13718,7 @@ impl ElicitationAcceptAction {
     #[must_use]
     pub fn content(
         mut self,
-        content: Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
+        content: Option<serde_support::OrderedMap<ElicitationContentValue>>,
     ) -> Self {
         self.content = Some(content);
         self
@@ -13922,7 +13751,6 @@ pub struct ConnectMcpResponse {
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl ConnectMcpResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(connection_id: impl Into<McpConnectionId>) -> Self {
         ConnectMcpResponse {
             connection_id: connection_id.into(),
@@ -13962,7 +13790,6 @@ pub struct DisconnectMcpResponse {
 #[cfg(feature = "unstable_mcp_over_acp")]
 impl DisconnectMcpResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         DisconnectMcpResponse {
             meta: None,
@@ -13999,7 +13826,6 @@ pub struct CancelNotification {
 }
 impl CancelNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         CancelNotification {
             session_id: session_id.into(),
@@ -14046,7 +13872,6 @@ pub struct DidOpenDocumentNotification {
 #[cfg(feature = "unstable_nes")]
 impl DidOpenDocumentNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         uri: impl Into<String>,
@@ -14106,7 +13931,6 @@ pub struct DidChangeDocumentNotification {
 #[cfg(feature = "unstable_nes")]
 impl DidChangeDocumentNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         uri: impl Into<String>,
@@ -14161,7 +13985,6 @@ pub struct TextDocumentContentChangeEvent {
 #[cfg(feature = "unstable_nes")]
 impl TextDocumentContentChangeEvent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(text: impl Into<String>) -> Self {
         TextDocumentContentChangeEvent {
             range: None,
@@ -14210,7 +14033,6 @@ pub struct DidCloseDocumentNotification {
 #[cfg(feature = "unstable_nes")]
 impl DidCloseDocumentNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, uri: impl Into<String>) -> Self {
         DidCloseDocumentNotification {
             session_id: session_id.into(),
@@ -14253,7 +14075,6 @@ pub struct DidSaveDocumentNotification {
 #[cfg(feature = "unstable_nes")]
 impl DidSaveDocumentNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, uri: impl Into<String>) -> Self {
         DidSaveDocumentNotification {
             session_id: session_id.into(),
@@ -14303,7 +14124,6 @@ pub struct DidFocusDocumentNotification {
 #[cfg(feature = "unstable_nes")]
 impl DidFocusDocumentNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         uri: impl Into<String>,
@@ -14358,7 +14178,6 @@ pub struct AcceptNesNotification {
 #[cfg(feature = "unstable_nes")]
 impl AcceptNesNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         id: impl Into<NesSuggestionId>,
@@ -14407,7 +14226,6 @@ pub struct RejectNesNotification {
 #[cfg(feature = "unstable_nes")]
 impl RejectNesNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         id: impl Into<NesSuggestionId>,
@@ -14541,7 +14359,6 @@ pub struct CancelRequestNotification {
 }
 impl CancelRequestNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(request_id: impl Into<RequestId>) -> Self {
         CancelRequestNotification {
             request_id: request_id.into(),
@@ -14853,6 +14670,8 @@ pub enum SetSessionConfigOptionType {
     /// This is the default when `type` is absent on the wire. Unknown `type`
     /// values with string payloads also gracefully deserialize into this
     /// variant.
+    ///
+    /// Decoded when `type` is absent or `"value_id"` (another value is kept in `Other`); written without `type`.
     ValueId(SessionConfigValueId),
     /// A kind this version of the schema does not know, kept whole as received.
     Other(serde_support::UnknownVariant),
@@ -14900,7 +14719,7 @@ impl<'de> serde::Deserialize<'de> for SetSessionConfigOptionType {
                 serde_support::property(&value, "value")
                     .map(SetSessionConfigOptionType::Boolean)
             }
-            None => {
+            None | Some("value_id") => {
                 serde_support::property(&value, "value")
                     .map(SetSessionConfigOptionType::ValueId)
             }
@@ -15267,4 +15086,260 @@ pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
     generator.subschema_for::<ElicitationScope>();
     generator.subschema_for::<SessionConfigOptionType>();
     generator.subschema_for::<SetSessionConfigOptionType>();
+}
+#[cfg(test)]
+mod tests {
+    /// `Type::default()` is the derived `Default` for every type that has one (no
+    /// setter shadows it), and the same as `Type::new()`.
+    #[test]
+    fn default_is_the_derived_default() {
+        assert_eq!(super::Annotations::default(), super::Annotations::new());
+        assert_eq!(super::ElicitationSchema::default(), super::ElicitationSchema::new());
+        assert_eq!(
+            super::StringPropertySchema::default(), super::StringPropertySchema::new()
+        );
+        assert_eq!(
+            super::NumberPropertySchema::default(), super::NumberPropertySchema::new()
+        );
+        assert_eq!(
+            super::IntegerPropertySchema::default(), super::IntegerPropertySchema::new()
+        );
+        assert_eq!(
+            super::BooleanPropertySchema::default(), super::BooleanPropertySchema::new()
+        );
+        assert_eq!(super::AgentCapabilities::default(), super::AgentCapabilities::new());
+        assert_eq!(
+            super::PromptCapabilities::default(), super::PromptCapabilities::new()
+        );
+        assert_eq!(super::McpCapabilities::default(), super::McpCapabilities::new());
+        assert_eq!(
+            super::SessionCapabilities::default(), super::SessionCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionListCapabilities::default(),
+            super::SessionListCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionDeleteCapabilities::default(),
+            super::SessionDeleteCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionAdditionalDirectoriesCapabilities::default(),
+            super::SessionAdditionalDirectoriesCapabilities::new()
+        );
+        #[cfg(feature = "unstable_session_fork")]
+        assert_eq!(
+            super::SessionForkCapabilities::default(),
+            super::SessionForkCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionResumeCapabilities::default(),
+            super::SessionResumeCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionCloseCapabilities::default(),
+            super::SessionCloseCapabilities::new()
+        );
+        assert_eq!(
+            super::AgentAuthCapabilities::default(), super::AgentAuthCapabilities::new()
+        );
+        assert_eq!(
+            super::LogoutCapabilities::default(), super::LogoutCapabilities::new()
+        );
+        #[cfg(feature = "unstable_llm_providers")]
+        assert_eq!(
+            super::ProvidersCapabilities::default(), super::ProvidersCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(super::NesCapabilities::default(), super::NesCapabilities::new());
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesEventCapabilities::default(), super::NesEventCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentEventCapabilities::default(),
+            super::NesDocumentEventCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentDidOpenCapabilities::default(),
+            super::NesDocumentDidOpenCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentDidCloseCapabilities::default(),
+            super::NesDocumentDidCloseCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentDidSaveCapabilities::default(),
+            super::NesDocumentDidSaveCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentDidFocusCapabilities::default(),
+            super::NesDocumentDidFocusCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesContextCapabilities::default(),
+            super::NesContextCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesRecentFilesCapabilities::default(),
+            super::NesRecentFilesCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesRelatedSnippetsCapabilities::default(),
+            super::NesRelatedSnippetsCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesEditHistoryCapabilities::default(),
+            super::NesEditHistoryCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesUserActionsCapabilities::default(),
+            super::NesUserActionsCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesOpenFilesCapabilities::default(),
+            super::NesOpenFilesCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDiagnosticsCapabilities::default(),
+            super::NesDiagnosticsCapabilities::new()
+        );
+        assert_eq!(
+            super::AuthenticateResponse::default(), super::AuthenticateResponse::new()
+        );
+        #[cfg(feature = "unstable_llm_providers")]
+        assert_eq!(
+            super::SetProviderResponse::default(), super::SetProviderResponse::new()
+        );
+        #[cfg(feature = "unstable_llm_providers")]
+        assert_eq!(
+            super::DisableProviderResponse::default(),
+            super::DisableProviderResponse::new()
+        );
+        assert_eq!(super::LogoutResponse::default(), super::LogoutResponse::new());
+        assert_eq!(
+            super::LoadSessionResponse::default(), super::LoadSessionResponse::new()
+        );
+        assert_eq!(
+            super::DeleteSessionResponse::default(), super::DeleteSessionResponse::new()
+        );
+        assert_eq!(
+            super::ResumeSessionResponse::default(), super::ResumeSessionResponse::new()
+        );
+        assert_eq!(
+            super::CloseSessionResponse::default(), super::CloseSessionResponse::new()
+        );
+        assert_eq!(
+            super::SetSessionModeResponse::default(),
+            super::SetSessionModeResponse::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(super::CloseNesResponse::default(), super::CloseNesResponse::new());
+        assert_eq!(super::SessionInfoUpdate::default(), super::SessionInfoUpdate::new());
+        assert_eq!(
+            super::ClientCapabilities::default(), super::ClientCapabilities::new()
+        );
+        assert_eq!(
+            super::FileSystemCapabilities::default(),
+            super::FileSystemCapabilities::new()
+        );
+        assert_eq!(
+            super::ClientSessionCapabilities::default(),
+            super::ClientSessionCapabilities::new()
+        );
+        #[cfg(feature = "unstable_context_compaction")]
+        assert_eq!(
+            super::CompactionCapabilities::default(),
+            super::CompactionCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionConfigOptionsCapabilities::default(),
+            super::SessionConfigOptionsCapabilities::new()
+        );
+        assert_eq!(
+            super::BooleanConfigOptionCapabilities::default(),
+            super::BooleanConfigOptionCapabilities::new()
+        );
+        #[cfg(feature = "unstable_plan_updates")]
+        assert_eq!(super::PlanCapabilities::default(), super::PlanCapabilities::new());
+        assert_eq!(super::AuthCapabilities::default(), super::AuthCapabilities::new());
+        assert_eq!(
+            super::ElicitationCapabilities::default(),
+            super::ElicitationCapabilities::new()
+        );
+        assert_eq!(
+            super::ElicitationFormCapabilities::default(),
+            super::ElicitationFormCapabilities::new()
+        );
+        assert_eq!(
+            super::ElicitationUrlCapabilities::default(),
+            super::ElicitationUrlCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::ClientNesCapabilities::default(), super::ClientNesCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesJumpCapabilities::default(), super::NesJumpCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesRenameCapabilities::default(), super::NesRenameCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesSearchAndReplaceCapabilities::default(),
+            super::NesSearchAndReplaceCapabilities::new()
+        );
+        #[cfg(feature = "unstable_llm_providers")]
+        assert_eq!(
+            super::ListProvidersRequest::default(), super::ListProvidersRequest::new()
+        );
+        assert_eq!(super::LogoutRequest::default(), super::LogoutRequest::new());
+        assert_eq!(
+            super::ListSessionsRequest::default(), super::ListSessionsRequest::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(super::StartNesRequest::default(), super::StartNesRequest::new());
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(super::NesSuggestContext::default(), super::NesSuggestContext::new());
+        assert_eq!(
+            super::WriteTextFileResponse::default(), super::WriteTextFileResponse::new()
+        );
+        assert_eq!(
+            super::TerminalExitStatus::default(), super::TerminalExitStatus::new()
+        );
+        assert_eq!(
+            super::ReleaseTerminalResponse::default(),
+            super::ReleaseTerminalResponse::new()
+        );
+        assert_eq!(
+            super::WaitForTerminalExitResponse::default(),
+            super::WaitForTerminalExitResponse::new()
+        );
+        assert_eq!(
+            super::KillTerminalResponse::default(), super::KillTerminalResponse::new()
+        );
+        assert_eq!(
+            super::ElicitationAcceptAction::default(),
+            super::ElicitationAcceptAction::new()
+        );
+        #[cfg(feature = "unstable_mcp_over_acp")]
+        assert_eq!(
+            super::DisconnectMcpResponse::default(), super::DisconnectMcpResponse::new()
+        );
+    }
 }

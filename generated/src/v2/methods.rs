@@ -11,6 +11,7 @@
 
 //! Method names, the request / response / notification enums of each direction, and the
 //! `Agent` and `Client` traits with their dispatch.
+#![allow(clippy::large_enum_variant)]
 use super::types::*;
 use crate::serde_support;
 impl Error {

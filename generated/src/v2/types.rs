@@ -14,7 +14,6 @@
     clippy::large_enum_variant,
     clippy::doc_lazy_continuation,
     rustdoc::bare_urls,
-    rustdoc::broken_intra_doc_links,
     rustdoc::invalid_html_tags
 )]
 use crate::serde_support;
@@ -81,7 +80,6 @@ pub struct RequestPermissionRequest {
 }
 impl RequestPermissionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         title: impl Into<String>,
@@ -308,7 +306,6 @@ pub struct ToolCallUpdate {
 }
 impl ToolCallUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(tool_call_id: impl Into<ToolCallId>) -> Self {
         ToolCallUpdate {
             tool_call_id: tool_call_id.into(),
@@ -352,13 +349,13 @@ impl ToolCallUpdate {
         self.locations = Some(locations);
         self
     }
-    /// Sets [`Self::raw_input`].
+    /// Sets [`Self::raw_input`]; a `null` value writes an explicit `null`.
     #[must_use]
     pub fn raw_input(mut self, raw_input: serde_json::Value) -> Self {
         self.raw_input = Some(raw_input);
         self
     }
-    /// Sets [`Self::raw_output`].
+    /// Sets [`Self::raw_output`]; a `null` value writes an explicit `null`.
     #[must_use]
     pub fn raw_output(mut self, raw_output: serde_json::Value) -> Self {
         self.raw_output = Some(raw_output);
@@ -378,8 +375,8 @@ serde_support::deserialize_struct!(ToolCallUpdate {
     status: "status" => optional(TriOrDefault),
     content: "content" => optional(TriVecSkipInvalidOrDefault),
     locations: "locations" => optional(TriVecSkipInvalidOrDefault),
-    raw_input: "rawInput" => optional(DefaultOnError),
-    raw_output: "rawOutput" => optional(DefaultOnError),
+    raw_input: "rawInput" => optional(Present),
+    raw_output: "rawOutput" => optional(Present),
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Unique identifier for a tool call within a session.
@@ -902,7 +899,10 @@ pub struct Annotations {
     #[serde(rename = "lastModified", skip_serializing_if = "Option::is_none")]
     pub last_modified: Option<Option<String>>,
     /// Relative importance of this content when clients choose what to surface.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serde_support::number"
+    )]
     pub priority: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -914,7 +914,6 @@ pub struct Annotations {
 }
 impl Annotations {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         Annotations {
             audience: None,
@@ -1039,7 +1038,6 @@ pub struct TextContent {
 }
 impl TextContent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(text: impl Into<String>) -> Self {
         TextContent {
             text: text.into(),
@@ -1131,7 +1129,6 @@ pub struct ImageContent {
 }
 impl ImageContent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(data: impl Into<String>, mime_type: impl Into<MediaType>) -> Self {
         ImageContent {
             data: data.into(),
@@ -1190,7 +1187,6 @@ pub struct AudioContent {
 }
 impl AudioContent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(data: impl Into<String>, mime_type: impl Into<MediaType>) -> Self {
         AudioContent {
             data: data.into(),
@@ -1241,7 +1237,6 @@ pub struct Icon {
 }
 impl Icon {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(src: impl Into<String>) -> Self {
         Icon {
             src: src.into(),
@@ -1377,7 +1372,6 @@ pub struct ResourceLink {
 }
 impl ResourceLink {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, uri: impl Into<String>) -> Self {
         ResourceLink {
             name: name.into(),
@@ -1480,7 +1474,6 @@ pub struct TextResourceContents {
 }
 impl TextResourceContents {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(text: impl Into<String>, uri: impl Into<String>) -> Self {
         TextResourceContents {
             text: text.into(),
@@ -1530,7 +1523,6 @@ pub struct BlobResourceContents {
 }
 impl BlobResourceContents {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(blob: impl Into<String>, uri: impl Into<String>) -> Self {
         BlobResourceContents {
             blob: blob.into(),
@@ -1578,7 +1570,6 @@ pub struct EmbeddedResource {
 }
 impl EmbeddedResource {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(resource: impl Into<EmbeddedResourceResource>) -> Self {
         EmbeddedResource {
             resource: resource.into(),
@@ -1621,7 +1612,6 @@ pub struct Content {
 }
 impl Content {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(content: impl Into<ContentBlock>) -> Self {
         Content {
             content: content.into(),
@@ -1684,7 +1674,6 @@ pub struct DiffChange {
 }
 impl DiffChange {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(operation: impl Into<DiffChangeOperation>) -> Self {
         DiffChange {
             file_type: None,
@@ -1837,7 +1826,6 @@ pub struct DiffPathChange {
 }
 impl DiffPathChange {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(path: impl Into<AbsolutePath>) -> Self {
         DiffPathChange {
             path: path.into(),
@@ -1860,7 +1848,6 @@ pub struct DiffPathPairChange {
 }
 impl DiffPathPairChange {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         old_path: impl Into<AbsolutePath>,
         path: impl Into<AbsolutePath>,
@@ -1887,7 +1874,6 @@ pub struct DiffPatch {
 }
 impl DiffPatch {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(format: impl Into<DiffPatchFormat>, text: impl Into<String>) -> Self {
         DiffPatch {
             format: format.into(),
@@ -1994,7 +1980,6 @@ pub struct Diff {
 }
 impl Diff {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(changes: Vec<DiffChange>) -> Self {
         Diff {
             changes,
@@ -2082,7 +2067,6 @@ pub struct Terminal {
 }
 impl Terminal {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(terminal_id: impl Into<TerminalId>) -> Self {
         Terminal {
             terminal_id: terminal_id.into(),
@@ -2125,7 +2109,6 @@ pub struct ToolCallLocation {
 }
 impl ToolCallLocation {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(path: impl Into<AbsolutePath>) -> Self {
         ToolCallLocation {
             path: path.into(),
@@ -2162,7 +2145,6 @@ pub struct ToolCallPermissionSubject {
 }
 impl ToolCallPermissionSubject {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(tool_call: impl Into<ToolCallUpdate>) -> Self {
         ToolCallPermissionSubject {
             tool_call: tool_call.into(),
@@ -2197,7 +2179,6 @@ pub struct CommandPermissionSubject {
 }
 impl CommandPermissionSubject {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(command: impl Into<String>, cwd: impl Into<AbsolutePath>) -> Self {
         CommandPermissionSubject {
             command: command.into(),
@@ -2255,7 +2236,6 @@ pub struct PermissionOption {
 }
 impl PermissionOption {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         option_id: impl Into<PermissionOptionId>,
         name: impl Into<String>,
@@ -2428,7 +2408,6 @@ pub struct CreateElicitationRequest {
 }
 impl CreateElicitationRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         message: impl Into<String>,
         mode: impl Into<CreateElicitationMode>,
@@ -2467,7 +2446,6 @@ pub struct ElicitationSessionScope {
 }
 impl ElicitationSessionScope {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         ElicitationSessionScope {
             session_id: session_id.into(),
@@ -2497,7 +2475,6 @@ pub struct ElicitationRequestScope {
 }
 impl ElicitationRequestScope {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(request_id: impl Into<RequestId>) -> Self {
         ElicitationRequestScope {
             request_id: request_id.into(),
@@ -2525,9 +2502,7 @@ pub struct ElicitationSchema {
     pub title: Option<Option<String>>,
     /// Property definitions (must be primitive types).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub properties: Option<
-        std::collections::BTreeMap<String, ElicitationPropertySchema>,
-    >,
+    pub properties: Option<serde_support::OrderedMap<ElicitationPropertySchema>>,
     /// List of required property names.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no property names are required.
@@ -2550,7 +2525,6 @@ pub struct ElicitationSchema {
 }
 impl ElicitationSchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationSchema {
             r#type: None,
@@ -2577,9 +2551,9 @@ impl ElicitationSchema {
     #[must_use]
     pub fn properties(
         mut self,
-        properties: std::collections::BTreeMap<String, ElicitationPropertySchema>,
+        properties: impl Into<serde_support::OrderedMap<ElicitationPropertySchema>>,
     ) -> Self {
-        self.properties = Some(properties);
+        self.properties = Some(properties.into());
         self
     }
     /// Sets [`Self::required`]; `None` writes an explicit `null`.
@@ -2919,7 +2893,6 @@ pub struct EnumOption {
 }
 impl EnumOption {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(r#const: impl Into<String>, title: impl Into<String>) -> Self {
         EnumOption {
             r#const: r#const.into(),
@@ -3014,7 +2987,6 @@ pub struct StringPropertySchema {
 }
 impl StringPropertySchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         StringPropertySchema {
             title: None,
@@ -3067,7 +3039,7 @@ impl StringPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<String>) -> Self {
+    pub fn default_value(mut self, default: Option<String>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3120,17 +3092,26 @@ pub struct NumberPropertySchema {
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serde_support::number"
+    )]
     pub minimum: Option<Option<f64>>,
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serde_support::number"
+    )]
     pub maximum: Option<Option<f64>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serde_support::number"
+    )]
     pub default: Option<Option<f64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
@@ -3144,7 +3125,6 @@ pub struct NumberPropertySchema {
 }
 impl NumberPropertySchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NumberPropertySchema {
             title: None,
@@ -3181,7 +3161,7 @@ impl NumberPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<f64>) -> Self {
+    pub fn default_value(mut self, default: Option<f64>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3242,7 +3222,6 @@ pub struct IntegerPropertySchema {
 }
 impl IntegerPropertySchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         IntegerPropertySchema {
             title: None,
@@ -3279,7 +3258,7 @@ impl IntegerPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<i64>) -> Self {
+    pub fn default_value(mut self, default: Option<i64>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3330,7 +3309,6 @@ pub struct BooleanPropertySchema {
 }
 impl BooleanPropertySchema {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         BooleanPropertySchema {
             title: None,
@@ -3353,7 +3331,7 @@ impl BooleanPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<bool>) -> Self {
+    pub fn default_value(mut self, default: Option<bool>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3377,6 +3355,8 @@ pub enum MultiSelectItems {
     /// Multi-select string items with plain string values.
     String(StringMultiSelectItems),
     /// Titled multi-select items with human-readable labels.
+    ///
+    /// Decoded when `type` is absent or `"titled"` (another value is kept in `Other`); written without `type`.
     Titled(TitledMultiSelectItems),
     /// A kind this version of the schema does not know, kept whole as received.
     Other(serde_support::UnknownVariant),
@@ -3417,7 +3397,9 @@ impl<'de> serde::Deserialize<'de> for MultiSelectItems {
             Some("string") => {
                 serde_support::payload(&value, "type").map(MultiSelectItems::String)
             }
-            None => serde_support::payload(&value, "type").map(MultiSelectItems::Titled),
+            None | Some("titled") => {
+                serde_support::payload(&value, "type").map(MultiSelectItems::Titled)
+            }
             Some(_) => Ok(MultiSelectItems::Other(serde_support::UnknownVariant(value))),
         }
     }
@@ -3468,7 +3450,6 @@ pub struct StringMultiSelectItems {
 }
 impl StringMultiSelectItems {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(r#enum: Vec<String>) -> Self {
         StringMultiSelectItems {
             r#enum,
@@ -3506,7 +3487,6 @@ pub struct TitledMultiSelectItems {
 }
 impl TitledMultiSelectItems {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(any_of: Vec<EnumOption>) -> Self {
         TitledMultiSelectItems {
             any_of,
@@ -3568,7 +3548,6 @@ pub struct MultiSelectPropertySchema {
 }
 impl MultiSelectPropertySchema {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(items: impl Into<MultiSelectItems>) -> Self {
         MultiSelectPropertySchema {
             title: None,
@@ -3606,7 +3585,7 @@ impl MultiSelectPropertySchema {
     }
     /// Sets [`Self::default`]; `None` writes an explicit `null`.
     #[must_use]
-    pub fn default(mut self, default: Option<Vec<String>>) -> Self {
+    pub fn default_value(mut self, default: Option<Vec<String>>) -> Self {
         self.default = Some(default);
         self
     }
@@ -3639,7 +3618,6 @@ pub struct ElicitationFormMode {
 }
 impl ElicitationFormMode {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         requested_schema: impl Into<ElicitationSchema>,
         scope: impl Into<ElicitationScope>,
@@ -3705,7 +3683,6 @@ pub struct ElicitationUrlMode {
 }
 impl ElicitationUrlMode {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         elicitation_id: impl Into<ElicitationId>,
         url: impl Into<String>,
@@ -3769,7 +3746,6 @@ pub struct InitializeResponse {
 }
 impl InitializeResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         protocol_version: impl Into<ProtocolVersion>,
         info: impl Into<Implementation>,
@@ -3862,7 +3838,6 @@ pub struct Implementation {
 }
 impl Implementation {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
         Implementation {
             name: name.into(),
@@ -3926,7 +3901,6 @@ pub struct AgentCapabilities {
 }
 impl AgentCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         AgentCapabilities {
             session: None,
@@ -4012,7 +3986,6 @@ pub struct SessionCapabilities {
 }
 impl SessionCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionCapabilities {
             prompt: None,
@@ -4110,7 +4083,6 @@ pub struct PromptCapabilities {
 }
 impl PromptCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         PromptCapabilities {
             image: None,
@@ -4170,7 +4142,6 @@ pub struct PromptImageCapabilities {
 }
 impl PromptImageCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         PromptImageCapabilities {
             meta: None,
@@ -4203,7 +4174,6 @@ pub struct PromptAudioCapabilities {
 }
 impl PromptAudioCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         PromptAudioCapabilities {
             meta: None,
@@ -4236,7 +4206,6 @@ pub struct PromptEmbeddedContextCapabilities {
 }
 impl PromptEmbeddedContextCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         PromptEmbeddedContextCapabilities {
             meta: None,
@@ -4279,7 +4248,6 @@ pub struct McpCapabilities {
 }
 impl McpCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         McpCapabilities {
             stdio: None,
@@ -4328,7 +4296,6 @@ pub struct McpStdioCapabilities {
 }
 impl McpStdioCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         McpStdioCapabilities { meta: None }
     }
@@ -4359,7 +4326,6 @@ pub struct McpHttpCapabilities {
 }
 impl McpHttpCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         McpHttpCapabilities { meta: None }
     }
@@ -4390,7 +4356,6 @@ pub struct SessionDeleteCapabilities {
 }
 impl SessionDeleteCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionDeleteCapabilities {
             meta: None,
@@ -4426,7 +4391,6 @@ pub struct SessionAdditionalDirectoriesCapabilities {
 }
 impl SessionAdditionalDirectoriesCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionAdditionalDirectoriesCapabilities {
             meta: None,
@@ -4461,7 +4425,6 @@ pub struct AgentAuthCapabilities {
 }
 impl AgentAuthCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         AgentAuthCapabilities {
             meta: None,
@@ -4624,7 +4587,6 @@ pub struct EnvVariable {
 }
 impl EnvVariable {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
         EnvVariable {
             name: name.into(),
@@ -4681,7 +4643,6 @@ pub struct AuthMethodTerminal {
 }
 impl AuthMethodTerminal {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(method_id: impl Into<AuthMethodId>, name: impl Into<String>) -> Self {
         AuthMethodTerminal {
             method_id: method_id.into(),
@@ -4750,7 +4711,6 @@ pub struct AuthMethodAgent {
 }
 impl AuthMethodAgent {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(method_id: impl Into<AuthMethodId>, name: impl Into<String>) -> Self {
         AuthMethodAgent {
             method_id: method_id.into(),
@@ -4793,7 +4753,6 @@ pub struct LoginAuthResponse {
 }
 impl LoginAuthResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         LoginAuthResponse { meta: None }
     }
@@ -4822,7 +4781,6 @@ pub struct LogoutAuthResponse {
 }
 impl LogoutAuthResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         LogoutAuthResponse { meta: None }
     }
@@ -4861,7 +4819,6 @@ pub struct NewSessionResponse {
 }
 impl NewSessionResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         NewSessionResponse {
             session_id: session_id.into(),
@@ -4928,7 +4885,6 @@ pub struct SessionConfigOption {
 }
 impl SessionConfigOption {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         config_id: impl Into<SessionConfigId>,
         name: impl Into<String>,
@@ -5158,7 +5114,6 @@ pub struct SessionConfigSelectOption {
 }
 impl SessionConfigSelectOption {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(value: impl Into<SessionConfigValueId>, name: impl Into<String>) -> Self {
         SessionConfigSelectOption {
             value: value.into(),
@@ -5208,7 +5163,6 @@ pub struct SessionConfigSelectGroup {
 }
 impl SessionConfigSelectGroup {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         group_id: impl Into<SessionConfigGroupId>,
         name: impl Into<String>,
@@ -5287,7 +5241,6 @@ pub struct SessionConfigSelect {
 }
 impl SessionConfigSelect {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         current_value: impl Into<SessionConfigValueId>,
         options: impl Into<SessionConfigSelectOptions>,
@@ -5313,7 +5266,6 @@ pub struct SessionConfigBoolean {
 }
 impl SessionConfigBoolean {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(current_value: bool) -> Self {
         SessionConfigBoolean {
             current_value,
@@ -5344,7 +5296,6 @@ pub struct ListSessionsResponse {
 }
 impl ListSessionsResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(sessions: Vec<SessionInfo>) -> Self {
         ListSessionsResponse {
             sessions,
@@ -5403,7 +5354,6 @@ pub struct SessionInfo {
 }
 impl SessionInfo {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, cwd: impl Into<AbsolutePath>) -> Self {
         SessionInfo {
             session_id: session_id.into(),
@@ -5505,7 +5455,6 @@ pub struct DeleteSessionResponse {
 }
 impl DeleteSessionResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         DeleteSessionResponse {
             meta: None,
@@ -5539,7 +5488,6 @@ pub struct ResumeSessionResponse {
 }
 impl ResumeSessionResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ResumeSessionResponse {
             config_options: None,
@@ -5578,7 +5526,6 @@ pub struct CloseSessionResponse {
 }
 impl CloseSessionResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         CloseSessionResponse { meta: None }
     }
@@ -5610,7 +5557,6 @@ pub struct SetSessionConfigOptionResponse {
 }
 impl SetSessionConfigOptionResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(config_options: Vec<SessionConfigOption>) -> Self {
         SetSessionConfigOptionResponse {
             config_options,
@@ -5648,7 +5594,6 @@ pub struct PromptResponse {
 }
 impl PromptResponse {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         PromptResponse { meta: None }
     }
@@ -5699,7 +5644,6 @@ pub struct Error {
 }
 impl Error {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(code: impl Into<ErrorCode>, message: impl Into<String>) -> Self {
         Error {
             code: code.into(),
@@ -5707,7 +5651,7 @@ impl Error {
             data: None,
         }
     }
-    /// Sets [`Self::data`].
+    /// Sets [`Self::data`]; a `null` value writes an explicit `null`.
     #[must_use]
     pub fn data(mut self, data: serde_json::Value) -> Self {
         self.data = Some(data);
@@ -5717,7 +5661,7 @@ impl Error {
 serde_support::deserialize_struct!(Error {
     code: "code" => required,
     message: "message" => required,
-    data: "data" => optional(DefaultOnError),
+    data: "data" => optional(Present),
 });
 /// Predefined error codes for common JSON-RPC and ACP-specific errors.
 ///
@@ -5827,7 +5771,6 @@ pub struct UpdateSessionNotification {
 }
 impl UpdateSessionNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         update: impl Into<SessionUpdate>,
@@ -6365,7 +6308,6 @@ pub struct ContentChunk {
 }
 impl ContentChunk {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         message_id: impl Into<MessageId>,
         content: impl Into<ContentBlock>,
@@ -6421,7 +6363,6 @@ pub struct UserMessage {
 }
 impl UserMessage {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(message_id: impl Into<MessageId>) -> Self {
         UserMessage {
             message_id: message_id.into(),
@@ -6480,7 +6421,6 @@ pub struct AgentMessage {
 }
 impl AgentMessage {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(message_id: impl Into<MessageId>) -> Self {
         AgentMessage {
             message_id: message_id.into(),
@@ -6539,7 +6479,6 @@ pub struct AgentThought {
 }
 impl AgentThought {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(message_id: impl Into<MessageId>) -> Self {
         AgentThought {
             message_id: message_id.into(),
@@ -6580,7 +6519,6 @@ pub struct RunningStateUpdate {
 }
 impl RunningStateUpdate {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         RunningStateUpdate { meta: None }
     }
@@ -6704,7 +6642,6 @@ pub struct IdleStateUpdate {
 }
 impl IdleStateUpdate {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         IdleStateUpdate {
             stop_reason: None,
@@ -6743,7 +6680,6 @@ pub struct RequiresActionStateUpdate {
 }
 impl RequiresActionStateUpdate {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         RequiresActionStateUpdate {
             meta: None,
@@ -6892,7 +6828,6 @@ pub struct ToolCallContentChunk {
 }
 impl ToolCallContentChunk {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         tool_call_id: impl Into<ToolCallId>,
         content: impl Into<ToolCallContent>,
@@ -6933,7 +6868,6 @@ pub struct TerminalOutput {
 }
 impl TerminalOutput {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(data: impl Into<String>) -> Self {
         TerminalOutput {
             data: data.into(),
@@ -6980,7 +6914,6 @@ pub struct TerminalExitStatus {
 }
 impl TerminalExitStatus {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         TerminalExitStatus {
             exit_code: None,
@@ -7047,7 +6980,6 @@ pub struct TerminalUpdate {
 }
 impl TerminalUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(terminal_id: impl Into<TerminalId>) -> Self {
         TerminalUpdate {
             terminal_id: terminal_id.into(),
@@ -7118,7 +7050,6 @@ pub struct TerminalOutputChunk {
 }
 impl TerminalOutputChunk {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(terminal_id: impl Into<TerminalId>, data: impl Into<String>) -> Self {
         TerminalOutputChunk {
             terminal_id: terminal_id.into(),
@@ -7270,7 +7201,6 @@ pub struct PlanEntry {
 }
 impl PlanEntry {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         content: impl Into<String>,
         priority: impl Into<PlanEntryPriority>,
@@ -7471,7 +7401,6 @@ pub struct PlanItems {
 }
 impl PlanItems {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(plan_id: impl Into<PlanId>, entries: Vec<PlanEntry>) -> Self {
         PlanItems {
             plan_id: plan_id.into(),
@@ -7508,7 +7437,6 @@ pub struct PlanUpdate {
 }
 impl PlanUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(plan: impl Into<PlanUpdateContent>) -> Self {
         PlanUpdate {
             plan: plan.into(),
@@ -7548,7 +7476,6 @@ pub struct AvailableCommand {
 }
 impl AvailableCommand {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
         AvailableCommand {
             name: name.into(),
@@ -7661,7 +7588,6 @@ pub struct TextCommandInput {
 }
 impl TextCommandInput {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(hint: impl Into<String>) -> Self {
         TextCommandInput {
             hint: hint.into(),
@@ -7697,7 +7623,6 @@ pub struct AvailableCommandsUpdate {
 }
 impl AvailableCommandsUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(available_commands: Vec<AvailableCommand>) -> Self {
         AvailableCommandsUpdate {
             available_commands,
@@ -7733,7 +7658,6 @@ pub struct ConfigOptionUpdate {
 }
 impl ConfigOptionUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(config_options: Vec<SessionConfigOption>) -> Self {
         ConfigOptionUpdate {
             config_options,
@@ -7778,7 +7702,6 @@ pub struct SessionInfoUpdate {
 }
 impl SessionInfoUpdate {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         SessionInfoUpdate {
             title: None,
@@ -7816,6 +7739,7 @@ serde_support::deserialize_struct!(SessionInfoUpdate {
 #[non_exhaustive]
 pub struct Cost {
     /// Total cumulative cost for session.
+    #[serde(serialize_with = "serde_support::number")]
     pub amount: f64,
     /// ISO 4217 currency code (e.g., "USD", "EUR").
     pub currency: String,
@@ -7829,7 +7753,6 @@ pub struct Cost {
 }
 impl Cost {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(amount: f64, currency: impl Into<String>) -> Self {
         Cost {
             amount,
@@ -7871,7 +7794,6 @@ pub struct UsageUpdate {
 }
 impl UsageUpdate {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(used: u64, size: u64) -> Self {
         UsageUpdate {
             used,
@@ -7919,7 +7841,6 @@ pub struct CompleteElicitationNotification {
 }
 impl CompleteElicitationNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(elicitation_id: impl Into<ElicitationId>) -> Self {
         CompleteElicitationNotification {
             elicitation_id: elicitation_id.into(),
@@ -7978,7 +7899,6 @@ pub struct InitializeRequest {
 }
 impl InitializeRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         protocol_version: impl Into<ProtocolVersion>,
         info: impl Into<Implementation>,
@@ -8044,7 +7964,6 @@ pub struct ClientCapabilities {
 }
 impl ClientCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ClientCapabilities {
             auth: None,
@@ -8103,7 +8022,6 @@ pub struct AuthCapabilities {
 }
 impl AuthCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         AuthCapabilities {
             terminal: None,
@@ -8146,7 +8064,6 @@ pub struct TerminalAuthCapabilities {
 }
 impl TerminalAuthCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         TerminalAuthCapabilities {
             meta: None,
@@ -8191,7 +8108,6 @@ pub struct ElicitationCapabilities {
 }
 impl ElicitationCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationCapabilities {
             form: None,
@@ -8242,7 +8158,6 @@ pub struct ElicitationFormCapabilities {
 }
 impl ElicitationFormCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationFormCapabilities {
             meta: None,
@@ -8277,7 +8192,6 @@ pub struct ElicitationUrlCapabilities {
 }
 impl ElicitationUrlCapabilities {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationUrlCapabilities {
             meta: None,
@@ -8318,7 +8232,6 @@ pub struct LoginAuthRequest {
 }
 impl LoginAuthRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(method_id: impl Into<AuthMethodId>) -> Self {
         LoginAuthRequest {
             method_id: method_id.into(),
@@ -8357,7 +8270,6 @@ pub struct LogoutAuthRequest {
 }
 impl LogoutAuthRequest {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         LogoutAuthRequest { meta: None }
     }
@@ -8400,7 +8312,6 @@ pub struct NewSessionRequest {
 }
 impl NewSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(cwd: impl Into<AbsolutePath>) -> Self {
         NewSessionRequest {
             cwd: cwd.into(),
@@ -8542,7 +8453,6 @@ pub struct HttpHeader {
 }
 impl HttpHeader {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
         HttpHeader {
             name: name.into(),
@@ -8584,7 +8494,6 @@ pub struct McpServerHttp {
 }
 impl McpServerHttp {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, url: impl Into<String>) -> Self {
         McpServerHttp {
             name: name.into(),
@@ -8637,7 +8546,6 @@ pub struct McpServerStdio {
 }
 impl McpServerStdio {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(name: impl Into<String>, command: impl Into<AbsolutePath>) -> Self {
         McpServerStdio {
             name: name.into(),
@@ -8694,7 +8602,6 @@ pub struct ListSessionsRequest {
 }
 impl ListSessionsRequest {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ListSessionsRequest {
             cwd: None,
@@ -8746,7 +8653,6 @@ pub struct DeleteSessionRequest {
 }
 impl DeleteSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         DeleteSessionRequest {
             session_id: session_id.into(),
@@ -8807,7 +8713,6 @@ pub struct ResumeSessionRequest {
 }
 impl ResumeSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, cwd: impl Into<AbsolutePath>) -> Self {
         ResumeSessionRequest {
             session_id: session_id.into(),
@@ -8937,7 +8842,6 @@ pub struct ReplayFromStart {
 }
 impl ReplayFromStart {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ReplayFromStart { meta: None }
     }
@@ -8973,7 +8877,6 @@ pub struct CloseSessionRequest {
 }
 impl CloseSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         CloseSessionRequest {
             session_id: session_id.into(),
@@ -9019,7 +8922,6 @@ pub struct SetSessionConfigOptionRequest {
 }
 impl SetSessionConfigOptionRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(
         session_id: impl Into<SessionId>,
         config_id: impl Into<SessionConfigId>,
@@ -9075,7 +8977,6 @@ pub struct PromptRequest {
 }
 impl PromptRequest {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>, prompt: Vec<ContentBlock>) -> Self {
         PromptRequest {
             session_id: session_id.into(),
@@ -9112,7 +9013,6 @@ pub struct RequestPermissionResponse {
 }
 impl RequestPermissionResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(outcome: impl Into<RequestPermissionOutcome>) -> Self {
         RequestPermissionResponse {
             outcome: outcome.into(),
@@ -9242,7 +9142,6 @@ pub struct SelectedPermissionOutcome {
 }
 impl SelectedPermissionOutcome {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(option_id: impl Into<PermissionOptionId>) -> Self {
         SelectedPermissionOutcome {
             option_id: option_id.into(),
@@ -9284,7 +9183,6 @@ pub struct CreateElicitationResponse {
 }
 impl CreateElicitationResponse {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(action: impl Into<CreateElicitationAction>) -> Self {
         CreateElicitationResponse {
             meta: None,
@@ -9309,6 +9207,7 @@ pub enum ElicitationContentValue {
     /// Integer value accepted in elicitation response content.
     Integer(i64),
     /// Number value accepted in elicitation response content.
+    #[serde(serialize_with = "serde_support::number")]
     Number(f64),
     /// Boolean value accepted in elicitation response content.
     Boolean(bool),
@@ -9322,13 +9221,10 @@ pub enum ElicitationContentValue {
 pub struct ElicitationAcceptAction {
     /// The user-provided content, if any, as an object matching the requested schema.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub content: Option<
-        Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
-    >,
+    pub content: Option<Option<serde_support::OrderedMap<ElicitationContentValue>>>,
 }
 impl ElicitationAcceptAction {
     /// Creates a value with every optional field unset.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ElicitationAcceptAction {
             content: None,
@@ -9338,7 +9234,7 @@ impl ElicitationAcceptAction {
     #[must_use]
     pub fn content(
         mut self,
-        content: Option<std::collections::BTreeMap<String, ElicitationContentValue>>,
+        content: Option<serde_support::OrderedMap<ElicitationContentValue>>,
     ) -> Self {
         self.content = Some(content);
         self
@@ -9367,7 +9263,6 @@ pub struct CancelSessionNotification {
 }
 impl CancelSessionNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(session_id: impl Into<SessionId>) -> Self {
         CancelSessionNotification {
             session_id: session_id.into(),
@@ -9405,7 +9300,6 @@ pub struct CancelRequestNotification {
 }
 impl CancelRequestNotification {
     /// Creates a value from its required fields; optional fields start unset.
-    #[allow(clippy::new_without_default)]
     pub fn new(request_id: impl Into<RequestId>) -> Self {
         CancelRequestNotification {
             request_id: request_id.into(),
@@ -10150,4 +10044,118 @@ pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
     generator.subschema_for::<ElicitationScope>();
     generator.subschema_for::<SessionConfigOptionType>();
     generator.subschema_for::<SetSessionConfigOptionType>();
+}
+#[cfg(test)]
+mod tests {
+    /// `Type::default()` is the derived `Default` for every type that has one (no
+    /// setter shadows it), and the same as `Type::new()`.
+    #[test]
+    fn default_is_the_derived_default() {
+        assert_eq!(super::Annotations::default(), super::Annotations::new());
+        assert_eq!(super::ElicitationSchema::default(), super::ElicitationSchema::new());
+        assert_eq!(
+            super::StringPropertySchema::default(), super::StringPropertySchema::new()
+        );
+        assert_eq!(
+            super::NumberPropertySchema::default(), super::NumberPropertySchema::new()
+        );
+        assert_eq!(
+            super::IntegerPropertySchema::default(), super::IntegerPropertySchema::new()
+        );
+        assert_eq!(
+            super::BooleanPropertySchema::default(), super::BooleanPropertySchema::new()
+        );
+        assert_eq!(super::AgentCapabilities::default(), super::AgentCapabilities::new());
+        assert_eq!(
+            super::SessionCapabilities::default(), super::SessionCapabilities::new()
+        );
+        assert_eq!(
+            super::PromptCapabilities::default(), super::PromptCapabilities::new()
+        );
+        assert_eq!(
+            super::PromptImageCapabilities::default(),
+            super::PromptImageCapabilities::new()
+        );
+        assert_eq!(
+            super::PromptAudioCapabilities::default(),
+            super::PromptAudioCapabilities::new()
+        );
+        assert_eq!(
+            super::PromptEmbeddedContextCapabilities::default(),
+            super::PromptEmbeddedContextCapabilities::new()
+        );
+        assert_eq!(super::McpCapabilities::default(), super::McpCapabilities::new());
+        assert_eq!(
+            super::McpStdioCapabilities::default(), super::McpStdioCapabilities::new()
+        );
+        assert_eq!(
+            super::McpHttpCapabilities::default(), super::McpHttpCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionDeleteCapabilities::default(),
+            super::SessionDeleteCapabilities::new()
+        );
+        assert_eq!(
+            super::SessionAdditionalDirectoriesCapabilities::default(),
+            super::SessionAdditionalDirectoriesCapabilities::new()
+        );
+        assert_eq!(
+            super::AgentAuthCapabilities::default(), super::AgentAuthCapabilities::new()
+        );
+        assert_eq!(super::LoginAuthResponse::default(), super::LoginAuthResponse::new());
+        assert_eq!(
+            super::LogoutAuthResponse::default(), super::LogoutAuthResponse::new()
+        );
+        assert_eq!(
+            super::DeleteSessionResponse::default(), super::DeleteSessionResponse::new()
+        );
+        assert_eq!(
+            super::ResumeSessionResponse::default(), super::ResumeSessionResponse::new()
+        );
+        assert_eq!(
+            super::CloseSessionResponse::default(), super::CloseSessionResponse::new()
+        );
+        assert_eq!(super::PromptResponse::default(), super::PromptResponse::new());
+        assert_eq!(
+            super::RunningStateUpdate::default(), super::RunningStateUpdate::new()
+        );
+        assert_eq!(super::IdleStateUpdate::default(), super::IdleStateUpdate::new());
+        assert_eq!(
+            super::RequiresActionStateUpdate::default(),
+            super::RequiresActionStateUpdate::new()
+        );
+        assert_eq!(
+            super::TerminalExitStatus::default(), super::TerminalExitStatus::new()
+        );
+        assert_eq!(super::SessionInfoUpdate::default(), super::SessionInfoUpdate::new());
+        assert_eq!(
+            super::ClientCapabilities::default(), super::ClientCapabilities::new()
+        );
+        assert_eq!(super::AuthCapabilities::default(), super::AuthCapabilities::new());
+        assert_eq!(
+            super::TerminalAuthCapabilities::default(),
+            super::TerminalAuthCapabilities::new()
+        );
+        assert_eq!(
+            super::ElicitationCapabilities::default(),
+            super::ElicitationCapabilities::new()
+        );
+        assert_eq!(
+            super::ElicitationFormCapabilities::default(),
+            super::ElicitationFormCapabilities::new()
+        );
+        assert_eq!(
+            super::ElicitationUrlCapabilities::default(),
+            super::ElicitationUrlCapabilities::new()
+        );
+        assert_eq!(super::LogoutAuthRequest::default(), super::LogoutAuthRequest::new());
+        assert_eq!(
+            super::ListSessionsRequest::default(), super::ListSessionsRequest::new()
+        );
+        assert_eq!(super::ReplayFromStart::default(), super::ReplayFromStart::new());
+        assert_eq!(
+            super::ElicitationAcceptAction::default(),
+            super::ElicitationAcceptAction::new()
+        );
+    }
 }

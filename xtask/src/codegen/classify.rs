@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::ir::*;
-use super::naming::{pascal, pascal_words};
+use super::naming::{pascal, pascal_words, snake};
 use super::{CodegenError, Result};
 
 /// The envelope definitions (`AgentRequest`, ...): generated from the method table, not from
@@ -55,10 +55,10 @@ impl<'s> Classifier<'s> {
         } else if obj.contains_key("properties") || type_is(def, "object") {
             ItemKind::Struct(self.structure(name, def)?)
         } else if let Some(variants) = union_variants(def) {
-            self.union(name, variants)?
+            self.union(name, def, variants)?
         } else if let Some(prim) = prim_of(def) {
-            ItemKind::Newtype(Ty::Prim(prim))
-        } else if obj.keys().all(|k| is_annotation(k)) {
+            ItemKind::Newtype(Ty::Prim(prim.map_err(|e| err(&e))?))
+        } else if is_any(def) {
             ItemKind::Any
         } else {
             return Err(err(&format!("a schema with keywords {:?}", obj.keys().collect::<Vec<_>>())));
@@ -82,13 +82,13 @@ impl<'s> Classifier<'s> {
         let flatten = match union_variants(def) {
             Some(variants) => {
                 let union_name = self.flattened_union_name(name, def, variants);
-                let kind = self.union(&union_name, variants)?;
+                let kind = self.union(&union_name, def, variants)?;
                 // Named after what varies: the tag (`mode`, `action`; `type` reads as `kind`),
                 // else the last word of the union's name (`ElicitationScope` → `scope`).
                 let field = match &kind {
                     ItemKind::Tagged(t) if t.tag == "type" => "kind".to_owned(),
-                    ItemKind::Tagged(t) => snake_of(&t.tag),
-                    _ => pascal_words(&union_name).last().map(|w| pascal_to_snake(w)).unwrap_or_default(),
+                    ItemKind::Tagged(t) => snake(&t.tag),
+                    _ => pascal_words(&union_name).last().map(|w| snake(w)).unwrap_or_default(),
                 };
                 self.add_extra(Item {
                     name: union_name.clone(),
@@ -105,12 +105,18 @@ impl<'s> Classifier<'s> {
 
     fn field(&mut self, parent: &str, wire: &str, prop: &Value, required: bool) -> Result<Field> {
         let (ty, nullable) = self.ty(parent, wire, prop)?;
+        let holds_null = match &ty {
+            Ty::Value => true,
+            Ty::Named(n) => self.defs.get(n).is_some_and(is_any),
+            _ => false,
+        };
         Ok(Field {
             wire: wire.to_owned(),
             doc: doc_of(prop),
             ty,
             required,
             nullable,
+            holds_null,
             default_on_error: flag(prop, "x-deserialize-default-on-error"),
             skip_invalid_items: flag(prop, "x-deserialize-skip-invalid-items"),
             gate: Gate::Stable,
@@ -178,9 +184,7 @@ impl<'s> Classifier<'s> {
                 Some(v @ Value::Object(_)) => Ty::Map(Box::new(self.ty(parent, field, v)?.0)),
                 _ => Ty::Object,
             },
-            _ => Ty::Prim(
-                prim_from(t, node.get("format").and_then(Value::as_str)).ok_or_else(|| err(&format!("type `{t}`")))?,
-            ),
+            _ => Ty::Prim(prim_from(t, node.get("format").and_then(Value::as_str)).map_err(|e| err(&e))?),
         };
         Ok((ty, nullable))
     }
@@ -196,7 +200,8 @@ impl<'s> Classifier<'s> {
         Ok(name.to_owned())
     }
 
-    fn union(&mut self, name: &str, variants: &[Value]) -> Result<ItemKind> {
+    /// A union: `def` holds its `oneOf`/`anyOf` (`variants`) and any `discriminator`.
+    fn union(&mut self, name: &str, def: &Value, variants: &[Value]) -> Result<ItemKind> {
         let err = |construct: &str| CodegenError::unsupported(name, construct);
         // String constants (with an optional open `{type: string}` catch-all).
         if variants.iter().all(|v| type_is(v, "string") && v.get("properties").is_none()) {
@@ -211,17 +216,28 @@ impl<'s> Classifier<'s> {
         }
         // Integer constants (`ErrorCode`).
         if variants.iter().all(|v| type_is(v, "integer")) {
+            let repr = prim_of(&variants[0]).unwrap_or(Ok(Prim::I64)).map_err(|e| err(&e))?;
+            let (lo, hi) = repr.int_range().ok_or_else(|| err("integer constants of a non-integer type"))?;
             let mut consts = Vec::new();
             for v in variants {
-                if let Some(value) = v.get("const").and_then(Value::as_i64) {
-                    let title = v.get("title").and_then(Value::as_str).ok_or_else(|| err("an untitled integer constant"))?;
-                    consts.push(IntConst { name: screaming(title), value, doc: doc_of(v) });
+                let Some(constant) = v.get("const") else { continue };
+                let title = v.get("title").and_then(Value::as_str).ok_or_else(|| err("an untitled integer constant"))?;
+                let value = constant
+                    .as_i64()
+                    .filter(|&n| (lo..=hi).contains(&i128::from(n)))
+                    .ok_or_else(|| err(&format!("integer constant `{title}` = {constant}, out of the range of its type ({lo}..={hi})")))?;
+                let name = screaming(title);
+                if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
+                    return Err(err(&format!("integer constant titled `{title}`, which makes no Rust name")));
                 }
+                consts.push(IntConst { name, value, doc: doc_of(v) });
             }
-            let repr = prim_of(&variants[0]).unwrap_or(Prim::I64);
             return Ok(ItemKind::IntConsts { repr, consts });
         }
-        if let Some(tag) = discriminator(variants) {
+        if let Some(tag) = discriminator(def, variants) {
+            if !variants.iter().any(|v| tag_const(v, &tag).is_some()) {
+                return Err(err(&format!("`discriminator.propertyName` `{tag}`, which no variant pins with a `const` string")));
+            }
             return self.tagged(name, &tag, variants).map(ItemKind::Tagged);
         }
         let mut out = Vec::new();
@@ -243,7 +259,7 @@ impl<'s> Classifier<'s> {
         let mut out = Tagged { tag: tag.to_owned(), variants: Vec::new(), untagged_default: None };
         for v in variants {
             let tag_schema = v.get("properties").and_then(|p| p.get(tag));
-            let constant = tag_schema.and_then(|t| t.get("const")).and_then(Value::as_str);
+            let constant = tag_const(v, tag);
             match (constant, tag_schema) {
                 (Some(wire), _) => out.variants.push(TaggedVariant {
                     wire: wire.to_owned(),
@@ -259,14 +275,23 @@ impl<'s> Classifier<'s> {
                         return Err(err("two variants without the tag property"));
                     }
                     let payload = self.payload(name, tag, v)?;
-                    let variant_name = match (v.get("title").and_then(Value::as_str), &payload) {
+                    let title = v.get("title").and_then(Value::as_str);
+                    let variant_name = match (title, &payload) {
                         (Some(t), _) => pascal(t),
                         (None, Payload::Type(n)) => n.clone(),
                         _ => return Err(err("an untitled variant without the tag property")),
                     };
-                    out.untagged_default = Some(DefaultVariant { name: variant_name, doc: doc_of(v), payload });
+                    let wire = title.map(str::to_owned);
+                    out.untagged_default = Some(DefaultVariant { name: variant_name, wire, doc: doc_of(v), payload });
                 }
             }
+        }
+        // The tagless variant's title stands for it as a tag value too, unless a tagged
+        // variant uses that value.
+        if let Some(d) = &mut out.untagged_default
+            && d.wire.as_ref().is_some_and(|w| out.variants.iter().any(|v| &v.wire == w))
+        {
+            d.wire = None;
         }
         Ok(out)
     }
@@ -284,19 +309,25 @@ impl<'s> Classifier<'s> {
             .and_then(Value::as_object)
             .map(|p| p.iter().filter(|(k, _)| *k != tag).collect())
             .unwrap_or_default();
+        let required = |wire: &str| v.get("required").and_then(Value::as_array).is_some_and(|r| r.iter().any(|x| x == wire));
+        if let [(wire, schema)] = others[..] {
+            // A single property that is always there and never null is the variant's value;
+            // one that may be absent or null (or is read leniently) is a struct's field below,
+            // where absent, `null` and a value stay apart.
+            let (ty, nullable) = self.ty(name, wire, schema)?;
+            let lenient = flag(schema, "x-deserialize-default-on-error") || flag(schema, "x-deserialize-skip-invalid-items");
+            if required(wire) && !nullable && !lenient {
+                return Ok(Payload::Property { wire: wire.clone(), ty });
+            }
+        }
         match others[..] {
             [] => Ok(Payload::Unit),
-            [(wire, schema)] => Ok(Payload::Property { wire: wire.clone(), ty: self.ty(name, wire, schema)?.0 }),
             _ => {
                 // An inline object (early schemas): a struct of its own, named after the union
                 // and the variant (`ContentBlock` + `text` → `ContentBlockText`).
-                let variant = v
-                    .get("properties")
-                    .and_then(|p| p.get(tag))
-                    .and_then(|t| t.get("const"))
-                    .and_then(Value::as_str)
+                let variant = tag_const(v, tag)
                     .or_else(|| v.get("title").and_then(Value::as_str))
-                    .ok_or_else(|| CodegenError::unsupported(name, "an unnamed inline variant with several properties"))?;
+                    .ok_or_else(|| CodegenError::unsupported(name, "an unnamed inline variant with properties that are not one required value"))?;
                 let struct_name = format!("{name}{}", pascal(variant));
                 let mut def = v.clone();
                 if let Some(obj) = def.as_object_mut() {
@@ -324,7 +355,7 @@ impl<'s> Classifier<'s> {
     /// (`ElicitationSessionScope` | `ElicitationRequestScope` → `ElicitationScope`).
     fn flattened_union_name(&self, parent: &str, def: &Value, variants: &[Value]) -> String {
         let base = strip_suffixes(parent);
-        if let Some(tag) = discriminator(variants) {
+        if let Some(tag) = discriminator(def, variants) {
             return format!("{base}{}", pascal(&tag));
         }
         let refs: Vec<&str> = variants
@@ -343,7 +374,6 @@ impl<'s> Classifier<'s> {
                 return name;
             }
         }
-        let _ = def;
         format!("{base}Kind")
     }
 
@@ -390,8 +420,18 @@ fn union_variants(def: &Value) -> Option<&[Value]> {
     def.get("oneOf").or_else(|| def.get("anyOf")).and_then(Value::as_array).map(Vec::as_slice)
 }
 
-/// The property every tagged variant pins with a `const` string, if the union is tagged.
-fn discriminator(variants: &[Value]) -> Option<String> {
+/// The `const` string a variant pins `tag` to.
+fn tag_const<'v>(v: &'v Value, tag: &str) -> Option<&'v str> {
+    v.get("properties")?.get(tag)?.get("const")?.as_str()
+}
+
+/// The property that tells the variants apart, if the union is tagged: the schema's
+/// `discriminator.propertyName` when it gives one, else the property every tagged variant
+/// pins with a `const` string (the first, in the schema's order, if several).
+fn discriminator(def: &Value, variants: &[Value]) -> Option<String> {
+    if let Some(name) = def.get("discriminator").and_then(|d| d.get("propertyName")).and_then(Value::as_str) {
+        return Some(name.to_owned());
+    }
     let const_props = |v: &Value| -> Vec<String> {
         v.get("properties")
             .and_then(Value::as_object)
@@ -443,6 +483,11 @@ fn flag(v: &Value, key: &str) -> bool {
     v.get(key).and_then(Value::as_bool) == Some(true)
 }
 
+/// A definition that admits any JSON value (`{}` with annotations only).
+fn is_any(def: &Value) -> bool {
+    def.as_object().is_some_and(|obj| obj.keys().all(|k| is_annotation(k)))
+}
+
 fn is_annotation(key: &str) -> bool {
     matches!(key, "description" | "title" | "x-docs-ignore" | "default" | "examples" | "x-side" | "x-method")
 }
@@ -451,25 +496,34 @@ pub fn doc_of(v: &Value) -> Option<String> {
     v.get("description").and_then(Value::as_str).map(str::trim).filter(|d| !d.is_empty()).map(str::to_owned)
 }
 
-fn prim_of(v: &Value) -> Option<Prim> {
+/// The primitive a schema with a single `type` names, or why it cannot be one; `None` when
+/// `type` is not a single string.
+fn prim_of(v: &Value) -> Option<std::result::Result<Prim, String>> {
     match v.get("type")? {
-        Value::String(t) => prim_from(t, v.get("format").and_then(Value::as_str)),
+        Value::String(t) => Some(prim_from(t, v.get("format").and_then(Value::as_str))),
         _ => None,
     }
 }
 
-fn prim_from(t: &str, format: Option<&str>) -> Option<Prim> {
-    Some(match (t, format) {
+/// A JSON Schema `type` (and `format`) as a Rust primitive. Integer formats are the ones
+/// schemars writes (`int8` ... `uint64`, `int` / `uint` for `isize` / `usize`, read as 64
+/// bits); no format is `i64`, and an unknown one an error rather than a guess.
+fn prim_from(t: &str, format: Option<&str>) -> std::result::Result<Prim, String> {
+    Ok(match (t, format) {
         ("string", _) => Prim::String,
         ("boolean", _) => Prim::Bool,
         ("number", _) => Prim::F64,
         ("null", _) => Prim::Null,
+        ("integer", Some("int8")) => Prim::I8,
+        ("integer", Some("int16")) => Prim::I16,
         ("integer", Some("int32")) => Prim::I32,
+        ("integer", None | Some("int64" | "int")) => Prim::I64,
+        ("integer", Some("uint8")) => Prim::U8,
         ("integer", Some("uint16")) => Prim::U16,
         ("integer", Some("uint32")) => Prim::U32,
-        ("integer", Some("uint64")) => Prim::U64,
-        ("integer", _) => Prim::I64,
-        _ => return None,
+        ("integer", Some("uint64" | "uint")) => Prim::U64,
+        ("integer", Some(other)) => return Err(format!("integer format `{other}`")),
+        (other, _) => return Err(format!("type `{other}`")),
     })
 }
 
@@ -481,12 +535,4 @@ fn screaming(title: &str) -> String {
         .map(str::to_ascii_uppercase)
         .collect::<Vec<_>>()
         .join("_")
-}
-
-fn snake_of(wire: &str) -> String {
-    super::naming::snake(wire)
-}
-
-fn pascal_to_snake(name: &str) -> String {
-    super::naming::snake(name)
 }

@@ -13,7 +13,7 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{ToTokens, format_ident, quote};
 
 use super::ir::*;
-use super::naming::{field_ident, ident, pascal, screaming_snake, snake};
+use super::naming::{field_ident, ident, pascal, screaming_snake, sentence, setter_ident, snake};
 use super::syntax;
 
 /// Doc attributes from a description; one `#[doc]` per line so rustdoc sees the markdown.
@@ -63,7 +63,7 @@ fn syn_ty(ty: &Ty) -> syn::Type {
         Ty::Value => path_ty(path(&["serde_json", "Value"])),
         Ty::Object => path_ty(generic_path(&["serde_json", "Map"], vec![syn_ty(&Ty::Prim(Prim::String)), syn_ty(&Ty::Value)])),
         Ty::Vec(t) => path_ty(generic_path(&["Vec"], vec![syn_ty(t)])),
-        Ty::Map(t) => path_ty(generic_path(&["std", "collections", "BTreeMap"], vec![syn_ty(&Ty::Prim(Prim::String)), syn_ty(t)])),
+        Ty::Map(t) => path_ty(generic_path(&["serde_support", "OrderedMap"], vec![syn_ty(t)])),
         Ty::Named(n) => path_ty(syn::Path::from(ident(n))),
     }
 }
@@ -73,8 +73,11 @@ fn prim_name(p: Prim) -> Option<&'static str> {
     Some(match p {
         Prim::String => "String",
         Prim::Bool => "bool",
+        Prim::I8 => "i8",
+        Prim::I16 => "i16",
         Prim::I32 => "i32",
         Prim::I64 => "i64",
+        Prim::U8 => "u8",
         Prim::U16 => "u16",
         Prim::U32 => "u32",
         Prim::U64 => "u64",
@@ -118,6 +121,66 @@ pub fn item(item: &Item, all: &[Item]) -> TokenStream {
     quote!(#docs #body)
 }
 
+/// Fails when two names of the schema become one Rust name in `item` (properties `fooBar` and
+/// `foo_bar`, `meta` and `_meta`; values `end_turn` and `endTurn`), which would otherwise be
+/// code that does not compile. Uses the same naming functions as the emitter.
+pub fn check_names(item: &Item) -> super::Result<()> {
+    fn first_clash<'a>(names: impl IntoIterator<Item = (String, &'a str)>) -> Option<(&'a str, &'a str, String)> {
+        let mut seen: std::collections::BTreeMap<String, &str> = std::collections::BTreeMap::new();
+        for (rust, source) in names {
+            if let Some(first) = seen.get(&rust) {
+                return Some((first, source, rust));
+            }
+            seen.insert(rust, source);
+        }
+        None
+    }
+    let clash = |what: &str, rust_what: &str, (a, b, rust): (&str, &str, String)| {
+        Err(super::CodegenError::unsupported(
+            &item.name,
+            &format!("{what} `{a}` and `{b}`, which both become the Rust {rust_what} `{rust}`"),
+        ))
+    };
+    let bare = |id: proc_macro2::Ident| id.to_string().trim_start_matches("r#").to_owned();
+    match &item.kind {
+        ItemKind::Struct(s) => {
+            let fields = s.fields.iter().map(|f| (bare(field_ident(&f.wire)), f.wire.as_str()));
+            let flattened = s.flatten.iter().map(|f| (bare(field_ident(&f.field)), f.ty.as_str()));
+            if let Some(c) = first_clash(fields.chain(flattened)) {
+                return clash("properties", "field", c);
+            }
+            let setters = s.fields.iter().filter(|f| !f.required).map(|f| (bare(setter_ident(&f.wire)), f.wire.as_str()));
+            if let Some(c) = first_clash(std::iter::once(("new".to_owned(), "(the constructor)")).chain(setters)) {
+                return clash("properties", "method", c);
+            }
+        }
+        ItemKind::StringEnum(values) => {
+            if let Some(c) = first_clash(values.iter().map(|v| (pascal(&v.wire), v.wire.as_str()))) {
+                return clash("values", "variant", c);
+            }
+        }
+        ItemKind::Tagged(t) => {
+            let tagged = t.variants.iter().map(|v| (pascal(&v.wire), v.wire.as_str()));
+            let default = t.untagged_default.iter().map(|d| (d.name.clone(), d.name.as_str()));
+            if let Some(c) = first_clash(tagged.chain(default)) {
+                return clash("variants", "variant", c);
+            }
+        }
+        ItemKind::Untagged(vs) => {
+            if let Some(c) = first_clash(vs.iter().map(|v| (v.name.clone(), v.name.as_str()))) {
+                return clash("variants", "variant", c);
+            }
+        }
+        ItemKind::IntConsts { consts, .. } => {
+            if let Some(c) = first_clash(consts.iter().map(|c| (c.name.clone(), c.name.as_str()))) {
+                return clash("constants", "constant", c);
+            }
+        }
+        ItemKind::Newtype(_) | ItemKind::Any => {}
+    }
+    Ok(())
+}
+
 /// How a field holds its value.
 #[derive(Clone, Copy, PartialEq)]
 enum Presence {
@@ -133,6 +196,9 @@ enum Presence {
 
 fn presence(f: &Field) -> Presence {
     match (f.required, f.nullable) {
+        // A type that holds `null` itself (any JSON value) needs no `Option` for it.
+        (true, _) if f.holds_null => Presence::Plain,
+        (false, _) if f.holds_null => Presence::Option,
         (true, false) => Presence::Plain,
         (false, true) if f.ty != Ty::Object => Presence::Tri,
         _ => Presence::Option,
@@ -171,6 +237,9 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
         if !f.required {
             serde.push(quote!(skip_serializing_if = "Option::is_none"));
         }
+        if f.ty.has_number() {
+            serde.push(quote!(serialize_with = "serde_support::number"));
+        }
         if derive_de {
             if !f.required {
                 serde.push(quote!(default));
@@ -202,6 +271,8 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
             let field_name = field_name.trim_start_matches("r#");
             let setter_doc = if presence == Presence::Tri {
                 format!("Sets [`Self::{field_name}`]; `None` writes an explicit `null`.")
+            } else if f.holds_null {
+                format!("Sets [`Self::{field_name}`]; a `null` value writes an explicit `null`.")
             } else {
                 format!("Sets [`Self::{field_name}`].")
             };
@@ -212,7 +283,8 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
                 (syntax::expr_assign_self_field(&id, syntax::expr_call("Some", conv)), true),
                 (syntax::expr_path(syntax::path(&["self"])), false),
             ];
-            setters.push(syntax::pub_fn_returning_self(attrs, &id, vec![syntax::mut_self(), syntax::param(Vec::new(), &id, param_ty)], body));
+            let setter = setter_ident(&f.wire);
+            setters.push(syntax::pub_fn_returning_self(attrs, &setter, vec![syntax::mut_self(), syntax::param(Vec::new(), &id, param_ty)], body));
         }
     }
     if let Some(flat) = &s.flatten {
@@ -224,6 +296,7 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
         ctor_inits.push((Vec::new(), id, conv));
     }
 
+    debug_assert_eq!(ctor_params.is_empty(), derives_default(item));
     let default = if ctor_params.is_empty() { quote!(Default,) } else { quote!() };
     let de_derive = if derive_de { quote!(serde::Deserialize,) } else { quote!() };
     let mut attrs = syntax::doc_attrs(item.doc.as_deref());
@@ -238,7 +311,11 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
     } else {
         "Creates a value from its required fields; optional fields start unset."
     }));
-    ctor_attrs.push(syntax::attr_list("allow", quote!(clippy::new_without_default)));
+    // `new()` without parameters comes with a derived `Default`; only a constructor whose
+    // parameters are all feature-gated can lose them all without one.
+    if !ctor_params.is_empty() && ctor_params.iter().all(|p| matches!(p, syn::FnArg::Typed(t) if !t.attrs.is_empty())) {
+        ctor_attrs.push(syntax::attr_list("allow", quote!(clippy::new_without_default)));
+    }
     let ctor = syntax::pub_fn_returning_self(ctor_attrs, &ident("new"), ctor_params, vec![(syntax::expr_struct(&name, ctor_inits), false)]);
     let mut fns = vec![ctor];
     fns.extend(setters);
@@ -247,6 +324,12 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
         out.push(syn::Item::Macro(deserialize_struct(&item.gate, &name, s)));
     }
     out
+}
+
+/// Whether `item` is a struct that derives `Default`: one whose constructor takes nothing
+/// (every field optional, no flattened union).
+pub fn derives_default(item: &Item) -> bool {
+    matches!(&item.kind, ItemKind::Struct(s) if s.flatten.is_none() && s.fields.iter().all(|f| !f.required))
 }
 
 /// A streaming `Deserialize` for a plain struct, through `serde_support::deserialize_struct!`
@@ -271,7 +354,7 @@ fn deserialize_struct(gate: &Gate, name: &proc_macro2::Ident, s: &Struct) -> syn
 fn into_param(ty: &Ty, id: &proc_macro2::Ident) -> (syn::Type, syn::Expr) {
     let inner = syn_ty(ty);
     match ty {
-        Ty::Prim(Prim::String) | Ty::Named(_) => (syntax::impl_into(inner), syntax::expr_method(syntax::expr_ident(id), "into")),
+        Ty::Prim(Prim::String) | Ty::Named(_) | Ty::Map(_) => (syntax::impl_into(inner), syntax::expr_method(syntax::expr_ident(id), "into")),
         _ => (inner, syntax::expr_ident(id)),
     }
 }
@@ -280,6 +363,11 @@ fn into_param(ty: &Ty, id: &proc_macro2::Ident) -> (syn::Type, syn::Expr) {
 /// absent. A function in `serde_support`; its marker type for `next_lenient` is the same
 /// name in PascalCase.
 fn deserialize_helper(f: &Field) -> Option<String> {
+    if f.holds_null {
+        // Any JSON value decodes, so there is nothing to be lenient about; a present `null`
+        // must stay `Some(Value::Null)` (plain `Option` reads it as `None`).
+        return (presence(f) == Presence::Option).then(|| "present".to_owned());
+    }
     let skip = f.skip_invalid_items && matches!(f.ty, Ty::Vec(_));
     let base = match (presence(f), skip) {
         (Presence::Tri, true) => "tri_vec_skip_invalid",
@@ -321,11 +409,12 @@ fn newtype(gate: &TokenStream, name: &proc_macro2::Ident, ty: &Ty) -> TokenStrea
     } else {
         quote!()
     };
+    let number = if ty.has_number() { quote!(#[serde(serialize_with = "serde_support::number")]) } else { quote!() };
     quote! {
         #gate #derives
         #[serde(transparent)]
         #schemars
-        pub struct #name(pub #inner);
+        pub struct #name(#number pub #inner);
 
         #gate impl From<#inner> for #name {
             fn from(value: #inner) -> Self { #name(value) }
@@ -431,18 +520,18 @@ fn string_enum(gate: &TokenStream, name: &proc_macro2::Ident, values: &[EnumValu
 
 fn int_consts(gate: &TokenStream, name: &proc_macro2::Ident, repr: Prim, consts: &[IntConst]) -> TokenStream {
     let name_str = name.to_string();
-    let titles: Vec<String> = consts.iter().map(|c| title_of(&c.name)).collect();
+    let titles: Vec<String> = consts.iter().map(|c| sentence(&c.name)).collect();
     let values: Vec<Literal> = consts.iter().map(|c| int_literal(repr, c.value)).collect();
     let repr_ty = rust_ty(&Ty::Prim(repr));
     let defs = consts.iter().map(|c| {
         let id = format_ident!("{}", c.name);
-        let docs = doc(c.doc.as_deref().or(Some(&title_of(&c.name))));
+        let docs = doc(c.doc.as_deref().or(Some(&sentence(&c.name))));
         let value = int_literal(repr, c.value);
         quote!(#docs pub const #id: #name = #name(#value);)
     });
     let names = consts.iter().map(|c| {
         let value = int_literal(repr, c.value);
-        let title = title_of(&c.name);
+        let title = sentence(&c.name);
         quote!(#value => Some(#title),)
     });
     quote! {
@@ -488,21 +577,10 @@ fn int_consts(gate: &TokenStream, name: &proc_macro2::Ident, repr: Prim, consts:
     }
 }
 
+/// A constant of an integer type; classification checked that `value` fits `repr`.
 fn int_literal(repr: Prim, value: i64) -> Literal {
-    match repr {
-        Prim::I32 => Literal::i32_unsuffixed(value as i32),
-        _ => Literal::i64_unsuffixed(value),
-    }
-}
-
-/// `METHOD_NOT_FOUND` → `Method not found`.
-fn title_of(screaming: &str) -> String {
-    let lower = screaming.replace('_', " ").to_ascii_lowercase();
-    let mut cs = lower.chars();
-    match cs.next() {
-        Some(f) => f.to_ascii_uppercase().to_string() + cs.as_str(),
-        None => lower,
-    }
+    debug_assert!(repr.int_range().is_some_and(|(lo, hi)| (lo..=hi).contains(&i128::from(value))));
+    Literal::i64_unsuffixed(value)
 }
 
 fn payload_ty(p: &Payload) -> Option<TokenStream> {
@@ -543,9 +621,10 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
                 tags.push(quote!(#gate #name::#id(_) => Some(#wire),));
             }
             Payload::Property { wire: prop, ty } => {
+                let value = if ty.has_number() { quote!(&serde_support::Number(value)) } else { quote!(value) };
                 let ty = rust_ty(ty);
                 defs.push(quote!(#docs #gate #id(#ty),));
-                ser.push(quote!(#gate #name::#id(value) => serde_support::serialize_tag_and_property(serializer, #tag, #wire, #prop, value),));
+                ser.push(quote!(#gate #name::#id(value) => serde_support::serialize_tag_and_property(serializer, #tag, #wire, #prop, #value),));
                 de.push(quote!(#gate Some(#wire) => serde_support::property(&value, #prop).map(#name::#id),));
                 tags.push(quote!(#gate #name::#id(_) => Some(#wire),));
             }
@@ -554,27 +633,39 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
     let missing_tag = match &t.untagged_default {
         Some(d) => {
             let id = ident(&d.name);
-            let docs = doc(d.doc.as_deref());
+            // Decoded without the tag, or with its own tag value; written without the tag.
+            let (note, own_tag) = match &d.wire {
+                Some(w) => (
+                    format!("Decoded when `{tag}` is absent or `\"{w}\"` (another value is kept in `{other}`); written without `{tag}`."),
+                    quote!(| Some(#w)),
+                ),
+                None => (format!("Decoded when `{tag}` is absent; written without it."), quote!()),
+            };
+            let docs = doc(Some(&match d.doc.as_deref() {
+                Some(text) => format!("{text}\n\n{note}"),
+                None => note,
+            }));
             match &d.payload {
                 Payload::Type(_) => {
                     let ty = payload_ty(&d.payload);
                     defs.push(quote!(#docs #id(#ty),));
                     ser.push(quote!(#name::#id(payload) => serde::Serialize::serialize(payload, serializer),));
                     tags.push(quote!(#name::#id(_) => None,));
-                    quote!(None => serde_support::payload(&value, #tag).map(#name::#id),)
+                    quote!(None #own_tag => serde_support::payload(&value, #tag).map(#name::#id),)
                 }
                 Payload::Property { wire: prop, ty } => {
+                    let value = if ty.has_number() { quote!(&serde_support::Number(value)) } else { quote!(value) };
                     let ty = rust_ty(ty);
                     defs.push(quote!(#docs #id(#ty),));
-                    ser.push(quote!(#name::#id(value) => serde_support::serialize_property(serializer, #prop, value),));
+                    ser.push(quote!(#name::#id(value) => serde_support::serialize_property(serializer, #prop, #value),));
                     tags.push(quote!(#name::#id(_) => None,));
-                    quote!(None => serde_support::property(&value, #prop).map(#name::#id),)
+                    quote!(None #own_tag => serde_support::property(&value, #prop).map(#name::#id),)
                 }
                 Payload::Unit => {
                     defs.push(quote!(#docs #id,));
                     ser.push(quote!(#name::#id => serde::Serialize::serialize(&serde_json::Map::new(), serializer),));
                     tags.push(quote!(#name::#id => None,));
-                    quote!(None => Ok(#name::#id),)
+                    quote!(None #own_tag => Ok(#name::#id),)
                 }
             }
         }
@@ -677,8 +768,9 @@ fn untagged(gate: &TokenStream, name: &proc_macro2::Ident, vs: &[UntaggedVariant
         match &v.ty {
             Ty::Prim(Prim::Null) => quote!(#docs #id,),
             ty => {
+                let number = if ty.has_number() { quote!(#[serde(serialize_with = "serde_support::number")]) } else { quote!() };
                 let ty = rust_ty(ty);
-                quote!(#docs #id(#ty),)
+                quote!(#docs #number #id(#ty),)
             }
         }
     });
@@ -688,9 +780,10 @@ fn untagged(gate: &TokenStream, name: &proc_macro2::Ident, vs: &[UntaggedVariant
         _ => false,
     });
     let fallback = if objects {
+        let other = fallback_ident(vs.iter().map(|v| v.name.as_str()));
         quote! {
             /// A shape this version of the schema does not know, kept as received.
-            Other(serde_json::Value),
+            #other(serde_json::Value),
         }
     } else {
         quote!()

@@ -89,6 +89,10 @@ pub struct Field {
     pub required: bool,
     /// The schema admits `null` for this property.
     pub nullable: bool,
+    /// The type holds `null` itself (any JSON value: no `type` in the schema): a present `null`
+    /// is a value like any other, so absent (`None`) and `null` (`Some(Value::Null)`) stay apart
+    /// without a second `Option`.
+    pub holds_null: bool,
     /// `x-deserialize-default-on-error`: a malformed value decodes as the default.
     pub default_on_error: bool,
     /// `x-deserialize-skip-invalid-items`: malformed array items are dropped.
@@ -130,6 +134,9 @@ pub struct TaggedVariant {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DefaultVariant {
     pub name: String,
+    /// The variant's own tag value (its `title`, e.g. `stdio`): some peers write the tag
+    /// anyway, and it decodes as this variant too. Not written back.
+    pub wire: Option<String>,
     pub doc: Option<String>,
     pub payload: Payload,
 }
@@ -170,8 +177,11 @@ pub enum Ty {
 pub enum Prim {
     String,
     Bool,
+    I8,
+    I16,
     I32,
     I64,
+    U8,
     U16,
     U32,
     U64,
@@ -179,7 +189,34 @@ pub enum Prim {
     Null,
 }
 
+impl Prim {
+    /// The values an integer type holds; `None` for the other types.
+    pub fn int_range(self) -> Option<(i128, i128)> {
+        Some(match self {
+            Prim::I8 => (i8::MIN.into(), i8::MAX.into()),
+            Prim::I16 => (i16::MIN.into(), i16::MAX.into()),
+            Prim::I32 => (i32::MIN.into(), i32::MAX.into()),
+            Prim::I64 => (i64::MIN.into(), i64::MAX.into()),
+            Prim::U8 => (0, u8::MAX.into()),
+            Prim::U16 => (0, u16::MAX.into()),
+            Prim::U32 => (0, u32::MAX.into()),
+            Prim::U64 => (0, u64::MAX.into()),
+            Prim::String | Prim::Bool | Prim::F64 | Prim::Null => return None,
+        })
+    }
+}
+
 impl Ty {
+    /// Whether the value holds `number`s (`f64`) of its own, not inside a named type: they are
+    /// written as JavaScript writes them (`serde_support::number`).
+    pub fn has_number(&self) -> bool {
+        match self {
+            Ty::Prim(Prim::F64) => true,
+            Ty::Vec(t) | Ty::Map(t) => t.has_number(),
+            _ => false,
+        }
+    }
+
     /// Named types this type refers to.
     pub fn visit_names<'a>(&'a self, out: &mut Vec<&'a str>) {
         match self {

@@ -103,6 +103,9 @@ fn model_of(schema: &serde_json::Value, meta: &serde_json::Value, path: &Path) -
         .and_then(serde_json::Value::as_object)
         .ok_or_else(|| CodegenError::Input { path: path.to_owned(), message: "no `$defs` object".into() })?;
     let items = classify::Classifier::new(defs).classify_all()?;
+    for item in &items {
+        emit::check_names(item)?;
+    }
     let (methods, protocol_methods) = methods::method_table(defs, meta)?;
     Ok(Model { items, methods, protocol_methods })
 }
@@ -281,7 +284,7 @@ fn types_pieces<'a>(model: &'a Model, version: &'a str) -> Vec<Piece<'a>> {
         let doc = format!(" Every definition of the protocol {version} schema, as a Rust type.");
         Ok(quote! {
             #![doc = #doc]
-            #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation, rustdoc::bare_urls, rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+            #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation, rustdoc::bare_urls, rustdoc::invalid_html_tags)]
             use crate::serde_support;
         })
     })];
@@ -297,6 +300,26 @@ fn types_pieces<'a>(model: &'a Model, version: &'a str) -> Vec<Piece<'a>> {
             #[cfg(feature = "schemars")]
             pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
                 #(#schemas)*
+            }
+        })
+    }));
+    pieces.push(tokens(move || {
+        // Every struct that derives `Default` (all its fields optional): `Type::default()`
+        // must be that, not a setter of the same name.
+        let defaults = model.items.iter().filter(|i| emit::derives_default(i)).map(|i| {
+            let gate = emit::cfg(&i.gate);
+            let name = naming::ident(&i.name);
+            quote!(#gate assert_eq!(super::#name::default(), super::#name::new());)
+        });
+        Ok(quote! {
+            #[cfg(test)]
+            mod tests {
+                /// `Type::default()` is the derived `Default` for every type that has one (no
+                /// setter shadows it), and the same as `Type::new()`.
+                #[test]
+                fn default_is_the_derived_default() {
+                    #(#defaults)*
+                }
             }
         })
     }));
@@ -335,11 +358,7 @@ fn methods_module(model: &Model) -> Result<TokenStream> {
     }
     let ctors = consts.iter().map(|(name, value)| {
         let f = naming::ident(&name.to_ascii_lowercase());
-        let message = {
-            let lower = name.replace('_', " ").to_ascii_lowercase();
-            let mut cs = lower.chars();
-            cs.next().map(|f| f.to_ascii_uppercase().to_string() + cs.as_str()).unwrap_or_default()
-        };
+        let message = naming::sentence(name);
         let code = if named {
             let id = quote::format_ident!("{}", name);
             quote!(ErrorCode::#id)
@@ -354,6 +373,9 @@ fn methods_module(model: &Model) -> Result<TokenStream> {
     Ok(quote! {
         //! Method names, the request / response / notification enums of each direction, and the
         //! `Agent` and `Client` traits with their dispatch.
+        // The envelopes hold the params and results by value, as the types hold their fields:
+        // boxing the large ones would cost an allocation per message and change the API.
+        #![allow(clippy::large_enum_variant)]
         use super::types::*;
         use crate::serde_support;
 
@@ -461,13 +483,13 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
         .map_err(|e| CodegenError::Emit { file: "serde_support".into(), message: e.to_string() })?;
     let support_items = &support.items;
     let doc = format!(
-        " Agent Client Protocol v1 types, vendored from the ACP JSON Schema (release {}) with          features [{}]. Depends only on serde (derive) and serde_json.",
+        " Agent Client Protocol v1 types, vendored from the ACP JSON Schema (release {}) with features [{}]. Depends only on serde (derive) and serde_json.",
         settings.tag,
         selected.iter().cloned().collect::<Vec<_>>().join(", ")
     );
     let tokens = quote! {
         #![doc = #doc]
-        #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation, rustdoc::bare_urls, rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+        #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation, rustdoc::bare_urls, rustdoc::invalid_html_tags)]
 
         /// Serde helpers shared by the types below.
         pub mod serde_support {
@@ -520,7 +542,8 @@ fn macro_table_from(settings: &Settings, v1: &VersionFiles, model: &Model) -> Re
     Ok(OutputFile { path: "src/table.rs".into(), contents: format!("{preamble}\n{}", prettyplease::unparse(&file)) })
 }
 
-/// A vendored file has no `schemars` feature: drops the `JsonSchema` impls and derives.
+/// A vendored file has no `schemars` feature: drops the `JsonSchema` impls and derives, also
+/// inside inline modules (`serde_support`).
 fn strip_schemars(items: &mut Vec<syn::Item>) {
     let mentions_schemars = |attr: &syn::Attribute| {
         (attr.path().is_ident("cfg") || attr.path().is_ident("cfg_attr"))
@@ -534,6 +557,10 @@ fn strip_schemars(items: &mut Vec<syn::Item>) {
         let attrs = match item {
             syn::Item::Struct(s) => &mut s.attrs,
             syn::Item::Enum(e) => &mut e.attrs,
+            syn::Item::Mod(syn::ItemMod { content: Some((_, inner)), .. }) => {
+                strip_schemars(inner);
+                continue;
+            }
             _ => continue,
         };
         attrs.retain(|a| !mentions_schemars(a));

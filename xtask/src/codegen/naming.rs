@@ -64,10 +64,38 @@ pub fn screaming_snake(s: &str) -> String {
     snake(s).to_ascii_uppercase()
 }
 
+/// `METHOD_NOT_FOUND` → `Method not found`: a named constant as the sentence it stands for.
+pub fn sentence(screaming: &str) -> String {
+    let lower = screaming.replace('_', " ").to_ascii_lowercase();
+    let mut cs = lower.chars();
+    match cs.next() {
+        Some(f) => f.to_ascii_uppercase().to_string() + cs.as_str(),
+        None => lower,
+    }
+}
+
 /// A field or function name, escaped when it is a Rust keyword (`type` → `r#type`).
 pub fn field_ident(wire: &str) -> proc_macro2::Ident {
     let name = if wire == "_meta" { "meta".to_owned() } else { snake(wire) };
     ident(&name)
+}
+
+/// Methods a generated struct has besides its setters: its constructor, and those of the
+/// traits it derives or gets for free that are called as `Type::name(..)` or `value.name(..)`.
+/// An inherent setter by one of these names would shadow it (`NumberPropertySchema::default()`
+/// would call the setter of the `default` property).
+const TAKEN_METHODS: &[&str] = &[
+    "new", "default", "clone", "clone_from", "clone_into", "eq", "ne", "fmt", "serialize", "deserialize",
+    "into", "try_into", "from", "try_from", "to_owned", "borrow", "borrow_mut", "type_id", "schema_name",
+    "schema_id", "json_schema", "inline_schema",
+];
+
+/// The setter of an optional property: the field's name (`title` → `title`), or with `_value`
+/// appended where that name is taken by another method (`default` → `default_value`).
+pub fn setter_ident(wire: &str) -> proc_macro2::Ident {
+    let field = field_ident(wire).to_string();
+    let field = field.trim_start_matches("r#");
+    if TAKEN_METHODS.contains(&field) { ident(&format!("{field}_value")) } else { ident(field) }
 }
 
 pub fn ident(name: &str) -> proc_macro2::Ident {
@@ -100,8 +128,13 @@ mod tests {
         assert_eq!(snake("document/didOpen"), "document_did_open");
         assert_eq!(snake("$/cancel_request"), "cancel_request");
         assert_eq!(screaming_snake("session/set_mode"), "SESSION_SET_MODE");
+        assert_eq!(sentence("METHOD_NOT_FOUND"), "Method not found");
         assert_eq!(field_ident("type").to_string(), "r#type");
         assert_eq!(field_ident("_meta").to_string(), "meta");
+        assert_eq!(setter_ident("title").to_string(), "title");
+        assert_eq!(setter_ident("type").to_string(), "r#type");
+        assert_eq!(setter_ident("default").to_string(), "default_value");
+        assert_eq!(setter_ident("new").to_string(), "new_value");
         assert_eq!(pascal_words("ElicitationSessionScope"), ["Elicitation", "Session", "Scope"]);
     }
 }
