@@ -60,8 +60,12 @@
 //!   session.
 //! - The end of the connection.
 //!
-//! Once the token fires, the handler has the grace period (`cancel_grace`, default 100 ms) to
-//! finish; then its future is dropped. A handler of the typed layer ([`crate::agent`],
+//! A request cancelled (by `$/cancel_request` or `session/cancel`) before its handler started,
+//! while it waited for earlier notifications or for a slot, is answered at once and its handler
+//! is never called. (At the end of the connection, a request that has not started still may,
+//! within the grace period: it was read before the end of input, and a peer that closed its
+//! side may still read the answer.) Once the token fires, a running handler has the grace
+//! period (`cancel_grace`, default 100 ms) to finish; then its future is dropped. A handler of the typed layer ([`crate::agent`],
 //! [`crate::client`]) that has never asked its context for the token (`cancelled()`,
 //! `is_cancelled()`, `cancellation_token()`) ignores it, so it gets no grace: it is polled once
 //! more, in case it is about to finish, and then dropped and answered at once. A raw
@@ -446,6 +450,16 @@ pub(crate) struct InFlight {
     pub(crate) token: CancellationToken,
     pub(crate) kind: RequestKind,
     pub(crate) session: Option<Arc<str>>,
+    /// Cancelled on request (`$/cancel_request`, `session/cancel`), not by the connection's
+    /// end: then a handler that has not started never does.
+    pub(crate) cancel_requested: bool,
+}
+
+impl InFlight {
+    pub(crate) fn cancel_on_request(&mut self) {
+        self.cancel_requested = true;
+        self.token.cancel();
+    }
 }
 
 pub(crate) struct Shared {
@@ -540,12 +554,17 @@ impl Shared {
 
     /// Cancels in-flight incoming requests of `kind` for `session`.
     pub(crate) fn cancel_incoming(&self, kind: RequestKind, session: &str) {
-        let inflight = lock(&self.inflight);
-        for entry in inflight.values() {
+        let mut inflight = lock(&self.inflight);
+        for entry in inflight.values_mut() {
             if entry.kind == kind && entry.session.as_deref() == Some(session) {
-                entry.token.cancel();
+                entry.cancel_on_request();
             }
         }
+    }
+
+    /// Whether in-flight request `id` was cancelled on request (see [`InFlight`]).
+    pub(crate) fn cancel_requested(&self, id: &Id) -> bool {
+        lock(&self.inflight).get(id).is_some_and(|entry| entry.cancel_requested)
     }
 
     /// Client side of `session/cancel`: our in-flight incoming permission requests of the

@@ -213,6 +213,52 @@ async fn contract_2_requests_beyond_the_bound_wait_and_beyond_the_queue_are_refu
     assert!(reached.try_recv().is_err(), "only requests 0 and 3 ran");
 }
 
+/// A request cancelled while it waits for a slot is answered without ever running, also when
+/// the slot frees up before its task runs again (here: the running request ends because of its
+/// own cancellation, read in the same batch of input; the grace period is an hour). On this
+/// single-threaded runtime tasks run in the order they are woken, which makes the race certain.
+#[tokio::test]
+async fn a_request_cancelled_while_waiting_for_a_slot_never_runs() {
+    let (handler, mut rx) = test_handler();
+    let conn = Connection::new().max_concurrent_requests(1).cancel_grace(Duration::from_secs(3600));
+    let (mut raw, _peer, _task) = start(conn, handler);
+    raw.send_json(json!({"jsonrpc":"2.0","id":1,"method":"wait_cancel_ok"})).await;
+    assert_eq!(next(&mut rx.started).await, "wait_cancel_ok");
+    raw.send_json(json!({"jsonrpc":"2.0","id":2,"method":"echo","params":{"ran":true}})).await;
+    // Handled after request 2's task has run once (it waits for the slot now).
+    raw.send_json(json!({"jsonrpc":"2.0","method":"_sync"})).await;
+    assert_eq!(next(&mut rx.seen).await.0, "_sync");
+    let cancel = |id: i64| json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":id}}).to_string();
+    raw.send_bytes(format!("{}\n{}\n", cancel(1), cancel(2)).as_bytes()).await;
+
+    let mut answers = std::collections::BTreeMap::new();
+    while answers.len() < 2 {
+        let msg = raw.recv().await;
+        answers.insert(msg["id"].as_i64().unwrap(), msg);
+    }
+    assert_eq!(answers[&1]["result"], json!({"partial": true}), "{}", answers[&1]);
+    assert_eq!(answers[&2]["error"]["code"], json!(codes::REQUEST_CANCELLED), "{}", answers[&2]);
+    assert!(raw.ping().await.is_empty());
+    assert_eq!(next(&mut rx.started).await, "ping");
+    assert!(rx.started.try_recv().is_err(), "the cancelled request never started");
+}
+
+/// Nothing runs, so nothing gets a grace period: the answer comes while the slot is still taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_cancelled_while_waiting_for_a_slot_is_answered_at_once() {
+    let (handler, mut rx) = test_handler();
+    let conn = Connection::new().max_concurrent_requests(1).cancel_grace(Duration::from_secs(3600));
+    let (mut raw, _peer, _task) = start(conn, handler);
+    raw.send_json(json!({"jsonrpc":"2.0","id":1,"method":"hang"})).await;
+    assert_eq!(next(&mut rx.started).await, "hang");
+    raw.send_json(json!({"jsonrpc":"2.0","id":2,"method":"echo"})).await;
+    raw.send_json(json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":2}})).await;
+    let answer = raw.recv().await;
+    assert_eq!(answer["id"], json!(2), "{answer}");
+    assert_eq!(answer["error"]["code"], json!(codes::REQUEST_CANCELLED), "{answer}");
+    assert!(rx.started.try_recv().is_err(), "the cancelled request never started");
+}
+
 // ---- 3. notification order, responses after notifications --------------------------------
 
 /// Agent side: a prompt streams `updates` notifications, then ends the turn.
@@ -371,6 +417,7 @@ async fn contract_5_cancel_request_cancels_the_token_and_answers_request_cancell
 /// Agent side: prompts that fail (or hang) once cancelled.
 struct Prompter {
     dropped: Arc<AtomicBool>,
+    started: mpsc::UnboundedSender<()>,
 }
 
 struct SetOnDrop(Arc<AtomicBool>);
@@ -386,6 +433,7 @@ impl Handler for Prompter {
             return Ok(raw("\"pong\""));
         }
         let mode: Value = req.parse_params()?;
+        let _ = self.started.send(());
         match mode["mode"].as_str() {
             Some("error") => {
                 req.cancel.cancelled().await;
@@ -411,9 +459,10 @@ impl Handler for Prompter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contract_5_session_cancel_cancels_the_prompt_which_answers_stop_reason_cancelled() {
     let dropped = Arc::new(AtomicBool::new(false));
+    let (started_tx, mut started) = mpsc::unbounded_channel();
     let (mut raw, _peer, _task) = start(
         Connection::new().cancel_grace(Duration::from_millis(50)),
-        Prompter { dropped: dropped.clone() },
+        Prompter { dropped: dropped.clone(), started: started_tx },
     );
     let prompt = |id: i64, session: &str, mode: &str| {
         json!({"jsonrpc":"2.0","id":id,"method":"session/prompt","params":{"sessionId":session,"mode":mode}})
@@ -423,6 +472,10 @@ async fn contract_5_session_cancel_cancels_the_prompt_which_answers_stop_reason_
     raw.send_json(prompt(3, "s1", "panic")).await;
     raw.send_json(prompt(4, "s1", "meta")).await;
     raw.send_json(prompt(5, "s2", "error")).await;
+    // Running, so they see the cancellation (a prompt cancelled before it starts never runs).
+    for _ in 0..5 {
+        next(&mut started).await;
+    }
     raw.send_json(json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s1"}})).await;
 
     let mut answers = std::collections::BTreeMap::new();
