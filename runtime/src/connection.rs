@@ -616,7 +616,9 @@ impl Shared {
 
     /// The notification task handled notification number `seq`.
     pub(crate) fn mark_handled(&self, seq: u64) {
-        self.handled.store(seq, Ordering::SeqCst);
+        // Never lower: a handler that finishes after `Serve` was dropped must not take back the
+        // `u64::MAX` of `release_waiters` (its task is aborted only at its next await).
+        self.handled.fetch_max(seq, Ordering::SeqCst);
         // Waking is a lock on the Notify; skip it when nobody waits (the common case).
         if self.handled_waiters.load(Ordering::SeqCst) > 0 {
             self.handled_notify.notify_waiters();
@@ -657,5 +659,23 @@ impl Shared {
             }
             notified.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_late_mark_handled_does_not_undo_release_waiters() {
+        let (_peer, prepared) = Connection::new().prepare();
+        let shared = prepared.shared;
+        shared.mark_handled(1);
+        shared.release_waiters();
+        // The notification task's last word, after `Serve` was dropped.
+        shared.mark_handled(2);
+        tokio::time::timeout(Duration::from_secs(5), shared.wait_for_notifications(3))
+            .await
+            .expect("nobody waits for notifications once the waiters are released");
     }
 }

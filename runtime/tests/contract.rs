@@ -737,6 +737,82 @@ async fn contract_8_close_and_dropping_serve_end_the_connection() {
     assert!(matches!(tokio::time::timeout(LIMIT, call).await.unwrap().unwrap(), Err(Error::ConnectionClosed)));
 }
 
+/// Notification `block` holds its worker thread until released; any other never finishes.
+struct BlocksInNotification {
+    entered: mpsc::UnboundedSender<()>,
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Handler for BlocksInNotification {
+    async fn handle_notification(&self, n: IncomingNotification) {
+        if n.method == "block" {
+            let _ = self.entered.send(());
+            let _ = self.release.lock().unwrap().recv();
+        } else {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// A notification handler that finishes after `Serve` was dropped must not take back the
+/// "everyone may go" that the drop gave: a caller whose response had arrived would then wait
+/// for notifications nobody will handle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_whose_response_arrived_is_not_held_after_serve_is_dropped() {
+    let (entered_tx, mut entered) = mpsc::unbounded_channel();
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let h = Arc::new(BlocksInNotification { entered: entered_tx, release: std::sync::Mutex::new(release_rx) });
+    let ((conn_r, conn_w), (raw_r, raw_w)) = duplex(1 << 16);
+    let (peer, serve) = Connection::new().serve(conn_r, conn_w, h.clone());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serve = tokio::spawn(async move {
+        tokio::select! {
+            _ = serve => {}
+            _ = stopped => {}
+        }
+    });
+    let mut other = acp_runtime::framing::LineReader::new(raw_r, 1 << 20);
+    let mut other_w = raw_w;
+
+    // The call is polled by this test only: it sends its request now and looks at its reply
+    // only at the end.
+    let call = peer.request_raw("x", None);
+    tokio::pin!(call);
+    tokio::select! {
+        biased;
+        r = &mut call => panic!("no answer yet: {r:?}"),
+        () = std::future::ready(()) => {}
+    }
+    let Some(acp_runtime::framing::Frame::Line(line)) = other.next_frame().await.unwrap() else { panic!("request") };
+    let id = serde_json::from_slice::<Value>(line).unwrap()["id"].clone();
+    // Two notifications, then the response (so it waits for both), then a line the reader
+    // answers itself: once that answer is out, the response has reached the call.
+    let input = format!(
+        "{}\n{}\n{}\nnot json\n",
+        json!({"jsonrpc":"2.0","method":"block"}),
+        json!({"jsonrpc":"2.0","method":"never"}),
+        json!({"jsonrpc":"2.0","id":id,"result":"done"}),
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut other_w, input.as_bytes()).await.unwrap();
+    let Some(acp_runtime::framing::Frame::Line(line)) = other.next_frame().await.unwrap() else { panic!("answer") };
+    assert_eq!(serde_json::from_slice::<Value>(line).unwrap()["error"]["code"], json!(codes::PARSE_ERROR));
+    next(&mut entered).await;
+
+    // `Serve` goes while the first notification handler runs; then that handler finishes.
+    stop.send(()).unwrap();
+    serve.await.unwrap();
+    release.send(()).unwrap();
+    // Its task has ended (after recording the notification) once it let go of the handler.
+    let t0 = Instant::now();
+    while Arc::strong_count(&h) > 1 {
+        assert!(t0.elapsed() < LIMIT, "the notification task did not end");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    let result = tokio::time::timeout(LIMIT, call).await.expect("the caller is not held").expect("answered");
+    assert_eq!(result.get(), r#""done""#);
+}
+
 // ---- 9. error codes -------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
