@@ -211,7 +211,9 @@ impl Connection {
     }
 
     /// How long a cancelled handler may run on before its future is dropped. A typed handler
-    /// that never asks for its token gets none of it (see the [module docs](self)).
+    /// that never asks for its token gets none of it (see the [module docs](self)). It also
+    /// bounds the waits at the end of the connection; a huge value (up to `Duration::MAX`)
+    /// means waiting as long as the handlers and the writer need.
     pub fn cancel_grace(mut self, grace: Duration) -> Self {
         self.cancel_grace = grace;
         self
@@ -386,7 +388,9 @@ async fn run(
     shared.close();
 
     // Handlers get their grace period; their answers still go out while the writer runs.
-    let _ = tokio::time::timeout(grace.saturating_mul(2) + Duration::from_millis(50), requests.all_done()).await;
+    // Saturating: a huge grace (`Duration::MAX`) means waiting as long as the handlers need.
+    let handlers_grace = grace.saturating_mul(2).saturating_add(Duration::from_millis(50));
+    let _ = tokio::time::timeout(handlers_grace, requests.all_done()).await;
 
     // Queued notifications are still handled (bounded by the grace period per handler).
     let _ = (&mut notif_task).await;

@@ -737,6 +737,20 @@ async fn contract_8_close_and_dropping_serve_end_the_connection() {
     assert!(matches!(tokio::time::timeout(LIMIT, call).await.unwrap().unwrap(), Err(Error::ConnectionClosed)));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_cancel_grace_means_waiting_as_long_as_needed_without_panicking() {
+    let (handler, mut rx) = test_handler();
+    let (mut other, _peer, task) = start(Connection::new().cancel_grace(Duration::MAX), handler);
+    other.send_json(json!({"jsonrpc":"2.0","id":1,"method":"wait_cancel"})).await;
+    assert_eq!(next(&mut rx.started).await, "wait_cancel");
+    other.close_input();
+    // The handler ends once the end of input cancels it; then the connection ends normally.
+    let (answer, _) = other.recv_until_id(json!(1)).await;
+    assert_eq!(answer["error"]["code"], json!(codes::REQUEST_CANCELLED), "{answer}");
+    let served = tokio::time::timeout(LIMIT, task).await.expect("serve returns").expect("no panic");
+    assert!(served.is_ok(), "{served:?}");
+}
+
 /// Notification `block` holds its worker thread until released; any other never finishes.
 struct BlocksInNotification {
     entered: mpsc::UnboundedSender<()>,
