@@ -182,7 +182,8 @@ impl Connection {
     }
 
     /// How many incoming request handlers may run at once; further requests wait for a slot
-    /// (see [`Connection::max_queued_requests`]).
+    /// (see [`Connection::max_queued_requests`]). Clamped to `1..=usize::MAX >> 4` (half of
+    /// tokio's `Semaphore::MAX_PERMITS`, so that both bounds together fit one semaphore).
     pub fn max_concurrent_requests(mut self, n: usize) -> Self {
         self.max_concurrent_requests = n.clamp(1, Semaphore::MAX_PERMITS / 2);
         self
@@ -192,21 +193,25 @@ impl Connection {
     /// [`max_concurrent_requests`](Connection::max_concurrent_requests) are running. A request
     /// beyond both bounds is answered at once with -32603 ("too many requests in flight"); the
     /// reader never stops for requests, so cancellations and responses still get through.
+    /// Clamped to `usize::MAX >> 4`, like `max_concurrent_requests`.
     pub fn max_queued_requests(mut self, n: usize) -> Self {
         self.max_queued_requests = n.min(Semaphore::MAX_PERMITS / 2);
         self
     }
 
     /// How many outgoing messages may wait for the writer; senders wait when it is full.
+    /// Clamped to `1..=usize::MAX >> 3` (tokio's `Semaphore::MAX_PERMITS`, the most a bounded
+    /// channel holds).
     pub fn write_queue_capacity(mut self, n: usize) -> Self {
-        self.write_queue_capacity = n.max(1);
+        self.write_queue_capacity = n.clamp(1, Semaphore::MAX_PERMITS);
         self
     }
 
     /// How many incoming notifications may wait for the notification handler; the reader waits
-    /// when it is full.
+    /// when it is full. Clamped to `1..=usize::MAX >> 3` (tokio's `Semaphore::MAX_PERMITS`, the
+    /// most a bounded channel holds).
     pub fn notification_queue_capacity(mut self, n: usize) -> Self {
-        self.notification_queue_capacity = n.max(1);
+        self.notification_queue_capacity = n.clamp(1, Semaphore::MAX_PERMITS);
         self
     }
 

@@ -387,6 +387,25 @@ async fn contract_4_single_fifo_writer_with_bounded_queue_applies_backpressure()
     tokio::time::timeout(LIMIT, sender).await.unwrap().unwrap();
 }
 
+/// Capacities beyond what tokio's channels take are clamped (a panic before), as is zero.
+#[tokio::test]
+async fn out_of_range_queue_capacities_are_clamped() {
+    for n in [usize::MAX, 0] {
+        let conn = Connection::new()
+            .write_queue_capacity(n)
+            .notification_queue_capacity(n)
+            .max_concurrent_requests(n)
+            .max_queued_requests(n);
+        let (handler, mut rx) = test_handler();
+        let (mut other, peer, _task) = start(conn, handler);
+        other.send(r#"{"jsonrpc":"2.0","method":"_note"}"#).await;
+        assert_eq!(next(&mut rx.seen).await.0, "_note");
+        assert!(other.ping().await.is_empty());
+        peer.notify("_out", &json!({})).await.unwrap();
+        assert_eq!(other.recv().await["method"], json!("_out"));
+    }
+}
+
 // ---- 5. cancellation ------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
