@@ -16,6 +16,13 @@
 //!   error -32603 ("too many requests in flight") and the connection goes on. A request handler
 //!   may await calls to the peer: their responses are routed by the reader, which is not
 //!   blocked by handlers.
+//!
+//!   Limitation: a request over the bound waits for a slot even when it is part of a chain of
+//!   nested calls, so a chain deeper than the bound can wait forever. With
+//!   `max_concurrent_requests(1)` on both sides, A calls B (`outer`), whose handler calls A
+//!   (`inner`), whose handler calls B (`leaf`): `leaf` waits for B's only slot, which `outer`
+//!   holds until `leaf` answers. The default bound (1024) makes this practically unreachable;
+//!   a low bound suits peers whose handlers do not call back.
 //! - **Notifications** are handled by one task, one at a time, in arrival order.
 //! - **The output** is one bounded FIFO queue (senders wait when it is full), drained by one
 //!   writer task in batches and flushed whenever the queue runs empty. A request or a response
@@ -182,7 +189,12 @@ impl Connection {
     }
 
     /// How many incoming request handlers may run at once; further requests wait for a slot
-    /// (see [`Connection::max_queued_requests`]). Clamped to `1..=usize::MAX >> 4` (half of
+    /// (see [`Connection::max_queued_requests`]).
+    ///
+    /// A request waits for a slot even when the handlers holding the slots wait for it: a
+    /// chain of nested calls between the two sides (a handler calling the peer, whose handler
+    /// calls back, ...) deeper than this bound can wait forever. The default (1024) makes that
+    /// practically unreachable; see the [module docs](self). Clamped to `1..=usize::MAX >> 4` (half of
     /// tokio's `Semaphore::MAX_PERMITS`, so that both bounds together fit one semaphore).
     pub fn max_concurrent_requests(mut self, n: usize) -> Self {
         self.max_concurrent_requests = n.clamp(1, Semaphore::MAX_PERMITS / 2);
