@@ -183,7 +183,9 @@ pub enum StderrMode {
 pub struct SpawnOptions {
     /// Where stderr goes (default: [`StderrMode::Trace`]).
     pub stderr: StderrMode,
-    /// How long the process group has between SIGTERM and SIGKILL (default: 2 s).
+    /// How long the process group has between SIGTERM and SIGKILL (default: 2 s); for an
+    /// [`AgentProcess`](crate::AgentProcess), also how long the agent has to exit on end of
+    /// input before SIGTERM.
     pub kill_grace: Duration,
 }
 
@@ -280,6 +282,11 @@ impl ChildProcess {
     /// Terminates the process group now (SIGTERM, then SIGKILL after the grace period) and
     /// waits until the leader is reaped.
     pub async fn terminate(mut self) -> io::Result<ExitStatus> {
+        self.terminate_now().await
+    }
+
+    /// [`ChildProcess::terminate`] for an owner that cannot give the handle away.
+    pub(crate) async fn terminate_now(&mut self) -> io::Result<ExitStatus> {
         let mut child = self.child.take().ok_or_else(|| io::Error::other("process already terminated"))?;
         if self.reaped {
             return child.wait().await;
@@ -287,10 +294,18 @@ impl ChildProcess {
         signal_group(self.pid, Signal::Term);
         reap(child, self.pid, self.kill_grace, &[Signal::Kill]).await
     }
-}
 
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
+    /// Ends the process whose stdin its holder (a connection) is closing right now: it has the
+    /// grace period to exit by itself on end of input; then the group gets SIGTERM, and SIGKILL
+    /// after the grace period again. A detached task does it; without a runtime the group is
+    /// killed at once, as on drop.
+    pub(crate) fn end_after_end_of_input(&mut self) {
+        self.end_detached(None, &[Signal::Term, Signal::Kill]);
+    }
+
+    /// Sends `first` to the group (if any) and leaves the rest of `escalation` (see [`reap`])
+    /// to a detached task.
+    fn end_detached(&mut self, first: Option<Signal>, escalation: &'static [Signal]) {
         let Some(child) = self.child.take() else { return };
         // Closing our end of stdin first lets a well-behaved agent see end of input too.
         self.stdin.take();
@@ -298,12 +313,14 @@ impl Drop for ChildProcess {
             // `wait` reaped the leader and killed the rest of its group: nothing is left.
             return;
         }
-        signal_group(self.pid, Signal::Term);
+        if let Some(signal) = first {
+            signal_group(self.pid, signal);
+        }
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 let (pid, grace) = (self.pid, self.kill_grace);
                 handle.spawn(async move {
-                    let _ = reap(child, pid, grace, &[Signal::Kill]).await;
+                    let _ = reap(child, pid, grace, escalation).await;
                 });
             }
             Err(_) => {
@@ -313,6 +330,12 @@ impl Drop for ChildProcess {
                 drop(child);
             }
         }
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        self.end_detached(Some(Signal::Term), &[Signal::Kill]);
     }
 }
 
