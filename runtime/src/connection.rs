@@ -72,12 +72,12 @@
 //! is never called. (At the end of the connection, a request that has not started still may,
 //! within the grace period: it was read before the end of input, and a peer that closed its
 //! side may still read the answer.) Once the token fires, a running handler has the grace
-//! period (`cancel_grace`, default 100 ms) to finish; then its future is dropped. A handler of the typed layer ([`crate::agent`],
-//! [`crate::client`]) that has never asked its context for the token (`cancelled()`,
-//! `is_cancelled()`, `cancellation_token()`) ignores it, so it gets no grace: it is polled once
-//! more, in case it is about to finish, and then dropped and answered at once. A raw
-//! [`Handler`]'s use of its token cannot be seen, so it always gets the grace period. The
-//! answer of a cancelled request is:
+//! period (`cancel_grace`, default 100 ms) to finish; then its future is dropped. A handler of
+//! the typed layer ([`crate::agent`], [`crate::client`]) that has never asked its context for
+//! the token (`cancelled()`, `is_cancelled()`, `cancellation_token()`) ignores it, so it gets
+//! no grace: it is polled once more, in case it is about to finish, and then dropped and
+//! answered at once. A raw [`Handler`]'s use of its token cannot be seen, so it always gets the
+//! grace period. The answer of a cancelled request is:
 //!
 //! | method | answer |
 //! |---|---|
@@ -194,8 +194,10 @@ impl Connection {
     /// A request waits for a slot even when the handlers holding the slots wait for it: a
     /// chain of nested calls between the two sides (a handler calling the peer, whose handler
     /// calls back, ...) deeper than this bound can wait forever. The default (1024) makes that
-    /// practically unreachable; see the [module docs](self). Clamped to `1..=usize::MAX >> 4` (half of
-    /// tokio's `Semaphore::MAX_PERMITS`, so that both bounds together fit one semaphore).
+    /// practically unreachable; see the [module docs](self).
+    ///
+    /// Clamped to `1..=usize::MAX >> 4` (half of tokio's `Semaphore::MAX_PERMITS`, so that both
+    /// request bounds together fit one semaphore).
     pub fn max_concurrent_requests(mut self, n: usize) -> Self {
         self.max_concurrent_requests = n.clamp(1, Semaphore::MAX_PERMITS / 2);
         self

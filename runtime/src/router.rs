@@ -212,7 +212,8 @@ impl Router {
             let mut inflight = crate::connection::lock_inflight(&self.shared);
             let duplicate = inflight.contains_key(&id);
             if !duplicate {
-                let entry = InFlight { token: token.clone(), kind, session: session_id.clone(), cancel_requested: false };
+                let entry =
+                    InFlight { token: token.clone(), kind, session: session_id.clone(), cancel_requested: false };
                 inflight.insert(id.clone(), entry);
             }
             duplicate
@@ -274,11 +275,11 @@ async fn run_request(
     // Like a response, a request is handled only after the notifications that arrived before
     // it: a permission request never overtakes the tool call update it is about.
     let waiting = shared.clone();
+    // Whether the handler was called (atomic only so that the borrowing future stays `Send`).
+    let started = AtomicBool::new(false);
     // The handler's future lives in this block only: it is dropped, its request slot with it,
     // before the answer goes out (which may be at once, see `writer`). So a peer that has the
     // answer finds the slot free and the handler gone.
-    // Whether the handler was called (atomic only so that the borrowing future stays `Send`).
-    let started = AtomicBool::new(false);
     let answer = {
         let started = &started;
         let fut = CatchUnwind::new(async move {

@@ -243,7 +243,8 @@ impl ChildProcess {
                 tokio::spawn(forward_stderr(stderr, pid));
             }
         }
-        Ok(ChildProcess { child: Some(child), pid, reaped: false, stdin, stdout, stderr, kill_grace: options.kill_grace })
+        let kill_grace = options.kill_grace;
+        Ok(ChildProcess { child: Some(child), pid, reaped: false, stdin, stdout, stderr, kill_grace })
     }
 
     /// The transport: `(reader, writer)` = (the child's stdout, the child's stdin). `None` the
@@ -263,7 +264,7 @@ impl ChildProcess {
     }
 
     /// Waits for the process to exit by itself. What is left of its process group then is
-    /// killed (before the leader is reaped, see above).
+    /// killed, before the leader is reaped (see [`ChildProcess`]).
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
         let child = self.child.as_mut().ok_or_else(|| io::Error::other("process already terminated"))?;
         // (When its exit cannot be watched, the group is left alone: killing it might kill the
@@ -357,9 +358,9 @@ async fn reap(mut child: Child, pgid: u32, grace: Duration, escalation: &[Signal
         Some(exit) => exit,
         None => exited(pgid).await,
     };
+    // No signals here, nor a way to watch the exit: stop it rather than wait for it forever.
+    #[cfg(not(unix))]
     if exit.is_err() {
-        // Cannot watch it exit: stop it now rather than wait for it forever.
-        #[cfg(not(unix))]
         let _ = child.start_kill();
     }
     kill_stragglers(pgid, exit);

@@ -111,7 +111,8 @@ async fn typed_request_cancelled_while_waiting_for_a_slot_is_answered_at_once() 
         .serve_agent(Agent { watches: false, started: started_tx }, agent_end.0, agent_end.1);
     let log = Arc::new(ClientLog::default());
     let (events, _) = mpsc::unbounded_channel();
-    let (agent, client_serve) = Connection::new().serve_client(TestClient::new(log, events), client_end.0, client_end.1);
+    let (agent, client_serve) =
+        Connection::new().serve_client(TestClient::new(log, events), client_end.0, client_end.1);
     let _tasks = [tokio::spawn(agent_serve), tokio::spawn(client_serve)];
 
     let session = start_session(&agent).await;
