@@ -108,9 +108,11 @@ impl Connection {
     /// spawned task (so this needs a tokio runtime).
     ///
     /// Returns the handle to the agent and the [`AgentProcess`] guard: keep it as long as the
-    /// agent is needed. Dropping it ends the connection and terminates the agent's process
-    /// group (SIGTERM, then SIGKILL after `options.kill_grace`). When the agent exits by
-    /// itself, the connection ends and pending calls fail with [`Error::ConnectionClosed`].
+    /// agent is needed. Dropping it ends the connection, which closes the agent's stdin, and
+    /// then ends the agent's process group: an agent that has not exited on end of input
+    /// within `options.kill_grace` gets SIGTERM, then SIGKILL after `options.kill_grace` again.
+    /// When the agent exits by itself, the connection ends and pending calls fail with
+    /// [`Error::ConnectionClosed`].
     pub fn spawn_agent<C>(
         self,
         client: C,
@@ -130,13 +132,25 @@ impl Connection {
 }
 
 /// A spawned agent process and the task that runs its connection (from
-/// [`Connection::spawn_agent`]). Dropping it ends the connection and terminates the process
-/// group.
+/// [`Connection::spawn_agent`]). Dropping it ends the connection, and with it the agent's
+/// stdin, so a well-behaved agent exits by itself on end of input; one that has not within the
+/// grace period (`SpawnOptions::kill_grace`) gets SIGTERM, then SIGKILL after the grace period
+/// again. The process is reaped by a detached task.
 #[derive(Debug)]
 pub struct AgentProcess {
-    // Dropped first: closing the child's stdin lets it see end of input.
     child: ChildProcess,
+    // Its writer holds the child's stdin.
     serve: AbortOnDrop<Result<(), Error>>,
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        // The aborted task drops the connection's writer, which closes the agent's stdin (at
+        // once, or as soon as a worker gets to the task); the agent then has the grace period
+        // to exit by itself before it is signalled.
+        self.serve.abort();
+        self.child.end_after_end_of_input();
+    }
 }
 
 impl AgentProcess {
@@ -157,11 +171,9 @@ impl AgentProcess {
 
     /// Terminates the agent's process group now (SIGTERM, then SIGKILL after the grace
     /// period), waits until it is reaped, and ends the connection.
-    pub async fn terminate(self) -> io::Result<ExitStatus> {
-        let AgentProcess { child, serve } = self;
-        let status = child.terminate().await;
-        drop(serve);
-        status
+    pub async fn terminate(mut self) -> io::Result<ExitStatus> {
+        // The connection ends when `self` drops, after this.
+        self.child.terminate_now().await
     }
 }
 

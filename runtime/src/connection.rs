@@ -16,6 +16,13 @@
 //!   error -32603 ("too many requests in flight") and the connection goes on. A request handler
 //!   may await calls to the peer: their responses are routed by the reader, which is not
 //!   blocked by handlers.
+//!
+//!   Limitation: a request over the bound waits for a slot even when it is part of a chain of
+//!   nested calls, so a chain deeper than the bound can wait forever. With
+//!   `max_concurrent_requests(1)` on both sides, A calls B (`outer`), whose handler calls A
+//!   (`inner`), whose handler calls B (`leaf`): `leaf` waits for B's only slot, which `outer`
+//!   holds until `leaf` answers. The default bound (1024) makes this practically unreachable;
+//!   a low bound suits peers whose handlers do not call back.
 //! - **Notifications** are handled by one task, one at a time, in arrival order.
 //! - **The output** is one bounded FIFO queue (senders wait when it is full), drained by one
 //!   writer task in batches and flushed whenever the queue runs empty. A request or a response
@@ -60,13 +67,17 @@
 //!   session.
 //! - The end of the connection.
 //!
-//! Once the token fires, the handler has the grace period (`cancel_grace`, default 100 ms) to
-//! finish; then its future is dropped. A handler of the typed layer ([`crate::agent`],
-//! [`crate::client`]) that has never asked its context for the token (`cancelled()`,
-//! `is_cancelled()`, `cancellation_token()`) ignores it, so it gets no grace: it is polled once
-//! more, in case it is about to finish, and then dropped and answered at once. A raw
-//! [`Handler`]'s use of its token cannot be seen, so it always gets the grace period. The
-//! answer of a cancelled request is:
+//! A request cancelled (by `$/cancel_request` or `session/cancel`) before its handler started,
+//! while it waited for earlier notifications or for a slot, is answered at once and its handler
+//! is never called. (At the end of the connection, a request that has not started still may,
+//! within the grace period: it was read before the end of input, and a peer that closed its
+//! side may still read the answer.) Once the token fires, a running handler has the grace
+//! period (`cancel_grace`, default 100 ms) to finish; then its future is dropped. A handler of
+//! the typed layer ([`crate::agent`], [`crate::client`]) that has never asked its context for
+//! the token (`cancelled()`, `is_cancelled()`, `cancellation_token()`) ignores it, so it gets
+//! no grace: it is polled once more, in case it is about to finish, and then dropped and
+//! answered at once. A raw [`Handler`]'s use of its token cannot be seen, so it always gets the
+//! grace period. The answer of a cancelled request is:
 //!
 //! | method | answer |
 //! |---|---|
@@ -179,6 +190,14 @@ impl Connection {
 
     /// How many incoming request handlers may run at once; further requests wait for a slot
     /// (see [`Connection::max_queued_requests`]).
+    ///
+    /// A request waits for a slot even when the handlers holding the slots wait for it: a
+    /// chain of nested calls between the two sides (a handler calling the peer, whose handler
+    /// calls back, ...) deeper than this bound can wait forever. The default (1024) makes that
+    /// practically unreachable; see the [module docs](self).
+    ///
+    /// Clamped to `1..=usize::MAX >> 4` (half of tokio's `Semaphore::MAX_PERMITS`, so that both
+    /// request bounds together fit one semaphore).
     pub fn max_concurrent_requests(mut self, n: usize) -> Self {
         self.max_concurrent_requests = n.clamp(1, Semaphore::MAX_PERMITS / 2);
         self
@@ -188,26 +207,32 @@ impl Connection {
     /// [`max_concurrent_requests`](Connection::max_concurrent_requests) are running. A request
     /// beyond both bounds is answered at once with -32603 ("too many requests in flight"); the
     /// reader never stops for requests, so cancellations and responses still get through.
+    /// Clamped to `usize::MAX >> 4`, like `max_concurrent_requests`.
     pub fn max_queued_requests(mut self, n: usize) -> Self {
         self.max_queued_requests = n.min(Semaphore::MAX_PERMITS / 2);
         self
     }
 
     /// How many outgoing messages may wait for the writer; senders wait when it is full.
+    /// Clamped to `1..=usize::MAX >> 3` (tokio's `Semaphore::MAX_PERMITS`, the most a bounded
+    /// channel holds).
     pub fn write_queue_capacity(mut self, n: usize) -> Self {
-        self.write_queue_capacity = n.max(1);
+        self.write_queue_capacity = n.clamp(1, Semaphore::MAX_PERMITS);
         self
     }
 
     /// How many incoming notifications may wait for the notification handler; the reader waits
-    /// when it is full.
+    /// when it is full. Clamped to `1..=usize::MAX >> 3` (tokio's `Semaphore::MAX_PERMITS`, the
+    /// most a bounded channel holds).
     pub fn notification_queue_capacity(mut self, n: usize) -> Self {
-        self.notification_queue_capacity = n.max(1);
+        self.notification_queue_capacity = n.clamp(1, Semaphore::MAX_PERMITS);
         self
     }
 
     /// How long a cancelled handler may run on before its future is dropped. A typed handler
-    /// that never asks for its token gets none of it (see the [module docs](self)).
+    /// that never asks for its token gets none of it (see the [module docs](self)). It also
+    /// bounds the waits at the end of the connection; a huge value (up to `Duration::MAX`)
+    /// means waiting as long as the handlers and the writer need.
     pub fn cancel_grace(mut self, grace: Duration) -> Self {
         self.cancel_grace = grace;
         self
@@ -382,7 +407,9 @@ async fn run(
     shared.close();
 
     // Handlers get their grace period; their answers still go out while the writer runs.
-    let _ = tokio::time::timeout(grace.saturating_mul(2) + Duration::from_millis(50), requests.all_done()).await;
+    // Saturating: a huge grace (`Duration::MAX`) means waiting as long as the handlers need.
+    let handlers_grace = grace.saturating_mul(2).saturating_add(Duration::from_millis(50));
+    let _ = tokio::time::timeout(handlers_grace, requests.all_done()).await;
 
     // Queued notifications are still handled (bounded by the grace period per handler).
     let _ = (&mut notif_task).await;
@@ -446,6 +473,16 @@ pub(crate) struct InFlight {
     pub(crate) token: CancellationToken,
     pub(crate) kind: RequestKind,
     pub(crate) session: Option<Arc<str>>,
+    /// Cancelled on request (`$/cancel_request`, `session/cancel`), not by the connection's
+    /// end: then a handler that has not started never does.
+    pub(crate) cancel_requested: bool,
+}
+
+impl InFlight {
+    pub(crate) fn cancel_on_request(&mut self) {
+        self.cancel_requested = true;
+        self.token.cancel();
+    }
 }
 
 pub(crate) struct Shared {
@@ -540,12 +577,17 @@ impl Shared {
 
     /// Cancels in-flight incoming requests of `kind` for `session`.
     pub(crate) fn cancel_incoming(&self, kind: RequestKind, session: &str) {
-        let inflight = lock(&self.inflight);
-        for entry in inflight.values() {
+        let mut inflight = lock(&self.inflight);
+        for entry in inflight.values_mut() {
             if entry.kind == kind && entry.session.as_deref() == Some(session) {
-                entry.token.cancel();
+                entry.cancel_on_request();
             }
         }
+    }
+
+    /// Whether in-flight request `id` was cancelled on request (see [`InFlight`]).
+    pub(crate) fn cancel_requested(&self, id: &Id) -> bool {
+        lock(&self.inflight).get(id).is_some_and(|entry| entry.cancel_requested)
     }
 
     /// Client side of `session/cancel`: our in-flight incoming permission requests of the
@@ -597,7 +639,9 @@ impl Shared {
 
     /// The notification task handled notification number `seq`.
     pub(crate) fn mark_handled(&self, seq: u64) {
-        self.handled.store(seq, Ordering::SeqCst);
+        // Never lower: a handler that finishes after `Serve` was dropped must not take back the
+        // `u64::MAX` of `release_waiters` (its task is aborted only at its next await).
+        self.handled.fetch_max(seq, Ordering::SeqCst);
         // Waking is a lock on the Notify; skip it when nobody waits (the common case).
         if self.handled_waiters.load(Ordering::SeqCst) > 0 {
             self.handled_notify.notify_waiters();
@@ -638,5 +682,23 @@ impl Shared {
             }
             notified.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_late_mark_handled_does_not_undo_release_waiters() {
+        let (_peer, prepared) = Connection::new().prepare();
+        let shared = prepared.shared;
+        shared.mark_handled(1);
+        shared.release_waiters();
+        // The notification task's last word, after `Serve` was dropped.
+        shared.mark_handled(2);
+        tokio::time::timeout(Duration::from_secs(5), shared.wait_for_notifications(3))
+            .await
+            .expect("nobody waits for notifications once the waiters are released");
     }
 }

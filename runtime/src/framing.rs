@@ -16,6 +16,11 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 
 const INITIAL_CAPACITY: usize = 64 * 1024;
 
+/// A buffer grown beyond this for one long line goes back to the initial size once that line
+/// is consumed: one huge message must not pin its size for the rest of the connection, and
+/// lines a little over the initial size do not reallocate every time.
+const SHRINK_ABOVE: usize = 4 * INITIAL_CAPACITY;
+
 /// One item of the input.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
@@ -51,7 +56,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         let max = max_line_bytes.max(1);
         LineReader {
             inner,
-            buf: vec![0; INITIAL_CAPACITY.min(max.saturating_add(1))],
+            buf: vec![0; initial_len(max)],
             start: 0,
             end: 0,
             scanned: 0,
@@ -132,8 +137,19 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     }
 
     /// Ensures free space after `end`: moves the pending bytes to the front, or grows the
-    /// buffer (up to the limit plus the newline; beyond that we are discarding anyway).
+    /// buffer (up to the limit plus the newline; beyond that we are discarding anyway). A
+    /// buffer that grew for a long line shrinks back once little of it is still pending.
     fn make_room(&mut self) {
+        let pending = self.end - self.start;
+        if self.buf.len() > SHRINK_ABOVE && pending <= INITIAL_CAPACITY / 2 {
+            let mut buf = vec![0; initial_len(self.max)];
+            buf[..pending].copy_from_slice(&self.buf[self.start..self.end]);
+            self.buf = buf;
+            self.scanned -= self.start;
+            self.start = 0;
+            self.end = pending;
+            return;
+        }
         if self.end < self.buf.len() {
             // Still space; but compact when the consumed prefix dominates, so reads stay big.
             if self.start > 0 && self.start >= self.buf.len() / 2 {
@@ -147,6 +163,8 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         }
         let cap = self.max.saturating_add(2);
         let new_len = self.buf.len().saturating_mul(2).min(cap).max(self.buf.len() + 1);
+        // Exactly: `resize` alone may double the capacity once more, to about twice the limit.
+        self.buf.reserve_exact(new_len - self.buf.len());
         self.buf.resize(new_len, 0);
     }
 
@@ -161,6 +179,11 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     pub fn into_inner(self) -> R {
         self.inner
     }
+}
+
+/// The buffer's size at the start, and again after a long line.
+fn initial_len(max: usize) -> usize {
+    INITIAL_CAPACITY.min(max.saturating_add(1))
 }
 
 fn trim_cr(line: &[u8]) -> &[u8] {
@@ -261,6 +284,30 @@ mod tests {
             writer.await.unwrap();
             assert_eq!(got, expected, "round {round}, max {max}");
         }
+    }
+
+    #[tokio::test]
+    async fn the_buffer_grows_no_further_than_the_limit_and_shrinks_after_a_long_line() {
+        use tokio::io::AsyncWriteExt;
+        const MAX: usize = 1 << 20;
+        let (mut w, r) = tokio::io::duplex(8 << 20);
+        let mut reader = LineReader::new(r, MAX);
+
+        // A line of exactly the limit: the buffer holds it, and no more than that.
+        w.write_all(&[b'a'; MAX]).await.unwrap();
+        w.write_all(b"\n").await.unwrap();
+        assert!(matches!(reader.next_frame().await.unwrap(), Some(Frame::Line(l)) if l.len() == MAX));
+        assert!(reader.buf.capacity() <= MAX + 2, "capacity {}", reader.buf.capacity());
+        w.write_all(b"ok\n").await.unwrap();
+        assert_eq!(reader.next_frame().await.unwrap(), Some(Frame::Line(b"ok")));
+        assert!(reader.buf.capacity() <= INITIAL_CAPACITY, "capacity {}", reader.buf.capacity());
+
+        // An oversized line: skipped in small pieces, and the buffer is small afterwards.
+        w.write_all(&vec![b'x'; 3 * MAX]).await.unwrap();
+        w.write_all(b"\nok\n").await.unwrap();
+        assert_eq!(reader.next_frame().await.unwrap(), Some(Frame::Oversized { len: 3 * MAX as u64 }));
+        assert_eq!(reader.next_frame().await.unwrap(), Some(Frame::Line(b"ok")));
+        assert!(reader.buf.capacity() <= INITIAL_CAPACITY, "capacity {}", reader.buf.capacity());
     }
 
     #[tokio::test]

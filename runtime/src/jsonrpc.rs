@@ -4,6 +4,8 @@
 //! Params and results stay raw JSON ([`RawValue`]): this layer never rewrites them, so `_meta`
 //! and unknown fields reach the typed layer byte for byte. Decoding borrows from the line; the
 //! only allocations on the happy path are the ones the caller makes when it keeps the params.
+//! The one exception is on the way out: a line break in an outgoing raw value (whitespace, in
+//! valid JSON) is written as a space, so that every message stays on one line.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -658,10 +660,11 @@ pub(crate) fn encode_request<P: Serialize + ?Sized>(
     method: &str,
     params: Option<&P>,
 ) -> serde_json::Result<()> {
+    let start = buf.len();
     buf.extend_from_slice(PREFIX);
     buf.extend_from_slice(br#","id":"#);
     write_json(buf, &id)?;
-    encode_call_tail(buf, method, params)
+    encode_call_tail(buf, start, method, params)
 }
 
 /// `{"jsonrpc":"2.0","method":M[,"params":P]}\n`
@@ -670,12 +673,14 @@ pub(crate) fn encode_notification<P: Serialize + ?Sized>(
     method: &str,
     params: Option<&P>,
 ) -> serde_json::Result<()> {
+    let start = buf.len();
     buf.extend_from_slice(PREFIX);
-    encode_call_tail(buf, method, params)
+    encode_call_tail(buf, start, method, params)
 }
 
 fn encode_call_tail<P: Serialize + ?Sized>(
     buf: &mut Vec<u8>,
+    start: usize,
     method: &str,
     params: Option<&P>,
 ) -> serde_json::Result<()> {
@@ -684,6 +689,7 @@ fn encode_call_tail<P: Serialize + ?Sized>(
     if let Some(params) = params {
         buf.extend_from_slice(br#","params":"#);
         write_json(buf, params)?;
+        one_line(&mut buf[start..]);
     }
     buf.extend_from_slice(b"}\n");
     Ok(())
@@ -691,6 +697,7 @@ fn encode_call_tail<P: Serialize + ?Sized>(
 
 /// `{"jsonrpc":"2.0","id":ID,"result":R}\n` or `...,"error":E}\n`
 pub(crate) fn encode_response(buf: &mut Vec<u8>, id: &Id, result: Result<&RawValue, &ErrorObject>) {
+    let start = buf.len();
     buf.extend_from_slice(PREFIX);
     buf.extend_from_slice(br#","id":"#);
     // Ids, raw values and error objects always serialize (string keys, finite numbers only).
@@ -705,7 +712,20 @@ pub(crate) fn encode_response(buf: &mut Vec<u8>, id: &Id, result: Result<&RawVal
         }
     });
     debug_assert!(written.is_ok());
+    one_line(&mut buf[start..]);
     buf.extend_from_slice(b"}\n");
+}
+
+/// Keeps an encoded message on one line. A [`RawValue`] keeps the whitespace it was made with
+/// (a pretty-printed result, say), and a `\n` in it would end the line early: the peer would
+/// read fragments and never the message. In valid JSON a raw `\n` or `\r` can only be
+/// whitespace between tokens (inside strings they are escaped), so a space does the same.
+pub(crate) fn one_line(encoded: &mut [u8]) {
+    let mut from = 0;
+    while let Some(pos) = memchr::memchr2(b'\n', b'\r', &encoded[from..]) {
+        encoded[from + pos] = b' ';
+        from += pos + 1;
+    }
 }
 
 #[cfg(test)]

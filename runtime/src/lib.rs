@@ -2,7 +2,8 @@
 //! concurrency and cancellation rules, for agents and clients alike.
 //!
 //! Two layers. The core works at the raw-JSON level (params and results are [`RawValue`]s,
-//! never rewritten): [`Connection`], [`Handler`], [`Peer`]. The typed layer sits on top of it
+//! never rewritten, except that line breaks between tokens go out as spaces to keep one
+//! message per line): [`Connection`], [`Handler`], [`Peer`]. The typed layer sits on top of it
 //! and speaks the generated [`acp_types`]: an agent implements `acp_types::Agent<AgentContext>`
 //! and is served with [`agent::serve_stdio`] (or [`Connection::serve_agent`]); a client
 //! implements `acp_types::Client<ClientContext>` and starts an agent with

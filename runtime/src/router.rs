@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -184,9 +185,9 @@ impl Router {
             tracing::warn!("acp connection: $/cancel_request with invalid requestId ignored");
             return;
         };
-        let inflight = crate::connection::lock_inflight(&self.shared);
-        match inflight.get(&request_id) {
-            Some(entry) => entry.token.cancel(),
+        let mut inflight = crate::connection::lock_inflight(&self.shared);
+        match inflight.get_mut(&request_id) {
+            Some(entry) => entry.cancel_on_request(),
             // Finished already, or never existed: nothing to do.
             None => tracing::debug!(id = %request_id, "acp connection: $/cancel_request for no in-flight request"),
         }
@@ -211,7 +212,9 @@ impl Router {
             let mut inflight = crate::connection::lock_inflight(&self.shared);
             let duplicate = inflight.contains_key(&id);
             if !duplicate {
-                inflight.insert(id.clone(), InFlight { token: token.clone(), kind, session: session_id.clone() });
+                let entry =
+                    InFlight { token: token.clone(), kind, session: session_id.clone(), cancel_requested: false };
+                inflight.insert(id.clone(), entry);
             }
             duplicate
         };
@@ -272,16 +275,27 @@ async fn run_request(
     // Like a response, a request is handled only after the notifications that arrived before
     // it: a permission request never overtakes the tool call update it is about.
     let waiting = shared.clone();
+    // Whether the handler was called (atomic only so that the borrowing future stays `Send`).
+    let started = AtomicBool::new(false);
     // The handler's future lives in this block only: it is dropped, its request slot with it,
     // before the answer goes out (which may be at once, see `writer`). So a peer that has the
     // answer finds the slot free and the handler gone.
     let answer = {
+        let started = &started;
         let fut = CatchUnwind::new(async move {
             waiting.wait_for_notifications(barrier).await;
             // Held, with `slot`, until the handler's future is done or dropped. The semaphore is
             // never closed, so the permit always comes.
             let _running = slot.running.clone().acquire_owned().await;
-            handler.handle_request_boxed(req).await
+            // Cancelled while it waited: answered without ever running (the grace period is
+            // for handlers that have started). Not so at the end of the connection: a request
+            // read just before the end of input still runs within the grace period, because a
+            // peer that closed its side (`echo request | agent`) may still read the answer.
+            if req.cancel.is_cancelled() && waiting.cancel_requested(&req.id) {
+                return None;
+            }
+            started.store(true, Ordering::Relaxed);
+            Some(handler.handle_request_boxed(req).await)
         })
         .instrument(span.clone());
         tokio::pin!(fut);
@@ -291,9 +305,13 @@ async fn run_request(
             out = &mut fut => Some(out),
             () = token.cancelled() => None,
         };
+        // `Some(None)`: cancelled before it started.
+        let finished = finished.map(Result::transpose);
         match finished {
-            Some(out) if !token.is_cancelled() => normal_answer(out, &span),
-            Some(out) => cancelled_answer(kind, Some(out)),
+            Some(Some(out)) if !token.is_cancelled() => normal_answer(out, &span),
+            Some(out) => cancelled_answer(kind, out),
+            // Still waiting for earlier notifications or a slot: nothing to wait for.
+            None if !started.load(Ordering::Relaxed) && shared.cancel_requested(&id) => cancelled_answer(kind, None),
             None if kind == RequestKind::Permission => {
                 // Answered at once; the handler may still clean up during the grace period.
                 finish(&shared, id, cancelled_answer(kind, None)).await;
@@ -301,7 +319,7 @@ async fn run_request(
                 return;
             }
             None => {
-                let out = within_grace(watch.grace(grace), &mut fut).await;
+                let out = within_grace(watch.grace(grace), &mut fut).await.and_then(Result::transpose);
                 if out.is_none() {
                     span.in_scope(|| {
                         tracing::debug!("cancelled handler did not finish within the grace period; dropped")

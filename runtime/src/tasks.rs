@@ -24,6 +24,13 @@ impl<T: Send + 'static> AbortOnDrop<T> {
     }
 }
 
+impl<T> AbortOnDrop<T> {
+    /// Aborts the task now, before the handle drops.
+    pub(crate) fn abort(&self) {
+        self.0.abort();
+    }
+}
+
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();

@@ -355,7 +355,10 @@ pub(crate) async fn tap_in(shared: &Shared, item: TapIn<'_>) {
         TapIn::Json(msg) => {
             entry.reserve(msg.len() + 24);
             entry.extend_from_slice(br#"{"dir":"in","msg":"#);
+            let at = entry.len();
             entry.extend_from_slice(msg);
+            // A lone `\r` between tokens is valid JSON, but some JSONL readers split on it.
+            crate::jsonrpc::one_line(&mut entry[at..]);
         }
         TapIn::Invalid(raw) => {
             entry.extend_from_slice(br#"{"dir":"in","invalid":"#);

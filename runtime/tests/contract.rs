@@ -213,6 +213,52 @@ async fn contract_2_requests_beyond_the_bound_wait_and_beyond_the_queue_are_refu
     assert!(reached.try_recv().is_err(), "only requests 0 and 3 ran");
 }
 
+/// A request cancelled while it waits for a slot is answered without ever running, also when
+/// the slot frees up before its task runs again (here: the running request ends because of its
+/// own cancellation, read in the same batch of input; the grace period is an hour). On this
+/// single-threaded runtime tasks run in the order they are woken, which makes the race certain.
+#[tokio::test]
+async fn a_request_cancelled_while_waiting_for_a_slot_never_runs() {
+    let (handler, mut rx) = test_handler();
+    let conn = Connection::new().max_concurrent_requests(1).cancel_grace(Duration::from_secs(3600));
+    let (mut raw, _peer, _task) = start(conn, handler);
+    raw.send_json(json!({"jsonrpc":"2.0","id":1,"method":"wait_cancel_ok"})).await;
+    assert_eq!(next(&mut rx.started).await, "wait_cancel_ok");
+    raw.send_json(json!({"jsonrpc":"2.0","id":2,"method":"echo","params":{"ran":true}})).await;
+    // Handled after request 2's task has run once (it waits for the slot now).
+    raw.send_json(json!({"jsonrpc":"2.0","method":"_sync"})).await;
+    assert_eq!(next(&mut rx.seen).await.0, "_sync");
+    let cancel = |id: i64| json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":id}}).to_string();
+    raw.send_bytes(format!("{}\n{}\n", cancel(1), cancel(2)).as_bytes()).await;
+
+    let mut answers = std::collections::BTreeMap::new();
+    while answers.len() < 2 {
+        let msg = raw.recv().await;
+        answers.insert(msg["id"].as_i64().unwrap(), msg);
+    }
+    assert_eq!(answers[&1]["result"], json!({"partial": true}), "{}", answers[&1]);
+    assert_eq!(answers[&2]["error"]["code"], json!(codes::REQUEST_CANCELLED), "{}", answers[&2]);
+    assert!(raw.ping().await.is_empty());
+    assert_eq!(next(&mut rx.started).await, "ping");
+    assert!(rx.started.try_recv().is_err(), "the cancelled request never started");
+}
+
+/// Nothing runs, so nothing gets a grace period: the answer comes while the slot is still taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_cancelled_while_waiting_for_a_slot_is_answered_at_once() {
+    let (handler, mut rx) = test_handler();
+    let conn = Connection::new().max_concurrent_requests(1).cancel_grace(Duration::from_secs(3600));
+    let (mut raw, _peer, _task) = start(conn, handler);
+    raw.send_json(json!({"jsonrpc":"2.0","id":1,"method":"hang"})).await;
+    assert_eq!(next(&mut rx.started).await, "hang");
+    raw.send_json(json!({"jsonrpc":"2.0","id":2,"method":"echo"})).await;
+    raw.send_json(json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":2}})).await;
+    let answer = raw.recv().await;
+    assert_eq!(answer["id"], json!(2), "{answer}");
+    assert_eq!(answer["error"]["code"], json!(codes::REQUEST_CANCELLED), "{answer}");
+    assert!(rx.started.try_recv().is_err(), "the cancelled request never started");
+}
+
 // ---- 3. notification order, responses after notifications --------------------------------
 
 /// Agent side: a prompt streams `updates` notifications, then ends the turn.
@@ -341,6 +387,25 @@ async fn contract_4_single_fifo_writer_with_bounded_queue_applies_backpressure()
     tokio::time::timeout(LIMIT, sender).await.unwrap().unwrap();
 }
 
+/// Capacities beyond what tokio's channels take are clamped (a panic before), as is zero.
+#[tokio::test]
+async fn out_of_range_queue_capacities_are_clamped() {
+    for n in [usize::MAX, 0] {
+        let conn = Connection::new()
+            .write_queue_capacity(n)
+            .notification_queue_capacity(n)
+            .max_concurrent_requests(n)
+            .max_queued_requests(n);
+        let (handler, mut rx) = test_handler();
+        let (mut other, peer, _task) = start(conn, handler);
+        other.send(r#"{"jsonrpc":"2.0","method":"_note"}"#).await;
+        assert_eq!(next(&mut rx.seen).await.0, "_note");
+        assert!(other.ping().await.is_empty());
+        peer.notify("_out", &json!({})).await.unwrap();
+        assert_eq!(other.recv().await["method"], json!("_out"));
+    }
+}
+
 // ---- 5. cancellation ------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -371,6 +436,7 @@ async fn contract_5_cancel_request_cancels_the_token_and_answers_request_cancell
 /// Agent side: prompts that fail (or hang) once cancelled.
 struct Prompter {
     dropped: Arc<AtomicBool>,
+    started: mpsc::UnboundedSender<()>,
 }
 
 struct SetOnDrop(Arc<AtomicBool>);
@@ -386,6 +452,7 @@ impl Handler for Prompter {
             return Ok(raw("\"pong\""));
         }
         let mode: Value = req.parse_params()?;
+        let _ = self.started.send(());
         match mode["mode"].as_str() {
             Some("error") => {
                 req.cancel.cancelled().await;
@@ -411,9 +478,10 @@ impl Handler for Prompter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contract_5_session_cancel_cancels_the_prompt_which_answers_stop_reason_cancelled() {
     let dropped = Arc::new(AtomicBool::new(false));
+    let (started_tx, mut started) = mpsc::unbounded_channel();
     let (mut raw, _peer, _task) = start(
         Connection::new().cancel_grace(Duration::from_millis(50)),
-        Prompter { dropped: dropped.clone() },
+        Prompter { dropped: dropped.clone(), started: started_tx },
     );
     let prompt = |id: i64, session: &str, mode: &str| {
         json!({"jsonrpc":"2.0","id":id,"method":"session/prompt","params":{"sessionId":session,"mode":mode}})
@@ -423,6 +491,10 @@ async fn contract_5_session_cancel_cancels_the_prompt_which_answers_stop_reason_
     raw.send_json(prompt(3, "s1", "panic")).await;
     raw.send_json(prompt(4, "s1", "meta")).await;
     raw.send_json(prompt(5, "s2", "error")).await;
+    // Running, so they see the cancellation (a prompt cancelled before it starts never runs).
+    for _ in 0..5 {
+        next(&mut started).await;
+    }
     raw.send_json(json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s1"}})).await;
 
     let mut answers = std::collections::BTreeMap::new();
@@ -682,6 +754,96 @@ async fn contract_8_close_and_dropping_serve_end_the_connection() {
     tokio::task::yield_now().await;
     drop(serve);
     assert!(matches!(tokio::time::timeout(LIMIT, call).await.unwrap().unwrap(), Err(Error::ConnectionClosed)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_cancel_grace_means_waiting_as_long_as_needed_without_panicking() {
+    let (handler, mut rx) = test_handler();
+    let (mut other, _peer, task) = start(Connection::new().cancel_grace(Duration::MAX), handler);
+    other.send_json(json!({"jsonrpc":"2.0","id":1,"method":"wait_cancel"})).await;
+    assert_eq!(next(&mut rx.started).await, "wait_cancel");
+    other.close_input();
+    // The handler ends once the end of input cancels it; then the connection ends normally.
+    let (answer, _) = other.recv_until_id(json!(1)).await;
+    assert_eq!(answer["error"]["code"], json!(codes::REQUEST_CANCELLED), "{answer}");
+    let served = tokio::time::timeout(LIMIT, task).await.expect("serve returns").expect("no panic");
+    assert!(served.is_ok(), "{served:?}");
+}
+
+/// Notification `block` holds its worker thread until released; any other never finishes.
+struct BlocksInNotification {
+    entered: mpsc::UnboundedSender<()>,
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Handler for BlocksInNotification {
+    async fn handle_notification(&self, n: IncomingNotification) {
+        if n.method == "block" {
+            let _ = self.entered.send(());
+            let _ = self.release.lock().unwrap().recv();
+        } else {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// A notification handler that finishes after `Serve` was dropped must not take back the
+/// "everyone may go" that the drop gave: a caller whose response had arrived would then wait
+/// for notifications nobody will handle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_whose_response_arrived_is_not_held_after_serve_is_dropped() {
+    let (entered_tx, mut entered) = mpsc::unbounded_channel();
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let h = Arc::new(BlocksInNotification { entered: entered_tx, release: std::sync::Mutex::new(release_rx) });
+    let ((conn_r, conn_w), (raw_r, raw_w)) = duplex(1 << 16);
+    let (peer, serve) = Connection::new().serve(conn_r, conn_w, h.clone());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serve = tokio::spawn(async move {
+        tokio::select! {
+            _ = serve => {}
+            _ = stopped => {}
+        }
+    });
+    let mut other = acp_runtime::framing::LineReader::new(raw_r, 1 << 20);
+    let mut other_w = raw_w;
+
+    // The call is polled by this test only: it sends its request now and looks at its reply
+    // only at the end.
+    let call = peer.request_raw("x", None);
+    tokio::pin!(call);
+    tokio::select! {
+        biased;
+        r = &mut call => panic!("no answer yet: {r:?}"),
+        () = std::future::ready(()) => {}
+    }
+    let Some(acp_runtime::framing::Frame::Line(line)) = other.next_frame().await.unwrap() else { panic!("request") };
+    let id = serde_json::from_slice::<Value>(line).unwrap()["id"].clone();
+    // Two notifications, then the response (so it waits for both), then a line the reader
+    // answers itself: once that answer is out, the response has reached the call.
+    let input = format!(
+        "{}\n{}\n{}\nnot json\n",
+        json!({"jsonrpc":"2.0","method":"block"}),
+        json!({"jsonrpc":"2.0","method":"never"}),
+        json!({"jsonrpc":"2.0","id":id,"result":"done"}),
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut other_w, input.as_bytes()).await.unwrap();
+    let Some(acp_runtime::framing::Frame::Line(line)) = other.next_frame().await.unwrap() else { panic!("answer") };
+    assert_eq!(serde_json::from_slice::<Value>(line).unwrap()["error"]["code"], json!(codes::PARSE_ERROR));
+    next(&mut entered).await;
+
+    // `Serve` goes while the first notification handler runs; then that handler finishes.
+    stop.send(()).unwrap();
+    serve.await.unwrap();
+    release.send(()).unwrap();
+    // Its task has ended (after recording the notification) once it let go of the handler.
+    let t0 = Instant::now();
+    while Arc::strong_count(&h) > 1 {
+        assert!(t0.elapsed() < LIMIT, "the notification task did not end");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    let result = tokio::time::timeout(LIMIT, call).await.expect("the caller is not held").expect("answered");
+    assert_eq!(result.get(), r#""done""#);
 }
 
 // ---- 9. error codes -------------------------------------------------------------------------

@@ -130,3 +130,58 @@ async fn a_caller_dropped_mid_line_leaves_the_whole_line_and_its_order() {
     assert_eq!(cancel["params"]["requestId"], request["id"]);
     assert_eq!(next_json(&mut lines).await["method"], "test/after");
 }
+
+/// Answers every request with a pretty-printed result (`RawValue` keeps its whitespace).
+struct Pretty;
+
+const PRETTY: &str = "{\r\n  \"text\": \"two\\nlines\",\n  \"list\": [\n    1,\r    2\n  ]\n}";
+
+impl acp_runtime::Handler for Pretty {
+    async fn handle_request(
+        &self,
+        _req: acp_runtime::IncomingRequest,
+    ) -> Result<Box<RawValue>, acp_runtime::ErrorObject> {
+        Ok(raw(PRETTY))
+    }
+}
+
+#[tokio::test]
+async fn a_raw_value_with_newlines_is_written_on_one_line() {
+    let tap = SharedBuf::default();
+    let (mut peer_end, peer, _task) = start(Connection::new().wire_tap(tap.clone()), Pretty);
+    let expected = json!({"text": "two\nlines", "list": [1, 2]});
+
+    // A handler's result (for a request with a lone `\r` between its tokens).
+    peer_end.send("{\"jsonrpc\":\"2.0\",\r\"id\":1,\"method\":\"any\"}").await;
+    let answer = peer_end.recv().await;
+    assert_eq!(answer, json!({"jsonrpc":"2.0","id":1,"result":expected}));
+
+    // Params of a call and of a notification.
+    let params = raw(PRETTY);
+    let call = {
+        let peer = peer.clone();
+        tokio::spawn(async move { peer.request_raw("test/call", Some(&raw(PRETTY))).await })
+    };
+    let request = peer_end.recv().await;
+    assert_eq!(request["params"], expected, "{request}");
+    peer.notify_raw("test/note", Some(&params)).await.expect("notify");
+    let note = peer_end.recv().await;
+    assert_eq!(note, json!({"jsonrpc":"2.0","method":"test/note","params":expected}));
+
+    // The caller gets its answer: the peer could read the request.
+    peer_end.send_json(json!({"jsonrpc":"2.0","id":request["id"],"result":"done"})).await;
+    let result = tokio::time::timeout(LIMIT, call).await.expect("answered").unwrap().expect("call");
+    assert_eq!(result.get(), r#""done""#);
+
+    // The wire tap got the same single lines: every entry parses on its own.
+    peer_end.close_input();
+    tokio::time::timeout(LIMIT, _task).await.unwrap().unwrap().unwrap();
+    let bytes = tap.0.lock().unwrap().clone();
+    assert!(!bytes.contains(&b'\r'), "{}", String::from_utf8_lossy(&bytes));
+    assert_eq!(bytes.iter().filter(|&&b| b == b'\n').count(), 5, "{}", String::from_utf8_lossy(&bytes));
+    let dirs: Vec<Value> = tap.lines().into_iter().map(|entry| entry["dir"].clone()).collect();
+    assert_eq!(dirs, ["in", "out", "out", "out", "in"].map(|d| json!(d)), "{:?}", tap.lines());
+    for entry in tap.lines().iter().filter(|e| e["dir"] == "out") {
+        assert_eq!(entry["msg"].get("result").or(entry["msg"].get("params")), Some(&expected), "{entry}");
+    }
+}

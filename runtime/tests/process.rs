@@ -169,3 +169,79 @@ async fn transport_child_stderr_is_piped_or_forwarded() {
     let status = tokio::time::timeout(LIMIT, child.wait()).await.unwrap().unwrap();
     assert!(status.success());
 }
+
+/// The `acp_runtime::process` events of this thread: `(pid, what)`, `what` a signal sent to the
+/// group (`SIGTERM`, `SIGKILL`) or `reaped`.
+#[derive(Clone, Default)]
+struct ProcessLog(std::sync::Arc<std::sync::Mutex<Vec<(u64, String)>>>);
+
+struct Fields(std::collections::HashMap<String, String>);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl tracing::Subscriber for ProcessLog {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.target() == "acp_runtime::process"
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut fields = Fields(Default::default());
+        event.record(&mut fields);
+        let f = fields.0;
+        let pid = f.get("pgid").or(f.get("pid")).and_then(|p| p.parse().ok()).expect("a pid");
+        let what = f.get("signal").cloned().unwrap_or_else(|| "reaped".to_owned());
+        self.0.lock().unwrap().push((pid, what));
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+impl ProcessLog {
+    fn of(&self, pid: u32) -> Vec<String> {
+        self.0.lock().unwrap().iter().filter(|(p, _)| *p == u64::from(pid)).map(|(_, w)| w.clone()).collect()
+    }
+}
+
+/// Once the leader is reaped its pid, the process group's id, may be given to another process:
+/// the group is signalled only before (stragglers included), never after. One thread, so the
+/// scoped log sees the detached reaper too.
+#[tokio::test]
+async fn the_process_group_is_never_signalled_after_its_leader_is_reaped() {
+    let log = ProcessLog::default();
+    let _log = tracing::subscriber::set_default(log.clone());
+    let piped = SpawnOptions { stderr: StderrMode::Piped, kill_grace: LIMIT };
+
+    // The leader exits by itself and `wait` reaps it; its helper outlives it until then.
+    let mut waited = ChildProcess::spawn(sh("sleep 1000 & echo $! >&2"), piped.clone()).unwrap();
+    let helper = read_pid(&mut BufReader::new(waited.take_stderr().unwrap())).await;
+    assert!(waited.wait().await.unwrap().success());
+    assert_dead(helper).await;
+    let waited_pid = waited.id();
+    drop(waited);
+
+    // Dropped while running: the detached reaper.
+    let dropped = ChildProcess::spawn(sh("exec sleep 1000"), piped.clone()).unwrap();
+    let dropped_pid = dropped.id();
+    drop(dropped);
+    eventually("the dropped child reaped", || log.of(dropped_pid).contains(&"reaped".to_owned())).await;
+
+    // Terminated.
+    let terminated = ChildProcess::spawn(sh("exec sleep 1000"), piped).unwrap();
+    let terminated_pid = terminated.id();
+    terminated.terminate().await.unwrap();
+
+    assert_eq!(log.of(waited_pid), ["SIGKILL", "reaped"]);
+    assert_eq!(log.of(dropped_pid), ["SIGTERM", "SIGKILL", "reaped"]);
+    assert_eq!(log.of(terminated_pid), ["SIGTERM", "SIGKILL", "reaped"]);
+}

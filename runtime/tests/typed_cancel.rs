@@ -98,3 +98,42 @@ async fn typed_handler_that_watches_its_token_gets_the_grace_period_to_send_its_
     assert_eq!(turn.updates.len(), 1, "{:?}", turn.updates);
     assert!(matches!(&turn.updates[0], SessionUpdate::AgentMessageChunk(_)), "{:?}", turn.updates);
 }
+
+/// A prompt cancelled while it waits for a handler slot never starts, so it has nothing to wind
+/// down: it is answered `cancelled` at once, not after the grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_request_cancelled_while_waiting_for_a_slot_is_answered_at_once() {
+    let (agent_end, client_end) = duplex(64 * 1024);
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let (_client, agent_serve) = Connection::new()
+        .max_concurrent_requests(1)
+        .cancel_grace(LONG_GRACE)
+        .serve_agent(Agent { watches: false, started: started_tx }, agent_end.0, agent_end.1);
+    let log = Arc::new(ClientLog::default());
+    let (events, _) = mpsc::unbounded_channel();
+    let (agent, client_serve) =
+        Connection::new().serve_client(TestClient::new(log, events), client_end.0, client_end.1);
+    let _tasks = [tokio::spawn(agent_serve), tokio::spawn(client_serve)];
+
+    let session = start_session(&agent).await;
+    // The first turn takes the only slot and keeps it; the second one waits for it.
+    let _first = {
+        let agent = agent.clone();
+        tokio::spawn(async move { agent.prompt(PromptRequest::new(session, vec![text("busy")])).await })
+    };
+    next(&mut started).await;
+    let waiting = agent.prompt(PromptRequest::new("sess_2", vec![text("queued")]));
+    tokio::pin!(waiting);
+    // One poll sends the request, so the cancel goes out after it (one FIFO writer).
+    tokio::select! {
+        biased;
+        r = &mut waiting => panic!("answered before it was cancelled: {r:?}"),
+        () = std::future::ready(()) => {}
+    }
+    let t0 = Instant::now();
+    agent.cancel(CancelNotification::new("sess_2")).await.expect("session/cancel");
+    let answer = tokio::time::timeout(LIMIT, waiting).await.expect("answered").expect("prompt");
+    assert_eq!(answer.stop_reason, StopReason::Cancelled);
+    assert!(t0.elapsed() < LONG_GRACE / 2, "waited {:?} for a handler that never started", t0.elapsed());
+    assert!(started.try_recv().is_err(), "the second turn never started");
+}

@@ -1,16 +1,17 @@
 //! `spawn_agent`: a client connected to a real agent process in one call; the guard keeps the
-//! process alive, dropping it terminates the process group.
+//! process alive, dropping it closes the agent's stdin and then terminates the process group.
 #![cfg(unix)]
 
 mod typed_common;
 
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use acp_runtime::client::{ClientContext, spawn_agent};
+use acp_runtime::client::ClientContext;
 use acp_runtime::transport::{SpawnOptions, StderrMode};
 use acp_runtime::{Connection, Error};
 use acp_types::*;
+use tokio::io::{AsyncBufReadExt, BufReader};
 use typed_common::LIMIT;
 
 /// A client that needs nothing from the agent.
@@ -48,7 +49,9 @@ fn alive(pid: u32) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typed_spawn_agent_connects_in_one_call_and_the_guard_terminates_the_process() {
-    let (agent, process) = spawn_agent(Quiet, scripted_agent("exec sleep 1000")).unwrap();
+    // `sleep` ignores its end of input: after the (short) grace period it gets SIGTERM.
+    let options = SpawnOptions { kill_grace: Duration::from_millis(50), ..SpawnOptions::default() };
+    let (agent, process) = Connection::new().spawn_agent(Quiet, scripted_agent("exec sleep 1000"), options).unwrap();
     let pid = process.id();
     let init = tokio::time::timeout(LIMIT, agent.initialize(InitializeRequest::new(ProtocolVersion(1))))
         .await
@@ -81,4 +84,29 @@ async fn typed_spawned_agent_exiting_fails_pending_calls_and_closes_the_handle()
     tokio::time::timeout(LIMIT, agent.closed()).await.unwrap();
     let status = tokio::time::timeout(LIMIT, process.wait()).await.unwrap().unwrap();
     assert_eq!(status.code(), Some(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_agent_process_closes_its_stdin_first_so_it_can_exit_by_itself() {
+    // A long grace period: an agent that exits on end of input never needs a signal.
+    let options = SpawnOptions { stderr: StderrMode::Piped, kill_grace: LIMIT };
+    let script = "trap 'echo got-sigterm >&2' TERM; while read line; do :; done; echo end-of-input >&2";
+    let (agent, mut process) = Connection::new().spawn_agent(Quiet, scripted_agent(script), options).unwrap();
+    let pid = process.id();
+    let mut stderr = BufReader::new(process.child_mut().take_stderr().unwrap());
+    agent.initialize(InitializeRequest::new(ProtocolVersion(1))).await.unwrap();
+
+    let t0 = Instant::now();
+    drop(process);
+    let mut said = Vec::new();
+    let mut line = String::new();
+    while tokio::time::timeout(LIMIT, stderr.read_line(&mut line)).await.expect("the agent exits").unwrap() > 0 {
+        said.push(std::mem::take(&mut line));
+    }
+    assert_eq!(said, ["end-of-input\n"], "the agent saw its end of input before any signal");
+    assert!(t0.elapsed() < LIMIT / 2, "{:?}", t0.elapsed());
+    while alive(pid) {
+        assert!(t0.elapsed() < LIMIT, "agent process {pid} still alive");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
