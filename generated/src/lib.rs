@@ -19,3 +19,53 @@ pub mod v1;
 pub mod v2;
 pub use serde_support::UnknownVariant;
 pub use v1::*;
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __acp_feature_on {
+    ({ $($items:tt)* } { $($otherwise:tt)* }) => {
+        $($items)*
+    };
+}
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __acp_feature_off {
+    ({ $($items:tt)* } { $($otherwise:tt)* }) => {
+        $($otherwise)*
+    };
+}
+/// Which unstable features this build has, for the expansion of the runtime's macros.
+#[doc(hidden)]
+pub mod feature_gates {
+    #[cfg(feature = "unstable_nes")]
+    pub use crate::__acp_feature_on as unstable_nes;
+    #[cfg(not(feature = "unstable_nes"))]
+    pub use crate::__acp_feature_off as unstable_nes;
+    #[cfg(feature = "unstable_llm_providers")]
+    pub use crate::__acp_feature_on as unstable_llm_providers;
+    #[cfg(not(feature = "unstable_llm_providers"))]
+    pub use crate::__acp_feature_off as unstable_llm_providers;
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    pub use crate::__acp_feature_on as unstable_mcp_over_acp;
+    #[cfg(not(feature = "unstable_mcp_over_acp"))]
+    pub use crate::__acp_feature_off as unstable_mcp_over_acp;
+    #[cfg(feature = "unstable_session_fork")]
+    pub use crate::__acp_feature_on as unstable_session_fork;
+    #[cfg(not(feature = "unstable_session_fork"))]
+    pub use crate::__acp_feature_off as unstable_session_fork;
+    #[cfg(feature = "unstable_end_turn_token_usage")]
+    pub use crate::__acp_feature_on as unstable_end_turn_token_usage;
+    #[cfg(not(feature = "unstable_end_turn_token_usage"))]
+    pub use crate::__acp_feature_off as unstable_end_turn_token_usage;
+    #[cfg(feature = "unstable_tool_call_name")]
+    pub use crate::__acp_feature_on as unstable_tool_call_name;
+    #[cfg(not(feature = "unstable_tool_call_name"))]
+    pub use crate::__acp_feature_off as unstable_tool_call_name;
+    #[cfg(feature = "unstable_plan_updates")]
+    pub use crate::__acp_feature_on as unstable_plan_updates;
+    #[cfg(not(feature = "unstable_plan_updates"))]
+    pub use crate::__acp_feature_off as unstable_plan_updates;
+    #[cfg(feature = "unstable_context_compaction")]
+    pub use crate::__acp_feature_on as unstable_context_compaction;
+    #[cfg(not(feature = "unstable_context_compaction"))]
+    pub use crate::__acp_feature_off as unstable_context_compaction;
+}

@@ -13,7 +13,7 @@
 //! `#[cfg]` / `#[cfg_attr(.., cfg(..))]` on a handler carry over to everything generated for it
 //! (the trait method, the match arm of an extension, the advertised capability), so a handler
 //! that is configured out is neither handled nor advertised. A handler of an unstable method
-//! is wrapped in the runtime's gate of its cargo feature (see `acp_runtime::macro_support`).
+//! is wrapped in the gate of its cargo feature that acp-types generates (`acp_types::feature_gates`).
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
@@ -395,7 +395,7 @@ fn unknown_name(side: Side, name: &str) -> String {
         .collect();
     let mut listed = stable.join(", ");
     if !gated.is_empty() {
-        listed.push_str(";\n       with acp-runtime features: ");
+        listed.push_str(";\n       with cargo features: ");
         listed.push_str(&gated.join(", "));
     }
     let best = valid.iter().map(|v| (distance(name, v), *v)).min().filter(|(d, v)| *d <= v.len().max(name.len()) / 3 + 1);
@@ -479,11 +479,11 @@ fn check_ext_overlaps(bound: &[Bound], errors: &mut Errors) -> TokenStream {
     conditional
 }
 
-/// `items` when acp-runtime has one of `features` on, else `otherwise`.
+/// `items` when acp-types is built with one of `features`, else `otherwise`.
 fn gate(krate: &syn::Path, features: &[&str], items: TokenStream, otherwise: TokenStream) -> TokenStream {
     features.iter().rev().fold(otherwise, |otherwise, feature| {
-        let gate = format_ident!("gate_{feature}");
-        quote!(#krate::macro_support::#gate! { { #items } { #otherwise } })
+        let gate = format_ident!("{feature}");
+        quote!(#krate::acp_types::feature_gates::#gate! { { #items } { #otherwise } })
     })
 }
 
@@ -499,7 +499,7 @@ fn inherent_block(krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -> Token
         }
         let features = h.features.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(" or ");
         let message = format!(
-            "`{}` handles `{}`, an unstable method: enable the cargo feature {features} of acp-runtime \
+            "`{}` handles `{}`, an unstable method: enable the cargo feature {features} \
              (e.g. `acp-runtime = {{ version = \"..\", features = [\"{}\"] }}`)",
             h.name, h.method, h.features[0]
         );
@@ -727,30 +727,5 @@ mod tests {
                 .as_deref(),
             Some("any (not (test) , all (unix , any (not (x) , all (y))))")
         );
-    }
-
-    /// The expansion wraps a handler of an unstable method in `macro_support::gate_FEATURE!`,
-    /// which acp-runtime defines under its feature of that name: every feature the table names
-    /// needs both.
-    #[test]
-    fn every_feature_of_the_table_has_a_gate_in_the_runtime() {
-        let runtime = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime");
-        let (Ok(support), Ok(manifest)) = (
-            std::fs::read_to_string(runtime.join("src/macro_support.rs")),
-            std::fs::read_to_string(runtime.join("Cargo.toml")),
-        ) else {
-            eprintln!("skipped: no acp-runtime sources next to acp-macros");
-            return;
-        };
-        let features = table::AGENT.iter().chain(table::CLIENT).flat_map(|h| h.features.iter());
-        for feature in features {
-            let on = format!("#[cfg(feature = \"{feature}\")]\npub use crate::__acp_feature_on as gate_{feature};");
-            let off = format!("#[cfg(not(feature = \"{feature}\"))]\npub use crate::__acp_feature_off as gate_{feature};");
-            for gate in [on, off] {
-                assert!(support.contains(&gate), "runtime/src/macro_support.rs lacks:\n{gate}");
-            }
-            let forward = format!("{feature} = [\"acp-types/{feature}\"]");
-            assert!(manifest.contains(&forward), "runtime/Cargo.toml lacks the feature: {forward}");
-        }
     }
 }

@@ -1,5 +1,5 @@
 //! `#[acp_agent]` / `#[acp_client]` handlers of unstable methods, with their features on (see
-//! `macro_support`'s gates; without the feature, such a handler is one compile error naming
+//! `acp_types::feature_gates`; without the feature, such a handler is one compile error naming
 //! it: `tests/ui/fail/unstable_without_feature.rs`). Run with
 //! `cargo test -p acp-runtime --features unstable --test unstable_handlers`.
 #![cfg(all(

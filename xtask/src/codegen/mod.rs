@@ -401,6 +401,7 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
     } else {
         quote!()
     };
+    let gates = feature_gates(settings);
     quote! {
         #![doc = #doc]
         #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -411,6 +412,47 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
 
         pub use serde_support::UnknownVariant;
         pub use v1::*;
+
+        #gates
+    }
+}
+
+/// `feature_gates::FEATURE! { { items } { otherwise } }`: `items` when this crate is built with
+/// FEATURE, `otherwise` when not. `#[acp_agent]` / `#[acp_client]` expand in the user's crate,
+/// where `#[cfg(feature = ..)]` would test the user's own features; these macros answer for
+/// the features acp-types really has.
+fn feature_gates(settings: &Settings) -> TokenStream {
+    let features = features::feature_names(settings.gating);
+    if features.is_empty() {
+        return quote!();
+    }
+    let gates = features.iter().map(|f| {
+        let name = quote::format_ident!("{f}");
+        quote! {
+            #[cfg(feature = #f)]
+            pub use crate::__acp_feature_on as #name;
+            #[cfg(not(feature = #f))]
+            pub use crate::__acp_feature_off as #name;
+        }
+    });
+    quote! {
+        #[doc(hidden)]
+        #[macro_export]
+        macro_rules! __acp_feature_on {
+            ({ $($items:tt)* } { $($otherwise:tt)* }) => { $($items)* };
+        }
+
+        #[doc(hidden)]
+        #[macro_export]
+        macro_rules! __acp_feature_off {
+            ({ $($items:tt)* } { $($otherwise:tt)* }) => { $($otherwise)* };
+        }
+
+        /// Which unstable features this build has, for the expansion of the runtime's macros.
+        #[doc(hidden)]
+        pub mod feature_gates {
+            #(#gates)*
+        }
     }
 }
 
