@@ -1,6 +1,6 @@
 //! The client side of the typed layer: serving an [`acp_types::Client`] implementation, the
 //! per-call [`ClientContext`], [`AgentHandle`] for driving the agent, and spawning an agent
-//! process in one call ([`spawn_agent`]).
+//! process in one call (`spawn_agent`, with the `process` feature).
 //!
 //! This module owns the client's (editor's) view of a connection:
 //!
@@ -10,7 +10,8 @@
 //!   for an unknown method, a typed [`acp_types::Error`] unchanged, bad or unknown
 //!   notifications logged.
 //! - [`Connection::serve_client`] (and [`serve_client`]) start it over any transport;
-//!   [`Connection::spawn_agent`] (and [`spawn_agent`]) start an agent process and connect to it.
+//!   `Connection::spawn_agent` (and `spawn_agent`; feature `process`) start an agent process
+//!   and connect to it.
 //! - [`ClientContext`] is what each handler gets besides its params: the request id, the
 //!   session id, `_meta`, the cancellation token, and an [`AgentHandle`].
 //! - [`AgentHandle`] calls the agent: `initialize`, `authenticate`, `session/*`,
@@ -24,8 +25,6 @@
 //! [`AgentHandle::prompt`] returns (see [`crate::connection`]).
 
 use std::future::Future;
-use std::io;
-use std::process::ExitStatus;
 use std::sync::{Arc, OnceLock};
 
 use acp_types::{
@@ -46,11 +45,9 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use crate::agent::ContextInner;
 use crate::connection::{Connection, Serve};
 use crate::error::Error;
-use crate::tasks::AbortOnDrop;
 use crate::handler::{Handler, IncomingNotification, IncomingRequest};
 use crate::jsonrpc::{ErrorObject, Id};
 use crate::peer::Peer;
-use crate::transport::{ChildProcess, SpawnOptions};
 use crate::typed;
 
 // ---- serving --------------------------------------------------------------------------------
@@ -66,16 +63,6 @@ where
     W: AsyncWrite + Send + Unpin + 'static,
 {
     Connection::new().serve_client(client, reader, writer)
-}
-
-/// Spawns `command` as an agent process (stderr traced, see [`SpawnOptions`]) and serves
-/// `client` on its stdio with the default [`Connection`] options: the one-call way for an
-/// editor to start an agent. Needs a tokio runtime; see [`Connection::spawn_agent`].
-pub fn spawn_agent<C>(client: C, command: std::process::Command) -> io::Result<(AgentHandle, AgentProcess)>
-where
-    C: Client<ClientContext> + 'static,
-{
-    Connection::new().spawn_agent(client, command, SpawnOptions::default())
 }
 
 impl Connection {
@@ -102,80 +89,15 @@ impl Connection {
             self.serve_with(reader, writer, |peer| ClientHandler::new(make_client(AgentHandle::new(peer.clone()))));
         (AgentHandle::new(peer), serve)
     }
-
-    /// Spawns `command` as an agent process (in its own process group, see [`ChildProcess`])
-    /// and serves `client` on its stdin/stdout with these options. The connection runs in a
-    /// spawned task (so this needs a tokio runtime).
-    ///
-    /// Returns the handle to the agent and the [`AgentProcess`] guard: keep it as long as the
-    /// agent is needed. Dropping it ends the connection, which closes the agent's stdin, and
-    /// then ends the agent's process group: an agent that has not exited on end of input
-    /// within `options.kill_grace` gets SIGTERM, then SIGKILL after `options.kill_grace` again.
-    /// When the agent exits by itself, the connection ends and pending calls fail with
-    /// [`Error::ConnectionClosed`].
-    pub fn spawn_agent<C>(
-        self,
-        client: C,
-        command: std::process::Command,
-        options: SpawnOptions,
-    ) -> io::Result<(AgentHandle, AgentProcess)>
-    where
-        C: Client<ClientContext> + 'static,
-    {
-        let mut child = ChildProcess::spawn(command, options)?;
-        let (reader, writer) =
-            child.take_transport().ok_or_else(|| io::Error::other("spawned agent has no stdio transport"))?;
-        let (agent, serve) = self.serve_client(client, reader, writer);
-        let serve = AbortOnDrop::spawn(serve);
-        Ok((agent, AgentProcess { child, serve }))
-    }
 }
 
-/// A spawned agent process and the task that runs its connection (from
-/// [`Connection::spawn_agent`]). Dropping it ends the connection, and with it the agent's
-/// stdin, so a well-behaved agent exits by itself on end of input; one that has not within the
-/// grace period (`SpawnOptions::kill_grace`) gets SIGTERM, then SIGKILL after the grace period
-/// again. The process is reaped by a detached task.
-#[derive(Debug)]
-pub struct AgentProcess {
-    child: ChildProcess,
-    // Its writer holds the child's stdin.
-    serve: AbortOnDrop<Result<(), Error>>,
-}
+// ---- spawning an agent (feature `process`) -----------------------------------------------
 
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        // The aborted task drops the connection's writer, which closes the agent's stdin (at
-        // once, or as soon as a worker gets to the task); the agent then has the grace period
-        // to exit by itself before it is signalled.
-        self.serve.abort();
-        self.child.end_after_end_of_input();
-    }
-}
+#[cfg(feature = "process")]
+pub use spawning::{AgentProcess, spawn_agent};
 
-impl AgentProcess {
-    /// The agent's pid (also its process group id).
-    pub fn id(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The process (e.g. for [`ChildProcess::take_stderr`] with `StderrMode::Piped`).
-    pub fn child_mut(&mut self) -> &mut ChildProcess {
-        &mut self.child
-    }
-
-    /// Waits for the agent process to exit by itself.
-    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
-        self.child.wait().await
-    }
-
-    /// Terminates the agent's process group now (SIGTERM, then SIGKILL after the grace
-    /// period), waits until it is reaped, and ends the connection.
-    pub async fn terminate(mut self) -> io::Result<ExitStatus> {
-        // The connection ends when `self` drops, after this.
-        self.child.terminate_now().await
-    }
-}
+#[cfg(feature = "process")]
+mod spawning;
 
 /// The raw [`Handler`] that serves a [`Client<ClientContext>`](Client) (see the
 /// [module docs](self)). [`Connection::serve_client`] uses it.
@@ -348,7 +270,7 @@ impl ClientContext {
 /// The client's handle to its agent: typed calls and notifications, cheap to clone.
 ///
 /// As with [`crate::agent::ClientHandle`], a handle may be bound to a cancellation token
-/// ([`AgentHandle::bound_to`]); the one from [`spawn_agent`] / [`serve_client`] is not.
+/// ([`AgentHandle::bound_to`]); the one from `spawn_agent` / [`serve_client`] is not.
 /// Dropping the future of a call sends `$/cancel_request` to the agent (to cancel a prompt
 /// turn, use [`AgentHandle::cancel`], which is what ACP asks for). Every call fails with
 /// [`Error::ConnectionClosed`] once the connection has ended.

@@ -7,20 +7,20 @@
 //! and speaks the generated [`acp_types`]: an agent implements `acp_types::Agent<AgentContext>`
 //! and is served with [`agent::serve_stdio`] (or [`Connection::serve_agent`]); a client
 //! implements `acp_types::Client<ClientContext>` and starts an agent with
-//! [`client::spawn_agent`] (or [`Connection::serve_client`]). Each side calls the other
+//! `client::spawn_agent` (feature `process`; or [`Connection::serve_client`] over any transport). Each side calls the other
 //! through a typed handle ([`ClientHandle`], [`AgentHandle`]). See [`agent`] for an example.
 //!
 //! | module | owns |
 //! |---|---|
 //! | [`agent`] | the agent side of the typed layer: [`AgentContext`], [`ClientHandle`], serving an `Agent` |
-//! | [`client`] | the client side of the typed layer: [`ClientContext`], [`AgentHandle`], serving a `Client`, spawning an agent ([`AgentProcess`]) |
+//! | [`client`] | the client side of the typed layer: [`ClientContext`], [`AgentHandle`], serving a `Client`, spawning an agent (`AgentProcess`, feature `process`) |
 //! | [`terminal`] | [`TerminalHandle`]: a client terminal the agent created, released on drop |
 //! | [`framing`] | splitting input into lines: buffering, the line limit, CRLF, blank lines |
 //! | [`jsonrpc`] | the envelope: [`Id`], [`ErrorObject`] and [`codes`], decoding a line, encoding |
 //! | [`connection`] | [`Connection`] (options), [`Serve`] (the I/O), and the concurrency and cancellation contract |
 //! | [`handler`] | the [`Handler`] trait and [`IncomingRequest`] / [`IncomingNotification`] |
 //! | [`peer`] | [`Peer`]: outgoing calls and notifications, cancel-on-drop, `cancel_session` |
-//! | [`transport`] | stdio, a spawned agent process (process group, stderr, termination), in-memory duplex |
+//! | [`transport`] | stdio, in-memory duplex, and a spawned agent process (process group, stderr, termination; feature `process`) |
 //! | [`methods`] | the ACP method names and fixed results the runtime acts on |
 //!
 //! A raw handler (the typed layer is one too: [`agent::AgentHandler`], [`client::ClientHandler`]):
@@ -107,7 +107,9 @@ mod typed;
 mod writer;
 
 pub use agent::{AgentContext, ClientHandle, serve_agent};
-pub use client::{AgentHandle, AgentProcess, ClientContext, serve_client, spawn_agent};
+pub use client::{AgentHandle, ClientContext, serve_client};
+#[cfg(feature = "process")]
+pub use client::{AgentProcess, spawn_agent};
 pub use connection::{Connection, Serve};
 pub use error::Error;
 pub use handler::{Handler, IncomingNotification, IncomingRequest};

@@ -26,6 +26,7 @@ impl<T: Send + 'static> AbortOnDrop<T> {
 
 impl<T> AbortOnDrop<T> {
     /// Aborts the task now, before the handle drops.
+    #[cfg(feature = "process")]
     pub(crate) fn abort(&self) {
         self.0.abort();
     }

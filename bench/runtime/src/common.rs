@@ -13,6 +13,24 @@ pub fn current_thread() -> bool {
     std::env::var("BENCH_RUNTIME").as_deref() == Ok("current_thread")
 }
 
+/// `BENCH_CALLER=task` runs a measurement in a task spawned on the runtime instead of in
+/// `block_on` on the main thread. On the multi-thread runtime that decides whether each round
+/// trip starts and ends with a wake-up of a parked thread (main thread ↔ worker), a fixed cost
+/// of the machine that is the same for every implementation.
+pub fn caller_in_task() -> bool {
+    std::env::var("BENCH_CALLER").as_deref() == Ok("task")
+}
+
+/// Runs `fut` to completion on [`rt`], as the caller mode ([`caller_in_task`]) says.
+pub fn run<F: std::future::Future<Output = ()> + Send + 'static>(fut: F) {
+    let rt = rt();
+    if caller_in_task() {
+        rt.block_on(async move { tokio::spawn(fut).await.expect("benchmark task") });
+    } else {
+        rt.block_on(fut);
+    }
+}
+
 pub fn rt() -> tokio::runtime::Runtime {
     if current_thread() {
         return tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
@@ -66,7 +84,11 @@ pub fn print_pipe(imp: &str, n: u64, elapsed: Duration, client_kib: u64, agent_k
 /// Latency result line: `<kind> impl n p50_us p99_us max_us`; the kind gets `-ct` on the
 /// current-thread runtime.
 pub fn print_latency(kind: &str, imp: &str, mut samples: Vec<Duration>) {
-    let kind = if current_thread() { format!("{kind}-ct") } else { kind.to_string() };
+    let kind = match (current_thread(), caller_in_task()) {
+        (true, _) => format!("{kind}-ct"),
+        (false, true) => format!("{kind}-task"),
+        (false, false) => kind.to_string(),
+    };
     samples.sort_unstable();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     let n = samples.len();

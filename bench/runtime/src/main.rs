@@ -5,7 +5,7 @@
 //! ```text
 //! acp-runtime-bench pipe   --impl ours|official|raw --n N    # client: spawns `agent`
 //! acp-runtime-bench agent  --impl ours|official|raw          # child (stdio)
-//! acp-runtime-bench rtt    --impl ours|official|official-channel --n N
+//! acp-runtime-bench rtt    --impl ours|official|official-channel --n N   # BENCH_CALLER=task: caller on a worker
 //! acp-runtime-bench cancel --impl ours-ignore|ours-ignore-grace0|ours-typed-ignore|ours-coop|official --n K
 //! acp-runtime-bench report FILE
 //! ```
@@ -39,7 +39,7 @@ fn main() -> ExitCode {
         ("pipe", "raw") => raw::client(n),
         ("agent", "ours") => common::rt().block_on(ours::agent(n)),
         ("pipe", "ours") => common::rt().block_on(ours::pipe_client(n)),
-        ("rtt", "ours") => common::rt().block_on(ours::rtt(n)),
+        ("rtt", "ours") => common::run(ours::rtt(n)),
         ("cancel", "ours-ignore") => common::rt().block_on(ours::cancel(n, ours::CancelMode::Ignore, None)),
         ("cancel", "ours-ignore-grace0") => {
             common::rt().block_on(ours::cancel(n, ours::CancelMode::Ignore, Some(std::time::Duration::ZERO)))
@@ -48,8 +48,8 @@ fn main() -> ExitCode {
         ("cancel", "ours-coop") => common::rt().block_on(ours::cancel(n, ours::CancelMode::Cooperative, None)),
         ("agent", "official") => common::rt().block_on(official::agent(n)),
         ("pipe", "official") => common::rt().block_on(official::pipe_client(n)),
-        ("rtt", "official") => common::rt().block_on(official::rtt(n, false)),
-        ("rtt", "official-channel") => common::rt().block_on(official::rtt(n, true)),
+        ("rtt", "official") => common::run(official::rtt(n, false)),
+        ("rtt", "official-channel") => common::run(official::rtt(n, true)),
         ("cancel", "official") => common::rt().block_on(official::cancel(n)),
         _ => {
             eprintln!("unknown command/impl: {cmd} --impl {imp}\n(see the source's header for usage)");

@@ -10,6 +10,11 @@ struct Row {
     vals: Vec<f64>,
 }
 
+/// `x` to one decimal, or a dash when it was not measured.
+fn one_decimal(x: f64) -> String {
+    if x.is_nan() { "–".to_owned() } else { format!("{x:.1}") }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -127,8 +132,11 @@ pub fn report(path: &str) {
         mb(d.med("pipe", "official", Some(big), 2).max(d.med("pipe", "official", Some(big), 3))),
         yes(rss_max_ours * 1024.0 / 1e6 < 20.0)
     );
-    for (kind, rt) in [("rtt", "MT"), ("rtt-ct", "CT")] {
+    for (kind, rt) in [("rtt", "MT, caller on the main thread (`block_on`)"), ("rtt-task", "MT, caller in a worker task"), ("rtt-ct", "CT")] {
         let (o, f) = (rtt(kind, "ours"), rtt(kind, "official"));
+        if o.is_nan() || f.is_nan() {
+            continue;
+        }
         println!(
             "| 3 | request round trip in memory, {rt}, p50 (µs) | {o:.1} | {f:.1} | {:.2} | ≤ 0.33 | {} |",
             o / f,
@@ -214,8 +222,9 @@ pub fn report(path: &str) {
     }
 
     println!("\n### 3. Request round trip in memory (µs; median over runs of each run's percentile)\n");
-    println!("| Implementation | runs × round trips | MT p50 | MT p99 | CT p50 | CT p99 | CT p50 vs ours |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("MT task = multi-thread runtime with the caller in a spawned task (`BENCH_CALLER=task`).\n");
+    println!("| Implementation | runs × round trips | MT p50 | MT p99 | MT task p50 | MT task p99 | CT p50 | CT p99 | CT p50 vs ours |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let rtt_n = d.rows.iter().find(|r| r.kind == "rtt").map(|r| r.n).unwrap_or(0);
     for (imp, label) in [
         ("ours", "acp-runtime, `tokio::io::duplex`"),
@@ -223,11 +232,13 @@ pub fn report(path: &str) {
         ("official-channel", "official, `Channel::duplex` (frames, no bytes)"),
     ] {
         println!(
-            "| {label} | {} × {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1}× |",
+            "| {label} | {} × {} | {:.1} | {:.1} | {} | {} | {:.1} | {:.1} | {:.1}× |",
             d.runs("rtt", imp, None),
             thousands(rtt_n as f64),
             d.med("rtt", imp, None, 0),
             d.med("rtt", imp, None, 1),
+            one_decimal(d.med("rtt-task", imp, None, 0)),
+            one_decimal(d.med("rtt-task", imp, None, 1)),
             d.med("rtt-ct", imp, None, 0),
             d.med("rtt-ct", imp, None, 1),
             d.med("rtt-ct", imp, None, 0) / rtt("rtt-ct", "ours"),
