@@ -110,3 +110,39 @@ async fn dropping_the_agent_process_closes_its_stdin_first_so_it_can_exit_by_its
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// An `AgentProcess` dropped just before the runtime shuts down (at the end of `main`): no grace
+/// period can run any more, so the whole process group is killed, the agent's own children
+/// included, instead of only the leader.
+#[test]
+fn an_agent_process_dropped_as_the_runtime_ends_takes_its_whole_group_down() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let grandchild = rt.block_on(async {
+        // The agent starts a child of its own in its group and tells us its pid.
+        let script = "sleep 1000 & echo $! >&2; while read line; do :; done; sleep 0.2";
+        let options = SpawnOptions { stderr: StderrMode::Piped, ..SpawnOptions::default() };
+        let (agent, mut process) = Connection::new().spawn_agent(Quiet, scripted_agent(script), options).unwrap();
+        agent.initialize(InitializeRequest::new(ProtocolVersion(1))).await.unwrap();
+        let mut stderr = BufReader::new(process.child_mut().take_stderr().unwrap());
+        let mut line = String::new();
+        tokio::time::timeout(LIMIT, stderr.read_line(&mut line)).await.unwrap().unwrap();
+        line.trim().parse::<u32>().expect("the agent's child's pid")
+        // `process` drops here, the runtime right after.
+    });
+    drop(rt);
+    let t0 = Instant::now();
+    let survived = loop {
+        if !alive(grandchild) {
+            break false;
+        }
+        if t0.elapsed() > Duration::from_secs(2) {
+            break true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    if survived {
+        // SAFETY: kill has no memory-safety preconditions; the pid is our stray grandchild.
+        unsafe { libc::kill(grandchild as libc::pid_t, libc::SIGKILL) };
+    }
+    assert!(!survived, "the agent's child {grandchild} outlived the AgentProcess guard");
+}

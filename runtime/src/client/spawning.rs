@@ -56,7 +56,8 @@ impl Connection {
 /// [`Connection::spawn_agent`]). Dropping it ends the connection, and with it the agent's
 /// stdin, so a well-behaved agent exits by itself on end of input; one that has not within the
 /// grace period (`SpawnOptions::kill_grace`) gets SIGTERM, then SIGKILL after the grace period
-/// again. The process is reaped by a detached task.
+/// again. The process is reaped by a detached task. If the tokio runtime shuts down before
+/// that is done (e.g. `main` returns right after the drop), the process group is killed at once.
 #[derive(Debug)]
 pub struct AgentProcess {
     child: ChildProcess,
@@ -85,7 +86,8 @@ impl AgentProcess {
         &mut self.child
     }
 
-    /// Waits for the agent process to exit by itself.
+    /// Waits for the agent process to exit by itself; processes it leaves behind in its group
+    /// are then killed (see [`ChildProcess::wait`]).
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
         self.child.wait().await
     }

@@ -108,8 +108,9 @@ impl ChildProcess {
         self.pid
     }
 
-    /// Waits for the process to exit by itself. What is left of its process group then is
-    /// killed, before the leader is reaped (see [`ChildProcess`]).
+    /// Waits for the process to exit by itself. Processes the leader leaves behind in its
+    /// group (children it started and did not end) are then killed, before the leader is
+    /// reaped (see [`ChildProcess`]).
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
         let child = self.child.as_mut().ok_or_else(|| io::Error::other("process already terminated"))?;
         // (When its exit cannot be watched, the group is left alone: killing it might kill the
@@ -138,7 +139,7 @@ impl ChildProcess {
             return child.wait().await;
         }
         signal_group(self.pid, Signal::Term);
-        reap(child, self.pid, self.kill_grace, &[Signal::Kill]).await
+        reap(Leader { child, pgid: self.pid, group_ended: false }, self.kill_grace, &[Signal::Kill]).await
     }
 
     /// Ends the process whose stdin its holder (a connection) is closing right now: it has the
@@ -153,7 +154,8 @@ impl ChildProcess {
     /// to a detached task.
     fn end_detached(&mut self, first: Option<Signal>, escalation: &'static [Signal]) {
         let Some(child) = self.child.take() else { return };
-        // Closing our end of stdin first lets a well-behaved agent see end of input too.
+        // Our end of stdin, if the transport was never taken, closes too: the agent sees end
+        // of input as well as any signal.
         self.stdin.take();
         if self.reaped {
             // `wait` reaped the leader and killed the rest of its group: nothing is left.
@@ -164,9 +166,11 @@ impl ChildProcess {
         }
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                let (pid, grace) = (self.pid, self.kill_grace);
+                // Built here, not in the task: a task that never runs still kills the group.
+                let leader = Leader { child, pgid: self.pid, group_ended: false };
+                let grace = self.kill_grace;
                 handle.spawn(async move {
-                    let _ = reap(child, pid, grace, escalation).await;
+                    let _ = reap(leader, grace, escalation).await;
                 });
             }
             Err(_) => {
@@ -188,7 +192,8 @@ impl Drop for ChildProcess {
 /// Ends the process group and reaps its leader: for each of `escalation`, gives the leader
 /// `grace` to exit and sends that signal to the group if it has not. Once the leader has exited
 /// the rest of the group is killed, and only then is the leader reaped.
-async fn reap(mut child: Child, pgid: u32, grace: Duration, escalation: &[Signal]) -> io::Result<ExitStatus> {
+async fn reap(mut leader: Leader, grace: Duration, escalation: &[Signal]) -> io::Result<ExitStatus> {
+    let pgid = leader.pgid;
     let mut exit = None;
     for &signal in escalation {
         match tokio::time::timeout(grace, exited(pgid)).await {
@@ -206,12 +211,31 @@ async fn reap(mut child: Child, pgid: u32, grace: Duration, escalation: &[Signal
     // No signals here, nor a way to watch the exit: stop it rather than wait for it forever.
     #[cfg(not(unix))]
     if exit.is_err() {
-        let _ = child.start_kill();
+        let _ = leader.child.start_kill();
     }
     kill_stragglers(pgid, exit);
-    let status = child.wait().await;
+    leader.group_ended = true;
+    let status = leader.child.wait().await;
     tracing::debug!(target: "acp_runtime::process", pid = pgid, "agent process reaped");
     status
+}
+
+/// A group leader that [`reap`] is ending. Dropped before its group was dealt with (the
+/// runtime shut down during a grace period, e.g. `main` returned right after the handle was
+/// dropped, or the task never ran), it kills the group at once: no time is left for a grace
+/// period, and the leader is not reaped yet, so the group id is still its own.
+struct Leader {
+    child: Child,
+    pgid: u32,
+    group_ended: bool,
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        if !self.group_ended {
+            signal_group(self.pgid, Signal::Kill);
+        }
+    }
 }
 
 /// Kills what is left of the group of a leader that `exited` (and that we have not reaped, so
