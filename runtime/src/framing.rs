@@ -1,9 +1,10 @@
 //! Newline-delimited framing: splits a byte stream into lines, one JSON message per line.
 //!
 //! Owns the read buffer. Newlines are found with `memchr` over whole chunks; a line is handed
-//! out as a slice of the buffer (no copy). A line longer than the limit is skipped up to its
-//! newline without being buffered and reported as [`Frame::Oversized`], so one huge message
-//! costs neither memory nor the connection. `\r\n` endings lose their `\r`; lines that are empty
+//! out as a slice of the buffer (no copy). A line longer than the limit is buffered only up to
+//! the limit, then skipped up to its newline and reported as [`Frame::Oversized`], and the
+//! buffer shrinks back afterwards, so one huge message costs neither lasting memory nor the
+//! connection. `\r\n` endings lose their `\r`; lines that are empty
 //! or only whitespace are skipped. A last line without a newline before end of input still
 //! counts.
 
@@ -16,10 +17,15 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 
 const INITIAL_CAPACITY: usize = 64 * 1024;
 
-/// A buffer grown beyond this for one long line goes back to the initial size once that line
-/// is consumed: one huge message must not pin its size for the rest of the connection, and
-/// lines a little over the initial size do not reallocate every time.
+/// A buffer grown beyond this goes back to the initial size once it is no longer needed: one
+/// huge message must not pin its size for the rest of the connection, and lines a little over
+/// the initial size do not reallocate every time.
 const SHRINK_ABOVE: usize = 4 * INITIAL_CAPACITY;
+
+/// "No longer needed": while an oversized line is skipped, or after this many lines in a row
+/// that fit the initial size. A stream of large lines (file contents, images) keeps its buffer
+/// instead of shrinking and growing again for every line.
+const SHRINK_AFTER_SMALL_LINES: u32 = 16;
 
 /// One item of the input.
 #[derive(Debug, PartialEq, Eq)]
@@ -47,6 +53,8 @@ pub struct LineReader<R> {
     max: usize,
     /// Skipping an oversized line: bytes dropped so far.
     discarding: Option<u64>,
+    /// Lines in a row that fit the initial size (see [`SHRINK_AFTER_SMALL_LINES`]).
+    small_lines: u32,
     eof: bool,
 }
 
@@ -62,6 +70,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             scanned: 0,
             max,
             discarding: None,
+            small_lines: 0,
             eof: false,
         }
     }
@@ -75,6 +84,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 let line_start = self.start;
                 self.start = nl + 1;
                 self.scanned = self.start;
+                self.small_lines = if nl - line_start <= INITIAL_CAPACITY / 2 { self.small_lines.saturating_add(1) } else { 0 };
                 if let Some(dropped) = self.discarding.take() {
                     return Ok(Some(Frame::Oversized { len: dropped + (nl - line_start) as u64 }));
                 }
@@ -138,10 +148,12 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 
     /// Ensures free space after `end`: moves the pending bytes to the front, or grows the
     /// buffer (up to the limit plus the newline; beyond that we are discarding anyway). A
-    /// buffer that grew for a long line shrinks back once little of it is still pending.
+    /// buffer that grew for long lines shrinks back once it is no longer needed (see
+    /// [`SHRINK_AFTER_SMALL_LINES`]) and little of it is still pending.
     fn make_room(&mut self) {
         let pending = self.end - self.start;
-        if self.buf.len() > SHRINK_ABOVE && pending <= INITIAL_CAPACITY / 2 {
+        let unneeded = self.discarding.is_some() || self.small_lines >= SHRINK_AFTER_SMALL_LINES;
+        if self.buf.len() > SHRINK_ABOVE && pending <= INITIAL_CAPACITY / 2 && unneeded {
             let mut buf = vec![0; initial_len(self.max)];
             buf[..pending].copy_from_slice(&self.buf[self.start..self.end]);
             self.buf = buf;
@@ -298,6 +310,14 @@ mod tests {
         w.write_all(b"\n").await.unwrap();
         assert!(matches!(reader.next_frame().await.unwrap(), Some(Frame::Line(l)) if l.len() == MAX));
         assert!(reader.buf.capacity() <= MAX + 2, "capacity {}", reader.buf.capacity());
+        // It stays while long lines may follow, and goes after a run of small ones.
+        w.write_all(b"ok\n").await.unwrap();
+        assert_eq!(reader.next_frame().await.unwrap(), Some(Frame::Line(b"ok")));
+        assert!(reader.buf.capacity() > SHRINK_ABOVE, "capacity {}", reader.buf.capacity());
+        for _ in 0..SHRINK_AFTER_SMALL_LINES {
+            w.write_all(b"ok\n").await.unwrap();
+            assert_eq!(reader.next_frame().await.unwrap(), Some(Frame::Line(b"ok")));
+        }
         w.write_all(b"ok\n").await.unwrap();
         assert_eq!(reader.next_frame().await.unwrap(), Some(Frame::Line(b"ok")));
         assert!(reader.buf.capacity() <= INITIAL_CAPACITY, "capacity {}", reader.buf.capacity());

@@ -53,7 +53,7 @@
 //!
 //! | input | answer |
 //! |---|---|
-//! | a line longer than `max_line_bytes` (default 64 MiB) | skipped without being buffered; -32600 with `null` id; warning logged |
+//! | a line longer than `max_line_bytes` (default 64 MiB) | buffered up to the limit, then skipped to its newline; -32600 with `null` id; warning logged |
 //! | not UTF-8 | -32700, `null` id |
 //! | not JSON (incl. a stray log line, truncated JSON, trailing garbage) | -32700, `null` id |
 //! | deeply nested JSON (e.g. 100,000 `[`) | -32700 if unterminated, -32600 if complete; no recursion, no stack overflow |
