@@ -103,6 +103,15 @@ impl<V> OrderedMap<V> {
         self.0.iter().map(|(_, v)| v)
     }
 
+    /// The entries, in order, with mutable values.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&str, &mut V)> {
+        self.0.iter_mut().map(|(k, v)| (k.as_str(), v))
+    }
+
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.0.iter_mut().map(|(_, v)| v)
+    }
+
     /// The entries, in order.
     pub fn as_slice(&self) -> &[(String, V)] {
         &self.0
@@ -139,6 +148,7 @@ impl<V> OrderedMap<V> {
     }
 }
 
+/// Same entries, in any order (the JSON of two equal maps may list them differently).
 impl<V: PartialEq> PartialEq for OrderedMap<V> {
     fn eq(&self, other: &Self) -> bool {
         self.len() == other.len() && self.iter().all(|(k, v)| other.get(k) == Some(v))
@@ -187,6 +197,22 @@ impl<V> From<Vec<(String, V)>> for OrderedMap<V> {
 impl<V> From<std::collections::BTreeMap<String, V>> for OrderedMap<V> {
     fn from(map: std::collections::BTreeMap<String, V>) -> Self {
         OrderedMap(map.into_iter().collect())
+    }
+}
+
+impl<'a, V> IntoIterator for &'a OrderedMap<V> {
+    type Item = (&'a str, &'a V);
+    type IntoIter = std::iter::Map<std::slice::Iter<'a, (String, V)>, fn(&'a (String, V)) -> (&'a str, &'a V)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(k, v)| (k.as_str(), v))
+    }
+}
+
+/// `map["key"]`; panics when the key is absent, as `HashMap` does ([`OrderedMap::get`] does not).
+impl<V> std::ops::Index<&str> for OrderedMap<V> {
+    type Output = V;
+    fn index(&self, key: &str) -> &V {
+        self.get(key).unwrap_or_else(|| panic!("no entry `{key}` in the map"))
     }
 }
 
@@ -241,9 +267,10 @@ impl<V: schemars::JsonSchema> schemars::JsonSchema for OrderedMap<V> {
     }
 }
 
-/// A `number` written as JavaScript writes it (`JSON.stringify`, what most ACP peers use): a
-/// finite integral value within ±2^53 without a fraction (`1`, not `1.0`), any other as a float.
-/// The Rust type stays `f64`; decoding accepts both forms.
+/// A `number` written the way JavaScript peers (most ACP peers) write small integers: a finite
+/// integral value within ±2^53 without a fraction (`1`, not `1.0`), as `JSON.stringify` does;
+/// any other value as serde_json writes an `f64` (so `2^54` is `1.8014398509481984e16`, where
+/// JavaScript would write the digits). The Rust type stays `f64`; decoding accepts both forms.
 pub trait JsonNumber {
     fn serialize_number<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error>;
 }
@@ -544,6 +571,10 @@ macro_rules! lenient_markers {
 }
 
 lenient_markers! {
+    /// [`tri`]
+    Tri: tri => Option<Option<T>>, where [DeserializeOwned];
+    /// [`present`]
+    Present: present => Option<T>, where [DeserializeOwned];
     /// [`default_on_error`]
     DefaultOnError: default_on_error => T, where [DeserializeOwned + Default];
     /// [`vec_skip_invalid`]
@@ -560,22 +591,6 @@ lenient_markers! {
     TriVecSkipInvalid: tri_vec_skip_invalid => Option<Option<Vec<T>>>, where [DeserializeOwned];
     /// [`tri_vec_skip_invalid_or_default`]
     TriVecSkipInvalidOrDefault: tri_vec_skip_invalid_or_default => Option<Option<Vec<T>>>, where [DeserializeOwned];
-}
-
-/// [`tri`]
-pub enum Tri {}
-impl<T: for<'a> Deserialize<'a>> Lenient<Option<Option<T>>> for Tri {
-    fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
-        Option::<T>::deserialize(d).map(Some)
-    }
-}
-
-/// [`present`]
-pub enum Present {}
-impl<T: for<'a> Deserialize<'a>> Lenient<Option<T>> for Present {
-    fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<T>, D::Error> {
-        T::deserialize(d).map(Some)
-    }
 }
 
 /// Implements a streaming `Deserialize` for a plain struct: one pass over the map, unknown

@@ -64,6 +64,21 @@ fn maps_keep_the_order_they_came_in() {
     assert_eq!(serde_json::to_string(&sorted).unwrap(), r#"{"x":2,"y":1}"#);
     let schema = ElicitationSchema::new().properties([("b", acp_types::ElicitationPropertySchema::Boolean(Default::default()))]);
     assert_eq!(serde_json::to_value(&schema).unwrap()["properties"], serde_json::json!({"b": {"type": "boolean"}}));
+
+    // Used like the `BTreeMap` it replaces: borrowed iteration, indexing, mutation in place.
+    let mut env: OrderedMap<String> = [("PATH", "/bin"), ("HOME", "/root")].into_iter().map(|(k, v)| (k, v.to_owned())).collect();
+    let mut seen = Vec::new();
+    for (key, value) in &env {
+        seen.push(format!("{key}={value}"));
+    }
+    assert_eq!(seen, ["PATH=/bin", "HOME=/root"]);
+    assert_eq!(env["HOME"], "/root");
+    for (_, value) in env.iter_mut() {
+        value.push('/');
+    }
+    env.values_mut().for_each(|v| v.insert(0, '='));
+    assert_eq!(env.values().collect::<Vec<_>>(), ["=/bin/", "=/root/"]);
+    assert!(std::panic::catch_unwind(|| env["USER"].len()).is_err(), "indexing an absent key panics");
 }
 
 #[test]

@@ -13691,6 +13691,8 @@ pub enum ElicitationContentValue {
     /// Integer value accepted in elicitation response content.
     Integer(i64),
     /// Number value accepted in elicitation response content.
+    ///
+    /// An integral value is written without a fraction, so it decodes again as [`ElicitationContentValue::Integer`].
     #[serde(serialize_with = "serde_support::number")]
     Number(f64),
     /// Boolean value accepted in elicitation response content.

@@ -762,9 +762,25 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
 
 fn untagged(gate: &TokenStream, name: &proc_macro2::Ident, vs: &[UntaggedVariant], all: &[Item]) -> TokenStream {
     let schemars = schemars_derive();
-    let defs = vs.iter().map(|v| {
+    // An integral `f64` is written as an integer (see `serde_support::JsonNumber`), so where an
+    // integer alternative comes first it is what such a value decodes as.
+    let integer_first = vs.iter().position(|v| matches!(&v.ty, Ty::Prim(p) if p.int_range().is_some()));
+    let defs = vs.iter().enumerate().map(|(i, v)| {
         let id = ident(&v.name);
-        let docs = doc(v.doc.as_deref());
+        let note = match (integer_first, &v.ty) {
+            (Some(first), Ty::Prim(Prim::F64)) if first < i => {
+                let integer = &vs[first].name;
+                Some(format!(
+                    "An integral value is written without a fraction, so it decodes again as [`{name}::{integer}`]."
+                ))
+            }
+            _ => None,
+        };
+        let text = match (v.doc.as_deref(), note) {
+            (Some(d), Some(n)) => Some(format!("{d}\n\n{n}")),
+            (d, n) => n.or(d.map(str::to_owned)),
+        };
+        let docs = doc(text.as_deref());
         match &v.ty {
             Ty::Prim(Prim::Null) => quote!(#docs #id,),
             ty => {
