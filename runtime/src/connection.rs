@@ -64,7 +64,8 @@
 //!   session. The notification is also queued for the handler as usual.
 //! - Sending `session/cancel` ourselves ([`Peer::cancel_session`] or any `notify` of that
 //!   method; client side) for in-flight incoming `session/request_permission` requests of that
-//!   session.
+//!   session. Their `cancelled` answers go out after the `session/cancel` itself, so the agent
+//!   knows its turn was cancelled when it reads them.
 //! - The end of the connection.
 //!
 //! A request cancelled (by `$/cancel_request` or `session/cancel`) before its handler started,

@@ -134,12 +134,15 @@ impl Peer {
         }
         let mut line = Vec::with_capacity(128);
         jsonrpc::encode_notification(&mut line, method, params).map_err(Error::Encode)?;
-        if method == methods::SESSION_CANCEL {
-            if let Some(session) = params_session_id(&line) {
-                self.shared.cancel_incoming_permissions(&session);
-            }
+        let cancelled_session = if method == methods::SESSION_CANCEL { params_session_id(&line) } else { None };
+        self.shared.send_line(line).await?;
+        // Only once `session/cancel` is queued: the `cancelled` answers to the permission
+        // requests queue behind it, so the agent knows its turn was cancelled by the time it
+        // reads them (otherwise it may end the turn with `end_turn`).
+        if let Some(session) = cancelled_session {
+            self.shared.cancel_incoming_permissions(&session);
         }
-        self.shared.send_line(line).await
+        Ok(())
     }
 
     /// Calls `method`, serializing `params` straight into the outgoing line, optionally tied to

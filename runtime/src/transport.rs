@@ -101,7 +101,11 @@ impl AsyncRead for PipeReader {
         out.put_slice(&front[..from_front]);
         out.put_slice(&back[..n - from_front]);
         state.buf.drain(..n);
-        if let Some(w) = state.write_waker.take() {
+        let waiting_writer = state.write_waker.take();
+        // Woken after unlocking: the woken side may run on another thread at once, and it
+        // should not find the lock still held.
+        drop(state);
+        if let Some(w) = waiting_writer {
             w.wake();
         }
         Poll::Ready(Ok(()))
@@ -132,7 +136,9 @@ impl AsyncWrite for PipeWriter {
         }
         let n = room.min(data.len());
         state.buf.extend(&data[..n]);
-        if let Some(w) = state.read_waker.take() {
+        let waiting_reader = state.read_waker.take();
+        drop(state);
+        if let Some(w) = waiting_reader {
             w.wake();
         }
         Poll::Ready(Ok(n))

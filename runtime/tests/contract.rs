@@ -582,6 +582,27 @@ async fn contract_6_client_cancel_session_answers_pending_permission_requests_at
     assert!(agent.try_recv_line(Duration::from_millis(100)).await.is_none());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contract_6_session_cancel_goes_out_before_the_cancelled_permission_answers() {
+    // The agent must learn of the cancellation no later than it sees the `cancelled` outcome,
+    // or its turn may end with `end_turn` instead of `cancelled`. Racy when broken, hence
+    // the repetitions.
+    for round in 0..1000 {
+        let (started_tx, mut started) = mpsc::unbounded_channel();
+        let (mut agent, client, _task) = start(Connection::new(), NeverAnswers { started: started_tx });
+        agent
+            .send_json(json!({"jsonrpc":"2.0","id":1,"method":"session/request_permission",
+                              "params":{"sessionId":"s","toolCall":{"toolCallId":"t"},"options":[]}}))
+            .await;
+        next(&mut started).await;
+        client.cancel_session("s").await.unwrap();
+        let first = agent.recv().await;
+        let second = agent.recv().await;
+        assert_eq!(first["method"], json!("session/cancel"), "round {round}: {first} came before session/cancel");
+        assert_eq!(second["result"], json!({"outcome":{"outcome":"cancelled"}}), "round {round}");
+    }
+}
+
 /// Agent side: a prompt that asks for permission and reports what it got.
 struct AsksPermission {
     got: mpsc::UnboundedSender<Result<String, String>>,
