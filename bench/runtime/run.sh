@@ -44,10 +44,10 @@ for ((rep = 1; rep <= RUNS; rep++)); do
     # In-memory latencies on both tokio runtimes (multi-thread, then current-thread).
     for rt in multi_thread current_thread; do
         export BENCH_RUNTIME="$rt"
-        for impl in "${order[@]}" official-channel; do one rtt --impl "$impl" --n "$RTT_N"; done
+        for impl in "${order[@]}" official-channel raw; do one rtt --impl "$impl" --n "$RTT_N"; done
         if [[ $rt == multi_thread ]]; then
             # The same with the caller in a worker task instead of the main thread's block_on.
-            for impl in "${order[@]}"; do BENCH_CALLER=task one rtt --impl "$impl" --n "$RTT_N"; done
+            for impl in "${order[@]}" raw; do BENCH_CALLER=task one rtt --impl "$impl" --n "$RTT_N"; done
         fi
         if ((rep % 2)); then corder=(ours-coop official); else corder=(official ours-coop); fi
         for impl in "${corder[@]}" ours-ignore-grace0 ours-typed-ignore; do one cancel --impl "$impl" --n "$CANCEL_N"; done

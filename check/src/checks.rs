@@ -102,11 +102,27 @@ const EXTENSION: &str = "an unknown extension method `_acp_check/ping` is answer
 const STDOUT: &str = "the agent writes only JSON-RPC messages on stdout";
 
 const CAPABILITIES: &[(&str, &str, &str)] = &[
-    ("capability-session-list", "session/list", "sessionCapabilities.list advertised <=> session/list is implemented (not -32601)"),
+    (
+        "capability-session-list",
+        "session/list",
+        "sessionCapabilities.list advertised <=> session/list is implemented (not -32601)",
+    ),
     ("capability-load-session", "session/load", "loadSession advertised <=> session/load is implemented (not -32601)"),
-    ("capability-session-resume", "session/resume", "sessionCapabilities.resume advertised <=> session/resume is implemented (not -32601)"),
-    ("capability-session-close", "session/close", "sessionCapabilities.close advertised <=> session/close is implemented (not -32601)"),
-    ("capability-session-delete", "session/delete", "sessionCapabilities.delete advertised <=> session/delete is implemented (not -32601)"),
+    (
+        "capability-session-resume",
+        "session/resume",
+        "sessionCapabilities.resume advertised <=> session/resume is implemented (not -32601)",
+    ),
+    (
+        "capability-session-close",
+        "session/close",
+        "sessionCapabilities.close advertised <=> session/close is implemented (not -32601)",
+    ),
+    (
+        "capability-session-delete",
+        "session/delete",
+        "sessionCapabilities.delete advertised <=> session/delete is implemented (not -32601)",
+    ),
 ];
 
 // ---- the run ---------------------------------------------------------------------------------
@@ -132,7 +148,9 @@ pub async fn run(options: &Options) -> Result<Run, String> {
             let outcome = if version <= CURRENT_PROTOCOL_VERSION {
                 Outcome::Pass(format!("asked for {CURRENT_PROTOCOL_VERSION}, got {version}"))
             } else {
-                Outcome::Fail(format!("asked for {CURRENT_PROTOCOL_VERSION}, got {version}, a version the client did not ask for"))
+                Outcome::Fail(format!(
+                    "asked for {CURRENT_PROTOCOL_VERSION}, got {version}, a version the client did not ask for"
+                ))
             };
             run.record("protocol-version", Level::Must, VERSION, outcome);
         }
@@ -292,7 +310,9 @@ fn stop_reason(reply: &Reply) -> Result<StopReason, String> {
 
 async fn prompt_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duration) {
     let started = Instant::now();
-    let reply = agent.call("session/prompt", prompt_params(session, "Hello from acp-check. Please answer briefly."), limit).await;
+    let reply = agent
+        .call("session/prompt", prompt_params(session, "Hello from acp-check. Please answer briefly."), limit)
+        .await;
     let elapsed = started.elapsed().as_millis();
     let outcome = match stop_reason(&reply) {
         Ok(reason) => Outcome::Pass(format!("stopReason {} after {elapsed} ms", reason.as_str())),
@@ -330,7 +350,8 @@ async fn prompt_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duratio
         Outcome::Pass(format!("{seen}{asked}"))
     };
     run.record("session-update-shape", Level::Must, UPDATES, outcome);
-    let outcome = if count > 0 { Outcome::Pass(seen) } else { Outcome::Fail("no session/update during the turn".into()) };
+    let outcome =
+        if count > 0 { Outcome::Pass(seen) } else { Outcome::Fail("no session/update during the turn".into()) };
     run.record("prompt-streams-updates", Level::Should, STREAMS, outcome);
 }
 
@@ -369,12 +390,16 @@ async fn cancel_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duratio
         )),
         Ok(Err(join)) => Outcome::Fail(format!("checker error: {join}")),
         Ok(Ok(reply)) => match stop_reason(&reply) {
-            Ok(StopReason::Cancelled) => Outcome::Pass(format!("stopReason cancelled {elapsed} ms after session/cancel")),
+            Ok(StopReason::Cancelled) => {
+                Outcome::Pass(format!("stopReason cancelled {elapsed} ms after session/cancel"))
+            }
             Ok(other) => Outcome::Fail(format!(
                 "the turn answered stopReason `{}` {elapsed} ms after session/cancel, not `cancelled`",
                 other.as_str()
             )),
-            Err(why) => Outcome::Fail(format!("after session/cancel: {why} (a cancelled turn must answer stopReason `cancelled`)")),
+            Err(why) => Outcome::Fail(format!(
+                "after session/cancel: {why} (a cancelled turn must answer stopReason `cancelled`)"
+            )),
         },
     };
     run.record("cancel", Level::Must, CANCEL, outcome);

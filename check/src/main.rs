@@ -90,10 +90,8 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let options = Options {
-        launch: wire::Launch { command: cli.command.clone(), verbose: cli.verbose },
-        timeout: cli.timeout,
-    };
+    let options =
+        Options { launch: wire::Launch { command: cli.command.clone(), verbose: cli.verbose }, timeout: cli.timeout };
     let run = match checks::run(&options).await {
         Ok(run) => run,
         Err(message) => {
@@ -102,7 +100,8 @@ async fn main() -> ExitCode {
         }
     };
     let count = |status| run.checks.iter().filter(|c| c.status == status).count();
-    let (passed, failed, warned, skipped) = (count(Status::Pass), count(Status::Fail), count(Status::Warn), count(Status::Skip));
+    let (passed, failed, warned, skipped) =
+        (count(Status::Pass), count(Status::Fail), count(Status::Warn), count(Status::Skip));
     let conforms = failed == 0;
 
     if cli.json {

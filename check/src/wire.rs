@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use acp_runtime::acp_types::{SessionNotification, SessionUpdate};
 use acp_runtime::transport::{ChildProcess, SpawnOptions, StderrMode};
-use acp_runtime::{CancellationToken, Connection, ErrorObject, Handler, IncomingNotification, IncomingRequest, Peer, RawValue};
+use acp_runtime::{
+    CancellationToken, Connection, ErrorObject, Handler, IncomingNotification, IncomingRequest, Peer, RawValue,
+};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{Notify, mpsc};
@@ -163,7 +165,8 @@ impl Agent {
                     line = lines.next_line() => match line { Ok(Some(line)) => line, _ => break },
                     Some(line) = injected.recv() => line,
                 };
-                if agent_in.write_all(format!("{line}\n").as_bytes()).await.is_err() || agent_in.flush().await.is_err() {
+                if agent_in.write_all(format!("{line}\n").as_bytes()).await.is_err() || agent_in.flush().await.is_err()
+                {
                     break;
                 }
             }
@@ -356,7 +359,8 @@ impl Handler for CheckClient {
             }
             cancelled
         } else {
-            let params: Value = req.params.as_deref().and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_default();
+            let params: Value =
+                req.params.as_deref().and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_default();
             let options = params["options"].as_array().cloned().unwrap_or_default();
             let pick = ["allow_once", "allow_always"]
                 .iter()

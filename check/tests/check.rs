@@ -18,8 +18,9 @@ fn check(agent: &str) -> (i32, Value) {
         .output()
         .expect("run acp-check");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let report: Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("acp-check --json printed no JSON ({e}):\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr)));
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!("acp-check --json printed no JSON ({e}):\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr))
+    });
     (output.status.code().expect("exit code"), report)
 }
 
@@ -95,10 +96,8 @@ fn an_agent_that_advertises_load_session_without_it_fails() {
 
 #[test]
 fn the_text_report_and_the_usage_errors() {
-    let output = Command::new(CHECK)
-        .args(["--", env!("CARGO_BIN_EXE_acp-check-agent-lies-load-session")])
-        .output()
-        .unwrap();
+    let output =
+        Command::new(CHECK).args(["--", env!("CARGO_BIN_EXE_acp-check-agent-lies-load-session")]).output().unwrap();
     let text = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(1));
     assert!(text.contains("FAIL  MUST    capability-load-session"), "{text}");
@@ -144,7 +143,9 @@ fn the_typescript_sdk_agent_conforms() {
     assert_eq!(output.status.code(), Some(0), "{:?}", failures(&report));
     let not_passed = failures(&report);
     assert!(
-        not_passed.len() == 1 && not_passed[0].contains("session-update-shape") && not_passed[0].contains("hologram_projection"),
+        not_passed.len() == 1
+            && not_passed[0].contains("session-update-shape")
+            && not_passed[0].contains("hologram_projection"),
         "only the deliberate unknown update kind may warn: {not_passed:?}"
     );
 }

@@ -134,8 +134,9 @@ fn check_line(line: &[u8]) {
         Err(e) => {
             // serde_json reads a number beyond f64 (`1e400`) as a syntax error, so a line that is
             // such a number is grammatical JSON answered -32700; anything else must agree.
-            let out_of_range = std::str::from_utf8(line)
-                .is_ok_and(|t| serde_json::from_str::<Value>(t).is_err_and(|e| e.to_string().starts_with("number out of range")));
+            let out_of_range = std::str::from_utf8(line).is_ok_and(|t| {
+                serde_json::from_str::<Value>(t).is_err_and(|e| e.to_string().starts_with("number out of range"))
+            });
             if !out_of_range {
                 assert_eq!(e.kind == DecodeErrorKind::Parse, !is_json, "{e}");
             }
@@ -171,7 +172,11 @@ impl Agent<AgentContext> for FuzzAgent {
         Ok(LoadSessionResponse::new())
     }
 
-    async fn session_set_mode(&self, _: SetSessionModeRequest, _: AgentContext) -> Result<SetSessionModeResponse, Error> {
+    async fn session_set_mode(
+        &self,
+        _: SetSessionModeRequest,
+        _: AgentContext,
+    ) -> Result<SetSessionModeResponse, Error> {
         Err(Error::invalid_params().data(json!("no such mode")))
     }
 
@@ -186,7 +191,8 @@ impl Agent<AgentContext> for FuzzAgent {
             return Ok(PromptResponse::new(StopReason::Cancelled));
         }
         let options = vec![PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce)];
-        let permission = client.request_permission(RequestPermissionRequest::new(s.clone(), ToolCallUpdate::new("call_1"), options));
+        let permission =
+            client.request_permission(RequestPermissionRequest::new(s.clone(), ToolCallUpdate::new("call_1"), options));
         match tokio::time::timeout(Duration::from_secs(5), permission).await {
             Ok(Ok(p)) if matches!(p.outcome, RequestPermissionOutcome::Cancelled) => {
                 return Ok(PromptResponse::new(StopReason::Cancelled));
@@ -194,7 +200,8 @@ impl Agent<AgentContext> for FuzzAgent {
             Ok(Err(e)) => return Err(e.into()),
             _ => {}
         }
-        let _ = tokio::time::timeout(Duration::from_secs(5), client.read_text_file(ReadTextFileRequest::new(s, "/a"))).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), client.read_text_file(ReadTextFileRequest::new(s, "/a")))
+            .await;
         let _ = tokio::time::timeout(Duration::from_secs(5), client.ext_method("_fuzz/echo", json!({"a": 1}))).await;
         Ok(PromptResponse::new(StopReason::EndTurn))
     }
@@ -222,11 +229,7 @@ const HANG: Duration = Duration::from_secs(600);
 /// (no hang), and everything it writes must be JSON-RPC 2.0 messages, one per line.
 pub fn router(data: &[u8]) {
     let Some((&knob, input)) = data.split_first() else { return };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("a runtime");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().expect("a runtime");
     rt.block_on(async {
         let chunk = 1 + (knob & 0x3f) as usize * 13;
         let connection = match knob >> 6 {
@@ -413,7 +416,9 @@ macro_rules! idempotent {
                     panic!("{} {}: the encoding has a {dup}\n{text}", stringify!($ty), $method);
                 }
                 let again = <$ty>::decode($method, &mut serde_json::Deserializer::from_str(&text))
-                    .unwrap_or_else(|e| panic!("{} {}: its own encoding does not decode: {e}\n{text}", stringify!($ty), $method))
+                    .unwrap_or_else(|e| {
+                        panic!("{} {}: its own encoding does not decode: {e}\n{text}", stringify!($ty), $method)
+                    })
                     .expect("same method");
                 let text_again = serde_json::to_string(&again).expect("encodes");
                 if text != text_again && !same_but_float_bits(&text, &text_again) {
@@ -489,7 +494,9 @@ pub fn seed_corpus(dir: &std::path::Path) -> io::Result<Vec<(&'static str, Strin
                     }
                     Some((method.to_owned(), m.get("params")))
                 }
-                (None, Some(id)) => requests.iter().rev().find(|(r, _)| r == id).map(|(_, method)| (method.clone(), m.get("result"))),
+                (None, Some(id)) => {
+                    requests.iter().rev().find(|(r, _)| r == id).map(|(_, method)| (method.clone(), m.get("result")))
+                }
                 _ => None,
             };
             if let Some((method, Some(payload))) = method

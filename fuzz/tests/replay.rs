@@ -21,7 +21,8 @@ const TARGETS: &[(&str, Target)] = &[
 fn inputs(target: &str) -> Vec<Vec<u8>> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let spec = root.join("../../shared/acp-spec/v1");
-    let seeds = acp_fuzz::seed_corpus(&spec).unwrap_or_else(|e| panic!("cannot read the spec at {}: {e}", spec.display()));
+    let seeds =
+        acp_fuzz::seed_corpus(&spec).unwrap_or_else(|e| panic!("cannot read the spec at {}: {e}", spec.display()));
     let mut out: Vec<Vec<u8>> = seeds.into_iter().filter(|(t, ..)| *t == target).map(|(.., bytes)| bytes).collect();
     for dir in ["corpus", "regressions"] {
         let Ok(entries) = std::fs::read_dir(root.join(dir).join(target)) else { continue };
@@ -47,9 +48,31 @@ impl Rng {
 }
 
 const TOKENS: &[&[u8]] = &[
-    b"{", b"}", b"[", b"]", b"\"", b",", b":", b"\n", b"\r\n", b"null", b"-1", b"1e999", b"\"id\":", b"\"method\":",
-    b"\"params\":", b"\"result\":", b"\"error\":", b"\"jsonrpc\":\"2.0\"", b"\"sessionId\":", b"\\u0000", b"\xff",
-    b"\"session/prompt\"", b"\"session/cancel\"", b"\"$/cancel_request\"", b"\"_meta\":",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b"\"",
+    b",",
+    b":",
+    b"\n",
+    b"\r\n",
+    b"null",
+    b"-1",
+    b"1e999",
+    b"\"id\":",
+    b"\"method\":",
+    b"\"params\":",
+    b"\"result\":",
+    b"\"error\":",
+    b"\"jsonrpc\":\"2.0\"",
+    b"\"sessionId\":",
+    b"\\u0000",
+    b"\xff",
+    b"\"session/prompt\"",
+    b"\"session/cancel\"",
+    b"\"$/cancel_request\"",
+    b"\"_meta\":",
 ];
 
 /// One random mutation: flip, insert, delete, duplicate a range, or splice a token.

@@ -150,7 +150,10 @@ pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
         }
     };
     if let Some((path, _)) = &block.trait_ {
-        errors.push(path.span(), format!("#[{macro_name}] goes on an inherent impl block (`impl MyPeer {{ .. }}`), not a trait impl"));
+        errors.push(
+            path.span(),
+            format!("#[{macro_name}] goes on an inherent impl block (`impl MyPeer {{ .. }}`), not a trait impl"),
+        );
         // The error alone: the trait impl is not what the macro can use, and the compiler's own
         // complaints about it (missing trait items) would only hide the real one.
         return errors.0.map(|e| e.to_compile_error()).unwrap_or_default();
@@ -189,7 +192,9 @@ fn parse_attr(attr: TokenStream, macro_name: &str, errors: &mut Errors) -> syn::
             Ok(())
         } else {
             let key = meta.path.get_ident().map(|i| i.to_string()).unwrap_or_else(|| "?".into());
-            Err(meta.error(format!("unknown #[{macro_name}] key `{key}`; the only key is `crate = \"path::to::acp_runtime\"`")))
+            Err(meta.error(format!(
+                "unknown #[{macro_name}] key `{key}`; the only key is `crate = \"path::to::acp_runtime\"`"
+            )))
         }
     });
     if let Err(e) = syn::parse::Parser::parse2(parser, attr) {
@@ -329,7 +334,9 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<Ext>>, errors: &mu
 /// call, and calls run concurrently.
 fn check_receiver(name: &str, r: &syn::Receiver, errors: &mut Errors) {
     let mutable = || {
-        format!("handler `{name}` takes `&self`: requests run concurrently, so use interior mutability (a Mutex, atomics) for state")
+        format!(
+            "handler `{name}` takes `&self`: requests run concurrently, so use interior mutability (a Mutex, atomics) for state"
+        )
     };
     match &r.kind {
         ReceiverKind::Reference(_, _, None) => {}
@@ -398,7 +405,8 @@ fn unknown_name(side: Side, name: &str) -> String {
         listed.push_str(";\n       with cargo features: ");
         listed.push_str(&gated.join(", "));
     }
-    let best = valid.iter().map(|v| (distance(name, v), *v)).min().filter(|(d, v)| *d <= v.len().max(name.len()) / 3 + 1);
+    let best =
+        valid.iter().map(|v| (distance(name, v), *v)).min().filter(|(d, v)| *d <= v.len().max(name.len()) / 3 + 1);
     let hint = match best {
         Some((_, v)) => format!("did you mean `{v}`? "),
         None => String::new(),
@@ -472,7 +480,8 @@ fn check_ext_overlaps(bound: &[Bound], errors: &mut Errors) -> TokenStream {
             (p, q) => {
                 let all = quote!(all());
                 let (p, q) = (p.as_ref().unwrap_or(&all), q.as_ref().unwrap_or(&all));
-                conditional.extend(quote_spanned!(e.name.span()=> #[cfg(all(#p, #q))] ::core::compile_error! { #message }));
+                conditional
+                    .extend(quote_spanned!(e.name.span()=> #[cfg(all(#p, #q))] ::core::compile_error! { #message }));
             }
         }
     }
@@ -518,10 +527,8 @@ fn capabilities(side: Side, bound: &[Bound]) -> TokenStream {
     let rows = side.capabilities().iter().filter_map(|c| {
         let mut preds = Vec::new();
         for method in c.methods {
-            let handlers: Vec<&Bound> = bound
-                .iter()
-                .filter(|b| matches!(b.binding, Binding::Protocol(h) if h.method == *method))
-                .collect();
+            let handlers: Vec<&Bound> =
+                bound.iter().filter(|b| matches!(b.binding, Binding::Protocol(h) if h.method == *method)).collect();
             if handlers.is_empty() {
                 return None;
             }
@@ -592,10 +599,7 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
                 } else {
                     quote!()
                 };
-                (
-                    quote!(::core::result::Result<#types::#r, #types::Error>),
-                    quote!(#earn #call.map_err(#into_error)),
-                )
+                (quote!(::core::result::Result<#types::#r, #types::Error>), quote!(#earn #call.map_err(#into_error)))
             }
             None => (quote!(::core::result::Result<(), #types::Error>), notified(b)),
         };

@@ -11,6 +11,8 @@
 //! Use the macros through `acp-runtime`, which re-exports them.
 
 mod expand;
+// Printed by `cargo xtask codegen` (prettyplease), and checked by `codegen --check`.
+#[rustfmt::skip]
 mod table;
 
 use proc_macro::TokenStream;

@@ -86,9 +86,9 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::connection::{Connection, Serve};
 use crate::error::Error;
-use crate::macro_support::Capabilities;
 use crate::handler::{Handler, IncomingNotification, IncomingRequest, Watch};
 use crate::jsonrpc::{ErrorObject, Id, codes};
+use crate::macro_support::Capabilities;
 use crate::peer::Peer;
 pub use crate::terminal::TerminalHandle;
 use crate::typed;

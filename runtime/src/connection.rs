@@ -388,7 +388,8 @@ async fn run(
     let tap_task = tap.map(|(w, rx)| AbortOnDrop::spawn(writer::tap_loop(rx, w, tap_stop.clone())));
     let mut writer_task = AbortOnDrop::spawn(writer::writer_loop(out_rx, writer, shared.clone(), writer_stop.clone()));
     let (notif_tx, notif_rx) = mpsc::channel(options.notification_queue_capacity);
-    let mut notif_task = AbortOnDrop::spawn(crate::router::notification_loop(notif_rx, handler.clone(), shared.clone(), grace));
+    let mut notif_task =
+        AbortOnDrop::spawn(crate::router::notification_loop(notif_rx, handler.clone(), shared.clone(), grace));
     let requests = RequestTasks::default();
 
     let read_result = {
@@ -564,9 +565,7 @@ impl Shared {
                 .filter(|(_, c)| c.permission_session.as_deref() == Some(session))
                 .map(|(id, _)| *id)
                 .collect();
-            ids.into_iter()
-                .filter_map(|id| pending.map.remove(&id).map(|c| (id, c)))
-                .collect()
+            ids.into_iter().filter_map(|id| pending.map.remove(&id).map(|c| (id, c))).collect()
         };
         for (id, call) in resolved {
             let result = RawValue::from_string(methods::CANCELLED_PERMISSION_RESULT.to_owned())

@@ -84,7 +84,8 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 let line_start = self.start;
                 self.start = nl + 1;
                 self.scanned = self.start;
-                self.small_lines = if nl - line_start <= INITIAL_CAPACITY / 2 { self.small_lines.saturating_add(1) } else { 0 };
+                self.small_lines =
+                    if nl - line_start <= INITIAL_CAPACITY / 2 { self.small_lines.saturating_add(1) } else { 0 };
                 if let Some(dropped) = self.discarding.take() {
                     return Ok(Some(Frame::Oversized { len: dropped + (nl - line_start) as u64 }));
                 }

@@ -28,10 +28,7 @@ pub trait Handler: Send + Sync + 'static {
     /// Watch `req.cancel`: once it fires the handler has the connection's grace period to
     /// return, after which its future is dropped. The answer of a cancelled request is fixed by
     /// the runtime (see [`crate::connection`]).
-    fn handle_request(
-        &self,
-        req: IncomingRequest,
-    ) -> impl Future<Output = Result<Box<RawValue>, ErrorObject>> + Send {
+    fn handle_request(&self, req: IncomingRequest) -> impl Future<Output = Result<Box<RawValue>, ErrorObject>> + Send {
         async move { Err(ErrorObject::method_not_found(&req.method)) }
     }
 
@@ -52,10 +49,7 @@ pub trait Handler: Send + Sync + 'static {
 }
 
 impl<H: Handler> Handler for Arc<H> {
-    fn handle_request(
-        &self,
-        req: IncomingRequest,
-    ) -> impl Future<Output = Result<Box<RawValue>, ErrorObject>> + Send {
+    fn handle_request(&self, req: IncomingRequest) -> impl Future<Output = Result<Box<RawValue>, ErrorObject>> + Send {
         (**self).handle_request(req)
     }
 
@@ -189,8 +183,5 @@ pub(crate) fn session_id_of(params: Option<&RawValue>) -> Option<Arc<str>> {
     if !params.get().starts_with('{') {
         return None;
     }
-    serde_json::from_str::<SessionOnly<'_>>(params.get())
-        .ok()?
-        .session_id
-        .map(|s| Arc::from(&*s))
+    serde_json::from_str::<SessionOnly<'_>>(params.get()).ok()?.session_id.map(|s| Arc::from(&*s))
 }

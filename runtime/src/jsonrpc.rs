@@ -10,8 +10,8 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::de::DeserializeOwned;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -106,9 +106,7 @@ impl<'de> Deserialize<'de> for Id {
                 Ok(Id::Number(v))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Id, E> {
-                i64::try_from(v)
-                    .map(Id::Number)
-                    .map_err(|_| E::custom("id out of range"))
+                i64::try_from(v).map(Id::Number).map_err(|_| E::custom("id out of range"))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Id, E> {
                 Ok(Id::String(v.to_owned()))
@@ -137,11 +135,7 @@ pub struct ErrorObject {
 impl ErrorObject {
     /// An error with any code.
     pub fn new(code: i32, message: impl Into<String>) -> Self {
-        ErrorObject {
-            code,
-            message: message.into(),
-            data: None,
-        }
+        ErrorObject { code, message: message.into(), data: None }
     }
 
     /// Attaches `data`.
@@ -275,12 +269,8 @@ impl DecodeError {
     pub fn answer(&self) -> Option<(Id, ErrorObject)> {
         match self.kind {
             DecodeErrorKind::Parse => Some((Id::Null, ErrorObject::parse_error())),
-            DecodeErrorKind::InvalidRequest => {
-                Some((self.id.clone(), ErrorObject::invalid_request(self.reason)))
-            }
-            DecodeErrorKind::InvalidParams => {
-                Some((self.id.clone(), ErrorObject::invalid_params(self.reason)))
-            }
+            DecodeErrorKind::InvalidRequest => Some((self.id.clone(), ErrorObject::invalid_request(self.reason))),
+            DecodeErrorKind::InvalidParams => Some((self.id.clone(), ErrorObject::invalid_params(self.reason))),
             DecodeErrorKind::InvalidNotification | DecodeErrorKind::InvalidResponse => None,
         }
     }
@@ -454,10 +444,7 @@ pub fn decode(line: &[u8]) -> Result<Message<'_>, DecodeError> {
         Some(Some(id)) if !env.duplicate_id => id.clone(),
         _ => Id::Null,
     };
-    let version_ok = env
-        .jsonrpc
-        .and_then(raw_str)
-        .is_some_and(|v| v == "2.0");
+    let version_ok = env.jsonrpc.and_then(raw_str).is_some_and(|v| v == "2.0");
 
     if let Some(method) = env.method {
         let invalid = |reason| DecodeError::new(K::InvalidRequest, valid_id.clone(), reason);
@@ -465,11 +452,7 @@ pub fn decode(line: &[u8]) -> Result<Message<'_>, DecodeError> {
             return Err(invalid("duplicate member"));
         }
         if let Some(None) = id {
-            return Err(DecodeError::new(
-                K::InvalidRequest,
-                Id::Null,
-                "id must be a string, an integer or null",
-            ));
+            return Err(DecodeError::new(K::InvalidRequest, Id::Null, "id must be a string, an integer or null"));
         }
         if !version_ok {
             return Err(invalid("\"jsonrpc\" must be \"2.0\""));
@@ -506,19 +489,16 @@ pub fn decode(line: &[u8]) -> Result<Message<'_>, DecodeError> {
         }
         let result = match (env.result, env.error) {
             (Some(result), None) => Ok(result),
-            (None, Some(error)) => Err(serde_json::from_str::<ErrorObject>(error.get())
-                .map_err(|_| invalid("malformed error object"))?),
+            (None, Some(error)) => {
+                Err(serde_json::from_str::<ErrorObject>(error.get()).map_err(|_| invalid("malformed error object"))?)
+            }
             _ => return Err(invalid("response has both result and error")),
         };
         return Ok(Message::Response { id: valid_id, result });
     }
 
     if let Some(None) = id {
-        return Err(DecodeError::new(
-            K::InvalidRequest,
-            Id::Null,
-            "id must be a string, an integer or null",
-        ));
+        return Err(DecodeError::new(K::InvalidRequest, Id::Null, "id must be a string, an integer or null"));
     }
     Err(DecodeError::new(K::InvalidRequest, valid_id, "missing method"))
 }
@@ -851,9 +831,6 @@ mod tests {
         assert_eq!(buf, b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"x/y\",\"params\":{\"a\": 1}}\n");
         buf.clear();
         encode_response(&mut buf, &Id::Null, Err(&ErrorObject::parse_error()));
-        assert_eq!(
-            buf,
-            b"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"Parse error\"}}\n"
-        );
+        assert_eq!(buf, b"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"Parse error\"}}\n");
     }
 }

@@ -106,6 +106,8 @@ mod tasks;
 mod typed;
 mod writer;
 
+pub use acp_macros::{acp_agent, acp_client};
+pub use acp_types;
 pub use agent::{AgentContext, ClientHandle, serve_agent};
 pub use client::{AgentHandle, ClientContext, serve_client};
 #[cfg(feature = "process")]
@@ -114,10 +116,8 @@ pub use connection::{Connection, Serve};
 pub use error::Error;
 pub use handler::{Handler, IncomingNotification, IncomingRequest};
 pub use jsonrpc::{ErrorObject, Id, codes};
-pub use peer::Peer;
-pub use terminal::TerminalHandle;
-pub use acp_macros::{acp_agent, acp_client};
 pub use macro_support::Advertise;
-pub use acp_types;
+pub use peer::Peer;
 pub use serde_json::value::RawValue;
+pub use terminal::TerminalHandle;
 pub use tokio_util::sync::CancellationToken;

@@ -3,8 +3,8 @@
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::value::RawValue;
 pub use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::acp_types::{Error, ExtResponse, InitializeRequest};
 use crate::agent::AgentContext;

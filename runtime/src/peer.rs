@@ -30,9 +30,7 @@ pub struct Peer {
 
 impl fmt::Debug for Peer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Peer")
-            .field("closed", &self.shared.closed.is_cancelled())
-            .finish_non_exhaustive()
+        f.debug_struct("Peer").field("closed", &self.shared.closed.is_cancelled()).finish_non_exhaustive()
     }
 }
 
@@ -163,11 +161,8 @@ impl Peer {
         jsonrpc::encode_request(&mut line, id, method, params).map_err(Error::Encode)?;
         // Outgoing permission requests remember their session: an incoming `session/cancel`
         // resolves them as cancelled at once (agent side of ACP's cancellation rules).
-        let permission_session = if method == methods::SESSION_REQUEST_PERMISSION {
-            params_session_id(&line)
-        } else {
-            None
-        };
+        let permission_session =
+            if method == methods::SESSION_REQUEST_PERMISSION { params_session_id(&line) } else { None };
         let (tx, rx) = oneshot::channel();
         shared.register_call(id, tx, permission_session)?;
         let mut guard = CallGuard { shared, id, sent: false };
@@ -222,7 +217,8 @@ impl Drop for CallGuard<'_> {
 }
 
 fn decode_result<R: DeserializeOwned>(raw: &RawValue) -> Result<R, Error> {
-    jsonrpc::decode_with_path(raw.get()).map_err(|(path, message)| Error::Decode { path: path.unwrap_or_default(), message })
+    jsonrpc::decode_with_path(raw.get())
+        .map_err(|(path, message)| Error::Decode { path: path.unwrap_or_default(), message })
 }
 
 /// The `sessionId` of the params of an encoded message.

@@ -79,7 +79,11 @@ impl Router {
             match frame {
                 Frame::Line(line) => self.dispatch(line).await,
                 Frame::Oversized { len } => {
-                    tracing::warn!(len, limit = self.options.max_line_bytes, "acp connection: oversized message discarded");
+                    tracing::warn!(
+                        len,
+                        limit = self.options.max_line_bytes,
+                        "acp connection: oversized message discarded"
+                    );
                     tap_in(&self.shared, TapIn::Oversized(len)).await;
                     let error = ErrorObject::invalid_request(format_args!(
                         "message of {len} bytes exceeds the limit of {} bytes",
@@ -160,11 +164,8 @@ impl Router {
             _ => {}
         }
         self.queued += 1;
-        let queued = Queued {
-            method: methods::intern(&method),
-            params: params.map(ToOwned::to_owned),
-            seq: self.queued,
-        };
+        let queued =
+            Queued { method: methods::intern(&method), params: params.map(ToOwned::to_owned), seq: self.queued };
         if self.notifications.send(queued).await.is_err() {
             // The notification task is gone (only at shutdown).
             tracing::debug!("acp connection: notification dropped, handler task has ended");
@@ -234,8 +235,15 @@ impl Router {
             watch: Watch::default(),
         };
         let slot = Slot { running: self.running.clone(), _admitted: admitted };
-        let task =
-            run_request(self.shared.clone(), self.handler.clone(), req, kind, self.options.cancel_grace, self.queued, slot);
+        let task = run_request(
+            self.shared.clone(),
+            self.handler.clone(),
+            req,
+            kind,
+            self.options.cancel_grace,
+            self.queued,
+            slot,
+        );
         self.tasks.spawn(task);
     }
 }
@@ -336,10 +344,12 @@ async fn run_request(
 /// timer, whose 1 ms tick would otherwise be the floor of the cancellation latency.
 async fn within_grace<F: Future + Unpin>(grace: Duration, mut fut: F) -> Option<F::Output> {
     if grace.is_zero() {
-        std::future::poll_fn(|cx| std::task::Poll::Ready(match std::pin::Pin::new(&mut fut).poll(cx) {
-            std::task::Poll::Ready(out) => Some(out),
-            std::task::Poll::Pending => None,
-        }))
+        std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match std::pin::Pin::new(&mut fut).poll(cx) {
+                std::task::Poll::Ready(out) => Some(out),
+                std::task::Poll::Pending => None,
+            })
+        })
         .await
     } else {
         tokio::time::timeout(grace, fut).await.ok()
@@ -410,10 +420,8 @@ pub(crate) async fn notification_loop(
             peer: Peer { shared: shared.clone() },
         };
         let handler = &handler;
-        let fut = IN_NOTIFICATION_HANDLER.scope(
-            me,
-            CatchUnwind::new(async move { handler.handle_notification_boxed(notification).await }),
-        );
+        let fut = IN_NOTIFICATION_HANDLER
+            .scope(me, CatchUnwind::new(async move { handler.handle_notification_boxed(notification).await }));
         tokio::pin!(fut);
         let finished = tokio::select! {
             biased;
@@ -427,7 +435,9 @@ pub(crate) async fn notification_loop(
         };
         shared.mark_handled(queued.seq);
         if !finished {
-            tracing::warn!("notification handler still running a grace period after the connection ended; dropped with the rest of the queue");
+            tracing::warn!(
+                "notification handler still running a grace period after the connection ended; dropped with the rest of the queue"
+            );
             break;
         }
     }

@@ -106,7 +106,10 @@ mod tests {
             let _ = rx.await;
         });
         tasks.spawn(async {});
-        assert!(tokio::time::timeout(Duration::from_millis(20), tasks.all_done()).await.is_err(), "one is still running");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), tasks.all_done()).await.is_err(),
+            "one is still running"
+        );
         tx.send(()).unwrap();
         tokio::time::timeout(Duration::from_secs(5), tasks.all_done()).await.expect("both ended");
     }

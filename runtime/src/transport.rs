@@ -2,8 +2,8 @@
 //! stdio (an agent), a spawned agent process (a client, with the `process` feature), and
 //! in-memory pipes (tests).
 
-use std::io;
 use std::collections::VecDeque;
+use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};

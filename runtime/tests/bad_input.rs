@@ -22,6 +22,8 @@ use Expect::*;
 
 const MAX_LINE: usize = 1024 * 1024;
 
+// One row per case, one line per row where it fits: kept as a table.
+#[rustfmt::skip]
 fn cases() -> Vec<(&'static str, Vec<u8>, Expect)> {
     let line = |s: &str| {
         let mut v = s.as_bytes().to_vec();

@@ -298,15 +298,16 @@ impl Handler for SlowClient {
 async fn contract_3_response_after_prior_notifications() {
     let updates = 300;
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let (_agent, _ta, client, _tc) = pair(
-        (Connection::new(), Streamer { updates }),
-        (Connection::new(), SlowClient { seen: seen.clone() }),
-    );
+    let (_agent, _ta, client, _tc) =
+        pair((Connection::new(), Streamer { updates }), (Connection::new(), SlowClient { seen: seen.clone() }));
     for turn in 0..3 {
-        let result = tokio::time::timeout(LIMIT, client.request_raw(methods::SESSION_PROMPT, Some(&raw(r#"{"sessionId":"s"}"#))))
-            .await
-            .unwrap()
-            .unwrap();
+        let result = tokio::time::timeout(
+            LIMIT,
+            client.request_raw(methods::SESSION_PROMPT, Some(&raw(r#"{"sessionId":"s"}"#))),
+        )
+        .await
+        .unwrap()
+        .unwrap();
         assert_eq!(result.get(), r#"{"stopReason":"end_turn"}"#);
         // Every update of the turn was handled before the call returned, in order.
         let seen = seen.lock().unwrap();
@@ -332,10 +333,8 @@ impl Handler for CallsFromNotification {
 async fn contract_3_notification_handler_may_await_a_call_without_deadlock() {
     let (done_tx, mut done) = mpsc::unbounded_channel();
     let (handler, _rx) = test_handler();
-    let (_pa, _ta, pb, _tb) = pair(
-        (Connection::new(), handler),
-        (Connection::new(), CallsFromNotification { done: done_tx }),
-    );
+    let (_pa, _ta, pb, _tb) =
+        pair((Connection::new(), handler), (Connection::new(), CallsFromNotification { done: done_tx }));
     // A → B notification; B's notification handler calls A and awaits the answer.
     _pa.notify("note", &json!({})).await.unwrap();
     _pa.notify("note", &json!({})).await.unwrap();
@@ -483,9 +482,7 @@ async fn contract_5_session_cancel_cancels_the_prompt_which_answers_stop_reason_
         Connection::new().cancel_grace(Duration::from_millis(50)),
         Prompter { dropped: dropped.clone(), started: started_tx },
     );
-    let prompt = |id: i64, session: &str, mode: &str| {
-        json!({"jsonrpc":"2.0","id":id,"method":"session/prompt","params":{"sessionId":session,"mode":mode}})
-    };
+    let prompt = |id: i64, session: &str, mode: &str| json!({"jsonrpc":"2.0","id":id,"method":"session/prompt","params":{"sessionId":session,"mode":mode}});
     raw.send_json(prompt(1, "s1", "error")).await;
     raw.send_json(prompt(2, "s1", "hang")).await;
     raw.send_json(prompt(3, "s1", "panic")).await;
@@ -552,10 +549,8 @@ impl Handler for NeverAnswers {
 async fn contract_6_client_cancel_session_answers_pending_permission_requests_at_once() {
     let (started_tx, mut started) = mpsc::unbounded_channel();
     // A grace period far beyond the test's limit: the answer must not wait for it.
-    let (mut agent, client, _task) = start(
-        Connection::new().cancel_grace(Duration::from_secs(3600)),
-        NeverAnswers { started: started_tx },
-    );
+    let (mut agent, client, _task) =
+        start(Connection::new().cancel_grace(Duration::from_secs(3600)), NeverAnswers { started: started_tx });
     let permission = |id: i64, session: &str| {
         json!({"jsonrpc":"2.0","id":id,"method":"session/request_permission",
                "params":{"sessionId":session,"toolCall":{"toolCallId":"t"},"options":[]}})
@@ -628,7 +623,9 @@ impl Handler for AsksPermission {
 async fn contract_6_agent_permission_request_of_a_cancelled_turn_resolves_as_cancelled() {
     let (got_tx, mut got) = mpsc::unbounded_channel();
     let (mut client, _agent, _task) = start(Connection::new(), AsksPermission { got: got_tx });
-    client.send_json(json!({"jsonrpc":"2.0","id":"p","method":"session/prompt","params":{"sessionId":"s","prompt":[]}})).await;
+    client
+        .send_json(json!({"jsonrpc":"2.0","id":"p","method":"session/prompt","params":{"sessionId":"s","prompt":[]}}))
+        .await;
     let ask = client.recv().await;
     assert_eq!(ask["method"], json!("session/request_permission"));
     let ask_id = ask["id"].clone();
@@ -643,7 +640,10 @@ async fn contract_6_agent_permission_request_of_a_cancelled_turn_resolves_as_can
     // was sent), then the prompt's answer.
     let (answer, before) = client.recv_until_id(json!("p")).await;
     assert_eq!(answer["result"], json!({"stopReason":"cancelled"}));
-    assert!(before.iter().any(|m| m["method"] == json!("$/cancel_request") && m["params"]["requestId"] == ask_id), "{before:?}");
+    assert!(
+        before.iter().any(|m| m["method"] == json!("$/cancel_request") && m["params"]["requestId"] == ask_id),
+        "{before:?}"
+    );
     // The client's late answer to the permission request is ignored.
     client.send_json(json!({"jsonrpc":"2.0","id":ask_id,"result":{"outcome":{"outcome":"cancelled"}}})).await;
     assert!(client.ping().await.is_empty());
@@ -664,12 +664,11 @@ async fn contract_7_dropping_an_outgoing_call_sends_cancel_request() {
     call.abort();
     assert!(call.await.unwrap_err().is_cancelled());
     let cancel = other.recv().await;
-    assert_eq!(
-        cancel,
-        json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":req["id"]}})
-    );
+    assert_eq!(cancel, json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":req["id"]}}));
     // The late answer is ignored; the connection goes on.
-    other.send_json(json!({"jsonrpc":"2.0","id":req["id"],"error":{"code":-32800,"message":"Request cancelled"}})).await;
+    other
+        .send_json(json!({"jsonrpc":"2.0","id":req["id"],"error":{"code":-32800,"message":"Request cancelled"}}))
+        .await;
     assert!(other.ping().await.is_empty());
 
     // With a timeout around the call, the same happens.
@@ -902,10 +901,7 @@ async fn contract_9_error_codes_and_a_panicking_handler_answers_internal_error()
         let (answer, _) = raw.recv_until_id(json!(i)).await;
         assert_eq!(answer["error"], serde_json::to_value(e).unwrap());
     }
-    assert_eq!(
-        serde_json::to_value(&constructed[3]).unwrap()["data"],
-        json!({"path":"prompt[0].type"})
-    );
+    assert_eq!(serde_json::to_value(&constructed[3]).unwrap()["data"], json!({"path":"prompt[0].type"}));
     // Params that do not decode: -32602 with the failing field's path.
     raw.send_json(json!({"jsonrpc":"2.0","id":"bad","method":"error","params":{"message":"m","code":"x"}})).await;
     let (answer, _) = raw.recv_until_id(json!("bad")).await;

@@ -32,10 +32,17 @@ async fn contract_3_request_handled_after_prior_notifications() {
     let events = Arc::new(Mutex::new(Vec::new()));
     let (mut raw_peer, _peer, _task) = start(Connection::new(), Recorder { events: events.clone() });
     for i in 0..3 {
-        raw_peer.send_json(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s", "n": i}})).await;
+        raw_peer
+            .send_json(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s", "n": i}}))
+            .await;
     }
-    raw_peer.send_json(json!({"jsonrpc": "2.0", "id": 1, "method": "session/request_permission", "params": {"sessionId": "s"}})).await;
-    let (answer, _) = tokio::time::timeout(Duration::from_secs(5), raw_peer.recv_until_id(json!(1))).await.expect("answered");
+    raw_peer
+        .send_json(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "session/request_permission", "params": {"sessionId": "s"}}),
+        )
+        .await;
+    let (answer, _) =
+        tokio::time::timeout(Duration::from_secs(5), raw_peer.recv_until_id(json!(1))).await.expect("answered");
     assert_eq!(answer["result"], json!({}));
     assert_eq!(
         *events.lock().unwrap(),

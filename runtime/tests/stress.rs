@@ -47,7 +47,9 @@ async fn ten_thousand_concurrent_requests_with_random_cancellations_get_exactly_
             buf.push(b'\n');
             for c in cancel_at.remove(&id).unwrap_or_default() {
                 buf.extend_from_slice(
-                    json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":c}}).to_string().as_bytes(),
+                    json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":c}})
+                        .to_string()
+                        .as_bytes(),
                 );
                 buf.push(b'\n');
             }
@@ -59,7 +61,9 @@ async fn ten_thousand_concurrent_requests_with_random_cancellations_get_exactly_
         for (_, ids) in cancel_at {
             for c in ids {
                 buf.extend_from_slice(
-                    json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":c}}).to_string().as_bytes(),
+                    json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":c}})
+                        .to_string()
+                        .as_bytes(),
                 );
                 buf.push(b'\n');
             }

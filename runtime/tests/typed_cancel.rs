@@ -60,12 +60,15 @@ struct Turn {
 async fn cancelled_turn(watches: bool) -> Turn {
     let (agent_end, client_end) = duplex(64 * 1024);
     let (started_tx, mut started) = mpsc::unbounded_channel();
-    let (_client, agent_serve) = Connection::new()
-        .cancel_grace(LONG_GRACE)
-        .serve_agent(Agent { watches, started: started_tx }, agent_end.0, agent_end.1);
+    let (_client, agent_serve) = Connection::new().cancel_grace(LONG_GRACE).serve_agent(
+        Agent { watches, started: started_tx },
+        agent_end.0,
+        agent_end.1,
+    );
     let log = Arc::new(ClientLog::default());
     let (events, _) = mpsc::unbounded_channel();
-    let (agent, client_serve) = Connection::new().serve_client(TestClient::new(log.clone(), events), client_end.0, client_end.1);
+    let (agent, client_serve) =
+        Connection::new().serve_client(TestClient::new(log.clone(), events), client_end.0, client_end.1);
     let _tasks = [tokio::spawn(agent_serve), tokio::spawn(client_serve)];
 
     let session = start_session(&agent).await;
@@ -105,10 +108,11 @@ async fn typed_handler_that_watches_its_token_gets_the_grace_period_to_send_its_
 async fn typed_request_cancelled_while_waiting_for_a_slot_is_answered_at_once() {
     let (agent_end, client_end) = duplex(64 * 1024);
     let (started_tx, mut started) = mpsc::unbounded_channel();
-    let (_client, agent_serve) = Connection::new()
-        .max_concurrent_requests(1)
-        .cancel_grace(LONG_GRACE)
-        .serve_agent(Agent { watches: false, started: started_tx }, agent_end.0, agent_end.1);
+    let (_client, agent_serve) = Connection::new().max_concurrent_requests(1).cancel_grace(LONG_GRACE).serve_agent(
+        Agent { watches: false, started: started_tx },
+        agent_end.0,
+        agent_end.1,
+    );
     let log = Arc::new(ClientLog::default());
     let (events, _) = mpsc::unbounded_channel();
     let (agent, client_serve) =

@@ -50,7 +50,10 @@ struct McpClient;
 
 #[acp_client]
 impl McpClient {
-    async fn session_request_permission(&self, _: RequestPermissionRequest) -> Result<RequestPermissionResponse, Error> {
+    async fn session_request_permission(
+        &self,
+        _: RequestPermissionRequest,
+    ) -> Result<RequestPermissionResponse, Error> {
         Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
     }
     async fn session_update(&self, _: SessionNotification) {}

@@ -156,10 +156,7 @@ impl Recorder {
         }
     }
 
-    async fn fs_read_text_file(
-        &self,
-        params: ReadTextFileRequest,
-    ) -> Result<ReadTextFileResponse, Error> {
+    async fn fs_read_text_file(&self, params: ReadTextFileRequest) -> Result<ReadTextFileResponse, Error> {
         let path = Path::new(&params.path);
         let shown = path.strip_prefix(&self.root).map(|p| p.display().to_string()).unwrap_or(params.path.clone());
         self.push(format!("fs/read_text_file {shown}"));

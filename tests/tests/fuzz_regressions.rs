@@ -93,7 +93,8 @@ async fn a_reached_concurrency_bound_still_reads_cancellation() {
         .unwrap()
         .expect("an answer");
     assert_eq!(answer.get(), r#"{"stopReason":"cancelled"}"#);
-    let second: Result<Box<RawValue>, RuntimeError> = tokio::time::timeout(Duration::from_secs(5), second).await.unwrap().unwrap();
+    let second: Result<Box<RawValue>, RuntimeError> =
+        tokio::time::timeout(Duration::from_secs(5), second).await.unwrap().unwrap();
     assert!(second.is_ok(), "{second:?}");
     // The client side goes away: the agent reads the end of input and its connection ends.
     drop(peer);
@@ -110,7 +111,8 @@ async fn a_reached_concurrency_bound_still_reads_cancellation() {
 fn a_float_survives_decode_and_encode() {
     let x = 1.111111111111111e47_f64;
     let text = serde_json::to_string(&json!({"x": x})).unwrap();
-    let Some(request) = ClientRequest::decode("_vendor/ext", &mut serde_json::Deserializer::from_str(&text)).unwrap() else {
+    let Some(request) = ClientRequest::decode("_vendor/ext", &mut serde_json::Deserializer::from_str(&text)).unwrap()
+    else {
         panic!("extension methods decode")
     };
     assert_eq!(serde_json::to_string(&request).unwrap(), text);

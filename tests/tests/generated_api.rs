@@ -62,11 +62,13 @@ fn maps_keep_the_order_they_came_in() {
     assert_eq!(built.iter().collect::<Vec<_>>(), [("b", &3), ("c", &4)]);
     let sorted: OrderedMap<u8> = std::collections::BTreeMap::from([("y".to_owned(), 1), ("x".to_owned(), 2)]).into();
     assert_eq!(serde_json::to_string(&sorted).unwrap(), r#"{"x":2,"y":1}"#);
-    let schema = ElicitationSchema::new().properties([("b", acp_types::ElicitationPropertySchema::Boolean(Default::default()))]);
+    let schema =
+        ElicitationSchema::new().properties([("b", acp_types::ElicitationPropertySchema::Boolean(Default::default()))]);
     assert_eq!(serde_json::to_value(&schema).unwrap()["properties"], serde_json::json!({"b": {"type": "boolean"}}));
 
     // Used like the `BTreeMap` it replaces: borrowed iteration, indexing, mutation in place.
-    let mut env: OrderedMap<String> = [("PATH", "/bin"), ("HOME", "/root")].into_iter().map(|(k, v)| (k, v.to_owned())).collect();
+    let mut env: OrderedMap<String> =
+        [("PATH", "/bin"), ("HOME", "/root")].into_iter().map(|(k, v)| (k, v.to_owned())).collect();
     let mut seen = Vec::new();
     for (key, value) in &env {
         seen.push(format!("{key}={value}"));

@@ -82,7 +82,15 @@ fn install(dir: &Path) -> Result<(), String> {
         run(Command::new("python3").args(["-m", "venv", ".venv"]), "`python3 -m venv .venv`")?;
     }
     run(
-        Command::new(python(dir)).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", "requirements.txt"]),
+        Command::new(python(dir)).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-r",
+            "requirements.txt",
+        ]),
         "`pip install -r requirements.txt`",
     )?;
     match installed() {

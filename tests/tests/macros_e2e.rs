@@ -196,7 +196,10 @@ impl<T> ExtClient<T>
 where
     T: Display + Send + Sync + 'static,
 {
-    async fn session_request_permission(&self, _: RequestPermissionRequest) -> Result<RequestPermissionResponse, Error> {
+    async fn session_request_permission(
+        &self,
+        _: RequestPermissionRequest,
+    ) -> Result<RequestPermissionResponse, Error> {
         Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
     }
     async fn session_update(&self, _: SessionNotification) -> Result<(), Error> {

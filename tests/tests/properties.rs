@@ -270,7 +270,9 @@ fn valid(schema: &Schema, s: &Value, v: &Value, lenient: bool) -> bool {
     if !open && s.get("anyOf").and_then(Value::as_array).is_some_and(|any| !any.iter().any(|a| sub(a, v))) {
         return false;
     }
-    if !open && s.get("oneOf").and_then(Value::as_array).is_some_and(|one| one.iter().filter(|a| sub(a, v)).count() != 1) {
+    if !open
+        && s.get("oneOf").and_then(Value::as_array).is_some_and(|one| one.iter().filter(|a| sub(a, v)).count() != 1)
+    {
         return false;
     }
     !s.get("not").is_some_and(|not| sub(not, v))
@@ -295,7 +297,8 @@ fn open_union_accepts(s: &Value, v: &Value) -> bool {
     }
     let mut tags: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
     for a in &alts {
-        let required: Vec<&str> = a.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+        let required: Vec<&str> =
+            a.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
         for (name, p) in a.get("properties").and_then(Value::as_object).into_iter().flatten() {
             if let Some(c) = p.get("const").filter(|_| required.contains(&name.as_str())) {
                 tags.entry(name.as_str()).or_default().push(c);
@@ -344,7 +347,8 @@ struct Gen<'a> {
     required: Vec<Vec<Seg>>,
 }
 
-const ALPHABET: &[&str] = &["a", "b", "Z", "0", "_", "/", " ", "é", "ß", "😀", "\"", "\\", "\n", "\t", "\u{0}", "\u{7f}", "{", "]"];
+const ALPHABET: &[&str] =
+    &["a", "b", "Z", "0", "_", "/", " ", "é", "ß", "😀", "\"", "\\", "\n", "\t", "\u{0}", "\u{7f}", "{", "]"];
 
 impl<'a> Gen<'a> {
     fn new(schema: &'a Schema, seed: u64) -> Self {
@@ -380,7 +384,8 @@ impl<'a> Gen<'a> {
     fn integer(&mut self, s: &Value) -> Value {
         let (lo, hi) = integer_range(s);
         if self.rng.percent(30) {
-            let edges: Vec<i128> = [lo, hi, 0, 1, lo + 1, hi - 1].into_iter().filter(|v| (lo..=hi).contains(v)).collect();
+            let edges: Vec<i128> =
+                [lo, hi, 0, 1, lo + 1, hi - 1].into_iter().filter(|v| (lo..=hi).contains(v)).collect();
             return int_value(*self.rng.pick(&edges));
         }
         if self.rng.percent(50) {
@@ -436,7 +441,8 @@ impl<'a> Gen<'a> {
             let alt = match null {
                 Some(i) if deep || self.rng.percent(15) => alts[i],
                 Some(i) => {
-                    let others: Vec<&Value> = alts.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, a)| *a).collect();
+                    let others: Vec<&Value> =
+                        alts.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, a)| *a).collect();
                     if others.is_empty() { alts[i] } else { *self.rng.pick(&others) }
                 }
                 None => *self.rng.pick(&alts),
@@ -624,15 +630,20 @@ fn valid_instances_of_every_method_round_trip_losslessly() {
                     normalise(&mut expected);
                     normalise(&mut encoded);
                     if encoded != expected {
-                        failures.push(format!("{} #{case}: re-encoded differently\n  in:  {expected}\n  out: {encoded}", m.def));
+                        failures.push(format!(
+                            "{} #{case}: re-encoded differently\n  in:  {expected}\n  out: {encoded}",
+                            m.def
+                        ));
                     }
                 }
             }
         }
         covered.extend(g.covered);
     }
-    let envelopes = ["AgentRequest", "AgentResponse", "AgentNotification", "ClientRequest", "ClientResponse", "ClientNotification"];
-    let missing: Vec<&String> = reachable.iter().filter(|d| !covered.contains(*d) && !envelopes.contains(&d.as_str())).collect();
+    let envelopes =
+        ["AgentRequest", "AgentResponse", "AgentNotification", "ClientRequest", "ClientResponse", "ClientNotification"];
+    let missing: Vec<&String> =
+        reachable.iter().filter(|d| !covered.contains(*d) && !envelopes.contains(&d.as_str())).collect();
     let unreachable: Vec<&String> = schema.defs.keys().filter(|d| !reachable.contains(*d)).collect();
     eprintln!(
         "{} methods, {cases} valid instances; definitions covered: {} of {} reachable from a method ({} in the schema; not reachable: {})",
@@ -670,8 +681,11 @@ fn invalid_instances_are_rejected_or_decoded_leniently_never_panic() {
             let text = v.to_string();
             match decode_no_panic(&m, &text) {
                 Err(panic) => failures.push(format!("{} #{case} ({what}): PANIC {panic}\n  {text}", m.def)),
-                Ok(Ok(_)) if !expect_ok => failures.push(format!("{} #{case} ({what}): accepted, schema says invalid\n  {text}", m.def)),
-                Ok(Err(e)) if expect_ok => failures.push(format!("{} #{case} ({what}): rejected ({e}), schema (lenient) says valid\n  {text}", m.def)),
+                Ok(Ok(_)) if !expect_ok => {
+                    failures.push(format!("{} #{case} ({what}): accepted, schema says invalid\n  {text}", m.def))
+                }
+                Ok(Err(e)) if expect_ok => failures
+                    .push(format!("{} #{case} ({what}): rejected ({e}), schema (lenient) says valid\n  {text}", m.def)),
                 Ok(_) => {}
             }
         }
@@ -772,9 +786,10 @@ async fn the_runtime_answers_invalid_params_with_32602() {
             };
             let is_valid = valid(&schema, def, &v, true);
             let raw = RawValue::from_string(v.to_string()).unwrap();
-            let answer = tokio::time::timeout(std::time::Duration::from_secs(10), peer.request_raw(&m.method, Some(&raw)))
-                .await
-                .unwrap_or_else(|_| panic!("{}: no answer within 10 s", m.method));
+            let answer =
+                tokio::time::timeout(std::time::Duration::from_secs(10), peer.request_raw(&m.method, Some(&raw)))
+                    .await
+                    .unwrap_or_else(|_| panic!("{}: no answer within 10 s", m.method));
             let code = match &answer {
                 Err(Error::Rpc(e)) => Some(e.code),
                 Ok(_) => None,
@@ -782,10 +797,20 @@ async fn the_runtime_answers_invalid_params_with_32602() {
             };
             if is_valid {
                 valid_sent += 1;
-                assert_ne!(code, Some(codes::INVALID_PARAMS), "{} ({what}): valid params answered {answer:?}\n  {v}", m.method);
+                assert_ne!(
+                    code,
+                    Some(codes::INVALID_PARAMS),
+                    "{} ({what}): valid params answered {answer:?}\n  {v}",
+                    m.method
+                );
             } else {
                 invalid += 1;
-                assert_eq!(code, Some(codes::INVALID_PARAMS), "{} ({what}): invalid params answered {answer:?}\n  {v}", m.method);
+                assert_eq!(
+                    code,
+                    Some(codes::INVALID_PARAMS),
+                    "{} ({what}): invalid params answered {answer:?}\n  {v}",
+                    m.method
+                );
             }
         }
         checked.insert(m.method.clone(), (invalid, valid_sent));

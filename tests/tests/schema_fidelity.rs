@@ -14,12 +14,16 @@ const EXPLAINED: &[(&str, &str)] = &[
     ("CreateElicitationMode", "the inline union of CreateElicitationRequest, given a name so it can be a Rust enum"),
     ("ElicitationScope", "the inline union shared by ElicitationFormMode and ElicitationUrlMode, given a name"),
     ("SessionConfigOptionType", "the inline union of SessionConfigOption, given a name so it can be a Rust enum"),
-    ("SetSessionConfigOptionType", "the inline union of SetSessionConfigOptionRequest, given a name so it can be a Rust enum"),
+    (
+        "SetSessionConfigOptionType",
+        "the inline union of SetSessionConfigOptionRequest, given a name so it can be a Rust enum",
+    ),
 ];
 
 fn input_defs() -> Map<String, Value> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/releases/v1.7.0/v1/schema.json");
-    let schema: Value = serde_json::from_slice(&std::fs::read(&path).expect("the pinned schema is readable")).expect("JSON");
+    let schema: Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("the pinned schema is readable")).expect("JSON");
     schema["$defs"].as_object().cloned().unwrap_or_default()
 }
 
@@ -67,7 +71,8 @@ fn generated_types_describe_the_input_schema() {
     let input = input_defs();
     let ours = our_defs();
     let mut differences: BTreeMap<String, String> = BTreeMap::new();
-    let envelopes = ["AgentRequest", "AgentResponse", "AgentNotification", "ClientRequest", "ClientResponse", "ClientNotification"];
+    let envelopes =
+        ["AgentRequest", "AgentResponse", "AgentNotification", "ClientRequest", "ClientResponse", "ClientNotification"];
     for (name, def) in &input {
         if envelopes.contains(&name.as_str()) {
             continue; // decoded by method name, not by shape: no schema of their own
@@ -99,7 +104,13 @@ fn generated_types_describe_the_input_schema() {
         .filter(|(k, _)| !EXPLAINED.iter().any(|(e, _)| e == k))
         .map(|(k, v)| format!("{k}: {v}"))
         .collect();
-    println!("{} input definitions, {} generated, {} differences ({} explained)", input.len(), ours.len(), differences.len(), differences.len() - unexplained.len());
+    println!(
+        "{} input definitions, {} generated, {} differences ({} explained)",
+        input.len(),
+        ours.len(),
+        differences.len(),
+        differences.len() - unexplained.len()
+    );
     for (k, why) in EXPLAINED {
         assert!(differences.contains_key(*k), "explained difference `{k}` ({why}) no longer occurs; remove it");
     }

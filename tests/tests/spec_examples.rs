@@ -151,7 +151,8 @@ fn every_whole_message_example_round_trips() {
                             .find(|(pid, _)| *pid == id)
                             .map(|(_, m)| m.as_str())
                             .or_else(|| infer_method(&result));
-                        let original = if result.is_null() { Value::Object(Default::default()) } else { result.clone() };
+                        let original =
+                            if result.is_null() { Value::Object(Default::default()) } else { result.clone() };
                         match method {
                             Some(method) => roundtrip_result(method, &result).map(|re| (original, re)),
                             None => Err(format!("a response to id {id} with no request before it")),
@@ -162,14 +163,13 @@ fn every_whole_message_example_round_trips() {
             };
             let erratum = KNOWN_SPEC_ERRATA.iter().find(|(p, n, _)| *p == name && *n == i + 1);
             match (outcome, erratum) {
-                (Ok((original, reencoded)), Some((_, _, why))) if original == reencoded => {
-                    failures.push(format!("{where_}: listed as an erratum ({why}) but now round-trips; remove it from the list"))
-                }
+                (Ok((original, reencoded)), Some((_, _, why))) if original == reencoded => failures.push(format!(
+                    "{where_}: listed as an erratum ({why}) but now round-trips; remove it from the list"
+                )),
                 (Ok(_) | Err(_), Some(_)) => errata += 1,
                 (Ok((original, reencoded)), None) if original == reencoded => {}
-                (Ok((original, reencoded)), None) => failures.push(format!(
-                    "{where_}: re-encoded differently\n  spec:  {original}\n  typed: {reencoded}"
-                )),
+                (Ok((original, reencoded)), None) => failures
+                    .push(format!("{where_}: re-encoded differently\n  spec:  {original}\n  typed: {reencoded}")),
                 (Err(e), None) => failures.push(format!("{where_}: {e}")),
             }
         }

@@ -30,8 +30,12 @@ fn main() {
         (load::load_version(&dir.join("v1")).expect("loads"), load::load_stable(&dir.join("v2")).expect("loads"))
     });
     println!("load (v1 + v2 stable):     {:>6.1} ms", ms(t));
-    let (t, (m1, m2)) =
-        best(|| (codegen::build_model(&v1, Gating::Table).expect("model"), codegen::build_model(&v2, Gating::AllInOne).expect("model")));
+    let (t, (m1, m2)) = best(|| {
+        (
+            codegen::build_model(&v1, Gating::Table).expect("model"),
+            codegen::build_model(&v2, Gating::AllInOne).expect("model"),
+        )
+    });
     println!("classify + merge:          {:>6.1} ms", ms(t));
     // What each piece of `generate` does before formatting: structs built as syntax, the other
     // items and the methods modules emitted as tokens and parsed.
@@ -39,7 +43,8 @@ fn main() {
         let file = |items| syn::File { shebang: None, attrs: Vec::new(), items };
         let mut files: Vec<syn::File> = Vec::new();
         for model in [&m1, &m2] {
-            files.extend(model.items.iter().map(|i| file(codegen::emit::item_syntax(i, &model.items).expect("parses"))));
+            files
+                .extend(model.items.iter().map(|i| file(codegen::emit::item_syntax(i, &model.items).expect("parses"))));
             files.push(syn::parse2(codegen::emit::methods(model)).expect("parses"));
         }
         files

@@ -80,10 +80,15 @@ pub fn diff(old: &Model, new: &Model, old_schema: &Value, new_schema: &Value) ->
     for name in old_items.keys().filter(|n| new_items.contains_key(*n)) {
         let (was, is) = (openness(old_schema, name), openness(new_schema, name));
         if let (Some(was), Some(is)) = (was, is)
-            && was != is {
-                let detail = if is { "closed → open (accepts unlisted values)" } else { "open → closed (unlisted values now rejected)" };
-                changes.push(change("definition", "changed", name, detail, !is));
-            }
+            && was != is
+        {
+            let detail = if is {
+                "closed → open (accepts unlisted values)"
+            } else {
+                "open → closed (unlisted values now rejected)"
+            };
+            changes.push(change("definition", "changed", name, detail, !is));
+        }
     }
 
     // A removed definition and an added one of the same shape: probably a rename.
@@ -116,22 +121,38 @@ fn methods(old: &[Method], new: &[Method], out: &mut Vec<Change>) {
     for m in new {
         let target = format!("{} ({})", m.name, side(m.side));
         match old.iter().find(|o| key(o) == key(m)) {
-            None => out.push(change("method", "added", &target, &format!("new {}, params `{}`", form(m), m.params), false)),
+            None => {
+                out.push(change("method", "added", &target, &format!("new {}, params `{}`", form(m), m.params), false))
+            }
             Some(o) => {
                 if o.params != m.params {
-                    out.push(change("method", "changed", &target, &format!("params `{}` → `{}`", o.params, m.params), true));
+                    out.push(change(
+                        "method",
+                        "changed",
+                        &target,
+                        &format!("params `{}` → `{}`", o.params, m.params),
+                        true,
+                    ));
                 }
                 if o.response != m.response {
                     out.push(change(
                         "method",
                         "changed",
                         &target,
-                        &format!("result `{}` → `{}`", o.response.as_deref().unwrap_or("-"), m.response.as_deref().unwrap_or("-")),
+                        &format!(
+                            "result `{}` → `{}`",
+                            o.response.as_deref().unwrap_or("-"),
+                            m.response.as_deref().unwrap_or("-")
+                        ),
                         true,
                     ));
                 }
                 if o.baseline != m.baseline {
-                    let detail = if m.baseline { "became a baseline method (handlers now required)" } else { "no longer a baseline method" };
+                    let detail = if m.baseline {
+                        "became a baseline method (handlers now required)"
+                    } else {
+                        "no longer a baseline method"
+                    };
                     out.push(change("method", "changed", &target, detail, m.baseline));
                 }
             }
@@ -139,7 +160,13 @@ fn methods(old: &[Method], new: &[Method], out: &mut Vec<Change>) {
     }
     for o in old {
         if !new.iter().any(|m| key(m) == key(o)) {
-            out.push(change("method", "removed", &format!("{} ({})", o.name, side(o.side)), &format!("{} removed", form(o)), true));
+            out.push(change(
+                "method",
+                "removed",
+                &format!("{} ({})", o.name, side(o.side)),
+                &format!("{} removed", form(o)),
+                true,
+            ));
         }
     }
 }
@@ -188,7 +215,13 @@ fn item_changes(name: &str, old: &Item, new: &Item, out: &mut Vec<Change>) {
                     )),
                     Some(of) => {
                         if of.ty != f.ty {
-                            out.push(change("field", "changed", &target, &format!("type {} → {}", ty_name(&of.ty), ty_name(&f.ty)), true));
+                            out.push(change(
+                                "field",
+                                "changed",
+                                &target,
+                                &format!("type {} → {}", ty_name(&of.ty), ty_name(&f.ty)),
+                                true,
+                            ));
                         }
                         if of.required != f.required {
                             let detail = if f.required { "optional → required" } else { "required → optional" };
@@ -219,7 +252,13 @@ fn item_changes(name: &str, old: &Item, new: &Item, out: &mut Vec<Change>) {
             for v in &n.variants {
                 let target = format!("{name}.{}", v.wire);
                 match o.variants.iter().find(|ov| ov.wire == v.wire) {
-                    None => out.push(change("variant", "added", &target, &format!("new variant ({})", payload(&v.payload)), false)),
+                    None => out.push(change(
+                        "variant",
+                        "added",
+                        &target,
+                        &format!("new variant ({})", payload(&v.payload)),
+                        false,
+                    )),
                     Some(ov) if ov.payload != v.payload => out.push(change(
                         "variant",
                         "changed",
@@ -239,7 +278,13 @@ fn item_changes(name: &str, old: &Item, new: &Item, out: &mut Vec<Change>) {
                 out.push(change("definition", "changed", name, &format!("tag `{}` → `{}`", o.tag, n.tag), true));
             }
             if o.untagged_default.as_ref().map(|d| &d.payload) != n.untagged_default.as_ref().map(|d| &d.payload) {
-                out.push(change("definition", "changed", name, "the variant used when the tag is absent changed", true));
+                out.push(change(
+                    "definition",
+                    "changed",
+                    name,
+                    "the variant used when the tag is absent changed",
+                    true,
+                ));
             }
         }
         (ItemKind::StringEnum(o), ItemKind::StringEnum(n)) => {
@@ -254,7 +299,13 @@ fn item_changes(name: &str, old: &Item, new: &Item, out: &mut Vec<Change>) {
         }
         (ItemKind::Untagged(o), ItemKind::Untagged(n)) => {
             for v in n.iter().filter(|v| !o.iter().any(|ov| ov.name == v.name)) {
-                out.push(change("variant", "added", &format!("{name}.{}", v.name), &format!("new shape {}", ty_name(&v.ty)), false));
+                out.push(change(
+                    "variant",
+                    "added",
+                    &format!("{name}.{}", v.name),
+                    &format!("new shape {}", ty_name(&v.ty)),
+                    false,
+                ));
             }
             for v in o.iter().filter(|ov| !n.iter().any(|v| v.name == ov.name)) {
                 out.push(change("variant", "removed", &format!("{name}.{}", v.name), "shape removed", true));
@@ -262,7 +313,13 @@ fn item_changes(name: &str, old: &Item, new: &Item, out: &mut Vec<Change>) {
         }
         (ItemKind::IntConsts { consts: o, .. }, ItemKind::IntConsts { consts: n, .. }) => {
             for c in n.iter().filter(|c| !o.contains(c)) {
-                out.push(change("variant", "added", &format!("{name}.{}", c.name), &format!("new code {}", c.value), false));
+                out.push(change(
+                    "variant",
+                    "added",
+                    &format!("{name}.{}", c.name),
+                    &format!("new code {}", c.value),
+                    false,
+                ));
             }
             for c in o.iter().filter(|c| !n.contains(c)) {
                 out.push(change("variant", "removed", &format!("{name}.{}", c.name), "code removed", true));
@@ -272,7 +329,9 @@ fn item_changes(name: &str, old: &Item, new: &Item, out: &mut Vec<Change>) {
         (o, n) if std::mem::discriminant(o) == std::mem::discriminant(n) => {
             out.push(change("definition", "changed", name, &format!("{} changed shape", kind_name(n)), true));
         }
-        (o, n) => out.push(change("definition", "changed", name, &format!("{} → {}", kind_name(o), kind_name(n)), true)),
+        (o, n) => {
+            out.push(change("definition", "changed", name, &format!("{} → {}", kind_name(o), kind_name(n)), true))
+        }
     }
 }
 
@@ -294,7 +353,11 @@ fn openness(schema: &Value, name: &str) -> Option<bool> {
     if !unions_of_constants {
         return None;
     }
-    Some(variants.iter().any(|v| !pinned(v) && (v.get("title").and_then(Value::as_str) == Some("other") || v.get("not").is_some())))
+    Some(
+        variants
+            .iter()
+            .any(|v| !pinned(v) && (v.get("title").and_then(Value::as_str) == Some("other") || v.get("not").is_some())),
+    )
 }
 
 impl Report {
@@ -318,7 +381,9 @@ impl Report {
             let _ = writeln!(out, "No changes.");
             return out;
         }
-        for (scope, title) in [("method", "Methods"), ("definition", "Definitions"), ("field", "Fields"), ("variant", "Variants")] {
+        for (scope, title) in
+            [("method", "Methods"), ("definition", "Definitions"), ("field", "Fields"), ("variant", "Variants")]
+        {
             let rows: Vec<&Change> = self.changes.iter().filter(|c| c.scope == scope).collect();
             if rows.is_empty() {
                 continue;

@@ -3,6 +3,6 @@
 
 pub mod codegen;
 pub mod diff;
-pub mod schema;
 pub mod releases;
+pub mod schema;
 pub mod soak;

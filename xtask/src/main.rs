@@ -142,13 +142,18 @@ fn run(command: Command) -> Result<(), String> {
             let readme = std::fs::read_to_string(&readme_path).map_err(|e| format!("cannot read README.md: {e}"))?;
             let (files, table, readme) =
                 codegen::generate_all(&Settings::new(&dir, &lock.tag), &readme).map_err(|e| e.to_string())?;
-            let mut stale = codegen::write_or_check(&root.join("generated"), &files, check).map_err(|e| e.to_string())?;
+            let mut stale =
+                codegen::write_or_check(&root.join("generated"), &files, check).map_err(|e| e.to_string())?;
             stale.extend(codegen::write_or_check(&root.join("macros"), &[table], check).map_err(|e| e.to_string())?);
             let file = codegen::OutputFile { path: "README.md".into(), contents: readme };
             stale.extend(codegen::write_or_check(&root, &[file], check).map_err(|e| e.to_string())?);
             if check {
                 if stale.is_empty() {
-                    println!("generated/, macros/src/table.rs and the README tables are up to date with schema {} ({} files)", lock.tag, files.len() + 2);
+                    println!(
+                        "generated/, macros/src/table.rs and the README tables are up to date with schema {} ({} files)",
+                        lock.tag,
+                        files.len() + 2
+                    );
                 } else {
                     let list: Vec<String> = stale.iter().map(|p| format!("  {}", p.display())).collect();
                     return Err(format!(
@@ -202,7 +207,8 @@ fn run(command: Command) -> Result<(), String> {
             let lock = Lock::read(&lock_path).map_err(|e| e.to_string())?;
             let dir = schema_dir.unwrap_or_else(|| root.join("schema/json"));
             lock.verify_dir(&dir).map_err(|e| e.to_string())?;
-            let text = codegen::vendor(&Settings::new(&dir, &lock.tag), &features, !types_only, &derive).map_err(|e| e.to_string())?;
+            let text = codegen::vendor(&Settings::new(&dir, &lock.tag), &features, !types_only, &derive)
+                .map_err(|e| e.to_string())?;
             if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
                 std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
             }

@@ -61,7 +61,8 @@ fn check_vendor(workspace: &Path, scratch: &Path, features: &[String]) -> Result
     std::fs::create_dir_all(crate_dir.join("src")).map_err(|e| e.to_string())?;
     // The vendored file as a module of a user's crate, as a project would keep it.
     std::fs::write(crate_dir.join("src/acp.rs"), &text).map_err(|e| e.to_string())?;
-    std::fs::write(crate_dir.join("src/lib.rs"), "//! A crate vendoring the ACP types.\npub mod acp;\n").map_err(|e| e.to_string())?;
+    std::fs::write(crate_dir.join("src/lib.rs"), "//! A crate vendoring the ACP types.\npub mod acp;\n")
+        .map_err(|e| e.to_string())?;
     let manifest = format!(
         "[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n\
          [dependencies]\nserde = {{ version = \"1\", features = [\"derive\"] }}\nserde_json = \"1\"\n\n[workspace]\n"

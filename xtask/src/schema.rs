@@ -44,7 +44,8 @@ pub enum SchemaError {
 
 impl Lock {
     pub fn read(path: &Path) -> Result<Lock, SchemaError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SchemaError::Read { path: path.to_owned(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| SchemaError::Read { path: path.to_owned(), source })?;
         serde_json::from_str(&text).map_err(|source| SchemaError::Lock { path: path.to_owned(), source })
     }
 

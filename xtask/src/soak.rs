@@ -75,7 +75,15 @@ fn build(root: &Path) -> Result<PathBuf, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("soak: building soak_peer (cargo build --release -p acp-tests --bin soak_peer)");
     let output = Command::new(cargo)
-        .args(["build", "--release", "-p", "acp-tests", "--bin", "soak_peer", "--message-format=json-render-diagnostics"])
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "acp-tests",
+            "--bin",
+            "soak_peer",
+            "--message-format=json-render-diagnostics",
+        ])
         .current_dir(root)
         .stderr(Stdio::inherit())
         .output()
@@ -208,7 +216,9 @@ pub fn run(root: &Path, options: &Options) -> Result<Report, String> {
         let _ = client.wait();
         why
     };
-    let first = lines.recv_timeout(Duration::from_secs(30)).map_err(|_| kill(&mut client, "the client did not report its agent".into()))?;
+    let first = lines
+        .recv_timeout(Duration::from_secs(30))
+        .map_err(|_| kill(&mut client, "the client did not report its agent".into()))?;
     let agent_pid: u32 = first
         .strip_prefix("agent-pid ")
         .and_then(|p| p.trim().parse().ok())
@@ -234,10 +244,19 @@ pub fn run(root: &Path, options: &Options) -> Result<Report, String> {
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
-        let sample = Sample { at: started.elapsed().as_secs_f64(), readings: [read_process(client_pid), read_process(agent_pid)] };
+        let sample = Sample {
+            at: started.elapsed().as_secs_f64(),
+            readings: [read_process(client_pid), read_process(agent_pid)],
+        };
         if samples.len() % 10 == 0 {
-            let show = |r: Option<Reading>| r.map_or("gone".to_owned(), |r| format!("{} KiB, {} fds", r.rss_kib, r.fds));
-            eprintln!("soak: {:>5.1} s  client {}  agent {}", sample.at, show(sample.readings[0]), show(sample.readings[1]));
+            let show =
+                |r: Option<Reading>| r.map_or("gone".to_owned(), |r| format!("{} KiB, {} fds", r.rss_kib, r.fds));
+            eprintln!(
+                "soak: {:>5.1} s  client {}  agent {}",
+                sample.at,
+                show(sample.readings[0]),
+                show(sample.readings[1])
+            );
         }
         samples.push(sample);
         if started.elapsed() > limit {
@@ -262,7 +281,10 @@ pub fn run(root: &Path, options: &Options) -> Result<Report, String> {
         };
         let growth = last.rss_kib.saturating_sub(w.rss_kib);
         if growth > options.max_rss_growth_kib {
-            failures.push(format!("{name} RSS grew by {growth} KiB after the warm-up (bound {} KiB)", options.max_rss_growth_kib));
+            failures.push(format!(
+                "{name} RSS grew by {growth} KiB after the warm-up (bound {} KiB)",
+                options.max_rss_growth_kib
+            ));
         }
         if last.fds > w.fds {
             failures.push(format!("{name} fds grew from {} to {}", w.fds, last.fds));

@@ -19,7 +19,11 @@ fn snapshot(name: &str, actual: &str) {
     }
     let expected = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_SNAPSHOTS=1 to create it)", path.display()));
-    assert!(expected == actual, "{} differs from the report; run with UPDATE_SNAPSHOTS=1 and review the diff", path.display());
+    assert!(
+        expected == actual,
+        "{} differs from the report; run with UPDATE_SNAPSHOTS=1 and review the diff",
+        path.display()
+    );
 }
 
 #[test]
@@ -46,7 +50,8 @@ fn a_release_against_itself_has_no_changes() {
 
 fn base_defs() -> serde_json::Map<String, Value> {
     let mut defs = serde_json::Map::new();
-    let empty = |method: &str, side: &str| json!({"type": "object", "properties": {}, "x-method": method, "x-side": side});
+    let empty =
+        |method: &str, side: &str| json!({"type": "object", "properties": {}, "x-method": method, "x-side": side});
     for (name, method, side) in [
         ("InitializeRequest", "initialize", "agent"),
         ("InitializeResponse", "initialize", "agent"),
@@ -63,7 +68,10 @@ fn base_defs() -> serde_json::Map<String, Value> {
     ] {
         defs.insert(name.into(), empty(method, side));
     }
-    defs.insert("ErrorCode".into(), json!({"anyOf": [{"title": "Method not found", "type": "integer", "format": "int32", "const": -32601}]}));
+    defs.insert(
+        "ErrorCode".into(),
+        json!({"anyOf": [{"title": "Method not found", "type": "integer", "format": "int32", "const": -32601}]}),
+    );
     defs
 }
 
@@ -111,9 +119,18 @@ fn point(props: Value, required: &[&str]) -> Value {
 fn fields() {
     let x = json!({"x": {"type": "integer"}});
     let xy = json!({"x": {"type": "integer"}, "y": {"type": "integer"}});
-    assert_eq!(only(&diff("opt-field", point(x.clone(), &["x"]), point(xy.clone(), &["x"]))), ("field", "added", "Point.y", false));
-    assert_eq!(only(&diff("req-field", point(x.clone(), &["x"]), point(xy.clone(), &["x", "y"]))), ("field", "added", "Point.y", true));
-    assert_eq!(only(&diff("rm-field", point(xy.clone(), &["x"]), point(x.clone(), &["x"]))), ("field", "removed", "Point.y", true));
+    assert_eq!(
+        only(&diff("opt-field", point(x.clone(), &["x"]), point(xy.clone(), &["x"]))),
+        ("field", "added", "Point.y", false)
+    );
+    assert_eq!(
+        only(&diff("req-field", point(x.clone(), &["x"]), point(xy.clone(), &["x", "y"]))),
+        ("field", "added", "Point.y", true)
+    );
+    assert_eq!(
+        only(&diff("rm-field", point(xy.clone(), &["x"]), point(x.clone(), &["x"]))),
+        ("field", "removed", "Point.y", true)
+    );
     let r = diff("type", point(x.clone(), &["x"]), point(json!({"x": {"type": "string"}}), &["x"]));
     assert_eq!(only(&r), ("field", "changed", "Point.x", true));
     assert!(r.changes[0].detail.contains("i64 → string"), "{}", r.changes[0].detail);
@@ -150,14 +167,20 @@ fn variants_and_openness() {
     assert_eq!(only(&r), ("definition", "changed", "Mode", true));
 
     let tagged = |extra: Value| {
-        let mut variants = vec![json!({"type": "object", "properties": {"kind": {"type": "string", "const": "circle"}}, "required": ["kind"]})];
+        let mut variants = vec![
+            json!({"type": "object", "properties": {"kind": {"type": "string", "const": "circle"}}, "required": ["kind"]}),
+        ];
         if !extra.is_null() {
             variants.push(extra);
         }
         json!({"Shape": {"oneOf": variants, "discriminator": {"propertyName": "kind"}}})
     };
-    let square = json!({"type": "object", "properties": {"kind": {"type": "string", "const": "square"}}, "required": ["kind"]});
-    assert_eq!(only(&diff("tagged-added", tagged(Value::Null), tagged(square))), ("variant", "added", "Shape.square", false));
+    let square =
+        json!({"type": "object", "properties": {"kind": {"type": "string", "const": "square"}}, "required": ["kind"]});
+    assert_eq!(
+        only(&diff("tagged-added", tagged(Value::Null), tagged(square))),
+        ("variant", "added", "Shape.square", false)
+    );
 }
 
 #[test]
@@ -169,7 +192,10 @@ fn methods_and_renames() {
     let r = diff_meta("method-added", json!({}), fork.clone(), meta(&[]), meta(&[("session_fork", "session/fork")]));
     let methods: Vec<_> = r.changes.iter().filter(|c| c.scope == "method").collect();
     assert_eq!(methods.len(), 1, "{methods:#?}");
-    assert_eq!((methods[0].kind, methods[0].target.as_str(), methods[0].breaking), ("added", "session/fork (agent)", false));
+    assert_eq!(
+        (methods[0].kind, methods[0].target.as_str(), methods[0].breaking),
+        ("added", "session/fork (agent)", false)
+    );
     let r = diff_meta("method-removed", fork, json!({}), meta(&[("session_fork", "session/fork")]), meta(&[]));
     assert!(r.changes.iter().any(|c| c.scope == "method" && c.kind == "removed" && c.breaking), "{:#?}", r.changes);
 
@@ -200,11 +226,19 @@ fn update_to_the_pinned_release_regenerates_the_checked_in_code() {
     xtask::schema::update(&ws, "v1.7.0", &releases().join("v1.7.0"), None).expect("updates");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     for file in ["generated/src/v1/types.rs", "generated/Cargo.toml", "macros/src/table.rs"] {
-        assert_eq!(std::fs::read_to_string(ws.join(file)).unwrap(), std::fs::read_to_string(root.join(file)).unwrap(), "{file}");
+        assert_eq!(
+            std::fs::read_to_string(ws.join(file)).unwrap(),
+            std::fs::read_to_string(root.join(file)).unwrap(),
+            "{file}"
+        );
     }
     assert!(std::fs::read_to_string(ws.join("schema/CHANGES.md")).unwrap().contains("No changes."));
     let lock = std::fs::read_to_string(ws.join("schema/lock.json")).unwrap();
-    assert_eq!(lock, std::fs::read_to_string(root.join("schema/lock.json")).unwrap(), "same tag, same lock (commit kept)");
+    assert_eq!(
+        lock,
+        std::fs::read_to_string(root.join("schema/lock.json")).unwrap(),
+        "same tag, same lock (commit kept)"
+    );
 }
 
 #[test]
@@ -212,7 +246,8 @@ fn update_that_cannot_generate_changes_nothing() {
     // v1.3.0's unstable schema lacks what the feature table (written for v1.7.0) names.
     let ws = scratch_workspace("refused");
     let before = std::fs::read_to_string(ws.join("schema/lock.json")).unwrap();
-    let err = xtask::schema::update(&ws, "v1.3.0", &releases().join("v1.3.0"), Some("abc")).expect_err("the table does not fit");
+    let err = xtask::schema::update(&ws, "v1.3.0", &releases().join("v1.3.0"), Some("abc"))
+        .expect_err("the table does not fit");
     assert!(err.contains("does not generate") && err.contains("names nothing"), "{err}");
     assert_eq!(std::fs::read_to_string(ws.join("schema/lock.json")).unwrap(), before);
     assert!(!ws.join("generated").exists() && !ws.join("schema/CHANGES.md").exists());

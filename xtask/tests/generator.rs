@@ -18,7 +18,8 @@ fn fixture(name: &str, defs: Value, meta: Value) -> PathBuf {
 /// The smallest schema the generator accepts: the baseline methods and the error types.
 fn base_defs() -> serde_json::Map<String, Value> {
     let mut defs = serde_json::Map::new();
-    let empty = |method: &str, side: &str| json!({"type": "object", "properties": {}, "x-method": method, "x-side": side});
+    let empty =
+        |method: &str, side: &str| json!({"type": "object", "properties": {}, "x-method": method, "x-side": side});
     for (name, method, side) in [
         ("InitializeRequest", "initialize", "agent"),
         ("InitializeResponse", "initialize", "agent"),
@@ -88,7 +89,10 @@ fn tagged_union_wraps_payloads_and_keeps_unknown_kinds() {
     assert!(types.contains("Other(serde_support::UnknownVariant),"));
     assert!(types.contains("pub const TAG: &'static str = \"kind\";"));
     assert!(types.contains("pub radius: f64,"));
-    assert!(types.contains("#[serde(serialize_with = \"serde_support::number\")]"), "numbers are written as JavaScript writes them");
+    assert!(
+        types.contains("#[serde(serialize_with = \"serde_support::number\")]"),
+        "numbers are written as JavaScript writes them"
+    );
 }
 
 #[test]
@@ -112,7 +116,10 @@ fn a_tagged_payload_is_decoded_without_its_tag() {
     .expect("generates");
     assert!(types.contains("pub scope: Scope,"), "{types}");
     assert!(types.contains("Other(serde_json::Value),"), "the flattened union is open");
-    assert!(types.contains("serde_support::payload(&value, \"mode\")"), "the payload is decoded without the tag: {types}");
+    assert!(
+        types.contains("serde_support::payload(&value, \"mode\")"),
+        "the payload is decoded without the tag: {types}"
+    );
 }
 
 #[test]
@@ -136,13 +143,17 @@ fn optional_fields_get_setters_and_required_ones_the_constructor() {
 
 #[test]
 fn unsupported_constructs_name_the_definition() {
-    let err = generate("unsupported", json!({"Weird": {"type": "object", "properties": {"p": {"type": ["string", "integer"]}}}}))
-        .expect_err("two non-null types cannot be generated");
+    let err = generate(
+        "unsupported",
+        json!({"Weird": {"type": "object", "properties": {"p": {"type": ["string", "integer"]}}}}),
+    )
+    .expect_err("two non-null types cannot be generated");
     let message = err.to_string();
     assert!(message.contains("`Weird`") && message.contains("property `p`"), "{message}");
 
-    let err = generate("dangling", json!({"Holder": {"type": "object", "properties": {"p": {"$ref": "#/$defs/Nowhere"}}}}))
-        .expect_err("a dangling $ref is an error");
+    let err =
+        generate("dangling", json!({"Holder": {"type": "object", "properties": {"p": {"$ref": "#/$defs/Nowhere"}}}}))
+            .expect_err("a dangling $ref is an error");
     assert!(err.to_string().contains("missing `Nowhere`"), "{err}");
 }
 
@@ -178,7 +189,10 @@ fn vendoring_selects_features_and_adds_derives() {
     let stable = codegen::vendor(&settings, &[], true, &["Eq".into()]).expect("vendors");
     assert!(stable.contains("pub struct SessionId"), "types are in");
     assert!(stable.contains("pub trait Agent"), "traits are in");
-    assert!(!stable.contains("cfg(feature") && !stable.contains("schemars"), "no cargo features left in a vendored file");
+    assert!(
+        !stable.contains("cfg(feature") && !stable.contains("schemars"),
+        "no cargo features left in a vendored file"
+    );
     assert!(!stable.contains("ForkSessionRequest"), "unstable types are out by default");
     assert!(stable.contains("PartialEq, Eq,") || stable.contains("PartialEq, Eq)"), "extra derives are added");
 
@@ -215,14 +229,34 @@ fn setters_never_shadow_methods_the_type_already_has() {
 #[test]
 fn two_schema_names_for_one_rust_name_are_errors() {
     let cases = [
-        ("props", json!({"Holder": {"type": "object", "properties": {"fooBar": {"type": "string"}, "foo_bar": {"type": "string"}}}}), "properties `fooBar` and `foo_bar`, which both become the Rust field `foo_bar`"),
-        ("meta", json!({"Holder": {"type": "object", "properties": {"meta": {"type": "string"}, "_meta": {"type": "object"}}}}), "properties `meta` and `_meta`, which both become the Rust field `meta`"),
-        ("values", json!({"Holder": {"type": "string", "enum": ["end_turn", "endTurn"]}}), "values `end_turn` and `endTurn`, which both become the Rust variant `EndTurn`"),
-        ("tags", json!({"Holder": {"oneOf": [
-            {"type": "object", "properties": {"kind": {"type": "string", "const": "end_turn"}}, "required": ["kind"]},
-            {"type": "object", "properties": {"kind": {"type": "string", "const": "end-turn"}}, "required": ["kind"]}
-        ]}}), "variants `end_turn` and `end-turn`, which both become the Rust variant `EndTurn`"),
-        ("setters", json!({"Holder": {"type": "object", "properties": {"default": {"type": "string"}, "defaultValue": {"type": "string"}}}}), "properties `default` and `defaultValue`, which both become the Rust method `default_value`"),
+        (
+            "props",
+            json!({"Holder": {"type": "object", "properties": {"fooBar": {"type": "string"}, "foo_bar": {"type": "string"}}}}),
+            "properties `fooBar` and `foo_bar`, which both become the Rust field `foo_bar`",
+        ),
+        (
+            "meta",
+            json!({"Holder": {"type": "object", "properties": {"meta": {"type": "string"}, "_meta": {"type": "object"}}}}),
+            "properties `meta` and `_meta`, which both become the Rust field `meta`",
+        ),
+        (
+            "values",
+            json!({"Holder": {"type": "string", "enum": ["end_turn", "endTurn"]}}),
+            "values `end_turn` and `endTurn`, which both become the Rust variant `EndTurn`",
+        ),
+        (
+            "tags",
+            json!({"Holder": {"oneOf": [
+                {"type": "object", "properties": {"kind": {"type": "string", "const": "end_turn"}}, "required": ["kind"]},
+                {"type": "object", "properties": {"kind": {"type": "string", "const": "end-turn"}}, "required": ["kind"]}
+            ]}}),
+            "variants `end_turn` and `end-turn`, which both become the Rust variant `EndTurn`",
+        ),
+        (
+            "setters",
+            json!({"Holder": {"type": "object", "properties": {"default": {"type": "string"}, "defaultValue": {"type": "string"}}}}),
+            "properties `default` and `defaultValue`, which both become the Rust method `default_value`",
+        ),
     ];
     for (name, defs, expected) in cases {
         let err = generate(&format!("clash-{name}"), defs).expect_err("a name clash is an error");
@@ -247,7 +281,10 @@ fn the_tagless_variant_also_reads_its_title_as_tag() {
     )
     .expect("generates");
     assert!(types.contains("None | Some(\"stdio\") => {"), "{types}");
-    assert!(types.contains("Server::Stdio(payload) => serde::Serialize::serialize(payload, serializer)"), "written without the tag");
+    assert!(
+        types.contains("Server::Stdio(payload) => serde::Serialize::serialize(payload, serializer)"),
+        "written without the tag"
+    );
 }
 
 #[test]
@@ -290,11 +327,16 @@ fn the_schemas_discriminator_names_the_tag() {
     assert!(types.contains("pub const TAG: &'static str = \"kind\";"), "{types}");
     assert!(types.contains("Some(\"circle\") =>") && types.contains("Some(\"disc\") =>"), "{types}");
 
-    let err = generate("discriminator-none", union(Value::Null)).expect_err("by shape, `shape` is the tag: two `round`s");
+    let err =
+        generate("discriminator-none", union(Value::Null)).expect_err("by shape, `shape` is the tag: two `round`s");
     assert!(err.to_string().contains("`round` and `round`"), "{err}");
 
-    let err = generate("discriminator-missing", union(json!({"propertyName": "colour"}))).expect_err("no variant pins it");
-    assert!(err.to_string().contains("definition `Shape`") && err.to_string().contains("`colour`, which no variant pins"), "{err}");
+    let err =
+        generate("discriminator-missing", union(json!({"propertyName": "colour"}))).expect_err("no variant pins it");
+    assert!(
+        err.to_string().contains("definition `Shape`") && err.to_string().contains("`colour`, which no variant pins"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -318,13 +360,21 @@ fn integer_formats_map_to_their_rust_types_and_constants_must_fit() {
         ]}})
     };
     let types = generate("int-const-fits", codes("uint8", 255)).expect("255 fits a u8");
-    assert!(types.contains("pub struct Code(pub u8);") && types.contains("pub const SMALL: Code = Code(255);"), "{types}");
+    assert!(
+        types.contains("pub struct Code(pub u8);") && types.contains("pub const SMALL: Code = Code(255);"),
+        "{types}"
+    );
     let types = generate("int-const-i32", codes("int32", -32601)).expect("fits an i32");
     assert!(types.contains("pub const SMALL: Code = Code(-32601);"), "{types}");
-    for (name, format, value) in [("int-const-u8", "uint8", 300), ("int-const-neg", "uint16", -1), ("int-const-i32-over", "int32", 1 << 40)] {
+    for (name, format, value) in
+        [("int-const-u8", "uint8", 300), ("int-const-neg", "uint16", -1), ("int-const-i32-over", "int32", 1 << 40)]
+    {
         let err = generate(name, codes(format, value)).expect_err("out of range");
         let message = err.to_string();
-        assert!(message.contains("definition `Code`") && message.contains(&format!("`Small` = {value}, out of the range")), "{message}");
+        assert!(
+            message.contains("definition `Code`") && message.contains(&format!("`Small` = {value}, out of the range")),
+            "{message}"
+        );
     }
 
     let err = generate("int-format-unknown", json!({"Big": {"type": "object", "properties": {"n": int("int128")}}}))

@@ -5,7 +5,7 @@
 //! ```text
 //! acp-runtime-bench pipe   --impl ours|official|raw --n N    # client: spawns `agent`
 //! acp-runtime-bench agent  --impl ours|official|raw          # child (stdio)
-//! acp-runtime-bench rtt    --impl ours|official|official-channel --n N   # BENCH_CALLER=task: caller on a worker
+//! acp-runtime-bench rtt    --impl ours|official|official-channel|raw --n N   # BENCH_CALLER=task: caller on a worker
 //! acp-runtime-bench cancel --impl ours-ignore|ours-ignore-grace0|ours-typed-ignore|ours-coop|official --n K
 //! acp-runtime-bench report FILE
 //! ```
@@ -21,9 +21,8 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let cmd = args.first().map(String::as_str).unwrap_or("");
-    let opt = |name: &str| -> Option<String> {
-        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
-    };
+    let opt =
+        |name: &str| -> Option<String> { args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned()) };
     let imp = opt("--impl").unwrap_or_default();
     let n: u64 = opt("--n").and_then(|s| s.parse().ok()).unwrap_or(100_000);
 
@@ -40,6 +39,7 @@ fn main() -> ExitCode {
         ("agent", "ours") => common::rt().block_on(ours::agent(n)),
         ("pipe", "ours") => common::rt().block_on(ours::pipe_client(n)),
         ("rtt", "ours") => common::run(ours::rtt(n)),
+        ("rtt", "raw") => common::run(raw::rtt(n)),
         ("cancel", "ours-ignore") => common::rt().block_on(ours::cancel(n, ours::CancelMode::Ignore, None)),
         ("cancel", "ours-ignore-grace0") => {
             common::rt().block_on(ours::cancel(n, ours::CancelMode::Ignore, Some(std::time::Duration::ZERO)))

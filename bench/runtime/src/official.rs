@@ -11,8 +11,7 @@ use agent_client_protocol::v1::schema::{
     NewSessionResponse, PromptRequest, PromptResponse, SessionNotification, SessionUpdate, StopReason, TextContent,
 };
 use agent_client_protocol::{
-    AcpAgent, AcpAgentConfig, Agent, ByteStreams, Channel, Client, JsonRpcRequest, JsonRpcResponse, Stdio,
-    UntypedRole,
+    AcpAgent, AcpAgentConfig, Agent, ByteStreams, Channel, Client, JsonRpcRequest, JsonRpcResponse, Stdio, UntypedRole,
 };
 use serde::{Deserialize, Serialize};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
@@ -214,10 +213,8 @@ pub async fn cancel(k: u64) {
             let warmup = 5;
             let mut samples = Vec::with_capacity(k as usize);
             for i in 0..k + warmup {
-                let call = cx.send_request(PromptRequest::new(
-                    sid.clone(),
-                    vec![ContentBlock::Text(TextContent::new("go"))],
-                ));
+                let call =
+                    cx.send_request(PromptRequest::new(sid.clone(), vec![ContentBlock::Text(TextContent::new("go"))]));
                 started.recv().await.expect("prompt handler started");
                 let t0 = Instant::now();
                 cx.send_notification(CancelNotification::new(sid.clone()))?;

@@ -4,12 +4,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use acp_runtime::agent::AgentContext;
 use acp_runtime::transport::{ChildProcess, SpawnOptions, StderrMode, stdio};
 use acp_runtime::{Connection, ErrorObject, Handler, IncomingNotification, IncomingRequest, RawValue};
-use acp_runtime::agent::AgentContext;
 use acp_types::{
-    AuthenticateRequest, AuthenticateResponse, CancelNotification, ContentBlock, ContentChunk, InitializeRequest, InitializeResponse, NewSessionRequest, NewSessionResponse,
-    PromptRequest, PromptResponse, SessionNotification, SessionUpdate, StopReason, TextContent,
+    AuthenticateRequest, AuthenticateResponse, CancelNotification, ContentBlock, ContentChunk, InitializeRequest,
+    InitializeResponse, NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse, SessionNotification,
+    SessionUpdate, StopReason, TextContent,
 };
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -146,8 +147,8 @@ pub async fn pipe_client(n: u64) {
     let exe = std::env::current_exe().expect("current exe");
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["agent", "--impl", "ours", "--n", &n.to_string()]);
-    let mut child =
-        ChildProcess::spawn(cmd, SpawnOptions { stderr: StderrMode::Inherit, ..Default::default() }).expect("spawn agent");
+    let mut child = ChildProcess::spawn(cmd, SpawnOptions { stderr: StderrMode::Inherit, ..Default::default() })
+        .expect("spawn agent");
     let (r, w) = child.take_transport().expect("transport");
     let counter = Arc::new(Counter::default());
     let (peer, serve) = Connection::new().serve(r, w, counter.clone());
@@ -178,7 +179,8 @@ pub async fn pipe_client(n: u64) {
 pub async fn rtt(n: u64) {
     let ((ar, aw), (br, bw)) = memory_pipes();
     let (client, sc) = Connection::new().serve(ar, aw, ());
-    let (_agent, sa) = Connection::new().serve(br, bw, BenchAgent { stream: 0, started: None, mode: CancelMode::Ignore });
+    let (_agent, sa) =
+        Connection::new().serve(br, bw, BenchAgent { stream: 0, started: None, mode: CancelMode::Ignore });
     tokio::spawn(sc);
     tokio::spawn(sa);
     let ping = Ping { message: "ping".into() };

@@ -1,15 +1,97 @@
 //! The ceiling: the same JSON-RPC lines with no runtime at all. The child encodes each
 //! `session/update` with serde_json into a buffered stdout; the parent reads lines from the
 //! pipe and decodes each into the typed notification. Blocking I/O, one thread per side.
+//!
+//! The floor of `rtt`: a round trip over the same in-memory transport with no runtime either.
+//! A spawned task reads each request line, decodes it, and writes the encoded response; the
+//! caller writes the request and reads the response line itself, so each round trip is only
+//! the two task hand-offs any in-memory peer needs, plus serde_json.
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
 use acp_types::{ContentBlock, ContentChunk, SessionId, SessionNotification, SessionUpdate, TextContent};
 use serde::{Deserialize, Serialize};
 
 use crate::common::{self, SESSION, TEXT};
+use crate::official::{Ping, Pong};
+
+#[derive(Serialize)]
+struct EchoRequest<'a> {
+    jsonrpc: &'static str,
+    id: u64,
+    method: &'static str,
+    params: &'a Ping,
+}
+
+#[derive(Deserialize)]
+struct EchoCall {
+    id: u64,
+    params: Ping,
+}
+
+#[derive(Serialize)]
+struct EchoResponse {
+    jsonrpc: &'static str,
+    id: u64,
+    result: Pong,
+}
+
+#[derive(Deserialize)]
+struct EchoAnswer {
+    id: u64,
+    result: Pong,
+}
+
+/// `n` sequential `_echo` round trips over a tokio duplex (64 KiB each way, split into halves,
+/// as in `ours::rtt` and `official::rtt`) with no runtime: see the module docs.
+pub async fn rtt(n: u64) {
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    let (ar, mut aw) = tokio::io::split(a);
+    let (br, mut bw) = tokio::io::split(b);
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(br);
+        let (mut line, mut out) = (Vec::new(), Vec::new());
+        while lines.read_until(b'\n', &mut line).await.expect("read request") > 0 {
+            let call: EchoCall = serde_json::from_slice(&line).expect("decode request");
+            let response = EchoResponse { jsonrpc: "2.0", id: call.id, result: Pong { echo: call.params.message } };
+            serde_json::to_writer(&mut out, &response).expect("encode response");
+            out.push(b'\n');
+            bw.write_all(&out).await.expect("write response");
+            line.clear();
+            out.clear();
+        }
+    });
+    let mut lines = tokio::io::BufReader::new(ar);
+    let (mut line, mut out) = (Vec::new(), Vec::new());
+    let ping = Ping { message: "ping".into() };
+    let mut round_trip = async |id: u64| {
+        serde_json::to_writer(&mut out, &EchoRequest { jsonrpc: "2.0", id, method: "_echo", params: &ping })
+            .expect("encode request");
+        out.push(b'\n');
+        aw.write_all(&out).await.expect("write request");
+        out.clear();
+        lines.read_until(b'\n', &mut line).await.expect("read response");
+        let answer: EchoAnswer = serde_json::from_slice(&line).expect("decode response");
+        line.clear();
+        assert_eq!(answer.id, id);
+        answer.result
+    };
+    for id in 0..common::RTT_WARMUP {
+        round_trip(id).await;
+    }
+    let mut samples = Vec::with_capacity(n as usize);
+    for id in 0..n {
+        let t = Instant::now();
+        let pong = round_trip(common::RTT_WARMUP + id).await;
+        samples.push(t.elapsed());
+        std::hint::black_box(pong);
+    }
+    common::print_latency("rtt", "raw", samples);
+}
 
 #[derive(Serialize)]
 struct Outgoing<'a> {

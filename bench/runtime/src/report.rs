@@ -132,7 +132,11 @@ pub fn report(path: &str) {
         mb(d.med("pipe", "official", Some(big), 2).max(d.med("pipe", "official", Some(big), 3))),
         yes(rss_max_ours * 1024.0 / 1e6 < 20.0)
     );
-    for (kind, rt) in [("rtt", "MT, caller on the main thread (`block_on`)"), ("rtt-task", "MT, caller in a worker task"), ("rtt-ct", "CT")] {
+    for (kind, rt) in [
+        ("rtt", "MT, caller on the main thread (`block_on`)"),
+        ("rtt-task", "MT, caller in a worker task"),
+        ("rtt-ct", "CT"),
+    ] {
         let (o, f) = (rtt(kind, "ours"), rtt(kind, "official"));
         if o.is_nan() || f.is_nan() {
             continue;
@@ -141,6 +145,20 @@ pub fn report(path: &str) {
             "| 3 | request round trip in memory, {rt}, p50 (µs) | {o:.1} | {f:.1} | {:.2} | ≤ 0.33 | {} |",
             o / f,
             yes(o / f <= 1.0 / 3.0)
+        );
+    }
+    // The floor (no runtime at all, see src/raw.rs) is what the transport and the scheduler
+    // cost; what lies above it is what each implementation adds.
+    for (kind, rt) in [("rtt", "MT, `block_on`"), ("rtt-task", "MT, task"), ("rtt-ct", "CT")] {
+        let (o, f, floor) = (rtt(kind, "ours"), rtt(kind, "official"), rtt(kind, "raw"));
+        if o.is_nan() || f.is_nan() || floor.is_nan() {
+            continue;
+        }
+        println!(
+            "| 3 | the same, {rt}, above the floor (no runtime: {floor:.1} µs) | {:.1} | {:.1} | {:.2} | | |",
+            o - floor,
+            f - floor,
+            (o - floor) / (f - floor)
         );
     }
     for (kind, rt) in [("cancel", "MT"), ("cancel-ct", "CT")] {
@@ -182,11 +200,16 @@ pub fn report(path: &str) {
 
     // ---- details ----
     println!("\n### 1. Throughput, agent → client `session/update` over stdio pipes (msg/s)\n");
-    println!("| N | runs | acp-runtime | official 5.0.0 | ours / official | ceiling (bare serde_json) | ours / ceiling |");
+    println!(
+        "| N | runs | acp-runtime | official 5.0.0 | ours / official | ceiling (bare serde_json) | ours / ceiling |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     for &n in &ns {
-        let (o, f, r) =
-            (d.med("pipe", "ours", Some(n), 1), d.med("pipe", "official", Some(n), 1), d.med("pipe", "raw", Some(n), 1));
+        let (o, f, r) = (
+            d.med("pipe", "ours", Some(n), 1),
+            d.med("pipe", "official", Some(n), 1),
+            d.med("pipe", "raw", Some(n), 1),
+        );
         let (olo, ohi) = d.range("pipe", "ours", Some(n), 1);
         let (flo, fhi) = d.range("pipe", "official", Some(n), 1);
         println!(
@@ -206,7 +229,9 @@ pub fn report(path: &str) {
     }
 
     println!("\n### 2. Peak RSS (VmHWM, MB = 10^6 bytes; median of runs)\n");
-    println!("| N | acp-runtime client | acp-runtime agent | official client | official agent | ceiling client | ceiling agent |");
+    println!(
+        "| N | acp-runtime client | acp-runtime agent | official client | official agent | ceiling client | ceiling agent |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     for &n in &ns {
         println!(
@@ -223,13 +248,16 @@ pub fn report(path: &str) {
 
     println!("\n### 3. Request round trip in memory (µs; median over runs of each run's percentile)\n");
     println!("MT task = multi-thread runtime with the caller in a spawned task (`BENCH_CALLER=task`).\n");
-    println!("| Implementation | runs × round trips | MT p50 | MT p99 | MT task p50 | MT task p99 | CT p50 | CT p99 | CT p50 vs ours |");
+    println!(
+        "| Implementation | runs × round trips | MT p50 | MT p99 | MT task p50 | MT task p99 | CT p50 | CT p99 | CT p50 vs ours |"
+    );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let rtt_n = d.rows.iter().find(|r| r.kind == "rtt").map(|r| r.n).unwrap_or(0);
     for (imp, label) in [
         ("ours", "acp-runtime, `tokio::io::duplex`"),
         ("official", "official, `ByteStreams` on `tokio::io::duplex`"),
         ("official-channel", "official, `Channel::duplex` (frames, no bytes)"),
+        ("raw", "floor: no runtime, serde_json over `tokio::io::duplex`"),
     ] {
         println!(
             "| {label} | {} × {} | {:.1} | {:.1} | {} | {} | {:.1} | {:.1} | {:.1}× |",
@@ -254,7 +282,10 @@ pub fn report(path: &str) {
     }
     let ms = |x: f64| if x.is_finite() { format!("{x:.3}") } else { "–".into() };
     for (imp, label) in [
-        ("ours-typed-ignore", "acp-runtime, typed handler ignores its token, default settings (no grace: it never asked for its token)"),
+        (
+            "ours-typed-ignore",
+            "acp-runtime, typed handler ignores its token, default settings (no grace: it never asked for its token)",
+        ),
         ("ours-ignore", "acp-runtime, raw handler ignores its token, default `cancel_grace` (100 ms)"),
         ("ours-ignore-grace0", "acp-runtime, handler ignores its token, `cancel_grace(Duration::ZERO)`"),
         ("ours-coop", "acp-runtime, handler returns `cancelled` when its token fires"),

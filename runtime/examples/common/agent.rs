@@ -13,7 +13,6 @@
 //! Logs go to stderr; stdout is the protocol. `ACP_DEMO_DELAY_MS` sets the pause between
 //! streamed words (default 40).
 
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

@@ -16,11 +16,11 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use acp_runtime::acp_types::{
-    CancelNotification, ContentBlock, Error, Implementation,
-    InitializeRequest, NewSessionRequest, PermissionOption, PermissionOptionKind, PlanEntryStatus, PromptRequest,
-    ProtocolVersion, ReadTextFileRequest, ReadTextFileResponse, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification, SessionUpdate, TextContent,
-    ToolCallContent, ToolCallStatus, WriteTextFileRequest, WriteTextFileResponse,
+    CancelNotification, ContentBlock, Error, Implementation, InitializeRequest, NewSessionRequest, PermissionOption,
+    PermissionOptionKind, PlanEntryStatus, PromptRequest, ProtocolVersion, ReadTextFileRequest, ReadTextFileResponse,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
+    SessionNotification, SessionUpdate, TextContent, ToolCallContent, ToolCallStatus, WriteTextFileRequest,
+    WriteTextFileResponse,
 };
 use acp_runtime::transport::{SpawnOptions, StderrMode};
 use acp_runtime::{ClientContext, Connection, acp_client};
@@ -243,10 +243,7 @@ impl DemoClient {
         Ok(RequestPermissionResponse::new(outcome))
     }
 
-    async fn fs_read_text_file(
-        &self,
-        params: ReadTextFileRequest,
-    ) -> Result<ReadTextFileResponse, Error> {
+    async fn fs_read_text_file(&self, params: ReadTextFileRequest) -> Result<ReadTextFileResponse, Error> {
         let path = self.confine("fs/read_text_file", &params.path)?;
         let text = tokio::fs::read_to_string(&path).await.map_err(|e| self.io_error("fs/read_text_file", &path, e))?;
         let start = params.line.flatten().unwrap_or(1).max(1) as usize - 1;
@@ -257,10 +254,7 @@ impl DemoClient {
         Ok(ReadTextFileResponse::new(content))
     }
 
-    async fn fs_write_text_file(
-        &self,
-        params: WriteTextFileRequest,
-    ) -> Result<WriteTextFileResponse, Error> {
+    async fn fs_write_text_file(&self, params: WriteTextFileRequest) -> Result<WriteTextFileResponse, Error> {
         let path = self.confine("fs/write_text_file", &params.path)?;
         if let Some(parent) = path.parent() {
             tokio::fs::create_dir_all(parent).await.map_err(|e| self.io_error("fs/write_text_file", parent, e))?;

@@ -143,10 +143,7 @@ pub fn start<H: Handler>(conn: Connection, handler: H) -> (RawPeer, Peer, JoinHa
 pub type ServeTask = JoinHandle<Result<(), Error>>;
 
 /// Two connections talking to each other.
-pub fn pair<A: Handler, B: Handler>(
-    a: (Connection, A),
-    b: (Connection, B),
-) -> (Peer, ServeTask, Peer, ServeTask) {
+pub fn pair<A: Handler, B: Handler>(a: (Connection, A), b: (Connection, B)) -> (Peer, ServeTask, Peer, ServeTask) {
     let ((ar, aw), (br, bw)) = duplex(1 << 20);
     let (pa, sa) = a.0.serve(ar, aw, a.1);
     let (pb, sb) = b.0.serve(br, bw, b.1);

@@ -23,8 +23,8 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -62,18 +62,22 @@ impl SoakAgent {
         for i in 0..8 {
             update(SessionUpdate::AgentMessageChunk(ContentChunk::new(text(&CHUNK[..20 + i * 9])))).await?;
         }
-        update(SessionUpdate::ToolCall(ToolCall::new("call_1", "Edit a.txt").kind(ToolKind::Edit).status(ToolCallStatus::Pending)))
-            .await?;
+        update(SessionUpdate::ToolCall(
+            ToolCall::new("call_1", "Edit a.txt").kind(ToolKind::Edit).status(ToolCallStatus::Pending),
+        ))
+        .await?;
         let options = vec![
             PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
             PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
         ];
-        let permission =
-            client.request_permission(RequestPermissionRequest::new(s.clone(), ToolCallUpdate::new("call_1"), options)).await?;
+        let permission = client
+            .request_permission(RequestPermissionRequest::new(s.clone(), ToolCallUpdate::new("call_1"), options))
+            .await?;
         if matches!(permission.outcome, RequestPermissionOutcome::Cancelled) {
             return Ok(PromptResponse::new(StopReason::Cancelled));
         }
-        update(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new("call_1").status(Some(ToolCallStatus::InProgress)))).await?;
+        update(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new("call_1").status(Some(ToolCallStatus::InProgress))))
+            .await?;
         let content = vec![ToolCallContent::Content(Content::new(text(CHUNK)))];
         update(SessionUpdate::ToolCallUpdate(
             ToolCallUpdate::new("call_1").status(Some(ToolCallStatus::Completed)).content(Some(content)),
@@ -208,7 +212,11 @@ impl AsyncWrite for TapCounter {
     fn poll_write(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         for &b in buf {
             if b == b'\n' {
-                let counter = if self.head.starts_with(b"{\"dir\":\"in\"") { &self.counts.messages_in } else { &self.counts.messages_out };
+                let counter = if self.head.starts_with(b"{\"dir\":\"in\"") {
+                    &self.counts.messages_in
+                } else {
+                    &self.counts.messages_out
+                };
                 counter.fetch_add(1, Relaxed);
                 self.head.clear();
             } else if self.head.len() < 11 {
@@ -227,8 +235,14 @@ impl AsyncWrite for TapCounter {
     }
 }
 
-async fn session_loop(agent: AgentHandle, counts: Arc<Counts>, map: SignalMap, deadline: Instant) -> Result<(), String> {
-    let session = agent.new_session(NewSessionRequest::new("/soak", vec![])).await.map_err(|e| format!("session/new: {e}"))?;
+async fn session_loop(
+    agent: AgentHandle,
+    counts: Arc<Counts>,
+    map: SignalMap,
+    deadline: Instant,
+) -> Result<(), String> {
+    let session =
+        agent.new_session(NewSessionRequest::new("/soak", vec![])).await.map_err(|e| format!("session/new: {e}"))?;
     let s = session.session_id;
     let signals = Arc::new(Signals::default());
     map.lock().unwrap().insert(s.0.clone(), signals.clone());
@@ -296,8 +310,9 @@ async fn run_client(seconds: u64, sessions: usize) -> Result<(), String> {
     agent.initialize(InitializeRequest::new(ProtocolVersion(1))).await.map_err(|e| format!("initialize: {e}"))?;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(seconds);
-    let loops: Vec<_> =
-        (0..sessions).map(|_| tokio::spawn(session_loop(agent.clone(), counts.clone(), signals.clone(), deadline))).collect();
+    let loops: Vec<_> = (0..sessions)
+        .map(|_| tokio::spawn(session_loop(agent.clone(), counts.clone(), signals.clone(), deadline)))
+        .collect();
     for l in loops {
         l.await.map_err(|e| format!("a session loop panicked: {e}"))??;
     }
@@ -324,7 +339,9 @@ async fn run_client(seconds: u64, sessions: usize) -> Result<(), String> {
 async fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("agent") => acp_runtime::agent::serve_stdio(SoakAgent { sessions: AtomicU64::new(0) }).await.map_err(|e| e.to_string()),
+        Some("agent") => {
+            acp_runtime::agent::serve_stdio(SoakAgent { sessions: AtomicU64::new(0) }).await.map_err(|e| e.to_string())
+        }
         Some("client") => {
             let seconds = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60);
             let sessions = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(4);

@@ -125,9 +125,7 @@ impl<'s> Classifier<'s> {
 
     /// The type of a property (or array item) schema, and whether it admits `null`.
     fn ty(&mut self, parent: &str, field: &str, node: &Value) -> Result<(Ty, bool)> {
-        let err = |construct: &str| {
-            CodegenError::unsupported(parent, &format!("property `{field}`: {construct}"))
-        };
+        let err = |construct: &str| CodegenError::unsupported(parent, &format!("property `{field}`: {construct}"));
         let node = match node {
             Value::Bool(true) => return Ok((Ty::Value, false)),
             Value::Object(o) => o,
@@ -221,11 +219,11 @@ impl<'s> Classifier<'s> {
             let mut consts = Vec::new();
             for v in variants {
                 let Some(constant) = v.get("const") else { continue };
-                let title = v.get("title").and_then(Value::as_str).ok_or_else(|| err("an untitled integer constant"))?;
-                let value = constant
-                    .as_i64()
-                    .filter(|&n| (lo..=hi).contains(&i128::from(n)))
-                    .ok_or_else(|| err(&format!("integer constant `{title}` = {constant}, out of the range of its type ({lo}..={hi})")))?;
+                let title =
+                    v.get("title").and_then(Value::as_str).ok_or_else(|| err("an untitled integer constant"))?;
+                let value = constant.as_i64().filter(|&n| (lo..=hi).contains(&i128::from(n))).ok_or_else(|| {
+                    err(&format!("integer constant `{title}` = {constant}, out of the range of its type ({lo}..={hi})"))
+                })?;
                 let name = screaming(title);
                 if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
                     return Err(err(&format!("integer constant titled `{title}`, which makes no Rust name")));
@@ -236,7 +234,9 @@ impl<'s> Classifier<'s> {
         }
         if let Some(tag) = discriminator(def, variants) {
             if !variants.iter().any(|v| tag_const(v, &tag).is_some()) {
-                return Err(err(&format!("`discriminator.propertyName` `{tag}`, which no variant pins with a `const` string")));
+                return Err(err(&format!(
+                    "`discriminator.propertyName` `{tag}`, which no variant pins with a `const` string"
+                )));
             }
             return self.tagged(name, &tag, variants).map(ItemKind::Tagged);
         }
@@ -309,13 +309,15 @@ impl<'s> Classifier<'s> {
             .and_then(Value::as_object)
             .map(|p| p.iter().filter(|(k, _)| *k != tag).collect())
             .unwrap_or_default();
-        let required = |wire: &str| v.get("required").and_then(Value::as_array).is_some_and(|r| r.iter().any(|x| x == wire));
+        let required =
+            |wire: &str| v.get("required").and_then(Value::as_array).is_some_and(|r| r.iter().any(|x| x == wire));
         if let [(wire, schema)] = others[..] {
             // A single property that is always there and never null is the variant's value;
             // one that may be absent or null (or is read leniently) is a struct's field below,
             // where absent, `null` and a value stay apart.
             let (ty, nullable) = self.ty(name, wire, schema)?;
-            let lenient = flag(schema, "x-deserialize-default-on-error") || flag(schema, "x-deserialize-skip-invalid-items");
+            let lenient =
+                flag(schema, "x-deserialize-default-on-error") || flag(schema, "x-deserialize-skip-invalid-items");
             if required(wire) && !nullable && !lenient {
                 return Ok(Payload::Property { wire: wire.clone(), ty });
             }
@@ -325,9 +327,13 @@ impl<'s> Classifier<'s> {
             _ => {
                 // An inline object (early schemas): a struct of its own, named after the union
                 // and the variant (`ContentBlock` + `text` → `ContentBlockText`).
-                let variant = tag_const(v, tag)
-                    .or_else(|| v.get("title").and_then(Value::as_str))
-                    .ok_or_else(|| CodegenError::unsupported(name, "an unnamed inline variant with properties that are not one required value"))?;
+                let variant =
+                    tag_const(v, tag).or_else(|| v.get("title").and_then(Value::as_str)).ok_or_else(|| {
+                        CodegenError::unsupported(
+                            name,
+                            "an unnamed inline variant with properties that are not one required value",
+                        )
+                    })?;
                 let struct_name = format!("{name}{}", pascal(variant));
                 let mut def = v.clone();
                 if let Some(obj) = def.as_object_mut() {
@@ -383,10 +389,9 @@ impl<'s> Classifier<'s> {
             return Err(CodegenError::unsupported(&item.name, "a derived name that collides with a definition"));
         }
         match self.extra.get(&item.name) {
-            Some(existing) if existing.kind != item.kind => Err(CodegenError::unsupported(
-                &item.name,
-                "two different inline constructs deriving the same name",
-            )),
+            Some(existing) if existing.kind != item.kind => {
+                Err(CodegenError::unsupported(&item.name, "two different inline constructs deriving the same name"))
+            }
             Some(_) => Ok(()),
             None => {
                 self.extra.insert(item.name.clone(), item);

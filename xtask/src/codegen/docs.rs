@@ -55,7 +55,8 @@ pub fn expand(formatted: &str, docs: &[String]) -> Result<String> {
         let after = &rest[at + pattern.len()..];
         let digits = after.bytes().take_while(u8::is_ascii_digit).count();
         let index = after[..digits].parse::<usize>().ok().filter(|&i| i < docs.len());
-        let (Some(index), true, Some(tail)) = (index, indent.bytes().all(|b| b == b' '), after[digits..].strip_prefix('\n'))
+        let (Some(index), true, Some(tail)) =
+            (index, indent.bytes().all(|b| b == b' '), after[digits..].strip_prefix('\n'))
         else {
             return Err(misplaced());
         };

@@ -61,7 +61,9 @@ fn syn_ty(ty: &Ty) -> syn::Type {
     match ty {
         Ty::Prim(p) => prim_name(*p).map_or_else(syntax::unit_ty, |name| path_ty(path(&[name]))),
         Ty::Value => path_ty(path(&["serde_json", "Value"])),
-        Ty::Object => path_ty(generic_path(&["serde_json", "Map"], vec![syn_ty(&Ty::Prim(Prim::String)), syn_ty(&Ty::Value)])),
+        Ty::Object => {
+            path_ty(generic_path(&["serde_json", "Map"], vec![syn_ty(&Ty::Prim(Prim::String)), syn_ty(&Ty::Value)]))
+        }
         Ty::Vec(t) => path_ty(generic_path(&["Vec"], vec![syn_ty(t)])),
         Ty::Map(t) => path_ty(generic_path(&["serde_support", "OrderedMap"], vec![syn_ty(t)])),
         Ty::Named(n) => path_ty(syn::Path::from(ident(n))),
@@ -149,7 +151,8 @@ pub fn check_names(item: &Item) -> super::Result<()> {
             if let Some(c) = first_clash(fields.chain(flattened)) {
                 return clash("properties", "field", c);
             }
-            let setters = s.fields.iter().filter(|f| !f.required).map(|f| (bare(setter_ident(&f.wire)), f.wire.as_str()));
+            let setters =
+                s.fields.iter().filter(|f| !f.required).map(|f| (bare(setter_ident(&f.wire)), f.wire.as_str()));
             if let Some(c) = first_clash(std::iter::once(("new".to_owned(), "(the constructor)")).chain(setters)) {
                 return clash("properties", "method", c);
             }
@@ -264,7 +267,9 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
         } else {
             ctor_inits.push((cfg_attrs(&f.gate), id.clone(), syntax::expr_path(syntax::path(&["None"]))));
             let (param_ty, conv) = match presence {
-                Presence::Tri => (syntax::path_ty(syntax::generic_path(&["Option"], vec![syn_ty(&f.ty)])), syntax::expr_ident(&id)),
+                Presence::Tri => {
+                    (syntax::path_ty(syntax::generic_path(&["Option"], vec![syn_ty(&f.ty)])), syntax::expr_ident(&id))
+                }
                 _ => into_param(&f.ty, &id),
             };
             let field_name = id.to_string();
@@ -284,7 +289,12 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
                 (syntax::expr_path(syntax::path(&["self"])), false),
             ];
             let setter = setter_ident(&f.wire);
-            setters.push(syntax::pub_fn_returning_self(attrs, &setter, vec![syntax::mut_self(), syntax::param(Vec::new(), &id, param_ty)], body));
+            setters.push(syntax::pub_fn_returning_self(
+                attrs,
+                &setter,
+                vec![syntax::mut_self(), syntax::param(Vec::new(), &id, param_ty)],
+                body,
+            ));
         }
     }
     if let Some(flat) = &s.flatten {
@@ -316,10 +326,16 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
     if !ctor_params.is_empty() && ctor_params.iter().all(|p| matches!(p, syn::FnArg::Typed(t) if !t.attrs.is_empty())) {
         ctor_attrs.push(syntax::attr_list("allow", quote!(clippy::new_without_default)));
     }
-    let ctor = syntax::pub_fn_returning_self(ctor_attrs, &ident("new"), ctor_params, vec![(syntax::expr_struct(&name, ctor_inits), false)]);
+    let ctor = syntax::pub_fn_returning_self(
+        ctor_attrs,
+        &ident("new"),
+        ctor_params,
+        vec![(syntax::expr_struct(&name, ctor_inits), false)],
+    );
     let mut fns = vec![ctor];
     fns.extend(setters);
-    let mut out = vec![syn::Item::Struct(definition), syn::Item::Impl(syntax::inherent_impl(cfg_attrs(&item.gate), &name, fns))];
+    let mut out =
+        vec![syn::Item::Struct(definition), syn::Item::Impl(syntax::inherent_impl(cfg_attrs(&item.gate), &name, fns))];
     if !derive_de {
         out.push(syn::Item::Macro(deserialize_struct(&item.gate, &name, s)));
     }
@@ -354,7 +370,9 @@ fn deserialize_struct(gate: &Gate, name: &proc_macro2::Ident, s: &Struct) -> syn
 fn into_param(ty: &Ty, id: &proc_macro2::Ident) -> (syn::Type, syn::Expr) {
     let inner = syn_ty(ty);
     match ty {
-        Ty::Prim(Prim::String) | Ty::Named(_) | Ty::Map(_) => (syntax::impl_into(inner), syntax::expr_method(syntax::expr_ident(id), "into")),
+        Ty::Prim(Prim::String) | Ty::Named(_) | Ty::Map(_) => {
+            (syntax::impl_into(inner), syntax::expr_method(syntax::expr_ident(id), "into"))
+        }
         _ => (inner, syntax::expr_ident(id)),
     }
 }
@@ -386,9 +404,15 @@ fn newtype(gate: &TokenStream, name: &proc_macro2::Ident, ty: &Ty) -> TokenStrea
     let inner = rust_ty(ty);
     let string = matches!(ty, Ty::Prim(Prim::String));
     let derives = match ty {
-        Ty::Prim(Prim::String) => quote!(#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]),
-        Ty::Prim(Prim::F64) | Ty::Value | Ty::Object => quote!(#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]),
-        Ty::Prim(_) => quote!(#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, serde::Serialize, serde::Deserialize)]),
+        Ty::Prim(Prim::String) => {
+            quote!(#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)])
+        }
+        Ty::Prim(Prim::F64) | Ty::Value | Ty::Object => {
+            quote!(#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)])
+        }
+        Ty::Prim(_) => {
+            quote!(#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, serde::Serialize, serde::Deserialize)])
+        }
         _ => quote!(#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]),
     };
     let string_impls = if string {
@@ -596,7 +620,9 @@ fn payload_ty(p: &Payload) -> Option<TokenStream> {
 
 fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStream {
     let tag = &t.tag;
-    let other = fallback_ident(t.variants.iter().map(|v| v.wire.as_str()).chain(t.untagged_default.iter().map(|d| d.name.as_str())));
+    let other = fallback_ident(
+        t.variants.iter().map(|v| v.wire.as_str()).chain(t.untagged_default.iter().map(|d| d.name.as_str())),
+    );
     let mut defs = Vec::new();
     let mut ser = Vec::new();
     let mut de = Vec::new();
@@ -636,7 +662,9 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
             // Decoded without the tag, or with its own tag value; written without the tag.
             let (note, own_tag) = match &d.wire {
                 Some(w) => (
-                    format!("Decoded when `{tag}` is absent or `\"{w}\"` (another value is kept in `{other}`); written without `{tag}`."),
+                    format!(
+                        "Decoded when `{tag}` is absent or `\"{w}\"` (another value is kept in `{other}`); written without `{tag}`."
+                    ),
                     quote!(| Some(#w)),
                 ),
                 None => (format!("Decoded when `{tag}` is absent; written without it."), quote!()),
@@ -657,7 +685,9 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
                     let value = if ty.has_number() { quote!(&serde_support::Number(value)) } else { quote!(value) };
                     let ty = rust_ty(ty);
                     defs.push(quote!(#docs #id(#ty),));
-                    ser.push(quote!(#name::#id(value) => serde_support::serialize_property(serializer, #prop, #value),));
+                    ser.push(
+                        quote!(#name::#id(value) => serde_support::serialize_property(serializer, #prop, #value),),
+                    );
                     tags.push(quote!(#name::#id(_) => None,));
                     quote!(None #own_tag => serde_support::property(&value, #prop).map(#name::#id),)
                 }
@@ -784,7 +814,8 @@ fn untagged(gate: &TokenStream, name: &proc_macro2::Ident, vs: &[UntaggedVariant
         match &v.ty {
             Ty::Prim(Prim::Null) => quote!(#docs #id,),
             ty => {
-                let number = if ty.has_number() { quote!(#[serde(serialize_with = "serde_support::number")]) } else { quote!() };
+                let number =
+                    if ty.has_number() { quote!(#[serde(serialize_with = "serde_support::number")]) } else { quote!() };
                 let ty = rust_ty(ty);
                 quote!(#docs #number #id(#ty),)
             }
@@ -831,8 +862,20 @@ struct Direction {
 }
 
 const DIRECTIONS: [Direction; 2] = [
-    Direction { request: "ClientRequest", response: "AgentResponse", notification: "ClientNotification", handler: "Agent", side: Side::Agent },
-    Direction { request: "AgentRequest", response: "ClientResponse", notification: "AgentNotification", handler: "Client", side: Side::Client },
+    Direction {
+        request: "ClientRequest",
+        response: "AgentResponse",
+        notification: "ClientNotification",
+        handler: "Agent",
+        side: Side::Agent,
+    },
+    Direction {
+        request: "AgentRequest",
+        response: "ClientResponse",
+        notification: "AgentNotification",
+        handler: "Client",
+        side: Side::Client,
+    },
 ];
 
 /// The extension payload types (`ExtRequest`, ...), or any JSON value where the schema
@@ -934,7 +977,10 @@ fn envelopes(dir: &Direction, methods: &[&Method], [ext_req, ext_resp, ext_notif
     });
 
     let resp = ident(dir.response);
-    let resp_doc = format!(" The result of a request the {} handled, decoded by the request's method name.", handler.to_ascii_lowercase());
+    let resp_doc = format!(
+        " The result of a request the {} handled, decoded by the request's method name.",
+        handler.to_ascii_lowercase()
+    );
     let resp_variants = requests.iter().map(|m| {
         let id = variant_ident(m);
         let r = ident(m.response.as_deref().unwrap_or_default());
@@ -955,7 +1001,8 @@ fn envelopes(dir: &Direction, methods: &[&Method], [ext_req, ext_resp, ext_notif
     });
 
     let notif = ident(dir.notification);
-    let notif_doc = format!(" A notification the {} handles, decoded by its method name.", handler.to_ascii_lowercase());
+    let notif_doc =
+        format!(" A notification the {} handles, decoded by its method name.", handler.to_ascii_lowercase());
     let notif_variants = notifications.iter().map(|m| {
         let id = variant_ident(m);
         let p = ident(&m.params);
@@ -1095,7 +1142,11 @@ fn envelopes(dir: &Direction, methods: &[&Method], [ext_req, ext_resp, ext_notif
     }
 }
 
-fn handler_trait(dir: &Direction, methods: &[&Method], [ext_req, ext_resp, ext_notif]: &[TokenStream; 3]) -> TokenStream {
+fn handler_trait(
+    dir: &Direction,
+    methods: &[&Method],
+    [ext_req, ext_resp, ext_notif]: &[TokenStream; 3],
+) -> TokenStream {
     let trait_name = ident(dir.handler);
     let req = ident(dir.request);
     let resp = ident(dir.response);
@@ -1198,9 +1249,8 @@ fn handler_trait(dir: &Direction, methods: &[&Method], [ext_req, ext_resp, ext_n
 /// `ProtocolLevelNotification`: `$/cancel_request` and any later `$/` method.
 fn protocol_envelope(model: &Model) -> TokenStream {
     // A protocol method is compiled with its params type.
-    let gate_of = |params: &str| {
-        cfg(&model.items.iter().find(|i| i.name == params).map(|i| i.gate.clone()).unwrap_or_default())
-    };
+    let gate_of =
+        |params: &str| cfg(&model.items.iter().find(|i| i.name == params).map(|i| i.gate.clone()).unwrap_or_default());
     let variants = model.protocol_methods.iter().map(|(name, params)| {
         let id = ident(&pascal(&snake(name)));
         let p = ident(params);

@@ -34,15 +34,32 @@ pub const FEATURES: &[(&str, &[&str])] = &[
             "field:ClientCapabilities.positionEncodings",
         ],
     ),
-    ("unstable_llm_providers", &["method:providers/list", "method:providers/set", "method:providers/disable", "field:AgentCapabilities.providers"]),
+    (
+        "unstable_llm_providers",
+        &[
+            "method:providers/list",
+            "method:providers/set",
+            "method:providers/disable",
+            "field:AgentCapabilities.providers",
+        ],
+    ),
     (
         "unstable_mcp_over_acp",
-        &["method:mcp/connect", "method:mcp/message", "method:mcp/disconnect", "field:McpCapabilities.acp", "variant:McpServer.acp"],
+        &[
+            "method:mcp/connect",
+            "method:mcp/message",
+            "method:mcp/disconnect",
+            "field:McpCapabilities.acp",
+            "variant:McpServer.acp",
+        ],
     ),
     ("unstable_session_fork", &["method:session/fork", "field:SessionCapabilities.fork"]),
     ("unstable_end_turn_token_usage", &["field:PromptResponse.usage"]),
     ("unstable_tool_call_name", &["field:ToolCall.name", "field:ToolCallUpdate.name"]),
-    ("unstable_plan_updates", &["variant:SessionUpdate.plan_update", "variant:SessionUpdate.plan_removed", "field:ClientCapabilities.plan"]),
+    (
+        "unstable_plan_updates",
+        &["variant:SessionUpdate.plan_update", "variant:SessionUpdate.plan_removed", "field:ClientCapabilities.plan"],
+    ),
     (
         "unstable_context_compaction",
         &[
@@ -70,23 +87,26 @@ pub const UMBRELLA: &str = "unstable";
 pub fn merge(stable: &Model, unstable: &Model, gating: Gating) -> Result<Model> {
     let stable_items: BTreeMap<&str, &Item> = stable.items.iter().map(|i| (i.name.as_str(), i)).collect();
     let unstable_items: BTreeMap<&str, &Item> = unstable.items.iter().map(|i| (i.name.as_str(), i)).collect();
-    let is_new_method =
-        |m: &Method| !stable.methods.iter().any(|s| s.name == m.name && s.side == m.side && s.is_request() == m.is_request());
+    let is_new_method = |m: &Method| {
+        !stable.methods.iter().any(|s| s.name == m.name && s.side == m.side && s.is_request() == m.is_request())
+    };
 
     // Which features gate what.
     let mut item_gates: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut member_gates: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut method_gates: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let table: Vec<(String, Vec<String>)> = match gating {
-        Gating::Table => FEATURES.iter().map(|(f, roots)| (f.to_string(), roots.iter().map(|r| r.to_string()).collect())).collect(),
+        Gating::Table => {
+            FEATURES.iter().map(|(f, roots)| (f.to_string(), roots.iter().map(|r| r.to_string()).collect())).collect()
+        }
         Gating::AllInOne => vec![(UMBRELLA.to_owned(), all_in_one_roots(stable, unstable))],
     };
     for (feature, roots) in &table {
         let mut reach: Vec<String> = Vec::new();
         for root in roots {
-            let (kind, target) = root
-                .split_once(':')
-                .ok_or_else(|| CodegenError::table(&format!("feature `{feature}`: entry `{root}` is not KIND:TARGET")))?;
+            let (kind, target) = root.split_once(':').ok_or_else(|| {
+                CodegenError::table(&format!("feature `{feature}`: entry `{root}` is not KIND:TARGET"))
+            })?;
             match kind {
                 "method" => {
                     let found: Vec<&Method> = unstable.methods.iter().filter(|m| m.name == target).collect();
@@ -143,9 +163,8 @@ pub fn merge(stable: &Model, unstable: &Model, gating: Gating) -> Result<Model> 
         match stable_items.get(item.name.as_str()) {
             None => item.gate = gate_of(item_gates.get(&item.name), &format!("definition `{}`", item.name))?,
             Some(old) => {
-                let gated = gate_members(&mut item, old, &|member| {
-                    gate_of(member_gates.get(member), &format!("`{member}`"))
-                });
+                let gated =
+                    gate_members(&mut item, old, &|member| gate_of(member_gates.get(member), &format!("`{member}`")));
                 match (gated, gating) {
                     (Ok(()), _) => {}
                     // A definition whose shape changed: both shapes, on either side of the
@@ -237,12 +256,16 @@ fn member_refs(item: &Item, kind: &str, member: &str) -> Option<Vec<String>> {
 /// between the stable and the unstable definition is an error.
 fn gate_members(new: &mut Item, old: &Item, gate_of: &dyn Fn(&str) -> Result<Gate>) -> Result<()> {
     let name = new.name.clone();
-    let changed = |what: &str| CodegenError::unsupported(&name, &format!("a {what} that differs between the stable and the unstable schema"));
+    let changed = |what: &str| {
+        CodegenError::unsupported(&name, &format!("a {what} that differs between the stable and the unstable schema"))
+    };
     match (&mut new.kind, &old.kind) {
         (ItemKind::Struct(n), ItemKind::Struct(o)) => {
             for f in &mut n.fields {
                 match o.fields.iter().find(|of| of.wire == f.wire) {
-                    Some(of) if of.ty != f.ty || of.required != f.required => return Err(changed(&format!("field `{}`", f.wire))),
+                    Some(of) if of.ty != f.ty || of.required != f.required => {
+                        return Err(changed(&format!("field `{}`", f.wire)));
+                    }
                     Some(_) => {}
                     None => f.gate = gate_of(&format!("{name}.{}", f.wire))?,
                 }

@@ -59,7 +59,10 @@ pub enum ItemKind {
     /// String constants; decoding an unknown string keeps it in an `Other` variant.
     StringEnum(Vec<EnumValue>),
     /// An integer with named values and room for any other (`ErrorCode`).
-    IntConsts { repr: Prim, consts: Vec<IntConst> },
+    IntConsts {
+        repr: Prim,
+        consts: Vec<IntConst>,
+    },
     /// Objects told apart by a string property; unknown tags are kept whole.
     Tagged(Tagged),
     /// Values told apart by their shape, tried in order.
@@ -352,14 +355,14 @@ impl Model {
                 i
             })
             .collect::<Vec<_>>();
-        let methods = self
-            .methods
+        let methods =
+            self.methods.iter().filter(|m| on(&m.gate)).map(|m| Method { gate: Gate::Stable, ..m.clone() }).collect();
+        let protocol_methods = self
+            .protocol_methods
             .iter()
-            .filter(|m| on(&m.gate))
-            .map(|m| Method { gate: Gate::Stable, ..m.clone() })
+            .filter(|(_, params)| items.iter().any(|i| &i.name == params))
+            .cloned()
             .collect();
-        let protocol_methods =
-            self.protocol_methods.iter().filter(|(_, params)| items.iter().any(|i| &i.name == params)).cloned().collect();
         Model { items, methods, protocol_methods }
     }
 }

@@ -86,9 +86,10 @@ fn methods_named(desc: &str, model: &Model, side: Side) -> Vec<String> {
     }
     // "the logout method"
     if out.is_empty()
-        && let Some(name) = lower.rsplit("the ").next().and_then(|r| r.strip_suffix(" method")) {
-            out.extend(side_methods().filter(|m| m.name == name).map(|m| m.name.clone()));
-        }
+        && let Some(name) = lower.rsplit("the ").next().and_then(|r| r.strip_suffix(" method"))
+    {
+        out.extend(side_methods().filter(|m| m.name == name).map(|m| m.name.clone()));
+    }
     out
 }
 
@@ -165,7 +166,10 @@ pub fn table(model: &Model, agent_caps: &[Capability], client_caps: &[Capability
 /// regenerated with the macro table so the README cannot drift from it.
 pub fn readme_tables(model: &Model) -> String {
     let mut out = String::new();
-    for (side, title) in [(Side::Agent, "`#[acp_agent]`: what the agent handles"), (Side::Client, "`#[acp_client]`: what the client handles")] {
+    for (side, title) in [
+        (Side::Agent, "`#[acp_agent]`: what the agent handles"),
+        (Side::Client, "`#[acp_client]`: what the client handles"),
+    ] {
         out.push_str(&format!("\n{title}\n\n| handler | method | params | result | |\n|---|---|---|---|---|\n"));
         // Baseline first, then the other stable methods, then the unstable ones.
         let mut methods: Vec<_> = model.methods.iter().filter(|m| m.side == side).collect();
@@ -174,7 +178,9 @@ pub fn readme_tables(model: &Model) -> String {
             let result = m.response.as_deref().map(|r| format!("`{r}`")).unwrap_or_else(|| "(notification)".into());
             let note = match (&m.gate, m.baseline) {
                 (_, true) => "required".to_owned(),
-                (Gate::Features(fs), _) => format!("feature {}", fs.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(" / ")),
+                (Gate::Features(fs), _) => {
+                    format!("feature {}", fs.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(" / "))
+                }
                 _ => String::new(),
             };
             out.push_str(&format!("| `{}` | `{}` | `{}` | {result} | {note} |\n", m.rust, m.name, m.params));

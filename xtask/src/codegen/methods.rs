@@ -49,10 +49,9 @@ pub fn method_table(defs: &Map<String, Value>, meta: &Value) -> Result<(Vec<Meth
     let mut order: Vec<(Side, &str)> = Vec::new();
     let mut protocol = Vec::new();
     for (name, def) in defs {
-        let (Some(method), Some(side)) = (
-            def.get("x-method").and_then(Value::as_str),
-            def.get("x-side").and_then(Value::as_str),
-        ) else {
+        let (Some(method), Some(side)) =
+            (def.get("x-method").and_then(Value::as_str), def.get("x-side").and_then(Value::as_str))
+        else {
             continue;
         };
         let sides: &[Side] = match side {
@@ -77,10 +76,16 @@ pub fn method_table(defs: &Map<String, Value>, meta: &Value) -> Result<(Vec<Meth
             } else if name.ends_with("Notification") {
                 entry.notification.replace((name, def)).map(|(n, _)| n)
             } else {
-                return Err(CodegenError::unsupported(name, "an `x-method` definition not named *Request, *Response or *Notification"));
+                return Err(CodegenError::unsupported(
+                    name,
+                    "an `x-method` definition not named *Request, *Response or *Notification",
+                ));
             };
             if let Some(previous) = slot {
-                return Err(CodegenError::unsupported(name, &format!("a second definition for `{method}` besides `{previous}`")));
+                return Err(CodegenError::unsupported(
+                    name,
+                    &format!("a second definition for `{method}` besides `{previous}`"),
+                ));
             }
         }
     }
@@ -151,7 +156,9 @@ impl MetaNames {
                 return Err(CodegenError::table(&format!("meta.json has no `{key}` object")));
             };
             for (rust, wire) in table {
-                let wire = wire.as_str().ok_or_else(|| CodegenError::table(&format!("meta.json `{key}.{rust}` is not a string")))?;
+                let wire = wire
+                    .as_str()
+                    .ok_or_else(|| CodegenError::table(&format!("meta.json `{key}.{rust}` is not a string")))?;
                 by_side.insert((side, wire.to_owned()), rust.clone());
             }
         }

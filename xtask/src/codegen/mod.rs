@@ -70,7 +70,14 @@ pub struct Settings {
 
 impl Settings {
     pub fn new(schema_dir: impl Into<PathBuf>, tag: impl Into<String>) -> Self {
-        Settings { schema_dir: schema_dir.into(), tag: tag.into(), gating: Gating::Table, package: "acp-types".into(), v2: true, standalone: false }
+        Settings {
+            schema_dir: schema_dir.into(),
+            tag: tag.into(),
+            gating: Gating::Table,
+            package: "acp-types".into(),
+            v2: true,
+            standalone: false,
+        }
     }
 }
 
@@ -288,7 +295,12 @@ fn types_pieces<'a>(model: &'a Model, version: &'a str) -> Vec<Piece<'a>> {
             use crate::serde_support;
         })
     })];
-    pieces.extend(model.items.iter().map(|i| -> Piece<'a> { Box::new(move || Ok(Code::Items(emit::item_syntax(i, &model.items)))) }));
+    pieces.extend(
+        model
+            .items
+            .iter()
+            .map(|i| -> Piece<'a> { Box::new(move || Ok(Code::Items(emit::item_syntax(i, &model.items)))) }),
+    );
     pieces.push(tokens(move || {
         let schemas = model.items.iter().map(|i| {
             let gate = emit::cfg(&i.gate);
@@ -397,7 +409,10 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
         settings.tag
     );
     let v2_mod = if v2 {
-        quote!(#[cfg(feature = #V2_FEATURE)] pub mod v2;)
+        quote!(
+            #[cfg(feature = #V2_FEATURE)]
+            pub mod v2;
+        )
     } else {
         quote!()
     };
@@ -515,7 +530,8 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
     let methods = if with_traits {
         let full = methods_module(&model)?;
         // Drop the module's `use` lines: everything is in one module here.
-        let file: syn::File = syn::parse2(full).map_err(|e| CodegenError::Emit { file: "vendor".into(), message: e.to_string() })?;
+        let file: syn::File =
+            syn::parse2(full).map_err(|e| CodegenError::Emit { file: "vendor".into(), message: e.to_string() })?;
         let kept = file.items.into_iter().filter(|i| !matches!(i, syn::Item::Use(_)));
         quote!(#(#kept)*)
     } else {
@@ -542,7 +558,8 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
         #(#items)*
         #methods
     };
-    let mut file = syn::parse2::<syn::File>(tokens).map_err(|e| CodegenError::Emit { file: "vendor".into(), message: e.to_string() })?;
+    let mut file = syn::parse2::<syn::File>(tokens)
+        .map_err(|e| CodegenError::Emit { file: "vendor".into(), message: e.to_string() })?;
     strip_schemars(&mut file.items);
     add_derives(&mut file.items, &derives);
     let preamble = format!(
@@ -559,8 +576,9 @@ pub fn readme(settings: &Settings, readme: &str) -> Result<String> {
 }
 
 fn readme_from(model: &Model, readme: &str) -> Result<String> {
-    macro_table::splice_readme(readme, &macro_table::readme_tables(model))
-        .ok_or_else(|| CodegenError::table("README.md has no `<!-- handlers:begin ... -->` / `<!-- handlers:end -->` markers"))
+    macro_table::splice_readme(readme, &macro_table::readme_tables(model)).ok_or_else(|| {
+        CodegenError::table("README.md has no `<!-- handlers:begin ... -->` / `<!-- handlers:end -->` markers")
+    })
 }
 
 /// `macros/src/table.rs`: the handler table of the attribute macros (pinned release, v1).

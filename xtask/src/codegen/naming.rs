@@ -85,9 +85,28 @@ pub fn field_ident(wire: &str) -> proc_macro2::Ident {
 /// An inherent setter by one of these names would shadow it (`NumberPropertySchema::default()`
 /// would call the setter of the `default` property).
 const TAKEN_METHODS: &[&str] = &[
-    "new", "default", "clone", "clone_from", "clone_into", "eq", "ne", "fmt", "serialize", "deserialize",
-    "into", "try_into", "from", "try_from", "to_owned", "borrow", "borrow_mut", "type_id", "schema_name",
-    "schema_id", "json_schema", "inline_schema",
+    "new",
+    "default",
+    "clone",
+    "clone_from",
+    "clone_into",
+    "eq",
+    "ne",
+    "fmt",
+    "serialize",
+    "deserialize",
+    "into",
+    "try_into",
+    "from",
+    "try_from",
+    "to_owned",
+    "borrow",
+    "borrow_mut",
+    "type_id",
+    "schema_name",
+    "schema_id",
+    "json_schema",
+    "inline_schema",
 ];
 
 /// The setter of an optional property: the field's name (`title` → `title`), or with `_value`
@@ -100,11 +119,10 @@ pub fn setter_ident(wire: &str) -> proc_macro2::Ident {
 
 pub fn ident(name: &str) -> proc_macro2::Ident {
     const KEYWORDS: &[&str] = &[
-        "as", "async", "await", "break", "const", "continue", "crate", "dyn", "else", "enum", "extern", "false",
-        "fn", "for", "gen", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref",
-        "return", "static", "struct", "trait", "true", "type", "unsafe", "use", "where", "while", "abstract",
-        "become", "box", "do", "final", "macro", "override", "priv", "try", "typeof", "unsized", "virtual",
-        "yield",
+        "as", "async", "await", "break", "const", "continue", "crate", "dyn", "else", "enum", "extern", "false", "fn",
+        "for", "gen", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return",
+        "static", "struct", "trait", "true", "type", "unsafe", "use", "where", "while", "abstract", "become", "box",
+        "do", "final", "macro", "override", "priv", "try", "typeof", "unsized", "virtual", "yield",
     ];
     if matches!(name, "self" | "Self" | "super" | "crate") {
         proc_macro2::Ident::new(&format!("{name}_"), proc_macro2::Span::call_site())

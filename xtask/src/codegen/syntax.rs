@@ -136,7 +136,12 @@ pub fn expr_assign_self_field(field: &Ident, value: syn::Expr) -> syn::Expr {
         dot_token: Default::default(),
         member: syn::Member::Named(field.clone()),
     });
-    syn::Expr::Assign(syn::ExprAssign { attrs: Vec::new(), left: Box::new(left), eq_token: Default::default(), right: Box::new(value) })
+    syn::Expr::Assign(syn::ExprAssign {
+        attrs: Vec::new(),
+        left: Box::new(left),
+        eq_token: Default::default(),
+        right: Box::new(value),
+    })
 }
 
 /// `Name { field: value, ... }`, each field with its attributes.
@@ -164,7 +169,13 @@ pub fn expr_struct(name: &Ident, fields: Vec<(Vec<syn::Attribute>, Ident, syn::E
 
 /// A function parameter `name: ty`, with its attributes.
 pub fn param(attrs: Vec<syn::Attribute>, name: &Ident, ty: syn::Type) -> syn::FnArg {
-    let pat = syn::Pat::Ident(syn::PatIdent { attrs: Vec::new(), by_ref: None, mutability: None, ident: name.clone(), subpat: None });
+    let pat = syn::Pat::Ident(syn::PatIdent {
+        attrs: Vec::new(),
+        by_ref: None,
+        mutability: None,
+        ident: name.clone(),
+        subpat: None,
+    });
     syn::FnArg::Typed(syn::PatType { attrs, pat: Box::new(pat), colon_token: Default::default(), ty: Box::new(ty) })
 }
 
@@ -246,7 +257,10 @@ pub fn pub_struct(attrs: Vec<syn::Attribute>, name: &Ident, fields: Vec<syn::Fie
         struct_token: Default::default(),
         ident: name.clone(),
         generics: syn::Generics::default(),
-        fields: syn::Fields::Named(syn::FieldsNamed { brace_token: Default::default(), named: fields.into_iter().collect() }),
+        fields: syn::Fields::Named(syn::FieldsNamed {
+            brace_token: Default::default(),
+            named: fields.into_iter().collect(),
+        }),
         semi_token: None,
     }
 }
