@@ -1,7 +1,7 @@
 //! `#[acp_agent]` and `#[acp_client]`: an inherent impl block becomes a complete ACP peer.
 //!
 //! Each `async fn` in the block handles the protocol method of the same name (the names of the
-//! generated `Agent` / `Client` traits, listed in [`table`], which `cargo xtask codegen`
+//! generated `Agent` / `Client` traits, listed in `src/table.rs`, which `cargo xtask codegen`
 //! regenerates with the bindings), or the extension its `#[ext(..)]` / `#[ext_notification(..)]`
 //! names. Plain functions and associated consts are helpers and stay in the block. The expansion
 //! is thin: it implements the generated trait by calling the user's functions, and nothing else;
