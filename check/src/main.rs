@@ -8,9 +8,13 @@
 //! and driven by a minimal client that advertises no capabilities and allows permission
 //! requests. The report lists each check as PASS, FAIL (a MUST that does not hold), WARN (a
 //! SHOULD that does not hold, or an inconclusive check) or SKIP. Exit status: 0 when every
-//! MUST holds, 1 when one fails, 2 on a usage error or when the agent cannot be started.
+//! MUST holds, 1 when one fails, 2 on a usage error or when the agent cannot be started, 130
+//! (143) when interrupted by SIGINT (SIGTERM): the agents are stopped and the scratch
+//! directory removed first.
 
 mod checks;
+mod scratch;
+mod shape;
 mod wire;
 
 use std::io::IsTerminal;
@@ -31,7 +35,8 @@ and extension methods, a malformed line, and whether the advertised capabilities
   --timeout-ms N  how long to wait for each answer, a whole prompt turn included (default 10000)
   -v, --verbose   show the agent's stderr
 
-exit status: 0 when every MUST holds, 1 when one fails, 2 on a usage error";
+exit status: 0 when every MUST holds, 1 when one fails, 2 on a usage error or when the agent
+cannot be started, 130/143 when interrupted";
 
 struct Cli {
     json: bool,
@@ -90,11 +95,38 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let options =
-        Options { launch: wire::Launch { command: cli.command.clone(), verbose: cli.verbose }, timeout: cli.timeout };
-    let run = match checks::run(&options).await {
+    let live = wire::Live::default();
+    let options = Options {
+        launch: wire::Launch { command: cli.command.clone(), verbose: cli.verbose, live: live.clone() },
+        timeout: cli.timeout,
+    };
+    let run = match scratch::ScratchDir::create() {
+        Ok(scratch) => {
+            let cwd = scratch.path();
+            let outcome = tokio::select! {
+                run = checks::run(&options, &cwd) => Ok(run),
+                signal = interrupted() => Err(signal),
+            };
+            // Interrupted: the checks were dropped mid-way; their agents are still running.
+            live.stop_all().await;
+            drop(scratch);
+            match outcome {
+                Ok(run) => run,
+                Err((name, code)) => {
+                    eprintln!("acp-check: interrupted by {name}; the agent was stopped");
+                    return ExitCode::from(code);
+                }
+            }
+        }
+        Err(message) => Err(message),
+    };
+    let run = match run {
         Ok(run) => run,
         Err(message) => {
+            if cli.json {
+                let report = json!({"command": cli.command, "error": message, "checks": []});
+                println!("{}", serde_json::to_string_pretty(&report).expect("serializable"));
+            }
             eprintln!("acp-check: {message}");
             return ExitCode::from(2);
         }
@@ -149,4 +181,28 @@ async fn main() -> ExitCode {
         );
     }
     if conforms { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}
+
+/// Resolves on SIGINT or SIGTERM with the signal's name and the exit status to use (128 + its
+/// number, as shells report a process the signal ended).
+async fn interrupted() -> (&'static str, u8) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+            (Ok(mut int), Ok(mut term)) => tokio::select! {
+                _ = int.recv() => ("SIGINT", 130),
+                _ = term.recv() => ("SIGTERM", 143),
+            },
+            // Without signal handling the default action (ending the process) still applies.
+            _ => std::future::pending().await,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        match tokio::signal::ctrl_c().await {
+            Ok(()) => ("Ctrl-C", 130),
+            Err(_) => std::future::pending().await,
+        }
+    }
 }

@@ -3,27 +3,37 @@
 //!
 //! ```text
 //! agent stdout ──► tap (records every line) ──► duplex ──► Connection (our peer)
-//! agent stdin  ◄── forwarder ◄── duplex ◄── Connection
+//! agent stdin  ◄── forwarder (records what went out) ◄── duplex ◄── Connection
 //!                      ▲
 //!                      └── injected raw lines (malformed input)
 //! ```
 //!
 //! The tap is what lets the checker see what the connection itself hides or would reject:
-//! answers with a `null` id (a -32700), and lines on stdout that are not JSON at all.
+//! answers with a `null` id (a -32700), lines on stdout that are not JSON-RPC at all, and when
+//! each message arrived relative to what the checker wrote.
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use acp_runtime::acp_types::{SessionNotification, SessionUpdate};
+use acp_runtime::framing::{DEFAULT_MAX_LINE_BYTES, Frame, LineReader};
 use acp_runtime::transport::{ChildProcess, SpawnOptions, StderrMode};
 use acp_runtime::{
     CancellationToken, Connection, ErrorObject, Handler, IncomingNotification, IncomingRequest, Peer, RawValue,
 };
+use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::{Notify, mpsc};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader, ReadBuf};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
+
+/// The longest line read from the agent's stdout: the runtime's own limit, so the checker
+/// accepts what a client built on it accepts, and an agent that never ends its line costs
+/// bounded memory.
+pub const MAX_LINE_BYTES: usize = DEFAULT_MAX_LINE_BYTES;
 
 /// How the agent under test was launched.
 #[derive(Clone, Debug)]
@@ -31,13 +41,47 @@ pub struct Launch {
     pub command: Vec<String>,
     /// Show the agent's stderr.
     pub verbose: bool,
+    /// Where every spawned agent registers, so that an interrupted run can stop them.
+    pub live: Live,
+}
+
+/// The agent processes of a run that have not been stopped yet.
+#[derive(Clone, Debug, Default)]
+pub struct Live(Arc<Mutex<Vec<Stopper>>>);
+
+#[derive(Debug)]
+struct Stopper {
+    shutdown: CancellationToken,
+    /// Cancelled once the process has ended (or was terminated and reaped).
+    ended: CancellationToken,
+}
+
+impl Live {
+    /// Terminates every agent still running and waits (bounded) until each is reaped.
+    pub async fn stop_all(&self) {
+        let stoppers = std::mem::take(&mut *self.0.lock().expect("live"));
+        for stopper in &stoppers {
+            stopper.shutdown.cancel();
+        }
+        for stopper in &stoppers {
+            let _ = tokio::time::timeout(Duration::from_secs(3), stopper.ended.cancelled()).await;
+        }
+    }
+
+    fn register(&self, stopper: Stopper) {
+        let mut live = self.0.lock().expect("live");
+        live.retain(|s| !s.ended.is_cancelled());
+        live.push(stopper);
+    }
 }
 
 /// One `session/update` as received.
 #[derive(Debug)]
 pub struct Update {
-    pub raw: String,
+    pub params: Value,
     pub decoded: Result<SessionNotification, String>,
+    /// When the tap read it.
+    pub at: Instant,
 }
 
 impl Update {
@@ -46,8 +90,7 @@ impl Update {
         match &self.decoded {
             Ok(n) => match &n.update {
                 SessionUpdate::Other(_) => {
-                    let raw: Value = serde_json::from_str(&self.raw).unwrap_or_default();
-                    format!("unknown `{}`", raw["update"]["sessionUpdate"].as_str().unwrap_or("?"))
+                    format!("unknown `{}`", self.params["update"]["sessionUpdate"].as_str().unwrap_or("?"))
                 }
                 known => known.tag().unwrap_or("?").to_owned(),
             },
@@ -56,19 +99,44 @@ impl Update {
     }
 }
 
+/// A message the checker wrote to the agent's stdin.
+#[derive(Debug)]
+pub struct Sent {
+    pub method: String,
+    pub id: Option<Value>,
+    /// When it was written to the pipe.
+    pub at: Instant,
+}
+
 /// What the tap and the handler observed.
 #[derive(Default, Debug)]
 pub struct Observed {
     pub updates: Vec<Update>,
-    /// Lines on the agent's stdout that are not a JSON object (truncated).
+    /// Lines on the agent's stdout that are not a JSON-RPC message (described, truncated).
     pub non_json_lines: Vec<String>,
     /// Error answers with a `null` id, by code.
     pub null_id_errors: Vec<i64>,
+    /// Answers to the checker's requests: the id and when the tap read it.
+    pub responses: Vec<(Value, Instant)>,
+    /// Requests and notifications written to the agent, in order.
+    pub sent: Vec<Sent>,
     pub permission_requests: usize,
     /// Requests from the agent other than permission requests (method names).
     pub other_requests: Vec<String>,
     /// How the process ended, once it has.
     pub exit: Option<String>,
+}
+
+impl Observed {
+    /// The last request or notification with `method` that was written, from index `from` on.
+    pub fn last_sent(&self, method: &str, from: usize) -> Option<&Sent> {
+        self.sent.iter().skip(from).rfind(|s| s.method == method)
+    }
+
+    /// When the answer to the request with `id` arrived.
+    pub fn answered_at(&self, id: &Value) -> Option<Instant> {
+        self.responses.iter().find(|(i, _)| i == id).map(|(_, at)| *at)
+    }
 }
 
 struct Shared {
@@ -119,9 +187,10 @@ impl Reply {
 pub struct Agent {
     peer: Peer,
     shared: Arc<Shared>,
-    inject: mpsc::UnboundedSender<String>,
+    inject: mpsc::UnboundedSender<(String, oneshot::Sender<()>)>,
     shutdown: CancellationToken,
-    process: JoinHandle<()>,
+    ended: CancellationToken,
+    tap: JoinHandle<()>,
 }
 
 impl Agent {
@@ -142,13 +211,31 @@ impl Agent {
         let (tap_read, mut tap_write) = tokio::io::split(tap_side);
         let (conn_read, conn_write) = tokio::io::split(conn_side);
 
-        // Agent stdout -> tap -> connection.
+        // Agent stdout -> tap -> connection. Raw bytes with a length limit: neither a line
+        // without end nor bytes that are not UTF-8 may stop the tap.
         let tap_shared = shared.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(agent_out).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                observe(&tap_shared, &line);
-                if tap_write.write_all(line.as_bytes()).await.is_err() || tap_write.write_all(b"\n").await.is_err() {
+        let tap = tokio::spawn(async move {
+            let last_read = Arc::new(Mutex::new(Instant::now()));
+            let mut lines = LineReader::new(Stamped { inner: agent_out, last_read: last_read.clone() }, MAX_LINE_BYTES);
+            loop {
+                let line = match lines.next_frame().await {
+                    Ok(Some(Frame::Line(line))) => line,
+                    Ok(Some(Frame::Oversized { len })) => {
+                        let what = format!("a line of {len} bytes, over the limit of {MAX_LINE_BYTES} bytes");
+                        tap_shared.update(|o| o.non_json_lines.push(what));
+                        continue;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        let what = format!("reading stdout failed: {e}");
+                        tap_shared.update(|o| o.non_json_lines.push(what));
+                        break;
+                    }
+                };
+                // A complete line was in by the last read: when it arrived, at the latest.
+                let at = *last_read.lock().expect("last read");
+                observe(&tap_shared, line, at);
+                if tap_write.write_all(line).await.is_err() || tap_write.write_all(b"\n").await.is_err() {
                     break;
                 }
             }
@@ -156,27 +243,41 @@ impl Agent {
         });
 
         // Connection (+ injected lines) -> agent stdin, one whole line at a time.
-        let (inject, mut injected) = mpsc::unbounded_channel::<String>();
+        let (inject, mut injected) = mpsc::unbounded_channel::<(String, oneshot::Sender<()>)>();
+        let forward_shared = shared.clone();
         tokio::spawn(async move {
             let mut agent_in = agent_in;
             let mut lines = BufReader::new(tap_read).lines();
             loop {
-                let line = tokio::select! {
-                    line = lines.next_line() => match line { Ok(Some(line)) => line, _ => break },
-                    Some(line) = injected.recv() => line,
+                let (line, ack) = tokio::select! {
+                    line = lines.next_line() => match line { Ok(Some(line)) => (line, None), _ => break },
+                    Some((line, ack)) = injected.recv() => (line, Some(ack)),
                 };
+                // Stamped before the write: "the answer came before our message" must not
+                // depend on how long the write took.
+                let at = Instant::now();
                 if agent_in.write_all(format!("{line}\n").as_bytes()).await.is_err() || agent_in.flush().await.is_err()
                 {
                     break;
+                }
+                match ack {
+                    Some(ack) => {
+                        let _ = ack.send(());
+                    }
+                    None => record_sent(&forward_shared, &line, at),
                 }
             }
         });
 
         // The process: record how it ends, or terminate it on shutdown.
         let shutdown = CancellationToken::new();
+        let ended = CancellationToken::new();
+        launch.live.register(Stopper { shutdown: shutdown.clone(), ended: ended.clone() });
         let process_shared = shared.clone();
-        let stop = shutdown.clone();
-        let process = tokio::spawn(async move {
+        let (stop, done) = (shutdown.clone(), ended.clone());
+        tokio::spawn(async move {
+            // Fires however the task ends, so nobody waits for a process that is gone.
+            let _done = done.drop_guard();
             let status = tokio::select! {
                 status = child.wait() => Some(status),
                 _ = stop.cancelled() => None,
@@ -198,7 +299,7 @@ impl Agent {
         let handler = CheckClient { shared: shared.clone() };
         let (peer, serve) = Connection::new().serve(conn_read, conn_write, handler);
         tokio::spawn(serve);
-        Ok(Agent { peer, shared, inject, shutdown, process })
+        Ok(Agent { peer, shared, inject, shutdown, ended, tap })
     }
 
     /// Calls `method` and waits at most `limit` for the answer.
@@ -224,9 +325,13 @@ impl Agent {
         let _ = self.peer.notify(method, &params).await;
     }
 
-    /// Writes `line` (and a newline) to the agent's stdin as it is.
-    pub fn inject_line(&self, line: &str) {
-        let _ = self.inject.send(line.to_owned());
+    /// Writes `line` (and a newline) to the agent's stdin as it is; returns once it is written
+    /// (or cannot be any more), so that what is sent next comes after it.
+    pub async fn inject_line(&self, line: &str) {
+        let (ack, written) = oneshot::channel();
+        if self.inject.send((line.to_owned(), ack)).is_ok() {
+            let _ = written.await;
+        }
     }
 
     pub fn hold_permissions(&self, hold: bool) {
@@ -257,11 +362,14 @@ impl Agent {
         self.peer.is_closed()
     }
 
-    /// Ends the connection and terminates the process; returns what was observed.
+    /// Ends the connection and terminates the process; returns what was observed, the rest
+    /// of its stdout included.
     pub async fn close(self) -> Observed {
         self.peer.close();
         self.shutdown.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(3), self.process).await;
+        let _ = tokio::time::timeout(Duration::from_secs(3), self.ended.cancelled()).await;
+        // The process is gone: its stdout ends, unless a process it left behind still holds it.
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.tap).await;
         std::mem::take(&mut *self.shared.observed.lock().expect("observed"))
     }
 }
@@ -286,13 +394,15 @@ async fn how_it_ended(shared: &Shared) -> String {
     // The exit status comes a moment after stdout ends.
     let deadline = tokio::time::Instant::now() + Duration::from_millis(1000);
     loop {
+        let changed = shared.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
         if let Some(exit) = shared.observed.lock().expect("observed").exit.clone() {
             return format!("the agent {exit}");
         }
-        if tokio::time::Instant::now() >= deadline {
+        if tokio::time::timeout_at(deadline, changed).await.is_err() {
             return "the agent closed its stdout (connection closed)".to_owned();
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -310,24 +420,74 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
     }
 }
 
-fn observe(shared: &Shared, line: &str) {
-    if line.trim().is_empty() {
+/// A reader that notes when its last read returned data. Lines are stamped with it rather
+/// than with when the tap got to them: the tap may be descheduled between two lines of one
+/// read, and "the answer came before our cancel" must not depend on that.
+struct Stamped<R> {
+    inner: R,
+    last_read: Arc<Mutex<Instant>>,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Stamped<R> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            *self.last_read.lock().expect("last read") = Instant::now();
+        }
+        polled
+    }
+}
+
+/// Records one line of the agent's stdout, which had arrived by `at`.
+fn observe(shared: &Shared, line: &[u8], at: Instant) {
+    let Ok(text) = std::str::from_utf8(line) else {
+        let what = format!("{} bytes that are not UTF-8: {}", line.len(), truncate(&String::from_utf8_lossy(line), 80));
+        shared.update(|o| o.non_json_lines.push(what));
+        return;
+    };
+    let message = match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(message)) => message,
+        _ => {
+            let what = truncate(text, 120);
+            shared.update(|o| o.non_json_lines.push(what));
+            return;
+        }
+    };
+    let method = message.get("method").and_then(Value::as_str);
+    let id = message.get("id");
+    let is_jsonrpc = message.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
+        && (method.is_some() || (id.is_some() && (message.contains_key("result") != message.contains_key("error"))));
+    if !is_jsonrpc {
+        let what = format!("not a JSON-RPC 2.0 message: {}", truncate(text, 120));
+        shared.update(|o| o.non_json_lines.push(what));
         return;
     }
-    match serde_json::from_str::<Value>(line) {
-        Ok(Value::Object(message)) => {
-            let null_id = matches!(message.get("id"), Some(Value::Null));
-            if null_id && message.get("method").is_none() {
-                if let Some(code) = message.get("error").and_then(|e| e.get("code")).and_then(Value::as_i64) {
-                    shared.update(|o| o.null_id_errors.push(code));
-                }
+    match (method, id) {
+        (Some("session/update"), None) => {
+            let params = message.get("params").cloned().unwrap_or(Value::Null);
+            let decoded = SessionNotification::deserialize(&params).map_err(|e| e.to_string());
+            shared.update(|o| o.updates.push(Update { params, decoded, at }));
+        }
+        (None, Some(Value::Null)) => {
+            if let Some(code) = message.get("error").and_then(|e| e.get("code")).and_then(Value::as_i64) {
+                shared.update(|o| o.null_id_errors.push(code));
             }
         }
-        _ => {
-            let line = truncate(line, 120);
-            shared.update(|o| o.non_json_lines.push(line));
+        (None, Some(id)) => {
+            let id = id.clone();
+            shared.update(|o| o.responses.push((id, at)));
         }
+        _ => {}
     }
+}
+
+/// Records a message the connection wrote to the agent (its method and id).
+fn record_sent(shared: &Shared, line: &str, at: Instant) {
+    let Ok(Value::Object(message)) = serde_json::from_str::<Value>(line) else { return };
+    let Some(method) = message.get("method").and_then(Value::as_str) else { return };
+    let sent = Sent { method: method.to_owned(), id: message.get("id").cloned(), at };
+    shared.update(|o| o.sent.push(sent));
 }
 
 pub fn truncate(text: &str, max: usize) -> String {
@@ -338,8 +498,9 @@ pub fn truncate(text: &str, max: usize) -> String {
     }
 }
 
-/// The client side the checker plays: records `session/update`s, answers permission requests
-/// (allow, or hold until cancelled), and knows no other method.
+/// The client side the checker plays: answers permission requests (allow, or hold until
+/// cancelled), records other requests, and knows no other method. `session/update`s are
+/// recorded by the tap, which also knows when each arrived.
 struct CheckClient {
     shared: Arc<Shared>,
 }
@@ -374,12 +535,5 @@ impl Handler for CheckClient {
         Ok(RawValue::from_string(outcome.to_string()).expect("valid JSON"))
     }
 
-    async fn handle_notification(&self, notification: IncomingNotification) {
-        if notification.method != "session/update" {
-            return;
-        }
-        let raw = notification.params.as_deref().map_or("null", RawValue::get).to_owned();
-        let decoded = serde_json::from_str::<SessionNotification>(&raw).map_err(|e| e.to_string());
-        self.shared.update(|o| o.updates.push(Update { raw, decoded }));
-    }
+    async fn handle_notification(&self, _notification: IncomingNotification) {}
 }

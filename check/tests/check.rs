@@ -2,26 +2,69 @@
 //! hand-rolled one, and fails each deliberately broken agent (tests/agents/) on the rule it
 //! breaks, with a message that says what went wrong.
 
-use std::path::Path;
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
 const CHECK: &str = env!("CARGO_BIN_EXE_acp-check");
+const FLAWED: &str = env!("CARGO_BIN_EXE_acp-check-agent-flawed");
+
+/// A fresh temporary folder for one acp-check run (its TMPDIR), removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("acp-check-it-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).expect("create a test folder");
+        TempDir(dir)
+    }
+
+    fn entries(&self) -> Vec<String> {
+        std::fs::read_dir(&self.0).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
 
 /// Runs `acp-check --json -- <agent>`; the exit code and the report.
 fn check(agent: &str) -> (i32, Value) {
+    check_with(&[agent], 20_000)
+}
+
+/// Runs `acp-check --json --timeout-ms <timeout_ms> -- <command...>` with a TMPDIR of its own,
+/// which must be empty again afterwards (the scratch directory is removed).
+fn check_with(command: &[&str], timeout_ms: u64) -> (i32, Value) {
+    let tmp = TempDir::new(&Path::new(command[command.len() - 1]).file_name().unwrap().to_string_lossy());
     let output = Command::new(CHECK)
-        .args(["--json", "--timeout-ms", "20000", "--", agent])
+        .args(["--json", "--timeout-ms", &timeout_ms.to_string(), "--"])
+        .args(command)
         // The example agent's pause between streamed words: short, nothing depends on it.
         .env("ACP_DEMO_DELAY_MS", "5")
+        .env("TMPDIR", &tmp.0)
         .output()
         .expect("run acp-check");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
         panic!("acp-check --json printed no JSON ({e}):\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr))
     });
+    assert_eq!(tmp.entries(), Vec::<String>::new(), "the scratch directory is left behind");
     (output.status.code().expect("exit code"), report)
+}
+
+/// acp-check against the hand-rolled agent with the flaws named.
+fn check_flawed(flaws: &[&str]) -> (i32, Value) {
+    check_with(&[&[FLAWED], flaws].concat(), 20_000)
+}
+
+fn detail<'a>(report: &'a Value, id: &str) -> &'a str {
+    find(report, id)["detail"].as_str().unwrap()
 }
 
 fn find<'a>(report: &'a Value, id: &str) -> &'a Value {
@@ -111,6 +154,12 @@ fn the_text_report_and_the_usage_errors() {
     let output = Command::new(CHECK).args(["--", "/nonexistent/acp-agent"]).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot start"));
+
+    // With --json, the error is a JSON report too.
+    let output = Command::new(CHECK).args(["--json", "--", "/nonexistent/acp-agent"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
+    assert!(report["error"].as_str().unwrap().contains("cannot start `/nonexistent/acp-agent`"), "{report}");
 }
 
 /// The checker against an agent written with the official TypeScript SDK
@@ -148,4 +197,169 @@ fn the_typescript_sdk_agent_conforms() {
             && not_passed[0].contains("hologram_projection"),
         "only the deliberate unknown update kind may warn: {not_passed:?}"
     );
+}
+
+#[test]
+fn a_turn_answered_before_the_cancel_is_inconclusive_not_a_failure() {
+    // The agent writes its one update and `end_turn` together: acp-check's cancel, sent on the
+    // update, can only cross the answer.
+    let (code, report) = check_flawed(&["quick-turn"]);
+    let cancel = find(&report, "cancel");
+    assert_eq!(cancel["status"], "warn", "{cancel}");
+    let detail = cancel["detail"].as_str().unwrap();
+    assert!(detail.starts_with("inconclusive: the turn answered `end_turn` before session/cancel reached"), "{detail}");
+    assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn an_agent_that_crashes_on_a_malformed_line_fails() {
+    let (code, report) = check_flawed(&["crash-on-malformed"]);
+    assert_eq!(code, 1, "{report:#}");
+    let survives = find(&report, "malformed-line-survives");
+    assert_eq!(survives["status"], "fail", "{survives}");
+    let detail = survives["detail"].as_str().unwrap();
+    assert!(detail.contains("exited with status 71"), "{detail}");
+    assert_eq!(failures(&report).len(), 2, "and no -32700 answer: {:#?}", failures(&report));
+}
+
+#[test]
+fn wrongly_typed_update_fields_fail_the_shape_check() {
+    for (flaw, path) in [
+        ("bad-update=kind", "params.update.kind: 42"),
+        ("bad-update=content", "params.update.content: \"not an array\""),
+        ("bad-update=entries", "params.update.entries: \"nope\""),
+    ] {
+        let (code, report) = check_flawed(&[flaw]);
+        let shape = find(&report, "session-update-shape");
+        assert_eq!(shape["status"], "fail", "{flaw}: {shape}");
+        assert!(shape["detail"].as_str().unwrap().contains(path), "{flaw}: {shape}");
+        assert_eq!(code, 1);
+        assert_eq!(failures(&report).len(), 1, "{flaw}: {:#?}", failures(&report));
+    }
+}
+
+#[test]
+fn an_agent_that_requires_authentication_is_skipped_not_failed() {
+    let (code, report) = check_flawed(&["requires-auth"]);
+    assert_eq!(code, 0, "{:#?}", failures(&report));
+    for id in ["session-new", "prompt-turn", "session-update-shape", "cancel", "capability-load-session"] {
+        let check = find(&report, id);
+        assert_eq!(check["status"], "skip", "{check}");
+        let detail = check["detail"].as_str().unwrap();
+        assert!(detail.contains("requires authentication") && detail.contains("authMethods: login"), "{detail}");
+    }
+    // What needs no session is still checked.
+    for id in ["initialize", "unknown-method", "malformed-line-survives", "extension-method", "capability-session-list"]
+    {
+        assert_eq!(find(&report, id)["status"], "pass", "{id}: {}", find(&report, id));
+    }
+}
+
+#[test]
+fn an_agent_that_calls_fs_without_the_capability_fails() {
+    let (code, report) = check_flawed(&["reads-files"]);
+    assert_eq!(code, 1, "{report:#}");
+    let calls = find(&report, "client-capabilities-respected");
+    assert_eq!(calls["status"], "fail", "{calls}");
+    assert_eq!(calls["level"], "MUST");
+    assert!(calls["detail"].as_str().unwrap().contains("fs/read_text_file"), "{calls}");
+    assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+}
+
+#[test]
+fn a_non_utf8_line_is_reported_and_the_session_goes_on() {
+    let (code, report) = check_flawed(&["non-utf8-line"]);
+    assert_eq!(code, 1, "{report:#}");
+    let stdout = find(&report, "stdout-json-only");
+    assert_eq!(stdout["status"], "fail", "{stdout}");
+    assert!(stdout["detail"].as_str().unwrap().contains("not UTF-8"), "{stdout}");
+    assert_eq!(failures(&report).len(), 1, "only stdout-json-only: {:#?}", failures(&report));
+}
+
+#[test]
+fn an_endless_line_is_cut_and_reported_even_though_initialize_fails() {
+    let (code, report) = check_with(&[FLAWED, "endless-line"], 2_000);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(find(&report, "initialize")["status"], "fail");
+    let stdout = find(&report, "stdout-json-only");
+    assert_eq!(stdout["status"], "fail", "{stdout}");
+    let detail = stdout["detail"].as_str().unwrap();
+    assert!(detail.contains(&format!("a line of {} bytes, over the limit", 80 << 20)), "{detail}");
+}
+
+#[test]
+fn a_json_log_line_on_stdout_is_not_json_rpc() {
+    let (code, report) = check_flawed(&["json-log-line"]);
+    assert_eq!(code, 1, "{report:#}");
+    let detail = detail(&report, "stdout-json-only");
+    assert!(detail.contains("not a JSON-RPC 2.0 message") && detail.contains("level"), "{detail}");
+    assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+}
+
+#[test]
+fn updates_sent_before_the_prompt_do_not_count_as_streaming() {
+    let (code, report) = check_flawed(&["update-before-prompt"]);
+    assert_eq!(code, 0, "{:#?}", failures(&report));
+    let streams = find(&report, "prompt-streams-updates");
+    assert_eq!(streams["status"], "warn", "{streams}");
+    assert!(streams["detail"].as_str().unwrap().contains("no session/update during the turn"), "{streams}");
+    // The update itself is well-formed.
+    assert_eq!(find(&report, "session-update-shape")["status"], "pass");
+}
+
+#[test]
+fn an_agent_that_speaks_only_version_2_is_not_a_must_failure() {
+    let (code, report) = check_flawed(&["version-2"]);
+    assert_eq!(code, 0, "{:#?}", failures(&report));
+    let version = find(&report, "protocol-version");
+    assert_eq!(version["status"], "warn", "{version}");
+    assert!(version["detail"].as_str().unwrap().contains("does not support version 1"), "{version}");
+    assert_eq!(find(&report, "session-new")["status"], "skip");
+    assert_eq!(find(&report, "stdout-json-only")["status"], "pass");
+}
+
+/// SIGINT during a run: acp-check stops the agent (which would outlive its stdin by a
+/// minute), removes the scratch directory and exits 130.
+#[cfg(unix)]
+#[test]
+fn an_interrupted_run_stops_the_agent_and_cleans_up() {
+    let tmp = TempDir::new("interrupted");
+    let mut child = Command::new(CHECK)
+        .args(["-v", "--", FLAWED, "linger"])
+        .env("TMPDIR", &tmp.0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The agent's stderr (-v) says who it is and where its session is; it then leaves the
+    // prompt unanswered, so acp-check waits (10 s by default) when the signal comes.
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let (mut pid, mut cwd) = (None, None);
+    let mut line = String::new();
+    while pid.is_none() || cwd.is_none() {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "acp-check ended early");
+        if let Some(p) = line.trim().strip_prefix("raw-test-agent: pid ") {
+            pid = Some(p.to_owned());
+        } else if let Some(c) = line.trim().strip_prefix("raw-test-agent: cwd ") {
+            cwd = Some(PathBuf::from(c));
+        }
+    }
+    let (pid, cwd) = (pid.unwrap(), cwd.unwrap());
+    assert!(cwd.starts_with(&tmp.0) && cwd.is_dir(), "{cwd:?}");
+
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let status = child.wait().unwrap();
+    let agent_alive = Command::new("kill").args(["-0", &pid]).stderr(Stdio::null()).status().unwrap().success();
+    if agent_alive {
+        // (Before reading the rest of stderr: the agent holds it open.)
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    }
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(rest.contains("interrupted by SIGINT"), "{rest}");
+    assert!(!agent_alive, "the agent {pid} still runs");
+    assert!(!cwd.exists(), "the scratch directory {cwd:?} is left behind");
 }

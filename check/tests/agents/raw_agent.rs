@@ -21,6 +21,62 @@ pub struct Flaws {
     pub crash_on_unknown_method: bool,
     /// `loadSession: true` is advertised, but `session/load` answers -32601.
     pub lie_about_load_session: bool,
+    /// Not a flaw: a turn is one update and `end_turn`, written together (so the answer is on
+    /// the wire before any cancel can be).
+    pub quick_turn: bool,
+    /// A line that is not JSON makes the process exit.
+    pub crash_on_malformed: bool,
+    /// The first update of each turn is this (malformed) `update` object instead.
+    pub bad_update: Option<&'static str>,
+    /// Not a flaw: `authMethods` is advertised and `session/new` answers auth_required.
+    pub requires_auth: bool,
+    /// A turn calls `fs/read_text_file`, which the client did not advertise.
+    pub reads_files: bool,
+    /// These bytes are written as a line on stdout first.
+    pub noise: Option<&'static [u8]>,
+    /// `initialize` is answered with 80 MiB and no newline, then nothing.
+    pub endless_line: bool,
+    /// `session/new` is followed by an update; the turns send none.
+    pub update_before_prompt: bool,
+    /// The pid and the session's cwd go to stderr, prompts are never answered, and the process
+    /// stays 60 s after end of input.
+    pub linger: bool,
+    /// Not a flaw: `initialize` answers protocol version 2 whatever was asked.
+    pub version_2: bool,
+}
+
+impl Flaws {
+    /// The flaws named on the command line (see `flawed.rs`).
+    #[allow(dead_code)]
+    pub fn from_args() -> Flaws {
+        let mut flaws = Flaws::default();
+        for arg in std::env::args().skip(1) {
+            match arg.as_str() {
+                "quick-turn" => flaws.quick_turn = true,
+                "crash-on-malformed" => flaws.crash_on_malformed = true,
+                "bad-update=kind" => {
+                    flaws.bad_update =
+                        Some(r#"{"sessionUpdate":"tool_call","toolCallId":"c1","title":"Read","kind":42}"#)
+                }
+                "bad-update=content" => {
+                    flaws.bad_update = Some(
+                        r#"{"sessionUpdate":"tool_call","toolCallId":"c1","title":"Read","content":"not an array"}"#,
+                    )
+                }
+                "bad-update=entries" => flaws.bad_update = Some(r#"{"sessionUpdate":"plan","entries":"nope"}"#),
+                "requires-auth" => flaws.requires_auth = true,
+                "reads-files" => flaws.reads_files = true,
+                "non-utf8-line" => flaws.noise = Some(b"\xff\xfe starting"),
+                "json-log-line" => flaws.noise = Some(br#"{"level":30,"msg":"starting"}"#),
+                "endless-line" => flaws.endless_line = true,
+                "update-before-prompt" => flaws.update_before_prompt = true,
+                "linger" => flaws.linger = true,
+                "version-2" => flaws.version_2 = true,
+                other => panic!("unknown flaw {other}"),
+            }
+        }
+        flaws
+    }
 }
 
 #[derive(Clone)]
@@ -30,6 +86,11 @@ impl Out {
     fn send(&self, message: Value) {
         let mut out = self.0.lock().unwrap();
         let _ = writeln!(out, "{message}");
+        let _ = out.flush();
+    }
+    fn raw(&self, bytes: &[u8]) {
+        let mut out = self.0.lock().unwrap();
+        let _ = out.write_all(bytes);
         let _ = out.flush();
     }
     fn result(&self, id: &Value, result: Value) {
@@ -42,6 +103,12 @@ impl Out {
 
 pub fn run(flaws: Flaws) {
     let out = Out(Arc::new(Mutex::new(std::io::stdout())));
+    if flaws.linger {
+        eprintln!("raw-test-agent: pid {}", std::process::id());
+    }
+    if let Some(noise) = flaws.noise {
+        out.raw(&[noise, b"\n"].concat());
+    }
     // Session id -> the cancel flag of its current turn.
     let turns: Arc<Mutex<HashMap<String, Arc<AtomicBool>>>> = Arc::default();
     let mut sessions = 0u32;
@@ -51,6 +118,10 @@ pub fn run(flaws: Flaws) {
             continue;
         }
         let Ok(message) = serde_json::from_str::<Value>(&line) else {
+            if flaws.crash_on_malformed {
+                eprintln!("raw-test-agent: cannot parse {line:?}, giving up");
+                std::process::exit(71);
+            }
             out.send(json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "Parse error"}}));
             continue;
         };
@@ -70,22 +141,49 @@ pub fn run(flaws: Flaws) {
             continue; // a response: we never call the client
         }
         match method.as_str() {
+            "initialize" if flaws.endless_line => out.raw(&vec![b'x'; 80 << 20]),
             "initialize" => {
-                let version = params["protocolVersion"].as_u64().unwrap_or(1).min(1);
+                let version = if flaws.version_2 { 2 } else { params["protocolVersion"].as_u64().unwrap_or(1).min(1) };
                 out.result(
                     &id,
                     json!({
                         "protocolVersion": version,
                         "agentCapabilities": {"loadSession": flaws.lie_about_load_session},
-                        "authMethods": [],
+                        "authMethods": if flaws.requires_auth { json!([{"id": "login", "name": "Log in"}]) } else { json!([]) },
                         "agentInfo": {"name": "raw-test-agent", "version": "0.0.1"},
                     }),
                 );
             }
             "authenticate" => out.result(&id, json!({})),
+            "session/new" if flaws.requires_auth => out.error(&id, -32000, "Authentication required"),
             "session/new" => {
                 sessions += 1;
-                out.result(&id, json!({"sessionId": format!("raw_{sessions}")}));
+                let session = format!("raw_{sessions}");
+                if flaws.linger {
+                    eprintln!("raw-test-agent: cwd {}", params["cwd"].as_str().unwrap_or_default());
+                }
+                let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"sessionId": session}});
+                if flaws.update_before_prompt {
+                    // In one write with the answer: it is read before any prompt can be sent.
+                    let update = json!({"jsonrpc": "2.0", "method": "session/update", "params": {
+                        "sessionId": session,
+                        "update": {"sessionUpdate": "available_commands_update", "availableCommands": []},
+                    }});
+                    out.raw(format!("{answer}\n{update}\n").as_bytes());
+                } else {
+                    out.send(answer);
+                }
+            }
+            "session/prompt" if flaws.linger => {}
+            "session/prompt" if flaws.update_before_prompt => out.result(&id, json!({"stopReason": "end_turn"})),
+            "session/prompt" if flaws.quick_turn => {
+                let session = params["sessionId"].clone();
+                let update = json!({"jsonrpc": "2.0", "method": "session/update", "params": {
+                    "sessionId": session,
+                    "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Hi."}},
+                }});
+                let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"stopReason": "end_turn"}});
+                out.raw(format!("{update}\n{answer}\n").as_bytes());
             }
             "session/prompt" => {
                 let session = params["sessionId"].as_str().unwrap_or_default().to_owned();
@@ -94,6 +192,15 @@ pub fn run(flaws: Flaws) {
                 let out = out.clone();
                 std::thread::spawn(move || {
                     let mut stop = "end_turn";
+                    if flaws.reads_files {
+                        out.send(json!({"jsonrpc": "2.0", "id": "fs_1", "method": "fs/read_text_file",
+                                        "params": {"sessionId": session, "path": "/etc/hostname"}}));
+                    }
+                    if let Some(update) = flaws.bad_update {
+                        let update: Value = serde_json::from_str(update).unwrap();
+                        out.send(json!({"jsonrpc": "2.0", "method": "session/update",
+                                        "params": {"sessionId": session, "update": update}}));
+                    }
                     for n in 0..6 {
                         if flag.load(Ordering::SeqCst) {
                             stop = "cancelled";
@@ -121,5 +228,8 @@ pub fn run(flaws: Flaws) {
                 out.error(&id, -32601, "Method not found");
             }
         }
+    }
+    if flaws.linger {
+        std::thread::sleep(Duration::from_secs(60));
     }
 }
