@@ -92,12 +92,19 @@ pub fn diff(old: &Model, new: &Model, old_schema: &Value, new_schema: &Value) ->
     }
 
     // A removed definition and an added one of the same shape: probably a rename.
+    // Only when the pair is the one removal and the one addition of that shape: identifiers are
+    // all newtypes of `String`, and pairing every removed one with every added one is noise.
+    let removed: Vec<(&str, &Item)> =
+        old_items.iter().filter(|(n, _)| !new_items.contains_key(*n)).map(|(n, i)| (*n, *i)).collect();
+    let added: Vec<(&str, &Item)> =
+        new_items.iter().filter(|(n, _)| !old_items.contains_key(*n)).map(|(n, i)| (*n, *i)).collect();
     let mut rename_hints = Vec::new();
-    for (old_name, old_item) in old_items.iter().filter(|(n, _)| !new_items.contains_key(*n)) {
-        for (new_name, new_item) in new_items.iter().filter(|(n, _)| !old_items.contains_key(*n)) {
-            if old_item.kind == new_item.kind {
-                rename_hints.push((old_name.to_string(), new_name.to_string()));
-            }
+    for (old_name, old_item) in &removed {
+        let same_shape = |(_, item): &&(&str, &Item)| item.kind == old_item.kind;
+        let (olds, news): (Vec<_>, Vec<_>) =
+            (removed.iter().filter(same_shape).collect(), added.iter().filter(same_shape).collect());
+        if let ([_], [(new_name, _)]) = (olds.as_slice(), news.as_slice()) {
+            rename_hints.push((old_name.to_string(), new_name.to_string()));
         }
     }
     changes.sort();

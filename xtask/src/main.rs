@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use xtask::codegen::{self, Settings};
+use xtask::releases::{DEFAULT_ROOT as DEFAULT_RELEASES, release_dir, resolve};
 use xtask::schema::{self, Lock};
 
 #[derive(Parser)]
@@ -36,9 +37,9 @@ enum Command {
         old: String,
         /// Same as OLD.
         new: String,
-        /// Where tags are looked up.
-        #[arg(long, default_value = "../shared/acp-schema/releases")]
-        root: PathBuf,
+        /// Where tags are looked up [default: ../shared/acp-schema/releases from the workspace root].
+        #[arg(long)]
+        root: Option<PathBuf>,
         /// JSON instead of Markdown.
         #[arg(long)]
         json: bool,
@@ -54,8 +55,10 @@ enum Command {
         /// Leave out the method enums and the Agent / Client traits.
         #[arg(long)]
         types_only: bool,
-        /// Extra derives for every type, comma-separated (e.g. `Eq` where the types allow it, or
-        /// a path such as `my_crate::MyTrait`).
+        /// Extra derives, comma-separated. `Eq`, `Hash`, `PartialOrd` and `Ord` go on every type
+        /// whose fields all implement them (not on those holding an `f64`, say; the output lists
+        /// them); other paths, such as `my_crate::MyTrait`, go on every type. `Default`, `Copy`
+        /// and serde's derives are refused.
         #[arg(long, value_delimiter = ',')]
         derive: Vec<String>,
         /// A release folder; defaults to schema/json.
@@ -64,9 +67,10 @@ enum Command {
     },
     /// Generate every release under ROOT into a scratch crate and compile it without warnings.
     CheckReleases {
-        /// The folder holding one folder per release tag.
-        #[arg(long, default_value = "../shared/acp-schema/releases")]
-        root: PathBuf,
+        /// The folder holding one folder per release tag [default: ../shared/acp-schema/releases
+        /// from the workspace root].
+        #[arg(long)]
+        root: Option<PathBuf>,
     },
     /// Run a client and an agent process against each other for a fixed time; fail if their
     /// memory or file descriptors grow (see xtask/src/soak.rs).
@@ -97,17 +101,32 @@ enum SchemaCommand {
         /// The upstream release tag.
         #[arg(long)]
         to: String,
-        /// The release folder (holding v1/ and v2/); defaults to ../shared/acp-schema/releases/TAG.
+        /// The release folder (holding v1/ and v2/); defaults to ../shared/acp-schema/releases/TAG
+        /// from the workspace root.
         #[arg(long)]
         from: Option<PathBuf>,
         /// The upstream commit of the release, recorded in the lock (kept when the tag is unchanged).
         #[arg(long)]
         commit: Option<String>,
+        /// The version of the release's schema artifacts (e.g. `1.21.0`, published as the
+        /// GitHub release `schema-v1.21.0`); required when the tag changes.
+        #[arg(long)]
+        schema_version: Option<String>,
+        /// Where `schema fetch` downloads the files from; defaults to upstream's
+        /// `.../releases/download/schema-v{SCHEMA_VERSION}`.
+        #[arg(long)]
+        release_url: Option<String>,
     },
 }
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_owned).unwrap_or_default()
+}
+
+/// `../shared/acp-schema/releases` from the workspace root, whatever the current directory.
+fn default_releases(root: &Path) -> PathBuf {
+    let dir = root.join(DEFAULT_RELEASES);
+    dir.canonicalize().unwrap_or(dir)
 }
 
 fn main() -> ExitCode {
@@ -179,7 +198,9 @@ fn run(command: Command) -> Result<(), String> {
             println!("schema {} ({} files) verified into {}", lock.tag, lock.files.len(), out.display());
             Ok(())
         }
-        Command::CheckReleases { root: releases } => xtask::releases::check_all(&root, &releases),
+        Command::CheckReleases { root: releases } => {
+            xtask::releases::check_all(&root, &releases.unwrap_or_else(|| default_releases(&root)))
+        }
         Command::Soak { seconds, sessions, max_rss_growth_mib } => {
             let options = xtask::soak::Options { seconds, sessions, max_rss_growth_kib: max_rss_growth_mib * 1024 };
             let report = xtask::soak::run(&root, &options)?;
@@ -187,11 +208,9 @@ fn run(command: Command) -> Result<(), String> {
             if report.passed() { Ok(()) } else { Err(format!("soak failed: {}", report.failures.join("; "))) }
         }
         Command::Diff { old, new, root: releases, json } => {
-            let resolve = |s: &str| {
-                let p = PathBuf::from(s);
-                if p.exists() { p } else { releases.join(s) }
-            };
-            let report = xtask::diff::diff_dirs(&resolve(&old), &resolve(&new)).map_err(|e| e.to_string())?;
+            let releases = releases.unwrap_or_else(|| default_releases(&root));
+            let (old, new) = (resolve(&old, &releases)?, resolve(&new, &releases)?);
+            let report = xtask::diff::diff_dirs(&old, &new).map_err(|e| e.to_string())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
             } else {
@@ -199,21 +218,29 @@ fn run(command: Command) -> Result<(), String> {
             }
             Ok(())
         }
-        Command::Schema { command: SchemaCommand::Update { to, from, commit } } => {
-            let from = from.unwrap_or_else(|| root.join("../shared/acp-schema/releases").join(&to));
-            xtask::schema::update(&root, &to, &from, commit.as_deref())
+        Command::Schema { command: SchemaCommand::Update { to, from, commit, schema_version, release_url } } => {
+            let from = match from {
+                Some(from) => from,
+                None => release_dir(&default_releases(&root), &to)?,
+            };
+            let options = schema::UpdateOptions { commit, schema_version, release_url };
+            schema::update(&root, &to, &from, &options)
         }
         Command::Vendor { out, features, types_only, derive, schema_dir } => {
             let lock = Lock::read(&lock_path).map_err(|e| e.to_string())?;
             let dir = schema_dir.unwrap_or_else(|| root.join("schema/json"));
             lock.verify_dir(&dir).map_err(|e| e.to_string())?;
-            let text = codegen::vendor(&Settings::new(&dir, &lock.tag), &features, !types_only, &derive)
-                .map_err(|e| e.to_string())?;
+            let codegen::Vendored { text, notes } =
+                codegen::vendor(&Settings::new(&dir, &lock.tag), &features, !types_only, &derive)
+                    .map_err(|e| e.to_string())?;
             if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
                 std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
             }
             std::fs::write(&out, &text).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
             println!("vendored {} lines into {}", text.lines().count(), out.display());
+            for note in notes {
+                println!("  {note}");
+            }
             Ok(())
         }
     }

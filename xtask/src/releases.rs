@@ -2,29 +2,82 @@
 //! compiles without warnings, with all features and with none. This is how the generator is
 //! held to "a schema it cannot handle fails with a message, never a panic, never bad code".
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::codegen::{self, Gating, Settings};
+use crate::schema::Lock;
 
-/// The release whose unstable surface the feature table describes.
-const PINNED_TABLE_TAG: &str = "v1.7.0";
+/// The derives a vendored file is compiled with, besides none: every structural derive
+/// `--derive` supports, so that one it would add where it cannot compile fails here.
+const VENDOR_DERIVES: [&str; 4] = ["Eq", "Hash", "PartialOrd", "Ord"];
 
-pub fn check_all(workspace: &Path, releases: &Path) -> Result<(), String> {
+/// Where release folders are looked up by default, relative to the workspace root (not to the
+/// current directory, so that the commands work from any folder of the workspace).
+pub const DEFAULT_ROOT: &str = "../shared/acp-schema/releases";
+
+/// The release tags under `releases`: the folders holding a `v1/schema.json`.
+pub fn tags(releases: &Path) -> Result<Vec<String>, String> {
     let mut tags: Vec<String> = std::fs::read_dir(releases)
-        .map_err(|e| format!("cannot list {}: {e}", releases.display()))?
+        .map_err(|e| format!("cannot list the releases folder {}: {e}", releases.display()))?
         .filter_map(|e| e.ok())
         .filter(|e| e.path().join("v1/schema.json").exists())
         .filter_map(|e| e.file_name().into_string().ok())
         .collect();
     tags.sort();
-    if tags.is_empty() {
-        return Err(format!("no release folders under {}", releases.display()));
+    Ok(tags)
+}
+
+/// The folder of release `tag` under `releases`, or an error naming the tags there are.
+pub fn release_dir(releases: &Path, tag: &str) -> Result<PathBuf, String> {
+    let dir = releases.join(tag);
+    if dir.join("v1/schema.json").exists() {
+        return Ok(dir);
     }
+    let known = match tags(releases) {
+        Ok(tags) if tags.is_empty() => "it holds no release folders (with v1/schema.json)".to_owned(),
+        Ok(tags) => format!("releases there: {}", tags.join(", ")),
+        Err(e) => e,
+    };
+    Err(format!("no release `{tag}` under {} ({known})", releases.display()))
+}
+
+/// A `diff` argument: an existing folder as given, otherwise a release tag under `releases`.
+pub fn resolve(arg: &str, releases: &Path) -> Result<PathBuf, String> {
+    let path = PathBuf::from(arg);
+    if path.exists() {
+        return Ok(path);
+    }
+    if path.components().count() > 1 {
+        return Err(format!("no folder {arg}"));
+    }
+    release_dir(releases, arg)
+}
+
+/// The releases under `releases` and how each is gated: the feature table describes the
+/// unstable surface of the release pinned in `lock` (whichever it is), every other release has
+/// its unstable items behind the one `unstable` feature.
+pub fn plan(lock: &Lock, releases: &Path) -> Result<Vec<(String, Gating)>, String> {
+    let tags = tags(releases)?;
+    if tags.is_empty() {
+        return Err(format!("no release folders (with v1/schema.json) under {}", releases.display()));
+    }
+    Ok(tags
+        .into_iter()
+        .map(|tag| {
+            let gating = if tag == lock.tag { Gating::Table } else { Gating::AllInOne };
+            (tag, gating)
+        })
+        .collect())
+}
+
+pub fn check_all(workspace: &Path, releases: &Path) -> Result<(), String> {
+    let lock = Lock::read(&workspace.join("schema/lock.json")).map_err(|e| e.to_string())?;
+    let plan = plan(&lock, releases)?;
     let scratch = workspace.join("target/release-check");
     let mut failures = Vec::new();
-    for tag in &tags {
-        match check_one(workspace, &releases.join(tag), tag, &scratch) {
+    for (tag, gating) in &plan {
+        match check_one(workspace, &releases.join(tag), tag, *gating, &scratch) {
             Ok(summary) => println!("ok   {tag}: {summary}"),
             Err(e) => {
                 println!("FAIL {tag}: {e}");
@@ -32,14 +85,21 @@ pub fn check_all(workspace: &Path, releases: &Path) -> Result<(), String> {
             }
         }
     }
-    let mut checked = tags.len();
-    for (label, features) in [("vendor (stable)", vec![]), ("vendor (unstable)", vec!["unstable".to_owned()])] {
+    let mut checked = plan.len();
+    let unstable = vec!["unstable".to_owned()];
+    let derives: Vec<String> = VENDOR_DERIVES.iter().map(|d| d.to_string()).collect();
+    let vendor_checks = [
+        ("vendor (stable)".to_owned(), "vendor-stable", vec![], vec![]),
+        ("vendor (unstable)".to_owned(), "vendor-unstable", unstable.clone(), vec![]),
+        (format!("vendor (unstable, --derive {})", VENDOR_DERIVES.join(",")), "vendor-derive", unstable, derives),
+    ];
+    for (label, name, features, derives) in vendor_checks {
         checked += 1;
-        match check_vendor(workspace, &scratch, &features) {
+        match check_vendor(workspace, &lock, &scratch, name, &features, &derives) {
             Ok(summary) => println!("ok   {label}: {summary}"),
             Err(e) => {
                 println!("FAIL {label}: {e}");
-                failures.push(label.to_owned());
+                failures.push(label);
             }
         }
     }
@@ -52,11 +112,17 @@ pub fn check_all(workspace: &Path, releases: &Path) -> Result<(), String> {
 }
 
 /// A vendored file (pinned release, `schema/json`) compiles on its own in a scratch crate.
-fn check_vendor(workspace: &Path, scratch: &Path, features: &[String]) -> Result<String, String> {
-    let lock = crate::schema::Lock::read(&workspace.join("schema/lock.json")).map_err(|e| e.to_string())?;
+fn check_vendor(
+    workspace: &Path,
+    lock: &Lock,
+    scratch: &Path,
+    name: &str,
+    features: &[String],
+    derives: &[String],
+) -> Result<String, String> {
     let settings = Settings::new(workspace.join("schema/json"), &lock.tag);
-    let text = codegen::vendor(&settings, features, true, &[]).map_err(|e| e.to_string())?;
-    let name = if features.is_empty() { "vendor-stable" } else { "vendor-unstable" };
+    let vendored = codegen::vendor(&settings, features, true, derives).map_err(|e| e.to_string())?;
+    let text = vendored.text;
     let crate_dir = scratch.join(name);
     std::fs::create_dir_all(crate_dir.join("src")).map_err(|e| e.to_string())?;
     // The vendored file as a module of a user's crate, as a project would keep it.
@@ -70,7 +136,12 @@ fn check_vendor(workspace: &Path, scratch: &Path, features: &[String]) -> Result
     std::fs::write(crate_dir.join("Cargo.toml"), manifest).map_err(|e| e.to_string())?;
     std::fs::copy(workspace.join("Cargo.lock"), crate_dir.join("Cargo.lock")).map_err(|e| e.to_string())?;
     cargo_check(&crate_dir, scratch, &[])?;
-    Ok(format!("{} lines, compiles standalone (edition 2021, serde + serde_json only)", text.lines().count()))
+    let mut summary =
+        format!("{} lines, compiles standalone (edition 2021, serde + serde_json only)", text.lines().count());
+    for note in &vendored.notes {
+        summary.push_str(&format!("\n     {note}"));
+    }
+    Ok(summary)
 }
 
 fn cargo_check(crate_dir: &Path, scratch: &Path, args: &[&str]) -> Result<(), String> {
@@ -90,9 +161,9 @@ fn cargo_check(crate_dir: &Path, scratch: &Path, args: &[&str]) -> Result<(), St
     Err(format!("cargo check {} failed:\n{}", args.join(" "), head.join("\n")))
 }
 
-fn check_one(workspace: &Path, dir: &Path, tag: &str, scratch: &Path) -> Result<String, String> {
+fn check_one(workspace: &Path, dir: &Path, tag: &str, gating: Gating, scratch: &Path) -> Result<String, String> {
     let mut settings = Settings::new(dir, tag);
-    settings.gating = if tag == PINNED_TABLE_TAG { Gating::Table } else { Gating::AllInOne };
+    settings.gating = gating;
     settings.package = format!("acp-types-{}", tag.replace('.', "-"));
     settings.standalone = true;
     let files = codegen::generate(&settings).map_err(|e| e.to_string())?;

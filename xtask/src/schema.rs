@@ -15,9 +15,11 @@ pub struct Lock {
     pub upstream: String,
     pub tag: String,
     pub commit: String,
-    /// The version of the schema artifacts inside the release.
+    /// The version of the schema artifacts inside the release: upstream publishes them as the
+    /// assets of its GitHub release `schema-v{schema_version}`.
     pub schema_version: String,
-    /// Where the release assets are downloaded from: `{release_url}/{file}`.
+    /// Where the release assets are downloaded from: `{release_url}/{asset}`, with the asset
+    /// named by [`asset_name`].
     pub release_url: String,
     /// `v1/schema.json` → sha256 (hex).
     pub files: BTreeMap<String, String>,
@@ -94,10 +96,30 @@ pub fn fetch(lock: &Lock, from: Option<&Path>, out: &Path) -> Result<(), SchemaE
     Ok(())
 }
 
+/// The name of the release asset holding the pinned file `file`. Release assets are flat, so
+/// the `vN/` folder of the lock cannot be part of the URL: upstream's release workflow uploads
+/// the v1 files under their own names (`v1/schema.unstable.json` → `schema.unstable.json`) and
+/// the files of another protocol version with the version before the extension or the
+/// `.unstable` suffix (`v2/schema.unstable.json` → `schema.v2.unstable.json`), as its
+/// repository once named them.
+pub fn asset_name(file: &str) -> String {
+    let Some((version, name)) = file.split_once('/') else { return file.to_owned() };
+    if version == "v1" {
+        return name.to_owned();
+    }
+    let (stem, ext) = name.split_once('.').unwrap_or((name, ""));
+    if ext.is_empty() { format!("{stem}.{version}") } else { format!("{stem}.{version}.{ext}") }
+}
+
+/// The release address upstream publishes the schema artifacts of version `schema_version` at.
+pub fn default_release_url(upstream: &str, schema_version: &str) -> String {
+    format!("https://github.com/{upstream}/releases/download/schema-v{schema_version}")
+}
+
 /// Downloads one release asset with `curl`, which every developer machine and CI image has;
 /// keeping HTTP out of the xtask's dependencies keeps its build small.
 fn download(lock: &Lock, file: &str) -> Result<Vec<u8>, SchemaError> {
-    let url = format!("{}/{}", lock.release_url, file);
+    let url = format!("{}/{}", lock.release_url.trim_end_matches('/'), asset_name(file));
     let fail = |reason: String| SchemaError::Download { url: url.clone(), tag: lock.tag.clone(), reason };
     let output = std::process::Command::new("curl")
         .args(["--fail", "--silent", "--show-error", "--location", "--max-time", "60", &url])
@@ -109,9 +131,67 @@ fn download(lock: &Lock, file: &str) -> Result<Vec<u8>, SchemaError> {
     Ok(output.stdout)
 }
 
+/// What `schema update` records about the release besides its files; `None` keeps the pinned
+/// value when the tag stays the same.
+#[derive(Debug, Clone, Default)]
+pub struct UpdateOptions {
+    /// The upstream commit of the release.
+    pub commit: Option<String>,
+    /// The version of the schema artifacts (`1.21.0` for the release `schema-v1.21.0`).
+    pub schema_version: Option<String>,
+    /// Where the assets are downloaded from; defaults to upstream's `schema-v{schema_version}`.
+    pub release_url: Option<String>,
+}
+
+/// The lock pinning `tag` with `files` (path → sha256), from the pinned `old` one. Nothing that
+/// describes the old release is carried over to a new tag: a lock naming v1.8.0 with v1.7.0's
+/// download address would make a later `schema fetch` download the wrong files.
+pub fn pin(old: &Lock, tag: &str, files: BTreeMap<String, String>, options: &UpdateOptions) -> Result<Lock, String> {
+    let same_tag = tag == old.tag;
+    let schema_version = match &options.schema_version {
+        Some(v) if v.is_empty() || v.contains(['/', ' ']) || v.starts_with('v') => {
+            return Err(format!("--schema-version `{v}`: expected a version such as `1.21.0`, without the `v`"));
+        }
+        Some(v) => v.clone(),
+        None if same_tag => old.schema_version.clone(),
+        None => {
+            return Err(format!(
+                "--schema-version is required when the pin moves from {} to {tag}: schema/lock.json's \
+                 schema_version {} and release_url belong to {} (upstream publishes the files of a release \
+                 as the assets of its `schema-v<VERSION>` GitHub release)",
+                old.tag, old.schema_version, old.tag
+            ));
+        }
+    };
+    if !same_tag && schema_version == old.schema_version && files != old.files {
+        return Err(format!(
+            "--schema-version {schema_version} is the version pinned for {}, but the files of {tag} differ \
+             from {}'s: give the version of {tag}'s schema artifacts",
+            old.tag, old.tag
+        ));
+    }
+    let release_url = match &options.release_url {
+        Some(url) if !url.starts_with("https://") && !url.starts_with("http://") && !url.starts_with("file://") => {
+            return Err(format!("--release-url `{url}`: expected an http(s):// or file:// address"));
+        }
+        Some(url) => url.trim_end_matches('/').to_owned(),
+        None if schema_version == old.schema_version && same_tag => old.release_url.clone(),
+        None => default_release_url(&old.upstream, &schema_version),
+    };
+    let commit = match &options.commit {
+        Some(c) => c.clone(),
+        None if same_tag => old.commit.clone(),
+        None => {
+            eprintln!("warning: no --commit given; the lock records the upstream commit as `unknown`");
+            "unknown".to_owned()
+        }
+    };
+    Ok(Lock { upstream: old.upstream.clone(), tag: tag.to_owned(), commit, schema_version, release_url, files })
+}
+
 /// `cargo xtask schema update`: everything is generated and checked in memory first, so a
 /// release the generator cannot handle (or the feature table does not describe) changes nothing.
-pub fn update(workspace: &Path, tag: &str, from: &Path, commit: Option<&str>) -> Result<(), String> {
+pub fn update(workspace: &Path, tag: &str, from: &Path, options: &UpdateOptions) -> Result<(), String> {
     use crate::codegen::{self, Settings};
 
     if !from.join("v1/schema.json").exists() {
@@ -125,6 +205,19 @@ pub fn update(workspace: &Path, tag: &str, from: &Path, commit: Option<&str>) ->
     let pinned = workspace.join("schema/json");
     old_lock.verify_dir(&pinned).map_err(|e| format!("{e}\nrun `cargo xtask schema fetch` first"))?;
 
+    let mut new_files = BTreeMap::new();
+    for version in ["v1", "v2"] {
+        for name in ["schema.json", "meta.json", "schema.unstable.json", "meta.unstable.json"] {
+            let rel = format!("{version}/{name}");
+            if let Ok(bytes) = std::fs::read(from.join(&rel)) {
+                new_files.insert(rel, (sha256_hex(&bytes), bytes));
+            }
+        }
+    }
+    // The new lock first: a missing option fails before the (slow) generation.
+    let shas = new_files.iter().map(|(k, (sha, _))| (k.clone(), sha.clone())).collect();
+    let lock = pin(&old_lock, tag, shas, options)?;
+
     let settings = Settings::new(from, tag);
     let files = codegen::generate(&settings).map_err(|e| format!("release {tag} does not generate: {e}"))?;
     let table = codegen::macro_table(&settings).map_err(|e| e.to_string())?;
@@ -136,30 +229,6 @@ pub fn update(workspace: &Path, tag: &str, from: &Path, commit: Option<&str>) ->
     let mut report = crate::diff::diff_dirs(&pinned, from).map_err(|e| e.to_string())?;
     report.old = old_lock.tag.clone();
     report.new = tag.to_owned();
-
-    let mut new_files = BTreeMap::new();
-    for version in ["v1", "v2"] {
-        for name in ["schema.json", "meta.json", "schema.unstable.json", "meta.unstable.json"] {
-            let rel = format!("{version}/{name}");
-            if let Ok(bytes) = std::fs::read(from.join(&rel)) {
-                new_files.insert(rel, (sha256_hex(&bytes), bytes));
-            }
-        }
-    }
-    let commit = match commit {
-        Some(c) => c.to_owned(),
-        None if tag == old_lock.tag => old_lock.commit.clone(),
-        None => {
-            eprintln!("warning: no --commit given; the lock records the upstream commit as `unknown`");
-            "unknown".to_owned()
-        }
-    };
-    let lock = Lock {
-        tag: tag.to_owned(),
-        commit,
-        files: new_files.iter().map(|(k, (sha, _))| (k.clone(), sha.clone())).collect(),
-        ..old_lock
-    };
 
     // Everything checked: write.
     let _ = std::fs::remove_dir_all(&pinned);

@@ -211,18 +211,17 @@ pub fn run(root: &Path, options: &Options) -> Result<Report, String> {
             }
         }
     });
-    let kill = |client: &mut std::process::Child, why: String| {
-        let _ = client.kill();
-        let _ = client.wait();
+    let kill = |client: &mut std::process::Child, agent: Option<u32>, why: String| {
+        end_client_and_agent(client, agent);
         why
     };
     let first = lines
         .recv_timeout(Duration::from_secs(30))
-        .map_err(|_| kill(&mut client, "the client did not report its agent".into()))?;
+        .map_err(|_| kill(&mut client, None, "the client did not report its agent".into()))?;
     let agent_pid: u32 = first
         .strip_prefix("agent-pid ")
         .and_then(|p| p.trim().parse().ok())
-        .ok_or_else(|| kill(&mut client, format!("unexpected first line from the client: {first}")))?;
+        .ok_or_else(|| kill(&mut client, None, format!("unexpected first line from the client: {first}")))?;
 
     let mut samples = Vec::new();
     let mut summary = None;
@@ -260,7 +259,8 @@ pub fn run(root: &Path, options: &Options) -> Result<Report, String> {
         }
         samples.push(sample);
         if started.elapsed() > limit {
-            return Err(kill(&mut client, format!("the client is still running after {} s", limit.as_secs())));
+            let why = format!("the client is still running after {} s", limit.as_secs());
+            return Err(kill(&mut client, Some(agent_pid), why));
         }
         next += Duration::from_secs(1);
     }
@@ -296,6 +296,50 @@ pub fn run(root: &Path, options: &Options) -> Result<Report, String> {
     Ok(Report { options: options.clone(), pids: [client_pid, agent_pid], samples, summary, failures })
 }
 
+/// The parent pid and process group of a live process (`None`: gone, or a zombie).
+fn parent_and_group(pid: u32) -> Option<(u32, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp ...`; the command name may hold spaces and parentheses.
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    if fields.next()? == "Z" {
+        return None;
+    }
+    Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
+}
+
+/// Ends the client and the agent on an error path. The runtime starts the agent as the leader
+/// of its own process group (`spawn_agent`), so killing the client alone leaves the agent, and
+/// whatever it started, running. Its group is killed too: `agent` when the client reported it,
+/// otherwise the groups led by the client's children, looked up before the client dies (after,
+/// they are reparented). A child that does not lead a group is killed alone.
+fn end_client_and_agent(client: &mut std::process::Child, agent: Option<u32>) {
+    let agents: Vec<u32> = match agent {
+        Some(pid) => vec![pid],
+        None => children(client.id()),
+    };
+    let targets: Vec<String> = agents
+        .iter()
+        .filter_map(|&pid| {
+            let (_, group) = parent_and_group(pid)?;
+            Some(if group == pid { format!("-{pid}") } else { pid.to_string() })
+        })
+        .collect();
+    let _ = client.kill();
+    let _ = client.wait();
+    if !targets.is_empty() {
+        let _ = Command::new("kill").args(["-s", "KILL", "--"]).args(&targets).stderr(Stdio::null()).status();
+    }
+}
+
+/// The live children of `parent`.
+fn children(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| parent_and_group(pid).is_some_and(|(ppid, _)| ppid == parent))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,6 +349,39 @@ mod tests {
         let me = read_process(std::process::id()).expect("/proc/self is readable");
         assert!(me.rss_kib > 0 && me.fds >= 3, "{me:?}");
         assert!(read_process(u32::MAX).is_none());
+    }
+
+    /// A stand-in for `soak_peer client`: it starts an "agent" leading its own process group
+    /// (as `spawn_agent` does), which starts a grandchild, and prints the agent's pid.
+    fn client_with_agent() -> (std::process::Child, u32, u32) {
+        let mut client = Command::new("sh")
+            .args(["-c", "setsid sh -c 'sleep 120 & echo $!; wait' & wait"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("sh and setsid");
+        let mut line = String::new();
+        BufReader::new(client.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let grandchild: u32 = line.trim().parse().unwrap();
+        let (agent, _) = parent_and_group(grandchild).expect("the agent's child runs");
+        assert_eq!(parent_and_group(agent).map(|(_, g)| g), Some(agent), "the agent leads its own group");
+        (client, agent, grandchild)
+    }
+
+    fn ended(pid: u32) -> bool {
+        // The orphans are reaped by init; give the signal a moment to land.
+        (0..50).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            parent_and_group(pid).is_none()
+        })
+    }
+
+    #[test]
+    fn an_error_ends_the_agent_and_its_group_too() {
+        for known in [true, false] {
+            let (mut client, agent, grandchild) = client_with_agent();
+            end_client_and_agent(&mut client, known.then_some(agent));
+            assert!(ended(agent) && ended(grandchild), "agent pid known: {known}");
+        }
     }
 
     #[test]

@@ -204,6 +204,15 @@ fn methods_and_renames() {
     let r = diff("rename", old, new);
     assert_eq!(r.rename_hints, vec![("Colour".to_owned(), "Color".to_owned())]);
     assert!(r.markdown().contains("`Colour` → `Color`"));
+
+    // Two ids gone and two new ones, all `String` newtypes: no pairing is more likely than
+    // another, so none is hinted (the unambiguous `Colour` → `Color` still is).
+    let id = json!({"type": "string"});
+    let old = json!({"AuthMethodId": id, "ModeId": id, "Colour": {"type": "object", "properties": {"hex": id}}});
+    let new =
+        json!({"SessionConfigGroupId": id, "ProviderId": id, "Color": {"type": "object", "properties": {"hex": id}}});
+    let r = diff("ambiguous-renames", old, new);
+    assert_eq!(r.rename_hints, vec![("Colour".to_owned(), "Color".to_owned())]);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -223,7 +232,7 @@ fn scratch_workspace(name: &str) -> PathBuf {
 #[test]
 fn update_to_the_pinned_release_regenerates_the_checked_in_code() {
     let ws = scratch_workspace("same");
-    xtask::schema::update(&ws, "v1.7.0", &releases().join("v1.7.0"), None).expect("updates");
+    xtask::schema::update(&ws, "v1.7.0", &releases().join("v1.7.0"), &Default::default()).expect("updates");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     for file in ["generated/src/v1/types.rs", "generated/Cargo.toml", "macros/src/table.rs"] {
         assert_eq!(
@@ -246,8 +255,13 @@ fn update_that_cannot_generate_changes_nothing() {
     // v1.3.0's unstable schema lacks what the feature table (written for v1.7.0) names.
     let ws = scratch_workspace("refused");
     let before = std::fs::read_to_string(ws.join("schema/lock.json")).unwrap();
-    let err = xtask::schema::update(&ws, "v1.3.0", &releases().join("v1.3.0"), Some("abc"))
-        .expect_err("the table does not fit");
+    let options = xtask::schema::UpdateOptions {
+        commit: Some("abc".into()),
+        schema_version: Some("1.18.0".into()),
+        release_url: None,
+    };
+    let err =
+        xtask::schema::update(&ws, "v1.3.0", &releases().join("v1.3.0"), &options).expect_err("the table does not fit");
     assert!(err.contains("does not generate") && err.contains("names nothing"), "{err}");
     assert_eq!(std::fs::read_to_string(ws.join("schema/lock.json")).unwrap(), before);
     assert!(!ws.join("generated").exists() && !ws.join("schema/CHANGES.md").exists());

@@ -186,7 +186,7 @@ fn output_is_deterministic() {
 fn vendoring_selects_features_and_adds_derives() {
     let release = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/releases/v1.7.0");
     let settings = Settings::new(&release, "v1.7.0");
-    let stable = codegen::vendor(&settings, &[], true, &["Eq".into()]).expect("vendors");
+    let stable = codegen::vendor(&settings, &[], true, &["Eq".into()]).expect("vendors").text;
     assert!(stable.contains("pub struct SessionId"), "types are in");
     assert!(stable.contains("pub trait Agent"), "traits are in");
     assert!(
@@ -196,13 +196,99 @@ fn vendoring_selects_features_and_adds_derives() {
     assert!(!stable.contains("ForkSessionRequest"), "unstable types are out by default");
     assert!(stable.contains("PartialEq, Eq,") || stable.contains("PartialEq, Eq)"), "extra derives are added");
 
-    let unstable = codegen::vendor(&settings, &["unstable_session_fork".into()], false, &[]).expect("vendors");
+    let unstable = codegen::vendor(&settings, &["unstable_session_fork".into()], false, &[]).expect("vendors").text;
     assert!(unstable.contains("pub struct ForkSessionRequest"));
     assert!(!unstable.contains("pub trait Agent"), "types only");
     assert!(!unstable.contains("NesCapabilities"), "only the chosen feature");
 
     let err = codegen::vendor(&settings, &["unstable_teleport".into()], true, &[]).expect_err("unknown feature");
     assert!(err.to_string().contains("unstable_teleport"));
+}
+
+/// Every struct and enum of a vendored file (also inside `serde_support`) → its derives, by
+/// last path segment. Panics on a derive list that does not parse or names a derive twice.
+fn derives_of(text: &str) -> std::collections::BTreeMap<String, Vec<String>> {
+    use syn::punctuated::Punctuated;
+    fn walk(items: &[syn::Item], out: &mut std::collections::BTreeMap<String, Vec<String>>) {
+        for item in items {
+            let (ident, attrs) = match item {
+                syn::Item::Struct(s) => (&s.ident, &s.attrs),
+                syn::Item::Enum(e) => (&e.ident, &e.attrs),
+                syn::Item::Mod(syn::ItemMod { content: Some((_, inner)), .. }) => {
+                    walk(inner, out);
+                    continue;
+                }
+                _ => continue,
+            };
+            let mut names = Vec::new();
+            for attr in attrs.iter().filter(|a| a.path().is_ident("derive")) {
+                let list = attr
+                    .parse_args_with(Punctuated::<syn::Path, syn::Token![,]>::parse_terminated)
+                    .unwrap_or_else(|e| panic!("derive list of {ident} does not parse: {e}"));
+                names.extend(list.iter().map(|p| p.segments.last().unwrap().ident.to_string()));
+            }
+            let unique: std::collections::BTreeSet<&String> = names.iter().collect();
+            assert_eq!(unique.len(), names.len(), "{ident} derives something twice: {names:?}");
+            out.insert(ident.to_string(), names);
+        }
+    }
+    let file = syn::parse_file(text).expect("vendored file parses");
+    let mut out = std::collections::BTreeMap::new();
+    walk(&file.items, &mut out);
+    out
+}
+
+#[test]
+fn vendored_derives_go_only_where_they_compile() {
+    let mut defs = base_defs();
+    defs.extend(
+        json!({
+            "Score": {"type": "object", "properties": {"value": {"type": "number"}}, "required": ["value"]},
+            "Scored": {"type": "object", "properties": {"score": {"$ref": "#/$defs/Score"}}, "required": ["score"]},
+            "Tree": {"type": "object", "properties": {
+                "label": {"type": "string"},
+                "children": {"type": "array", "items": {"$ref": "#/$defs/Tree"}}
+            }, "required": ["label"]},
+        })
+        .as_object()
+        .cloned()
+        .unwrap(),
+    );
+    let dir = fixture("vendor-derives", Value::Object(defs), base_meta());
+    let mut settings = Settings::new(&dir, "fixture");
+    settings.gating = Gating::AllInOne;
+    let vendored =
+        codegen::vendor(&settings, &[], true, &["Eq".into(), "std::hash::Hash".into(), "my_crate::Marker".into()])
+            .expect("vendors");
+    let derives = derives_of(&vendored.text);
+    let has = |ty: &str, d: &str| derives[ty].iter().any(|x| x == d);
+    // An `f64` is neither `Eq` nor `Hash`, and neither is a type holding one.
+    for ty in ["Score", "Scored"] {
+        assert!(!has(ty, "Eq") && !has(ty, "Hash"), "{ty}: {:?}", derives[ty]);
+        assert!(has(ty, "Marker"), "a derive xtask does not know goes everywhere: {ty}");
+    }
+    // A type holding itself qualifies; so do the error types and the helper they rely on.
+    for ty in ["Tree", "Error", "UnknownVariant"] {
+        assert!(has(ty, "Eq") && has(ty, "Hash") && has(ty, "Marker"), "{ty}: {:?}", derives[ty]);
+    }
+    assert!(vendored.notes.iter().any(|n| n.contains("`Eq`") && n.contains("Score")), "{:?}", vendored.notes);
+
+    let err = codegen::vendor(&settings, &[], true, &["Default".into()]).expect_err("Default is refused");
+    assert!(err.to_string().contains("--derive Default"), "{err}");
+    let err = codegen::vendor(&settings, &[], true, &["serde::Deserialize".into()]).expect_err("serde is refused");
+    assert!(err.to_string().contains("--derive Deserialize"), "{err}");
+}
+
+#[test]
+fn vendored_derives_on_the_pinned_release_are_well_formed() {
+    // The review's case: `--derive Eq` once gave `serde::Serialize, , Eq` and `Eq, ..., Eq`.
+    let release = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/releases/v1.7.0");
+    let settings = Settings::new(&release, "v1.7.0");
+    let text = codegen::vendor(&settings, &["unstable_nes".into()], false, &["Eq".into()]).expect("vendors").text;
+    let derives = derives_of(&text);
+    let has = |ty: &str, d: &str| derives[ty].iter().any(|x| x == d);
+    assert!(has("CancelNotification", "Eq") && has("SessionId", "Eq"));
+    assert!(!has("NumberPropertySchema", "Eq"), "it holds an f64");
 }
 
 #[test]

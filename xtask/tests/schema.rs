@@ -1,0 +1,152 @@
+//! The pinned schema: the lock `schema update` writes, where `schema fetch` downloads from,
+//! and how the commands find the upstream releases.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use xtask::codegen::Gating;
+use xtask::schema::{self, Lock, UpdateOptions};
+
+fn releases() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/releases")
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn pinned() -> Lock {
+    Lock::read(&workspace().join("schema/lock.json")).unwrap()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("schema").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn other_files() -> BTreeMap<String, String> {
+    BTreeMap::from([("v1/schema.json".to_owned(), "00".repeat(32))])
+}
+
+#[test]
+fn a_new_tag_gets_its_own_schema_version_and_release_url() {
+    let old = pinned();
+    let options =
+        UpdateOptions { schema_version: Some("1.22.0".into()), commit: Some("abc".into()), ..Default::default() };
+    let lock = schema::pin(&old, "v1.8.0", other_files(), &options).expect("pins");
+    assert_eq!(lock.tag, "v1.8.0");
+    assert_eq!(lock.schema_version, "1.22.0");
+    assert_eq!(
+        lock.release_url,
+        "https://github.com/agentclientprotocol/agent-client-protocol/releases/download/schema-v1.22.0"
+    );
+    assert_eq!((lock.commit.as_str(), &lock.upstream), ("abc", &old.upstream));
+
+    let url = UpdateOptions { release_url: Some("https://example.org/acp/".into()), ..options };
+    assert_eq!(schema::pin(&old, "v1.8.0", other_files(), &url).unwrap().release_url, "https://example.org/acp");
+}
+
+#[test]
+fn a_new_tag_never_keeps_the_old_release_address() {
+    let old = pinned();
+    let err = schema::pin(&old, "v1.8.0", other_files(), &UpdateOptions::default()).expect_err("no version");
+    assert!(err.contains("--schema-version is required") && err.contains(&old.schema_version), "{err}");
+    // The pinned version again, for files that changed: a stale value typed back in.
+    let stale = UpdateOptions { schema_version: Some(old.schema_version.clone()), ..Default::default() };
+    let err = schema::pin(&old, "v1.8.0", other_files(), &stale).expect_err("same version, other files");
+    assert!(err.contains("--schema-version") && err.contains("differ"), "{err}");
+    let err = schema::pin(
+        &old,
+        "v1.8.0",
+        other_files(),
+        &UpdateOptions { schema_version: Some("v1.22.0".into()), ..Default::default() },
+    )
+    .expect_err("a tag is not a version");
+    assert!(err.contains("--schema-version `v1.22.0`"), "{err}");
+    // The same tag keeps what the lock says.
+    let same = schema::pin(&old, &old.tag, old.files.clone(), &UpdateOptions::default()).unwrap();
+    assert_eq!(same, old);
+}
+
+#[test]
+fn release_assets_are_flat() {
+    assert_eq!(schema::asset_name("v1/schema.json"), "schema.json");
+    assert_eq!(schema::asset_name("v1/meta.unstable.json"), "meta.unstable.json");
+    assert_eq!(schema::asset_name("v2/schema.json"), "schema.v2.json");
+    assert_eq!(schema::asset_name("v2/meta.unstable.json"), "meta.v2.unstable.json");
+}
+
+#[test]
+fn fetch_without_from_downloads_the_assets_the_lock_names() {
+    // A local "release" laid out as upstream publishes it: one flat folder of assets, read with
+    // curl through a file:// address, as `schema fetch` reads the GitHub release.
+    let lock = pinned();
+    let assets = scratch("assets");
+    for file in lock.files.keys() {
+        std::fs::copy(releases().join(&lock.tag).join(file), assets.join(schema::asset_name(file))).unwrap();
+    }
+    let lock = Lock { release_url: format!("file://{}", assets.display()), ..lock };
+    let out = scratch("fetched");
+    schema::fetch(&lock, None, &out).expect("downloads every pinned file");
+    lock.verify_dir(&out).unwrap();
+}
+
+#[test]
+fn the_feature_table_goes_with_the_pinned_tag() {
+    let mut lock = pinned();
+    let plan = xtask::releases::plan(&lock, &releases()).unwrap();
+    let table: Vec<&str> = plan.iter().filter(|(_, g)| *g == Gating::Table).map(|(t, _)| t.as_str()).collect();
+    assert_eq!(table, [lock.tag.as_str()]);
+    lock.tag = "v1.3.0".into();
+    let plan = xtask::releases::plan(&lock, &releases()).unwrap();
+    assert!(plan.contains(&("v1.3.0".to_owned(), Gating::Table)), "{plan:?}");
+    assert!(plan.contains(&("v1.7.0".to_owned(), Gating::AllInOne)), "{plan:?}");
+}
+
+fn xtask_in(dir: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask")).current_dir(dir).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn releases_are_found_from_any_directory() {
+    // Outside the workspace altogether: the default root is the workspace's, not the cwd's.
+    let elsewhere = scratch("cwd");
+    let (ok, stdout, stderr) = xtask_in(&elsewhere, &["diff", "v1.3.0", "v1.7.0", "--json"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("\"changes\""), "{stdout}");
+
+    let (ok, _, stderr) = xtask_in(&elsewhere, &["diff", "v9.9.9", "v1.7.0"]);
+    assert!(!ok);
+    assert!(stderr.contains("no release `v9.9.9` under") && stderr.contains("v1.7.0"), "{stderr}");
+    assert!(!stderr.contains("schema.json"), "names the release, not a file inside it: {stderr}");
+}
+
+#[test]
+fn update_to_a_new_tag_writes_its_release_into_the_lock() {
+    // A "v1.8.0" with v1.7.0's files (the only release the feature table fits).
+    let ws = scratch("update-ws");
+    std::fs::create_dir_all(ws.join("schema")).unwrap();
+    std::fs::copy(workspace().join("schema/lock.json"), ws.join("schema/lock.json")).unwrap();
+    let old = pinned();
+    schema::fetch(&old, Some(&releases().join(&old.tag)), &ws.join("schema/json")).unwrap();
+    let next = scratch("v1.8.0");
+    for file in old.files.keys() {
+        std::fs::create_dir_all(next.join(file).parent().unwrap()).unwrap();
+        std::fs::copy(releases().join(&old.tag).join(file), next.join(file)).unwrap();
+    }
+
+    let err = schema::update(&ws, "v1.8.0", &next, &UpdateOptions::default()).expect_err("no --schema-version");
+    assert!(err.contains("--schema-version"), "{err}");
+    assert_eq!(Lock::read(&ws.join("schema/lock.json")).unwrap(), old, "a refused update changes nothing");
+
+    let options =
+        UpdateOptions { schema_version: Some("1.22.0".into()), commit: Some("abc".into()), ..Default::default() };
+    schema::update(&ws, "v1.8.0", &next, &options).expect("updates");
+    let lock = Lock::read(&ws.join("schema/lock.json")).unwrap();
+    assert_eq!((lock.tag.as_str(), lock.schema_version.as_str()), ("v1.8.0", "1.22.0"));
+    assert!(lock.release_url.ends_with("/releases/download/schema-v1.22.0"), "{}", lock.release_url);
+}
