@@ -28,7 +28,7 @@
 //!
 //! ```no_run
 //! use acp_runtime::agent::{AgentContext, serve_stdio};
-//! use acp_types::{
+//! use acp_runtime::acp_types::{
 //!     Agent, AuthenticateRequest, AuthenticateResponse, CancelNotification, ContentBlock,
 //!     ContentChunk, Error, InitializeRequest, InitializeResponse, NewSessionRequest,
 //!     NewSessionResponse, PromptRequest, PromptResponse, SessionNotification, SessionUpdate,
@@ -266,6 +266,23 @@ fn notification_failed(cx: &AgentContext, error: &acp_types::Error) {
 
 /// What an agent's handler gets besides its params (the `Cx` of
 /// [`acp_types::Agent<AgentContext>`](Agent)). Cheap to clone.
+///
+/// # Cancellation
+///
+/// When a request is cancelled (`session/cancel` for a prompt, `$/cancel_request` for any
+/// request), what happens to its handler depends on whether it has asked for its token
+/// *by then* ([`cancelled`](Self::cancelled), [`is_cancelled`](Self::is_cancelled) or
+/// [`cancellation_token`](Self::cancellation_token)):
+///
+/// - it has: it gets the connection's grace period (100 ms by default,
+///   [`Connection::cancel_grace`](crate::Connection::cancel_grace)) to wind down, send its
+///   last updates and return; a prompt is answered `cancelled` whatever it returns;
+/// - it has not: it is dropped at once (after one last poll) and answered `cancelled`, so a
+///   handler that ignores cancellation never delays the answer.
+///
+/// A handler that wants to clean up must therefore ask before it awaits long work, e.g. by
+/// calling `cx.cancellation_token()` first or by `select!`ing on `cx.cancelled()`. Asking
+/// only afterwards is too late: the handler is gone before it gets there.
 #[derive(Clone, Debug)]
 pub struct AgentContext {
     pub(crate) inner: Arc<ContextInner<ClientHandle>>,
@@ -481,15 +498,16 @@ impl ClientHandle {
     }
 
     /// Calls an extension method; `method` is the full name, starting with `_`. The params
-    /// and the result are passed as they are (`_meta` included).
+    /// (an object, an array, or `null` for none) and the result are passed as they are
+    /// (`_meta` included). Anything else fails with [`Error::InvalidExtension`], unsent.
     pub async fn ext_method(&self, method: &str, params: Value) -> Result<Value, Error> {
-        let raw = typed::call(&self.peer, method, &params, self.cancel.as_ref()).await?;
-        typed::decode_value(&raw)
+        typed::call_ext(&self.peer, method, &params, self.cancel.as_ref()).await
     }
 
-    /// Sends an extension notification; `method` is the full name, starting with `_`.
+    /// Sends an extension notification; `method` is the full name, starting with `_`, and
+    /// the params are as for [`Self::ext_method`].
     pub async fn ext_notification(&self, method: &str, params: Value) -> Result<(), Error> {
-        self.peer.notify(method, &params).await
+        typed::notify_ext(&self.peer, method, &params).await
     }
 
     /// A typed call, bound to the handle's token.

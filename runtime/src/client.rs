@@ -367,6 +367,10 @@ impl AgentHandle {
         /// `session/prompt`: one prompt turn. Returns when the turn ends, after every
         /// `session/update` of the turn has been handled. To stop it, call
         /// [`AgentHandle::cancel`]: the turn then ends with `stopReason: cancelled`.
+        ///
+        /// Like every call here, the request is sent when the future is first polled, not
+        /// when it is created: to cancel a turn from elsewhere, spawn the prompt (or poll it
+        /// in a `select!` whose other branch sends the cancel only after the turn started).
         prompt(agent_method::SESSION_PROMPT, PromptRequest) -> PromptResponse;
     }
 
@@ -395,15 +399,16 @@ impl AgentHandle {
     }
 
     /// Calls an extension method; `method` is the full name, starting with `_`. The params
-    /// and the result are passed as they are (`_meta` included).
+    /// (an object, an array, or `null` for none) and the result are passed as they are
+    /// (`_meta` included). Anything else fails with [`Error::InvalidExtension`], unsent.
     pub async fn ext_method(&self, method: &str, params: Value) -> Result<Value, Error> {
-        let raw = typed::call(&self.peer, method, &params, self.cancel.as_ref()).await?;
-        typed::decode_value(&raw)
+        typed::call_ext(&self.peer, method, &params, self.cancel.as_ref()).await
     }
 
-    /// Sends an extension notification; `method` is the full name, starting with `_`.
+    /// Sends an extension notification; `method` is the full name, starting with `_`, and
+    /// the params are as for [`Self::ext_method`].
     pub async fn ext_notification(&self, method: &str, params: Value) -> Result<(), Error> {
-        self.peer.notify(method, &params).await
+        typed::notify_ext(&self.peer, method, &params).await
     }
 
     async fn call<P, R>(&self, method: &str, params: &P) -> Result<R, Error>

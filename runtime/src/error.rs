@@ -36,6 +36,16 @@ pub enum Error {
     /// Our own params could not be encoded (e.g. a map with non-string keys).
     #[error("cannot encode params: {0}")]
     Encode(#[source] serde_json::Error),
+    /// An extension call or notification we were asked to send is not valid ACP: its method
+    /// does not start with `_`, or its params are a string, a number or a boolean (JSON-RPC
+    /// params are an object or an array). Nothing was sent.
+    #[error("invalid extension message `{method}`: {reason}")]
+    InvalidExtension {
+        /// The method name given.
+        method: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }
 
 impl Error {

@@ -4,6 +4,7 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 pub use serde_json::Value;
+use serde_json::Map;
 use serde_json::value::RawValue;
 
 use crate::acp_types::{Error, ExtResponse, InitializeRequest};
@@ -72,9 +73,21 @@ fn set_if_unset(json: &mut Value, path: &[&str], leaf: Value) {
 
 /// Decodes the params of an extension request or notification (the `Value` inside
 /// [`ExtRequest`](crate::acp_types::ExtRequest) / [`ExtNotification`](crate::acp_types::ExtNotification))
-/// into the handler's type (`-32602` when they do not fit).
+/// into the handler's type (`-32602` when they do not fit). Absent or `null` params arrive as
+/// `{}`; when the type does not take an empty object, they are decoded as `null` instead, so
+/// that a handler taking `()` or `Option<T>` can be called without params.
 pub fn ext_params<T: DeserializeOwned>(params: Value) -> Result<T, Error> {
-    serde_json::from_value(params).map_err(|e| Error::invalid_params().data(Value::from(e.to_string())))
+    let empty = params.as_object().is_some_and(Map::is_empty);
+    match T::deserialize(&params) {
+        Ok(decoded) => Ok(decoded),
+        // Neither fits: the first error says more.
+        Err(e) if empty => T::deserialize(Value::Null).map_err(|_| invalid(e)),
+        Err(e) => Err(invalid(e)),
+    }
+}
+
+fn invalid(e: serde_json::Error) -> Error {
+    Error::invalid_params().data(Value::from(e.to_string()))
 }
 
 /// Encodes an extension handler's result.

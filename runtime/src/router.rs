@@ -327,10 +327,15 @@ async fn run_request(
                 return;
             }
             None => {
-                let out = within_grace(watch.grace(grace), &mut fut).await.and_then(Result::transpose);
+                let handler_grace = watch.grace(grace);
+                let out = within_grace(handler_grace, &mut fut).await.and_then(Result::transpose);
                 if out.is_none() {
                     span.in_scope(|| {
-                        tracing::debug!("cancelled handler did not finish within the grace period; dropped")
+                        if handler_grace.is_zero() && !grace.is_zero() {
+                            tracing::debug!("cancelled handler never asked for its cancellation token; dropped at once")
+                        } else {
+                            tracing::debug!("cancelled handler did not finish within the grace period; dropped")
+                        }
                     });
                 }
                 cancelled_answer(kind, out)

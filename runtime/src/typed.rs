@@ -60,6 +60,44 @@ pub(crate) async fn call<P: serde::Serialize + ?Sized>(
     }
 }
 
+/// Checks an outgoing extension message before anything is sent: the method must be an
+/// extension name (`_` first) and the params structured. `null` params are left out, as
+/// JSON-RPC has no `"params": null`.
+pub(crate) fn ext_params<'a>(method: &str, params: &'a Value) -> Result<Option<&'a Value>, Error> {
+    let invalid = |reason| Err(Error::InvalidExtension { method: method.to_owned(), reason });
+    if !method.starts_with('_') {
+        return invalid("extension methods start with `_`");
+    }
+    match params {
+        Value::Null => Ok(None),
+        Value::Object(_) | Value::Array(_) => Ok(Some(params)),
+        _ => invalid("params must be an object, an array or null"),
+    }
+}
+
+/// Calls an extension method (see [`ext_params`]) for a typed handle; the result as it is.
+pub(crate) async fn call_ext(
+    peer: &crate::Peer,
+    method: &str,
+    params: &Value,
+    cancel: Option<&tokio_util::sync::CancellationToken>,
+) -> Result<Value, Error> {
+    let params = ext_params(method, params)?;
+    let raw = match peer.call(method, params, cancel).await {
+        Err(Error::Cancelled) if peer.is_closed() => Err(Error::ConnectionClosed),
+        other => other,
+    }?;
+    decode_value(&raw)
+}
+
+/// Sends an extension notification (see [`ext_params`]).
+pub(crate) async fn notify_ext(peer: &crate::Peer, method: &str, params: &Value) -> Result<(), Error> {
+    match ext_params(method, params)? {
+        Some(params) => peer.notify(method, params).await,
+        None => peer.notify_raw(method, None).await,
+    }
+}
+
 /// Encodes a handler's result for the response.
 pub(crate) fn encode_result<T: serde::Serialize>(result: &T) -> Result<Box<RawValue>, ErrorObject> {
     serde_json::value::to_raw_value(result)
@@ -134,6 +172,8 @@ impl From<Error> for acp_types::Error {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn raw(s: &str) -> Box<RawValue> {
@@ -164,6 +204,17 @@ mod tests {
         assert_eq!(cancelled.code, acp_types::ErrorCode::REQUEST_CANCELLED);
         let closed: acp_types::Error = Error::ConnectionClosed.into();
         assert_eq!(closed.code, acp_types::ErrorCode::INTERNAL_ERROR);
+    }
+
+    #[test]
+    fn outgoing_extension_messages_are_checked_and_null_params_left_out() {
+        assert_eq!(ext_params("_x", &Value::Null).unwrap(), None);
+        assert_eq!(ext_params("_x", &json!([1])).unwrap(), Some(&json!([1])));
+        assert_eq!(ext_params("_x", &json!({})).unwrap(), Some(&json!({})));
+        for (method, params) in [("_x", json!(1)), ("_x", json!(true)), ("x", json!({}))] {
+            let e = ext_params(method, &params).unwrap_err();
+            assert!(matches!(&e, Error::InvalidExtension { method: m, .. } if m == method), "{e:?}");
+        }
     }
 
     #[test]

@@ -103,9 +103,17 @@ async fn typed_handler_errors_go_out_unchanged_and_come_back_as_rpc_errors() {
         }
         other => panic!("{other:?}"),
     }
-    // JSON-RPC params are structured: the runtime refuses anything else.
-    let result: Result<Value, Error> = pair.agent.ext_method("_test/echo", json!(1)).await;
-    assert!(matches!(&result, Err(Error::Rpc(e)) if e.code == codes::INVALID_PARAMS), "{result:?}");
+    // JSON-RPC params are structured, and extension names start with `_`: such calls are
+    // refused before anything is sent, and the connection goes on.
+    for (method, params) in [("_test/echo", json!(1)), ("_test/echo", json!("s")), ("session/new", json!({}))] {
+        let result: Result<Value, Error> = pair.agent.ext_method(method, params.clone()).await;
+        assert!(matches!(&result, Err(Error::InvalidExtension { .. })), "{method} {params}: {result:?}");
+        let result = pair.agent.ext_notification(method, params.clone()).await;
+        assert!(matches!(&result, Err(Error::InvalidExtension { .. })), "{method} {params}: {result:?}");
+    }
+    // `null` means no params.
+    let echoed = pair.agent.ext_method("_test/echo", Value::Null).await.unwrap();
+    assert_eq!(echoed["params"], json!({}));
 }
 
 /// An "agent" that answers every request with a result of the wrong shape.

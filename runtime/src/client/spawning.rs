@@ -13,9 +13,13 @@ use crate::error::Error;
 use crate::tasks::AbortOnDrop;
 use crate::transport::{ChildProcess, SpawnOptions};
 
-/// Spawns `command` as an agent process (stderr traced, see [`SpawnOptions`]) and serves
-/// `client` on its stdio with the default [`Connection`] options: the one-call way for an
-/// editor to start an agent. Needs a tokio runtime; see [`Connection::spawn_agent`].
+/// Spawns `command` as an agent process and serves `client` on its stdio with the default
+/// [`Connection`] options: the one-call way for an editor to start an agent. Needs a tokio
+/// runtime; see [`Connection::spawn_agent`].
+///
+/// The agent's stderr lines become `tracing` events (target `acp_runtime::agent_stderr`), so
+/// they are only seen with a tracing subscriber installed; use [`Connection::spawn_agent`]
+/// with [`StderrMode::Inherit`](crate::transport::StderrMode::Inherit) to pass them through.
 pub fn spawn_agent<C>(client: C, command: std::process::Command) -> io::Result<(AgentHandle, AgentProcess)>
 where
     C: Client<ClientContext> + 'static,
@@ -58,6 +62,10 @@ impl Connection {
 /// grace period (`SpawnOptions::kill_grace`) gets SIGTERM, then SIGKILL after the grace period
 /// again. The process is reaped by a detached task. If the tokio runtime shuts down before
 /// that is done (e.g. `main` returns right after the drop), the process group is killed at once.
+///
+/// `std::process::exit` runs no destructors and stops every task: a program that exits that
+/// way must first await [`AgentProcess::terminate`] (or [`AgentProcess::wait`]), or the agent
+/// outlives it.
 #[derive(Debug)]
 pub struct AgentProcess {
     child: ChildProcess,
