@@ -3,8 +3,8 @@
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-pub use serde_json::Value;
 use serde_json::Map;
+pub use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::acp_types::{Error, ExtResponse, InitializeRequest};
