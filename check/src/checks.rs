@@ -3,15 +3,18 @@
 
 use std::time::{Duration, Instant};
 
-use acp_runtime::acp_types::{InitializeResponse, PromptResponse, StopReason};
+use acp_runtime::acp_types::{InitializeResponse, PromptResponse, SessionUpdate, StopReason};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::shape;
-use crate::wire::{Agent, Launch, Observed, Reply, truncate};
+use crate::wire::{Agent, Launch, Observed, Reply, Sent, truncate};
 
-/// The protocol version the checker asks for: the current one.
+/// The protocol version the checker asks for: the current one, and the latest it knows.
 pub const CURRENT_PROTOCOL_VERSION: u64 = 1;
+/// A protocol version no agent supports, for version negotiation: the largest a
+/// `ProtocolVersion` holds (a uint16 in the schema, 0..=65535), so the request is still valid.
+pub const UNSUPPORTED_PROTOCOL_VERSION: u16 = u16::MAX;
 /// How long a cancelled turn may take to answer `cancelled`.
 pub const CANCEL_BOUND: Duration = Duration::from_secs(2);
 
@@ -40,6 +43,8 @@ pub struct Check {
     pub rule: &'static str,
     /// What happened.
     pub detail: String,
+    /// The check could not tell whether the rule holds (its status is WARN).
+    pub inconclusive: bool,
 }
 
 pub struct Options {
@@ -65,14 +70,15 @@ pub struct Run {
 
 impl Run {
     fn record(&mut self, id: &'static str, level: Level, rule: &'static str, outcome: Outcome) {
+        let inconclusive = matches!(outcome, Outcome::Inconclusive(_));
         let (status, detail) = match outcome {
             Outcome::Pass(d) => (Status::Pass, d),
             // A SHOULD that does not hold is a warning, a MUST a failure.
             Outcome::Fail(d) => (if level == Level::Must { Status::Fail } else { Status::Warn }, d),
-            Outcome::Warn(d) => (Status::Warn, d),
+            Outcome::Warn(d) | Outcome::Inconclusive(d) => (Status::Warn, d),
             Outcome::Skip(d) => (Status::Skip, d),
         };
-        self.checks.push(Check { id, level, status, rule, detail });
+        self.checks.push(Check { id, level, status, rule, detail, inconclusive });
     }
 
     async fn retire(&mut self, agent: Agent) {
@@ -84,6 +90,9 @@ enum Outcome {
     Pass(String),
     Fail(String),
     Warn(String),
+    /// Whether the rule holds could not be told (a WARN, whatever the level): what happened
+    /// neither shows it nor contradicts it.
+    Inconclusive(String),
     Skip(String),
 }
 
@@ -96,6 +105,10 @@ const PROMPT: &str = "session/prompt is answered with a valid stopReason";
 const UPDATES: &str = "every session/update decodes as a SessionNotification of the prompted session";
 const STREAMS: &str = "a prompt turn reports progress with session/update";
 const CANCEL: &str = "after session/cancel, the turn answers stopReason `cancelled` (within 2 s)";
+const TURN_ORDER: &str = "a turn's message/thought chunks, tool calls, tool call updates and plans are sent before \
+                          its session/prompt answer";
+const NEGOTIATION: &str = "asked for a protocol version it does not support (65535), the agent answers the latest \
+                           version it supports, not the one asked for";
 const UNKNOWN: &str = "an unknown method is answered -32601 and the agent keeps working";
 const MALFORMED_SURVIVES: &str = "a malformed line (`{not json`) does not stop the agent";
 const MALFORMED_ANSWER: &str = "a malformed line is answered -32700 with a null id";
@@ -137,6 +150,7 @@ const SESSION_CHECKS: &[(&str, Level, &str)] = &[
     ("session-update-shape", Level::Must, UPDATES),
     ("prompt-streams-updates", Level::Should, STREAMS),
     ("cancel", Level::Must, CANCEL),
+    ("turn-updates-before-answer", Level::Must, TURN_ORDER),
 ];
 
 // ---- the run ---------------------------------------------------------------------------------
@@ -194,11 +208,13 @@ pub async fn run(options: &Options, cwd: &str) -> Result<Run, String> {
         }
     };
 
-    match new_session(&agent, cwd, options.timeout, &auth).await {
+    let accepted = run.facts.protocol_version.as_ref().and_then(Value::as_u64).unwrap_or(CURRENT_PROTOCOL_VERSION);
+    let prompted = match new_session(&agent, cwd, options.timeout, &auth).await {
         Ok(session) => {
             run.record("session-new", Level::Must, SESSION_NEW, Outcome::Pass(format!("sessionId {session}")));
             prompt_turn(&mut run, &agent, &session, options.timeout).await;
             cancel_turn(&mut run, &agent, &session, options.timeout).await;
+            true
         }
         Err(error) => {
             let why = match error {
@@ -214,19 +230,28 @@ pub async fn run(options: &Options, cwd: &str) -> Result<Run, String> {
             for (id, level, rule) in SESSION_CHECKS {
                 run.record(id, *level, rule, Outcome::Skip(why.clone()));
             }
+            false
         }
-    }
+    };
     run.retire(agent).await;
+    if prompted {
+        // Judged on all the process wrote, up to its end: an update may follow the last answer.
+        let outcome = turn_order(run.observed.last().expect("just retired"));
+        run.record("turn-updates-before-answer", Level::Must, TURN_ORDER, outcome);
+    }
 
-    // 2. Robustness, each on a fresh process.
+    // 2. Version negotiation, on a fresh process (initialize is sent once per connection).
+    version_negotiation(&mut run, options, accepted).await;
+
+    // 3. Robustness, each on a fresh process.
     unknown_method(&mut run, options, cwd).await?;
     malformed_line(&mut run, options, cwd).await?;
     extension_method(&mut run, options, cwd).await?;
 
-    // 3. Capability honesty.
+    // 4. Capability honesty.
     capabilities(&mut run, options, cwd).await?;
 
-    // 4. What was seen over all the runs.
+    // 5. What was seen over all the runs.
     final_checks(&mut run);
     Ok(run)
 }
@@ -249,12 +274,36 @@ fn final_checks(run: &mut Run) {
     };
     run.record("client-capabilities-respected", Level::Must, CLIENT_CALLS, outcome);
 
-    let non_json: Vec<&String> = run.observed.iter().flat_map(|o| &o.non_json_lines).collect();
-    let outcome = match non_json.first() {
+    let outcome = match non_json_lines(&run.observed) {
         None => Outcome::Pass("every line was a JSON-RPC message".into()),
-        Some(first) => Outcome::Fail(format!("{} line(s) that are not JSON-RPC, e.g. {first:?}", non_json.len())),
+        Some(what) => Outcome::Fail(what),
     };
     run.record("stdout-json-only", Level::Must, STDOUT, outcome);
+}
+
+/// The lines on stdout that are not JSON-RPC, over all the processes, described so that a
+/// line each process prints (a banner at startup) reads as one line, not as one per process.
+fn non_json_lines(observed: &[Observed]) -> Option<String> {
+    let first = observed.iter().flat_map(|o| &o.non_json_lines).next()?;
+    let total: usize = observed.iter().map(|o| o.non_json_lines.len()).sum();
+    let mut distinct: Vec<&String> = Vec::new();
+    for line in observed.iter().flat_map(|o| &o.non_json_lines) {
+        if !distinct.contains(&line) {
+            distinct.push(line);
+        }
+    }
+    let (printing, started) = (observed.iter().filter(|o| !o.non_json_lines.is_empty()).count(), observed.len());
+    let lines = match distinct.len() {
+        1 => "1 distinct line that is not JSON-RPC".to_owned(),
+        n => format!("{n} distinct lines that are not JSON-RPC"),
+    };
+    let times = if total > distinct.len() { format!(" ({total} in all)") } else { String::new() };
+    let by = match (printing, started) {
+        (_, 1) => "printed by the one agent process started".to_owned(),
+        (p, s) if p == s => format!("printed by each of the {s} agent processes started"),
+        (p, s) => format!("printed by {p} of the {s} agent processes started"),
+    };
+    Some(format!("{lines}{times}, {by}; the first: {first:?}"))
 }
 
 /// Skips what follows `protocol-version` (the final checks excepted).
@@ -262,6 +311,7 @@ fn skip_rest(run: &mut Run, why: &str) {
     let mut rest = vec![("session-new", Level::Must, SESSION_NEW)];
     rest.extend(SESSION_CHECKS.iter().copied());
     rest.extend([
+        ("version-negotiation", Level::Must, NEGOTIATION),
         ("unknown-method", Level::Must, UNKNOWN),
         ("malformed-line-survives", Level::Must, MALFORMED_SURVIVES),
         ("malformed-line-answer", Level::Should, MALFORMED_ANSWER),
@@ -278,18 +328,83 @@ fn spawn(options: &Options) -> Result<Agent, String> {
 }
 
 async fn initialize(agent: &Agent, limit: Duration) -> Result<(InitializeResponse, Value), String> {
-    let params = json!({
-        "protocolVersion": CURRENT_PROTOCOL_VERSION,
-        "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false},
-        "clientInfo": {"name": "acp-check", "version": env!("CARGO_PKG_VERSION")},
-    });
-    match agent.call("initialize", params, limit).await {
-        Reply::Result(raw) => match serde_json::from_value::<InitializeResponse>(raw.clone()) {
-            Ok(response) => Ok((response, raw)),
-            Err(e) => Err(format!("the result is not an InitializeResponse: {e}: {}", truncate(&raw.to_string(), 200))),
-        },
+    match agent.call("initialize", initialize_params(CURRENT_PROTOCOL_VERSION), limit).await {
+        Reply::Result(raw) => decode_initialize(raw),
         other => Err(format!("initialize got {}", other.describe())),
     }
+}
+
+fn initialize_params(version: u64) -> Value {
+    json!({
+        "protocolVersion": version,
+        "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false},
+        "clientInfo": {"name": "acp-check", "version": env!("CARGO_PKG_VERSION")},
+    })
+}
+
+fn decode_initialize(raw: Value) -> Result<(InitializeResponse, Value), String> {
+    match serde_json::from_value::<InitializeResponse>(raw.clone()) {
+        Ok(response) => Ok((response, raw)),
+        Err(e) => Err(format!("the result is not an InitializeResponse: {e}: {}", truncate(&raw.to_string(), 200))),
+    }
+}
+
+/// Version negotiation with a version the agent cannot support. initialization.mdx, "Version
+/// Negotiation": "If the Agent supports the requested version, it **MUST** respond with the
+/// same version. Otherwise, the Agent **MUST** respond with the latest version it supports."
+/// `accepted` is what it answered when asked for the current version.
+async fn version_negotiation(run: &mut Run, options: &Options, accepted: u64) {
+    let agent = match spawn(options) {
+        Ok(agent) => agent,
+        Err(why) => {
+            let why = format!("could not start: {why}");
+            run.record("version-negotiation", Level::Must, NEGOTIATION, Outcome::Skip(why));
+            return;
+        }
+    };
+    let asked = u64::from(UNSUPPORTED_PROTOCOL_VERSION);
+    let reply = agent.call("initialize", initialize_params(asked), options.timeout).await;
+    let outcome = match reply {
+        Reply::Result(raw) => match decode_initialize(raw) {
+            Err(why) => Outcome::Fail(format!("asked for {asked}: {why}")),
+            Ok((response, _)) => {
+                let answered = u64::from(response.protocol_version.0);
+                if answered == asked {
+                    Outcome::Fail(format!(
+                        "asked for {asked}, a version no agent supports, the agent answered {answered}: it echoes the \
+                         version asked for instead of answering the latest one it supports"
+                    ))
+                } else if answered < accepted {
+                    Outcome::Fail(format!(
+                        "asked for {asked}, the agent answered {answered}, yet it answered {accepted} when asked for \
+                         {CURRENT_PROTOCOL_VERSION}: {answered} is not the latest version it supports"
+                    ))
+                } else if answered > CURRENT_PROTOCOL_VERSION {
+                    // A version acp-check does not know may well be the latest the agent supports.
+                    Outcome::Inconclusive(format!(
+                        "inconclusive: asked for {asked}, the agent answered {answered}, a version acp-check does not \
+                         know (it knows up to {CURRENT_PROTOCOL_VERSION}); whether the agent supports it cannot be \
+                         checked"
+                    ))
+                } else {
+                    Outcome::Pass(format!("asked for {asked}, the agent answered {answered}"))
+                }
+            }
+        },
+        // Not the answer the spec asks for: the rule quoted above wants a *response with the
+        // latest version it supports*, and the next line leaves the decision to the client: "If
+        // the Client does not support the version specified by the Agent in the `initialize`
+        // response, the Client **SHOULD** close the connection and inform the user about it."
+        // An error names no version to tell the user about, so it breaks the MUST: a failure.
+        Reply::Error(e) => Outcome::Fail(format!(
+            "asked for {asked}, the agent answered error {} ({}) instead of the latest version it supports",
+            e.code,
+            truncate(&e.message, 80)
+        )),
+        other => Outcome::Fail(format!("asked for {asked}, initialize got {}", other.describe())),
+    };
+    run.record("version-negotiation", Level::Must, NEGOTIATION, outcome);
+    run.retire(agent).await;
 }
 
 /// The authentication methods the agent advertised (acp-check uses none of them).
@@ -352,12 +467,14 @@ struct Started {
     auth: Auth,
 }
 
-async fn start(options: &Options, cwd: &str) -> Result<Started, String> {
+/// A process that is started but fails is retired into `run` all the same: what it wrote
+/// counts in the final checks.
+async fn start(run: &mut Run, options: &Options, cwd: &str) -> Result<Started, String> {
     let agent = spawn(options)?;
     let (_, init) = match initialize(&agent, options.timeout).await {
         Ok(init) => init,
         Err(why) => {
-            agent.close().await;
+            run.retire(agent).await;
             return Err(why);
         }
     };
@@ -366,7 +483,7 @@ async fn start(options: &Options, cwd: &str) -> Result<Started, String> {
         Ok(session) => Ok(Started { agent, init, session: Some(session), auth }),
         Err(SessionError::AuthRequired(_)) => Ok(Started { agent, init, session: None, auth }),
         Err(SessionError::Failed(why)) => {
-            agent.close().await;
+            run.retire(agent).await;
             Err(why)
         }
     }
@@ -425,9 +542,12 @@ async fn prompt_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duratio
                 tags.push(tag);
             }
         }
-        // Progress is what arrived once the prompt was on its way, not what came before it.
+        // Progress is what arrived once the prompt was on its way and before its answer.
         let during_turn = match o.last_sent("session/prompt", sent_before) {
-            Some(prompt) => o.updates.iter().filter(|u| u.at >= prompt.at).count(),
+            Some(prompt) => {
+                let answer = o.answer_to(prompt).map(|a| a.seq);
+                o.updates.iter().filter(|u| u.at >= prompt.at && answer.is_none_or(|a| u.seq < a)).count()
+            }
             None => o.updates.len() - updates_before,
         };
         (o.updates.len(), tags, bad, unknown, o.permission_requests, during_turn)
@@ -483,7 +603,7 @@ async fn cancel_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duratio
                     Outcome::Pass(format!("stopReason cancelled {elapsed} ms after session/cancel"))
                 }
                 // The answer was on the wire before the cancel: there was nothing left to cancel.
-                Ok(other) if crossed => Outcome::Warn(format!(
+                Ok(other) if crossed => Outcome::Inconclusive(format!(
                     "inconclusive: the turn answered `{}` before session/cancel reached the agent (the answer \
                      was already on the wire)",
                     other.as_str()
@@ -511,9 +631,69 @@ async fn answer_crossed_cancel(agent: &Agent, sent_before: usize) -> bool {
     agent.wait_for(Duration::from_millis(500), written).await;
     agent.observed(|o| {
         let Some(cancel) = o.last_sent("session/cancel", sent_before) else { return true };
-        let answered = o.last_sent("session/prompt", sent_before).and_then(|p| o.answered_at(p.id.as_ref()?));
+        let answered = o.last_sent("session/prompt", sent_before).and_then(|p| o.answer_to(p)).map(|a| a.at);
         answered.is_some_and(|at| at < cancel.at)
     })
+}
+
+/// Whether the agent sent a turn's output after the turn's answer, judged on everything the
+/// process wrote (the updates after the last answer included).
+///
+/// prompt-turn.mdx, "Cancellation", is the one sentence on the order: "The Agent **MAY** send
+/// `session/update` notifications with content or tool call updates after receiving the
+/// `session/cancel` notification, but it **MUST** ensure that it does so before responding to the
+/// `session/prompt` request." What holds for a cancelled turn, whose updates race the answer,
+/// holds for any turn: the answer is its end ("4. Check for Completion": "If there are no
+/// pending tool calls, the turn ends and the Agent **MUST** respond to the original
+/// `session/prompt` request with a `StopReason`"), and its output comes before ("3. Agent
+/// Reports Output"). Hence a MUST.
+///
+/// Only a turn's output counts: `available_commands_update`, `current_mode_update`,
+/// `config_option_update`, `session_info_update` and `usage_update` describe the session and
+/// may come at any time. An update counts as late only if it was read before the next prompt
+/// was written: what comes after may be the next turn's.
+fn turn_order(o: &Observed) -> Outcome {
+    let prompts: Vec<&Sent> = o.sent.iter().filter(|s| s.method == "session/prompt").collect();
+    let mut answered = 0;
+    let mut late = Vec::new();
+    for (n, prompt) in prompts.iter().enumerate() {
+        let Some(answer) = o.answer_to(prompt) else { continue };
+        answered += 1;
+        let next = prompts.get(n + 1).map(|p| p.at);
+        for update in &o.updates {
+            let Ok(notification) = &update.decoded else { continue };
+            if update.seq > answer.seq
+                && next.is_none_or(|next| update.at < next)
+                && prompt.session.as_deref() == Some(notification.session_id.0.as_str())
+                && is_turn_output(&notification.update)
+            {
+                late.push(format!("`{}` after the answer to session/prompt #{}", update.tag(), n + 1));
+            }
+        }
+    }
+    match late.first() {
+        _ if answered == 0 => Outcome::Skip("no session/prompt was answered".into()),
+        None => Outcome::Pass(format!(
+            "no message, thought, tool call or plan update after the answer, in {answered} turn(s)"
+        )),
+        Some(first) => Outcome::Fail(format!(
+            "{} update(s) of a turn arrived after its answer (which ends the turn), before any next prompt: {first}",
+            late.len()
+        )),
+    }
+}
+
+/// The updates that are a prompt turn's output.
+fn is_turn_output(update: &SessionUpdate) -> bool {
+    matches!(
+        update,
+        SessionUpdate::UserMessageChunk(_)
+            | SessionUpdate::AgentMessageChunk(_)
+            | SessionUpdate::AgentThoughtChunk(_)
+            | SessionUpdate::ToolCall(_)
+            | SessionUpdate::ToolCallUpdate(_)
+            | SessionUpdate::Plan(_)
+    )
 }
 
 /// Whether the agent still works: it answers another `session/new` (with a session, or with
@@ -526,7 +706,7 @@ async fn still_works(agent: &Agent, cwd: &str, limit: Duration, auth: &Auth) -> 
 }
 
 async fn unknown_method(run: &mut Run, options: &Options, cwd: &str) -> Result<(), String> {
-    let Started { agent, auth, .. } = match start(options, cwd).await {
+    let Started { agent, auth, .. } = match start(run, options, cwd).await {
         Ok(started) => started,
         Err(why) => {
             run.record("unknown-method", Level::Must, UNKNOWN, Outcome::Skip(format!("could not start: {why}")));
@@ -548,7 +728,7 @@ async fn unknown_method(run: &mut Run, options: &Options, cwd: &str) -> Result<(
 }
 
 async fn malformed_line(run: &mut Run, options: &Options, cwd: &str) -> Result<(), String> {
-    let Started { agent, auth, .. } = match start(options, cwd).await {
+    let Started { agent, auth, .. } = match start(run, options, cwd).await {
         Ok(started) => started,
         Err(why) => {
             let why = format!("could not start: {why}");
@@ -582,7 +762,7 @@ async fn malformed_line(run: &mut Run, options: &Options, cwd: &str) -> Result<(
 }
 
 async fn extension_method(run: &mut Run, options: &Options, cwd: &str) -> Result<(), String> {
-    let Started { agent, auth, .. } = match start(options, cwd).await {
+    let Started { agent, auth, .. } = match start(run, options, cwd).await {
         Ok(started) => started,
         Err(why) => {
             run.record("extension-method", Level::Must, EXTENSION, Outcome::Skip(format!("could not start: {why}")));
@@ -619,7 +799,7 @@ async fn capabilities(run: &mut Run, options: &Options, cwd: &str) -> Result<(),
             run.retire(started.agent).await;
         }
         if current.is_none() {
-            match start(options, cwd).await {
+            match start(run, options, cwd).await {
                 Ok(started) => current = Some(started),
                 Err(why) => {
                     run.record(id, Level::Must, rule, Outcome::Skip(format!("could not start: {why}")));

@@ -7,8 +7,9 @@
 //! The agent is spawned over stdio (several times: each group of checks gets a fresh process)
 //! and driven by a minimal client that advertises no capabilities and allows permission
 //! requests. The report lists each check as PASS, FAIL (a MUST that does not hold), WARN (a
-//! SHOULD that does not hold, or an inconclusive check) or SKIP. Exit status: 0 when every
-//! MUST holds, 1 when one fails, 2 on a usage error or when the agent cannot be started, 130
+//! SHOULD that does not hold, or an inconclusive check) or SKIP; the summary says how many
+//! MUST checks were inconclusive or skipped. Exit status: 0 when no MUST fails (a MUST check
+//! that is inconclusive or skipped does not fail), 1 when one fails, 2 on a usage error or when the agent cannot be started, 130
 //! (143) when interrupted by SIGINT (SIGTERM): the agents are stopped and the scratch
 //! directory removed first.
 
@@ -35,8 +36,8 @@ and extension methods, a malformed line, and whether the advertised capabilities
   --timeout-ms N  how long to wait for each answer, a whole prompt turn included (default 10000)
   -v, --verbose   show the agent's stderr
 
-exit status: 0 when every MUST holds, 1 when one fails, 2 on a usage error or when the agent
-cannot be started, 130/143 when interrupted";
+exit status: 0 when no MUST fails (an inconclusive or skipped check does not fail), 1 when one
+fails, 2 on a usage error or when the agent cannot be started, 130/143 when interrupted";
 
 struct Cli {
     json: bool,
@@ -135,13 +136,26 @@ async fn main() -> ExitCode {
     let (passed, failed, warned, skipped) =
         (count(Status::Pass), count(Status::Fail), count(Status::Warn), count(Status::Skip));
     let conforms = failed == 0;
+    // The MUSTs that were not verified: a run in which they did not fail must not read as one
+    // in which every MUST was shown to hold.
+    let musts = |f: fn(&checks::Check) -> bool| run.checks.iter().filter(|c| c.level == Level::Must && f(c)).count();
+    let (must_inconclusive, must_skipped) = (musts(|c| c.inconclusive), musts(|c| c.status == Status::Skip));
+    let inconclusive = run.checks.iter().filter(|c| c.inconclusive).count();
 
     if cli.json {
         let report = json!({
             "command": cli.command,
             "agent": run.facts,
             "checks": run.checks,
-            "summary": {"passed": passed, "failed": failed, "warnings": warned, "skipped": skipped, "conforms": conforms},
+            "summary": {
+                "passed": passed,
+                "failed": failed,
+                "warnings": warned,
+                "inconclusive": inconclusive,
+                "skipped": skipped,
+                "conforms": conforms,
+                "verdict": verdict(conforms, must_inconclusive, must_skipped),
+            },
         });
         println!("{}", serde_json::to_string_pretty(&report).expect("serializable"));
     } else {
@@ -177,10 +191,30 @@ async fn main() -> ExitCode {
         println!();
         println!(
             "{passed} passed, {failed} failed, {warned} warning(s), {skipped} skipped: {}",
-            if conforms { "every MUST holds" } else { "a MUST does not hold" }
+            verdict(conforms, must_inconclusive, must_skipped)
         );
     }
     if conforms { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}
+
+/// The summary's last words. With MUST checks left inconclusive or skipped, the run only shows
+/// that no MUST it could check fails.
+fn verdict(conforms: bool, must_inconclusive: usize, must_skipped: usize) -> String {
+    if !conforms {
+        return "a MUST does not hold".into();
+    }
+    let mut unverified = Vec::new();
+    if must_inconclusive > 0 {
+        unverified.push(format!("{must_inconclusive} inconclusive"));
+    }
+    if must_skipped > 0 {
+        unverified.push(format!("{must_skipped} skipped"));
+    }
+    if unverified.is_empty() {
+        "every MUST holds".into()
+    } else {
+        format!("every MUST that could be checked holds (MUST checks not verified: {})", unverified.join(", "))
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM with the signal's name and the exit status to use (128 + its

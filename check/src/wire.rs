@@ -82,6 +82,9 @@ pub struct Update {
     pub decoded: Result<SessionNotification, String>,
     /// When the tap read it.
     pub at: Instant,
+    /// Its place among the messages read (see [`Observed::read`]): unlike `at`, it orders
+    /// lines that came in one read.
+    pub seq: usize,
 }
 
 impl Update {
@@ -104,8 +107,20 @@ impl Update {
 pub struct Sent {
     pub method: String,
     pub id: Option<Value>,
+    /// `params.sessionId`, when there is one.
+    pub session: Option<String>,
     /// When it was written to the pipe.
     pub at: Instant,
+}
+
+/// An answer to one of the checker's requests.
+#[derive(Debug)]
+pub struct Answer {
+    pub id: Value,
+    /// When the tap read it.
+    pub at: Instant,
+    /// Its place among the messages read (see [`Update::seq`]).
+    pub seq: usize,
 }
 
 /// What the tap and the handler observed.
@@ -116,8 +131,10 @@ pub struct Observed {
     pub non_json_lines: Vec<String>,
     /// Error answers with a `null` id, by code.
     pub null_id_errors: Vec<i64>,
-    /// Answers to the checker's requests: the id and when the tap read it.
-    pub responses: Vec<(Value, Instant)>,
+    /// Answers to the checker's requests.
+    pub responses: Vec<Answer>,
+    /// How many `session/update`s and answers were read: the next one's `seq`.
+    pub read: usize,
     /// Requests and notifications written to the agent, in order.
     pub sent: Vec<Sent>,
     pub permission_requests: usize,
@@ -133,9 +150,19 @@ impl Observed {
         self.sent.iter().skip(from).rfind(|s| s.method == method)
     }
 
-    /// When the answer to the request with `id` arrived.
-    pub fn answered_at(&self, id: &Value) -> Option<Instant> {
-        self.responses.iter().find(|(i, _)| i == id).map(|(_, at)| *at)
+    /// The answer to the request with `id`.
+    pub fn answer(&self, id: &Value) -> Option<&Answer> {
+        self.responses.iter().find(|a| a.id == *id)
+    }
+
+    /// The answer to `sent`, if it is a request that was answered.
+    pub fn answer_to(&self, sent: &Sent) -> Option<&Answer> {
+        self.answer(sent.id.as_ref()?)
+    }
+
+    fn next_seq(&mut self) -> usize {
+        self.read += 1;
+        self.read - 1
     }
 }
 
@@ -467,7 +494,10 @@ fn observe(shared: &Shared, line: &[u8], at: Instant) {
         (Some("session/update"), None) => {
             let params = message.get("params").cloned().unwrap_or(Value::Null);
             let decoded = SessionNotification::deserialize(&params).map_err(|e| e.to_string());
-            shared.update(|o| o.updates.push(Update { params, decoded, at }));
+            shared.update(|o| {
+                let seq = o.next_seq();
+                o.updates.push(Update { params, decoded, at, seq });
+            });
         }
         (None, Some(Value::Null)) => {
             if let Some(code) = message.get("error").and_then(|e| e.get("code")).and_then(Value::as_i64) {
@@ -476,7 +506,10 @@ fn observe(shared: &Shared, line: &[u8], at: Instant) {
         }
         (None, Some(id)) => {
             let id = id.clone();
-            shared.update(|o| o.responses.push((id, at)));
+            shared.update(|o| {
+                let seq = o.next_seq();
+                o.responses.push(Answer { id, at, seq });
+            });
         }
         _ => {}
     }
@@ -486,7 +519,8 @@ fn observe(shared: &Shared, line: &[u8], at: Instant) {
 fn record_sent(shared: &Shared, line: &str, at: Instant) {
     let Ok(Value::Object(message)) = serde_json::from_str::<Value>(line) else { return };
     let Some(method) = message.get("method").and_then(Value::as_str) else { return };
-    let sent = Sent { method: method.to_owned(), id: message.get("id").cloned(), at };
+    let session = message.get("params").and_then(|p| p.get("sessionId")).and_then(Value::as_str).map(str::to_owned);
+    let sent = Sent { method: method.to_owned(), id: message.get("id").cloned(), session, at };
     shared.update(|o| o.sent.push(sent));
 }
 

@@ -87,6 +87,7 @@ fn the_example_agent_conforms() {
     assert_eq!(failures(&report), Vec::<String>::new(), "{report:#}");
     assert_eq!(code, 0);
     assert_eq!(report["summary"]["conforms"], true);
+    assert_eq!(report["summary"]["verdict"], "every MUST holds");
     assert_eq!(report["agent"]["agent_info"]["name"], "acp-demo-agent");
     assert!(report["checks"].as_array().unwrap().len() >= 17);
     let shape = find(&report, "session-update-shape")["detail"].as_str().unwrap();
@@ -98,6 +99,11 @@ fn a_hand_rolled_agent_conforms() {
     let (code, report) = check(env!("CARGO_BIN_EXE_acp-check-agent-ok"));
     assert_eq!(failures(&report), Vec::<String>::new(), "{report:#}");
     assert_eq!(code, 0);
+    assert_eq!(detail(&report, "version-negotiation"), "asked for 65535, the agent answered 1");
+    assert_eq!(
+        detail(&report, "turn-updates-before-answer"),
+        "no message, thought, tool call or plan update after the answer, in 2 turn(s)"
+    );
 }
 
 #[test]
@@ -208,8 +214,25 @@ fn a_turn_answered_before_the_cancel_is_inconclusive_not_a_failure() {
     assert_eq!(cancel["status"], "warn", "{cancel}");
     let detail = cancel["detail"].as_str().unwrap();
     assert!(detail.starts_with("inconclusive: the turn answered `end_turn` before session/cancel reached"), "{detail}");
+    assert_eq!(cancel["inconclusive"], true);
     assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
     assert_eq!(code, 0);
+    // The summary does not claim the cancel MUST was verified.
+    assert_eq!(report["summary"]["inconclusive"], 1);
+    assert_eq!(
+        report["summary"]["verdict"],
+        "every MUST that could be checked holds (MUST checks not verified: 1 inconclusive)"
+    );
+    let output = Command::new(CHECK).args(["--", FLAWED, "quick-turn"]).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    let summary = text.lines().last().unwrap();
+    assert!(
+        summary.ends_with(
+            "1 warning(s), 0 skipped: every MUST that could be checked holds (MUST checks not verified: 1 inconclusive)"
+        ),
+        "{text}"
+    );
 }
 
 #[test]
@@ -243,7 +266,7 @@ fn wrongly_typed_update_fields_fail_the_shape_check() {
 fn an_agent_that_requires_authentication_is_skipped_not_failed() {
     let (code, report) = check_flawed(&["requires-auth"]);
     assert_eq!(code, 0, "{:#?}", failures(&report));
-    for id in ["session-new", "prompt-turn", "session-update-shape", "cancel", "capability-load-session"] {
+    for id in ["session-new", "prompt-turn", "session-update-shape", "cancel", "turn-updates-before-answer"] {
         let check = find(&report, id);
         assert_eq!(check["status"], "skip", "{check}");
         let detail = check["detail"].as_str().unwrap();
@@ -254,6 +277,9 @@ fn an_agent_that_requires_authentication_is_skipped_not_failed() {
     {
         assert_eq!(find(&report, id)["status"], "pass", "{id}: {}", find(&report, id));
     }
+    let verdict = report["summary"]["verdict"].as_str().unwrap();
+    assert!(verdict.starts_with("every MUST that could be checked holds (MUST checks not verified: "), "{verdict}");
+    assert!(verdict.ends_with(" skipped)") && !verdict.contains("inconclusive"), "{verdict}");
 }
 
 #[test]
@@ -295,6 +321,14 @@ fn a_json_log_line_on_stdout_is_not_json_rpc() {
     let detail = detail(&report, "stdout-json-only");
     assert!(detail.contains("not a JSON-RPC 2.0 message") && detail.contains("level"), "{detail}");
     assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+    // One line at startup, printed by every process acp-check started: one line, not six.
+    assert!(
+        detail.starts_with(
+            "1 distinct line that is not JSON-RPC (6 in all), printed by each of the 6 agent processes started; \
+             the first: \"not a JSON-RPC 2.0 message: {\\\"level\\\":30"
+        ),
+        "{detail}"
+    );
 }
 
 #[test]
@@ -316,7 +350,50 @@ fn an_agent_that_speaks_only_version_2_is_not_a_must_failure() {
     assert_eq!(version["status"], "warn", "{version}");
     assert!(version["detail"].as_str().unwrap().contains("does not support version 1"), "{version}");
     assert_eq!(find(&report, "session-new")["status"], "skip");
+    assert_eq!(find(&report, "version-negotiation")["status"], "skip");
     assert_eq!(find(&report, "stdout-json-only")["status"], "pass");
+}
+
+#[test]
+fn an_agent_that_echoes_an_unsupported_protocol_version_fails() {
+    let (code, report) = check_flawed(&["echo-version"]);
+    assert_eq!(code, 1, "{report:#}");
+    let version = find(&report, "version-negotiation");
+    assert_eq!((&version["status"], &version["level"]), (&"fail".into(), &"MUST".into()), "{version}");
+    let detail = version["detail"].as_str().unwrap();
+    assert!(detail.contains("asked for 65535") && detail.contains("answered 65535: it echoes"), "{detail}");
+    // Asked for version 1, it answers 1: the handshake itself is fine.
+    assert_eq!(find(&report, "protocol-version")["status"], "pass");
+    assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+}
+
+#[test]
+fn an_agent_that_answers_an_unsupported_protocol_version_with_an_error_fails() {
+    let (code, report) = check_flawed(&["reject-version"]);
+    assert_eq!(code, 1, "{report:#}");
+    let version = find(&report, "version-negotiation");
+    assert_eq!(version["status"], "fail", "{version}");
+    let detail = version["detail"].as_str().unwrap();
+    assert!(detail.contains("error -32602 (Unsupported protocol version) instead of the latest version"), "{detail}");
+    assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+}
+
+#[test]
+fn a_turn_update_after_the_answer_fails() {
+    let (code, report) = check_flawed(&["late-update"]);
+    assert_eq!(code, 1, "{report:#}");
+    let order = find(&report, "turn-updates-before-answer");
+    assert_eq!((&order["status"], &order["level"]), (&"fail".into(), &"MUST".into()), "{order}");
+    let detail = order["detail"].as_str().unwrap();
+    // One after each of the two turns; the second turn's (the cancelled one) is read whenever
+    // it comes, as nothing follows it.
+    assert!(detail.contains("`agent_message_chunk` after the answer to session/prompt #"), "{detail}");
+    assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+
+    // A session's commands may change at any time: not a turn's output.
+    let (code, report) = check_flawed(&["late-update=commands"]);
+    assert_eq!(failures(&report), Vec::<String>::new(), "{report:#}");
+    assert_eq!(code, 0);
 }
 
 /// SIGINT during a run: acp-check stops the agent (which would outlive its stdin by a

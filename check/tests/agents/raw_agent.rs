@@ -43,6 +43,13 @@ pub struct Flaws {
     pub linger: bool,
     /// Not a flaw: `initialize` answers protocol version 2 whatever was asked.
     pub version_2: bool,
+    /// `initialize` answers the protocol version asked for, whatever it is.
+    pub echo_version: bool,
+    /// `initialize` asking for a version other than 1 is answered with an error.
+    pub reject_version: bool,
+    /// A turn's answer is followed by this `update` object (in the same write, so it is read
+    /// before the next prompt can be sent).
+    pub late_update: Option<&'static str>,
 }
 
 impl Flaws {
@@ -72,6 +79,16 @@ impl Flaws {
                 "update-before-prompt" => flaws.update_before_prompt = true,
                 "linger" => flaws.linger = true,
                 "version-2" => flaws.version_2 = true,
+                "echo-version" => flaws.echo_version = true,
+                "reject-version" => flaws.reject_version = true,
+                "late-update" => {
+                    flaws.late_update =
+                        Some(r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"PS."}}"#)
+                }
+                // Not a flaw: a session's commands may change at any time.
+                "late-update=commands" => {
+                    flaws.late_update = Some(r#"{"sessionUpdate":"available_commands_update","availableCommands":[]}"#)
+                }
                 other => panic!("unknown flaw {other}"),
             }
         }
@@ -142,8 +159,18 @@ pub fn run(flaws: Flaws) {
         }
         match method.as_str() {
             "initialize" if flaws.endless_line => out.raw(&vec![b'x'; 80 << 20]),
+            "initialize" if flaws.reject_version && params["protocolVersion"] != 1 => {
+                out.error(&id, -32602, "Unsupported protocol version")
+            }
             "initialize" => {
-                let version = if flaws.version_2 { 2 } else { params["protocolVersion"].as_u64().unwrap_or(1).min(1) };
+                let asked = params["protocolVersion"].as_u64().unwrap_or(1);
+                let version = if flaws.version_2 {
+                    2
+                } else if flaws.echo_version {
+                    asked
+                } else {
+                    asked.min(1)
+                };
                 out.result(
                     &id,
                     json!({
@@ -216,7 +243,15 @@ pub fn run(flaws: Flaws) {
                     if flag.load(Ordering::SeqCst) {
                         stop = "cancelled";
                     }
-                    out.result(&id, json!({"stopReason": stop}));
+                    if let Some(update) = flaws.late_update {
+                        let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"stopReason": stop}});
+                        let update: Value = serde_json::from_str(update).unwrap();
+                        let update = json!({"jsonrpc": "2.0", "method": "session/update",
+                                            "params": {"sessionId": session, "update": update}});
+                        out.raw(format!("{answer}\n{update}\n").as_bytes());
+                    } else {
+                        out.result(&id, json!({"stopReason": stop}));
+                    }
                 });
             }
             m if m.starts_with('_') => out.error(&id, -32601, "Method not found"),
