@@ -346,10 +346,12 @@ impl Agent {
     }
 
     pub async fn notify(&self, method: &str, params: Value) {
+        let _ = self.peer.notify(method, &params).await;
+        // Only once it is queued: the held permission requests' `cancelled` answers must
+        // follow the cancel on the wire, or the agent may end its turn on them first.
         if method == "session/cancel" {
             self.shared.cancel_sent.cancel();
         }
-        let _ = self.peer.notify(method, &params).await;
     }
 
     /// Writes `line` (and a newline) to the agent's stdin as it is; returns once it is written

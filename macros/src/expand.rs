@@ -15,8 +15,8 @@
 //! that is configured out is neither handled nor advertised. A handler of an unstable method
 //! is wrapped in the gate of its cargo feature that acp-types generates (`acp_types::feature_gates`).
 
-use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
+use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream, TokenTree};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, ImplItem, ImplItemFn, ItemImpl, LitStr, Meta, ReceiverKind, ReturnType, Token, Type};
@@ -58,7 +58,15 @@ struct Errors(Option<syn::Error>);
 
 impl Errors {
     fn push(&mut self, span: Span, message: impl std::fmt::Display) {
-        let e = syn::Error::new(span, message);
+        self.add(syn::Error::new(span, message));
+    }
+
+    /// An error pointing at all of `tokens` (a type, say), not only at their first token.
+    fn push_at(&mut self, tokens: &dyn ToTokens, message: impl std::fmt::Display) {
+        self.add(syn::Error::new_spanned(tokens, message));
+    }
+
+    fn add(&mut self, e: syn::Error) {
         match &mut self.0 {
             Some(all) => all.combine(e),
             None => self.0 = Some(e),
@@ -118,8 +126,13 @@ struct Bound<'a> {
     cfg: Option<TokenStream>,
     /// Where type errors about the params, the context and the result point.
     params_span: Span,
+    /// The user's params type, if the function has params.
+    params_ty: Option<&'a Type>,
     cx_span: Span,
     output_span: Span,
+    /// The first and last token of the user's error type (`E` in `Result<R, E>`), else of the
+    /// return type.
+    error_span: (Span, Span),
 }
 
 impl Bound<'_> {
@@ -168,9 +181,12 @@ pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
     let overlaps = check_ext_overlaps(&bound, &mut errors);
     let inherent = inherent_block(&krate, &block, &bound);
     if let Some(e) = errors.0 {
-        // Keep the block so the user's own code still type-checks and reports its errors.
+        // Keep the block so the user's own code still type-checks and reports its errors, and
+        // implement the trait anyway, so that the uses of the type where the trait is required
+        // add no errors of their own.
         let e = e.to_compile_error();
-        return quote!(#e #inherent);
+        let stand_in = stand_in(side, &krate, &block);
+        return quote!(#e #inherent #stand_in);
     }
     let imp = implement(side, &krate, &block, &bound);
     quote! {
@@ -298,6 +314,10 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<Ext>>, errors: &mu
                 format!("handler `{name}` takes `&self`, its params, and optionally `cx: {cx_name}`"),
             );
         }
+        let arg_type = |arg: Option<&&'a FnArg>| match arg {
+            Some(FnArg::Typed(t)) => Some(&*t.ty),
+            _ => None,
+        };
         let arg_type_span = |arg: Option<&&FnArg>| match arg {
             Some(FnArg::Typed(t)) => t.ty.span(),
             Some(other) => other.span(),
@@ -307,6 +327,17 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<Ext>>, errors: &mu
             ReturnType::Type(_, ty) => ty.span(),
             ReturnType::Default => f.sig.ident.span(),
         };
+        let params_ty = arg_type(rest.first());
+        // With more arguments than two, the count is the error.
+        let cx_ty = if rest.len() == 2 { arg_type(rest.get(1)) } else { None };
+        check_arguments(side, &name, &binding, params_ty, cx_ty, errors);
+        let error_span = match &f.sig.output {
+            ReturnType::Type(_, ty) => match result_types(ty) {
+                Some((_, Some(e))) => first_and_last(e),
+                _ => first_and_last(ty),
+            },
+            ReturnType::Default => (f.sig.ident.span(), f.sig.ident.span()),
+        };
         let b = Bound {
             func: f,
             index,
@@ -314,20 +345,168 @@ fn bind<'a>(side: Side, block: &'a ItemImpl, exts: Vec<Option<Ext>>, errors: &mu
             takes_cx: rest.len() == 2,
             cfg: cfg_predicate(&f.attrs),
             params_span: arg_type_span(rest.first()),
+            params_ty,
             cx_span: arg_type_span(rest.get(1)),
             output_span,
+            error_span,
         };
         // A request is answered with the result; a notification handler may return nothing.
-        if b.is_request() && matches!(f.sig.output, ReturnType::Default) {
-            let result = match &b.binding {
-                Binding::Protocol(h) => format!("`Result<{}, Error>`", h.response.unwrap_or("_")),
-                Binding::Ext(_) => "`Result<T, Error>` (`T: Serialize`)".into(),
-            };
-            errors.push(f.sig.ident.span(), format!("handler `{name}` answers a request: it returns {result}"));
+        if b.is_request() {
+            check_result(&b, &name, errors);
         }
         bound.push(b);
     }
     bound
+}
+
+/// The params and context types, checked by name against the table: the compiler's own
+/// message for a mismatch would come from the generated call, with "expected" and "found"
+/// swapped (and suggestions that do not apply).
+fn check_arguments(
+    side: Side,
+    name: &str,
+    binding: &Binding,
+    params: Option<&Type>,
+    cx: Option<&Type>,
+    errors: &mut Errors,
+) {
+    let (_, _, cx_name) = side.names();
+    if let Binding::Protocol(h) = binding {
+        // `(&self, cx: AgentContext, params: PromptRequest)`: one error, saying which goes first.
+        if let (Some(p), Some(c)) = (params, cx) {
+            if fit(p, cx_name) == Fit::Yes && fit(c, h.params) == Fit::Yes {
+                errors.push_at(
+                    p,
+                    format!(
+                        "handler `{name}` takes its params first, then the context: \
+                         `(&self, params: {}, cx: {cx_name})`",
+                        h.params
+                    ),
+                );
+                return;
+            }
+        }
+        if let Some(p) = params {
+            if fit(p, h.params) == Fit::No {
+                errors.push_at(p, format!("handler `{name}` takes `{}` (by value), found `{}`", h.params, shown(p)));
+            }
+        }
+    } else if let Some(p @ Type::Reference(_)) = params.map(peel) {
+        errors.push_at(
+            p,
+            format!(
+                "extension handler `{name}` takes its params by value (any `Deserialize` type, e.g. \
+                 `serde_json::Value`), found `{}`",
+                shown(p)
+            ),
+        );
+    }
+    if let Some(c) = cx {
+        if fit(c, cx_name) == Fit::No {
+            errors.push_at(
+                c,
+                format!("handler `{name}` takes its context as `cx: {cx_name}` (by value), found `{}`", shown(c)),
+            );
+        }
+    }
+}
+
+/// A request handler returns `Result<R, E>`: anything else is an error at the return type,
+/// and so is, for a protocol method, an `R` that names another type than the method's result.
+fn check_result(b: &Bound, name: &str, errors: &mut Errors) {
+    let expected = match &b.binding {
+        Binding::Protocol(h) => format!("`Result<{}, Error>`", h.response.unwrap_or("_")),
+        Binding::Ext(_) => "`Result<T, Error>` (`T: Serialize`)".into(),
+    };
+    let ty = match &b.func.sig.output {
+        ReturnType::Type(_, ty) => ty,
+        ReturnType::Default => {
+            errors.push(b.func.sig.ident.span(), format!("handler `{name}` answers a request: it returns {expected}"));
+            return;
+        }
+    };
+    match result_types(ty) {
+        // A type macro may well expand to a `Result`: the compiler checks it.
+        None if matches!(peel(ty), Type::Macro(_) | Type::Verbatim(_)) => {}
+        None => errors
+            .push_at(ty, format!("handler `{name}` answers a request: it returns {expected}, found `{}`", shown(ty))),
+        Some((Some(ok), _)) => {
+            let Binding::Protocol(Handler { response: Some(r), .. }) = b.binding else { return };
+            if fit(ok, r) == Fit::No {
+                errors.push_at(
+                    ok,
+                    format!(
+                        "handler `{name}` answers with `{r}`: it returns {expected}, found `{}` in the `Ok`",
+                        shown(ok)
+                    ),
+                );
+            }
+        }
+        Some((None, _)) => {}
+    }
+}
+
+/// `ty` without the parentheses and invisible groups around it.
+fn peel(ty: &Type) -> &Type {
+    match ty {
+        Type::Paren(p) => peel(&p.elem),
+        Type::Group(g) => peel(&g.elem),
+        _ => ty,
+    }
+}
+
+/// The type arguments of a return type that is a path ending in `Result` (`Result<R, E>`,
+/// `io::Result<R>`, `anyhow::Result<R>`): `None` for any other type.
+fn result_types(ty: &Type) -> Option<(Option<&Type>, Option<&Type>)> {
+    let Type::Path(p) = peel(ty) else { return None };
+    let last = p.path.segments.last().filter(|s| p.qself.is_none() && s.ident == "Result")?;
+    let mut args = match &last.arguments {
+        syn::PathArguments::AngleBracketed(a) => a
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                syn::GenericArgument::Type(t) => Some(t),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .into_iter(),
+        _ => Vec::new().into_iter(),
+    };
+    Some((args.next(), args.next()))
+}
+
+#[derive(PartialEq, Eq)]
+enum Fit {
+    Yes,
+    No,
+    /// A type the macro cannot see through (`<T as Tr>::X`, a type macro): the compiler checks it.
+    Unknown,
+}
+
+/// Whether `ty` names the type `expected` (by its last path segment, so `acp_types::PromptRequest`
+/// fits `PromptRequest`). A reference, a tuple and the like never do.
+fn fit(ty: &Type, expected: &str) -> Fit {
+    match peel(ty) {
+        Type::Path(p) if p.qself.is_some() => Fit::Unknown,
+        Type::Path(p) => match p.path.segments.last() {
+            Some(last) if last.ident == expected => Fit::Yes,
+            _ => Fit::No,
+        },
+        Type::Macro(_) | Type::Verbatim(_) => Fit::Unknown,
+        _ => Fit::No,
+    }
+}
+
+/// A type as the user wrote it, for messages (`&acp_types::PromptRequest`, not
+/// `& acp_types :: PromptRequest`).
+fn shown(ty: &Type) -> String {
+    let mut s = quote!(#ty).to_string();
+    for (from, to) in
+        [(" :: ", "::"), (":: ", "::"), ("& ", "&"), (" <", "<"), ("< ", "<"), (" >", ">"), (" ,", ","), ("* ", "*")]
+    {
+        s = s.replace(from, to);
+    }
+    s
 }
 
 /// Handlers take `&self` (or `self: &Self`): the runtime holds the peer and lends it to each
@@ -521,6 +700,40 @@ fn inherent_block(krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -> Token
     quote!(#block)
 }
 
+/// The spans of the first and the last token of `tokens`.
+fn first_and_last(tokens: &dyn ToTokens) -> (Span, Span) {
+    let mut tokens = tokens.to_token_stream().into_iter();
+    let first = tokens.next().map_or_else(Span::call_site, |t| t.span());
+    (first, tokens.last().map_or(first, |t| t.span()))
+}
+
+/// The expression `value` written `(value,).0`, which has a first and a last token, at `first`
+/// and `last`: the compiler reports a trait bound an argument does not meet at the argument, and
+/// so at all of the user's type.
+fn spanning(value: TokenStream, (first, last): (Span, Span)) -> TokenStream {
+    let mut tuple = Group::new(Delimiter::Parenthesis, quote!(#value,));
+    tuple.set_span(Span::call_site().located_at(first));
+    let field = respan(quote!(.0), Span::call_site().located_at(last));
+    quote!(#tuple #field)
+}
+
+/// `tokens`, all of them at `span`.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tt| {
+            if let TokenTree::Group(g) = &tt {
+                let mut group = Group::new(g.delimiter(), respan(g.stream(), span));
+                group.set_span(span);
+                tt = group.into();
+            } else {
+                tt.set_span(span);
+            }
+            tt
+        })
+        .collect()
+}
+
 /// The capabilities the handlers present earn; a capability of handlers under `cfg` is
 /// advertised under the same `cfg`.
 fn capabilities(side: Side, bound: &[Bound]) -> TokenStream {
@@ -546,6 +759,52 @@ fn capabilities(side: Side, bound: &[Bound]) -> TokenStream {
     quote!(&[#(#rows),*])
 }
 
+/// The trait implemented without the user's functions, for when the block has errors: the
+/// required methods never complete (nothing runs: the program does not compile), and no
+/// capability is advertised.
+fn stand_in(side: Side, krate: &syn::Path, block: &ItemImpl) -> TokenStream {
+    let (_, trait_name, cx_name) = side.names();
+    let (impl_generics, _, where_clause) = block.generics.split_for_impl();
+    let self_ty = &block.self_ty;
+    let trait_ident = format_ident!("{trait_name}");
+    let cx_ty = {
+        let cx_ident = format_ident!("{cx_name}");
+        quote!(#krate::#cx_ident)
+    };
+    let types = quote!(#krate::acp_types);
+    let support = quote!(#krate::macro_support);
+    // The trait's methods without a default are among the baseline handlers.
+    let methods = side.handlers().iter().filter(|h| h.baseline).map(|h| {
+        let f = format_ident!("{}", h.name);
+        let params = format_ident!("{}", h.params);
+        let output = match h.response {
+            Some(r) => {
+                let r = format_ident!("{r}");
+                quote!(::core::result::Result<#types::#r, #types::Error>)
+            }
+            None => quote!(::core::result::Result<(), #types::Error>),
+        };
+        let method = quote! {
+            #[allow(clippy::manual_async_fn)]
+            fn #f(&self, params: #types::#params, cx: #cx_ty)
+                -> impl ::core::future::Future<Output = #output> + ::core::marker::Send {
+                let _ = (params, cx);
+                ::core::future::pending()
+            }
+        };
+        if h.features.is_empty() { method } else { gate(krate, h.features, method, quote!()) }
+    });
+    quote! {
+        impl #impl_generics #types::#trait_ident<#cx_ty> for #self_ty #where_clause {
+            #(#methods)*
+        }
+
+        impl #impl_generics #support::Advertise for #self_ty #where_clause {
+            const CAPABILITIES: &'static [(&'static [&'static str], bool)] = &[];
+        }
+    }
+}
+
 fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -> TokenStream {
     let (_, trait_name, cx_name) = side.names();
     let (impl_generics, _, where_clause) = block.generics.split_for_impl();
@@ -555,7 +814,15 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
     let types = quote!(#krate::acp_types);
     let cx_ty = quote!(#krate::#cx_ident);
     let support = quote!(#krate::macro_support);
-    let into_error = quote!(::core::convert::Into::<#types::Error>::into);
+    // The conversion of the user's error, spanned at the user's error type so that an error
+    // type without `Into<acp_types::Error>` is reported there.
+    let into_error = |b: &Bound| {
+        let (first, last) = b.error_span;
+        let path = respan(quote!(::core::convert::Into::<#types::Error>::), Span::call_site().located_at(first));
+        let into = Ident::new("into", Span::call_site().located_at(last));
+        let arg = spanning(quote!(__acp_error), b.error_span);
+        quote!(|__acp_error| #path #into(#arg))
+    };
 
     // The call of the user's function, its arguments spanned at the user's parameter types so
     // that a type mismatch points there.
@@ -575,6 +842,13 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
             let __acp_result = #call;
             __acp_notified(__acp_result)
         }}
+    };
+
+    // The decoding of an extension's params, spanned at the user's params type so that a type
+    // that is not `Deserialize` is reported there.
+    let ext_params = |b: &Bound| match b.params_ty {
+        Some(ty) => quote!(#support::ext_params::<#ty>(params.0)?),
+        None => quote!(#support::ext_params(params.0)?),
     };
 
     let mut methods = Vec::new();
@@ -599,6 +873,7 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
                 } else {
                     quote!()
                 };
+                let into_error = into_error(b);
                 (quote!(::core::result::Result<#types::#r, #types::Error>), quote!(#earn #call.map_err(#into_error)))
             }
             None => (quote!(::core::result::Result<(), #types::Error>), notified(b)),
@@ -629,10 +904,12 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
         .map(|(b, lit)| {
             let cfg = b.cfg_attr();
             let call = call(b);
+            let into_error = into_error(b);
+            let ext_params = ext_params(b);
             quote_spanned! {b.func.sig.span()=>
                 #cfg
                 #lit => {
-                    let params = #support::ext_params(params.0)?;
+                    let params = #ext_params;
                     let result = #call.map_err(#into_error)?;
                     #support::ext_result(result)
                 }
@@ -664,10 +941,11 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
         .map(|(b, lit)| {
             let cfg = b.cfg_attr();
             let notified = notified(b);
+            let ext_params = ext_params(b);
             quote_spanned! {b.func.sig.span()=>
                 #cfg
                 #lit => {
-                    let params = #support::ext_params(params.0)?;
+                    let params = #ext_params;
                     #notified
                 }
             }
@@ -714,6 +992,38 @@ mod tests {
     fn predicate(item: &str) -> Option<String> {
         let f: ImplItemFn = syn::parse_str(item).unwrap();
         cfg_predicate(&f.attrs).map(|p| p.to_string())
+    }
+
+    #[test]
+    fn types_fit_by_their_last_segment() {
+        let ty = |s: &str| syn::parse_str::<Type>(s).unwrap();
+        for fits in
+            ["PromptRequest", "acp_types::PromptRequest", "::acp_runtime::acp_types::PromptRequest", "(PromptRequest)"]
+        {
+            assert!(fit(&ty(fits), "PromptRequest") == Fit::Yes, "{fits}");
+        }
+        for wrong in
+            ["NewSessionRequest", "&PromptRequest", "&mut PromptRequest", "(PromptRequest,)", "[PromptRequest; 1]"]
+        {
+            assert!(fit(&ty(wrong), "PromptRequest") == Fit::No, "{wrong}");
+        }
+        for unknown in ["<A as B>::PromptRequest", "ty!()"] {
+            assert!(fit(&ty(unknown), "PromptRequest") == Fit::Unknown, "{unknown}");
+        }
+        assert_eq!(shown(&ty("& 'a acp_types :: X < u8 , Y >")), "&'a acp_types::X<u8, Y>");
+    }
+
+    #[test]
+    fn result_types_of_paths_ending_in_result() {
+        let types = |s: &str| {
+            let ty = syn::parse_str::<Type>(s).unwrap();
+            result_types(&ty).map(|(ok, e)| (ok.map(shown), e.map(shown)))
+        };
+        assert_eq!(types("Result<A, E>"), Some((Some("A".into()), Some("E".into()))));
+        assert_eq!(types("std::io::Result<A>"), Some((Some("A".into()), None)));
+        assert_eq!(types("Result"), Some((None, None)));
+        assert_eq!(types("A"), None);
+        assert_eq!(types("Option<Result<A, E>>"), None);
     }
 
     #[test]

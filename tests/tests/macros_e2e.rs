@@ -109,6 +109,16 @@ impl ExtAgent {
         Ok(())
     }
 
+    // Extension methods that take no params.
+    #[ext("_v/unit")]
+    async fn unit(&self, _: ()) -> Result<&'static str, Error> {
+        Ok("unit")
+    }
+    #[ext("_v/maybe")]
+    async fn maybe(&self, n: Option<u32>) -> Result<Option<u32>, Error> {
+        Ok(n)
+    }
+
     // Configured out: `_v/gone` is unknown as a request and as a notification.
     #[cfg(any())]
     #[ext("_v/gone")]
@@ -160,6 +170,21 @@ async fn ext_requests_and_notifications_of_one_name_reach_their_own_functions() 
     assert_eq!(request(&peer, "_v/echo", json!([1, 2])).await.unwrap(), json!([1, 2]));
     // The connection went on through all of it.
     assert_eq!(request(&peer, "_v/ping", json!(null)).await.unwrap(), json!({"pong": {}}));
+}
+
+#[tokio::test]
+async fn ext_handlers_taking_unit_or_an_option_can_be_called_without_params() {
+    let (peer, _events) = agent();
+    // Absent params, `null` params, and (for `()`) an empty object all mean "no params".
+    assert_eq!(peer.request_raw("_v/unit", None).await.unwrap().get(), r#""unit""#);
+    assert_eq!(request(&peer, "_v/unit", json!(null)).await.unwrap(), json!("unit"));
+    assert_eq!(request(&peer, "_v/unit", json!({})).await.unwrap(), json!("unit"));
+    assert_eq!(peer.request_raw("_v/maybe", None).await.unwrap().get(), "null");
+    // Params that fit neither are still refused, with the first decoding error.
+    let e = request(&peer, "_v/unit", json!({"x": 1})).await.unwrap_err();
+    assert_eq!(e.code, codes::INVALID_PARAMS, "{e:?}");
+    let e = request(&peer, "_v/maybe", json!([1])).await.unwrap_err();
+    assert_eq!(e.code, codes::INVALID_PARAMS, "{e:?}");
 }
 
 #[tokio::test]

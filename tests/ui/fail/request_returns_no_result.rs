@@ -1,0 +1,29 @@
+use acp_runtime::acp_types::*;
+use acp_runtime::acp_agent;
+
+struct MyAgent;
+
+#[acp_agent]
+impl MyAgent {
+    async fn initialize(&self, p: InitializeRequest) -> Result<InitializeResponse, Error> {
+        Ok(InitializeResponse::new(p.protocol_version))
+    }
+    async fn authenticate(&self, _p: AuthenticateRequest) -> Result<AuthenticateResponse, Error> {
+        Ok(AuthenticateResponse::new())
+    }
+    async fn session_new(&self, _p: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+        Ok(NewSessionResponse::new("s"))
+    }
+    async fn session_cancel(&self, _p: CancelNotification) -> Result<(), Error> {
+        Ok(())
+    }
+    async fn session_prompt(&self, _p: PromptRequest) -> PromptResponse {
+        PromptResponse::new(StopReason::EndTurn)
+    }
+    #[ext("_vendor/reverse")]
+    async fn reverse(&self, p: Vec<String>) -> Vec<String> {
+        p.into_iter().rev().collect()
+    }
+}
+
+fn main() {}

@@ -1,0 +1,25 @@
+use acp_runtime::acp_types::*;
+use acp_runtime::{AgentContext, acp_agent};
+
+struct MyAgent;
+
+#[acp_agent]
+impl MyAgent {
+    async fn initialize(&self, p: InitializeRequest) -> Result<InitializeResponse, Error> {
+        Ok(InitializeResponse::new(p.protocol_version))
+    }
+    async fn authenticate(&self, _p: AuthenticateRequest) -> Result<AuthenticateResponse, Error> {
+        Ok(AuthenticateResponse::new())
+    }
+    async fn session_new(&self, _p: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+        Ok(NewSessionResponse::new("s"))
+    }
+    async fn session_cancel(&self, _p: CancelNotification) -> Result<(), Error> {
+        Ok(())
+    }
+    async fn session_prompt(&self, _cx: AgentContext, _p: PromptRequest) -> Result<PromptResponse, Error> {
+        Ok(PromptResponse::new(StopReason::EndTurn))
+    }
+}
+
+fn main() {}
