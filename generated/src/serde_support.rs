@@ -11,6 +11,9 @@
 
 //! Serde helpers shared by the generated types: lenient decoding (`x-deserialize-default-on-error`,
 //! `x-deserialize-skip-invalid-items`) and the hand-written half of the tagged unions.
+//!
+//! [`UnknownVariant`], [`OrderedMap`] and [`null_as_empty`] are for users too; the other items
+//! are used by the generated code only, and hidden from the documentation.
 
 use serde::de::DeserializeOwned;
 use serde::ser::SerializeMap;
@@ -271,6 +274,7 @@ impl<V: schemars::JsonSchema> schemars::JsonSchema for OrderedMap<V> {
 /// integral value within ±2^53 without a fraction (`1`, not `1.0`), as `JSON.stringify` does;
 /// any other value as serde_json writes an `f64` (so `2^54` is `1.8014398509481984e16`, where
 /// JavaScript would write the digits). The Rust type stays `f64`; decoding accepts both forms.
+#[doc(hidden)]
 pub trait JsonNumber {
     fn serialize_number<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error>;
 }
@@ -310,6 +314,7 @@ impl<T: JsonNumber> JsonNumber for OrderedMap<T> {
 }
 
 /// A value holding numbers, serialised through [`JsonNumber`].
+#[doc(hidden)]
 pub struct Number<'a, T: ?Sized>(pub &'a T);
 
 impl<T: JsonNumber + ?Sized> Serialize for Number<'_, T> {
@@ -319,11 +324,13 @@ impl<T: JsonNumber + ?Sized> Serialize for Number<'_, T> {
 }
 
 /// `serialize_with` for fields and variants holding numbers (see [`JsonNumber`]).
+#[doc(hidden)]
 pub fn number<T: JsonNumber + ?Sized, S: Serializer>(value: &T, serializer: S) -> Result<S::Ok, S::Error> {
     value.serialize_number(serializer)
 }
 
 /// A malformed value decodes as the type's default instead of failing the whole message.
+#[doc(hidden)]
 pub fn default_on_error<'de, D: Deserializer<'de>, T: DeserializeOwned + Default>(d: D) -> Result<T, D::Error> {
     let value = Value::deserialize(d)?;
     Ok(T::deserialize(value).unwrap_or_default())
@@ -334,11 +341,13 @@ fn items<T: DeserializeOwned>(items: Vec<Value>) -> Vec<T> {
 }
 
 /// An array whose malformed items are dropped; anything but an array is an error.
+#[doc(hidden)]
 pub fn vec_skip_invalid<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Vec<T>, D::Error> {
     Ok(items(Vec::<Value>::deserialize(d)?))
 }
 
 /// An array whose malformed items are dropped; anything but an array decodes as empty.
+#[doc(hidden)]
 pub fn vec_skip_invalid_or_default<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Vec<T>, D::Error> {
     Ok(match Value::deserialize(d)? {
         Value::Array(values) => items(values),
@@ -347,11 +356,13 @@ pub fn vec_skip_invalid_or_default<'de, D: Deserializer<'de>, T: DeserializeOwne
 }
 
 /// An optional array whose malformed items are dropped; `null` is `None`.
+#[doc(hidden)]
 pub fn opt_vec_skip_invalid<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Option<Vec<T>>, D::Error> {
     Ok(Option::<Vec<Value>>::deserialize(d)?.map(items))
 }
 
 /// An optional array whose malformed items are dropped; anything but an array is `None`.
+#[doc(hidden)]
 pub fn opt_vec_skip_invalid_or_default<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Option<Vec<T>>, D::Error> {
     Ok(match Value::deserialize(d)? {
         Value::Array(values) => Some(items(values)),
@@ -361,16 +372,19 @@ pub fn opt_vec_skip_invalid_or_default<'de, D: Deserializer<'de>, T: Deserialize
 
 /// An optional field whose type holds `null` itself (any JSON value) that is present: `null`
 /// is `Some(Value::Null)`, so it stays apart from absent (`None`).
+#[doc(hidden)]
 pub fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
     T::deserialize(d).map(Some)
 }
 
 /// An optional, nullable field that is present: `null` is `Some(None)`, a value `Some(Some(v))`.
+#[doc(hidden)]
 pub fn tri<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(d).map(Some)
 }
 
 /// As [`tri`], with a malformed value read as absent.
+#[doc(hidden)]
 pub fn tri_or_default<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Option<Option<T>>, D::Error> {
     Ok(match Value::deserialize(d)? {
         Value::Null => Some(None),
@@ -379,11 +393,13 @@ pub fn tri_or_default<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> R
 }
 
 /// As [`tri`] for an array whose malformed items are dropped.
+#[doc(hidden)]
 pub fn tri_vec_skip_invalid<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Option<Option<Vec<T>>>, D::Error> {
     Ok(Some(Option::<Vec<Value>>::deserialize(d)?.map(items)))
 }
 
 /// As [`tri_vec_skip_invalid`], with anything but an array or `null` read as absent.
+#[doc(hidden)]
 pub fn tri_vec_skip_invalid_or_default<'de, D: Deserializer<'de>, T: DeserializeOwned>(
     d: D,
 ) -> Result<Option<Option<Vec<T>>>, D::Error> {
@@ -394,8 +410,10 @@ pub fn tri_vec_skip_invalid_or_default<'de, D: Deserializer<'de>, T: Deserialize
     })
 }
 
-/// A result that peers write as `null` when it has nothing to say (`fs/write_text_file`,
-/// `session/load`): read as the empty object, which the result types accept.
+/// An object that may come as `null`: a result that peers write as `null` when it has nothing
+/// to say (`fs/write_text_file`, `session/load`), or params that a message leaves out (JSON-RPC
+/// allows it; the caller decodes them from `null`). Read as the empty object, which the types
+/// whose members are all optional accept; the others report their first missing field.
 pub fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
     match Option::<T>::deserialize(d)? {
         Some(value) => Ok(value),
@@ -404,11 +422,13 @@ pub fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Re
 }
 
 /// Reads a union value, which must be a JSON object.
+#[doc(hidden)]
 pub fn object<'de, D: Deserializer<'de>>(d: D) -> Result<Map<String, Value>, D::Error> {
     Map::deserialize(d)
 }
 
 /// The tag of a union value: `None` when the property is absent, an error when it is not a string.
+#[doc(hidden)]
 pub fn tag_of<'a, E: serde::de::Error>(value: &'a Map<String, Value>, tag: &'static str) -> Result<Option<&'a str>, E> {
     match value.get(tag) {
         None => Ok(None),
@@ -420,11 +440,13 @@ pub fn tag_of<'a, E: serde::de::Error>(value: &'a Map<String, Value>, tag: &'sta
 /// Decodes a variant's payload type from the union object without the tag property: the
 /// union writes the tag itself, and a payload that keeps unknown members (a flattened open
 /// union) would otherwise keep the tag too and write it twice.
+#[doc(hidden)]
 pub fn payload<T: DeserializeOwned, E: serde::de::Error>(value: &Map<String, Value>, tag: &'static str) -> Result<T, E> {
     T::deserialize(MapRef(value, tag)).map_err(E::custom)
 }
 
 /// Decodes a variant that carries a single property.
+#[doc(hidden)]
 pub fn property<T: DeserializeOwned, E: serde::de::Error>(value: &Map<String, Value>, name: &'static str) -> Result<T, E> {
     match value.get(name) {
         Some(v) => T::deserialize(v).map_err(E::custom),
@@ -453,6 +475,7 @@ impl<'de> Deserializer<'de> for MapRef<'de> {
 }
 
 /// Writes `{tag: name}`.
+#[doc(hidden)]
 pub fn serialize_tag<S: Serializer>(serializer: S, tag: &'static str, name: &'static str) -> Result<S::Ok, S::Error> {
     let mut map = serializer.serialize_map(Some(1))?;
     map.serialize_entry(tag, name)?;
@@ -460,6 +483,7 @@ pub fn serialize_tag<S: Serializer>(serializer: S, tag: &'static str, name: &'st
 }
 
 /// Writes `{tag: name, property: value}`.
+#[doc(hidden)]
 pub fn serialize_tag_and_property<S: Serializer, T: Serialize>(
     serializer: S,
     tag: &'static str,
@@ -474,6 +498,7 @@ pub fn serialize_tag_and_property<S: Serializer, T: Serialize>(
 }
 
 /// Writes `{property: value}`.
+#[doc(hidden)]
 pub fn serialize_property<S: Serializer, T: Serialize>(serializer: S, property: &'static str, value: &T) -> Result<S::Ok, S::Error> {
     let mut map = serializer.serialize_map(Some(1))?;
     map.serialize_entry(property, value)?;
@@ -481,6 +506,7 @@ pub fn serialize_property<S: Serializer, T: Serialize>(serializer: S, property: 
 }
 
 /// Writes the payload's properties after `{tag: name}`.
+#[doc(hidden)]
 pub fn serialize_tagged<S: Serializer, T: Serialize>(serializer: S, tag: &'static str, name: &'static str, payload: &T) -> Result<S::Ok, S::Error> {
     #[derive(Serialize)]
     struct Tagged<'a, T> {
@@ -503,6 +529,7 @@ pub fn serialize_tagged<S: Serializer, T: Serialize>(serializer: S, tag: &'stati
 }
 
 /// A map key, borrowed from the input when it can be (no allocation per field name).
+#[doc(hidden)]
 pub enum Key<'de> {
     Borrowed(&'de str),
     Owned(String),
@@ -541,6 +568,7 @@ impl<'de> Deserialize<'de> for Key<'de> {
 
 /// A way of decoding one field's value into `T` (a marker per helper function above), used
 /// by the generated `Deserialize` impls through [`next_lenient`].
+#[doc(hidden)]
 pub trait Lenient<T> {
     fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<T, D::Error>;
 }
@@ -554,6 +582,7 @@ impl<'de, H: Lenient<T>, T> Deserialize<'de> for Via<H, T> {
 }
 
 /// Decodes the next map value with the helper `H`.
+#[doc(hidden)]
 pub fn next_lenient<'de, H: Lenient<T>, T, A: serde::de::MapAccess<'de>>(map: &mut A) -> Result<T, A::Error> {
     map.next_value::<Via<H, T>>().map(|via| via.0)
 }
@@ -561,6 +590,7 @@ pub fn next_lenient<'de, H: Lenient<T>, T, A: serde::de::MapAccess<'de>>(map: &m
 macro_rules! lenient_markers {
     ($($(#[$doc:meta])* $marker:ident: $helper:ident => $out:ty, where [$($bound:tt)*];)*) => {$(
         $(#[$doc])*
+        #[doc(hidden)]
         pub enum $marker {}
         impl<T: $($bound)*> Lenient<$out> for $marker {
             fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<$out, D::Error> {

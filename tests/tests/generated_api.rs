@@ -113,7 +113,11 @@ fn the_tagless_variant_also_reads_its_own_tag() {
     };
     assert!(matches!(set(None), SetSessionConfigOptionType::ValueId(v) if v.0 == "fast"));
     assert!(matches!(set(Some("value_id")), SetSessionConfigOptionType::ValueId(v) if v.0 == "fast"));
-    // Another `type` is kept whole (the schema's prose reads string payloads of unknown types
-    // as value ids; its structure does not, so the generator does not guess).
-    assert!(matches!(set(Some("select")), SetSessionConfigOptionType::Other(_)));
+    // Another `type` with a string `value` is a value id, as the variant's description says
+    // and its structure allows (it leaves `type` open); the unknown `type` is not written back.
+    // Another `type` with another value is kept whole.
+    assert!(matches!(set(Some("select")), SetSessionConfigOptionType::ValueId(v) if v.0 == "fast"));
+    let other = json!({"sessionId": "s", "configId": "model", "type": "select", "value": 5});
+    let other = serde_json::from_value::<SetSessionConfigOptionRequest>(other).expect("decodes").kind;
+    assert!(matches!(other, SetSessionConfigOptionType::Other(_)));
 }

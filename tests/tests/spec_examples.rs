@@ -8,6 +8,10 @@
 //! empty arrays. A `null` result (the pages' way of writing "nothing") is re-encoded as `{}`,
 //! the empty result object the schema defines.
 //!
+//! A message that round-trips only because part of it fell into a union's fallback variant (an
+//! unknown kind, value or shape, kept whole) fails too: the spec's own examples must decode
+//! into the variants the schema defines.
+//!
 //! [`KNOWN_SPEC_ERRATA`] lists the examples that contradict the schema; the test asserts they
 //! still fail, so a fix upstream shows up here.
 
@@ -24,7 +28,41 @@ const KNOWN_SPEC_ERRATA: &[(&str, usize, &str)] = &[
     ("session-modes.mdx", 3, "`current_mode_update` written with `modeId`; the schema requires `currentModeId`"),
     ("file-system.mdx", 1, "client capabilities shown inside an `initialize` result (they belong to the request)"),
     ("terminals.mdx", 1, "client capabilities shown inside an `initialize` result (they belong to the request)"),
+    (
+        "session-modes.mdx",
+        4,
+        "a bare content block `{\"type\": \"text\", ...}` as tool call content; the schema wraps it as \
+         `{\"type\": \"content\", \"content\": {...}}` (decodes only as `ToolCallContent::Other`)",
+    ),
 ];
+
+/// The fallback variants a decoded message holds, from its `Debug` text: a union's unknown kind
+/// (`Other(UnknownVariant({..}))`, or `Unknown(..)` where the schema has an `other` kind), a
+/// string enum's unknown value (`Other("..")`) and an open untagged union's unknown shape
+/// (`Other(Object {..})`). A variant the schema names `Other` holds a payload type or nothing,
+/// so it is not mistaken for one.
+fn fallbacks(debug: &str) -> Vec<String> {
+    const HELD: [&str; 7] = ["UnknownVariant(", "\"", "Object {", "String(", "Number(", "Array [", "Bool("];
+    let mut out = Vec::new();
+    for name in ["Other(", "Unknown(", "Unrecognized(", "UnrecognizedValue("] {
+        for (at, _) in debug.match_indices(name) {
+            let starts_word = debug[..at].chars().next_back().is_none_or(|c| !c.is_alphanumeric() && c != '_');
+            let rest = &debug[at + name.len()..];
+            if starts_word && HELD.iter().any(|h| rest.starts_with(h)) {
+                out.push(debug[at..].chars().take(80).collect());
+            }
+        }
+    }
+    out
+}
+
+/// Fails when the typed message holds a fallback variant (see [`fallbacks`]).
+fn no_fallback<T: std::fmt::Debug>(typed: &T) -> Result<(), String> {
+    match fallbacks(&format!("{typed:?}"))[..] {
+        [] => Ok(()),
+        ref found => Err(format!("decoded into a fallback variant: {}", found.join("; "))),
+    }
+}
 
 /// The method of a response whose request the page does not show.
 fn infer_method(result: &Value) -> Option<&'static str> {
@@ -54,47 +92,67 @@ fn json_blocks(text: &str) -> Vec<String> {
     out
 }
 
-fn reencode<T: serde::Serialize>(value: &T) -> Value {
-    serde_json::to_value(value).expect("typed messages always serialise")
+/// The typed message's JSON, once it is known to hold no fallback variant.
+fn reencode<T: serde::Serialize + std::fmt::Debug>(value: &T) -> Result<Value, String> {
+    no_fallback(value)?;
+    Ok(serde_json::to_value(value).expect("typed messages always serialise"))
 }
 
 /// Decodes the params of a request or notification by method, trying both directions.
 fn roundtrip_call(method: &str, params: &Value, is_request: bool) -> Result<Value, String> {
-    let decoded: Vec<Value> = if is_request {
-        [
-            ClientRequest::decode(method, params).map(|r| r.map(|r| reencode(&r))),
-            AgentRequest::decode(method, params).map(|r| r.map(|r| reencode(&r))),
+    let err = |e: serde_json::Error| format!("{method}: {e}");
+    let decoded: Vec<Option<Result<Value, String>>> = if is_request {
+        vec![
+            ClientRequest::decode(method, params).map_err(err)?.map(|r| reencode(&r)),
+            AgentRequest::decode(method, params).map_err(err)?.map(|r| reencode(&r)),
         ]
-        .into_iter()
-        .map(|r| r.map_err(|e| format!("{method}: {e}")))
-        .collect::<Result<Vec<_>, _>>()?
-        .into_iter()
-        .flatten()
-        .collect()
     } else {
-        [
-            ClientNotification::decode(method, params).map(|r| r.map(|r| reencode(&r))),
-            AgentNotification::decode(method, params).map(|r| r.map(|r| reencode(&r))),
-            ProtocolLevelNotification::decode(method, params).map(|r| r.map(|r| reencode(&r))),
+        vec![
+            ClientNotification::decode(method, params).map_err(err)?.map(|r| reencode(&r)),
+            AgentNotification::decode(method, params).map_err(err)?.map(|r| reencode(&r)),
+            ProtocolLevelNotification::decode(method, params).map_err(err)?.map(|r| reencode(&r)),
         ]
-        .into_iter()
-        .map(|r| r.map_err(|e| format!("{method}: {e}")))
-        .collect::<Result<Vec<_>, _>>()?
-        .into_iter()
-        .flatten()
-        .collect()
     };
-    decoded.into_iter().next().ok_or_else(|| format!("no typed message knows method `{method}`"))
+    decoded.into_iter().flatten().next().unwrap_or_else(|| Err(format!("no typed message knows method `{method}`")))
 }
 
 fn roundtrip_result(method: &str, result: &Value) -> Result<Value, String> {
     let agent = AgentResponse::decode(method, result).map_err(|e| format!("result of {method}: {e}"))?;
     let client = ClientResponse::decode(method, result).map_err(|e| format!("result of {method}: {e}"))?;
     match (agent, client) {
-        (Some(r), _) => Ok(reencode(&r)),
-        (None, Some(r)) => Ok(reencode(&r)),
+        (Some(r), _) => reencode(&r),
+        (None, Some(r)) => reencode(&r),
         (None, None) => Err(format!("no typed response knows method `{method}`")),
     }
+}
+
+#[test]
+fn a_message_without_params_decodes_as_empty_params() {
+    // JSON-RPC lets a request leave `params` out; the harness above decodes it from `null`.
+    let list = ClientRequest::decode("session/list", &Value::Null).expect("null params read as {}");
+    assert!(matches!(list, Some(ClientRequest::SessionList(_))), "{list:?}");
+    let logout = ClientRequest::decode("logout", &Value::Null).expect("null params read as {}");
+    assert!(matches!(logout, Some(ClientRequest::Logout(_))), "{logout:?}");
+    let err = ClientRequest::decode("session/prompt", &Value::Null).expect_err("required members are still required");
+    assert!(err.to_string().contains("missing field"), "{err}");
+    // An error object reads as its code and message.
+    let error: Error =
+        serde_json::from_value(serde_json::json!({"code": -32602, "message": "Invalid params"})).unwrap();
+    assert_eq!(error.to_string(), "-32602 Invalid params");
+    let _: &dyn std::error::Error = &error;
+}
+
+#[test]
+fn fallback_variants_are_found_in_the_debug_text() {
+    use acp_types::{Content, TextContent, ToolCallContent};
+    // A payload converts into the union variant that holds it (`From<TextContent> for
+    // ContentBlock`, `From<Content> for ToolCallContent`).
+    let content: ToolCallContent = Content::new(TextContent::new("Other(\"not a fallback\")")).into();
+    assert!(no_fallback(&content).is_ok(), "{content:?}");
+    let bare: ToolCallContent = serde_json::from_value(serde_json::json!({"type": "text", "text": "hi"})).unwrap();
+    assert!(no_fallback(&vec![bare]).is_err(), "an unknown kind is a fallback");
+    let kind: acp_types::ToolKind = serde_json::from_value(serde_json::json!("teleport")).unwrap();
+    assert!(no_fallback(&Some(kind)).is_err(), "an unknown string value is a fallback");
 }
 
 #[test]
@@ -142,7 +200,8 @@ fn every_whole_message_example_round_trips() {
                     if let Some(error) = message.get("error") {
                         serde_json::from_value::<Error>(error.clone())
                             .map_err(|e| format!("error object: {e}"))
-                            .map(|e| (error.clone(), reencode(&e)))
+                            .and_then(|e| reencode(&e))
+                            .map(|re| (error.clone(), re))
                     } else {
                         let result = message.get("result").cloned().unwrap_or(Value::Null);
                         let method = pending

@@ -43,8 +43,7 @@ fn main() {
         let file = |items| syn::File { shebang: None, attrs: Vec::new(), items };
         let mut files: Vec<syn::File> = Vec::new();
         for model in [&m1, &m2] {
-            files
-                .extend(model.items.iter().map(|i| file(codegen::emit::item_syntax(i, &model.items).expect("parses"))));
+            files.extend(model.items.iter().map(|i| file(codegen::emit::item_syntax(i, model).expect("parses"))));
             files.push(syn::parse2(codegen::emit::methods(model)).expect("parses"));
         }
         files

@@ -230,7 +230,7 @@ fn run(command: Command) -> Result<(), String> {
             let lock = Lock::read(&lock_path).map_err(|e| e.to_string())?;
             let dir = schema_dir.unwrap_or_else(|| root.join("schema/json"));
             lock.verify_dir(&dir).map_err(|e| e.to_string())?;
-            let codegen::Vendored { text, notes } =
+            let codegen::Vendored { text, notes, warnings } =
                 codegen::vendor(&Settings::new(&dir, &lock.tag), &features, !types_only, &derive)
                     .map_err(|e| e.to_string())?;
             if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -240,6 +240,9 @@ fn run(command: Command) -> Result<(), String> {
             println!("vendored {} lines into {}", text.lines().count(), out.display());
             for note in notes {
                 println!("  {note}");
+            }
+            for warning in warnings {
+                eprintln!("warning: {warning}");
             }
             Ok(())
         }

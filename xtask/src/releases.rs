@@ -129,6 +129,9 @@ fn check_vendor(
     std::fs::write(crate_dir.join("src/acp.rs"), &text).map_err(|e| e.to_string())?;
     std::fs::write(crate_dir.join("src/lib.rs"), "//! A crate vendoring the ACP types.\npub mod acp;\n")
         .map_err(|e| e.to_string())?;
+    // And as a private module of a program, which uses none of it: no warning either.
+    std::fs::write(crate_dir.join("src/main.rs"), "//! A program vendoring the ACP types.\nmod acp;\n\nfn main() {}\n")
+        .map_err(|e| e.to_string())?;
     let manifest = format!(
         "[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n\
          [dependencies]\nserde = {{ version = \"1\", features = [\"derive\"] }}\nserde_json = \"1\"\n\n[workspace]\n"

@@ -467,3 +467,157 @@ fn integer_formats_map_to_their_rust_types_and_constants_must_fit() {
         .expect_err("an unknown format is not guessed");
     assert!(err.to_string().contains("`Big`") && err.to_string().contains("integer format `int128`"), "{err}");
 }
+
+/// Every file generated from the base schema plus `extra`, with `meta` for `meta.json`.
+fn generate_files(name: &str, extra: Value, meta: Value) -> Result<Vec<codegen::OutputFile>, CodegenError> {
+    let mut defs = base_defs();
+    defs.extend(extra.as_object().cloned().unwrap_or_default());
+    let dir = fixture(name, Value::Object(defs), meta);
+    let mut settings = Settings::new(&dir, "fixture");
+    settings.gating = Gating::AllInOne;
+    codegen::generate(&settings)
+}
+
+fn file<'a>(files: &'a [codegen::OutputFile], path: &str) -> &'a str {
+    files.iter().find(|f| f.path.ends_with(path)).map(|f| f.contents.as_str()).unwrap_or_default()
+}
+
+#[test]
+fn protocol_version_has_constants_up_to_the_version_meta_json_states() {
+    let version = json!({"ProtocolVersion": {"type": "integer", "format": "uint16", "minimum": 0, "maximum": 65535}});
+    let mut meta = base_meta();
+    meta["version"] = json!(1);
+    let files = generate_files("protocol-version", version.clone(), meta.clone()).expect("generates");
+    let types = file(&files, "v1/types.rs");
+    assert!(types.contains("pub const V1: ProtocolVersion = ProtocolVersion(1);"), "{types}");
+    assert!(types.contains("pub const LATEST: ProtocolVersion = ProtocolVersion(1);"), "{types}");
+    assert!(types.contains("/// The latest protocol version this schema describes"));
+
+    // Without `version` (early releases), the folder name says it.
+    let files = generate_files("protocol-version-folder", version.clone(), base_meta()).expect("generates");
+    assert!(file(&files, "v1/types.rs").contains("pub const LATEST: ProtocolVersion = ProtocolVersion(1);"));
+
+    // A `version` that disagrees with the folder is an error, not a silently stale constant.
+    meta["version"] = json!(2);
+    let err = generate_files("protocol-version-mismatch", version, meta).expect_err("v1/ says 2");
+    assert!(err.to_string().contains("disagrees with the folder name"), "{err}");
+}
+
+#[test]
+fn object_params_decode_from_null_and_errors_display() {
+    let files = generate_files("null-params", json!({}), base_meta()).expect("generates");
+    let methods = file(&files, "v1/methods.rs");
+    // Every method's params are an object here: each decodes `null` (params left out) as `{}`.
+    let object_params = methods.matches("serde_support::null_as_empty(params)").count();
+    assert_eq!(object_params, 7, "5 agent methods and 2 client methods: {methods}");
+    assert!(!methods.contains("serde::Deserialize::deserialize(params).map(ClientRequest"), "{methods}");
+    assert!(methods.contains("impl std::fmt::Display for Error {"), "{methods}");
+    assert!(methods.contains("write!(f, \"{} {}\", self.code.0, self.message)"), "{methods}");
+    assert!(methods.contains("impl std::error::Error for Error {}"), "{methods}");
+}
+
+#[test]
+fn unions_convert_from_a_payload_type_only_one_variant_holds() {
+    let object = |tag: &str, payload: Option<&str>| {
+        let mut v =
+            json!({"type": "object", "properties": {"kind": {"type": "string", "const": tag}}, "required": ["kind"]});
+        if let Some(p) = payload {
+            v["allOf"] = json!([{"$ref": format!("#/$defs/{p}")}]);
+        }
+        v
+    };
+    let types = generate(
+        "from-payload",
+        json!({
+            "Shape": {"oneOf": [object("circle", Some("Circle")), object("ring", Some("Circle")),
+                                object("square", Some("Square")), object("dot", None)]},
+            "Circle": {"type": "object", "properties": {"r": {"type": "integer"}}, "required": ["r"]},
+            "Square": {"type": "object", "properties": {"side": {"type": "integer"}}, "required": ["side"]},
+            "Either": {"anyOf": [{"$ref": "#/$defs/Circle"}, {"$ref": "#/$defs/Square"}]}
+        }),
+    )
+    .expect("generates");
+    assert!(types.contains("impl From<Square> for Shape {"), "{types}");
+    assert!(types.contains("Shape::Square(value)"), "{types}");
+    assert!(!types.contains("impl From<Circle> for Shape"), "two variants hold a `Circle`: {types}");
+    assert!(types.contains("impl From<Circle> for Either {") && types.contains("impl From<Square> for Either {"));
+}
+
+#[test]
+fn a_tagless_variant_takes_unknown_tags_only_where_its_description_says_so() {
+    let union = |doc: &str| {
+        json!({"Setting": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"], "anyOf": [
+            {"type": "object", "properties": {"type": {"type": "string", "const": "boolean"}, "value": {"type": "boolean"}},
+             "required": ["type", "value"]},
+            {"title": "value_id", "description": doc, "type": "object",
+             "properties": {"value": {"type": "string"}}, "required": ["value"]}
+        ]}})
+    };
+    let open = generate(
+        "unknown-tag-open",
+        union("The default when `type` is absent. Unknown `type`\nvalues with string payloads also gracefully deserialize into this\nvariant."),
+    )
+    .expect("generates");
+    assert!(open.contains("Ok(payload) => SettingType::ValueId(payload),"), "{open}");
+    assert!(open.contains("and when it has another value"), "the note agrees with the code: {open}");
+
+    let closed = generate("unknown-tag-closed", union("The default when `type` is absent.")).expect("generates");
+    assert!(!closed.contains("Ok(payload) =>"), "{closed}");
+    assert!(closed.contains("(another value is kept in `Other`)"), "{closed}");
+
+    let err = generate("unknown-tag-unclear", union("Unknown `type` values are rejected.")).expect_err("unclear");
+    assert!(err.to_string().contains("unknown `type` values"), "{err}");
+}
+
+#[test]
+fn docs_link_fields_name_features_and_describe_flattened_unions() {
+    let types = generate(
+        "docs",
+        json!({
+            "Knob": {"type": "object", "properties": {"default": {"type": "boolean"}}},
+            "Setting": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"], "oneOf": [
+                {"type": "object", "properties": {"type": {"type": "string", "const": "flag"}}, "required": ["type"]}
+            ]}
+        }),
+    )
+    .expect("generates");
+    assert!(types.contains("/// Sets [`Self::default`](field@Self::default)."), "{types}");
+    assert!(types.contains("/// What varies with `type`: a [`SettingType`]"), "{types}");
+
+    // The pinned release: unstable items name their feature; the internal helpers are hidden.
+    let release = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/releases/v1.7.0");
+    let files = codegen::generate(&Settings::new(&release, "v1.7.0")).expect("generates");
+    let types = file(&files, "v1/types.rs");
+    let fork = &types[types.find("pub struct ForkSessionRequest").expect("there")..];
+    let before = &types[..types.len() - fork.len()];
+    let doc_start = before.rfind("\n\n").unwrap_or(0).max(before.rfind("}\n").unwrap_or(0));
+    assert!(
+        before[doc_start..].contains("Available with the cargo feature `unstable_session_fork`."),
+        "{}",
+        &before[doc_start..]
+    );
+    let support = file(&files, "serde_support.rs");
+    assert!(support.contains("#[doc(hidden)]\npub fn tag_of"), "internal helpers are hidden");
+    assert!(!support.contains("#[doc(hidden)]\npub fn null_as_empty"), "the runtime uses it");
+}
+
+#[test]
+fn vendored_files_allow_dead_code_and_list_every_type_a_derive_left_off() {
+    let release = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/releases/v1.7.0");
+    let settings = Settings::new(&release, "v1.7.0");
+    let vendored = codegen::vendor(&settings, &[], false, &["Eq".into()]).expect("vendors");
+    assert!(vendored.text.contains("#![allow(\n    dead_code,"), "a private `mod acp;` uses a few of the types");
+    let note = &vendored.notes[0];
+    assert!(note.contains(", ...)"), "the printed note stays short: {note}");
+    let preamble: String = vendored.text.lines().take_while(|l| l.starts_with("//")).collect::<Vec<_>>().join("\n");
+    for ty in ["NumberPropertySchema", "ElicitationSchema", "RequestPermissionRequest"] {
+        assert!(preamble.contains(ty), "{ty} is left off and named: {preamble}");
+    }
+    assert!(preamble.lines().all(|l| l.len() <= 100), "{preamble}");
+    assert!(vendored.text.contains("impl From<TextContent> for ContentBlock {"), "conversions are vendored too");
+
+    let err = codegen::vendor(&settings, &[], false, &["eq".into()]).expect_err("`eq` is a typo for `Eq`");
+    assert!(err.to_string().contains("did you mean `Eq`?"), "{err}");
+    let hash_only = codegen::vendor(&settings, &[], false, &["Ord".into()]).expect("vendors");
+    assert!(hash_only.warnings.iter().any(|w| w.contains("Ord")) == hash_only.notes[0].contains("added to 0 types"));
+}

@@ -48,6 +48,13 @@ impl Error {
         Error::new(ErrorCode::RESOURCE_NOT_FOUND, "Resource not found")
     }
 }
+/// The code and the message: `-32602 Invalid params`.
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.code.0, self.message)
+    }
+}
+impl std::error::Error for Error {}
 ///Methods the agent handles (the client sends them).
 pub mod agent_method {
     /// `mcp/message`
@@ -253,7 +260,9 @@ impl ClientRequest {
             ClientRequest::ExtMethod { method, .. } => method,
         }
     }
-    /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+    /// Decodes the params of `method`; `Ok(None)` when the method is unknown. A message
+    /// without params is decoded from `null`, which reads as `{}` where the params are an
+    /// object.
     pub fn decode<'de, D: serde::Deserializer<'de>>(
         method: &str,
         params: D,
@@ -261,109 +270,107 @@ impl ClientRequest {
         match method {
             #[cfg(feature = "unstable_mcp_over_acp")]
             "mcp/message" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::McpMessage)
                     .map(Some)
             }
             "initialize" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::Initialize)
                     .map(Some)
             }
             "authenticate" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::Authenticate)
                     .map(Some)
             }
             #[cfg(feature = "unstable_llm_providers")]
             "providers/list" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::ProvidersList)
                     .map(Some)
             }
             #[cfg(feature = "unstable_llm_providers")]
             "providers/set" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::ProvidersSet)
                     .map(Some)
             }
             #[cfg(feature = "unstable_llm_providers")]
             "providers/disable" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::ProvidersDisable)
                     .map(Some)
             }
             "logout" => {
-                serde::Deserialize::deserialize(params)
-                    .map(ClientRequest::Logout)
-                    .map(Some)
+                serde_support::null_as_empty(params).map(ClientRequest::Logout).map(Some)
             }
             "session/new" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionNew)
                     .map(Some)
             }
             "session/load" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionLoad)
                     .map(Some)
             }
             "session/list" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionList)
                     .map(Some)
             }
             "session/delete" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionDelete)
                     .map(Some)
             }
             #[cfg(feature = "unstable_session_fork")]
             "session/fork" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionFork)
                     .map(Some)
             }
             "session/resume" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionResume)
                     .map(Some)
             }
             "session/close" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionClose)
                     .map(Some)
             }
             "session/set_mode" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionSetMode)
                     .map(Some)
             }
             "session/set_config_option" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionSetConfigOption)
                     .map(Some)
             }
             "session/prompt" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionPrompt)
                     .map(Some)
             }
             #[cfg(feature = "unstable_nes")]
             "nes/start" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::NesStart)
                     .map(Some)
             }
             #[cfg(feature = "unstable_nes")]
             "nes/suggest" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::NesSuggest)
                     .map(Some)
             }
             #[cfg(feature = "unstable_nes")]
             "nes/close" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::NesClose)
                     .map(Some)
             }
@@ -770,7 +777,9 @@ impl ClientNotification {
             ClientNotification::ExtNotification { method, .. } => method,
         }
     }
-    /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+    /// Decodes the params of `method`; `Ok(None)` when the method is unknown. A message
+    /// without params is decoded from `null`, which reads as `{}` where the params are an
+    /// object.
     pub fn decode<'de, D: serde::Deserializer<'de>>(
         method: &str,
         params: D,
@@ -778,54 +787,54 @@ impl ClientNotification {
         match method {
             #[cfg(feature = "unstable_mcp_over_acp")]
             "mcp/message" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientNotification::McpMessageNotification)
                     .map(Some)
             }
             "session/cancel" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientNotification::SessionCancel)
                     .map(Some)
             }
             #[cfg(feature = "unstable_nes")]
             "document/didOpen" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientNotification::DocumentDidOpen)
                     .map(Some)
             }
             #[cfg(feature = "unstable_nes")]
             "document/didChange" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientNotification::DocumentDidChange)
                     .map(Some)
             }
             #[cfg(feature = "unstable_nes")]
             "document/didClose" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientNotification::DocumentDidClose)
                     .map(Some)
             }
             #[cfg(feature = "unstable_nes")]
             "document/didSave" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientNotification::DocumentDidSave)
                     .map(Some)
             }
             #[cfg(feature = "unstable_nes")]
             "document/didFocus" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientNotification::DocumentDidFocus)
                     .map(Some)
             }
             #[cfg(feature = "unstable_nes")]
             "nes/accept" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientNotification::NesAccept)
                     .map(Some)
             }
             #[cfg(feature = "unstable_nes")]
             "nes/reject" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientNotification::NesReject)
                     .map(Some)
             }
@@ -894,6 +903,8 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
     ///
     /// Request parameters for `mcp/message`.
     ///
+    /// Available with the cargo feature `unstable_mcp_over_acp`.
+    ///
     /// Method: `mcp/message`.
     #[cfg(feature = "unstable_mcp_over_acp")]
     fn mcp_message(
@@ -914,6 +925,8 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
     ///
     /// This is used when the wrapped MCP message is a notification and the outer JSON-RPC
     /// envelope has no `id`.
+    ///
+    /// Available with the cargo feature `unstable_mcp_over_acp`.
     ///
     /// Method: `mcp/message`.
     #[cfg(feature = "unstable_mcp_over_acp")]
@@ -953,6 +966,8 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
     ///
     /// Request parameters for `providers/list`.
     ///
+    /// Available with the cargo feature `unstable_llm_providers`.
+    ///
     /// Method: `providers/list`.
     #[cfg(feature = "unstable_llm_providers")]
     fn providers_list(
@@ -975,6 +990,8 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
     ///
     /// Replaces the full configuration for one provider ID.
     ///
+    /// Available with the cargo feature `unstable_llm_providers`.
+    ///
     /// Method: `providers/set`.
     #[cfg(feature = "unstable_llm_providers")]
     fn providers_set(
@@ -992,6 +1009,8 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
     ///
     /// Request parameters for `providers/disable`.
+    ///
+    /// Available with the cargo feature `unstable_llm_providers`.
     ///
     /// Method: `providers/disable`.
     #[cfg(feature = "unstable_llm_providers")]
@@ -1095,6 +1114,8 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
     ///
     /// Only available if the Agent supports the `session.fork` capability.
     ///
+    /// Available with the cargo feature `unstable_session_fork`.
+    ///
     /// Method: `session/fork`.
     #[cfg(feature = "unstable_session_fork")]
     fn session_fork(
@@ -1196,6 +1217,8 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
     ) -> impl std::future::Future<Output = Result<PromptResponse, Error>> + Send;
     /// Request to start an NES session.
     ///
+    /// Available with the cargo feature `unstable_nes`.
+    ///
     /// Method: `nes/start`.
     #[cfg(feature = "unstable_nes")]
     fn nes_start(
@@ -1209,6 +1232,8 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         )
     }
     /// Request for a code suggestion.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
     ///
     /// Method: `nes/suggest`.
     #[cfg(feature = "unstable_nes")]
@@ -1226,6 +1251,8 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
     ///
     /// The agent **must** cancel any ongoing work related to the NES session
     /// and then free up any resources associated with the session.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
     ///
     /// Method: `nes/close`.
     #[cfg(feature = "unstable_nes")]
@@ -1251,6 +1278,8 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
     ) -> impl std::future::Future<Output = Result<(), Error>> + Send;
     /// Notification sent when a file is opened in the editor.
     ///
+    /// Available with the cargo feature `unstable_nes`.
+    ///
     /// Method: `document/didOpen`.
     #[cfg(feature = "unstable_nes")]
     fn document_did_open(
@@ -1262,6 +1291,8 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         std::future::ready(Ok(()))
     }
     /// Notification sent when a file is edited.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
     ///
     /// Method: `document/didChange`.
     #[cfg(feature = "unstable_nes")]
@@ -1275,6 +1306,8 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
     }
     /// Notification sent when a file is closed.
     ///
+    /// Available with the cargo feature `unstable_nes`.
+    ///
     /// Method: `document/didClose`.
     #[cfg(feature = "unstable_nes")]
     fn document_did_close(
@@ -1286,6 +1319,8 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         std::future::ready(Ok(()))
     }
     /// Notification sent when a file is saved.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
     ///
     /// Method: `document/didSave`.
     #[cfg(feature = "unstable_nes")]
@@ -1299,6 +1334,8 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
     }
     /// Notification sent when a file becomes the active editor tab.
     ///
+    /// Available with the cargo feature `unstable_nes`.
+    ///
     /// Method: `document/didFocus`.
     #[cfg(feature = "unstable_nes")]
     fn document_did_focus(
@@ -1311,6 +1348,8 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
     }
     /// Notification sent when a suggestion is accepted.
     ///
+    /// Available with the cargo feature `unstable_nes`.
+    ///
     /// Method: `nes/accept`.
     #[cfg(feature = "unstable_nes")]
     fn nes_accept(
@@ -1322,6 +1361,8 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         std::future::ready(Ok(()))
     }
     /// Notification sent when a suggestion is rejected.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
     ///
     /// Method: `nes/reject`.
     #[cfg(feature = "unstable_nes")]
@@ -1565,72 +1606,74 @@ impl AgentRequest {
             AgentRequest::ExtMethod { method, .. } => method,
         }
     }
-    /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+    /// Decodes the params of `method`; `Ok(None)` when the method is unknown. A message
+    /// without params is decoded from `null`, which reads as `{}` where the params are an
+    /// object.
     pub fn decode<'de, D: serde::Deserializer<'de>>(
         method: &str,
         params: D,
     ) -> Result<Option<Self>, D::Error> {
         match method {
             "fs/write_text_file" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentRequest::FsWriteTextFile)
                     .map(Some)
             }
             "fs/read_text_file" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentRequest::FsReadTextFile)
                     .map(Some)
             }
             "session/request_permission" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentRequest::SessionRequestPermission)
                     .map(Some)
             }
             "terminal/create" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentRequest::TerminalCreate)
                     .map(Some)
             }
             "terminal/output" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentRequest::TerminalOutput)
                     .map(Some)
             }
             "terminal/release" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentRequest::TerminalRelease)
                     .map(Some)
             }
             "terminal/wait_for_exit" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentRequest::TerminalWaitForExit)
                     .map(Some)
             }
             "terminal/kill" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentRequest::TerminalKill)
                     .map(Some)
             }
             "elicitation/create" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentRequest::ElicitationCreate)
                     .map(Some)
             }
             #[cfg(feature = "unstable_mcp_over_acp")]
             "mcp/connect" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentRequest::McpConnect)
                     .map(Some)
             }
             #[cfg(feature = "unstable_mcp_over_acp")]
             "mcp/message" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentRequest::McpMessage)
                     .map(Some)
             }
             #[cfg(feature = "unstable_mcp_over_acp")]
             "mcp/disconnect" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentRequest::McpDisconnect)
                     .map(Some)
             }
@@ -1883,7 +1926,9 @@ impl AgentNotification {
             AgentNotification::ExtNotification { method, .. } => method,
         }
     }
-    /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+    /// Decodes the params of `method`; `Ok(None)` when the method is unknown. A message
+    /// without params is decoded from `null`, which reads as `{}` where the params are an
+    /// object.
     pub fn decode<'de, D: serde::Deserializer<'de>>(
         method: &str,
         params: D,
@@ -1891,17 +1936,17 @@ impl AgentNotification {
         match method {
             #[cfg(feature = "unstable_mcp_over_acp")]
             "mcp/message" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentNotification::McpMessageNotification)
                     .map(Some)
             }
             "session/update" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentNotification::SessionUpdate)
                     .map(Some)
             }
             "elicitation/complete" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentNotification::ElicitationComplete)
                     .map(Some)
             }
@@ -2102,6 +2147,8 @@ pub trait Client<Cx: Send = ()>: Send + Sync {
     ///
     /// Request parameters for `mcp/connect`.
     ///
+    /// Available with the cargo feature `unstable_mcp_over_acp`.
+    ///
     /// Method: `mcp/connect`.
     #[cfg(feature = "unstable_mcp_over_acp")]
     fn mcp_connect(
@@ -2119,6 +2166,8 @@ pub trait Client<Cx: Send = ()>: Send + Sync {
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
     ///
     /// Request parameters for `mcp/message`.
+    ///
+    /// Available with the cargo feature `unstable_mcp_over_acp`.
     ///
     /// Method: `mcp/message`.
     #[cfg(feature = "unstable_mcp_over_acp")]
@@ -2141,6 +2190,8 @@ pub trait Client<Cx: Send = ()>: Send + Sync {
     /// This is used when the wrapped MCP message is a notification and the outer JSON-RPC
     /// envelope has no `id`.
     ///
+    /// Available with the cargo feature `unstable_mcp_over_acp`.
+    ///
     /// Method: `mcp/message`.
     #[cfg(feature = "unstable_mcp_over_acp")]
     fn mcp_message_notification(
@@ -2156,6 +2207,8 @@ pub trait Client<Cx: Send = ()>: Send + Sync {
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
     ///
     /// Request parameters for `mcp/disconnect`.
+    ///
+    /// Available with the cargo feature `unstable_mcp_over_acp`.
     ///
     /// Method: `mcp/disconnect`.
     #[cfg(feature = "unstable_mcp_over_acp")]
@@ -2338,7 +2391,9 @@ impl ProtocolLevelNotification {
             ProtocolLevelNotification::CancelRequest(_) => "$/cancel_request",
         }
     }
-    /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+    /// Decodes the params of `method`; `Ok(None)` when the method is unknown. A message
+    /// without params is decoded from `null`, which reads as `{}` where the params are an
+    /// object.
     #[allow(unused_variables)]
     pub fn decode<'de, D: serde::Deserializer<'de>>(
         method: &str,
@@ -2346,7 +2401,7 @@ impl ProtocolLevelNotification {
     ) -> Result<Option<Self>, D::Error> {
         match method {
             "$/cancel_request" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ProtocolLevelNotification::CancelRequest)
                     .map(Some)
             }

@@ -277,6 +277,8 @@ pub struct ToolCallUpdate {
     ///
     /// This field is optional. Omitting it or sending `null` both mean that
     /// the existing name is left unchanged.
+    ///
+    /// Available with the cargo feature `unstable_tool_call_name`.
     #[cfg(feature = "unstable_tool_call_name")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<Option<String>>,
@@ -724,6 +726,21 @@ impl schemars::JsonSchema for ToolCallContent {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+impl From<Content> for ToolCallContent {
+    fn from(value: Content) -> Self {
+        ToolCallContent::Content(value)
+    }
+}
+impl From<Diff> for ToolCallContent {
+    fn from(value: Diff) -> Self {
+        ToolCallContent::Diff(value)
+    }
+}
+impl From<Terminal> for ToolCallContent {
+    fn from(value: Terminal) -> Self {
+        ToolCallContent::Terminal(value)
+    }
+}
 /// Content blocks represent displayable information in the Agent Client Protocol.
 ///
 /// They provide a structured way to handle various types of user-facing content—whether
@@ -887,6 +904,31 @@ impl schemars::JsonSchema for ContentBlock {
                 ),
             );
         schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+impl From<TextContent> for ContentBlock {
+    fn from(value: TextContent) -> Self {
+        ContentBlock::Text(value)
+    }
+}
+impl From<ImageContent> for ContentBlock {
+    fn from(value: ImageContent) -> Self {
+        ContentBlock::Image(value)
+    }
+}
+impl From<AudioContent> for ContentBlock {
+    fn from(value: AudioContent) -> Self {
+        ContentBlock::Audio(value)
+    }
+}
+impl From<ResourceLink> for ContentBlock {
+    fn from(value: ResourceLink) -> Self {
+        ContentBlock::ResourceLink(value)
+    }
+}
+impl From<EmbeddedResource> for ContentBlock {
+    fn from(value: EmbeddedResource) -> Self {
+        ContentBlock::Resource(value)
     }
 }
 /// Optional annotations for the client. The client can use annotations to inform how objects are used or displayed
@@ -1281,6 +1323,16 @@ pub enum EmbeddedResourceResource {
     BlobResourceContents(BlobResourceContents),
     /// A shape this version of the schema does not know, kept as received.
     Other(serde_json::Value),
+}
+impl From<TextResourceContents> for EmbeddedResourceResource {
+    fn from(value: TextResourceContents) -> Self {
+        EmbeddedResourceResource::TextResourceContents(value)
+    }
+}
+impl From<BlobResourceContents> for EmbeddedResourceResource {
+    fn from(value: BlobResourceContents) -> Self {
+        EmbeddedResourceResource::BlobResourceContents(value)
+    }
 }
 /// Text-based resource contents.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -2131,6 +2183,8 @@ pub struct CreateElicitationRequest {
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What varies with `mode`: a [`CreateElicitationMode`], whose members are written next to
+    /// the others (flattened).
     #[serde(flatten)]
     pub mode: CreateElicitationMode,
 }
@@ -2520,6 +2574,31 @@ impl schemars::JsonSchema for ElicitationPropertySchema {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+impl From<StringPropertySchema> for ElicitationPropertySchema {
+    fn from(value: StringPropertySchema) -> Self {
+        ElicitationPropertySchema::String(value)
+    }
+}
+impl From<NumberPropertySchema> for ElicitationPropertySchema {
+    fn from(value: NumberPropertySchema) -> Self {
+        ElicitationPropertySchema::Number(value)
+    }
+}
+impl From<IntegerPropertySchema> for ElicitationPropertySchema {
+    fn from(value: IntegerPropertySchema) -> Self {
+        ElicitationPropertySchema::Integer(value)
+    }
+}
+impl From<BooleanPropertySchema> for ElicitationPropertySchema {
+    fn from(value: BooleanPropertySchema) -> Self {
+        ElicitationPropertySchema::Boolean(value)
+    }
+}
+impl From<MultiSelectPropertySchema> for ElicitationPropertySchema {
+    fn from(value: MultiSelectPropertySchema) -> Self {
+        ElicitationPropertySchema::Array(value)
+    }
+}
 /// String format types for string properties in elicitation schemas.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -2763,7 +2842,7 @@ impl StringPropertySchema {
         self.format = Some(format);
         self
     }
-    /// Sets [`Self::default`]; `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
     #[must_use]
     pub fn default_value(mut self, default: Option<String>) -> Self {
         self.default = Some(default);
@@ -2885,7 +2964,7 @@ impl NumberPropertySchema {
         self.maximum = Some(maximum);
         self
     }
-    /// Sets [`Self::default`]; `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
     #[must_use]
     pub fn default_value(mut self, default: Option<f64>) -> Self {
         self.default = Some(default);
@@ -2982,7 +3061,7 @@ impl IntegerPropertySchema {
         self.maximum = Some(maximum);
         self
     }
-    /// Sets [`Self::default`]; `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
     #[must_use]
     pub fn default_value(mut self, default: Option<i64>) -> Self {
         self.default = Some(default);
@@ -3055,7 +3134,7 @@ impl BooleanPropertySchema {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::default`]; `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
     #[must_use]
     pub fn default_value(mut self, default: Option<bool>) -> Self {
         self.default = Some(default);
@@ -3155,6 +3234,16 @@ impl schemars::JsonSchema for MultiSelectItems {
                 ),
             );
         schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+impl From<StringMultiSelectItems> for MultiSelectItems {
+    fn from(value: StringMultiSelectItems) -> Self {
+        MultiSelectItems::String(value)
+    }
+}
+impl From<TitledMultiSelectItems> for MultiSelectItems {
+    fn from(value: TitledMultiSelectItems) -> Self {
+        MultiSelectItems::Titled(value)
     }
 }
 /// String item schema for multi-select enum properties.
@@ -3309,7 +3398,7 @@ impl MultiSelectPropertySchema {
         self.max_items = Some(max_items);
         self
     }
-    /// Sets [`Self::default`]; `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
     #[must_use]
     pub fn default_value(mut self, default: Option<Vec<String>>) -> Self {
         self.default = Some(default);
@@ -3339,6 +3428,8 @@ pub struct ElicitationFormMode {
     /// A JSON Schema describing the form fields to present to the user.
     #[serde(rename = "requestedSchema")]
     pub requested_schema: ElicitationSchema,
+    /// What varies with the kind of object: a [`ElicitationScope`], whose members are written next to
+    /// the others (flattened).
     #[serde(flatten)]
     pub scope: ElicitationScope,
 }
@@ -3404,6 +3495,8 @@ pub struct ElicitationUrlMode {
     pub elicitation_id: ElicitationId,
     /// The URL to direct the user to.
     pub url: String,
+    /// What varies with the kind of object: a [`ElicitationScope`], whose members are written next to
+    /// the others (flattened).
     #[serde(flatten)]
     pub scope: ElicitationScope,
 }
@@ -3426,6 +3519,8 @@ impl ElicitationUrlMode {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Request parameters for `mcp/connect`.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -3472,6 +3567,8 @@ serde_support::deserialize_struct!(ConnectMcpRequest {
 /// The value is opaque and generated by the ACP component providing the MCP server. It is
 /// used by `mcp/connect` to route connection requests back to the component that declared the
 /// server.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(
     Debug,
@@ -3522,6 +3619,8 @@ impl std::borrow::Borrow<str> for McpServerAcpId {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Request parameters for `mcp/message`.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -3584,6 +3683,8 @@ serde_support::deserialize_struct!(MessageMcpRequest {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// A unique identifier for an active MCP-over-ACP connection.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(
     Debug,
@@ -3634,6 +3735,8 @@ impl std::borrow::Borrow<str> for McpConnectionId {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Request parameters for `mcp/disconnect`.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -3790,6 +3893,17 @@ impl From<u16> for ProtocolVersion {
         ProtocolVersion(value)
     }
 }
+impl ProtocolVersion {
+    /// Protocol version 1.
+    pub const V1: ProtocolVersion = ProtocolVersion(1);
+    /// The latest protocol version this schema describes (1, the `version` in its `meta.json`):
+    /// the one a client sends in `initialize`.
+    ///
+    /// An agent answers with the client's version when it supports it, and otherwise with the
+    /// latest version it supports: an agent that supports every version up to this one answers
+    /// `params.protocol_version.min(ProtocolVersion::LATEST)`, never the client's version unchecked.
+    pub const LATEST: ProtocolVersion = ProtocolVersion(1);
+}
 /// Capabilities supported by the agent.
 ///
 /// Advertised during initialization to inform the client about
@@ -3823,6 +3937,8 @@ pub struct AgentCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports provider configuration methods.
+    ///
+    /// Available with the cargo feature `unstable_llm_providers`.
     #[cfg(feature = "unstable_llm_providers")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub providers: Option<Option<ProvidersCapabilities>>,
@@ -3834,6 +3950,8 @@ pub struct AgentCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support
     /// for NES methods.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
     #[cfg(feature = "unstable_nes")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nes: Option<Option<NesCapabilities>>,
@@ -3842,6 +3960,8 @@ pub struct AgentCapabilities {
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
     ///
     /// The position encoding selected by the agent from the client's supported encodings.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
     #[cfg(feature = "unstable_nes")]
     #[serde(rename = "positionEncoding", skip_serializing_if = "Option::is_none")]
     pub position_encoding: Option<Option<PositionEncodingKind>>,
@@ -4045,6 +4165,8 @@ pub struct McpCapabilities {
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
     ///
     /// Agent supports [`McpServer::Acp`].
+    ///
+    /// Available with the cargo feature `unstable_mcp_over_acp`.
     #[cfg(feature = "unstable_mcp_over_acp")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acp: Option<bool>,
@@ -4143,6 +4265,8 @@ pub struct SessionCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports forking sessions.
+    ///
+    /// Available with the cargo feature `unstable_session_fork`.
     #[cfg(feature = "unstable_session_fork")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fork: Option<Option<SessionForkCapabilities>>,
@@ -4342,6 +4466,8 @@ serde_support::deserialize_struct!(SessionAdditionalDirectoriesCapabilities {
 /// Capabilities for the `session/fork` method.
 ///
 /// Supplying `{}` means the agent supports forking sessions.
+///
+/// Available with the cargo feature `unstable_session_fork`.
 #[cfg(feature = "unstable_session_fork")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -4519,6 +4645,8 @@ serde_support::deserialize_struct!(LogoutCapabilities {
 /// Provider configuration capabilities supported by the agent.
 ///
 /// Supplying `{}` means the agent supports provider configuration methods.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -4552,6 +4680,8 @@ serde_support::deserialize_struct!(ProvidersCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// NES capabilities advertised by the agent during initialization.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -4607,6 +4737,8 @@ serde_support::deserialize_struct!(NesCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Event capabilities the agent can consume.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -4651,6 +4783,8 @@ serde_support::deserialize_struct!(NesEventCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Document event capabilities the agent wants to receive.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -4748,6 +4882,8 @@ serde_support::deserialize_struct!(NesDocumentEventCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Marker for `document/didOpen` capability support.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -4781,6 +4917,8 @@ serde_support::deserialize_struct!(NesDocumentDidOpenCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Capabilities for `document/didChange` events.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -4819,6 +4957,8 @@ serde_support::deserialize_struct!(NesDocumentDidChangeCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// How the agent wants document changes delivered.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -4891,6 +5031,8 @@ impl schemars::JsonSchema for TextDocumentSyncKind {
     }
 }
 /// Marker for `document/didClose` capability support.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -4924,6 +5066,8 @@ serde_support::deserialize_struct!(NesDocumentDidCloseCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Marker for `document/didSave` capability support.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -4957,6 +5101,8 @@ serde_support::deserialize_struct!(NesDocumentDidSaveCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Marker for `document/didFocus` capability support.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -4990,6 +5136,8 @@ serde_support::deserialize_struct!(NesDocumentDidFocusCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Context capabilities the agent wants attached to each suggestion request.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -5104,6 +5252,8 @@ serde_support::deserialize_struct!(NesContextCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Capabilities for recent files context.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -5148,6 +5298,8 @@ serde_support::deserialize_struct!(NesRecentFilesCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Capabilities for related snippets context.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -5181,6 +5333,8 @@ serde_support::deserialize_struct!(NesRelatedSnippetsCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Capabilities for edit history context.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -5225,6 +5379,8 @@ serde_support::deserialize_struct!(NesEditHistoryCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Capabilities for user actions context.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -5269,6 +5425,8 @@ serde_support::deserialize_struct!(NesUserActionsCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Capabilities for open files context.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -5302,6 +5460,8 @@ serde_support::deserialize_struct!(NesOpenFilesCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Capabilities for diagnostics context.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -5337,6 +5497,8 @@ serde_support::deserialize_struct!(NesDiagnosticsCapabilities {
 /// The encoding used for character offsets in positions.
 ///
 /// Follows the same conventions as LSP 3.17. The default is UTF-16.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -5500,6 +5662,16 @@ impl schemars::JsonSchema for AuthMethod {
                 ),
             );
         schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+impl From<AuthMethodTerminal> for AuthMethod {
+    fn from(value: AuthMethodTerminal) -> Self {
+        AuthMethod::Terminal(value)
+    }
+}
+impl From<AuthMethodAgent> for AuthMethod {
+    fn from(value: AuthMethodAgent) -> Self {
+        AuthMethod::Agent(value)
     }
 }
 /// Typed identifier used for auth method values on the wire.
@@ -5760,6 +5932,8 @@ serde_support::deserialize_struct!(AuthenticateResponse {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Response to `providers/list`.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -5801,6 +5975,8 @@ serde_support::deserialize_struct!(ListProvidersResponse {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Information about a configurable LLM provider.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -5868,6 +6044,8 @@ serde_support::deserialize_struct!(ProviderInfo {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Unique identifier for a configurable LLM provider.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(
     Debug,
@@ -5923,6 +6101,8 @@ impl std::borrow::Borrow<str> for ProviderId {
 ///
 /// Protocol names beginning with `_` are free for custom use, like other ACP extension methods.
 /// Protocol names that do not begin with `_` are reserved for the ACP spec.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -6014,6 +6194,8 @@ impl schemars::JsonSchema for LlmProtocol {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Current effective non-secret routing configuration for a provider.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -6061,6 +6243,8 @@ serde_support::deserialize_struct!(ProviderCurrentConfig {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Response to `providers/set`.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -6096,6 +6280,8 @@ serde_support::deserialize_struct!(SetProviderResponse {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Response to `providers/disable`.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -6391,6 +6577,8 @@ pub struct SessionConfigOption {
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What varies with `type`: a [`SessionConfigOptionType`], whose members are written next to
+    /// the others (flattened).
     #[serde(flatten)]
     pub kind: SessionConfigOptionType,
 }
@@ -7002,6 +7190,8 @@ serde_support::deserialize_struct!(DeleteSessionResponse {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Response from forking an existing session.
+///
+/// Available with the cargo feature `unstable_session_fork`.
 #[cfg(feature = "unstable_session_fork")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -7231,6 +7421,8 @@ pub struct PromptResponse {
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
     ///
     /// Token usage for this turn (optional).
+    ///
+    /// Available with the cargo feature `unstable_end_turn_token_usage`.
     #[cfg(feature = "unstable_end_turn_token_usage")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Option<Usage>>,
@@ -7366,6 +7558,8 @@ impl schemars::JsonSchema for StopReason {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Token usage information for a prompt turn.
+///
+/// Available with the cargo feature `unstable_end_turn_token_usage`.
 #[cfg(feature = "unstable_end_turn_token_usage")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -7447,6 +7641,8 @@ serde_support::deserialize_struct!(Usage {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Response to `nes/start`.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -7485,6 +7681,8 @@ serde_support::deserialize_struct!(StartNesResponse {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Response to `nes/suggest`.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -7522,6 +7720,8 @@ serde_support::deserialize_struct!(SuggestNesResponse {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// A suggestion returned by the agent.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -7649,7 +7849,33 @@ impl schemars::JsonSchema for NesSuggestion {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+#[cfg(feature = "unstable_nes")]
+impl From<NesEditSuggestion> for NesSuggestion {
+    fn from(value: NesEditSuggestion) -> Self {
+        NesSuggestion::Edit(value)
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl From<NesJumpSuggestion> for NesSuggestion {
+    fn from(value: NesJumpSuggestion) -> Self {
+        NesSuggestion::Jump(value)
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl From<NesRenameSuggestion> for NesSuggestion {
+    fn from(value: NesRenameSuggestion) -> Self {
+        NesSuggestion::Rename(value)
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl From<NesSearchAndReplaceSuggestion> for NesSuggestion {
+    fn from(value: NesSearchAndReplaceSuggestion) -> Self {
+        NesSuggestion::SearchAndReplace(value)
+    }
+}
 /// Unique identifier for a next edit suggestion.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(
     Debug,
@@ -7696,6 +7922,8 @@ impl std::borrow::Borrow<str> for NesSuggestionId {
     }
 }
 /// A text edit within a suggestion.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -7738,6 +7966,8 @@ serde_support::deserialize_struct!(NesTextEdit {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// A range in a text document, expressed as start and end positions.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -7781,6 +8011,8 @@ serde_support::deserialize_struct!(Range {
 /// A zero-based position in a text document.
 ///
 /// The meaning of `character` depends on the negotiated position encoding.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -7822,6 +8054,8 @@ serde_support::deserialize_struct!(Position {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// A text edit suggestion.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -7882,6 +8116,8 @@ serde_support::deserialize_struct!(NesEditSuggestion {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// A jump-to-location suggestion.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -7931,6 +8167,8 @@ serde_support::deserialize_struct!(NesJumpSuggestion {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// A rename symbol suggestion.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -7986,6 +8224,8 @@ serde_support::deserialize_struct!(NesRenameSuggestion {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// A search-and-replace suggestion.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -8051,6 +8291,8 @@ serde_support::deserialize_struct!(NesSearchAndReplaceSuggestion {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Response from closing an NES session.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -8102,6 +8344,8 @@ impl From<serde_json::Value> for ExtResponse {
 /// Response to `mcp/message`.
 ///
 /// This is the inner MCP response result payload. Any JSON value is valid.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
@@ -8311,6 +8555,8 @@ pub enum SessionUpdate {
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
     ///
     /// A content update for a plan identified by ID.
+    ///
+    /// Available with the cargo feature `unstable_plan_updates`.
     #[cfg(feature = "unstable_plan_updates")]
     PlanUpdate(PlanUpdate),
     /// **UNSTABLE**
@@ -8318,6 +8564,8 @@ pub enum SessionUpdate {
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
     ///
     /// Removal notice for a plan identified by ID.
+    ///
+    /// Available with the cargo feature `unstable_plan_updates`.
     #[cfg(feature = "unstable_plan_updates")]
     PlanRemoved(PlanRemoved),
     /// Available commands are ready or have changed
@@ -8340,6 +8588,8 @@ pub enum SessionUpdate {
     ///
     /// Agents MUST only send this update when the Client advertised
     /// [`ClientSessionCapabilities::compaction`].
+    ///
+    /// Available with the cargo feature `unstable_context_compaction`.
     #[cfg(feature = "unstable_context_compaction")]
     CompactionUpdate(CompactionUpdate),
     /// **UNSTABLE**
@@ -8350,6 +8600,8 @@ pub enum SessionUpdate {
     ///
     /// Agents MUST only send this update when the Client advertised
     /// [`ClientSessionCapabilities::compaction`].
+    ///
+    /// Available with the cargo feature `unstable_context_compaction`.
     #[cfg(feature = "unstable_context_compaction")]
     CompactionSummaryChunk(CompactionSummaryChunk),
     /// A kind this version of the schema does not know, kept whole as received.
@@ -8742,6 +8994,70 @@ impl schemars::JsonSchema for SessionUpdate {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+impl From<ToolCall> for SessionUpdate {
+    fn from(value: ToolCall) -> Self {
+        SessionUpdate::ToolCall(value)
+    }
+}
+impl From<ToolCallUpdate> for SessionUpdate {
+    fn from(value: ToolCallUpdate) -> Self {
+        SessionUpdate::ToolCallUpdate(value)
+    }
+}
+impl From<Plan> for SessionUpdate {
+    fn from(value: Plan) -> Self {
+        SessionUpdate::Plan(value)
+    }
+}
+#[cfg(feature = "unstable_plan_updates")]
+impl From<PlanUpdate> for SessionUpdate {
+    fn from(value: PlanUpdate) -> Self {
+        SessionUpdate::PlanUpdate(value)
+    }
+}
+#[cfg(feature = "unstable_plan_updates")]
+impl From<PlanRemoved> for SessionUpdate {
+    fn from(value: PlanRemoved) -> Self {
+        SessionUpdate::PlanRemoved(value)
+    }
+}
+impl From<AvailableCommandsUpdate> for SessionUpdate {
+    fn from(value: AvailableCommandsUpdate) -> Self {
+        SessionUpdate::AvailableCommandsUpdate(value)
+    }
+}
+impl From<CurrentModeUpdate> for SessionUpdate {
+    fn from(value: CurrentModeUpdate) -> Self {
+        SessionUpdate::CurrentModeUpdate(value)
+    }
+}
+impl From<ConfigOptionUpdate> for SessionUpdate {
+    fn from(value: ConfigOptionUpdate) -> Self {
+        SessionUpdate::ConfigOptionUpdate(value)
+    }
+}
+impl From<SessionInfoUpdate> for SessionUpdate {
+    fn from(value: SessionInfoUpdate) -> Self {
+        SessionUpdate::SessionInfoUpdate(value)
+    }
+}
+impl From<UsageUpdate> for SessionUpdate {
+    fn from(value: UsageUpdate) -> Self {
+        SessionUpdate::UsageUpdate(value)
+    }
+}
+#[cfg(feature = "unstable_context_compaction")]
+impl From<CompactionUpdate> for SessionUpdate {
+    fn from(value: CompactionUpdate) -> Self {
+        SessionUpdate::CompactionUpdate(value)
+    }
+}
+#[cfg(feature = "unstable_context_compaction")]
+impl From<CompactionSummaryChunk> for SessionUpdate {
+    fn from(value: CompactionSummaryChunk) -> Self {
+        SessionUpdate::CompactionSummaryChunk(value)
+    }
+}
 /// Unique identifier for a message within a session.
 #[derive(
     Debug,
@@ -8853,6 +9169,8 @@ pub struct ToolCall {
     ///
     /// This field is optional. Omitting it or sending `null` both mean that no
     /// tool name is available.
+    ///
+    /// Available with the cargo feature `unstable_tool_call_name`.
     #[cfg(feature = "unstable_tool_call_name")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<Option<String>>,
@@ -9206,6 +9524,8 @@ serde_support::deserialize_struct!(Plan {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Updated content for a plan.
+///
+/// Available with the cargo feature `unstable_plan_updates`.
 #[cfg(feature = "unstable_plan_updates")]
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -9310,11 +9630,31 @@ impl schemars::JsonSchema for PlanUpdateContent {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+#[cfg(feature = "unstable_plan_updates")]
+impl From<PlanItems> for PlanUpdateContent {
+    fn from(value: PlanItems) -> Self {
+        PlanUpdateContent::Items(value)
+    }
+}
+#[cfg(feature = "unstable_plan_updates")]
+impl From<PlanFile> for PlanUpdateContent {
+    fn from(value: PlanFile) -> Self {
+        PlanUpdateContent::File(value)
+    }
+}
+#[cfg(feature = "unstable_plan_updates")]
+impl From<PlanMarkdown> for PlanUpdateContent {
+    fn from(value: PlanMarkdown) -> Self {
+        PlanUpdateContent::Markdown(value)
+    }
+}
 /// **UNSTABLE**
 ///
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Unique identifier for a plan within a session.
+///
+/// Available with the cargo feature `unstable_plan_updates`.
 #[cfg(feature = "unstable_plan_updates")]
 #[derive(
     Debug,
@@ -9365,6 +9705,8 @@ impl std::borrow::Borrow<str> for PlanId {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// A plan represented as structured entries.
+///
+/// Available with the cargo feature `unstable_plan_updates`.
 #[cfg(feature = "unstable_plan_updates")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -9414,6 +9756,8 @@ serde_support::deserialize_struct!(PlanItems {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// A plan represented by a file URI.
+///
+/// Available with the cargo feature `unstable_plan_updates`.
 #[cfg(feature = "unstable_plan_updates")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -9460,6 +9804,8 @@ serde_support::deserialize_struct!(PlanFile {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// A plan represented as raw markdown content.
+///
+/// Available with the cargo feature `unstable_plan_updates`.
 #[cfg(feature = "unstable_plan_updates")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -9506,6 +9852,8 @@ serde_support::deserialize_struct!(PlanMarkdown {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// A content update for a plan identified by ID.
+///
+/// Available with the cargo feature `unstable_plan_updates`.
 #[cfg(feature = "unstable_plan_updates")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -9547,6 +9895,8 @@ serde_support::deserialize_struct!(PlanUpdate {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Removal notice for a plan identified by ID.
+///
+/// Available with the cargo feature `unstable_plan_updates`.
 #[cfg(feature = "unstable_plan_updates")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -9643,6 +9993,11 @@ pub enum AvailableCommandInput {
     Unstructured(UnstructuredCommandInput),
     /// A shape this version of the schema does not know, kept as received.
     Other(serde_json::Value),
+}
+impl From<UnstructuredCommandInput> for AvailableCommandInput {
+    fn from(value: UnstructuredCommandInput) -> Self {
+        AvailableCommandInput::Unstructured(value)
+    }
 }
 /// All text that was typed after the command name is provided as input.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -9933,6 +10288,8 @@ serde_support::deserialize_struct!(UsageUpdate {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Unique identifier for a context compaction within a session.
+///
+/// Available with the cargo feature `unstable_context_compaction`.
 #[cfg(feature = "unstable_context_compaction")]
 #[derive(
     Debug,
@@ -9983,6 +10340,8 @@ impl std::borrow::Borrow<str> for CompactionId {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Lifecycle state of a context compaction.
+///
+/// Available with the cargo feature `unstable_context_compaction`.
 #[cfg(feature = "unstable_context_compaction")]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -10077,6 +10436,8 @@ impl schemars::JsonSchema for CompactionStatus {
 /// stored value unchanged, `null` clears it, and a concrete value replaces it.
 /// `summary: []` also clears the retained summary. A non-empty summary is only
 /// valid with `completed`; `error` is only valid with `failed`.
+///
+/// Available with the cargo feature `unstable_context_compaction`.
 #[cfg(feature = "unstable_context_compaction")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -10147,6 +10508,8 @@ serde_support::deserialize_struct!(CompactionUpdate {
 /// compaction. Agents send chunks only after an `in_progress` update and before
 /// the terminal update for the same ID. Agents MUST only send this update when
 /// the Client advertised [`ClientSessionCapabilities::compaction`].
+///
+/// Available with the cargo feature `unstable_context_compaction`.
 #[cfg(feature = "unstable_context_compaction")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -10232,6 +10595,8 @@ serde_support::deserialize_struct!(CompleteElicitationNotification {
 ///
 /// This is used when the wrapped MCP message is a notification and the outer JSON-RPC
 /// envelope has no `id`.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -10400,6 +10765,8 @@ pub struct ClientCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise support.
     /// Supplying `{}` means the client can receive both update types.
+    ///
+    /// Available with the cargo feature `unstable_plan_updates`.
     #[cfg(feature = "unstable_plan_updates")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan: Option<Option<PlanCapabilities>>,
@@ -10423,6 +10790,8 @@ pub struct ClientCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise any
     /// NES suggestion-kind extensions.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
     #[cfg(feature = "unstable_nes")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nes: Option<Option<ClientNesCapabilities>>,
@@ -10431,6 +10800,8 @@ pub struct ClientCapabilities {
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
     ///
     /// The position encodings supported by the client, in order of preference.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
     #[cfg(feature = "unstable_nes")]
     #[serde(rename = "positionEncodings", skip_serializing_if = "Option::is_none")]
     pub position_encodings: Option<Vec<PositionEncodingKind>>,
@@ -10597,6 +10968,8 @@ pub struct ClientSessionCapabilities {
     ///
     /// Support for ID-addressed context compaction updates. Omitted or `null`
     /// means unsupported; `{}` advertises the complete compaction contract.
+    ///
+    /// Available with the cargo feature `unstable_context_compaction`.
     #[cfg(feature = "unstable_context_compaction")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compaction: Option<Option<CompactionCapabilities>>,
@@ -10657,6 +11030,8 @@ serde_support::deserialize_struct!(ClientSessionCapabilities {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Client support for ID-addressed context compaction updates.
+///
+/// Available with the cargo feature `unstable_context_compaction`.
 #[cfg(feature = "unstable_context_compaction")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -10755,6 +11130,8 @@ serde_support::deserialize_struct!(BooleanConfigOptionCapabilities {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Capabilities for receiving `plan_update` and `plan_removed` session updates.
+///
+/// Available with the cargo feature `unstable_plan_updates`.
 #[cfg(feature = "unstable_plan_updates")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -10963,6 +11340,8 @@ serde_support::deserialize_struct!(ElicitationUrlCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// NES capabilities advertised by the client during initialization.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -11032,6 +11411,8 @@ serde_support::deserialize_struct!(ClientNesCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Marker for jump suggestion support.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -11063,6 +11444,8 @@ serde_support::deserialize_struct!(NesJumpCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Marker for rename suggestion support.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -11096,6 +11479,8 @@ serde_support::deserialize_struct!(NesRenameCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Marker for search and replace suggestion support.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -11171,6 +11556,8 @@ serde_support::deserialize_struct!(AuthenticateRequest {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Request parameters for `providers/list`.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -11208,6 +11595,8 @@ serde_support::deserialize_struct!(ListProvidersRequest {
 /// Request parameters for `providers/set`.
 ///
 /// Replaces the full configuration for one provider ID.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -11279,6 +11668,8 @@ serde_support::deserialize_struct!(SetProviderRequest {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Request parameters for `providers/disable`.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
 #[cfg(feature = "unstable_llm_providers")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -11430,6 +11821,8 @@ pub enum McpServer {
     ///
     /// Only available when the Agent capabilities indicate `mcp_capabilities.acp` is `true`.
     /// The MCP server is provided by an ACP component and communicates over the ACP channel.
+    ///
+    /// Available with the cargo feature `unstable_mcp_over_acp`.
     #[cfg(feature = "unstable_mcp_over_acp")]
     Acp(McpServerAcp),
     /// Stdio transport configuration
@@ -11533,6 +11926,27 @@ impl schemars::JsonSchema for McpServer {
                 ),
             );
         schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+impl From<McpServerHttp> for McpServer {
+    fn from(value: McpServerHttp) -> Self {
+        McpServer::Http(value)
+    }
+}
+impl From<McpServerSse> for McpServer {
+    fn from(value: McpServerSse) -> Self {
+        McpServer::Sse(value)
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl From<McpServerAcp> for McpServer {
+    fn from(value: McpServerAcp) -> Self {
+        McpServer::Acp(value)
+    }
+}
+impl From<McpServerStdio> for McpServer {
+    fn from(value: McpServerStdio) -> Self {
+        McpServer::Stdio(value)
     }
 }
 /// An HTTP header to set when making requests to the MCP server.
@@ -11673,6 +12087,8 @@ serde_support::deserialize_struct!(McpServerSse {
 ///
 /// The MCP server is provided by an ACP component and communicates over the ACP channel
 /// using `mcp/connect`, `mcp/message`, and `mcp/disconnect`.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -11940,6 +12356,8 @@ serde_support::deserialize_struct!(DeleteSessionRequest {
 /// operations like generating summaries without affecting the original session's history.
 ///
 /// Only available if the Agent supports the `session.fork` capability.
+///
+/// Available with the cargo feature `unstable_session_fork`.
 #[cfg(feature = "unstable_session_fork")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -12191,6 +12609,8 @@ pub struct SetSessionConfigOptionRequest {
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What varies with `type`: a [`SetSessionConfigOptionType`], whose members are written next to
+    /// the others (flattened).
     #[serde(flatten)]
     pub kind: SetSessionConfigOptionType,
 }
@@ -12271,6 +12691,8 @@ serde_support::deserialize_struct!(PromptRequest {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Request to start an NES session.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -12340,6 +12762,8 @@ serde_support::deserialize_struct!(StartNesRequest {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// A workspace folder.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -12381,6 +12805,8 @@ serde_support::deserialize_struct!(WorkspaceFolder {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Repository metadata for an NES session.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -12431,6 +12857,8 @@ serde_support::deserialize_struct!(NesRepository {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Request for a code suggestion.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -12514,6 +12942,8 @@ serde_support::deserialize_struct!(SuggestNesRequest {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// What triggered the suggestion request.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -12591,6 +13021,8 @@ impl schemars::JsonSchema for NesTriggerKind {
     }
 }
 /// Context attached to a suggestion request.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -12696,6 +13128,8 @@ serde_support::deserialize_struct!(NesSuggestContext {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// A recently accessed file.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -12746,6 +13180,8 @@ serde_support::deserialize_struct!(NesRecentFile {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// A related code snippet from a file.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -12787,6 +13223,8 @@ serde_support::deserialize_struct!(NesRelatedSnippet {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// A code excerpt from a file.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -12834,6 +13272,8 @@ serde_support::deserialize_struct!(NesExcerpt {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// An entry in the edit history.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -12875,6 +13315,8 @@ serde_support::deserialize_struct!(NesEditHistoryEntry {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// A user action (typing, cursor movement, etc.).
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -12930,6 +13372,8 @@ serde_support::deserialize_struct!(NesUserAction {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// An open file in the editor.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -12994,6 +13438,8 @@ serde_support::deserialize_struct!(NesOpenFile {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// A diagnostic (error, warning, etc.).
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -13048,6 +13494,8 @@ serde_support::deserialize_struct!(NesDiagnostic {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Severity of a diagnostic.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -13133,6 +13581,8 @@ impl schemars::JsonSchema for NesDiagnosticSeverity {
 ///
 /// The agent **must** cancel any ongoing work related to the NES session
 /// and then free up any resources associated with the session.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -13360,6 +13810,11 @@ impl schemars::JsonSchema for RequestPermissionOutcome {
                 ),
             );
         schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+impl From<SelectedPermissionOutcome> for RequestPermissionOutcome {
+    fn from(value: SelectedPermissionOutcome) -> Self {
+        RequestPermissionOutcome::Selected(value)
     }
 }
 /// The user selected one of the provided options.
@@ -13662,6 +14117,8 @@ pub struct CreateElicitationResponse {
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What varies with `action`: a [`CreateElicitationAction`], whose members are written next to
+    /// the others (flattened).
     #[serde(flatten)]
     pub action: CreateElicitationAction,
 }
@@ -13734,6 +14191,8 @@ serde_support::deserialize_struct!(ElicitationAcceptAction {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Response to `mcp/connect`.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -13776,6 +14235,8 @@ serde_support::deserialize_struct!(ConnectMcpResponse {
 /// This capability is not part of the spec yet, and may be removed or changed at any point.
 ///
 /// Response to `mcp/disconnect`.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
 #[cfg(feature = "unstable_mcp_over_acp")]
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -13846,6 +14307,8 @@ serde_support::deserialize_struct!(CancelNotification {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Notification sent when a file is opened in the editor.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -13907,6 +14370,8 @@ serde_support::deserialize_struct!(DidOpenDocumentNotification {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Notification sent when a file is edited.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -13966,6 +14431,8 @@ serde_support::deserialize_struct!(DidChangeDocumentNotification {
 ///
 /// When `range` is `None`, `text` is the full content of the document.
 /// When `range` is `Some`, `text` replaces the given range.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -14014,6 +14481,8 @@ serde_support::deserialize_struct!(TextDocumentContentChangeEvent {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Notification sent when a file is closed.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -14056,6 +14525,8 @@ serde_support::deserialize_struct!(DidCloseDocumentNotification {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Notification sent when a file is saved.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -14098,6 +14569,8 @@ serde_support::deserialize_struct!(DidSaveDocumentNotification {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Notification sent when a file becomes the active editor tab.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -14159,6 +14632,8 @@ serde_support::deserialize_struct!(DidFocusDocumentNotification {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Notification sent when a suggestion is accepted.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -14204,6 +14679,8 @@ serde_support::deserialize_struct!(AcceptNesNotification {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Notification sent when a suggestion is rejected.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -14260,6 +14737,8 @@ serde_support::deserialize_struct!(RejectNesNotification {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// The reason a suggestion was rejected.
+///
+/// Available with the cargo feature `unstable_nes`.
 #[cfg(feature = "unstable_nes")]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -14475,6 +14954,11 @@ impl schemars::JsonSchema for CreateElicitationAction {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+impl From<ElicitationAcceptAction> for CreateElicitationAction {
+    fn from(value: ElicitationAcceptAction) -> Self {
+        CreateElicitationAction::Accept(value)
+    }
+}
 /// The part of [`CreateElicitationRequest`] that varies with its kind.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -14560,6 +15044,16 @@ impl schemars::JsonSchema for CreateElicitationMode {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+impl From<ElicitationFormMode> for CreateElicitationMode {
+    fn from(value: ElicitationFormMode) -> Self {
+        CreateElicitationMode::Form(value)
+    }
+}
+impl From<ElicitationUrlMode> for CreateElicitationMode {
+    fn from(value: ElicitationUrlMode) -> Self {
+        CreateElicitationMode::Url(value)
+    }
+}
 /// The part of [`ElicitationFormMode`] that varies with its kind.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
@@ -14573,6 +15067,16 @@ pub enum ElicitationScope {
     Request(ElicitationRequestScope),
     /// A shape this version of the schema does not know, kept as received.
     Other(serde_json::Value),
+}
+impl From<ElicitationSessionScope> for ElicitationScope {
+    fn from(value: ElicitationSessionScope) -> Self {
+        ElicitationScope::Session(value)
+    }
+}
+impl From<ElicitationRequestScope> for ElicitationScope {
+    fn from(value: ElicitationRequestScope) -> Self {
+        ElicitationScope::Request(value)
+    }
 }
 /// The part of [`SessionConfigOption`] that varies with its kind.
 #[derive(Debug, Clone, PartialEq)]
@@ -14661,6 +15165,16 @@ impl schemars::JsonSchema for SessionConfigOptionType {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+impl From<SessionConfigSelect> for SessionConfigOptionType {
+    fn from(value: SessionConfigSelect) -> Self {
+        SessionConfigOptionType::Select(value)
+    }
+}
+impl From<SessionConfigBoolean> for SessionConfigOptionType {
+    fn from(value: SessionConfigBoolean) -> Self {
+        SessionConfigOptionType::Boolean(value)
+    }
+}
 /// The part of [`SetSessionConfigOptionRequest`] that varies with its kind.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -14673,7 +15187,9 @@ pub enum SetSessionConfigOptionType {
     /// values with string payloads also gracefully deserialize into this
     /// variant.
     ///
-    /// Decoded when `type` is absent or `"value_id"` (another value is kept in `Other`); written without `type`.
+    /// Decoded when `type` is absent or `"value_id"`, and when it has another value and the rest
+    /// reads as this variant (that value is not kept; anything else is kept in `Other`);
+    /// written without `type`.
     ValueId(SessionConfigValueId),
     /// A kind this version of the schema does not know, kept whole as received.
     Other(serde_support::UnknownVariant),
@@ -14727,9 +15243,14 @@ impl<'de> serde::Deserialize<'de> for SetSessionConfigOptionType {
             }
             Some(_) => {
                 Ok(
-                    SetSessionConfigOptionType::Other(
-                        serde_support::UnknownVariant(value),
-                    ),
+                    match serde_support::property::<_, D::Error>(&value, "value") {
+                        Ok(payload) => SetSessionConfigOptionType::ValueId(payload),
+                        Err(_) => {
+                            SetSessionConfigOptionType::Other(
+                                serde_support::UnknownVariant(value),
+                            )
+                        }
+                    },
                 )
             }
         }
@@ -14772,6 +15293,11 @@ impl schemars::JsonSchema for SetSessionConfigOptionType {
                 schema
             });
         schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+impl From<SessionConfigValueId> for SetSessionConfigOptionType {
+    fn from(value: SessionConfigValueId) -> Self {
+        SetSessionConfigOptionType::ValueId(value)
     }
 }
 /// Adds the JSON Schema of every type to `generator`'s definitions (`generator.definitions()`).

@@ -48,6 +48,13 @@ impl Error {
         Error::new(ErrorCode::RESOURCE_NOT_FOUND, "Resource not found")
     }
 }
+/// The code and the message: `-32602 Invalid params`.
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.code.0, self.message)
+    }
+}
+impl std::error::Error for Error {}
 ///Methods the agent handles (the client sends them).
 pub mod agent_method {
     /// `initialize`
@@ -135,59 +142,61 @@ impl ClientRequest {
             ClientRequest::ExtMethod { method, .. } => method,
         }
     }
-    /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+    /// Decodes the params of `method`; `Ok(None)` when the method is unknown. A message
+    /// without params is decoded from `null`, which reads as `{}` where the params are an
+    /// object.
     pub fn decode<'de, D: serde::Deserializer<'de>>(
         method: &str,
         params: D,
     ) -> Result<Option<Self>, D::Error> {
         match method {
             "initialize" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::Initialize)
                     .map(Some)
             }
             "auth/login" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::AuthLogin)
                     .map(Some)
             }
             "auth/logout" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::AuthLogout)
                     .map(Some)
             }
             "session/new" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionNew)
                     .map(Some)
             }
             "session/list" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionList)
                     .map(Some)
             }
             "session/delete" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionDelete)
                     .map(Some)
             }
             "session/resume" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionResume)
                     .map(Some)
             }
             "session/close" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionClose)
                     .map(Some)
             }
             "session/set_config_option" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionSetConfigOption)
                     .map(Some)
             }
             "session/prompt" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionPrompt)
                     .map(Some)
             }
@@ -394,14 +403,16 @@ impl ClientNotification {
             ClientNotification::ExtNotification { method, .. } => method,
         }
     }
-    /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+    /// Decodes the params of `method`; `Ok(None)` when the method is unknown. A message
+    /// without params is decoded from `null`, which reads as `{}` where the params are an
+    /// object.
     pub fn decode<'de, D: serde::Deserializer<'de>>(
         method: &str,
         params: D,
     ) -> Result<Option<Self>, D::Error> {
         match method {
             "session/cancel" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ClientNotification::SessionCancel)
                     .map(Some)
             }
@@ -718,19 +729,21 @@ impl AgentRequest {
             AgentRequest::ExtMethod { method, .. } => method,
         }
     }
-    /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+    /// Decodes the params of `method`; `Ok(None)` when the method is unknown. A message
+    /// without params is decoded from `null`, which reads as `{}` where the params are an
+    /// object.
     pub fn decode<'de, D: serde::Deserializer<'de>>(
         method: &str,
         params: D,
     ) -> Result<Option<Self>, D::Error> {
         match method {
             "session/request_permission" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentRequest::SessionRequestPermission)
                     .map(Some)
             }
             "elicitation/create" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentRequest::ElicitationCreate)
                     .map(Some)
             }
@@ -836,19 +849,21 @@ impl AgentNotification {
             AgentNotification::ExtNotification { method, .. } => method,
         }
     }
-    /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+    /// Decodes the params of `method`; `Ok(None)` when the method is unknown. A message
+    /// without params is decoded from `null`, which reads as `{}` where the params are an
+    /// object.
     pub fn decode<'de, D: serde::Deserializer<'de>>(
         method: &str,
         params: D,
     ) -> Result<Option<Self>, D::Error> {
         match method {
             "session/update" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentNotification::SessionUpdate)
                     .map(Some)
             }
             "elicitation/complete" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(AgentNotification::ElicitationComplete)
                     .map(Some)
             }
@@ -1027,7 +1042,9 @@ impl ProtocolLevelNotification {
             ProtocolLevelNotification::CancelRequest(_) => "$/cancel_request",
         }
     }
-    /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+    /// Decodes the params of `method`; `Ok(None)` when the method is unknown. A message
+    /// without params is decoded from `null`, which reads as `{}` where the params are an
+    /// object.
     #[allow(unused_variables)]
     pub fn decode<'de, D: serde::Deserializer<'de>>(
         method: &str,
@@ -1035,7 +1052,7 @@ impl ProtocolLevelNotification {
     ) -> Result<Option<Self>, D::Error> {
         match method {
             "$/cancel_request" => {
-                serde::Deserialize::deserialize(params)
+                serde_support::null_as_empty(params)
                     .map(ProtocolLevelNotification::CancelRequest)
                     .map(Some)
             }

@@ -253,6 +253,16 @@ impl schemars::JsonSchema for RequestPermissionSubject {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+impl From<ToolCallPermissionSubject> for RequestPermissionSubject {
+    fn from(value: ToolCallPermissionSubject) -> Self {
+        RequestPermissionSubject::ToolCall(value)
+    }
+}
+impl From<CommandPermissionSubject> for RequestPermissionSubject {
+    fn from(value: CommandPermissionSubject) -> Self {
+        RequestPermissionSubject::Command(value)
+    }
+}
 /// Represents an upsert for a tool call that the language model has requested.
 ///
 /// Tool calls are actions that the agent executes on behalf of the language model,
@@ -719,6 +729,21 @@ impl schemars::JsonSchema for ToolCallContent {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+impl From<Content> for ToolCallContent {
+    fn from(value: Content) -> Self {
+        ToolCallContent::Content(value)
+    }
+}
+impl From<Diff> for ToolCallContent {
+    fn from(value: Diff) -> Self {
+        ToolCallContent::Diff(value)
+    }
+}
+impl From<Terminal> for ToolCallContent {
+    fn from(value: Terminal) -> Self {
+        ToolCallContent::Terminal(value)
+    }
+}
 /// Content blocks represent displayable information in the Agent Client Protocol.
 ///
 /// They provide a structured way to handle various types of user-facing content—whether
@@ -883,6 +908,31 @@ impl schemars::JsonSchema for ContentBlock {
                 ),
             );
         schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+impl From<TextContent> for ContentBlock {
+    fn from(value: TextContent) -> Self {
+        ContentBlock::Text(value)
+    }
+}
+impl From<ImageContent> for ContentBlock {
+    fn from(value: ImageContent) -> Self {
+        ContentBlock::Image(value)
+    }
+}
+impl From<AudioContent> for ContentBlock {
+    fn from(value: AudioContent) -> Self {
+        ContentBlock::Audio(value)
+    }
+}
+impl From<ResourceLink> for ContentBlock {
+    fn from(value: ResourceLink) -> Self {
+        ContentBlock::ResourceLink(value)
+    }
+}
+impl From<EmbeddedResource> for ContentBlock {
+    fn from(value: EmbeddedResource) -> Self {
+        ContentBlock::Resource(value)
     }
 }
 /// Optional annotations for the client. The client can use annotations to inform how objects are used or displayed
@@ -1452,6 +1502,16 @@ pub enum EmbeddedResourceResource {
     /// A shape this version of the schema does not know, kept as received.
     Other(serde_json::Value),
 }
+impl From<TextResourceContents> for EmbeddedResourceResource {
+    fn from(value: TextResourceContents) -> Self {
+        EmbeddedResourceResource::TextResourceContents(value)
+    }
+}
+impl From<BlobResourceContents> for EmbeddedResourceResource {
+    fn from(value: BlobResourceContents) -> Self {
+        EmbeddedResourceResource::BlobResourceContents(value)
+    }
+}
 /// Text-based resource contents.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -1669,6 +1729,8 @@ pub struct DiffChange {
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What varies with `operation`: a [`DiffChangeOperation`], whose members are written next to
+    /// the others (flattened).
     #[serde(flatten)]
     pub operation: DiffChangeOperation,
 }
@@ -2403,6 +2465,8 @@ pub struct CreateElicitationRequest {
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What varies with `mode`: a [`CreateElicitationMode`], whose members are written next to
+    /// the others (flattened).
     #[serde(flatten)]
     pub mode: CreateElicitationMode,
 }
@@ -2792,6 +2856,31 @@ impl schemars::JsonSchema for ElicitationPropertySchema {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+impl From<StringPropertySchema> for ElicitationPropertySchema {
+    fn from(value: StringPropertySchema) -> Self {
+        ElicitationPropertySchema::String(value)
+    }
+}
+impl From<NumberPropertySchema> for ElicitationPropertySchema {
+    fn from(value: NumberPropertySchema) -> Self {
+        ElicitationPropertySchema::Number(value)
+    }
+}
+impl From<IntegerPropertySchema> for ElicitationPropertySchema {
+    fn from(value: IntegerPropertySchema) -> Self {
+        ElicitationPropertySchema::Integer(value)
+    }
+}
+impl From<BooleanPropertySchema> for ElicitationPropertySchema {
+    fn from(value: BooleanPropertySchema) -> Self {
+        ElicitationPropertySchema::Boolean(value)
+    }
+}
+impl From<MultiSelectPropertySchema> for ElicitationPropertySchema {
+    fn from(value: MultiSelectPropertySchema) -> Self {
+        ElicitationPropertySchema::Array(value)
+    }
+}
 /// String format types for string properties in elicitation schemas.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -3037,7 +3126,7 @@ impl StringPropertySchema {
         self.format = Some(format);
         self
     }
-    /// Sets [`Self::default`]; `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
     #[must_use]
     pub fn default_value(mut self, default: Option<String>) -> Self {
         self.default = Some(default);
@@ -3159,7 +3248,7 @@ impl NumberPropertySchema {
         self.maximum = Some(maximum);
         self
     }
-    /// Sets [`Self::default`]; `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
     #[must_use]
     pub fn default_value(mut self, default: Option<f64>) -> Self {
         self.default = Some(default);
@@ -3256,7 +3345,7 @@ impl IntegerPropertySchema {
         self.maximum = Some(maximum);
         self
     }
-    /// Sets [`Self::default`]; `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
     #[must_use]
     pub fn default_value(mut self, default: Option<i64>) -> Self {
         self.default = Some(default);
@@ -3329,7 +3418,7 @@ impl BooleanPropertySchema {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::default`]; `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
     #[must_use]
     pub fn default_value(mut self, default: Option<bool>) -> Self {
         self.default = Some(default);
@@ -3429,6 +3518,16 @@ impl schemars::JsonSchema for MultiSelectItems {
                 ),
             );
         schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+impl From<StringMultiSelectItems> for MultiSelectItems {
+    fn from(value: StringMultiSelectItems) -> Self {
+        MultiSelectItems::String(value)
+    }
+}
+impl From<TitledMultiSelectItems> for MultiSelectItems {
+    fn from(value: TitledMultiSelectItems) -> Self {
+        MultiSelectItems::Titled(value)
     }
 }
 /// String item schema for multi-select enum properties.
@@ -3583,7 +3682,7 @@ impl MultiSelectPropertySchema {
         self.max_items = Some(max_items);
         self
     }
-    /// Sets [`Self::default`]; `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
     #[must_use]
     pub fn default_value(mut self, default: Option<Vec<String>>) -> Self {
         self.default = Some(default);
@@ -3613,6 +3712,8 @@ pub struct ElicitationFormMode {
     /// A JSON Schema describing the form fields to present to the user.
     #[serde(rename = "requestedSchema")]
     pub requested_schema: ElicitationSchema,
+    /// What varies with the kind of object: a [`ElicitationScope`], whose members are written next to
+    /// the others (flattened).
     #[serde(flatten)]
     pub scope: ElicitationScope,
 }
@@ -3678,6 +3779,8 @@ pub struct ElicitationUrlMode {
     pub elicitation_id: ElicitationId,
     /// The URL to direct the user to.
     pub url: String,
+    /// What varies with the kind of object: a [`ElicitationScope`], whose members are written next to
+    /// the others (flattened).
     #[serde(flatten)]
     pub scope: ElicitationScope,
 }
@@ -3808,6 +3911,19 @@ impl From<u16> for ProtocolVersion {
     fn from(value: u16) -> Self {
         ProtocolVersion(value)
     }
+}
+impl ProtocolVersion {
+    /// Protocol version 1.
+    pub const V1: ProtocolVersion = ProtocolVersion(1);
+    /// Protocol version 2.
+    pub const V2: ProtocolVersion = ProtocolVersion(2);
+    /// The latest protocol version this schema describes (2, the `version` in its `meta.json`):
+    /// the one a client sends in `initialize`.
+    ///
+    /// An agent answers with the client's version when it supports it, and otherwise with the
+    /// latest version it supports: an agent that supports every version up to this one answers
+    /// `params.protocol_version.min(ProtocolVersion::LATEST)`, never the client's version unchecked.
+    pub const LATEST: ProtocolVersion = ProtocolVersion(2);
 }
 /// Metadata about the implementation of the client or agent.
 /// Describes the name and version of an ACP implementation, with an optional
@@ -4528,6 +4644,16 @@ impl schemars::JsonSchema for AuthMethod {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+impl From<AuthMethodTerminal> for AuthMethod {
+    fn from(value: AuthMethodTerminal) -> Self {
+        AuthMethod::Terminal(value)
+    }
+}
+impl From<AuthMethodAgent> for AuthMethod {
+    fn from(value: AuthMethodAgent) -> Self {
+        AuthMethod::Agent(value)
+    }
+}
 /// Typed identifier used for auth method values on the wire.
 #[derive(
     Debug,
@@ -4880,6 +5006,8 @@ pub struct SessionConfigOption {
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What varies with `type`: a [`SessionConfigOptionType`], whose members are written next to
+    /// the others (flattened).
     #[serde(flatten)]
     pub kind: SessionConfigOptionType,
 }
@@ -6245,6 +6373,71 @@ impl schemars::JsonSchema for SessionUpdate {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+impl From<UserMessage> for SessionUpdate {
+    fn from(value: UserMessage) -> Self {
+        SessionUpdate::UserMessage(value)
+    }
+}
+impl From<AgentMessage> for SessionUpdate {
+    fn from(value: AgentMessage) -> Self {
+        SessionUpdate::AgentMessage(value)
+    }
+}
+impl From<AgentThought> for SessionUpdate {
+    fn from(value: AgentThought) -> Self {
+        SessionUpdate::AgentThought(value)
+    }
+}
+impl From<StateUpdate> for SessionUpdate {
+    fn from(value: StateUpdate) -> Self {
+        SessionUpdate::StateUpdate(value)
+    }
+}
+impl From<ToolCallContentChunk> for SessionUpdate {
+    fn from(value: ToolCallContentChunk) -> Self {
+        SessionUpdate::ToolCallContentChunk(value)
+    }
+}
+impl From<ToolCallUpdate> for SessionUpdate {
+    fn from(value: ToolCallUpdate) -> Self {
+        SessionUpdate::ToolCallUpdate(value)
+    }
+}
+impl From<TerminalUpdate> for SessionUpdate {
+    fn from(value: TerminalUpdate) -> Self {
+        SessionUpdate::TerminalUpdate(value)
+    }
+}
+impl From<TerminalOutputChunk> for SessionUpdate {
+    fn from(value: TerminalOutputChunk) -> Self {
+        SessionUpdate::TerminalOutputChunk(value)
+    }
+}
+impl From<PlanUpdate> for SessionUpdate {
+    fn from(value: PlanUpdate) -> Self {
+        SessionUpdate::PlanUpdate(value)
+    }
+}
+impl From<AvailableCommandsUpdate> for SessionUpdate {
+    fn from(value: AvailableCommandsUpdate) -> Self {
+        SessionUpdate::AvailableCommandsUpdate(value)
+    }
+}
+impl From<ConfigOptionUpdate> for SessionUpdate {
+    fn from(value: ConfigOptionUpdate) -> Self {
+        SessionUpdate::ConfigOptionUpdate(value)
+    }
+}
+impl From<SessionInfoUpdate> for SessionUpdate {
+    fn from(value: SessionInfoUpdate) -> Self {
+        SessionUpdate::SessionInfoUpdate(value)
+    }
+}
+impl From<UsageUpdate> for SessionUpdate {
+    fn from(value: UsageUpdate) -> Self {
+        SessionUpdate::UsageUpdate(value)
+    }
+}
 /// Unique identifier for a message within a session.
 #[derive(
     Debug,
@@ -6803,6 +6996,21 @@ impl schemars::JsonSchema for StateUpdate {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+impl From<RunningStateUpdate> for StateUpdate {
+    fn from(value: RunningStateUpdate) -> Self {
+        StateUpdate::Running(value)
+    }
+}
+impl From<IdleStateUpdate> for StateUpdate {
+    fn from(value: IdleStateUpdate) -> Self {
+        StateUpdate::Idle(value)
+    }
+}
+impl From<RequiresActionStateUpdate> for StateUpdate {
+    fn from(value: RequiresActionStateUpdate) -> Self {
+        StateUpdate::RequiresAction(value)
+    }
+}
 /// A streamed item of tool-call content.
 ///
 /// Tool-call content chunks append one [`ToolCallContent`] item to the current
@@ -7133,6 +7341,11 @@ impl schemars::JsonSchema for PlanUpdateContent {
                 ),
             );
         schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+impl From<PlanItems> for PlanUpdateContent {
+    fn from(value: PlanItems) -> Self {
+        PlanUpdateContent::Items(value)
     }
 }
 /// Unique identifier for a plan within a session.
@@ -7569,6 +7782,11 @@ impl schemars::JsonSchema for AvailableCommandInput {
                 ),
             );
         schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+impl From<TextCommandInput> for AvailableCommandInput {
+    fn from(value: TextCommandInput) -> Self {
+        AvailableCommandInput::Text(value)
     }
 }
 /// All text that was typed after the command name is provided as input.
@@ -8434,6 +8652,16 @@ impl schemars::JsonSchema for McpServer {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+impl From<McpServerHttp> for McpServer {
+    fn from(value: McpServerHttp) -> Self {
+        McpServer::Http(value)
+    }
+}
+impl From<McpServerStdio> for McpServer {
+    fn from(value: McpServerStdio) -> Self {
+        McpServer::Stdio(value)
+    }
+}
 /// An HTTP header to set when making requests to the MCP server.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -8827,6 +9055,11 @@ impl schemars::JsonSchema for ReplayFrom {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+impl From<ReplayFromStart> for ReplayFrom {
+    fn from(value: ReplayFromStart) -> Self {
+        ReplayFrom::Start(value)
+    }
+}
 /// Inclusive replay cursor requesting replay from the start of the conversation.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -8917,6 +9150,8 @@ pub struct SetSessionConfigOptionRequest {
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What varies with `type`: a [`SetSessionConfigOptionType`], whose members are written next to
+    /// the others (flattened).
     #[serde(flatten)]
     pub kind: SetSessionConfigOptionType,
 }
@@ -9124,6 +9359,11 @@ impl schemars::JsonSchema for RequestPermissionOutcome {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+impl From<SelectedPermissionOutcome> for RequestPermissionOutcome {
+    fn from(value: SelectedPermissionOutcome) -> Self {
+        RequestPermissionOutcome::Selected(value)
+    }
+}
 /// The user selected one of the provided options.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -9178,6 +9418,8 @@ pub struct CreateElicitationResponse {
         deserialize_with = "serde_support::default_on_error"
     )]
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What varies with `action`: a [`CreateElicitationAction`], whose members are written next to
+    /// the others (flattened).
     #[serde(flatten)]
     pub action: CreateElicitationAction,
 }
@@ -9416,6 +9658,11 @@ impl schemars::JsonSchema for CreateElicitationAction {
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
+impl From<ElicitationAcceptAction> for CreateElicitationAction {
+    fn from(value: ElicitationAcceptAction) -> Self {
+        CreateElicitationAction::Accept(value)
+    }
+}
 /// The part of [`CreateElicitationRequest`] that varies with its kind.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -9499,6 +9746,16 @@ impl schemars::JsonSchema for CreateElicitationMode {
                 ),
             );
         schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+impl From<ElicitationFormMode> for CreateElicitationMode {
+    fn from(value: ElicitationFormMode) -> Self {
+        CreateElicitationMode::Form(value)
+    }
+}
+impl From<ElicitationUrlMode> for CreateElicitationMode {
+    fn from(value: ElicitationUrlMode) -> Self {
+        CreateElicitationMode::Url(value)
     }
 }
 /// The part of [`DiffChange`] that varies with its kind.
@@ -9665,6 +9922,16 @@ pub enum ElicitationScope {
     /// A shape this version of the schema does not know, kept as received.
     Other(serde_json::Value),
 }
+impl From<ElicitationSessionScope> for ElicitationScope {
+    fn from(value: ElicitationSessionScope) -> Self {
+        ElicitationScope::Session(value)
+    }
+}
+impl From<ElicitationRequestScope> for ElicitationScope {
+    fn from(value: ElicitationRequestScope) -> Self {
+        ElicitationScope::Request(value)
+    }
+}
 /// The part of [`SessionConfigOption`] that varies with its kind.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -9750,6 +10017,16 @@ impl schemars::JsonSchema for SessionConfigOptionType {
                 ),
             );
         schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+impl From<SessionConfigSelect> for SessionConfigOptionType {
+    fn from(value: SessionConfigSelect) -> Self {
+        SessionConfigOptionType::Select(value)
+    }
+}
+impl From<SessionConfigBoolean> for SessionConfigOptionType {
+    fn from(value: SessionConfigBoolean) -> Self {
+        SessionConfigOptionType::Boolean(value)
     }
 }
 /// The part of [`SetSessionConfigOptionRequest`] that varies with its kind.
@@ -9867,6 +10144,11 @@ impl schemars::JsonSchema for SetSessionConfigOptionType {
                 schema
             });
         schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+impl From<SessionConfigValueId> for SetSessionConfigOptionType {
+    fn from(value: SessionConfigValueId) -> Self {
+        SetSessionConfigOptionType::Id(value)
     }
 }
 /// Adds the JSON Schema of every type to `generator`'s definitions (`generator.definitions()`).

@@ -90,13 +90,21 @@ impl<'s> Classifier<'s> {
                     ItemKind::Tagged(t) => snake(&t.tag),
                     _ => pascal_words(&union_name).last().map(|w| snake(w)).unwrap_or_default(),
                 };
+                let what = match &kind {
+                    ItemKind::Tagged(t) => format!("`{}`", t.tag),
+                    _ => "the kind of object".to_owned(),
+                };
+                let doc = format!(
+                    "What varies with {what}: a [`{union_name}`], whose members are written next to\n\
+                     the others (flattened)."
+                );
                 self.add_extra(Item {
                     name: union_name.clone(),
                     doc: Some(format!("The part of [`{name}`] that varies with its kind.")),
                     gate: Gate::Stable,
                     kind,
                 })?;
-                Some(Flatten { field: if field.is_empty() { "kind".into() } else { field }, ty: union_name })
+                Some(Flatten { field: if field.is_empty() { "kind".into() } else { field }, ty: union_name, doc })
             }
             None => None,
         };
@@ -282,7 +290,10 @@ impl<'s> Classifier<'s> {
                         _ => return Err(err("an untitled variant without the tag property")),
                     };
                     let wire = title.map(str::to_owned);
-                    out.untagged_default = Some(DefaultVariant { name: variant_name, wire, doc: doc_of(v), payload });
+                    let doc = doc_of(v);
+                    let takes_unknown_tags = takes_unknown_tags(name, tag, doc.as_deref())?;
+                    out.untagged_default =
+                        Some(DefaultVariant { name: variant_name, wire, doc, payload, takes_unknown_tags });
                 }
             }
         }
@@ -399,6 +410,29 @@ impl<'s> Classifier<'s> {
             }
         }
     }
+}
+
+/// Whether a tagless variant's description says that unknown tag values decode into it
+/// ("Unknown `type` values with string payloads also gracefully deserialize into this
+/// variant."). The schema's structure allows it for every tagless variant (none constrains the
+/// tag), so the description is what tells the variants that want it from the ones that are
+/// only the default for an absent tag (`AuthMethod` agent); a description that speaks of
+/// unknown tag values in other words is an error rather than a guess.
+fn takes_unknown_tags(union: &str, tag: &str, doc: Option<&str>) -> Result<bool> {
+    let Some(doc) = doc else { return Ok(false) };
+    let doc = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    if !doc.contains(&format!("Unknown `{tag}` values")) {
+        return Ok(false);
+    }
+    if doc.contains("deserialize into this variant") {
+        return Ok(true);
+    }
+    Err(CodegenError::unsupported(
+        union,
+        &format!(
+            "a tagless variant whose description speaks of unknown `{tag}` values without saying they decode into it"
+        ),
+    ))
 }
 
 fn common_len<'a, I: Iterator<Item = &'a String>>(mut seqs: impl Iterator<Item = I>) -> usize {

@@ -69,6 +69,20 @@ fn refused(name: &str) -> Option<&'static str> {
     })
 }
 
+/// Derives of the standard library and serde: asking for one of them spelled in another case
+/// (`eq`) is a mistake, not a project's own derive.
+const STANDARD: [&str; 11] =
+    ["Debug", "Clone", "Copy", "PartialEq", "Eq", "PartialOrd", "Ord", "Hash", "Default", "Serialize", "Deserialize"];
+
+/// What [`add`] did: a short line per derive, the same with every type left out (for the
+/// file's preamble), and warnings (a derive that reached no type).
+#[derive(Debug, Default)]
+pub struct Added {
+    pub notes: Vec<String>,
+    pub preamble: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
 /// One type of the vendored file that derives can be added to.
 struct Target {
     /// Derives it has, by last path segment.
@@ -77,11 +91,14 @@ struct Target {
 }
 
 /// Adds `derives` to the types in `items` (and to the serde helper types they hold, such as
-/// `UnknownVariant`); returns one line per derive saying where it went.
-pub fn add(items: &mut [syn::Item], derives: &[syn::Path]) -> Result<Vec<String>> {
+/// `UnknownVariant`); says where each went.
+pub fn add(items: &mut [syn::Item], derives: &[syn::Path]) -> Result<Added> {
     let mut wanted: Vec<(String, &syn::Path)> = Vec::new();
     for path in derives {
         let name = last_segment(path);
+        if let Some(std) = STANDARD.iter().find(|s| s.eq_ignore_ascii_case(&name) && **s != name) {
+            return Err(CodegenError::table(&format!("--derive {name}: no such derive; did you mean `{std}`?")));
+        }
         if let Some(why) = refused(&name) {
             return Err(CodegenError::table(&format!("--derive {name}: not supported: {why}")));
         }
@@ -90,7 +107,7 @@ pub fn add(items: &mut [syn::Item], derives: &[syn::Path]) -> Result<Vec<String>
         }
     }
     if wanted.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Added::default());
     }
 
     let mut targets = BTreeMap::new();
@@ -124,7 +141,7 @@ pub fn add(items: &mut [syn::Item], derives: &[syn::Path]) -> Result<Vec<String>
         grant.insert(trait_, set);
     }
 
-    let mut notes = Vec::new();
+    let mut added = Added::default();
     for (name, path) in &wanted {
         let (on, off): (Vec<&String>, Vec<&String>) = match Structural::of(name) {
             Some(t) => targets
@@ -135,20 +152,25 @@ pub fn add(items: &mut [syn::Item], derives: &[syn::Path]) -> Result<Vec<String>
             None => (targets.iter().filter(|(_, t)| !t.has.contains(name.as_str())).map(|(n, _)| n).collect(), vec![]),
         };
         let already = targets.values().filter(|t| t.has.contains(name.as_str())).count();
-        let mut note = format!("derive `{}`: added to {} types", quote!(#path).to_string().replace(' ', ""), on.len());
+        let shown = quote!(#path).to_string().replace(' ', "");
+        let mut note = format!("derive `{shown}`: added to {} types", on.len());
         if already > 0 {
             note.push_str(&format!(", {already} had it"));
         }
+        let mut full = note.clone();
         if !off.is_empty() {
-            let shown: Vec<&str> = off.iter().take(5).map(|s| s.as_str()).collect();
-            let more = if off.len() > shown.len() { ", ..." } else { "" };
-            note.push_str(&format!(
-                "; left off {} whose fields do not all implement it ({}{more})",
-                off.len(),
-                shown.join(", ")
-            ));
+            let first: Vec<&str> = off.iter().take(5).map(|s| s.as_str()).collect();
+            let more = if off.len() > first.len() { ", ..." } else { "" };
+            let why = format!("; left off {} whose fields do not all implement it", off.len());
+            note.push_str(&format!("{why} ({}{more})", first.join(", ")));
+            let all: Vec<&str> = off.iter().map(|s| s.as_str()).collect();
+            full.push_str(&format!("{why}: {}", all.join(", ")));
         }
-        notes.push(note);
+        if on.is_empty() {
+            added.warnings.push(format!("--derive {shown} was added to no type"));
+        }
+        added.notes.push(note);
+        added.preamble.push(full);
     }
     let add_to = |type_name: &str| -> Vec<syn::Path> {
         let target = &targets[type_name];
@@ -160,7 +182,7 @@ pub fn add(items: &mut [syn::Item], derives: &[syn::Path]) -> Result<Vec<String>
             .collect()
     };
     apply(items, &add_to, false)?;
-    Ok(notes)
+    Ok(added)
 }
 
 fn last_segment(path: &syn::Path) -> String {

@@ -23,6 +23,21 @@ pub fn doc(text: Option<&str>) -> TokenStream {
     quote!(#(#attrs)*)
 }
 
+/// A description with, for an item compiled only with some cargo feature, a last paragraph
+/// naming it (the schema's "**UNSTABLE**" does not say which feature that is).
+pub fn gated_doc(text: Option<&str>, gate: &Gate) -> Option<String> {
+    let Gate::Features(features) = gate else { return text.map(str::to_owned) };
+    let names: Vec<String> = features.iter().map(|f| format!("`{f}`")).collect();
+    let note = match &names[..] {
+        [one] => format!("Available with the cargo feature {one}."),
+        _ => format!("Available with any of the cargo features {}.", names.join(", ")),
+    };
+    Some(match text {
+        Some(text) => format!("{text}\n\n{note}"),
+        None => note,
+    })
+}
+
 pub fn cfg(gate: &Gate) -> TokenStream {
     match cfg_predicate(gate) {
         Some(predicate) => quote!(#[cfg(#predicate)]),
@@ -95,17 +110,17 @@ fn schemars_derive() -> TokenStream {
 
 /// One item as syntax, for formatting: a struct (the most frequent and most regular item) is
 /// built as nodes ([`syntax`]), any other item parsed from its tokens.
-pub fn item_syntax(item: &Item, all: &[Item]) -> syn::Result<Vec<syn::Item>> {
+pub fn item_syntax(item: &Item, model: &Model) -> syn::Result<Vec<syn::Item>> {
     match &item.kind {
         ItemKind::Struct(s) => Ok(structure(item, s)),
-        _ => syn::parse2::<syn::File>(self::item(item, all)).map(|f| f.items),
+        _ => syn::parse2::<syn::File>(self::item(item, model)).map(|f| f.items),
     }
 }
 
-/// Emits one item.
-pub fn item(item: &Item, all: &[Item]) -> TokenStream {
+/// Emits one item (`model` is the rest of the schema, for what the item's code depends on).
+pub fn item(item: &Item, model: &Model) -> TokenStream {
     let name = ident(&item.name);
-    let docs = doc(item.doc.as_deref());
+    let docs = doc(gated_doc(item.doc.as_deref(), &item.gate).as_deref());
     // The gate goes on every item the body expands to (the type and its impls).
     let gate = &cfg(&item.gate);
     let body = match &item.kind {
@@ -113,12 +128,31 @@ pub fn item(item: &Item, all: &[Item]) -> TokenStream {
             let items = structure(item, s);
             return quote!(#(#items)*);
         }
+        ItemKind::Newtype(ty) if item.name == "ProtocolVersion" => {
+            let mut body = newtype(gate, &name, ty);
+            if let Some(latest) = model.protocol_version {
+                body.extend(protocol_versions(gate, &name, ty, latest));
+            }
+            body
+        }
         ItemKind::Newtype(ty) => newtype(gate, &name, ty),
         ItemKind::Any => newtype(gate, &name, &Ty::Value),
         ItemKind::StringEnum(values) => string_enum(gate, &name, values),
         ItemKind::IntConsts { repr, consts } => int_consts(gate, &name, *repr, consts),
-        ItemKind::Tagged(t) => tagged(gate, &name, t),
-        ItemKind::Untagged(vs) => untagged(gate, &name, vs, all),
+        ItemKind::Tagged(t) => {
+            let mut body = tagged(gate, &name, t);
+            body.extend(payload_conversions(item, tagged_payloads(t)));
+            body
+        }
+        ItemKind::Untagged(vs) => {
+            let mut body = untagged(gate, &name, vs, &model.items);
+            let payloads = vs.iter().filter_map(|v| match &v.ty {
+                Ty::Named(n) => Some((ident(&v.name), n.as_str(), Gate::Stable)),
+                _ => None,
+            });
+            body.extend(payload_conversions(item, payloads.collect()));
+            body
+        }
     };
     quote!(#docs #body)
 }
@@ -252,7 +286,7 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
                 serde.push(quote!(deserialize_with = #helper));
             }
         }
-        let mut attrs = syntax::doc_attrs(f.doc.as_deref());
+        let mut attrs = syntax::doc_attrs(gated_doc(f.doc.as_deref(), &f.gate).as_deref());
         attrs.extend(cfg_attrs(&f.gate));
         if !serde.is_empty() {
             attrs.push(syntax::attr_list("serde", quote!(#(#serde),*)));
@@ -274,12 +308,20 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
             };
             let field_name = id.to_string();
             let field_name = field_name.trim_start_matches("r#");
-            let setter_doc = if presence == Presence::Tri {
-                format!("Sets [`Self::{field_name}`]; `None` writes an explicit `null`.")
-            } else if f.holds_null {
-                format!("Sets [`Self::{field_name}`]; a `null` value writes an explicit `null`.")
+            let setter = setter_ident(&f.wire);
+            // A setter named otherwise than its field (`default_value`) is so because a method
+            // has the field's name (`Default::default`): the link must say it means the field.
+            let link = if setter.to_string().trim_start_matches("r#") == field_name {
+                format!("[`Self::{field_name}`]")
             } else {
-                format!("Sets [`Self::{field_name}`].")
+                format!("[`Self::{field_name}`](field@Self::{field_name})")
+            };
+            let setter_doc = if presence == Presence::Tri {
+                format!("Sets {link}; `None` writes an explicit `null`.")
+            } else if f.holds_null {
+                format!("Sets {link}; a `null` value writes an explicit `null`.")
+            } else {
+                format!("Sets {link}.")
             };
             let mut attrs = syntax::doc_attrs(Some(&setter_doc));
             attrs.extend(cfg_attrs(&f.gate));
@@ -288,7 +330,6 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
                 (syntax::expr_assign_self_field(&id, syntax::expr_call("Some", conv)), true),
                 (syntax::expr_path(syntax::path(&["self"])), false),
             ];
-            let setter = setter_ident(&f.wire);
             setters.push(syntax::pub_fn_returning_self(
                 attrs,
                 &setter,
@@ -300,7 +341,9 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
     if let Some(flat) = &s.flatten {
         let id = field_ident(&flat.field);
         let ty = Ty::Named(flat.ty.clone());
-        fields.push(syntax::pub_field(vec![syntax::attr_list("serde", quote!(flatten))], &id, syn_ty(&ty)));
+        let mut attrs = syntax::doc_attrs(Some(&flat.doc));
+        attrs.push(syntax::attr_list("serde", quote!(flatten)));
+        fields.push(syntax::pub_field(attrs, &id, syn_ty(&ty)));
         let (param_ty, conv) = into_param(&ty, &id);
         ctor_params.push(syntax::param(Vec::new(), &id, param_ty));
         ctor_inits.push((Vec::new(), id, conv));
@@ -309,7 +352,7 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
     debug_assert_eq!(ctor_params.is_empty(), derives_default(item));
     let default = if ctor_params.is_empty() { quote!(Default,) } else { quote!() };
     let de_derive = if derive_de { quote!(serde::Deserialize,) } else { quote!() };
-    let mut attrs = syntax::doc_attrs(item.doc.as_deref());
+    let mut attrs = syntax::doc_attrs(gated_doc(item.doc.as_deref(), &item.gate).as_deref());
     attrs.extend(cfg_attrs(&item.gate));
     attrs.push(syntax::attr_list("derive", quote!(Debug, Clone, PartialEq, #default serde::Serialize, #de_derive)));
     attrs.push(syntax::attr_list("cfg_attr", quote!(feature = "schemars", derive(schemars::JsonSchema))));
@@ -447,6 +490,77 @@ fn newtype(gate: &TokenStream, name: &proc_macro2::Ident, ty: &Ty) -> TokenStrea
     }
 }
 
+/// `ProtocolVersion::V1` up to the version the schema describes, and `LATEST`, that one.
+fn protocol_versions(gate: &TokenStream, name: &proc_macro2::Ident, ty: &Ty, latest: u16) -> TokenStream {
+    if !matches!(ty, Ty::Prim(p) if p.int_range().is_some_and(|(lo, hi)| lo <= 0 && i128::from(latest) <= hi)) {
+        return TokenStream::new();
+    }
+    let versions = (1..=latest).map(|v| {
+        let id = format_ident!("V{v}");
+        let value = Literal::u16_unsuffixed(v);
+        let d = format!(" Protocol version {v}.");
+        quote!(#[doc = #d] pub const #id: #name = #name(#value);)
+    });
+    let value = Literal::u16_unsuffixed(latest);
+    let latest_doc = doc(Some(&format!(
+        "The latest protocol version this schema describes ({latest}, the `version` in its `meta.json`):\n\
+         the one a client sends in `initialize`.\n\n\
+         An agent answers with the client's version when it supports it, and otherwise with the\n\
+         latest version it supports: an agent that supports every version up to this one answers\n\
+         `params.protocol_version.min({name}::LATEST)`, never the client's version unchecked."
+    )));
+    quote! {
+        #gate impl #name {
+            #(#versions)*
+            #latest_doc
+            pub const LATEST: #name = #name(#value);
+        }
+    }
+}
+
+/// The payload types of a tagged union's variants: (variant, type, gate), for
+/// [`payload_conversions`].
+fn tagged_payloads(t: &Tagged) -> Vec<(proc_macro2::Ident, &str, Gate)> {
+    let mut out: Vec<(proc_macro2::Ident, &str, Gate)> = Vec::new();
+    for v in &t.variants {
+        if let Payload::Type(n) | Payload::Property { ty: Ty::Named(n), .. } = &v.payload {
+            out.push((ident(&pascal(&v.wire)), n.as_str(), v.gate.clone()));
+        }
+    }
+    if let Some(d) = &t.untagged_default
+        && let Payload::Type(n) | Payload::Property { ty: Ty::Named(n), .. } = &d.payload
+    {
+        out.push((ident(&d.name), n.as_str(), Gate::Stable));
+    }
+    out
+}
+
+/// `impl From<Payload> for Union` for every payload type that only one variant holds, so that
+/// `ContentChunk::new(TextContent::new("hi"))` reads as it should; a type that two variants
+/// hold (`ContentChunk` in the three message chunks) gets none, since the variant is the point.
+/// The impl is compiled when both the union and the variant are.
+fn payload_conversions(item: &Item, payloads: Vec<(proc_macro2::Ident, &str, Gate)>) -> TokenStream {
+    let name = ident(&item.name);
+    let item_gate = cfg(&item.gate);
+    let mut out = TokenStream::new();
+    for (variant, ty, gate) in &payloads {
+        if *ty == item.name || payloads.iter().filter(|(_, other, _)| other == ty).count() > 1 {
+            continue;
+        }
+        let ty = ident(ty);
+        let gate = cfg(gate);
+        out.extend(quote! {
+            #item_gate #gate
+            impl From<#ty> for #name {
+                fn from(value: #ty) -> Self {
+                    #name::#variant(value)
+                }
+            }
+        });
+    }
+    out
+}
+
 /// The fallback variant's name: `Other`, unless the schema already has a value by that name.
 fn fallback_ident<'a>(taken: impl IntoIterator<Item = &'a str> + Clone) -> proc_macro2::Ident {
     let candidates = ["Other", "Unknown", "Unrecognized"];
@@ -467,7 +581,7 @@ fn string_enum(gate: &TokenStream, name: &proc_macro2::Ident, values: &[EnumValu
         quote!(#gate values.push(#wire);)
     });
     let defs = values.iter().zip(&variants).map(|(v, id)| {
-        let docs = doc(v.doc.as_deref());
+        let docs = doc(gated_doc(v.doc.as_deref(), &v.gate).as_deref());
         let gate = cfg(&v.gate);
         quote!(#docs #gate #id,)
     });
@@ -629,7 +743,7 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
     let mut tags = Vec::new();
     for v in &t.variants {
         let id = ident(&pascal(&v.wire));
-        let docs = doc(v.doc.as_deref());
+        let docs = doc(gated_doc(v.doc.as_deref(), &v.gate).as_deref());
         let gate = cfg(&v.gate);
         let wire = &v.wire;
         match &v.payload {
@@ -656,30 +770,36 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
             }
         }
     }
-    let missing_tag = match &t.untagged_default {
+    // The arms for an absent tag and for an unknown one.
+    let (missing_tag, unknown_tag) = match &t.untagged_default {
         Some(d) => {
             let id = ident(&d.name);
             // Decoded without the tag, or with its own tag value; written without the tag.
-            let (note, own_tag) = match &d.wire {
-                Some(w) => (
-                    format!(
-                        "Decoded when `{tag}` is absent or `\"{w}\"` (another value is kept in `{other}`); written without `{tag}`."
-                    ),
-                    quote!(| Some(#w)),
-                ),
-                None => (format!("Decoded when `{tag}` is absent; written without it."), quote!()),
+            let own = match &d.wire {
+                Some(w) => format!("absent or `\"{w}\"`"),
+                None => "absent".to_owned(),
+            };
+            let own_tag = d.wire.as_ref().map(|w| quote!(| Some(#w)));
+            let note = if d.takes_unknown_tags {
+                format!(
+                    "Decoded when `{tag}` is {own}, and when it has another value and the rest\n\
+                     reads as this variant (that value is not kept; anything else is kept in `{other}`);\n\
+                     written without `{tag}`."
+                )
+            } else {
+                format!("Decoded when `{tag}` is {own} (another value is kept in `{other}`); written without `{tag}`.")
             };
             let docs = doc(Some(&match d.doc.as_deref() {
                 Some(text) => format!("{text}\n\n{note}"),
                 None => note,
             }));
-            match &d.payload {
+            let decode = match &d.payload {
                 Payload::Type(_) => {
                     let ty = payload_ty(&d.payload);
                     defs.push(quote!(#docs #id(#ty),));
                     ser.push(quote!(#name::#id(payload) => serde::Serialize::serialize(payload, serializer),));
                     tags.push(quote!(#name::#id(_) => None,));
-                    quote!(None #own_tag => serde_support::payload(&value, #tag).map(#name::#id),)
+                    Some((quote!(serde_support::payload), tag.as_str()))
                 }
                 Payload::Property { wire: prop, ty } => {
                     let value = if ty.has_number() { quote!(&serde_support::Number(value)) } else { quote!(value) };
@@ -689,17 +809,34 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
                         quote!(#name::#id(value) => serde_support::serialize_property(serializer, #prop, #value),),
                     );
                     tags.push(quote!(#name::#id(_) => None,));
-                    quote!(None #own_tag => serde_support::property(&value, #prop).map(#name::#id),)
+                    Some((quote!(serde_support::property), prop.as_str()))
                 }
                 Payload::Unit => {
                     defs.push(quote!(#docs #id,));
                     ser.push(quote!(#name::#id => serde::Serialize::serialize(&serde_json::Map::new(), serializer),));
                     tags.push(quote!(#name::#id => None,));
-                    quote!(None #own_tag => Ok(#name::#id),)
+                    None
                 }
-            }
+            };
+            let missing = match &decode {
+                Some((decode, key)) => quote!(None #own_tag => #decode(&value, #key).map(#name::#id),),
+                None => quote!(None #own_tag => Ok(#name::#id),),
+            };
+            let unknown = match &decode {
+                Some((decode, key)) if d.takes_unknown_tags => quote! {
+                    Some(_) => Ok(match #decode::<_, D::Error>(&value, #key) {
+                        Ok(payload) => #name::#id(payload),
+                        Err(_) => #name::#other(serde_support::UnknownVariant(value)),
+                    }),
+                },
+                Some(_) | None => quote!(Some(_) => Ok(#name::#other(serde_support::UnknownVariant(value))),),
+            };
+            (missing, unknown)
         }
-        None => quote!(None => Err(serde::de::Error::missing_field(#tag)),),
+        None => (
+            quote!(None => Err(serde::de::Error::missing_field(#tag)),),
+            quote!(Some(_) => Ok(#name::#other(serde_support::UnknownVariant(value))),),
+        ),
     };
     let tag_const_doc = format!(" The property that tells the variants of [`{name}`] apart.");
     let name_str = name.to_string();
@@ -769,7 +906,7 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
                 match serde_support::tag_of(&value, #tag)? {
                     #(#de)*
                     #missing_tag
-                    Some(_) => Ok(#name::#other(serde_support::UnknownVariant(value))),
+                    #unknown_tag
                 }
             }
         }
@@ -897,7 +1034,7 @@ pub fn methods(model: &Model) -> TokenStream {
     out.extend(method_names(model));
     for dir in &DIRECTIONS {
         let methods: Vec<&Method> = model.methods.iter().filter(|m| m.side == dir.side).collect();
-        out.extend(envelopes(dir, &methods, &ext));
+        out.extend(envelopes(model, dir, &methods, &ext));
         out.extend(handler_trait(dir, &methods, &ext));
     }
     out.extend(protocol_envelope(model));
@@ -944,7 +1081,19 @@ fn variant_ident(m: &Method) -> proc_macro2::Ident {
     ident(&pascal(&m.rust))
 }
 
-fn envelopes(dir: &Direction, methods: &[&Method], [ext_req, ext_resp, ext_notif]: &[TokenStream; 3]) -> TokenStream {
+/// Decodes the params of a method from `params`: `null` reads as `{}` where the params are an
+/// object, since JSON-RPC lets a message leave them out (the caller passes `null` then).
+fn decode_params(model: &Model, params_ty: &str) -> TokenStream {
+    let object = model.items.iter().any(|i| i.name == params_ty && matches!(i.kind, ItemKind::Struct(_)));
+    if object { quote!(serde_support::null_as_empty(params)) } else { quote!(serde::Deserialize::deserialize(params)) }
+}
+
+fn envelopes(
+    model: &Model,
+    dir: &Direction,
+    methods: &[&Method],
+    [ext_req, ext_resp, ext_notif]: &[TokenStream; 3],
+) -> TokenStream {
     let requests: Vec<&&Method> = methods.iter().filter(|m| m.is_request()).collect();
     let notifications: Vec<&&Method> = methods.iter().filter(|m| !m.is_request()).collect();
     let handler = dir.handler;
@@ -968,7 +1117,8 @@ fn envelopes(dir: &Direction, methods: &[&Method], [ext_req, ext_resp, ext_notif
         let id = variant_ident(m);
         let gate = cfg(&m.gate);
         let name = &m.name;
-        quote!(#gate #name => serde::Deserialize::deserialize(params).map(#req::#id).map(Some),)
+        let decode = decode_params(model, &m.params);
+        quote!(#gate #name => #decode.map(#req::#id).map(Some),)
     });
     let req_ser = requests.iter().map(|m| {
         let id = variant_ident(m);
@@ -1020,7 +1170,8 @@ fn envelopes(dir: &Direction, methods: &[&Method], [ext_req, ext_resp, ext_notif
         let id = variant_ident(m);
         let gate = cfg(&m.gate);
         let name = &m.name;
-        quote!(#gate #name => serde::Deserialize::deserialize(params).map(#notif::#id).map(Some),)
+        let decode = decode_params(model, &m.params);
+        quote!(#gate #name => #decode.map(#notif::#id).map(Some),)
     });
     let notif_ser = notifications.iter().map(|m| {
         let id = variant_ident(m);
@@ -1049,7 +1200,9 @@ fn envelopes(dir: &Direction, methods: &[&Method], [ext_req, ext_resp, ext_notif
                 }
             }
 
-            /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+            /// Decodes the params of `method`; `Ok(None)` when the method is unknown. A message
+            /// without params is decoded from `null`, which reads as `{}` where the params are an
+            /// object.
             pub fn decode<'de, D: serde::Deserializer<'de>>(method: &str, params: D) -> Result<Option<Self>, D::Error> {
                 match method {
                     #(#req_decode)*
@@ -1120,7 +1273,9 @@ fn envelopes(dir: &Direction, methods: &[&Method], [ext_req, ext_resp, ext_notif
                 }
             }
 
-            /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+            /// Decodes the params of `method`; `Ok(None)` when the method is unknown. A message
+            /// without params is decoded from `null`, which reads as `{}` where the params are an
+            /// object.
             pub fn decode<'de, D: serde::Deserializer<'de>>(method: &str, params: D) -> Result<Option<Self>, D::Error> {
                 match method {
                     #(#notif_decode)*
@@ -1163,7 +1318,7 @@ fn handler_trait(
     let fns = methods.iter().map(|m| {
         let f = ident(&m.rust);
         let p = ident(&m.params);
-        let docs = doc(m.doc.as_deref());
+        let docs = doc(gated_doc(m.doc.as_deref(), &m.gate).as_deref());
         let gate = cfg(&m.gate);
         let wire = format!(" Method: `{}`.", m.name);
         match (&m.response, m.baseline) {
@@ -1258,10 +1413,11 @@ fn protocol_envelope(model: &Model) -> TokenStream {
         let gate = gate_of(params);
         quote!(#[doc = #d] #gate #id(#p),)
     });
-    let decode = model.protocol_methods.iter().map(|(name, params)| {
+    let decode = model.protocol_methods.iter().map(|(name, params_ty)| {
         let id = ident(&pascal(&snake(name)));
-        let gate = gate_of(params);
-        quote!(#gate #name => serde::Deserialize::deserialize(params).map(ProtocolLevelNotification::#id).map(Some),)
+        let gate = gate_of(params_ty);
+        let decode = decode_params(model, params_ty);
+        quote!(#gate #name => #decode.map(ProtocolLevelNotification::#id).map(Some),)
     });
     let methods = model.protocol_methods.iter().map(|(name, params)| {
         let id = ident(&pascal(&snake(name)));
@@ -1289,7 +1445,9 @@ fn protocol_envelope(model: &Model) -> TokenStream {
                 }
             }
 
-            /// Decodes the params of `method`; `Ok(None)` when the method is unknown.
+            /// Decodes the params of `method`; `Ok(None)` when the method is unknown. A message
+            /// without params is decoded from `null`, which reads as `{}` where the params are an
+            /// object.
             #[allow(unused_variables)]
             pub fn decode<'de, D: serde::Deserializer<'de>>(method: &str, params: D) -> Result<Option<Self>, D::Error> {
                 match method {

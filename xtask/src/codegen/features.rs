@@ -190,7 +190,12 @@ pub fn merge(stable: &Model, unstable: &Model, gating: Gating) -> Result<Model> 
         }
         methods.push(m);
     }
-    Ok(Model { items, methods, protocol_methods: unstable.protocol_methods.clone() })
+    Ok(Model {
+        items,
+        methods,
+        protocol_methods: unstable.protocol_methods.clone(),
+        protocol_version: unstable.protocol_version,
+    })
 }
 
 /// Every unstable-only method, field and variant, for [`Gating::AllInOne`].

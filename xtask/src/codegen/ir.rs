@@ -81,6 +81,7 @@ pub struct Struct {
 pub struct Flatten {
     pub field: String,
     pub ty: String,
+    pub doc: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -142,6 +143,11 @@ pub struct DefaultVariant {
     pub wire: Option<String>,
     pub doc: Option<String>,
     pub payload: Payload,
+    /// An unknown tag value decodes as this variant too when the rest of the object reads as
+    /// its payload (the unknown value is not kept): the variant leaves the tag unconstrained
+    /// and its description says unknown values belong to it (`SetSessionConfigOptionRequest`
+    /// `value_id`). Otherwise an unknown tag goes to the fallback variant.
+    pub takes_unknown_tags: bool,
 }
 
 /// What a union variant carries besides its tag.
@@ -312,6 +318,9 @@ pub struct Model {
     pub methods: Vec<Method>,
     /// `$/cancel_request` and friends, handled by the connection itself: (method, params type).
     pub protocol_methods: Vec<(String, String)>,
+    /// The protocol version the schema describes (`meta.json`'s `version`, or the folder's
+    /// `v1`): the latest one a peer built from it speaks. `None` for a folder that says neither.
+    pub protocol_version: Option<u16>,
 }
 
 impl Gate {
@@ -363,6 +372,6 @@ impl Model {
             .filter(|(_, params)| items.iter().any(|i| &i.name == params))
             .cloned()
             .collect();
-        Model { items, methods, protocol_methods }
+        Model { items, methods, protocol_methods, protocol_version: self.protocol_version }
     }
 }

@@ -22,6 +22,31 @@ pub struct VersionFiles {
     pub sha256: BTreeMap<String, String>,
 }
 
+impl VersionFiles {
+    /// The protocol version this folder describes: `meta.json`'s `version`, cross-checked with
+    /// the folder name (`v1`); early releases have no `version` and go by the folder name.
+    /// `None` for a folder that says neither (a scratch copy of a schema).
+    pub fn protocol_version(&self) -> Result<Option<u16>> {
+        let err = |message: String| CodegenError::Input { path: self.dir.join("meta.json"), message };
+        let from_dir = self.version.strip_prefix('v').and_then(|n| n.parse::<u16>().ok());
+        let from_meta = match self.meta.get("version") {
+            None => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .and_then(|n| u16::try_from(n).ok())
+                    .ok_or_else(|| err(format!("`version` {v} is not a protocol version (0..=65535)")))?,
+            ),
+        };
+        match (from_meta, from_dir) {
+            (Some(meta), Some(dir)) if meta != dir => {
+                Err(err(format!("`version` {meta} disagrees with the folder name `{}`", self.version)))
+            }
+            (Some(version), _) | (None, Some(version)) => Ok(Some(version)),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
 pub fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -94,17 +94,23 @@ pub const V2_FEATURE: &str = "unstable_protocol_v2";
 
 /// Builds the merged model of one protocol version folder.
 pub fn build_model(files: &VersionFiles, gating: Gating) -> Result<Model> {
-    let stable = model_of(&files.schema, &files.meta, &files.dir.join("schema.json"))?;
+    let version = files.protocol_version()?;
+    let stable = model_of(&files.schema, &files.meta, &files.dir.join("schema.json"), version)?;
     match (&files.schema_unstable, &files.meta_unstable) {
         (Some(schema), Some(meta)) => {
-            let unstable = model_of(schema, meta, &files.dir.join("schema.unstable.json"))?;
+            let unstable = model_of(schema, meta, &files.dir.join("schema.unstable.json"), version)?;
             features::merge(&stable, &unstable, gating)
         }
         _ => Ok(stable),
     }
 }
 
-fn model_of(schema: &serde_json::Value, meta: &serde_json::Value, path: &Path) -> Result<Model> {
+fn model_of(
+    schema: &serde_json::Value,
+    meta: &serde_json::Value,
+    path: &Path,
+    protocol_version: Option<u16>,
+) -> Result<Model> {
     let defs = schema
         .get("$defs")
         .or_else(|| schema.get("definitions"))
@@ -115,7 +121,7 @@ fn model_of(schema: &serde_json::Value, meta: &serde_json::Value, path: &Path) -
         emit::check_names(item)?;
     }
     let (methods, protocol_methods) = methods::method_table(defs, meta)?;
-    Ok(Model { items, methods, protocol_methods })
+    Ok(Model { items, methods, protocol_methods, protocol_version })
 }
 
 /// Generates every file of the crate.
@@ -297,10 +303,7 @@ fn types_pieces<'a>(model: &'a Model, version: &'a str) -> Vec<Piece<'a>> {
         })
     })];
     pieces.extend(
-        model
-            .items
-            .iter()
-            .map(|i| -> Piece<'a> { Box::new(move || Ok(Code::Items(emit::item_syntax(i, &model.items)))) }),
+        model.items.iter().map(|i| -> Piece<'a> { Box::new(move || Ok(Code::Items(emit::item_syntax(i, model)))) }),
     );
     pieces.push(tokens(move || {
         let schemas = model.items.iter().map(|i| {
@@ -382,6 +385,8 @@ fn methods_module(model: &Model) -> Result<TokenStream> {
         let d = format!(" `{value}` ({message}), with the standard message.");
         quote!(#[doc = #d] pub fn #f() -> Self { Error::new(#code, #message) })
     });
+    // `Error.code` is `ErrorCode`, whose `Display` adds the code's name, or a bare integer.
+    let code = if named { quote!(self.code.0) } else { quote!(self.code) };
     let body = emit::methods(model);
     Ok(quote! {
         //! Method names, the request / response / notification enums of each direction, and the
@@ -395,6 +400,15 @@ fn methods_module(model: &Model) -> Result<TokenStream> {
         impl Error {
             #(#ctors)*
         }
+
+        /// The code and the message: `-32602 Invalid params`.
+        impl std::fmt::Display for Error {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{} {}", #code, self.message)
+            }
+        }
+
+        impl std::error::Error for Error {}
 
         #body
     })
@@ -529,7 +543,7 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
         }
     }
     let model = build_model(&v1, settings.gating)?.select(&selected);
-    let items = model.items.iter().map(|i| emit::item(i, &model.items));
+    let items = model.items.iter().map(|i| emit::item(i, &model));
     let methods = if with_traits {
         let full = methods_module(&model)?;
         // Drop the module's `use` lines: everything is in one module here.
@@ -550,12 +564,16 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
     );
     let tokens = quote! {
         #![doc = #doc]
-        #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation, rustdoc::bare_urls, rustdoc::invalid_html_tags)]
+        // `dead_code`: a project uses some of the types and helpers, and the file is often a
+        // private module.
+        #![allow(dead_code, clippy::large_enum_variant, clippy::doc_lazy_continuation, rustdoc::bare_urls, rustdoc::invalid_html_tags)]
 
         /// Serde helpers shared by the types below.
         pub mod serde_support {
             #(#support_items)*
         }
+        // For users of the file; a private module may not use it.
+        #[allow(unused_imports)]
         pub use serde_support::UnknownVariant;
 
         #(#items)*
@@ -564,23 +582,44 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
     let mut file = syn::parse2::<syn::File>(tokens)
         .map_err(|e| CodegenError::Emit { file: "vendor".into(), message: e.to_string() })?;
     strip_schemars(&mut file.items);
-    let notes = derives::add(&mut file.items, &derives)?;
+    let derives::Added { notes, preamble: derive_lines, warnings } = derives::add(&mut file.items, &derives)?;
     let mut preamble = format!(
         "// @generated by `cargo xtask vendor` from the ACP JSON Schema, release {}.\n// Do not edit: regenerate with `cargo xtask vendor`.\n",
         settings.tag
     );
-    for note in &notes {
-        preamble.push_str(&format!("// --{note}.\n"));
+    for line in &derive_lines {
+        preamble.push_str(&comment_lines(&format!("--{line}."), 100));
     }
     let text = format!("{preamble}\n{}", tidy::struct_macros(&prettyplease::unparse(&file)));
-    Ok(Vendored { text, notes })
+    Ok(Vendored { text, notes, warnings })
 }
 
-/// A vendored file, and one line per `--derive` saying which types it went on.
+/// `text` as `//` comment lines of at most `width` characters (a longer word stays whole).
+fn comment_lines(text: &str, width: usize) -> String {
+    let mut out = String::new();
+    let mut line = String::from("//");
+    for word in text.split(' ') {
+        if line.len() > 2 && line.len() + 1 + word.len() > width {
+            out.push_str(&line);
+            out.push('\n');
+            line = String::from("//  ");
+        }
+        line.push(' ');
+        line.push_str(word);
+    }
+    out.push_str(&line);
+    out.push('\n');
+    out
+}
+
+/// A vendored file, one line per `--derive` saying which types it went on (the file's preamble
+/// lists every type left out), and warnings.
 #[derive(Debug, Clone)]
 pub struct Vendored {
     pub text: String,
     pub notes: Vec<String>,
+    /// A `--derive` that went on no type.
+    pub warnings: Vec<String>,
 }
 
 /// The README with its handler tables regenerated (see [`macro_table::readme_tables`]).
