@@ -909,6 +909,8 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
             quote_spanned! {b.func.sig.span()=>
                 #cfg
                 #lit => {
+                    // Spanned at the user's code: a handler taking `()` must not trip this lint.
+                    #[allow(clippy::let_unit_value)]
                     let params = #ext_params;
                     let result = #call.map_err(#into_error)?;
                     #support::ext_result(result)
@@ -945,6 +947,7 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
             quote_spanned! {b.func.sig.span()=>
                 #cfg
                 #lit => {
+                    #[allow(clippy::let_unit_value)]
                     let params = #ext_params;
                     #notified
                 }

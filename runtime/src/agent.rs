@@ -31,15 +31,15 @@
 //! use acp_runtime::acp_types::{
 //!     Agent, AuthenticateRequest, AuthenticateResponse, CancelNotification, ContentBlock,
 //!     ContentChunk, Error, InitializeRequest, InitializeResponse, NewSessionRequest,
-//!     NewSessionResponse, PromptRequest, PromptResponse, SessionNotification, SessionUpdate,
-//!     StopReason, TextContent,
+//!     NewSessionResponse, PromptRequest, PromptResponse, ProtocolVersion, SessionNotification,
+//!     SessionUpdate, StopReason, TextContent,
 //! };
 //!
 //! struct Echo;
 //!
 //! impl Agent<AgentContext> for Echo {
-//!     async fn initialize(&self, params: InitializeRequest, _cx: AgentContext) -> Result<InitializeResponse, Error> {
-//!         Ok(InitializeResponse::new(params.protocol_version))
+//!     async fn initialize(&self, _: InitializeRequest, _cx: AgentContext) -> Result<InitializeResponse, Error> {
+//!         Ok(InitializeResponse::new(ProtocolVersion::V1)) // the version this agent speaks
 //!     }
 //!     async fn authenticate(&self, _: AuthenticateRequest, _cx: AgentContext) -> Result<AuthenticateResponse, Error> {
 //!         Ok(AuthenticateResponse::new())
