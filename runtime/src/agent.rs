@@ -72,10 +72,10 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use acp_types::{
-    Agent, ClientNotification, ClientRequest, CompleteElicitationNotification, CreateElicitationRequest,
-    CreateElicitationResponse, CreateTerminalRequest, CreateTerminalResponse, ReadTextFileRequest,
-    ReadTextFileResponse, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
-    SessionNotification, WriteTextFileRequest, WriteTextFileResponse, client_method,
+    Agent, ClientCapabilities, ClientNotification, ClientRequest, CompleteElicitationNotification,
+    CreateElicitationRequest, CreateElicitationResponse, CreateTerminalRequest, CreateTerminalResponse,
+    InitializeRequest, ReadTextFileRequest, ReadTextFileResponse, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, SessionNotification, WriteTextFileRequest, WriteTextFileResponse, client_method,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -197,6 +197,10 @@ fn decode_request(req: IncomingRequest) -> Result<(ClientRequest, AgentContext),
     let text = typed::params_text(req.params.as_deref());
     let request = typed::decode_incoming(text, |de| ClientRequest::decode(&req.method, de))?
         .ok_or_else(|| ErrorObject::method_not_found(&req.method))?;
+    if let ClientRequest::Initialize(params) = &request {
+        // Kept before the handler runs, so that it and everything after it can read it.
+        req.peer.shared.set_client_init(params.clone());
+    }
     let meta = typed::scan_envelope(req.params.as_deref(), false).meta;
     let cx = AgentContext {
         inner: Arc::new(ContextInner {
@@ -365,6 +369,16 @@ impl AgentContext {
         &self.inner.handle
     }
 
+    /// What the client sent in `initialize` (see [`ClientHandle::client_init`]).
+    pub fn client_init(&self) -> Option<Arc<InitializeRequest>> {
+        self.inner.handle.client_init()
+    }
+
+    /// The client's capabilities (see [`ClientHandle::client_capabilities`]).
+    pub fn client_capabilities(&self) -> ClientCapabilities {
+        self.inner.handle.client_capabilities()
+    }
+
     /// The raw connection, for calls outside the typed API.
     pub fn peer(&self) -> &Peer {
         &self.inner.handle.peer
@@ -390,6 +404,19 @@ impl ClientHandle {
     /// An unbound handle over a raw connection.
     pub fn new(peer: Peer) -> Self {
         ClientHandle { peer, cancel: None }
+    }
+
+    /// The params of the client's `initialize` request (its protocol version, capabilities and
+    /// `clientInfo`), from the moment it arrived (its handler sees it too); the latest one if
+    /// it sent several, `None` before the first.
+    pub fn client_init(&self) -> Option<Arc<InitializeRequest>> {
+        self.peer.shared.client_init()
+    }
+
+    /// The capabilities the client advertised in `initialize`: what may be called on it
+    /// (`fs.readTextFile`, `terminal`, ...). None at all (the default) before `initialize`.
+    pub fn client_capabilities(&self) -> ClientCapabilities {
+        self.client_init().and_then(|init| init.client_capabilities.clone()).unwrap_or_default()
     }
 
     /// This handle bound to `token`: once it fires, a pending call returns

@@ -298,6 +298,7 @@ impl Connection {
             handled: AtomicU64::new(0),
             handled_waiters: AtomicUsize::new(0),
             handled_notify: Notify::new(),
+            client_init: Mutex::new(None),
         });
         let options = Options {
             max_line_bytes: self.max_line_bytes,
@@ -499,10 +500,22 @@ pub(crate) struct Shared {
     handled: AtomicU64,
     handled_waiters: AtomicUsize,
     handled_notify: Notify,
+    /// Agent side: the client's last `initialize` params (see `AgentContext::client_init`).
+    pub(crate) client_init: Mutex<Option<Arc<acp_types::InitializeRequest>>>,
 }
 
 pub(crate) fn lock_inflight(shared: &Shared) -> MutexGuard<'_, HashMap<Id, InFlight>> {
     lock(&shared.inflight)
+}
+
+impl Shared {
+    pub(crate) fn client_init(&self) -> Option<Arc<acp_types::InitializeRequest>> {
+        lock(&self.client_init).clone()
+    }
+
+    pub(crate) fn set_client_init(&self, params: acp_types::InitializeRequest) {
+        *lock(&self.client_init) = Some(Arc::new(params));
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
