@@ -16,14 +16,14 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use acp_runtime::acp_types::{
-    AgentCapabilities, AuthenticateRequest, AuthenticateResponse, CancelNotification, Content, ContentBlock,
-    ContentChunk, Error, Implementation, InitializeRequest, InitializeResponse, NewSessionRequest, NewSessionResponse,
-    PermissionOption, PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus, PromptCapabilities,
-    PromptRequest, PromptResponse, ProtocolVersion, ReadTextFileRequest, RequestPermissionOutcome,
+    AgentCapabilities, AuthenticateRequest, AuthenticateResponse, CancelNotification, ClientCapabilities, Content,
+    ContentBlock, ContentChunk, Error, Implementation, InitializeRequest, InitializeResponse, NewSessionRequest,
+    NewSessionResponse, PermissionOption, PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus,
+    PromptCapabilities, PromptRequest, PromptResponse, ProtocolVersion, ReadTextFileRequest, RequestPermissionOutcome,
     RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, StopReason, TextContent, ToolCall,
     ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind,
 };
@@ -50,8 +50,6 @@ pub async fn serve() -> Result<(), acp_runtime::Error> {
 }
 
 struct DemoAgent {
-    /// Whether the client advertised `fs.readTextFile` in `initialize`.
-    client_reads_files: AtomicBool,
     /// Session id -> working directory.
     sessions: Mutex<HashMap<String, PathBuf>>,
     /// Makes session ids unique across runs, not only within this process.
@@ -71,7 +69,6 @@ impl DemoAgent {
             .unwrap_or_default();
         let delay_ms = std::env::var("ACP_DEMO_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
         DemoAgent {
-            client_reads_files: AtomicBool::new(false),
             sessions: Mutex::new(HashMap::new()),
             id_seed: (u64::from(std::process::id()) << 32) ^ u64::from(nanos),
             sessions_made: AtomicU64::new(0),
@@ -87,20 +84,19 @@ impl DemoAgent {
     }
 }
 
+/// Whether `fs/read_text_file` may be called on the client.
+fn client_reads_files(capabilities: &ClientCapabilities) -> bool {
+    capabilities.fs.as_ref().and_then(|fs| fs.read_text_file).unwrap_or(false)
+}
+
 #[acp_agent]
 impl DemoAgent {
     async fn initialize(&self, params: InitializeRequest) -> Result<InitializeResponse, Error> {
-        let reads = params
-            .client_capabilities
-            .as_ref()
-            .and_then(|c| c.fs.as_ref())
-            .and_then(|fs| fs.read_text_file)
-            .unwrap_or(false);
-        self.client_reads_files.store(reads, Ordering::Relaxed);
+        let reads = client_reads_files(&params.client_capabilities.clone().unwrap_or_default());
         let client = params.client_info.flatten().map(|i| i.name).unwrap_or_else(|| "an unnamed client".into());
         log!("initialize from {client} (protocol {}, fs.readTextFile: {reads})", params.protocol_version.0);
         // We speak protocol version 1; a client asking for another one decides whether to go on.
-        Ok(InitializeResponse::new(ProtocolVersion(1))
+        Ok(InitializeResponse::new(ProtocolVersion::V1)
             .agent_capabilities(AgentCapabilities::new().prompt_capabilities(PromptCapabilities::new()))
             .auth_methods(Vec::new())
             .agent_info(Some(Implementation::new("acp-demo-agent", env!("CARGO_PKG_VERSION")))))
@@ -236,7 +232,8 @@ impl DemoAgent {
         }
 
         turn.update_tool(ToolCallUpdate::new(call.as_str()).status(Some(ToolCallStatus::InProgress))).await?;
-        let read = if self.client_reads_files.load(Ordering::Relaxed) {
+        // What the client advertised in `initialize`, kept by the runtime.
+        let read = if client_reads_files(&turn.cx.client_capabilities()) {
             let request = ReadTextFileRequest::new(turn.session.clone(), path_text.as_str()).limit(Some(MAX_LINES));
             match turn.cx.client().read_text_file(request).await {
                 Ok(response) => Ok(response.content),
