@@ -20,6 +20,11 @@ pub trait Advertise {
     const CAPABILITIES: &'static Capabilities;
 }
 
+/// A peer behind an `Arc` earns what the peer inside does.
+impl<T: Advertise + ?Sized> Advertise for std::sync::Arc<T> {
+    const CAPABILITIES: &'static Capabilities = T::CAPABILITIES;
+}
+
 /// Agent side: asks the runtime to add `capabilities` to the result of the `initialize` request
 /// `cx` belongs to (where unset). Applied to the encoded result, so the result type is never
 /// decoded again: that keeps the decoding code of the whole initialize result out of agents.

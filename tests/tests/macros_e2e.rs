@@ -1,14 +1,17 @@
 //! `#[acp_agent]` / `#[acp_client]` expansions at work, over the in-memory duplex: extension
 //! requests and notifications reach the function bound to them (and only that one), handlers
 //! under `#[cfg]` are handled and advertised only when compiled in, notification handlers may
-//! return nothing, helper functions stay in the block, and impl blocks may be generic.
+//! return nothing, helper functions stay in the block, and impl blocks may be generic. An agent
+//! or a client served behind an `Arc` is still reachable through a clone of it, and advertises
+//! what it handles.
 
 use std::fmt::Display;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use acp_runtime::acp_types::*;
 use acp_runtime::transport::duplex;
-use acp_runtime::{AgentContext, Connection, ErrorObject, Peer, RawValue, acp_agent, acp_client, codes};
+use acp_runtime::{Advertise, AgentContext, Connection, ErrorObject, Peer, RawValue, acp_agent, acp_client, codes};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -256,4 +259,101 @@ async fn a_generic_client_handles_ext_requests_and_notifications() {
     assert_eq!(next(&mut events).await, r#"7 status {"state":"busy"}"#);
     let e = request(&peer, "_v/status", json!({})).await.unwrap_err();
     assert_eq!(e.code, codes::METHOD_NOT_FOUND);
+}
+
+// ---- handlers behind an `Arc` ---------------------------------------------------------------
+
+/// An agent whose state a test reads through its own clone of the `Arc` it serves.
+#[derive(Default)]
+struct SharedAgent {
+    prompted: Mutex<Vec<String>>,
+}
+
+#[acp_agent]
+impl SharedAgent {
+    async fn initialize(&self, params: InitializeRequest) -> Result<InitializeResponse, Error> {
+        Ok(InitializeResponse::new(params.protocol_version))
+    }
+    async fn authenticate(&self, _: AuthenticateRequest) -> Result<AuthenticateResponse, Error> {
+        Ok(AuthenticateResponse::new())
+    }
+    async fn session_new(&self, _: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+        Ok(NewSessionResponse::new("sess_shared"))
+    }
+    async fn session_prompt(&self, params: PromptRequest) -> Result<PromptResponse, Error> {
+        self.prompted.lock().unwrap().push(params.session_id.0);
+        Ok(PromptResponse::new(StopReason::EndTurn))
+    }
+    async fn session_cancel(&self, _: CancelNotification) {}
+    // Earns `sessionCapabilities.list`.
+    async fn session_list(&self, _: ListSessionsRequest) -> Result<ListSessionsResponse, Error> {
+        Ok(ListSessionsResponse::new(Vec::new()))
+    }
+}
+
+#[tokio::test]
+async fn an_agent_behind_an_arc_is_served_and_reachable_through_a_clone() {
+    let agent = Arc::new(SharedAgent::default());
+    let (agent_end, client_end) = duplex(64 * 1024);
+    let (_client, agent_serve) = acp_runtime::serve_agent(Arc::clone(&agent), agent_end.0, agent_end.1);
+    let (peer, raw_serve) = Connection::new().serve(client_end.0, client_end.1, ());
+    tokio::spawn(agent_serve);
+    tokio::spawn(raw_serve);
+
+    // `initialize` goes through the `Arc` to the agent, which earns its capabilities there.
+    let init = request(&peer, "initialize", json!({"protocolVersion": 1})).await.unwrap();
+    assert_eq!(init["agentCapabilities"]["sessionCapabilities"]["list"], json!({}), "{init}");
+    assert_eq!(<Arc<SharedAgent> as Advertise>::CAPABILITIES, SharedAgent::CAPABILITIES);
+
+    request(&peer, "session/prompt", json!({"sessionId": "sess_1", "prompt": []})).await.unwrap();
+    assert_eq!(*agent.prompted.lock().unwrap(), ["sess_1"], "the handler ran on the agent the test holds");
+}
+
+/// A client whose state a test reads through its own clone of the `Arc` it serves.
+#[derive(Default)]
+struct SharedClient {
+    reads: Mutex<Vec<String>>,
+}
+
+#[acp_client]
+impl SharedClient {
+    async fn session_request_permission(
+        &self,
+        _: RequestPermissionRequest,
+    ) -> Result<RequestPermissionResponse, Error> {
+        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
+    }
+    async fn session_update(&self, _: SessionNotification) {}
+    // Earns `fs.readTextFile`.
+    async fn fs_read_text_file(&self, params: ReadTextFileRequest) -> Result<ReadTextFileResponse, Error> {
+        let content = format!("contents of {}", params.path);
+        self.reads.lock().unwrap().push(params.path);
+        Ok(ReadTextFileResponse::new(content))
+    }
+}
+
+#[tokio::test]
+async fn a_client_behind_an_arc_is_served_and_advertises_what_it_handles() {
+    let client = Arc::new(SharedClient::default());
+    let (agent_end, client_end) = duplex(64 * 1024);
+    let (_agent, client_serve) = Connection::new().serve_client(Arc::clone(&client), client_end.0, client_end.1);
+    let (peer, raw_serve) = Connection::new().serve(agent_end.0, agent_end.1, ());
+    tokio::spawn(client_serve);
+    tokio::spawn(raw_serve);
+
+    let read = request(&peer, "fs/read_text_file", json!({"sessionId": "s", "path": "/a.txt"})).await.unwrap();
+    assert_eq!(read, json!({"content": "contents of /a.txt"}));
+    assert_eq!(*client.reads.lock().unwrap(), ["/a.txt"], "the handler ran on the client the test holds");
+
+    let init = acp_runtime::client::with_capabilities::<Arc<SharedClient>>(InitializeRequest::new(ProtocolVersion::V1));
+    let init = serde_json::to_value(init).unwrap();
+    assert_eq!(init["clientCapabilities"]["fs"]["readTextFile"], json!(true), "{init}");
+}
+
+#[test]
+fn boxed_agents_and_clients_are_handlers_too() {
+    fn agent<A: Agent<AgentContext> + 'static>() {}
+    fn client<C: Client<acp_runtime::ClientContext> + 'static>() {}
+    agent::<Box<SharedAgent>>();
+    client::<Box<SharedClient>>();
 }

@@ -621,3 +621,41 @@ fn vendored_files_allow_dead_code_and_list_every_type_a_derive_left_off() {
     let hash_only = codegen::vendor(&settings, &[], false, &["Ord".into()]).expect("vendors");
     assert!(hash_only.warnings.iter().any(|w| w.contains("Ord")) == hash_only.notes[0].contains("added to 0 types"));
 }
+
+#[test]
+fn arc_and_box_forward_every_handler_method_under_its_gate() {
+    // The base schema, and an unstable file adding `session/fork` (a request outside the
+    // baseline) for the agent.
+    let dir = fixture("forwarding", Value::Object(base_defs()), base_meta());
+    let mut unstable = base_defs();
+    let fork = |kind: &str| json!({"type": "object", "properties": {}, "x-method": "session/fork", "x-side": "agent", "description": kind});
+    unstable.insert("ForkSessionRequest".into(), fork("request"));
+    unstable.insert("ForkSessionResponse".into(), fork("response"));
+    let mut meta = base_meta();
+    meta["agentMethods"]["session_fork"] = json!("session/fork");
+    std::fs::write(dir.join("v1/schema.unstable.json"), json!({"$defs": unstable}).to_string()).unwrap();
+    std::fs::write(dir.join("v1/meta.unstable.json"), meta.to_string()).unwrap();
+    let mut settings = Settings::new(&dir, "fixture");
+    settings.gating = Gating::AllInOne;
+    let files = codegen::generate(&settings).expect("generates");
+    let methods = file(&files, "v1/methods.rs");
+
+    let block = |header: &str| -> &str {
+        let start = methods.find(header).unwrap_or_else(|| panic!("no `{header}`: {methods}"));
+        let len = methods[start..].find("\n}\n").expect("the impl ends");
+        &methods[start..start + len]
+    };
+    for (handler, forwarded) in [("Agent", 5 + 1), ("Client", 2)] {
+        for wrapper in ["std::sync::Arc<T>", "Box<T>"] {
+            let header = format!("impl<Cx: Send, T: {handler}<Cx> + ?Sized> {handler}<Cx> for {wrapper} {{");
+            let block = block(&header);
+            // Every method, required or provided, and the two extension methods.
+            assert_eq!(block.matches("(**self).").count(), forwarded + 2, "{block}");
+            assert!(block.contains("(**self).ext_method(method, params, cx)"), "{block}");
+        }
+    }
+    let agent_arc = block("impl<Cx: Send, T: Agent<Cx> + ?Sized> Agent<Cx> for std::sync::Arc<T> {");
+    assert!(agent_arc.contains("    #[cfg(feature = \"unstable\")]\n    fn session_fork(\n"), "{agent_arc}");
+    assert!(agent_arc.contains("(**self).session_fork(params, cx)"), "{agent_arc}");
+    assert!(!agent_arc.contains("async"), "the futures are forwarded as they are: {agent_arc}");
+}

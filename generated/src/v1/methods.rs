@@ -1397,6 +1397,495 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         std::future::ready(Ok(()))
     }
 }
+/// The agent behind an `Arc`, with every method forwarded to it: serve an `Arc` and keep a
+/// clone of it to reach the agent's state.
+impl<Cx: Send, T: Agent<Cx> + ?Sized> Agent<Cx> for std::sync::Arc<T> {
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message(
+        &self,
+        params: MessageMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<MessageMcpResponse, Error>> + Send {
+        (**self).mcp_message(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message_notification(
+        &self,
+        params: MessageMcpNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).mcp_message_notification(params, cx)
+    }
+    fn initialize(
+        &self,
+        params: InitializeRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<InitializeResponse, Error>> + Send {
+        (**self).initialize(params, cx)
+    }
+    fn authenticate(
+        &self,
+        params: AuthenticateRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<AuthenticateResponse, Error>> + Send {
+        (**self).authenticate(params, cx)
+    }
+    #[cfg(feature = "unstable_llm_providers")]
+    fn providers_list(
+        &self,
+        params: ListProvidersRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ListProvidersResponse, Error>> + Send {
+        (**self).providers_list(params, cx)
+    }
+    #[cfg(feature = "unstable_llm_providers")]
+    fn providers_set(
+        &self,
+        params: SetProviderRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<SetProviderResponse, Error>> + Send {
+        (**self).providers_set(params, cx)
+    }
+    #[cfg(feature = "unstable_llm_providers")]
+    fn providers_disable(
+        &self,
+        params: DisableProviderRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<DisableProviderResponse, Error>,
+    > + Send {
+        (**self).providers_disable(params, cx)
+    }
+    fn logout(
+        &self,
+        params: LogoutRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<LogoutResponse, Error>> + Send {
+        (**self).logout(params, cx)
+    }
+    fn session_new(
+        &self,
+        params: NewSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<NewSessionResponse, Error>> + Send {
+        (**self).session_new(params, cx)
+    }
+    fn session_load(
+        &self,
+        params: LoadSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<LoadSessionResponse, Error>> + Send {
+        (**self).session_load(params, cx)
+    }
+    fn session_list(
+        &self,
+        params: ListSessionsRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ListSessionsResponse, Error>> + Send {
+        (**self).session_list(params, cx)
+    }
+    fn session_delete(
+        &self,
+        params: DeleteSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<DeleteSessionResponse, Error>> + Send {
+        (**self).session_delete(params, cx)
+    }
+    #[cfg(feature = "unstable_session_fork")]
+    fn session_fork(
+        &self,
+        params: ForkSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ForkSessionResponse, Error>> + Send {
+        (**self).session_fork(params, cx)
+    }
+    fn session_resume(
+        &self,
+        params: ResumeSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ResumeSessionResponse, Error>> + Send {
+        (**self).session_resume(params, cx)
+    }
+    fn session_close(
+        &self,
+        params: CloseSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<CloseSessionResponse, Error>> + Send {
+        (**self).session_close(params, cx)
+    }
+    fn session_set_mode(
+        &self,
+        params: SetSessionModeRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<SetSessionModeResponse, Error>,
+    > + Send {
+        (**self).session_set_mode(params, cx)
+    }
+    fn session_set_config_option(
+        &self,
+        params: SetSessionConfigOptionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<SetSessionConfigOptionResponse, Error>,
+    > + Send {
+        (**self).session_set_config_option(params, cx)
+    }
+    fn session_prompt(
+        &self,
+        params: PromptRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<PromptResponse, Error>> + Send {
+        (**self).session_prompt(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_start(
+        &self,
+        params: StartNesRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<StartNesResponse, Error>> + Send {
+        (**self).nes_start(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_suggest(
+        &self,
+        params: SuggestNesRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<SuggestNesResponse, Error>> + Send {
+        (**self).nes_suggest(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_close(
+        &self,
+        params: CloseNesRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<CloseNesResponse, Error>> + Send {
+        (**self).nes_close(params, cx)
+    }
+    fn session_cancel(
+        &self,
+        params: CancelNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).session_cancel(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_open(
+        &self,
+        params: DidOpenDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_open(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_change(
+        &self,
+        params: DidChangeDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_change(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_close(
+        &self,
+        params: DidCloseDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_close(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_save(
+        &self,
+        params: DidSaveDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_save(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_focus(
+        &self,
+        params: DidFocusDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_focus(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_accept(
+        &self,
+        params: AcceptNesNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).nes_accept(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_reject(
+        &self,
+        params: RejectNesNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).nes_reject(params, cx)
+    }
+    fn ext_method(
+        &self,
+        method: &str,
+        params: ExtRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ExtResponse, Error>> + Send {
+        (**self).ext_method(method, params, cx)
+    }
+    fn ext_notification(
+        &self,
+        method: &str,
+        params: ExtNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).ext_notification(method, params, cx)
+    }
+}
+/// The boxed agent, with every method forwarded to it.
+impl<Cx: Send, T: Agent<Cx> + ?Sized> Agent<Cx> for Box<T> {
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message(
+        &self,
+        params: MessageMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<MessageMcpResponse, Error>> + Send {
+        (**self).mcp_message(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message_notification(
+        &self,
+        params: MessageMcpNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).mcp_message_notification(params, cx)
+    }
+    fn initialize(
+        &self,
+        params: InitializeRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<InitializeResponse, Error>> + Send {
+        (**self).initialize(params, cx)
+    }
+    fn authenticate(
+        &self,
+        params: AuthenticateRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<AuthenticateResponse, Error>> + Send {
+        (**self).authenticate(params, cx)
+    }
+    #[cfg(feature = "unstable_llm_providers")]
+    fn providers_list(
+        &self,
+        params: ListProvidersRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ListProvidersResponse, Error>> + Send {
+        (**self).providers_list(params, cx)
+    }
+    #[cfg(feature = "unstable_llm_providers")]
+    fn providers_set(
+        &self,
+        params: SetProviderRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<SetProviderResponse, Error>> + Send {
+        (**self).providers_set(params, cx)
+    }
+    #[cfg(feature = "unstable_llm_providers")]
+    fn providers_disable(
+        &self,
+        params: DisableProviderRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<DisableProviderResponse, Error>,
+    > + Send {
+        (**self).providers_disable(params, cx)
+    }
+    fn logout(
+        &self,
+        params: LogoutRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<LogoutResponse, Error>> + Send {
+        (**self).logout(params, cx)
+    }
+    fn session_new(
+        &self,
+        params: NewSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<NewSessionResponse, Error>> + Send {
+        (**self).session_new(params, cx)
+    }
+    fn session_load(
+        &self,
+        params: LoadSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<LoadSessionResponse, Error>> + Send {
+        (**self).session_load(params, cx)
+    }
+    fn session_list(
+        &self,
+        params: ListSessionsRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ListSessionsResponse, Error>> + Send {
+        (**self).session_list(params, cx)
+    }
+    fn session_delete(
+        &self,
+        params: DeleteSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<DeleteSessionResponse, Error>> + Send {
+        (**self).session_delete(params, cx)
+    }
+    #[cfg(feature = "unstable_session_fork")]
+    fn session_fork(
+        &self,
+        params: ForkSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ForkSessionResponse, Error>> + Send {
+        (**self).session_fork(params, cx)
+    }
+    fn session_resume(
+        &self,
+        params: ResumeSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ResumeSessionResponse, Error>> + Send {
+        (**self).session_resume(params, cx)
+    }
+    fn session_close(
+        &self,
+        params: CloseSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<CloseSessionResponse, Error>> + Send {
+        (**self).session_close(params, cx)
+    }
+    fn session_set_mode(
+        &self,
+        params: SetSessionModeRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<SetSessionModeResponse, Error>,
+    > + Send {
+        (**self).session_set_mode(params, cx)
+    }
+    fn session_set_config_option(
+        &self,
+        params: SetSessionConfigOptionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<SetSessionConfigOptionResponse, Error>,
+    > + Send {
+        (**self).session_set_config_option(params, cx)
+    }
+    fn session_prompt(
+        &self,
+        params: PromptRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<PromptResponse, Error>> + Send {
+        (**self).session_prompt(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_start(
+        &self,
+        params: StartNesRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<StartNesResponse, Error>> + Send {
+        (**self).nes_start(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_suggest(
+        &self,
+        params: SuggestNesRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<SuggestNesResponse, Error>> + Send {
+        (**self).nes_suggest(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_close(
+        &self,
+        params: CloseNesRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<CloseNesResponse, Error>> + Send {
+        (**self).nes_close(params, cx)
+    }
+    fn session_cancel(
+        &self,
+        params: CancelNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).session_cancel(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_open(
+        &self,
+        params: DidOpenDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_open(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_change(
+        &self,
+        params: DidChangeDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_change(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_close(
+        &self,
+        params: DidCloseDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_close(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_save(
+        &self,
+        params: DidSaveDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_save(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_focus(
+        &self,
+        params: DidFocusDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_focus(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_accept(
+        &self,
+        params: AcceptNesNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).nes_accept(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_reject(
+        &self,
+        params: RejectNesNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).nes_reject(params, cx)
+    }
+    fn ext_method(
+        &self,
+        method: &str,
+        params: ExtRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ExtResponse, Error>> + Send {
+        (**self).ext_method(method, params, cx)
+    }
+    fn ext_notification(
+        &self,
+        method: &str,
+        params: ExtNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).ext_notification(method, params, cx)
+    }
+}
 impl ClientRequest {
     /// Calls the [`Agent`] method this request is for.
     pub async fn dispatch<H: Agent<Cx>, Cx: Send>(
@@ -2268,6 +2757,287 @@ pub trait Client<Cx: Send = ()>: Send + Sync {
     ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
         let _ = (method, params, cx);
         std::future::ready(Ok(()))
+    }
+}
+/// The client behind an `Arc`, with every method forwarded to it: serve an `Arc` and keep a
+/// clone of it to reach the client's state.
+impl<Cx: Send, T: Client<Cx> + ?Sized> Client<Cx> for std::sync::Arc<T> {
+    fn fs_write_text_file(
+        &self,
+        params: WriteTextFileRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<WriteTextFileResponse, Error>> + Send {
+        (**self).fs_write_text_file(params, cx)
+    }
+    fn fs_read_text_file(
+        &self,
+        params: ReadTextFileRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ReadTextFileResponse, Error>> + Send {
+        (**self).fs_read_text_file(params, cx)
+    }
+    fn session_request_permission(
+        &self,
+        params: RequestPermissionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<RequestPermissionResponse, Error>,
+    > + Send {
+        (**self).session_request_permission(params, cx)
+    }
+    fn terminal_create(
+        &self,
+        params: CreateTerminalRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<CreateTerminalResponse, Error>,
+    > + Send {
+        (**self).terminal_create(params, cx)
+    }
+    fn terminal_output(
+        &self,
+        params: TerminalOutputRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<TerminalOutputResponse, Error>,
+    > + Send {
+        (**self).terminal_output(params, cx)
+    }
+    fn terminal_release(
+        &self,
+        params: ReleaseTerminalRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<ReleaseTerminalResponse, Error>,
+    > + Send {
+        (**self).terminal_release(params, cx)
+    }
+    fn terminal_wait_for_exit(
+        &self,
+        params: WaitForTerminalExitRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<WaitForTerminalExitResponse, Error>,
+    > + Send {
+        (**self).terminal_wait_for_exit(params, cx)
+    }
+    fn terminal_kill(
+        &self,
+        params: KillTerminalRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<KillTerminalResponse, Error>> + Send {
+        (**self).terminal_kill(params, cx)
+    }
+    fn elicitation_create(
+        &self,
+        params: CreateElicitationRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<CreateElicitationResponse, Error>,
+    > + Send {
+        (**self).elicitation_create(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_connect(
+        &self,
+        params: ConnectMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ConnectMcpResponse, Error>> + Send {
+        (**self).mcp_connect(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message(
+        &self,
+        params: MessageMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<MessageMcpResponse, Error>> + Send {
+        (**self).mcp_message(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message_notification(
+        &self,
+        params: MessageMcpNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).mcp_message_notification(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_disconnect(
+        &self,
+        params: DisconnectMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<DisconnectMcpResponse, Error>> + Send {
+        (**self).mcp_disconnect(params, cx)
+    }
+    fn session_update(
+        &self,
+        params: SessionNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).session_update(params, cx)
+    }
+    fn elicitation_complete(
+        &self,
+        params: CompleteElicitationNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).elicitation_complete(params, cx)
+    }
+    fn ext_method(
+        &self,
+        method: &str,
+        params: ExtRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ExtResponse, Error>> + Send {
+        (**self).ext_method(method, params, cx)
+    }
+    fn ext_notification(
+        &self,
+        method: &str,
+        params: ExtNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).ext_notification(method, params, cx)
+    }
+}
+/// The boxed client, with every method forwarded to it.
+impl<Cx: Send, T: Client<Cx> + ?Sized> Client<Cx> for Box<T> {
+    fn fs_write_text_file(
+        &self,
+        params: WriteTextFileRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<WriteTextFileResponse, Error>> + Send {
+        (**self).fs_write_text_file(params, cx)
+    }
+    fn fs_read_text_file(
+        &self,
+        params: ReadTextFileRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ReadTextFileResponse, Error>> + Send {
+        (**self).fs_read_text_file(params, cx)
+    }
+    fn session_request_permission(
+        &self,
+        params: RequestPermissionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<RequestPermissionResponse, Error>,
+    > + Send {
+        (**self).session_request_permission(params, cx)
+    }
+    fn terminal_create(
+        &self,
+        params: CreateTerminalRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<CreateTerminalResponse, Error>,
+    > + Send {
+        (**self).terminal_create(params, cx)
+    }
+    fn terminal_output(
+        &self,
+        params: TerminalOutputRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<TerminalOutputResponse, Error>,
+    > + Send {
+        (**self).terminal_output(params, cx)
+    }
+    fn terminal_release(
+        &self,
+        params: ReleaseTerminalRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<ReleaseTerminalResponse, Error>,
+    > + Send {
+        (**self).terminal_release(params, cx)
+    }
+    fn terminal_wait_for_exit(
+        &self,
+        params: WaitForTerminalExitRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<WaitForTerminalExitResponse, Error>,
+    > + Send {
+        (**self).terminal_wait_for_exit(params, cx)
+    }
+    fn terminal_kill(
+        &self,
+        params: KillTerminalRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<KillTerminalResponse, Error>> + Send {
+        (**self).terminal_kill(params, cx)
+    }
+    fn elicitation_create(
+        &self,
+        params: CreateElicitationRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<CreateElicitationResponse, Error>,
+    > + Send {
+        (**self).elicitation_create(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_connect(
+        &self,
+        params: ConnectMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ConnectMcpResponse, Error>> + Send {
+        (**self).mcp_connect(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message(
+        &self,
+        params: MessageMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<MessageMcpResponse, Error>> + Send {
+        (**self).mcp_message(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message_notification(
+        &self,
+        params: MessageMcpNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).mcp_message_notification(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_disconnect(
+        &self,
+        params: DisconnectMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<DisconnectMcpResponse, Error>> + Send {
+        (**self).mcp_disconnect(params, cx)
+    }
+    fn session_update(
+        &self,
+        params: SessionNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).session_update(params, cx)
+    }
+    fn elicitation_complete(
+        &self,
+        params: CompleteElicitationNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).elicitation_complete(params, cx)
+    }
+    fn ext_method(
+        &self,
+        method: &str,
+        params: ExtRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ExtResponse, Error>> + Send {
+        (**self).ext_method(method, params, cx)
+    }
+    fn ext_notification(
+        &self,
+        method: &str,
+        params: ExtNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).ext_notification(method, params, cx)
     }
 }
 impl AgentRequest {

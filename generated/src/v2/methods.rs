@@ -631,6 +631,203 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         std::future::ready(Ok(()))
     }
 }
+/// The agent behind an `Arc`, with every method forwarded to it: serve an `Arc` and keep a
+/// clone of it to reach the agent's state.
+impl<Cx: Send, T: Agent<Cx> + ?Sized> Agent<Cx> for std::sync::Arc<T> {
+    fn initialize(
+        &self,
+        params: InitializeRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<InitializeResponse, Error>> + Send {
+        (**self).initialize(params, cx)
+    }
+    fn auth_login(
+        &self,
+        params: LoginAuthRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<LoginAuthResponse, Error>> + Send {
+        (**self).auth_login(params, cx)
+    }
+    fn auth_logout(
+        &self,
+        params: LogoutAuthRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<LogoutAuthResponse, Error>> + Send {
+        (**self).auth_logout(params, cx)
+    }
+    fn session_new(
+        &self,
+        params: NewSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<NewSessionResponse, Error>> + Send {
+        (**self).session_new(params, cx)
+    }
+    fn session_list(
+        &self,
+        params: ListSessionsRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ListSessionsResponse, Error>> + Send {
+        (**self).session_list(params, cx)
+    }
+    fn session_delete(
+        &self,
+        params: DeleteSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<DeleteSessionResponse, Error>> + Send {
+        (**self).session_delete(params, cx)
+    }
+    fn session_resume(
+        &self,
+        params: ResumeSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ResumeSessionResponse, Error>> + Send {
+        (**self).session_resume(params, cx)
+    }
+    fn session_close(
+        &self,
+        params: CloseSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<CloseSessionResponse, Error>> + Send {
+        (**self).session_close(params, cx)
+    }
+    fn session_set_config_option(
+        &self,
+        params: SetSessionConfigOptionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<SetSessionConfigOptionResponse, Error>,
+    > + Send {
+        (**self).session_set_config_option(params, cx)
+    }
+    fn session_prompt(
+        &self,
+        params: PromptRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<PromptResponse, Error>> + Send {
+        (**self).session_prompt(params, cx)
+    }
+    fn session_cancel(
+        &self,
+        params: CancelSessionNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).session_cancel(params, cx)
+    }
+    fn ext_method(
+        &self,
+        method: &str,
+        params: ExtRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ExtResponse, Error>> + Send {
+        (**self).ext_method(method, params, cx)
+    }
+    fn ext_notification(
+        &self,
+        method: &str,
+        params: ExtNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).ext_notification(method, params, cx)
+    }
+}
+/// The boxed agent, with every method forwarded to it.
+impl<Cx: Send, T: Agent<Cx> + ?Sized> Agent<Cx> for Box<T> {
+    fn initialize(
+        &self,
+        params: InitializeRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<InitializeResponse, Error>> + Send {
+        (**self).initialize(params, cx)
+    }
+    fn auth_login(
+        &self,
+        params: LoginAuthRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<LoginAuthResponse, Error>> + Send {
+        (**self).auth_login(params, cx)
+    }
+    fn auth_logout(
+        &self,
+        params: LogoutAuthRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<LogoutAuthResponse, Error>> + Send {
+        (**self).auth_logout(params, cx)
+    }
+    fn session_new(
+        &self,
+        params: NewSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<NewSessionResponse, Error>> + Send {
+        (**self).session_new(params, cx)
+    }
+    fn session_list(
+        &self,
+        params: ListSessionsRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ListSessionsResponse, Error>> + Send {
+        (**self).session_list(params, cx)
+    }
+    fn session_delete(
+        &self,
+        params: DeleteSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<DeleteSessionResponse, Error>> + Send {
+        (**self).session_delete(params, cx)
+    }
+    fn session_resume(
+        &self,
+        params: ResumeSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ResumeSessionResponse, Error>> + Send {
+        (**self).session_resume(params, cx)
+    }
+    fn session_close(
+        &self,
+        params: CloseSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<CloseSessionResponse, Error>> + Send {
+        (**self).session_close(params, cx)
+    }
+    fn session_set_config_option(
+        &self,
+        params: SetSessionConfigOptionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<SetSessionConfigOptionResponse, Error>,
+    > + Send {
+        (**self).session_set_config_option(params, cx)
+    }
+    fn session_prompt(
+        &self,
+        params: PromptRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<PromptResponse, Error>> + Send {
+        (**self).session_prompt(params, cx)
+    }
+    fn session_cancel(
+        &self,
+        params: CancelSessionNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).session_cancel(params, cx)
+    }
+    fn ext_method(
+        &self,
+        method: &str,
+        params: ExtRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ExtResponse, Error>> + Send {
+        (**self).ext_method(method, params, cx)
+    }
+    fn ext_notification(
+        &self,
+        method: &str,
+        params: ExtNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).ext_notification(method, params, cx)
+    }
+}
 impl ClientRequest {
     /// Calls the [`Agent`] method this request is for.
     pub async fn dispatch<H: Agent<Cx>, Cx: Send>(
@@ -977,6 +1174,109 @@ pub trait Client<Cx: Send = ()>: Send + Sync {
     ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
         let _ = (method, params, cx);
         std::future::ready(Ok(()))
+    }
+}
+/// The client behind an `Arc`, with every method forwarded to it: serve an `Arc` and keep a
+/// clone of it to reach the client's state.
+impl<Cx: Send, T: Client<Cx> + ?Sized> Client<Cx> for std::sync::Arc<T> {
+    fn session_request_permission(
+        &self,
+        params: RequestPermissionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<RequestPermissionResponse, Error>,
+    > + Send {
+        (**self).session_request_permission(params, cx)
+    }
+    fn elicitation_create(
+        &self,
+        params: CreateElicitationRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<CreateElicitationResponse, Error>,
+    > + Send {
+        (**self).elicitation_create(params, cx)
+    }
+    fn session_update(
+        &self,
+        params: UpdateSessionNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).session_update(params, cx)
+    }
+    fn elicitation_complete(
+        &self,
+        params: CompleteElicitationNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).elicitation_complete(params, cx)
+    }
+    fn ext_method(
+        &self,
+        method: &str,
+        params: ExtRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ExtResponse, Error>> + Send {
+        (**self).ext_method(method, params, cx)
+    }
+    fn ext_notification(
+        &self,
+        method: &str,
+        params: ExtNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).ext_notification(method, params, cx)
+    }
+}
+/// The boxed client, with every method forwarded to it.
+impl<Cx: Send, T: Client<Cx> + ?Sized> Client<Cx> for Box<T> {
+    fn session_request_permission(
+        &self,
+        params: RequestPermissionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<RequestPermissionResponse, Error>,
+    > + Send {
+        (**self).session_request_permission(params, cx)
+    }
+    fn elicitation_create(
+        &self,
+        params: CreateElicitationRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<CreateElicitationResponse, Error>,
+    > + Send {
+        (**self).elicitation_create(params, cx)
+    }
+    fn session_update(
+        &self,
+        params: UpdateSessionNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).session_update(params, cx)
+    }
+    fn elicitation_complete(
+        &self,
+        params: CompleteElicitationNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).elicitation_complete(params, cx)
+    }
+    fn ext_method(
+        &self,
+        method: &str,
+        params: ExtRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ExtResponse, Error>> + Send {
+        (**self).ext_method(method, params, cx)
+    }
+    fn ext_notification(
+        &self,
+        method: &str,
+        params: ExtNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).ext_notification(method, params, cx)
     }
 }
 impl AgentRequest {

@@ -1315,38 +1315,55 @@ fn handler_trait(
         dir.handler.to_ascii_lowercase(),
         format!("{peer:?}").to_ascii_lowercase()
     );
-    let fns = methods.iter().map(|m| {
-        let f = ident(&m.rust);
-        let p = ident(&m.params);
+    // The signatures, shared by the trait and the forwarding impls.
+    let future = |output: TokenStream| quote!(impl std::future::Future<Output = Result<#output, Error>> + Send);
+    let sigs: Vec<TokenStream> = methods
+        .iter()
+        .map(|m| {
+            let f = ident(&m.rust);
+            let p = ident(&m.params);
+            let output = future(m.response.as_deref().map_or_else(|| quote!(()), |r| ident(r).into_token_stream()));
+            quote!(fn #f(&self, params: #p, cx: Cx) -> #output)
+        })
+        .collect();
+    let fns = methods.iter().zip(&sigs).map(|(m, sig)| {
         let docs = doc(gated_doc(m.doc.as_deref(), &m.gate).as_deref());
         let gate = cfg(&m.gate);
         let wire = format!(" Method: `{}`.", m.name);
-        match (&m.response, m.baseline) {
-            (Some(r), true) => {
-                let r = ident(r);
-                quote!(#docs #[doc = ""] #[doc = #wire] #gate fn #f(&self, params: #p, cx: Cx) -> impl std::future::Future<Output = Result<#r, Error>> + Send;)
-            }
-            (Some(r), false) => {
-                let r = ident(r);
+        let default = match (&m.response, m.baseline) {
+            (_, true) => return quote!(#docs #[doc = ""] #[doc = #wire] #gate #sig;),
+            (Some(_), false) => {
                 let name = &m.name;
-                quote! {
-                    #docs #[doc = ""] #[doc = #wire] #gate
-                    fn #f(&self, params: #p, cx: Cx) -> impl std::future::Future<Output = Result<#r, Error>> + Send {
-                        let _ = (params, cx);
-                        std::future::ready(Err(Error::method_not_found().data(serde_json::Value::from(#name))))
-                    }
-                }
+                quote!(std::future::ready(Err(Error::method_not_found().data(serde_json::Value::from(#name)))))
             }
-            (None, true) => quote!(#docs #[doc = ""] #[doc = #wire] #gate fn #f(&self, params: #p, cx: Cx) -> impl std::future::Future<Output = Result<(), Error>> + Send;),
-            (None, false) => quote! {
-                #docs #[doc = ""] #[doc = #wire] #gate
-                fn #f(&self, params: #p, cx: Cx) -> impl std::future::Future<Output = Result<(), Error>> + Send {
-                    let _ = (params, cx);
-                    std::future::ready(Ok(()))
-                }
-            },
+            (None, false) => quote!(std::future::ready(Ok(()))),
+        };
+        quote! {
+            #docs #[doc = ""] #[doc = #wire] #gate
+            #sig {
+                let _ = (params, cx);
+                #default
+            }
         }
     });
+    let output = future(ext_resp.clone());
+    let ext_method = quote!(fn ext_method(&self, method: &str, params: #ext_req, cx: Cx) -> #output);
+    let output = future(quote!(()));
+    let ext_notification = quote!(fn ext_notification(&self, method: &str, params: #ext_notif, cx: Cx) -> #output);
+    // Every method of the trait: its gate, signature, and the call that forwards it.
+    let forwarded: Vec<(TokenStream, &TokenStream, TokenStream)> = methods
+        .iter()
+        .zip(&sigs)
+        .map(|(m, sig)| {
+            let f = ident(&m.rust);
+            (cfg(&m.gate), sig, quote!(#f(params, cx)))
+        })
+        .chain([
+            (TokenStream::new(), &ext_method, quote!(ext_method(method, params, cx))),
+            (TokenStream::new(), &ext_notification, quote!(ext_notification(method, params, cx))),
+        ])
+        .collect();
+    let forwarding = forwarding_impls(dir, &forwarded);
     let req_arms = methods.iter().filter(|m| m.is_request()).map(|m| {
         let id = variant_ident(m);
         let f = ident(&m.rust);
@@ -1367,17 +1384,19 @@ fn handler_trait(
             #(#fns)*
 
             /// An extension request (a method name starting with `_`).
-            fn ext_method(&self, method: &str, params: #ext_req, cx: Cx) -> impl std::future::Future<Output = Result<#ext_resp, Error>> + Send {
+            #ext_method {
                 let _ = (params, cx);
                 std::future::ready(Err(Error::method_not_found().data(serde_json::Value::from(method))))
             }
 
             /// An extension notification (a method name starting with `_`); ignored by default.
-            fn ext_notification(&self, method: &str, params: #ext_notif, cx: Cx) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+            #ext_notification {
                 let _ = (method, params, cx);
                 std::future::ready(Ok(()))
             }
         }
+
+        #forwarding
 
         impl #req {
             #[doc = #dispatch_doc]
@@ -1399,6 +1418,38 @@ fn handler_trait(
             }
         }
     }
+}
+
+/// `Arc<T>` and `Box<T>` are handlers wherever `T` is: each method (its gate, signature and
+/// call in `forwarded`) goes to the `T` inside. A runtime owns what it serves; with these, the
+/// caller can keep a clone of an `Arc` to the handler's state.
+fn forwarding_impls(dir: &Direction, forwarded: &[(TokenStream, &TokenStream, TokenStream)]) -> TokenStream {
+    let trait_name = ident(dir.handler);
+    let side = dir.handler.to_ascii_lowercase();
+    let fns: Vec<TokenStream> =
+        forwarded.iter().map(|(gate, sig, call)| quote!(#gate #sig { (**self).#call })).collect();
+    let wrappers = [
+        (
+            quote!(std::sync::Arc<T>),
+            format!(
+                "The {side} behind an `Arc`, with every method forwarded to it: serve an `Arc` and keep a\n\
+                 clone of it to reach the {side}'s state."
+            ),
+        ),
+        (quote!(Box<T>), format!("The boxed {side}, with every method forwarded to it.")),
+    ];
+    wrappers
+        .iter()
+        .map(|(wrapper, text)| {
+            let doc = doc(Some(text));
+            quote! {
+                #doc
+                impl<Cx: Send, T: #trait_name<Cx> + ?Sized> #trait_name<Cx> for #wrapper {
+                    #(#fns)*
+                }
+            }
+        })
+        .collect()
 }
 
 /// `ProtocolLevelNotification`: `$/cancel_request` and any later `$/` method.
