@@ -169,13 +169,13 @@ impl ReadTextFileRequest {
             meta: None,
         }
     }
-    /// Sets [`Self::line`]; `None` writes an explicit `null`.
+    /// Sets [`Self::line`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn line(mut self, line: Option<u32>) -> Self {
         self.line = Some(line);
         self
     }
-    /// Sets [`Self::limit`]; `None` writes an explicit `null`.
+    /// Sets [`Self::limit`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn limit(mut self, limit: Option<u32>) -> Self {
         self.limit = Some(limit);
@@ -319,38 +319,38 @@ impl ToolCallUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::kind`]; `None` writes an explicit `null`.
+    /// Sets [`Self::kind`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn kind(mut self, kind: Option<ToolKind>) -> Self {
         self.kind = Some(kind);
         self
     }
-    /// Sets [`Self::status`]; `None` writes an explicit `null`.
+    /// Sets [`Self::status`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn status(mut self, status: Option<ToolCallStatus>) -> Self {
         self.status = Some(status);
         self
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::name`]; `None` writes an explicit `null`.
+    /// Sets [`Self::name`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_tool_call_name")]
     #[must_use]
     pub fn name(mut self, name: Option<String>) -> Self {
         self.name = Some(name);
         self
     }
-    /// Sets [`Self::content`]; `None` writes an explicit `null`.
+    /// Sets [`Self::content`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn content(mut self, content: Option<Vec<ToolCallContent>>) -> Self {
         self.content = Some(content);
         self
     }
-    /// Sets [`Self::locations`]; `None` writes an explicit `null`.
+    /// Sets [`Self::locations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn locations(mut self, locations: Option<Vec<ToolCallLocation>>) -> Self {
         self.locations = Some(locations);
@@ -966,19 +966,19 @@ impl Annotations {
             meta: None,
         }
     }
-    /// Sets [`Self::audience`]; `None` writes an explicit `null`.
+    /// Sets [`Self::audience`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn audience(mut self, audience: Option<Vec<Role>>) -> Self {
         self.audience = Some(audience);
         self
     }
-    /// Sets [`Self::last_modified`]; `None` writes an explicit `null`.
+    /// Sets [`Self::last_modified`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn last_modified(mut self, last_modified: Option<String>) -> Self {
         self.last_modified = Some(last_modified);
         self
     }
-    /// Sets [`Self::priority`]; `None` writes an explicit `null`.
+    /// Sets [`Self::priority`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn priority(mut self, priority: Option<f64>) -> Self {
         self.priority = Some(priority);
@@ -1089,7 +1089,7 @@ impl TextContent {
             meta: None,
         }
     }
-    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
+    /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
         self.annotations = Some(annotations);
@@ -1142,13 +1142,13 @@ impl ImageContent {
             meta: None,
         }
     }
-    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
+    /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
         self.annotations = Some(annotations);
         self
     }
-    /// Sets [`Self::uri`]; `None` writes an explicit `null`.
+    /// Sets [`Self::uri`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn uri(mut self, uri: Option<String>) -> Self {
         self.uri = Some(uri);
@@ -1199,7 +1199,7 @@ impl AudioContent {
             meta: None,
         }
     }
-    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
+    /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
         self.annotations = Some(annotations);
@@ -1264,31 +1264,31 @@ impl ResourceLink {
             meta: None,
         }
     }
-    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
+    /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
         self.annotations = Some(annotations);
         self
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::mime_type`]; `None` writes an explicit `null`.
+    /// Sets [`Self::mime_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn mime_type(mut self, mime_type: Option<String>) -> Self {
         self.mime_type = Some(mime_type);
         self
     }
-    /// Sets [`Self::size`]; `None` writes an explicit `null`.
+    /// Sets [`Self::size`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn size(mut self, size: Option<i64>) -> Self {
         self.size = Some(size);
         self
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
@@ -1364,7 +1364,7 @@ impl TextResourceContents {
             meta: None,
         }
     }
-    /// Sets [`Self::mime_type`]; `None` writes an explicit `null`.
+    /// Sets [`Self::mime_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn mime_type(mut self, mime_type: Option<String>) -> Self {
         self.mime_type = Some(mime_type);
@@ -1413,7 +1413,7 @@ impl BlobResourceContents {
             meta: None,
         }
     }
-    /// Sets [`Self::mime_type`]; `None` writes an explicit `null`.
+    /// Sets [`Self::mime_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn mime_type(mut self, mime_type: Option<String>) -> Self {
         self.mime_type = Some(mime_type);
@@ -1459,7 +1459,7 @@ impl EmbeddedResource {
             meta: None,
         }
     }
-    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
+    /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
         self.annotations = Some(annotations);
@@ -1546,7 +1546,7 @@ impl Diff {
             meta: None,
         }
     }
-    /// Sets [`Self::old_text`]; `None` writes an explicit `null`.
+    /// Sets [`Self::old_text`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn old_text(mut self, old_text: Option<String>) -> Self {
         self.old_text = Some(old_text);
@@ -1676,7 +1676,7 @@ impl ToolCallLocation {
             meta: None,
         }
     }
-    /// Sets [`Self::line`]; `None` writes an explicit `null`.
+    /// Sets [`Self::line`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn line(mut self, line: Option<u32>) -> Self {
         self.line = Some(line);
@@ -1920,13 +1920,13 @@ impl CreateTerminalRequest {
         self.env = Some(env);
         self
     }
-    /// Sets [`Self::cwd`]; `None` writes an explicit `null`.
+    /// Sets [`Self::cwd`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn cwd(mut self, cwd: Option<String>) -> Self {
         self.cwd = Some(cwd);
         self
     }
-    /// Sets [`Self::output_byte_limit`]; `None` writes an explicit `null`.
+    /// Sets [`Self::output_byte_limit`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn output_byte_limit(mut self, output_byte_limit: Option<u64>) -> Self {
         self.output_byte_limit = Some(output_byte_limit);
@@ -2234,7 +2234,7 @@ impl ElicitationSessionScope {
             tool_call_id: None,
         }
     }
-    /// Sets [`Self::tool_call_id`]; `None` writes an explicit `null`.
+    /// Sets [`Self::tool_call_id`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn tool_call_id(mut self, tool_call_id: Option<ToolCallId>) -> Self {
         self.tool_call_id = Some(tool_call_id);
@@ -2323,7 +2323,7 @@ impl ElicitationSchema {
         self.r#type = Some(r#type.into());
         self
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
@@ -2338,13 +2338,13 @@ impl ElicitationSchema {
         self.properties = Some(properties.into());
         self
     }
-    /// Sets [`Self::required`]; `None` writes an explicit `null`.
+    /// Sets [`Self::required`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn required(mut self, required: Option<Vec<String>>) -> Self {
         self.required = Some(required);
         self
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
@@ -2708,7 +2708,7 @@ impl EnumOption {
             meta: None,
         }
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
@@ -2806,55 +2806,55 @@ impl StringPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::min_length`]; `None` writes an explicit `null`.
+    /// Sets [`Self::min_length`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn min_length(mut self, min_length: Option<u32>) -> Self {
         self.min_length = Some(min_length);
         self
     }
-    /// Sets [`Self::max_length`]; `None` writes an explicit `null`.
+    /// Sets [`Self::max_length`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn max_length(mut self, max_length: Option<u32>) -> Self {
         self.max_length = Some(max_length);
         self
     }
-    /// Sets [`Self::pattern`]; `None` writes an explicit `null`.
+    /// Sets [`Self::pattern`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn pattern(mut self, pattern: Option<String>) -> Self {
         self.pattern = Some(pattern);
         self
     }
-    /// Sets [`Self::format`]; `None` writes an explicit `null`.
+    /// Sets [`Self::format`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn format(mut self, format: Option<StringFormat>) -> Self {
         self.format = Some(format);
         self
     }
-    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn default_value(mut self, default: Option<String>) -> Self {
         self.default = Some(default);
         self
     }
-    /// Sets [`Self::enum`]; `None` writes an explicit `null`.
+    /// Sets [`Self::enum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn r#enum(mut self, r#enum: Option<Vec<String>>) -> Self {
         self.r#enum = Some(r#enum);
         self
     }
-    /// Sets [`Self::one_of`]; `None` writes an explicit `null`.
+    /// Sets [`Self::one_of`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn one_of(mut self, one_of: Option<Vec<EnumOption>>) -> Self {
         self.one_of = Some(one_of);
@@ -2940,31 +2940,31 @@ impl NumberPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::minimum`]; `None` writes an explicit `null`.
+    /// Sets [`Self::minimum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn minimum(mut self, minimum: Option<f64>) -> Self {
         self.minimum = Some(minimum);
         self
     }
-    /// Sets [`Self::maximum`]; `None` writes an explicit `null`.
+    /// Sets [`Self::maximum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn maximum(mut self, maximum: Option<f64>) -> Self {
         self.maximum = Some(maximum);
         self
     }
-    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn default_value(mut self, default: Option<f64>) -> Self {
         self.default = Some(default);
@@ -3037,31 +3037,31 @@ impl IntegerPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::minimum`]; `None` writes an explicit `null`.
+    /// Sets [`Self::minimum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn minimum(mut self, minimum: Option<i64>) -> Self {
         self.minimum = Some(minimum);
         self
     }
-    /// Sets [`Self::maximum`]; `None` writes an explicit `null`.
+    /// Sets [`Self::maximum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn maximum(mut self, maximum: Option<i64>) -> Self {
         self.maximum = Some(maximum);
         self
     }
-    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn default_value(mut self, default: Option<i64>) -> Self {
         self.default = Some(default);
@@ -3122,19 +3122,19 @@ impl BooleanPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn default_value(mut self, default: Option<bool>) -> Self {
         self.default = Some(default);
@@ -3374,31 +3374,31 @@ impl MultiSelectPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::min_items`]; `None` writes an explicit `null`.
+    /// Sets [`Self::min_items`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn min_items(mut self, min_items: Option<u64>) -> Self {
         self.min_items = Some(min_items);
         self
     }
-    /// Sets [`Self::max_items`]; `None` writes an explicit `null`.
+    /// Sets [`Self::max_items`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn max_items(mut self, max_items: Option<u64>) -> Self {
         self.max_items = Some(max_items);
         self
     }
-    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn default_value(mut self, default: Option<Vec<String>>) -> Self {
         self.default = Some(default);
@@ -3848,7 +3848,7 @@ impl InitializeResponse {
         self.auth_methods = Some(auth_methods);
         self
     }
-    /// Sets [`Self::agent_info`]; `None` writes an explicit `null`.
+    /// Sets [`Self::agent_info`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn agent_info(mut self, agent_info: Option<Implementation>) -> Self {
         self.agent_info = Some(agent_info);
@@ -4030,21 +4030,21 @@ impl AgentCapabilities {
         self.auth = Some(auth.into());
         self
     }
-    /// Sets [`Self::providers`]; `None` writes an explicit `null`.
+    /// Sets [`Self::providers`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_llm_providers")]
     #[must_use]
     pub fn providers(mut self, providers: Option<ProvidersCapabilities>) -> Self {
         self.providers = Some(providers);
         self
     }
-    /// Sets [`Self::nes`]; `None` writes an explicit `null`.
+    /// Sets [`Self::nes`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_nes")]
     #[must_use]
     pub fn nes(mut self, nes: Option<NesCapabilities>) -> Self {
         self.nes = Some(nes);
         self
     }
-    /// Sets [`Self::position_encoding`]; `None` writes an explicit `null`.
+    /// Sets [`Self::position_encoding`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_nes")]
     #[must_use]
     pub fn position_encoding(
@@ -4304,19 +4304,19 @@ impl SessionCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::list`]; `None` writes an explicit `null`.
+    /// Sets [`Self::list`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn list(mut self, list: Option<SessionListCapabilities>) -> Self {
         self.list = Some(list);
         self
     }
-    /// Sets [`Self::delete`]; `None` writes an explicit `null`.
+    /// Sets [`Self::delete`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn delete(mut self, delete: Option<SessionDeleteCapabilities>) -> Self {
         self.delete = Some(delete);
         self
     }
-    /// Sets [`Self::additional_directories`]; `None` writes an explicit `null`.
+    /// Sets [`Self::additional_directories`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn additional_directories(
         mut self,
@@ -4325,20 +4325,20 @@ impl SessionCapabilities {
         self.additional_directories = Some(additional_directories);
         self
     }
-    /// Sets [`Self::fork`]; `None` writes an explicit `null`.
+    /// Sets [`Self::fork`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_session_fork")]
     #[must_use]
     pub fn fork(mut self, fork: Option<SessionForkCapabilities>) -> Self {
         self.fork = Some(fork);
         self
     }
-    /// Sets [`Self::resume`]; `None` writes an explicit `null`.
+    /// Sets [`Self::resume`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn resume(mut self, resume: Option<SessionResumeCapabilities>) -> Self {
         self.resume = Some(resume);
         self
     }
-    /// Sets [`Self::close`]; `None` writes an explicit `null`.
+    /// Sets [`Self::close`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn close(mut self, close: Option<SessionCloseCapabilities>) -> Self {
         self.close = Some(close);
@@ -4591,7 +4591,7 @@ impl AgentAuthCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::logout`]; `None` writes an explicit `null`.
+    /// Sets [`Self::logout`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn logout(mut self, logout: Option<LogoutCapabilities>) -> Self {
         self.logout = Some(logout);
@@ -4711,13 +4711,13 @@ impl NesCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::events`]; `None` writes an explicit `null`.
+    /// Sets [`Self::events`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn events(mut self, events: Option<NesEventCapabilities>) -> Self {
         self.events = Some(events);
         self
     }
-    /// Sets [`Self::context`]; `None` writes an explicit `null`.
+    /// Sets [`Self::context`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn context(mut self, context: Option<NesContextCapabilities>) -> Self {
         self.context = Some(context);
@@ -4764,7 +4764,7 @@ impl NesEventCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::document`]; `None` writes an explicit `null`.
+    /// Sets [`Self::document`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn document(mut self, document: Option<NesDocumentEventCapabilities>) -> Self {
         self.document = Some(document);
@@ -4826,13 +4826,13 @@ impl NesDocumentEventCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::did_open`]; `None` writes an explicit `null`.
+    /// Sets [`Self::did_open`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn did_open(mut self, did_open: Option<NesDocumentDidOpenCapabilities>) -> Self {
         self.did_open = Some(did_open);
         self
     }
-    /// Sets [`Self::did_change`]; `None` writes an explicit `null`.
+    /// Sets [`Self::did_change`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn did_change(
         mut self,
@@ -4841,7 +4841,7 @@ impl NesDocumentEventCapabilities {
         self.did_change = Some(did_change);
         self
     }
-    /// Sets [`Self::did_close`]; `None` writes an explicit `null`.
+    /// Sets [`Self::did_close`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn did_close(
         mut self,
@@ -4850,13 +4850,13 @@ impl NesDocumentEventCapabilities {
         self.did_close = Some(did_close);
         self
     }
-    /// Sets [`Self::did_save`]; `None` writes an explicit `null`.
+    /// Sets [`Self::did_save`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn did_save(mut self, did_save: Option<NesDocumentDidSaveCapabilities>) -> Self {
         self.did_save = Some(did_save);
         self
     }
-    /// Sets [`Self::did_focus`]; `None` writes an explicit `null`.
+    /// Sets [`Self::did_focus`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn did_focus(
         mut self,
@@ -5183,7 +5183,7 @@ impl NesContextCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::recent_files`]; `None` writes an explicit `null`.
+    /// Sets [`Self::recent_files`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn recent_files(
         mut self,
@@ -5192,7 +5192,7 @@ impl NesContextCapabilities {
         self.recent_files = Some(recent_files);
         self
     }
-    /// Sets [`Self::related_snippets`]; `None` writes an explicit `null`.
+    /// Sets [`Self::related_snippets`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn related_snippets(
         mut self,
@@ -5201,7 +5201,7 @@ impl NesContextCapabilities {
         self.related_snippets = Some(related_snippets);
         self
     }
-    /// Sets [`Self::edit_history`]; `None` writes an explicit `null`.
+    /// Sets [`Self::edit_history`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn edit_history(
         mut self,
@@ -5210,7 +5210,7 @@ impl NesContextCapabilities {
         self.edit_history = Some(edit_history);
         self
     }
-    /// Sets [`Self::user_actions`]; `None` writes an explicit `null`.
+    /// Sets [`Self::user_actions`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn user_actions(
         mut self,
@@ -5219,13 +5219,13 @@ impl NesContextCapabilities {
         self.user_actions = Some(user_actions);
         self
     }
-    /// Sets [`Self::open_files`]; `None` writes an explicit `null`.
+    /// Sets [`Self::open_files`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn open_files(mut self, open_files: Option<NesOpenFilesCapabilities>) -> Self {
         self.open_files = Some(open_files);
         self
     }
-    /// Sets [`Self::diagnostics`]; `None` writes an explicit `null`.
+    /// Sets [`Self::diagnostics`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn diagnostics(
         mut self,
@@ -5279,7 +5279,7 @@ impl NesRecentFilesCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::max_count`]; `None` writes an explicit `null`.
+    /// Sets [`Self::max_count`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn max_count(mut self, max_count: Option<u32>) -> Self {
         self.max_count = Some(max_count);
@@ -5360,7 +5360,7 @@ impl NesEditHistoryCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::max_count`]; `None` writes an explicit `null`.
+    /// Sets [`Self::max_count`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn max_count(mut self, max_count: Option<u32>) -> Self {
         self.max_count = Some(max_count);
@@ -5406,7 +5406,7 @@ impl NesUserActionsCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::max_count`]; `None` writes an explicit `null`.
+    /// Sets [`Self::max_count`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn max_count(mut self, max_count: Option<u32>) -> Self {
         self.max_count = Some(max_count);
@@ -5759,7 +5759,7 @@ impl AuthMethodTerminal {
             meta: None,
         }
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
@@ -5824,7 +5824,7 @@ impl AuthMethodAgent {
             meta: None,
         }
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
@@ -5880,7 +5880,7 @@ impl Implementation {
             meta: None,
         }
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
@@ -6018,7 +6018,7 @@ impl ProviderInfo {
             meta: None,
         }
     }
-    /// Sets [`Self::current`]; `None` writes an explicit `null`.
+    /// Sets [`Self::current`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn current(mut self, current: Option<ProviderCurrentConfig>) -> Self {
         self.current = Some(current);
@@ -6380,13 +6380,13 @@ impl NewSessionResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::modes`]; `None` writes an explicit `null`.
+    /// Sets [`Self::modes`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn modes(mut self, modes: Option<SessionModeState>) -> Self {
         self.modes = Some(modes);
         self
     }
-    /// Sets [`Self::config_options`]; `None` writes an explicit `null`.
+    /// Sets [`Self::config_options`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn config_options(
         mut self,
@@ -6523,7 +6523,7 @@ impl SessionMode {
             meta: None,
         }
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
@@ -6598,13 +6598,13 @@ impl SessionConfigOption {
             kind: kind.into(),
         }
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::category`]; `None` writes an explicit `null`.
+    /// Sets [`Self::category`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn category(mut self, category: Option<SessionConfigOptionCategory>) -> Self {
         self.category = Some(category);
@@ -6821,7 +6821,7 @@ impl SessionConfigSelectOption {
             meta: None,
         }
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
@@ -7003,13 +7003,13 @@ impl LoadSessionResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::modes`]; `None` writes an explicit `null`.
+    /// Sets [`Self::modes`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn modes(mut self, modes: Option<SessionModeState>) -> Self {
         self.modes = Some(modes);
         self
     }
-    /// Sets [`Self::config_options`]; `None` writes an explicit `null`.
+    /// Sets [`Self::config_options`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn config_options(
         mut self,
@@ -7058,7 +7058,7 @@ impl ListSessionsResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::next_cursor`]; `None` writes an explicit `null`.
+    /// Sets [`Self::next_cursor`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn next_cursor(mut self, next_cursor: Option<String>) -> Self {
         self.next_cursor = Some(next_cursor);
@@ -7128,13 +7128,13 @@ impl SessionInfo {
         self.additional_directories = Some(additional_directories);
         self
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::updated_at`]; `None` writes an explicit `null`.
+    /// Sets [`Self::updated_at`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn updated_at(mut self, updated_at: Option<String>) -> Self {
         self.updated_at = Some(updated_at);
@@ -7227,13 +7227,13 @@ impl ForkSessionResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::modes`]; `None` writes an explicit `null`.
+    /// Sets [`Self::modes`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn modes(mut self, modes: Option<SessionModeState>) -> Self {
         self.modes = Some(modes);
         self
     }
-    /// Sets [`Self::config_options`]; `None` writes an explicit `null`.
+    /// Sets [`Self::config_options`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn config_options(
         mut self,
@@ -7286,13 +7286,13 @@ impl ResumeSessionResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::modes`]; `None` writes an explicit `null`.
+    /// Sets [`Self::modes`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn modes(mut self, modes: Option<SessionModeState>) -> Self {
         self.modes = Some(modes);
         self
     }
-    /// Sets [`Self::config_options`]; `None` writes an explicit `null`.
+    /// Sets [`Self::config_options`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn config_options(
         mut self,
@@ -7444,7 +7444,7 @@ impl PromptResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::usage`]; `None` writes an explicit `null`.
+    /// Sets [`Self::usage`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_end_turn_token_usage")]
     #[must_use]
     pub fn usage(mut self, usage: Option<Usage>) -> Self {
@@ -7605,19 +7605,19 @@ impl Usage {
             meta: None,
         }
     }
-    /// Sets [`Self::thought_tokens`]; `None` writes an explicit `null`.
+    /// Sets [`Self::thought_tokens`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn thought_tokens(mut self, thought_tokens: Option<u64>) -> Self {
         self.thought_tokens = Some(thought_tokens);
         self
     }
-    /// Sets [`Self::cached_read_tokens`]; `None` writes an explicit `null`.
+    /// Sets [`Self::cached_read_tokens`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn cached_read_tokens(mut self, cached_read_tokens: Option<u64>) -> Self {
         self.cached_read_tokens = Some(cached_read_tokens);
         self
     }
-    /// Sets [`Self::cached_write_tokens`]; `None` writes an explicit `null`.
+    /// Sets [`Self::cached_write_tokens`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn cached_write_tokens(mut self, cached_write_tokens: Option<u64>) -> Self {
         self.cached_write_tokens = Some(cached_write_tokens);
@@ -8094,7 +8094,7 @@ impl NesEditSuggestion {
             meta: None,
         }
     }
-    /// Sets [`Self::cursor_position`]; `None` writes an explicit `null`.
+    /// Sets [`Self::cursor_position`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn cursor_position(mut self, cursor_position: Option<Position>) -> Self {
         self.cursor_position = Some(cursor_position);
@@ -8268,7 +8268,7 @@ impl NesSearchAndReplaceSuggestion {
             meta: None,
         }
     }
-    /// Sets [`Self::is_regex`]; `None` writes an explicit `null`.
+    /// Sets [`Self::is_regex`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn is_regex(mut self, is_regex: Option<bool>) -> Self {
         self.is_regex = Some(is_regex);
@@ -9128,7 +9128,7 @@ impl ContentChunk {
             meta: None,
         }
     }
-    /// Sets [`Self::message_id`]; `None` writes an explicit `null`.
+    /// Sets [`Self::message_id`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn message_id(mut self, message_id: Option<MessageId>) -> Self {
         self.message_id = Some(message_id);
@@ -9219,7 +9219,7 @@ impl ToolCall {
             meta: None,
         }
     }
-    /// Sets [`Self::name`]; `None` writes an explicit `null`.
+    /// Sets [`Self::name`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_tool_call_name")]
     #[must_use]
     pub fn name(mut self, name: Option<String>) -> Self {
@@ -9964,7 +9964,7 @@ impl AvailableCommand {
             meta: None,
         }
     }
-    /// Sets [`Self::input`]; `None` writes an explicit `null`.
+    /// Sets [`Self::input`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn input(mut self, input: Option<AvailableCommandInput>) -> Self {
         self.input = Some(input);
@@ -10171,13 +10171,13 @@ impl SessionInfoUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::updated_at`]; `None` writes an explicit `null`.
+    /// Sets [`Self::updated_at`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn updated_at(mut self, updated_at: Option<String>) -> Self {
         self.updated_at = Some(updated_at);
@@ -10264,7 +10264,7 @@ impl UsageUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::cost`]; `None` writes an explicit `null`.
+    /// Sets [`Self::cost`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn cost(mut self, cost: Option<Cost>) -> Self {
         self.cost = Some(cost);
@@ -10473,13 +10473,13 @@ impl CompactionUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::summary`]; `None` writes an explicit `null`.
+    /// Sets [`Self::summary`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn summary(mut self, summary: Option<Vec<ContentBlock>>) -> Self {
         self.summary = Some(summary);
         self
     }
-    /// Sets [`Self::error`]; `None` writes an explicit `null`.
+    /// Sets [`Self::error`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn error(mut self, error: Option<String>) -> Self {
         self.error = Some(error);
@@ -10715,7 +10715,7 @@ impl InitializeRequest {
         self.client_capabilities = Some(client_capabilities.into());
         self
     }
-    /// Sets [`Self::client_info`]; `None` writes an explicit `null`.
+    /// Sets [`Self::client_info`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn client_info(mut self, client_info: Option<Implementation>) -> Self {
         self.client_info = Some(client_info);
@@ -10843,13 +10843,13 @@ impl ClientCapabilities {
         self.terminal = Some(terminal);
         self
     }
-    /// Sets [`Self::session`]; `None` writes an explicit `null`.
+    /// Sets [`Self::session`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn session(mut self, session: Option<ClientSessionCapabilities>) -> Self {
         self.session = Some(session);
         self
     }
-    /// Sets [`Self::plan`]; `None` writes an explicit `null`.
+    /// Sets [`Self::plan`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_plan_updates")]
     #[must_use]
     pub fn plan(mut self, plan: Option<PlanCapabilities>) -> Self {
@@ -10862,13 +10862,13 @@ impl ClientCapabilities {
         self.auth = Some(auth.into());
         self
     }
-    /// Sets [`Self::elicitation`]; `None` writes an explicit `null`.
+    /// Sets [`Self::elicitation`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn elicitation(mut self, elicitation: Option<ElicitationCapabilities>) -> Self {
         self.elicitation = Some(elicitation);
         self
     }
-    /// Sets [`Self::nes`]; `None` writes an explicit `null`.
+    /// Sets [`Self::nes`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_nes")]
     #[must_use]
     pub fn nes(mut self, nes: Option<ClientNesCapabilities>) -> Self {
@@ -10997,14 +10997,14 @@ impl ClientSessionCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::compaction`]; `None` writes an explicit `null`.
+    /// Sets [`Self::compaction`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_context_compaction")]
     #[must_use]
     pub fn compaction(mut self, compaction: Option<CompactionCapabilities>) -> Self {
         self.compaction = Some(compaction);
         self
     }
-    /// Sets [`Self::config_options`]; `None` writes an explicit `null`.
+    /// Sets [`Self::config_options`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn config_options(
         mut self,
@@ -11076,7 +11076,7 @@ impl SessionConfigOptionsCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::boolean`]; `None` writes an explicit `null`.
+    /// Sets [`Self::boolean`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn boolean(mut self, boolean: Option<BooleanConfigOptionCapabilities>) -> Self {
         self.boolean = Some(boolean);
@@ -11247,13 +11247,13 @@ impl ElicitationCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::form`]; `None` writes an explicit `null`.
+    /// Sets [`Self::form`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn form(mut self, form: Option<ElicitationFormCapabilities>) -> Self {
         self.form = Some(form);
         self
     }
-    /// Sets [`Self::url`]; `None` writes an explicit `null`.
+    /// Sets [`Self::url`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn url(mut self, url: Option<ElicitationUrlCapabilities>) -> Self {
         self.url = Some(url);
@@ -11375,19 +11375,19 @@ impl ClientNesCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::jump`]; `None` writes an explicit `null`.
+    /// Sets [`Self::jump`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn jump(mut self, jump: Option<NesJumpCapabilities>) -> Self {
         self.jump = Some(jump);
         self
     }
-    /// Sets [`Self::rename`]; `None` writes an explicit `null`.
+    /// Sets [`Self::rename`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn rename(mut self, rename: Option<NesRenameCapabilities>) -> Self {
         self.rename = Some(rename);
         self
     }
-    /// Sets [`Self::search_and_replace`]; `None` writes an explicit `null`.
+    /// Sets [`Self::search_and_replace`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn search_and_replace(
         mut self,
@@ -12285,13 +12285,13 @@ impl ListSessionsRequest {
             meta: None,
         }
     }
-    /// Sets [`Self::cwd`]; `None` writes an explicit `null`.
+    /// Sets [`Self::cwd`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn cwd(mut self, cwd: Option<String>) -> Self {
         self.cwd = Some(cwd);
         self
     }
-    /// Sets [`Self::cursor`]; `None` writes an explicit `null`.
+    /// Sets [`Self::cursor`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn cursor(mut self, cursor: Option<String>) -> Self {
         self.cursor = Some(cursor);
@@ -12726,13 +12726,13 @@ impl StartNesRequest {
             meta: None,
         }
     }
-    /// Sets [`Self::workspace_uri`]; `None` writes an explicit `null`.
+    /// Sets [`Self::workspace_uri`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn workspace_uri(mut self, workspace_uri: Option<String>) -> Self {
         self.workspace_uri = Some(workspace_uri);
         self
     }
-    /// Sets [`Self::workspace_folders`]; `None` writes an explicit `null`.
+    /// Sets [`Self::workspace_folders`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn workspace_folders(
         mut self,
@@ -12741,7 +12741,7 @@ impl StartNesRequest {
         self.workspace_folders = Some(workspace_folders);
         self
     }
-    /// Sets [`Self::repository`]; `None` writes an explicit `null`.
+    /// Sets [`Self::repository`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn repository(mut self, repository: Option<NesRepository>) -> Self {
         self.repository = Some(repository);
@@ -12911,13 +12911,13 @@ impl SuggestNesRequest {
             meta: None,
         }
     }
-    /// Sets [`Self::selection`]; `None` writes an explicit `null`.
+    /// Sets [`Self::selection`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn selection(mut self, selection: Option<Range>) -> Self {
         self.selection = Some(selection);
         self
     }
-    /// Sets [`Self::context`]; `None` writes an explicit `null`.
+    /// Sets [`Self::context`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn context(mut self, context: Option<NesSuggestContext>) -> Self {
         self.context = Some(context);
@@ -13068,13 +13068,13 @@ impl NesSuggestContext {
             meta: None,
         }
     }
-    /// Sets [`Self::recent_files`]; `None` writes an explicit `null`.
+    /// Sets [`Self::recent_files`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn recent_files(mut self, recent_files: Option<Vec<NesRecentFile>>) -> Self {
         self.recent_files = Some(recent_files);
         self
     }
-    /// Sets [`Self::related_snippets`]; `None` writes an explicit `null`.
+    /// Sets [`Self::related_snippets`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn related_snippets(
         mut self,
@@ -13083,7 +13083,7 @@ impl NesSuggestContext {
         self.related_snippets = Some(related_snippets);
         self
     }
-    /// Sets [`Self::edit_history`]; `None` writes an explicit `null`.
+    /// Sets [`Self::edit_history`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn edit_history(
         mut self,
@@ -13092,19 +13092,19 @@ impl NesSuggestContext {
         self.edit_history = Some(edit_history);
         self
     }
-    /// Sets [`Self::user_actions`]; `None` writes an explicit `null`.
+    /// Sets [`Self::user_actions`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn user_actions(mut self, user_actions: Option<Vec<NesUserAction>>) -> Self {
         self.user_actions = Some(user_actions);
         self
     }
-    /// Sets [`Self::open_files`]; `None` writes an explicit `null`.
+    /// Sets [`Self::open_files`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn open_files(mut self, open_files: Option<Vec<NesOpenFile>>) -> Self {
         self.open_files = Some(open_files);
         self
     }
-    /// Sets [`Self::diagnostics`]; `None` writes an explicit `null`.
+    /// Sets [`Self::diagnostics`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn diagnostics(mut self, diagnostics: Option<Vec<NesDiagnostic>>) -> Self {
         self.diagnostics = Some(diagnostics);
@@ -13410,13 +13410,13 @@ impl NesOpenFile {
             meta: None,
         }
     }
-    /// Sets [`Self::visible_range`]; `None` writes an explicit `null`.
+    /// Sets [`Self::visible_range`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn visible_range(mut self, visible_range: Option<Range>) -> Self {
         self.visible_range = Some(visible_range);
         self
     }
-    /// Sets [`Self::last_focused_ms`]; `None` writes an explicit `null`.
+    /// Sets [`Self::last_focused_ms`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn last_focused_ms(mut self, last_focused_ms: Option<u64>) -> Self {
         self.last_focused_ms = Some(last_focused_ms);
@@ -13917,7 +13917,7 @@ impl TerminalOutputResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::exit_status`]; `None` writes an explicit `null`.
+    /// Sets [`Self::exit_status`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn exit_status(mut self, exit_status: Option<TerminalExitStatus>) -> Self {
         self.exit_status = Some(exit_status);
@@ -13964,13 +13964,13 @@ impl TerminalExitStatus {
             meta: None,
         }
     }
-    /// Sets [`Self::exit_code`]; `None` writes an explicit `null`.
+    /// Sets [`Self::exit_code`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn exit_code(mut self, exit_code: Option<u32>) -> Self {
         self.exit_code = Some(exit_code);
         self
     }
-    /// Sets [`Self::signal`]; `None` writes an explicit `null`.
+    /// Sets [`Self::signal`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn signal(mut self, signal: Option<String>) -> Self {
         self.signal = Some(signal);
@@ -14046,13 +14046,13 @@ impl WaitForTerminalExitResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::exit_code`]; `None` writes an explicit `null`.
+    /// Sets [`Self::exit_code`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn exit_code(mut self, exit_code: Option<u32>) -> Self {
         self.exit_code = Some(exit_code);
         self
     }
-    /// Sets [`Self::signal`]; `None` writes an explicit `null`.
+    /// Sets [`Self::signal`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn signal(mut self, signal: Option<String>) -> Self {
         self.signal = Some(signal);
@@ -14173,7 +14173,7 @@ impl ElicitationAcceptAction {
             content: None,
         }
     }
-    /// Sets [`Self::content`]; `None` writes an explicit `null`.
+    /// Sets [`Self::content`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn content(
         mut self,
@@ -14461,7 +14461,7 @@ impl TextDocumentContentChangeEvent {
             meta: None,
         }
     }
-    /// Sets [`Self::range`]; `None` writes an explicit `null`.
+    /// Sets [`Self::range`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn range(mut self, range: Option<Range>) -> Self {
         self.range = Some(range);
@@ -14716,7 +14716,7 @@ impl RejectNesNotification {
             meta: None,
         }
     }
-    /// Sets [`Self::reason`]; `None` writes an explicit `null`.
+    /// Sets [`Self::reason`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn reason(mut self, reason: Option<NesRejectReason>) -> Self {
         self.reason = Some(reason);

@@ -94,13 +94,13 @@ impl RequestPermissionRequest {
             meta: None,
         }
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::subject`]; `None` writes an explicit `null`.
+    /// Sets [`Self::subject`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn subject(mut self, subject: Option<RequestPermissionSubject>) -> Self {
         self.subject = Some(subject);
@@ -329,31 +329,31 @@ impl ToolCallUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::kind`]; `None` writes an explicit `null`.
+    /// Sets [`Self::kind`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn kind(mut self, kind: Option<ToolKind>) -> Self {
         self.kind = Some(kind);
         self
     }
-    /// Sets [`Self::status`]; `None` writes an explicit `null`.
+    /// Sets [`Self::status`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn status(mut self, status: Option<ToolCallStatus>) -> Self {
         self.status = Some(status);
         self
     }
-    /// Sets [`Self::content`]; `None` writes an explicit `null`.
+    /// Sets [`Self::content`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn content(mut self, content: Option<Vec<ToolCallContent>>) -> Self {
         self.content = Some(content);
         self
     }
-    /// Sets [`Self::locations`]; `None` writes an explicit `null`.
+    /// Sets [`Self::locations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn locations(mut self, locations: Option<Vec<ToolCallLocation>>) -> Self {
         self.locations = Some(locations);
@@ -972,19 +972,19 @@ impl Annotations {
             meta: None,
         }
     }
-    /// Sets [`Self::audience`]; `None` writes an explicit `null`.
+    /// Sets [`Self::audience`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn audience(mut self, audience: Option<Vec<Role>>) -> Self {
         self.audience = Some(audience);
         self
     }
-    /// Sets [`Self::last_modified`]; `None` writes an explicit `null`.
+    /// Sets [`Self::last_modified`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn last_modified(mut self, last_modified: Option<String>) -> Self {
         self.last_modified = Some(last_modified);
         self
     }
-    /// Sets [`Self::priority`]; `None` writes an explicit `null`.
+    /// Sets [`Self::priority`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn priority(mut self, priority: Option<f64>) -> Self {
         self.priority = Some(priority);
@@ -1095,7 +1095,7 @@ impl TextContent {
             meta: None,
         }
     }
-    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
+    /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
         self.annotations = Some(annotations);
@@ -1188,13 +1188,13 @@ impl ImageContent {
             meta: None,
         }
     }
-    /// Sets [`Self::uri`]; `None` writes an explicit `null`.
+    /// Sets [`Self::uri`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn uri(mut self, uri: Option<String>) -> Self {
         self.uri = Some(uri);
         self
     }
-    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
+    /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
         self.annotations = Some(annotations);
@@ -1245,7 +1245,7 @@ impl AudioContent {
             meta: None,
         }
     }
-    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
+    /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
         self.annotations = Some(annotations);
@@ -1295,19 +1295,19 @@ impl Icon {
             theme: None,
         }
     }
-    /// Sets [`Self::mime_type`]; `None` writes an explicit `null`.
+    /// Sets [`Self::mime_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn mime_type(mut self, mime_type: Option<MediaType>) -> Self {
         self.mime_type = Some(mime_type);
         self
     }
-    /// Sets [`Self::sizes`]; `None` writes an explicit `null`.
+    /// Sets [`Self::sizes`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn sizes(mut self, sizes: Option<Vec<String>>) -> Self {
         self.sizes = Some(sizes);
         self
     }
-    /// Sets [`Self::theme`]; `None` writes an explicit `null`.
+    /// Sets [`Self::theme`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn theme(mut self, theme: Option<IconTheme>) -> Self {
         self.theme = Some(theme);
@@ -1435,37 +1435,37 @@ impl ResourceLink {
             meta: None,
         }
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::icons`]; `None` writes an explicit `null`.
+    /// Sets [`Self::icons`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn icons(mut self, icons: Option<Vec<Icon>>) -> Self {
         self.icons = Some(icons);
         self
     }
-    /// Sets [`Self::mime_type`]; `None` writes an explicit `null`.
+    /// Sets [`Self::mime_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn mime_type(mut self, mime_type: Option<MediaType>) -> Self {
         self.mime_type = Some(mime_type);
         self
     }
-    /// Sets [`Self::size`]; `None` writes an explicit `null`.
+    /// Sets [`Self::size`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn size(mut self, size: Option<i64>) -> Self {
         self.size = Some(size);
         self
     }
-    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
+    /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
         self.annotations = Some(annotations);
@@ -1542,7 +1542,7 @@ impl TextResourceContents {
             meta: None,
         }
     }
-    /// Sets [`Self::mime_type`]; `None` writes an explicit `null`.
+    /// Sets [`Self::mime_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn mime_type(mut self, mime_type: Option<MediaType>) -> Self {
         self.mime_type = Some(mime_type);
@@ -1591,7 +1591,7 @@ impl BlobResourceContents {
             meta: None,
         }
     }
-    /// Sets [`Self::mime_type`]; `None` writes an explicit `null`.
+    /// Sets [`Self::mime_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn mime_type(mut self, mime_type: Option<MediaType>) -> Self {
         self.mime_type = Some(mime_type);
@@ -1637,7 +1637,7 @@ impl EmbeddedResource {
             meta: None,
         }
     }
-    /// Sets [`Self::annotations`]; `None` writes an explicit `null`.
+    /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
         self.annotations = Some(annotations);
@@ -1744,13 +1744,13 @@ impl DiffChange {
             operation: operation.into(),
         }
     }
-    /// Sets [`Self::file_type`]; `None` writes an explicit `null`.
+    /// Sets [`Self::file_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn file_type(mut self, file_type: Option<DiffFileType>) -> Self {
         self.file_type = Some(file_type);
         self
     }
-    /// Sets [`Self::mime_type`]; `None` writes an explicit `null`.
+    /// Sets [`Self::mime_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn mime_type(mut self, mime_type: Option<MediaType>) -> Self {
         self.mime_type = Some(mime_type);
@@ -2049,7 +2049,7 @@ impl Diff {
             meta: None,
         }
     }
-    /// Sets [`Self::patch`]; `None` writes an explicit `null`.
+    /// Sets [`Self::patch`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn patch(mut self, patch: Option<DiffPatch>) -> Self {
         self.patch = Some(patch);
@@ -2178,7 +2178,7 @@ impl ToolCallLocation {
             meta: None,
         }
     }
-    /// Sets [`Self::line`]; `None` writes an explicit `null`.
+    /// Sets [`Self::line`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn line(mut self, line: Option<u32>) -> Self {
         self.line = Some(line);
@@ -2250,13 +2250,13 @@ impl CommandPermissionSubject {
             meta: None,
         }
     }
-    /// Sets [`Self::tool_call_id`]; `None` writes an explicit `null`.
+    /// Sets [`Self::tool_call_id`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn tool_call_id(mut self, tool_call_id: Option<ToolCallId>) -> Self {
         self.tool_call_id = Some(tool_call_id);
         self
     }
-    /// Sets [`Self::terminal_id`]; `None` writes an explicit `null`.
+    /// Sets [`Self::terminal_id`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn terminal_id(mut self, terminal_id: Option<TerminalId>) -> Self {
         self.terminal_id = Some(terminal_id);
@@ -2516,7 +2516,7 @@ impl ElicitationSessionScope {
             tool_call_id: None,
         }
     }
-    /// Sets [`Self::tool_call_id`]; `None` writes an explicit `null`.
+    /// Sets [`Self::tool_call_id`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn tool_call_id(mut self, tool_call_id: Option<ToolCallId>) -> Self {
         self.tool_call_id = Some(tool_call_id);
@@ -2605,7 +2605,7 @@ impl ElicitationSchema {
         self.r#type = Some(r#type.into());
         self
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
@@ -2620,13 +2620,13 @@ impl ElicitationSchema {
         self.properties = Some(properties.into());
         self
     }
-    /// Sets [`Self::required`]; `None` writes an explicit `null`.
+    /// Sets [`Self::required`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn required(mut self, required: Option<Vec<String>>) -> Self {
         self.required = Some(required);
         self
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
@@ -2990,7 +2990,7 @@ impl EnumOption {
             meta: None,
         }
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
@@ -3090,55 +3090,55 @@ impl StringPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::min_length`]; `None` writes an explicit `null`.
+    /// Sets [`Self::min_length`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn min_length(mut self, min_length: Option<u32>) -> Self {
         self.min_length = Some(min_length);
         self
     }
-    /// Sets [`Self::max_length`]; `None` writes an explicit `null`.
+    /// Sets [`Self::max_length`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn max_length(mut self, max_length: Option<u32>) -> Self {
         self.max_length = Some(max_length);
         self
     }
-    /// Sets [`Self::pattern`]; `None` writes an explicit `null`.
+    /// Sets [`Self::pattern`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn pattern(mut self, pattern: Option<String>) -> Self {
         self.pattern = Some(pattern);
         self
     }
-    /// Sets [`Self::format`]; `None` writes an explicit `null`.
+    /// Sets [`Self::format`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn format(mut self, format: Option<StringFormat>) -> Self {
         self.format = Some(format);
         self
     }
-    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn default_value(mut self, default: Option<String>) -> Self {
         self.default = Some(default);
         self
     }
-    /// Sets [`Self::enum`]; `None` writes an explicit `null`.
+    /// Sets [`Self::enum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn r#enum(mut self, r#enum: Option<Vec<String>>) -> Self {
         self.r#enum = Some(r#enum);
         self
     }
-    /// Sets [`Self::one_of`]; `None` writes an explicit `null`.
+    /// Sets [`Self::one_of`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn one_of(mut self, one_of: Option<Vec<EnumOption>>) -> Self {
         self.one_of = Some(one_of);
@@ -3224,31 +3224,31 @@ impl NumberPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::minimum`]; `None` writes an explicit `null`.
+    /// Sets [`Self::minimum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn minimum(mut self, minimum: Option<f64>) -> Self {
         self.minimum = Some(minimum);
         self
     }
-    /// Sets [`Self::maximum`]; `None` writes an explicit `null`.
+    /// Sets [`Self::maximum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn maximum(mut self, maximum: Option<f64>) -> Self {
         self.maximum = Some(maximum);
         self
     }
-    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn default_value(mut self, default: Option<f64>) -> Self {
         self.default = Some(default);
@@ -3321,31 +3321,31 @@ impl IntegerPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::minimum`]; `None` writes an explicit `null`.
+    /// Sets [`Self::minimum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn minimum(mut self, minimum: Option<i64>) -> Self {
         self.minimum = Some(minimum);
         self
     }
-    /// Sets [`Self::maximum`]; `None` writes an explicit `null`.
+    /// Sets [`Self::maximum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn maximum(mut self, maximum: Option<i64>) -> Self {
         self.maximum = Some(maximum);
         self
     }
-    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn default_value(mut self, default: Option<i64>) -> Self {
         self.default = Some(default);
@@ -3406,19 +3406,19 @@ impl BooleanPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn default_value(mut self, default: Option<bool>) -> Self {
         self.default = Some(default);
@@ -3658,31 +3658,31 @@ impl MultiSelectPropertySchema {
             meta: None,
         }
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::min_items`]; `None` writes an explicit `null`.
+    /// Sets [`Self::min_items`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn min_items(mut self, min_items: Option<u64>) -> Self {
         self.min_items = Some(min_items);
         self
     }
-    /// Sets [`Self::max_items`]; `None` writes an explicit `null`.
+    /// Sets [`Self::max_items`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn max_items(mut self, max_items: Option<u64>) -> Self {
         self.max_items = Some(max_items);
         self
     }
-    /// Sets [`Self::default`](field@Self::default); `None` writes an explicit `null`.
+    /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn default_value(mut self, default: Option<Vec<String>>) -> Self {
         self.default = Some(default);
@@ -3962,7 +3962,7 @@ impl Implementation {
             meta: None,
         }
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
@@ -4024,13 +4024,13 @@ impl AgentCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::session`]; `None` writes an explicit `null`.
+    /// Sets [`Self::session`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn session(mut self, session: Option<SessionCapabilities>) -> Self {
         self.session = Some(session);
         self
     }
-    /// Sets [`Self::auth`]; `None` writes an explicit `null`.
+    /// Sets [`Self::auth`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn auth(mut self, auth: Option<AgentAuthCapabilities>) -> Self {
         self.auth = Some(auth);
@@ -4111,25 +4111,25 @@ impl SessionCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::prompt`]; `None` writes an explicit `null`.
+    /// Sets [`Self::prompt`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn prompt(mut self, prompt: Option<PromptCapabilities>) -> Self {
         self.prompt = Some(prompt);
         self
     }
-    /// Sets [`Self::mcp`]; `None` writes an explicit `null`.
+    /// Sets [`Self::mcp`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn mcp(mut self, mcp: Option<McpCapabilities>) -> Self {
         self.mcp = Some(mcp);
         self
     }
-    /// Sets [`Self::delete`]; `None` writes an explicit `null`.
+    /// Sets [`Self::delete`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn delete(mut self, delete: Option<SessionDeleteCapabilities>) -> Self {
         self.delete = Some(delete);
         self
     }
-    /// Sets [`Self::additional_directories`]; `None` writes an explicit `null`.
+    /// Sets [`Self::additional_directories`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn additional_directories(
         mut self,
@@ -4207,19 +4207,19 @@ impl PromptCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::image`]; `None` writes an explicit `null`.
+    /// Sets [`Self::image`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn image(mut self, image: Option<PromptImageCapabilities>) -> Self {
         self.image = Some(image);
         self
     }
-    /// Sets [`Self::audio`]; `None` writes an explicit `null`.
+    /// Sets [`Self::audio`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn audio(mut self, audio: Option<PromptAudioCapabilities>) -> Self {
         self.audio = Some(audio);
         self
     }
-    /// Sets [`Self::embedded_context`]; `None` writes an explicit `null`.
+    /// Sets [`Self::embedded_context`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn embedded_context(
         mut self,
@@ -4371,13 +4371,13 @@ impl McpCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::stdio`]; `None` writes an explicit `null`.
+    /// Sets [`Self::stdio`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn stdio(mut self, stdio: Option<McpStdioCapabilities>) -> Self {
         self.stdio = Some(stdio);
         self
     }
-    /// Sets [`Self::http`]; `None` writes an explicit `null`.
+    /// Sets [`Self::http`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn http(mut self, http: Option<McpHttpCapabilities>) -> Self {
         self.http = Some(http);
@@ -4779,7 +4779,7 @@ impl AuthMethodTerminal {
             meta: None,
         }
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
@@ -4845,7 +4845,7 @@ impl AuthMethodAgent {
             meta: None,
         }
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
@@ -5027,13 +5027,13 @@ impl SessionConfigOption {
             kind: kind.into(),
         }
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
         self
     }
-    /// Sets [`Self::category`]; `None` writes an explicit `null`.
+    /// Sets [`Self::category`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn category(mut self, category: Option<SessionConfigOptionCategory>) -> Self {
         self.category = Some(category);
@@ -5250,7 +5250,7 @@ impl SessionConfigSelectOption {
             meta: None,
         }
     }
-    /// Sets [`Self::description`]; `None` writes an explicit `null`.
+    /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn description(mut self, description: Option<String>) -> Self {
         self.description = Some(description);
@@ -5431,7 +5431,7 @@ impl ListSessionsResponse {
             meta: None,
         }
     }
-    /// Sets [`Self::next_cursor`]; `None` writes an explicit `null`.
+    /// Sets [`Self::next_cursor`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn next_cursor(mut self, next_cursor: Option<SessionListCursor>) -> Self {
         self.next_cursor = Some(next_cursor);
@@ -5501,13 +5501,13 @@ impl SessionInfo {
         self.additional_directories = Some(additional_directories);
         self
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::updated_at`]; `None` writes an explicit `null`.
+    /// Sets [`Self::updated_at`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn updated_at(mut self, updated_at: Option<String>) -> Self {
         self.updated_at = Some(updated_at);
@@ -6563,7 +6563,7 @@ impl UserMessage {
             meta: None,
         }
     }
-    /// Sets [`Self::content`]; `None` writes an explicit `null`.
+    /// Sets [`Self::content`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn content(mut self, content: Option<Vec<ContentBlock>>) -> Self {
         self.content = Some(content);
@@ -6621,7 +6621,7 @@ impl AgentMessage {
             meta: None,
         }
     }
-    /// Sets [`Self::content`]; `None` writes an explicit `null`.
+    /// Sets [`Self::content`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn content(mut self, content: Option<Vec<ContentBlock>>) -> Self {
         self.content = Some(content);
@@ -6679,7 +6679,7 @@ impl AgentThought {
             meta: None,
         }
     }
-    /// Sets [`Self::content`]; `None` writes an explicit `null`.
+    /// Sets [`Self::content`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn content(mut self, content: Option<Vec<ContentBlock>>) -> Self {
         self.content = Some(content);
@@ -6841,7 +6841,7 @@ impl IdleStateUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::stop_reason`]; `None` writes an explicit `null`.
+    /// Sets [`Self::stop_reason`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn stop_reason(mut self, stop_reason: Option<StopReason>) -> Self {
         self.stop_reason = Some(stop_reason);
@@ -7129,13 +7129,13 @@ impl TerminalExitStatus {
             meta: None,
         }
     }
-    /// Sets [`Self::exit_code`]; `None` writes an explicit `null`.
+    /// Sets [`Self::exit_code`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn exit_code(mut self, exit_code: Option<u32>) -> Self {
         self.exit_code = Some(exit_code);
         self
     }
-    /// Sets [`Self::signal`]; `None` writes an explicit `null`.
+    /// Sets [`Self::signal`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn signal(mut self, signal: Option<String>) -> Self {
         self.signal = Some(signal);
@@ -7198,25 +7198,25 @@ impl TerminalUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::command`]; `None` writes an explicit `null`.
+    /// Sets [`Self::command`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn command(mut self, command: Option<String>) -> Self {
         self.command = Some(command);
         self
     }
-    /// Sets [`Self::cwd`]; `None` writes an explicit `null`.
+    /// Sets [`Self::cwd`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn cwd(mut self, cwd: Option<AbsolutePath>) -> Self {
         self.cwd = Some(cwd);
         self
     }
-    /// Sets [`Self::output`]; `None` writes an explicit `null`.
+    /// Sets [`Self::output`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn output(mut self, output: Option<TerminalOutput>) -> Self {
         self.output = Some(output);
         self
     }
-    /// Sets [`Self::exit_status`]; `None` writes an explicit `null`.
+    /// Sets [`Self::exit_status`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn exit_status(mut self, exit_status: Option<TerminalExitStatus>) -> Self {
         self.exit_status = Some(exit_status);
@@ -7697,7 +7697,7 @@ impl AvailableCommand {
             meta: None,
         }
     }
-    /// Sets [`Self::input`]; `None` writes an explicit `null`.
+    /// Sets [`Self::input`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn input(mut self, input: Option<AvailableCommandInput>) -> Self {
         self.input = Some(input);
@@ -7927,13 +7927,13 @@ impl SessionInfoUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::title`]; `None` writes an explicit `null`.
+    /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn title(mut self, title: Option<String>) -> Self {
         self.title = Some(title);
         self
     }
-    /// Sets [`Self::updated_at`]; `None` writes an explicit `null`.
+    /// Sets [`Self::updated_at`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn updated_at(mut self, updated_at: Option<String>) -> Self {
         self.updated_at = Some(updated_at);
@@ -8020,7 +8020,7 @@ impl UsageUpdate {
             meta: None,
         }
     }
-    /// Sets [`Self::cost`]; `None` writes an explicit `null`.
+    /// Sets [`Self::cost`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn cost(mut self, cost: Option<Cost>) -> Self {
         self.cost = Some(cost);
@@ -8189,13 +8189,13 @@ impl ClientCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::auth`]; `None` writes an explicit `null`.
+    /// Sets [`Self::auth`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn auth(mut self, auth: Option<AuthCapabilities>) -> Self {
         self.auth = Some(auth);
         self
     }
-    /// Sets [`Self::elicitation`]; `None` writes an explicit `null`.
+    /// Sets [`Self::elicitation`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn elicitation(mut self, elicitation: Option<ElicitationCapabilities>) -> Self {
         self.elicitation = Some(elicitation);
@@ -8246,7 +8246,7 @@ impl AuthCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::terminal`]; `None` writes an explicit `null`.
+    /// Sets [`Self::terminal`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn terminal(mut self, terminal: Option<TerminalAuthCapabilities>) -> Self {
         self.terminal = Some(terminal);
@@ -8333,13 +8333,13 @@ impl ElicitationCapabilities {
             meta: None,
         }
     }
-    /// Sets [`Self::form`]; `None` writes an explicit `null`.
+    /// Sets [`Self::form`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn form(mut self, form: Option<ElicitationFormCapabilities>) -> Self {
         self.form = Some(form);
         self
     }
-    /// Sets [`Self::url`]; `None` writes an explicit `null`.
+    /// Sets [`Self::url`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn url(mut self, url: Option<ElicitationUrlCapabilities>) -> Self {
         self.url = Some(url);
@@ -8837,13 +8837,13 @@ impl ListSessionsRequest {
             meta: None,
         }
     }
-    /// Sets [`Self::cwd`]; `None` writes an explicit `null`.
+    /// Sets [`Self::cwd`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn cwd(mut self, cwd: Option<AbsolutePath>) -> Self {
         self.cwd = Some(cwd);
         self
     }
-    /// Sets [`Self::cursor`]; `None` writes an explicit `null`.
+    /// Sets [`Self::cursor`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn cursor(mut self, cursor: Option<SessionListCursor>) -> Self {
         self.cursor = Some(cursor);
@@ -8966,7 +8966,7 @@ impl ResumeSessionRequest {
         self.mcp_servers = Some(mcp_servers);
         self
     }
-    /// Sets [`Self::replay_from`]; `None` writes an explicit `null`.
+    /// Sets [`Self::replay_from`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn replay_from(mut self, replay_from: Option<ReplayFrom>) -> Self {
         self.replay_from = Some(replay_from);
@@ -9474,7 +9474,7 @@ impl ElicitationAcceptAction {
             content: None,
         }
     }
-    /// Sets [`Self::content`]; `None` writes an explicit `null`.
+    /// Sets [`Self::content`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn content(
         mut self,

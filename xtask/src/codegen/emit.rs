@@ -317,7 +317,12 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
                 format!("[`Self::{field_name}`](field@Self::{field_name})")
             };
             let setter_doc = if presence == Presence::Tri {
-                format!("Sets {link}; `None` writes an explicit `null`.")
+                // What `null` means is the field's own business (for some it is the same as
+                // absent); the setter only says what it writes.
+                format!(
+                    "Sets {link}; `None` writes `null` (the field's description says what that means; a \
+                     field never set is left out)."
+                )
             } else if f.holds_null {
                 format!("Sets {link}; a `null` value writes an explicit `null`.")
             } else {
