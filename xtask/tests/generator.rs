@@ -142,6 +142,24 @@ fn optional_fields_get_setters_and_required_ones_the_constructor() {
 }
 
 #[test]
+fn a_required_session_id_is_the_first_constructor_argument() {
+    // As in `LoadSessionRequest`: the schema lists `cwd` (a string too) before `sessionId`.
+    let types = generate(
+        "session_first",
+        json!({
+            "SessionId": {"type": "string"},
+            "Load": {"type": "object", "properties": {
+                "cwd": {"type": "string"},
+                "sessionId": {"$ref": "#/$defs/SessionId"}
+            }, "required": ["cwd", "sessionId"]}
+        }),
+    )
+    .expect("generates");
+    let flat: String = types.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(flat.contains("pub fn new(session_id: impl Into<SessionId>, cwd: impl Into<String>) -> Self"), "{types}");
+}
+
+#[test]
 fn unsupported_constructs_name_the_definition() {
     let err = generate(
         "unsupported",

@@ -12220,9 +12220,9 @@ pub struct LoadSessionRequest {
 impl LoadSessionRequest {
     /// Creates a value from its required fields; optional fields start unset.
     pub fn new(
+        session_id: impl Into<SessionId>,
         mcp_servers: Vec<McpServer>,
         cwd: impl Into<String>,
-        session_id: impl Into<SessionId>,
     ) -> Self {
         LoadSessionRequest {
             mcp_servers,

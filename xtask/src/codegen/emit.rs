@@ -354,6 +354,14 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
         ctor_inits.push((Vec::new(), id, conv));
     }
 
+    // A required session id comes first, whatever the schema's member order: every session
+    // request then starts with the session it is about, and `cwd` (also a string) never sits
+    // where a swapped `session_id` would still compile (`LoadSessionRequest`).
+    if let Some(at) = ctor_params.iter().position(|p| param_name(p).as_deref() == Some("session_id")) {
+        let session_id = ctor_params.remove(at);
+        ctor_params.insert(0, session_id);
+    }
+
     debug_assert_eq!(ctor_params.is_empty(), derives_default(item));
     let default = if ctor_params.is_empty() { quote!(Default,) } else { quote!() };
     let de_derive = if derive_de { quote!(serde::Deserialize,) } else { quote!() };
@@ -1521,5 +1529,16 @@ fn protocol_envelope(model: &Model) -> TokenStream {
                 }
             }
         }
+    }
+}
+
+/// The name a constructor parameter binds (`None` for patterns that are not one name).
+fn param_name(param: &syn::FnArg) -> Option<String> {
+    match param {
+        syn::FnArg::Typed(typed) => match &*typed.pat {
+            syn::Pat::Ident(ident) => Some(ident.ident.to_string()),
+            _ => None,
+        },
+        syn::FnArg::Receiver(_) => None,
     }
 }
