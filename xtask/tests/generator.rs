@@ -138,7 +138,8 @@ fn optional_fields_get_setters_and_required_ones_the_constructor() {
     assert!(types.contains("raw: \"raw\" => optional(Present),"), "a present null is kept: {types}");
     assert!(types.contains("pub fn new(x: i64) -> Self"), "{types}");
     assert!(types.contains("pub label: Option<Option<String>>,"), "optional + nullable keeps null apart from absent");
-    assert!(types.contains("pub fn label(mut self, label: Option<String>) -> Self"));
+    // A value, `Some(value)` or `None` (written as `null`).
+    assert!(types.contains("pub fn label(mut self, label: impl Into<Option<String>>) -> Self"), "{types}");
 }
 
 #[test]
@@ -323,7 +324,7 @@ fn setters_never_shadow_methods_the_type_already_has() {
         }}}),
     )
     .expect("generates");
-    assert!(types.contains("pub fn default_value(mut self, default: Option<f64>) -> Self"), "{types}");
+    assert!(types.contains("pub fn default_value(mut self, default: impl Into<Option<f64>>) -> Self"), "{types}");
     assert!(types.contains("pub fn new_value(mut self, new: impl Into<String>) -> Self"));
     assert!(types.contains("pub fn clone_value(mut self, clone: bool) -> Self"));
     assert!(types.contains("pub fn title(mut self, title: impl Into<String>) -> Self"));

@@ -171,14 +171,14 @@ impl ReadTextFileRequest {
     }
     /// Sets [`Self::line`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn line(mut self, line: Option<u32>) -> Self {
-        self.line = Some(line);
+    pub fn line(mut self, line: impl Into<Option<u32>>) -> Self {
+        self.line = Some(line.into());
         self
     }
     /// Sets [`Self::limit`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn limit(mut self, limit: Option<u32>) -> Self {
-        self.limit = Some(limit);
+    pub fn limit(mut self, limit: impl Into<Option<u32>>) -> Self {
+        self.limit = Some(limit.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -321,39 +321,42 @@ impl ToolCallUpdate {
     }
     /// Sets [`Self::kind`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn kind(mut self, kind: Option<ToolKind>) -> Self {
-        self.kind = Some(kind);
+    pub fn kind(mut self, kind: impl Into<Option<ToolKind>>) -> Self {
+        self.kind = Some(kind.into());
         self
     }
     /// Sets [`Self::status`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn status(mut self, status: Option<ToolCallStatus>) -> Self {
-        self.status = Some(status);
+    pub fn status(mut self, status: impl Into<Option<ToolCallStatus>>) -> Self {
+        self.status = Some(status.into());
         self
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::name`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_tool_call_name")]
     #[must_use]
-    pub fn name(mut self, name: Option<String>) -> Self {
-        self.name = Some(name);
+    pub fn name(mut self, name: impl Into<Option<String>>) -> Self {
+        self.name = Some(name.into());
         self
     }
     /// Sets [`Self::content`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn content(mut self, content: Option<Vec<ToolCallContent>>) -> Self {
-        self.content = Some(content);
+    pub fn content(mut self, content: impl Into<Option<Vec<ToolCallContent>>>) -> Self {
+        self.content = Some(content.into());
         self
     }
     /// Sets [`Self::locations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn locations(mut self, locations: Option<Vec<ToolCallLocation>>) -> Self {
-        self.locations = Some(locations);
+    pub fn locations(
+        mut self,
+        locations: impl Into<Option<Vec<ToolCallLocation>>>,
+    ) -> Self {
+        self.locations = Some(locations.into());
         self
     }
     /// Sets [`Self::raw_input`]; a `null` value writes an explicit `null`.
@@ -968,20 +971,20 @@ impl Annotations {
     }
     /// Sets [`Self::audience`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn audience(mut self, audience: Option<Vec<Role>>) -> Self {
-        self.audience = Some(audience);
+    pub fn audience(mut self, audience: impl Into<Option<Vec<Role>>>) -> Self {
+        self.audience = Some(audience.into());
         self
     }
     /// Sets [`Self::last_modified`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn last_modified(mut self, last_modified: Option<String>) -> Self {
-        self.last_modified = Some(last_modified);
+    pub fn last_modified(mut self, last_modified: impl Into<Option<String>>) -> Self {
+        self.last_modified = Some(last_modified.into());
         self
     }
     /// Sets [`Self::priority`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn priority(mut self, priority: Option<f64>) -> Self {
-        self.priority = Some(priority);
+    pub fn priority(mut self, priority: impl Into<Option<f64>>) -> Self {
+        self.priority = Some(priority.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1091,8 +1094,8 @@ impl TextContent {
     }
     /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
-        self.annotations = Some(annotations);
+    pub fn annotations(mut self, annotations: impl Into<Option<Annotations>>) -> Self {
+        self.annotations = Some(annotations.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1144,14 +1147,14 @@ impl ImageContent {
     }
     /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
-        self.annotations = Some(annotations);
+    pub fn annotations(mut self, annotations: impl Into<Option<Annotations>>) -> Self {
+        self.annotations = Some(annotations.into());
         self
     }
     /// Sets [`Self::uri`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn uri(mut self, uri: Option<String>) -> Self {
-        self.uri = Some(uri);
+    pub fn uri(mut self, uri: impl Into<Option<String>>) -> Self {
+        self.uri = Some(uri.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1201,8 +1204,8 @@ impl AudioContent {
     }
     /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
-        self.annotations = Some(annotations);
+    pub fn annotations(mut self, annotations: impl Into<Option<Annotations>>) -> Self {
+        self.annotations = Some(annotations.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1266,32 +1269,32 @@ impl ResourceLink {
     }
     /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
-        self.annotations = Some(annotations);
+    pub fn annotations(mut self, annotations: impl Into<Option<Annotations>>) -> Self {
+        self.annotations = Some(annotations.into());
         self
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::mime_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn mime_type(mut self, mime_type: Option<String>) -> Self {
-        self.mime_type = Some(mime_type);
+    pub fn mime_type(mut self, mime_type: impl Into<Option<String>>) -> Self {
+        self.mime_type = Some(mime_type.into());
         self
     }
     /// Sets [`Self::size`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn size(mut self, size: Option<i64>) -> Self {
-        self.size = Some(size);
+    pub fn size(mut self, size: impl Into<Option<i64>>) -> Self {
+        self.size = Some(size.into());
         self
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1366,8 +1369,8 @@ impl TextResourceContents {
     }
     /// Sets [`Self::mime_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn mime_type(mut self, mime_type: Option<String>) -> Self {
-        self.mime_type = Some(mime_type);
+    pub fn mime_type(mut self, mime_type: impl Into<Option<String>>) -> Self {
+        self.mime_type = Some(mime_type.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1415,8 +1418,8 @@ impl BlobResourceContents {
     }
     /// Sets [`Self::mime_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn mime_type(mut self, mime_type: Option<String>) -> Self {
-        self.mime_type = Some(mime_type);
+    pub fn mime_type(mut self, mime_type: impl Into<Option<String>>) -> Self {
+        self.mime_type = Some(mime_type.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1461,8 +1464,8 @@ impl EmbeddedResource {
     }
     /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
-        self.annotations = Some(annotations);
+    pub fn annotations(mut self, annotations: impl Into<Option<Annotations>>) -> Self {
+        self.annotations = Some(annotations.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1548,8 +1551,8 @@ impl Diff {
     }
     /// Sets [`Self::old_text`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn old_text(mut self, old_text: Option<String>) -> Self {
-        self.old_text = Some(old_text);
+    pub fn old_text(mut self, old_text: impl Into<Option<String>>) -> Self {
+        self.old_text = Some(old_text.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1678,8 +1681,8 @@ impl ToolCallLocation {
     }
     /// Sets [`Self::line`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn line(mut self, line: Option<u32>) -> Self {
-        self.line = Some(line);
+    pub fn line(mut self, line: impl Into<Option<u32>>) -> Self {
+        self.line = Some(line.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1922,14 +1925,17 @@ impl CreateTerminalRequest {
     }
     /// Sets [`Self::cwd`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn cwd(mut self, cwd: Option<String>) -> Self {
-        self.cwd = Some(cwd);
+    pub fn cwd(mut self, cwd: impl Into<Option<String>>) -> Self {
+        self.cwd = Some(cwd.into());
         self
     }
     /// Sets [`Self::output_byte_limit`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn output_byte_limit(mut self, output_byte_limit: Option<u64>) -> Self {
-        self.output_byte_limit = Some(output_byte_limit);
+    pub fn output_byte_limit(
+        mut self,
+        output_byte_limit: impl Into<Option<u64>>,
+    ) -> Self {
+        self.output_byte_limit = Some(output_byte_limit.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -2236,8 +2242,8 @@ impl ElicitationSessionScope {
     }
     /// Sets [`Self::tool_call_id`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn tool_call_id(mut self, tool_call_id: Option<ToolCallId>) -> Self {
-        self.tool_call_id = Some(tool_call_id);
+    pub fn tool_call_id(mut self, tool_call_id: impl Into<Option<ToolCallId>>) -> Self {
+        self.tool_call_id = Some(tool_call_id.into());
         self
     }
 }
@@ -2325,8 +2331,8 @@ impl ElicitationSchema {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::properties`].
@@ -2340,14 +2346,14 @@ impl ElicitationSchema {
     }
     /// Sets [`Self::required`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn required(mut self, required: Option<Vec<String>>) -> Self {
-        self.required = Some(required);
+    pub fn required(mut self, required: impl Into<Option<Vec<String>>>) -> Self {
+        self.required = Some(required.into());
         self
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -2710,8 +2716,8 @@ impl EnumOption {
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -2808,56 +2814,56 @@ impl StringPropertySchema {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::min_length`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn min_length(mut self, min_length: Option<u32>) -> Self {
-        self.min_length = Some(min_length);
+    pub fn min_length(mut self, min_length: impl Into<Option<u32>>) -> Self {
+        self.min_length = Some(min_length.into());
         self
     }
     /// Sets [`Self::max_length`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn max_length(mut self, max_length: Option<u32>) -> Self {
-        self.max_length = Some(max_length);
+    pub fn max_length(mut self, max_length: impl Into<Option<u32>>) -> Self {
+        self.max_length = Some(max_length.into());
         self
     }
     /// Sets [`Self::pattern`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn pattern(mut self, pattern: Option<String>) -> Self {
-        self.pattern = Some(pattern);
+    pub fn pattern(mut self, pattern: impl Into<Option<String>>) -> Self {
+        self.pattern = Some(pattern.into());
         self
     }
     /// Sets [`Self::format`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn format(mut self, format: Option<StringFormat>) -> Self {
-        self.format = Some(format);
+    pub fn format(mut self, format: impl Into<Option<StringFormat>>) -> Self {
+        self.format = Some(format.into());
         self
     }
     /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn default_value(mut self, default: Option<String>) -> Self {
-        self.default = Some(default);
+    pub fn default_value(mut self, default: impl Into<Option<String>>) -> Self {
+        self.default = Some(default.into());
         self
     }
     /// Sets [`Self::enum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn r#enum(mut self, r#enum: Option<Vec<String>>) -> Self {
-        self.r#enum = Some(r#enum);
+    pub fn r#enum(mut self, r#enum: impl Into<Option<Vec<String>>>) -> Self {
+        self.r#enum = Some(r#enum.into());
         self
     }
     /// Sets [`Self::one_of`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn one_of(mut self, one_of: Option<Vec<EnumOption>>) -> Self {
-        self.one_of = Some(one_of);
+    pub fn one_of(mut self, one_of: impl Into<Option<Vec<EnumOption>>>) -> Self {
+        self.one_of = Some(one_of.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -2942,32 +2948,32 @@ impl NumberPropertySchema {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::minimum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn minimum(mut self, minimum: Option<f64>) -> Self {
-        self.minimum = Some(minimum);
+    pub fn minimum(mut self, minimum: impl Into<Option<f64>>) -> Self {
+        self.minimum = Some(minimum.into());
         self
     }
     /// Sets [`Self::maximum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn maximum(mut self, maximum: Option<f64>) -> Self {
-        self.maximum = Some(maximum);
+    pub fn maximum(mut self, maximum: impl Into<Option<f64>>) -> Self {
+        self.maximum = Some(maximum.into());
         self
     }
     /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn default_value(mut self, default: Option<f64>) -> Self {
-        self.default = Some(default);
+    pub fn default_value(mut self, default: impl Into<Option<f64>>) -> Self {
+        self.default = Some(default.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -3039,32 +3045,32 @@ impl IntegerPropertySchema {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::minimum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn minimum(mut self, minimum: Option<i64>) -> Self {
-        self.minimum = Some(minimum);
+    pub fn minimum(mut self, minimum: impl Into<Option<i64>>) -> Self {
+        self.minimum = Some(minimum.into());
         self
     }
     /// Sets [`Self::maximum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn maximum(mut self, maximum: Option<i64>) -> Self {
-        self.maximum = Some(maximum);
+    pub fn maximum(mut self, maximum: impl Into<Option<i64>>) -> Self {
+        self.maximum = Some(maximum.into());
         self
     }
     /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn default_value(mut self, default: Option<i64>) -> Self {
-        self.default = Some(default);
+    pub fn default_value(mut self, default: impl Into<Option<i64>>) -> Self {
+        self.default = Some(default.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -3124,20 +3130,20 @@ impl BooleanPropertySchema {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn default_value(mut self, default: Option<bool>) -> Self {
-        self.default = Some(default);
+    pub fn default_value(mut self, default: impl Into<Option<bool>>) -> Self {
+        self.default = Some(default.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -3376,32 +3382,32 @@ impl MultiSelectPropertySchema {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::min_items`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn min_items(mut self, min_items: Option<u64>) -> Self {
-        self.min_items = Some(min_items);
+    pub fn min_items(mut self, min_items: impl Into<Option<u64>>) -> Self {
+        self.min_items = Some(min_items.into());
         self
     }
     /// Sets [`Self::max_items`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn max_items(mut self, max_items: Option<u64>) -> Self {
-        self.max_items = Some(max_items);
+    pub fn max_items(mut self, max_items: impl Into<Option<u64>>) -> Self {
+        self.max_items = Some(max_items.into());
         self
     }
     /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn default_value(mut self, default: Option<Vec<String>>) -> Self {
-        self.default = Some(default);
+    pub fn default_value(mut self, default: impl Into<Option<Vec<String>>>) -> Self {
+        self.default = Some(default.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -3850,8 +3856,8 @@ impl InitializeResponse {
     }
     /// Sets [`Self::agent_info`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn agent_info(mut self, agent_info: Option<Implementation>) -> Self {
-        self.agent_info = Some(agent_info);
+    pub fn agent_info(mut self, agent_info: impl Into<Option<Implementation>>) -> Self {
+        self.agent_info = Some(agent_info.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -4033,15 +4039,18 @@ impl AgentCapabilities {
     /// Sets [`Self::providers`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_llm_providers")]
     #[must_use]
-    pub fn providers(mut self, providers: Option<ProvidersCapabilities>) -> Self {
-        self.providers = Some(providers);
+    pub fn providers(
+        mut self,
+        providers: impl Into<Option<ProvidersCapabilities>>,
+    ) -> Self {
+        self.providers = Some(providers.into());
         self
     }
     /// Sets [`Self::nes`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_nes")]
     #[must_use]
-    pub fn nes(mut self, nes: Option<NesCapabilities>) -> Self {
-        self.nes = Some(nes);
+    pub fn nes(mut self, nes: impl Into<Option<NesCapabilities>>) -> Self {
+        self.nes = Some(nes.into());
         self
     }
     /// Sets [`Self::position_encoding`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
@@ -4049,9 +4058,9 @@ impl AgentCapabilities {
     #[must_use]
     pub fn position_encoding(
         mut self,
-        position_encoding: Option<PositionEncodingKind>,
+        position_encoding: impl Into<Option<PositionEncodingKind>>,
     ) -> Self {
-        self.position_encoding = Some(position_encoding);
+        self.position_encoding = Some(position_encoding.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -4306,42 +4315,50 @@ impl SessionCapabilities {
     }
     /// Sets [`Self::list`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn list(mut self, list: Option<SessionListCapabilities>) -> Self {
-        self.list = Some(list);
+    pub fn list(mut self, list: impl Into<Option<SessionListCapabilities>>) -> Self {
+        self.list = Some(list.into());
         self
     }
     /// Sets [`Self::delete`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn delete(mut self, delete: Option<SessionDeleteCapabilities>) -> Self {
-        self.delete = Some(delete);
+    pub fn delete(
+        mut self,
+        delete: impl Into<Option<SessionDeleteCapabilities>>,
+    ) -> Self {
+        self.delete = Some(delete.into());
         self
     }
     /// Sets [`Self::additional_directories`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn additional_directories(
         mut self,
-        additional_directories: Option<SessionAdditionalDirectoriesCapabilities>,
+        additional_directories: impl Into<
+            Option<SessionAdditionalDirectoriesCapabilities>,
+        >,
     ) -> Self {
-        self.additional_directories = Some(additional_directories);
+        self.additional_directories = Some(additional_directories.into());
         self
     }
     /// Sets [`Self::fork`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_session_fork")]
     #[must_use]
-    pub fn fork(mut self, fork: Option<SessionForkCapabilities>) -> Self {
-        self.fork = Some(fork);
+    pub fn fork(mut self, fork: impl Into<Option<SessionForkCapabilities>>) -> Self {
+        self.fork = Some(fork.into());
         self
     }
     /// Sets [`Self::resume`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn resume(mut self, resume: Option<SessionResumeCapabilities>) -> Self {
-        self.resume = Some(resume);
+    pub fn resume(
+        mut self,
+        resume: impl Into<Option<SessionResumeCapabilities>>,
+    ) -> Self {
+        self.resume = Some(resume.into());
         self
     }
     /// Sets [`Self::close`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn close(mut self, close: Option<SessionCloseCapabilities>) -> Self {
-        self.close = Some(close);
+    pub fn close(mut self, close: impl Into<Option<SessionCloseCapabilities>>) -> Self {
+        self.close = Some(close.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -4593,8 +4610,8 @@ impl AgentAuthCapabilities {
     }
     /// Sets [`Self::logout`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn logout(mut self, logout: Option<LogoutCapabilities>) -> Self {
-        self.logout = Some(logout);
+    pub fn logout(mut self, logout: impl Into<Option<LogoutCapabilities>>) -> Self {
+        self.logout = Some(logout.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -4713,14 +4730,17 @@ impl NesCapabilities {
     }
     /// Sets [`Self::events`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn events(mut self, events: Option<NesEventCapabilities>) -> Self {
-        self.events = Some(events);
+    pub fn events(mut self, events: impl Into<Option<NesEventCapabilities>>) -> Self {
+        self.events = Some(events.into());
         self
     }
     /// Sets [`Self::context`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn context(mut self, context: Option<NesContextCapabilities>) -> Self {
-        self.context = Some(context);
+    pub fn context(
+        mut self,
+        context: impl Into<Option<NesContextCapabilities>>,
+    ) -> Self {
+        self.context = Some(context.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -4766,8 +4786,11 @@ impl NesEventCapabilities {
     }
     /// Sets [`Self::document`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn document(mut self, document: Option<NesDocumentEventCapabilities>) -> Self {
-        self.document = Some(document);
+    pub fn document(
+        mut self,
+        document: impl Into<Option<NesDocumentEventCapabilities>>,
+    ) -> Self {
+        self.document = Some(document.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -4828,41 +4851,47 @@ impl NesDocumentEventCapabilities {
     }
     /// Sets [`Self::did_open`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn did_open(mut self, did_open: Option<NesDocumentDidOpenCapabilities>) -> Self {
-        self.did_open = Some(did_open);
+    pub fn did_open(
+        mut self,
+        did_open: impl Into<Option<NesDocumentDidOpenCapabilities>>,
+    ) -> Self {
+        self.did_open = Some(did_open.into());
         self
     }
     /// Sets [`Self::did_change`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn did_change(
         mut self,
-        did_change: Option<NesDocumentDidChangeCapabilities>,
+        did_change: impl Into<Option<NesDocumentDidChangeCapabilities>>,
     ) -> Self {
-        self.did_change = Some(did_change);
+        self.did_change = Some(did_change.into());
         self
     }
     /// Sets [`Self::did_close`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn did_close(
         mut self,
-        did_close: Option<NesDocumentDidCloseCapabilities>,
+        did_close: impl Into<Option<NesDocumentDidCloseCapabilities>>,
     ) -> Self {
-        self.did_close = Some(did_close);
+        self.did_close = Some(did_close.into());
         self
     }
     /// Sets [`Self::did_save`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn did_save(mut self, did_save: Option<NesDocumentDidSaveCapabilities>) -> Self {
-        self.did_save = Some(did_save);
+    pub fn did_save(
+        mut self,
+        did_save: impl Into<Option<NesDocumentDidSaveCapabilities>>,
+    ) -> Self {
+        self.did_save = Some(did_save.into());
         self
     }
     /// Sets [`Self::did_focus`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn did_focus(
         mut self,
-        did_focus: Option<NesDocumentDidFocusCapabilities>,
+        did_focus: impl Into<Option<NesDocumentDidFocusCapabilities>>,
     ) -> Self {
-        self.did_focus = Some(did_focus);
+        self.did_focus = Some(did_focus.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -5187,51 +5216,54 @@ impl NesContextCapabilities {
     #[must_use]
     pub fn recent_files(
         mut self,
-        recent_files: Option<NesRecentFilesCapabilities>,
+        recent_files: impl Into<Option<NesRecentFilesCapabilities>>,
     ) -> Self {
-        self.recent_files = Some(recent_files);
+        self.recent_files = Some(recent_files.into());
         self
     }
     /// Sets [`Self::related_snippets`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn related_snippets(
         mut self,
-        related_snippets: Option<NesRelatedSnippetsCapabilities>,
+        related_snippets: impl Into<Option<NesRelatedSnippetsCapabilities>>,
     ) -> Self {
-        self.related_snippets = Some(related_snippets);
+        self.related_snippets = Some(related_snippets.into());
         self
     }
     /// Sets [`Self::edit_history`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn edit_history(
         mut self,
-        edit_history: Option<NesEditHistoryCapabilities>,
+        edit_history: impl Into<Option<NesEditHistoryCapabilities>>,
     ) -> Self {
-        self.edit_history = Some(edit_history);
+        self.edit_history = Some(edit_history.into());
         self
     }
     /// Sets [`Self::user_actions`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn user_actions(
         mut self,
-        user_actions: Option<NesUserActionsCapabilities>,
+        user_actions: impl Into<Option<NesUserActionsCapabilities>>,
     ) -> Self {
-        self.user_actions = Some(user_actions);
+        self.user_actions = Some(user_actions.into());
         self
     }
     /// Sets [`Self::open_files`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn open_files(mut self, open_files: Option<NesOpenFilesCapabilities>) -> Self {
-        self.open_files = Some(open_files);
+    pub fn open_files(
+        mut self,
+        open_files: impl Into<Option<NesOpenFilesCapabilities>>,
+    ) -> Self {
+        self.open_files = Some(open_files.into());
         self
     }
     /// Sets [`Self::diagnostics`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn diagnostics(
         mut self,
-        diagnostics: Option<NesDiagnosticsCapabilities>,
+        diagnostics: impl Into<Option<NesDiagnosticsCapabilities>>,
     ) -> Self {
-        self.diagnostics = Some(diagnostics);
+        self.diagnostics = Some(diagnostics.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -5281,8 +5313,8 @@ impl NesRecentFilesCapabilities {
     }
     /// Sets [`Self::max_count`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn max_count(mut self, max_count: Option<u32>) -> Self {
-        self.max_count = Some(max_count);
+    pub fn max_count(mut self, max_count: impl Into<Option<u32>>) -> Self {
+        self.max_count = Some(max_count.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -5362,8 +5394,8 @@ impl NesEditHistoryCapabilities {
     }
     /// Sets [`Self::max_count`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn max_count(mut self, max_count: Option<u32>) -> Self {
-        self.max_count = Some(max_count);
+    pub fn max_count(mut self, max_count: impl Into<Option<u32>>) -> Self {
+        self.max_count = Some(max_count.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -5408,8 +5440,8 @@ impl NesUserActionsCapabilities {
     }
     /// Sets [`Self::max_count`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn max_count(mut self, max_count: Option<u32>) -> Self {
-        self.max_count = Some(max_count);
+    pub fn max_count(mut self, max_count: impl Into<Option<u32>>) -> Self {
+        self.max_count = Some(max_count.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -5761,8 +5793,8 @@ impl AuthMethodTerminal {
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::args`].
@@ -5826,8 +5858,8 @@ impl AuthMethodAgent {
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -5882,8 +5914,8 @@ impl Implementation {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -6020,8 +6052,8 @@ impl ProviderInfo {
     }
     /// Sets [`Self::current`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn current(mut self, current: Option<ProviderCurrentConfig>) -> Self {
-        self.current = Some(current);
+    pub fn current(mut self, current: impl Into<Option<ProviderCurrentConfig>>) -> Self {
+        self.current = Some(current.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -6382,17 +6414,17 @@ impl NewSessionResponse {
     }
     /// Sets [`Self::modes`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn modes(mut self, modes: Option<SessionModeState>) -> Self {
-        self.modes = Some(modes);
+    pub fn modes(mut self, modes: impl Into<Option<SessionModeState>>) -> Self {
+        self.modes = Some(modes.into());
         self
     }
     /// Sets [`Self::config_options`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn config_options(
         mut self,
-        config_options: Option<Vec<SessionConfigOption>>,
+        config_options: impl Into<Option<Vec<SessionConfigOption>>>,
     ) -> Self {
-        self.config_options = Some(config_options);
+        self.config_options = Some(config_options.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -6525,8 +6557,8 @@ impl SessionMode {
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -6600,14 +6632,17 @@ impl SessionConfigOption {
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::category`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn category(mut self, category: Option<SessionConfigOptionCategory>) -> Self {
-        self.category = Some(category);
+    pub fn category(
+        mut self,
+        category: impl Into<Option<SessionConfigOptionCategory>>,
+    ) -> Self {
+        self.category = Some(category.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -6823,8 +6858,8 @@ impl SessionConfigSelectOption {
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -7005,17 +7040,17 @@ impl LoadSessionResponse {
     }
     /// Sets [`Self::modes`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn modes(mut self, modes: Option<SessionModeState>) -> Self {
-        self.modes = Some(modes);
+    pub fn modes(mut self, modes: impl Into<Option<SessionModeState>>) -> Self {
+        self.modes = Some(modes.into());
         self
     }
     /// Sets [`Self::config_options`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn config_options(
         mut self,
-        config_options: Option<Vec<SessionConfigOption>>,
+        config_options: impl Into<Option<Vec<SessionConfigOption>>>,
     ) -> Self {
-        self.config_options = Some(config_options);
+        self.config_options = Some(config_options.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -7060,8 +7095,8 @@ impl ListSessionsResponse {
     }
     /// Sets [`Self::next_cursor`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn next_cursor(mut self, next_cursor: Option<String>) -> Self {
-        self.next_cursor = Some(next_cursor);
+    pub fn next_cursor(mut self, next_cursor: impl Into<Option<String>>) -> Self {
+        self.next_cursor = Some(next_cursor.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -7130,14 +7165,14 @@ impl SessionInfo {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::updated_at`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn updated_at(mut self, updated_at: Option<String>) -> Self {
-        self.updated_at = Some(updated_at);
+    pub fn updated_at(mut self, updated_at: impl Into<Option<String>>) -> Self {
+        self.updated_at = Some(updated_at.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -7229,17 +7264,17 @@ impl ForkSessionResponse {
     }
     /// Sets [`Self::modes`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn modes(mut self, modes: Option<SessionModeState>) -> Self {
-        self.modes = Some(modes);
+    pub fn modes(mut self, modes: impl Into<Option<SessionModeState>>) -> Self {
+        self.modes = Some(modes.into());
         self
     }
     /// Sets [`Self::config_options`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn config_options(
         mut self,
-        config_options: Option<Vec<SessionConfigOption>>,
+        config_options: impl Into<Option<Vec<SessionConfigOption>>>,
     ) -> Self {
-        self.config_options = Some(config_options);
+        self.config_options = Some(config_options.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -7288,17 +7323,17 @@ impl ResumeSessionResponse {
     }
     /// Sets [`Self::modes`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn modes(mut self, modes: Option<SessionModeState>) -> Self {
-        self.modes = Some(modes);
+    pub fn modes(mut self, modes: impl Into<Option<SessionModeState>>) -> Self {
+        self.modes = Some(modes.into());
         self
     }
     /// Sets [`Self::config_options`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn config_options(
         mut self,
-        config_options: Option<Vec<SessionConfigOption>>,
+        config_options: impl Into<Option<Vec<SessionConfigOption>>>,
     ) -> Self {
-        self.config_options = Some(config_options);
+        self.config_options = Some(config_options.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -7447,8 +7482,8 @@ impl PromptResponse {
     /// Sets [`Self::usage`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_end_turn_token_usage")]
     #[must_use]
-    pub fn usage(mut self, usage: Option<Usage>) -> Self {
-        self.usage = Some(usage);
+    pub fn usage(mut self, usage: impl Into<Option<Usage>>) -> Self {
+        self.usage = Some(usage.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -7607,20 +7642,26 @@ impl Usage {
     }
     /// Sets [`Self::thought_tokens`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn thought_tokens(mut self, thought_tokens: Option<u64>) -> Self {
-        self.thought_tokens = Some(thought_tokens);
+    pub fn thought_tokens(mut self, thought_tokens: impl Into<Option<u64>>) -> Self {
+        self.thought_tokens = Some(thought_tokens.into());
         self
     }
     /// Sets [`Self::cached_read_tokens`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn cached_read_tokens(mut self, cached_read_tokens: Option<u64>) -> Self {
-        self.cached_read_tokens = Some(cached_read_tokens);
+    pub fn cached_read_tokens(
+        mut self,
+        cached_read_tokens: impl Into<Option<u64>>,
+    ) -> Self {
+        self.cached_read_tokens = Some(cached_read_tokens.into());
         self
     }
     /// Sets [`Self::cached_write_tokens`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn cached_write_tokens(mut self, cached_write_tokens: Option<u64>) -> Self {
-        self.cached_write_tokens = Some(cached_write_tokens);
+    pub fn cached_write_tokens(
+        mut self,
+        cached_write_tokens: impl Into<Option<u64>>,
+    ) -> Self {
+        self.cached_write_tokens = Some(cached_write_tokens.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -8096,8 +8137,11 @@ impl NesEditSuggestion {
     }
     /// Sets [`Self::cursor_position`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn cursor_position(mut self, cursor_position: Option<Position>) -> Self {
-        self.cursor_position = Some(cursor_position);
+    pub fn cursor_position(
+        mut self,
+        cursor_position: impl Into<Option<Position>>,
+    ) -> Self {
+        self.cursor_position = Some(cursor_position.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -8270,8 +8314,8 @@ impl NesSearchAndReplaceSuggestion {
     }
     /// Sets [`Self::is_regex`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn is_regex(mut self, is_regex: Option<bool>) -> Self {
-        self.is_regex = Some(is_regex);
+    pub fn is_regex(mut self, is_regex: impl Into<Option<bool>>) -> Self {
+        self.is_regex = Some(is_regex.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -9130,8 +9174,8 @@ impl ContentChunk {
     }
     /// Sets [`Self::message_id`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn message_id(mut self, message_id: Option<MessageId>) -> Self {
-        self.message_id = Some(message_id);
+    pub fn message_id(mut self, message_id: impl Into<Option<MessageId>>) -> Self {
+        self.message_id = Some(message_id.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -9222,8 +9266,8 @@ impl ToolCall {
     /// Sets [`Self::name`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_tool_call_name")]
     #[must_use]
-    pub fn name(mut self, name: Option<String>) -> Self {
-        self.name = Some(name);
+    pub fn name(mut self, name: impl Into<Option<String>>) -> Self {
+        self.name = Some(name.into());
         self
     }
     /// Sets [`Self::kind`].
@@ -9966,8 +10010,8 @@ impl AvailableCommand {
     }
     /// Sets [`Self::input`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn input(mut self, input: Option<AvailableCommandInput>) -> Self {
-        self.input = Some(input);
+    pub fn input(mut self, input: impl Into<Option<AvailableCommandInput>>) -> Self {
+        self.input = Some(input.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -10173,14 +10217,14 @@ impl SessionInfoUpdate {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::updated_at`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn updated_at(mut self, updated_at: Option<String>) -> Self {
-        self.updated_at = Some(updated_at);
+    pub fn updated_at(mut self, updated_at: impl Into<Option<String>>) -> Self {
+        self.updated_at = Some(updated_at.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -10266,8 +10310,8 @@ impl UsageUpdate {
     }
     /// Sets [`Self::cost`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn cost(mut self, cost: Option<Cost>) -> Self {
-        self.cost = Some(cost);
+    pub fn cost(mut self, cost: impl Into<Option<Cost>>) -> Self {
+        self.cost = Some(cost.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -10475,14 +10519,14 @@ impl CompactionUpdate {
     }
     /// Sets [`Self::summary`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn summary(mut self, summary: Option<Vec<ContentBlock>>) -> Self {
-        self.summary = Some(summary);
+    pub fn summary(mut self, summary: impl Into<Option<Vec<ContentBlock>>>) -> Self {
+        self.summary = Some(summary.into());
         self
     }
     /// Sets [`Self::error`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn error(mut self, error: Option<String>) -> Self {
-        self.error = Some(error);
+    pub fn error(mut self, error: impl Into<Option<String>>) -> Self {
+        self.error = Some(error.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -10717,8 +10761,11 @@ impl InitializeRequest {
     }
     /// Sets [`Self::client_info`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn client_info(mut self, client_info: Option<Implementation>) -> Self {
-        self.client_info = Some(client_info);
+    pub fn client_info(
+        mut self,
+        client_info: impl Into<Option<Implementation>>,
+    ) -> Self {
+        self.client_info = Some(client_info.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -10845,15 +10892,18 @@ impl ClientCapabilities {
     }
     /// Sets [`Self::session`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn session(mut self, session: Option<ClientSessionCapabilities>) -> Self {
-        self.session = Some(session);
+    pub fn session(
+        mut self,
+        session: impl Into<Option<ClientSessionCapabilities>>,
+    ) -> Self {
+        self.session = Some(session.into());
         self
     }
     /// Sets [`Self::plan`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_plan_updates")]
     #[must_use]
-    pub fn plan(mut self, plan: Option<PlanCapabilities>) -> Self {
-        self.plan = Some(plan);
+    pub fn plan(mut self, plan: impl Into<Option<PlanCapabilities>>) -> Self {
+        self.plan = Some(plan.into());
         self
     }
     /// Sets [`Self::auth`].
@@ -10864,15 +10914,18 @@ impl ClientCapabilities {
     }
     /// Sets [`Self::elicitation`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn elicitation(mut self, elicitation: Option<ElicitationCapabilities>) -> Self {
-        self.elicitation = Some(elicitation);
+    pub fn elicitation(
+        mut self,
+        elicitation: impl Into<Option<ElicitationCapabilities>>,
+    ) -> Self {
+        self.elicitation = Some(elicitation.into());
         self
     }
     /// Sets [`Self::nes`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_nes")]
     #[must_use]
-    pub fn nes(mut self, nes: Option<ClientNesCapabilities>) -> Self {
-        self.nes = Some(nes);
+    pub fn nes(mut self, nes: impl Into<Option<ClientNesCapabilities>>) -> Self {
+        self.nes = Some(nes.into());
         self
     }
     /// Sets [`Self::position_encodings`].
@@ -11000,17 +11053,20 @@ impl ClientSessionCapabilities {
     /// Sets [`Self::compaction`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[cfg(feature = "unstable_context_compaction")]
     #[must_use]
-    pub fn compaction(mut self, compaction: Option<CompactionCapabilities>) -> Self {
-        self.compaction = Some(compaction);
+    pub fn compaction(
+        mut self,
+        compaction: impl Into<Option<CompactionCapabilities>>,
+    ) -> Self {
+        self.compaction = Some(compaction.into());
         self
     }
     /// Sets [`Self::config_options`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn config_options(
         mut self,
-        config_options: Option<SessionConfigOptionsCapabilities>,
+        config_options: impl Into<Option<SessionConfigOptionsCapabilities>>,
     ) -> Self {
-        self.config_options = Some(config_options);
+        self.config_options = Some(config_options.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -11078,8 +11134,11 @@ impl SessionConfigOptionsCapabilities {
     }
     /// Sets [`Self::boolean`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn boolean(mut self, boolean: Option<BooleanConfigOptionCapabilities>) -> Self {
-        self.boolean = Some(boolean);
+    pub fn boolean(
+        mut self,
+        boolean: impl Into<Option<BooleanConfigOptionCapabilities>>,
+    ) -> Self {
+        self.boolean = Some(boolean.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -11249,14 +11308,14 @@ impl ElicitationCapabilities {
     }
     /// Sets [`Self::form`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn form(mut self, form: Option<ElicitationFormCapabilities>) -> Self {
-        self.form = Some(form);
+    pub fn form(mut self, form: impl Into<Option<ElicitationFormCapabilities>>) -> Self {
+        self.form = Some(form.into());
         self
     }
     /// Sets [`Self::url`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn url(mut self, url: Option<ElicitationUrlCapabilities>) -> Self {
-        self.url = Some(url);
+    pub fn url(mut self, url: impl Into<Option<ElicitationUrlCapabilities>>) -> Self {
+        self.url = Some(url.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -11377,23 +11436,23 @@ impl ClientNesCapabilities {
     }
     /// Sets [`Self::jump`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn jump(mut self, jump: Option<NesJumpCapabilities>) -> Self {
-        self.jump = Some(jump);
+    pub fn jump(mut self, jump: impl Into<Option<NesJumpCapabilities>>) -> Self {
+        self.jump = Some(jump.into());
         self
     }
     /// Sets [`Self::rename`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn rename(mut self, rename: Option<NesRenameCapabilities>) -> Self {
-        self.rename = Some(rename);
+    pub fn rename(mut self, rename: impl Into<Option<NesRenameCapabilities>>) -> Self {
+        self.rename = Some(rename.into());
         self
     }
     /// Sets [`Self::search_and_replace`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn search_and_replace(
         mut self,
-        search_and_replace: Option<NesSearchAndReplaceCapabilities>,
+        search_and_replace: impl Into<Option<NesSearchAndReplaceCapabilities>>,
     ) -> Self {
-        self.search_and_replace = Some(search_and_replace);
+        self.search_and_replace = Some(search_and_replace.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -12287,14 +12346,14 @@ impl ListSessionsRequest {
     }
     /// Sets [`Self::cwd`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn cwd(mut self, cwd: Option<String>) -> Self {
-        self.cwd = Some(cwd);
+    pub fn cwd(mut self, cwd: impl Into<Option<String>>) -> Self {
+        self.cwd = Some(cwd.into());
         self
     }
     /// Sets [`Self::cursor`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn cursor(mut self, cursor: Option<String>) -> Self {
-        self.cursor = Some(cursor);
+    pub fn cursor(mut self, cursor: impl Into<Option<String>>) -> Self {
+        self.cursor = Some(cursor.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -12728,23 +12787,23 @@ impl StartNesRequest {
     }
     /// Sets [`Self::workspace_uri`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn workspace_uri(mut self, workspace_uri: Option<String>) -> Self {
-        self.workspace_uri = Some(workspace_uri);
+    pub fn workspace_uri(mut self, workspace_uri: impl Into<Option<String>>) -> Self {
+        self.workspace_uri = Some(workspace_uri.into());
         self
     }
     /// Sets [`Self::workspace_folders`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn workspace_folders(
         mut self,
-        workspace_folders: Option<Vec<WorkspaceFolder>>,
+        workspace_folders: impl Into<Option<Vec<WorkspaceFolder>>>,
     ) -> Self {
-        self.workspace_folders = Some(workspace_folders);
+        self.workspace_folders = Some(workspace_folders.into());
         self
     }
     /// Sets [`Self::repository`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn repository(mut self, repository: Option<NesRepository>) -> Self {
-        self.repository = Some(repository);
+    pub fn repository(mut self, repository: impl Into<Option<NesRepository>>) -> Self {
+        self.repository = Some(repository.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -12913,14 +12972,14 @@ impl SuggestNesRequest {
     }
     /// Sets [`Self::selection`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn selection(mut self, selection: Option<Range>) -> Self {
-        self.selection = Some(selection);
+    pub fn selection(mut self, selection: impl Into<Option<Range>>) -> Self {
+        self.selection = Some(selection.into());
         self
     }
     /// Sets [`Self::context`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn context(mut self, context: Option<NesSuggestContext>) -> Self {
-        self.context = Some(context);
+    pub fn context(mut self, context: impl Into<Option<NesSuggestContext>>) -> Self {
+        self.context = Some(context.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -13070,44 +13129,56 @@ impl NesSuggestContext {
     }
     /// Sets [`Self::recent_files`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn recent_files(mut self, recent_files: Option<Vec<NesRecentFile>>) -> Self {
-        self.recent_files = Some(recent_files);
+    pub fn recent_files(
+        mut self,
+        recent_files: impl Into<Option<Vec<NesRecentFile>>>,
+    ) -> Self {
+        self.recent_files = Some(recent_files.into());
         self
     }
     /// Sets [`Self::related_snippets`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn related_snippets(
         mut self,
-        related_snippets: Option<Vec<NesRelatedSnippet>>,
+        related_snippets: impl Into<Option<Vec<NesRelatedSnippet>>>,
     ) -> Self {
-        self.related_snippets = Some(related_snippets);
+        self.related_snippets = Some(related_snippets.into());
         self
     }
     /// Sets [`Self::edit_history`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn edit_history(
         mut self,
-        edit_history: Option<Vec<NesEditHistoryEntry>>,
+        edit_history: impl Into<Option<Vec<NesEditHistoryEntry>>>,
     ) -> Self {
-        self.edit_history = Some(edit_history);
+        self.edit_history = Some(edit_history.into());
         self
     }
     /// Sets [`Self::user_actions`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn user_actions(mut self, user_actions: Option<Vec<NesUserAction>>) -> Self {
-        self.user_actions = Some(user_actions);
+    pub fn user_actions(
+        mut self,
+        user_actions: impl Into<Option<Vec<NesUserAction>>>,
+    ) -> Self {
+        self.user_actions = Some(user_actions.into());
         self
     }
     /// Sets [`Self::open_files`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn open_files(mut self, open_files: Option<Vec<NesOpenFile>>) -> Self {
-        self.open_files = Some(open_files);
+    pub fn open_files(
+        mut self,
+        open_files: impl Into<Option<Vec<NesOpenFile>>>,
+    ) -> Self {
+        self.open_files = Some(open_files.into());
         self
     }
     /// Sets [`Self::diagnostics`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn diagnostics(mut self, diagnostics: Option<Vec<NesDiagnostic>>) -> Self {
-        self.diagnostics = Some(diagnostics);
+    pub fn diagnostics(
+        mut self,
+        diagnostics: impl Into<Option<Vec<NesDiagnostic>>>,
+    ) -> Self {
+        self.diagnostics = Some(diagnostics.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -13412,14 +13483,14 @@ impl NesOpenFile {
     }
     /// Sets [`Self::visible_range`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn visible_range(mut self, visible_range: Option<Range>) -> Self {
-        self.visible_range = Some(visible_range);
+    pub fn visible_range(mut self, visible_range: impl Into<Option<Range>>) -> Self {
+        self.visible_range = Some(visible_range.into());
         self
     }
     /// Sets [`Self::last_focused_ms`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn last_focused_ms(mut self, last_focused_ms: Option<u64>) -> Self {
-        self.last_focused_ms = Some(last_focused_ms);
+    pub fn last_focused_ms(mut self, last_focused_ms: impl Into<Option<u64>>) -> Self {
+        self.last_focused_ms = Some(last_focused_ms.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -13919,8 +13990,11 @@ impl TerminalOutputResponse {
     }
     /// Sets [`Self::exit_status`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn exit_status(mut self, exit_status: Option<TerminalExitStatus>) -> Self {
-        self.exit_status = Some(exit_status);
+    pub fn exit_status(
+        mut self,
+        exit_status: impl Into<Option<TerminalExitStatus>>,
+    ) -> Self {
+        self.exit_status = Some(exit_status.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -13966,14 +14040,14 @@ impl TerminalExitStatus {
     }
     /// Sets [`Self::exit_code`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn exit_code(mut self, exit_code: Option<u32>) -> Self {
-        self.exit_code = Some(exit_code);
+    pub fn exit_code(mut self, exit_code: impl Into<Option<u32>>) -> Self {
+        self.exit_code = Some(exit_code.into());
         self
     }
     /// Sets [`Self::signal`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn signal(mut self, signal: Option<String>) -> Self {
-        self.signal = Some(signal);
+    pub fn signal(mut self, signal: impl Into<Option<String>>) -> Self {
+        self.signal = Some(signal.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -14048,14 +14122,14 @@ impl WaitForTerminalExitResponse {
     }
     /// Sets [`Self::exit_code`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn exit_code(mut self, exit_code: Option<u32>) -> Self {
-        self.exit_code = Some(exit_code);
+    pub fn exit_code(mut self, exit_code: impl Into<Option<u32>>) -> Self {
+        self.exit_code = Some(exit_code.into());
         self
     }
     /// Sets [`Self::signal`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn signal(mut self, signal: Option<String>) -> Self {
-        self.signal = Some(signal);
+    pub fn signal(mut self, signal: impl Into<Option<String>>) -> Self {
+        self.signal = Some(signal.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -14177,9 +14251,9 @@ impl ElicitationAcceptAction {
     #[must_use]
     pub fn content(
         mut self,
-        content: Option<serde_support::OrderedMap<ElicitationContentValue>>,
+        content: impl Into<Option<serde_support::OrderedMap<ElicitationContentValue>>>,
     ) -> Self {
-        self.content = Some(content);
+        self.content = Some(content.into());
         self
     }
 }
@@ -14463,8 +14537,8 @@ impl TextDocumentContentChangeEvent {
     }
     /// Sets [`Self::range`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn range(mut self, range: Option<Range>) -> Self {
-        self.range = Some(range);
+    pub fn range(mut self, range: impl Into<Option<Range>>) -> Self {
+        self.range = Some(range.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -14718,8 +14792,8 @@ impl RejectNesNotification {
     }
     /// Sets [`Self::reason`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn reason(mut self, reason: Option<NesRejectReason>) -> Self {
-        self.reason = Some(reason);
+    pub fn reason(mut self, reason: impl Into<Option<NesRejectReason>>) -> Self {
+        self.reason = Some(reason.into());
         self
     }
     /// Sets [`Self::meta`].

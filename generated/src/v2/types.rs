@@ -96,14 +96,17 @@ impl RequestPermissionRequest {
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::subject`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn subject(mut self, subject: Option<RequestPermissionSubject>) -> Self {
-        self.subject = Some(subject);
+    pub fn subject(
+        mut self,
+        subject: impl Into<Option<RequestPermissionSubject>>,
+    ) -> Self {
+        self.subject = Some(subject.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -331,32 +334,35 @@ impl ToolCallUpdate {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::kind`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn kind(mut self, kind: Option<ToolKind>) -> Self {
-        self.kind = Some(kind);
+    pub fn kind(mut self, kind: impl Into<Option<ToolKind>>) -> Self {
+        self.kind = Some(kind.into());
         self
     }
     /// Sets [`Self::status`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn status(mut self, status: Option<ToolCallStatus>) -> Self {
-        self.status = Some(status);
+    pub fn status(mut self, status: impl Into<Option<ToolCallStatus>>) -> Self {
+        self.status = Some(status.into());
         self
     }
     /// Sets [`Self::content`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn content(mut self, content: Option<Vec<ToolCallContent>>) -> Self {
-        self.content = Some(content);
+    pub fn content(mut self, content: impl Into<Option<Vec<ToolCallContent>>>) -> Self {
+        self.content = Some(content.into());
         self
     }
     /// Sets [`Self::locations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn locations(mut self, locations: Option<Vec<ToolCallLocation>>) -> Self {
-        self.locations = Some(locations);
+    pub fn locations(
+        mut self,
+        locations: impl Into<Option<Vec<ToolCallLocation>>>,
+    ) -> Self {
+        self.locations = Some(locations.into());
         self
     }
     /// Sets [`Self::raw_input`]; a `null` value writes an explicit `null`.
@@ -974,20 +980,20 @@ impl Annotations {
     }
     /// Sets [`Self::audience`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn audience(mut self, audience: Option<Vec<Role>>) -> Self {
-        self.audience = Some(audience);
+    pub fn audience(mut self, audience: impl Into<Option<Vec<Role>>>) -> Self {
+        self.audience = Some(audience.into());
         self
     }
     /// Sets [`Self::last_modified`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn last_modified(mut self, last_modified: Option<String>) -> Self {
-        self.last_modified = Some(last_modified);
+    pub fn last_modified(mut self, last_modified: impl Into<Option<String>>) -> Self {
+        self.last_modified = Some(last_modified.into());
         self
     }
     /// Sets [`Self::priority`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn priority(mut self, priority: Option<f64>) -> Self {
-        self.priority = Some(priority);
+    pub fn priority(mut self, priority: impl Into<Option<f64>>) -> Self {
+        self.priority = Some(priority.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1097,8 +1103,8 @@ impl TextContent {
     }
     /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
-        self.annotations = Some(annotations);
+    pub fn annotations(mut self, annotations: impl Into<Option<Annotations>>) -> Self {
+        self.annotations = Some(annotations.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1190,14 +1196,14 @@ impl ImageContent {
     }
     /// Sets [`Self::uri`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn uri(mut self, uri: Option<String>) -> Self {
-        self.uri = Some(uri);
+    pub fn uri(mut self, uri: impl Into<Option<String>>) -> Self {
+        self.uri = Some(uri.into());
         self
     }
     /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
-        self.annotations = Some(annotations);
+    pub fn annotations(mut self, annotations: impl Into<Option<Annotations>>) -> Self {
+        self.annotations = Some(annotations.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1247,8 +1253,8 @@ impl AudioContent {
     }
     /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
-        self.annotations = Some(annotations);
+    pub fn annotations(mut self, annotations: impl Into<Option<Annotations>>) -> Self {
+        self.annotations = Some(annotations.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1297,20 +1303,20 @@ impl Icon {
     }
     /// Sets [`Self::mime_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn mime_type(mut self, mime_type: Option<MediaType>) -> Self {
-        self.mime_type = Some(mime_type);
+    pub fn mime_type(mut self, mime_type: impl Into<Option<MediaType>>) -> Self {
+        self.mime_type = Some(mime_type.into());
         self
     }
     /// Sets [`Self::sizes`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn sizes(mut self, sizes: Option<Vec<String>>) -> Self {
-        self.sizes = Some(sizes);
+    pub fn sizes(mut self, sizes: impl Into<Option<Vec<String>>>) -> Self {
+        self.sizes = Some(sizes.into());
         self
     }
     /// Sets [`Self::theme`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn theme(mut self, theme: Option<IconTheme>) -> Self {
-        self.theme = Some(theme);
+    pub fn theme(mut self, theme: impl Into<Option<IconTheme>>) -> Self {
+        self.theme = Some(theme.into());
         self
     }
 }
@@ -1437,38 +1443,38 @@ impl ResourceLink {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::icons`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn icons(mut self, icons: Option<Vec<Icon>>) -> Self {
-        self.icons = Some(icons);
+    pub fn icons(mut self, icons: impl Into<Option<Vec<Icon>>>) -> Self {
+        self.icons = Some(icons.into());
         self
     }
     /// Sets [`Self::mime_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn mime_type(mut self, mime_type: Option<MediaType>) -> Self {
-        self.mime_type = Some(mime_type);
+    pub fn mime_type(mut self, mime_type: impl Into<Option<MediaType>>) -> Self {
+        self.mime_type = Some(mime_type.into());
         self
     }
     /// Sets [`Self::size`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn size(mut self, size: Option<i64>) -> Self {
-        self.size = Some(size);
+    pub fn size(mut self, size: impl Into<Option<i64>>) -> Self {
+        self.size = Some(size.into());
         self
     }
     /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
-        self.annotations = Some(annotations);
+    pub fn annotations(mut self, annotations: impl Into<Option<Annotations>>) -> Self {
+        self.annotations = Some(annotations.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1544,8 +1550,8 @@ impl TextResourceContents {
     }
     /// Sets [`Self::mime_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn mime_type(mut self, mime_type: Option<MediaType>) -> Self {
-        self.mime_type = Some(mime_type);
+    pub fn mime_type(mut self, mime_type: impl Into<Option<MediaType>>) -> Self {
+        self.mime_type = Some(mime_type.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1593,8 +1599,8 @@ impl BlobResourceContents {
     }
     /// Sets [`Self::mime_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn mime_type(mut self, mime_type: Option<MediaType>) -> Self {
-        self.mime_type = Some(mime_type);
+    pub fn mime_type(mut self, mime_type: impl Into<Option<MediaType>>) -> Self {
+        self.mime_type = Some(mime_type.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1639,8 +1645,8 @@ impl EmbeddedResource {
     }
     /// Sets [`Self::annotations`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn annotations(mut self, annotations: Option<Annotations>) -> Self {
-        self.annotations = Some(annotations);
+    pub fn annotations(mut self, annotations: impl Into<Option<Annotations>>) -> Self {
+        self.annotations = Some(annotations.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -1746,14 +1752,14 @@ impl DiffChange {
     }
     /// Sets [`Self::file_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn file_type(mut self, file_type: Option<DiffFileType>) -> Self {
-        self.file_type = Some(file_type);
+    pub fn file_type(mut self, file_type: impl Into<Option<DiffFileType>>) -> Self {
+        self.file_type = Some(file_type.into());
         self
     }
     /// Sets [`Self::mime_type`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn mime_type(mut self, mime_type: Option<MediaType>) -> Self {
-        self.mime_type = Some(mime_type);
+    pub fn mime_type(mut self, mime_type: impl Into<Option<MediaType>>) -> Self {
+        self.mime_type = Some(mime_type.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -2051,8 +2057,8 @@ impl Diff {
     }
     /// Sets [`Self::patch`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn patch(mut self, patch: Option<DiffPatch>) -> Self {
-        self.patch = Some(patch);
+    pub fn patch(mut self, patch: impl Into<Option<DiffPatch>>) -> Self {
+        self.patch = Some(patch.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -2180,8 +2186,8 @@ impl ToolCallLocation {
     }
     /// Sets [`Self::line`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn line(mut self, line: Option<u32>) -> Self {
-        self.line = Some(line);
+    pub fn line(mut self, line: impl Into<Option<u32>>) -> Self {
+        self.line = Some(line.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -2252,14 +2258,14 @@ impl CommandPermissionSubject {
     }
     /// Sets [`Self::tool_call_id`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn tool_call_id(mut self, tool_call_id: Option<ToolCallId>) -> Self {
-        self.tool_call_id = Some(tool_call_id);
+    pub fn tool_call_id(mut self, tool_call_id: impl Into<Option<ToolCallId>>) -> Self {
+        self.tool_call_id = Some(tool_call_id.into());
         self
     }
     /// Sets [`Self::terminal_id`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn terminal_id(mut self, terminal_id: Option<TerminalId>) -> Self {
-        self.terminal_id = Some(terminal_id);
+    pub fn terminal_id(mut self, terminal_id: impl Into<Option<TerminalId>>) -> Self {
+        self.terminal_id = Some(terminal_id.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -2518,8 +2524,8 @@ impl ElicitationSessionScope {
     }
     /// Sets [`Self::tool_call_id`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn tool_call_id(mut self, tool_call_id: Option<ToolCallId>) -> Self {
-        self.tool_call_id = Some(tool_call_id);
+    pub fn tool_call_id(mut self, tool_call_id: impl Into<Option<ToolCallId>>) -> Self {
+        self.tool_call_id = Some(tool_call_id.into());
         self
     }
 }
@@ -2607,8 +2613,8 @@ impl ElicitationSchema {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::properties`].
@@ -2622,14 +2628,14 @@ impl ElicitationSchema {
     }
     /// Sets [`Self::required`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn required(mut self, required: Option<Vec<String>>) -> Self {
-        self.required = Some(required);
+    pub fn required(mut self, required: impl Into<Option<Vec<String>>>) -> Self {
+        self.required = Some(required.into());
         self
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -2992,8 +2998,8 @@ impl EnumOption {
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -3092,56 +3098,56 @@ impl StringPropertySchema {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::min_length`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn min_length(mut self, min_length: Option<u32>) -> Self {
-        self.min_length = Some(min_length);
+    pub fn min_length(mut self, min_length: impl Into<Option<u32>>) -> Self {
+        self.min_length = Some(min_length.into());
         self
     }
     /// Sets [`Self::max_length`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn max_length(mut self, max_length: Option<u32>) -> Self {
-        self.max_length = Some(max_length);
+    pub fn max_length(mut self, max_length: impl Into<Option<u32>>) -> Self {
+        self.max_length = Some(max_length.into());
         self
     }
     /// Sets [`Self::pattern`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn pattern(mut self, pattern: Option<String>) -> Self {
-        self.pattern = Some(pattern);
+    pub fn pattern(mut self, pattern: impl Into<Option<String>>) -> Self {
+        self.pattern = Some(pattern.into());
         self
     }
     /// Sets [`Self::format`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn format(mut self, format: Option<StringFormat>) -> Self {
-        self.format = Some(format);
+    pub fn format(mut self, format: impl Into<Option<StringFormat>>) -> Self {
+        self.format = Some(format.into());
         self
     }
     /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn default_value(mut self, default: Option<String>) -> Self {
-        self.default = Some(default);
+    pub fn default_value(mut self, default: impl Into<Option<String>>) -> Self {
+        self.default = Some(default.into());
         self
     }
     /// Sets [`Self::enum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn r#enum(mut self, r#enum: Option<Vec<String>>) -> Self {
-        self.r#enum = Some(r#enum);
+    pub fn r#enum(mut self, r#enum: impl Into<Option<Vec<String>>>) -> Self {
+        self.r#enum = Some(r#enum.into());
         self
     }
     /// Sets [`Self::one_of`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn one_of(mut self, one_of: Option<Vec<EnumOption>>) -> Self {
-        self.one_of = Some(one_of);
+    pub fn one_of(mut self, one_of: impl Into<Option<Vec<EnumOption>>>) -> Self {
+        self.one_of = Some(one_of.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -3226,32 +3232,32 @@ impl NumberPropertySchema {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::minimum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn minimum(mut self, minimum: Option<f64>) -> Self {
-        self.minimum = Some(minimum);
+    pub fn minimum(mut self, minimum: impl Into<Option<f64>>) -> Self {
+        self.minimum = Some(minimum.into());
         self
     }
     /// Sets [`Self::maximum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn maximum(mut self, maximum: Option<f64>) -> Self {
-        self.maximum = Some(maximum);
+    pub fn maximum(mut self, maximum: impl Into<Option<f64>>) -> Self {
+        self.maximum = Some(maximum.into());
         self
     }
     /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn default_value(mut self, default: Option<f64>) -> Self {
-        self.default = Some(default);
+    pub fn default_value(mut self, default: impl Into<Option<f64>>) -> Self {
+        self.default = Some(default.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -3323,32 +3329,32 @@ impl IntegerPropertySchema {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::minimum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn minimum(mut self, minimum: Option<i64>) -> Self {
-        self.minimum = Some(minimum);
+    pub fn minimum(mut self, minimum: impl Into<Option<i64>>) -> Self {
+        self.minimum = Some(minimum.into());
         self
     }
     /// Sets [`Self::maximum`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn maximum(mut self, maximum: Option<i64>) -> Self {
-        self.maximum = Some(maximum);
+    pub fn maximum(mut self, maximum: impl Into<Option<i64>>) -> Self {
+        self.maximum = Some(maximum.into());
         self
     }
     /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn default_value(mut self, default: Option<i64>) -> Self {
-        self.default = Some(default);
+    pub fn default_value(mut self, default: impl Into<Option<i64>>) -> Self {
+        self.default = Some(default.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -3408,20 +3414,20 @@ impl BooleanPropertySchema {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn default_value(mut self, default: Option<bool>) -> Self {
-        self.default = Some(default);
+    pub fn default_value(mut self, default: impl Into<Option<bool>>) -> Self {
+        self.default = Some(default.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -3660,32 +3666,32 @@ impl MultiSelectPropertySchema {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::min_items`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn min_items(mut self, min_items: Option<u64>) -> Self {
-        self.min_items = Some(min_items);
+    pub fn min_items(mut self, min_items: impl Into<Option<u64>>) -> Self {
+        self.min_items = Some(min_items.into());
         self
     }
     /// Sets [`Self::max_items`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn max_items(mut self, max_items: Option<u64>) -> Self {
-        self.max_items = Some(max_items);
+    pub fn max_items(mut self, max_items: impl Into<Option<u64>>) -> Self {
+        self.max_items = Some(max_items.into());
         self
     }
     /// Sets [`Self::default`](field@Self::default); `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn default_value(mut self, default: Option<Vec<String>>) -> Self {
-        self.default = Some(default);
+    pub fn default_value(mut self, default: impl Into<Option<Vec<String>>>) -> Self {
+        self.default = Some(default.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -3964,8 +3970,8 @@ impl Implementation {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -4026,14 +4032,14 @@ impl AgentCapabilities {
     }
     /// Sets [`Self::session`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn session(mut self, session: Option<SessionCapabilities>) -> Self {
-        self.session = Some(session);
+    pub fn session(mut self, session: impl Into<Option<SessionCapabilities>>) -> Self {
+        self.session = Some(session.into());
         self
     }
     /// Sets [`Self::auth`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn auth(mut self, auth: Option<AgentAuthCapabilities>) -> Self {
-        self.auth = Some(auth);
+    pub fn auth(mut self, auth: impl Into<Option<AgentAuthCapabilities>>) -> Self {
+        self.auth = Some(auth.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -4113,29 +4119,34 @@ impl SessionCapabilities {
     }
     /// Sets [`Self::prompt`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn prompt(mut self, prompt: Option<PromptCapabilities>) -> Self {
-        self.prompt = Some(prompt);
+    pub fn prompt(mut self, prompt: impl Into<Option<PromptCapabilities>>) -> Self {
+        self.prompt = Some(prompt.into());
         self
     }
     /// Sets [`Self::mcp`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn mcp(mut self, mcp: Option<McpCapabilities>) -> Self {
-        self.mcp = Some(mcp);
+    pub fn mcp(mut self, mcp: impl Into<Option<McpCapabilities>>) -> Self {
+        self.mcp = Some(mcp.into());
         self
     }
     /// Sets [`Self::delete`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn delete(mut self, delete: Option<SessionDeleteCapabilities>) -> Self {
-        self.delete = Some(delete);
+    pub fn delete(
+        mut self,
+        delete: impl Into<Option<SessionDeleteCapabilities>>,
+    ) -> Self {
+        self.delete = Some(delete.into());
         self
     }
     /// Sets [`Self::additional_directories`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn additional_directories(
         mut self,
-        additional_directories: Option<SessionAdditionalDirectoriesCapabilities>,
+        additional_directories: impl Into<
+            Option<SessionAdditionalDirectoriesCapabilities>,
+        >,
     ) -> Self {
-        self.additional_directories = Some(additional_directories);
+        self.additional_directories = Some(additional_directories.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -4209,23 +4220,23 @@ impl PromptCapabilities {
     }
     /// Sets [`Self::image`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn image(mut self, image: Option<PromptImageCapabilities>) -> Self {
-        self.image = Some(image);
+    pub fn image(mut self, image: impl Into<Option<PromptImageCapabilities>>) -> Self {
+        self.image = Some(image.into());
         self
     }
     /// Sets [`Self::audio`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn audio(mut self, audio: Option<PromptAudioCapabilities>) -> Self {
-        self.audio = Some(audio);
+    pub fn audio(mut self, audio: impl Into<Option<PromptAudioCapabilities>>) -> Self {
+        self.audio = Some(audio.into());
         self
     }
     /// Sets [`Self::embedded_context`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
     pub fn embedded_context(
         mut self,
-        embedded_context: Option<PromptEmbeddedContextCapabilities>,
+        embedded_context: impl Into<Option<PromptEmbeddedContextCapabilities>>,
     ) -> Self {
-        self.embedded_context = Some(embedded_context);
+        self.embedded_context = Some(embedded_context.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -4373,14 +4384,14 @@ impl McpCapabilities {
     }
     /// Sets [`Self::stdio`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn stdio(mut self, stdio: Option<McpStdioCapabilities>) -> Self {
-        self.stdio = Some(stdio);
+    pub fn stdio(mut self, stdio: impl Into<Option<McpStdioCapabilities>>) -> Self {
+        self.stdio = Some(stdio.into());
         self
     }
     /// Sets [`Self::http`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn http(mut self, http: Option<McpHttpCapabilities>) -> Self {
-        self.http = Some(http);
+    pub fn http(mut self, http: impl Into<Option<McpHttpCapabilities>>) -> Self {
+        self.http = Some(http.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -4781,8 +4792,8 @@ impl AuthMethodTerminal {
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::args`].
@@ -4847,8 +4858,8 @@ impl AuthMethodAgent {
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -5029,14 +5040,17 @@ impl SessionConfigOption {
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::category`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn category(mut self, category: Option<SessionConfigOptionCategory>) -> Self {
-        self.category = Some(category);
+    pub fn category(
+        mut self,
+        category: impl Into<Option<SessionConfigOptionCategory>>,
+    ) -> Self {
+        self.category = Some(category.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -5252,8 +5266,8 @@ impl SessionConfigSelectOption {
     }
     /// Sets [`Self::description`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn description(mut self, description: Option<String>) -> Self {
-        self.description = Some(description);
+    pub fn description(mut self, description: impl Into<Option<String>>) -> Self {
+        self.description = Some(description.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -5433,8 +5447,11 @@ impl ListSessionsResponse {
     }
     /// Sets [`Self::next_cursor`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn next_cursor(mut self, next_cursor: Option<SessionListCursor>) -> Self {
-        self.next_cursor = Some(next_cursor);
+    pub fn next_cursor(
+        mut self,
+        next_cursor: impl Into<Option<SessionListCursor>>,
+    ) -> Self {
+        self.next_cursor = Some(next_cursor.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -5503,14 +5520,14 @@ impl SessionInfo {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::updated_at`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn updated_at(mut self, updated_at: Option<String>) -> Self {
-        self.updated_at = Some(updated_at);
+    pub fn updated_at(mut self, updated_at: impl Into<Option<String>>) -> Self {
+        self.updated_at = Some(updated_at.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -6565,8 +6582,8 @@ impl UserMessage {
     }
     /// Sets [`Self::content`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn content(mut self, content: Option<Vec<ContentBlock>>) -> Self {
-        self.content = Some(content);
+    pub fn content(mut self, content: impl Into<Option<Vec<ContentBlock>>>) -> Self {
+        self.content = Some(content.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -6623,8 +6640,8 @@ impl AgentMessage {
     }
     /// Sets [`Self::content`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn content(mut self, content: Option<Vec<ContentBlock>>) -> Self {
-        self.content = Some(content);
+    pub fn content(mut self, content: impl Into<Option<Vec<ContentBlock>>>) -> Self {
+        self.content = Some(content.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -6681,8 +6698,8 @@ impl AgentThought {
     }
     /// Sets [`Self::content`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn content(mut self, content: Option<Vec<ContentBlock>>) -> Self {
-        self.content = Some(content);
+    pub fn content(mut self, content: impl Into<Option<Vec<ContentBlock>>>) -> Self {
+        self.content = Some(content.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -6843,8 +6860,8 @@ impl IdleStateUpdate {
     }
     /// Sets [`Self::stop_reason`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn stop_reason(mut self, stop_reason: Option<StopReason>) -> Self {
-        self.stop_reason = Some(stop_reason);
+    pub fn stop_reason(mut self, stop_reason: impl Into<Option<StopReason>>) -> Self {
+        self.stop_reason = Some(stop_reason.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -7131,14 +7148,14 @@ impl TerminalExitStatus {
     }
     /// Sets [`Self::exit_code`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn exit_code(mut self, exit_code: Option<u32>) -> Self {
-        self.exit_code = Some(exit_code);
+    pub fn exit_code(mut self, exit_code: impl Into<Option<u32>>) -> Self {
+        self.exit_code = Some(exit_code.into());
         self
     }
     /// Sets [`Self::signal`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn signal(mut self, signal: Option<String>) -> Self {
-        self.signal = Some(signal);
+    pub fn signal(mut self, signal: impl Into<Option<String>>) -> Self {
+        self.signal = Some(signal.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -7200,26 +7217,29 @@ impl TerminalUpdate {
     }
     /// Sets [`Self::command`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn command(mut self, command: Option<String>) -> Self {
-        self.command = Some(command);
+    pub fn command(mut self, command: impl Into<Option<String>>) -> Self {
+        self.command = Some(command.into());
         self
     }
     /// Sets [`Self::cwd`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn cwd(mut self, cwd: Option<AbsolutePath>) -> Self {
-        self.cwd = Some(cwd);
+    pub fn cwd(mut self, cwd: impl Into<Option<AbsolutePath>>) -> Self {
+        self.cwd = Some(cwd.into());
         self
     }
     /// Sets [`Self::output`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn output(mut self, output: Option<TerminalOutput>) -> Self {
-        self.output = Some(output);
+    pub fn output(mut self, output: impl Into<Option<TerminalOutput>>) -> Self {
+        self.output = Some(output.into());
         self
     }
     /// Sets [`Self::exit_status`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn exit_status(mut self, exit_status: Option<TerminalExitStatus>) -> Self {
-        self.exit_status = Some(exit_status);
+    pub fn exit_status(
+        mut self,
+        exit_status: impl Into<Option<TerminalExitStatus>>,
+    ) -> Self {
+        self.exit_status = Some(exit_status.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -7699,8 +7719,8 @@ impl AvailableCommand {
     }
     /// Sets [`Self::input`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn input(mut self, input: Option<AvailableCommandInput>) -> Self {
-        self.input = Some(input);
+    pub fn input(mut self, input: impl Into<Option<AvailableCommandInput>>) -> Self {
+        self.input = Some(input.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -7929,14 +7949,14 @@ impl SessionInfoUpdate {
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn title(mut self, title: Option<String>) -> Self {
-        self.title = Some(title);
+    pub fn title(mut self, title: impl Into<Option<String>>) -> Self {
+        self.title = Some(title.into());
         self
     }
     /// Sets [`Self::updated_at`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn updated_at(mut self, updated_at: Option<String>) -> Self {
-        self.updated_at = Some(updated_at);
+    pub fn updated_at(mut self, updated_at: impl Into<Option<String>>) -> Self {
+        self.updated_at = Some(updated_at.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -8022,8 +8042,8 @@ impl UsageUpdate {
     }
     /// Sets [`Self::cost`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn cost(mut self, cost: Option<Cost>) -> Self {
-        self.cost = Some(cost);
+    pub fn cost(mut self, cost: impl Into<Option<Cost>>) -> Self {
+        self.cost = Some(cost.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -8191,14 +8211,17 @@ impl ClientCapabilities {
     }
     /// Sets [`Self::auth`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn auth(mut self, auth: Option<AuthCapabilities>) -> Self {
-        self.auth = Some(auth);
+    pub fn auth(mut self, auth: impl Into<Option<AuthCapabilities>>) -> Self {
+        self.auth = Some(auth.into());
         self
     }
     /// Sets [`Self::elicitation`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn elicitation(mut self, elicitation: Option<ElicitationCapabilities>) -> Self {
-        self.elicitation = Some(elicitation);
+    pub fn elicitation(
+        mut self,
+        elicitation: impl Into<Option<ElicitationCapabilities>>,
+    ) -> Self {
+        self.elicitation = Some(elicitation.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -8248,8 +8271,11 @@ impl AuthCapabilities {
     }
     /// Sets [`Self::terminal`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn terminal(mut self, terminal: Option<TerminalAuthCapabilities>) -> Self {
-        self.terminal = Some(terminal);
+    pub fn terminal(
+        mut self,
+        terminal: impl Into<Option<TerminalAuthCapabilities>>,
+    ) -> Self {
+        self.terminal = Some(terminal.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -8335,14 +8361,14 @@ impl ElicitationCapabilities {
     }
     /// Sets [`Self::form`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn form(mut self, form: Option<ElicitationFormCapabilities>) -> Self {
-        self.form = Some(form);
+    pub fn form(mut self, form: impl Into<Option<ElicitationFormCapabilities>>) -> Self {
+        self.form = Some(form.into());
         self
     }
     /// Sets [`Self::url`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn url(mut self, url: Option<ElicitationUrlCapabilities>) -> Self {
-        self.url = Some(url);
+    pub fn url(mut self, url: impl Into<Option<ElicitationUrlCapabilities>>) -> Self {
+        self.url = Some(url.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -8839,14 +8865,14 @@ impl ListSessionsRequest {
     }
     /// Sets [`Self::cwd`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn cwd(mut self, cwd: Option<AbsolutePath>) -> Self {
-        self.cwd = Some(cwd);
+    pub fn cwd(mut self, cwd: impl Into<Option<AbsolutePath>>) -> Self {
+        self.cwd = Some(cwd.into());
         self
     }
     /// Sets [`Self::cursor`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn cursor(mut self, cursor: Option<SessionListCursor>) -> Self {
-        self.cursor = Some(cursor);
+    pub fn cursor(mut self, cursor: impl Into<Option<SessionListCursor>>) -> Self {
+        self.cursor = Some(cursor.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -8968,8 +8994,8 @@ impl ResumeSessionRequest {
     }
     /// Sets [`Self::replay_from`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn replay_from(mut self, replay_from: Option<ReplayFrom>) -> Self {
-        self.replay_from = Some(replay_from);
+    pub fn replay_from(mut self, replay_from: impl Into<Option<ReplayFrom>>) -> Self {
+        self.replay_from = Some(replay_from.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -9478,9 +9504,9 @@ impl ElicitationAcceptAction {
     #[must_use]
     pub fn content(
         mut self,
-        content: Option<serde_support::OrderedMap<ElicitationContentValue>>,
+        content: impl Into<Option<serde_support::OrderedMap<ElicitationContentValue>>>,
     ) -> Self {
-        self.content = Some(content);
+        self.content = Some(content.into());
         self
     }
 }

@@ -99,7 +99,7 @@ impl DemoAgent {
         Ok(InitializeResponse::new(ProtocolVersion::V1)
             .agent_capabilities(AgentCapabilities::new().prompt_capabilities(PromptCapabilities::new()))
             .auth_methods(Vec::new())
-            .agent_info(Some(Implementation::new("acp-demo-agent", env!("CARGO_PKG_VERSION")))))
+            .agent_info(Implementation::new("acp-demo-agent", env!("CARGO_PKG_VERSION"))))
     }
 
     async fn authenticate(&self, _params: AuthenticateRequest) -> Result<AuthenticateResponse, Error> {
@@ -220,8 +220,8 @@ impl DemoAgent {
         if !allowed {
             turn.update_tool(
                 ToolCallUpdate::new(call.as_str())
-                    .status(Some(ToolCallStatus::Failed))
-                    .content(Some(vec![text_content("Permission denied by the user.")])),
+                    .status(ToolCallStatus::Failed)
+                    .content(vec![text_content("Permission denied by the user.")]),
             )
             .await?;
             turn.say(&format!("Understood, I left {target} alone.")).await?;
@@ -231,10 +231,10 @@ impl DemoAgent {
             return Ok(StopReason::Cancelled);
         }
 
-        turn.update_tool(ToolCallUpdate::new(call.as_str()).status(Some(ToolCallStatus::InProgress))).await?;
+        turn.update_tool(ToolCallUpdate::new(call.as_str()).status(ToolCallStatus::InProgress)).await?;
         // What the client advertised in `initialize`, kept by the runtime.
         let read = if client_reads_files(&turn.cx.client_capabilities()) {
-            let request = ReadTextFileRequest::new(turn.session.clone(), path_text.as_str()).limit(Some(MAX_LINES));
+            let request = ReadTextFileRequest::new(turn.session.clone(), path_text.as_str()).limit(MAX_LINES);
             match turn.cx.client().read_text_file(request).await {
                 Ok(response) => Ok(response.content),
                 Err(acp_runtime::Error::Cancelled) => return Ok(StopReason::Cancelled),
@@ -248,8 +248,8 @@ impl DemoAgent {
             Ok(content) => {
                 turn.update_tool(
                     ToolCallUpdate::new(call.as_str())
-                        .status(Some(ToolCallStatus::Completed))
-                        .content(Some(vec![text_content(&truncate(&content))])),
+                        .status(ToolCallStatus::Completed)
+                        .content(vec![text_content(&truncate(&content))]),
                 )
                 .await?;
                 let first = content.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
@@ -264,8 +264,8 @@ impl DemoAgent {
                 log!("reading {path_text} failed: {message}");
                 turn.update_tool(
                     ToolCallUpdate::new(call.as_str())
-                        .status(Some(ToolCallStatus::Failed))
-                        .content(Some(vec![text_content(&message)])),
+                        .status(ToolCallStatus::Failed)
+                        .content(vec![text_content(&message)]),
                 )
                 .await?;
                 turn.say(&format!("I could not read {target}: {message}")).await?;

@@ -137,7 +137,7 @@ async fn drive(options: Options, command: Command) -> Result<(), String> {
     // `#[acp_client]` table.
     let init = acp_runtime::client::with_capabilities::<DemoClient>(
         InitializeRequest::new(ProtocolVersion(1))
-            .client_info(Some(Implementation::new("acp-demo-client", env!("CARGO_PKG_VERSION")))),
+            .client_info(Implementation::new("acp-demo-client", env!("CARGO_PKG_VERSION"))),
     );
     let init = agent.initialize(init).await.map_err(|e| format!("initialize: {e}"))?;
     let name = match init.agent_info.flatten() {

@@ -301,9 +301,12 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
         } else {
             ctor_inits.push((cfg_attrs(&f.gate), id.clone(), syntax::expr_path(syntax::path(&["None"]))));
             let (param_ty, conv) = match presence {
-                Presence::Tri => {
-                    (syntax::path_ty(syntax::generic_path(&["Option"], vec![syn_ty(&f.ty)])), syntax::expr_ident(&id))
-                }
+                // `impl Into<Option<T>>`: a value, `Some(value)` and `None` (`null`) all fit, so
+                // the setter reads like the plain ones (`status(ToolCallStatus::Completed)`).
+                Presence::Tri => (
+                    syntax::impl_into(syntax::path_ty(syntax::generic_path(&["Option"], vec![syn_ty(&f.ty)]))),
+                    syntax::expr_method(syntax::expr_ident(&id), "into"),
+                ),
                 _ => into_param(&f.ty, &id),
             };
             let field_name = id.to_string();
