@@ -543,7 +543,7 @@ impl ClientHandle {
         P: Serialize + Sync,
         R: DeserializeOwned,
     {
-        let raw = typed::call(&self.peer, method, params, self.cancel.as_ref()).await?;
+        let raw = typed::call(&self.peer, method, Some(params), self.cancel.as_ref()).await?;
         typed::decode_result(&raw)
     }
 }

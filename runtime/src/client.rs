@@ -416,7 +416,7 @@ impl AgentHandle {
         P: Serialize + Sync,
         R: DeserializeOwned,
     {
-        let raw = typed::call(&self.peer, method, params, self.cancel.as_ref()).await?;
+        let raw = typed::call(&self.peer, method, Some(params), self.cancel.as_ref()).await?;
         typed::decode_result(&raw)
     }
 }

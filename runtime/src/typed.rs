@@ -51,10 +51,10 @@ pub(crate) fn decode_value(raw: &RawValue) -> Result<Value, Error> {
 pub(crate) async fn call<P: serde::Serialize + ?Sized>(
     peer: &crate::Peer,
     method: &str,
-    params: &P,
+    params: Option<&P>,
     cancel: Option<&tokio_util::sync::CancellationToken>,
 ) -> Result<Box<RawValue>, Error> {
-    match peer.call(method, Some(params), cancel).await {
+    match peer.call(method, params, cancel).await {
         Err(Error::Cancelled) if peer.is_closed() => Err(Error::ConnectionClosed),
         other => other,
     }
@@ -82,11 +82,7 @@ pub(crate) async fn call_ext(
     params: &Value,
     cancel: Option<&tokio_util::sync::CancellationToken>,
 ) -> Result<Value, Error> {
-    let params = ext_params(method, params)?;
-    let raw = match peer.call(method, params, cancel).await {
-        Err(Error::Cancelled) if peer.is_closed() => Err(Error::ConnectionClosed),
-        other => other,
-    }?;
+    let raw = call(peer, method, ext_params(method, params)?, cancel).await?;
     decode_value(&raw)
 }
 
