@@ -107,7 +107,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -145,6 +145,7 @@ pub struct Connection {
     notification_queue_capacity: usize,
     cancel_grace: Duration,
     tap: Option<writer::Tap>,
+    v2_rules: bool,
 }
 
 impl fmt::Debug for Connection {
@@ -157,6 +158,7 @@ impl fmt::Debug for Connection {
             .field("notification_queue_capacity", &self.notification_queue_capacity)
             .field("cancel_grace", &self.cancel_grace)
             .field("tap", &self.tap.is_some())
+            .field("v2_rules", &self.v2_rules)
             .finish()
     }
 }
@@ -180,7 +182,19 @@ impl Connection {
             notification_queue_capacity: 1024,
             cancel_grace: Duration::from_millis(100),
             tap: None,
+            v2_rules: false,
         }
+    }
+
+    /// Follows protocol v2's connection rules from the start, for a connection that speaks v2
+    /// only: an incoming JSON-RPC batch is answered entry by entry (see the bad-input table in
+    /// the [crate docs](crate)) instead of -32600, and a cancelled `session/prompt` is an
+    /// ordinary cancelled request (in v2 it only acknowledges the prompt; the turn reports its
+    /// own end). A connection that negotiates its version switches to these rules by itself
+    /// when v2 is chosen (see [`crate::version`]).
+    pub fn v2_rules(mut self) -> Self {
+        self.v2_rules = true;
+        self
     }
 
     /// The longest accepted line in bytes; longer lines are skipped and answered -32600.
@@ -299,6 +313,10 @@ impl Connection {
             handled_waiters: AtomicUsize::new(0),
             handled_notify: Notify::new(),
             client_init: Mutex::new(None),
+            #[cfg(feature = "unstable_protocol_v2")]
+            client_init_v2: Mutex::new(None),
+            v2: AtomicBool::new(self.v2_rules),
+            session_work: Mutex::new(SessionWork::default()),
         });
         let options = Options {
             max_line_bytes: self.max_line_bytes,
@@ -463,9 +481,12 @@ pub(crate) enum RequestKind {
 }
 
 impl RequestKind {
-    pub(crate) fn of(method: &str) -> Self {
+    /// The kind of an incoming request. On a protocol v2 connection `session/prompt` is an
+    /// ordinary request: it only acknowledges the prompt, and the turn it starts is cancelled
+    /// through [`Shared::session_work`] instead.
+    pub(crate) fn of(method: &str, v2: bool) -> Self {
         match method {
-            methods::SESSION_PROMPT => RequestKind::Prompt,
+            methods::SESSION_PROMPT if !v2 => RequestKind::Prompt,
             methods::SESSION_REQUEST_PERMISSION => RequestKind::Permission,
             _ => RequestKind::Other,
         }
@@ -502,6 +523,22 @@ pub(crate) struct Shared {
     handled_notify: Notify,
     /// Agent side: the client's last `initialize` params (see `AgentContext::client_init`).
     pub(crate) client_init: Mutex<Option<Arc<acp_types::InitializeRequest>>>,
+    /// Agent side, protocol v2: the client's last `initialize` params.
+    #[cfg(feature = "unstable_protocol_v2")]
+    client_init_v2: Mutex<Option<Arc<acp_types::v2::InitializeRequest>>>,
+    /// The connection follows protocol v2's rules: batches are accepted, and `session/prompt`
+    /// is not answered `{"stopReason":"cancelled"}` when cancelled (see [`RequestKind::of`]).
+    v2: AtomicBool,
+    /// Work tied to a session rather than to a request (see [`crate::peer::SessionScope`]).
+    session_work: Mutex<SessionWork>,
+}
+
+/// The tokens of the live [`crate::peer::SessionScope`]s, by session; `session/cancel` fires
+/// them. A scope removes its own entry when dropped.
+#[derive(Default)]
+pub(crate) struct SessionWork {
+    next: u64,
+    by_session: HashMap<Arc<str>, Vec<(u64, CancellationToken)>>,
 }
 
 pub(crate) fn lock_inflight(shared: &Shared) -> MutexGuard<'_, HashMap<Id, InFlight>> {
@@ -515,6 +552,56 @@ impl Shared {
 
     pub(crate) fn set_client_init(&self, params: acp_types::InitializeRequest) {
         *lock(&self.client_init) = Some(Arc::new(params));
+    }
+
+    #[cfg(feature = "unstable_protocol_v2")]
+    pub(crate) fn client_init_v2(&self) -> Option<Arc<acp_types::v2::InitializeRequest>> {
+        lock(&self.client_init_v2).clone()
+    }
+
+    #[cfg(feature = "unstable_protocol_v2")]
+    pub(crate) fn set_client_init_v2(&self, params: acp_types::v2::InitializeRequest) {
+        *lock(&self.client_init_v2) = Some(Arc::new(params));
+    }
+
+    /// Whether the connection follows protocol v2's rules (see [`Shared::v2`]).
+    pub(crate) fn speaks_v2(&self) -> bool {
+        self.v2.load(Ordering::Acquire)
+    }
+
+    /// From now on the connection follows protocol v2's rules. Set before the `initialize`
+    /// answer that negotiates v2 goes out, so everything the peer sends after reading it is
+    /// read under these rules.
+    pub(crate) fn set_v2(&self) {
+        self.v2.store(true, Ordering::Release);
+    }
+
+    /// Registers a token that `session/cancel` for `session` fires; returns its key.
+    pub(crate) fn add_session_work(&self, session: Arc<str>, token: CancellationToken) -> u64 {
+        let mut work = lock(&self.session_work);
+        work.next += 1;
+        let key = work.next;
+        work.by_session.entry(session).or_default().push((key, token));
+        key
+    }
+
+    /// Forgets the token registered under `key`.
+    pub(crate) fn remove_session_work(&self, session: &str, key: u64) {
+        let mut work = lock(&self.session_work);
+        if let Some(tokens) = work.by_session.get_mut(session) {
+            tokens.retain(|(k, _)| *k != key);
+            if tokens.is_empty() {
+                work.by_session.remove(session);
+            }
+        }
+    }
+
+    /// Fires every token registered for `session` (an incoming `session/cancel`).
+    pub(crate) fn cancel_session_work(&self, session: &str) {
+        let work = lock(&self.session_work);
+        for (_, token) in work.by_session.get(session).into_iter().flatten() {
+            token.cancel();
+        }
     }
 }
 

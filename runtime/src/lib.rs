@@ -60,7 +60,11 @@
 //! | empty or whitespace-only line | ignored |
 //! | `\r\n` line ending | `\r` stripped, message handled normally |
 //! | JSON that is not an object (number, string, `null`, ...) | -32600, `null` id |
-//! | a batch (JSON array) | -32600, `null` id (batches are not supported by ACP) |
+//! | a batch (JSON array), protocol v1 | -32600, `null` id (v1 has no batches) |
+//! | a batch on a protocol v2 connection | each entry routed as a message of its own; the answers of its requests and invalid entries go out as one array once the last is answered (`tests/batches.rs`) |
+//! | an empty batch, v2 | -32600, `null` id, a single object (not an array) |
+//! | an invalid entry of a batch (`1`, `"x"`, `[]`, an object without `method`), v2 | its own -32600 in the answer array; the other entries are served |
+//! | a batch of notifications only, v2 | handled in order, nothing written (not even `[]`) |
 //! | `"jsonrpc"` missing or not `"2.0"` | -32600 with the message's id if valid, else `null` |
 //! | an id that is an object, array, boolean, fraction or beyond i64 | -32600, `null` id |
 //! | `"id": null` with a method | a request with id `null`; answered with id `null` |
@@ -98,7 +102,11 @@ pub mod methods;
 pub mod peer;
 pub mod terminal;
 pub mod transport;
+#[cfg(feature = "unstable_protocol_v2")]
+pub mod v2;
+pub mod version;
 
+mod batch;
 mod catch_unwind;
 mod error;
 mod router;
@@ -117,7 +125,7 @@ pub use error::Error;
 pub use handler::{Handler, IncomingNotification, IncomingRequest};
 pub use jsonrpc::{ErrorObject, Id, codes};
 pub use macro_support::Advertise;
-pub use peer::Peer;
+pub use peer::{Peer, SessionScope};
 pub use serde_json::value::RawValue;
 pub use terminal::TerminalHandle;
 pub use tokio_util::sync::CancellationToken;

@@ -126,6 +126,24 @@ impl Peer {
         self.shared.closed.clone()
     }
 
+    /// Ties work to a session rather than to a request: the scope's token fires when the
+    /// peer sends `session/cancel` for `session_id` (read at once, ahead of queued
+    /// notifications) and when the connection ends. For work that outlives the request that
+    /// started it, such as a protocol v2 turn after its `session/prompt` was answered, or an
+    /// agent's background work. The scope stops listening when dropped.
+    pub fn session_scope(&self, session_id: &str) -> SessionScope {
+        let session: Arc<str> = Arc::from(session_id);
+        let token = self.shared.closed.child_token();
+        let key = self.shared.add_session_work(session.clone(), token.clone());
+        SessionScope { shared: self.shared.clone(), session, key, token }
+    }
+
+    /// Fires the tokens of every [`SessionScope`] of `session_id`, as an incoming
+    /// `session/cancel` would (e.g. for `session/close`, which ends the session's work too).
+    pub fn cancel_session_scopes(&self, session_id: &str) {
+        self.shared.cancel_session_work(session_id);
+    }
+
     async fn send_notification<P: Serialize + ?Sized>(&self, method: &str, params: Option<&P>) -> Result<(), Error> {
         if self.shared.closed.is_cancelled() {
             return Err(Error::ConnectionClosed);
@@ -197,6 +215,41 @@ impl Peer {
             // The sender was dropped: the connection went away.
             Err(_) => Err(Error::ConnectionClosed),
         }
+    }
+}
+
+/// Work of one session that `session/cancel` stops (see [`Peer::session_scope`]).
+pub struct SessionScope {
+    shared: Arc<Shared>,
+    session: Arc<str>,
+    key: u64,
+    token: CancellationToken,
+}
+
+impl SessionScope {
+    /// The session.
+    pub fn session_id(&self) -> &str {
+        &self.session
+    }
+
+    /// Fires on `session/cancel` for the session and when the connection ends.
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+}
+
+impl fmt::Debug for SessionScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionScope")
+            .field("session", &self.session)
+            .field("cancelled", &self.token.is_cancelled())
+            .finish()
+    }
+}
+
+impl Drop for SessionScope {
+    fn drop(&mut self) {
+        self.shared.remove_session_work(&self.session, self.key);
     }
 }
 

@@ -14,6 +14,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::batch::{BatchReply, ReplyTo};
 use crate::catch_unwind::{CatchUnwind, panic_message};
 use crate::connection::{InFlight, Options, Reply, RequestKind, Shared};
 use crate::error::Error;
@@ -97,6 +98,9 @@ impl Router {
     }
 
     async fn dispatch(&mut self, line: &[u8]) {
+        if self.shared.speaks_v2() && line.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+            return self.dispatch_batch(line).await;
+        }
         let decoded = jsonrpc::decode(line);
         if self.shared.tap.is_some() {
             let item = match &decoded {
@@ -105,8 +109,45 @@ impl Router {
             };
             tap_in(&self.shared, item).await;
         }
+        self.route(decoded, &ReplyTo::Line).await;
+    }
+
+    /// A JSON-RPC batch (protocol v2 only; see [`crate::batch`]): each entry is routed like a
+    /// message of its own, and the answers go out together as one array.
+    async fn dispatch_batch(&mut self, line: &[u8]) {
+        let entries = std::str::from_utf8(line).ok().map(|text| (text, serde_json::from_str::<Vec<&RawValue>>(text)));
+        if self.shared.tap.is_some() {
+            let item = match &entries {
+                Some((_, Ok(_))) => TapIn::Json(line),
+                _ => TapIn::Invalid(line),
+            };
+            tap_in(&self.shared, item).await;
+        }
+        let entries = match entries {
+            Some((_, Ok(entries))) => entries,
+            Some((text, Err(_))) if serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok() => {
+                // JSON, but not an array of values serde_json could hold (nested too deeply).
+                let error = ErrorObject::invalid_request("batch entries nested too deeply");
+                return self.answer(&Id::Null, Err(&error)).await;
+            }
+            _ => return self.answer(&Id::Null, Err(&ErrorObject::parse_error())).await,
+        };
+        if entries.is_empty() {
+            tracing::warn!("acp connection: empty batch");
+            return self.answer(&Id::Null, Err(&ErrorObject::invalid_request("empty batch"))).await;
+        }
+        let batch = Arc::new(BatchReply::new());
+        let reply = ReplyTo::Batch(batch.clone());
+        for entry in entries {
+            self.route(jsonrpc::decode(entry.get().as_bytes()), &reply).await;
+        }
+        batch.routed(&self.shared).await;
+    }
+
+    /// Routes one decoded message (a line, or an entry of a batch).
+    async fn route(&mut self, decoded: Result<Message<'_>, jsonrpc::DecodeError>, reply: &ReplyTo) {
         match decoded {
-            Ok(Message::Request { id, method, params }) => self.on_request(id, method, params).await,
+            Ok(Message::Request { id, method, params }) => self.on_request(id, method, params, reply).await,
             Ok(Message::Notification { method, params }) => self.on_notification(method, params).await,
             Ok(Message::Response { id, result }) => self.on_response(id, result.map(ToOwned::to_owned)),
             Err(e) => {
@@ -117,17 +158,27 @@ impl Router {
                     }
                 }
                 if let Some((id, error)) = e.answer() {
-                    self.answer(&id, Err(&error)).await;
+                    self.answer_to(reply, &id, Err(&error)).await;
                 }
             }
         }
     }
 
     async fn answer(&self, id: &Id, result: Result<&RawValue, &ErrorObject>) {
-        let mut line = Vec::with_capacity(128);
-        jsonrpc::encode_response(&mut line, id, result);
-        // A closed connection has nobody to answer.
-        let _ = self.shared.send_line_direct(line).await;
+        self.answer_to(&ReplyTo::Line, id, result).await;
+    }
+
+    /// Answers on the reader's behalf (bad input, a refused request).
+    async fn answer_to(&self, reply: &ReplyTo, id: &Id, result: Result<&RawValue, &ErrorObject>) {
+        match reply {
+            ReplyTo::Line => {
+                let mut line = Vec::with_capacity(128);
+                jsonrpc::encode_response(&mut line, id, result);
+                // A closed connection has nobody to answer.
+                let _ = self.shared.send_line_direct(line).await;
+            }
+            ReplyTo::Batch(batch) => batch.answer_now(id, result),
+        }
     }
 
     fn on_response(&mut self, id: Id, result: Result<Box<RawValue>, ErrorObject>) {
@@ -158,6 +209,7 @@ impl Router {
                     // Acted on here, not in the queue: cancellation must not wait behind a
                     // backlog of notifications.
                     self.shared.cancel_incoming(RequestKind::Prompt, &session);
+                    self.shared.cancel_session_work(&session);
                     self.shared.resolve_outgoing_permissions(&session);
                 }
             }
@@ -194,7 +246,7 @@ impl Router {
         }
     }
 
-    async fn on_request(&mut self, id: Id, method: Cow<'_, str>, params: Option<&RawValue>) {
+    async fn on_request(&mut self, id: Id, method: Cow<'_, str>, params: Option<&RawValue>, reply: &ReplyTo) {
         // Never wait here: a reader waiting for a handler slot would not read the cancellation
         // or the response that handler is waiting for.
         let Ok(admitted) = self.admitted.clone().try_acquire_owned() else {
@@ -203,10 +255,10 @@ impl Router {
                 "too many requests in flight ({} running, {} waiting); try again later",
                 self.options.max_concurrent_requests, self.options.max_queued_requests
             ));
-            self.answer(&id, Err(&error)).await;
+            self.answer_to(reply, &id, Err(&error)).await;
             return;
         };
-        let kind = RequestKind::of(&method);
+        let kind = RequestKind::of(&method, self.shared.speaks_v2());
         let session_id = session_id_of(params);
         let token = self.shared.closed.child_token();
         let duplicate = {
@@ -222,8 +274,11 @@ impl Router {
         if duplicate {
             tracing::warn!(%id, "acp connection: duplicate id of an in-flight request");
             let error = ErrorObject::invalid_request("duplicate id of an in-flight request");
-            self.answer(&id, Err(&error)).await;
+            self.answer_to(reply, &id, Err(&error)).await;
             return;
+        }
+        if let ReplyTo::Batch(batch) = reply {
+            batch.expect();
         }
         let req = IncomingRequest {
             id,
@@ -243,6 +298,7 @@ impl Router {
             self.options.cancel_grace,
             self.queued,
             slot,
+            reply.clone(),
         );
         self.tasks.spawn(task);
     }
@@ -258,6 +314,7 @@ struct Slot {
 type HandlerOutput = Result<Result<Box<RawValue>, ErrorObject>, Box<dyn std::any::Any + Send>>;
 
 /// Runs one request handler and sends exactly one answer for it.
+#[allow(clippy::too_many_arguments)]
 async fn run_request(
     shared: Arc<Shared>,
     handler: Arc<dyn DynHandler>,
@@ -266,6 +323,7 @@ async fn run_request(
     grace: Duration,
     barrier: u64,
     slot: Slot,
+    reply: ReplyTo,
 ) {
     let span = tracing::info_span!(
         "acp_request",
@@ -322,7 +380,7 @@ async fn run_request(
             None if !started.load(Ordering::Relaxed) && shared.cancel_requested(&id) => cancelled_answer(kind, None),
             None if kind == RequestKind::Permission => {
                 // Answered at once; the handler may still clean up during the grace period.
-                finish(&shared, id, cancelled_answer(kind, None)).await;
+                finish(&shared, id, cancelled_answer(kind, None), &reply, &watch).await;
                 let _ = within_grace(watch.grace(grace), fut).await;
                 return;
             }
@@ -342,7 +400,7 @@ async fn run_request(
             }
         }
     };
-    finish(&shared, id, answer).await;
+    finish(&shared, id, answer, &reply, &watch).await;
 }
 
 /// Gives a cancelled handler `grace` to finish. A zero grace polls it once instead of arming a
@@ -399,15 +457,21 @@ fn says_cancelled(result: &RawValue) -> bool {
         && serde_json::from_str::<StopReason<'_>>(result.get()).is_ok_and(|r| r.stop_reason == "cancelled")
 }
 
-async fn finish(shared: &Shared, id: Id, answer: Result<Box<RawValue>, ErrorObject>) {
+async fn finish(shared: &Shared, id: Id, answer: Result<Box<RawValue>, ErrorObject>, reply: &ReplyTo, watch: &Watch) {
     // Forget the id *before* answering: once the peer has the answer it may reuse the id.
     crate::connection::lock_inflight(shared).remove(&id);
-    let mut line = Vec::with_capacity(match &answer {
-        Ok(result) => result.get().len() + 48,
-        Err(_) => 128,
-    });
-    jsonrpc::encode_response(&mut line, &id, answer.as_deref());
-    let _ = shared.send_line_direct(line).await;
+    match reply {
+        ReplyTo::Line => {
+            let mut line = Vec::with_capacity(match &answer {
+                Ok(result) => result.get().len() + 48,
+                Err(_) => 128,
+            });
+            jsonrpc::encode_response(&mut line, &id, answer.as_deref());
+            let _ = shared.send_line_direct(line).await;
+        }
+        ReplyTo::Batch(batch) => batch.answer(shared, &id, answer.as_deref()).await,
+    }
+    watch.mark_answered();
 }
 
 /// Handles queued notifications one at a time, in order, until the queue ends.

@@ -1,0 +1,516 @@
+//! The protocol v2 prompt lifecycle, run by the runtime: a [`Turn`] is one `session/prompt`'s
+//! foreground work, from acceptance to the idle `state_update` that ends it.
+//!
+//! The lifecycle, as `v2/prompt-lifecycle.mdx` orders it, and who does what:
+//!
+//! 1. The client sends `session/prompt`; the handler (`Agent::session_prompt`) starts in a task
+//!    of its own with a [`Turn`] in its context ([`AgentContext::turn`]).
+//! 2. **Acceptance**: the first of [`Turn::accept`], any update sent through the turn, or the
+//!    handler returning `Ok`. The runtime then answers the request with the id of the user
+//!    message the prompt became (`{"messageId": ...}`; agent-owned, [`Turn::accept_as`] to
+//!    choose it), and once that answer is queued sends the `user_message` update with the
+//!    prompt under that id and `state_update: running`. (v1.7.0's schema answers `{}`; the
+//!    official SDKs' clients require the id, and a peer expecting `{}` ignores it.) Until then the handler
+//!    may still refuse the prompt by returning an error (e.g. an unknown session), which is
+//!    answered as the request's error, with no update at all.
+//! 3. **Progress**: messages ([`Turn::agent_message`], [`Turn::say`]), thoughts, tool calls
+//!    ([`Turn::start_tool_call`]), plans ([`Turn::plan`]) and permission requests
+//!    ([`Turn::request_permission`], which reports `requires_action` while it waits).
+//! 4. **The end**: when the last clone of the turn is dropped (normally when the handler
+//!    returns) or at [`Turn::end`], an idle `state_update` goes out with the stop reason:
+//!    `cancelled` if the session was cancelled during the turn, else what the handler set with
+//!    [`Turn::set_stop_reason`], else `end_turn`. A handler that failed or panicked after
+//!    acceptance ends the turn with stop reason `error` and its error object beside it
+//!    (`"error": {code, message, data}`): v1.7.0's schema has no such reason (a peer keeps it
+//!    as an unknown one), the draft the official SDKs implement does.
+//!
+//! Cancellation: the turn's token ([`Turn::cancelled`]) fires on `session/cancel` for the
+//! session, on `session/close`, on `$/cancel_request` for the prompt before it was accepted,
+//! and when the connection ends. Calls made through [`Turn::client`] are bound to it, so a
+//! pending permission request resolves `cancelled` at once. Updates are never held back by
+//! it: the spec lets an agent report its last updates after the cancel, before the idle.
+//!
+//! A turn can outlive its handler: keep a clone (e.g. in a spawned task) and the idle update
+//! waits for it.
+//!
+//! [`AgentContext::turn`]: super::AgentContext::turn
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use acp_types::v2::{
+    AgentMessage, AgentThought, Content, ContentBlock, ContentChunk, IdleStateUpdate, MessageId, PlanEntry, PlanId,
+    PlanItems, PlanUpdate, PromptRequest, PromptResponse, RequestPermissionRequest, RequestPermissionResponse,
+    RequiresActionStateUpdate, RunningStateUpdate, SessionId, SessionUpdate, StateUpdate, StopReason, TextContent,
+    ToolCallContent, ToolCallContentChunk, ToolCallId, ToolCallStatus, ToolCallUpdate, ToolKind,
+    UpdateSessionNotification, UserMessage,
+};
+use serde_json::value::RawValue;
+use tokio::sync::{OnceCell, oneshot};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+use super::agent::{AgentContext, ClientHandle};
+use crate::catch_unwind::{CatchUnwind, panic_message};
+use crate::error::Error;
+use crate::jsonrpc::ErrorObject;
+use crate::peer::SessionScope;
+
+/// One prompt's foreground work (see the [module docs](self)). Cheap to clone; the idle
+/// update goes out when the last clone is dropped, or at [`Turn::end`].
+#[derive(Clone)]
+pub struct Turn {
+    inner: Arc<TurnInner>,
+}
+
+struct TurnInner {
+    session_id: SessionId,
+    /// The prompt, until the `user_message` acknowledgement takes it.
+    prompt: Mutex<Option<Vec<ContentBlock>>>,
+    /// Bound to `scope`'s token.
+    client: ClientHandle,
+    scope: SessionScope,
+    /// Answers the `session/prompt` request; taken by acceptance or refusal.
+    answer: Mutex<Option<oneshot::Sender<Answer>>>,
+    /// Fires once the answer is queued for writing.
+    answered: CancellationToken,
+    /// The user message id, once accepted.
+    accepted: OnceCell<MessageId>,
+    stop_reason: Mutex<Option<StopReason>>,
+    /// The handler failed or panicked after acceptance: its error.
+    failed: Mutex<Option<ErrorObject>>,
+    /// The idle update was sent (by [`Turn::end`]).
+    ended: AtomicBool,
+    /// The plan id of this turn's plan, once there is one.
+    plan_id: Mutex<Option<PlanId>>,
+}
+
+impl std::fmt::Debug for Turn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Turn")
+            .field("session_id", &self.inner.session_id)
+            .field("accepted", &self.inner.accepted.get())
+            .field("cancelled", &self.inner.scope.token().is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The answer to the `session/prompt` request.
+type Answer = Result<Box<RawValue>, ErrorObject>;
+
+/// A turn between its request's arrival and the start of its handler (see `agent.rs`).
+pub(crate) struct TurnStart {
+    turn: Turn,
+}
+
+impl TurnStart {
+    /// The turn of a `session/prompt` request, and the future that answers the request.
+    pub(crate) fn new(
+        cx: &AgentContext,
+        params: &PromptRequest,
+        answered: CancellationToken,
+    ) -> (TurnStart, impl Future<Output = Result<Box<RawValue>, ErrorObject>> + Send + 'static) {
+        let scope = cx.peer().session_scope(&params.session_id.0);
+        let token = scope.token().clone();
+        let (tx, rx) = oneshot::channel();
+        let turn = Turn {
+            inner: Arc::new(TurnInner {
+                session_id: params.session_id.clone(),
+                prompt: Mutex::new(Some(params.prompt.clone())),
+                client: cx.inner.handle.bound_to(token.clone()),
+                scope,
+                answer: Mutex::new(Some(tx)),
+                answered,
+                accepted: OnceCell::new(),
+                stop_reason: Mutex::new(None),
+                failed: Mutex::new(None),
+                ended: AtomicBool::new(false),
+                plan_id: Mutex::new(None),
+            }),
+        };
+        // Before acceptance, cancelling the request (`$/cancel_request`, or the connection's
+        // end) cancels the turn; the handler then ends it and the answer follows.
+        let request = cx.inner.cancel.clone();
+        let answer = async move {
+            let mut rx = rx;
+            tokio::select! {
+                biased;
+                answer = &mut rx => return answer.unwrap_or_else(|_| Err(ErrorObject::internal_error("the turn ended without an answer"))),
+                () = request.cancelled() => token.cancel(),
+            }
+            rx.await.unwrap_or_else(|_| Err(ErrorObject::internal_error("the turn ended without an answer")))
+        };
+        (TurnStart { turn }, answer)
+    }
+
+    /// Runs the handler `run` with a context that carries the turn, in a task of its own.
+    pub(crate) fn spawn<F, Fut>(self, run: F, cx: AgentContext)
+    where
+        F: FnOnce(AgentContext) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<PromptResponse, acp_types::v2::Error>> + Send + 'static,
+    {
+        let turn = self.turn;
+        let turn_cx = AgentContext { inner: cx.inner, turn: Some(turn.clone()) };
+        let span = tracing::info_span!("acp_turn", session_id = %turn.inner.session_id.0);
+        let task = async move {
+            let outcome = CatchUnwind::new(async move { run(turn_cx).await }).await;
+            match outcome {
+                Ok(Ok(response)) => {
+                    if let Err(e) = turn.accept_with(None, response.meta).await {
+                        tracing::debug!(error = %e, "acp turn: not accepted at the end of its handler");
+                    }
+                }
+                Ok(Err(error)) => turn.fail(error.into()),
+                Err(panic) => {
+                    tracing::error!(panic = panic_message(&*panic), "prompt handler panicked");
+                    turn.fail(ErrorObject::internal_error("the prompt handler panicked"));
+                }
+            }
+            // The idle update goes out when the last clone is dropped (maybe this one).
+        };
+        tokio::spawn(tracing::Instrument::instrument(task, span));
+    }
+}
+
+impl Turn {
+    /// The session this turn belongs to.
+    pub fn session_id(&self) -> &SessionId {
+        &self.inner.session_id
+    }
+
+    /// The client, with calls bound to the turn: once it is cancelled, pending calls return
+    /// [`Error::Cancelled`] and permission requests resolve `cancelled`.
+    pub fn client(&self) -> &ClientHandle {
+        &self.inner.client
+    }
+
+    /// The turn's cancellation token (see the [module docs](self)).
+    pub fn cancellation_token(&self) -> &CancellationToken {
+        self.inner.scope.token()
+    }
+
+    /// Whether the turn has been cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.scope.token().is_cancelled()
+    }
+
+    /// Completes when the turn is cancelled.
+    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.inner.scope.token().cancelled()
+    }
+
+    /// Whether the prompt has been accepted.
+    pub fn is_accepted(&self) -> bool {
+        self.inner.accepted.initialized()
+    }
+
+    /// Accepts the prompt (step 2 of the lifecycle): answers `session/prompt` with the user
+    /// message's id, then reports the user message and `state_update: running`. Returns the user message's id.
+    /// Idempotent: later calls return the same id. Fails if the request was already answered
+    /// otherwise (refused, or cancelled before acceptance and answered -32800).
+    pub async fn accept(&self) -> Result<MessageId, Error> {
+        self.accept_with(None, None).await
+    }
+
+    /// [`Turn::accept`] with the user message's id chosen by the agent (ignored if the turn
+    /// was accepted already).
+    pub async fn accept_as(&self, message_id: impl Into<MessageId>) -> Result<MessageId, Error> {
+        self.accept_with(Some(message_id.into()), None).await
+    }
+
+    async fn accept_with(
+        &self,
+        message_id: Option<MessageId>,
+        meta: Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<MessageId, Error> {
+        let id = self
+            .inner
+            .accepted
+            .get_or_try_init(|| async {
+                let tx = lock(&self.inner.answer).take().ok_or(Error::Cancelled)?;
+                let id = message_id.unwrap_or_else(|| fresh_id("msg_user").into());
+                tx.send(Ok(accepted_answer(&id, meta)?)).map_err(|_| Error::Cancelled)?;
+                // The updates follow the answer on the wire.
+                let peer = self.inner.client.peer();
+                tokio::select! {
+                    biased;
+                    () = self.inner.answered.cancelled() => {}
+                    () = peer.closed() => return Err(Error::ConnectionClosed),
+                }
+                let prompt = lock(&self.inner.prompt).take().unwrap_or_default();
+                self.send(UserMessage::new(id.clone()).content(prompt).into()).await?;
+                self.send(StateUpdate::from(RunningStateUpdate::new()).into()).await?;
+                Ok(id)
+            })
+            .await?;
+        Ok(id.clone())
+    }
+
+    /// Sends one update of this session, accepting the prompt first if needed.
+    pub async fn update(&self, update: impl Into<SessionUpdate>) -> Result<(), Error> {
+        self.accept().await?;
+        self.send(update.into()).await
+    }
+
+    async fn send(&self, update: SessionUpdate) -> Result<(), Error> {
+        let notification = UpdateSessionNotification::new(self.inner.session_id.clone(), update);
+        self.inner.client.session_update(notification).await
+    }
+
+    /// A new agent message, streamed in chunks or replaced whole (see [`MessageStream`]).
+    pub fn agent_message(&self) -> MessageStream {
+        MessageStream { turn: self.clone(), id: fresh_id("msg_agent").into(), thought: false }
+    }
+
+    /// A new thought (the agent's reasoning), like [`Turn::agent_message`].
+    pub fn thought(&self) -> MessageStream {
+        MessageStream { turn: self.clone(), id: fresh_id("msg_thought").into(), thought: true }
+    }
+
+    /// Sends a whole agent message of one text block; returns its id.
+    pub async fn say(&self, text: impl Into<String>) -> Result<MessageId, Error> {
+        let message = self.agent_message();
+        message.replace(vec![TextContent::new(text).into()]).await?;
+        Ok(message.id)
+    }
+
+    /// Starts a tool call: sends its first `tool_call_update` (which creates it on the client)
+    /// with the title, the kind and `status: pending`.
+    pub async fn start_tool_call(&self, title: impl Into<String>, kind: ToolKind) -> Result<ToolCall, Error> {
+        let call = ToolCall { turn: self.clone(), id: fresh_id("call").into() };
+        call.update(
+            ToolCallUpdate::new(call.id.clone()).title(title.into()).kind(kind).status(ToolCallStatus::Pending),
+        )
+        .await?;
+        Ok(call)
+    }
+
+    /// Reports the turn's plan: the first call creates it, later ones replace its entries.
+    pub async fn plan(&self, entries: Vec<PlanEntry>) -> Result<(), Error> {
+        let plan_id = lock(&self.inner.plan_id).get_or_insert_with(|| fresh_id("plan").into()).clone();
+        self.update(PlanUpdate::new(PlanItems::new(plan_id, entries))).await
+    }
+
+    /// `session/request_permission`, with the state around it: `requires_action` while the
+    /// client decides, `running` again afterwards. Bound to the turn: resolves `cancelled` at
+    /// once when the turn is cancelled.
+    pub async fn request_permission(
+        &self,
+        request: RequestPermissionRequest,
+    ) -> Result<RequestPermissionResponse, Error> {
+        self.update(StateUpdate::from(RequiresActionStateUpdate::new())).await?;
+        let response = self.inner.client.request_permission(request).await;
+        if !self.is_cancelled() {
+            self.send(StateUpdate::from(RunningStateUpdate::new()).into()).await?;
+        }
+        response
+    }
+
+    /// Sets the stop reason the idle update will carry (unless the turn is cancelled, which
+    /// always reports `cancelled`).
+    pub fn set_stop_reason(&self, reason: StopReason) {
+        *lock(&self.inner.stop_reason) = Some(reason);
+    }
+
+    /// Ends the turn now: sends the idle `state_update` (with `reason`, or `cancelled` if the
+    /// turn was cancelled). Later updates through the turn are still sent, but belong to no
+    /// foreground work; dropping the turn afterwards sends nothing more.
+    pub async fn end(&self, reason: StopReason) -> Result<(), Error> {
+        self.set_stop_reason(reason);
+        self.accept().await?;
+        if self.inner.ended.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let notification = self.inner.idle_notification();
+        self.inner.client.peer().notify(acp_types::v2::client_method::SESSION_UPDATE, &notification).await
+    }
+
+    /// The handler failed: before acceptance its error answers the request; after, the turn
+    /// ends with stop reason `error` (carrying the error) when dropped.
+    fn fail(&self, error: ErrorObject) {
+        let tx = lock(&self.inner.answer).take();
+        match tx {
+            Some(tx) => {
+                let _ = tx.send(Err(error));
+            }
+            None => {
+                tracing::warn!(code = error.code, message = %error.message, "acp turn: prompt handler failed after accepting the prompt");
+                *lock(&self.inner.failed) = Some(error);
+            }
+        }
+    }
+}
+
+impl TurnInner {
+    /// The `session/update` that ends the turn (see the [module docs](self) for the reason).
+    fn idle_notification(&self) -> serde_json::Value {
+        let failed = lock(&self.failed).clone();
+        let reason = if self.scope.token().is_cancelled() {
+            StopReason::Cancelled
+        } else if failed.is_some() {
+            StopReason::Other("error".to_owned())
+        } else {
+            lock(&self.stop_reason).clone().unwrap_or(StopReason::EndTurn)
+        };
+        let update: SessionUpdate = StateUpdate::from(IdleStateUpdate::new().stop_reason(reason)).into();
+        let mut notification = serde_json::to_value(UpdateSessionNotification::new(self.session_id.clone(), update))
+            .expect("session updates always serialize");
+        if let (Some(error), false) = (failed, self.scope.token().is_cancelled()) {
+            // The shape the official SDKs (npm 2.4, crates.io 5.0) read: the error beside the
+            // stop reason. A peer that knows neither keeps both as unknown values.
+            notification["update"]["error"] = serde_json::to_value(error).expect("error objects always serialize");
+        }
+        notification
+    }
+}
+
+impl Drop for TurnInner {
+    /// The last clone is gone: a turn that was accepted and not ended reports idle now.
+    fn drop(&mut self) {
+        if self.accepted.get().is_none() || self.ended.load(Ordering::Acquire) {
+            return;
+        }
+        let notification = self.idle_notification();
+        let peer = self.client.peer().clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(e) = peer.notify(acp_types::v2::client_method::SESSION_UPDATE, &notification).await {
+                        tracing::debug!(error = %e, "acp turn: the idle update could not be sent");
+                    }
+                });
+            }
+            Err(_) => tracing::warn!("acp turn: dropped outside a tokio runtime; no idle update sent"),
+        }
+    }
+}
+
+/// The answer to an accepted `session/prompt`: `{"messageId": ...}`, the id of the user
+/// message the prompt became. v1.7.0's schema has an empty answer; the official SDKs' clients
+/// require the id, and a peer that expects `{}` ignores a member it does not know.
+fn accepted_answer(
+    message_id: &MessageId,
+    meta: Option<serde_json::Map<String, serde_json::Value>>,
+) -> Result<Box<RawValue>, Error> {
+    let mut answer = serde_json::json!({ "messageId": message_id });
+    if let Some(meta) = meta {
+        answer["_meta"] = serde_json::Value::Object(meta);
+    }
+    serde_json::value::to_raw_value(&answer).map_err(Error::Encode)
+}
+
+/// One message of a turn (an agent message or a thought), by id: chunks append, a whole
+/// content replaces (see `v2/prompt-lifecycle.mdx`, "Message IDs").
+#[derive(Clone, Debug)]
+pub struct MessageStream {
+    turn: Turn,
+    id: MessageId,
+    thought: bool,
+}
+
+impl MessageStream {
+    /// The message's id.
+    pub fn id(&self) -> &MessageId {
+        &self.id
+    }
+
+    /// Appends one content block (an `agent_message_chunk` / `agent_thought_chunk`).
+    pub async fn chunk(&self, content: impl Into<ContentBlock>) -> Result<(), Error> {
+        let chunk = ContentChunk::new(self.id.clone(), content.into());
+        let update = if self.thought {
+            SessionUpdate::AgentThoughtChunk(chunk)
+        } else {
+            SessionUpdate::AgentMessageChunk(chunk)
+        };
+        self.turn.update(update).await
+    }
+
+    /// Appends text.
+    pub async fn text(&self, text: impl Into<String>) -> Result<(), Error> {
+        self.chunk(TextContent::new(text)).await
+    }
+
+    /// Replaces the whole content (an `agent_message` / `agent_thought` upsert).
+    pub async fn replace(&self, content: Vec<ContentBlock>) -> Result<(), Error> {
+        self.upsert(Some(content)).await
+    }
+
+    /// Clears the content (`content: null`).
+    pub async fn clear(&self) -> Result<(), Error> {
+        self.upsert(None).await
+    }
+
+    async fn upsert(&self, content: Option<Vec<ContentBlock>>) -> Result<(), Error> {
+        let update = if self.thought {
+            SessionUpdate::AgentThought(AgentThought::new(self.id.clone()).content(content))
+        } else {
+            SessionUpdate::AgentMessage(AgentMessage::new(self.id.clone()).content(content))
+        };
+        self.turn.update(update).await
+    }
+}
+
+/// A tool call of a turn, by id: each method sends one `tool_call_update` patch (omitted
+/// fields unchanged) or one `tool_call_content_chunk`.
+#[derive(Clone, Debug)]
+pub struct ToolCall {
+    turn: Turn,
+    id: ToolCallId,
+}
+
+impl ToolCall {
+    /// The tool call's id.
+    pub fn id(&self) -> &ToolCallId {
+        &self.id
+    }
+
+    /// Sends a patch; its `toolCallId` is set to this call's.
+    pub async fn update(&self, mut patch: ToolCallUpdate) -> Result<(), Error> {
+        patch.tool_call_id = self.id.clone();
+        self.turn.update(patch).await
+    }
+
+    /// `status: in_progress`.
+    pub async fn in_progress(&self) -> Result<(), Error> {
+        self.status(ToolCallStatus::InProgress).await
+    }
+
+    /// Appends one content item (a `tool_call_content_chunk`).
+    pub async fn append(&self, content: impl Into<ToolCallContent>) -> Result<(), Error> {
+        self.turn.update(ToolCallContentChunk::new(self.id.clone(), content.into())).await
+    }
+
+    /// Appends a text block as content.
+    pub async fn append_text(&self, text: impl Into<String>) -> Result<(), Error> {
+        self.append(Content::new(TextContent::new(text))).await
+    }
+
+    /// `status: completed`, content unchanged.
+    pub async fn complete(&self) -> Result<(), Error> {
+        self.status(ToolCallStatus::Completed).await
+    }
+
+    /// `status: failed`, content unchanged.
+    pub async fn fail(&self) -> Result<(), Error> {
+        self.status(ToolCallStatus::Failed).await
+    }
+
+    async fn status(&self, status: ToolCallStatus) -> Result<(), Error> {
+        self.update(ToolCallUpdate::new(self.id.clone()).status(status)).await
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A fresh id for an entity the agent owns: `PREFIX_<process start, hex>_<counter>`, unique
+/// within the process and unlikely to collide across processes.
+pub(crate) fn fresh_id(prefix: &str) -> String {
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let start = *START.get_or_init(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+    });
+    format!("{prefix}_{start:x}_{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
