@@ -315,6 +315,8 @@ impl Connection {
             client_init: Mutex::new(None),
             #[cfg(feature = "unstable_protocol_v2")]
             client_init_v2: Mutex::new(None),
+            #[cfg(feature = "unstable_protocol_v2")]
+            v2_turns: Default::default(),
             v2: AtomicBool::new(self.v2_rules),
             session_work: Mutex::new(SessionWork::default()),
         });
@@ -526,6 +528,9 @@ pub(crate) struct Shared {
     /// Agent side, protocol v2: the client's last `initialize` params.
     #[cfg(feature = "unstable_protocol_v2")]
     client_init_v2: Mutex<Option<Arc<acp_types::v2::InitializeRequest>>>,
+    /// Client side, protocol v2: the turns `AgentHandle::prompt_turn` waits for.
+    #[cfg(feature = "unstable_protocol_v2")]
+    pub(crate) v2_turns: crate::v2::client::TurnWatches,
     /// The connection follows protocol v2's rules: batches are accepted, and `session/prompt`
     /// is not answered `{"stopReason":"cancelled"}` when cancelled (see [`RequestKind::of`]).
     v2: AtomicBool,
@@ -569,11 +574,11 @@ impl Shared {
         self.v2.load(Ordering::Acquire)
     }
 
-    /// From now on the connection follows protocol v2's rules. Set before the `initialize`
+    /// From now on the connection follows protocol v2's rules (or v1's). Set before the `initialize`
     /// answer that negotiates v2 goes out, so everything the peer sends after reading it is
     /// read under these rules.
-    pub(crate) fn set_v2(&self) {
-        self.v2.store(true, Ordering::Release);
+    pub(crate) fn set_v2(&self, v2: bool) {
+        self.v2.store(v2, Ordering::Release);
     }
 
     /// Registers a token that `session/cancel` for `session` fires; returns its key.

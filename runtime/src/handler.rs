@@ -178,6 +178,10 @@ pub struct IncomingNotification {
     pub params: Option<Box<RawValue>>,
     /// The connection, to call the peer back (send only; do not await responses here).
     pub peer: Peer,
+    /// Its place among the connection's incoming notifications, from 1: a response tagged
+    /// with barrier `b` arrived after notifications `1..=b` (see [`crate::connection`]).
+    #[cfg_attr(not(feature = "unstable_protocol_v2"), allow(dead_code))]
+    pub(crate) seq: u64,
 }
 
 impl IncomingNotification {

@@ -169,6 +169,17 @@ impl Peer {
         params: Option<&P>,
         cancel: Option<&CancellationToken>,
     ) -> Result<Box<RawValue>, Error> {
+        self.call_at(method, params, cancel).await.map(|(result, _)| result)
+    }
+
+    /// [`Peer::call`], also returning the response's barrier: how many incoming notifications
+    /// arrived before it (all of them handled by now).
+    pub(crate) async fn call_at<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: Option<&P>,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<(Box<RawValue>, u64), Error> {
         let shared = &self.shared;
         if cancel.is_some_and(CancellationToken::is_cancelled) {
             // Already cancelled: do not bother the peer at all.
@@ -209,7 +220,7 @@ impl Peer {
         match reply {
             Ok(Reply::Response { result, barrier }) => {
                 shared.wait_for_notifications(barrier).await;
-                result.map_err(Error::Rpc)
+                result.map(|result| (result, barrier)).map_err(Error::Rpc)
             }
             Ok(Reply::Failed(e)) => Err(e),
             // The sender was dropped: the connection went away.

@@ -487,6 +487,7 @@ pub(crate) async fn notification_loop(
             method: queued.method,
             params: queued.params,
             peer: Peer { shared: shared.clone() },
+            seq: queued.seq,
         };
         let handler = &handler;
         let fut = IN_NOTIFICATION_HANDLER

@@ -18,6 +18,12 @@
 //!   client may try again.
 //! - Before a version is chosen, any other request is answered -32600 ("send `initialize`
 //!   first"), and notifications are ignored (logged).
+//!
+//! A client uses the same router for what the agent sends it, and [`ProtocolRouter::negotiate`]
+//! to start: it asks for version 2 and goes on with v1 when the agent answers 1, handing back a
+//! [`Negotiated`] handle to match on. Its `initialize` carries both versions' fields (v2's
+//! `info` and `capabilities`, v1's `clientInfo` and `clientCapabilities`), so a v1 agent learns
+//! the client's v1 capabilities from the same request: no second `initialize`, no reconnect.
 
 use std::sync::{Arc, OnceLock};
 
@@ -115,6 +121,90 @@ impl ProtocolRouter {
         self.with_v2(crate::v2::AgentHandler::new(agent))
     }
 
+    /// Serves v1 agents' requests with a typed client (`acp_types::Client`).
+    pub fn with_v1_client<C>(self, client: C) -> Self
+    where
+        C: acp_types::Client<crate::ClientContext> + 'static,
+    {
+        self.with_v1(crate::client::ClientHandler::new(client))
+    }
+
+    /// Serves v2 agents' requests with a typed v2 client (`acp_types::v2::Client`).
+    #[cfg(feature = "unstable_protocol_v2")]
+    pub fn with_v2_client<C>(self, client: C) -> Self
+    where
+        C: acp_types::v2::Client<crate::v2::ClientContext> + 'static,
+    {
+        self.with_v2(crate::v2::ClientHandler::new(client))
+    }
+
+    /// Client side: initializes the connection served by this router (shared with it through
+    /// an `Arc`) and fixes its version from the agent's answer (see the [module docs](self)).
+    /// Asks for v2 when a v2 client is configured, else for v1. An answer naming a version
+    /// this router does not serve fails with [`Error::Protocol`](crate::Error::Protocol), and
+    /// the connection is closed.
+    #[cfg(feature = "unstable_protocol_v2")]
+    pub async fn negotiate(
+        &self,
+        peer: &crate::Peer,
+        v2: acp_types::v2::InitializeRequest,
+        v1: acp_types::InitializeRequest,
+    ) -> Result<Negotiated, crate::Error> {
+        use crate::Error;
+        let asked = if self.v2.is_some() { Version::V2 } else { Version::V1 };
+        let mut request = serde_json::to_value(&v1).map_err(Error::Encode)?;
+        if asked == Version::V2 {
+            let v2 = serde_json::to_value(&v2).map_err(Error::Encode)?;
+            if let (serde_json::Value::Object(both), serde_json::Value::Object(v2)) = (&mut request, v2) {
+                both.extend(v2);
+            }
+            // What the agent sends after its answer is read under v2's rules at once; a v1
+            // answer turns them off again before anything of v1 is sent.
+            peer.shared.set_v2(true);
+        }
+        let raw = match peer
+            .request_raw(
+                acp_types::agent_method::INITIALIZE,
+                Some(&serde_json::value::to_raw_value(&request).map_err(Error::Encode)?),
+            )
+            .await
+        {
+            Ok(raw) => raw,
+            Err(e) => {
+                peer.shared.set_v2(false);
+                return Err(e);
+            }
+        };
+        #[derive(Deserialize)]
+        struct Answer {
+            #[serde(rename = "protocolVersion")]
+            protocol_version: u16,
+        }
+        let answered = serde_json::from_str::<Answer>(raw.get()).ok().map(|a| a.protocol_version);
+        let version = match answered {
+            Some(2) if self.v2.is_some() => Version::V2,
+            Some(1) if self.v1.is_some() => Version::V1,
+            _ => {
+                peer.close();
+                return Err(Error::Protocol(
+                    "the agent answered `initialize` with a protocol version this client does not speak",
+                ));
+            }
+        };
+        let _ = self.chosen.set(version);
+        peer.shared.set_v2(version == Version::V2);
+        Ok(match version {
+            Version::V1 => Negotiated::V1 {
+                agent: crate::AgentHandle::new(peer.clone()),
+                init: crate::typed::decode_result(&raw)?,
+            },
+            Version::V2 => Negotiated::V2 {
+                agent: crate::v2::AgentHandle::new(peer.clone()),
+                init: crate::typed::decode_result(&raw)?,
+            },
+        })
+    }
+
     /// The version this connection speaks, once its first `initialize` has chosen it.
     pub fn chosen(&self) -> Option<Version> {
         self.chosen.get().copied()
@@ -155,7 +245,7 @@ impl Handler for ProtocolRouter {
                 // Concurrent first `initialize`s: the first choice stands.
                 let version = *self.chosen.get_or_init(|| version);
                 if version == Version::V2 {
-                    req.peer.shared.set_v2();
+                    req.peer.shared.set_v2(true);
                 }
                 tracing::debug!(requested, chosen = version.number(), "acp: protocol version chosen");
                 version
@@ -168,6 +258,39 @@ impl Handler for ProtocolRouter {
         match self.chosen.get() {
             Some(version) => self.handler(*version).handle_notification_boxed(notification).await,
             None => tracing::debug!(method = %notification.method, "acp: notification before `initialize` ignored"),
+        }
+    }
+}
+
+/// The outcome of [`ProtocolRouter::negotiate`]: the version the agent chose, with the typed
+/// handle and the `initialize` answer of that version.
+#[cfg(feature = "unstable_protocol_v2")]
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Negotiated {
+    /// The agent speaks v1 (it answered `protocolVersion: 1`).
+    V1 {
+        /// The v1 handle.
+        agent: crate::AgentHandle,
+        /// The agent's answer.
+        init: Box<acp_types::InitializeResponse>,
+    },
+    /// The agent speaks v2.
+    V2 {
+        /// The v2 handle.
+        agent: crate::v2::AgentHandle,
+        /// The agent's answer.
+        init: Box<acp_types::v2::InitializeResponse>,
+    },
+}
+
+#[cfg(feature = "unstable_protocol_v2")]
+impl Negotiated {
+    /// The version the agent chose.
+    pub fn version(&self) -> Version {
+        match self {
+            Negotiated::V1 { .. } => Version::V1,
+            Negotiated::V2 { .. } => Version::V2,
         }
     }
 }

@@ -7,6 +7,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`agent`] | serving an [`acp_types::v2::Agent`], [`AgentContext`], [`ClientHandle`] (no `fs/*` or `terminal/*`: v2 has none) |
+//! | [`client`] | serving an [`acp_types::v2::Client`], [`ClientContext`], [`AgentHandle`]: prompts that return at acceptance or at the end of the turn |
 //! | [`turn`] | the prompt lifecycle: [`Turn`] accepts a prompt, reports it, and ends it with an idle `state_update`; typed helpers for messages, tool calls, plans and permissions |
 //!
 //! A connection speaks one version, picked by its first `initialize`: serve a v2 agent alone
@@ -15,9 +16,11 @@
 //! that outlived their `session/prompt` request.
 
 pub mod agent;
+pub mod client;
 pub mod turn;
 
 pub use agent::{AgentContext, AgentHandler, ClientHandle, serve_agent, serve_stdio};
+pub use client::{Accepted, AgentHandle, ClientContext, ClientHandler, TurnEnd, serve_client};
 pub use turn::{MessageStream, ToolCall, Turn};
 
 // ---- errors ---------------------------------------------------------------------------------
