@@ -726,3 +726,31 @@ fn protocol_v2_unstable_items_are_gated_like_the_same_capability_in_v1() {
     let requests = &methods[methods.find("pub enum ClientRequest").expect("the request enum")..];
     assert!(requests.contains("#[cfg(feature = \"unstable_nes\")]\n    NesStart(StartNesRequest),"), "{requests}");
 }
+
+#[test]
+fn a_free_form_object_keeps_null_apart_where_the_schema_says_null_clears_it() {
+    let meta = |doc: &str| json!({"type": ["object", "null"], "additionalProperties": true, "description": doc});
+    let types = generate(
+        "null-clears",
+        json!({
+            "Snapshot": {"type": "object", "properties": {"_meta": meta("Scoped metadata.")}},
+            "Upsert": {"type": "object", "properties": {
+                "_meta": meta("Metadata. Omitted means no metadata update; `null` is an explicit clear signal.")
+            }},
+            "Compaction": {
+                "description": "An upsert. `error` and `_meta` have patch semantics: omission leaves the stored value unchanged.",
+                "type": "object", "properties": {"_meta": meta("Metadata patch.")}
+            }
+        }),
+    )
+    .expect("generates");
+    let body = |name: &str| {
+        let start = types.find(&format!("pub struct {name} {{")).unwrap_or_else(|| panic!("no {name}: {types}"));
+        &types[start..start + types[start..].find("\n}").unwrap()]
+    };
+    let map = "serde_json::Map<String, serde_json::Value>";
+    // Where absent and `null` mean the same, one `Option`; where `null` clears, two.
+    assert!(body("Snapshot").contains(&format!("pub meta: Option<{map}>,")), "{}", body("Snapshot"));
+    assert!(body("Upsert").contains(&format!("pub meta: Option<Option<{map}>>,")), "{}", body("Upsert"));
+    assert!(body("Compaction").contains(&format!("pub meta: Option<Option<{map}>>,")), "{}", body("Compaction"));
+}

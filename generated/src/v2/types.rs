@@ -330,7 +330,7 @@ pub struct ToolCallUpdate {
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
 impl ToolCallUpdate {
     /// Creates a value from its required fields; optional fields start unset.
@@ -401,10 +401,13 @@ impl ToolCallUpdate {
         self.raw_output = Some(raw_output);
         self
     }
-    /// Sets [`Self::meta`].
+    /// Sets [`Self::meta`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.meta = Some(meta);
+    pub fn meta(
+        mut self,
+        meta: impl Into<Option<serde_json::Map<String, serde_json::Value>>>,
+    ) -> Self {
+        self.meta = Some(meta.into());
         self
     }
 }
@@ -418,7 +421,7 @@ serde_support::deserialize_struct!(ToolCallUpdate {
     locations: "locations" => optional(TriVecSkipInvalidOrDefault),
     raw_input: "rawInput" => optional(Present),
     raw_output: "rawOutput" => optional(Present),
-    meta: "_meta" => optional(DefaultOnError),
+    meta: "_meta" => optional(TriOrDefault),
 });
 /// Unique identifier for a tool call within a session.
 #[derive(
@@ -9286,7 +9289,7 @@ pub struct UserMessage {
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
 impl UserMessage {
     /// Creates a value from its required fields; optional fields start unset.
@@ -9303,17 +9306,20 @@ impl UserMessage {
         self.content = Some(content.into());
         self
     }
-    /// Sets [`Self::meta`].
+    /// Sets [`Self::meta`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.meta = Some(meta);
+    pub fn meta(
+        mut self,
+        meta: impl Into<Option<serde_json::Map<String, serde_json::Value>>>,
+    ) -> Self {
+        self.meta = Some(meta.into());
         self
     }
 }
 serde_support::deserialize_struct!(UserMessage {
     message_id: "messageId" => required,
     content: "content" => optional(TriVecSkipInvalidOrDefault),
-    meta: "_meta" => optional(DefaultOnError),
+    meta: "_meta" => optional(TriOrDefault),
 });
 /// An agent message upsert.
 ///
@@ -9344,7 +9350,7 @@ pub struct AgentMessage {
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
 impl AgentMessage {
     /// Creates a value from its required fields; optional fields start unset.
@@ -9361,17 +9367,20 @@ impl AgentMessage {
         self.content = Some(content.into());
         self
     }
-    /// Sets [`Self::meta`].
+    /// Sets [`Self::meta`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.meta = Some(meta);
+    pub fn meta(
+        mut self,
+        meta: impl Into<Option<serde_json::Map<String, serde_json::Value>>>,
+    ) -> Self {
+        self.meta = Some(meta.into());
         self
     }
 }
 serde_support::deserialize_struct!(AgentMessage {
     message_id: "messageId" => required,
     content: "content" => optional(TriVecSkipInvalidOrDefault),
-    meta: "_meta" => optional(DefaultOnError),
+    meta: "_meta" => optional(TriOrDefault),
 });
 /// An agent thought or reasoning message upsert.
 ///
@@ -9402,7 +9411,7 @@ pub struct AgentThought {
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
 impl AgentThought {
     /// Creates a value from its required fields; optional fields start unset.
@@ -9419,17 +9428,20 @@ impl AgentThought {
         self.content = Some(content.into());
         self
     }
-    /// Sets [`Self::meta`].
+    /// Sets [`Self::meta`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.meta = Some(meta);
+    pub fn meta(
+        mut self,
+        meta: impl Into<Option<serde_json::Map<String, serde_json::Value>>>,
+    ) -> Self {
+        self.meta = Some(meta.into());
         self
     }
 }
 serde_support::deserialize_struct!(AgentThought {
     message_id: "messageId" => required,
     content: "content" => optional(TriVecSkipInvalidOrDefault),
-    meta: "_meta" => optional(DefaultOnError),
+    meta: "_meta" => optional(TriOrDefault),
 });
 /// Foreground work is in progress.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
@@ -10034,7 +10046,7 @@ pub struct TerminalUpdate {
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
 impl TerminalUpdate {
     /// Creates a value from its required fields; optional fields start unset.
@@ -10075,10 +10087,13 @@ impl TerminalUpdate {
         self.exit_status = Some(exit_status.into());
         self
     }
-    /// Sets [`Self::meta`].
+    /// Sets [`Self::meta`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.meta = Some(meta);
+    pub fn meta(
+        mut self,
+        meta: impl Into<Option<serde_json::Map<String, serde_json::Value>>>,
+    ) -> Self {
+        self.meta = Some(meta.into());
         self
     }
 }
@@ -10088,7 +10103,7 @@ serde_support::deserialize_struct!(TerminalUpdate {
     cwd: "cwd" => optional(TriOrDefault),
     output: "output" => optional(TriOrDefault),
     exit_status: "exitStatus" => optional(TriOrDefault),
-    meta: "_meta" => optional(DefaultOnError),
+    meta: "_meta" => optional(TriOrDefault),
 });
 /// A chunk of bytes appended to an agent-owned terminal's output.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -10977,7 +10992,7 @@ pub struct SessionInfoUpdate {
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
 impl SessionInfoUpdate {
     /// Creates a value with every optional field unset.
@@ -11000,17 +11015,20 @@ impl SessionInfoUpdate {
         self.updated_at = Some(updated_at.into());
         self
     }
-    /// Sets [`Self::meta`].
+    /// Sets [`Self::meta`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.meta = Some(meta);
+    pub fn meta(
+        mut self,
+        meta: impl Into<Option<serde_json::Map<String, serde_json::Value>>>,
+    ) -> Self {
+        self.meta = Some(meta.into());
         self
     }
 }
 serde_support::deserialize_struct!(SessionInfoUpdate {
     title: "title" => optional(TriOrDefault),
     updated_at: "updatedAt" => optional(TriOrDefault),
-    meta: "_meta" => optional(DefaultOnError),
+    meta: "_meta" => optional(TriOrDefault),
 });
 /// Cost information for a session.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -11271,7 +11289,7 @@ pub struct CompactionUpdate {
     pub error: Option<Option<String>>,
     /// Extensible metadata patch for this compaction.
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
 #[cfg(feature = "unstable_context_compaction")]
 impl CompactionUpdate {
@@ -11300,10 +11318,13 @@ impl CompactionUpdate {
         self.error = Some(error.into());
         self
     }
-    /// Sets [`Self::meta`].
+    /// Sets [`Self::meta`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.meta = Some(meta);
+    pub fn meta(
+        mut self,
+        meta: impl Into<Option<serde_json::Map<String, serde_json::Value>>>,
+    ) -> Self {
+        self.meta = Some(meta.into());
         self
     }
 }
@@ -11313,7 +11334,7 @@ serde_support::deserialize_struct!(CompactionUpdate {
     status: "status" => required,
     summary: "summary" => optional(TriVecSkipInvalidOrDefault),
     error: "error" => optional(TriOrDefault),
-    meta: "_meta" => optional(DefaultOnError),
+    meta: "_meta" => optional(TriOrDefault),
 });
 /// **UNSTABLE**
 ///
