@@ -907,12 +907,7 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         &self,
         params: LoginAuthRequest,
         cx: Cx,
-    ) -> impl std::future::Future<Output = Result<LoginAuthResponse, Error>> + Send {
-        let _ = (params, cx);
-        std::future::ready(
-            Err(Error::method_not_found().data(serde_json::Value::from("auth/login"))),
-        )
-    }
+    ) -> impl std::future::Future<Output = Result<LoginAuthResponse, Error>> + Send;
     /// **UNSTABLE**
     ///
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -995,12 +990,7 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         &self,
         params: LogoutAuthRequest,
         cx: Cx,
-    ) -> impl std::future::Future<Output = Result<LogoutAuthResponse, Error>> + Send {
-        let _ = (params, cx);
-        std::future::ready(
-            Err(Error::method_not_found().data(serde_json::Value::from("auth/logout"))),
-        )
-    }
+    ) -> impl std::future::Future<Output = Result<LogoutAuthResponse, Error>> + Send;
     /// Request parameters for creating a new session.
     ///
     /// See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/v2/draft/session-setup#creating-a-session)
@@ -1018,12 +1008,7 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         &self,
         params: ListSessionsRequest,
         cx: Cx,
-    ) -> impl std::future::Future<Output = Result<ListSessionsResponse, Error>> + Send {
-        let _ = (params, cx);
-        std::future::ready(
-            Err(Error::method_not_found().data(serde_json::Value::from("session/list"))),
-        )
-    }
+    ) -> impl std::future::Future<Output = Result<ListSessionsResponse, Error>> + Send;
     /// Request parameters for deleting an existing session from `session/list`.
     ///
     /// Only available if the Agent supports the `session.delete` capability.
@@ -1076,14 +1061,7 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         &self,
         params: ResumeSessionRequest,
         cx: Cx,
-    ) -> impl std::future::Future<Output = Result<ResumeSessionResponse, Error>> + Send {
-        let _ = (params, cx);
-        std::future::ready(
-            Err(
-                Error::method_not_found().data(serde_json::Value::from("session/resume")),
-            ),
-        )
-    }
+    ) -> impl std::future::Future<Output = Result<ResumeSessionResponse, Error>> + Send;
     /// Request parameters for closing an active session.
     ///
     /// The agent **must** cancel any ongoing work related to the session (treat it
@@ -1095,12 +1073,7 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         &self,
         params: CloseSessionRequest,
         cx: Cx,
-    ) -> impl std::future::Future<Output = Result<CloseSessionResponse, Error>> + Send {
-        let _ = (params, cx);
-        std::future::ready(
-            Err(Error::method_not_found().data(serde_json::Value::from("session/close"))),
-        )
-    }
+    ) -> impl std::future::Future<Output = Result<CloseSessionResponse, Error>> + Send;
     /// Request parameters for setting a session configuration option.
     ///
     /// Method: `session/set_config_option`.
