@@ -25,9 +25,16 @@ pub const BASELINE: &[(u64, Side, &str)] = &[
     (1, Side::Agent, "session/cancel"),
     (1, Side::Client, "session/request_permission"),
     (1, Side::Client, "session/update"),
+    // v2 adds the session lifecycle a `session` capability commits to, and the auth methods
+    // (which the page notes belong to an optional surface, as `authenticate` does in v1).
     (2, Side::Agent, "initialize"),
+    (2, Side::Agent, "auth/login"),
+    (2, Side::Agent, "auth/logout"),
     (2, Side::Agent, "session/new"),
     (2, Side::Agent, "session/prompt"),
+    (2, Side::Agent, "session/list"),
+    (2, Side::Agent, "session/resume"),
+    (2, Side::Agent, "session/close"),
     (2, Side::Agent, "session/cancel"),
     (2, Side::Client, "session/request_permission"),
     (2, Side::Client, "session/update"),
