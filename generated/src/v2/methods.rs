@@ -907,7 +907,12 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         &self,
         params: LoginAuthRequest,
         cx: Cx,
-    ) -> impl std::future::Future<Output = Result<LoginAuthResponse, Error>> + Send;
+    ) -> impl std::future::Future<Output = Result<LoginAuthResponse, Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(
+            Err(Error::method_not_found().data(serde_json::Value::from("auth/login"))),
+        )
+    }
     /// **UNSTABLE**
     ///
     /// This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -990,7 +995,12 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         &self,
         params: LogoutAuthRequest,
         cx: Cx,
-    ) -> impl std::future::Future<Output = Result<LogoutAuthResponse, Error>> + Send;
+    ) -> impl std::future::Future<Output = Result<LogoutAuthResponse, Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(
+            Err(Error::method_not_found().data(serde_json::Value::from("auth/logout"))),
+        )
+    }
     /// Request parameters for creating a new session.
     ///
     /// See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/v2/draft/session-setup#creating-a-session)
