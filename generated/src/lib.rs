@@ -68,4 +68,8 @@ pub mod feature_gates {
     pub use crate::__acp_feature_on as unstable_context_compaction;
     #[cfg(not(feature = "unstable_context_compaction"))]
     pub use crate::__acp_feature_off as unstable_context_compaction;
+    #[cfg(feature = "unstable_protocol_v2")]
+    pub use crate::__acp_feature_on as unstable_protocol_v2;
+    #[cfg(not(feature = "unstable_protocol_v2"))]
+    pub use crate::__acp_feature_off as unstable_protocol_v2;
 }

@@ -23,31 +23,74 @@ use syn::{Attribute, FnArg, ImplItem, ImplItemFn, ItemImpl, LitStr, Meta, Receiv
 
 use crate::table::{self, Capability, Handler};
 
+/// Which peer the block becomes: the role, and the protocol version (`#[acp_agent(v2)]`).
 #[derive(Clone, Copy)]
-pub enum Side {
+pub struct Side {
+    role: Role,
+    v2: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Role {
     Agent,
     Client,
 }
 
 impl Side {
+    /// The side of `#[acp_agent]` (`Role::Agent`) or `#[acp_client]`, v1 until the attribute
+    /// says `v2`.
+    pub fn new(role: Role) -> Self {
+        Side { role, v2: false }
+    }
+
+    fn is_agent(self) -> bool {
+        self.role == Role::Agent
+    }
+
     fn handlers(self) -> &'static [Handler] {
-        match self {
-            Side::Agent => table::AGENT,
-            Side::Client => table::CLIENT,
+        match (self.role, self.v2) {
+            (Role::Agent, false) => table::AGENT,
+            (Role::Client, false) => table::CLIENT,
+            (Role::Agent, true) => table::AGENT_V2,
+            (Role::Client, true) => table::CLIENT_V2,
         }
     }
 
     fn capabilities(self) -> &'static [Capability] {
-        match self {
-            Side::Agent => table::AGENT_CAPABILITIES,
-            Side::Client => table::CLIENT_CAPABILITIES,
+        match (self.role, self.v2) {
+            (Role::Agent, false) => table::AGENT_CAPABILITIES,
+            (Role::Client, false) => table::CLIENT_CAPABILITIES,
+            (Role::Agent, true) => table::AGENT_V2_CAPABILITIES,
+            (Role::Client, true) => table::CLIENT_V2_CAPABILITIES,
         }
     }
 
+    /// Handlers that come all together or not at all (v2's session baseline, its auth pair).
+    fn groups(self) -> &'static [table::Group] {
+        match (self.role, self.v2) {
+            (Role::Agent, true) => table::AGENT_V2_GROUPS,
+            _ => &[],
+        }
+    }
+
+    /// The attribute as the user wrote it, the trait and the context type.
     fn names(self) -> (&'static str, &'static str, &'static str) {
-        match self {
-            Side::Agent => ("acp_agent", "Agent", "AgentContext"),
-            Side::Client => ("acp_client", "Client", "ClientContext"),
+        match (self.role, self.v2) {
+            (Role::Agent, false) => ("acp_agent", "Agent", "AgentContext"),
+            (Role::Client, false) => ("acp_client", "Client", "ClientContext"),
+            (Role::Agent, true) => ("acp_agent(v2)", "Agent", "AgentContext"),
+            (Role::Client, true) => ("acp_client(v2)", "Client", "ClientContext"),
+        }
+    }
+
+    /// Where the generated types, the context and the expansion helpers of this version are.
+    fn paths(self, krate: &syn::Path) -> (TokenStream, TokenStream, TokenStream) {
+        let (_, _, cx_name) = self.names();
+        let cx = format_ident!("{cx_name}");
+        if self.v2 {
+            (quote!(#krate::acp_types::v2), quote!(#krate::v2::#cx), quote!(#krate::macro_support::v2))
+        } else {
+            (quote!(#krate::acp_types), quote!(#krate::#cx), quote!(#krate::macro_support))
         }
     }
 }
@@ -152,9 +195,9 @@ impl Bound<'_> {
 }
 
 pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
-    let (macro_name, _, _) = side.names();
     let mut errors = Errors::default();
-    let krate = parse_attr(attr, macro_name, &mut errors);
+    let (krate, side) = parse_attr(attr, side, &mut errors);
+    let (macro_name, _, _) = side.names();
     let mut block: ItemImpl = match syn::parse2(item) {
         Ok(b) => b,
         Err(mut e) => {
@@ -189,6 +232,17 @@ pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
         return quote!(#e #inherent #stand_in);
     }
     let imp = implement(side, &krate, &block, &bound);
+    let imp = if side.v2 {
+        // Without the runtime's v2 layer the expansion names nothing that exists: one error
+        // that says so, instead of the compiler's about each missing item.
+        let message = format!(
+            "#[{macro_name}] needs protocol v2: enable the cargo feature `unstable_protocol_v2` \
+             (`acp-runtime = {{ version = \"..\", features = [\"unstable_protocol_v2\"] }}`)"
+        );
+        gate(&krate, &["unstable_protocol_v2"], imp, quote!(::core::compile_error! { #message }))
+    } else {
+        imp
+    };
     quote! {
         #inherent
         #imp
@@ -196,27 +250,33 @@ pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-/// `#[acp_agent]` or `#[acp_agent(crate = path)]`.
-fn parse_attr(attr: TokenStream, macro_name: &str, errors: &mut Errors) -> syn::Path {
+/// `#[acp_agent]`, `#[acp_agent(v2)]`, `#[acp_agent(crate = "path")]`, or both keys.
+fn parse_attr(attr: TokenStream, side: Side, errors: &mut Errors) -> (syn::Path, Side) {
+    let (macro_name, _, _) = side.names();
     let mut krate: syn::Path = syn::parse_quote!(::acp_runtime);
+    let mut side = side;
     if attr.is_empty() {
-        return krate;
+        return (krate, side);
     }
     let parser = syn::meta::parser(|meta| {
         if meta.path.is_ident("crate") {
             krate = meta.value()?.parse::<LitStr>()?.parse()?;
             Ok(())
+        } else if meta.path.is_ident("v2") {
+            side.v2 = true;
+            Ok(())
         } else {
             let key = meta.path.get_ident().map(|i| i.to_string()).unwrap_or_else(|| "?".into());
             Err(meta.error(format!(
-                "unknown #[{macro_name}] key `{key}`; the only key is `crate = \"path::to::acp_runtime\"`"
+                "unknown #[{macro_name}] key `{key}`; the keys are `v2` (protocol v2) and \
+                 `crate = \"path::to::acp_runtime\"`"
             )))
         }
     });
     if let Err(e) = syn::parse::Parser::parse2(parser, attr) {
         errors.push(e.span(), e);
     }
-    krate
+    (krate, side)
 }
 
 /// Removes `#[ext(..)]` / `#[ext_notification(..)]` from an item; returns the binding of a
@@ -630,6 +690,32 @@ fn check_missing(side: Side, block: &ItemImpl, bound: &[Bound], errors: &mut Err
             format!("#[{macro_name}] is missing the spec's baseline handlers:\n{}", missing.join("\n")),
         );
     }
+    // A group is all or nothing: some of its handlers without the others is an error.
+    let by_method = |method: &str| side.handlers().iter().find(|h| h.method == method);
+    for group in side.groups() {
+        let (present, absent): (Vec<&str>, Vec<&str>) =
+            group.methods.iter().partition(|m| by_method(m).is_some_and(&handles));
+        // Missing baseline handlers are reported above already; say each thing once.
+        let absent: Vec<String> = absent
+            .iter()
+            .filter_map(|m| by_method(m))
+            .filter(|h| !h.baseline)
+            .map(|h| format!("    async fn {}(&self, params: {}) -> ...", h.name, h.params))
+            .collect();
+        if present.is_empty() || absent.is_empty() {
+            continue;
+        }
+        let field = group.path.join(".");
+        errors.push(
+            block.self_ty.span(),
+            format!(
+                "#[{macro_name}]: the methods behind `{field}` come together ({}), and this block handles \
+                 only some of them; add:\n{}",
+                group.methods.join(", "),
+                absent.join("\n")
+            ),
+        );
+    }
 }
 
 /// Two functions for one extension message: an error, or, when either is under `cfg`, an error
@@ -756,6 +842,13 @@ fn capabilities(side: Side, bound: &[Bound]) -> TokenStream {
         let cfg = if preds.is_empty() { quote!() } else { quote!(#[cfg(all(#(#preds),*))]) };
         Some(quote!(#cfg (&[#(#path),*], #object)))
     });
+    // A group's field (`capabilities.session`) is advertised when all its handlers are there.
+    let handled = |method: &str| bound.iter().any(|b| matches!(b.binding, Binding::Protocol(h) if h.method == method));
+    let groups = side.groups().iter().filter(|g| g.advertised && g.methods.iter().all(|m| handled(m))).map(|g| {
+        let path = g.path;
+        quote!((&[#(#path),*], true))
+    });
+    let rows: Vec<TokenStream> = rows.chain(groups).collect();
     quote!(&[#(#rows),*])
 }
 
@@ -763,16 +856,11 @@ fn capabilities(side: Side, bound: &[Bound]) -> TokenStream {
 /// required methods never complete (nothing runs: the program does not compile), and no
 /// capability is advertised.
 fn stand_in(side: Side, krate: &syn::Path, block: &ItemImpl) -> TokenStream {
-    let (_, trait_name, cx_name) = side.names();
+    let (_, trait_name, _) = side.names();
     let (impl_generics, _, where_clause) = block.generics.split_for_impl();
     let self_ty = &block.self_ty;
     let trait_ident = format_ident!("{trait_name}");
-    let cx_ty = {
-        let cx_ident = format_ident!("{cx_name}");
-        quote!(#krate::#cx_ident)
-    };
-    let types = quote!(#krate::acp_types);
-    let support = quote!(#krate::macro_support);
+    let (types, cx_ty, support) = side.paths(krate);
     // The trait's methods without a default are among the baseline handlers.
     let methods = side.handlers().iter().filter(|h| h.baseline).map(|h| {
         let f = format_ident!("{}", h.name);
@@ -806,14 +894,11 @@ fn stand_in(side: Side, krate: &syn::Path, block: &ItemImpl) -> TokenStream {
 }
 
 fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -> TokenStream {
-    let (_, trait_name, cx_name) = side.names();
+    let (_, trait_name, _) = side.names();
     let (impl_generics, _, where_clause) = block.generics.split_for_impl();
     let self_ty = &block.self_ty;
     let trait_ident = format_ident!("{trait_name}");
-    let cx_ident = format_ident!("{cx_name}");
-    let types = quote!(#krate::acp_types);
-    let cx_ty = quote!(#krate::#cx_ident);
-    let support = quote!(#krate::macro_support);
+    let (types, cx_ty, support) = side.paths(krate);
     // The conversion of the user's error, spanned at the user's error type so that an error
     // type without `Into<acp_types::Error>` is reported there.
     let into_error = |b: &Bound| {
@@ -868,7 +953,7 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
             Some(r) => {
                 let r = format_ident!("{r}");
                 let call = call(b);
-                let earn = if h.method == "initialize" && matches!(side, Side::Agent) {
+                let earn = if h.method == "initialize" && side.is_agent() {
                     quote!(#support::earn(&cx, <Self as #support::Advertise>::CAPABILITIES);)
                 } else {
                     quote!()

@@ -35,16 +35,33 @@ use proc_macro::TokenStream;
 ///   compile error says which otherwise).
 /// - The capabilities of the handlers present (e.g. `loadSession` when `session_load` is
 ///   handled) are added to the `initialize` result.
+///
+/// # Protocol v2
+///
+/// `#[acp_agent(v2)]` implements `acp_types::v2::Agent<acp_runtime::v2::AgentContext>` instead
+/// (needs the `acp-runtime` feature `unstable_protocol_v2`): handler names and types come from
+/// v2's method table, capabilities are advertised v2-style (`{}` markers under `capabilities`,
+/// e.g. `session.delete` when `session_delete` is handled), and the v2 baseline is required:
+/// `session_new`, `session_list`, `session_resume`, `session_close`, `session_prompt` and
+/// `session_cancel`; `auth_login` and `auth_logout` come as a pair or not at all. A prompt
+/// handler reaches its turn (`cx.turn()`) to stream messages and tool calls; its `Ok` ends the
+/// turn with `end_turn`. Serve a v1 and a v2 block from one binary with
+/// `acp_runtime::ProtocolRouter`.
+///
+/// The attribute's other key, `crate = "path::to::acp_runtime"`, names the runtime when it is
+/// re-exported under another path.
 #[proc_macro_attribute]
 pub fn acp_agent(attr: TokenStream, item: TokenStream) -> TokenStream {
-    expand::expand(expand::Side::Agent, attr.into(), item.into()).into()
+    expand::expand(expand::Side::new(expand::Role::Agent), attr.into(), item.into()).into()
 }
 
 /// Turns `impl MyClient { async fn session_request_permission(..) .. }` into an ACP client:
 /// implements `acp_types::Client<ClientContext>` and `acp_runtime::Advertise` (the client
 /// capabilities the handlers present earn, for the `initialize` request). The rules are
-/// [`acp_agent`]'s, with `cx: ClientContext`.
+/// [`acp_agent`]'s, with `cx: ClientContext`; `#[acp_client(v2)]` implements
+/// `acp_types::v2::Client<acp_runtime::v2::ClientContext>` (no `fs/*` or `terminal/*`: v2 has
+/// neither).
 #[proc_macro_attribute]
 pub fn acp_client(attr: TokenStream, item: TokenStream) -> TokenStream {
-    expand::expand(expand::Side::Client, attr.into(), item.into()).into()
+    expand::expand(expand::Side::new(expand::Role::Client), attr.into(), item.into()).into()
 }

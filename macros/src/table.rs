@@ -4,15 +4,20 @@
 // v1/meta.unstable.json sha256 3026898232badf413624010d1343e20bef853e6705c62d6b56387cf9de6b0543
 // v1/schema.json sha256 caf62ff962ada396878372ced11efb2c6764e59d90919a38583c319948931a42
 // v1/schema.unstable.json sha256 7f77702b34e0a0558e77220e9007bf8ee161a976bb8ac5021aba1b7e7b2c5708
+// v2/meta.json sha256 ad94c01f2736416776fd53d66e3aaf89242ab72d99832664f39d6ab41e049736
+// v2/meta.unstable.json sha256 2c274308d2a773628bf6316b7f6c535cf87d2c1ceb495d02be9ee899dce0f0bc
+// v2/schema.json sha256 36e8270fb12d4d067005cc02f729f5433930e6834ab4a72260838ee096d62378
+// v2/schema.unstable.json sha256 bbdf4ad0e4a07751860afbaf3de800a5c7f9f714f3621f8e667f232709dc497d
 
-//! The handlers `#[acp_agent]` and `#[acp_client]` accept, and the capabilities they earn.
+//! The handlers `#[acp_agent]` and `#[acp_client]` accept, and the capabilities they earn,
+//! for protocol v1 and (with `v2`) protocol v2.
 /// A method a peer may handle.
 pub struct Handler {
     /// The function name in the impl block (and in the generated trait).
     pub name: &'static str,
     /// The wire method.
     pub method: &'static str,
-    /// The params type (in `acp_types`).
+    /// The params type (in `acp_types`, or `acp_types::v2`).
     pub params: &'static str,
     /// The result type, for requests.
     pub response: Option<&'static str>,
@@ -27,6 +32,14 @@ pub struct Capability {
     pub path: &'static [&'static str],
     /// An object capability (`{}`) rather than a boolean (`true`).
     pub object: bool,
+    pub methods: &'static [&'static str],
+}
+/// Handlers that come all together or not at all (protocol v2).
+pub struct Group {
+    /// The field of the initialize result whose description names the group.
+    pub path: &'static [&'static str],
+    /// Advertised (`{}`) when every handler of the group is present.
+    pub advertised: bool,
     pub methods: &'static [&'static str],
 }
 /// What an agent handles (the client sends it).
@@ -447,5 +460,326 @@ pub const CLIENT_CAPABILITIES: &[Capability] = &[
             "terminal/wait_for_exit",
             "terminal/kill",
         ],
+    },
+];
+/// Protocol v2: what an agent handles.
+pub const AGENT_V2: &[Handler] = &[
+    Handler {
+        name: "mcp_message",
+        method: "mcp/message",
+        params: "MessageMcpRequest",
+        response: Some("MessageMcpResponse"),
+        baseline: false,
+        features: &["unstable_mcp_over_acp"],
+    },
+    Handler {
+        name: "mcp_message_notification",
+        method: "mcp/message",
+        params: "MessageMcpNotification",
+        response: None,
+        baseline: false,
+        features: &["unstable_mcp_over_acp"],
+    },
+    Handler {
+        name: "initialize",
+        method: "initialize",
+        params: "InitializeRequest",
+        response: Some("InitializeResponse"),
+        baseline: true,
+        features: &[],
+    },
+    Handler {
+        name: "auth_login",
+        method: "auth/login",
+        params: "LoginAuthRequest",
+        response: Some("LoginAuthResponse"),
+        baseline: false,
+        features: &[],
+    },
+    Handler {
+        name: "providers_list",
+        method: "providers/list",
+        params: "ListProvidersRequest",
+        response: Some("ListProvidersResponse"),
+        baseline: false,
+        features: &["unstable_llm_providers"],
+    },
+    Handler {
+        name: "providers_set",
+        method: "providers/set",
+        params: "SetProviderRequest",
+        response: Some("SetProviderResponse"),
+        baseline: false,
+        features: &["unstable_llm_providers"],
+    },
+    Handler {
+        name: "providers_disable",
+        method: "providers/disable",
+        params: "DisableProviderRequest",
+        response: Some("DisableProviderResponse"),
+        baseline: false,
+        features: &["unstable_llm_providers"],
+    },
+    Handler {
+        name: "auth_logout",
+        method: "auth/logout",
+        params: "LogoutAuthRequest",
+        response: Some("LogoutAuthResponse"),
+        baseline: false,
+        features: &[],
+    },
+    Handler {
+        name: "session_new",
+        method: "session/new",
+        params: "NewSessionRequest",
+        response: Some("NewSessionResponse"),
+        baseline: true,
+        features: &[],
+    },
+    Handler {
+        name: "session_list",
+        method: "session/list",
+        params: "ListSessionsRequest",
+        response: Some("ListSessionsResponse"),
+        baseline: true,
+        features: &[],
+    },
+    Handler {
+        name: "session_delete",
+        method: "session/delete",
+        params: "DeleteSessionRequest",
+        response: Some("DeleteSessionResponse"),
+        baseline: false,
+        features: &[],
+    },
+    Handler {
+        name: "session_fork",
+        method: "session/fork",
+        params: "ForkSessionRequest",
+        response: Some("ForkSessionResponse"),
+        baseline: false,
+        features: &["unstable_session_fork"],
+    },
+    Handler {
+        name: "session_resume",
+        method: "session/resume",
+        params: "ResumeSessionRequest",
+        response: Some("ResumeSessionResponse"),
+        baseline: true,
+        features: &[],
+    },
+    Handler {
+        name: "session_close",
+        method: "session/close",
+        params: "CloseSessionRequest",
+        response: Some("CloseSessionResponse"),
+        baseline: true,
+        features: &[],
+    },
+    Handler {
+        name: "session_set_config_option",
+        method: "session/set_config_option",
+        params: "SetSessionConfigOptionRequest",
+        response: Some("SetSessionConfigOptionResponse"),
+        baseline: false,
+        features: &[],
+    },
+    Handler {
+        name: "session_prompt",
+        method: "session/prompt",
+        params: "PromptRequest",
+        response: Some("PromptResponse"),
+        baseline: true,
+        features: &[],
+    },
+    Handler {
+        name: "nes_start",
+        method: "nes/start",
+        params: "StartNesRequest",
+        response: Some("StartNesResponse"),
+        baseline: false,
+        features: &["unstable_nes"],
+    },
+    Handler {
+        name: "nes_suggest",
+        method: "nes/suggest",
+        params: "SuggestNesRequest",
+        response: Some("SuggestNesResponse"),
+        baseline: false,
+        features: &["unstable_nes"],
+    },
+    Handler {
+        name: "nes_close",
+        method: "nes/close",
+        params: "CloseNesRequest",
+        response: Some("CloseNesResponse"),
+        baseline: false,
+        features: &["unstable_nes"],
+    },
+    Handler {
+        name: "session_cancel",
+        method: "session/cancel",
+        params: "CancelSessionNotification",
+        response: None,
+        baseline: true,
+        features: &[],
+    },
+    Handler {
+        name: "document_did_open",
+        method: "document/didOpen",
+        params: "DidOpenDocumentNotification",
+        response: None,
+        baseline: false,
+        features: &["unstable_nes"],
+    },
+    Handler {
+        name: "document_did_change",
+        method: "document/didChange",
+        params: "DidChangeDocumentNotification",
+        response: None,
+        baseline: false,
+        features: &["unstable_nes"],
+    },
+    Handler {
+        name: "document_did_close",
+        method: "document/didClose",
+        params: "DidCloseDocumentNotification",
+        response: None,
+        baseline: false,
+        features: &["unstable_nes"],
+    },
+    Handler {
+        name: "document_did_save",
+        method: "document/didSave",
+        params: "DidSaveDocumentNotification",
+        response: None,
+        baseline: false,
+        features: &["unstable_nes"],
+    },
+    Handler {
+        name: "document_did_focus",
+        method: "document/didFocus",
+        params: "DidFocusDocumentNotification",
+        response: None,
+        baseline: false,
+        features: &["unstable_nes"],
+    },
+    Handler {
+        name: "nes_accept",
+        method: "nes/accept",
+        params: "AcceptNesNotification",
+        response: None,
+        baseline: false,
+        features: &["unstable_nes"],
+    },
+    Handler {
+        name: "nes_reject",
+        method: "nes/reject",
+        params: "RejectNesNotification",
+        response: None,
+        baseline: false,
+        features: &["unstable_nes"],
+    },
+];
+/// Protocol v2: what a client handles.
+pub const CLIENT_V2: &[Handler] = &[
+    Handler {
+        name: "session_request_permission",
+        method: "session/request_permission",
+        params: "RequestPermissionRequest",
+        response: Some("RequestPermissionResponse"),
+        baseline: true,
+        features: &[],
+    },
+    Handler {
+        name: "elicitation_create",
+        method: "elicitation/create",
+        params: "CreateElicitationRequest",
+        response: Some("CreateElicitationResponse"),
+        baseline: false,
+        features: &[],
+    },
+    Handler {
+        name: "mcp_connect",
+        method: "mcp/connect",
+        params: "ConnectMcpRequest",
+        response: Some("ConnectMcpResponse"),
+        baseline: false,
+        features: &["unstable_mcp_over_acp"],
+    },
+    Handler {
+        name: "mcp_message",
+        method: "mcp/message",
+        params: "MessageMcpRequest",
+        response: Some("MessageMcpResponse"),
+        baseline: false,
+        features: &["unstable_mcp_over_acp"],
+    },
+    Handler {
+        name: "mcp_message_notification",
+        method: "mcp/message",
+        params: "MessageMcpNotification",
+        response: None,
+        baseline: false,
+        features: &["unstable_mcp_over_acp"],
+    },
+    Handler {
+        name: "mcp_disconnect",
+        method: "mcp/disconnect",
+        params: "DisconnectMcpRequest",
+        response: Some("DisconnectMcpResponse"),
+        baseline: false,
+        features: &["unstable_mcp_over_acp"],
+    },
+    Handler {
+        name: "session_update",
+        method: "session/update",
+        params: "UpdateSessionNotification",
+        response: None,
+        baseline: true,
+        features: &[],
+    },
+    Handler {
+        name: "elicitation_complete",
+        method: "elicitation/complete",
+        params: "CompleteElicitationNotification",
+        response: None,
+        baseline: false,
+        features: &[],
+    },
+];
+/// Protocol v2: agent capabilities, inside `InitializeResponse`.
+pub const AGENT_V2_CAPABILITIES: &[Capability] = &[
+    Capability {
+        path: &["capabilities", "session", "delete"],
+        object: true,
+        methods: &["session/delete"],
+    },
+    Capability {
+        path: &["capabilities", "session", "fork"],
+        object: true,
+        methods: &["session/fork"],
+    },
+];
+/// Protocol v2: client capabilities, inside `InitializeRequest`.
+pub const CLIENT_V2_CAPABILITIES: &[Capability] = &[];
+/// Protocol v2: the agent's handler groups.
+pub const AGENT_V2_GROUPS: &[Group] = &[
+    Group {
+        path: &["capabilities", "session"],
+        advertised: true,
+        methods: &[
+            "session/new",
+            "session/prompt",
+            "session/cancel",
+            "session/list",
+            "session/resume",
+            "session/close",
+        ],
+    },
+    Group {
+        path: &["authMethods"],
+        advertised: false,
+        methods: &["auth/login", "auth/logout"],
     },
 ];

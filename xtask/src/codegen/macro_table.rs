@@ -5,6 +5,12 @@
 //! Capabilities are read off the schema's own words: a capability field whose description
 //! starts "Whether the agent (client) supports `METHOD`" (or "the METHOD method", or
 //! "all `PREFIX/*` methods") is advertised when the handlers for those methods are present.
+//!
+//! So are protocol v2's groups, handlers that come all together or not at all: a field whose
+//! description (or its type's) says that supplying it commits the agent to "the baseline
+//! session methods: `session/new`, ..." or that the agent "MUST support both `auth/login` and
+//! `auth/logout`". A group whose field is a capability object (`capabilities.session`) is
+//! advertised when all its handlers are present.
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -19,6 +25,66 @@ pub struct Capability {
     /// `true` for a boolean field, `{}` for an object one.
     pub object: bool,
     pub methods: Vec<String>,
+}
+
+/// Handlers that go together (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    /// The field whose description names the group; advertised (`{}`) when `advertised`.
+    pub path: Vec<String>,
+    pub advertised: bool,
+    pub methods: Vec<String>,
+}
+
+/// The groups of the `root` definition's fields (`InitializeResponse`), recursively.
+pub fn groups(defs: &Map<String, Value>, root: &str, model: &Model, side: Side) -> Vec<Group> {
+    let mut out = Vec::new();
+    walk_groups(defs, root, &mut Vec::new(), model, side, &mut out, 0);
+    out
+}
+
+fn walk_groups(
+    defs: &Map<String, Value>,
+    def: &str,
+    path: &mut Vec<String>,
+    model: &Model,
+    side: Side,
+    out: &mut Vec<Group>,
+    depth: usize,
+) {
+    let Some(props) = defs.get(def).and_then(|d| d.get("properties")).and_then(Value::as_object) else { return };
+    if depth > 4 {
+        return;
+    }
+    for (name, prop) in props {
+        path.push(name.clone());
+        let target = referenced(prop);
+        let own = prop.get("description").and_then(Value::as_str).unwrap_or_default();
+        let of_type = target.and_then(|t| defs.get(t)?.get("description")?.as_str()).unwrap_or_default();
+        let capability = target.is_some_and(|t| t.ends_with("Capabilities"));
+        let methods = group_methods(&format!("{own}\n\n{of_type}"), model, side);
+        if methods.len() >= 2 {
+            out.push(Group { path: path.clone(), advertised: capability, methods });
+        }
+        if let Some(t) = target.filter(|_| capability) {
+            walk_groups(defs, t, path, model, side, out, depth + 1);
+        }
+        path.pop();
+    }
+}
+
+/// The methods of `side` the "commits to all of these" sentences name (the field's own
+/// description and its type's may each list some: the union).
+fn group_methods(desc: &str, model: &Model, side: Side) -> Vec<String> {
+    let flat = desc.replace('\n', " ");
+    let sentences = flat.split(". ").filter(|s| s.contains("supports the baseline") || s.contains("MUST support both"));
+    let mut out: Vec<String> = Vec::new();
+    for quoted in sentences.flat_map(|s| s.split('`').skip(1).step_by(2)) {
+        if model.methods.iter().any(|m| m.side == side && m.name == quoted) && !out.iter().any(|m| m == quoted) {
+            out.push(quoted.to_owned());
+        }
+    }
+    out
 }
 
 /// The capability fields of the `root` definition (e.g. `InitializeResponse`), recursively.
@@ -93,10 +159,18 @@ fn methods_named(desc: &str, model: &Model, side: Side) -> Vec<String> {
     out
 }
 
-/// `macros/src/table.rs`.
-pub fn table(model: &Model, agent_caps: &[Capability], client_caps: &[Capability]) -> TokenStream {
-    let handlers = |side: Side| {
-        let rows = model.methods.iter().filter(|m| m.side == side).map(|m| {
+/// The handlers and capabilities of one protocol version, for the table.
+pub struct VersionTable<'a> {
+    pub model: &'a Model,
+    pub agent_caps: Vec<Capability>,
+    pub client_caps: Vec<Capability>,
+    pub agent_groups: Vec<Group>,
+}
+
+/// `macros/src/table.rs`: v1's tables, and v2's (empty when the release has no v2).
+pub fn table(v1: &VersionTable<'_>, v2: Option<&VersionTable<'_>>) -> TokenStream {
+    let handlers = |model: Option<&Model>, side: Side| {
+        let rows = model.into_iter().flat_map(|m| &m.methods).filter(|m| m.side == side).map(|m| {
             let (name, method, params, baseline) = (&m.rust, &m.name, &m.params, m.baseline);
             let response = match &m.response {
                 Some(r) => quote!(Some(#r)),
@@ -110,8 +184,8 @@ pub fn table(model: &Model, agent_caps: &[Capability], client_caps: &[Capability
         });
         quote!(&[#(#rows)*])
     };
-    let caps = |caps: &[Capability]| {
-        let rows = caps.iter().map(|c| {
+    let caps = |caps: Option<&Vec<Capability>>| {
+        let rows = caps.into_iter().flatten().map(|c| {
             let path = &c.path;
             let methods = &c.methods;
             let object = c.object;
@@ -119,12 +193,27 @@ pub fn table(model: &Model, agent_caps: &[Capability], client_caps: &[Capability
         });
         quote!(&[#(#rows)*])
     };
-    let agent = handlers(Side::Agent);
-    let client = handlers(Side::Client);
-    let agent_caps = caps(agent_caps);
-    let client_caps = caps(client_caps);
+    let groups = |groups: Option<&Vec<Group>>| {
+        let rows = groups.into_iter().flatten().map(|g| {
+            let path = &g.path;
+            let methods = &g.methods;
+            let advertised = g.advertised;
+            quote!(Group { path: &[#(#path),*], advertised: #advertised, methods: &[#(#methods),*] },)
+        });
+        quote!(&[#(#rows)*])
+    };
+    let agent = handlers(Some(v1.model), Side::Agent);
+    let client = handlers(Some(v1.model), Side::Client);
+    let agent_caps = caps(Some(&v1.agent_caps));
+    let client_caps = caps(Some(&v1.client_caps));
+    let agent_v2 = handlers(v2.map(|v| v.model), Side::Agent);
+    let client_v2 = handlers(v2.map(|v| v.model), Side::Client);
+    let agent_caps_v2 = caps(v2.map(|v| &v.agent_caps));
+    let client_caps_v2 = caps(v2.map(|v| &v.client_caps));
+    let agent_groups_v2 = groups(v2.map(|v| &v.agent_groups));
     quote! {
-        //! The handlers `#[acp_agent]` and `#[acp_client]` accept, and the capabilities they earn.
+        //! The handlers `#[acp_agent]` and `#[acp_client]` accept, and the capabilities they earn,
+        //! for protocol v1 and (with `v2`) protocol v2.
 
         /// A method a peer may handle.
         pub struct Handler {
@@ -132,7 +221,7 @@ pub fn table(model: &Model, agent_caps: &[Capability], client_caps: &[Capability
             pub name: &'static str,
             /// The wire method.
             pub method: &'static str,
-            /// The params type (in `acp_types`).
+            /// The params type (in `acp_types`, or `acp_types::v2`).
             pub params: &'static str,
             /// The result type, for requests.
             pub response: Option<&'static str>,
@@ -151,6 +240,15 @@ pub fn table(model: &Model, agent_caps: &[Capability], client_caps: &[Capability
             pub methods: &'static [&'static str],
         }
 
+        /// Handlers that come all together or not at all (protocol v2).
+        pub struct Group {
+            /// The field of the initialize result whose description names the group.
+            pub path: &'static [&'static str],
+            /// Advertised (`{}`) when every handler of the group is present.
+            pub advertised: bool,
+            pub methods: &'static [&'static str],
+        }
+
         /// What an agent handles (the client sends it).
         pub const AGENT: &[Handler] = #agent;
         /// What a client handles (the agent sends it).
@@ -159,17 +257,34 @@ pub fn table(model: &Model, agent_caps: &[Capability], client_caps: &[Capability
         pub const AGENT_CAPABILITIES: &[Capability] = #agent_caps;
         /// Client capabilities, inside `InitializeRequest`.
         pub const CLIENT_CAPABILITIES: &[Capability] = #client_caps;
+        /// Protocol v2: what an agent handles.
+        pub const AGENT_V2: &[Handler] = #agent_v2;
+        /// Protocol v2: what a client handles.
+        pub const CLIENT_V2: &[Handler] = #client_v2;
+        /// Protocol v2: agent capabilities, inside `InitializeResponse`.
+        pub const AGENT_V2_CAPABILITIES: &[Capability] = #agent_caps_v2;
+        /// Protocol v2: client capabilities, inside `InitializeRequest`.
+        pub const CLIENT_V2_CAPABILITIES: &[Capability] = #client_caps_v2;
+        /// Protocol v2: the agent's handler groups.
+        pub const AGENT_V2_GROUPS: &[Group] = #agent_groups_v2;
     }
 }
 
 /// The README's handler tables (between `<!-- handlers:begin -->` and `<!-- handlers:end -->`),
 /// regenerated with the macro table so the README cannot drift from it.
-pub fn readme_tables(model: &Model) -> String {
+pub fn readme_tables(v1: &Model, v2: Option<&Model>) -> String {
     let mut out = String::new();
-    for (side, title) in [
-        (Side::Agent, "`#[acp_agent]`: what the agent handles"),
-        (Side::Client, "`#[acp_client]`: what the client handles"),
-    ] {
+    let v1_tables = [
+        (v1, Side::Agent, "`#[acp_agent]`: what the agent handles"),
+        (v1, Side::Client, "`#[acp_client]`: what the client handles"),
+    ];
+    let v2_tables = v2.map(|v2| {
+        [
+            (v2, Side::Agent, "`#[acp_agent(v2)]` (feature `unstable_protocol_v2`): what a v2 agent handles"),
+            (v2, Side::Client, "`#[acp_client(v2)]` (feature `unstable_protocol_v2`): what a v2 client handles"),
+        ]
+    });
+    for (model, side, title) in v1_tables.into_iter().chain(v2_tables.into_iter().flatten()) {
         out.push_str(&format!("\n{title}\n\n| handler | method | params | result | |\n|---|---|---|---|---|\n"));
         // Baseline first, then the other stable methods, then the unstable ones.
         let mut methods: Vec<_> = model.methods.iter().filter(|m| m.side == side).collect();

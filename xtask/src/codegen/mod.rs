@@ -134,8 +134,8 @@ pub fn generate(settings: &Settings) -> Result<Vec<OutputFile>> {
 pub fn generate_all(settings: &Settings, readme_text: &str) -> Result<(Vec<OutputFile>, OutputFile, String)> {
     let loaded = load_all(settings)?;
     let files = generate_from(settings, &loaded)?;
-    let table = macro_table_from(settings, &loaded.v1, &loaded.v1_model)?;
-    let readme = readme_from(&loaded.v1_model, readme_text)?;
+    let table = macro_table_from(settings, &loaded)?;
+    let readme = readme_from(&loaded.v1_model, loaded.v2.as_ref().map(|(_, model)| model), readme_text)?;
     Ok((files, table, readme))
 }
 
@@ -438,7 +438,7 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
     } else {
         quote!()
     };
-    let gates = feature_gates(settings);
+    let gates = feature_gates(settings, v2);
     quote! {
         #![doc = #doc]
         #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -458,8 +458,12 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
 /// FEATURE, `otherwise` when not. `#[acp_agent]` / `#[acp_client]` expand in the user's crate,
 /// where `#[cfg(feature = ..)]` would test the user's own features; these macros answer for
 /// the features acp-types really has.
-fn feature_gates(settings: &Settings) -> TokenStream {
-    let features = features::feature_names(settings.gating);
+fn feature_gates(settings: &Settings, v2: bool) -> TokenStream {
+    let mut features = features::feature_names(settings.gating);
+    // `#[acp_agent(v2)]` needs the v2 module itself.
+    if v2 {
+        features.push(V2_FEATURE);
+    }
     if features.is_empty() {
         return quote!();
     }
@@ -631,35 +635,43 @@ pub struct Vendored {
 
 /// The README with its handler tables regenerated (see [`macro_table::readme_tables`]).
 pub fn readme(settings: &Settings, readme: &str) -> Result<String> {
-    let v1 = load::load_version(&settings.schema_dir.join("v1"))?;
-    readme_from(&build_model(&v1, settings.gating)?, readme)
+    let loaded = load_all(settings)?;
+    readme_from(&loaded.v1_model, loaded.v2.as_ref().map(|(_, model)| model), readme)
 }
 
-fn readme_from(model: &Model, readme: &str) -> Result<String> {
-    macro_table::splice_readme(readme, &macro_table::readme_tables(model)).ok_or_else(|| {
+fn readme_from(v1: &Model, v2: Option<&Model>, readme: &str) -> Result<String> {
+    macro_table::splice_readme(readme, &macro_table::readme_tables(v1, v2)).ok_or_else(|| {
         CodegenError::table("README.md has no `<!-- handlers:begin ... -->` / `<!-- handlers:end -->` markers")
     })
 }
 
-/// `macros/src/table.rs`: the handler table of the attribute macros (pinned release, v1).
+/// `macros/src/table.rs`: the handler tables of the attribute macros (pinned release, v1 and v2).
 pub fn macro_table(settings: &Settings) -> Result<OutputFile> {
-    let v1 = load::load_version(&settings.schema_dir.join("v1"))?;
-    macro_table_from(settings, &v1, &build_model(&v1, settings.gating)?)
+    macro_table_from(settings, &load_all(settings)?)
 }
 
-fn macro_table_from(settings: &Settings, v1: &VersionFiles, model: &Model) -> Result<OutputFile> {
-    let schema = v1.schema_unstable.as_ref().unwrap_or(&v1.schema);
+fn macro_table_from(settings: &Settings, loaded: &Loaded) -> Result<OutputFile> {
+    let v1 = version_table(&loaded.v1, &loaded.v1_model)?;
+    let v2 = loaded.v2.as_ref().map(|(files, model)| version_table(files, model)).transpose()?;
+    let tokens = macro_table::table(&v1, v2.as_ref());
+    let file = syn::parse2::<syn::File>(tokens)
+        .map_err(|e| CodegenError::Emit { file: "macros/src/table.rs".into(), message: e.to_string() })?;
+    let preamble = preamble(settings, &loaded.v1, loaded.v2.as_ref().map(|(files, _)| files));
+    Ok(OutputFile { path: "src/table.rs".into(), contents: format!("{preamble}\n{}", prettyplease::unparse(&file)) })
+}
+
+fn version_table<'a>(files: &VersionFiles, model: &'a Model) -> Result<macro_table::VersionTable<'a>> {
+    let schema = files.schema_unstable.as_ref().unwrap_or(&files.schema);
     let defs = schema
         .get("$defs")
         .and_then(serde_json::Value::as_object)
-        .ok_or_else(|| CodegenError::Input { path: v1.dir.clone(), message: "no `$defs` object".into() })?;
-    let agent_caps = macro_table::capabilities(defs, "InitializeResponse", model, ir::Side::Agent);
-    let client_caps = macro_table::capabilities(defs, "InitializeRequest", model, ir::Side::Client);
-    let tokens = macro_table::table(model, &agent_caps, &client_caps);
-    let file = syn::parse2::<syn::File>(tokens)
-        .map_err(|e| CodegenError::Emit { file: "macros/src/table.rs".into(), message: e.to_string() })?;
-    let preamble = preamble(settings, v1, None);
-    Ok(OutputFile { path: "src/table.rs".into(), contents: format!("{preamble}\n{}", prettyplease::unparse(&file)) })
+        .ok_or_else(|| CodegenError::Input { path: files.dir.clone(), message: "no `$defs` object".into() })?;
+    Ok(macro_table::VersionTable {
+        model,
+        agent_caps: macro_table::capabilities(defs, "InitializeResponse", model, ir::Side::Agent),
+        client_caps: macro_table::capabilities(defs, "InitializeRequest", model, ir::Side::Client),
+        agent_groups: macro_table::groups(defs, "InitializeResponse", model, ir::Side::Agent),
+    })
 }
 
 /// A vendored file has no `schemars` feature: drops the `JsonSchema` impls and derives, also
