@@ -17,6 +17,12 @@ pub const CURRENT_PROTOCOL_VERSION: u64 = 1;
 pub const UNSUPPORTED_PROTOCOL_VERSION: u16 = u16::MAX;
 /// How long a cancelled turn may take to answer `cancelled`.
 pub const CANCEL_BOUND: Duration = Duration::from_secs(2);
+/// How long the cancel waits for the turn's first update before it goes out anyway.
+pub const CANCEL_AFTER: Duration = Duration::from_millis(100);
+/// The bounds of the window in which a turn's answer may have crossed the cancel (see
+/// [`race_window`]).
+pub const MIN_RACE_WINDOW: Duration = Duration::from_millis(100);
+pub const MAX_RACE_WINDOW: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "UPPERCASE")]
@@ -580,13 +586,13 @@ async fn cancel_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duratio
         prompt_params(session, "Please take your time and tell me a long story; I may cancel."),
         limit + CANCEL_BOUND,
     );
-    // Cancel after the first update of the turn, or after a short delay. A turn that has
-    // ended by then is judged below, by when its answer arrived.
-    agent.wait_for(Duration::from_millis(1000), |o| o.updates.len() > before).await;
+    // Cancel on the turn's first update, once it has ended, or after CANCEL_AFTER: a quiet
+    // turn is cancelled while it thinks, not after it is over.
+    let answered = |o: &Observed| o.last_sent("session/prompt", sent_before).and_then(|p| o.answer_to(p)).is_some();
+    agent.wait_for(CANCEL_AFTER, |o| o.updates.len() > before || answered(o)).await;
     agent.notify("session/cancel", json!({"sessionId": session})).await;
     let sent = Instant::now();
     let reply = tokio::time::timeout(CANCEL_BOUND, turn).await;
-    let elapsed = sent.elapsed().as_millis();
     let outcome = match reply {
         Err(_) => Outcome::Fail(format!(
             "no answer to session/prompt within {} ms of session/cancel",
@@ -594,46 +600,97 @@ async fn cancel_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duratio
         )),
         Ok(Err(join)) => Outcome::Fail(format!("checker error: {join}")),
         Ok(Ok(reply)) => {
-            let crossed = answer_crossed_cancel(agent, sent_before).await;
-            match stop_reason(&reply) {
-                Ok(StopReason::Cancelled) if crossed => {
-                    Outcome::Fail("the turn answered `cancelled` before session/cancel was sent".into())
-                }
-                Ok(StopReason::Cancelled) => {
-                    Outcome::Pass(format!("stopReason cancelled {elapsed} ms after session/cancel"))
-                }
-                // The answer was on the wire before the cancel: there was nothing left to cancel.
-                Ok(other) if crossed => Outcome::Inconclusive(format!(
-                    "inconclusive: the turn answered `{}` before session/cancel reached the agent (the answer \
-                     was already on the wire)",
-                    other.as_str()
-                )),
-                Err(why) if crossed => Outcome::Fail(why),
-                Ok(other) => Outcome::Fail(format!(
-                    "the turn answered stopReason `{}` {elapsed} ms after session/cancel, not `cancelled`",
-                    other.as_str()
-                )),
-                Err(why) => Outcome::Fail(format!(
-                    "after session/cancel: {why} (a cancelled turn must answer stopReason `cancelled`)"
-                )),
-            }
+            let timing = cancel_timing(agent, sent_before, sent.elapsed()).await;
+            judge_cancel(stop_reason(&reply), timing)
         }
     };
     run.record("cancel", Level::Must, CANCEL, outcome);
     agent.hold_permissions(false);
 }
 
-/// Whether the answer to the last `session/prompt` (sent after index `sent_before`) was read
-/// from the agent before `session/cancel` was written to it, or the cancel never was.
-async fn answer_crossed_cancel(agent: &Agent, sent_before: usize) -> bool {
+/// When the cancelled turn's answer came, relative to the cancel.
+#[derive(Clone, Copy, Debug)]
+struct CancelTiming {
+    /// How long after `session/cancel` was written the answer was read; `None` when it was
+    /// read before (or the cancel never went out).
+    after: Option<Duration>,
+    /// Answers read within this long after the cancel may have been on their way before the
+    /// agent could read it (see [`race_window`]).
+    window: Duration,
+}
+
+/// Where the answer to the last `session/prompt` (sent after index `sent_before`) stands
+/// relative to the `session/cancel` written after it. `elapsed` is the time since the cancel
+/// was queued, the fallback should the answer's read time be unknown.
+async fn cancel_timing(agent: &Agent, sent_before: usize, elapsed: Duration) -> CancelTiming {
     // The answer can be read before the writer has recorded the cancel it is writing.
     let written = |o: &Observed| o.last_sent("session/cancel", sent_before).is_some();
     agent.wait_for(Duration::from_millis(500), written).await;
     agent.observed(|o| {
-        let Some(cancel) = o.last_sent("session/cancel", sent_before) else { return true };
+        let window = race_window(o);
+        let Some(cancel) = o.last_sent("session/cancel", sent_before) else {
+            return CancelTiming { after: None, window };
+        };
         let answered = o.last_sent("session/prompt", sent_before).and_then(|p| o.answer_to(p)).map(|a| a.at);
-        answered.is_some_and(|at| at < cancel.at)
+        let after = match answered {
+            Some(at) => at.checked_duration_since(cancel.at),
+            None => Some(elapsed),
+        };
+        CancelTiming { after, window }
     })
+}
+
+/// How long after the cancel was written an answer may still be one the agent wrote before it
+/// could have read the cancel: twice the fastest round trip the agent showed on this
+/// connection, within [MIN_RACE_WINDOW, MAX_RACE_WINDOW].
+///
+/// An answer still on its way when the cancel was written left the agent at most one trip out
+/// before the cancel arrived one trip in, so it is read at most a round trip (both trips,
+/// without the agent's own work) after the cancel was written. The fastest answer to any of
+/// the checker's requests bounds that round trip from above; it is doubled, and at least
+/// 100 ms, because the trips vary with scheduling on a loaded machine. Later than that, the
+/// agent had the cancel in hand when it answered, and anything but `cancelled` breaks the rule.
+fn race_window(o: &Observed) -> Duration {
+    let fastest = o
+        .sent
+        .iter()
+        .filter_map(|sent| Some(o.answer_to(sent)?.at.checked_duration_since(sent.at).unwrap_or_default()))
+        .min();
+    fastest.map_or(MIN_RACE_WINDOW, |rtt| (rtt * 2).clamp(MIN_RACE_WINDOW, MAX_RACE_WINDOW))
+}
+
+fn judge_cancel(stop: Result<StopReason, String>, timing: CancelTiming) -> Outcome {
+    let window = timing.window.as_millis();
+    match (stop, timing.after) {
+        (Ok(StopReason::Cancelled), None) => {
+            Outcome::Fail("the turn answered `cancelled` before session/cancel was sent".into())
+        }
+        (Ok(StopReason::Cancelled), Some(after)) => {
+            Outcome::Pass(format!("stopReason cancelled {} ms after session/cancel", after.as_millis()))
+        }
+        // The answer was on the wire before the cancel: there was nothing left to cancel.
+        (Ok(other), None) => Outcome::Inconclusive(format!(
+            "inconclusive: the turn answered `{}` before session/cancel reached the agent (the answer was already \
+             on the wire)",
+            other.as_str()
+        )),
+        (Ok(other), Some(after)) if after < timing.window => Outcome::Inconclusive(format!(
+            "inconclusive: the turn answered `{}` {} ms after session/cancel was written, within the {window} ms in \
+             which an answer already on its way cannot be told from one that ignored the cancel",
+            other.as_str(),
+            after.as_millis()
+        )),
+        (Ok(other), Some(after)) => Outcome::Fail(format!(
+            "the turn answered stopReason `{}` {} ms after session/cancel was written (more than the {window} ms an \
+             answer already on its way could take), not `cancelled`",
+            other.as_str(),
+            after.as_millis()
+        )),
+        (Err(why), None) => Outcome::Fail(why),
+        (Err(why), Some(_)) => {
+            Outcome::Fail(format!("after session/cancel: {why} (a cancelled turn must answer stopReason `cancelled`)"))
+        }
+    }
 }
 
 /// Whether the agent sent a turn's output after the turn's answer, judged on everything the
@@ -857,4 +914,66 @@ async fn capabilities(run: &mut Run, options: &Options, cwd: &str) -> Result<(),
 /// A capability object that is present and not `null` (or `false`).
 fn is_set(value: &Value) -> bool {
     !matches!(value, Value::Null | Value::Bool(false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Answer, Sent};
+
+    fn timing(after_ms: Option<u64>, window_ms: u64) -> CancelTiming {
+        CancelTiming { after: after_ms.map(Duration::from_millis), window: Duration::from_millis(window_ms) }
+    }
+
+    fn is(outcome: &Outcome) -> &'static str {
+        match outcome {
+            Outcome::Pass(_) => "pass",
+            Outcome::Fail(_) => "fail",
+            Outcome::Warn(_) => "warn",
+            Outcome::Inconclusive(_) => "inconclusive",
+            Outcome::Skip(_) => "skip",
+        }
+    }
+
+    #[test]
+    fn a_cancel_is_judged_by_when_the_answer_came() {
+        let end_turn = || Ok(StopReason::EndTurn);
+        // Answered before the cancel was written: nothing was left to cancel.
+        assert_eq!(is(&judge_cancel(end_turn(), timing(None, 100))), "inconclusive");
+        // Within the window: it may have been on its way.
+        assert_eq!(is(&judge_cancel(end_turn(), timing(Some(40), 100))), "inconclusive");
+        // Well after: the agent had the cancel and ignored it.
+        let late = judge_cancel(end_turn(), timing(Some(450), 100));
+        assert_eq!(is(&late), "fail");
+        let Outcome::Fail(detail) = late else { unreachable!() };
+        assert!(detail.contains("`end_turn` 450 ms after session/cancel was written"), "{detail}");
+        assert_eq!(is(&judge_cancel(Ok(StopReason::Cancelled), timing(Some(450), 100))), "pass");
+        assert_eq!(is(&judge_cancel(Ok(StopReason::Cancelled), timing(None, 100))), "fail");
+        assert_eq!(is(&judge_cancel(Err("error -32603".into()), timing(Some(5), 100))), "fail");
+    }
+
+    #[test]
+    fn the_race_window_follows_the_fastest_round_trip_within_bounds() {
+        let t0 = Instant::now();
+        let mut o = Observed::default();
+        let mut exchange = |id: i64, sent_ms: u64, answered_ms: u64| {
+            let at = t0 + Duration::from_millis(sent_ms);
+            o.sent.push(Sent { method: "x".into(), id: Some(json!(id)), session: None, at });
+            let at = t0 + Duration::from_millis(answered_ms);
+            o.responses.push(Answer { id: json!(id), at, seq: 0 });
+        };
+        exchange(1, 0, 900);
+        exchange(2, 1000, 1300);
+        assert_eq!(race_window(&o), Duration::from_millis(600));
+        o.sent.push(Sent { method: "y".into(), id: Some(json!(3)), session: None, at: t0 });
+        o.responses.push(Answer { id: json!(3), at: t0 + Duration::from_millis(2), seq: 0 });
+        assert_eq!(race_window(&o), MIN_RACE_WINDOW);
+        let slow = Observed {
+            sent: vec![Sent { method: "z".into(), id: Some(json!(1)), session: None, at: t0 }],
+            responses: vec![Answer { id: json!(1), at: t0 + Duration::from_secs(5), seq: 0 }],
+            ..Observed::default()
+        };
+        assert_eq!(race_window(&slow), MAX_RACE_WINDOW);
+        assert_eq!(race_window(&Observed::default()), MIN_RACE_WINDOW);
+    }
 }

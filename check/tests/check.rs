@@ -236,6 +236,30 @@ fn a_turn_answered_before_the_cancel_is_inconclusive_not_a_failure() {
 }
 
 #[test]
+fn a_quiet_turn_that_ignores_the_cancel_fails() {
+    // No update at all, `end_turn` 600 ms after the prompt: the cancel goes out well before.
+    let (code, report) = check_flawed(&["quiet-turn", "ignore-cancel"]);
+    assert_eq!(code, 1, "{report:#}");
+    let cancel = find(&report, "cancel");
+    assert_eq!((&cancel["status"], &cancel["inconclusive"]), (&"fail".into(), &false.into()), "{cancel}");
+    let detail = cancel["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("stopReason `end_turn`") && detail.contains("ms after session/cancel was written"),
+        "{detail}"
+    );
+    // A quiet turn also does not stream (a SHOULD); no other rule is broken.
+    let streams = find(&report, "prompt-streams-updates");
+    assert_eq!((&streams["status"], &streams["level"]), (&"warn".into(), &"SHOULD".into()), "{streams}");
+    assert_eq!(failures(&report).len(), 2, "{:#?}", failures(&report));
+
+    // The same quiet turn, honouring the cancel, passes it.
+    let (code, report) = check_flawed(&["quiet-turn"]);
+    assert_eq!(find(&report, "cancel")["status"], "pass", "{report:#}");
+    assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+    assert_eq!(code, 0);
+}
+
+#[test]
 fn an_agent_that_crashes_on_a_malformed_line_fails() {
     let (code, report) = check_flawed(&["crash-on-malformed"]);
     assert_eq!(code, 1, "{report:#}");

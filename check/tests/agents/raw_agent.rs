@@ -50,6 +50,9 @@ pub struct Flaws {
     /// A turn's answer is followed by this `update` object (in the same write, so it is read
     /// before the next prompt can be sent).
     pub late_update: Option<&'static str>,
+    /// Not a flaw by itself: a turn sends no update and answers after 600 ms (`cancelled` at
+    /// once when cancelled, unless `ignore_cancel`).
+    pub quiet_turn: bool,
 }
 
 impl Flaws {
@@ -60,6 +63,8 @@ impl Flaws {
         for arg in std::env::args().skip(1) {
             match arg.as_str() {
                 "quick-turn" => flaws.quick_turn = true,
+                "quiet-turn" => flaws.quiet_turn = true,
+                "ignore-cancel" => flaws.ignore_cancel = true,
                 "crash-on-malformed" => flaws.crash_on_malformed = true,
                 "bad-update=kind" => {
                     flaws.bad_update =
@@ -211,6 +216,23 @@ pub fn run(flaws: Flaws) {
                 }});
                 let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"stopReason": "end_turn"}});
                 out.raw(format!("{update}\n{answer}\n").as_bytes());
+            }
+            "session/prompt" if flaws.quiet_turn => {
+                let session = params["sessionId"].as_str().unwrap_or_default().to_owned();
+                let flag = Arc::new(AtomicBool::new(false));
+                turns.lock().unwrap().insert(session, flag.clone());
+                let out = out.clone();
+                std::thread::spawn(move || {
+                    // Thinking, in 10 ms steps so that a cancel is noticed at once.
+                    for _ in 0..60 {
+                        if flag.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    let stop = if flag.load(Ordering::SeqCst) { "cancelled" } else { "end_turn" };
+                    out.result(&id, json!({"stopReason": stop}));
+                });
             }
             "session/prompt" => {
                 let session = params["sessionId"].as_str().unwrap_or_default().to_owned();
