@@ -798,24 +798,40 @@ async fn malformed_line(run: &mut Run, options: &Options, cwd: &str) -> Result<(
     // read past the bad line.
     agent.inject_line("{not json").await;
     let survived = still_works(&agent, cwd, options.timeout, &auth).await;
-    let answered = agent.wait_for(Duration::from_millis(300), |o| !o.null_id_errors.is_empty()).await;
-    let codes = agent.observed(|o| o.null_id_errors.clone());
+    let answered = agent.wait_for(Duration::from_millis(300), |o| !o.unaddressed.is_empty()).await;
+    let answers: Vec<(bool, Option<i64>)> =
+        agent.observed(|o| o.unaddressed.iter().map(|a| (a.null_id, a.code)).collect());
     let outcome = match &survived {
         Ok(()) => Outcome::Pass("the agent still answers session/new after it".into()),
         Err(why) if agent.is_closed() => Outcome::Fail(format!("{why}; the agent is gone after `{{not json`")),
         Err(why) => Outcome::Fail(why.clone()),
     };
     run.record("malformed-line-survives", Level::Must, MALFORMED_SURVIVES, outcome);
-    let outcome = if codes.contains(&-32700) {
-        Outcome::Pass("-32700 with a null id".into())
-    } else if answered {
-        Outcome::Fail(format!("answered with a null id but code {:?}, not -32700", codes))
-    } else {
-        Outcome::Fail("the line was ignored (no -32700 answer)".into())
-    };
+    let outcome = judge_malformed_answer(answered, &answers);
     run.record("malformed-line-answer", Level::Should, MALFORMED_ANSWER, outcome);
     run.retire(agent).await;
     Ok(())
+}
+
+/// What the agent answered to `{not json`: its answers that name no request, as (whether the
+/// id was `null` rather than missing, the error code).
+fn judge_malformed_answer(answered: bool, answers: &[(bool, Option<i64>)]) -> Outcome {
+    let parse_error = Some(i64::from(acp_runtime::codes::PARSE_ERROR));
+    if answers.contains(&(true, parse_error)) {
+        Outcome::Pass("-32700 with a null id".into())
+    } else if answers.contains(&(false, parse_error)) {
+        Outcome::Fail(
+            "answered -32700 without an `id` member, which is no valid response: JSON-RPC asks for `\"id\": null` \
+             when the request's id could not be read"
+                .into(),
+        )
+    } else if let Some((null_id, code)) = answers.first().filter(|_| answered) {
+        let id = if *null_id { "a null id" } else { "no `id` member" };
+        let code = code.map_or("a result instead of an error".to_owned(), |c| format!("code {c}"));
+        Outcome::Fail(format!("answered with {id} but {code}, not -32700"))
+    } else {
+        Outcome::Fail("the line was ignored (no -32700 answer)".into())
+    }
 }
 
 async fn extension_method(run: &mut Run, options: &Options, cwd: &str) -> Result<(), String> {

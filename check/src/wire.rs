@@ -123,14 +123,24 @@ pub struct Answer {
     pub seq: usize,
 }
 
+/// An answer (a `result` or an `error`, no `method`) that names no request.
+#[derive(Debug)]
+pub struct Unaddressed {
+    /// `id: null`, as JSON-RPC answers what it could not read; `false` when the `id` member is
+    /// missing altogether, which no valid response is.
+    pub null_id: bool,
+    /// The error's code, if it is an error with an integer code.
+    pub code: Option<i64>,
+}
+
 /// What the tap and the handler observed.
 #[derive(Default, Debug)]
 pub struct Observed {
     pub updates: Vec<Update>,
     /// Lines on the agent's stdout that are not a JSON-RPC message (described, truncated).
     pub non_json_lines: Vec<String>,
-    /// Error answers with a `null` id, by code.
-    pub null_id_errors: Vec<i64>,
+    /// Answers that name no request: a `null` id, or no `id` member at all.
+    pub unaddressed: Vec<Unaddressed>,
     /// Answers to the checker's requests.
     pub responses: Vec<Answer>,
     /// How many `session/update`s and answers were read: the next one's `seq`.
@@ -485,8 +495,20 @@ fn observe(shared: &Shared, line: &[u8], at: Instant) {
     };
     let method = message.get("method").and_then(Value::as_str);
     let id = message.get("id");
-    let is_jsonrpc = message.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
-        && (method.is_some() || (id.is_some() && (message.contains_key("result") != message.contains_key("error"))));
+    let versioned = message.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
+    let answer_shaped = method.is_none() && (message.contains_key("result") != message.contains_key("error"));
+    let code = message.get("error").and_then(|e| e.get("code")).and_then(Value::as_i64);
+    if versioned && answer_shaped && id.is_none() {
+        // Not a valid response (JSON-RPC requires the id, `null` when it could not be read),
+        // but plainly meant as one: recorded as an answer too, so that checks can say so.
+        let what = format!("a response without an `id` member: {}", truncate(text, 120));
+        shared.update(|o| {
+            o.non_json_lines.push(what);
+            o.unaddressed.push(Unaddressed { null_id: false, code });
+        });
+        return;
+    }
+    let is_jsonrpc = versioned && (method.is_some() || (id.is_some() && answer_shaped));
     if !is_jsonrpc {
         let what = format!("not a JSON-RPC 2.0 message: {}", truncate(text, 120));
         shared.update(|o| o.non_json_lines.push(what));
@@ -502,9 +524,7 @@ fn observe(shared: &Shared, line: &[u8], at: Instant) {
             });
         }
         (None, Some(Value::Null)) => {
-            if let Some(code) = message.get("error").and_then(|e| e.get("code")).and_then(Value::as_i64) {
-                shared.update(|o| o.null_id_errors.push(code));
-            }
+            shared.update(|o| o.unaddressed.push(Unaddressed { null_id: true, code }));
         }
         (None, Some(id)) => {
             let id = id.clone();

@@ -271,6 +271,23 @@ fn an_agent_that_crashes_on_a_malformed_line_fails() {
 }
 
 #[test]
+fn a_parse_error_answered_without_an_id_is_reported_as_such() {
+    let (code, report) = check_flawed(&["idless-parse-error"]);
+    let answer = find(&report, "malformed-line-answer");
+    assert_eq!((&answer["status"], &answer["level"]), (&"warn".into(), &"SHOULD".into()), "{answer}");
+    let said = answer["detail"].as_str().unwrap();
+    assert!(said.starts_with("answered -32700 without an `id` member"), "{said}");
+    // Not a valid JSON-RPC message either, which is a MUST of the stdio transport.
+    let stdout = detail(&report, "stdout-json-only");
+    assert!(
+        stdout.contains("the first: \"a response without an `id` member: {") && stdout.contains("-32700"),
+        "{stdout}"
+    );
+    assert_eq!(code, 1);
+    assert_eq!(failures(&report).len(), 2, "{:#?}", failures(&report));
+}
+
+#[test]
 fn wrongly_typed_update_fields_fail_the_shape_check() {
     for (flaw, path) in [
         ("bad-update=kind", "params.update.kind: 42"),

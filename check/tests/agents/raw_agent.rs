@@ -53,6 +53,8 @@ pub struct Flaws {
     /// Not a flaw by itself: a turn sends no update and answers after 600 ms (`cancelled` at
     /// once when cancelled, unless `ignore_cancel`).
     pub quiet_turn: bool,
+    /// A line that is not JSON is answered -32700 without an `id` member.
+    pub idless_parse_error: bool,
 }
 
 impl Flaws {
@@ -65,6 +67,7 @@ impl Flaws {
                 "quick-turn" => flaws.quick_turn = true,
                 "quiet-turn" => flaws.quiet_turn = true,
                 "ignore-cancel" => flaws.ignore_cancel = true,
+                "idless-parse-error" => flaws.idless_parse_error = true,
                 "crash-on-malformed" => flaws.crash_on_malformed = true,
                 "bad-update=kind" => {
                     flaws.bad_update =
@@ -144,7 +147,12 @@ pub fn run(flaws: Flaws) {
                 eprintln!("raw-test-agent: cannot parse {line:?}, giving up");
                 std::process::exit(71);
             }
-            out.send(json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "Parse error"}}));
+            let error = json!({"code": -32700, "message": "Parse error"});
+            if flaws.idless_parse_error {
+                out.send(json!({"jsonrpc": "2.0", "error": error}));
+            } else {
+                out.send(json!({"jsonrpc": "2.0", "id": null, "error": error}));
+            }
             continue;
         };
         let method = message["method"].as_str().unwrap_or_default().to_owned();
