@@ -72,6 +72,9 @@ pub struct Run {
     pub checks: Vec<Check>,
     pub facts: AgentFacts,
     observed: Vec<Observed>,
+    /// What went wrong in the notifications' own process, for `notifications-unanswered`
+    /// (judged over all processes at the end).
+    notifications: Option<Outcome>,
 }
 
 impl Run {
@@ -119,9 +122,17 @@ const UNKNOWN: &str = "an unknown method is answered -32601 and the agent keeps 
 const MALFORMED_SURVIVES: &str = "a malformed line (`{not json`) does not stop the agent";
 const MALFORMED_ANSWER: &str = "a malformed line is answered -32700 with a null id";
 const EXTENSION: &str = "an unknown extension method `_acp_check/ping` is answered (-32601 or a result) without harm";
+const NOTIFICATIONS: &str = "notifications are never answered (no response with a null, missing or unknown id), \
+                             and the agent keeps working after session/cancel for an unknown session and unknown \
+                             notifications";
 const CLIENT_CALLS: &str =
     "the client advertises neither fs nor terminal: the agent calls no fs/* or terminal/* method";
 const STDOUT: &str = "the agent writes only JSON-RPC messages on stdout";
+
+/// A session id no agent handed out.
+const UNKNOWN_SESSION: &str = "acp-check-no-such-session";
+/// How long answers to notifications are waited for once the request after them is answered.
+const NOTIFICATION_GRACE: Duration = Duration::from_millis(300);
 
 /// The error `session/new` may answer when the agent wants the client to authenticate first.
 const AUTH_REQUIRED: i64 = -32000;
@@ -253,6 +264,7 @@ pub async fn run(options: &Options, cwd: &str) -> Result<Run, String> {
     unknown_method(&mut run, options, cwd).await?;
     malformed_line(&mut run, options, cwd).await?;
     extension_method(&mut run, options, cwd).await?;
+    notifications(&mut run, options, cwd).await;
 
     // 4. Capability honesty.
     capabilities(&mut run, options, cwd).await?;
@@ -264,6 +276,14 @@ pub async fn run(options: &Options, cwd: &str) -> Result<Run, String> {
 
 /// The checks of what was observed over all the processes; they run however the run ended.
 fn final_checks(run: &mut Run) {
+    // An answer to a notification anywhere says the most; then trouble in their own process.
+    let outcome = match (judge_notifications(&run.observed), run.notifications.take()) {
+        (answered @ Outcome::Fail(_), _) => answered,
+        (_, Some(trouble)) => trouble,
+        (judged, None) => judged,
+    };
+    run.record("notifications-unanswered", Level::Must, NOTIFICATIONS, outcome);
+
     let forbidden: Vec<&str> = run
         .observed
         .iter()
@@ -600,7 +620,7 @@ async fn cancel_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duratio
         )),
         Ok(Err(join)) => Outcome::Fail(format!("checker error: {join}")),
         Ok(Ok(reply)) => {
-            let timing = cancel_timing(agent, sent_before, sent.elapsed()).await;
+            let timing = cancel_timing(agent, sent_before, sent.elapsed());
             judge_cancel(stop_reason(&reply), timing)
         }
     };
@@ -622,10 +642,8 @@ struct CancelTiming {
 /// Where the answer to the last `session/prompt` (sent after index `sent_before`) stands
 /// relative to the `session/cancel` written after it. `elapsed` is the time since the cancel
 /// was queued, the fallback should the answer's read time be unknown.
-async fn cancel_timing(agent: &Agent, sent_before: usize, elapsed: Duration) -> CancelTiming {
-    // The answer can be read before the writer has recorded the cancel it is writing.
-    let written = |o: &Observed| o.last_sent("session/cancel", sent_before).is_some();
-    agent.wait_for(Duration::from_millis(500), written).await;
+fn cancel_timing(agent: &Agent, sent_before: usize, elapsed: Duration) -> CancelTiming {
+    // The writer records a message before it writes it: the cancel is on record if it went out.
     agent.observed(|o| {
         let window = race_window(o);
         let Some(cancel) = o.last_sent("session/cancel", sent_before) else {
@@ -864,6 +882,67 @@ async fn extension_method(run: &mut Run, options: &Options, cwd: &str) -> Result
     Ok(())
 }
 
+/// Notifications on a fresh process: `session/cancel` for a session that does not exist and for
+/// one with no turn running, an unknown extension notification and an unknown one without the
+/// `_` prefix. overview.mdx, "Error Handling": "Notifications never receive responses (success
+/// or error)". A request follows, so that the agent has read them all when it answers; answers
+/// to them are looked for in every process (see [`judge_notifications`]).
+async fn notifications(run: &mut Run, options: &Options, cwd: &str) {
+    let Started { agent, auth, session, .. } = match start(run, options, cwd).await {
+        Ok(started) => started,
+        Err(why) => {
+            run.notifications = Some(Outcome::Skip(format!("could not start: {why}")));
+            return;
+        }
+    };
+    agent.notify("session/cancel", json!({"sessionId": UNKNOWN_SESSION})).await;
+    if let Some(session) = &session {
+        agent.notify("session/cancel", json!({"sessionId": session})).await;
+    }
+    agent.notify("_acp_check/notice", json!({"note": "an unknown extension notification"})).await;
+    agent.notify("acp_check/notice", json!({"note": "an unknown notification"})).await;
+    let trouble = match still_works(&agent, cwd, options.timeout, &auth).await {
+        Err(why) if agent.is_closed() => {
+            Some(Outcome::Fail(format!("{why}: the agent is gone after the notifications")))
+        }
+        Err(why) => Some(Outcome::Fail(format!("after the notifications, {why}"))),
+        Ok(()) => None,
+    };
+    // An agent that handles notifications apart from requests may answer them a moment later.
+    agent.wait_for(NOTIFICATION_GRACE, |o| !o.unrequested_answers().is_empty()).await;
+    run.notifications = trouble;
+    run.retire(agent).await;
+}
+
+/// Whether any process answered a notification, or anything else the checker never asked.
+fn judge_notifications(observed: &[Observed]) -> Outcome {
+    let notified: usize = observed.iter().map(|o| o.sent.iter().filter(|s| s.id.is_none()).count()).sum();
+    match unrequested_answers(observed) {
+        Some(what) => Outcome::Fail(what),
+        None if notified == 0 => Outcome::Skip("no notification was sent".into()),
+        None => Outcome::Pass(format!("{notified} notification(s) sent, none answered")),
+    }
+}
+
+/// The answers to no request over all the processes, described, or `None`.
+fn unrequested_answers(observed: &[Observed]) -> Option<String> {
+    let mut count = 0;
+    let mut first = None;
+    for o in observed {
+        let found = o.unrequested_answers();
+        count += found.len();
+        if let (None, Some((at, line))) = (&first, found.first()) {
+            let after = match o.notification_before(*at) {
+                Some(sent) => format!("read after the notification `{}`", sent.method),
+                None => "read before any notification was sent".to_owned(),
+            };
+            first = Some(format!("{line} ({after})"));
+        }
+    }
+    let first = first?;
+    Some(format!("{count} response(s) that answer no request of the checker's; the first: {first}"))
+}
+
 async fn capabilities(run: &mut Run, options: &Options, cwd: &str) -> Result<(), String> {
     let mut current: Option<Started> = None;
     for (id, method, rule) in CAPABILITIES {
@@ -935,7 +1014,7 @@ fn is_set(value: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{Answer, Sent};
+    use crate::wire::{Answer, Sent, Unaddressed};
 
     fn timing(after_ms: Option<u64>, window_ms: u64) -> CancelTiming {
         CancelTiming { after: after_ms.map(Duration::from_millis), window: Duration::from_millis(window_ms) }
@@ -991,5 +1070,36 @@ mod tests {
         };
         assert_eq!(race_window(&slow), MAX_RACE_WINDOW);
         assert_eq!(race_window(&Observed::default()), MIN_RACE_WINDOW);
+    }
+
+    #[test]
+    fn answers_to_notifications_are_found_and_a_parse_error_is_not_one() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let null_answer = |at| Unaddressed { null_id: true, code: Some(-32700), line: "{null}".into(), at };
+        let mut o = Observed::default();
+        o.sent.push(Sent { method: "session/new".into(), id: Some(json!(1)), session: None, at: ms(0) });
+        o.responses.push(Answer { id: json!(1), at: ms(5), seq: 0 });
+        // The malformed line's answer is its own.
+        o.injected.push(ms(10));
+        o.unaddressed.push(null_answer(ms(12)));
+        assert_eq!(o.unrequested_answers(), Vec::new());
+        assert_eq!(is(&judge_notifications(std::slice::from_ref(&o))), "skip");
+        o.sent.push(Sent { method: "session/cancel".into(), id: None, session: None, at: ms(20) });
+        assert_eq!(is(&judge_notifications(std::slice::from_ref(&o))), "pass");
+        // A second null-id answer, after a notification, is an answer to it.
+        o.unaddressed.push(null_answer(ms(25)));
+        // As is one with an id the checker never used.
+        o.responses.push(Answer { id: json!("n1"), at: ms(30), seq: 1 });
+        assert_eq!(
+            o.unrequested_answers().into_iter().map(|(_, line)| line).collect::<Vec<_>>(),
+            ["{null}", "a response with id \"n1\""]
+        );
+        let Outcome::Fail(detail) = judge_notifications(&[o]) else { panic!("not a failure") };
+        assert_eq!(
+            detail,
+            "2 response(s) that answer no request of the checker's; the first: {null} (read after the notification \
+             `session/cancel`)"
+        );
     }
 }

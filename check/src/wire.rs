@@ -131,6 +131,10 @@ pub struct Unaddressed {
     pub null_id: bool,
     /// The error's code, if it is an error with an integer code.
     pub code: Option<i64>,
+    /// The line, truncated.
+    pub line: String,
+    /// When the tap read it.
+    pub at: Instant,
 }
 
 /// What the tap and the handler observed.
@@ -147,6 +151,8 @@ pub struct Observed {
     pub read: usize,
     /// Requests and notifications written to the agent, in order.
     pub sent: Vec<Sent>,
+    /// When each raw line ([`Agent::inject_line`]) was written.
+    pub injected: Vec<Instant>,
     pub permission_requests: usize,
     /// Requests from the agent other than permission requests (method names).
     pub other_requests: Vec<String>,
@@ -168,6 +174,32 @@ impl Observed {
     /// The answer to `sent`, if it is a request that was answered.
     pub fn answer_to(&self, sent: &Sent) -> Option<&Answer> {
         self.answer(sent.id.as_ref()?)
+    }
+
+    /// The answers with an id none of the checker's requests had.
+    pub fn answers_to_no_request(&self) -> impl Iterator<Item = &Answer> {
+        self.responses.iter().filter(|a| !self.sent.iter().any(|s| s.id.as_ref() == Some(&a.id)))
+    }
+
+    /// The answers that answer no request of the checker's: those with an id it never used,
+    /// and those with a `null` or no id, less one for each malformed line it wrote before them
+    /// (the answer such a line may get). As (when read, what was read).
+    pub fn unrequested_answers(&self) -> Vec<(Instant, String)> {
+        let mut found: Vec<(Instant, String)> =
+            self.answers_to_no_request().map(|a| (a.at, format!("a response with id {}", a.id))).collect();
+        let mut lines = self.injected.iter().peekable();
+        for answer in &self.unaddressed {
+            if lines.next_if(|written| **written <= answer.at).is_none() {
+                found.push((answer.at, answer.line.clone()));
+            }
+        }
+        found.sort_by_key(|(at, _)| *at);
+        found
+    }
+
+    /// The last notification written before `at`.
+    pub fn notification_before(&self, at: Instant) -> Option<&Sent> {
+        self.sent.iter().rfind(|s| s.id.is_none() && s.at <= at)
     }
 
     fn next_seq(&mut self) -> usize {
@@ -290,18 +322,20 @@ impl Agent {
                     line = lines.next_line() => match line { Ok(Some(line)) => (line, None), _ => break },
                     Some((line, ack)) = injected.recv() => (line, Some(ack)),
                 };
-                // Stamped before the write: "the answer came before our message" must not
-                // depend on how long the write took.
+                // Stamped and recorded before the write: "the answer came before our message"
+                // must not depend on how long the write took, and an answer must never be
+                // read before the message it answers is on record.
                 let at = Instant::now();
+                match ack {
+                    Some(_) => forward_shared.update(|o| o.injected.push(at)),
+                    None => record_sent(&forward_shared, &line, at),
+                }
                 if agent_in.write_all(format!("{line}\n").as_bytes()).await.is_err() || agent_in.flush().await.is_err()
                 {
                     break;
                 }
-                match ack {
-                    Some(ack) => {
-                        let _ = ack.send(());
-                    }
-                    None => record_sent(&forward_shared, &line, at),
+                if let Some(ack) = ack {
+                    let _ = ack.send(());
                 }
             }
         });
@@ -501,10 +535,11 @@ fn observe(shared: &Shared, line: &[u8], at: Instant) {
     if versioned && answer_shaped && id.is_none() {
         // Not a valid response (JSON-RPC requires the id, `null` when it could not be read),
         // but plainly meant as one: recorded as an answer too, so that checks can say so.
-        let what = format!("a response without an `id` member: {}", truncate(text, 120));
+        let line = truncate(text, 120);
+        let what = format!("a response without an `id` member: {line}");
         shared.update(|o| {
             o.non_json_lines.push(what);
-            o.unaddressed.push(Unaddressed { null_id: false, code });
+            o.unaddressed.push(Unaddressed { null_id: false, code, line, at });
         });
         return;
     }
@@ -524,7 +559,8 @@ fn observe(shared: &Shared, line: &[u8], at: Instant) {
             });
         }
         (None, Some(Value::Null)) => {
-            shared.update(|o| o.unaddressed.push(Unaddressed { null_id: true, code }));
+            let line = truncate(text, 120);
+            shared.update(|o| o.unaddressed.push(Unaddressed { null_id: true, code, line, at }));
         }
         (None, Some(id)) => {
             let id = id.clone();

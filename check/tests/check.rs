@@ -288,6 +288,21 @@ fn a_parse_error_answered_without_an_id_is_reported_as_such() {
 }
 
 #[test]
+fn an_agent_that_answers_notifications_fails() {
+    let (code, report) = check_flawed(&["answers-notifications"]);
+    assert_eq!(code, 1, "{report:#}");
+    let notifications = find(&report, "notifications-unanswered");
+    assert_eq!((&notifications["status"], &notifications["level"]), (&"fail".into(), &"MUST".into()));
+    let said = notifications["detail"].as_str().unwrap();
+    // The extension check's `_acp_check/notice` comes first; the notifications' own process
+    // adds the unknown session's cancel, `_acp_check/notice` and `acp_check/notice`.
+    assert!(said.contains("4 response(s) that answer no request"), "{said}");
+    assert!(said.contains(r#"the first: {"jsonrpc":"2.0","id":null,"error":{"code":-32601"#), "{said}");
+    assert!(said.contains("read after the notification `_acp_check/notice`"), "{said}");
+    assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+}
+
+#[test]
 fn wrongly_typed_update_fields_fail_the_shape_check() {
     for (flaw, path) in [
         ("bad-update=kind", "params.update.kind: 42"),
@@ -362,10 +377,10 @@ fn a_json_log_line_on_stdout_is_not_json_rpc() {
     let detail = detail(&report, "stdout-json-only");
     assert!(detail.contains("not a JSON-RPC 2.0 message") && detail.contains("level"), "{detail}");
     assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
-    // One line at startup, printed by every process acp-check started: one line, not six.
+    // One line at startup, printed by every process acp-check started: one line, not seven.
     assert!(
         detail.starts_with(
-            "1 distinct line that is not JSON-RPC (6 in all), printed by each of the 6 agent processes started; \
+            "1 distinct line that is not JSON-RPC (7 in all), printed by each of the 7 agent processes started; \
              the first: \"not a JSON-RPC 2.0 message: {\\\"level\\\":30"
         ),
         "{detail}"

@@ -4,7 +4,7 @@
 //! A prompt turn streams six `agent_message_chunk`s, 50 ms apart, then answers `end_turn`;
 //! `session/cancel` ends it with `cancelled` at the next chunk.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,6 +55,9 @@ pub struct Flaws {
     pub quiet_turn: bool,
     /// A line that is not JSON is answered -32700 without an `id` member.
     pub idless_parse_error: bool,
+    /// Unknown notifications, and `session/cancel` for an unknown session, are answered with
+    /// an error with `id: null`.
+    pub answer_notifications: bool,
 }
 
 impl Flaws {
@@ -68,6 +71,7 @@ impl Flaws {
                 "quiet-turn" => flaws.quiet_turn = true,
                 "ignore-cancel" => flaws.ignore_cancel = true,
                 "idless-parse-error" => flaws.idless_parse_error = true,
+                "answers-notifications" => flaws.answer_notifications = true,
                 "crash-on-malformed" => flaws.crash_on_malformed = true,
                 "bad-update=kind" => {
                     flaws.bad_update =
@@ -137,6 +141,7 @@ pub fn run(flaws: Flaws) {
     // Session id -> the cancel flag of its current turn.
     let turns: Arc<Mutex<HashMap<String, Arc<AtomicBool>>>> = Arc::default();
     let mut sessions = 0u32;
+    let mut created: HashSet<String> = HashSet::new();
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
         if line.trim().is_empty() {
@@ -159,11 +164,14 @@ pub fn run(flaws: Flaws) {
         let params = message.get("params").cloned().unwrap_or(Value::Null);
         let Some(id) = message.get("id").cloned() else {
             // A notification.
+            let session = params["sessionId"].as_str().unwrap_or_default();
             if method == "session/cancel" && !flaws.ignore_cancel {
-                let session = params["sessionId"].as_str().unwrap_or_default();
                 if let Some(flag) = turns.lock().unwrap().get(session) {
                     flag.store(true, Ordering::SeqCst);
                 }
+            }
+            if flaws.answer_notifications && !(method == "session/cancel" && created.contains(session)) {
+                out.error(&Value::Null, -32601, "Method not found");
             }
             continue;
         };
@@ -199,6 +207,7 @@ pub fn run(flaws: Flaws) {
             "session/new" => {
                 sessions += 1;
                 let session = format!("raw_{sessions}");
+                created.insert(session.clone());
                 if flaws.linger {
                     eprintln!("raw-test-agent: cwd {}", params["cwd"].as_str().unwrap_or_default());
                 }
