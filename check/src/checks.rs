@@ -125,6 +125,10 @@ const EXTENSION: &str = "an unknown extension method `_acp_check/ping` is answer
 const NOTIFICATIONS: &str = "notifications are never answered (no response with a null, missing or unknown id), \
                              and the agent keeps working after session/cancel for an unknown session and unknown \
                              notifications";
+const INVALID_PARAMS: &str = "a request with invalid params (session/new without cwd, session/prompt whose prompt is \
+                              not an array) is answered with an error, -32602, and the agent keeps working";
+const UNKNOWN_SESSION_RULE: &str =
+    "session/prompt for a session that was never created is answered with an error, and the agent keeps working";
 const CLIENT_CALLS: &str =
     "the client advertises neither fs nor terminal: the agent calls no fs/* or terminal/* method";
 const STDOUT: &str = "the agent writes only JSON-RPC messages on stdout";
@@ -265,6 +269,7 @@ pub async fn run(options: &Options, cwd: &str) -> Result<Run, String> {
     malformed_line(&mut run, options, cwd).await?;
     extension_method(&mut run, options, cwd).await?;
     notifications(&mut run, options, cwd).await;
+    invalid_requests(&mut run, options, cwd).await;
 
     // 4. Capability honesty.
     capabilities(&mut run, options, cwd).await?;
@@ -342,6 +347,8 @@ fn skip_rest(run: &mut Run, why: &str) {
         ("malformed-line-survives", Level::Must, MALFORMED_SURVIVES),
         ("malformed-line-answer", Level::Should, MALFORMED_ANSWER),
         ("extension-method", Level::Must, EXTENSION),
+        ("invalid-params", Level::Must, INVALID_PARAMS),
+        ("unknown-session", Level::Must, UNKNOWN_SESSION_RULE),
     ]);
     rest.extend(CAPABILITIES.iter().map(|(id, _, rule)| (*id, Level::Must, *rule)));
     for (id, level, rule) in rest {
@@ -912,6 +919,109 @@ async fn notifications(run: &mut Run, options: &Options, cwd: &str) {
     agent.wait_for(NOTIFICATION_GRACE, |o| !o.unrequested_answers().is_empty()).await;
     run.notifications = trouble;
     run.retire(agent).await;
+}
+
+/// Requests the agent must refuse, on a fresh process (a new one should the agent die).
+///
+/// `invalid-params`: overview.mdx has every method follow JSON-RPC 2.0's error handling, whose
+/// code for params that do not fit the method is -32602. A session without the `cwd` that
+/// session-setup.mdx says "**MUST** be used for the session", or a turn on a prompt that is not
+/// a list of content blocks, cannot be what the client asked for: a result pretends it is. An
+/// error with another code is a warning.
+///
+/// `unknown-session`: a session id is what session/new (or load) handed out, "a unique
+/// identifier for the conversation context" (session-setup.mdx); a prompt naming no context
+/// can only be refused, and a result pretends a turn happened in a session that does not exist.
+async fn invalid_requests(run: &mut Run, options: &Options, cwd: &str) {
+    let mut current: Option<Started> = None;
+    // (check, probe, method, params); `None` params need the session.
+    let probes: [(&'static str, &str, &str, Option<Value>); 3] = [
+        ("invalid-params", "session/new without cwd", "session/new", Some(json!({"mcpServers": []}))),
+        ("invalid-params", "session/prompt with a string prompt", "session/prompt", None),
+        (
+            "unknown-session",
+            "session/prompt for a session never created",
+            "session/prompt",
+            Some(prompt_params(UNKNOWN_SESSION, "Hello?")),
+        ),
+    ];
+    let mut found: Vec<(&'static str, Outcome)> = Vec::new();
+    for (check, probe, method, params) in probes {
+        if current.as_ref().is_some_and(|started| started.agent.is_closed()) {
+            run.retire(current.take().expect("checked").agent).await;
+        }
+        if current.is_none() {
+            match start(run, options, cwd).await {
+                Ok(started) => current = Some(started),
+                Err(why) => {
+                    found.push((check, Outcome::Skip(format!("{probe}: could not start: {why}"))));
+                    continue;
+                }
+            }
+        }
+        let Started { agent, session, auth, .. } = current.as_ref().expect("started");
+        let params = match (params, session) {
+            (Some(params), _) => params,
+            (None, Some(session)) => json!({"sessionId": session, "prompt": "Hello, as a plain string."}),
+            (None, None) => {
+                found.push((check, Outcome::Skip(format!("{probe}: {}", auth.why("session/new")))));
+                continue;
+            }
+        };
+        let reply = agent.call(method, params, options.timeout).await;
+        let strict = check == "invalid-params";
+        let outcome = match reply {
+            reply if strict && auth.required_by(&reply) => Outcome::Skip(format!("{probe}: {}", auth.why(method))),
+            Reply::Error(e) if !strict || e.code == acp_runtime::codes::INVALID_PARAMS => {
+                match still_works(agent, cwd, options.timeout, auth).await {
+                    Ok(()) => Outcome::Pass(format!("{probe}: error {}", e.code)),
+                    Err(why) => Outcome::Fail(format!("{probe}: error {}, but {why}", e.code)),
+                }
+            }
+            Reply::Error(e) => Outcome::Warn(format!(
+                "{probe}: error {} ({}); invalid params should be answered -32602",
+                e.code,
+                truncate(&e.message, 80)
+            )),
+            Reply::Result(_) => Outcome::Fail(format!("{probe}: {} instead of an error", reply.describe())),
+            Reply::Timeout => Outcome::Fail(format!("{probe}: no answer in time")),
+            Reply::Closed(how) => Outcome::Fail(format!("{probe}: no answer: {how}")),
+        };
+        found.push((check, outcome));
+    }
+    if let Some(started) = current {
+        run.retire(started.agent).await;
+    }
+    for (check, rule) in [("invalid-params", INVALID_PARAMS), ("unknown-session", UNKNOWN_SESSION_RULE)] {
+        let outcomes = found.iter().filter(|(c, _)| *c == check).map(|(_, outcome)| outcome);
+        run.record(check, Level::Must, rule, worst(outcomes));
+    }
+}
+
+/// The outcomes of several probes of one rule as one: the worst decides, and the details of
+/// all are joined.
+fn worst<'a>(outcomes: impl Iterator<Item = &'a Outcome>) -> Outcome {
+    let mut rank = 0;
+    let mut details = Vec::new();
+    for outcome in outcomes {
+        let (r, detail) = match outcome {
+            Outcome::Pass(d) => (0, d),
+            Outcome::Skip(d) => (1, d),
+            Outcome::Inconclusive(d) => (2, d),
+            Outcome::Warn(d) => (3, d),
+            Outcome::Fail(d) => (4, d),
+        };
+        rank = rank.max(r);
+        details.push(detail.as_str());
+    }
+    let detail = details.join("; ");
+    match rank {
+        0 => Outcome::Pass(detail),
+        1 => Outcome::Skip(detail),
+        2 => Outcome::Inconclusive(detail),
+        3 => Outcome::Warn(detail),
+        _ => Outcome::Fail(detail),
+    }
 }
 
 /// Whether any process answered a notification, or anything else the checker never asked.

@@ -58,6 +58,11 @@ pub struct Flaws {
     /// Unknown notifications, and `session/cancel` for an unknown session, are answered with
     /// an error with `id: null`.
     pub answer_notifications: bool,
+    /// `session/new` without a `cwd` and `session/prompt` with a `prompt` that is not an
+    /// array are accepted (a session in the process's directory; a turn).
+    pub lenient_params: bool,
+    /// `session/prompt` for a session that was never created runs a turn all the same.
+    pub any_session: bool,
 }
 
 impl Flaws {
@@ -72,6 +77,8 @@ impl Flaws {
                 "ignore-cancel" => flaws.ignore_cancel = true,
                 "idless-parse-error" => flaws.idless_parse_error = true,
                 "answers-notifications" => flaws.answer_notifications = true,
+                "lenient-params" => flaws.lenient_params = true,
+                "any-session" => flaws.any_session = true,
                 "crash-on-malformed" => flaws.crash_on_malformed = true,
                 "bad-update=kind" => {
                     flaws.bad_update =
@@ -204,6 +211,17 @@ pub fn run(flaws: Flaws) {
             }
             "authenticate" => out.result(&id, json!({})),
             "session/new" if flaws.requires_auth => out.error(&id, -32000, "Authentication required"),
+            "session/new" if !params["cwd"].is_string() && !flaws.lenient_params => {
+                out.error(&id, -32602, "Invalid params: cwd must be a string")
+            }
+            "session/prompt" if !params["prompt"].is_array() && !flaws.lenient_params => {
+                out.error(&id, -32602, "Invalid params: prompt must be an array")
+            }
+            "session/prompt"
+                if !created.contains(params["sessionId"].as_str().unwrap_or_default()) && !flaws.any_session =>
+            {
+                out.error(&id, -32602, "Invalid params: unknown session")
+            }
             "session/new" => {
                 sessions += 1;
                 let session = format!("raw_{sessions}");
