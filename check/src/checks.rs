@@ -17,6 +17,8 @@ pub const CURRENT_PROTOCOL_VERSION: u64 = 1;
 pub const UNSUPPORTED_PROTOCOL_VERSION: u16 = u16::MAX;
 /// How long a cancelled turn may take to answer `cancelled`.
 pub const CANCEL_BOUND: Duration = Duration::from_secs(2);
+/// How long an agent may take to exit once its stdin is closed.
+pub const STDIN_EXIT_BOUND: Duration = Duration::from_secs(3);
 /// How long the cancel waits for the turn's first update before it goes out anyway.
 pub const CANCEL_AFTER: Duration = Duration::from_millis(100);
 /// The bounds of the window in which a turn's answer may have crossed the cancel (see
@@ -129,6 +131,7 @@ const INVALID_PARAMS: &str = "a request with invalid params (session/new without
                               not an array) is answered with an error, -32602, and the agent keeps working";
 const UNKNOWN_SESSION_RULE: &str =
     "session/prompt for a session that was never created is answered with an error, and the agent keeps working";
+const STDIN_EXIT: &str = "when the client closes the agent's stdin, the agent exits (within 3 s)";
 const CLIENT_CALLS: &str =
     "the client advertises neither fs nor terminal: the agent calls no fs/* or terminal/* method";
 const STDOUT: &str = "the agent writes only JSON-RPC messages on stdout";
@@ -254,6 +257,7 @@ pub async fn run(options: &Options, cwd: &str) -> Result<Run, String> {
             false
         }
     };
+    exits_on_stdin_close(&mut run, &agent).await;
     run.retire(agent).await;
     if prompted {
         // Judged on all the process wrote, up to its end: an update may follow the last answer.
@@ -342,6 +346,7 @@ fn skip_rest(run: &mut Run, why: &str) {
     let mut rest = vec![("session-new", Level::Must, SESSION_NEW)];
     rest.extend(SESSION_CHECKS.iter().copied());
     rest.extend([
+        ("exits-on-stdin-close", Level::Should, STDIN_EXIT),
         ("version-negotiation", Level::Must, NEGOTIATION),
         ("unknown-method", Level::Must, UNKNOWN),
         ("malformed-line-survives", Level::Must, MALFORMED_SURVIVES),
@@ -716,6 +721,25 @@ fn judge_cancel(stop: Result<StopReason, String>, timing: CancelTiming) -> Outco
             Outcome::Fail(format!("after session/cancel: {why} (a cancelled turn must answer stopReason `cancelled`)"))
         }
     }
+}
+
+/// Whether the agent ends when its input does. transports.mdx shows the end of a stdio
+/// connection as the client closing the agent's stdin and then terminating the process; an
+/// agent that outlives its input relies on the second step. No MUST says so, hence a SHOULD.
+async fn exits_on_stdin_close(run: &mut Run, agent: &Agent) {
+    let outcome = if let Some(how) = agent.exit() {
+        Outcome::Skip(format!("the agent had already ended ({how})"))
+    } else {
+        let closed = Instant::now();
+        match agent.close_stdin(STDIN_EXIT_BOUND).await {
+            Some(how) => Outcome::Pass(format!("{how} {} ms after its stdin was closed", closed.elapsed().as_millis())),
+            None => Outcome::Fail(format!(
+                "still running {} ms after its stdin was closed (acp-check then terminated it)",
+                STDIN_EXIT_BOUND.as_millis()
+            )),
+        }
+    };
+    run.record("exits-on-stdin-close", Level::Should, STDIN_EXIT, outcome);
 }
 
 /// Whether the agent sent a turn's output after the turn's answer, judged on everything the

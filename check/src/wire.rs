@@ -257,6 +257,8 @@ pub struct Agent {
     peer: Peer,
     shared: Arc<Shared>,
     inject: mpsc::UnboundedSender<(String, oneshot::Sender<()>)>,
+    /// Closes the agent's stdin.
+    close_input: CancellationToken,
     shutdown: CancellationToken,
     ended: CancellationToken,
     tap: JoinHandle<()>,
@@ -314,11 +316,15 @@ impl Agent {
         // Connection (+ injected lines) -> agent stdin, one whole line at a time.
         let (inject, mut injected) = mpsc::unbounded_channel::<(String, oneshot::Sender<()>)>();
         let forward_shared = shared.clone();
+        let close_input = CancellationToken::new();
+        let input_closed = close_input.clone();
         tokio::spawn(async move {
+            // Ending this task drops the pipe: that is how the agent's stdin is closed.
             let mut agent_in = agent_in;
             let mut lines = BufReader::new(tap_read).lines();
             loop {
                 let (line, ack) = tokio::select! {
+                    _ = input_closed.cancelled() => break,
                     line = lines.next_line() => match line { Ok(Some(line)) => (line, None), _ => break },
                     Some((line, ack)) = injected.recv() => (line, Some(ack)),
                 };
@@ -370,7 +376,7 @@ impl Agent {
         let handler = CheckClient { shared: shared.clone() };
         let (peer, serve) = Connection::new().serve(conn_read, conn_write, handler);
         tokio::spawn(serve);
-        Ok(Agent { peer, shared, inject, shutdown, ended, tap })
+        Ok(Agent { peer, shared, inject, close_input, shutdown, ended, tap })
     }
 
     /// Calls `method` and waits at most `limit` for the answer.
@@ -433,6 +439,20 @@ impl Agent {
 
     pub fn is_closed(&self) -> bool {
         self.peer.is_closed()
+    }
+
+    /// Closes the agent's stdin (nothing more is written) and waits at most `limit` for the
+    /// process to end; how it ended, or `None` if it still runs. [`Agent::close`] ends it
+    /// either way.
+    pub async fn close_stdin(&self, limit: Duration) -> Option<String> {
+        self.close_input.cancel();
+        let _ = tokio::time::timeout(limit, self.ended.cancelled()).await;
+        self.observed(|o| o.exit.clone())
+    }
+
+    /// How the process ended, if it has.
+    pub fn exit(&self) -> Option<String> {
+        self.observed(|o| o.exit.clone())
     }
 
     /// Ends the connection and terminates the process; returns what was observed, the rest

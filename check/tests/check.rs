@@ -327,6 +327,16 @@ fn an_agent_that_prompts_a_session_it_never_created_fails() {
 }
 
 #[test]
+fn an_agent_that_outlives_its_stdin_is_warned_about() {
+    let (code, report) = check_flawed(&["stays-after-eof"]);
+    let exits = find(&report, "exits-on-stdin-close");
+    assert_eq!((&exits["status"], &exits["level"]), (&"warn".into(), &"SHOULD".into()), "{exits}");
+    assert_eq!(exits["detail"], "still running 3000 ms after its stdin was closed (acp-check then terminated it)");
+    assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+    assert_eq!(code, 0);
+}
+
+#[test]
 fn wrongly_typed_update_fields_fail_the_shape_check() {
     for (flaw, path) in [
         ("bad-update=kind", "params.update.kind: 42"),

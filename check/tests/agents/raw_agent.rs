@@ -63,6 +63,8 @@ pub struct Flaws {
     pub lenient_params: bool,
     /// `session/prompt` for a session that was never created runs a turn all the same.
     pub any_session: bool,
+    /// The process stays 10 s after end of input.
+    pub stay_after_eof: bool,
 }
 
 impl Flaws {
@@ -79,6 +81,7 @@ impl Flaws {
                 "answers-notifications" => flaws.answer_notifications = true,
                 "lenient-params" => flaws.lenient_params = true,
                 "any-session" => flaws.any_session = true,
+                "stays-after-eof" => flaws.stay_after_eof = true,
                 "crash-on-malformed" => flaws.crash_on_malformed = true,
                 "bad-update=kind" => {
                     flaws.bad_update =
@@ -323,5 +326,8 @@ pub fn run(flaws: Flaws) {
     }
     if flaws.linger {
         std::thread::sleep(Duration::from_secs(60));
+    }
+    if flaws.stay_after_eof {
+        std::thread::sleep(Duration::from_secs(10));
     }
 }
