@@ -1,12 +1,14 @@
 //! The checks, in the order they run. Each group of checks gets a fresh agent process, so
 //! that an agent that dies in one check is still judged on the others.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use acp_runtime::acp_types::{InitializeResponse, PromptResponse, SessionUpdate, StopReason};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::serve::Offer;
 use crate::shape;
 use crate::wire::{Agent, Launch, Observed, Reply, Sent, truncate};
 
@@ -77,6 +79,9 @@ pub struct Run {
     /// What went wrong in the notifications' own process, for `notifications-unanswered`
     /// (judged over all processes at the end).
     notifications: Option<Outcome>,
+    /// How many turns ran with the client offering fs and terminal, and why others did not.
+    client_turns: usize,
+    client_notes: Vec<String>,
 }
 
 impl Run {
@@ -97,6 +102,7 @@ impl Run {
     }
 }
 
+#[derive(Clone)]
 enum Outcome {
     Pass(String),
     Fail(String),
@@ -132,9 +138,25 @@ const INVALID_PARAMS: &str = "a request with invalid params (session/new without
 const UNKNOWN_SESSION_RULE: &str =
     "session/prompt for a session that was never created is answered with an error, and the agent keeps working";
 const STDIN_EXIT: &str = "when the client closes the agent's stdin, the agent exits (within 3 s)";
-const CLIENT_CALLS: &str =
-    "the client advertises neither fs nor terminal: the agent calls no fs/* or terminal/* method";
+const CLIENT_CALLS: &str = "the agent calls fs/* and terminal/* methods only when the client advertised their \
+                            capability (fs.readTextFile, fs.writeTextFile, terminal)";
+const FS_CALLS: &str = "the agent's fs/* calls are well-formed: params that decode as sent, a session of the \
+                        connection, an absolute path, lines counted from 1";
+const WITHIN_ROOT: &str = "file paths and terminal working directories stay within the session's cwd, the root \
+                           that SHOULD bound file-system operations (acp-check refuses the others)";
+const TERMINAL_CALLS: &str = "the agent's terminal/* calls are well-formed: params that decode as sent, a session \
+                              of the connection, a terminal created in that session and not yet released";
+const TERMINAL_RELEASED: &str = "every terminal is released with terminal/release once no longer needed, by the end \
+                                 of the turn that created it";
 const STDOUT: &str = "the agent writes only JSON-RPC messages on stdout";
+
+/// The file the client-offering runs ask the agent to read, in the session's directory.
+const FIXTURE_FILE: &str = "acp-check.txt";
+const FIXTURE_TEXT: &str = "acp-check was here.\nThis file is served through fs/read_text_file.\n";
+/// The prompt of the client-offering runs: a read, a write and a command, each of which an
+/// agent may do through the client.
+const CLIENT_PROMPT: &str = "Please read acp-check.txt in the session's directory, write its first line to \
+                             acp-check-copy.txt beside it, and run `echo acp-check` in a terminal.";
 
 /// A session id no agent handed out.
 const UNKNOWN_SESSION: &str = "acp-check-no-such-session";
@@ -278,7 +300,10 @@ pub async fn run(options: &Options, cwd: &str) -> Result<Run, String> {
     // 4. Capability honesty.
     capabilities(&mut run, options, cwd).await?;
 
-    // 5. What was seen over all the runs.
+    // 5. The client offers fs and terminal, and serves them.
+    client_runs(&mut run, options, cwd).await;
+
+    // 6. What was seen over all the runs.
     final_checks(&mut run);
     Ok(run)
 }
@@ -293,21 +318,20 @@ fn final_checks(run: &mut Run) {
     };
     run.record("notifications-unanswered", Level::Must, NOTIFICATIONS, outcome);
 
-    let forbidden: Vec<&str> = run
-        .observed
-        .iter()
-        .flat_map(|o| &o.other_requests)
-        .map(String::as_str)
-        .filter(|m| m.starts_with("fs/") || m.starts_with("terminal/"))
-        .collect();
-    let outcome = match forbidden.first() {
-        None => Outcome::Pass("no fs/* or terminal/* request".into()),
-        Some(first) => Outcome::Fail(format!(
-            "{} request(s) to methods the client did not advertise, e.g. {first}",
-            forbidden.len()
-        )),
-    };
+    let outcome = judge_capabilities(&run.observed);
     run.record("client-capabilities-respected", Level::Must, CLIENT_CALLS, outcome);
+    let no_turn = (run.client_turns == 0).then(|| {
+        let why = if run.client_notes.is_empty() { "not run".to_owned() } else { run.client_notes.join("; ") };
+        Outcome::Skip(format!("no turn ran with the client offering fs and terminal: {why}"))
+    });
+    let outcome = no_turn.clone().unwrap_or_else(|| judge_calls(&run.observed, "fs/"));
+    run.record("fs-calls-well-formed", Level::Must, FS_CALLS, outcome);
+    let outcome = no_turn.clone().unwrap_or_else(|| judge_within_root(&run.observed));
+    run.record("fs-within-session-root", Level::Should, WITHIN_ROOT, outcome);
+    let outcome = no_turn.clone().unwrap_or_else(|| judge_calls(&run.observed, "terminal/"));
+    run.record("terminal-calls-well-formed", Level::Must, TERMINAL_CALLS, outcome);
+    let outcome = no_turn.unwrap_or_else(|| judge_released(&run.observed));
+    run.record("terminal-released", Level::Should, TERMINAL_RELEASED, outcome);
 
     let outcome = match non_json_lines(&run.observed) {
         None => Outcome::Pass("every line was a JSON-RPC message".into()),
@@ -361,21 +385,28 @@ fn skip_rest(run: &mut Run, why: &str) {
     }
 }
 
+/// A fresh process, to which the client offers no capability.
 fn spawn(options: &Options) -> Result<Agent, String> {
-    Agent::spawn(&options.launch).map_err(|e| format!("cannot start `{}`: {e}", options.launch.command.join(" ")))
+    spawn_offering(options, Offer::default())
+}
+
+fn spawn_offering(options: &Options, offer: Offer) -> Result<Agent, String> {
+    Agent::spawn(&options.launch, offer)
+        .map_err(|e| format!("cannot start `{}`: {e}", options.launch.command.join(" ")))
 }
 
 async fn initialize(agent: &Agent, limit: Duration) -> Result<(InitializeResponse, Value), String> {
-    match agent.call("initialize", initialize_params(CURRENT_PROTOCOL_VERSION), limit).await {
+    let params = initialize_params(CURRENT_PROTOCOL_VERSION, &agent.offer());
+    match agent.call("initialize", params, limit).await {
         Reply::Result(raw) => decode_initialize(raw),
         other => Err(format!("initialize got {}", other.describe())),
     }
 }
 
-fn initialize_params(version: u64) -> Value {
+fn initialize_params(version: u64, offer: &Offer) -> Value {
     json!({
         "protocolVersion": version,
-        "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false},
+        "clientCapabilities": offer.capabilities(),
         "clientInfo": {"name": "acp-check", "version": env!("CARGO_PKG_VERSION")},
     })
 }
@@ -401,7 +432,7 @@ async fn version_negotiation(run: &mut Run, options: &Options, accepted: u64) {
         }
     };
     let asked = u64::from(UNSUPPORTED_PROTOCOL_VERSION);
-    let reply = agent.call("initialize", initialize_params(asked), options.timeout).await;
+    let reply = agent.call("initialize", initialize_params(asked, &Offer::default()), options.timeout).await;
     let outcome = match reply {
         Reply::Result(raw) => match decode_initialize(raw) {
             Err(why) => Outcome::Fail(format!("asked for {asked}: {why}")),
@@ -508,7 +539,12 @@ struct Started {
 /// A process that is started but fails is retired into `run` all the same: what it wrote
 /// counts in the final checks.
 async fn start(run: &mut Run, options: &Options, cwd: &str) -> Result<Started, String> {
-    let agent = spawn(options)?;
+    start_offering(run, options, cwd, Offer::default()).await
+}
+
+/// [`start`], with the client offering `offer`.
+async fn start_offering(run: &mut Run, options: &Options, cwd: &str, offer: Offer) -> Result<Started, String> {
+    let agent = spawn_offering(options, offer)?;
     let (_, init) = match initialize(&agent, options.timeout).await {
         Ok(init) => init,
         Err(why) => {
@@ -1077,6 +1113,155 @@ fn unrequested_answers(observed: &[Observed]) -> Option<String> {
     Some(format!("{count} response(s) that answer no request of the checker's; the first: {first}"))
 }
 
+/// Turns in which the client offers what an agent may use, on fresh processes: everything
+/// (fs.readTextFile, fs.writeTextFile and terminal, confined to the session's directory), then
+/// fs.readTextFile alone, so that a write or a command is a call without its capability.
+/// Each asks for a read, a write and a command; whether the agent makes those calls is its
+/// business, how it makes them is judged at the end with every other process's calls.
+async fn client_runs(run: &mut Run, options: &Options, cwd: &str) {
+    if let Err(e) = std::fs::write(Path::new(cwd).join(FIXTURE_FILE), FIXTURE_TEXT) {
+        run.client_notes.push(format!("cannot write {FIXTURE_FILE}: {e}"));
+    }
+    let root = Path::new(cwd).canonicalize().unwrap_or_else(|_| PathBuf::from(cwd));
+    let everything = Offer { read_text_file: true, write_text_file: true, terminal: true, root: Some(root.clone()) };
+    let reads_only = Offer { read_text_file: true, root: Some(root), ..Offer::default() };
+    for offer in [everything, reads_only] {
+        let offered = offer.describe();
+        let Started { agent, session, auth, .. } = match start_offering(run, options, cwd, offer).await {
+            Ok(started) => started,
+            Err(why) => {
+                run.client_notes.push(format!("offering {offered}: could not start: {why}"));
+                continue;
+            }
+        };
+        match session {
+            None => run.client_notes.push(auth.why("session/new")),
+            Some(session) => {
+                let reply = agent.call("session/prompt", prompt_params(&session, CLIENT_PROMPT), options.timeout).await;
+                match stop_reason(&reply) {
+                    Ok(_) => run.client_turns += 1,
+                    Err(why) => run.client_notes.push(format!("offering {offered}: {why}")),
+                }
+            }
+        }
+        run.retire(agent).await;
+    }
+}
+
+/// Calls to `fs/*` or `terminal/*` methods whose capability the client had not advertised.
+/// file-system.mdx: "If `readTextFile` or `writeTextFile` is `false` or not present, the Agent
+/// **MUST NOT** attempt to call the corresponding filesystem method"; terminals.mdx: "If
+/// `terminal` is `false` or not present, the Agent **MUST NOT** attempt to call any terminal
+/// methods."
+fn judge_capabilities(observed: &[Observed]) -> Outcome {
+    let calls = || observed.iter().flat_map(|o| o.client_calls.iter().map(move |c| (o, c)));
+    let unoffered: Vec<String> = calls()
+        .filter(|(_, c)| !c.offered)
+        .map(|(o, c)| format!("{} (the client advertised: {})", c.method, o.offer.describe()))
+        .collect();
+    let offered = calls().count() - unoffered.len();
+    match unoffered.first() {
+        Some(first) => Outcome::Fail(format!(
+            "{} request(s) to methods whose capability the client did not advertise; the first: {first}",
+            unoffered.len()
+        )),
+        None if offered == 0 => Outcome::Pass("no fs/* or terminal/* request".into()),
+        None => Outcome::Pass(format!("{offered} fs/* or terminal/* request(s), each with its capability advertised")),
+    }
+}
+
+/// The calls of methods starting with `prefix` that the client had offered: their flaws, and
+/// sessions the agent never handed out on that connection.
+fn judge_calls(observed: &[Observed], prefix: &str) -> Outcome {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    let mut flaws = Vec::new();
+    let mut failed = Vec::new();
+    for o in observed {
+        for call in o.client_calls.iter().filter(|c| c.offered && c.method.starts_with(prefix)) {
+            match counts.iter_mut().find(|(m, _)| *m == call.method) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((&call.method, 1)),
+            }
+            let stranger = call.session.as_ref().filter(|s| !o.sessions.contains(s));
+            if let Some(why) = &call.malformed {
+                flaws.push(format!("{}: {why}", call.method));
+            } else if let Some(session) = stranger {
+                flaws.push(format!("{}: sessionId {session:?} is not a session of this connection", call.method));
+            } else if let Some(why) = &call.failed {
+                failed.push(format!("{}: {why}", call.method));
+            }
+        }
+    }
+    let total: usize = counts.iter().map(|(_, n)| n).sum();
+    let made = counts.iter().map(|(m, n)| format!("{m} ×{n}")).collect::<Vec<_>>().join(", ");
+    match flaws.first() {
+        Some(first) => Outcome::Fail(format!("{} of {total} call(s) malformed; the first: {first}", flaws.len())),
+        None if total == 0 => {
+            Outcome::Pass(format!("no {prefix}* call was made although the client offered them (nothing to check)"))
+        }
+        None => {
+            // Well-formed calls that could not be served (a file that does not exist) are no
+            // flaw, but worth a word.
+            let failed = match failed.first() {
+                Some(first) => format!("; {} answered with an error, the first: {first}", failed.len()),
+                None => String::new(),
+            };
+            Outcome::Pass(format!("{total} call(s), all well-formed: {made}{failed}"))
+        }
+    }
+}
+
+/// The offered calls refused as outside the session's directory. session-setup.mdx, "Working
+/// Directory": the cwd "**MUST** be part of the session's effective root set", and "This root
+/// set **SHOULD** serve as a boundary for tool operations on the file system."
+fn judge_within_root(observed: &[Observed]) -> Outcome {
+    let calls: Vec<_> = observed.iter().flat_map(|o| &o.client_calls).filter(|c| c.offered).collect();
+    let outside: Vec<String> =
+        calls.iter().filter_map(|c| Some(format!("{}: {}", c.method, c.outside.as_deref()?))).collect();
+    match outside.first() {
+        Some(first) => Outcome::Fail(format!("{} call(s) refused; the first: {first}", outside.len())),
+        None if calls.is_empty() => Outcome::Pass("no fs/* or terminal/* call (nothing to check)".into()),
+        None => Outcome::Pass(format!("{} call(s), none outside the session's directory", calls.len())),
+    }
+}
+
+/// Terminals not released by the end of the turn that created it (or, made outside any turn,
+/// by the end of the connection). terminals.mdx: "The Agent **MUST** release the terminal using
+/// `terminal/release` when it's no longer needed." When that is, the spec leaves open; a turn
+/// ends once its tool calls are done ("4. Check for Completion" in prompt-turn.mdx), so a
+/// terminal still held after it is one acp-check reports, as a SHOULD.
+fn judge_released(observed: &[Observed]) -> Outcome {
+    let mut created = 0;
+    let mut kept = Vec::new();
+    for o in observed {
+        let turns: Vec<(Instant, Option<Instant>)> = o
+            .sent
+            .iter()
+            .filter(|s| s.method == "session/prompt")
+            .map(|s| (s.at, o.answer_to(s).map(|a| a.at)))
+            .collect();
+        for terminal in &o.terminals {
+            created += 1;
+            let turn = turns.iter().rev().find(|(sent, _)| *sent <= terminal.created);
+            let ended = turn.and_then(|(_, answered)| *answered);
+            let released_in_time = match (terminal.released, ended) {
+                (None, _) => false,
+                (Some(released), Some(ended)) => released <= ended,
+                (Some(_), None) => true,
+            };
+            if !released_in_time {
+                let when = if terminal.released.is_some() { "released after its turn ended" } else { "never released" };
+                kept.push(format!("{} was {when}", terminal.id));
+            }
+        }
+    }
+    match kept.first() {
+        Some(first) => Outcome::Fail(format!("{} of {created} terminal(s) not released in time: {first}", kept.len())),
+        None if created == 0 => Outcome::Pass("no terminal was created (nothing to check)".into()),
+        None => Outcome::Pass(format!("{created} terminal(s), each released before its turn ended")),
+    }
+}
+
 async fn capabilities(run: &mut Run, options: &Options, cwd: &str) -> Result<(), String> {
     let mut current: Option<Started> = None;
     for (id, method, rule) in CAPABILITIES {
@@ -1235,5 +1420,27 @@ mod tests {
             "2 response(s) that answer no request of the checker's; the first: {null} (read after the notification \
              `session/cancel`)"
         );
+    }
+
+    #[test]
+    fn a_terminal_counts_as_released_only_before_its_turn_ends() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let terminal = |id: &str, created, released| crate::serve::Terminal {
+            id: id.into(),
+            session: "s".into(),
+            created,
+            released,
+            output: String::new(),
+            truncated: false,
+        };
+        let mut o = Observed::default();
+        o.sent.push(Sent { method: "session/prompt".into(), id: Some(json!(1)), session: None, at: ms(0) });
+        o.responses.push(Answer { id: json!(1), at: ms(100), seq: 0 });
+        o.terminals.push(terminal("in_time", ms(10), Some(ms(90))));
+        assert_eq!(is(&judge_released(std::slice::from_ref(&o))), "pass");
+        o.terminals.push(terminal("late", ms(20), Some(ms(150))));
+        let Outcome::Fail(detail) = judge_released(&[o]) else { panic!("not a failure") };
+        assert_eq!(detail, "1 of 2 terminal(s) not released in time: late was released after its turn ended");
     }
 }

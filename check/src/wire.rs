@@ -25,6 +25,8 @@ use acp_runtime::{
     CancellationToken, Connection, ErrorObject, Handler, IncomingNotification, IncomingRequest, Peer, RawValue,
 };
 use serde::Deserialize;
+
+use crate::serve::{ClientCall, Offer, Services, Terminal};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader, ReadBuf};
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -154,8 +156,17 @@ pub struct Observed {
     /// When each raw line ([`Agent::inject_line`]) was written.
     pub injected: Vec<Instant>,
     pub permission_requests: usize,
-    /// Requests from the agent other than permission requests (method names).
+    /// Requests from the agent other than permission requests and `fs/*` or `terminal/*`
+    /// calls (method names).
     pub other_requests: Vec<String>,
+    /// What the client advertised on this connection.
+    pub offer: Offer,
+    /// The agent's `fs/*` and `terminal/*` calls.
+    pub client_calls: Vec<ClientCall>,
+    /// The terminals the agent created (filled in when the connection is closed).
+    pub terminals: Vec<Terminal>,
+    /// The session ids the agent handed out (a string `sessionId` in a result).
+    pub sessions: Vec<String>,
     /// How the process ended, once it has.
     pub exit: Option<String>,
 }
@@ -216,6 +227,8 @@ struct Shared {
     /// Fires when we send `session/cancel`: a permission request held then, or arriving
     /// afterwards (it crossed our cancel on the wire), is answered `cancelled`.
     cancel_sent: CancellationToken,
+    /// What the client offers on this connection, and serves.
+    services: Services,
 }
 
 impl Shared {
@@ -265,7 +278,8 @@ pub struct Agent {
 }
 
 impl Agent {
-    pub fn spawn(launch: &Launch) -> std::io::Result<Agent> {
+    /// Spawns the agent; the client offers and serves what `offer` says.
+    pub fn spawn(launch: &Launch, offer: Offer) -> std::io::Result<Agent> {
         let mut command = std::process::Command::new(&launch.command[0]);
         command.args(&launch.command[1..]);
         let stderr = if launch.verbose { StderrMode::Inherit } else { StderrMode::Null };
@@ -276,7 +290,9 @@ impl Agent {
             changed: Notify::new(),
             hold_permissions: AtomicBool::new(false),
             cancel_sent: CancellationToken::new(),
+            services: Services::new(offer.clone()),
         });
+        shared.update(|o| o.offer = offer);
 
         let (conn_side, tap_side) = tokio::io::duplex(1 << 20);
         let (tap_read, mut tap_write) = tokio::io::split(tap_side);
@@ -450,6 +466,11 @@ impl Agent {
         self.observed(|o| o.exit.clone())
     }
 
+    /// What the client offers on this connection.
+    pub fn offer(&self) -> Offer {
+        self.shared.services.offer().clone()
+    }
+
     /// How the process ended, if it has.
     pub fn exit(&self) -> Option<String> {
         self.observed(|o| o.exit.clone())
@@ -463,7 +484,10 @@ impl Agent {
         let _ = tokio::time::timeout(Duration::from_secs(3), self.ended.cancelled()).await;
         // The process is gone: its stdout ends, unless a process it left behind still holds it.
         let _ = tokio::time::timeout(Duration::from_secs(1), self.tap).await;
-        std::mem::take(&mut *self.shared.observed.lock().expect("observed"))
+        let terminals = self.shared.services.terminals();
+        let mut observed = std::mem::take(&mut *self.shared.observed.lock().expect("observed"));
+        observed.terminals = terminals;
+        observed
     }
 }
 
@@ -584,7 +608,10 @@ fn observe(shared: &Shared, line: &[u8], at: Instant) {
         }
         (None, Some(id)) => {
             let id = id.clone();
+            let session = message.get("result").and_then(|r| r.get("sessionId")).and_then(Value::as_str);
+            let session = session.map(str::to_owned);
             shared.update(|o| {
+                o.sessions.extend(session);
                 let seq = o.next_seq();
                 o.responses.push(Answer { id, at, seq });
             });
@@ -619,6 +646,14 @@ struct CheckClient {
 
 impl Handler for CheckClient {
     async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
+        if self.shared.services.offer().covers(&req.method).is_some() {
+            let params: Value =
+                req.params.as_deref().and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_default();
+            let (answer, call) = self.shared.services.handle(&req.method, &params);
+            self.shared.update(|o| o.client_calls.push(call));
+            let result = answer?;
+            return Ok(RawValue::from_string(result.to_string()).expect("valid JSON"));
+        }
         if req.method != "session/request_permission" {
             self.shared.update(|o| o.other_requests.push(req.method.to_string()));
             return Err(ErrorObject::method_not_found(&req.method));

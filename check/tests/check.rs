@@ -92,6 +92,8 @@ fn the_example_agent_conforms() {
     assert!(report["checks"].as_array().unwrap().len() >= 17);
     let shape = find(&report, "session-update-shape")["detail"].as_str().unwrap();
     assert!(shape.contains("tool_call") && shape.contains("plan"), "{shape}");
+    // Offered fs, it reads the file the prompt names through the client, in both such runs.
+    assert_eq!(detail(&report, "fs-calls-well-formed"), "2 call(s), all well-formed: fs/read_text_file ×2");
 }
 
 #[test]
@@ -337,6 +339,89 @@ fn an_agent_that_outlives_its_stdin_is_warned_about() {
 }
 
 #[test]
+fn an_agent_that_uses_the_clients_files_and_terminals_well_conforms() {
+    let (code, report) = check_flawed(&["uses-client"]);
+    assert_eq!(failures(&report), Vec::<String>::new(), "{report:#}");
+    assert_eq!(code, 0);
+    // Offered everything, it reads, writes and runs a command; offered reads only, it reads.
+    assert_eq!(
+        detail(&report, "fs-calls-well-formed"),
+        "3 call(s), all well-formed: fs/read_text_file ×2, fs/write_text_file ×1"
+    );
+    assert_eq!(
+        detail(&report, "terminal-calls-well-formed"),
+        "4 call(s), all well-formed: terminal/create ×1, terminal/wait_for_exit ×1, terminal/output ×1, \
+         terminal/release ×1"
+    );
+    assert_eq!(detail(&report, "terminal-released"), "1 terminal(s), each released before its turn ended");
+    assert_eq!(
+        detail(&report, "client-capabilities-respected"),
+        "7 fs/* or terminal/* request(s), each with its capability advertised"
+    );
+}
+
+#[test]
+fn an_agent_that_writes_with_only_reads_offered_fails() {
+    let (code, report) = check_flawed(&["writes-without-capability"]);
+    assert_eq!(code, 1, "{report:#}");
+    let calls = find(&report, "client-capabilities-respected");
+    assert_eq!(calls["status"], "fail", "{calls}");
+    assert_eq!(
+        calls["detail"],
+        "1 request(s) to methods whose capability the client did not advertise; the first: fs/write_text_file (the \
+         client advertised: fs.readTextFile)"
+    );
+    assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+}
+
+#[test]
+fn an_agent_that_reads_a_relative_path_fails() {
+    let (code, report) = check_flawed(&["relative-path"]);
+    assert_eq!(code, 1, "{report:#}");
+    let calls = find(&report, "fs-calls-well-formed");
+    assert_eq!((&calls["status"], &calls["level"]), (&"fail".into(), &"MUST".into()), "{calls}");
+    assert_eq!(
+        calls["detail"],
+        "2 of 3 call(s) malformed; the first: fs/read_text_file: \"acp-check.txt\" is not an absolute path"
+    );
+    assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+}
+
+#[test]
+fn a_read_outside_the_sessions_directory_is_refused_and_reported() {
+    let (code, report) = check_flawed(&["reads-outside-root"]);
+    let root = find(&report, "fs-within-session-root");
+    assert_eq!((&root["status"], &root["level"]), (&"warn".into(), &"SHOULD".into()), "{root}");
+    let said = root["detail"].as_str().unwrap();
+    assert!(said.starts_with("2 call(s) refused; the first: fs/read_text_file: /"), "{said}");
+    assert!(said.ends_with("/../acp-check-outside.txt is outside the session's directory"), "{said}");
+    // The refused read is well-formed: nothing else is wrong.
+    assert_eq!(find(&report, "fs-calls-well-formed")["status"], "pass");
+    assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn terminals_must_be_released_and_not_used_afterwards() {
+    let (code, report) = check_flawed(&["keeps-terminal"]);
+    let released = find(&report, "terminal-released");
+    assert_eq!((&released["status"], &released["level"]), (&"warn".into(), &"SHOULD".into()), "{released}");
+    assert_eq!(released["detail"], "1 of 1 terminal(s) not released in time: acp_check_term_1 was never released");
+    assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+    assert_eq!(code, 0);
+
+    let (code, report) = check_flawed(&["uses-released-terminal"]);
+    assert_eq!(code, 1, "{report:#}");
+    let calls = find(&report, "terminal-calls-well-formed");
+    assert_eq!((&calls["status"], &calls["level"]), (&"fail".into(), &"MUST".into()), "{calls}");
+    assert_eq!(
+        calls["detail"],
+        "1 of 5 call(s) malformed; the first: terminal/output: terminal \"acp_check_term_1\" was already released"
+    );
+    assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+}
+
+#[test]
 fn wrongly_typed_update_fields_fail_the_shape_check() {
     for (flaw, path) in [
         ("bad-update=kind", "params.update.kind: 42"),
@@ -374,13 +459,19 @@ fn an_agent_that_requires_authentication_is_skipped_not_failed() {
 
 #[test]
 fn an_agent_that_calls_fs_without_the_capability_fails() {
+    // It reads /etc/hostname in every turn, whatever the client advertised.
     let (code, report) = check_flawed(&["reads-files"]);
     assert_eq!(code, 1, "{report:#}");
     let calls = find(&report, "client-capabilities-respected");
     assert_eq!(calls["status"], "fail", "{calls}");
     assert_eq!(calls["level"], "MUST");
-    assert!(calls["detail"].as_str().unwrap().contains("fs/read_text_file"), "{calls}");
-    assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+    let said = calls["detail"].as_str().unwrap();
+    assert!(said.contains("the first: fs/read_text_file (the client advertised: nothing)"), "{said}");
+    // Where the client offers reads, the read is refused: it is outside the session's directory.
+    let root = find(&report, "fs-within-session-root");
+    assert_eq!((&root["status"], &root["level"]), (&"warn".into(), &"SHOULD".into()), "{root}");
+    assert!(root["detail"].as_str().unwrap().contains("/etc/hostname is outside the session's directory"), "{root}");
+    assert_eq!(failures(&report).len(), 2, "{:#?}", failures(&report));
 }
 
 #[test]
