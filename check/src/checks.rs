@@ -320,7 +320,10 @@ fn final_checks(run: &mut Run) {
 
     let outcome = judge_capabilities(&run.observed);
     run.record("client-capabilities-respected", Level::Must, CLIENT_CALLS, outcome);
-    let no_turn = (run.client_turns == 0).then(|| {
+    // Without a turn in which the client offered them, and without a call, there is nothing
+    // to judge; calls made in a turn that failed are judged all the same.
+    let offered_calls = run.observed.iter().flat_map(|o| &o.client_calls).any(|c| c.offered);
+    let no_turn = (run.client_turns == 0 && !offered_calls).then(|| {
         let why = if run.client_notes.is_empty() { "not run".to_owned() } else { run.client_notes.join("; ") };
         Outcome::Skip(format!("no turn ran with the client offering fs and terminal: {why}"))
     });

@@ -120,8 +120,8 @@ impl Services {
         self.terminals.lock().expect("terminals").clone()
     }
 
-    /// Answers an `fs/*` or `terminal/*` call and says what it was.
-    pub fn handle(&self, method: &str, params: &Value) -> (Result<Value, ErrorObject>, ClientCall) {
+    /// Answers an `fs/*` or `terminal/*` call, read at `at`, and says what it was.
+    pub fn handle(&self, method: &str, params: &Value, at: Instant) -> (Result<Value, ErrorObject>, ClientCall) {
         let offered = self.offer.covers(method).unwrap_or(false);
         let mut call = ClientCall {
             method: method.to_owned(),
@@ -135,7 +135,7 @@ impl Services {
             // As if the method did not exist: the client never said it does.
             return (Err(ErrorObject::method_not_found(method)), call);
         }
-        let answer = match self.serve(method, params) {
+        let answer = match self.serve(method, params, at) {
             Ok(result) => Ok(result),
             Err(Problem::Malformed(why)) => {
                 call.malformed = Some(why.clone());
@@ -154,7 +154,7 @@ impl Services {
         (answer, call)
     }
 
-    fn serve(&self, method: &str, params: &Value) -> Result<Value, Problem> {
+    fn serve(&self, method: &str, params: &Value, at: Instant) -> Result<Value, Problem> {
         match method {
             "fs/read_text_file" => {
                 let request: ReadTextFileRequest = decode(params)?;
@@ -201,7 +201,7 @@ impl Services {
                 terminals.push(Terminal {
                     id: id.clone(),
                     session: request.session_id.0,
-                    created: Instant::now(),
+                    created: at,
                     released: None,
                     output,
                     truncated,
@@ -234,7 +234,7 @@ impl Services {
                 self.terminal((session, id.clone()))?;
                 let mut terminals = self.terminals.lock().expect("terminals");
                 if let Some(terminal) = terminals.iter_mut().find(|t| t.id == id) {
-                    terminal.released = Some(Instant::now());
+                    terminal.released = Some(at);
                 }
                 Ok(json!({}))
             }
@@ -375,10 +375,14 @@ mod tests {
         (base, Services::new(offer))
     }
 
+    fn handle(services: &Services, method: &str, params: Value) -> (Result<Value, ErrorObject>, ClientCall) {
+        services.handle(method, &params, Instant::now())
+    }
+
     fn read(services: &Services, path: &str, extra: Value) -> (Result<Value, ErrorObject>, ClientCall) {
         let mut params = json!({"sessionId": "s", "path": path});
         params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        services.handle("fs/read_text_file", &params)
+        handle(services, "fs/read_text_file", params)
     }
 
     #[test]
@@ -414,7 +418,7 @@ mod tests {
         }
         // A write there is refused too, and writes nothing.
         let params = json!({"sessionId": "s", "path": format!("{}/root/../new.txt", base.display()), "content": "x"});
-        let (answer, call) = services.handle("fs/write_text_file", &params);
+        let (answer, call) = handle(&services, "fs/write_text_file", params);
         assert!(answer.is_err() && call.outside.is_some());
         assert!(!base.join("new.txt").exists());
         std::fs::remove_dir_all(base).unwrap();
@@ -431,7 +435,7 @@ mod tests {
         assert!(call.malformed.unwrap().starts_with("params.line:"));
         let (_, call) = read(&services, &path, json!({"line": 0}));
         assert_eq!(call.malformed.as_deref(), Some("line 0: lines are numbered from 1"));
-        let (_, call) = services.handle("fs/read_text_file", &json!({"path": path}));
+        let (_, call) = handle(&services, "fs/read_text_file", json!({"path": path}));
         assert!(call.malformed.unwrap().contains("sessionId"));
         std::fs::remove_dir_all(base).unwrap();
     }
@@ -441,7 +445,7 @@ mod tests {
         let (base, services) = setup("write");
         let path = format!("{}/root/new/dir/out.txt", base.display());
         let (answer, call) =
-            services.handle("fs/write_text_file", &json!({"sessionId": "s", "path": path, "content": "hi"}));
+            handle(&services, "fs/write_text_file", json!({"sessionId": "s", "path": path, "content": "hi"}));
         assert_eq!(answer.unwrap(), Value::Null);
         assert!(call.malformed.is_none() && call.outside.is_none());
         assert_eq!(std::fs::read_to_string(base.join("root/new/dir/out.txt")).unwrap(), "hi");
@@ -453,22 +457,22 @@ mod tests {
         let (base, services) = setup("terminal");
         let cwd = base.join("root").to_string_lossy().into_owned();
         let create = json!({"sessionId": "s", "command": "echo", "args": ["hé"], "cwd": cwd, "outputByteLimit": 20});
-        let (answer, _) = services.handle("terminal/create", &create);
+        let (answer, _) = handle(&services, "terminal/create", create);
         let id = answer.unwrap()["terminalId"].as_str().unwrap().to_owned();
-        let (answer, call) = services.handle("terminal/output", &json!({"sessionId": "s", "terminalId": id}));
+        let (answer, call) = handle(&services, "terminal/output", json!({"sessionId": "s", "terminalId": id}));
         let output = answer.unwrap();
         assert_eq!(output["truncated"], true);
         assert!(output["output"].as_str().unwrap().len() <= 20 && call.malformed.is_none(), "{output}");
-        let (_, call) = services.handle("terminal/wait_for_exit", &json!({"sessionId": "other", "terminalId": id}));
+        let (_, call) = handle(&services, "terminal/wait_for_exit", json!({"sessionId": "other", "terminalId": id}));
         assert!(call.malformed.unwrap().contains("belongs to session \"s\""));
-        let (answer, _) = services.handle("terminal/release", &json!({"sessionId": "s", "terminalId": id}));
+        let (answer, _) = handle(&services, "terminal/release", json!({"sessionId": "s", "terminalId": id}));
         assert!(answer.is_ok() && services.terminals()[0].released.is_some());
-        let (_, call) = services.handle("terminal/kill", &json!({"sessionId": "s", "terminalId": id}));
+        let (_, call) = handle(&services, "terminal/kill", json!({"sessionId": "s", "terminalId": id}));
         assert!(call.malformed.unwrap().contains("already released"));
-        let (_, call) = services.handle("terminal/output", &json!({"sessionId": "s", "terminalId": "nope"}));
+        let (_, call) = handle(&services, "terminal/output", json!({"sessionId": "s", "terminalId": "nope"}));
         assert!(call.malformed.unwrap().contains("never created"));
         let outside = json!({"sessionId": "s", "command": "ls", "cwd": base.to_string_lossy()});
-        let (_, call) = services.handle("terminal/create", &outside);
+        let (_, call) = handle(&services, "terminal/create", outside);
         assert!(call.outside.is_some());
         std::fs::remove_dir_all(base).unwrap();
     }
@@ -477,7 +481,7 @@ mod tests {
     fn unoffered_methods_are_not_found() {
         let services = Services::new(Offer { read_text_file: true, ..Offer::default() });
         let (answer, call) =
-            services.handle("fs/write_text_file", &json!({"sessionId": "s", "path": "/x", "content": ""}));
+            handle(&services, "fs/write_text_file", json!({"sessionId": "s", "path": "/x", "content": ""}));
         assert_eq!(answer.unwrap_err().code, acp_runtime::codes::METHOD_NOT_FOUND);
         assert!(!call.offered);
         assert_eq!(services.offer().covers("terminal/create"), Some(false));

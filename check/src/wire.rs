@@ -167,6 +167,8 @@ pub struct Observed {
     pub terminals: Vec<Terminal>,
     /// The session ids the agent handed out (a string `sessionId` in a result).
     pub sessions: Vec<String>,
+    /// The ids of the agent's requests, with when each was read.
+    pub requests_read: Vec<(Value, Instant)>,
     /// How the process ended, once it has.
     pub exit: Option<String>,
 }
@@ -232,6 +234,10 @@ struct Shared {
 }
 
 impl Shared {
+    fn observed<R>(&self, f: impl FnOnce(&Observed) -> R) -> R {
+        f(&self.observed.lock().expect("observed"))
+    }
+
     fn update(&self, f: impl FnOnce(&mut Observed)) {
         f(&mut self.observed.lock().expect("observed"));
         self.changed.notify_waiters();
@@ -602,6 +608,11 @@ fn observe(shared: &Shared, line: &[u8], at: Instant) {
                 o.updates.push(Update { params, decoded, at, seq });
             });
         }
+        // A request of the agent's: when it was read, for the handler to stamp what it does.
+        (Some(_), Some(id)) if !id.is_null() => {
+            let id = id.clone();
+            shared.update(|o| o.requests_read.push((id, at)));
+        }
         (None, Some(Value::Null)) => {
             let line = truncate(text, 120);
             shared.update(|o| o.unaddressed.push(Unaddressed { null_id: true, code, line, at }));
@@ -649,7 +660,11 @@ impl Handler for CheckClient {
         if self.shared.services.offer().covers(&req.method).is_some() {
             let params: Value =
                 req.params.as_deref().and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_default();
-            let (answer, call) = self.shared.services.handle(&req.method, &params);
+            // Stamped with when the request was read, not when it is handled: the agent's
+            // next line (its turn's answer, say) may be read before this handler runs.
+            let id = serde_json::to_value(&req.id).unwrap_or_default();
+            let read = self.shared.observed(|o| o.requests_read.iter().rfind(|(i, _)| *i == id).map(|(_, at)| *at));
+            let (answer, call) = self.shared.services.handle(&req.method, &params, read.unwrap_or_else(Instant::now));
             self.shared.update(|o| o.client_calls.push(call));
             let result = answer?;
             return Ok(RawValue::from_string(result.to_string()).expect("valid JSON"));

@@ -452,6 +452,10 @@ fn an_agent_that_requires_authentication_is_skipped_not_failed() {
     {
         assert_eq!(find(&report, id)["status"], "pass", "{id}: {}", find(&report, id));
     }
+    // Nor are the client's methods exercised: no turn ran in which they were offered.
+    let calls = find(&report, "fs-calls-well-formed");
+    assert_eq!(calls["status"], "skip", "{calls}");
+    assert!(calls["detail"].as_str().unwrap().starts_with("no turn ran with the client offering fs and terminal: "));
     let verdict = report["summary"]["verdict"].as_str().unwrap();
     assert!(verdict.starts_with("every MUST that could be checked holds (MUST checks not verified: "), "{verdict}");
     assert!(verdict.ends_with(" skipped)") && !verdict.contains("inconclusive"), "{verdict}");
