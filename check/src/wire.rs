@@ -1,5 +1,6 @@
 //! One spawned agent under test: the process, a tap on both directions of its stdio, and a
-//! raw [`Connection`] whose handler plays a minimal client.
+//! raw [`Connection`] whose handler plays a minimal client (its `fs/*` and `terminal/*`
+//! services are in `serve.rs`).
 //!
 //! ```text
 //! agent stdout ──► tap (records every line) ──► duplex ──► Connection (our peer)
@@ -9,8 +10,8 @@
 //! ```
 //!
 //! The tap is what lets the checker see what the connection itself hides or would reject:
-//! answers with a `null` id (a -32700), lines on stdout that are not JSON-RPC at all, and when
-//! each message arrived relative to what the checker wrote.
+//! answers with a `null` or no id (a -32700, an answer to a notification), lines on stdout that
+//! are not JSON-RPC at all, and when each message arrived relative to what the checker wrote.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -649,8 +650,9 @@ pub fn truncate(text: &str, max: usize) -> String {
 }
 
 /// The client side the checker plays: answers permission requests (allow, or hold until
-/// cancelled), records other requests, and knows no other method. `session/update`s are
-/// recorded by the tap, which also knows when each arrived.
+/// cancelled), has `fs/*` and `terminal/*` calls served and recorded (refused as unknown
+/// where not advertised), records other requests, and knows no other method.
+/// `session/update`s are recorded by the tap, which also knows when each arrived.
 struct CheckClient {
     shared: Arc<Shared>,
 }
