@@ -179,6 +179,7 @@ impl Services {
                 if let Some(parent) = path.parent() {
                     std::fs::create_dir_all(parent).map_err(|e| io_problem(&path, e))?;
                 }
+                regular_file(&path, true)?;
                 std::fs::write(&path, request.content).map_err(|e| io_problem(&path, e))?;
                 Ok(Value::Null)
             }
@@ -325,13 +326,31 @@ fn decode_terminal<T: DeserializeOwned + Serialize + JsonSchema>(
 }
 
 fn read_text(path: &Path) -> Result<String, Problem> {
-    let bytes = std::fs::read(path).map_err(|e| io_problem(path, e))?;
+    regular_file(path, false)?;
+    let file = std::fs::File::open(path).map_err(|e| io_problem(path, e))?;
+    let mut bytes = Vec::new();
+    // One byte over the limit tells a file that is too large, should it have grown meanwhile.
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_FILE_BYTES as u64 + 1), &mut bytes)
+        .map_err(|e| io_problem(path, e))?;
     if bytes.len() > MAX_FILE_BYTES {
         let why = format!("{} is larger than the {MAX_FILE_BYTES} bytes acp-check serves", path.display());
         return Err(Problem::Failed(ErrorObject::internal_error(why)));
     }
     String::from_utf8(bytes)
         .map_err(|_| Problem::Failed(ErrorObject::internal_error(format!("{} is not UTF-8 text", path.display()))))
+}
+
+/// Refuses anything at `path` but a regular file (or, when `may_be_missing`, nothing at all),
+/// before it is opened: opening a FIFO the agent made in its directory would block the checker.
+/// (An agent that swaps the file for one between this look and the open can still do that;
+/// acp-check defends against mistakes, not against an agent out to hang it.)
+fn regular_file(path: &Path, may_be_missing: bool) -> Result<(), Problem> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(_) => Err(Problem::Failed(ErrorObject::invalid_params(format!("{} is not a regular file", path.display())))),
+        Err(e) if may_be_missing && e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_problem(path, e)),
+    }
 }
 
 fn io_problem(path: &Path, e: std::io::Error) -> Problem {
@@ -437,6 +456,25 @@ mod tests {
         assert_eq!(call.malformed.as_deref(), Some("line 0: lines are numbered from 1"));
         let (_, call) = handle(&services, "fs/read_text_file", json!({"path": path}));
         assert!(call.malformed.unwrap().contains("sessionId"));
+        std::fs::remove_dir_all(base).unwrap();
+    }
+
+    #[test]
+    fn only_regular_files_are_read_or_written() {
+        let (base, services) = setup("special");
+        std::fs::create_dir(base.join("root/dir")).unwrap();
+        let dir = format!("{}/root/dir", base.display());
+        let (answer, call) = read(&services, &dir, json!({}));
+        assert!(answer.unwrap_err().message.ends_with("is not a regular file") && call.malformed.is_none());
+        let (answer, _) =
+            handle(&services, "fs/write_text_file", json!({"sessionId": "s", "path": dir, "content": ""}));
+        assert!(answer.unwrap_err().message.ends_with("is not a regular file"));
+        // A FIFO would block the open until someone writes to it.
+        #[cfg(unix)]
+        if std::process::Command::new("mkfifo").arg(base.join("root/fifo")).status().is_ok_and(|s| s.success()) {
+            let (answer, _) = read(&services, &format!("{}/root/fifo", base.display()), json!({}));
+            assert!(answer.unwrap_err().message.ends_with("is not a regular file"));
+        }
         std::fs::remove_dir_all(base).unwrap();
     }
 
