@@ -2,7 +2,8 @@
 //! tests. Well-behaved by default; each `Flaws` field breaks one rule of the spec on purpose.
 //!
 //! A prompt turn streams six `agent_message_chunk`s, 50 ms apart, then answers `end_turn`;
-//! `session/cancel` ends it with `cancelled` at the next chunk.
+//! `session/cancel` ends it with `cancelled` at the next chunk. Invalid params and prompts for
+//! sessions it never made are refused with -32602; notifications are never answered.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
