@@ -1,12 +1,14 @@
 //! The checks, in the order they run. Each group of checks gets a fresh agent process, so
 //! that an agent that dies in one check is still judged on the others.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use acp_runtime::acp_types::{InitializeResponse, PromptResponse, SessionUpdate, StopReason};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::serve::Offer;
 use crate::shape;
 use crate::wire::{Agent, Launch, Observed, Reply, Sent, truncate};
 
@@ -17,6 +19,14 @@ pub const CURRENT_PROTOCOL_VERSION: u64 = 1;
 pub const UNSUPPORTED_PROTOCOL_VERSION: u16 = u16::MAX;
 /// How long a cancelled turn may take to answer `cancelled`.
 pub const CANCEL_BOUND: Duration = Duration::from_secs(2);
+/// How long an agent may take to exit once its stdin is closed.
+pub const STDIN_EXIT_BOUND: Duration = Duration::from_secs(3);
+/// How long the cancel waits for the turn's first update before it goes out anyway.
+pub const CANCEL_AFTER: Duration = Duration::from_millis(100);
+/// The bounds of the window in which a turn's answer may have crossed the cancel (see
+/// [`race_window`]).
+pub const MIN_RACE_WINDOW: Duration = Duration::from_millis(100);
+pub const MAX_RACE_WINDOW: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "UPPERCASE")]
@@ -66,6 +76,12 @@ pub struct Run {
     pub checks: Vec<Check>,
     pub facts: AgentFacts,
     observed: Vec<Observed>,
+    /// What went wrong in the notifications' own process, for `notifications-unanswered`
+    /// (judged over all processes at the end).
+    notifications: Option<Outcome>,
+    /// How many turns ran with the client offering fs and terminal, and why others did not.
+    client_turns: usize,
+    client_notes: Vec<String>,
 }
 
 impl Run {
@@ -86,6 +102,7 @@ impl Run {
     }
 }
 
+#[derive(Clone)]
 enum Outcome {
     Pass(String),
     Fail(String),
@@ -113,9 +130,38 @@ const UNKNOWN: &str = "an unknown method is answered -32601 and the agent keeps 
 const MALFORMED_SURVIVES: &str = "a malformed line (`{not json`) does not stop the agent";
 const MALFORMED_ANSWER: &str = "a malformed line is answered -32700 with a null id";
 const EXTENSION: &str = "an unknown extension method `_acp_check/ping` is answered (-32601 or a result) without harm";
-const CLIENT_CALLS: &str =
-    "the client advertises neither fs nor terminal: the agent calls no fs/* or terminal/* method";
+const NOTIFICATIONS: &str = "notifications are never answered (no response with a null, missing or unknown id), \
+                             and the agent keeps working after session/cancel for an unknown session and unknown \
+                             notifications";
+const INVALID_PARAMS: &str = "a request with invalid params (session/new without cwd, session/prompt whose prompt is \
+                              not an array) is answered with an error, -32602, and the agent keeps working";
+const UNKNOWN_SESSION_RULE: &str =
+    "session/prompt for a session that was never created is answered with an error, and the agent keeps working";
+const STDIN_EXIT: &str = "when the client closes the agent's stdin, the agent exits (within 3 s)";
+const CLIENT_CALLS: &str = "the agent calls fs/* and terminal/* methods only when the client advertised their \
+                            capability (fs.readTextFile, fs.writeTextFile, terminal)";
+const FS_CALLS: &str = "the agent's fs/* calls are well-formed: params that decode as sent, a session of the \
+                        connection, an absolute path, lines counted from 1";
+const WITHIN_ROOT: &str = "file paths and terminal working directories stay within the session's cwd, the root \
+                           that SHOULD bound file-system operations (acp-check refuses the others)";
+const TERMINAL_CALLS: &str = "the agent's terminal/* calls are well-formed: params that decode as sent, a session \
+                              of the connection, a terminal created in that session and not yet released";
+const TERMINAL_RELEASED: &str = "every terminal is released with terminal/release once no longer needed, by the end \
+                                 of the turn that created it";
 const STDOUT: &str = "the agent writes only JSON-RPC messages on stdout";
+
+/// The file the client-offering runs ask the agent to read, in the session's directory.
+const FIXTURE_FILE: &str = "acp-check.txt";
+const FIXTURE_TEXT: &str = "acp-check was here.\nThis file is served through fs/read_text_file.\n";
+/// The prompt of the client-offering runs: a read, a write and a command, each of which an
+/// agent may do through the client.
+const CLIENT_PROMPT: &str = "Please read acp-check.txt in the session's directory, write its first line to \
+                             acp-check-copy.txt beside it, and run `echo acp-check` in a terminal.";
+
+/// A session id no agent handed out.
+const UNKNOWN_SESSION: &str = "acp-check-no-such-session";
+/// How long answers to notifications are waited for once the request after them is answered.
+const NOTIFICATION_GRACE: Duration = Duration::from_millis(300);
 
 /// The error `session/new` may answer when the agent wants the client to authenticate first.
 const AUTH_REQUIRED: i64 = -32000;
@@ -233,6 +279,7 @@ pub async fn run(options: &Options, cwd: &str) -> Result<Run, String> {
             false
         }
     };
+    exits_on_stdin_close(&mut run, &agent).await;
     run.retire(agent).await;
     if prompted {
         // Judged on all the process wrote, up to its end: an update may follow the last answer.
@@ -247,32 +294,47 @@ pub async fn run(options: &Options, cwd: &str) -> Result<Run, String> {
     unknown_method(&mut run, options, cwd).await?;
     malformed_line(&mut run, options, cwd).await?;
     extension_method(&mut run, options, cwd).await?;
+    notifications(&mut run, options, cwd).await;
+    invalid_requests(&mut run, options, cwd).await;
 
     // 4. Capability honesty.
     capabilities(&mut run, options, cwd).await?;
 
-    // 5. What was seen over all the runs.
+    // 5. The client offers fs and terminal, and serves them.
+    client_runs(&mut run, options, cwd).await;
+
+    // 6. What was seen over all the runs.
     final_checks(&mut run);
     Ok(run)
 }
 
 /// The checks of what was observed over all the processes; they run however the run ended.
 fn final_checks(run: &mut Run) {
-    let forbidden: Vec<&str> = run
-        .observed
-        .iter()
-        .flat_map(|o| &o.other_requests)
-        .map(String::as_str)
-        .filter(|m| m.starts_with("fs/") || m.starts_with("terminal/"))
-        .collect();
-    let outcome = match forbidden.first() {
-        None => Outcome::Pass("no fs/* or terminal/* request".into()),
-        Some(first) => Outcome::Fail(format!(
-            "{} request(s) to methods the client did not advertise, e.g. {first}",
-            forbidden.len()
-        )),
+    // An answer to a notification anywhere says the most; then trouble in their own process.
+    let outcome = match (judge_notifications(&run.observed), run.notifications.take()) {
+        (answered @ Outcome::Fail(_), _) => answered,
+        (_, Some(trouble)) => trouble,
+        (judged, None) => judged,
     };
+    run.record("notifications-unanswered", Level::Must, NOTIFICATIONS, outcome);
+
+    let outcome = judge_capabilities(&run.observed);
     run.record("client-capabilities-respected", Level::Must, CLIENT_CALLS, outcome);
+    // Without a turn in which the client offered them, and without a call, there is nothing
+    // to judge; calls made in a turn that failed are judged all the same.
+    let offered_calls = run.observed.iter().flat_map(|o| &o.client_calls).any(|c| c.offered);
+    let no_turn = (run.client_turns == 0 && !offered_calls).then(|| {
+        let why = if run.client_notes.is_empty() { "not run".to_owned() } else { run.client_notes.join("; ") };
+        Outcome::Skip(format!("no turn ran with the client offering fs and terminal: {why}"))
+    });
+    let outcome = no_turn.clone().unwrap_or_else(|| judge_calls(&run.observed, "fs/"));
+    run.record("fs-calls-well-formed", Level::Must, FS_CALLS, outcome);
+    let outcome = no_turn.clone().unwrap_or_else(|| judge_within_root(&run.observed));
+    run.record("fs-within-session-root", Level::Should, WITHIN_ROOT, outcome);
+    let outcome = no_turn.clone().unwrap_or_else(|| judge_calls(&run.observed, "terminal/"));
+    run.record("terminal-calls-well-formed", Level::Must, TERMINAL_CALLS, outcome);
+    let outcome = no_turn.unwrap_or_else(|| judge_released(&run.observed));
+    run.record("terminal-released", Level::Should, TERMINAL_RELEASED, outcome);
 
     let outcome = match non_json_lines(&run.observed) {
         None => Outcome::Pass("every line was a JSON-RPC message".into()),
@@ -311,11 +373,14 @@ fn skip_rest(run: &mut Run, why: &str) {
     let mut rest = vec![("session-new", Level::Must, SESSION_NEW)];
     rest.extend(SESSION_CHECKS.iter().copied());
     rest.extend([
+        ("exits-on-stdin-close", Level::Should, STDIN_EXIT),
         ("version-negotiation", Level::Must, NEGOTIATION),
         ("unknown-method", Level::Must, UNKNOWN),
         ("malformed-line-survives", Level::Must, MALFORMED_SURVIVES),
         ("malformed-line-answer", Level::Should, MALFORMED_ANSWER),
         ("extension-method", Level::Must, EXTENSION),
+        ("invalid-params", Level::Must, INVALID_PARAMS),
+        ("unknown-session", Level::Must, UNKNOWN_SESSION_RULE),
     ]);
     rest.extend(CAPABILITIES.iter().map(|(id, _, rule)| (*id, Level::Must, *rule)));
     for (id, level, rule) in rest {
@@ -323,21 +388,28 @@ fn skip_rest(run: &mut Run, why: &str) {
     }
 }
 
+/// A fresh process, to which the client offers no capability.
 fn spawn(options: &Options) -> Result<Agent, String> {
-    Agent::spawn(&options.launch).map_err(|e| format!("cannot start `{}`: {e}", options.launch.command.join(" ")))
+    spawn_offering(options, Offer::default())
+}
+
+fn spawn_offering(options: &Options, offer: Offer) -> Result<Agent, String> {
+    Agent::spawn(&options.launch, offer)
+        .map_err(|e| format!("cannot start `{}`: {e}", options.launch.command.join(" ")))
 }
 
 async fn initialize(agent: &Agent, limit: Duration) -> Result<(InitializeResponse, Value), String> {
-    match agent.call("initialize", initialize_params(CURRENT_PROTOCOL_VERSION), limit).await {
+    let params = initialize_params(CURRENT_PROTOCOL_VERSION, &agent.offer());
+    match agent.call("initialize", params, limit).await {
         Reply::Result(raw) => decode_initialize(raw),
         other => Err(format!("initialize got {}", other.describe())),
     }
 }
 
-fn initialize_params(version: u64) -> Value {
+fn initialize_params(version: u64, offer: &Offer) -> Value {
     json!({
         "protocolVersion": version,
-        "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false},
+        "clientCapabilities": offer.capabilities(),
         "clientInfo": {"name": "acp-check", "version": env!("CARGO_PKG_VERSION")},
     })
 }
@@ -363,7 +435,7 @@ async fn version_negotiation(run: &mut Run, options: &Options, accepted: u64) {
         }
     };
     let asked = u64::from(UNSUPPORTED_PROTOCOL_VERSION);
-    let reply = agent.call("initialize", initialize_params(asked), options.timeout).await;
+    let reply = agent.call("initialize", initialize_params(asked, &Offer::default()), options.timeout).await;
     let outcome = match reply {
         Reply::Result(raw) => match decode_initialize(raw) {
             Err(why) => Outcome::Fail(format!("asked for {asked}: {why}")),
@@ -470,7 +542,12 @@ struct Started {
 /// A process that is started but fails is retired into `run` all the same: what it wrote
 /// counts in the final checks.
 async fn start(run: &mut Run, options: &Options, cwd: &str) -> Result<Started, String> {
-    let agent = spawn(options)?;
+    start_offering(run, options, cwd, Offer::default()).await
+}
+
+/// [`start`], with the client offering `offer`.
+async fn start_offering(run: &mut Run, options: &Options, cwd: &str, offer: Offer) -> Result<Started, String> {
+    let agent = spawn_offering(options, offer)?;
     let (_, init) = match initialize(&agent, options.timeout).await {
         Ok(init) => init,
         Err(why) => {
@@ -580,13 +657,13 @@ async fn cancel_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duratio
         prompt_params(session, "Please take your time and tell me a long story; I may cancel."),
         limit + CANCEL_BOUND,
     );
-    // Cancel after the first update of the turn, or after a short delay. A turn that has
-    // ended by then is judged below, by when its answer arrived.
-    agent.wait_for(Duration::from_millis(1000), |o| o.updates.len() > before).await;
+    // Cancel on the turn's first update, once it has ended, or after CANCEL_AFTER: a quiet
+    // turn is cancelled while it thinks, not after it is over.
+    let answered = |o: &Observed| o.last_sent("session/prompt", sent_before).and_then(|p| o.answer_to(p)).is_some();
+    agent.wait_for(CANCEL_AFTER, |o| o.updates.len() > before || answered(o)).await;
     agent.notify("session/cancel", json!({"sessionId": session})).await;
     let sent = Instant::now();
     let reply = tokio::time::timeout(CANCEL_BOUND, turn).await;
-    let elapsed = sent.elapsed().as_millis();
     let outcome = match reply {
         Err(_) => Outcome::Fail(format!(
             "no answer to session/prompt within {} ms of session/cancel",
@@ -594,46 +671,114 @@ async fn cancel_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duratio
         )),
         Ok(Err(join)) => Outcome::Fail(format!("checker error: {join}")),
         Ok(Ok(reply)) => {
-            let crossed = answer_crossed_cancel(agent, sent_before).await;
-            match stop_reason(&reply) {
-                Ok(StopReason::Cancelled) if crossed => {
-                    Outcome::Fail("the turn answered `cancelled` before session/cancel was sent".into())
-                }
-                Ok(StopReason::Cancelled) => {
-                    Outcome::Pass(format!("stopReason cancelled {elapsed} ms after session/cancel"))
-                }
-                // The answer was on the wire before the cancel: there was nothing left to cancel.
-                Ok(other) if crossed => Outcome::Inconclusive(format!(
-                    "inconclusive: the turn answered `{}` before session/cancel reached the agent (the answer \
-                     was already on the wire)",
-                    other.as_str()
-                )),
-                Err(why) if crossed => Outcome::Fail(why),
-                Ok(other) => Outcome::Fail(format!(
-                    "the turn answered stopReason `{}` {elapsed} ms after session/cancel, not `cancelled`",
-                    other.as_str()
-                )),
-                Err(why) => Outcome::Fail(format!(
-                    "after session/cancel: {why} (a cancelled turn must answer stopReason `cancelled`)"
-                )),
-            }
+            let timing = cancel_timing(agent, sent_before, sent.elapsed());
+            judge_cancel(stop_reason(&reply), timing)
         }
     };
     run.record("cancel", Level::Must, CANCEL, outcome);
     agent.hold_permissions(false);
 }
 
-/// Whether the answer to the last `session/prompt` (sent after index `sent_before`) was read
-/// from the agent before `session/cancel` was written to it, or the cancel never was.
-async fn answer_crossed_cancel(agent: &Agent, sent_before: usize) -> bool {
-    // The answer can be read before the writer has recorded the cancel it is writing.
-    let written = |o: &Observed| o.last_sent("session/cancel", sent_before).is_some();
-    agent.wait_for(Duration::from_millis(500), written).await;
+/// When the cancelled turn's answer came, relative to the cancel.
+#[derive(Clone, Copy, Debug)]
+struct CancelTiming {
+    /// How long after `session/cancel` was written the answer was read; `None` when it was
+    /// read before (or the cancel never went out).
+    after: Option<Duration>,
+    /// Answers read within this long after the cancel may have been on their way before the
+    /// agent could read it (see [`race_window`]).
+    window: Duration,
+}
+
+/// Where the answer to the last `session/prompt` (sent after index `sent_before`) stands
+/// relative to the `session/cancel` written after it. `elapsed` is the time since the cancel
+/// was queued, the fallback should the answer's read time be unknown.
+fn cancel_timing(agent: &Agent, sent_before: usize, elapsed: Duration) -> CancelTiming {
+    // The writer records a message before it writes it: the cancel is on record if it went out.
     agent.observed(|o| {
-        let Some(cancel) = o.last_sent("session/cancel", sent_before) else { return true };
+        let window = race_window(o);
+        let Some(cancel) = o.last_sent("session/cancel", sent_before) else {
+            return CancelTiming { after: None, window };
+        };
         let answered = o.last_sent("session/prompt", sent_before).and_then(|p| o.answer_to(p)).map(|a| a.at);
-        answered.is_some_and(|at| at < cancel.at)
+        let after = match answered {
+            Some(at) => at.checked_duration_since(cancel.at),
+            None => Some(elapsed),
+        };
+        CancelTiming { after, window }
     })
+}
+
+/// How long after the cancel was written an answer may still be one the agent wrote before it
+/// could have read the cancel: twice the fastest round trip the agent showed on this
+/// connection, within [MIN_RACE_WINDOW, MAX_RACE_WINDOW].
+///
+/// An answer still on its way when the cancel was written left the agent at most one trip out
+/// before the cancel arrived one trip in, so it is read at most a round trip (both trips,
+/// without the agent's own work) after the cancel was written. The fastest answer to any of
+/// the checker's requests bounds that round trip from above; it is doubled, and at least
+/// 100 ms, because the trips vary with scheduling on a loaded machine. Later than that, the
+/// agent had the cancel in hand when it answered, and anything but `cancelled` breaks the rule.
+fn race_window(o: &Observed) -> Duration {
+    let fastest = o
+        .sent
+        .iter()
+        .filter_map(|sent| Some(o.answer_to(sent)?.at.checked_duration_since(sent.at).unwrap_or_default()))
+        .min();
+    fastest.map_or(MIN_RACE_WINDOW, |rtt| (rtt * 2).clamp(MIN_RACE_WINDOW, MAX_RACE_WINDOW))
+}
+
+fn judge_cancel(stop: Result<StopReason, String>, timing: CancelTiming) -> Outcome {
+    let window = timing.window.as_millis();
+    match (stop, timing.after) {
+        (Ok(StopReason::Cancelled), None) => {
+            Outcome::Fail("the turn answered `cancelled` before session/cancel was sent".into())
+        }
+        (Ok(StopReason::Cancelled), Some(after)) => {
+            Outcome::Pass(format!("stopReason cancelled {} ms after session/cancel", after.as_millis()))
+        }
+        // The answer was on the wire before the cancel: there was nothing left to cancel.
+        (Ok(other), None) => Outcome::Inconclusive(format!(
+            "inconclusive: the turn answered `{}` before session/cancel reached the agent (the answer was already \
+             on the wire)",
+            other.as_str()
+        )),
+        (Ok(other), Some(after)) if after < timing.window => Outcome::Inconclusive(format!(
+            "inconclusive: the turn answered `{}` {} ms after session/cancel was written, within the {window} ms in \
+             which an answer already on its way cannot be told from one that ignored the cancel",
+            other.as_str(),
+            after.as_millis()
+        )),
+        (Ok(other), Some(after)) => Outcome::Fail(format!(
+            "the turn answered stopReason `{}` {} ms after session/cancel was written (more than the {window} ms an \
+             answer already on its way could take), not `cancelled`",
+            other.as_str(),
+            after.as_millis()
+        )),
+        (Err(why), None) => Outcome::Fail(why),
+        (Err(why), Some(_)) => {
+            Outcome::Fail(format!("after session/cancel: {why} (a cancelled turn must answer stopReason `cancelled`)"))
+        }
+    }
+}
+
+/// Whether the agent ends when its input does. transports.mdx shows the end of a stdio
+/// connection as the client closing the agent's stdin and then terminating the process; an
+/// agent that outlives its input relies on the second step. No MUST says so, hence a SHOULD.
+async fn exits_on_stdin_close(run: &mut Run, agent: &Agent) {
+    let outcome = if let Some(how) = agent.exit() {
+        Outcome::Skip(format!("the agent had already ended ({how})"))
+    } else {
+        let closed = Instant::now();
+        match agent.close_stdin(STDIN_EXIT_BOUND).await {
+            Some(how) => Outcome::Pass(format!("{how} {} ms after its stdin was closed", closed.elapsed().as_millis())),
+            None => Outcome::Fail(format!(
+                "still running {} ms after its stdin was closed (acp-check then terminated it)",
+                STDIN_EXIT_BOUND.as_millis()
+            )),
+        }
+    };
+    run.record("exits-on-stdin-close", Level::Should, STDIN_EXIT, outcome);
 }
 
 /// Whether the agent sent a turn's output after the turn's answer, judged on everything the
@@ -741,24 +886,40 @@ async fn malformed_line(run: &mut Run, options: &Options, cwd: &str) -> Result<(
     // read past the bad line.
     agent.inject_line("{not json").await;
     let survived = still_works(&agent, cwd, options.timeout, &auth).await;
-    let answered = agent.wait_for(Duration::from_millis(300), |o| !o.null_id_errors.is_empty()).await;
-    let codes = agent.observed(|o| o.null_id_errors.clone());
+    let answered = agent.wait_for(Duration::from_millis(300), |o| !o.unaddressed.is_empty()).await;
+    let answers: Vec<(bool, Option<i64>)> =
+        agent.observed(|o| o.unaddressed.iter().map(|a| (a.null_id, a.code)).collect());
     let outcome = match &survived {
         Ok(()) => Outcome::Pass("the agent still answers session/new after it".into()),
         Err(why) if agent.is_closed() => Outcome::Fail(format!("{why}; the agent is gone after `{{not json`")),
         Err(why) => Outcome::Fail(why.clone()),
     };
     run.record("malformed-line-survives", Level::Must, MALFORMED_SURVIVES, outcome);
-    let outcome = if codes.contains(&-32700) {
-        Outcome::Pass("-32700 with a null id".into())
-    } else if answered {
-        Outcome::Fail(format!("answered with a null id but code {:?}, not -32700", codes))
-    } else {
-        Outcome::Fail("the line was ignored (no -32700 answer)".into())
-    };
+    let outcome = judge_malformed_answer(answered, &answers);
     run.record("malformed-line-answer", Level::Should, MALFORMED_ANSWER, outcome);
     run.retire(agent).await;
     Ok(())
+}
+
+/// What the agent answered to `{not json`: its answers that name no request, as (whether the
+/// id was `null` rather than missing, the error code).
+fn judge_malformed_answer(answered: bool, answers: &[(bool, Option<i64>)]) -> Outcome {
+    let parse_error = Some(i64::from(acp_runtime::codes::PARSE_ERROR));
+    if answers.contains(&(true, parse_error)) {
+        Outcome::Pass("-32700 with a null id".into())
+    } else if answers.contains(&(false, parse_error)) {
+        Outcome::Fail(
+            "answered -32700 without an `id` member, which is no valid response: JSON-RPC asks for `\"id\": null` \
+             when the request's id could not be read"
+                .into(),
+        )
+    } else if let Some((null_id, code)) = answers.first().filter(|_| answered) {
+        let id = if *null_id { "a null id" } else { "no `id` member" };
+        let code = code.map_or("a result instead of an error".to_owned(), |c| format!("code {c}"));
+        Outcome::Fail(format!("answered with {id} but {code}, not -32700"))
+    } else {
+        Outcome::Fail("the line was ignored (no -32700 answer)".into())
+    }
 }
 
 async fn extension_method(run: &mut Run, options: &Options, cwd: &str) -> Result<(), String> {
@@ -789,6 +950,319 @@ async fn extension_method(run: &mut Run, options: &Options, cwd: &str) -> Result
     run.record("extension-method", Level::Must, EXTENSION, outcome);
     run.retire(agent).await;
     Ok(())
+}
+
+/// Notifications on a fresh process: `session/cancel` for a session that does not exist and for
+/// one with no turn running, an unknown extension notification and an unknown one without the
+/// `_` prefix. overview.mdx, "Error Handling": "Notifications never receive responses (success
+/// or error)". A request follows, so that the agent has read them all when it answers; answers
+/// to them are looked for in every process (see [`judge_notifications`]).
+async fn notifications(run: &mut Run, options: &Options, cwd: &str) {
+    let Started { agent, auth, session, .. } = match start(run, options, cwd).await {
+        Ok(started) => started,
+        Err(why) => {
+            run.notifications = Some(Outcome::Skip(format!("could not start: {why}")));
+            return;
+        }
+    };
+    agent.notify("session/cancel", json!({"sessionId": UNKNOWN_SESSION})).await;
+    if let Some(session) = &session {
+        agent.notify("session/cancel", json!({"sessionId": session})).await;
+    }
+    agent.notify("_acp_check/notice", json!({"note": "an unknown extension notification"})).await;
+    agent.notify("acp_check/notice", json!({"note": "an unknown notification"})).await;
+    let trouble = match still_works(&agent, cwd, options.timeout, &auth).await {
+        Err(why) if agent.is_closed() => {
+            Some(Outcome::Fail(format!("{why}: the agent is gone after the notifications")))
+        }
+        Err(why) => Some(Outcome::Fail(format!("after the notifications, {why}"))),
+        Ok(()) => None,
+    };
+    // An agent that handles notifications apart from requests may answer them a moment later.
+    agent.wait_for(NOTIFICATION_GRACE, |o| !o.unrequested_answers().is_empty()).await;
+    run.notifications = trouble;
+    run.retire(agent).await;
+}
+
+/// Requests the agent must refuse, on a fresh process (a new one should the agent die).
+///
+/// `invalid-params`: overview.mdx has every method follow JSON-RPC 2.0's error handling, whose
+/// code for params that do not fit the method is -32602. A session without the `cwd` that
+/// session-setup.mdx says "**MUST** be used for the session", or a turn on a prompt that is not
+/// a list of content blocks, cannot be what the client asked for: a result pretends it is. An
+/// error with another code is a warning.
+///
+/// `unknown-session`: a session id is what session/new (or load) handed out, "a unique
+/// identifier for the conversation context" (session-setup.mdx); a prompt naming no context
+/// can only be refused, and a result pretends a turn happened in a session that does not exist.
+async fn invalid_requests(run: &mut Run, options: &Options, cwd: &str) {
+    let mut current: Option<Started> = None;
+    // (check, probe, method, params); `None` params need the session.
+    let probes: [(&'static str, &str, &str, Option<Value>); 3] = [
+        ("invalid-params", "session/new without cwd", "session/new", Some(json!({"mcpServers": []}))),
+        ("invalid-params", "session/prompt with a string prompt", "session/prompt", None),
+        (
+            "unknown-session",
+            "session/prompt for a session never created",
+            "session/prompt",
+            Some(prompt_params(UNKNOWN_SESSION, "Hello?")),
+        ),
+    ];
+    let mut found: Vec<(&'static str, Outcome)> = Vec::new();
+    for (check, probe, method, params) in probes {
+        if current.as_ref().is_some_and(|started| started.agent.is_closed()) {
+            run.retire(current.take().expect("checked").agent).await;
+        }
+        if current.is_none() {
+            match start(run, options, cwd).await {
+                Ok(started) => current = Some(started),
+                Err(why) => {
+                    found.push((check, Outcome::Skip(format!("{probe}: could not start: {why}"))));
+                    continue;
+                }
+            }
+        }
+        let Started { agent, session, auth, .. } = current.as_ref().expect("started");
+        let params = match (params, session) {
+            (Some(params), _) => params,
+            (None, Some(session)) => json!({"sessionId": session, "prompt": "Hello, as a plain string."}),
+            (None, None) => {
+                found.push((check, Outcome::Skip(format!("{probe}: {}", auth.why("session/new")))));
+                continue;
+            }
+        };
+        let reply = agent.call(method, params, options.timeout).await;
+        let strict = check == "invalid-params";
+        let outcome = match reply {
+            reply if strict && auth.required_by(&reply) => Outcome::Skip(format!("{probe}: {}", auth.why(method))),
+            Reply::Error(e) if !strict || e.code == acp_runtime::codes::INVALID_PARAMS => {
+                match still_works(agent, cwd, options.timeout, auth).await {
+                    Ok(()) => Outcome::Pass(format!("{probe}: error {}", e.code)),
+                    Err(why) => Outcome::Fail(format!("{probe}: error {}, but {why}", e.code)),
+                }
+            }
+            Reply::Error(e) => Outcome::Warn(format!(
+                "{probe}: error {} ({}); invalid params should be answered -32602",
+                e.code,
+                truncate(&e.message, 80)
+            )),
+            Reply::Result(_) => Outcome::Fail(format!("{probe}: {} instead of an error", reply.describe())),
+            Reply::Timeout => Outcome::Fail(format!("{probe}: no answer in time")),
+            Reply::Closed(how) => Outcome::Fail(format!("{probe}: no answer: {how}")),
+        };
+        found.push((check, outcome));
+    }
+    if let Some(started) = current {
+        run.retire(started.agent).await;
+    }
+    for (check, rule) in [("invalid-params", INVALID_PARAMS), ("unknown-session", UNKNOWN_SESSION_RULE)] {
+        let outcomes = found.iter().filter(|(c, _)| *c == check).map(|(_, outcome)| outcome);
+        run.record(check, Level::Must, rule, worst(outcomes));
+    }
+}
+
+/// The outcomes of several probes of one rule as one: the worst decides, and the details of
+/// all are joined.
+fn worst<'a>(outcomes: impl Iterator<Item = &'a Outcome>) -> Outcome {
+    let mut rank = 0;
+    let mut details = Vec::new();
+    for outcome in outcomes {
+        let (r, detail) = match outcome {
+            Outcome::Pass(d) => (0, d),
+            Outcome::Skip(d) => (1, d),
+            Outcome::Inconclusive(d) => (2, d),
+            Outcome::Warn(d) => (3, d),
+            Outcome::Fail(d) => (4, d),
+        };
+        rank = rank.max(r);
+        details.push(detail.as_str());
+    }
+    let detail = details.join("; ");
+    match rank {
+        0 => Outcome::Pass(detail),
+        1 => Outcome::Skip(detail),
+        2 => Outcome::Inconclusive(detail),
+        3 => Outcome::Warn(detail),
+        _ => Outcome::Fail(detail),
+    }
+}
+
+/// Whether any process answered a notification, or anything else the checker never asked.
+fn judge_notifications(observed: &[Observed]) -> Outcome {
+    let notified: usize = observed.iter().map(|o| o.sent.iter().filter(|s| s.id.is_none()).count()).sum();
+    match unrequested_answers(observed) {
+        Some(what) => Outcome::Fail(what),
+        None if notified == 0 => Outcome::Skip("no notification was sent".into()),
+        None => Outcome::Pass(format!("{notified} notification(s) sent, none answered")),
+    }
+}
+
+/// The answers to no request over all the processes, described, or `None`.
+fn unrequested_answers(observed: &[Observed]) -> Option<String> {
+    let mut count = 0;
+    let mut first = None;
+    for o in observed {
+        let found = o.unrequested_answers();
+        count += found.len();
+        if let (None, Some((at, line))) = (&first, found.first()) {
+            let after = match o.notification_before(*at) {
+                Some(sent) => format!("read after the notification `{}`", sent.method),
+                None => "read before any notification was sent".to_owned(),
+            };
+            first = Some(format!("{line} ({after})"));
+        }
+    }
+    let first = first?;
+    Some(format!("{count} response(s) that answer no request of the checker's; the first: {first}"))
+}
+
+/// Turns in which the client offers what an agent may use, on fresh processes: everything
+/// (fs.readTextFile, fs.writeTextFile and terminal, confined to the session's directory), then
+/// fs.readTextFile alone, so that a write or a command is a call without its capability.
+/// Each asks for a read, a write and a command; whether the agent makes those calls is its
+/// business, how it makes them is judged at the end with every other process's calls.
+async fn client_runs(run: &mut Run, options: &Options, cwd: &str) {
+    if let Err(e) = std::fs::write(Path::new(cwd).join(FIXTURE_FILE), FIXTURE_TEXT) {
+        run.client_notes.push(format!("cannot write {FIXTURE_FILE}: {e}"));
+    }
+    let root = Path::new(cwd).canonicalize().unwrap_or_else(|_| PathBuf::from(cwd));
+    let everything = Offer { read_text_file: true, write_text_file: true, terminal: true, root: Some(root.clone()) };
+    let reads_only = Offer { read_text_file: true, root: Some(root), ..Offer::default() };
+    for offer in [everything, reads_only] {
+        let offered = offer.describe();
+        let Started { agent, session, auth, .. } = match start_offering(run, options, cwd, offer).await {
+            Ok(started) => started,
+            Err(why) => {
+                run.client_notes.push(format!("offering {offered}: could not start: {why}"));
+                continue;
+            }
+        };
+        match session {
+            None => run.client_notes.push(auth.why("session/new")),
+            Some(session) => {
+                let reply = agent.call("session/prompt", prompt_params(&session, CLIENT_PROMPT), options.timeout).await;
+                match stop_reason(&reply) {
+                    Ok(_) => run.client_turns += 1,
+                    Err(why) => run.client_notes.push(format!("offering {offered}: {why}")),
+                }
+            }
+        }
+        run.retire(agent).await;
+    }
+}
+
+/// Calls to `fs/*` or `terminal/*` methods whose capability the client had not advertised.
+/// file-system.mdx: "If `readTextFile` or `writeTextFile` is `false` or not present, the Agent
+/// **MUST NOT** attempt to call the corresponding filesystem method"; terminals.mdx: "If
+/// `terminal` is `false` or not present, the Agent **MUST NOT** attempt to call any terminal
+/// methods."
+fn judge_capabilities(observed: &[Observed]) -> Outcome {
+    let calls = || observed.iter().flat_map(|o| o.client_calls.iter().map(move |c| (o, c)));
+    let unoffered: Vec<String> = calls()
+        .filter(|(_, c)| !c.offered)
+        .map(|(o, c)| format!("{} (the client advertised: {})", c.method, o.offer.describe()))
+        .collect();
+    let offered = calls().count() - unoffered.len();
+    match unoffered.first() {
+        Some(first) => Outcome::Fail(format!(
+            "{} request(s) to methods whose capability the client did not advertise; the first: {first}",
+            unoffered.len()
+        )),
+        None if offered == 0 => Outcome::Pass("no fs/* or terminal/* request".into()),
+        None => Outcome::Pass(format!("{offered} fs/* or terminal/* request(s), each with its capability advertised")),
+    }
+}
+
+/// The calls of methods starting with `prefix` that the client had offered: their flaws, and
+/// sessions the agent never handed out on that connection.
+fn judge_calls(observed: &[Observed], prefix: &str) -> Outcome {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    let mut flaws = Vec::new();
+    let mut failed = Vec::new();
+    for o in observed {
+        for call in o.client_calls.iter().filter(|c| c.offered && c.method.starts_with(prefix)) {
+            match counts.iter_mut().find(|(m, _)| *m == call.method) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((&call.method, 1)),
+            }
+            let stranger = call.session.as_ref().filter(|s| !o.sessions.contains(s));
+            if let Some(why) = &call.malformed {
+                flaws.push(format!("{}: {why}", call.method));
+            } else if let Some(session) = stranger {
+                flaws.push(format!("{}: sessionId {session:?} is not a session of this connection", call.method));
+            } else if let Some(why) = &call.failed {
+                failed.push(format!("{}: {why}", call.method));
+            }
+        }
+    }
+    let total: usize = counts.iter().map(|(_, n)| n).sum();
+    let made = counts.iter().map(|(m, n)| format!("{m} ×{n}")).collect::<Vec<_>>().join(", ");
+    match flaws.first() {
+        Some(first) => Outcome::Fail(format!("{} of {total} call(s) malformed; the first: {first}", flaws.len())),
+        None if total == 0 => {
+            Outcome::Pass(format!("no {prefix}* call was made although the client offered them (nothing to check)"))
+        }
+        None => {
+            // Well-formed calls that could not be served (a file that does not exist) are no
+            // flaw, but worth a word.
+            let failed = match failed.first() {
+                Some(first) => format!("; {} answered with an error, the first: {first}", failed.len()),
+                None => String::new(),
+            };
+            Outcome::Pass(format!("{total} call(s), all well-formed: {made}{failed}"))
+        }
+    }
+}
+
+/// The offered calls refused as outside the session's directory. session-setup.mdx, "Working
+/// Directory": the cwd "**MUST** be part of the session's effective root set", and "This root
+/// set **SHOULD** serve as a boundary for tool operations on the file system."
+fn judge_within_root(observed: &[Observed]) -> Outcome {
+    let calls: Vec<_> = observed.iter().flat_map(|o| &o.client_calls).filter(|c| c.offered).collect();
+    let outside: Vec<String> =
+        calls.iter().filter_map(|c| Some(format!("{}: {}", c.method, c.outside.as_deref()?))).collect();
+    match outside.first() {
+        Some(first) => Outcome::Fail(format!("{} call(s) refused; the first: {first}", outside.len())),
+        None if calls.is_empty() => Outcome::Pass("no fs/* or terminal/* call (nothing to check)".into()),
+        None => Outcome::Pass(format!("{} call(s), none outside the session's directory", calls.len())),
+    }
+}
+
+/// Terminals not released by the end of the turn that created it (or, made outside any turn,
+/// by the end of the connection). terminals.mdx: "The Agent **MUST** release the terminal using
+/// `terminal/release` when it's no longer needed." When that is, the spec leaves open; a turn
+/// ends once its tool calls are done ("4. Check for Completion" in prompt-turn.mdx), so a
+/// terminal still held after it is one acp-check reports, as a SHOULD.
+fn judge_released(observed: &[Observed]) -> Outcome {
+    let mut created = 0;
+    let mut kept = Vec::new();
+    for o in observed {
+        let turns: Vec<(Instant, Option<Instant>)> = o
+            .sent
+            .iter()
+            .filter(|s| s.method == "session/prompt")
+            .map(|s| (s.at, o.answer_to(s).map(|a| a.at)))
+            .collect();
+        for terminal in &o.terminals {
+            created += 1;
+            let turn = turns.iter().rev().find(|(sent, _)| *sent <= terminal.created);
+            let ended = turn.and_then(|(_, answered)| *answered);
+            let released_in_time = match (terminal.released, ended) {
+                (None, _) => false,
+                (Some(released), Some(ended)) => released <= ended,
+                (Some(_), None) => true,
+            };
+            if !released_in_time {
+                let when = if terminal.released.is_some() { "released after its turn ended" } else { "never released" };
+                kept.push(format!("{} was {when}", terminal.id));
+            }
+        }
+    }
+    match kept.first() {
+        Some(first) => Outcome::Fail(format!("{} of {created} terminal(s) not released in time: {first}", kept.len())),
+        None if created == 0 => Outcome::Pass("no terminal was created (nothing to check)".into()),
+        None => Outcome::Pass(format!("{created} terminal(s), each released before its turn ended")),
+    }
 }
 
 async fn capabilities(run: &mut Run, options: &Options, cwd: &str) -> Result<(), String> {
@@ -857,4 +1331,119 @@ async fn capabilities(run: &mut Run, options: &Options, cwd: &str) -> Result<(),
 /// A capability object that is present and not `null` (or `false`).
 fn is_set(value: &Value) -> bool {
     !matches!(value, Value::Null | Value::Bool(false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Answer, Sent, Unaddressed};
+
+    fn timing(after_ms: Option<u64>, window_ms: u64) -> CancelTiming {
+        CancelTiming { after: after_ms.map(Duration::from_millis), window: Duration::from_millis(window_ms) }
+    }
+
+    fn is(outcome: &Outcome) -> &'static str {
+        match outcome {
+            Outcome::Pass(_) => "pass",
+            Outcome::Fail(_) => "fail",
+            Outcome::Warn(_) => "warn",
+            Outcome::Inconclusive(_) => "inconclusive",
+            Outcome::Skip(_) => "skip",
+        }
+    }
+
+    #[test]
+    fn a_cancel_is_judged_by_when_the_answer_came() {
+        let end_turn = || Ok(StopReason::EndTurn);
+        // Answered before the cancel was written: nothing was left to cancel.
+        assert_eq!(is(&judge_cancel(end_turn(), timing(None, 100))), "inconclusive");
+        // Within the window: it may have been on its way.
+        assert_eq!(is(&judge_cancel(end_turn(), timing(Some(40), 100))), "inconclusive");
+        // Well after: the agent had the cancel and ignored it.
+        let late = judge_cancel(end_turn(), timing(Some(450), 100));
+        assert_eq!(is(&late), "fail");
+        let Outcome::Fail(detail) = late else { unreachable!() };
+        assert!(detail.contains("`end_turn` 450 ms after session/cancel was written"), "{detail}");
+        assert_eq!(is(&judge_cancel(Ok(StopReason::Cancelled), timing(Some(450), 100))), "pass");
+        assert_eq!(is(&judge_cancel(Ok(StopReason::Cancelled), timing(None, 100))), "fail");
+        assert_eq!(is(&judge_cancel(Err("error -32603".into()), timing(Some(5), 100))), "fail");
+    }
+
+    #[test]
+    fn the_race_window_follows_the_fastest_round_trip_within_bounds() {
+        let t0 = Instant::now();
+        let mut o = Observed::default();
+        let mut exchange = |id: i64, sent_ms: u64, answered_ms: u64| {
+            let at = t0 + Duration::from_millis(sent_ms);
+            o.sent.push(Sent { method: "x".into(), id: Some(json!(id)), session: None, at });
+            let at = t0 + Duration::from_millis(answered_ms);
+            o.responses.push(Answer { id: json!(id), at, seq: 0 });
+        };
+        exchange(1, 0, 900);
+        exchange(2, 1000, 1300);
+        assert_eq!(race_window(&o), Duration::from_millis(600));
+        o.sent.push(Sent { method: "y".into(), id: Some(json!(3)), session: None, at: t0 });
+        o.responses.push(Answer { id: json!(3), at: t0 + Duration::from_millis(2), seq: 0 });
+        assert_eq!(race_window(&o), MIN_RACE_WINDOW);
+        let slow = Observed {
+            sent: vec![Sent { method: "z".into(), id: Some(json!(1)), session: None, at: t0 }],
+            responses: vec![Answer { id: json!(1), at: t0 + Duration::from_secs(5), seq: 0 }],
+            ..Observed::default()
+        };
+        assert_eq!(race_window(&slow), MAX_RACE_WINDOW);
+        assert_eq!(race_window(&Observed::default()), MIN_RACE_WINDOW);
+    }
+
+    #[test]
+    fn answers_to_notifications_are_found_and_a_parse_error_is_not_one() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let null_answer = |at| Unaddressed { null_id: true, code: Some(-32700), line: "{null}".into(), at };
+        let mut o = Observed::default();
+        o.sent.push(Sent { method: "session/new".into(), id: Some(json!(1)), session: None, at: ms(0) });
+        o.responses.push(Answer { id: json!(1), at: ms(5), seq: 0 });
+        // The malformed line's answer is its own.
+        o.injected.push(ms(10));
+        o.unaddressed.push(null_answer(ms(12)));
+        assert_eq!(o.unrequested_answers(), Vec::new());
+        assert_eq!(is(&judge_notifications(std::slice::from_ref(&o))), "skip");
+        o.sent.push(Sent { method: "session/cancel".into(), id: None, session: None, at: ms(20) });
+        assert_eq!(is(&judge_notifications(std::slice::from_ref(&o))), "pass");
+        // A second null-id answer, after a notification, is an answer to it.
+        o.unaddressed.push(null_answer(ms(25)));
+        // As is one with an id the checker never used.
+        o.responses.push(Answer { id: json!("n1"), at: ms(30), seq: 1 });
+        assert_eq!(
+            o.unrequested_answers().into_iter().map(|(_, line)| line).collect::<Vec<_>>(),
+            ["{null}", "a response with id \"n1\""]
+        );
+        let Outcome::Fail(detail) = judge_notifications(&[o]) else { panic!("not a failure") };
+        assert_eq!(
+            detail,
+            "2 response(s) that answer no request of the checker's; the first: {null} (read after the notification \
+             `session/cancel`)"
+        );
+    }
+
+    #[test]
+    fn a_terminal_counts_as_released_only_before_its_turn_ends() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let terminal = |id: &str, created, released| crate::serve::Terminal {
+            id: id.into(),
+            session: "s".into(),
+            created,
+            released,
+            output: String::new(),
+            truncated: false,
+        };
+        let mut o = Observed::default();
+        o.sent.push(Sent { method: "session/prompt".into(), id: Some(json!(1)), session: None, at: ms(0) });
+        o.responses.push(Answer { id: json!(1), at: ms(100), seq: 0 });
+        o.terminals.push(terminal("in_time", ms(10), Some(ms(90))));
+        assert_eq!(is(&judge_released(std::slice::from_ref(&o))), "pass");
+        o.terminals.push(terminal("late", ms(20), Some(ms(150))));
+        let Outcome::Fail(detail) = judge_released(&[o]) else { panic!("not a failure") };
+        assert_eq!(detail, "1 of 2 terminal(s) not released in time: late was released after its turn ended");
+    }
 }

@@ -5,8 +5,10 @@
 //! ```
 //!
 //! The agent is spawned over stdio (several times: each group of checks gets a fresh process)
-//! and driven by a minimal client that advertises no capabilities and allows permission
-//! requests. The report lists each check as PASS, FAIL (a MUST that does not hold), WARN (a
+//! and driven by a minimal client that allows permission requests and advertises no
+//! capabilities, except in two runs where it offers `fs/*` (confined to the session's
+//! directory) and `terminal/*` (simulated: no command is run) and checks how the agent uses
+//! them. The report lists each check as PASS, FAIL (a MUST that does not hold), WARN (a
 //! SHOULD that does not hold, or an inconclusive check) or SKIP; the summary says how many
 //! MUST checks were inconclusive or skipped. Exit status: 0 when no MUST fails (a MUST check
 //! that is inconclusive or skipped does not fail), 1 when one fails, 2 on a usage error or when the agent cannot be started, 130
@@ -15,6 +17,7 @@
 
 mod checks;
 mod scratch;
+mod serve;
 mod shape;
 mod wire;
 
@@ -30,7 +33,9 @@ usage: acp-check [--json] [--timeout-ms N] [-v] -- <agent command...>
 
 Spawns the agent over stdio and checks what the ACP spec asks of it: initialize and version
 negotiation, session/new, a prompt turn and its session/update shapes, cancellation, unknown
-and extension methods, a malformed line, and whether the advertised capabilities are honest.
+and extension methods, a malformed line, notifications, invalid params and unknown sessions,
+exiting when stdin closes, whether the advertised capabilities are honest, and how the agent
+uses the client's fs and terminal methods when they are offered.
 
   --json          print the report as JSON
   --timeout-ms N  how long to wait for each answer, a whole prompt turn included (default 10000)

@@ -1,4 +1,5 @@
-//! Whether a `session/update` that decoded did so without losing anything.
+//! Whether a message that decoded did so without losing anything: a `session/update`, or the
+//! params of the agent's calls to the client (`fs/*`, `terminal/*`).
 //!
 //! The generated types decode leniently (a malformed value becomes the default, malformed
 //! array items are dropped), so a successful decode proves little. The typed value is encoded
@@ -7,29 +8,36 @@
 //! one from a newer version) and a failure when it does (its value was dropped as invalid);
 //! a member only in the encoding is a default.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use acp_runtime::acp_types::SessionNotification;
+use schemars::JsonSchema;
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 /// The first place where `received` and the re-encoded `decoded` differ: the path and why.
 pub fn first_difference(received: &Value, decoded: &SessionNotification) -> Option<String> {
+    first_difference_as(received, decoded)
+}
+
+/// [`first_difference`] for any generated type.
+pub fn first_difference_as<T: Serialize + JsonSchema>(received: &Value, decoded: &T) -> Option<String> {
     let encoded = match serde_json::to_value(decoded) {
         Ok(encoded) => encoded,
         Err(e) => return Some(format!("cannot be encoded again: {e}")),
     };
-    let schema = schema();
+    let schema = schema::<T>();
     diff(received, &encoded, &[schema], schema, "params").map(|(path, why)| format!("{path}: {why}"))
 }
 
-/// The JSON Schema of `SessionNotification`, with its definitions.
-fn schema() -> &'static Value {
-    static SCHEMA: OnceLock<Value> = OnceLock::new();
-    SCHEMA.get_or_init(|| {
-        let schema = schemars::generate::SchemaSettings::draft2020_12()
-            .into_generator()
-            .into_root_schema_for::<SessionNotification>();
-        serde_json::to_value(schema).unwrap_or_default()
+/// The JSON Schema of `T`, with its definitions; made once per type (a handful of types).
+fn schema<T: JsonSchema>() -> &'static Value {
+    static SCHEMAS: OnceLock<Mutex<HashMap<&'static str, &'static Value>>> = OnceLock::new();
+    let mut schemas = SCHEMAS.get_or_init(Mutex::default).lock().expect("schemas");
+    schemas.entry(std::any::type_name::<T>()).or_insert_with(|| {
+        let schema = schemars::generate::SchemaSettings::draft2020_12().into_generator().into_root_schema_for::<T>();
+        Box::leak(Box::new(serde_json::to_value(schema).unwrap_or_default()))
     })
 }
 

@@ -1,5 +1,6 @@
 //! One spawned agent under test: the process, a tap on both directions of its stdio, and a
-//! raw [`Connection`] whose handler plays a minimal client.
+//! raw [`Connection`] whose handler plays a minimal client (its `fs/*` and `terminal/*`
+//! services are in `serve.rs`).
 //!
 //! ```text
 //! agent stdout ──► tap (records every line) ──► duplex ──► Connection (our peer)
@@ -9,8 +10,8 @@
 //! ```
 //!
 //! The tap is what lets the checker see what the connection itself hides or would reject:
-//! answers with a `null` id (a -32700), lines on stdout that are not JSON-RPC at all, and when
-//! each message arrived relative to what the checker wrote.
+//! answers with a `null` or no id (a -32700, an answer to a notification), lines on stdout that
+//! are not JSON-RPC at all, and when each message arrived relative to what the checker wrote.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +26,8 @@ use acp_runtime::{
     CancellationToken, Connection, ErrorObject, Handler, IncomingNotification, IncomingRequest, Peer, RawValue,
 };
 use serde::Deserialize;
+
+use crate::serve::{ClientCall, Offer, Services, Terminal};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader, ReadBuf};
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -123,23 +126,50 @@ pub struct Answer {
     pub seq: usize,
 }
 
+/// An answer (a `result` or an `error`, no `method`) that names no request.
+#[derive(Debug)]
+pub struct Unaddressed {
+    /// `id: null`, as JSON-RPC answers what it could not read; `false` when the `id` member is
+    /// missing altogether, which no valid response is.
+    pub null_id: bool,
+    /// The error's code, if it is an error with an integer code.
+    pub code: Option<i64>,
+    /// The line, truncated.
+    pub line: String,
+    /// When the tap read it.
+    pub at: Instant,
+}
+
 /// What the tap and the handler observed.
 #[derive(Default, Debug)]
 pub struct Observed {
     pub updates: Vec<Update>,
     /// Lines on the agent's stdout that are not a JSON-RPC message (described, truncated).
     pub non_json_lines: Vec<String>,
-    /// Error answers with a `null` id, by code.
-    pub null_id_errors: Vec<i64>,
+    /// Answers that name no request: a `null` id, or no `id` member at all.
+    pub unaddressed: Vec<Unaddressed>,
     /// Answers to the checker's requests.
     pub responses: Vec<Answer>,
     /// How many `session/update`s and answers were read: the next one's `seq`.
     pub read: usize,
     /// Requests and notifications written to the agent, in order.
     pub sent: Vec<Sent>,
+    /// When each raw line ([`Agent::inject_line`]) was written.
+    pub injected: Vec<Instant>,
     pub permission_requests: usize,
-    /// Requests from the agent other than permission requests (method names).
+    /// Requests from the agent other than permission requests and `fs/*` or `terminal/*`
+    /// calls (method names).
     pub other_requests: Vec<String>,
+    /// What the client advertised on this connection.
+    pub offer: Offer,
+    /// The agent's `fs/*` and `terminal/*` calls.
+    pub client_calls: Vec<ClientCall>,
+    /// The terminals the agent created (filled in when the connection is closed).
+    pub terminals: Vec<Terminal>,
+    /// The session ids the agent handed out (a string `sessionId` in a result).
+    pub sessions: Vec<String>,
+    /// The ids of the agent's requests, with when each was read.
+    pub requests_read: Vec<(Value, Instant)>,
     /// How the process ended, once it has.
     pub exit: Option<String>,
 }
@@ -160,6 +190,32 @@ impl Observed {
         self.answer(sent.id.as_ref()?)
     }
 
+    /// The answers with an id none of the checker's requests had.
+    pub fn answers_to_no_request(&self) -> impl Iterator<Item = &Answer> {
+        self.responses.iter().filter(|a| !self.sent.iter().any(|s| s.id.as_ref() == Some(&a.id)))
+    }
+
+    /// The answers that answer no request of the checker's: those with an id it never used,
+    /// and those with a `null` or no id, less one for each malformed line it wrote before them
+    /// (the answer such a line may get). As (when read, what was read).
+    pub fn unrequested_answers(&self) -> Vec<(Instant, String)> {
+        let mut found: Vec<(Instant, String)> =
+            self.answers_to_no_request().map(|a| (a.at, format!("a response with id {}", a.id))).collect();
+        let mut lines = self.injected.iter().peekable();
+        for answer in &self.unaddressed {
+            if lines.next_if(|written| **written <= answer.at).is_none() {
+                found.push((answer.at, answer.line.clone()));
+            }
+        }
+        found.sort_by_key(|(at, _)| *at);
+        found
+    }
+
+    /// The last notification written before `at`.
+    pub fn notification_before(&self, at: Instant) -> Option<&Sent> {
+        self.sent.iter().rfind(|s| s.id.is_none() && s.at <= at)
+    }
+
     fn next_seq(&mut self) -> usize {
         self.read += 1;
         self.read - 1
@@ -174,9 +230,15 @@ struct Shared {
     /// Fires when we send `session/cancel`: a permission request held then, or arriving
     /// afterwards (it crossed our cancel on the wire), is answered `cancelled`.
     cancel_sent: CancellationToken,
+    /// What the client offers on this connection, and serves.
+    services: Services,
 }
 
 impl Shared {
+    fn observed<R>(&self, f: impl FnOnce(&Observed) -> R) -> R {
+        f(&self.observed.lock().expect("observed"))
+    }
+
     fn update(&self, f: impl FnOnce(&mut Observed)) {
         f(&mut self.observed.lock().expect("observed"));
         self.changed.notify_waiters();
@@ -215,13 +277,16 @@ pub struct Agent {
     peer: Peer,
     shared: Arc<Shared>,
     inject: mpsc::UnboundedSender<(String, oneshot::Sender<()>)>,
+    /// Closes the agent's stdin.
+    close_input: CancellationToken,
     shutdown: CancellationToken,
     ended: CancellationToken,
     tap: JoinHandle<()>,
 }
 
 impl Agent {
-    pub fn spawn(launch: &Launch) -> std::io::Result<Agent> {
+    /// Spawns the agent; the client offers and serves what `offer` says.
+    pub fn spawn(launch: &Launch, offer: Offer) -> std::io::Result<Agent> {
         let mut command = std::process::Command::new(&launch.command[0]);
         command.args(&launch.command[1..]);
         let stderr = if launch.verbose { StderrMode::Inherit } else { StderrMode::Null };
@@ -232,7 +297,9 @@ impl Agent {
             changed: Notify::new(),
             hold_permissions: AtomicBool::new(false),
             cancel_sent: CancellationToken::new(),
+            services: Services::new(offer.clone()),
         });
+        shared.update(|o| o.offer = offer);
 
         let (conn_side, tap_side) = tokio::io::duplex(1 << 20);
         let (tap_read, mut tap_write) = tokio::io::split(tap_side);
@@ -272,26 +339,32 @@ impl Agent {
         // Connection (+ injected lines) -> agent stdin, one whole line at a time.
         let (inject, mut injected) = mpsc::unbounded_channel::<(String, oneshot::Sender<()>)>();
         let forward_shared = shared.clone();
+        let close_input = CancellationToken::new();
+        let input_closed = close_input.clone();
         tokio::spawn(async move {
+            // Ending this task drops the pipe: that is how the agent's stdin is closed.
             let mut agent_in = agent_in;
             let mut lines = BufReader::new(tap_read).lines();
             loop {
                 let (line, ack) = tokio::select! {
+                    _ = input_closed.cancelled() => break,
                     line = lines.next_line() => match line { Ok(Some(line)) => (line, None), _ => break },
                     Some((line, ack)) = injected.recv() => (line, Some(ack)),
                 };
-                // Stamped before the write: "the answer came before our message" must not
-                // depend on how long the write took.
+                // Stamped and recorded before the write: "the answer came before our message"
+                // must not depend on how long the write took, and an answer must never be
+                // read before the message it answers is on record.
                 let at = Instant::now();
+                match ack {
+                    Some(_) => forward_shared.update(|o| o.injected.push(at)),
+                    None => record_sent(&forward_shared, &line, at),
+                }
                 if agent_in.write_all(format!("{line}\n").as_bytes()).await.is_err() || agent_in.flush().await.is_err()
                 {
                     break;
                 }
-                match ack {
-                    Some(ack) => {
-                        let _ = ack.send(());
-                    }
-                    None => record_sent(&forward_shared, &line, at),
+                if let Some(ack) = ack {
+                    let _ = ack.send(());
                 }
             }
         });
@@ -326,7 +399,7 @@ impl Agent {
         let handler = CheckClient { shared: shared.clone() };
         let (peer, serve) = Connection::new().serve(conn_read, conn_write, handler);
         tokio::spawn(serve);
-        Ok(Agent { peer, shared, inject, shutdown, ended, tap })
+        Ok(Agent { peer, shared, inject, close_input, shutdown, ended, tap })
     }
 
     /// Calls `method` and waits at most `limit` for the answer.
@@ -391,6 +464,25 @@ impl Agent {
         self.peer.is_closed()
     }
 
+    /// Closes the agent's stdin (nothing more is written) and waits at most `limit` for the
+    /// process to end; how it ended, or `None` if it still runs. [`Agent::close`] ends it
+    /// either way.
+    pub async fn close_stdin(&self, limit: Duration) -> Option<String> {
+        self.close_input.cancel();
+        let _ = tokio::time::timeout(limit, self.ended.cancelled()).await;
+        self.observed(|o| o.exit.clone())
+    }
+
+    /// What the client offers on this connection.
+    pub fn offer(&self) -> Offer {
+        self.shared.services.offer().clone()
+    }
+
+    /// How the process ended, if it has.
+    pub fn exit(&self) -> Option<String> {
+        self.observed(|o| o.exit.clone())
+    }
+
     /// Ends the connection and terminates the process; returns what was observed, the rest
     /// of its stdout included.
     pub async fn close(self) -> Observed {
@@ -399,7 +491,10 @@ impl Agent {
         let _ = tokio::time::timeout(Duration::from_secs(3), self.ended.cancelled()).await;
         // The process is gone: its stdout ends, unless a process it left behind still holds it.
         let _ = tokio::time::timeout(Duration::from_secs(1), self.tap).await;
-        std::mem::take(&mut *self.shared.observed.lock().expect("observed"))
+        let terminals = self.shared.services.terminals();
+        let mut observed = std::mem::take(&mut *self.shared.observed.lock().expect("observed"));
+        observed.terminals = terminals;
+        observed
     }
 }
 
@@ -485,8 +580,21 @@ fn observe(shared: &Shared, line: &[u8], at: Instant) {
     };
     let method = message.get("method").and_then(Value::as_str);
     let id = message.get("id");
-    let is_jsonrpc = message.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
-        && (method.is_some() || (id.is_some() && (message.contains_key("result") != message.contains_key("error"))));
+    let versioned = message.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
+    let answer_shaped = method.is_none() && (message.contains_key("result") != message.contains_key("error"));
+    let code = message.get("error").and_then(|e| e.get("code")).and_then(Value::as_i64);
+    if versioned && answer_shaped && id.is_none() {
+        // Not a valid response (JSON-RPC requires the id, `null` when it could not be read),
+        // but plainly meant as one: recorded as an answer too, so that checks can say so.
+        let line = truncate(text, 120);
+        let what = format!("a response without an `id` member: {line}");
+        shared.update(|o| {
+            o.non_json_lines.push(what);
+            o.unaddressed.push(Unaddressed { null_id: false, code, line, at });
+        });
+        return;
+    }
+    let is_jsonrpc = versioned && (method.is_some() || (id.is_some() && answer_shaped));
     if !is_jsonrpc {
         let what = format!("not a JSON-RPC 2.0 message: {}", truncate(text, 120));
         shared.update(|o| o.non_json_lines.push(what));
@@ -501,14 +609,21 @@ fn observe(shared: &Shared, line: &[u8], at: Instant) {
                 o.updates.push(Update { params, decoded, at, seq });
             });
         }
+        // A request of the agent's: when it was read, for the handler to stamp what it does.
+        (Some(_), Some(id)) if !id.is_null() => {
+            let id = id.clone();
+            shared.update(|o| o.requests_read.push((id, at)));
+        }
         (None, Some(Value::Null)) => {
-            if let Some(code) = message.get("error").and_then(|e| e.get("code")).and_then(Value::as_i64) {
-                shared.update(|o| o.null_id_errors.push(code));
-            }
+            let line = truncate(text, 120);
+            shared.update(|o| o.unaddressed.push(Unaddressed { null_id: true, code, line, at }));
         }
         (None, Some(id)) => {
             let id = id.clone();
+            let session = message.get("result").and_then(|r| r.get("sessionId")).and_then(Value::as_str);
+            let session = session.map(str::to_owned);
             shared.update(|o| {
+                o.sessions.extend(session);
                 let seq = o.next_seq();
                 o.responses.push(Answer { id, at, seq });
             });
@@ -535,14 +650,27 @@ pub fn truncate(text: &str, max: usize) -> String {
 }
 
 /// The client side the checker plays: answers permission requests (allow, or hold until
-/// cancelled), records other requests, and knows no other method. `session/update`s are
-/// recorded by the tap, which also knows when each arrived.
+/// cancelled), has `fs/*` and `terminal/*` calls served and recorded (refused as unknown
+/// where not advertised), records other requests, and knows no other method.
+/// `session/update`s are recorded by the tap, which also knows when each arrived.
 struct CheckClient {
     shared: Arc<Shared>,
 }
 
 impl Handler for CheckClient {
     async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
+        if self.shared.services.offer().covers(&req.method).is_some() {
+            let params: Value =
+                req.params.as_deref().and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_default();
+            // Stamped with when the request was read, not when it is handled: the agent's
+            // next line (its turn's answer, say) may be read before this handler runs.
+            let id = serde_json::to_value(&req.id).unwrap_or_default();
+            let read = self.shared.observed(|o| o.requests_read.iter().rfind(|(i, _)| *i == id).map(|(_, at)| *at));
+            let (answer, call) = self.shared.services.handle(&req.method, &params, read.unwrap_or_else(Instant::now));
+            self.shared.update(|o| o.client_calls.push(call));
+            let result = answer?;
+            return Ok(RawValue::from_string(result.to_string()).expect("valid JSON"));
+        }
         if req.method != "session/request_permission" {
             self.shared.update(|o| o.other_requests.push(req.method.to_string()));
             return Err(ErrorObject::method_not_found(&req.method));

@@ -2,11 +2,12 @@
 //! tests. Well-behaved by default; each `Flaws` field breaks one rule of the spec on purpose.
 //!
 //! A prompt turn streams six `agent_message_chunk`s, 50 ms apart, then answers `end_turn`;
-//! `session/cancel` ends it with `cancelled` at the next chunk.
+//! `session/cancel` ends it with `cancelled` at the next chunk. Invalid params and prompts for
+//! sessions it never made are refused with -32602; notifications are never answered.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,6 +51,35 @@ pub struct Flaws {
     /// A turn's answer is followed by this `update` object (in the same write, so it is read
     /// before the next prompt can be sent).
     pub late_update: Option<&'static str>,
+    /// Not a flaw by itself: a turn sends no update and answers after 600 ms (`cancelled` at
+    /// once when cancelled, unless `ignore_cancel`).
+    pub quiet_turn: bool,
+    /// A line that is not JSON is answered -32700 without an `id` member.
+    pub idless_parse_error: bool,
+    /// Unknown notifications, and `session/cancel` for an unknown session, are answered with
+    /// an error with `id: null`.
+    pub answer_notifications: bool,
+    /// `session/new` without a `cwd` and `session/prompt` with a `prompt` that is not an
+    /// array are accepted (a session in the process's directory; a turn).
+    pub lenient_params: bool,
+    /// `session/prompt` for a session that was never created runs a turn all the same.
+    pub any_session: bool,
+    /// The process stays 10 s after end of input.
+    pub stay_after_eof: bool,
+    /// Not a flaw: a turn uses what the client offers, as the prompt asks: it reads
+    /// `acp-check.txt`, writes `acp-check-copy.txt` and runs `echo acp-check` in a terminal
+    /// (waits for it, reads its output, releases it). The fields below break one rule each.
+    pub uses_client: bool,
+    /// The read names a relative path.
+    pub relative_path: bool,
+    /// The read is of `<cwd>/../acp-check-outside.txt`.
+    pub reads_outside_root: bool,
+    /// The write is made when reads are offered, writes or not.
+    pub writes_without_capability: bool,
+    /// The terminal is never released.
+    pub keeps_terminal: bool,
+    /// The terminal's output is asked for again after its release.
+    pub uses_released_terminal: bool,
 }
 
 impl Flaws {
@@ -60,6 +90,19 @@ impl Flaws {
         for arg in std::env::args().skip(1) {
             match arg.as_str() {
                 "quick-turn" => flaws.quick_turn = true,
+                "quiet-turn" => flaws.quiet_turn = true,
+                "ignore-cancel" => flaws.ignore_cancel = true,
+                "idless-parse-error" => flaws.idless_parse_error = true,
+                "answers-notifications" => flaws.answer_notifications = true,
+                "lenient-params" => flaws.lenient_params = true,
+                "any-session" => flaws.any_session = true,
+                "stays-after-eof" => flaws.stay_after_eof = true,
+                "uses-client" => flaws.uses_client = true,
+                "relative-path" => (flaws.uses_client, flaws.relative_path) = (true, true),
+                "reads-outside-root" => (flaws.uses_client, flaws.reads_outside_root) = (true, true),
+                "writes-without-capability" => (flaws.uses_client, flaws.writes_without_capability) = (true, true),
+                "keeps-terminal" => (flaws.uses_client, flaws.keeps_terminal) = (true, true),
+                "uses-released-terminal" => (flaws.uses_client, flaws.uses_released_terminal) = (true, true),
                 "crash-on-malformed" => flaws.crash_on_malformed = true,
                 "bad-update=kind" => {
                     flaws.bad_update =
@@ -118,8 +161,79 @@ impl Out {
     }
 }
 
+/// What the client advertised in `initialize`.
+#[derive(Clone, Copy, Default)]
+struct Offered {
+    read: bool,
+    write: bool,
+    terminal: bool,
+}
+
+/// Calls to the client, each waiting (at most 5 s) for its answer, which the main loop routes.
+#[derive(Clone)]
+struct Caller {
+    out: Out,
+    pending: Arc<Mutex<HashMap<String, std::sync::mpsc::Sender<Value>>>>,
+    next: Arc<AtomicU64>,
+}
+
+impl Caller {
+    /// The whole answer (`result` or `error`), or `null` without one.
+    fn call(&self, method: &str, params: Value) -> Value {
+        let id = format!("agent_{}", self.next.fetch_add(1, Ordering::SeqCst));
+        let (answer, answered) = std::sync::mpsc::channel();
+        self.pending.lock().unwrap().insert(id.clone(), answer);
+        self.out.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        answered.recv_timeout(Duration::from_secs(5)).unwrap_or(Value::Null)
+    }
+
+    fn answered(&self, message: &Value) {
+        let Some(id) = message["id"].as_str() else { return };
+        if let Some(answer) = self.pending.lock().unwrap().remove(id) {
+            let _ = answer.send(message.clone());
+        }
+    }
+}
+
+/// A turn's use of the client's fs and terminal (see `Flaws::uses_client`).
+fn use_client(caller: &Caller, flaws: Flaws, offered: Offered, session: &str, cwd: &str) {
+    let mut first_line = String::new();
+    if offered.read {
+        let path = if flaws.relative_path {
+            "acp-check.txt".to_owned()
+        } else if flaws.reads_outside_root {
+            format!("{cwd}/../acp-check-outside.txt")
+        } else {
+            format!("{cwd}/acp-check.txt")
+        };
+        let read = caller.call("fs/read_text_file", json!({"sessionId": session, "path": path, "line": 1}));
+        first_line = read["result"]["content"].as_str().unwrap_or_default().lines().next().unwrap_or_default().into();
+    }
+    if offered.write || (flaws.writes_without_capability && offered.read) {
+        let path = format!("{cwd}/acp-check-copy.txt");
+        caller.call("fs/write_text_file", json!({"sessionId": session, "path": path, "content": first_line}));
+    }
+    if offered.terminal {
+        let create = json!({"sessionId": session, "command": "echo", "args": ["acp-check"], "cwd": cwd});
+        let created = caller.call("terminal/create", create);
+        let terminal = json!({"sessionId": session, "terminalId": created["result"]["terminalId"]});
+        caller.call("terminal/wait_for_exit", terminal.clone());
+        caller.call("terminal/output", terminal.clone());
+        if !flaws.keeps_terminal {
+            caller.call("terminal/release", terminal.clone());
+        }
+        if flaws.uses_released_terminal {
+            caller.call("terminal/output", terminal);
+        }
+    }
+}
+
 pub fn run(flaws: Flaws) {
     let out = Out(Arc::new(Mutex::new(std::io::stdout())));
+    let caller = Caller { out: out.clone(), pending: Arc::default(), next: Arc::default() };
+    let mut offered = Offered::default();
+    // Session id -> its cwd.
+    let mut cwds: HashMap<String, String> = HashMap::new();
     if flaws.linger {
         eprintln!("raw-test-agent: pid {}", std::process::id());
     }
@@ -129,6 +243,7 @@ pub fn run(flaws: Flaws) {
     // Session id -> the cancel flag of its current turn.
     let turns: Arc<Mutex<HashMap<String, Arc<AtomicBool>>>> = Arc::default();
     let mut sessions = 0u32;
+    let mut created: HashSet<String> = HashSet::new();
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
         if line.trim().is_empty() {
@@ -139,23 +254,32 @@ pub fn run(flaws: Flaws) {
                 eprintln!("raw-test-agent: cannot parse {line:?}, giving up");
                 std::process::exit(71);
             }
-            out.send(json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "Parse error"}}));
+            let error = json!({"code": -32700, "message": "Parse error"});
+            if flaws.idless_parse_error {
+                out.send(json!({"jsonrpc": "2.0", "error": error}));
+            } else {
+                out.send(json!({"jsonrpc": "2.0", "id": null, "error": error}));
+            }
             continue;
         };
         let method = message["method"].as_str().unwrap_or_default().to_owned();
         let params = message.get("params").cloned().unwrap_or(Value::Null);
         let Some(id) = message.get("id").cloned() else {
             // A notification.
+            let session = params["sessionId"].as_str().unwrap_or_default();
             if method == "session/cancel" && !flaws.ignore_cancel {
-                let session = params["sessionId"].as_str().unwrap_or_default();
                 if let Some(flag) = turns.lock().unwrap().get(session) {
                     flag.store(true, Ordering::SeqCst);
                 }
             }
+            if flaws.answer_notifications && !(method == "session/cancel" && created.contains(session)) {
+                out.error(&Value::Null, -32601, "Method not found");
+            }
             continue;
         };
         if message.get("method").is_none() {
-            continue; // a response: we never call the client
+            caller.answered(&message);
+            continue;
         }
         match method.as_str() {
             "initialize" if flaws.endless_line => out.raw(&vec![b'x'; 80 << 20]),
@@ -163,6 +287,12 @@ pub fn run(flaws: Flaws) {
                 out.error(&id, -32602, "Unsupported protocol version")
             }
             "initialize" => {
+                let capabilities = &params["clientCapabilities"];
+                offered = Offered {
+                    read: capabilities["fs"]["readTextFile"] == true,
+                    write: capabilities["fs"]["writeTextFile"] == true,
+                    terminal: capabilities["terminal"] == true,
+                };
                 let asked = params["protocolVersion"].as_u64().unwrap_or(1);
                 let version = if flaws.version_2 {
                     2
@@ -183,9 +313,22 @@ pub fn run(flaws: Flaws) {
             }
             "authenticate" => out.result(&id, json!({})),
             "session/new" if flaws.requires_auth => out.error(&id, -32000, "Authentication required"),
+            "session/new" if !params["cwd"].is_string() && !flaws.lenient_params => {
+                out.error(&id, -32602, "Invalid params: cwd must be a string")
+            }
+            "session/prompt" if !params["prompt"].is_array() && !flaws.lenient_params => {
+                out.error(&id, -32602, "Invalid params: prompt must be an array")
+            }
+            "session/prompt"
+                if !created.contains(params["sessionId"].as_str().unwrap_or_default()) && !flaws.any_session =>
+            {
+                out.error(&id, -32602, "Invalid params: unknown session")
+            }
             "session/new" => {
                 sessions += 1;
                 let session = format!("raw_{sessions}");
+                created.insert(session.clone());
+                cwds.insert(session.clone(), params["cwd"].as_str().unwrap_or_default().to_owned());
                 if flaws.linger {
                     eprintln!("raw-test-agent: cwd {}", params["cwd"].as_str().unwrap_or_default());
                 }
@@ -212,13 +355,34 @@ pub fn run(flaws: Flaws) {
                 let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"stopReason": "end_turn"}});
                 out.raw(format!("{update}\n{answer}\n").as_bytes());
             }
+            "session/prompt" if flaws.quiet_turn => {
+                let session = params["sessionId"].as_str().unwrap_or_default().to_owned();
+                let flag = Arc::new(AtomicBool::new(false));
+                turns.lock().unwrap().insert(session, flag.clone());
+                let out = out.clone();
+                std::thread::spawn(move || {
+                    // Thinking, in 10 ms steps so that a cancel is noticed at once.
+                    for _ in 0..60 {
+                        if flag.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    let stop = if flag.load(Ordering::SeqCst) { "cancelled" } else { "end_turn" };
+                    out.result(&id, json!({"stopReason": stop}));
+                });
+            }
             "session/prompt" => {
                 let session = params["sessionId"].as_str().unwrap_or_default().to_owned();
                 let flag = Arc::new(AtomicBool::new(false));
                 turns.lock().unwrap().insert(session.clone(), flag.clone());
                 let out = out.clone();
+                let (caller, cwd) = (caller.clone(), cwds.get(&session).cloned().unwrap_or_default());
                 std::thread::spawn(move || {
                     let mut stop = "end_turn";
+                    if flaws.uses_client {
+                        use_client(&caller, flaws, offered, &session, &cwd);
+                    }
                     if flaws.reads_files {
                         out.send(json!({"jsonrpc": "2.0", "id": "fs_1", "method": "fs/read_text_file",
                                         "params": {"sessionId": session, "path": "/etc/hostname"}}));
@@ -266,5 +430,8 @@ pub fn run(flaws: Flaws) {
     }
     if flaws.linger {
         std::thread::sleep(Duration::from_secs(60));
+    }
+    if flaws.stay_after_eof {
+        std::thread::sleep(Duration::from_secs(10));
     }
 }
