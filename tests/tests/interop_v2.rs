@@ -1,0 +1,182 @@
+//! Protocol v2 interop with the official TypeScript SDK (npm `@agentclientprotocol/sdk` 2.4, its
+//! experimental v2 API) as a real peer over stdio:
+//!
+//! - its v2 client (`tests/interop/ts-v2/client.mjs`) drives our v2 example agent
+//!   (`src/bin/v2_agent.rs`), alone and behind our `ProtocolRouter` (`v2_agent --dual`),
+//!   through the whole scenario of `interop_v2/scenario.rs`; its v1 client gets v1 from the
+//!   dual agent;
+//! - its v2 client against our v1-only example agent (`acp-example-agent`): the agent answers
+//!   `protocolVersion: 1`, the client rejects the answer and goes no further.
+//!
+//! Each test connects a client and an agent through this process (`interop_v2/relay.rs`),
+//! which records the wire; `interop_v2/wire.rs` checks each turn for the spec's order.
+//!
+//! The SDK is installed by `npm ci` in `tests/interop/ts-v2` (its own package: the v1 interop
+//! scripts in `tests/interop/ts` use the 1.x API, which 2.x replaced). Without node/npm, or when
+//! the install fails, the tests print why and pass without running, unless
+//! `ACP_INTEROP_REQUIRED=1` (as in CI), which makes that a failure.
+#![cfg(unix)]
+
+#[path = "interop_v2/relay.rs"]
+mod relay;
+#[path = "interop_v2/scenario.rs"]
+mod scenario;
+#[path = "interop_v2/wire.rs"]
+mod wire;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use relay::{Outcome, connect};
+use scenario::{Root, ensure, step, verify};
+
+const V2_AGENT: &str = env!("CARGO_BIN_EXE_v2_agent");
+const V1_AGENT: &str = env!("CARGO_BIN_EXE_acp-example-agent");
+
+/// A whole exchange's deadline: a scenario takes a second or two; this is for a loaded machine.
+const LIMIT: Duration = Duration::from_secs(90);
+
+// ---- the peers ---------------------------------------------------------------------------------
+
+fn interop_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("interop").join(name)
+}
+
+/// `Some(value)`, or `None` after saying why the test cannot run (a panic instead when
+/// `ACP_INTEROP_REQUIRED=1`).
+fn available<T: Clone>(what: &str, outcome: &Result<T, String>) -> Option<T> {
+    match outcome {
+        Ok(value) => Some(value.clone()),
+        Err(why) => {
+            if std::env::var_os("ACP_INTEROP_REQUIRED").is_some_and(|v| v != "0") {
+                panic!("{what} interop cannot run: {why}");
+            }
+            eprintln!("SKIPPED: {what} interop cannot run: {why} (set ACP_INTEROP_REQUIRED=1 to fail instead)");
+            None
+        }
+    }
+}
+
+/// The TypeScript SDK's directory, installed (once per test process).
+fn ts() -> Option<PathBuf> {
+    static INSTALL: Mutex<Option<Result<PathBuf, String>>> = Mutex::new(None);
+    let mut state = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    available("TypeScript v2", state.get_or_insert_with(|| npm_ci(&interop_dir("ts-v2"))))
+}
+
+fn npm_ci(dir: &Path) -> Result<PathBuf, String> {
+    match Command::new("node").arg("--version").output() {
+        Ok(out) if out.status.success() => {}
+        _ => return Err("`node` is not available".into()),
+    }
+    // An install of another version (an older lock file) is replaced, not used.
+    let pinned = std::fs::read_to_string(dir.join("package-lock.json")).map_err(|e| e.to_string())?;
+    let installed = std::fs::read_to_string(dir.join("node_modules/.package-lock.json")).unwrap_or_default();
+    let sdk = |lock: &str| -> Option<String> {
+        let lock: serde_json::Value = serde_json::from_str(lock).ok()?;
+        Some(lock["packages"]["node_modules/@agentclientprotocol/sdk"]["version"].as_str()?.to_owned())
+    };
+    if sdk(&installed).is_some() && sdk(&installed) == sdk(&pinned) {
+        return Ok(dir.to_owned());
+    }
+    let out = Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(dir)
+        .output()
+        .map_err(|e| format!("cannot run `npm ci`: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("`npm ci` in {} failed:\n{}", dir.display(), String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(dir.to_owned())
+}
+
+fn node(dir: &Path, script: &str, args: &[&str]) -> Command {
+    let mut command = Command::new("node");
+    command.arg(dir.join(script)).args(args);
+    command
+}
+
+fn bin(path: impl AsRef<Path>, args: &[&str]) -> Command {
+    let mut command = Command::new(path.as_ref());
+    command.args(args);
+    command
+}
+
+fn our_agent(args: &[&str]) -> Command {
+    let mut command = bin(V2_AGENT, args);
+    command.env("ACP_DEMO_DELAY_MS", "1");
+    command
+}
+
+fn our_v1_agent() -> Command {
+    let mut command = bin(V1_AGENT, &[]);
+    command.env("ACP_DEMO_DELAY_MS", "1");
+    command
+}
+
+/// Our agents end cleanly once the client is gone (stdin closed).
+fn ended_cleanly(outcome: &Outcome) {
+    assert!(outcome.agent_exit.is_some_and(|s| s.success()), "our agent did not exit cleanly\n{}", outcome.dump());
+}
+
+// ---- the TypeScript SDK's clients drive our agents ------------------------------------------------
+
+#[test]
+fn the_ts_v2_client_drives_our_v2_agent() {
+    let Some(ts) = ts() else { return };
+    let root = Root::new("ts-client");
+    let outcome = connect(node(&ts, "client.mjs", &[root.as_str()]), our_agent(&[]), LIMIT);
+    scenario::full(&outcome, &root, "acp-v2-example-agent");
+    ended_cleanly(&outcome);
+}
+
+#[test]
+fn the_ts_v2_client_gets_v2_from_our_dual_agent() {
+    let Some(ts) = ts() else { return };
+    let root = Root::new("ts-client-dual");
+    let outcome = connect(node(&ts, "client.mjs", &[root.as_str()]), our_agent(&["--dual"]), LIMIT);
+    scenario::full(&outcome, &root, "acp-v2-example-agent");
+    ended_cleanly(&outcome);
+}
+
+#[test]
+fn the_ts_v1_client_gets_v1_from_our_dual_agent() {
+    let Some(ts) = ts() else { return };
+    let root = Root::new("ts-v1-client-dual");
+    let outcome = connect(node(&ts, "client.mjs", &["--v1", root.as_str()]), our_agent(&["--dual"]), LIMIT);
+    verify(&outcome, |msgs, report| {
+        let init = wire::request(msgs, relay::Dir::ToAgent, "initialize", 0)?;
+        let answer = &msgs[wire::answer(msgs, init)?].json["result"];
+        ensure!(answer["protocolVersion"] == 1 && answer.get("info").is_none(), "not a v1 answer: {answer}");
+        ensure!(step(report, "initialize")?["protocolVersion"] == 1, "the client saw another version");
+        ensure!(
+            step(report, "session-new")?["sessionId"].as_str().is_some_and(|s| s.starts_with("v1_")),
+            "not the v1 side"
+        );
+        let prompt = step(report, "prompt")?;
+        ensure!(
+            prompt["stopReason"] == "end_turn" && prompt["updates"] == serde_json::json!(["agent_message_chunk"]),
+            "{prompt}"
+        );
+        Ok(())
+    });
+    ended_cleanly(&outcome);
+}
+
+#[test]
+fn the_ts_v2_client_rejects_our_v1_only_agent() {
+    let Some(ts) = ts() else { return };
+    let root = Root::new("ts-client-v1");
+    let outcome = connect(node(&ts, "client.mjs", &[root.as_str()]), our_v1_agent(), LIMIT);
+    verify(&outcome, |msgs, report| {
+        let answer = scenario::refused_v1(msgs)?;
+        ensure!(answer["agentInfo"]["name"] == "acp-demo-agent", "{answer}");
+        let init = &report["initialize"];
+        // The SDK validates the answer against v2's schema: `info` is required there.
+        ensure!(init["ok"] == false && init["error"]["message"].as_str().is_some_and(|m| m.contains("info")), "{init}");
+        ensure!(report.len() == 1, "the client went on: {report:?}");
+        Ok(())
+    });
+}
