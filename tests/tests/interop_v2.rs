@@ -1,19 +1,23 @@
-//! Protocol v2 interop with the official TypeScript SDK (npm `@agentclientprotocol/sdk` 2.4, its
-//! experimental v2 API) as a real peer over stdio:
+//! Protocol v2 interop with the official SDKs as real peers over stdio, in both directions:
 //!
-//! - its v2 client (`tests/interop/ts-v2/client.mjs`) drives our v2 example agent
-//!   (`src/bin/v2_agent.rs`), alone and behind our `ProtocolRouter` (`v2_agent --dual`),
-//!   through the whole scenario of `interop_v2/scenario.rs`; its v1 client gets v1 from the
-//!   dual agent;
-//! - its v2 client against our v1-only example agent (`acp-example-agent`): the agent answers
-//!   `protocolVersion: 1`, the client rejects the answer and goes no further.
+//! - the TypeScript SDK's v2 client (npm `@agentclientprotocol/sdk` 2.4, its experimental v2
+//!   API: `tests/interop/ts-v2/client.mjs`) and the Rust crate's v2 client
+//!   (`agent-client-protocol` 5.0 with `unstable_protocol_v2`: `tests/interop/rs-v2`) drive our
+//!   v2 example agent (`src/bin/v2_agent.rs`), alone and behind our `ProtocolRouter`
+//!   (`v2_agent --dual`), through the whole scenario of `interop_v2/scenario.rs`; the
+//!   TypeScript SDK's v1 client gets v1 from the dual agent;
+//! - both official v2 clients against our v1-only example agent (`acp-example-agent`): it
+//!   answers `protocolVersion: 1`; the TypeScript client rejects the answer, the Rust client
+//!   reports `LowerVersion`, and neither goes on.
 //!
 //! Each test connects a client and an agent through this process (`interop_v2/relay.rs`),
 //! which records the wire; `interop_v2/wire.rs` checks each turn for the spec's order.
 //!
-//! The SDK is installed by `npm ci` in `tests/interop/ts-v2` (its own package: the v1 interop
-//! scripts in `tests/interop/ts` use the 1.x API, which 2.x replaced). Without node/npm, or when
-//! the install fails, the tests print why and pass without running, unless
+//! The peers are installed by the project's own files: `npm ci` in `tests/interop/ts-v2` (a
+//! package of its own: the v1 interop scripts in `tests/interop/ts` use the 1.x API, which 2.x
+//! replaced), and `cargo build --locked` of `tests/interop/rs-v2` (a Cargo project of its own,
+//! not a workspace member) into `target/tmp/interop-rs-v2`. Without node/npm, or when an install
+//! or the build fails, the tests print why and pass without running, unless
 //! `ACP_INTEROP_REQUIRED=1` (as in CI), which makes that a failure.
 #![cfg(unix)]
 
@@ -27,7 +31,7 @@ mod wire;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use relay::{Outcome, connect};
 use scenario::{Root, ensure, step, verify};
@@ -37,6 +41,8 @@ const V1_AGENT: &str = env!("CARGO_BIN_EXE_acp-example-agent");
 
 /// A whole exchange's deadline: a scenario takes a second or two; this is for a loaded machine.
 const LIMIT: Duration = Duration::from_secs(90);
+/// An install or a build: the Rust peers' build, cold, takes about a minute on two cores.
+const INSTALL_LIMIT: Duration = Duration::from_secs(20 * 60);
 
 // ---- the peers ---------------------------------------------------------------------------------
 
@@ -81,15 +87,64 @@ fn npm_ci(dir: &Path) -> Result<PathBuf, String> {
     if sdk(&installed).is_some() && sdk(&installed) == sdk(&pinned) {
         return Ok(dir.to_owned());
     }
-    let out = Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund"])
-        .current_dir(dir)
-        .output()
-        .map_err(|e| format!("cannot run `npm ci`: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("`npm ci` in {} failed:\n{}", dir.display(), String::from_utf8_lossy(&out.stderr)));
-    }
+    let mut npm = Command::new("npm");
+    npm.args(["ci", "--no-audit", "--no-fund"]).current_dir(dir);
+    run_logged(npm, &Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-ts-v2-npm.log"), INSTALL_LIMIT)
+        .map_err(|e| format!("`npm ci` in {}: {e}", dir.display()))?;
     Ok(dir.to_owned())
+}
+
+/// The directory of the Rust peers' binaries, built (once per test process).
+fn rs() -> Option<PathBuf> {
+    static BUILD: Mutex<Option<Result<PathBuf, String>>> = Mutex::new(None);
+    let mut state = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    available("Rust v2", state.get_or_insert_with(build_rs_peers))
+}
+
+fn build_rs_peers() -> Result<PathBuf, String> {
+    let manifest = interop_dir("rs-v2").join("Cargo.toml");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-rs-v2");
+    let log = target.with_extension("log");
+    std::fs::create_dir_all(&target).map_err(|e| e.to_string())?;
+    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cargo
+        .args(["build", "--locked", "--bins", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target)
+        // Cargo's own variables for this test run describe another package.
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_MANIFEST_DIR");
+    let started = Instant::now();
+    run_logged(cargo, &log, INSTALL_LIMIT).map_err(|e| format!("building {}: {e}", manifest.display()))?;
+    eprintln!("built the Rust v2 peers in {:.1?} (log: {})", started.elapsed(), log.display());
+    Ok(target.join("debug"))
+}
+
+/// Runs an install or a build with its output in `log`, killed past `limit`; on failure, the
+/// log's last lines.
+fn run_logged(mut command: Command, log: &Path, limit: Duration) -> Result<(), String> {
+    let file = std::fs::File::create(log).map_err(|e| format!("cannot write {}: {e}", log.display()))?;
+    let err = file.try_clone().map_err(|e| e.to_string())?;
+    let mut child = command.stdout(file).stderr(err).spawn().map_err(|e| format!("cannot start: {e}"))?;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("still running after {limit:?} (log: {})", log.display()));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    if status.success() {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    Err(format!("{status}:\n{}", lines[lines.len().saturating_sub(30)..].join("\n")))
 }
 
 fn node(dir: &Path, script: &str, args: &[&str]) -> Command {
@@ -176,6 +231,43 @@ fn the_ts_v2_client_rejects_our_v1_only_agent() {
         let init = &report["initialize"];
         // The SDK validates the answer against v2's schema: `info` is required there.
         ensure!(init["ok"] == false && init["error"]["message"].as_str().is_some_and(|m| m.contains("info")), "{init}");
+        ensure!(report.len() == 1, "the client went on: {report:?}");
+        Ok(())
+    });
+}
+
+// ---- the Rust crate's client drives our agents ------------------------------------------------
+
+#[test]
+fn the_rs_v2_client_drives_our_v2_agent() {
+    let Some(rs) = rs() else { return };
+    let root = Root::new("rs-client");
+    let outcome = connect(bin(rs.join("client"), &[root.as_str()]), our_agent(&[]), LIMIT);
+    scenario::full(&outcome, &root, "acp-v2-example-agent");
+    ended_cleanly(&outcome);
+}
+
+#[test]
+fn the_rs_v2_client_gets_v2_from_our_dual_agent() {
+    let Some(rs) = rs() else { return };
+    let root = Root::new("rs-client-dual");
+    let outcome = connect(bin(rs.join("client"), &[root.as_str()]), our_agent(&["--dual"]), LIMIT);
+    scenario::full(&outcome, &root, "acp-v2-example-agent");
+    ended_cleanly(&outcome);
+}
+
+#[test]
+fn the_rs_v2_client_reports_a_lower_version_from_our_v1_only_agent() {
+    let Some(rs) = rs() else { return };
+    let root = Root::new("rs-client-v1");
+    let outcome = connect(bin(rs.join("client"), &[root.as_str()]), our_v1_agent(), LIMIT);
+    verify(&outcome, |msgs, report| {
+        let answer = scenario::refused_v1(msgs)?;
+        ensure!(answer["agentInfo"]["name"] == "acp-demo-agent", "{answer}");
+        let init = &report["initialize"];
+        // `InitializeOutcome::LowerVersion`, with the v1 answer the SDK validated.
+        let expected = serde_json::json!({"step": "initialize", "ok": false, "outcome": "lower_version", "selected": 1, "agentName": "acp-demo-agent"});
+        ensure!(*init == expected, "{init}");
         ensure!(report.len() == 1, "the client went on: {report:?}");
         Ok(())
     });
