@@ -8,7 +8,10 @@
 //!   TypeScript SDK's v1 client gets v1 from the dual agent;
 //! - both official v2 clients against our v1-only example agent (`acp-example-agent`): it
 //!   answers `protocolVersion: 1`; the TypeScript client rejects the answer, the Rust client
-//!   reports `LowerVersion`, and neither goes on.
+//!   reports `LowerVersion`, and neither goes on;
+//! - our v2 client (`src/bin/v2_client.rs`) drives both SDKs' v2 agents (behind their own
+//!   protocol routers) through the same scenario, goes on with v1 against their v1-only agents,
+//!   and stops there when it speaks v2 only.
 //!
 //! Each test connects a client and an agent through this process (`interop_v2/relay.rs`),
 //! which records the wire; `interop_v2/wire.rs` checks each turn for the spec's order.
@@ -271,4 +274,97 @@ fn the_rs_v2_client_reports_a_lower_version_from_our_v1_only_agent() {
         ensure!(report.len() == 1, "the client went on: {report:?}");
         Ok(())
     });
+}
+
+// ---- our client drives the SDKs' agents -----------------------------------------------------------
+
+const OUR_CLIENT: &str = env!("CARGO_BIN_EXE_v2_client");
+
+#[test]
+fn our_v2_client_drives_the_ts_v2_agent() {
+    let Some(ts) = ts() else { return };
+    let root = Root::new("our-client-ts");
+    let outcome = connect(bin(OUR_CLIENT, &[root.as_str()]), node(&ts, "agent.mjs", &[]), LIMIT);
+    scenario::full(&outcome, &root, "ts-sdk-v2-interop-agent");
+}
+
+#[test]
+fn our_v2_client_drives_the_rs_v2_agent() {
+    let Some(rs) = rs() else { return };
+    let root = Root::new("our-client-rs");
+    let outcome = connect(bin(OUR_CLIENT, &[root.as_str()]), bin(rs.join("agent"), &[]), LIMIT);
+    scenario::full(&outcome, &root, "rs-sdk-v2-interop-agent");
+}
+
+/// Our client asked for v2 with v1's fields beside (`ProtocolRouter::negotiate`), got v1, and
+/// went on with v1 on the same connection: no second `initialize`.
+fn went_on_with_v1(outcome: &Outcome, root: &Root, agent_name: &str) {
+    verify(outcome, |msgs, report| {
+        let init = wire::request(msgs, relay::Dir::ToAgent, "initialize", 0)?;
+        let asked = &msgs[init].json["params"];
+        let both = asked["info"]["name"] == "acp-v2-client" && asked["clientInfo"]["name"] == "acp-v2-client";
+        ensure!(asked["protocolVersion"] == 2 && both && asked["clientCapabilities"].is_object(), "{asked}");
+        let answer = &msgs[wire::answer(msgs, init)?].json["result"];
+        ensure!(answer["protocolVersion"] == 1 && answer["agentInfo"]["name"] == agent_name, "{answer}");
+        ensure!(wire::request(msgs, relay::Dir::ToAgent, "initialize", 1).is_err(), "a second initialize");
+        let new = wire::request(msgs, relay::Dir::ToAgent, "session/new", 0)?;
+        let asked = &msgs[new].json["params"];
+        ensure!(
+            asked["cwd"] == root.as_str() && asked["mcpServers"] == serde_json::json!([]),
+            "v1 session/new: {asked}"
+        );
+        let session = &msgs[wire::answer(msgs, new)?].json["result"]["sessionId"];
+        ensure!(session.as_str().is_some_and(|s| s.starts_with("v1-sess-")), "{session}");
+        let seen = step(report, "initialize")?;
+        ensure!(seen["protocolVersion"] == 1 && seen["agentName"] == agent_name, "{seen}");
+        ensure!(step(report, "session-new")?["sessionId"] == *session, "the client saw another session");
+        Ok(())
+    });
+}
+
+#[test]
+fn our_client_goes_on_with_v1_against_the_ts_v1_only_agent() {
+    let Some(ts) = ts() else { return };
+    let root = Root::new("our-client-ts-v1");
+    let outcome = connect(bin(OUR_CLIENT, &[root.as_str()]), node(&ts, "agent.mjs", &["--v1-only"]), LIMIT);
+    went_on_with_v1(&outcome, &root, "ts-sdk-v2-interop-agent");
+}
+
+#[test]
+fn our_client_goes_on_with_v1_against_the_rs_v1_only_agent() {
+    let Some(rs) = rs() else { return };
+    let root = Root::new("our-client-rs-v1");
+    let outcome = connect(bin(OUR_CLIENT, &[root.as_str()]), bin(rs.join("agent"), &["--v1-only"]), LIMIT);
+    went_on_with_v1(&outcome, &root, "rs-sdk-v2-interop-agent");
+}
+
+/// Our client speaking v2 only: the agent's v1 answer ends the run, reported, with nothing sent
+/// after it.
+fn stopped_at_v1(outcome: &Outcome, agent_name: &str) {
+    verify(outcome, |msgs, report| {
+        let answer = scenario::refused_v1(msgs)?;
+        ensure!(answer["agentInfo"]["name"] == agent_name, "{answer}");
+        let init = &report["initialize"];
+        let why = init["error"]["message"].as_str().unwrap_or_default();
+        ensure!(init["ok"] == false && why.contains("protocol version this client does not speak"), "{init}");
+        ensure!(report.len() == 1, "the client went on: {report:?}");
+        Ok(())
+    });
+}
+
+#[test]
+fn our_v2_only_client_stops_at_the_ts_v1_only_agent() {
+    let Some(ts) = ts() else { return };
+    let root = Root::new("our-v2-client-ts-v1");
+    let outcome =
+        connect(bin(OUR_CLIENT, &["--v2-only", root.as_str()]), node(&ts, "agent.mjs", &["--v1-only"]), LIMIT);
+    stopped_at_v1(&outcome, "ts-sdk-v2-interop-agent");
+}
+
+#[test]
+fn our_v2_only_client_stops_at_the_rs_v1_only_agent() {
+    let Some(rs) = rs() else { return };
+    let root = Root::new("our-v2-client-rs-v1");
+    let outcome = connect(bin(OUR_CLIENT, &["--v2-only", root.as_str()]), bin(rs.join("agent"), &["--v1-only"]), LIMIT);
+    stopped_at_v1(&outcome, "rs-sdk-v2-interop-agent");
 }
