@@ -76,53 +76,89 @@ fn set_if_unset(json: &mut Value, path: &[&str], leaf: Value) {
     }
 }
 
-/// Decodes the params of an extension request or notification (the `Value` inside
-/// [`ExtRequest`](crate::acp_types::ExtRequest) / [`ExtNotification`](crate::acp_types::ExtNotification))
-/// into the handler's type (`-32602` when they do not fit). Absent or `null` params arrive as
-/// `{}`; when the type does not take an empty object, they are decoded as `null` instead, so
-/// that a handler taking `()` or `Option<T>` can be called without params.
-pub fn ext_params<T: DeserializeOwned>(params: Value) -> Result<T, Error> {
-    let empty = params.as_object().is_some_and(Map::is_empty);
-    match T::deserialize(&params) {
-        Ok(decoded) => Ok(decoded),
-        // Neither fits: the first error says more.
-        Err(e) if empty => T::deserialize(Value::Null).map_err(|_| invalid(e)),
-        Err(e) => Err(invalid(e)),
+/// The helpers whose types depend on the protocol version (its `Error` and `ExtResponse`):
+/// expanded once for v1 here and once for v2 in [`v2`].
+macro_rules! version_helpers {
+    ($message:literal, $label:literal) => {
+        /// Decodes the params of an extension request or notification (the `Value` inside
+        /// `ExtRequest` / `ExtNotification`) into the handler's type (`-32602` when they do not
+        /// fit). Absent or `null` params arrive as `{}`; when the type does not take an empty
+        /// object, they are decoded as `null` instead, so that a handler taking `()` or
+        /// `Option<T>` can be called without params.
+        pub fn ext_params<T: DeserializeOwned>(params: Value) -> Result<T, Error> {
+            let empty = params.as_object().is_some_and(Map::is_empty);
+            match T::deserialize(&params) {
+                Ok(decoded) => Ok(decoded),
+                // Neither fits: the first error says more.
+                Err(e) if empty => T::deserialize(Value::Null).map_err(|_| invalid(e)),
+                Err(e) => Err(invalid(e)),
+            }
+        }
+
+        fn invalid(e: serde_json::Error) -> Error {
+            Error::invalid_params().data(Value::from(e.to_string()))
+        }
+
+        /// Encodes an extension handler's result.
+        pub fn ext_result<T: Serialize>(result: T) -> Result<ExtResponse, Error> {
+            serde_json::to_value(result)
+                .map(ExtResponse)
+                .map_err(|e| Error::internal_error().data(Value::from(e.to_string())))
+        }
+
+        /// What a notification handler may return: nothing, or `Result<(), E>` with
+        /// `E: Into<Error>` (an error is logged; notifications are never answered).
+        #[diagnostic::on_unimplemented(message = $message, label = $label)]
+        pub trait NotificationResult {
+            fn into_result(self) -> Result<(), Error>;
+        }
+
+        impl NotificationResult for () {
+            fn into_result(self) -> Result<(), Error> {
+                Ok(())
+            }
+        }
+
+        impl<E: Into<Error>> NotificationResult for Result<(), E> {
+            fn into_result(self) -> Result<(), Error> {
+                self.map_err(Into::into)
+            }
+        }
+
+        /// A notification handler's result, as the generated traits want it.
+        pub fn notified<R: NotificationResult>(result: R) -> Result<(), Error> {
+            result.into_result()
+        }
+    };
+}
+
+version_helpers!(
+    "a notification handler returns `()` or `Result<(), E>` with `E: Into<acp_types::Error>`, not `{Self}`",
+    "notifications are never answered: return nothing, or `Result<(), Error>` to have an error logged"
+);
+
+/// What `#[acp_agent(v2)]` / `#[acp_client(v2)]` expansions call: the helpers above with
+/// protocol v2's types.
+#[cfg(feature = "unstable_protocol_v2")]
+pub mod v2 {
+    use serde::Serialize;
+    use serde::de::DeserializeOwned;
+    use serde_json::Map;
+    pub use serde_json::Value;
+
+    pub use super::{Advertise, Capabilities};
+    use crate::acp_types::v2::{Error, ExtResponse};
+
+    version_helpers!(
+        "a notification handler returns `()` or `Result<(), E>` with `E: Into<acp_types::v2::Error>`, not `{Self}`",
+        "notifications are never answered: return nothing, or `Result<(), Error>` to have an error logged"
+    );
+
+    /// Agent side: asks the runtime to add `capabilities` to the result of the v2
+    /// `initialize` request `cx` belongs to (where unset); see [`super::earn`].
+    pub fn earn(cx: &crate::v2::AgentContext, capabilities: &'static Capabilities) {
+        if !capabilities.is_empty() {
+            let _ = cx.inner.earned.set(capabilities);
+        }
     }
-}
-
-fn invalid(e: serde_json::Error) -> Error {
-    Error::invalid_params().data(Value::from(e.to_string()))
-}
-
-/// Encodes an extension handler's result.
-pub fn ext_result<T: Serialize>(result: T) -> Result<ExtResponse, Error> {
-    serde_json::to_value(result).map(ExtResponse).map_err(|e| Error::internal_error().data(Value::from(e.to_string())))
-}
-
-/// What a notification handler may return: nothing, or `Result<(), E>` with
-/// `E: Into<acp_types::Error>` (an error is logged; notifications are never answered).
-#[diagnostic::on_unimplemented(
-    message = "a notification handler returns `()` or `Result<(), E>` with `E: Into<acp_types::Error>`, not `{Self}`",
-    label = "notifications are never answered: return nothing, or `Result<(), Error>` to have an error logged"
-)]
-pub trait NotificationResult {
-    fn into_result(self) -> Result<(), Error>;
-}
-
-impl NotificationResult for () {
-    fn into_result(self) -> Result<(), Error> {
-        Ok(())
-    }
-}
-
-impl<E: Into<Error>> NotificationResult for Result<(), E> {
-    fn into_result(self) -> Result<(), Error> {
-        self.map_err(Into::into)
-    }
-}
-
-/// A notification handler's result, as the generated traits want it.
-pub fn notified<R: NotificationResult>(result: R) -> Result<(), Error> {
-    result.into_result()
 }

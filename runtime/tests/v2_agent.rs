@@ -6,9 +6,10 @@
 mod common;
 
 use acp_runtime::acp_types::v2::{
-    Agent, CancelSessionNotification, Error, Implementation, InitializeRequest, InitializeResponse, NewSessionRequest,
+    Agent, CancelSessionNotification, CloseSessionRequest, CloseSessionResponse, Error, Implementation,
+    InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse, NewSessionRequest,
     NewSessionResponse, PlanEntry, PlanEntryPriority, PlanEntryStatus, PromptRequest, PromptResponse, ProtocolVersion,
-    StopReason, ToolKind,
+    ResumeSessionRequest, ResumeSessionResponse, StopReason, ToolKind,
 };
 use acp_runtime::v2::AgentContext;
 use acp_runtime::version::ProtocolRouter;
@@ -19,6 +20,18 @@ use serde_json::{Value, json};
 struct Scripted;
 
 impl Agent<AgentContext> for Scripted {
+    async fn session_list(&self, _: ListSessionsRequest, _cx: AgentContext) -> Result<ListSessionsResponse, Error> {
+        Ok(ListSessionsResponse::new(vec![]))
+    }
+
+    async fn session_resume(&self, _: ResumeSessionRequest, _cx: AgentContext) -> Result<ResumeSessionResponse, Error> {
+        Ok(ResumeSessionResponse::new())
+    }
+
+    async fn session_close(&self, _: CloseSessionRequest, _cx: AgentContext) -> Result<CloseSessionResponse, Error> {
+        Ok(CloseSessionResponse::new())
+    }
+
     async fn initialize(&self, _: InitializeRequest, _cx: AgentContext) -> Result<InitializeResponse, Error> {
         Ok(InitializeResponse::new(ProtocolVersion::V2, Implementation::new("scripted", "1.0")))
     }

@@ -8,10 +8,11 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use acp_runtime::acp_types::v2::{
-    Agent, CancelSessionNotification, Client, Error, Implementation, InitializeRequest, InitializeResponse,
-    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse,
-    ProtocolVersion, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
-    SelectedPermissionOutcome, StopReason, TextContent, ToolKind, UpdateSessionNotification,
+    Agent, CancelSessionNotification, Client, CloseSessionRequest, CloseSessionResponse, Error, Implementation,
+    InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse, NewSessionRequest,
+    NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse, ProtocolVersion,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, ResumeSessionRequest,
+    ResumeSessionResponse, SelectedPermissionOutcome, StopReason, TextContent, ToolKind, UpdateSessionNotification,
 };
 use acp_runtime::transport::duplex;
 use acp_runtime::v2::{AgentContext, ClientContext};
@@ -23,6 +24,18 @@ use common::LIMIT;
 struct Scripted;
 
 impl Agent<AgentContext> for Scripted {
+    async fn session_list(&self, _: ListSessionsRequest, _cx: AgentContext) -> Result<ListSessionsResponse, Error> {
+        Ok(ListSessionsResponse::new(vec![]))
+    }
+
+    async fn session_resume(&self, _: ResumeSessionRequest, _cx: AgentContext) -> Result<ResumeSessionResponse, Error> {
+        Ok(ResumeSessionResponse::new())
+    }
+
+    async fn session_close(&self, _: CloseSessionRequest, _cx: AgentContext) -> Result<CloseSessionResponse, Error> {
+        Ok(CloseSessionResponse::new())
+    }
+
     async fn initialize(&self, _: InitializeRequest, _cx: AgentContext) -> Result<InitializeResponse, Error> {
         Ok(InitializeResponse::new(ProtocolVersion::V2, Implementation::new("scripted", "1.0")))
     }

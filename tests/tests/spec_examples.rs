@@ -22,6 +22,9 @@ use acp_types::{
     ProtocolLevelNotification,
 };
 use serde_json::Value;
+use spec::{json_blocks, no_fallback, reencode};
+
+mod spec;
 
 /// (page, example number, why): examples whose JSON does not match the schema.
 const KNOWN_SPEC_ERRATA: &[(&str, usize, &str)] = &[
@@ -36,34 +39,6 @@ const KNOWN_SPEC_ERRATA: &[(&str, usize, &str)] = &[
     ),
 ];
 
-/// The fallback variants a decoded message holds, from its `Debug` text: a union's unknown kind
-/// (`Other(UnknownVariant({..}))`, or `Unknown(..)` where the schema has an `other` kind), a
-/// string enum's unknown value (`Other("..")`) and an open untagged union's unknown shape
-/// (`Other(Object {..})`). A variant the schema names `Other` holds a payload type or nothing,
-/// so it is not mistaken for one.
-fn fallbacks(debug: &str) -> Vec<String> {
-    const HELD: [&str; 7] = ["UnknownVariant(", "\"", "Object {", "String(", "Number(", "Array [", "Bool("];
-    let mut out = Vec::new();
-    for name in ["Other(", "Unknown(", "Unrecognized(", "UnrecognizedValue("] {
-        for (at, _) in debug.match_indices(name) {
-            let starts_word = debug[..at].chars().next_back().is_none_or(|c| !c.is_alphanumeric() && c != '_');
-            let rest = &debug[at + name.len()..];
-            if starts_word && HELD.iter().any(|h| rest.starts_with(h)) {
-                out.push(debug[at..].chars().take(80).collect());
-            }
-        }
-    }
-    out
-}
-
-/// Fails when the typed message holds a fallback variant (see [`fallbacks`]).
-fn no_fallback<T: std::fmt::Debug>(typed: &T) -> Result<(), String> {
-    match fallbacks(&format!("{typed:?}"))[..] {
-        [] => Ok(()),
-        ref found => Err(format!("decoded into a fallback variant: {}", found.join("; "))),
-    }
-}
-
 /// The method of a response whose request the page does not show.
 fn infer_method(result: &Value) -> Option<&'static str> {
     if result.get("protocolVersion").is_some() {
@@ -77,25 +52,6 @@ fn infer_method(result: &Value) -> Option<&'static str> {
 
 fn spec_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-spec/v1")
-}
-
-/// The fenced ```json blocks of a page.
-fn json_blocks(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut lines = text.lines();
-    while let Some(line) = lines.next() {
-        if line.trim_start().starts_with("```json") {
-            let block: Vec<&str> = lines.by_ref().take_while(|l| !l.trim_start().starts_with("```")).collect();
-            out.push(block.join("\n"));
-        }
-    }
-    out
-}
-
-/// The typed message's JSON, once it is known to hold no fallback variant.
-fn reencode<T: serde::Serialize + std::fmt::Debug>(value: &T) -> Result<Value, String> {
-    no_fallback(value)?;
-    Ok(serde_json::to_value(value).expect("typed messages always serialise"))
 }
 
 /// Decodes the params of a request or notification by method, trying both directions.
@@ -173,7 +129,7 @@ fn every_whole_message_example_round_trips() {
         let mut pending: Vec<(Value, String)> = Vec::new();
         for (i, block) in json_blocks(&text).iter().enumerate() {
             let where_ = format!("{name} example {}", i + 1);
-            let block = block.replace("[...]", "[]");
+            let block = block.text.replace("[...]", "[]");
             let message: Value = match serde_json::from_str(&block) {
                 Ok(v) => v,
                 Err(e) => {

@@ -27,13 +27,13 @@ fn ms(d: Duration) -> f64 {
 fn main() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../schema/json");
     let (t, (v1, v2)) = best(|| {
-        (load::load_version(&dir.join("v1")).expect("loads"), load::load_stable(&dir.join("v2")).expect("loads"))
+        (load::load_version(&dir.join("v1")).expect("loads"), load::load_version(&dir.join("v2")).expect("loads"))
     });
-    println!("load (v1 + v2 stable):     {:>6.1} ms", ms(t));
+    println!("load (v1 + v2):            {:>6.1} ms", ms(t));
     let (t, (m1, m2)) = best(|| {
         (
             codegen::build_model(&v1, Gating::Table).expect("model"),
-            codegen::build_model(&v2, Gating::AllInOne).expect("model"),
+            codegen::build_model(&v2, Gating::Table).expect("model"),
         )
     });
     println!("classify + merge:          {:>6.1} ms", ms(t));

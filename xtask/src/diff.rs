@@ -4,6 +4,12 @@
 //! Both sides go through the generator's own classification, so "a field became required" or
 //! "a union gained a variant" means exactly what it will mean for the generated code. Openness
 //! (whether a union or enum admits values it does not list) is read from the raw schema.
+//!
+//! Every protocol version of a release is compared (v1, v2), each on two layers: the stable
+//! schemas, and the unstable ones for what they add. A change says which protocol version it is
+//! in and whether it is stable or unstable, and behind which cargo feature (from the merged
+//! model `acp-types` is built from); what moved between the layers is reported as such
+//! (`stabilised`, or "no longer stable"), not as an addition or a removal.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -12,20 +18,39 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::codegen::ir::{Field, Item, ItemKind, Method, Model, Payload, Side, Ty};
-use crate::codegen::{self, CodegenError, load};
+use crate::codegen::ir::{Field, Gate, Item, ItemKind, Method, Model, Payload, Side, Ty};
+use crate::codegen::load::{self, VersionFiles};
+use crate::codegen::{self, CodegenError, Gating};
 
 /// One change, as reported.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Change {
-    /// `method`, `definition`, `field`, `variant`.
+    /// `protocol`, `method`, `definition`, `field`, `variant`.
     pub scope: &'static str,
-    /// `added`, `removed`, `changed`.
+    /// `added`, `removed`, `changed`, `stabilised` (unstable before, stable now).
     pub kind: &'static str,
-    /// What changed: `PromptRequest`, `PromptRequest.prompt`, `session/prompt (agent)`.
+    /// What changed: `PromptRequest`, `PromptRequest.prompt`, `session/prompt (agent)`,
+    /// `$/cancel_request (protocol)`.
     pub target: String,
     pub detail: String,
     pub breaking: bool,
+    /// The protocol version whose schema changed: `v1`, `v2`.
+    pub protocol: String,
+    /// `stable`, or `unstable`: the change is to what only the unstable schema has, compiled
+    /// behind [`Change::features`].
+    pub stability: &'static str,
+    /// The cargo features of `acp-types` that the changed item is behind (for an unstable
+    /// change): the feature table's where it describes the release, else `unstable`. Empty for
+    /// a stable change.
+    pub features: Vec<String>,
+}
+
+/// A removed and an added definition of the same shape, in one protocol version.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct RenameHint {
+    pub protocol: String,
+    pub old: String,
+    pub new: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -33,36 +58,264 @@ pub struct Report {
     pub old: String,
     pub new: String,
     pub changes: Vec<Change>,
-    /// Removed + added definitions of the same shape.
-    pub rename_hints: Vec<(String, String)>,
+    pub rename_hints: Vec<RenameHint>,
 }
 
-/// A schema version folder (holding `schema.json` and `meta.json`): a release folder's `v1/`,
-/// or the folder itself.
-fn version_dir(dir: &Path) -> std::path::PathBuf {
-    if dir.join("v1/schema.json").exists() { dir.join("v1") } else { dir.to_owned() }
+/// The protocol versions of a folder: `v1/` and `v2/` of a release folder, or a version folder
+/// itself (named by its `meta.json`, else `v1`).
+fn versions(dir: &Path) -> Result<Vec<(String, VersionFiles)>, CodegenError> {
+    if !dir.join("v1/schema.json").exists() {
+        let files = load::load_version(dir)?;
+        let label = format!("v{}", files.protocol_version()?.unwrap_or(1));
+        return Ok(vec![(label, files)]);
+    }
+    let mut out = vec![("v1".to_owned(), load::load_version(&dir.join("v1"))?)];
+    if dir.join("v2/schema.json").exists() {
+        out.push(("v2".to_owned(), load::load_version(&dir.join("v2"))?));
+    }
+    Ok(out)
 }
 
-/// Diffs the stable schemas of two folders (release folders or version folders).
+/// Diffs two folders (release folders or version folders): every protocol version, its stable
+/// and its unstable schema, and the protocol-level methods.
 pub fn diff_dirs(old: &Path, new: &Path) -> Result<Report, CodegenError> {
-    let load_side = |dir: &Path| -> Result<(Model, Value), CodegenError> {
-        let mut files = load::load_version(&version_dir(dir))?;
-        files.schema_unstable = None;
-        files.meta_unstable = None;
-        let model = codegen::build_model(&files, codegen::Gating::AllInOne)?;
-        Ok((model, files.schema))
-    };
-    let (old_model, old_schema) = load_side(old)?;
-    let (new_model, new_schema) = load_side(new)?;
-    let mut report = diff(&old_model, &new_model, &old_schema, &new_schema);
-    report.old = old.display().to_string();
-    report.new = new.display().to_string();
-    Ok(report)
+    let (old_versions, new_versions) = (versions(old)?, versions(new)?);
+    let mut changes = Vec::new();
+    let mut rename_hints = Vec::new();
+    let labels: BTreeSet<&String> = old_versions.iter().chain(&new_versions).map(|(l, _)| l).collect();
+    for label in labels {
+        let find = |vs: &'_ [(String, VersionFiles)]| vs.iter().find(|(l, _)| l == label).map(|(_, f)| f.clone());
+        match (find(&old_versions), find(&new_versions)) {
+            (Some(o), Some(n)) => {
+                let (c, r) = diff_version(label, &Sides::load(&o)?, &Sides::load(&n)?);
+                changes.extend(c);
+                rename_hints.extend(r);
+            }
+            (None, Some(n)) => changes.push(whole_version(label, &Sides::load(&n)?, true)),
+            (Some(o), None) => changes.push(whole_version(label, &Sides::load(&o)?, false)),
+            (None, None) => {}
+        }
+    }
+    changes.sort();
+    rename_hints.sort();
+    rename_hints.dedup();
+    Ok(Report { old: old.display().to_string(), new: new.display().to_string(), changes, rename_hints })
 }
 
-pub fn diff(old: &Model, new: &Model, old_schema: &Value, new_schema: &Value) -> Report {
+/// One protocol version of one folder, seen three ways.
+struct Sides {
+    /// The stable schema alone, and its JSON (for openness).
+    stable: (Model, Value),
+    /// The unstable schema alone (the stable one when there is none).
+    unstable: (Model, Value),
+    /// Both merged as `acp-types` compiles them, for the features of unstable items: gated by
+    /// the feature table where it describes the release, else all behind `unstable`.
+    gated: Model,
+}
+
+impl Sides {
+    fn load(files: &VersionFiles) -> Result<Sides, CodegenError> {
+        let alone = |schema: &Value, meta: &Value| -> Result<(Model, Value), CodegenError> {
+            let files = VersionFiles {
+                schema: schema.clone(),
+                meta: meta.clone(),
+                schema_unstable: None,
+                meta_unstable: None,
+                ..files.clone()
+            };
+            Ok((codegen::build_model(&files, Gating::AllInOne)?, schema.clone()))
+        };
+        let stable = alone(&files.schema, &files.meta)?;
+        let unstable = match (&files.schema_unstable, &files.meta_unstable) {
+            (Some(schema), Some(meta)) => alone(schema, meta)?,
+            _ => stable.clone(),
+        };
+        let gated =
+            codegen::build_model(files, Gating::Table).or_else(|_| codegen::build_model(files, Gating::AllInOne))?;
+        Ok(Sides { stable, unstable, gated })
+    }
+}
+
+/// A protocol version that only one side has, as one change.
+fn whole_version(label: &str, sides: &Sides, added: bool) -> Change {
+    let (stable, unstable) = (&sides.stable.0, &sides.unstable.0);
+    let extra_items = unstable.items.len().saturating_sub(stable.items.len());
+    let extra_methods = unstable.methods.len().saturating_sub(stable.methods.len());
+    let size = format!(
+        "{} definitions and {} methods in its stable schema, {extra_items} more definitions and {extra_methods} more \
+         methods in its unstable one",
+        stable.items.len(),
+        stable.methods.len()
+    );
+    let (kind, detail) = if added {
+        ("added", format!("new protocol version: {size}"))
+    } else {
+        ("removed", format!("protocol version removed ({size})"))
+    };
+    let mut c = change("protocol", kind, label, &detail, !added);
+    c.protocol = label.to_owned();
+    c
+}
+
+/// The changes of one protocol version: the stable schemas' changes are stable; what the
+/// unstable schemas add to them is unstable, named with its features; what moved from one
+/// schema to the other says so.
+fn diff_version(label: &str, old: &Sides, new: &Sides) -> (Vec<Change>, Vec<RenameHint>) {
+    let stable = diff(&old.stable.0, &new.stable.0, &old.stable.1, &new.stable.1);
+    let unstable = diff(&old.unstable.0, &new.unstable.0, &old.unstable.1, &new.unstable.1);
+    let mut out = Vec::new();
+    for mut c in stable.changes.iter().cloned() {
+        c.protocol = label.to_owned();
+        match c.kind {
+            // New to the stable schema, but the unstable one had it: stabilised.
+            "added" if exists(&old.unstable.0, c.scope, &c.target) => {
+                let before = gate_features(&old.gated, c.scope, &c.target);
+                c.kind = "stabilised";
+                c.detail = format!("{}; unstable before{}", c.detail, features_note(&before));
+            }
+            // Gone from the stable schema, but the unstable one keeps it.
+            "removed" if exists(&new.unstable.0, c.scope, &c.target) => {
+                c.kind = "changed";
+                c.stability = "unstable";
+                c.features = gate_features(&new.gated, c.scope, &c.target);
+                c.detail = "no longer stable: only the unstable schema has it now".to_owned();
+            }
+            _ => {}
+        }
+        out.push(c);
+    }
+    for mut c in unstable.changes {
+        if stable.changes.contains(&c) {
+            continue;
+        }
+        // A change to what stays: the stable report has it. To what is unstable on both
+        // sides or only on one: unstable.
+        c.protocol = label.to_owned();
+        // Named by the side that has it; a change to what was unstable and is stable now
+        // concerns the users of the old feature.
+        c.stability = "unstable";
+        let (first, then) = if c.kind == "removed" { (old, new) } else { (new, old) };
+        c.features = gate_features(&first.gated, c.scope, &c.target);
+        if c.features.is_empty() {
+            c.features = gate_features(&then.gated, c.scope, &c.target);
+        }
+        out.push(c);
+    }
+    let hints = stable
+        .rename_hints
+        .into_iter()
+        .chain(unstable.rename_hints)
+        .map(|(old, new)| RenameHint { protocol: label.to_owned(), old, new })
+        .collect();
+    (out, hints)
+}
+
+/// ` (feature `x`)`, or nothing when the features are not known.
+fn features_note(features: &[String]) -> String {
+    match features {
+        [] => String::new(),
+        [one] => format!(" (feature `{one}`)"),
+        more => format!(" (features {})", more.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// The method a change's target names: (name, side) or (name, `None`) for a protocol method.
+fn method_target(target: &str) -> (&str, Option<Side>) {
+    let (name, side) = target.rsplit_once(" (").unwrap_or((target, ""));
+    let side = match side.trim_end_matches(')') {
+        "agent" => Some(Side::Agent),
+        "client" => Some(Side::Client),
+        _ => None,
+    };
+    (name, side)
+}
+
+/// The item a definition, field or variant change is about, and the member name if any.
+/// A definition whose shape differs between the schemas is in a merged model twice; the
+/// unstable shape is the one an unstable change is about.
+fn item_of<'m>(model: &'m Model, scope: &str, target: &'m str) -> (Option<&'m Item>, Option<&'m str>) {
+    let (name, member) = match scope {
+        "definition" => (target, None),
+        _ => match target.split_once('.') {
+            Some((name, member)) => (name, Some(member)),
+            None => (target, None),
+        },
+    };
+    let mut found = model.items.iter().filter(|i| i.name == name);
+    let first = found.next();
+    let item = found.find(|i| matches!(i.gate, Gate::Features(_))).or(first);
+    (item, member)
+}
+
+/// Whether `model` has what a change's target names.
+fn exists(model: &Model, scope: &str, target: &str) -> bool {
+    match scope {
+        "method" => match method_target(target) {
+            (name, Some(side)) => model.methods.iter().any(|m| m.name == name && m.side == side),
+            (name, None) => model.protocol_methods.iter().any(|(m, _)| m == name),
+        },
+        _ => match item_of(model, scope, target) {
+            (Some(_), None) => true,
+            (Some(item), Some(member)) => member_gate(item, member).is_some(),
+            (None, _) => false,
+        },
+    }
+}
+
+/// The gate of a member of an item, if the item has it.
+fn member_gate(item: &Item, member: &str) -> Option<Gate> {
+    match &item.kind {
+        ItemKind::Struct(s) => s.fields.iter().find(|f| f.wire == member).map(|f| f.gate.clone()),
+        ItemKind::Tagged(t) => t
+            .variants
+            .iter()
+            .find(|v| v.wire == member)
+            .map(|v| v.gate.clone())
+            .or_else(|| t.untagged_default.as_ref().filter(|d| d.name == member).map(|_| Gate::Stable)),
+        ItemKind::StringEnum(vs) => vs.iter().find(|v| v.wire == member).map(|v| v.gate.clone()),
+        ItemKind::Untagged(vs) => vs.iter().find(|v| v.name == member).map(|_| Gate::Stable),
+        ItemKind::IntConsts { consts, .. } => consts.iter().find(|c| c.name == member).map(|_| Gate::Stable),
+        ItemKind::Newtype(_) | ItemKind::Any => None,
+    }
+}
+
+/// The cargo features behind which `model` (a merged one) compiles what a change's target names.
+fn gate_features(model: &Model, scope: &str, target: &str) -> Vec<String> {
+    let gate = match scope {
+        "method" => match method_target(target) {
+            (name, Some(side)) => {
+                model.methods.iter().find(|m| m.name == name && m.side == side).map(|m| m.gate.clone())
+            }
+            // A protocol method is as gated as its params type.
+            (name, None) => model
+                .protocol_methods
+                .iter()
+                .find(|(m, _)| m == name)
+                .and_then(|(_, params)| model.items.iter().find(|i| &i.name == params))
+                .map(|i| i.gate.clone()),
+        },
+        _ => match item_of(model, scope, target) {
+            (Some(item), Some(member)) => match member_gate(item, member) {
+                Some(gate @ Gate::Features(_)) => Some(gate),
+                _ => Some(item.gate.clone()),
+            },
+            (Some(item), None) => Some(item.gate.clone()),
+            (None, _) => None,
+        },
+    };
+    match gate {
+        Some(Gate::Features(fs)) => fs.into_iter().collect(),
+        Some(Gate::WithoutFeature(f)) => vec![f],
+        Some(Gate::Stable) | None => Vec::new(),
+    }
+}
+
+/// The changes between two models of one schema each, all labelled stable (see
+/// [`diff_version`] for the labels), and the rename hints.
+pub fn diff(old: &Model, new: &Model, old_schema: &Value, new_schema: &Value) -> LayerDiff {
     let mut changes = Vec::new();
     methods(&old.methods, &new.methods, &mut changes);
+    protocol_methods(&old.protocol_methods, &new.protocol_methods, &mut changes);
 
     let old_items: BTreeMap<&str, &Item> = old.items.iter().map(|i| (i.name.as_str(), i)).collect();
     let new_items: BTreeMap<&str, &Item> = new.items.iter().map(|i| (i.name.as_str(), i)).collect();
@@ -108,11 +361,27 @@ pub fn diff(old: &Model, new: &Model, old_schema: &Value, new_schema: &Value) ->
         }
     }
     changes.sort();
-    Report { old: String::new(), new: String::new(), changes, rename_hints }
+    LayerDiff { changes, rename_hints }
+}
+
+/// What [`diff`] finds between two models.
+pub struct LayerDiff {
+    pub changes: Vec<Change>,
+    /// Removed + added definitions of the same shape: (old, new).
+    pub rename_hints: Vec<(String, String)>,
 }
 
 fn change(scope: &'static str, kind: &'static str, target: &str, detail: &str, breaking: bool) -> Change {
-    Change { scope, kind, target: target.to_owned(), detail: detail.to_owned(), breaking }
+    Change {
+        scope,
+        kind,
+        target: target.to_owned(),
+        detail: detail.to_owned(),
+        breaking,
+        protocol: String::new(),
+        stability: "stable",
+        features: Vec::new(),
+    }
 }
 
 fn side(s: Side) -> &'static str {
@@ -175,6 +444,35 @@ fn methods(old: &[Method], new: &[Method], out: &mut Vec<Change>) {
                 true,
             ));
         }
+    }
+}
+
+/// `$/cancel_request` and the other methods the connection itself handles.
+fn protocol_methods(old: &[(String, String)], new: &[(String, String)], out: &mut Vec<Change>) {
+    for (name, params) in new {
+        let target = format!("{name} (protocol)");
+        match old.iter().find(|(o, _)| o == name) {
+            None => out.push(change(
+                "method",
+                "added",
+                &target,
+                &format!("new protocol-level notification, params `{params}`"),
+                false,
+            )),
+            Some((_, was)) if was != params => {
+                out.push(change("method", "changed", &target, &format!("params `{was}` → `{params}`"), true))
+            }
+            Some(_) => {}
+        }
+    }
+    for (name, _) in old.iter().filter(|(o, _)| !new.iter().any(|(n, _)| n == o)) {
+        out.push(change(
+            "method",
+            "removed",
+            &format!("{name} (protocol)"),
+            "protocol-level notification removed",
+            true,
+        ));
     }
 }
 
@@ -318,17 +616,23 @@ fn item_changes(name: &str, old: &Item, new: &Item, out: &mut Vec<Change>) {
                 out.push(change("variant", "removed", &format!("{name}.{}", v.name), "shape removed", true));
             }
         }
+        // By name: a code whose description changed is the same code.
         (ItemKind::IntConsts { consts: o, .. }, ItemKind::IntConsts { consts: n, .. }) => {
-            for c in n.iter().filter(|c| !o.contains(c)) {
-                out.push(change(
-                    "variant",
-                    "added",
-                    &format!("{name}.{}", c.name),
-                    &format!("new code {}", c.value),
-                    false,
-                ));
+            for c in n {
+                let target = format!("{name}.{}", c.name);
+                match o.iter().find(|oc| oc.name == c.name) {
+                    None => out.push(change("variant", "added", &target, &format!("new code {}", c.value), false)),
+                    Some(oc) if oc.value != c.value => out.push(change(
+                        "variant",
+                        "changed",
+                        &target,
+                        &format!("code {} → {}", oc.value, c.value),
+                        true,
+                    )),
+                    Some(_) => {}
+                }
             }
-            for c in o.iter().filter(|c| !n.contains(c)) {
+            for c in o.iter().filter(|oc| !n.iter().any(|c| c.name == oc.name)) {
                 out.push(change("variant", "removed", &format!("{name}.{}", c.name), "code removed", true));
             }
         }
@@ -367,19 +671,36 @@ fn openness(schema: &Value, name: &str) -> Option<bool> {
     )
 }
 
+impl Change {
+    /// `stable`, or `unstable, feature `x``: where the changed thing lives.
+    fn stability_note(&self) -> String {
+        match (self.stability, &self.features[..]) {
+            ("stable", _) => "stable".to_owned(),
+            (_, []) => "unstable".to_owned(),
+            (_, [one]) => format!("unstable, feature `{one}`"),
+            (_, more) => {
+                let names: Vec<String> = more.iter().map(|f| format!("`{f}`")).collect();
+                format!("unstable, features {}", names.join(", "))
+            }
+        }
+    }
+}
+
 impl Report {
     pub fn breaking(&self) -> usize {
         self.changes.iter().filter(|c| c.breaking).count()
     }
 
-    /// The Markdown report.
+    /// The Markdown report: one section per protocol version, each change saying whether it
+    /// is to the stable schema or to an unstable part (and behind which feature).
     pub fn markdown(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "# Schema changes\n");
         let _ = writeln!(out, "From `{}` to `{}`.\n", self.old, self.new);
+        let unstable = self.changes.iter().filter(|c| c.stability != "stable").count();
         let _ = writeln!(
             out,
-            "{} changes: **{} breaking**, {} additive.\n",
+            "{} changes: **{} breaking**, {} additive; {unstable} of them to unstable parts (behind cargo features).\n",
             self.changes.len(),
             self.breaking(),
             self.changes.len() - self.breaking()
@@ -388,25 +709,45 @@ impl Report {
             let _ = writeln!(out, "No changes.");
             return out;
         }
-        for (scope, title) in
-            [("method", "Methods"), ("definition", "Definitions"), ("field", "Fields"), ("variant", "Variants")]
-        {
-            let rows: Vec<&Change> = self.changes.iter().filter(|c| c.scope == scope).collect();
-            if rows.is_empty() {
-                continue;
+        let protocols: BTreeSet<&str> = self.changes.iter().map(|c| c.protocol.as_str()).collect();
+        for protocol in protocols {
+            let heading = match protocol {
+                "v1" => "Protocol v1".to_owned(),
+                "v2" => format!("Protocol v2 (module `v2`, feature `{}`)", codegen::V2_FEATURE),
+                other => format!("Protocol {other}"),
+            };
+            let _ = writeln!(out, "## {heading}\n");
+            for (scope, title) in [
+                ("protocol", "Protocol version"),
+                ("method", "Methods"),
+                ("definition", "Definitions"),
+                ("field", "Fields"),
+                ("variant", "Variants"),
+            ] {
+                let rows: Vec<&Change> =
+                    self.changes.iter().filter(|c| c.protocol == protocol && c.scope == scope).collect();
+                if rows.is_empty() {
+                    continue;
+                }
+                let _ = writeln!(out, "### {title}\n");
+                // Breaking first, then additive.
+                for c in rows.iter().filter(|c| c.breaking).chain(rows.iter().filter(|c| !c.breaking)) {
+                    let flag = if c.breaking { "**breaking** " } else { "" };
+                    // A whole protocol version has a stable and an unstable schema; its line says so.
+                    let note = if c.scope == "protocol" { String::new() } else { format!(" ({})", c.stability_note()) };
+                    let _ = writeln!(out, "- {flag}{} `{}`: {}{note}", c.kind, c.target, c.detail);
+                }
+                let _ = writeln!(out);
             }
-            let _ = writeln!(out, "## {title}\n");
-            // Breaking first, then additive.
-            for c in rows.iter().filter(|c| c.breaking).chain(rows.iter().filter(|c| !c.breaking)) {
-                let flag = if c.breaking { "**breaking** " } else { "" };
-                let _ = writeln!(out, "- {flag}{} `{}`: {}", c.kind, c.target, c.detail);
-            }
-            let _ = writeln!(out);
         }
         if !self.rename_hints.is_empty() {
             let _ = writeln!(out, "## Possible renames\n");
-            for (old, new) in &self.rename_hints {
-                let _ = writeln!(out, "- `{old}` → `{new}` (removed and added with the same shape)");
+            for h in &self.rename_hints {
+                let _ = writeln!(
+                    out,
+                    "- {}: `{}` → `{}` (removed and added with the same shape)",
+                    h.protocol, h.old, h.new
+                );
             }
             let _ = writeln!(out);
         }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use xtask::diff::{Report, diff_dirs};
+use xtask::diff::{Change, Report, diff_dirs};
 
 fn releases() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/releases")
@@ -36,6 +36,74 @@ fn consecutive_releases() {
         assert!(!report.changes.is_empty(), "{} → {} has changes", pair[0], pair[1]);
         snapshot(&format!("diff-{}-{}.md", pair[0], pair[1]), &report.markdown());
     }
+}
+
+fn release_diff(old: &str, new: &str) -> Report {
+    diff_dirs(&releases().join(old), &releases().join(new)).expect("diffs")
+}
+
+/// The one change of `report` to `target` (in `scope`, of protocol `protocol`).
+fn one<'r>(report: &'r Report, protocol: &str, scope: &str, target: &str) -> &'r Change {
+    let found: Vec<&Change> =
+        report.changes.iter().filter(|c| c.protocol == protocol && c.scope == scope && c.target == target).collect();
+    assert_eq!(found.len(), 1, "{protocol} {scope} `{target}`: {found:#?}");
+    found[0]
+}
+
+#[test]
+fn protocol_methods_and_moves_between_the_stable_and_unstable_schemas() {
+    // `$/cancel_request` arrives in v0.10.8's unstable schema and is stable from v1.3.0 on.
+    let r = release_diff("v0.6.3", "v0.10.8");
+    let c = one(&r, "v1", "method", "$/cancel_request (protocol)");
+    assert_eq!(
+        (c.kind, c.stability, &c.features[..], c.breaking),
+        ("added", "unstable", &["unstable".to_owned()][..], false)
+    );
+    assert!(c.detail.contains("`CancelRequestNotification`"), "{}", c.detail);
+    // `session/set_model` went the other way: stable in v0.6.3, unstable in v0.10.8.
+    let c = one(&r, "v1", "method", "session/set_model (agent)");
+    assert_eq!((c.kind, c.stability, c.breaking), ("changed", "unstable", true), "{c:?}");
+
+    let r = release_diff("v0.10.8", "v1.3.0");
+    for (scope, target) in [("method", "$/cancel_request (protocol)"), ("definition", "CancelRequestNotification")] {
+        let c = one(&r, "v1", scope, target);
+        assert_eq!((c.kind, c.stability, c.breaking), ("stabilised", "stable", false), "{c:?}");
+        assert!(c.detail.contains("unstable before (feature `unstable`)"), "{}", c.detail);
+    }
+    assert!(r.markdown().contains("- stabilised `$/cancel_request (protocol)`: "), "{}", r.markdown());
+}
+
+#[test]
+fn protocol_v2_changes_are_named_like_v1_changes() {
+    // v1.3.0 is the first release with protocol v2: one change says so, with its size.
+    let r = release_diff("v0.10.8", "v1.3.0");
+    let c = one(&r, "v2", "protocol", "v2");
+    assert_eq!((c.kind, c.breaking), ("added", false));
+    assert!(c.detail.contains("definitions") && c.detail.contains("unstable"), "{}", c.detail);
+    assert_eq!(r.changes.iter().filter(|c| c.protocol == "v2").count(), 1);
+
+    let r = release_diff("v1.3.0", "v1.7.0");
+    let c = one(&r, "v2", "variant", "SessionUpdate.terminal_update");
+    assert_eq!((c.kind, c.stability, c.breaking), ("added", "stable", false));
+    // One capability, unstable in both versions: the same feature names it in both (v1.7.0 is
+    // described by the feature table).
+    for protocol in ["v1", "v2"] {
+        let c = one(&r, protocol, "variant", "SessionUpdate.compaction_update");
+        assert_eq!((c.kind, c.stability), ("added", "unstable"));
+        assert_eq!(c.features, ["unstable_context_compaction"]);
+        let c = one(&r, protocol, "field", "ToolCallUpdate.name");
+        assert_eq!(c.features, ["unstable_tool_call_name"]);
+    }
+    // Stable in v2 from v1.7.0 on, unstable (in v1.3.0, all behind `unstable`) before.
+    let c = one(&r, "v2", "variant", "AuthMethod.terminal");
+    assert_eq!((c.kind, c.stability), ("stabilised", "stable"));
+    let md = r.markdown();
+    assert!(md.contains("## Protocol v2 (module `v2`, feature `unstable_protocol_v2`)"), "{md}");
+    assert!(md.contains("- added `SessionUpdate.terminal_update`: new variant (`TerminalUpdate`) (stable)\n"), "{md}");
+    assert!(
+        md.contains("- added `SessionUpdate.compaction_update`: new variant (`CompactionUpdate`) (unstable, feature `unstable_context_compaction`)\n"),
+        "{md}"
+    );
 }
 
 #[test]
@@ -94,6 +162,53 @@ fn write(name: &str, defs: Value, meta: Value) -> PathBuf {
     dir
 }
 
+/// A version folder with a stable and an unstable schema: the unstable one is the stable one
+/// with `unstable_only`'s definitions added (or replacing those of the same name).
+fn write_layers(name: &str, stable: Value, unstable_only: Value) -> PathBuf {
+    let dir = write(name, stable.clone(), meta(&[]));
+    let mut all = base_defs();
+    all.extend(stable.as_object().cloned().unwrap_or_default());
+    all.extend(unstable_only.as_object().cloned().unwrap_or_default());
+    std::fs::write(dir.join("schema.unstable.json"), json!({"$defs": all}).to_string()).unwrap();
+    std::fs::write(dir.join("meta.unstable.json"), meta(&[]).to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn stable_and_unstable_schemas() {
+    let extra = json!({"Extra": {"type": "object", "properties": {"a": {"type": "string"}}}});
+    let point = |props: Value| json!({"Point": {"type": "object", "properties": props}});
+    let x = json!({"x": {"type": "integer"}});
+    let xy = json!({"x": {"type": "integer"}, "y": {"type": "integer"}});
+    let layers = |name: &str, old: (Value, Value), new: (Value, Value)| {
+        let a = write_layers(&format!("{name}-old"), old.0, old.1);
+        let b = write_layers(&format!("{name}-new"), new.0, new.1);
+        diff_dirs(&a, &b).expect("diffs")
+    };
+    // Unstable, then stable: stabilised (and nothing else).
+    let r = layers("stabilised", (json!({}), extra.clone()), (extra.clone(), json!({})));
+    let c = &r.changes[..];
+    assert_eq!(c.len(), 1, "{c:#?}");
+    assert_eq!(
+        (c[0].scope, c[0].kind, c[0].target.as_str(), c[0].stability, c[0].breaking),
+        ("definition", "stabilised", "Extra", "stable", false)
+    );
+    // Stable, then unstable only: breaking for who does not turn the feature on.
+    let r = layers("destabilised", (extra.clone(), json!({})), (json!({}), extra.clone()));
+    assert_eq!(only(&r), ("definition", "changed", "Extra", true));
+    assert_eq!((r.changes[0].stability, &r.changes[0].features[..]), ("unstable", &["unstable".to_owned()][..]));
+    // A field only the unstable schema adds to a stable struct (the unstable schema's `Point`
+    // replaces the stable one): an unstable change.
+    let r = layers("unstable-field", (point(x.clone()), json!({})), (point(x.clone()), point(xy)));
+    assert_eq!(only(&r), ("field", "added", "Point.y", false));
+    assert_eq!((r.changes[0].stability, r.changes[0].protocol.as_str()), ("unstable", "v1"));
+    assert!(
+        r.markdown().contains("- added `Point.y`: new field (i64, optional) (unstable, feature `unstable`)"),
+        "{}",
+        r.markdown()
+    );
+}
+
 fn diff(name: &str, old: Value, new: Value) -> Report {
     diff_meta(name, old, new, meta(&[]), meta(&[]))
 }
@@ -109,6 +224,10 @@ fn only(report: &Report) -> (&str, &str, &str, bool) {
     assert_eq!(report.changes.len(), 1, "{:#?}", report.changes);
     let c = &report.changes[0];
     (c.scope, c.kind, c.target.as_str(), c.breaking)
+}
+
+fn hints(report: &Report) -> Vec<(&str, &str)> {
+    report.rename_hints.iter().map(|h| (h.old.as_str(), h.new.as_str())).collect()
 }
 
 fn point(props: Value, required: &[&str]) -> Value {
@@ -202,8 +321,8 @@ fn methods_and_renames() {
     let old = json!({"Colour": {"type": "object", "properties": {"hex": {"type": "string"}}, "required": ["hex"]}});
     let new = json!({"Color": {"type": "object", "properties": {"hex": {"type": "string"}}, "required": ["hex"]}});
     let r = diff("rename", old, new);
-    assert_eq!(r.rename_hints, vec![("Colour".to_owned(), "Color".to_owned())]);
-    assert!(r.markdown().contains("`Colour` → `Color`"));
+    assert_eq!(hints(&r), vec![("Colour", "Color")]);
+    assert!(r.markdown().contains("v1: `Colour` → `Color`"));
 
     // Two ids gone and two new ones, all `String` newtypes: no pairing is more likely than
     // another, so none is hinted (the unambiguous `Colour` → `Color` still is).
@@ -212,7 +331,7 @@ fn methods_and_renames() {
     let new =
         json!({"SessionConfigGroupId": id, "ProviderId": id, "Color": {"type": "object", "properties": {"hex": id}}});
     let r = diff("ambiguous-renames", old, new);
-    assert_eq!(r.rename_hints, vec![("Colour".to_owned(), "Color".to_owned())]);
+    assert_eq!(hints(&r), vec![("Colour", "Color")]);
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -678,3 +678,79 @@ fn arc_and_box_forward_every_handler_method_under_its_gate() {
     assert!(agent_arc.contains("(**self).session_fork(params, cx)"), "{agent_arc}");
     assert!(!agent_arc.contains("async"), "the futures are forwarded as they are: {agent_arc}");
 }
+
+#[test]
+fn protocol_v2_unstable_items_are_gated_like_the_same_capability_in_v1() {
+    use std::collections::{BTreeMap, BTreeSet};
+    use xtask::codegen::ir::Gate;
+    let release = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/releases/v1.7.0");
+    let model = |version: &str| {
+        let files = codegen::load::load_version(&release.join(version)).expect("loads");
+        codegen::build_model(&files, Gating::Table).expect("the feature table covers the release")
+    };
+    let (v1, v2) = (model("v1"), model("v2"));
+    let defs = |file: &str| -> BTreeSet<String> {
+        let text = std::fs::read_to_string(release.join("v2").join(file)).expect("readable");
+        let schema: Value = serde_json::from_str(&text).expect("JSON");
+        schema["$defs"].as_object().expect("$defs").keys().cloned().collect()
+    };
+    let unstable_only: BTreeSet<String> =
+        defs("schema.unstable.json").difference(&defs("schema.json")).cloned().collect();
+    assert!(unstable_only.len() >= 90, "v1.7.0's v2 has 90 unstable-only definitions: {}", unstable_only.len());
+
+    // Every one of them is emitted, behind a feature.
+    let mut per_feature: BTreeMap<String, usize> = BTreeMap::new();
+    for name in &unstable_only {
+        let item = v2.items.iter().find(|i| &i.name == name).unwrap_or_else(|| panic!("`{name}` is not emitted"));
+        let Gate::Features(features) = &item.gate else { panic!("`{name}` is not behind a feature: {:?}", item.gate) };
+        for f in features {
+            *per_feature.entry(f.clone()).or_default() += 1;
+        }
+    }
+    println!("v2 unstable-only definitions per feature: {per_feature:?}");
+
+    // A method unstable in both versions is behind the same feature in both.
+    let gated: Vec<_> = v2.methods.iter().filter(|m| !m.gate.is_stable()).collect();
+    assert!(gated.iter().any(|m| m.name == "nes/start"), "{gated:?}");
+    for m in gated {
+        let same = v1.methods.iter().find(|o| o.name == m.name && o.side == m.side);
+        let same = same.unwrap_or_else(|| panic!("`{}` is unstable in v2 only: it needs a feature of its own", m.name));
+        assert_eq!(m.gate, same.gate, "`{}` is gated differently in v1 and v2", m.name);
+    }
+
+    // The v2 traits and envelopes carry them under their feature, as v1's do.
+    let files = codegen::generate(&Settings::new(&release, "v1.7.0")).expect("generates");
+    let methods = file(&files, "v2/methods.rs");
+    let agent = &methods[methods.find("pub trait Agent<").expect("the Agent trait")..];
+    assert!(agent.contains("#[cfg(feature = \"unstable_session_fork\")]\n    fn session_fork("), "{agent}");
+    let requests = &methods[methods.find("pub enum ClientRequest").expect("the request enum")..];
+    assert!(requests.contains("#[cfg(feature = \"unstable_nes\")]\n    NesStart(StartNesRequest),"), "{requests}");
+}
+
+#[test]
+fn a_free_form_object_keeps_null_apart_where_the_schema_says_null_clears_it() {
+    let meta = |doc: &str| json!({"type": ["object", "null"], "additionalProperties": true, "description": doc});
+    let types = generate(
+        "null-clears",
+        json!({
+            "Snapshot": {"type": "object", "properties": {"_meta": meta("Scoped metadata.")}},
+            "Upsert": {"type": "object", "properties": {
+                "_meta": meta("Metadata. Omitted means no metadata update; `null` is an explicit clear signal.")
+            }},
+            "Compaction": {
+                "description": "An upsert. `error` and `_meta` have patch semantics: omission leaves the stored value unchanged.",
+                "type": "object", "properties": {"_meta": meta("Metadata patch.")}
+            }
+        }),
+    )
+    .expect("generates");
+    let body = |name: &str| {
+        let start = types.find(&format!("pub struct {name} {{")).unwrap_or_else(|| panic!("no {name}: {types}"));
+        &types[start..start + types[start..].find("\n}").unwrap()]
+    };
+    let map = "serde_json::Map<String, serde_json::Value>";
+    // Where absent and `null` mean the same, one `Option`; where `null` clears, two.
+    assert!(body("Snapshot").contains(&format!("pub meta: Option<{map}>,")), "{}", body("Snapshot"));
+    assert!(body("Upsert").contains(&format!("pub meta: Option<Option<{map}>>,")), "{}", body("Upsert"));
+    assert!(body("Compaction").contains(&format!("pub meta: Option<Option<{map}>>,")), "{}", body("Compaction"));
+}

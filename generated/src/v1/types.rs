@@ -10500,7 +10500,7 @@ pub struct CompactionUpdate {
     pub error: Option<Option<String>>,
     /// Extensible metadata patch for this compaction.
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
 #[cfg(feature = "unstable_context_compaction")]
 impl CompactionUpdate {
@@ -10529,10 +10529,13 @@ impl CompactionUpdate {
         self.error = Some(error.into());
         self
     }
-    /// Sets [`Self::meta`].
+    /// Sets [`Self::meta`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.meta = Some(meta);
+    pub fn meta(
+        mut self,
+        meta: impl Into<Option<serde_json::Map<String, serde_json::Value>>>,
+    ) -> Self {
+        self.meta = Some(meta.into());
         self
     }
 }
@@ -10542,7 +10545,7 @@ serde_support::deserialize_struct!(CompactionUpdate {
     status: "status" => required,
     summary: "summary" => optional(TriVecSkipInvalidOrDefault),
     error: "error" => optional(TriOrDefault),
-    meta: "_meta" => optional(DefaultOnError),
+    meta: "_meta" => optional(TriOrDefault),
 });
 /// **UNSTABLE**
 ///

@@ -57,10 +57,22 @@ impl std::fmt::Display for Error {
 impl std::error::Error for Error {}
 ///Methods the agent handles (the client sends them).
 pub mod agent_method {
+    /// `mcp/message`
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    pub const MCP_MESSAGE: &str = "mcp/message";
     /// `initialize`
     pub const INITIALIZE: &str = "initialize";
     /// `auth/login`
     pub const AUTH_LOGIN: &str = "auth/login";
+    /// `providers/list`
+    #[cfg(feature = "unstable_llm_providers")]
+    pub const PROVIDERS_LIST: &str = "providers/list";
+    /// `providers/set`
+    #[cfg(feature = "unstable_llm_providers")]
+    pub const PROVIDERS_SET: &str = "providers/set";
+    /// `providers/disable`
+    #[cfg(feature = "unstable_llm_providers")]
+    pub const PROVIDERS_DISABLE: &str = "providers/disable";
     /// `auth/logout`
     pub const AUTH_LOGOUT: &str = "auth/logout";
     /// `session/new`
@@ -69,6 +81,9 @@ pub mod agent_method {
     pub const SESSION_LIST: &str = "session/list";
     /// `session/delete`
     pub const SESSION_DELETE: &str = "session/delete";
+    /// `session/fork`
+    #[cfg(feature = "unstable_session_fork")]
+    pub const SESSION_FORK: &str = "session/fork";
     /// `session/resume`
     pub const SESSION_RESUME: &str = "session/resume";
     /// `session/close`
@@ -77,8 +92,38 @@ pub mod agent_method {
     pub const SESSION_SET_CONFIG_OPTION: &str = "session/set_config_option";
     /// `session/prompt`
     pub const SESSION_PROMPT: &str = "session/prompt";
+    /// `nes/start`
+    #[cfg(feature = "unstable_nes")]
+    pub const NES_START: &str = "nes/start";
+    /// `nes/suggest`
+    #[cfg(feature = "unstable_nes")]
+    pub const NES_SUGGEST: &str = "nes/suggest";
+    /// `nes/close`
+    #[cfg(feature = "unstable_nes")]
+    pub const NES_CLOSE: &str = "nes/close";
     /// `session/cancel`
     pub const SESSION_CANCEL: &str = "session/cancel";
+    /// `document/didOpen`
+    #[cfg(feature = "unstable_nes")]
+    pub const DOCUMENT_DID_OPEN: &str = "document/didOpen";
+    /// `document/didChange`
+    #[cfg(feature = "unstable_nes")]
+    pub const DOCUMENT_DID_CHANGE: &str = "document/didChange";
+    /// `document/didClose`
+    #[cfg(feature = "unstable_nes")]
+    pub const DOCUMENT_DID_CLOSE: &str = "document/didClose";
+    /// `document/didSave`
+    #[cfg(feature = "unstable_nes")]
+    pub const DOCUMENT_DID_SAVE: &str = "document/didSave";
+    /// `document/didFocus`
+    #[cfg(feature = "unstable_nes")]
+    pub const DOCUMENT_DID_FOCUS: &str = "document/didFocus";
+    /// `nes/accept`
+    #[cfg(feature = "unstable_nes")]
+    pub const NES_ACCEPT: &str = "nes/accept";
+    /// `nes/reject`
+    #[cfg(feature = "unstable_nes")]
+    pub const NES_REJECT: &str = "nes/reject";
 }
 ///Methods the client handles (the agent sends them).
 pub mod client_method {
@@ -86,6 +131,15 @@ pub mod client_method {
     pub const SESSION_REQUEST_PERMISSION: &str = "session/request_permission";
     /// `elicitation/create`
     pub const ELICITATION_CREATE: &str = "elicitation/create";
+    /// `mcp/connect`
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    pub const MCP_CONNECT: &str = "mcp/connect";
+    /// `mcp/message`
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    pub const MCP_MESSAGE: &str = "mcp/message";
+    /// `mcp/disconnect`
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    pub const MCP_DISCONNECT: &str = "mcp/disconnect";
     /// `session/update`
     pub const SESSION_UPDATE: &str = "session/update";
     /// `elicitation/complete`
@@ -102,10 +156,22 @@ pub mod protocol_method {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ClientRequest {
+    /// `mcp/message`
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    McpMessage(MessageMcpRequest),
     /// `initialize`
     Initialize(InitializeRequest),
     /// `auth/login`
     AuthLogin(LoginAuthRequest),
+    /// `providers/list`
+    #[cfg(feature = "unstable_llm_providers")]
+    ProvidersList(ListProvidersRequest),
+    /// `providers/set`
+    #[cfg(feature = "unstable_llm_providers")]
+    ProvidersSet(SetProviderRequest),
+    /// `providers/disable`
+    #[cfg(feature = "unstable_llm_providers")]
+    ProvidersDisable(DisableProviderRequest),
     /// `auth/logout`
     AuthLogout(LogoutAuthRequest),
     /// `session/new`
@@ -114,6 +180,9 @@ pub enum ClientRequest {
     SessionList(ListSessionsRequest),
     /// `session/delete`
     SessionDelete(DeleteSessionRequest),
+    /// `session/fork`
+    #[cfg(feature = "unstable_session_fork")]
+    SessionFork(ForkSessionRequest),
     /// `session/resume`
     SessionResume(ResumeSessionRequest),
     /// `session/close`
@@ -122,6 +191,15 @@ pub enum ClientRequest {
     SessionSetConfigOption(SetSessionConfigOptionRequest),
     /// `session/prompt`
     SessionPrompt(PromptRequest),
+    /// `nes/start`
+    #[cfg(feature = "unstable_nes")]
+    NesStart(StartNesRequest),
+    /// `nes/suggest`
+    #[cfg(feature = "unstable_nes")]
+    NesSuggest(SuggestNesRequest),
+    /// `nes/close`
+    #[cfg(feature = "unstable_nes")]
+    NesClose(CloseNesRequest),
     /// An extension method (its name starts with `_`).
     ExtMethod { method: String, params: ExtRequest },
 }
@@ -129,16 +207,32 @@ impl ClientRequest {
     /// The method name on the wire.
     pub fn method(&self) -> &str {
         match self {
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            ClientRequest::McpMessage(_) => "mcp/message",
             ClientRequest::Initialize(_) => "initialize",
             ClientRequest::AuthLogin(_) => "auth/login",
+            #[cfg(feature = "unstable_llm_providers")]
+            ClientRequest::ProvidersList(_) => "providers/list",
+            #[cfg(feature = "unstable_llm_providers")]
+            ClientRequest::ProvidersSet(_) => "providers/set",
+            #[cfg(feature = "unstable_llm_providers")]
+            ClientRequest::ProvidersDisable(_) => "providers/disable",
             ClientRequest::AuthLogout(_) => "auth/logout",
             ClientRequest::SessionNew(_) => "session/new",
             ClientRequest::SessionList(_) => "session/list",
             ClientRequest::SessionDelete(_) => "session/delete",
+            #[cfg(feature = "unstable_session_fork")]
+            ClientRequest::SessionFork(_) => "session/fork",
             ClientRequest::SessionResume(_) => "session/resume",
             ClientRequest::SessionClose(_) => "session/close",
             ClientRequest::SessionSetConfigOption(_) => "session/set_config_option",
             ClientRequest::SessionPrompt(_) => "session/prompt",
+            #[cfg(feature = "unstable_nes")]
+            ClientRequest::NesStart(_) => "nes/start",
+            #[cfg(feature = "unstable_nes")]
+            ClientRequest::NesSuggest(_) => "nes/suggest",
+            #[cfg(feature = "unstable_nes")]
+            ClientRequest::NesClose(_) => "nes/close",
             ClientRequest::ExtMethod { method, .. } => method,
         }
     }
@@ -150,6 +244,12 @@ impl ClientRequest {
         params: D,
     ) -> Result<Option<Self>, D::Error> {
         match method {
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            "mcp/message" => {
+                serde_support::null_as_empty(params)
+                    .map(ClientRequest::McpMessage)
+                    .map(Some)
+            }
             "initialize" => {
                 serde_support::null_as_empty(params)
                     .map(ClientRequest::Initialize)
@@ -158,6 +258,24 @@ impl ClientRequest {
             "auth/login" => {
                 serde_support::null_as_empty(params)
                     .map(ClientRequest::AuthLogin)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_llm_providers")]
+            "providers/list" => {
+                serde_support::null_as_empty(params)
+                    .map(ClientRequest::ProvidersList)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_llm_providers")]
+            "providers/set" => {
+                serde_support::null_as_empty(params)
+                    .map(ClientRequest::ProvidersSet)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_llm_providers")]
+            "providers/disable" => {
+                serde_support::null_as_empty(params)
+                    .map(ClientRequest::ProvidersDisable)
                     .map(Some)
             }
             "auth/logout" => {
@@ -180,6 +298,12 @@ impl ClientRequest {
                     .map(ClientRequest::SessionDelete)
                     .map(Some)
             }
+            #[cfg(feature = "unstable_session_fork")]
+            "session/fork" => {
+                serde_support::null_as_empty(params)
+                    .map(ClientRequest::SessionFork)
+                    .map(Some)
+            }
             "session/resume" => {
                 serde_support::null_as_empty(params)
                     .map(ClientRequest::SessionResume)
@@ -200,6 +324,24 @@ impl ClientRequest {
                     .map(ClientRequest::SessionPrompt)
                     .map(Some)
             }
+            #[cfg(feature = "unstable_nes")]
+            "nes/start" => {
+                serde_support::null_as_empty(params)
+                    .map(ClientRequest::NesStart)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_nes")]
+            "nes/suggest" => {
+                serde_support::null_as_empty(params)
+                    .map(ClientRequest::NesSuggest)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_nes")]
+            "nes/close" => {
+                serde_support::null_as_empty(params)
+                    .map(ClientRequest::NesClose)
+                    .map(Some)
+            }
             ext if ext.starts_with('_') => {
                 serde::Deserialize::deserialize(params)
                     .map(|params| Some(ClientRequest::ExtMethod {
@@ -214,10 +356,26 @@ impl ClientRequest {
 impl serde::Serialize for ClientRequest {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            ClientRequest::McpMessage(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
             ClientRequest::Initialize(params) => {
                 serde::Serialize::serialize(params, serializer)
             }
             ClientRequest::AuthLogin(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
+            #[cfg(feature = "unstable_llm_providers")]
+            ClientRequest::ProvidersList(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
+            #[cfg(feature = "unstable_llm_providers")]
+            ClientRequest::ProvidersSet(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
+            #[cfg(feature = "unstable_llm_providers")]
+            ClientRequest::ProvidersDisable(params) => {
                 serde::Serialize::serialize(params, serializer)
             }
             ClientRequest::AuthLogout(params) => {
@@ -232,6 +390,10 @@ impl serde::Serialize for ClientRequest {
             ClientRequest::SessionDelete(params) => {
                 serde::Serialize::serialize(params, serializer)
             }
+            #[cfg(feature = "unstable_session_fork")]
+            ClientRequest::SessionFork(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
             ClientRequest::SessionResume(params) => {
                 serde::Serialize::serialize(params, serializer)
             }
@@ -242,6 +404,18 @@ impl serde::Serialize for ClientRequest {
                 serde::Serialize::serialize(params, serializer)
             }
             ClientRequest::SessionPrompt(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientRequest::NesStart(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientRequest::NesSuggest(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientRequest::NesClose(params) => {
                 serde::Serialize::serialize(params, serializer)
             }
             ClientRequest::ExtMethod { params, .. } => {
@@ -256,10 +430,22 @@ impl serde::Serialize for ClientRequest {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum AgentResponse {
+    /// The result of `mcp/message`.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    McpMessage(MessageMcpResponse),
     /// The result of `initialize`.
     Initialize(InitializeResponse),
     /// The result of `auth/login`.
     AuthLogin(LoginAuthResponse),
+    /// The result of `providers/list`.
+    #[cfg(feature = "unstable_llm_providers")]
+    ProvidersList(ListProvidersResponse),
+    /// The result of `providers/set`.
+    #[cfg(feature = "unstable_llm_providers")]
+    ProvidersSet(SetProviderResponse),
+    /// The result of `providers/disable`.
+    #[cfg(feature = "unstable_llm_providers")]
+    ProvidersDisable(DisableProviderResponse),
     /// The result of `auth/logout`.
     AuthLogout(LogoutAuthResponse),
     /// The result of `session/new`.
@@ -268,6 +454,9 @@ pub enum AgentResponse {
     SessionList(ListSessionsResponse),
     /// The result of `session/delete`.
     SessionDelete(DeleteSessionResponse),
+    /// The result of `session/fork`.
+    #[cfg(feature = "unstable_session_fork")]
+    SessionFork(ForkSessionResponse),
     /// The result of `session/resume`.
     SessionResume(ResumeSessionResponse),
     /// The result of `session/close`.
@@ -276,6 +465,15 @@ pub enum AgentResponse {
     SessionSetConfigOption(SetSessionConfigOptionResponse),
     /// The result of `session/prompt`.
     SessionPrompt(PromptResponse),
+    /// The result of `nes/start`.
+    #[cfg(feature = "unstable_nes")]
+    NesStart(StartNesResponse),
+    /// The result of `nes/suggest`.
+    #[cfg(feature = "unstable_nes")]
+    NesSuggest(SuggestNesResponse),
+    /// The result of `nes/close`.
+    #[cfg(feature = "unstable_nes")]
+    NesClose(CloseNesResponse),
     /// The result of an extension method.
     ExtMethod(ExtResponse),
 }
@@ -286,6 +484,12 @@ impl AgentResponse {
         result: D,
     ) -> Result<Option<Self>, D::Error> {
         match method {
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            "mcp/message" => {
+                serde_support::null_as_empty(result)
+                    .map(AgentResponse::McpMessage)
+                    .map(Some)
+            }
             "initialize" => {
                 serde_support::null_as_empty(result)
                     .map(AgentResponse::Initialize)
@@ -294,6 +498,24 @@ impl AgentResponse {
             "auth/login" => {
                 serde_support::null_as_empty(result)
                     .map(AgentResponse::AuthLogin)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_llm_providers")]
+            "providers/list" => {
+                serde_support::null_as_empty(result)
+                    .map(AgentResponse::ProvidersList)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_llm_providers")]
+            "providers/set" => {
+                serde_support::null_as_empty(result)
+                    .map(AgentResponse::ProvidersSet)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_llm_providers")]
+            "providers/disable" => {
+                serde_support::null_as_empty(result)
+                    .map(AgentResponse::ProvidersDisable)
                     .map(Some)
             }
             "auth/logout" => {
@@ -316,6 +538,12 @@ impl AgentResponse {
                     .map(AgentResponse::SessionDelete)
                     .map(Some)
             }
+            #[cfg(feature = "unstable_session_fork")]
+            "session/fork" => {
+                serde_support::null_as_empty(result)
+                    .map(AgentResponse::SessionFork)
+                    .map(Some)
+            }
             "session/resume" => {
                 serde_support::null_as_empty(result)
                     .map(AgentResponse::SessionResume)
@@ -336,6 +564,24 @@ impl AgentResponse {
                     .map(AgentResponse::SessionPrompt)
                     .map(Some)
             }
+            #[cfg(feature = "unstable_nes")]
+            "nes/start" => {
+                serde_support::null_as_empty(result)
+                    .map(AgentResponse::NesStart)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_nes")]
+            "nes/suggest" => {
+                serde_support::null_as_empty(result)
+                    .map(AgentResponse::NesSuggest)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_nes")]
+            "nes/close" => {
+                serde_support::null_as_empty(result)
+                    .map(AgentResponse::NesClose)
+                    .map(Some)
+            }
             ext if ext.starts_with('_') => {
                 serde::Deserialize::deserialize(result)
                     .map(AgentResponse::ExtMethod)
@@ -348,10 +594,26 @@ impl AgentResponse {
 impl serde::Serialize for AgentResponse {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            AgentResponse::McpMessage(result) => {
+                serde::Serialize::serialize(result, serializer)
+            }
             AgentResponse::Initialize(result) => {
                 serde::Serialize::serialize(result, serializer)
             }
             AgentResponse::AuthLogin(result) => {
+                serde::Serialize::serialize(result, serializer)
+            }
+            #[cfg(feature = "unstable_llm_providers")]
+            AgentResponse::ProvidersList(result) => {
+                serde::Serialize::serialize(result, serializer)
+            }
+            #[cfg(feature = "unstable_llm_providers")]
+            AgentResponse::ProvidersSet(result) => {
+                serde::Serialize::serialize(result, serializer)
+            }
+            #[cfg(feature = "unstable_llm_providers")]
+            AgentResponse::ProvidersDisable(result) => {
                 serde::Serialize::serialize(result, serializer)
             }
             AgentResponse::AuthLogout(result) => {
@@ -366,6 +628,10 @@ impl serde::Serialize for AgentResponse {
             AgentResponse::SessionDelete(result) => {
                 serde::Serialize::serialize(result, serializer)
             }
+            #[cfg(feature = "unstable_session_fork")]
+            AgentResponse::SessionFork(result) => {
+                serde::Serialize::serialize(result, serializer)
+            }
             AgentResponse::SessionResume(result) => {
                 serde::Serialize::serialize(result, serializer)
             }
@@ -376,6 +642,18 @@ impl serde::Serialize for AgentResponse {
                 serde::Serialize::serialize(result, serializer)
             }
             AgentResponse::SessionPrompt(result) => {
+                serde::Serialize::serialize(result, serializer)
+            }
+            #[cfg(feature = "unstable_nes")]
+            AgentResponse::NesStart(result) => {
+                serde::Serialize::serialize(result, serializer)
+            }
+            #[cfg(feature = "unstable_nes")]
+            AgentResponse::NesSuggest(result) => {
+                serde::Serialize::serialize(result, serializer)
+            }
+            #[cfg(feature = "unstable_nes")]
+            AgentResponse::NesClose(result) => {
                 serde::Serialize::serialize(result, serializer)
             }
             AgentResponse::ExtMethod(result) => {
@@ -390,8 +668,32 @@ impl serde::Serialize for AgentResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ClientNotification {
+    /// `mcp/message`
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    McpMessageNotification(MessageMcpNotification),
     /// `session/cancel`
     SessionCancel(CancelSessionNotification),
+    /// `document/didOpen`
+    #[cfg(feature = "unstable_nes")]
+    DocumentDidOpen(DidOpenDocumentNotification),
+    /// `document/didChange`
+    #[cfg(feature = "unstable_nes")]
+    DocumentDidChange(DidChangeDocumentNotification),
+    /// `document/didClose`
+    #[cfg(feature = "unstable_nes")]
+    DocumentDidClose(DidCloseDocumentNotification),
+    /// `document/didSave`
+    #[cfg(feature = "unstable_nes")]
+    DocumentDidSave(DidSaveDocumentNotification),
+    /// `document/didFocus`
+    #[cfg(feature = "unstable_nes")]
+    DocumentDidFocus(DidFocusDocumentNotification),
+    /// `nes/accept`
+    #[cfg(feature = "unstable_nes")]
+    NesAccept(AcceptNesNotification),
+    /// `nes/reject`
+    #[cfg(feature = "unstable_nes")]
+    NesReject(RejectNesNotification),
     /// An extension notification (its name starts with `_`).
     ExtNotification { method: String, params: ExtNotification },
 }
@@ -399,7 +701,23 @@ impl ClientNotification {
     /// The method name on the wire.
     pub fn method(&self) -> &str {
         match self {
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            ClientNotification::McpMessageNotification(_) => "mcp/message",
             ClientNotification::SessionCancel(_) => "session/cancel",
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::DocumentDidOpen(_) => "document/didOpen",
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::DocumentDidChange(_) => "document/didChange",
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::DocumentDidClose(_) => "document/didClose",
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::DocumentDidSave(_) => "document/didSave",
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::DocumentDidFocus(_) => "document/didFocus",
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::NesAccept(_) => "nes/accept",
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::NesReject(_) => "nes/reject",
             ClientNotification::ExtNotification { method, .. } => method,
         }
     }
@@ -411,9 +729,57 @@ impl ClientNotification {
         params: D,
     ) -> Result<Option<Self>, D::Error> {
         match method {
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            "mcp/message" => {
+                serde_support::null_as_empty(params)
+                    .map(ClientNotification::McpMessageNotification)
+                    .map(Some)
+            }
             "session/cancel" => {
                 serde_support::null_as_empty(params)
                     .map(ClientNotification::SessionCancel)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_nes")]
+            "document/didOpen" => {
+                serde_support::null_as_empty(params)
+                    .map(ClientNotification::DocumentDidOpen)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_nes")]
+            "document/didChange" => {
+                serde_support::null_as_empty(params)
+                    .map(ClientNotification::DocumentDidChange)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_nes")]
+            "document/didClose" => {
+                serde_support::null_as_empty(params)
+                    .map(ClientNotification::DocumentDidClose)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_nes")]
+            "document/didSave" => {
+                serde_support::null_as_empty(params)
+                    .map(ClientNotification::DocumentDidSave)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_nes")]
+            "document/didFocus" => {
+                serde_support::null_as_empty(params)
+                    .map(ClientNotification::DocumentDidFocus)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_nes")]
+            "nes/accept" => {
+                serde_support::null_as_empty(params)
+                    .map(ClientNotification::NesAccept)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_nes")]
+            "nes/reject" => {
+                serde_support::null_as_empty(params)
+                    .map(ClientNotification::NesReject)
                     .map(Some)
             }
             ext if ext.starts_with('_') => {
@@ -430,7 +796,39 @@ impl ClientNotification {
 impl serde::Serialize for ClientNotification {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            ClientNotification::McpMessageNotification(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
             ClientNotification::SessionCancel(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::DocumentDidOpen(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::DocumentDidChange(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::DocumentDidClose(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::DocumentDidSave(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::DocumentDidFocus(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::NesAccept(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::NesReject(params) => {
                 serde::Serialize::serialize(params, serializer)
             }
             ClientNotification::ExtNotification { params, .. } => {
@@ -443,11 +841,52 @@ impl serde::Serialize for ClientNotification {
 
  `Cx` is the per-call context a runtime passes along (cancellation, the peer handle); it is `()` when there is none. Methods outside the spec's baseline default to "method not found" (requests) or do nothing (notifications).*/
 pub trait Agent<Cx: Send = ()>: Send + Sync {
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Request parameters for `mcp/message`.
+    ///
+    /// Available with the cargo feature `unstable_mcp_over_acp`.
+    ///
+    /// Method: `mcp/message`.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message(
+        &self,
+        params: MessageMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<MessageMcpResponse, Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(
+            Err(Error::method_not_found().data(serde_json::Value::from("mcp/message"))),
+        )
+    }
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Notification parameters for `mcp/message`.
+    ///
+    /// This is used when the wrapped MCP message is a notification and the outer JSON-RPC
+    /// envelope has no `id`.
+    ///
+    /// Available with the cargo feature `unstable_mcp_over_acp`.
+    ///
+    /// Method: `mcp/message`.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message_notification(
+        &self,
+        params: MessageMcpNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(Ok(()))
+    }
     /// Request parameters for the initialize method.
     ///
     /// Sent by the client to establish connection and negotiate capabilities.
     ///
-    /// See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/v2/initialization)
+    /// See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/v2/draft/initialization)
     ///
     /// Method: `initialize`.
     fn initialize(
@@ -474,6 +913,75 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
             Err(Error::method_not_found().data(serde_json::Value::from("auth/login"))),
         )
     }
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Request parameters for `providers/list`.
+    ///
+    /// Available with the cargo feature `unstable_llm_providers`.
+    ///
+    /// Method: `providers/list`.
+    #[cfg(feature = "unstable_llm_providers")]
+    fn providers_list(
+        &self,
+        params: ListProvidersRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ListProvidersResponse, Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(
+            Err(
+                Error::method_not_found().data(serde_json::Value::from("providers/list")),
+            ),
+        )
+    }
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Request parameters for `providers/set`.
+    ///
+    /// Replaces the full configuration for one provider ID.
+    ///
+    /// Available with the cargo feature `unstable_llm_providers`.
+    ///
+    /// Method: `providers/set`.
+    #[cfg(feature = "unstable_llm_providers")]
+    fn providers_set(
+        &self,
+        params: SetProviderRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<SetProviderResponse, Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(
+            Err(Error::method_not_found().data(serde_json::Value::from("providers/set"))),
+        )
+    }
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Request parameters for `providers/disable`.
+    ///
+    /// Available with the cargo feature `unstable_llm_providers`.
+    ///
+    /// Method: `providers/disable`.
+    #[cfg(feature = "unstable_llm_providers")]
+    fn providers_disable(
+        &self,
+        params: DisableProviderRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<DisableProviderResponse, Error>,
+    > + Send {
+        let _ = (params, cx);
+        std::future::ready(
+            Err(
+                Error::method_not_found()
+                    .data(serde_json::Value::from("providers/disable")),
+            ),
+        )
+    }
     /// Request parameters for the `auth/logout` method.
     ///
     /// Terminates the current authenticated session.
@@ -495,7 +1003,7 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
     }
     /// Request parameters for creating a new session.
     ///
-    /// See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/v2/session-setup#creating-a-session)
+    /// See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/v2/draft/session-setup#creating-a-session)
     ///
     /// Method: `session/new`.
     fn session_new(
@@ -510,12 +1018,7 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         &self,
         params: ListSessionsRequest,
         cx: Cx,
-    ) -> impl std::future::Future<Output = Result<ListSessionsResponse, Error>> + Send {
-        let _ = (params, cx);
-        std::future::ready(
-            Err(Error::method_not_found().data(serde_json::Value::from("session/list"))),
-        )
-    }
+    ) -> impl std::future::Future<Output = Result<ListSessionsResponse, Error>> + Send;
     /// Request parameters for deleting an existing session from `session/list`.
     ///
     /// Only available if the Agent supports the `session.delete` capability.
@@ -533,6 +1036,31 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
             ),
         )
     }
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Request parameters for forking an existing session.
+    ///
+    /// Creates a new session based on the context of an existing one, allowing
+    /// operations like generating summaries without affecting the original session's history.
+    ///
+    /// Only available if the Agent supports the `session.fork` capability.
+    ///
+    /// Available with the cargo feature `unstable_session_fork`.
+    ///
+    /// Method: `session/fork`.
+    #[cfg(feature = "unstable_session_fork")]
+    fn session_fork(
+        &self,
+        params: ForkSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ForkSessionResponse, Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(
+            Err(Error::method_not_found().data(serde_json::Value::from("session/fork"))),
+        )
+    }
     /// Request parameters for resuming an existing session.
     ///
     /// Resumes an existing session and optionally replays prior conversation
@@ -543,14 +1071,7 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         &self,
         params: ResumeSessionRequest,
         cx: Cx,
-    ) -> impl std::future::Future<Output = Result<ResumeSessionResponse, Error>> + Send {
-        let _ = (params, cx);
-        std::future::ready(
-            Err(
-                Error::method_not_found().data(serde_json::Value::from("session/resume")),
-            ),
-        )
-    }
+    ) -> impl std::future::Future<Output = Result<ResumeSessionResponse, Error>> + Send;
     /// Request parameters for closing an active session.
     ///
     /// The agent **must** cancel any ongoing work related to the session (treat it
@@ -562,12 +1083,7 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         &self,
         params: CloseSessionRequest,
         cx: Cx,
-    ) -> impl std::future::Future<Output = Result<CloseSessionResponse, Error>> + Send {
-        let _ = (params, cx);
-        std::future::ready(
-            Err(Error::method_not_found().data(serde_json::Value::from("session/close"))),
-        )
-    }
+    ) -> impl std::future::Future<Output = Result<CloseSessionResponse, Error>> + Send;
     /// Request parameters for setting a session configuration option.
     ///
     /// Method: `session/set_config_option`.
@@ -590,7 +1106,7 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
     ///
     /// Contains the user's message and any additional context.
     ///
-    /// See protocol docs: [User Message](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#1-user-message)
+    /// See protocol docs: [User Message](https://agentclientprotocol.com/protocol/v2/draft/prompt-lifecycle#1-user-message)
     ///
     /// Method: `session/prompt`.
     fn session_prompt(
@@ -598,9 +1114,60 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         params: PromptRequest,
         cx: Cx,
     ) -> impl std::future::Future<Output = Result<PromptResponse, Error>> + Send;
+    /// Request to start an NES session.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Method: `nes/start`.
+    #[cfg(feature = "unstable_nes")]
+    fn nes_start(
+        &self,
+        params: StartNesRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<StartNesResponse, Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(
+            Err(Error::method_not_found().data(serde_json::Value::from("nes/start"))),
+        )
+    }
+    /// Request for a code suggestion.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Method: `nes/suggest`.
+    #[cfg(feature = "unstable_nes")]
+    fn nes_suggest(
+        &self,
+        params: SuggestNesRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<SuggestNesResponse, Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(
+            Err(Error::method_not_found().data(serde_json::Value::from("nes/suggest"))),
+        )
+    }
+    /// Request to close an NES session.
+    ///
+    /// The agent **must** cancel any ongoing work related to the NES session
+    /// and then free up any resources associated with the session.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Method: `nes/close`.
+    #[cfg(feature = "unstable_nes")]
+    fn nes_close(
+        &self,
+        params: CloseNesRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<CloseNesResponse, Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(
+            Err(Error::method_not_found().data(serde_json::Value::from("nes/close"))),
+        )
+    }
     /// Notification to cancel ongoing operations for a session.
     ///
-    /// See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#cancellation)
+    /// See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v2/draft/prompt-lifecycle#cancellation)
     ///
     /// Method: `session/cancel`.
     fn session_cancel(
@@ -608,6 +1175,104 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
         params: CancelSessionNotification,
         cx: Cx,
     ) -> impl std::future::Future<Output = Result<(), Error>> + Send;
+    /// Notification sent when a file is opened in the editor.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Method: `document/didOpen`.
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_open(
+        &self,
+        params: DidOpenDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(Ok(()))
+    }
+    /// Notification sent when a file is edited.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Method: `document/didChange`.
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_change(
+        &self,
+        params: DidChangeDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(Ok(()))
+    }
+    /// Notification sent when a file is closed.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Method: `document/didClose`.
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_close(
+        &self,
+        params: DidCloseDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(Ok(()))
+    }
+    /// Notification sent when a file is saved.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Method: `document/didSave`.
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_save(
+        &self,
+        params: DidSaveDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(Ok(()))
+    }
+    /// Notification sent when a file becomes the active editor tab.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Method: `document/didFocus`.
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_focus(
+        &self,
+        params: DidFocusDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(Ok(()))
+    }
+    /// Notification sent when a suggestion is accepted.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Method: `nes/accept`.
+    #[cfg(feature = "unstable_nes")]
+    fn nes_accept(
+        &self,
+        params: AcceptNesNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(Ok(()))
+    }
+    /// Notification sent when a suggestion is rejected.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Method: `nes/reject`.
+    #[cfg(feature = "unstable_nes")]
+    fn nes_reject(
+        &self,
+        params: RejectNesNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(Ok(()))
+    }
     /// An extension request (a method name starting with `_`).
     fn ext_method(
         &self,
@@ -634,6 +1299,22 @@ pub trait Agent<Cx: Send = ()>: Send + Sync {
 /// The agent behind an `Arc`, with every method forwarded to it: serve an `Arc` and keep a
 /// clone of it to reach the agent's state.
 impl<Cx: Send, T: Agent<Cx> + ?Sized> Agent<Cx> for std::sync::Arc<T> {
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message(
+        &self,
+        params: MessageMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<MessageMcpResponse, Error>> + Send {
+        (**self).mcp_message(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message_notification(
+        &self,
+        params: MessageMcpNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).mcp_message_notification(params, cx)
+    }
     fn initialize(
         &self,
         params: InitializeRequest,
@@ -647,6 +1328,32 @@ impl<Cx: Send, T: Agent<Cx> + ?Sized> Agent<Cx> for std::sync::Arc<T> {
         cx: Cx,
     ) -> impl std::future::Future<Output = Result<LoginAuthResponse, Error>> + Send {
         (**self).auth_login(params, cx)
+    }
+    #[cfg(feature = "unstable_llm_providers")]
+    fn providers_list(
+        &self,
+        params: ListProvidersRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ListProvidersResponse, Error>> + Send {
+        (**self).providers_list(params, cx)
+    }
+    #[cfg(feature = "unstable_llm_providers")]
+    fn providers_set(
+        &self,
+        params: SetProviderRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<SetProviderResponse, Error>> + Send {
+        (**self).providers_set(params, cx)
+    }
+    #[cfg(feature = "unstable_llm_providers")]
+    fn providers_disable(
+        &self,
+        params: DisableProviderRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<DisableProviderResponse, Error>,
+    > + Send {
+        (**self).providers_disable(params, cx)
     }
     fn auth_logout(
         &self,
@@ -675,6 +1382,14 @@ impl<Cx: Send, T: Agent<Cx> + ?Sized> Agent<Cx> for std::sync::Arc<T> {
         cx: Cx,
     ) -> impl std::future::Future<Output = Result<DeleteSessionResponse, Error>> + Send {
         (**self).session_delete(params, cx)
+    }
+    #[cfg(feature = "unstable_session_fork")]
+    fn session_fork(
+        &self,
+        params: ForkSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ForkSessionResponse, Error>> + Send {
+        (**self).session_fork(params, cx)
     }
     fn session_resume(
         &self,
@@ -706,12 +1421,92 @@ impl<Cx: Send, T: Agent<Cx> + ?Sized> Agent<Cx> for std::sync::Arc<T> {
     ) -> impl std::future::Future<Output = Result<PromptResponse, Error>> + Send {
         (**self).session_prompt(params, cx)
     }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_start(
+        &self,
+        params: StartNesRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<StartNesResponse, Error>> + Send {
+        (**self).nes_start(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_suggest(
+        &self,
+        params: SuggestNesRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<SuggestNesResponse, Error>> + Send {
+        (**self).nes_suggest(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_close(
+        &self,
+        params: CloseNesRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<CloseNesResponse, Error>> + Send {
+        (**self).nes_close(params, cx)
+    }
     fn session_cancel(
         &self,
         params: CancelSessionNotification,
         cx: Cx,
     ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
         (**self).session_cancel(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_open(
+        &self,
+        params: DidOpenDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_open(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_change(
+        &self,
+        params: DidChangeDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_change(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_close(
+        &self,
+        params: DidCloseDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_close(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_save(
+        &self,
+        params: DidSaveDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_save(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_focus(
+        &self,
+        params: DidFocusDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_focus(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_accept(
+        &self,
+        params: AcceptNesNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).nes_accept(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_reject(
+        &self,
+        params: RejectNesNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).nes_reject(params, cx)
     }
     fn ext_method(
         &self,
@@ -732,6 +1527,22 @@ impl<Cx: Send, T: Agent<Cx> + ?Sized> Agent<Cx> for std::sync::Arc<T> {
 }
 /// The boxed agent, with every method forwarded to it.
 impl<Cx: Send, T: Agent<Cx> + ?Sized> Agent<Cx> for Box<T> {
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message(
+        &self,
+        params: MessageMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<MessageMcpResponse, Error>> + Send {
+        (**self).mcp_message(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message_notification(
+        &self,
+        params: MessageMcpNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).mcp_message_notification(params, cx)
+    }
     fn initialize(
         &self,
         params: InitializeRequest,
@@ -745,6 +1556,32 @@ impl<Cx: Send, T: Agent<Cx> + ?Sized> Agent<Cx> for Box<T> {
         cx: Cx,
     ) -> impl std::future::Future<Output = Result<LoginAuthResponse, Error>> + Send {
         (**self).auth_login(params, cx)
+    }
+    #[cfg(feature = "unstable_llm_providers")]
+    fn providers_list(
+        &self,
+        params: ListProvidersRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ListProvidersResponse, Error>> + Send {
+        (**self).providers_list(params, cx)
+    }
+    #[cfg(feature = "unstable_llm_providers")]
+    fn providers_set(
+        &self,
+        params: SetProviderRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<SetProviderResponse, Error>> + Send {
+        (**self).providers_set(params, cx)
+    }
+    #[cfg(feature = "unstable_llm_providers")]
+    fn providers_disable(
+        &self,
+        params: DisableProviderRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<
+        Output = Result<DisableProviderResponse, Error>,
+    > + Send {
+        (**self).providers_disable(params, cx)
     }
     fn auth_logout(
         &self,
@@ -773,6 +1610,14 @@ impl<Cx: Send, T: Agent<Cx> + ?Sized> Agent<Cx> for Box<T> {
         cx: Cx,
     ) -> impl std::future::Future<Output = Result<DeleteSessionResponse, Error>> + Send {
         (**self).session_delete(params, cx)
+    }
+    #[cfg(feature = "unstable_session_fork")]
+    fn session_fork(
+        &self,
+        params: ForkSessionRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ForkSessionResponse, Error>> + Send {
+        (**self).session_fork(params, cx)
     }
     fn session_resume(
         &self,
@@ -804,12 +1649,92 @@ impl<Cx: Send, T: Agent<Cx> + ?Sized> Agent<Cx> for Box<T> {
     ) -> impl std::future::Future<Output = Result<PromptResponse, Error>> + Send {
         (**self).session_prompt(params, cx)
     }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_start(
+        &self,
+        params: StartNesRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<StartNesResponse, Error>> + Send {
+        (**self).nes_start(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_suggest(
+        &self,
+        params: SuggestNesRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<SuggestNesResponse, Error>> + Send {
+        (**self).nes_suggest(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_close(
+        &self,
+        params: CloseNesRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<CloseNesResponse, Error>> + Send {
+        (**self).nes_close(params, cx)
+    }
     fn session_cancel(
         &self,
         params: CancelSessionNotification,
         cx: Cx,
     ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
         (**self).session_cancel(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_open(
+        &self,
+        params: DidOpenDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_open(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_change(
+        &self,
+        params: DidChangeDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_change(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_close(
+        &self,
+        params: DidCloseDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_close(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_save(
+        &self,
+        params: DidSaveDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_save(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn document_did_focus(
+        &self,
+        params: DidFocusDocumentNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).document_did_focus(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_accept(
+        &self,
+        params: AcceptNesNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).nes_accept(params, cx)
+    }
+    #[cfg(feature = "unstable_nes")]
+    fn nes_reject(
+        &self,
+        params: RejectNesNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).nes_reject(params, cx)
     }
     fn ext_method(
         &self,
@@ -836,11 +1761,33 @@ impl ClientRequest {
         cx: Cx,
     ) -> Result<AgentResponse, Error> {
         match self {
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            ClientRequest::McpMessage(params) => {
+                handler.mcp_message(params, cx).await.map(AgentResponse::McpMessage)
+            }
             ClientRequest::Initialize(params) => {
                 handler.initialize(params, cx).await.map(AgentResponse::Initialize)
             }
             ClientRequest::AuthLogin(params) => {
                 handler.auth_login(params, cx).await.map(AgentResponse::AuthLogin)
+            }
+            #[cfg(feature = "unstable_llm_providers")]
+            ClientRequest::ProvidersList(params) => {
+                handler
+                    .providers_list(params, cx)
+                    .await
+                    .map(AgentResponse::ProvidersList)
+            }
+            #[cfg(feature = "unstable_llm_providers")]
+            ClientRequest::ProvidersSet(params) => {
+                handler.providers_set(params, cx).await.map(AgentResponse::ProvidersSet)
+            }
+            #[cfg(feature = "unstable_llm_providers")]
+            ClientRequest::ProvidersDisable(params) => {
+                handler
+                    .providers_disable(params, cx)
+                    .await
+                    .map(AgentResponse::ProvidersDisable)
             }
             ClientRequest::AuthLogout(params) => {
                 handler.auth_logout(params, cx).await.map(AgentResponse::AuthLogout)
@@ -856,6 +1803,10 @@ impl ClientRequest {
                     .session_delete(params, cx)
                     .await
                     .map(AgentResponse::SessionDelete)
+            }
+            #[cfg(feature = "unstable_session_fork")]
+            ClientRequest::SessionFork(params) => {
+                handler.session_fork(params, cx).await.map(AgentResponse::SessionFork)
             }
             ClientRequest::SessionResume(params) => {
                 handler
@@ -878,6 +1829,18 @@ impl ClientRequest {
                     .await
                     .map(AgentResponse::SessionPrompt)
             }
+            #[cfg(feature = "unstable_nes")]
+            ClientRequest::NesStart(params) => {
+                handler.nes_start(params, cx).await.map(AgentResponse::NesStart)
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientRequest::NesSuggest(params) => {
+                handler.nes_suggest(params, cx).await.map(AgentResponse::NesSuggest)
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientRequest::NesClose(params) => {
+                handler.nes_close(params, cx).await.map(AgentResponse::NesClose)
+            }
             ClientRequest::ExtMethod { method, params } => {
                 handler
                     .ext_method(&method, params, cx)
@@ -895,9 +1858,37 @@ impl ClientNotification {
         cx: Cx,
     ) -> Result<(), Error> {
         match self {
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            ClientNotification::McpMessageNotification(params) => {
+                handler.mcp_message_notification(params, cx).await
+            }
             ClientNotification::SessionCancel(params) => {
                 handler.session_cancel(params, cx).await
             }
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::DocumentDidOpen(params) => {
+                handler.document_did_open(params, cx).await
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::DocumentDidChange(params) => {
+                handler.document_did_change(params, cx).await
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::DocumentDidClose(params) => {
+                handler.document_did_close(params, cx).await
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::DocumentDidSave(params) => {
+                handler.document_did_save(params, cx).await
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::DocumentDidFocus(params) => {
+                handler.document_did_focus(params, cx).await
+            }
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::NesAccept(params) => handler.nes_accept(params, cx).await,
+            #[cfg(feature = "unstable_nes")]
+            ClientNotification::NesReject(params) => handler.nes_reject(params, cx).await,
             ClientNotification::ExtNotification { method, params } => {
                 handler.ext_notification(&method, params, cx).await
             }
@@ -914,6 +1905,15 @@ pub enum AgentRequest {
     SessionRequestPermission(RequestPermissionRequest),
     /// `elicitation/create`
     ElicitationCreate(CreateElicitationRequest),
+    /// `mcp/connect`
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    McpConnect(ConnectMcpRequest),
+    /// `mcp/message`
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    McpMessage(MessageMcpRequest),
+    /// `mcp/disconnect`
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    McpDisconnect(DisconnectMcpRequest),
     /// An extension method (its name starts with `_`).
     ExtMethod { method: String, params: ExtRequest },
 }
@@ -923,6 +1923,12 @@ impl AgentRequest {
         match self {
             AgentRequest::SessionRequestPermission(_) => "session/request_permission",
             AgentRequest::ElicitationCreate(_) => "elicitation/create",
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            AgentRequest::McpConnect(_) => "mcp/connect",
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            AgentRequest::McpMessage(_) => "mcp/message",
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            AgentRequest::McpDisconnect(_) => "mcp/disconnect",
             AgentRequest::ExtMethod { method, .. } => method,
         }
     }
@@ -942,6 +1948,24 @@ impl AgentRequest {
             "elicitation/create" => {
                 serde_support::null_as_empty(params)
                     .map(AgentRequest::ElicitationCreate)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            "mcp/connect" => {
+                serde_support::null_as_empty(params)
+                    .map(AgentRequest::McpConnect)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            "mcp/message" => {
+                serde_support::null_as_empty(params)
+                    .map(AgentRequest::McpMessage)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            "mcp/disconnect" => {
+                serde_support::null_as_empty(params)
+                    .map(AgentRequest::McpDisconnect)
                     .map(Some)
             }
             ext if ext.starts_with('_') => {
@@ -964,6 +1988,18 @@ impl serde::Serialize for AgentRequest {
             AgentRequest::ElicitationCreate(params) => {
                 serde::Serialize::serialize(params, serializer)
             }
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            AgentRequest::McpConnect(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            AgentRequest::McpMessage(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            AgentRequest::McpDisconnect(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
             AgentRequest::ExtMethod { params, .. } => {
                 serde::Serialize::serialize(params, serializer)
             }
@@ -980,6 +2016,15 @@ pub enum ClientResponse {
     SessionRequestPermission(RequestPermissionResponse),
     /// The result of `elicitation/create`.
     ElicitationCreate(CreateElicitationResponse),
+    /// The result of `mcp/connect`.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    McpConnect(ConnectMcpResponse),
+    /// The result of `mcp/message`.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    McpMessage(MessageMcpResponse),
+    /// The result of `mcp/disconnect`.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    McpDisconnect(DisconnectMcpResponse),
     /// The result of an extension method.
     ExtMethod(ExtResponse),
 }
@@ -1000,6 +2045,24 @@ impl ClientResponse {
                     .map(ClientResponse::ElicitationCreate)
                     .map(Some)
             }
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            "mcp/connect" => {
+                serde_support::null_as_empty(result)
+                    .map(ClientResponse::McpConnect)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            "mcp/message" => {
+                serde_support::null_as_empty(result)
+                    .map(ClientResponse::McpMessage)
+                    .map(Some)
+            }
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            "mcp/disconnect" => {
+                serde_support::null_as_empty(result)
+                    .map(ClientResponse::McpDisconnect)
+                    .map(Some)
+            }
             ext if ext.starts_with('_') => {
                 serde::Deserialize::deserialize(result)
                     .map(ClientResponse::ExtMethod)
@@ -1018,6 +2081,18 @@ impl serde::Serialize for ClientResponse {
             ClientResponse::ElicitationCreate(result) => {
                 serde::Serialize::serialize(result, serializer)
             }
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            ClientResponse::McpConnect(result) => {
+                serde::Serialize::serialize(result, serializer)
+            }
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            ClientResponse::McpMessage(result) => {
+                serde::Serialize::serialize(result, serializer)
+            }
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            ClientResponse::McpDisconnect(result) => {
+                serde::Serialize::serialize(result, serializer)
+            }
             ClientResponse::ExtMethod(result) => {
                 serde::Serialize::serialize(result, serializer)
             }
@@ -1030,6 +2105,9 @@ impl serde::Serialize for ClientResponse {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum AgentNotification {
+    /// `mcp/message`
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    McpMessageNotification(MessageMcpNotification),
     /// `session/update`
     SessionUpdate(UpdateSessionNotification),
     /// `elicitation/complete`
@@ -1041,6 +2119,8 @@ impl AgentNotification {
     /// The method name on the wire.
     pub fn method(&self) -> &str {
         match self {
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            AgentNotification::McpMessageNotification(_) => "mcp/message",
             AgentNotification::SessionUpdate(_) => "session/update",
             AgentNotification::ElicitationComplete(_) => "elicitation/complete",
             AgentNotification::ExtNotification { method, .. } => method,
@@ -1054,6 +2134,12 @@ impl AgentNotification {
         params: D,
     ) -> Result<Option<Self>, D::Error> {
         match method {
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            "mcp/message" => {
+                serde_support::null_as_empty(params)
+                    .map(AgentNotification::McpMessageNotification)
+                    .map(Some)
+            }
             "session/update" => {
                 serde_support::null_as_empty(params)
                     .map(AgentNotification::SessionUpdate)
@@ -1078,6 +2164,10 @@ impl AgentNotification {
 impl serde::Serialize for AgentNotification {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            AgentNotification::McpMessageNotification(params) => {
+                serde::Serialize::serialize(params, serializer)
+            }
             AgentNotification::SessionUpdate(params) => {
                 serde::Serialize::serialize(params, serializer)
             }
@@ -1098,7 +2188,7 @@ pub trait Client<Cx: Send = ()>: Send + Sync {
     ///
     /// Sent when the agent needs authorization before performing a sensitive operation.
     ///
-    /// See protocol docs: [Requesting Permission](https://agentclientprotocol.com/protocol/v2/tool-calls#requesting-permission)
+    /// See protocol docs: [Requesting Permission](https://agentclientprotocol.com/protocol/v2/draft/tool-calls#requesting-permission)
     ///
     /// Method: `session/request_permission`.
     fn session_request_permission(
@@ -1130,11 +2220,94 @@ pub trait Client<Cx: Send = ()>: Send + Sync {
             ),
         )
     }
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Request parameters for `mcp/connect`.
+    ///
+    /// Available with the cargo feature `unstable_mcp_over_acp`.
+    ///
+    /// Method: `mcp/connect`.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_connect(
+        &self,
+        params: ConnectMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ConnectMcpResponse, Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(
+            Err(Error::method_not_found().data(serde_json::Value::from("mcp/connect"))),
+        )
+    }
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Request parameters for `mcp/message`.
+    ///
+    /// Available with the cargo feature `unstable_mcp_over_acp`.
+    ///
+    /// Method: `mcp/message`.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message(
+        &self,
+        params: MessageMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<MessageMcpResponse, Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(
+            Err(Error::method_not_found().data(serde_json::Value::from("mcp/message"))),
+        )
+    }
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Notification parameters for `mcp/message`.
+    ///
+    /// This is used when the wrapped MCP message is a notification and the outer JSON-RPC
+    /// envelope has no `id`.
+    ///
+    /// Available with the cargo feature `unstable_mcp_over_acp`.
+    ///
+    /// Method: `mcp/message`.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message_notification(
+        &self,
+        params: MessageMcpNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(Ok(()))
+    }
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Request parameters for `mcp/disconnect`.
+    ///
+    /// Available with the cargo feature `unstable_mcp_over_acp`.
+    ///
+    /// Method: `mcp/disconnect`.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_disconnect(
+        &self,
+        params: DisconnectMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<DisconnectMcpResponse, Error>> + Send {
+        let _ = (params, cx);
+        std::future::ready(
+            Err(
+                Error::method_not_found().data(serde_json::Value::from("mcp/disconnect")),
+            ),
+        )
+    }
     /// Notification containing a session update from the agent.
     ///
     /// Agents can send session updates at any point while the session exists.
     ///
-    /// See protocol docs: [Agent Reports Output](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#3-agent-reports-output)
+    /// See protocol docs: [Agent Reports Output](https://agentclientprotocol.com/protocol/v2/draft/prompt-lifecycle#3-agent-reports-output)
     ///
     /// Method: `session/update`.
     fn session_update(
@@ -1197,6 +2370,38 @@ impl<Cx: Send, T: Client<Cx> + ?Sized> Client<Cx> for std::sync::Arc<T> {
     > + Send {
         (**self).elicitation_create(params, cx)
     }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_connect(
+        &self,
+        params: ConnectMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ConnectMcpResponse, Error>> + Send {
+        (**self).mcp_connect(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message(
+        &self,
+        params: MessageMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<MessageMcpResponse, Error>> + Send {
+        (**self).mcp_message(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message_notification(
+        &self,
+        params: MessageMcpNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).mcp_message_notification(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_disconnect(
+        &self,
+        params: DisconnectMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<DisconnectMcpResponse, Error>> + Send {
+        (**self).mcp_disconnect(params, cx)
+    }
     fn session_update(
         &self,
         params: UpdateSessionNotification,
@@ -1247,6 +2452,38 @@ impl<Cx: Send, T: Client<Cx> + ?Sized> Client<Cx> for Box<T> {
         Output = Result<CreateElicitationResponse, Error>,
     > + Send {
         (**self).elicitation_create(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_connect(
+        &self,
+        params: ConnectMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<ConnectMcpResponse, Error>> + Send {
+        (**self).mcp_connect(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message(
+        &self,
+        params: MessageMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<MessageMcpResponse, Error>> + Send {
+        (**self).mcp_message(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_message_notification(
+        &self,
+        params: MessageMcpNotification,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        (**self).mcp_message_notification(params, cx)
+    }
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    fn mcp_disconnect(
+        &self,
+        params: DisconnectMcpRequest,
+        cx: Cx,
+    ) -> impl std::future::Future<Output = Result<DisconnectMcpResponse, Error>> + Send {
+        (**self).mcp_disconnect(params, cx)
     }
     fn session_update(
         &self,
@@ -1299,6 +2536,21 @@ impl AgentRequest {
                     .await
                     .map(ClientResponse::ElicitationCreate)
             }
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            AgentRequest::McpConnect(params) => {
+                handler.mcp_connect(params, cx).await.map(ClientResponse::McpConnect)
+            }
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            AgentRequest::McpMessage(params) => {
+                handler.mcp_message(params, cx).await.map(ClientResponse::McpMessage)
+            }
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            AgentRequest::McpDisconnect(params) => {
+                handler
+                    .mcp_disconnect(params, cx)
+                    .await
+                    .map(ClientResponse::McpDisconnect)
+            }
             AgentRequest::ExtMethod { method, params } => {
                 handler
                     .ext_method(&method, params, cx)
@@ -1316,6 +2568,10 @@ impl AgentNotification {
         cx: Cx,
     ) -> Result<(), Error> {
         match self {
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            AgentNotification::McpMessageNotification(params) => {
+                handler.mcp_message_notification(params, cx).await
+            }
             AgentNotification::SessionUpdate(params) => {
                 handler.session_update(params, cx).await
             }

@@ -9,7 +9,9 @@
 // v2/schema.json sha256 36e8270fb12d4d067005cc02f729f5433930e6834ab4a72260838ee096d62378
 // v2/schema.unstable.json sha256 bbdf4ad0e4a07751860afbaf3de800a5c7f9f714f3621f8e667f232709dc497d
 
-//! Protocol v2: the schema's types and its method table.
+/*! Protocol v2: the schema's types and its method table.
+
+ The module is behind `unstable_protocol_v2`. Its unstable items are behind the same features as the same capability in v1 (`unstable_nes`, ...), so using one in v2 takes both.*/
 mod methods;
 mod types;
 pub use methods::*;

@@ -286,6 +286,21 @@ pub struct ToolCallUpdate {
     /// Unique identifier for this tool call within the session.
     #[serde(rename = "toolCallId")]
     pub tool_call_id: ToolCallId,
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Programmatic name of the tool being invoked.
+    ///
+    /// This field is optional and has patch semantics. Omission means no
+    /// change, `null` clears the name, and a string replaces it. For a tool
+    /// call ID the client has not seen before, omission or `null` means that no
+    /// tool name is available.
+    ///
+    /// Available with the cargo feature `unstable_tool_call_name`.
+    #[cfg(feature = "unstable_tool_call_name")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<Option<String>>,
     /// Human-readable title describing what the tool is doing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
@@ -315,13 +330,15 @@ pub struct ToolCallUpdate {
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
 impl ToolCallUpdate {
     /// Creates a value from its required fields; optional fields start unset.
     pub fn new(tool_call_id: impl Into<ToolCallId>) -> Self {
         ToolCallUpdate {
             tool_call_id: tool_call_id.into(),
+            #[cfg(feature = "unstable_tool_call_name")]
+            name: None,
             title: None,
             kind: None,
             status: None,
@@ -331,6 +348,13 @@ impl ToolCallUpdate {
             raw_output: None,
             meta: None,
         }
+    }
+    /// Sets [`Self::name`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[cfg(feature = "unstable_tool_call_name")]
+    #[must_use]
+    pub fn name(mut self, name: impl Into<Option<String>>) -> Self {
+        self.name = Some(name.into());
+        self
     }
     /// Sets [`Self::title`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
@@ -377,15 +401,19 @@ impl ToolCallUpdate {
         self.raw_output = Some(raw_output);
         self
     }
-    /// Sets [`Self::meta`].
+    /// Sets [`Self::meta`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.meta = Some(meta);
+    pub fn meta(
+        mut self,
+        meta: impl Into<Option<serde_json::Map<String, serde_json::Value>>>,
+    ) -> Self {
+        self.meta = Some(meta.into());
         self
     }
 }
 serde_support::deserialize_struct!(ToolCallUpdate {
     tool_call_id: "toolCallId" => required,
+    #[cfg(feature = "unstable_tool_call_name")] name: "name" => optional(TriOrDefault),
     title: "title" => optional(TriOrDefault),
     kind: "kind" => optional(TriOrDefault),
     status: "status" => optional(TriOrDefault),
@@ -393,7 +421,7 @@ serde_support::deserialize_struct!(ToolCallUpdate {
     locations: "locations" => optional(TriVecSkipInvalidOrDefault),
     raw_input: "rawInput" => optional(Present),
     raw_output: "rawOutput" => optional(Present),
-    meta: "_meta" => optional(DefaultOnError),
+    meta: "_meta" => optional(TriOrDefault),
 });
 /// Unique identifier for a tool call within a session.
 #[derive(
@@ -3804,6 +3832,266 @@ impl ElicitationUrlMode {
         }
     }
 }
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Request parameters for `mcp/connect`.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
+#[cfg(feature = "unstable_mcp_over_acp")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct ConnectMcpRequest {
+    /// The ACP MCP server ID that was provided by the component declaring the MCP server.
+    #[serde(rename = "serverId")]
+    pub server_id: McpServerAcpId,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl ConnectMcpRequest {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(server_id: impl Into<McpServerAcpId>) -> Self {
+        ConnectMcpRequest {
+            server_id: server_id.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+serde_support::deserialize_struct!(ConnectMcpRequest {
+    server_id: "serverId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Unique identifier for an MCP server using the ACP transport.
+///
+/// The value is opaque and generated by the ACP component providing the MCP server. It is
+/// used by `mcp/connect` to route connection requests back to the component that declared the
+/// server.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
+#[cfg(feature = "unstable_mcp_over_acp")]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize
+)]
+#[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct McpServerAcpId(pub String);
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl From<String> for McpServerAcpId {
+    fn from(value: String) -> Self {
+        McpServerAcpId(value)
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl From<&str> for McpServerAcpId {
+    fn from(value: &str) -> Self {
+        McpServerAcpId(value.to_owned())
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl AsRef<str> for McpServerAcpId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl std::fmt::Display for McpServerAcpId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl std::borrow::Borrow<str> for McpServerAcpId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Request parameters for `mcp/message`.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
+#[cfg(feature = "unstable_mcp_over_acp")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct MessageMcpRequest {
+    /// The MCP-over-ACP connection this message is sent on.
+    #[serde(rename = "connectionId")]
+    pub connection_id: McpConnectionId,
+    /// The inner MCP method name.
+    pub method: String,
+    /// Optional inner MCP params.
+    ///
+    /// If omitted or set to `null`, the inner MCP message has no params.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub params: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl MessageMcpRequest {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        connection_id: impl Into<McpConnectionId>,
+        method: impl Into<String>,
+    ) -> Self {
+        MessageMcpRequest {
+            connection_id: connection_id.into(),
+            method: method.into(),
+            params: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::params`].
+    #[must_use]
+    pub fn params(mut self, params: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.params = Some(params);
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+serde_support::deserialize_struct!(MessageMcpRequest {
+    connection_id: "connectionId" => required,
+    method: "method" => required,
+    params: "params" => optional,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// A unique identifier for an active MCP-over-ACP connection.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
+#[cfg(feature = "unstable_mcp_over_acp")]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize
+)]
+#[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct McpConnectionId(pub String);
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl From<String> for McpConnectionId {
+    fn from(value: String) -> Self {
+        McpConnectionId(value)
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl From<&str> for McpConnectionId {
+    fn from(value: &str) -> Self {
+        McpConnectionId(value.to_owned())
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl AsRef<str> for McpConnectionId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl std::fmt::Display for McpConnectionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl std::borrow::Borrow<str> for McpConnectionId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Request parameters for `mcp/disconnect`.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
+#[cfg(feature = "unstable_mcp_over_acp")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct DisconnectMcpRequest {
+    /// The MCP-over-ACP connection to close.
+    #[serde(rename = "connectionId")]
+    pub connection_id: McpConnectionId,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl DisconnectMcpRequest {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(connection_id: impl Into<McpConnectionId>) -> Self {
+        DisconnectMcpRequest {
+            connection_id: connection_id.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+serde_support::deserialize_struct!(DisconnectMcpRequest {
+    connection_id: "connectionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Allows for sending an arbitrary request that is not part of the ACP spec.
 /// Extension methods provide a way to add custom functionality while maintaining
 /// protocol compatibility.
@@ -4013,6 +4301,42 @@ pub struct AgentCapabilities {
     /// non-empty `authMethods` list in the `initialize` response.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth: Option<Option<AgentAuthCapabilities>>,
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Provider configuration capabilities supported by the agent.
+    ///
+    /// Optional. Omitted or `null` both mean the agent does not advertise support.
+    /// Supplying `{}` means the agent supports provider configuration methods.
+    ///
+    /// Available with the cargo feature `unstable_llm_providers`.
+    #[cfg(feature = "unstable_llm_providers")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub providers: Option<Option<ProvidersCapabilities>>,
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// NES (Next Edit Suggestions) capabilities supported by the agent.
+    ///
+    /// Optional. Omitted or `null` both mean the agent does not advertise support
+    /// for NES methods.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
+    #[cfg(feature = "unstable_nes")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nes: Option<Option<NesCapabilities>>,
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// The position encoding selected by the agent from the client's supported encodings.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
+    #[cfg(feature = "unstable_nes")]
+    #[serde(rename = "positionEncoding", skip_serializing_if = "Option::is_none")]
+    pub position_encoding: Option<Option<PositionEncodingKind>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -4027,6 +4351,12 @@ impl AgentCapabilities {
         AgentCapabilities {
             session: None,
             auth: None,
+            #[cfg(feature = "unstable_llm_providers")]
+            providers: None,
+            #[cfg(feature = "unstable_nes")]
+            nes: None,
+            #[cfg(feature = "unstable_nes")]
+            position_encoding: None,
             meta: None,
         }
     }
@@ -4042,6 +4372,33 @@ impl AgentCapabilities {
         self.auth = Some(auth.into());
         self
     }
+    /// Sets [`Self::providers`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[cfg(feature = "unstable_llm_providers")]
+    #[must_use]
+    pub fn providers(
+        mut self,
+        providers: impl Into<Option<ProvidersCapabilities>>,
+    ) -> Self {
+        self.providers = Some(providers.into());
+        self
+    }
+    /// Sets [`Self::nes`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[cfg(feature = "unstable_nes")]
+    #[must_use]
+    pub fn nes(mut self, nes: impl Into<Option<NesCapabilities>>) -> Self {
+        self.nes = Some(nes.into());
+        self
+    }
+    /// Sets [`Self::position_encoding`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[cfg(feature = "unstable_nes")]
+    #[must_use]
+    pub fn position_encoding(
+        mut self,
+        position_encoding: impl Into<Option<PositionEncodingKind>>,
+    ) -> Self {
+        self.position_encoding = Some(position_encoding.into());
+        self
+    }
     /// Sets [`Self::meta`].
     #[must_use]
     pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
@@ -4052,6 +4409,9 @@ impl AgentCapabilities {
 serde_support::deserialize_struct!(AgentCapabilities {
     session: "session" => optional(TriOrDefault),
     auth: "auth" => optional(TriOrDefault),
+    #[cfg(feature = "unstable_llm_providers")] providers: "providers" => optional(TriOrDefault),
+    #[cfg(feature = "unstable_nes")] nes: "nes" => optional(TriOrDefault),
+    #[cfg(feature = "unstable_nes")] position_encoding: "positionEncoding" => optional(TriOrDefault),
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Session capabilities supported by the agent.
@@ -4098,6 +4458,19 @@ pub struct SessionCapabilities {
     /// complete ordered additional-root list associated with a listed session.
     #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Option<SessionAdditionalDirectoriesCapabilities>>,
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Whether the agent supports `session/fork`.
+    ///
+    /// Optional. Omitted or `null` both mean the agent does not advertise support.
+    /// Supplying `{}` means the agent supports forking sessions.
+    ///
+    /// Available with the cargo feature `unstable_session_fork`.
+    #[cfg(feature = "unstable_session_fork")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fork: Option<Option<SessionForkCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -4114,6 +4487,8 @@ impl SessionCapabilities {
             mcp: None,
             delete: None,
             additional_directories: None,
+            #[cfg(feature = "unstable_session_fork")]
+            fork: None,
             meta: None,
         }
     }
@@ -4149,6 +4524,13 @@ impl SessionCapabilities {
         self.additional_directories = Some(additional_directories.into());
         self
     }
+    /// Sets [`Self::fork`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[cfg(feature = "unstable_session_fork")]
+    #[must_use]
+    pub fn fork(mut self, fork: impl Into<Option<SessionForkCapabilities>>) -> Self {
+        self.fork = Some(fork.into());
+        self
+    }
     /// Sets [`Self::meta`].
     #[must_use]
     pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
@@ -4161,6 +4543,7 @@ serde_support::deserialize_struct!(SessionCapabilities {
     mcp: "mcp" => optional(TriOrDefault),
     delete: "delete" => optional(TriOrDefault),
     additional_directories: "additionalDirectories" => optional(TriOrDefault),
+    #[cfg(feature = "unstable_session_fork")] fork: "fork" => optional(TriOrDefault),
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Prompt capabilities supported by the agent in `session/prompt` requests.
@@ -4365,6 +4748,19 @@ pub struct McpCapabilities {
     /// Supplying `{}` means the agent supports HTTP MCP server transports.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http: Option<Option<McpHttpCapabilities>>,
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Agent supports [`McpServer::Acp`].
+    ///
+    /// Optional. Omitted or `null` both mean the agent does not advertise support.
+    /// Supplying `{}` means the agent supports ACP MCP server transports.
+    ///
+    /// Available with the cargo feature `unstable_mcp_over_acp`.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acp: Option<Option<McpAcpCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -4379,6 +4775,8 @@ impl McpCapabilities {
         McpCapabilities {
             stdio: None,
             http: None,
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            acp: None,
             meta: None,
         }
     }
@@ -4394,6 +4792,13 @@ impl McpCapabilities {
         self.http = Some(http.into());
         self
     }
+    /// Sets [`Self::acp`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    #[must_use]
+    pub fn acp(mut self, acp: impl Into<Option<McpAcpCapabilities>>) -> Self {
+        self.acp = Some(acp.into());
+        self
+    }
     /// Sets [`Self::meta`].
     #[must_use]
     pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
@@ -4404,6 +4809,7 @@ impl McpCapabilities {
 serde_support::deserialize_struct!(McpCapabilities {
     stdio: "stdio" => optional(TriOrDefault),
     http: "http" => optional(TriOrDefault),
+    #[cfg(feature = "unstable_mcp_over_acp")] acp: "acp" => optional(TriOrDefault),
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Capabilities for stdio MCP server transports.
@@ -4464,6 +4870,45 @@ impl McpHttpCapabilities {
     }
 }
 serde_support::deserialize_struct!(McpHttpCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Capabilities for ACP MCP server transports.
+///
+/// Supplying `{}` means the agent supports ACP MCP server transports.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
+#[cfg(feature = "unstable_mcp_over_acp")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct McpAcpCapabilities {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl McpAcpCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        McpAcpCapabilities { meta: None }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+serde_support::deserialize_struct!(McpAcpCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Capabilities for the `session/delete` method.
@@ -4533,6 +4978,47 @@ impl SessionAdditionalDirectoriesCapabilities {
 serde_support::deserialize_struct!(SessionAdditionalDirectoriesCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Capabilities for the `session/fork` method.
+///
+/// Supplying `{}` means the agent supports forking sessions.
+///
+/// Available with the cargo feature `unstable_session_fork`.
+#[cfg(feature = "unstable_session_fork")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct SessionForkCapabilities {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_session_fork")]
+impl SessionForkCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        SessionForkCapabilities {
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_session_fork")]
+serde_support::deserialize_struct!(SessionForkCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Authentication-related extension capabilities supported by the agent.
 ///
 /// This object does not advertise support for `auth/login` or `auth/logout`.
@@ -4567,6 +5053,961 @@ impl AgentAuthCapabilities {
 serde_support::deserialize_struct!(AgentAuthCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Provider configuration capabilities supported by the agent.
+///
+/// Supplying `{}` means the agent supports provider configuration methods.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
+#[cfg(feature = "unstable_llm_providers")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct ProvidersCapabilities {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl ProvidersCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        ProvidersCapabilities {
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(ProvidersCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// NES capabilities advertised by the agent during initialization.
+///
+/// Supplying `{}` means the agent supports the NES method surface. Omitted or
+/// `null` both mean the agent does not advertise support for `nes/*` methods.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesCapabilities {
+    /// Events the agent wants to receive.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events: Option<Option<NesEventCapabilities>>,
+    /// Context the agent wants attached to each suggestion request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<Option<NesContextCapabilities>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesCapabilities {
+            events: None,
+            context: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::events`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn events(mut self, events: impl Into<Option<NesEventCapabilities>>) -> Self {
+        self.events = Some(events.into());
+        self
+    }
+    /// Sets [`Self::context`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn context(
+        mut self,
+        context: impl Into<Option<NesContextCapabilities>>,
+    ) -> Self {
+        self.context = Some(context.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesCapabilities {
+    events: "events" => optional(TriOrDefault),
+    context: "context" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Event capabilities the agent can consume.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesEventCapabilities {
+    /// Document event capabilities.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub document: Option<Option<NesDocumentEventCapabilities>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesEventCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesEventCapabilities {
+            document: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::document`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn document(
+        mut self,
+        document: impl Into<Option<NesDocumentEventCapabilities>>,
+    ) -> Self {
+        self.document = Some(document.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesEventCapabilities {
+    document: "document" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Document event capabilities the agent wants to receive.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesDocumentEventCapabilities {
+    /// Whether the agent wants `document/didOpen` events.
+    #[serde(rename = "didOpen", skip_serializing_if = "Option::is_none")]
+    pub did_open: Option<Option<NesDocumentDidOpenCapabilities>>,
+    /// Whether the agent wants `document/didChange` events, and the sync kind.
+    #[serde(rename = "didChange", skip_serializing_if = "Option::is_none")]
+    pub did_change: Option<Option<NesDocumentDidChangeCapabilities>>,
+    /// Whether the agent wants `document/didClose` events.
+    #[serde(rename = "didClose", skip_serializing_if = "Option::is_none")]
+    pub did_close: Option<Option<NesDocumentDidCloseCapabilities>>,
+    /// Whether the agent wants `document/didSave` events.
+    #[serde(rename = "didSave", skip_serializing_if = "Option::is_none")]
+    pub did_save: Option<Option<NesDocumentDidSaveCapabilities>>,
+    /// Whether the agent wants `document/didFocus` events.
+    #[serde(rename = "didFocus", skip_serializing_if = "Option::is_none")]
+    pub did_focus: Option<Option<NesDocumentDidFocusCapabilities>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesDocumentEventCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesDocumentEventCapabilities {
+            did_open: None,
+            did_change: None,
+            did_close: None,
+            did_save: None,
+            did_focus: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::did_open`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn did_open(
+        mut self,
+        did_open: impl Into<Option<NesDocumentDidOpenCapabilities>>,
+    ) -> Self {
+        self.did_open = Some(did_open.into());
+        self
+    }
+    /// Sets [`Self::did_change`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn did_change(
+        mut self,
+        did_change: impl Into<Option<NesDocumentDidChangeCapabilities>>,
+    ) -> Self {
+        self.did_change = Some(did_change.into());
+        self
+    }
+    /// Sets [`Self::did_close`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn did_close(
+        mut self,
+        did_close: impl Into<Option<NesDocumentDidCloseCapabilities>>,
+    ) -> Self {
+        self.did_close = Some(did_close.into());
+        self
+    }
+    /// Sets [`Self::did_save`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn did_save(
+        mut self,
+        did_save: impl Into<Option<NesDocumentDidSaveCapabilities>>,
+    ) -> Self {
+        self.did_save = Some(did_save.into());
+        self
+    }
+    /// Sets [`Self::did_focus`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn did_focus(
+        mut self,
+        did_focus: impl Into<Option<NesDocumentDidFocusCapabilities>>,
+    ) -> Self {
+        self.did_focus = Some(did_focus.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesDocumentEventCapabilities {
+    did_open: "didOpen" => optional(TriOrDefault),
+    did_change: "didChange" => optional(TriOrDefault),
+    did_close: "didClose" => optional(TriOrDefault),
+    did_save: "didSave" => optional(TriOrDefault),
+    did_focus: "didFocus" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Marker for `document/didOpen` capability support.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesDocumentDidOpenCapabilities {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesDocumentDidOpenCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesDocumentDidOpenCapabilities {
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesDocumentDidOpenCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Capabilities for `document/didChange` events.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesDocumentDidChangeCapabilities {
+    /// The sync kind the agent wants: `"full"` or `"incremental"`.
+    #[serde(rename = "syncKind")]
+    pub sync_kind: TextDocumentSyncKind,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesDocumentDidChangeCapabilities {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(sync_kind: impl Into<TextDocumentSyncKind>) -> Self {
+        NesDocumentDidChangeCapabilities {
+            sync_kind: sync_kind.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesDocumentDidChangeCapabilities {
+    sync_kind: "syncKind" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// How the agent wants document changes delivered.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum TextDocumentSyncKind {
+    /// Client sends the entire file content on each change.
+    Full,
+    /// Client sends only the changed ranges.
+    Incremental,
+    /// A value this version of the schema does not know, kept as received.
+    Other(String),
+}
+#[cfg(feature = "unstable_nes")]
+impl TextDocumentSyncKind {
+    /// The value as written on the wire.
+    pub fn as_str(&self) -> &str {
+        match self {
+            TextDocumentSyncKind::Full => "full",
+            TextDocumentSyncKind::Incremental => "incremental",
+            TextDocumentSyncKind::Other(other) => other,
+        }
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl From<&str> for TextDocumentSyncKind {
+    fn from(value: &str) -> Self {
+        match value {
+            "full" => TextDocumentSyncKind::Full,
+            "incremental" => TextDocumentSyncKind::Incremental,
+            other => TextDocumentSyncKind::Other(other.to_owned()),
+        }
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl std::fmt::Display for TextDocumentSyncKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl serde::Serialize for TextDocumentSyncKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl<'de> serde::Deserialize<'de> for TextDocumentSyncKind {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Self, D::Error> {
+        let value = <std::borrow::Cow<
+            'de,
+            str,
+        > as serde::Deserialize>::deserialize(deserializer)?;
+        Ok(TextDocumentSyncKind::from(value.as_ref()))
+    }
+}
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_nes")]
+impl schemars::JsonSchema for TextDocumentSyncKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "TextDocumentSyncKind".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("full");
+        values.push("incremental");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
+/// Marker for `document/didClose` capability support.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesDocumentDidCloseCapabilities {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesDocumentDidCloseCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesDocumentDidCloseCapabilities {
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesDocumentDidCloseCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Marker for `document/didSave` capability support.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesDocumentDidSaveCapabilities {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesDocumentDidSaveCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesDocumentDidSaveCapabilities {
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesDocumentDidSaveCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Marker for `document/didFocus` capability support.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesDocumentDidFocusCapabilities {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesDocumentDidFocusCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesDocumentDidFocusCapabilities {
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesDocumentDidFocusCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Context capabilities the agent wants attached to each suggestion request.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesContextCapabilities {
+    /// Whether the agent wants recent files context.
+    #[serde(rename = "recentFiles", skip_serializing_if = "Option::is_none")]
+    pub recent_files: Option<Option<NesRecentFilesCapabilities>>,
+    /// Whether the agent wants related snippets context.
+    #[serde(rename = "relatedSnippets", skip_serializing_if = "Option::is_none")]
+    pub related_snippets: Option<Option<NesRelatedSnippetsCapabilities>>,
+    /// Whether the agent wants edit history context.
+    #[serde(rename = "editHistory", skip_serializing_if = "Option::is_none")]
+    pub edit_history: Option<Option<NesEditHistoryCapabilities>>,
+    /// Whether the agent wants user actions context.
+    #[serde(rename = "userActions", skip_serializing_if = "Option::is_none")]
+    pub user_actions: Option<Option<NesUserActionsCapabilities>>,
+    /// Whether the agent wants open files context.
+    #[serde(rename = "openFiles", skip_serializing_if = "Option::is_none")]
+    pub open_files: Option<Option<NesOpenFilesCapabilities>>,
+    /// Whether the agent wants diagnostics context.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<Option<NesDiagnosticsCapabilities>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesContextCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesContextCapabilities {
+            recent_files: None,
+            related_snippets: None,
+            edit_history: None,
+            user_actions: None,
+            open_files: None,
+            diagnostics: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::recent_files`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn recent_files(
+        mut self,
+        recent_files: impl Into<Option<NesRecentFilesCapabilities>>,
+    ) -> Self {
+        self.recent_files = Some(recent_files.into());
+        self
+    }
+    /// Sets [`Self::related_snippets`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn related_snippets(
+        mut self,
+        related_snippets: impl Into<Option<NesRelatedSnippetsCapabilities>>,
+    ) -> Self {
+        self.related_snippets = Some(related_snippets.into());
+        self
+    }
+    /// Sets [`Self::edit_history`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn edit_history(
+        mut self,
+        edit_history: impl Into<Option<NesEditHistoryCapabilities>>,
+    ) -> Self {
+        self.edit_history = Some(edit_history.into());
+        self
+    }
+    /// Sets [`Self::user_actions`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn user_actions(
+        mut self,
+        user_actions: impl Into<Option<NesUserActionsCapabilities>>,
+    ) -> Self {
+        self.user_actions = Some(user_actions.into());
+        self
+    }
+    /// Sets [`Self::open_files`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn open_files(
+        mut self,
+        open_files: impl Into<Option<NesOpenFilesCapabilities>>,
+    ) -> Self {
+        self.open_files = Some(open_files.into());
+        self
+    }
+    /// Sets [`Self::diagnostics`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn diagnostics(
+        mut self,
+        diagnostics: impl Into<Option<NesDiagnosticsCapabilities>>,
+    ) -> Self {
+        self.diagnostics = Some(diagnostics.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesContextCapabilities {
+    recent_files: "recentFiles" => optional(TriOrDefault),
+    related_snippets: "relatedSnippets" => optional(TriOrDefault),
+    edit_history: "editHistory" => optional(TriOrDefault),
+    user_actions: "userActions" => optional(TriOrDefault),
+    open_files: "openFiles" => optional(TriOrDefault),
+    diagnostics: "diagnostics" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Capabilities for recent files context.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesRecentFilesCapabilities {
+    /// Maximum number of recent files the agent can use.
+    #[serde(rename = "maxCount", skip_serializing_if = "Option::is_none")]
+    pub max_count: Option<Option<u32>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesRecentFilesCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesRecentFilesCapabilities {
+            max_count: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::max_count`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn max_count(mut self, max_count: impl Into<Option<u32>>) -> Self {
+        self.max_count = Some(max_count.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesRecentFilesCapabilities {
+    max_count: "maxCount" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Capabilities for related snippets context.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesRelatedSnippetsCapabilities {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesRelatedSnippetsCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesRelatedSnippetsCapabilities {
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesRelatedSnippetsCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Capabilities for edit history context.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesEditHistoryCapabilities {
+    /// Maximum number of edit history entries the agent can use.
+    #[serde(rename = "maxCount", skip_serializing_if = "Option::is_none")]
+    pub max_count: Option<Option<u32>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesEditHistoryCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesEditHistoryCapabilities {
+            max_count: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::max_count`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn max_count(mut self, max_count: impl Into<Option<u32>>) -> Self {
+        self.max_count = Some(max_count.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesEditHistoryCapabilities {
+    max_count: "maxCount" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Capabilities for user actions context.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesUserActionsCapabilities {
+    /// Maximum number of user actions the agent can use.
+    #[serde(rename = "maxCount", skip_serializing_if = "Option::is_none")]
+    pub max_count: Option<Option<u32>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesUserActionsCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesUserActionsCapabilities {
+            max_count: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::max_count`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn max_count(mut self, max_count: impl Into<Option<u32>>) -> Self {
+        self.max_count = Some(max_count.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesUserActionsCapabilities {
+    max_count: "maxCount" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Capabilities for open files context.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesOpenFilesCapabilities {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesOpenFilesCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesOpenFilesCapabilities {
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesOpenFilesCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Capabilities for diagnostics context.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesDiagnosticsCapabilities {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesDiagnosticsCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesDiagnosticsCapabilities {
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesDiagnosticsCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// The encoding used for character offsets in positions.
+///
+/// Follows the same conventions as LSP 3.17. The default is UTF-16.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum PositionEncodingKind {
+    /// Character offsets count UTF-16 code units. This is the default.
+    Utf16,
+    /// Character offsets count Unicode code points.
+    Utf32,
+    /// Character offsets count UTF-8 code units (bytes).
+    Utf8,
+    /// A value this version of the schema does not know, kept as received.
+    Other(String),
+}
+#[cfg(feature = "unstable_nes")]
+impl PositionEncodingKind {
+    /// The value as written on the wire.
+    pub fn as_str(&self) -> &str {
+        match self {
+            PositionEncodingKind::Utf16 => "utf-16",
+            PositionEncodingKind::Utf32 => "utf-32",
+            PositionEncodingKind::Utf8 => "utf-8",
+            PositionEncodingKind::Other(other) => other,
+        }
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl From<&str> for PositionEncodingKind {
+    fn from(value: &str) -> Self {
+        match value {
+            "utf-16" => PositionEncodingKind::Utf16,
+            "utf-32" => PositionEncodingKind::Utf32,
+            "utf-8" => PositionEncodingKind::Utf8,
+            other => PositionEncodingKind::Other(other.to_owned()),
+        }
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl std::fmt::Display for PositionEncodingKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl serde::Serialize for PositionEncodingKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl<'de> serde::Deserialize<'de> for PositionEncodingKind {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Self, D::Error> {
+        let value = <std::borrow::Cow<
+            'de,
+            str,
+        > as serde::Deserialize>::deserialize(deserializer)?;
+        Ok(PositionEncodingKind::from(value.as_ref()))
+    }
+}
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_nes")]
+impl schemars::JsonSchema for PositionEncodingKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PositionEncodingKind".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("utf-16");
+        values.push("utf-32");
+        values.push("utf-8");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Describes an available authentication method.
 ///
 /// The `type` field acts as the discriminator in the serialized JSON form.
@@ -4901,6 +6342,393 @@ impl LoginAuthResponse {
     }
 }
 serde_support::deserialize_struct!(LoginAuthResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Response to `providers/list`.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
+#[cfg(feature = "unstable_llm_providers")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct ListProvidersResponse {
+    /// Configurable providers with current routing info suitable for UI display.
+    pub providers: Vec<ProviderInfo>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl ListProvidersResponse {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(providers: Vec<ProviderInfo>) -> Self {
+        ListProvidersResponse {
+            providers,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(ListProvidersResponse {
+    providers: "providers" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Information about a configurable LLM provider.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
+#[cfg(feature = "unstable_llm_providers")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct ProviderInfo {
+    /// Provider identifier, for example "main" or "openai".
+    #[serde(rename = "providerId")]
+    pub provider_id: ProviderId,
+    /// Supported protocol types for this provider.
+    pub supported: Vec<LlmProtocol>,
+    /// Whether this provider is mandatory and cannot be disabled via `providers/disable`.
+    /// If true, clients must not call `providers/disable` for this provider ID.
+    pub required: bool,
+    /// Current effective non-secret routing config.
+    /// Null or omitted means provider is disabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current: Option<Option<ProviderCurrentConfig>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl ProviderInfo {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        provider_id: impl Into<ProviderId>,
+        supported: Vec<LlmProtocol>,
+        required: bool,
+    ) -> Self {
+        ProviderInfo {
+            provider_id: provider_id.into(),
+            supported,
+            required,
+            current: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::current`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn current(mut self, current: impl Into<Option<ProviderCurrentConfig>>) -> Self {
+        self.current = Some(current.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(ProviderInfo {
+    provider_id: "providerId" => required,
+    supported: "supported" => required(VecSkipInvalidOrDefault),
+    required: "required" => required,
+    current: "current" => optional(Tri),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Unique identifier for a configurable LLM provider.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
+#[cfg(feature = "unstable_llm_providers")]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize
+)]
+#[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct ProviderId(pub String);
+#[cfg(feature = "unstable_llm_providers")]
+impl From<String> for ProviderId {
+    fn from(value: String) -> Self {
+        ProviderId(value)
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl From<&str> for ProviderId {
+    fn from(value: &str) -> Self {
+        ProviderId(value.to_owned())
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl AsRef<str> for ProviderId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl std::fmt::Display for ProviderId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl std::borrow::Borrow<str> for ProviderId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Well-known API protocol identifiers for LLM providers.
+///
+/// Agents and clients MUST handle unknown protocol identifiers gracefully.
+///
+/// Protocol names beginning with `_` are free for custom use, like other ACP extension methods.
+/// Protocol names that do not begin with `_` are reserved for the ACP spec.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
+#[cfg(feature = "unstable_llm_providers")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum LlmProtocol {
+    /// Anthropic API protocol.
+    Anthropic,
+    /// OpenAI API protocol.
+    Openai,
+    /// Azure OpenAI API protocol.
+    Azure,
+    /// Google Vertex AI API protocol.
+    Vertex,
+    /// AWS Bedrock API protocol.
+    Bedrock,
+    /// A value this version of the schema does not know, kept as received.
+    Other(String),
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl LlmProtocol {
+    /// The value as written on the wire.
+    pub fn as_str(&self) -> &str {
+        match self {
+            LlmProtocol::Anthropic => "anthropic",
+            LlmProtocol::Openai => "openai",
+            LlmProtocol::Azure => "azure",
+            LlmProtocol::Vertex => "vertex",
+            LlmProtocol::Bedrock => "bedrock",
+            LlmProtocol::Other(other) => other,
+        }
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl From<&str> for LlmProtocol {
+    fn from(value: &str) -> Self {
+        match value {
+            "anthropic" => LlmProtocol::Anthropic,
+            "openai" => LlmProtocol::Openai,
+            "azure" => LlmProtocol::Azure,
+            "vertex" => LlmProtocol::Vertex,
+            "bedrock" => LlmProtocol::Bedrock,
+            other => LlmProtocol::Other(other.to_owned()),
+        }
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl std::fmt::Display for LlmProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl serde::Serialize for LlmProtocol {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl<'de> serde::Deserialize<'de> for LlmProtocol {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Self, D::Error> {
+        let value = <std::borrow::Cow<
+            'de,
+            str,
+        > as serde::Deserialize>::deserialize(deserializer)?;
+        Ok(LlmProtocol::from(value.as_ref()))
+    }
+}
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_llm_providers")]
+impl schemars::JsonSchema for LlmProtocol {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "LlmProtocol".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("anthropic");
+        values.push("openai");
+        values.push("azure");
+        values.push("vertex");
+        values.push("bedrock");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Current effective non-secret routing configuration for a provider.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
+#[cfg(feature = "unstable_llm_providers")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct ProviderCurrentConfig {
+    /// Protocol currently used by this provider.
+    #[serde(rename = "apiType")]
+    pub api_type: LlmProtocol,
+    /// Base URL currently used by this provider.
+    #[serde(rename = "baseUrl")]
+    pub base_url: String,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl ProviderCurrentConfig {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(api_type: impl Into<LlmProtocol>, base_url: impl Into<String>) -> Self {
+        ProviderCurrentConfig {
+            api_type: api_type.into(),
+            base_url: base_url.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(ProviderCurrentConfig {
+    api_type: "apiType" => required,
+    base_url: "baseUrl" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Response to `providers/set`.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
+#[cfg(feature = "unstable_llm_providers")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct SetProviderResponse {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl SetProviderResponse {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        SetProviderResponse { meta: None }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(SetProviderResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Response to `providers/disable`.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
+#[cfg(feature = "unstable_llm_providers")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct DisableProviderResponse {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl DisableProviderResponse {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        DisableProviderResponse {
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(DisableProviderResponse {
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Response to the `auth/logout` method.
@@ -5615,6 +7443,61 @@ impl DeleteSessionResponse {
 serde_support::deserialize_struct!(DeleteSessionResponse {
     meta: "_meta" => optional(DefaultOnError),
 });
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Response from forking an existing session.
+///
+/// Available with the cargo feature `unstable_session_fork`.
+#[cfg(feature = "unstable_session_fork")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct ForkSessionResponse {
+    /// Unique identifier for the newly created forked session.
+    #[serde(rename = "sessionId")]
+    pub session_id: SessionId,
+    /// Initial session configuration options.
+    #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
+    pub config_options: Option<Vec<SessionConfigOption>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_session_fork")]
+impl ForkSessionResponse {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(session_id: impl Into<SessionId>) -> Self {
+        ForkSessionResponse {
+            session_id: session_id.into(),
+            config_options: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::config_options`].
+    #[must_use]
+    pub fn config_options(mut self, config_options: Vec<SessionConfigOption>) -> Self {
+        self.config_options = Some(config_options);
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_session_fork")]
+serde_support::deserialize_struct!(ForkSessionResponse {
+    session_id: "sessionId" => required,
+    config_options: "configOptions" => optional(OptVecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response from resuming an existing session.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -5752,6 +7635,700 @@ impl PromptResponse {
 serde_support::deserialize_struct!(PromptResponse {
     meta: "_meta" => optional(DefaultOnError),
 });
+/// Response to `nes/start`.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct StartNesResponse {
+    /// The session ID for the newly started NES session.
+    #[serde(rename = "sessionId")]
+    pub session_id: SessionId,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl StartNesResponse {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(session_id: impl Into<SessionId>) -> Self {
+        StartNesResponse {
+            session_id: session_id.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(StartNesResponse {
+    session_id: "sessionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Response to `nes/suggest`.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct SuggestNesResponse {
+    /// The list of suggestions.
+    pub suggestions: Vec<NesSuggestion>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl SuggestNesResponse {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(suggestions: Vec<NesSuggestion>) -> Self {
+        SuggestNesResponse {
+            suggestions,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(SuggestNesResponse {
+    suggestions: "suggestions" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// A suggestion returned by the agent.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum NesSuggestion {
+    /// A text edit suggestion.
+    Edit(NesEditSuggestion),
+    /// A jump-to-location suggestion.
+    Jump(NesJumpSuggestion),
+    /// A rename symbol suggestion.
+    Rename(NesRenameSuggestion),
+    /// A search-and-replace suggestion.
+    SearchAndReplace(NesSearchAndReplaceSuggestion),
+    /// A kind this version of the schema does not know, kept whole as received.
+    Other(serde_support::UnknownVariant),
+}
+#[cfg(feature = "unstable_nes")]
+impl NesSuggestion {
+    /// The property that tells the variants of [`NesSuggestion`] apart.
+    pub const TAG: &'static str = "kind";
+    /// The value of the tag property, if this variant has one.
+    pub fn tag(&self) -> Option<&str> {
+        match self {
+            NesSuggestion::Edit(_) => Some("edit"),
+            NesSuggestion::Jump(_) => Some("jump"),
+            NesSuggestion::Rename(_) => Some("rename"),
+            NesSuggestion::SearchAndReplace(_) => Some("searchAndReplace"),
+            NesSuggestion::Other(unknown) => unknown.tag("kind"),
+        }
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl serde::Serialize for NesSuggestion {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            NesSuggestion::Edit(payload) => {
+                serde_support::serialize_tagged(serializer, "kind", "edit", payload)
+            }
+            NesSuggestion::Jump(payload) => {
+                serde_support::serialize_tagged(serializer, "kind", "jump", payload)
+            }
+            NesSuggestion::Rename(payload) => {
+                serde_support::serialize_tagged(serializer, "kind", "rename", payload)
+            }
+            NesSuggestion::SearchAndReplace(payload) => {
+                serde_support::serialize_tagged(
+                    serializer,
+                    "kind",
+                    "searchAndReplace",
+                    payload,
+                )
+            }
+            NesSuggestion::Other(unknown) => {
+                serde::Serialize::serialize(unknown, serializer)
+            }
+        }
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl<'de> serde::Deserialize<'de> for NesSuggestion {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Self, D::Error> {
+        let value = serde_support::object(deserializer)?;
+        match serde_support::tag_of(&value, "kind")? {
+            Some("edit") => {
+                serde_support::payload(&value, "kind").map(NesSuggestion::Edit)
+            }
+            Some("jump") => {
+                serde_support::payload(&value, "kind").map(NesSuggestion::Jump)
+            }
+            Some("rename") => {
+                serde_support::payload(&value, "kind").map(NesSuggestion::Rename)
+            }
+            Some("searchAndReplace") => {
+                serde_support::payload(&value, "kind")
+                    .map(NesSuggestion::SearchAndReplace)
+            }
+            None => Err(serde::de::Error::missing_field("kind")),
+            Some(_) => Ok(NesSuggestion::Other(serde_support::UnknownVariant(value))),
+        }
+    }
+}
+/// One alternative per known kind; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_nes")]
+impl schemars::JsonSchema for NesSuggestion {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NesSuggestion".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut alternatives: Vec<schemars::Schema> = Vec::new();
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "kind" : { "type" : "string",
+                    "const" : "edit" } }, "required" : ["kind"], "allOf" : [generator
+                    .subschema_for:: < NesEditSuggestion > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "kind" : { "type" : "string",
+                    "const" : "jump" } }, "required" : ["kind"], "allOf" : [generator
+                    .subschema_for:: < NesJumpSuggestion > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "kind" : { "type" : "string",
+                    "const" : "rename" } }, "required" : ["kind"], "allOf" : [generator
+                    .subschema_for:: < NesRenameSuggestion > ()] }
+                ),
+            );
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "kind" : { "type" : "string",
+                    "const" : "searchAndReplace" } }, "required" : ["kind"], "allOf" :
+                    [generator.subschema_for:: < NesSearchAndReplaceSuggestion > ()] }
+                ),
+            );
+        schemars::json_schema!({ "oneOf" : alternatives })
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl From<NesEditSuggestion> for NesSuggestion {
+    fn from(value: NesEditSuggestion) -> Self {
+        NesSuggestion::Edit(value)
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl From<NesJumpSuggestion> for NesSuggestion {
+    fn from(value: NesJumpSuggestion) -> Self {
+        NesSuggestion::Jump(value)
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl From<NesRenameSuggestion> for NesSuggestion {
+    fn from(value: NesRenameSuggestion) -> Self {
+        NesSuggestion::Rename(value)
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl From<NesSearchAndReplaceSuggestion> for NesSuggestion {
+    fn from(value: NesSearchAndReplaceSuggestion) -> Self {
+        NesSuggestion::SearchAndReplace(value)
+    }
+}
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Unique identifier for an NES suggestion.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize
+)]
+#[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct NesSuggestionId(pub String);
+#[cfg(feature = "unstable_nes")]
+impl From<String> for NesSuggestionId {
+    fn from(value: String) -> Self {
+        NesSuggestionId(value)
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl From<&str> for NesSuggestionId {
+    fn from(value: &str) -> Self {
+        NesSuggestionId(value.to_owned())
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl AsRef<str> for NesSuggestionId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl std::fmt::Display for NesSuggestionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl std::borrow::Borrow<str> for NesSuggestionId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+/// A text edit within a suggestion.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesTextEdit {
+    /// The range to replace.
+    pub range: Range,
+    /// The replacement text.
+    #[serde(rename = "newText")]
+    pub new_text: String,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesTextEdit {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(range: impl Into<Range>, new_text: impl Into<String>) -> Self {
+        NesTextEdit {
+            range: range.into(),
+            new_text: new_text.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesTextEdit {
+    range: "range" => required,
+    new_text: "newText" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// A range in a text document, expressed as start and end positions.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct Range {
+    /// The start position (inclusive).
+    pub start: Position,
+    /// The end position (exclusive).
+    pub end: Position,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl Range {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(start: impl Into<Position>, end: impl Into<Position>) -> Self {
+        Range {
+            start: start.into(),
+            end: end.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(Range {
+    start: "start" => required,
+    end: "end" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// A zero-based position in a text document.
+///
+/// The meaning of `character` depends on the negotiated position encoding.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct Position {
+    /// Zero-based line number.
+    pub line: u32,
+    /// Zero-based character offset (encoding-dependent).
+    pub character: u32,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl Position {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(line: u32, character: u32) -> Self {
+        Position {
+            line,
+            character,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(Position {
+    line: "line" => required,
+    character: "character" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// A text edit suggestion.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesEditSuggestion {
+    /// Unique identifier for accept/reject tracking.
+    #[serde(rename = "suggestionId")]
+    pub suggestion_id: NesSuggestionId,
+    /// The URI of the file to edit.
+    pub uri: String,
+    /// The text edits to apply. Must contain at least one edit.
+    pub edits: Vec<NesTextEdit>,
+    /// Optional suggested cursor position after applying edits.
+    #[serde(rename = "cursorPosition", skip_serializing_if = "Option::is_none")]
+    pub cursor_position: Option<Option<Position>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesEditSuggestion {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        suggestion_id: impl Into<NesSuggestionId>,
+        uri: impl Into<String>,
+        edits: Vec<NesTextEdit>,
+    ) -> Self {
+        NesEditSuggestion {
+            suggestion_id: suggestion_id.into(),
+            uri: uri.into(),
+            edits,
+            cursor_position: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::cursor_position`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn cursor_position(
+        mut self,
+        cursor_position: impl Into<Option<Position>>,
+    ) -> Self {
+        self.cursor_position = Some(cursor_position.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesEditSuggestion {
+    suggestion_id: "suggestionId" => required,
+    uri: "uri" => required,
+    edits: "edits" => required,
+    cursor_position: "cursorPosition" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// A jump-to-location suggestion.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesJumpSuggestion {
+    /// Unique identifier for accept/reject tracking.
+    #[serde(rename = "suggestionId")]
+    pub suggestion_id: NesSuggestionId,
+    /// The file to navigate to.
+    pub uri: String,
+    /// The target position within the file.
+    pub position: Position,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesJumpSuggestion {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        suggestion_id: impl Into<NesSuggestionId>,
+        uri: impl Into<String>,
+        position: impl Into<Position>,
+    ) -> Self {
+        NesJumpSuggestion {
+            suggestion_id: suggestion_id.into(),
+            uri: uri.into(),
+            position: position.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesJumpSuggestion {
+    suggestion_id: "suggestionId" => required,
+    uri: "uri" => required,
+    position: "position" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// A rename symbol suggestion.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesRenameSuggestion {
+    /// Unique identifier for accept/reject tracking.
+    #[serde(rename = "suggestionId")]
+    pub suggestion_id: NesSuggestionId,
+    /// The file URI containing the symbol.
+    pub uri: String,
+    /// The position of the symbol to rename.
+    pub position: Position,
+    /// The new name for the symbol.
+    #[serde(rename = "newName")]
+    pub new_name: String,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesRenameSuggestion {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        suggestion_id: impl Into<NesSuggestionId>,
+        uri: impl Into<String>,
+        position: impl Into<Position>,
+        new_name: impl Into<String>,
+    ) -> Self {
+        NesRenameSuggestion {
+            suggestion_id: suggestion_id.into(),
+            uri: uri.into(),
+            position: position.into(),
+            new_name: new_name.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesRenameSuggestion {
+    suggestion_id: "suggestionId" => required,
+    uri: "uri" => required,
+    position: "position" => required,
+    new_name: "newName" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// A search-and-replace suggestion.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesSearchAndReplaceSuggestion {
+    /// Unique identifier for accept/reject tracking.
+    #[serde(rename = "suggestionId")]
+    pub suggestion_id: NesSuggestionId,
+    /// The file URI to search within.
+    pub uri: String,
+    /// The text or pattern to find.
+    pub search: String,
+    /// The replacement text.
+    pub replace: String,
+    /// Whether `search` is a regular expression. Defaults to `false`.
+    #[serde(rename = "isRegex", skip_serializing_if = "Option::is_none")]
+    pub is_regex: Option<Option<bool>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesSearchAndReplaceSuggestion {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        suggestion_id: impl Into<NesSuggestionId>,
+        uri: impl Into<String>,
+        search: impl Into<String>,
+        replace: impl Into<String>,
+    ) -> Self {
+        NesSearchAndReplaceSuggestion {
+            suggestion_id: suggestion_id.into(),
+            uri: uri.into(),
+            search: search.into(),
+            replace: replace.into(),
+            is_regex: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::is_regex`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn is_regex(mut self, is_regex: impl Into<Option<bool>>) -> Self {
+        self.is_regex = Some(is_regex.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesSearchAndReplaceSuggestion {
+    suggestion_id: "suggestionId" => required,
+    uri: "uri" => required,
+    search: "search" => required,
+    replace: "replace" => required,
+    is_regex: "isRegex" => optional(Tri),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Response from closing an NES session.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct CloseNesResponse {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl CloseNesResponse {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        CloseNesResponse { meta: None }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(CloseNesResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Allows for sending an arbitrary response to an [`ExtRequest`] that is not part of the ACP spec.
 /// Extension methods provide a way to add custom functionality while maintaining
 /// protocol compatibility.
@@ -5764,6 +8341,26 @@ pub struct ExtResponse(pub serde_json::Value);
 impl From<serde_json::Value> for ExtResponse {
     fn from(value: serde_json::Value) -> Self {
         ExtResponse(value)
+    }
+}
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Response to `mcp/message`.
+///
+/// This is the inner MCP response result payload. Any JSON value is valid.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
+#[cfg(feature = "unstable_mcp_over_acp")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct MessageMcpResponse(pub serde_json::Value);
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl From<serde_json::Value> for MessageMcpResponse {
+    fn from(value: serde_json::Value) -> Self {
+        MessageMcpResponse(value)
     }
 }
 /// JSON-RPC error object.
@@ -5983,6 +8580,15 @@ pub enum SessionUpdate {
     /// A content update for a plan identified by ID.
     /// See protocol docs: [Agent Plan](https://agentclientprotocol.com/protocol/v2/agent-plan)
     PlanUpdate(PlanUpdate),
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Removal notice for a plan identified by ID.
+    ///
+    /// Available with the cargo feature `unstable_plan_updates`.
+    #[cfg(feature = "unstable_plan_updates")]
+    PlanRemoved(PlanRemoved),
     /// Available commands are ready or have changed
     AvailableCommandsUpdate(AvailableCommandsUpdate),
     /// Session configuration options have been updated.
@@ -5991,6 +8597,24 @@ pub enum SessionUpdate {
     SessionInfoUpdate(SessionInfoUpdate),
     /// Context window and cost update for the session.
     UsageUpdate(UsageUpdate),
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// A context compaction has been created or updated.
+    ///
+    /// Available with the cargo feature `unstable_context_compaction`.
+    #[cfg(feature = "unstable_context_compaction")]
+    CompactionUpdate(CompactionUpdate),
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// A content block appended to a context compaction's retained summary.
+    ///
+    /// Available with the cargo feature `unstable_context_compaction`.
+    #[cfg(feature = "unstable_context_compaction")]
+    CompactionSummaryChunk(CompactionSummaryChunk),
     /// A kind this version of the schema does not know, kept whole as received.
     Other(serde_support::UnknownVariant),
 }
@@ -6012,12 +8636,18 @@ impl SessionUpdate {
             SessionUpdate::TerminalUpdate(_) => Some("terminal_update"),
             SessionUpdate::TerminalOutputChunk(_) => Some("terminal_output_chunk"),
             SessionUpdate::PlanUpdate(_) => Some("plan_update"),
+            #[cfg(feature = "unstable_plan_updates")]
+            SessionUpdate::PlanRemoved(_) => Some("plan_removed"),
             SessionUpdate::AvailableCommandsUpdate(_) => {
                 Some("available_commands_update")
             }
             SessionUpdate::ConfigOptionUpdate(_) => Some("config_option_update"),
             SessionUpdate::SessionInfoUpdate(_) => Some("session_info_update"),
             SessionUpdate::UsageUpdate(_) => Some("usage_update"),
+            #[cfg(feature = "unstable_context_compaction")]
+            SessionUpdate::CompactionUpdate(_) => Some("compaction_update"),
+            #[cfg(feature = "unstable_context_compaction")]
+            SessionUpdate::CompactionSummaryChunk(_) => Some("compaction_summary_chunk"),
             SessionUpdate::Other(unknown) => unknown.tag("sessionUpdate"),
         }
     }
@@ -6121,6 +8751,15 @@ impl serde::Serialize for SessionUpdate {
                     payload,
                 )
             }
+            #[cfg(feature = "unstable_plan_updates")]
+            SessionUpdate::PlanRemoved(payload) => {
+                serde_support::serialize_tagged(
+                    serializer,
+                    "sessionUpdate",
+                    "plan_removed",
+                    payload,
+                )
+            }
             SessionUpdate::AvailableCommandsUpdate(payload) => {
                 serde_support::serialize_tagged(
                     serializer,
@@ -6150,6 +8789,24 @@ impl serde::Serialize for SessionUpdate {
                     serializer,
                     "sessionUpdate",
                     "usage_update",
+                    payload,
+                )
+            }
+            #[cfg(feature = "unstable_context_compaction")]
+            SessionUpdate::CompactionUpdate(payload) => {
+                serde_support::serialize_tagged(
+                    serializer,
+                    "sessionUpdate",
+                    "compaction_update",
+                    payload,
+                )
+            }
+            #[cfg(feature = "unstable_context_compaction")]
+            SessionUpdate::CompactionSummaryChunk(payload) => {
+                serde_support::serialize_tagged(
+                    serializer,
+                    "sessionUpdate",
+                    "compaction_summary_chunk",
                     payload,
                 )
             }
@@ -6213,6 +8870,11 @@ impl<'de> serde::Deserialize<'de> for SessionUpdate {
                 serde_support::payload(&value, "sessionUpdate")
                     .map(SessionUpdate::PlanUpdate)
             }
+            #[cfg(feature = "unstable_plan_updates")]
+            Some("plan_removed") => {
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::PlanRemoved)
+            }
             Some("available_commands_update") => {
                 serde_support::payload(&value, "sessionUpdate")
                     .map(SessionUpdate::AvailableCommandsUpdate)
@@ -6228,6 +8890,16 @@ impl<'de> serde::Deserialize<'de> for SessionUpdate {
             Some("usage_update") => {
                 serde_support::payload(&value, "sessionUpdate")
                     .map(SessionUpdate::UsageUpdate)
+            }
+            #[cfg(feature = "unstable_context_compaction")]
+            Some("compaction_update") => {
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::CompactionUpdate)
+            }
+            #[cfg(feature = "unstable_context_compaction")]
+            Some("compaction_summary_chunk") => {
+                serde_support::payload(&value, "sessionUpdate")
+                    .map(SessionUpdate::CompactionSummaryChunk)
             }
             None => Err(serde::de::Error::missing_field("sessionUpdate")),
             Some(_) => Ok(SessionUpdate::Other(serde_support::UnknownVariant(value))),
@@ -6351,6 +9023,16 @@ impl schemars::JsonSchema for SessionUpdate {
                     > ()] }
                 ),
             );
+        #[cfg(feature = "unstable_plan_updates")]
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "plan_removed" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: < PlanRemoved
+                    > ()] }
+                ),
+            );
         alternatives
             .push(
                 schemars::json_schema!(
@@ -6385,6 +9067,26 @@ impl schemars::JsonSchema for SessionUpdate {
                     "string", "const" : "usage_update" } }, "required" :
                     ["sessionUpdate"], "allOf" : [generator.subschema_for:: < UsageUpdate
                     > ()] }
+                ),
+            );
+        #[cfg(feature = "unstable_context_compaction")]
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "compaction_update" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    CompactionUpdate > ()] }
+                ),
+            );
+        #[cfg(feature = "unstable_context_compaction")]
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "sessionUpdate" : { "type" :
+                    "string", "const" : "compaction_summary_chunk" } }, "required" :
+                    ["sessionUpdate"], "allOf" : [generator.subschema_for:: <
+                    CompactionSummaryChunk > ()] }
                 ),
             );
         schemars::json_schema!({ "oneOf" : alternatives })
@@ -6435,6 +9137,12 @@ impl From<PlanUpdate> for SessionUpdate {
         SessionUpdate::PlanUpdate(value)
     }
 }
+#[cfg(feature = "unstable_plan_updates")]
+impl From<PlanRemoved> for SessionUpdate {
+    fn from(value: PlanRemoved) -> Self {
+        SessionUpdate::PlanRemoved(value)
+    }
+}
 impl From<AvailableCommandsUpdate> for SessionUpdate {
     fn from(value: AvailableCommandsUpdate) -> Self {
         SessionUpdate::AvailableCommandsUpdate(value)
@@ -6453,6 +9161,18 @@ impl From<SessionInfoUpdate> for SessionUpdate {
 impl From<UsageUpdate> for SessionUpdate {
     fn from(value: UsageUpdate) -> Self {
         SessionUpdate::UsageUpdate(value)
+    }
+}
+#[cfg(feature = "unstable_context_compaction")]
+impl From<CompactionUpdate> for SessionUpdate {
+    fn from(value: CompactionUpdate) -> Self {
+        SessionUpdate::CompactionUpdate(value)
+    }
+}
+#[cfg(feature = "unstable_context_compaction")]
+impl From<CompactionSummaryChunk> for SessionUpdate {
+    fn from(value: CompactionSummaryChunk) -> Self {
+        SessionUpdate::CompactionSummaryChunk(value)
     }
 }
 /// Unique identifier for a message within a session.
@@ -6569,7 +9289,7 @@ pub struct UserMessage {
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
 impl UserMessage {
     /// Creates a value from its required fields; optional fields start unset.
@@ -6586,17 +9306,20 @@ impl UserMessage {
         self.content = Some(content.into());
         self
     }
-    /// Sets [`Self::meta`].
+    /// Sets [`Self::meta`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.meta = Some(meta);
+    pub fn meta(
+        mut self,
+        meta: impl Into<Option<serde_json::Map<String, serde_json::Value>>>,
+    ) -> Self {
+        self.meta = Some(meta.into());
         self
     }
 }
 serde_support::deserialize_struct!(UserMessage {
     message_id: "messageId" => required,
     content: "content" => optional(TriVecSkipInvalidOrDefault),
-    meta: "_meta" => optional(DefaultOnError),
+    meta: "_meta" => optional(TriOrDefault),
 });
 /// An agent message upsert.
 ///
@@ -6627,7 +9350,7 @@ pub struct AgentMessage {
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
 impl AgentMessage {
     /// Creates a value from its required fields; optional fields start unset.
@@ -6644,17 +9367,20 @@ impl AgentMessage {
         self.content = Some(content.into());
         self
     }
-    /// Sets [`Self::meta`].
+    /// Sets [`Self::meta`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.meta = Some(meta);
+    pub fn meta(
+        mut self,
+        meta: impl Into<Option<serde_json::Map<String, serde_json::Value>>>,
+    ) -> Self {
+        self.meta = Some(meta.into());
         self
     }
 }
 serde_support::deserialize_struct!(AgentMessage {
     message_id: "messageId" => required,
     content: "content" => optional(TriVecSkipInvalidOrDefault),
-    meta: "_meta" => optional(DefaultOnError),
+    meta: "_meta" => optional(TriOrDefault),
 });
 /// An agent thought or reasoning message upsert.
 ///
@@ -6685,7 +9411,7 @@ pub struct AgentThought {
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
 impl AgentThought {
     /// Creates a value from its required fields; optional fields start unset.
@@ -6702,17 +9428,20 @@ impl AgentThought {
         self.content = Some(content.into());
         self
     }
-    /// Sets [`Self::meta`].
+    /// Sets [`Self::meta`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.meta = Some(meta);
+    pub fn meta(
+        mut self,
+        meta: impl Into<Option<serde_json::Map<String, serde_json::Value>>>,
+    ) -> Self {
+        self.meta = Some(meta.into());
         self
     }
 }
 serde_support::deserialize_struct!(AgentThought {
     message_id: "messageId" => required,
     content: "content" => optional(TriVecSkipInvalidOrDefault),
-    meta: "_meta" => optional(DefaultOnError),
+    meta: "_meta" => optional(TriOrDefault),
 });
 /// Foreground work is in progress.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
@@ -6831,6 +9560,99 @@ impl schemars::JsonSchema for StopReason {
         schemars::json_schema!({ "type" : "string", "enum" : values })
     }
 }
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Token usage information for completed session work.
+///
+/// Available with the cargo feature `unstable_end_turn_token_usage`.
+#[cfg(feature = "unstable_end_turn_token_usage")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct Usage {
+    /// Sum of all token types across session.
+    #[serde(rename = "totalTokens")]
+    pub total_tokens: u64,
+    /// Total input tokens.
+    #[serde(rename = "inputTokens")]
+    pub input_tokens: u64,
+    /// Total output tokens.
+    #[serde(rename = "outputTokens")]
+    pub output_tokens: u64,
+    /// Total thought/reasoning tokens
+    #[serde(rename = "thoughtTokens", skip_serializing_if = "Option::is_none")]
+    pub thought_tokens: Option<Option<u64>>,
+    /// Total cache read tokens.
+    #[serde(rename = "cachedReadTokens", skip_serializing_if = "Option::is_none")]
+    pub cached_read_tokens: Option<Option<u64>>,
+    /// Total cache write tokens.
+    #[serde(rename = "cachedWriteTokens", skip_serializing_if = "Option::is_none")]
+    pub cached_write_tokens: Option<Option<u64>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_end_turn_token_usage")]
+impl Usage {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(total_tokens: u64, input_tokens: u64, output_tokens: u64) -> Self {
+        Usage {
+            total_tokens,
+            input_tokens,
+            output_tokens,
+            thought_tokens: None,
+            cached_read_tokens: None,
+            cached_write_tokens: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::thought_tokens`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn thought_tokens(mut self, thought_tokens: impl Into<Option<u64>>) -> Self {
+        self.thought_tokens = Some(thought_tokens.into());
+        self
+    }
+    /// Sets [`Self::cached_read_tokens`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn cached_read_tokens(
+        mut self,
+        cached_read_tokens: impl Into<Option<u64>>,
+    ) -> Self {
+        self.cached_read_tokens = Some(cached_read_tokens.into());
+        self
+    }
+    /// Sets [`Self::cached_write_tokens`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn cached_write_tokens(
+        mut self,
+        cached_write_tokens: impl Into<Option<u64>>,
+    ) -> Self {
+        self.cached_write_tokens = Some(cached_write_tokens.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_end_turn_token_usage")]
+serde_support::deserialize_struct!(Usage {
+    total_tokens: "totalTokens" => required,
+    input_tokens: "inputTokens" => required,
+    output_tokens: "outputTokens" => required,
+    thought_tokens: "thoughtTokens" => optional(TriOrDefault),
+    cached_read_tokens: "cachedReadTokens" => optional(TriOrDefault),
+    cached_write_tokens: "cachedWriteTokens" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// The agent is ready to process a new prompt.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -6842,6 +9664,19 @@ pub struct IdleStateUpdate {
     /// Agents SHOULD include this when the idle transition ends foreground work.
     #[serde(rename = "stopReason", skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<Option<StopReason>>,
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Token usage for completed foreground work.
+    ///
+    /// Optional. Omitted or `null` both mean the agent is not reporting token
+    /// usage for this state update.
+    ///
+    /// Available with the cargo feature `unstable_end_turn_token_usage`.
+    #[cfg(feature = "unstable_end_turn_token_usage")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Option<Usage>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -6855,6 +9690,8 @@ impl IdleStateUpdate {
     pub fn new() -> Self {
         IdleStateUpdate {
             stop_reason: None,
+            #[cfg(feature = "unstable_end_turn_token_usage")]
+            usage: None,
             meta: None,
         }
     }
@@ -6862,6 +9699,13 @@ impl IdleStateUpdate {
     #[must_use]
     pub fn stop_reason(mut self, stop_reason: impl Into<Option<StopReason>>) -> Self {
         self.stop_reason = Some(stop_reason.into());
+        self
+    }
+    /// Sets [`Self::usage`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[cfg(feature = "unstable_end_turn_token_usage")]
+    #[must_use]
+    pub fn usage(mut self, usage: impl Into<Option<Usage>>) -> Self {
+        self.usage = Some(usage.into());
         self
     }
     /// Sets [`Self::meta`].
@@ -6873,6 +9717,7 @@ impl IdleStateUpdate {
 }
 serde_support::deserialize_struct!(IdleStateUpdate {
     stop_reason: "stopReason" => optional(TriOrDefault),
+    #[cfg(feature = "unstable_end_turn_token_usage")] usage: "usage" => optional(TriOrDefault),
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Foreground work is blocked on user action.
@@ -7201,7 +10046,7 @@ pub struct TerminalUpdate {
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
 impl TerminalUpdate {
     /// Creates a value from its required fields; optional fields start unset.
@@ -7242,10 +10087,13 @@ impl TerminalUpdate {
         self.exit_status = Some(exit_status.into());
         self
     }
-    /// Sets [`Self::meta`].
+    /// Sets [`Self::meta`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.meta = Some(meta);
+    pub fn meta(
+        mut self,
+        meta: impl Into<Option<serde_json::Map<String, serde_json::Value>>>,
+    ) -> Self {
+        self.meta = Some(meta.into());
         self
     }
 }
@@ -7255,7 +10103,7 @@ serde_support::deserialize_struct!(TerminalUpdate {
     cwd: "cwd" => optional(TriOrDefault),
     output: "output" => optional(TriOrDefault),
     exit_status: "exitStatus" => optional(TriOrDefault),
-    meta: "_meta" => optional(DefaultOnError),
+    meta: "_meta" => optional(TriOrDefault),
 });
 /// A chunk of bytes appended to an agent-owned terminal's output.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -7303,6 +10151,24 @@ serde_support::deserialize_struct!(TerminalOutputChunk {
 pub enum PlanUpdateContent {
     /// Structured plan entries.
     Items(PlanItems),
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// A URI pointing to a file containing the plan.
+    ///
+    /// Available with the cargo feature `unstable_plan_updates`.
+    #[cfg(feature = "unstable_plan_updates")]
+    File(PlanFile),
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// Raw markdown content for the plan.
+    ///
+    /// Available with the cargo feature `unstable_plan_updates`.
+    #[cfg(feature = "unstable_plan_updates")]
+    Markdown(PlanMarkdown),
     /// A kind this version of the schema does not know, kept whole as received.
     Other(serde_support::UnknownVariant),
 }
@@ -7313,6 +10179,10 @@ impl PlanUpdateContent {
     pub fn tag(&self) -> Option<&str> {
         match self {
             PlanUpdateContent::Items(_) => Some("items"),
+            #[cfg(feature = "unstable_plan_updates")]
+            PlanUpdateContent::File(_) => Some("file"),
+            #[cfg(feature = "unstable_plan_updates")]
+            PlanUpdateContent::Markdown(_) => Some("markdown"),
             PlanUpdateContent::Other(unknown) => unknown.tag("type"),
         }
     }
@@ -7322,6 +10192,14 @@ impl serde::Serialize for PlanUpdateContent {
         match self {
             PlanUpdateContent::Items(payload) => {
                 serde_support::serialize_tagged(serializer, "type", "items", payload)
+            }
+            #[cfg(feature = "unstable_plan_updates")]
+            PlanUpdateContent::File(payload) => {
+                serde_support::serialize_tagged(serializer, "type", "file", payload)
+            }
+            #[cfg(feature = "unstable_plan_updates")]
+            PlanUpdateContent::Markdown(payload) => {
+                serde_support::serialize_tagged(serializer, "type", "markdown", payload)
             }
             PlanUpdateContent::Other(unknown) => {
                 serde::Serialize::serialize(unknown, serializer)
@@ -7337,6 +10215,14 @@ impl<'de> serde::Deserialize<'de> for PlanUpdateContent {
         match serde_support::tag_of(&value, "type")? {
             Some("items") => {
                 serde_support::payload(&value, "type").map(PlanUpdateContent::Items)
+            }
+            #[cfg(feature = "unstable_plan_updates")]
+            Some("file") => {
+                serde_support::payload(&value, "type").map(PlanUpdateContent::File)
+            }
+            #[cfg(feature = "unstable_plan_updates")]
+            Some("markdown") => {
+                serde_support::payload(&value, "type").map(PlanUpdateContent::Markdown)
             }
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => Ok(PlanUpdateContent::Other(serde_support::UnknownVariant(value))),
@@ -7360,12 +10246,42 @@ impl schemars::JsonSchema for PlanUpdateContent {
                     .subschema_for:: < PlanItems > ()] }
                 ),
             );
+        #[cfg(feature = "unstable_plan_updates")]
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "file" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < PlanFile > ()] }
+                ),
+            );
+        #[cfg(feature = "unstable_plan_updates")]
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "markdown" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < PlanMarkdown > ()] }
+                ),
+            );
         schemars::json_schema!({ "oneOf" : alternatives })
     }
 }
 impl From<PlanItems> for PlanUpdateContent {
     fn from(value: PlanItems) -> Self {
         PlanUpdateContent::Items(value)
+    }
+}
+#[cfg(feature = "unstable_plan_updates")]
+impl From<PlanFile> for PlanUpdateContent {
+    fn from(value: PlanFile) -> Self {
+        PlanUpdateContent::File(value)
+    }
+}
+#[cfg(feature = "unstable_plan_updates")]
+impl From<PlanMarkdown> for PlanUpdateContent {
+    fn from(value: PlanMarkdown) -> Self {
+        PlanUpdateContent::Markdown(value)
     }
 }
 /// Unique identifier for a plan within a session.
@@ -7653,6 +10569,102 @@ serde_support::deserialize_struct!(PlanItems {
     entries: "entries" => required(VecSkipInvalidOrDefault),
     meta: "_meta" => optional(DefaultOnError),
 });
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// A plan represented by a file URI.
+///
+/// Available with the cargo feature `unstable_plan_updates`.
+#[cfg(feature = "unstable_plan_updates")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct PlanFile {
+    /// The plan ID to update.
+    #[serde(rename = "planId")]
+    pub plan_id: PlanId,
+    /// The URI of the file containing the plan.
+    pub uri: String,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_plan_updates")]
+impl PlanFile {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(plan_id: impl Into<PlanId>, uri: impl Into<String>) -> Self {
+        PlanFile {
+            plan_id: plan_id.into(),
+            uri: uri.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_plan_updates")]
+serde_support::deserialize_struct!(PlanFile {
+    plan_id: "planId" => required,
+    uri: "uri" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// A plan represented as raw markdown content.
+///
+/// Available with the cargo feature `unstable_plan_updates`.
+#[cfg(feature = "unstable_plan_updates")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct PlanMarkdown {
+    /// The plan ID to update.
+    #[serde(rename = "planId")]
+    pub plan_id: PlanId,
+    /// Markdown content for the plan.
+    pub content: String,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_plan_updates")]
+impl PlanMarkdown {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(plan_id: impl Into<PlanId>, content: impl Into<String>) -> Self {
+        PlanMarkdown {
+            plan_id: plan_id.into(),
+            content: content.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_plan_updates")]
+serde_support::deserialize_struct!(PlanMarkdown {
+    plan_id: "planId" => required,
+    content: "content" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// A content update for a plan identified by ID.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -7685,6 +10697,50 @@ impl PlanUpdate {
 }
 serde_support::deserialize_struct!(PlanUpdate {
     plan: "plan" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Removal notice for a plan identified by ID.
+///
+/// Available with the cargo feature `unstable_plan_updates`.
+#[cfg(feature = "unstable_plan_updates")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct PlanRemoved {
+    /// The plan ID to remove.
+    #[serde(rename = "planId")]
+    pub plan_id: PlanId,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_plan_updates")]
+impl PlanRemoved {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(plan_id: impl Into<PlanId>) -> Self {
+        PlanRemoved {
+            plan_id: plan_id.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_plan_updates")]
+serde_support::deserialize_struct!(PlanRemoved {
+    plan_id: "planId" => required,
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Information about a command.
@@ -7936,7 +10992,7 @@ pub struct SessionInfoUpdate {
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+    pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
 impl SessionInfoUpdate {
     /// Creates a value with every optional field unset.
@@ -7959,17 +11015,20 @@ impl SessionInfoUpdate {
         self.updated_at = Some(updated_at.into());
         self
     }
-    /// Sets [`Self::meta`].
+    /// Sets [`Self::meta`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
     #[must_use]
-    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.meta = Some(meta);
+    pub fn meta(
+        mut self,
+        meta: impl Into<Option<serde_json::Map<String, serde_json::Value>>>,
+    ) -> Self {
+        self.meta = Some(meta.into());
         self
     }
 }
 serde_support::deserialize_struct!(SessionInfoUpdate {
     title: "title" => optional(TriOrDefault),
     updated_at: "updatedAt" => optional(TriOrDefault),
-    meta: "_meta" => optional(DefaultOnError),
+    meta: "_meta" => optional(TriOrDefault),
 });
 /// Cost information for a session.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -8059,6 +11118,273 @@ serde_support::deserialize_struct!(UsageUpdate {
     cost: "cost" => optional(TriOrDefault),
     meta: "_meta" => optional(DefaultOnError),
 });
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Unique identifier for a context compaction within a session.
+///
+/// Available with the cargo feature `unstable_context_compaction`.
+#[cfg(feature = "unstable_context_compaction")]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize
+)]
+#[serde(transparent)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct CompactionId(pub String);
+#[cfg(feature = "unstable_context_compaction")]
+impl From<String> for CompactionId {
+    fn from(value: String) -> Self {
+        CompactionId(value)
+    }
+}
+#[cfg(feature = "unstable_context_compaction")]
+impl From<&str> for CompactionId {
+    fn from(value: &str) -> Self {
+        CompactionId(value.to_owned())
+    }
+}
+#[cfg(feature = "unstable_context_compaction")]
+impl AsRef<str> for CompactionId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+#[cfg(feature = "unstable_context_compaction")]
+impl std::fmt::Display for CompactionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+#[cfg(feature = "unstable_context_compaction")]
+impl std::borrow::Borrow<str> for CompactionId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Lifecycle state of a context compaction.
+///
+/// Available with the cargo feature `unstable_context_compaction`.
+#[cfg(feature = "unstable_context_compaction")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum CompactionStatus {
+    /// Compaction has started and has not finished.
+    InProgress,
+    /// Compaction finished successfully.
+    Completed,
+    /// Compaction finished unsuccessfully.
+    Failed,
+    /// Compaction was cancelled before it finished.
+    Cancelled,
+    /// A value this version of the schema does not know, kept as received.
+    Other(String),
+}
+#[cfg(feature = "unstable_context_compaction")]
+impl CompactionStatus {
+    /// The value as written on the wire.
+    pub fn as_str(&self) -> &str {
+        match self {
+            CompactionStatus::InProgress => "in_progress",
+            CompactionStatus::Completed => "completed",
+            CompactionStatus::Failed => "failed",
+            CompactionStatus::Cancelled => "cancelled",
+            CompactionStatus::Other(other) => other,
+        }
+    }
+}
+#[cfg(feature = "unstable_context_compaction")]
+impl From<&str> for CompactionStatus {
+    fn from(value: &str) -> Self {
+        match value {
+            "in_progress" => CompactionStatus::InProgress,
+            "completed" => CompactionStatus::Completed,
+            "failed" => CompactionStatus::Failed,
+            "cancelled" => CompactionStatus::Cancelled,
+            other => CompactionStatus::Other(other.to_owned()),
+        }
+    }
+}
+#[cfg(feature = "unstable_context_compaction")]
+impl std::fmt::Display for CompactionStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+#[cfg(feature = "unstable_context_compaction")]
+impl serde::Serialize for CompactionStatus {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+#[cfg(feature = "unstable_context_compaction")]
+impl<'de> serde::Deserialize<'de> for CompactionStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Self, D::Error> {
+        let value = <std::borrow::Cow<
+            'de,
+            str,
+        > as serde::Deserialize>::deserialize(deserializer)?;
+        Ok(CompactionStatus::from(value.as_ref()))
+    }
+}
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_context_compaction")]
+impl schemars::JsonSchema for CompactionStatus {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "CompactionStatus".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("in_progress");
+        values.push("completed");
+        values.push("failed");
+        values.push("cancelled");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// A context compaction upsert. The first update fixes the compaction's
+/// timeline position. Later updates with the same ID patch that entity in place.
+///
+/// `summary`, `error`, and `_meta` have patch semantics: omission leaves the
+/// stored value unchanged, `null` clears it, and a concrete value replaces it.
+/// `summary: []` also clears the retained summary. A non-empty summary is only
+/// valid with `completed`; `error` is only valid with `failed`.
+///
+/// Available with the cargo feature `unstable_context_compaction`.
+#[cfg(feature = "unstable_context_compaction")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct CompactionUpdate {
+    /// The Agent-owned ID of this compaction, unique within the session.
+    #[serde(rename = "compactionId")]
+    pub compaction_id: CompactionId,
+    /// Current lifecycle status.
+    pub status: CompactionStatus,
+    /// Complete replacement user-displayable summary retained by the compaction.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<Option<Vec<ContentBlock>>>,
+    /// Human-readable description of why the compaction failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Option<String>>,
+    /// Extensible metadata patch for this compaction.
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
+}
+#[cfg(feature = "unstable_context_compaction")]
+impl CompactionUpdate {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        compaction_id: impl Into<CompactionId>,
+        status: impl Into<CompactionStatus>,
+    ) -> Self {
+        CompactionUpdate {
+            compaction_id: compaction_id.into(),
+            status: status.into(),
+            summary: None,
+            error: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::summary`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn summary(mut self, summary: impl Into<Option<Vec<ContentBlock>>>) -> Self {
+        self.summary = Some(summary.into());
+        self
+    }
+    /// Sets [`Self::error`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn error(mut self, error: impl Into<Option<String>>) -> Self {
+        self.error = Some(error.into());
+        self
+    }
+    /// Sets [`Self::meta`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn meta(
+        mut self,
+        meta: impl Into<Option<serde_json::Map<String, serde_json::Value>>>,
+    ) -> Self {
+        self.meta = Some(meta.into());
+        self
+    }
+}
+#[cfg(feature = "unstable_context_compaction")]
+serde_support::deserialize_struct!(CompactionUpdate {
+    compaction_id: "compactionId" => required,
+    status: "status" => required,
+    summary: "summary" => optional(TriVecSkipInvalidOrDefault),
+    error: "error" => optional(TriOrDefault),
+    meta: "_meta" => optional(TriOrDefault),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// A content block appended to the retained summary of an in-progress
+/// compaction. Agents send chunks only after an `in_progress` update and before
+/// the terminal update for the same ID.
+///
+/// Available with the cargo feature `unstable_context_compaction`.
+#[cfg(feature = "unstable_context_compaction")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct CompactionSummaryChunk {
+    /// ID of the compaction whose summary receives this content.
+    #[serde(rename = "compactionId")]
+    pub compaction_id: CompactionId,
+    /// One content block to append.
+    pub content: ContentBlock,
+    /// Metadata scoped to this chunk. Omission and `null` both mean absent.
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_context_compaction")]
+impl CompactionSummaryChunk {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        compaction_id: impl Into<CompactionId>,
+        content: impl Into<ContentBlock>,
+    ) -> Self {
+        CompactionSummaryChunk {
+            compaction_id: compaction_id.into(),
+            content: content.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_context_compaction")]
+serde_support::deserialize_struct!(CompactionSummaryChunk {
+    compaction_id: "compactionId" => required,
+    content: "content" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Notification sent by the agent when a URL-based elicitation is complete.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -8094,6 +11420,73 @@ impl CompleteElicitationNotification {
 }
 serde_support::deserialize_struct!(CompleteElicitationNotification {
     elicitation_id: "elicitationId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Notification parameters for `mcp/message`.
+///
+/// This is used when the wrapped MCP message is a notification and the outer JSON-RPC
+/// envelope has no `id`.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
+#[cfg(feature = "unstable_mcp_over_acp")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct MessageMcpNotification {
+    /// The MCP-over-ACP connection this message is sent on.
+    #[serde(rename = "connectionId")]
+    pub connection_id: McpConnectionId,
+    /// The inner MCP method name.
+    pub method: String,
+    /// Optional inner MCP params.
+    ///
+    /// If omitted or set to `null`, the inner MCP message has no params.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub params: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl MessageMcpNotification {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        connection_id: impl Into<McpConnectionId>,
+        method: impl Into<String>,
+    ) -> Self {
+        MessageMcpNotification {
+            connection_id: connection_id.into(),
+            method: method.into(),
+            params: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::params`].
+    #[must_use]
+    pub fn params(mut self, params: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.params = Some(params);
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+serde_support::deserialize_struct!(MessageMcpNotification {
+    connection_id: "connectionId" => required,
+    method: "method" => required,
+    params: "params" => optional(DefaultOnError),
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Allows the Agent to send an arbitrary notification that is not part of the ACP spec.
@@ -8192,6 +11585,29 @@ pub struct ClientCapabilities {
     /// elicitation support.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elicitation: Option<Option<ElicitationCapabilities>>,
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// NES (Next Edit Suggestions) capabilities supported by the client.
+    ///
+    /// Optional. Omitted or `null` both mean the client does not advertise any
+    /// NES suggestion-kind extensions.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
+    #[cfg(feature = "unstable_nes")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nes: Option<Option<ClientNesCapabilities>>,
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// The position encodings supported by the client, in order of preference.
+    ///
+    /// Available with the cargo feature `unstable_nes`.
+    #[cfg(feature = "unstable_nes")]
+    #[serde(rename = "positionEncodings", skip_serializing_if = "Option::is_none")]
+    pub position_encodings: Option<Vec<PositionEncodingKind>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
     /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
     /// these keys.
@@ -8206,6 +11622,10 @@ impl ClientCapabilities {
         ClientCapabilities {
             auth: None,
             elicitation: None,
+            #[cfg(feature = "unstable_nes")]
+            nes: None,
+            #[cfg(feature = "unstable_nes")]
+            position_encodings: None,
             meta: None,
         }
     }
@@ -8224,6 +11644,23 @@ impl ClientCapabilities {
         self.elicitation = Some(elicitation.into());
         self
     }
+    /// Sets [`Self::nes`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[cfg(feature = "unstable_nes")]
+    #[must_use]
+    pub fn nes(mut self, nes: impl Into<Option<ClientNesCapabilities>>) -> Self {
+        self.nes = Some(nes.into());
+        self
+    }
+    /// Sets [`Self::position_encodings`].
+    #[cfg(feature = "unstable_nes")]
+    #[must_use]
+    pub fn position_encodings(
+        mut self,
+        position_encodings: Vec<PositionEncodingKind>,
+    ) -> Self {
+        self.position_encodings = Some(position_encodings);
+        self
+    }
     /// Sets [`Self::meta`].
     #[must_use]
     pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
@@ -8234,6 +11671,8 @@ impl ClientCapabilities {
 serde_support::deserialize_struct!(ClientCapabilities {
     auth: "auth" => optional(TriOrDefault),
     elicitation: "elicitation" => optional(TriOrDefault),
+    #[cfg(feature = "unstable_nes")] nes: "nes" => optional(TriOrDefault),
+    #[cfg(feature = "unstable_nes")] position_encodings: "positionEncodings" => optional(OptVecSkipInvalidOrDefault),
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Authentication capabilities supported by the client.
@@ -8451,6 +11890,180 @@ impl ElicitationUrlCapabilities {
 serde_support::deserialize_struct!(ElicitationUrlCapabilities {
     meta: "_meta" => optional(DefaultOnError),
 });
+/// NES capabilities advertised by the client during initialization.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct ClientNesCapabilities {
+    /// Whether the client supports the `jump` suggestion kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jump: Option<Option<NesJumpCapabilities>>,
+    /// Whether the client supports the `rename` suggestion kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rename: Option<Option<NesRenameCapabilities>>,
+    /// Whether the client supports the `searchAndReplace` suggestion kind.
+    #[serde(rename = "searchAndReplace", skip_serializing_if = "Option::is_none")]
+    pub search_and_replace: Option<Option<NesSearchAndReplaceCapabilities>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl ClientNesCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        ClientNesCapabilities {
+            jump: None,
+            rename: None,
+            search_and_replace: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::jump`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn jump(mut self, jump: impl Into<Option<NesJumpCapabilities>>) -> Self {
+        self.jump = Some(jump.into());
+        self
+    }
+    /// Sets [`Self::rename`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn rename(mut self, rename: impl Into<Option<NesRenameCapabilities>>) -> Self {
+        self.rename = Some(rename.into());
+        self
+    }
+    /// Sets [`Self::search_and_replace`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn search_and_replace(
+        mut self,
+        search_and_replace: impl Into<Option<NesSearchAndReplaceCapabilities>>,
+    ) -> Self {
+        self.search_and_replace = Some(search_and_replace.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(ClientNesCapabilities {
+    jump: "jump" => optional(TriOrDefault),
+    rename: "rename" => optional(TriOrDefault),
+    search_and_replace: "searchAndReplace" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Marker for jump suggestion support.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesJumpCapabilities {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesJumpCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesJumpCapabilities { meta: None }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesJumpCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Marker for rename suggestion support.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesRenameCapabilities {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesRenameCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesRenameCapabilities {
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesRenameCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Marker for search and replace suggestion support.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesSearchAndReplaceCapabilities {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesSearchAndReplaceCapabilities {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesSearchAndReplaceCapabilities {
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesSearchAndReplaceCapabilities {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Request parameters for the `auth/login` method.
 ///
 /// Specifies which authentication method to use.
@@ -8491,6 +12104,162 @@ impl LoginAuthRequest {
 }
 serde_support::deserialize_struct!(LoginAuthRequest {
     method_id: "methodId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Request parameters for `providers/list`.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
+#[cfg(feature = "unstable_llm_providers")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct ListProvidersRequest {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl ListProvidersRequest {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        ListProvidersRequest { meta: None }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(ListProvidersRequest {
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Request parameters for `providers/set`.
+///
+/// Replaces the full configuration for one provider ID.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
+#[cfg(feature = "unstable_llm_providers")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct SetProviderRequest {
+    /// Provider ID to configure.
+    #[serde(rename = "providerId")]
+    pub provider_id: ProviderId,
+    /// Protocol type for this provider.
+    #[serde(rename = "apiType")]
+    pub api_type: LlmProtocol,
+    /// Base URL for requests sent through this provider.
+    #[serde(rename = "baseUrl")]
+    pub base_url: String,
+    /// Full headers map for this provider.
+    /// May include authorization, routing, or other integration-specific headers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headers: Option<serde_support::OrderedMap<String>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl SetProviderRequest {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        provider_id: impl Into<ProviderId>,
+        api_type: impl Into<LlmProtocol>,
+        base_url: impl Into<String>,
+    ) -> Self {
+        SetProviderRequest {
+            provider_id: provider_id.into(),
+            api_type: api_type.into(),
+            base_url: base_url.into(),
+            headers: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::headers`].
+    #[must_use]
+    pub fn headers(
+        mut self,
+        headers: impl Into<serde_support::OrderedMap<String>>,
+    ) -> Self {
+        self.headers = Some(headers.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(SetProviderRequest {
+    provider_id: "providerId" => required,
+    api_type: "apiType" => required,
+    base_url: "baseUrl" => required,
+    headers: "headers" => optional,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Request parameters for `providers/disable`.
+///
+/// Available with the cargo feature `unstable_llm_providers`.
+#[cfg(feature = "unstable_llm_providers")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct DisableProviderRequest {
+    /// Provider ID to disable.
+    #[serde(rename = "providerId")]
+    pub provider_id: ProviderId,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl DisableProviderRequest {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(provider_id: impl Into<ProviderId>) -> Self {
+        DisableProviderRequest {
+            provider_id: provider_id.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+serde_support::deserialize_struct!(DisableProviderRequest {
+    provider_id: "providerId" => required,
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Request parameters for the `auth/logout` method.
@@ -8605,6 +12374,18 @@ pub enum McpServer {
     ///
     /// Only available when the Agent capabilities include `session.mcp.http`.
     Http(McpServerHttp),
+    /// **UNSTABLE**
+    ///
+    /// This capability is not part of the spec yet, and may be removed or changed at any point.
+    ///
+    /// ACP transport configuration
+    ///
+    /// Only available when the Agent capabilities include `session.mcp.acp`.
+    /// The MCP server is provided by an ACP component and communicates over the ACP channel.
+    ///
+    /// Available with the cargo feature `unstable_mcp_over_acp`.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    Acp(McpServerAcp),
     /// Stdio transport configuration
     ///
     /// Only available when the Agent capabilities include `session.mcp.stdio`.
@@ -8619,6 +12400,8 @@ impl McpServer {
     pub fn tag(&self) -> Option<&str> {
         match self {
             McpServer::Http(_) => Some("http"),
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            McpServer::Acp(_) => Some("acp"),
             McpServer::Stdio(_) => Some("stdio"),
             McpServer::Other(unknown) => unknown.tag("type"),
         }
@@ -8629,6 +12412,10 @@ impl serde::Serialize for McpServer {
         match self {
             McpServer::Http(payload) => {
                 serde_support::serialize_tagged(serializer, "type", "http", payload)
+            }
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            McpServer::Acp(payload) => {
+                serde_support::serialize_tagged(serializer, "type", "acp", payload)
             }
             McpServer::Stdio(payload) => {
                 serde_support::serialize_tagged(serializer, "type", "stdio", payload)
@@ -8644,6 +12431,8 @@ impl<'de> serde::Deserialize<'de> for McpServer {
         let value = serde_support::object(deserializer)?;
         match serde_support::tag_of(&value, "type")? {
             Some("http") => serde_support::payload(&value, "type").map(McpServer::Http),
+            #[cfg(feature = "unstable_mcp_over_acp")]
+            Some("acp") => serde_support::payload(&value, "type").map(McpServer::Acp),
             Some("stdio") => serde_support::payload(&value, "type").map(McpServer::Stdio),
             None => Err(serde::de::Error::missing_field("type")),
             Some(_) => Ok(McpServer::Other(serde_support::UnknownVariant(value))),
@@ -8667,6 +12456,15 @@ impl schemars::JsonSchema for McpServer {
                     .subschema_for:: < McpServerHttp > ()] }
                 ),
             );
+        #[cfg(feature = "unstable_mcp_over_acp")]
+        alternatives
+            .push(
+                schemars::json_schema!(
+                    { "type" : "object", "properties" : { "type" : { "type" : "string",
+                    "const" : "acp" } }, "required" : ["type"], "allOf" : [generator
+                    .subschema_for:: < McpServerAcp > ()] }
+                ),
+            );
         alternatives
             .push(
                 schemars::json_schema!(
@@ -8681,6 +12479,12 @@ impl schemars::JsonSchema for McpServer {
 impl From<McpServerHttp> for McpServer {
     fn from(value: McpServerHttp) -> Self {
         McpServer::Http(value)
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl From<McpServerAcp> for McpServer {
+    fn from(value: McpServerAcp) -> Self {
+        McpServer::Acp(value)
     }
 }
 impl From<McpServerStdio> for McpServer {
@@ -8773,6 +12577,60 @@ serde_support::deserialize_struct!(McpServerHttp {
     name: "name" => required,
     url: "url" => required,
     headers: "headers" => optional,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// ACP transport configuration for MCP.
+///
+/// The MCP server is provided by an ACP component and communicates over the ACP channel
+/// using `mcp/connect`, `mcp/message`, and `mcp/disconnect`.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
+#[cfg(feature = "unstable_mcp_over_acp")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct McpServerAcp {
+    /// Human-readable name identifying this MCP server.
+    pub name: String,
+    /// Unique identifier for this MCP server, generated by the component providing it.
+    ///
+    /// Providers MUST NOT reuse an ID for multiple ACP-transport MCP servers that are visible
+    /// on the same ACP connection.
+    #[serde(rename = "serverId")]
+    pub server_id: McpServerAcpId,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl McpServerAcp {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(name: impl Into<String>, server_id: impl Into<McpServerAcpId>) -> Self {
+        McpServerAcp {
+            name: name.into(),
+            server_id: server_id.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+serde_support::deserialize_struct!(McpServerAcp {
+    name: "name" => required,
+    server_id: "serverId" => required,
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Stdio transport configuration for MCP.
@@ -8922,6 +12780,88 @@ impl DeleteSessionRequest {
 }
 serde_support::deserialize_struct!(DeleteSessionRequest {
     session_id: "sessionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Request parameters for forking an existing session.
+///
+/// Creates a new session based on the context of an existing one, allowing
+/// operations like generating summaries without affecting the original session's history.
+///
+/// Only available if the Agent supports the `session.fork` capability.
+///
+/// Available with the cargo feature `unstable_session_fork`.
+#[cfg(feature = "unstable_session_fork")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct ForkSessionRequest {
+    /// The ID of the session to fork.
+    #[serde(rename = "sessionId")]
+    pub session_id: SessionId,
+    /// The working directory for this session. Must be an absolute path.
+    pub cwd: AbsolutePath,
+    /// Additional workspace roots to activate for this session. Each path must be absolute.
+    ///
+    /// When omitted or empty, no additional roots are activated. When non-empty,
+    /// this is the complete resulting additional-root list for the forked
+    /// session.
+    #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
+    pub additional_directories: Option<Vec<AbsolutePath>>,
+    /// List of MCP servers to connect to for this session.
+    #[serde(rename = "mcpServers", skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<McpServer>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_session_fork")]
+impl ForkSessionRequest {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(session_id: impl Into<SessionId>, cwd: impl Into<AbsolutePath>) -> Self {
+        ForkSessionRequest {
+            session_id: session_id.into(),
+            cwd: cwd.into(),
+            additional_directories: None,
+            mcp_servers: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::additional_directories`].
+    #[must_use]
+    pub fn additional_directories(
+        mut self,
+        additional_directories: Vec<AbsolutePath>,
+    ) -> Self {
+        self.additional_directories = Some(additional_directories);
+        self
+    }
+    /// Sets [`Self::mcp_servers`].
+    #[must_use]
+    pub fn mcp_servers(mut self, mcp_servers: Vec<McpServer>) -> Self {
+        self.mcp_servers = Some(mcp_servers);
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_session_fork")]
+serde_support::deserialize_struct!(ForkSessionRequest {
+    session_id: "sessionId" => required,
+    cwd: "cwd" => required,
+    additional_directories: "additionalDirectories" => optional(OptVecSkipInvalidOrDefault),
+    mcp_servers: "mcpServers" => optional(OptVecSkipInvalidOrDefault),
     meta: "_meta" => optional(DefaultOnError),
 });
 /// Request parameters for resuming an existing session.
@@ -9257,6 +13197,948 @@ serde_support::deserialize_struct!(PromptRequest {
     prompt: "prompt" => required,
     meta: "_meta" => optional(DefaultOnError),
 });
+/// Request to start an NES session.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct StartNesRequest {
+    /// The root URI of the workspace.
+    #[serde(rename = "workspaceUri", skip_serializing_if = "Option::is_none")]
+    pub workspace_uri: Option<Option<String>>,
+    /// The workspace folders.
+    #[serde(rename = "workspaceFolders", skip_serializing_if = "Option::is_none")]
+    pub workspace_folders: Option<Option<Vec<WorkspaceFolder>>>,
+    /// Repository metadata, if the workspace is a git repository.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repository: Option<Option<NesRepository>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl StartNesRequest {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        StartNesRequest {
+            workspace_uri: None,
+            workspace_folders: None,
+            repository: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::workspace_uri`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn workspace_uri(mut self, workspace_uri: impl Into<Option<String>>) -> Self {
+        self.workspace_uri = Some(workspace_uri.into());
+        self
+    }
+    /// Sets [`Self::workspace_folders`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn workspace_folders(
+        mut self,
+        workspace_folders: impl Into<Option<Vec<WorkspaceFolder>>>,
+    ) -> Self {
+        self.workspace_folders = Some(workspace_folders.into());
+        self
+    }
+    /// Sets [`Self::repository`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn repository(mut self, repository: impl Into<Option<NesRepository>>) -> Self {
+        self.repository = Some(repository.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(StartNesRequest {
+    workspace_uri: "workspaceUri" => optional(TriOrDefault),
+    workspace_folders: "workspaceFolders" => optional(Tri),
+    repository: "repository" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// A workspace folder.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct WorkspaceFolder {
+    /// The URI of the folder.
+    pub uri: String,
+    /// The display name of the folder.
+    pub name: String,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl WorkspaceFolder {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(uri: impl Into<String>, name: impl Into<String>) -> Self {
+        WorkspaceFolder {
+            uri: uri.into(),
+            name: name.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(WorkspaceFolder {
+    uri: "uri" => required,
+    name: "name" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Repository metadata for an NES session.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesRepository {
+    /// The repository name.
+    pub name: String,
+    /// The repository owner.
+    pub owner: String,
+    /// The remote URL of the repository.
+    #[serde(rename = "remoteUrl")]
+    pub remote_url: String,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesRepository {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        name: impl Into<String>,
+        owner: impl Into<String>,
+        remote_url: impl Into<String>,
+    ) -> Self {
+        NesRepository {
+            name: name.into(),
+            owner: owner.into(),
+            remote_url: remote_url.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesRepository {
+    name: "name" => required,
+    owner: "owner" => required,
+    remote_url: "remoteUrl" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Request for a code suggestion.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct SuggestNesRequest {
+    /// The session ID for this request.
+    #[serde(rename = "sessionId")]
+    pub session_id: SessionId,
+    /// The URI of the document to suggest for.
+    pub uri: String,
+    /// The version number of the document.
+    pub version: i64,
+    /// The current cursor position.
+    pub position: Position,
+    /// The current text selection range, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selection: Option<Option<Range>>,
+    /// What triggered this suggestion request.
+    #[serde(rename = "triggerKind")]
+    pub trigger_kind: NesTriggerKind,
+    /// Context for the suggestion, included based on agent capabilities.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<Option<NesSuggestContext>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl SuggestNesRequest {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        session_id: impl Into<SessionId>,
+        uri: impl Into<String>,
+        version: i64,
+        position: impl Into<Position>,
+        trigger_kind: impl Into<NesTriggerKind>,
+    ) -> Self {
+        SuggestNesRequest {
+            session_id: session_id.into(),
+            uri: uri.into(),
+            version,
+            position: position.into(),
+            selection: None,
+            trigger_kind: trigger_kind.into(),
+            context: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::selection`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn selection(mut self, selection: impl Into<Option<Range>>) -> Self {
+        self.selection = Some(selection.into());
+        self
+    }
+    /// Sets [`Self::context`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn context(mut self, context: impl Into<Option<NesSuggestContext>>) -> Self {
+        self.context = Some(context.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(SuggestNesRequest {
+    session_id: "sessionId" => required,
+    uri: "uri" => required,
+    version: "version" => required,
+    position: "position" => required,
+    selection: "selection" => optional(Tri),
+    trigger_kind: "triggerKind" => required,
+    context: "context" => optional(Tri),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// What triggered the suggestion request.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum NesTriggerKind {
+    /// Triggered by user typing or cursor movement.
+    Automatic,
+    /// Triggered by a diagnostic appearing at or near the cursor.
+    Diagnostic,
+    /// Triggered by an explicit user action (keyboard shortcut).
+    Manual,
+    /// A value this version of the schema does not know, kept as received.
+    Other(String),
+}
+#[cfg(feature = "unstable_nes")]
+impl NesTriggerKind {
+    /// The value as written on the wire.
+    pub fn as_str(&self) -> &str {
+        match self {
+            NesTriggerKind::Automatic => "automatic",
+            NesTriggerKind::Diagnostic => "diagnostic",
+            NesTriggerKind::Manual => "manual",
+            NesTriggerKind::Other(other) => other,
+        }
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl From<&str> for NesTriggerKind {
+    fn from(value: &str) -> Self {
+        match value {
+            "automatic" => NesTriggerKind::Automatic,
+            "diagnostic" => NesTriggerKind::Diagnostic,
+            "manual" => NesTriggerKind::Manual,
+            other => NesTriggerKind::Other(other.to_owned()),
+        }
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl std::fmt::Display for NesTriggerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl serde::Serialize for NesTriggerKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl<'de> serde::Deserialize<'de> for NesTriggerKind {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Self, D::Error> {
+        let value = <std::borrow::Cow<
+            'de,
+            str,
+        > as serde::Deserialize>::deserialize(deserializer)?;
+        Ok(NesTriggerKind::from(value.as_ref()))
+    }
+}
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_nes")]
+impl schemars::JsonSchema for NesTriggerKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NesTriggerKind".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("automatic");
+        values.push("diagnostic");
+        values.push("manual");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
+/// Context attached to a suggestion request.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesSuggestContext {
+    /// Recently accessed files.
+    #[serde(rename = "recentFiles", skip_serializing_if = "Option::is_none")]
+    pub recent_files: Option<Option<Vec<NesRecentFile>>>,
+    /// Related code snippets.
+    #[serde(rename = "relatedSnippets", skip_serializing_if = "Option::is_none")]
+    pub related_snippets: Option<Option<Vec<NesRelatedSnippet>>>,
+    /// Recent edit history.
+    #[serde(rename = "editHistory", skip_serializing_if = "Option::is_none")]
+    pub edit_history: Option<Option<Vec<NesEditHistoryEntry>>>,
+    /// Recent user actions (typing, navigation, etc.).
+    #[serde(rename = "userActions", skip_serializing_if = "Option::is_none")]
+    pub user_actions: Option<Option<Vec<NesUserAction>>>,
+    /// Currently open files in the editor.
+    #[serde(rename = "openFiles", skip_serializing_if = "Option::is_none")]
+    pub open_files: Option<Option<Vec<NesOpenFile>>>,
+    /// Current diagnostics (errors, warnings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<Option<Vec<NesDiagnostic>>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesSuggestContext {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        NesSuggestContext {
+            recent_files: None,
+            related_snippets: None,
+            edit_history: None,
+            user_actions: None,
+            open_files: None,
+            diagnostics: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::recent_files`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn recent_files(
+        mut self,
+        recent_files: impl Into<Option<Vec<NesRecentFile>>>,
+    ) -> Self {
+        self.recent_files = Some(recent_files.into());
+        self
+    }
+    /// Sets [`Self::related_snippets`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn related_snippets(
+        mut self,
+        related_snippets: impl Into<Option<Vec<NesRelatedSnippet>>>,
+    ) -> Self {
+        self.related_snippets = Some(related_snippets.into());
+        self
+    }
+    /// Sets [`Self::edit_history`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn edit_history(
+        mut self,
+        edit_history: impl Into<Option<Vec<NesEditHistoryEntry>>>,
+    ) -> Self {
+        self.edit_history = Some(edit_history.into());
+        self
+    }
+    /// Sets [`Self::user_actions`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn user_actions(
+        mut self,
+        user_actions: impl Into<Option<Vec<NesUserAction>>>,
+    ) -> Self {
+        self.user_actions = Some(user_actions.into());
+        self
+    }
+    /// Sets [`Self::open_files`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn open_files(
+        mut self,
+        open_files: impl Into<Option<Vec<NesOpenFile>>>,
+    ) -> Self {
+        self.open_files = Some(open_files.into());
+        self
+    }
+    /// Sets [`Self::diagnostics`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn diagnostics(
+        mut self,
+        diagnostics: impl Into<Option<Vec<NesDiagnostic>>>,
+    ) -> Self {
+        self.diagnostics = Some(diagnostics.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesSuggestContext {
+    recent_files: "recentFiles" => optional(Tri),
+    related_snippets: "relatedSnippets" => optional(Tri),
+    edit_history: "editHistory" => optional(Tri),
+    user_actions: "userActions" => optional(Tri),
+    open_files: "openFiles" => optional(Tri),
+    diagnostics: "diagnostics" => optional(Tri),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// A recently accessed file.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesRecentFile {
+    /// The URI of the file.
+    pub uri: String,
+    /// The language identifier.
+    #[serde(rename = "languageId")]
+    pub language_id: String,
+    /// The full text content of the file.
+    pub text: String,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesRecentFile {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        uri: impl Into<String>,
+        language_id: impl Into<String>,
+        text: impl Into<String>,
+    ) -> Self {
+        NesRecentFile {
+            uri: uri.into(),
+            language_id: language_id.into(),
+            text: text.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesRecentFile {
+    uri: "uri" => required,
+    language_id: "languageId" => required,
+    text: "text" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// A related code snippet from a file.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesRelatedSnippet {
+    /// The URI of the file containing the snippets.
+    pub uri: String,
+    /// The code excerpts.
+    pub excerpts: Vec<NesExcerpt>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesRelatedSnippet {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(uri: impl Into<String>, excerpts: Vec<NesExcerpt>) -> Self {
+        NesRelatedSnippet {
+            uri: uri.into(),
+            excerpts,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesRelatedSnippet {
+    uri: "uri" => required,
+    excerpts: "excerpts" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// A code excerpt from a file.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesExcerpt {
+    /// The start line of the excerpt (zero-based).
+    #[serde(rename = "startLine")]
+    pub start_line: u32,
+    /// The end line of the excerpt (zero-based).
+    #[serde(rename = "endLine")]
+    pub end_line: u32,
+    /// The text content of the excerpt.
+    pub text: String,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesExcerpt {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(start_line: u32, end_line: u32, text: impl Into<String>) -> Self {
+        NesExcerpt {
+            start_line,
+            end_line,
+            text: text.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesExcerpt {
+    start_line: "startLine" => required,
+    end_line: "endLine" => required,
+    text: "text" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// An entry in the edit history.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesEditHistoryEntry {
+    /// The URI of the edited file.
+    pub uri: String,
+    /// A diff representing the edit.
+    pub diff: String,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesEditHistoryEntry {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(uri: impl Into<String>, diff: impl Into<String>) -> Self {
+        NesEditHistoryEntry {
+            uri: uri.into(),
+            diff: diff.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesEditHistoryEntry {
+    uri: "uri" => required,
+    diff: "diff" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// A user action (typing, cursor movement, etc.).
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesUserAction {
+    /// The kind of action (e.g., "insertChar", "cursorMovement").
+    pub action: String,
+    /// The URI of the file where the action occurred.
+    pub uri: String,
+    /// The position where the action occurred.
+    pub position: Position,
+    /// Timestamp in milliseconds since epoch.
+    #[serde(rename = "timestampMs")]
+    pub timestamp_ms: u64,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesUserAction {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        action: impl Into<String>,
+        uri: impl Into<String>,
+        position: impl Into<Position>,
+        timestamp_ms: u64,
+    ) -> Self {
+        NesUserAction {
+            action: action.into(),
+            uri: uri.into(),
+            position: position.into(),
+            timestamp_ms,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesUserAction {
+    action: "action" => required,
+    uri: "uri" => required,
+    position: "position" => required,
+    timestamp_ms: "timestampMs" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// An open file in the editor.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesOpenFile {
+    /// The URI of the file.
+    pub uri: String,
+    /// The language identifier.
+    #[serde(rename = "languageId")]
+    pub language_id: String,
+    /// The visible range in the editor, if any.
+    #[serde(rename = "visibleRange", skip_serializing_if = "Option::is_none")]
+    pub visible_range: Option<Option<Range>>,
+    /// Timestamp in milliseconds since epoch of when the file was last focused.
+    #[serde(rename = "lastFocusedMs", skip_serializing_if = "Option::is_none")]
+    pub last_focused_ms: Option<Option<u64>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesOpenFile {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(uri: impl Into<String>, language_id: impl Into<String>) -> Self {
+        NesOpenFile {
+            uri: uri.into(),
+            language_id: language_id.into(),
+            visible_range: None,
+            last_focused_ms: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::visible_range`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn visible_range(mut self, visible_range: impl Into<Option<Range>>) -> Self {
+        self.visible_range = Some(visible_range.into());
+        self
+    }
+    /// Sets [`Self::last_focused_ms`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn last_focused_ms(mut self, last_focused_ms: impl Into<Option<u64>>) -> Self {
+        self.last_focused_ms = Some(last_focused_ms.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesOpenFile {
+    uri: "uri" => required,
+    language_id: "languageId" => required,
+    visible_range: "visibleRange" => optional(TriOrDefault),
+    last_focused_ms: "lastFocusedMs" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// A diagnostic (error, warning, etc.).
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct NesDiagnostic {
+    /// The URI of the file containing the diagnostic.
+    pub uri: String,
+    /// The range of the diagnostic.
+    pub range: Range,
+    /// The severity of the diagnostic.
+    pub severity: NesDiagnosticSeverity,
+    /// The diagnostic message.
+    pub message: String,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl NesDiagnostic {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        uri: impl Into<String>,
+        range: impl Into<Range>,
+        severity: impl Into<NesDiagnosticSeverity>,
+        message: impl Into<String>,
+    ) -> Self {
+        NesDiagnostic {
+            uri: uri.into(),
+            range: range.into(),
+            severity: severity.into(),
+            message: message.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(NesDiagnostic {
+    uri: "uri" => required,
+    range: "range" => required,
+    severity: "severity" => required,
+    message: "message" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Severity of a diagnostic.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum NesDiagnosticSeverity {
+    /// An error.
+    Error,
+    /// A warning.
+    Warning,
+    /// An informational message.
+    Information,
+    /// A hint.
+    Hint,
+    /// A value this version of the schema does not know, kept as received.
+    Other(String),
+}
+#[cfg(feature = "unstable_nes")]
+impl NesDiagnosticSeverity {
+    /// The value as written on the wire.
+    pub fn as_str(&self) -> &str {
+        match self {
+            NesDiagnosticSeverity::Error => "error",
+            NesDiagnosticSeverity::Warning => "warning",
+            NesDiagnosticSeverity::Information => "information",
+            NesDiagnosticSeverity::Hint => "hint",
+            NesDiagnosticSeverity::Other(other) => other,
+        }
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl From<&str> for NesDiagnosticSeverity {
+    fn from(value: &str) -> Self {
+        match value {
+            "error" => NesDiagnosticSeverity::Error,
+            "warning" => NesDiagnosticSeverity::Warning,
+            "information" => NesDiagnosticSeverity::Information,
+            "hint" => NesDiagnosticSeverity::Hint,
+            other => NesDiagnosticSeverity::Other(other.to_owned()),
+        }
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl std::fmt::Display for NesDiagnosticSeverity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl serde::Serialize for NesDiagnosticSeverity {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl<'de> serde::Deserialize<'de> for NesDiagnosticSeverity {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Self, D::Error> {
+        let value = <std::borrow::Cow<
+            'de,
+            str,
+        > as serde::Deserialize>::deserialize(deserializer)?;
+        Ok(NesDiagnosticSeverity::from(value.as_ref()))
+    }
+}
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_nes")]
+impl schemars::JsonSchema for NesDiagnosticSeverity {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NesDiagnosticSeverity".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("error");
+        values.push("warning");
+        values.push("information");
+        values.push("hint");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
+/// Request to close an NES session.
+///
+/// The agent **must** cancel any ongoing work related to the NES session
+/// and then free up any resources associated with the session.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct CloseNesRequest {
+    /// The ID of the NES session to close.
+    #[serde(rename = "sessionId")]
+    pub session_id: SessionId,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl CloseNesRequest {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(session_id: impl Into<SessionId>) -> Self {
+        CloseNesRequest {
+            session_id: session_id.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(CloseNesRequest {
+    session_id: "sessionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Response to a permission request.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -9513,6 +14395,89 @@ impl ElicitationAcceptAction {
 serde_support::deserialize_struct!(ElicitationAcceptAction {
     content: "content" => optional(Tri),
 });
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Response to `mcp/connect`.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
+#[cfg(feature = "unstable_mcp_over_acp")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct ConnectMcpResponse {
+    /// The unique identifier for this MCP-over-ACP connection.
+    #[serde(rename = "connectionId")]
+    pub connection_id: McpConnectionId,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl ConnectMcpResponse {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(connection_id: impl Into<McpConnectionId>) -> Self {
+        ConnectMcpResponse {
+            connection_id: connection_id.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+serde_support::deserialize_struct!(ConnectMcpResponse {
+    connection_id: "connectionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// **UNSTABLE**
+///
+/// This capability is not part of the spec yet, and may be removed or changed at any point.
+///
+/// Response to `mcp/disconnect`.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
+#[cfg(feature = "unstable_mcp_over_acp")]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct DisconnectMcpResponse {
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl DisconnectMcpResponse {
+    /// Creates a value with every optional field unset.
+    pub fn new() -> Self {
+        DisconnectMcpResponse {
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+serde_support::deserialize_struct!(DisconnectMcpResponse {
+    meta: "_meta" => optional(DefaultOnError),
+});
 /// Notification to cancel ongoing operations for a session.
 ///
 /// See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#cancellation)
@@ -9550,6 +14515,522 @@ serde_support::deserialize_struct!(CancelSessionNotification {
     session_id: "sessionId" => required,
     meta: "_meta" => optional(DefaultOnError),
 });
+/// Notification sent when a file is opened in the editor.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct DidOpenDocumentNotification {
+    /// The session ID for this notification.
+    #[serde(rename = "sessionId")]
+    pub session_id: SessionId,
+    /// The URI of the opened document.
+    pub uri: String,
+    /// The language identifier of the document (e.g., "rust", "python").
+    #[serde(rename = "languageId")]
+    pub language_id: String,
+    /// The version number of the document.
+    pub version: i64,
+    /// The full text content of the document.
+    pub text: String,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl DidOpenDocumentNotification {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        session_id: impl Into<SessionId>,
+        uri: impl Into<String>,
+        language_id: impl Into<String>,
+        version: i64,
+        text: impl Into<String>,
+    ) -> Self {
+        DidOpenDocumentNotification {
+            session_id: session_id.into(),
+            uri: uri.into(),
+            language_id: language_id.into(),
+            version,
+            text: text.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(DidOpenDocumentNotification {
+    session_id: "sessionId" => required,
+    uri: "uri" => required,
+    language_id: "languageId" => required,
+    version: "version" => required,
+    text: "text" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Notification sent when a file is edited.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct DidChangeDocumentNotification {
+    /// The session ID for this notification.
+    #[serde(rename = "sessionId")]
+    pub session_id: SessionId,
+    /// The URI of the changed document.
+    pub uri: String,
+    /// The new version number of the document.
+    pub version: i64,
+    /// The content changes.
+    #[serde(rename = "contentChanges")]
+    pub content_changes: Vec<TextDocumentContentChangeEvent>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl DidChangeDocumentNotification {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        session_id: impl Into<SessionId>,
+        uri: impl Into<String>,
+        version: i64,
+        content_changes: Vec<TextDocumentContentChangeEvent>,
+    ) -> Self {
+        DidChangeDocumentNotification {
+            session_id: session_id.into(),
+            uri: uri.into(),
+            version,
+            content_changes,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(DidChangeDocumentNotification {
+    session_id: "sessionId" => required,
+    uri: "uri" => required,
+    version: "version" => required,
+    content_changes: "contentChanges" => required(VecSkipInvalidOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// A content change event for a document.
+///
+/// When `range` is `None`, `text` is the full content of the document.
+/// When `range` is `Some`, `text` replaces the given range.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct TextDocumentContentChangeEvent {
+    /// The range of the document that changed. If `None`, the entire content is replaced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub range: Option<Option<Range>>,
+    /// The new text for the range, or the full document content if `range` is `None`.
+    pub text: String,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl TextDocumentContentChangeEvent {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(text: impl Into<String>) -> Self {
+        TextDocumentContentChangeEvent {
+            range: None,
+            text: text.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::range`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn range(mut self, range: impl Into<Option<Range>>) -> Self {
+        self.range = Some(range.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(TextDocumentContentChangeEvent {
+    range: "range" => optional(Tri),
+    text: "text" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Notification sent when a file is closed.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct DidCloseDocumentNotification {
+    /// The session ID for this notification.
+    #[serde(rename = "sessionId")]
+    pub session_id: SessionId,
+    /// The URI of the closed document.
+    pub uri: String,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl DidCloseDocumentNotification {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(session_id: impl Into<SessionId>, uri: impl Into<String>) -> Self {
+        DidCloseDocumentNotification {
+            session_id: session_id.into(),
+            uri: uri.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(DidCloseDocumentNotification {
+    session_id: "sessionId" => required,
+    uri: "uri" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Notification sent when a file is saved.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct DidSaveDocumentNotification {
+    /// The session ID for this notification.
+    #[serde(rename = "sessionId")]
+    pub session_id: SessionId,
+    /// The URI of the saved document.
+    pub uri: String,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl DidSaveDocumentNotification {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(session_id: impl Into<SessionId>, uri: impl Into<String>) -> Self {
+        DidSaveDocumentNotification {
+            session_id: session_id.into(),
+            uri: uri.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(DidSaveDocumentNotification {
+    session_id: "sessionId" => required,
+    uri: "uri" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Notification sent when a file becomes the active editor tab.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct DidFocusDocumentNotification {
+    /// The session ID for this notification.
+    #[serde(rename = "sessionId")]
+    pub session_id: SessionId,
+    /// The URI of the focused document.
+    pub uri: String,
+    /// The version number of the document.
+    pub version: i64,
+    /// The current cursor position.
+    pub position: Position,
+    /// The portion of the file currently visible in the editor viewport.
+    #[serde(rename = "visibleRange")]
+    pub visible_range: Range,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl DidFocusDocumentNotification {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        session_id: impl Into<SessionId>,
+        uri: impl Into<String>,
+        version: i64,
+        position: impl Into<Position>,
+        visible_range: impl Into<Range>,
+    ) -> Self {
+        DidFocusDocumentNotification {
+            session_id: session_id.into(),
+            uri: uri.into(),
+            version,
+            position: position.into(),
+            visible_range: visible_range.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(DidFocusDocumentNotification {
+    session_id: "sessionId" => required,
+    uri: "uri" => required,
+    version: "version" => required,
+    position: "position" => required,
+    visible_range: "visibleRange" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Notification sent when a suggestion is accepted.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct AcceptNesNotification {
+    /// The session ID for this notification.
+    #[serde(rename = "sessionId")]
+    pub session_id: SessionId,
+    /// The ID of the accepted suggestion.
+    #[serde(rename = "suggestionId")]
+    pub suggestion_id: NesSuggestionId,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl AcceptNesNotification {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        session_id: impl Into<SessionId>,
+        suggestion_id: impl Into<NesSuggestionId>,
+    ) -> Self {
+        AcceptNesNotification {
+            session_id: session_id.into(),
+            suggestion_id: suggestion_id.into(),
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(AcceptNesNotification {
+    session_id: "sessionId" => required,
+    suggestion_id: "suggestionId" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// Notification sent when a suggestion is rejected.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct RejectNesNotification {
+    /// The session ID for this notification.
+    #[serde(rename = "sessionId")]
+    pub session_id: SessionId,
+    /// The ID of the rejected suggestion.
+    #[serde(rename = "suggestionId")]
+    pub suggestion_id: NesSuggestionId,
+    /// The reason for rejection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<Option<NesRejectReason>>,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    /// these keys.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_nes")]
+impl RejectNesNotification {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(
+        session_id: impl Into<SessionId>,
+        suggestion_id: impl Into<NesSuggestionId>,
+    ) -> Self {
+        RejectNesNotification {
+            session_id: session_id.into(),
+            suggestion_id: suggestion_id.into(),
+            reason: None,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::reason`]; `None` writes `null` (the field's description says what that means; a field never set is left out).
+    #[must_use]
+    pub fn reason(mut self, reason: impl Into<Option<NesRejectReason>>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_nes")]
+serde_support::deserialize_struct!(RejectNesNotification {
+    session_id: "sessionId" => required,
+    suggestion_id: "suggestionId" => required,
+    reason: "reason" => optional(TriOrDefault),
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// The reason a suggestion was rejected.
+///
+/// Available with the cargo feature `unstable_nes`.
+#[cfg(feature = "unstable_nes")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum NesRejectReason {
+    /// The user explicitly dismissed the suggestion.
+    Rejected,
+    /// The suggestion was shown but the user continued editing without interacting.
+    Ignored,
+    /// The suggestion was superseded by a newer suggestion.
+    Replaced,
+    /// The request was cancelled before the agent returned a response.
+    Cancelled,
+    /// A value this version of the schema does not know, kept as received.
+    Other(String),
+}
+#[cfg(feature = "unstable_nes")]
+impl NesRejectReason {
+    /// The value as written on the wire.
+    pub fn as_str(&self) -> &str {
+        match self {
+            NesRejectReason::Rejected => "rejected",
+            NesRejectReason::Ignored => "ignored",
+            NesRejectReason::Replaced => "replaced",
+            NesRejectReason::Cancelled => "cancelled",
+            NesRejectReason::Other(other) => other,
+        }
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl From<&str> for NesRejectReason {
+    fn from(value: &str) -> Self {
+        match value {
+            "rejected" => NesRejectReason::Rejected,
+            "ignored" => NesRejectReason::Ignored,
+            "replaced" => NesRejectReason::Replaced,
+            "cancelled" => NesRejectReason::Cancelled,
+            other => NesRejectReason::Other(other.to_owned()),
+        }
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl std::fmt::Display for NesRejectReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl serde::Serialize for NesRejectReason {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+#[cfg(feature = "unstable_nes")]
+impl<'de> serde::Deserialize<'de> for NesRejectReason {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Self, D::Error> {
+        let value = <std::borrow::Cow<
+            'de,
+            str,
+        > as serde::Deserialize>::deserialize(deserializer)?;
+        Ok(NesRejectReason::from(value.as_ref()))
+    }
+}
+/// The schema lists the known values; decoding also keeps unknown ones.
+#[cfg(feature = "schemars")]
+#[cfg(feature = "unstable_nes")]
+impl schemars::JsonSchema for NesRejectReason {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NesRejectReason".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        #[allow(unused_mut)]
+        let mut values: Vec<&str> = Vec::new();
+        values.push("rejected");
+        values.push("ignored");
+        values.push("replaced");
+        values.push("cancelled");
+        schemars::json_schema!({ "type" : "string", "enum" : values })
+    }
+}
 /// Notification to cancel an ongoing request.
 ///
 /// See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v2/cancellation)
@@ -10239,6 +15720,16 @@ pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
     generator.subschema_for::<ElicitationFormMode>();
     generator.subschema_for::<ElicitationId>();
     generator.subschema_for::<ElicitationUrlMode>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<ConnectMcpRequest>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<McpServerAcpId>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<MessageMcpRequest>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<McpConnectionId>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<DisconnectMcpRequest>();
     generator.subschema_for::<ExtRequest>();
     generator.subschema_for::<InitializeResponse>();
     generator.subschema_for::<ProtocolVersion>();
@@ -10252,15 +15743,61 @@ pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
     generator.subschema_for::<McpCapabilities>();
     generator.subschema_for::<McpStdioCapabilities>();
     generator.subschema_for::<McpHttpCapabilities>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<McpAcpCapabilities>();
     generator.subschema_for::<SessionDeleteCapabilities>();
     generator.subschema_for::<SessionAdditionalDirectoriesCapabilities>();
+    #[cfg(feature = "unstable_session_fork")]
+    generator.subschema_for::<SessionForkCapabilities>();
     generator.subschema_for::<AgentAuthCapabilities>();
+    #[cfg(feature = "unstable_llm_providers")]
+    generator.subschema_for::<ProvidersCapabilities>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesCapabilities>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesEventCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesDocumentEventCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesDocumentDidOpenCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesDocumentDidChangeCapabilities>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<TextDocumentSyncKind>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesDocumentDidCloseCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesDocumentDidSaveCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesDocumentDidFocusCapabilities>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesContextCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesRecentFilesCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesRelatedSnippetsCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesEditHistoryCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesUserActionsCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesOpenFilesCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesDiagnosticsCapabilities>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<PositionEncodingKind>();
     generator.subschema_for::<AuthMethod>();
     generator.subschema_for::<AuthMethodId>();
     generator.subschema_for::<EnvVariable>();
     generator.subschema_for::<AuthMethodTerminal>();
     generator.subschema_for::<AuthMethodAgent>();
     generator.subschema_for::<LoginAuthResponse>();
+    #[cfg(feature = "unstable_llm_providers")]
+    generator.subschema_for::<ListProvidersResponse>();
+    #[cfg(feature = "unstable_llm_providers")] generator.subschema_for::<ProviderInfo>();
+    #[cfg(feature = "unstable_llm_providers")] generator.subschema_for::<ProviderId>();
+    #[cfg(feature = "unstable_llm_providers")] generator.subschema_for::<LlmProtocol>();
+    #[cfg(feature = "unstable_llm_providers")]
+    generator.subschema_for::<ProviderCurrentConfig>();
+    #[cfg(feature = "unstable_llm_providers")]
+    generator.subschema_for::<SetProviderResponse>();
+    #[cfg(feature = "unstable_llm_providers")]
+    generator.subschema_for::<DisableProviderResponse>();
     generator.subschema_for::<LogoutAuthResponse>();
     generator.subschema_for::<NewSessionResponse>();
     generator.subschema_for::<SessionConfigOption>();
@@ -10277,11 +15814,28 @@ pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
     generator.subschema_for::<SessionInfo>();
     generator.subschema_for::<SessionListCursor>();
     generator.subschema_for::<DeleteSessionResponse>();
+    #[cfg(feature = "unstable_session_fork")]
+    generator.subschema_for::<ForkSessionResponse>();
     generator.subschema_for::<ResumeSessionResponse>();
     generator.subschema_for::<CloseSessionResponse>();
     generator.subschema_for::<SetSessionConfigOptionResponse>();
     generator.subschema_for::<PromptResponse>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<StartNesResponse>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<SuggestNesResponse>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesSuggestion>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesSuggestionId>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesTextEdit>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<Range>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<Position>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesEditSuggestion>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesJumpSuggestion>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesRenameSuggestion>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesSearchAndReplaceSuggestion>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<CloseNesResponse>();
     generator.subschema_for::<ExtResponse>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<MessageMcpResponse>();
     generator.subschema_for::<Error>();
     generator.subschema_for::<ErrorCode>();
     generator.subschema_for::<UpdateSessionNotification>();
@@ -10293,6 +15847,7 @@ pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
     generator.subschema_for::<AgentThought>();
     generator.subschema_for::<RunningStateUpdate>();
     generator.subschema_for::<StopReason>();
+    #[cfg(feature = "unstable_end_turn_token_usage")] generator.subschema_for::<Usage>();
     generator.subschema_for::<IdleStateUpdate>();
     generator.subschema_for::<RequiresActionStateUpdate>();
     generator.subschema_for::<StateUpdate>();
@@ -10307,7 +15862,10 @@ pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
     generator.subschema_for::<PlanEntryPriority>();
     generator.subschema_for::<PlanEntryStatus>();
     generator.subschema_for::<PlanItems>();
+    #[cfg(feature = "unstable_plan_updates")] generator.subschema_for::<PlanFile>();
+    #[cfg(feature = "unstable_plan_updates")] generator.subschema_for::<PlanMarkdown>();
     generator.subschema_for::<PlanUpdate>();
+    #[cfg(feature = "unstable_plan_updates")] generator.subschema_for::<PlanRemoved>();
     generator.subschema_for::<AvailableCommand>();
     generator.subschema_for::<AvailableCommandInput>();
     generator.subschema_for::<TextCommandInput>();
@@ -10316,7 +15874,17 @@ pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
     generator.subschema_for::<SessionInfoUpdate>();
     generator.subschema_for::<Cost>();
     generator.subschema_for::<UsageUpdate>();
+    #[cfg(feature = "unstable_context_compaction")]
+    generator.subschema_for::<CompactionId>();
+    #[cfg(feature = "unstable_context_compaction")]
+    generator.subschema_for::<CompactionStatus>();
+    #[cfg(feature = "unstable_context_compaction")]
+    generator.subschema_for::<CompactionUpdate>();
+    #[cfg(feature = "unstable_context_compaction")]
+    generator.subschema_for::<CompactionSummaryChunk>();
     generator.subschema_for::<CompleteElicitationNotification>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<MessageMcpNotification>();
     generator.subschema_for::<ExtNotification>();
     generator.subschema_for::<InitializeRequest>();
     generator.subschema_for::<ClientCapabilities>();
@@ -10325,28 +15893,76 @@ pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
     generator.subschema_for::<ElicitationCapabilities>();
     generator.subschema_for::<ElicitationFormCapabilities>();
     generator.subschema_for::<ElicitationUrlCapabilities>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<ClientNesCapabilities>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesJumpCapabilities>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesRenameCapabilities>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<NesSearchAndReplaceCapabilities>();
     generator.subschema_for::<LoginAuthRequest>();
+    #[cfg(feature = "unstable_llm_providers")]
+    generator.subschema_for::<ListProvidersRequest>();
+    #[cfg(feature = "unstable_llm_providers")]
+    generator.subschema_for::<SetProviderRequest>();
+    #[cfg(feature = "unstable_llm_providers")]
+    generator.subschema_for::<DisableProviderRequest>();
     generator.subschema_for::<LogoutAuthRequest>();
     generator.subschema_for::<NewSessionRequest>();
     generator.subschema_for::<McpServer>();
     generator.subschema_for::<HttpHeader>();
     generator.subschema_for::<McpServerHttp>();
+    #[cfg(feature = "unstable_mcp_over_acp")] generator.subschema_for::<McpServerAcp>();
     generator.subschema_for::<McpServerStdio>();
     generator.subschema_for::<ListSessionsRequest>();
     generator.subschema_for::<DeleteSessionRequest>();
+    #[cfg(feature = "unstable_session_fork")]
+    generator.subschema_for::<ForkSessionRequest>();
     generator.subschema_for::<ResumeSessionRequest>();
     generator.subschema_for::<ReplayFrom>();
     generator.subschema_for::<ReplayFromStart>();
     generator.subschema_for::<CloseSessionRequest>();
     generator.subschema_for::<SetSessionConfigOptionRequest>();
     generator.subschema_for::<PromptRequest>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<StartNesRequest>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<WorkspaceFolder>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesRepository>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<SuggestNesRequest>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesTriggerKind>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesSuggestContext>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesRecentFile>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesRelatedSnippet>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesExcerpt>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesEditHistoryEntry>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesUserAction>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesOpenFile>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesDiagnostic>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesDiagnosticSeverity>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<CloseNesRequest>();
     generator.subschema_for::<RequestPermissionResponse>();
     generator.subschema_for::<RequestPermissionOutcome>();
     generator.subschema_for::<SelectedPermissionOutcome>();
     generator.subschema_for::<CreateElicitationResponse>();
     generator.subschema_for::<ElicitationContentValue>();
     generator.subschema_for::<ElicitationAcceptAction>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<ConnectMcpResponse>();
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    generator.subschema_for::<DisconnectMcpResponse>();
     generator.subschema_for::<CancelSessionNotification>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<DidOpenDocumentNotification>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<DidChangeDocumentNotification>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<TextDocumentContentChangeEvent>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<DidCloseDocumentNotification>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<DidSaveDocumentNotification>();
+    #[cfg(feature = "unstable_nes")]
+    generator.subschema_for::<DidFocusDocumentNotification>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<AcceptNesNotification>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<RejectNesNotification>();
+    #[cfg(feature = "unstable_nes")] generator.subschema_for::<NesRejectReason>();
     generator.subschema_for::<CancelRequestNotification>();
     generator.subschema_for::<CreateElicitationAction>();
     generator.subschema_for::<CreateElicitationMode>();
@@ -10401,6 +16017,10 @@ mod tests {
         assert_eq!(
             super::McpHttpCapabilities::default(), super::McpHttpCapabilities::new()
         );
+        #[cfg(feature = "unstable_mcp_over_acp")]
+        assert_eq!(
+            super::McpAcpCapabilities::default(), super::McpAcpCapabilities::new()
+        );
         assert_eq!(
             super::SessionDeleteCapabilities::default(),
             super::SessionDeleteCapabilities::new()
@@ -10409,10 +16029,94 @@ mod tests {
             super::SessionAdditionalDirectoriesCapabilities::default(),
             super::SessionAdditionalDirectoriesCapabilities::new()
         );
+        #[cfg(feature = "unstable_session_fork")]
+        assert_eq!(
+            super::SessionForkCapabilities::default(),
+            super::SessionForkCapabilities::new()
+        );
         assert_eq!(
             super::AgentAuthCapabilities::default(), super::AgentAuthCapabilities::new()
         );
+        #[cfg(feature = "unstable_llm_providers")]
+        assert_eq!(
+            super::ProvidersCapabilities::default(), super::ProvidersCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(super::NesCapabilities::default(), super::NesCapabilities::new());
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesEventCapabilities::default(), super::NesEventCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentEventCapabilities::default(),
+            super::NesDocumentEventCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentDidOpenCapabilities::default(),
+            super::NesDocumentDidOpenCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentDidCloseCapabilities::default(),
+            super::NesDocumentDidCloseCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentDidSaveCapabilities::default(),
+            super::NesDocumentDidSaveCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDocumentDidFocusCapabilities::default(),
+            super::NesDocumentDidFocusCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesContextCapabilities::default(),
+            super::NesContextCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesRecentFilesCapabilities::default(),
+            super::NesRecentFilesCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesRelatedSnippetsCapabilities::default(),
+            super::NesRelatedSnippetsCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesEditHistoryCapabilities::default(),
+            super::NesEditHistoryCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesUserActionsCapabilities::default(),
+            super::NesUserActionsCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesOpenFilesCapabilities::default(),
+            super::NesOpenFilesCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesDiagnosticsCapabilities::default(),
+            super::NesDiagnosticsCapabilities::new()
+        );
         assert_eq!(super::LoginAuthResponse::default(), super::LoginAuthResponse::new());
+        #[cfg(feature = "unstable_llm_providers")]
+        assert_eq!(
+            super::SetProviderResponse::default(), super::SetProviderResponse::new()
+        );
+        #[cfg(feature = "unstable_llm_providers")]
+        assert_eq!(
+            super::DisableProviderResponse::default(),
+            super::DisableProviderResponse::new()
+        );
         assert_eq!(
             super::LogoutAuthResponse::default(), super::LogoutAuthResponse::new()
         );
@@ -10426,6 +16130,8 @@ mod tests {
             super::CloseSessionResponse::default(), super::CloseSessionResponse::new()
         );
         assert_eq!(super::PromptResponse::default(), super::PromptResponse::new());
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(super::CloseNesResponse::default(), super::CloseNesResponse::new());
         assert_eq!(
             super::RunningStateUpdate::default(), super::RunningStateUpdate::new()
         );
@@ -10458,14 +16164,43 @@ mod tests {
             super::ElicitationUrlCapabilities::default(),
             super::ElicitationUrlCapabilities::new()
         );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::ClientNesCapabilities::default(), super::ClientNesCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesJumpCapabilities::default(), super::NesJumpCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesRenameCapabilities::default(), super::NesRenameCapabilities::new()
+        );
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(
+            super::NesSearchAndReplaceCapabilities::default(),
+            super::NesSearchAndReplaceCapabilities::new()
+        );
+        #[cfg(feature = "unstable_llm_providers")]
+        assert_eq!(
+            super::ListProvidersRequest::default(), super::ListProvidersRequest::new()
+        );
         assert_eq!(super::LogoutAuthRequest::default(), super::LogoutAuthRequest::new());
         assert_eq!(
             super::ListSessionsRequest::default(), super::ListSessionsRequest::new()
         );
         assert_eq!(super::ReplayFromStart::default(), super::ReplayFromStart::new());
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(super::StartNesRequest::default(), super::StartNesRequest::new());
+        #[cfg(feature = "unstable_nes")]
+        assert_eq!(super::NesSuggestContext::default(), super::NesSuggestContext::new());
         assert_eq!(
             super::ElicitationAcceptAction::default(),
             super::ElicitationAcceptAction::new()
+        );
+        #[cfg(feature = "unstable_mcp_over_acp")]
+        assert_eq!(
+            super::DisconnectMcpResponse::default(), super::DisconnectMcpResponse::new()
         );
     }
 }

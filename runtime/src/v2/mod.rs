@@ -8,6 +8,7 @@
 //! |---|---|
 //! | [`agent`] | serving an [`acp_types::v2::Agent`], [`AgentContext`], [`ClientHandle`] (no `fs/*` or `terminal/*`: v2 has none) |
 //! | [`client`] | serving an [`acp_types::v2::Client`], [`ClientContext`], [`AgentHandle`]: prompts that return at acceptance or at the end of the turn |
+//! | [`session`] | [`SessionState`]: a session's messages, tool calls, plans, terminals and state, kept by applying its updates with the spec's merge rules |
 //! | [`turn`] | the prompt lifecycle: [`Turn`] accepts a prompt, reports it, and ends it with an idle `state_update`; typed helpers for messages, tool calls, plans and permissions |
 //!
 //! A connection speaks one version, picked by its first `initialize`: serve a v2 agent alone
@@ -17,10 +18,12 @@
 
 pub mod agent;
 pub mod client;
+pub mod session;
 pub mod turn;
 
 pub use agent::{AgentContext, AgentHandler, ClientHandle, serve_agent, serve_stdio};
 pub use client::{Accepted, AgentHandle, ClientContext, ClientHandler, TurnEnd, serve_client};
+pub use session::SessionState;
 pub use turn::{MessageStream, ToolCall, Turn};
 
 // ---- errors ---------------------------------------------------------------------------------

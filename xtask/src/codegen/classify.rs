@@ -75,8 +75,11 @@ impl<'s> Classifier<'s> {
             .unwrap_or_default();
         let mut fields = Vec::new();
         if let Some(props) = def.get("properties").and_then(Value::as_object) {
+            let doc = doc_of(def);
             for (wire, prop) in props {
-                fields.push(self.field(name, wire, prop, required.contains(&wire.as_str()))?);
+                let mut field = self.field(name, wire, prop, required.contains(&wire.as_str()))?;
+                field.null_clears = field.nullable && null_clears(wire, field.doc.as_deref(), doc.as_deref());
+                fields.push(field);
             }
         }
         let flatten = match union_variants(def) {
@@ -125,6 +128,7 @@ impl<'s> Classifier<'s> {
             required,
             nullable,
             holds_null,
+            null_clears: false,
             default_on_error: flag(prop, "x-deserialize-default-on-error"),
             skip_invalid_items: flag(prop, "x-deserialize-skip-invalid-items"),
             gate: Gate::Stable,
@@ -433,6 +437,23 @@ fn takes_unknown_tags(union: &str, tag: &str, doc: Option<&str>) -> Result<bool>
             "a tagless variant whose description speaks of unknown `{tag}` values without saying they decode into it"
         ),
     ))
+}
+
+/// Whether the schema says a present `null` clears property `wire` (rather than meaning the
+/// same as absent): the property's own description says so ("`null` is an explicit clear
+/// signal", "`null` clears it"), or the object's description names it among the properties
+/// with patch semantics ("`summary`, `error`, and `_meta` have patch semantics").
+fn null_clears(wire: &str, doc: Option<&str>, parent_doc: Option<&str>) -> bool {
+    let flat = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let own = doc.map(flat).unwrap_or_default();
+    if own.contains("`null` is an explicit clear signal") || own.contains("`null` clears") {
+        return true;
+    }
+    let parent = parent_doc.map(flat).unwrap_or_default();
+    let named = format!("`{wire}`");
+    parent
+        .split(". ")
+        .any(|sentence| sentence.split_once("patch semantics").is_some_and(|(subject, _)| subject.contains(&named)))
 }
 
 fn common_len<'a, I: Iterator<Item = &'a String>>(mut seqs: impl Iterator<Item = I>) -> usize {

@@ -227,7 +227,8 @@ enum Presence {
     Option,
     /// `Option<Option<T>>`: optional and nullable, where absent (`None`) and `null`
     /// (`Some(None)`) are told apart, so an update can clear a value.
-    /// `_meta`-like free-form objects are exempt: the spec defines absent and `null` as equal.
+    /// `_meta`-like free-form objects are exempt, where the spec defines absent and `null` as
+    /// equal, but not where the schema gives `null` a meaning ([`Field::null_clears`]).
     Tri,
 }
 
@@ -237,7 +238,7 @@ fn presence(f: &Field) -> Presence {
         (true, _) if f.holds_null => Presence::Plain,
         (false, _) if f.holds_null => Presence::Option,
         (true, false) => Presence::Plain,
-        (false, true) if f.ty != Ty::Object => Presence::Tri,
+        (false, true) if f.ty != Ty::Object || f.null_clears => Presence::Tri,
         _ => Presence::Option,
     }
 }

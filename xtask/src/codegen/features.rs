@@ -12,12 +12,24 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::ir::*;
 use super::{CodegenError, Result};
 
-/// Cargo feature → roots. Roots: `method:NAME`, `field:Type.property`, `variant:Type.tag`,
-/// `def:Type`.
-pub const FEATURES: &[(&str, &[&str])] = &[
-    (
-        "unstable_nes",
-        &[
+/// One cargo feature: the unstable capability it turns on, as roots in each protocol
+/// version's unstable schema. A capability that both versions have is one feature (in v2 it
+/// also needs the `v2` module's own feature), so a crate opts into it once for both.
+pub struct Feature {
+    pub name: &'static str,
+    /// Roots in protocol v1's `schema.unstable.json`: `method:NAME`, `field:Type.property`,
+    /// `variant:Type.tag`, `def:Type`.
+    pub v1: &'static [&'static str],
+    /// Roots in protocol v2's `schema.unstable.json`, in the same form.
+    pub v2: &'static [&'static str],
+}
+
+/// The features of the pinned release: every unstable-only method, field and variant of both
+/// protocol versions is reached from exactly the roots listed here.
+pub const FEATURES: &[Feature] = &[
+    Feature {
+        name: "unstable_nes",
+        v1: &[
             "method:nes/start",
             "method:nes/suggest",
             "method:nes/accept",
@@ -33,42 +45,107 @@ pub const FEATURES: &[(&str, &[&str])] = &[
             "field:ClientCapabilities.nes",
             "field:ClientCapabilities.positionEncodings",
         ],
-    ),
-    (
-        "unstable_llm_providers",
-        &[
+        v2: &[
+            "method:nes/start",
+            "method:nes/suggest",
+            "method:nes/accept",
+            "method:nes/reject",
+            "method:nes/close",
+            "method:document/didOpen",
+            "method:document/didChange",
+            "method:document/didClose",
+            "method:document/didSave",
+            "method:document/didFocus",
+            "field:AgentCapabilities.nes",
+            "field:AgentCapabilities.positionEncoding",
+            "field:ClientCapabilities.nes",
+            "field:ClientCapabilities.positionEncodings",
+        ],
+    },
+    Feature {
+        name: "unstable_llm_providers",
+        v1: &[
             "method:providers/list",
             "method:providers/set",
             "method:providers/disable",
             "field:AgentCapabilities.providers",
         ],
-    ),
-    (
-        "unstable_mcp_over_acp",
-        &[
+        v2: &[
+            "method:providers/list",
+            "method:providers/set",
+            "method:providers/disable",
+            "field:AgentCapabilities.providers",
+        ],
+    },
+    Feature {
+        name: "unstable_mcp_over_acp",
+        v1: &[
             "method:mcp/connect",
             "method:mcp/message",
             "method:mcp/disconnect",
             "field:McpCapabilities.acp",
             "variant:McpServer.acp",
         ],
-    ),
-    ("unstable_session_fork", &["method:session/fork", "field:SessionCapabilities.fork"]),
-    ("unstable_end_turn_token_usage", &["field:PromptResponse.usage"]),
-    ("unstable_tool_call_name", &["field:ToolCall.name", "field:ToolCallUpdate.name"]),
-    (
-        "unstable_plan_updates",
-        &["variant:SessionUpdate.plan_update", "variant:SessionUpdate.plan_removed", "field:ClientCapabilities.plan"],
-    ),
-    (
-        "unstable_context_compaction",
-        &[
+        v2: &[
+            "method:mcp/connect",
+            "method:mcp/message",
+            "method:mcp/disconnect",
+            "field:McpCapabilities.acp",
+            "variant:McpServer.acp",
+        ],
+    },
+    Feature {
+        name: "unstable_session_fork",
+        v1: &["method:session/fork", "field:SessionCapabilities.fork"],
+        v2: &["method:session/fork", "field:SessionCapabilities.fork"],
+    },
+    // Token usage of finished foreground work: on the prompt's answer in v1, on the idle
+    // `state_update` in v2 (where the turn ends).
+    Feature {
+        name: "unstable_end_turn_token_usage",
+        v1: &["field:PromptResponse.usage"],
+        v2: &["field:IdleStateUpdate.usage"],
+    },
+    // v2 has no `tool_call` update: the name is on the upsert only.
+    Feature {
+        name: "unstable_tool_call_name",
+        v1: &["field:ToolCall.name", "field:ToolCallUpdate.name"],
+        v2: &["field:ToolCallUpdate.name"],
+    },
+    // `plan_update` itself is stable in v2; its removal and its non-item contents are not.
+    Feature {
+        name: "unstable_plan_updates",
+        v1: &[
+            "variant:SessionUpdate.plan_update",
+            "variant:SessionUpdate.plan_removed",
+            "field:ClientCapabilities.plan",
+        ],
+        v2: &[
+            "variant:SessionUpdate.plan_removed",
+            "variant:PlanUpdateContent.file",
+            "variant:PlanUpdateContent.markdown",
+        ],
+    },
+    Feature {
+        name: "unstable_context_compaction",
+        v1: &[
             "variant:SessionUpdate.compaction_update",
             "variant:SessionUpdate.compaction_summary_chunk",
             "field:ClientSessionCapabilities.compaction",
         ],
-    ),
+        v2: &["variant:SessionUpdate.compaction_update", "variant:SessionUpdate.compaction_summary_chunk"],
+    },
 ];
+
+impl Feature {
+    /// The roots of this feature in the schema of `protocol` (1 or 2).
+    pub fn roots(&self, protocol: u16) -> &'static [&'static str] {
+        match protocol {
+            2 => self.v2,
+            _ => self.v1,
+        }
+    }
+}
 
 /// How unstable-only items are gated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,7 +174,15 @@ pub fn merge(stable: &Model, unstable: &Model, gating: Gating) -> Result<Model> 
     let mut method_gates: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let table: Vec<(String, Vec<String>)> = match gating {
         Gating::Table => {
-            FEATURES.iter().map(|(f, roots)| (f.to_string(), roots.iter().map(|r| r.to_string()).collect())).collect()
+            let protocol = unstable.protocol_version.unwrap_or(1);
+            let mut table = Vec::new();
+            for f in FEATURES {
+                if f.v1.is_empty() && f.v2.is_empty() {
+                    return Err(CodegenError::table(&format!("feature `{}` has no roots in either version", f.name)));
+                }
+                table.push((f.name.to_owned(), f.roots(protocol).iter().map(|r| r.to_string()).collect()));
+            }
+            table
         }
         Gating::AllInOne => vec![(UMBRELLA.to_owned(), all_in_one_roots(stable, unstable))],
     };
@@ -111,7 +196,7 @@ pub fn merge(stable: &Model, unstable: &Model, gating: Gating) -> Result<Model> 
                 "method" => {
                     let found: Vec<&Method> = unstable.methods.iter().filter(|m| m.name == target).collect();
                     if found.is_empty() {
-                        return Err(names_nothing(feature, root));
+                        return Err(names_nothing(feature, root, unstable.protocol_version));
                     }
                     method_gates.entry(target.to_owned()).or_default().insert(feature.clone());
                     for m in found {
@@ -120,15 +205,20 @@ pub fn merge(stable: &Model, unstable: &Model, gating: Gating) -> Result<Model> 
                     }
                 }
                 "field" | "variant" => {
-                    let (ty, member) = target.split_once('.').ok_or_else(|| names_nothing(feature, root))?;
-                    let item = unstable_items.get(ty).ok_or_else(|| names_nothing(feature, root))?;
-                    let refs = member_refs(item, kind, member).ok_or_else(|| names_nothing(feature, root))?;
+                    let (ty, member) = target
+                        .split_once('.')
+                        .ok_or_else(|| names_nothing(feature, root, unstable.protocol_version))?;
+                    let item = unstable_items
+                        .get(ty)
+                        .ok_or_else(|| names_nothing(feature, root, unstable.protocol_version))?;
+                    let refs = member_refs(item, kind, member)
+                        .ok_or_else(|| names_nothing(feature, root, unstable.protocol_version))?;
                     reach.extend(refs);
                     member_gates.entry(format!("{ty}.{member}")).or_default().insert(feature.clone());
                 }
                 "def" => {
                     if !unstable_items.contains_key(target) {
-                        return Err(names_nothing(feature, root));
+                        return Err(names_nothing(feature, root, unstable.protocol_version));
                     }
                     reach.push(target.to_owned());
                 }
@@ -163,6 +253,7 @@ pub fn merge(stable: &Model, unstable: &Model, gating: Gating) -> Result<Model> 
         match stable_items.get(item.name.as_str()) {
             None => item.gate = gate_of(item_gates.get(&item.name), &format!("definition `{}`", item.name))?,
             Some(old) => {
+                keep_stable_docs(&mut item, old);
                 let gated =
                     gate_members(&mut item, old, &|member| gate_of(member_gates.get(member), &format!("`{member}`")));
                 match (gated, gating) {
@@ -257,6 +348,53 @@ fn member_refs(item: &Item, kind: &str, member: &str) -> Option<Vec<String>> {
     Some(out.into_iter().map(str::to_owned).collect())
 }
 
+/// Gives the parts of `new` that the stable definition `old` also has the stable descriptions:
+/// they are the released text (v2's unstable schema links every page to its draft instead).
+fn keep_stable_docs(new: &mut Item, old: &Item) {
+    new.doc.clone_from(&old.doc);
+    match (&mut new.kind, &old.kind) {
+        (ItemKind::Struct(n), ItemKind::Struct(o)) => {
+            for f in &mut n.fields {
+                if let Some(of) = o.fields.iter().find(|of| of.wire == f.wire) {
+                    f.doc.clone_from(&of.doc);
+                }
+            }
+        }
+        (ItemKind::Tagged(n), ItemKind::Tagged(o)) => {
+            for v in &mut n.variants {
+                if let Some(ov) = o.variants.iter().find(|ov| ov.wire == v.wire) {
+                    v.doc.clone_from(&ov.doc);
+                }
+            }
+            if let (Some(nd), Some(od)) = (&mut n.untagged_default, &o.untagged_default) {
+                nd.doc.clone_from(&od.doc);
+            }
+        }
+        (ItemKind::StringEnum(n), ItemKind::StringEnum(o)) => {
+            for v in n.iter_mut() {
+                if let Some(ov) = o.iter().find(|ov| ov.wire == v.wire) {
+                    v.doc.clone_from(&ov.doc);
+                }
+            }
+        }
+        (ItemKind::Untagged(n), ItemKind::Untagged(o)) => {
+            for v in n.iter_mut() {
+                if let Some(ov) = o.iter().find(|ov| ov.name == v.name) {
+                    v.doc.clone_from(&ov.doc);
+                }
+            }
+        }
+        (ItemKind::IntConsts { consts: n, .. }, ItemKind::IntConsts { consts: o, .. }) => {
+            for c in n.iter_mut() {
+                if let Some(oc) = o.iter().find(|oc| oc.name == c.name) {
+                    c.doc.clone_from(&oc.doc);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Gates the fields and variants `new` has and `old` lacks; any other difference in shape
 /// between the stable and the unstable definition is an error.
 fn gate_members(new: &mut Item, old: &Item, gate_of: &dyn Fn(&str) -> Result<Gate>) -> Result<()> {
@@ -301,14 +439,15 @@ fn gate_members(new: &mut Item, old: &Item, gate_of: &dyn Fn(&str) -> Result<Gat
     Ok(())
 }
 
-fn names_nothing(feature: &str, root: &str) -> CodegenError {
-    CodegenError::table(&format!("feature `{feature}`: entry `{root}` names nothing in the unstable schema"))
+fn names_nothing(feature: &str, root: &str, protocol: Option<u16>) -> CodegenError {
+    let schema = protocol.map_or("the unstable schema".to_owned(), |v| format!("the unstable schema of protocol v{v}"));
+    CodegenError::table(&format!("feature `{feature}`: entry `{root}` names nothing in {schema}"))
 }
 
 /// The features a generated crate declares.
 pub fn feature_names(gating: Gating) -> Vec<&'static str> {
     match gating {
-        Gating::Table => FEATURES.iter().map(|(f, _)| *f).collect(),
+        Gating::Table => FEATURES.iter().map(|f| f.name).collect(),
         Gating::AllInOne => Vec::new(),
     }
 }

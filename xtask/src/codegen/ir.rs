@@ -97,6 +97,10 @@ pub struct Field {
     /// is a value like any other, so absent (`None`) and `null` (`Some(Value::Null)`) stay apart
     /// without a second `Option`.
     pub holds_null: bool,
+    /// The schema gives a present `null` a meaning of its own (patch semantics: absent leaves
+    /// the value unchanged, `null` clears it), so the two stay apart even for a free-form
+    /// object, where they usually mean the same (`_meta` of v2's upsert updates).
+    pub null_clears: bool,
     /// `x-deserialize-default-on-error`: a malformed value decodes as the default.
     pub default_on_error: bool,
     /// `x-deserialize-skip-invalid-items`: malformed array items are dropped.

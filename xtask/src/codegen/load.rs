@@ -53,18 +53,8 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Every file of a version folder.
 pub fn load_version(dir: &Path) -> Result<VersionFiles> {
-    load(dir, true)
-}
-
-/// The stable schema of a version folder: the unstable files are hashed (the preamble names
-/// them) but not parsed.
-pub fn load_stable(dir: &Path) -> Result<VersionFiles> {
-    load(dir, false)
-}
-
-fn load(dir: &Path, unstable: bool) -> Result<VersionFiles> {
     let mut sha256 = BTreeMap::new();
-    let mut read = |name: &str, required: bool, parse: bool| -> Result<Option<Value>> {
+    let mut read = |name: &str, required: bool| -> Result<Option<Value>> {
         let path = dir.join(name);
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
@@ -72,17 +62,14 @@ fn load(dir: &Path, unstable: bool) -> Result<VersionFiles> {
             Err(e) => return Err(CodegenError::Input { path, message: e.to_string() }),
         };
         sha256.insert(name.to_owned(), sha256_hex(&bytes));
-        if !parse {
-            return Ok(None);
-        }
         serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|e| CodegenError::Input { path, message: format!("not valid JSON: {e}") })
     };
-    let schema = read("schema.json", true, true)?.unwrap_or_default();
-    let meta = read("meta.json", true, true)?.unwrap_or_default();
-    let schema_unstable = read("schema.unstable.json", false, unstable)?;
-    let meta_unstable = read("meta.unstable.json", false, unstable)?;
+    let schema = read("schema.json", true)?.unwrap_or_default();
+    let meta = read("meta.json", true)?.unwrap_or_default();
+    let schema_unstable = read("schema.unstable.json", false)?;
+    let meta_unstable = read("meta.unstable.json", false)?;
     let version = dir.file_name().and_then(|n| n.to_str()).unwrap_or("v1").to_owned();
     Ok(VersionFiles { dir: dir.to_owned(), version, schema, meta, schema_unstable, meta_unstable, sha256 })
 }

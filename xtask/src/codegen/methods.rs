@@ -25,9 +25,15 @@ pub const BASELINE: &[(u64, Side, &str)] = &[
     (1, Side::Agent, "session/cancel"),
     (1, Side::Client, "session/request_permission"),
     (1, Side::Client, "session/update"),
+    // v2 adds the session lifecycle a `session` capability commits to. `auth/login` and
+    // `auth/logout` stay optional: they are owed only by an agent that advertises
+    // `authMethods` (`#[acp_agent(v2)]` requires them as a pair).
     (2, Side::Agent, "initialize"),
     (2, Side::Agent, "session/new"),
     (2, Side::Agent, "session/prompt"),
+    (2, Side::Agent, "session/list"),
+    (2, Side::Agent, "session/resume"),
+    (2, Side::Agent, "session/close"),
     (2, Side::Agent, "session/cancel"),
     (2, Side::Client, "session/request_permission"),
     (2, Side::Client, "session/update"),

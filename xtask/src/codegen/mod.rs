@@ -163,9 +163,10 @@ fn load_v2(settings: &Settings) -> Result<Option<(VersionFiles, Model)>> {
     if !settings.v2 || !dir.join("schema.json").exists() {
         return Ok(None);
     }
-    // Protocol v2 is unstable as a whole upstream: its stable schema, behind one feature.
-    let files = load::load_stable(&dir)?;
-    let model = build_model(&files, Gating::AllInOne)?;
+    // Protocol v2 is unstable as a whole upstream (the `v2` module is behind one feature);
+    // its unstable schema's surface is gated like v1's, by the same features.
+    let files = load::load_version(&dir)?;
+    let model = build_model(&files, settings.gating)?;
     Ok(Some((files, model)))
 }
 
@@ -281,7 +282,13 @@ fn preamble(settings: &Settings, v1: &VersionFiles, v2: Option<&VersionFiles>) -
 }
 
 fn version_mod(version: &str) -> TokenStream {
-    let doc = format!(" Protocol v{version}: the schema's types and its method table.");
+    let mut doc = format!(" Protocol v{version}: the schema's types and its method table.");
+    if version == "2" {
+        doc.push_str(&format!(
+            "\n\n The module is behind `{V2_FEATURE}`. Its unstable items are behind the same features \
+             as the same capability in v1 (`unstable_nes`, ...), so using one in v2 takes both."
+        ));
+    }
     quote! {
         #![doc = #doc]
         mod methods;

@@ -1,0 +1,480 @@
+//! [`SessionState`]: what a v2 client knows of one session, kept by applying the session's
+//! `session/update`s in arrival order with the spec's merge rules, so that no client has to
+//! re-implement them.
+//!
+//! The rules (`v2/prompt-lifecycle.mdx`, `v2/tool-calls.mdx`, `v2/agent-plan.mdx`):
+//!
+//! - messages (`user_message`, `agent_message`, `agent_thought` and their `_chunk`s) are
+//!   upserts keyed by `messageId`: a whole update's `content` replaces the content (chunks
+//!   included), `null` or `[]` clears it, an omitted `content` leaves it; a chunk appends;
+//! - tool calls are upserts keyed by `toolCallId`, created by the first update that names
+//!   them: each field of a `tool_call_update` is a patch (omitted = unchanged, `null` =
+//!   cleared, a value replaces; for `content` and `locations`, `[]` clears too), and a
+//!   `tool_call_content_chunk` appends one content item;
+//! - plans are keyed by `planId`: each `plan_update` replaces that plan's entries;
+//! - display terminals are keyed by `terminalId`: `terminal_update` patches `command`, `cwd`
+//!   and `exitStatus`, and its `output` replaces the stored bytes; a `terminal_output_chunk`
+//!   appends its own base64-decoded bytes (never concatenating the encoded text);
+//! - `state_update` sets the foreground state, and an idle one the last stop reason;
+//! - `available_commands_update` and `config_option_update` replace their lists,
+//!   `session_info_update` patches title and update time, `usage_update` replaces the usage;
+//! - an update kind this schema does not know is kept, unchanged, in [`SessionState::unknown`].
+//!
+//! Updates for ids never seen before create them (the reference and its updates may arrive in
+//! either order); nothing here fails. `_meta` of an update is scoped to that update and is not
+//! merged into the state.
+
+use std::collections::HashMap;
+
+use acp_types::serde_support::UnknownVariant;
+use acp_types::v2::{
+    AbsolutePath, AvailableCommand, ContentBlock, Cost, MessageId, PlanEntry, PlanId, PlanUpdateContent,
+    SessionConfigOption, SessionUpdate, StateUpdate, StopReason, TerminalExitStatus, TerminalId, ToolCallContent,
+    ToolCallId, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind, UpdateSessionNotification,
+};
+
+/// Who a message is from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A user message (`user_message`, `user_message_chunk`).
+    User,
+    /// An agent message (`agent_message`, `agent_message_chunk`).
+    Agent,
+    /// The agent's reasoning (`agent_thought`, `agent_thought_chunk`).
+    Thought,
+}
+
+/// One message of the session.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Message {
+    /// Its id.
+    pub id: MessageId,
+    /// Who it is from (as the first update that named it said).
+    pub role: Role,
+    /// Its content, whole updates and chunks applied.
+    pub content: Vec<ContentBlock>,
+}
+
+/// One tool call of the session: every field as the patches so far left it.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ToolCall {
+    /// Its id.
+    pub id: ToolCallId,
+    /// The title, if set.
+    pub title: Option<String>,
+    /// The kind, if set.
+    pub kind: Option<ToolKind>,
+    /// The status, if set (clients show a new call as pending).
+    pub status: Option<ToolCallStatus>,
+    /// The content, chunks appended.
+    pub content: Vec<ToolCallContent>,
+    /// The locations it touches.
+    pub locations: Vec<ToolCallLocation>,
+    /// The raw input, if set.
+    pub raw_input: Option<serde_json::Value>,
+    /// The raw output, if set.
+    pub raw_output: Option<serde_json::Value>,
+}
+
+/// One display terminal of the session.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Terminal {
+    /// The command, if known.
+    pub command: Option<String>,
+    /// The working directory, if known.
+    pub cwd: Option<AbsolutePath>,
+    /// The bytes to show: the last snapshot with the chunks after it appended. Chunks that
+    /// are not valid base64 are skipped (and logged).
+    pub output: Vec<u8>,
+    /// Set once the terminal has exited.
+    pub exit_status: Option<TerminalExitStatus>,
+}
+
+/// The foreground state of the session (`state_update`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum RunState {
+    /// No foreground work (also the state before any `state_update`).
+    #[default]
+    Idle,
+    /// Foreground work in progress.
+    Running,
+    /// Foreground work waits for the user.
+    RequiresAction,
+    /// A state this schema does not know, by name.
+    Other(String),
+}
+
+/// What a client knows of one session; apply each of its updates in arrival order.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct SessionState {
+    /// The foreground state.
+    pub state: RunState,
+    /// The stop reason of the last idle `state_update` that carried one.
+    pub stop_reason: Option<StopReason>,
+    /// Messages, in the order they first appeared.
+    pub messages: Vec<Message>,
+    /// Tool calls, in the order they first appeared.
+    pub tool_calls: Vec<ToolCall>,
+    /// Plans, in the order they first appeared, with their entries.
+    pub plans: Vec<(PlanId, Vec<PlanEntry>)>,
+    /// Display terminals, by id.
+    pub terminals: HashMap<TerminalId, Terminal>,
+    /// The commands the agent offers.
+    pub available_commands: Vec<AvailableCommand>,
+    /// The session's configuration options.
+    pub config_options: Vec<SessionConfigOption>,
+    /// The session's title, if set.
+    pub title: Option<String>,
+    /// When the session was last updated (as the agent wrote it), if set.
+    pub updated_at: Option<String>,
+    /// Context usage: tokens used, context size, and the cost if reported.
+    pub usage: Option<(u64, u64, Option<Cost>)>,
+    /// Updates of kinds this schema does not know, kept as they came.
+    pub unknown: Vec<UnknownVariant>,
+    message_index: HashMap<MessageId, usize>,
+    tool_call_index: HashMap<ToolCallId, usize>,
+}
+
+impl SessionState {
+    /// An empty session.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies a notification's update (the session id is not checked: keep one state per
+    /// session id).
+    pub fn apply_notification(&mut self, notification: &UpdateSessionNotification) {
+        self.apply(&notification.update);
+    }
+
+    /// Applies one update.
+    pub fn apply(&mut self, update: &SessionUpdate) {
+        match update {
+            SessionUpdate::UserMessageChunk(c) => {
+                self.message(&c.message_id, Role::User).content.push(c.content.clone())
+            }
+            SessionUpdate::AgentMessageChunk(c) => {
+                self.message(&c.message_id, Role::Agent).content.push(c.content.clone())
+            }
+            SessionUpdate::AgentThoughtChunk(c) => {
+                self.message(&c.message_id, Role::Thought).content.push(c.content.clone())
+            }
+            SessionUpdate::UserMessage(m) => self.upsert_message(&m.message_id, Role::User, &m.content),
+            SessionUpdate::AgentMessage(m) => self.upsert_message(&m.message_id, Role::Agent, &m.content),
+            SessionUpdate::AgentThought(m) => self.upsert_message(&m.message_id, Role::Thought, &m.content),
+            SessionUpdate::StateUpdate(s) => match s {
+                StateUpdate::Running(_) => self.state = RunState::Running,
+                StateUpdate::RequiresAction(_) => self.state = RunState::RequiresAction,
+                StateUpdate::Idle(idle) => {
+                    self.state = RunState::Idle;
+                    if let Some(Some(reason)) = &idle.stop_reason {
+                        self.stop_reason = Some(reason.clone());
+                    }
+                }
+                StateUpdate::Other(other) => {
+                    self.state = RunState::Other(other.tag("state").unwrap_or_default().to_owned())
+                }
+                other => self.state = RunState::Other(tag_of(other, "state")),
+            },
+            SessionUpdate::ToolCallUpdate(patch) => self.patch_tool_call(patch),
+            SessionUpdate::ToolCallContentChunk(chunk) => {
+                self.tool_call(&chunk.tool_call_id).content.push(chunk.content.clone())
+            }
+            SessionUpdate::TerminalUpdate(t) => {
+                let terminal = self.terminals.entry(t.terminal_id.clone()).or_default();
+                patch(&mut terminal.command, &t.command);
+                patch(&mut terminal.cwd, &t.cwd);
+                patch(&mut terminal.exit_status, &t.exit_status);
+                match &t.output {
+                    Some(Some(snapshot)) => terminal.output = decode_base64(&snapshot.data).unwrap_or_default(),
+                    Some(None) => terminal.output.clear(),
+                    None => {}
+                }
+            }
+            SessionUpdate::TerminalOutputChunk(chunk) => match decode_base64(&chunk.data) {
+                Some(bytes) => self.terminals.entry(chunk.terminal_id.clone()).or_default().output.extend(bytes),
+                None => {
+                    tracing::warn!(terminal = %chunk.terminal_id.0, "acp session: terminal output chunk is not base64; skipped")
+                }
+            },
+            SessionUpdate::PlanUpdate(p) => match &p.plan {
+                PlanUpdateContent::Items(items) => match self.plans.iter_mut().find(|(id, _)| *id == items.plan_id) {
+                    Some((_, entries)) => entries.clone_from(&items.entries),
+                    None => self.plans.push((items.plan_id.clone(), items.entries.clone())),
+                },
+                PlanUpdateContent::Other(other) => self.unknown.push(other.clone()),
+                other => self.keep_unknown(other),
+            },
+            SessionUpdate::AvailableCommandsUpdate(u) => self.available_commands.clone_from(&u.available_commands),
+            SessionUpdate::ConfigOptionUpdate(u) => self.config_options.clone_from(&u.config_options),
+            SessionUpdate::SessionInfoUpdate(u) => {
+                patch(&mut self.title, &u.title);
+                patch(&mut self.updated_at, &u.updated_at);
+            }
+            SessionUpdate::UsageUpdate(u) => self.usage = Some((u.used, u.size, u.cost.clone().flatten())),
+            SessionUpdate::Other(other) => self.unknown.push(other.clone()),
+            // A kind of an unstable feature this state does not model (e.g. compaction).
+            other => self.keep_unknown(other),
+        }
+    }
+
+    fn keep_unknown(&mut self, value: &impl serde::Serialize) {
+        if let Ok(serde_json::Value::Object(map)) = serde_json::to_value(value) {
+            self.unknown.push(UnknownVariant(map));
+        }
+    }
+
+    /// The message with this id, if any.
+    pub fn message_by_id(&self, id: &MessageId) -> Option<&Message> {
+        self.message_index.get(id).map(|i| &self.messages[*i])
+    }
+
+    /// The tool call with this id, if any.
+    pub fn tool_call_by_id(&self, id: &ToolCallId) -> Option<&ToolCall> {
+        self.tool_call_index.get(id).map(|i| &self.tool_calls[*i])
+    }
+
+    fn message(&mut self, id: &MessageId, role: Role) -> &mut Message {
+        let index = *self.message_index.entry(id.clone()).or_insert_with(|| {
+            self.messages.push(Message { id: id.clone(), role, content: Vec::new() });
+            self.messages.len() - 1
+        });
+        &mut self.messages[index]
+    }
+
+    fn upsert_message(&mut self, id: &MessageId, role: Role, content: &Option<Option<Vec<ContentBlock>>>) {
+        let message = self.message(id, role);
+        match content {
+            Some(Some(content)) => message.content.clone_from(content),
+            Some(None) => message.content.clear(),
+            None => {}
+        }
+    }
+
+    fn tool_call(&mut self, id: &ToolCallId) -> &mut ToolCall {
+        let index = *self.tool_call_index.entry(id.clone()).or_insert_with(|| {
+            self.tool_calls.push(ToolCall {
+                id: id.clone(),
+                title: None,
+                kind: None,
+                status: None,
+                content: Vec::new(),
+                locations: Vec::new(),
+                raw_input: None,
+                raw_output: None,
+            });
+            self.tool_calls.len() - 1
+        });
+        &mut self.tool_calls[index]
+    }
+
+    fn patch_tool_call(&mut self, p: &ToolCallUpdate) {
+        let call = self.tool_call(&p.tool_call_id);
+        patch(&mut call.title, &p.title);
+        patch(&mut call.kind, &p.kind);
+        patch(&mut call.status, &p.status);
+        patch_list(&mut call.content, &p.content);
+        patch_list(&mut call.locations, &p.locations);
+        patch_value(&mut call.raw_input, &p.raw_input);
+        patch_value(&mut call.raw_output, &p.raw_output);
+    }
+}
+
+/// The string member `tag` of a value's JSON (empty if there is none).
+fn tag_of(value: &impl serde::Serialize, tag: &str) -> String {
+    serde_json::to_value(value).ok().and_then(|v| v.get(tag)?.as_str().map(str::to_owned)).unwrap_or_default()
+}
+
+/// A three-state patch: omitted leaves, `null` clears, a value replaces.
+fn patch<T: Clone>(field: &mut Option<T>, update: &Option<Option<T>>) {
+    if let Some(value) = update {
+        field.clone_from(value);
+    }
+}
+
+/// A collection patch: omitted leaves, `null` or `[]` clears, an array replaces.
+fn patch_list<T: Clone>(field: &mut Vec<T>, update: &Option<Option<Vec<T>>>) {
+    match update {
+        Some(Some(items)) => field.clone_from(items),
+        Some(None) => field.clear(),
+        None => {}
+    }
+}
+
+/// An any-value patch: omitted leaves, `null` clears, a value replaces.
+fn patch_value(field: &mut Option<serde_json::Value>, update: &Option<serde_json::Value>) {
+    match update {
+        Some(serde_json::Value::Null) => *field = None,
+        Some(value) => *field = Some(value.clone()),
+        None => {}
+    }
+}
+
+/// Decodes standard base64 (RFC 4648, padding optional); `None` if it is not base64.
+fn decode_base64(text: &str) -> Option<Vec<u8>> {
+    fn value(c: u8) -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    }
+    let text = text.trim_end_matches('=').as_bytes();
+    if text.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    for group in text.chunks(4) {
+        let mut bits = 0u32;
+        for (i, c) in group.iter().enumerate() {
+            bits |= value(*c)? << (18 - 6 * i);
+        }
+        let bytes = bits.to_be_bytes();
+        out.extend_from_slice(&bytes[1..group.len()]);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn apply_all(updates: serde_json::Value) -> SessionState {
+        let mut state = SessionState::new();
+        for update in updates.as_array().unwrap() {
+            let update: SessionUpdate = serde_json::from_value(update.clone()).unwrap();
+            state.apply(&update);
+        }
+        state
+    }
+
+    fn text(block: &ContentBlock) -> String {
+        serde_json::to_value(block).unwrap()["text"].as_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn messages_replace_append_and_clear_as_the_spec_says() {
+        // The spec's own example: [A], then chunk B → [A, B]; then whole [C] → [C]; chunk D → [C, D].
+        let state = apply_all(json!([
+            {"sessionUpdate": "agent_message", "messageId": "m", "content": [{"type": "text", "text": "A"}]},
+            {"sessionUpdate": "agent_message_chunk", "messageId": "m", "content": {"type": "text", "text": "B"}},
+            {"sessionUpdate": "user_message", "messageId": "u", "content": [{"type": "text", "text": "hi"}]},
+        ]));
+        let m = state.message_by_id(&"m".to_owned().into()).unwrap();
+        assert_eq!(m.content.iter().map(text).collect::<Vec<_>>(), ["A", "B"]);
+        assert_eq!(m.role, Role::Agent);
+        let mut state = state;
+        for update in [
+            json!({"sessionUpdate": "agent_message", "messageId": "m", "content": [{"type": "text", "text": "C"}]}),
+            json!({"sessionUpdate": "agent_message_chunk", "messageId": "m", "content": {"type": "text", "text": "D"}}),
+            json!({"sessionUpdate": "agent_message", "messageId": "m"}),
+        ] {
+            state.apply(&serde_json::from_value(update).unwrap());
+        }
+        let m = state.message_by_id(&"m".to_owned().into()).unwrap();
+        assert_eq!(m.content.iter().map(text).collect::<Vec<_>>(), ["C", "D"], "omitted content leaves it");
+        for clear in [json!(null), json!([])] {
+            let mut state = state.clone();
+            state.apply(
+                &serde_json::from_value(json!({"sessionUpdate": "agent_message", "messageId": "m", "content": clear}))
+                    .unwrap(),
+            );
+            assert!(state.message_by_id(&"m".to_owned().into()).unwrap().content.is_empty());
+        }
+        assert_eq!(state.messages.iter().map(|m| m.id.0.as_str()).collect::<Vec<_>>(), ["m", "u"], "first-seen order");
+    }
+
+    #[test]
+    fn tool_calls_are_patched_field_by_field() {
+        let state = apply_all(json!([
+            {"sessionUpdate": "tool_call_update", "toolCallId": "t", "title": "Read", "kind": "read", "status": "pending", "rawInput": {"path": "/a"}},
+            {"sessionUpdate": "tool_call_content_chunk", "toolCallId": "t", "content": {"type": "content", "content": {"type": "text", "text": "1"}}},
+            {"sessionUpdate": "tool_call_content_chunk", "toolCallId": "t", "content": {"type": "content", "content": {"type": "text", "text": "2"}}},
+            {"sessionUpdate": "tool_call_update", "toolCallId": "t", "status": "completed", "title": null, "rawInput": null},
+        ]));
+        let call = state.tool_call_by_id(&"t".to_owned().into()).unwrap();
+        assert_eq!(call.status, Some(ToolCallStatus::Completed));
+        assert_eq!(call.kind, Some(ToolKind::Read), "omitted: unchanged");
+        assert_eq!(call.title, None, "null: cleared");
+        assert_eq!(call.raw_input, None);
+        assert_eq!(call.content.len(), 2, "chunks append");
+        let mut state = state;
+        state.apply(&serde_json::from_value(json!({"sessionUpdate": "tool_call_update", "toolCallId": "t", "content": [{"type": "content", "content": {"type": "text", "text": "3"}}]})).unwrap());
+        assert_eq!(state.tool_calls[0].content.len(), 1, "a whole content replaces the chunks");
+        state.apply(
+            &serde_json::from_value(json!({"sessionUpdate": "tool_call_update", "toolCallId": "t", "content": []}))
+                .unwrap(),
+        );
+        assert!(state.tool_calls[0].content.is_empty(), "[] clears");
+        // A chunk for a call never seen creates it.
+        state.apply(&serde_json::from_value(json!({"sessionUpdate": "tool_call_content_chunk", "toolCallId": "new", "content": {"type": "content", "content": {"type": "text", "text": "x"}}})).unwrap());
+        assert_eq!(state.tool_calls.len(), 2);
+        assert_eq!(state.tool_calls[1].status, None);
+    }
+
+    #[test]
+    fn terminals_take_snapshots_and_decode_each_chunk_on_its_own() {
+        // "é" split across two chunks: each chunk is valid base64 of its own bytes.
+        let state = apply_all(json!([
+            {"sessionUpdate": "terminal_output_chunk", "terminalId": "term", "data": "aMM="},
+            {"sessionUpdate": "terminal_output_chunk", "terminalId": "term", "data": "qQ=="},
+            {"sessionUpdate": "terminal_update", "terminalId": "term", "command": "echo", "cwd": "/tmp"},
+        ]));
+        let term = &state.terminals["term"];
+        assert_eq!(term.output, "hé".as_bytes());
+        assert_eq!(term.command.as_deref(), Some("echo"));
+        let mut state = state;
+        state.apply(&serde_json::from_value(json!({"sessionUpdate": "terminal_update", "terminalId": "term", "output": {"data": "b2s="}, "exitStatus": {"exitCode": 0}, "command": null})).unwrap());
+        let term = &state.terminals["term"];
+        assert_eq!(term.output, b"ok", "a snapshot replaces every byte before it");
+        assert_eq!(term.command, None);
+        assert!(term.exit_status.is_some());
+        state.apply(
+            &serde_json::from_value(
+                json!({"sessionUpdate": "terminal_output_chunk", "terminalId": "term", "data": "not base64!"}),
+            )
+            .unwrap(),
+        );
+        assert_eq!(state.terminals["term"].output, b"ok", "an invalid chunk is skipped");
+    }
+
+    #[test]
+    fn plans_state_and_the_rest() {
+        let state = apply_all(json!([
+            {"sessionUpdate": "plan_update", "plan": {"type": "items", "planId": "p", "entries": [{"content": "a", "priority": "high", "status": "pending"}]}},
+            {"sessionUpdate": "plan_update", "plan": {"type": "items", "planId": "p", "entries": []}},
+            {"sessionUpdate": "state_update", "state": "running"},
+            {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"},
+            {"sessionUpdate": "state_update", "state": "idle"},
+            {"sessionUpdate": "session_info_update", "title": "T"},
+            {"sessionUpdate": "usage_update", "used": 5, "size": 10},
+            {"sessionUpdate": "hologram", "x": 1},
+        ]));
+        assert_eq!(state.plans.len(), 1);
+        assert!(state.plans[0].1.is_empty(), "a plan update replaces the entries");
+        assert_eq!(state.state, RunState::Idle);
+        assert_eq!(state.stop_reason, Some(StopReason::EndTurn), "a bare idle keeps the last stop reason");
+        assert_eq!(state.title.as_deref(), Some("T"));
+        assert_eq!(state.usage, Some((5, 10, None)));
+        assert_eq!(state.unknown.len(), 1);
+        assert_eq!(state.unknown[0].tag("sessionUpdate"), Some("hologram"));
+    }
+
+    #[test]
+    fn base64_is_decoded_strictly() {
+        assert_eq!(decode_base64("aGVsbG8=").unwrap(), b"hello");
+        assert_eq!(decode_base64("aGVsbG8").unwrap(), b"hello");
+        assert_eq!(decode_base64("").unwrap(), b"");
+        assert!(decode_base64("a").is_none());
+        assert!(decode_base64("a$==").is_none());
+    }
+}
