@@ -1,0 +1,285 @@
+//! The official Rust SDK's v2 client as a peer of tests/tests/interop_v2.rs: ACP on its own
+//! stdin/stdout (the test connects it to an agent and records the wire), one
+//! `RESULT {"step": ..., "ok": ...}` line per step on stderr, then `END`.
+//!
+//!   client <session cwd>
+//!
+//! The scenario and its step names are those of tests/interop/ts-v2/client.mjs, so that the
+//! test checks both SDKs the same way: initialize (v2; an agent that selects a lower version is
+//! reported as `LowerVersion` and ends the run), session-new, session-list, prompt-allow,
+//! prompt-cancel (session/cancel from the permission handler, then the `cancelled` outcome once
+//! the agent's `$/cancel_request` arrives), session-resume (replay from the start),
+//! session-close, prompt-closed.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use acp_interop_rs_v2::{error_fields, report};
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v2::{ConnectionTo, InitializeOutcome, Responder, schema};
+use agent_client_protocol::{Agent, Client, Error, SelectedInitializeResponse, Stdio};
+use serde_json::{Value, json};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+/// How long any one wait may take; the test has its own, longer, deadline.
+const WAIT: Duration = Duration::from_secs(20);
+/// How long the permission handler waits for the agent's `$/cancel_request`.
+const CANCEL_REQUEST_WAIT: Duration = Duration::from_secs(5);
+
+/// What the permission handler does, and what it saw in the current turn.
+#[derive(Default)]
+struct Permissions {
+    cancel: bool,
+    seen: Vec<Value>,
+}
+
+type Shared = Arc<Mutex<Permissions>>;
+
+fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Permissions> {
+    shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A step failed and was reported: the scenario ends there.
+struct Stopped;
+
+/// Runs one step: its fields are reported with `ok: true`, its error with `ok: false`.
+async fn step<T>(name: &str, run: impl Future<Output = Result<(T, Value), Value>>) -> Result<T, Stopped> {
+    match tokio::time::timeout(WAIT, run).await {
+        Ok(Ok((value, fields))) => {
+            report(name, true, fields);
+            Ok(value)
+        }
+        Ok(Err(fields)) => {
+            report(name, false, fields);
+            Err(Stopped)
+        }
+        Err(_) => {
+            report(name, false, json!({ "error": { "message": format!("timed out after {WAIT:?}") } }));
+            Err(Stopped)
+        }
+    }
+}
+
+fn failed(error: Error) -> Value {
+    json!({ "error": error_fields(&error) })
+}
+
+/// Reads the session's updates until the idle update that ends the turn: an idle that follows
+/// a non-idle state of this turn (an idle snapshot from before the prompt is not its end).
+async fn read_turn(updates: &mut UnboundedReceiver<Value>, session: &str) -> Result<Value, Value> {
+    let mut kinds = Vec::new();
+    let mut tools: Vec<Value> = Vec::new();
+    let mut text = String::new();
+    let mut user_message = Value::Null;
+    let mut active = false;
+    loop {
+        let notification =
+            updates.recv().await.ok_or_else(|| json!({ "error": { "message": "the connection ended" } }))?;
+        if notification["sessionId"] != session {
+            continue;
+        }
+        let update = &notification["update"];
+        let kind = update["sessionUpdate"].as_str().unwrap_or("?");
+        let idle = kind == "state_update" && update["state"] == "idle";
+        if idle && !active {
+            continue;
+        }
+        kinds.push(match update["state"].as_str() {
+            Some(state) => format!("{kind} {state}"),
+            None => kind.to_owned(),
+        });
+        if idle {
+            return Ok(json!({
+                "kinds": kinds,
+                "stopReason": update["stopReason"],
+                "text": text,
+                "userMessageId": user_message,
+                "tools": tools,
+            }));
+        }
+        match kind {
+            "state_update" => active = true,
+            "user_message" => user_message = update["messageId"].clone(),
+            "agent_message_chunk" => text.push_str(update["content"]["text"].as_str().unwrap_or_default()),
+            "tool_call_update" => {
+                let id = &update["toolCallId"];
+                let at = match tools.iter().position(|t| &t["toolCallId"] == id) {
+                    Some(at) => at,
+                    None => {
+                        tools.push(json!({ "toolCallId": id, "statuses": [], "content": "" }));
+                        tools.len() - 1
+                    }
+                };
+                if let Some(status) = update["status"].as_str() {
+                    tools[at]["statuses"].as_array_mut().unwrap().push(status.into());
+                }
+            }
+            "tool_call_content_chunk" => {
+                let added = update["content"]["content"]["text"].as_str().unwrap_or_default();
+                if let Some(tool) = tools.iter_mut().find(|t| t["toolCallId"] == update["toolCallId"]) {
+                    let content = format!("{}{added}", tool["content"].as_str().unwrap_or_default());
+                    tool["content"] = content.into();
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+async fn scenario(
+    cx: ConnectionTo<Agent>,
+    cwd: String,
+    updates: &mut UnboundedReceiver<Value>,
+    permissions: Shared,
+) -> Result<(), Stopped> {
+    step("initialize", async {
+        let request = schema::InitializeRequest::new(
+            ProtocolVersion::V2,
+            schema::Implementation::new("rs-sdk-v2-interop", env!("CARGO_PKG_VERSION")),
+        );
+        match cx.send_initialize(request).block_task().await.map_err(failed)? {
+            InitializeOutcome::Initialized(init) => {
+                let fields = json!({
+                    "protocolVersion": init.protocol_version,
+                    "agentName": init.info.name,
+                    "capabilities": init.capabilities,
+                });
+                Ok(((), fields))
+            }
+            // The agent selected an older version: the SDK leaves the connection uninitialized.
+            InitializeOutcome::LowerVersion(mismatch) => {
+                let agent = match &mismatch.response {
+                    SelectedInitializeResponse::V1(v1) => v1.agent_info.as_ref().map(|i| i.name.clone()),
+                    _ => None,
+                };
+                Err(json!({ "outcome": "lower_version", "selected": mismatch.selected(), "agentName": agent }))
+            }
+            _ => Err(json!({ "outcome": "unknown" })),
+        }
+    })
+    .await?;
+
+    let session = step("session-new", async {
+        let setup = cx.build_session(&cwd).start_session().block_task().await.map_err(failed)?;
+        let fields = json!({ "sessionId": setup.session.session_id() });
+        Ok((setup.session, fields))
+    })
+    .await?;
+    let id = session.session_id().to_string();
+
+    step("session-list", async {
+        let listed = cx.send_request(schema::ListSessionsRequest::new()).block_task().await.map_err(failed)?;
+        let sessions: Vec<Value> =
+            listed.sessions.iter().map(|s| json!({ "sessionId": s.session_id, "cwd": s.cwd })).collect();
+        Ok(((), json!({ "sessions": sessions })))
+    })
+    .await?;
+
+    for (name, cancel, text) in
+        [("prompt-allow", false, "Please read notes.txt"), ("prompt-cancel", true, "Please read notes.txt again")]
+    {
+        *lock(&permissions) = Permissions { cancel, seen: Vec::new() };
+        step(name, async {
+            let accepted = session.send_prompt(text).block_task().await.map_err(failed)?;
+            let mut turn = read_turn(updates, &id).await?;
+            turn["messageId"] = json!(accepted.message_id);
+            turn["permissions"] = Value::Array(lock(&permissions).seen.clone());
+            Ok(((), turn))
+        })
+        .await?;
+    }
+
+    step("session-resume", async {
+        let request = schema::ResumeSessionRequest::new(id.clone(), cwd.as_str())
+            .replay_from(schema::ReplayFrom::Start(schema::ReplayFromStart::new()));
+        cx.send_request(request).block_task().await.map_err(failed)?;
+        Ok(((), json!({})))
+    })
+    .await?;
+
+    step("session-close", async {
+        // The SDK's own close: it would also take a -32002 answer for success.
+        session.close().block_task().await.map_err(failed)?;
+        Ok(((), json!({})))
+    })
+    .await?;
+
+    step("prompt-closed", async {
+        let prompt = schema::PromptRequest::new(id.clone(), vec!["still there?".to_string().into()]);
+        let fields = match cx.send_request(prompt).block_task().await {
+            Ok(answer) => json!({ "refused": false, "answer": answer }),
+            Err(error) => json!({ "refused": true, "error": error_fields(&error) }),
+        };
+        Ok(((), fields))
+    })
+    .await
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let Some(cwd) = std::env::args().nth(1) else {
+        eprintln!("usage: client <session cwd>");
+        std::process::exit(2);
+    };
+    let (tx, mut updates) = unbounded_channel();
+    let permissions = Shared::default();
+    let handler_permissions = permissions.clone();
+
+    let outcome = Client
+        .v2()
+        .name("rs-sdk-v2-interop")
+        // The v2 session handle only sends: updates come in through this handler.
+        .on_receive_notification(
+            async move |notification: schema::UpdateSessionNotification, _cx: ConnectionTo<Agent>| {
+                let value = serde_json::to_value(&notification).map_err(Error::into_internal_error)?;
+                tx.send(value).map_err(Error::into_internal_error)
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_request(
+            async move |request: schema::RequestPermissionRequest,
+                        responder: Responder<schema::RequestPermissionResponse>,
+                        cx: ConnectionTo<Agent>| {
+                let tool_call = request.subject.as_ref().and_then(|s| match s {
+                    schema::RequestPermissionSubject::ToolCall(t) => Some(t.tool_call.tool_call_id.to_string()),
+                    _ => None,
+                });
+                let cancel = lock(&handler_permissions).cancel;
+                if !cancel {
+                    lock(&handler_permissions)
+                        .seen
+                        .push(json!({ "toolCallId": tool_call, "cancelRequestSeen": false }));
+                    let allow = request.options.iter().find(|o| o.kind == schema::PermissionOptionKind::AllowOnce);
+                    let option = allow.unwrap_or(&request.options[0]).option_id.clone();
+                    return responder.respond(schema::RequestPermissionResponse::new(
+                        schema::RequestPermissionOutcome::Selected(schema::SelectedPermissionOutcome::new(option)),
+                    ));
+                }
+                // The user pressed stop while the agent waited for this answer.
+                cx.send_notification(schema::CancelSessionNotification::new(request.session_id.clone()))?;
+                // Wait for the agent's `$/cancel_request` off the dispatch loop (it must keep
+                // reading), then answer `cancelled` either way.
+                let cancellation = responder.cancellation();
+                let permissions = handler_permissions.clone();
+                cx.spawn(async move {
+                    let seen = tokio::time::timeout(CANCEL_REQUEST_WAIT, cancellation.cancelled()).await.is_ok();
+                    lock(&permissions).seen.push(json!({ "toolCallId": tool_call, "cancelRequestSeen": seen }));
+                    responder.respond(schema::RequestPermissionResponse::new(
+                        schema::CancelledPermissionOutcome::new().into(),
+                    ))
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .connect_with(Stdio::new(), async move |cx: ConnectionTo<Agent>| {
+            let _ = scenario(cx, cwd, &mut updates, permissions).await;
+            Ok(())
+        })
+        .await;
+    if let Err(error) = outcome {
+        report("connection", false, json!({ "error": error_fields(&error) }));
+    }
+    eprintln!("END");
+    // stdin stays open (the test owns the other end): leave without waiting for it.
+    std::process::exit(0);
+}

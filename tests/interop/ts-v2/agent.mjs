@@ -1,0 +1,182 @@
+// The official TypeScript SDK's agents as peers of tests/tests/interop_v2.rs, where our v2
+// client drives them. ACP on stdin/stdout, logs on stderr.
+//
+//   node agent.mjs             v1 and v2 behind the SDK's `agentProtocolRouter()`
+//   node agent.mjs --v1-only   the SDK's v1 agent alone
+//
+// The v2 agent does the turns our own v2 agent does (tests/src/bin/v2_agent.rs), so that one
+// expectation holds for both: answer `{messageId}`, `user_message`, `running`, a streamed
+// message, a `read` tool call (`pending`), `requires_action` and `session/request_permission`.
+// Allowed: `running`, `in_progress`, the file's first lines as a content chunk, `completed`, a
+// closing message quoting the first line, idle `end_turn`. On `session/cancel` the pending
+// permission request is withdrawn (aborting its signal makes the SDK send `$/cancel_request`),
+// the tool call is marked `cancelled`, then idle `cancelled`. It also serves session/list,
+// session/resume (replaying the conversation when asked) and session/close. The v1 agent only
+// initializes and opens sessions: enough for a client to see which version it got.
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { Readable, Writable } from "node:stream";
+import * as v2 from "@agentclientprotocol/sdk/experimental/v2";
+import * as v1 from "@agentclientprotocol/sdk";
+
+const NAME = "ts-sdk-v2-interop-agent";
+const ALLOW = "allow-once";
+const MAX_LINES = 8;
+const log = (...args) => console.error("[ts-agent]", ...args);
+
+/** sessionId -> { cwd, history: [{kind, messageId, content}], turn?: AbortController } */
+const sessions = new Map();
+let counter = 0;
+const freshId = (prefix) => `${prefix}-${++counter}`;
+
+function sessionOf(sessionId) {
+  const session = sessions.get(sessionId);
+  if (!session) throw v2.RequestError.sessionNotFound(sessionId);
+  return session;
+}
+
+/** One turn's way to report: updates of its session; messages are also kept for replay. */
+function reporter(client, sessionId) {
+  const send = (update) => client.notify(v2.methods.client.session.update, { sessionId, update });
+  return {
+    send,
+    state: (state, stopReason) => send({ sessionUpdate: "state_update", state, ...(stopReason ? { stopReason } : {}) }),
+    tool: (patch) => send({ sessionUpdate: "tool_call_update", ...patch }),
+    /** Streams `text` as one agent message, word by word. */
+    async say(text) {
+      const messageId = freshId("agent-msg");
+      for (const word of text.match(/\S+\s*/g) ?? []) {
+        await send({ sessionUpdate: "agent_message_chunk", messageId, content: { type: "text", text: word } });
+      }
+      sessions.get(sessionId)?.history.push({ kind: "agent_message", messageId, content: [{ type: "text", text }] });
+    },
+  };
+}
+
+/** The work of one accepted prompt (see the header). */
+async function runTurn(client, sessionId, messageId, prompt) {
+  const session = sessionOf(sessionId);
+  const abort = new AbortController();
+  session.turn = abort;
+  const report = reporter(client, sessionId);
+  await report.send({ sessionUpdate: "user_message", messageId, content: prompt });
+  session.history.push({ kind: "user_message", messageId, content: prompt });
+  await report.state("running");
+
+  const words = prompt.filter((b) => b.type === "text").flatMap((b) => b.text.split(/\s+/));
+  const file = words.map((w) => w.replace(/^[^\w]+|[^\w]+$/g, "")).find((w) => w.includes(".")) ?? "notes.txt";
+  await report.say(`Let me read ${file} for you.`);
+  const toolCallId = freshId("call");
+  const pending = { toolCallId, title: `Read ${file}`, kind: "read", status: "pending" };
+  await report.tool(pending);
+
+  await report.state("requires_action");
+  let outcome;
+  try {
+    const answer = await client.request(
+      v2.methods.client.session.requestPermission,
+      {
+        sessionId,
+        title: `Allow reading ${file}?`,
+        subject: { type: "tool_call", toolCall: pending },
+        options: [
+          { optionId: ALLOW, name: "Allow once", kind: "allow_once" },
+          { optionId: "reject-once", name: "Reject", kind: "reject_once" },
+        ],
+      },
+      // Aborted by session/cancel: the SDK sends `$/cancel_request` for this request.
+      { cancellationSignal: abort.signal },
+    );
+    outcome = answer.outcome;
+  } catch (e) {
+    log("permission request failed:", e?.code, e?.message);
+    outcome = { outcome: "cancelled" };
+  }
+  session.turn = undefined;
+  // The `cancelled` outcome is the client's cancel too: a client may answer so right after its
+  // session/cancel, and then the SDK can resume this turn before it runs the cancel's handler.
+  if (abort.signal.aborted || outcome.outcome === "cancelled") {
+    await report.tool({ toolCallId, status: "cancelled" });
+    return report.state("idle", "cancelled");
+  }
+  if (outcome.outcome !== "selected" || outcome.optionId !== ALLOW) {
+    await report.tool({ toolCallId, status: "failed" });
+    await report.say(`Understood, I left ${file} alone.`);
+    return report.state("idle", "end_turn");
+  }
+
+  await report.state("running");
+  await report.tool({ toolCallId, status: "in_progress" });
+  let head;
+  try {
+    const lines = (await readFile(join(session.cwd, file), "utf8")).split("\n");
+    if (lines.at(-1) === "") lines.pop();
+    head = lines.slice(0, MAX_LINES).join("\n");
+  } catch (e) {
+    head = `cannot read ${file}: ${e.message}`;
+  }
+  await report.send({ sessionUpdate: "tool_call_content_chunk", toolCallId, content: { type: "content", content: { type: "text", text: head } } });
+  await report.tool({ toolCallId, status: "completed" });
+  const first = head.split("\n").find((l) => l.trim() !== "")?.trim() ?? "";
+  await report.say(`${file} starts with “${first}”.`);
+  await report.state("idle", "end_turn");
+}
+
+const v2App = v2
+  .agent({ name: NAME })
+  .onRequest(v2.methods.agent.initialize, ({ params }) => {
+    log("initialize (v2) from", params.info?.name);
+    return { protocolVersion: v2.PROTOCOL_VERSION, info: { name: NAME, version: "1.0.0" }, capabilities: { session: {} } };
+  })
+  .onRequest(v2.methods.agent.session.new, ({ params }) => {
+    const sessionId = freshId("ts-sess");
+    sessions.set(sessionId, { cwd: params.cwd, history: [] });
+    return { sessionId };
+  })
+  .onRequest(v2.methods.agent.session.list, () => ({
+    sessions: [...sessions].map(([sessionId, s]) => ({ sessionId, cwd: s.cwd })),
+  }))
+  .onRequest(v2.methods.agent.session.resume, async ({ params, client }) => {
+    const session = sessionOf(params.sessionId);
+    const replayFrom = params.replayFrom ?? null;
+    if (replayFrom !== null && replayFrom.type !== "start") throw v2.RequestError.invalidParams("unknown replay cursor");
+    // The replay goes out before the answer.
+    for (const entry of replayFrom ? session.history : []) {
+      await client.notify(v2.methods.client.session.update, {
+        sessionId: params.sessionId,
+        update: { sessionUpdate: entry.kind, messageId: entry.messageId, content: entry.content },
+      });
+    }
+    return {};
+  })
+  .onRequest(v2.methods.agent.session.close, ({ params }) => {
+    sessionOf(params.sessionId).turn?.abort();
+    sessions.delete(params.sessionId);
+    return {};
+  })
+  .onRequest(v2.methods.agent.session.prompt, ({ params, client }) => {
+    sessionOf(params.sessionId);
+    const messageId = freshId("user-msg");
+    // Acceptance first (the SDK's schema requires the user message's id), then the turn.
+    setTimeout(() => runTurn(client, params.sessionId, messageId, params.prompt).catch((e) => log("turn failed:", e)), 0);
+    return { messageId };
+  })
+  .onNotification(v2.methods.agent.session.cancel, ({ params }) => {
+    log("session/cancel", params.sessionId);
+    sessions.get(params.sessionId)?.turn?.abort();
+  });
+
+const v1App = v1
+  .agent({ name: NAME })
+  .onRequest(v1.methods.agent.initialize, ({ params }) => {
+    log("initialize (v1) at protocol", params.protocolVersion);
+    return { protocolVersion: 1, agentCapabilities: {}, agentInfo: { name: NAME, version: "1.0.0" }, authMethods: [] };
+  })
+  .onRequest(v1.methods.agent.session.new, () => ({ sessionId: `v1-sess-${process.pid}` }));
+
+const stream = v2.ndJsonStream(Writable.toWeb(process.stdout), Readable.toWeb(process.stdin));
+const connection = process.argv.includes("--v1-only")
+  ? v1App.connect(stream)
+  : v2.agentProtocolRouter().withV1(v1App).withV2(v2App).connect(stream);
+await connection.closed;
+log("connection closed");

@@ -1,0 +1,308 @@
+//! What every v2 pairing must show, on the wire and in the client's own report.
+//!
+//! The clients (the official SDKs' and ours) run the same scenario and report each step on
+//! stderr as `RESULT {"step": ..., "ok": ...}`, then `END` (see `tests/interop/ts-v2/client.mjs`
+//! for the steps). The agents (ours, and the official SDKs' in `tests/interop/`) do the same
+//! turns, so one expectation holds for every pairing.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::relay::{Dir, Outcome};
+use super::wire::{self, Msg, Turn};
+
+/// What the agent reports in the turn whose permission the client allows.
+pub const ALLOWED: &[&str] = &[
+    "answer",
+    "user_message",
+    "state running",
+    "agent_message_chunk*",
+    "tool_call_update pending",
+    "state requires_action",
+    "request session/request_permission",
+    "state running",
+    "tool_call_update in_progress",
+    "tool_call_content_chunk",
+    "tool_call_update completed",
+    "agent_message_chunk*",
+    "idle end_turn",
+];
+
+/// ... and in the turn the client cancels while the permission request is pending: the agent
+/// withdraws the request (`$/cancel_request`), settles the tool call, and confirms the cancel.
+/// The withdrawal is left out only where the client answered the request (`cancelled`, right
+/// after its `session/cancel`, as the spec allows and our client does) before the agent went
+/// on: then nothing was pending any more (see [`check_cancel`]).
+pub const CANCELLED: &[&str] = &[
+    "answer",
+    "user_message",
+    "state running",
+    "agent_message_chunk*",
+    "tool_call_update pending",
+    "state requires_action",
+    "request session/request_permission",
+    "$/cancel_request",
+    "tool_call_update cancelled",
+    "idle cancelled",
+];
+
+/// A session root holding `notes.txt`, whose first line is unique to the run (the agent's
+/// tool reads it, so it can only reach the client through the turn). Removed on drop.
+pub struct Root {
+    pub path: PathBuf,
+    pub first_line: String,
+    pub notes: String,
+}
+
+impl Root {
+    pub fn new(tag: &str) -> Root {
+        let unique = format!("{}-{}", std::process::id(), tag);
+        let dir = std::env::temp_dir().join(format!("acp-interop-v2-{unique}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let first_line = format!("Notes of run {unique}-{nanos:x}");
+        let notes = format!("{first_line}\nsecond line\n");
+        std::fs::write(dir.join("notes.txt"), &notes).unwrap();
+        Root { path: dir.canonicalize().unwrap(), first_line, notes }
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.path.to_str().unwrap()
+    }
+
+    /// The notes' lines as the tool reports them (joined, without the last newline).
+    pub fn head(&self) -> String {
+        self.notes.lines().collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+impl AsRef<Path> for Root {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The client's report: each step's `RESULT`, by step; panics unless it got to `END`.
+pub fn report(outcome: &Outcome) -> HashMap<String, Value> {
+    let stderr = &outcome.client_stderr;
+    assert!(stderr.lines().any(|l| l == "END"), "the client did not finish its scenario\n{}", outcome.dump());
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("RESULT "))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("bad RESULT line {l}: {e}")))
+        .map(|v| (v["step"].as_str().unwrap_or_default().to_owned(), v))
+        .collect()
+}
+
+/// Runs `check`, failing the test with the whole exchange when it returns an error.
+pub fn verify(outcome: &Outcome, check: impl FnOnce(&[Msg], &HashMap<String, Value>) -> Result<(), String>) {
+    let msgs = wire::messages(&outcome.wire).unwrap_or_else(|e| panic!("{e}\n{}", outcome.dump()));
+    let report = report(outcome);
+    if let Err(e) = check(&msgs, &report) {
+        panic!("{e}\n{}", outcome.dump());
+    }
+}
+
+macro_rules! ensure {
+    ($cond:expr, $($why:tt)+) => {
+        if !$cond {
+            return Err(format!($($why)+));
+        }
+    };
+}
+pub(crate) use ensure;
+
+/// A step of the client's report that succeeded.
+pub fn step<'a>(report: &'a HashMap<String, Value>, name: &str) -> Result<&'a Value, String> {
+    let step = report.get(name).ok_or_else(|| format!("the client did not report step {name}"))?;
+    ensure!(step["ok"] == true, "step {name} failed: {step}");
+    Ok(step)
+}
+
+/// The whole v2 scenario against `agent_name` (see the module docs): initialize, session/new
+/// and list, a turn whose permission is allowed, a turn cancelled during its permission
+/// request, a resume that replays both, close, and a prompt to the closed session refused.
+pub fn full(outcome: &Outcome, root: &Root, agent_name: &str) {
+    verify(outcome, |msgs, report| {
+        // ---- initialize: v2 both ways -----------------------------------------------------
+        let init = wire::request(msgs, Dir::ToAgent, "initialize", 0)?;
+        ensure!(init == 0, "initialize is not the first message");
+        ensure!(msgs[init].json["params"]["protocolVersion"] == 2, "the client did not ask for v2");
+        let answer = &msgs[wire::answer(msgs, init)?].json["result"];
+        ensure!(answer["protocolVersion"] == 2, "the agent did not answer v2: {answer}");
+        ensure!(answer["info"]["name"] == agent_name, "unexpected agent: {answer}");
+        ensure!(answer["capabilities"]["session"].is_object(), "no session capability: {answer}");
+        let reported = step(report, "initialize")?;
+        ensure!(reported["protocolVersion"] == 2 && reported["agentName"] == agent_name, "client saw {reported}");
+
+        // ---- session/new and session/list ----------------------------------------------------
+        let new = wire::request(msgs, Dir::ToAgent, "session/new", 0)?;
+        ensure!(msgs[new].json["params"]["cwd"] == root.as_str(), "session/new in {}", msgs[new].json);
+        let session = msgs[wire::answer(msgs, new)?].json["result"]["sessionId"].clone();
+        ensure!(session.is_string(), "no session id");
+        ensure!(step(report, "session-new")?["sessionId"] == session, "the client saw another session");
+        let listed = &msgs[wire::answer(msgs, wire::request(msgs, Dir::ToAgent, "session/list", 0)?)?].json;
+        let entry = json!({"sessionId": session, "cwd": root.as_str()});
+        let has_entry = |sessions: &Value| {
+            sessions
+                .as_array()
+                .is_some_and(|all| all.iter().any(|s| s["sessionId"] == session && s["cwd"] == root.as_str()))
+        };
+        ensure!(has_entry(&listed["result"]["sessions"]), "session/list lacks {entry}: {listed}");
+        ensure!(has_entry(&step(report, "session-list")?["sessions"]), "the client's list lacks {entry}");
+
+        // ---- the allowed turn -------------------------------------------------------------------
+        let allowed = wire::turn(msgs, wire::request(msgs, Dir::ToAgent, "session/prompt", 0)?)?;
+        ensure!(allowed.events == ALLOWED, "allowed turn: {:#?}", allowed.events);
+        let permission = allowed.indices[6];
+        let tool_call = &msgs[allowed.indices[4]].json["params"]["update"];
+        let asked = &msgs[permission].json["params"];
+        ensure!(
+            asked["subject"]["toolCall"]["toolCallId"] == tool_call["toolCallId"],
+            "the permission request is not about the turn's tool call: {asked}"
+        );
+        let chosen = &msgs[wire::answer(msgs, permission)?].json["result"]["outcome"];
+        let allow_once = asked["options"].as_array().and_then(|o| o.iter().find(|o| o["kind"] == "allow_once"));
+        ensure!(
+            chosen["outcome"] == "selected" && Some(&chosen["optionId"]) == allow_once.map(|o| &o["optionId"]),
+            "the client did not allow: {chosen}"
+        );
+        let content = &msgs[allowed.indices[9]].json["params"]["update"]["content"];
+        ensure!(content["content"]["text"] == root.head(), "the tool's content is not the notes: {content}");
+        ensure!(
+            allowed.agent_messages.last().is_some_and(|(_, text)| text.contains(&root.first_line)),
+            "the closing message does not quote the notes: {:?}",
+            allowed.agent_messages
+        );
+        let seen = step(report, "prompt-allow")?;
+        ensure!(seen["stopReason"] == "end_turn", "the client saw {seen}");
+        ensure!(seen["messageId"] == allowed.user_message.as_str(), "the client saw another user message: {seen}");
+        ensure!(seen["tools"][0]["statuses"] == json!(["pending", "in_progress", "completed"]), "client tools: {seen}");
+        ensure!(seen["tools"][0]["content"] == root.head(), "the client's tool content: {seen}");
+        ensure!(seen["text"].as_str().is_some_and(|t| t.contains(&root.first_line)), "the client's text: {seen}");
+
+        // ---- the cancelled turn -----------------------------------------------------------------
+        let cancelled = wire::turn(msgs, wire::request(msgs, Dir::ToAgent, "session/prompt", 1)?)?;
+        check_cancel(msgs, &cancelled, &session)?;
+        let seen = step(report, "prompt-cancel")?;
+        ensure!(seen["stopReason"] == "cancelled", "the client saw {seen}");
+        ensure!(seen["tools"][0]["statuses"] == json!(["pending", "cancelled"]), "client tools: {seen}");
+        // `null`: our client answers at its own cancel and does not wait for the agent's.
+        ensure!(seen["permissions"][0]["cancelRequestSeen"] != false, "the client never saw $/cancel_request: {seen}");
+
+        // ---- resume with replay, close, refusal -------------------------------------------------
+        check_replay(msgs, &session, &[&allowed, &cancelled])?;
+        step(report, "session-resume")?;
+        let close = wire::request(msgs, Dir::ToAgent, "session/close", 0)?;
+        let closed = &msgs[wire::answer(msgs, close)?].json;
+        ensure!(closed["result"].is_object(), "session/close: {closed}");
+        step(report, "session-close")?;
+        let after = wire::request(msgs, Dir::ToAgent, "session/prompt", 2)?;
+        let refused = &msgs[wire::answer(msgs, after)?].json;
+        ensure!(refused["error"]["code"] == -32002, "a prompt to a closed session: {refused}");
+        ensure!(
+            !msgs[after..].iter().any(|m| m.dir == Dir::ToClient && m.method() == Some("session/update")),
+            "updates after the refused prompt"
+        );
+        let seen = step(report, "prompt-closed")?;
+        ensure!(seen["refused"] == true && seen["error"]["code"] == -32002, "the client saw {seen}");
+        Ok(())
+    });
+}
+
+/// The cancelled turn (see [`CANCELLED`]) with the cancel's causes and effects across both
+/// directions: the client's `session/cancel` after the permission request; the agent's
+/// `$/cancel_request` for that request after it, unless the client had answered the request
+/// before the agent went on; and the client's answer: the `cancelled` outcome.
+fn check_cancel(msgs: &[Msg], turn: &Turn, session: &Value) -> Result<(), String> {
+    let permission = turn.indices[6];
+    let answered = wire::answer(msgs, permission)?;
+    ensure!(
+        msgs[answered].json["result"]["outcome"] == json!({"outcome": "cancelled"}),
+        "permission answered {}",
+        msgs[answered].json
+    );
+    let cancel = (permission..msgs.len())
+        .find(|&i| msgs[i].dir == Dir::ToAgent && msgs[i].method() == Some("session/cancel"))
+        .ok_or("no session/cancel after the permission request")?;
+    ensure!(msgs[cancel].json["params"]["sessionId"] == *session, "session/cancel of another session");
+    ensure!(cancel < answered, "the permission request was answered before the client's session/cancel");
+    let withdrawn = turn.events.iter().position(|e| e == "$/cancel_request").map(|at| turn.indices[at]);
+    match withdrawn {
+        Some(withdrawn) => {
+            ensure!(turn.events == CANCELLED, "cancelled turn: {:#?}", turn.events);
+            ensure!(cancel < withdrawn, "$/cancel_request came before the client's session/cancel");
+            ensure!(
+                msgs[withdrawn].json["params"]["requestId"] == msgs[permission].json["id"],
+                "$/cancel_request names another request: {}",
+                msgs[withdrawn].json
+            );
+        }
+        None => {
+            let expected: Vec<&str> = CANCELLED.iter().copied().filter(|e| *e != "$/cancel_request").collect();
+            ensure!(turn.events == expected, "cancelled turn: {:#?}", turn.events);
+            ensure!(
+                answered < turn.indices[7],
+                "the agent went on without withdrawing the pending permission request: {:#?}",
+                turn.events
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `session/resume` with `replayFrom: start` replays the conversation before its answer: each
+/// turn's user message (the id and the prompt) and agent messages (the id and the text the
+/// chunks added up to), in order.
+fn check_replay(msgs: &[Msg], session: &Value, turns: &[&Turn]) -> Result<(), String> {
+    let resume = wire::request(msgs, Dir::ToAgent, "session/resume", 0)?;
+    ensure!(msgs[resume].json["params"]["replayFrom"] == json!({"type": "start"}), "resume without replay");
+    let answered = wire::answer(msgs, resume)?;
+    ensure!(msgs[answered].json["result"].is_object(), "session/resume: {}", msgs[answered].json);
+    let replayed: Vec<(String, String, Value)> = msgs[resume..answered]
+        .iter()
+        .filter(|m| {
+            m.dir == Dir::ToClient && m.method() == Some("session/update") && m.json["params"]["sessionId"] == *session
+        })
+        .map(|m| {
+            let u = &m.json["params"]["update"];
+            (
+                u["sessionUpdate"].as_str().unwrap_or("?").to_owned(),
+                u["messageId"].as_str().unwrap_or("?").to_owned(),
+                u["content"].clone(),
+            )
+        })
+        .collect();
+    let mut expected = Vec::new();
+    for turn in turns {
+        let prompt = msgs[turn.prompt].json["params"]["prompt"].clone();
+        expected.push(("user_message".to_owned(), turn.user_message.clone(), prompt));
+        for (id, text) in &turn.agent_messages {
+            expected.push(("agent_message".to_owned(), id.clone(), json!([{"type": "text", "text": text}])));
+        }
+    }
+    ensure!(replayed == expected, "replayed:\n{replayed:#?}\nexpected:\n{expected:#?}");
+    Ok(())
+}
+
+/// A v2 client against a v1-only agent: it asked for 2, the agent answered 1, and the client
+/// went no further (no other request, no notification).
+pub fn refused_v1(msgs: &[Msg]) -> Result<Value, String> {
+    let init = wire::request(msgs, Dir::ToAgent, "initialize", 0)?;
+    ensure!(msgs[init].json["params"]["protocolVersion"] == 2, "the client did not ask for v2");
+    let answer = msgs[wire::answer(msgs, init)?].json["result"].clone();
+    ensure!(answer["protocolVersion"] == 1, "the agent did not answer v1: {answer}");
+    let more: Vec<&Value> =
+        msgs.iter().filter(|m| m.dir == Dir::ToAgent && m.method() != Some("initialize")).map(|m| &m.json).collect();
+    ensure!(more.is_empty(), "the client went on after a v1 answer: {more:?}");
+    Ok(answer)
+}
