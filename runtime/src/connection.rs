@@ -319,6 +319,9 @@ impl Connection {
             v2_turns: Default::default(),
             v2: AtomicBool::new(self.v2_rules),
             session_work: Mutex::new(SessionWork::default()),
+            session_work_done: Notify::new(),
+            #[cfg(feature = "unstable_protocol_v2")]
+            cancel_grace: self.cancel_grace,
         });
         let options = Options {
             max_line_bytes: self.max_line_bytes,
@@ -536,6 +539,11 @@ pub(crate) struct Shared {
     v2: AtomicBool,
     /// Work tied to a session rather than to a request (see [`crate::peer::SessionScope`]).
     session_work: Mutex<SessionWork>,
+    /// Woken whenever a session's last piece of work ends (see [`Shared::session_work_ended`]).
+    session_work_done: Notify,
+    /// How long a cancelled handler may run on (see [`Connection::cancel_grace`]).
+    #[cfg(feature = "unstable_protocol_v2")]
+    pub(crate) cancel_grace: Duration,
 }
 
 /// The tokens of the live [`crate::peer::SessionScope`]s, by session; `session/cancel` fires
@@ -597,7 +605,23 @@ impl Shared {
             tokens.retain(|(k, _)| *k != key);
             if tokens.is_empty() {
                 work.by_session.remove(session);
+                drop(work);
+                self.session_work_done.notify_waiters();
             }
+        }
+    }
+
+    /// Resolves once no work of `session` is left (at once when there is none).
+    pub(crate) async fn session_work_ended(&self, session: &str) {
+        loop {
+            let woken = self.session_work_done.notified();
+            tokio::pin!(woken);
+            // Registered before the check, so an end between the two is not missed.
+            woken.as_mut().enable();
+            if !lock(&self.session_work).by_session.contains_key(session) {
+                return;
+            }
+            woken.await;
         }
     }
 

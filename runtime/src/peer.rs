@@ -144,6 +144,12 @@ impl Peer {
         self.shared.cancel_session_work(session_id);
     }
 
+    /// Resolves once every [`SessionScope`] of `session_id` is dropped (at once when there is
+    /// none), e.g. to answer `session/close` only after the cancelled turn has reported its end.
+    pub async fn session_scopes_ended(&self, session_id: &str) {
+        self.shared.session_work_ended(session_id).await;
+    }
+
     async fn send_notification<P: Serialize + ?Sized>(&self, method: &str, params: Option<&P>) -> Result<(), Error> {
         if self.shared.closed.is_cancelled() {
             return Err(Error::ConnectionClosed);

@@ -8,8 +8,14 @@
 //!   for less (that implementation answers with its own version, and the client decides
 //!   whether to go on). So a client asking for 2 gets v2 where it is configured, and a v1-only
 //!   endpoint answers 1; a client asking for 3 gets 2.
-//! - The choice is final: the connection is never re-routed, and a later `initialize` goes to
-//!   the chosen implementation like any other request.
+//! - A request asking for 2 or more whose params are not a v2 `initialize` (v2 requires the
+//!   client's `info`; a v1 client sends `clientInfo`, if anything) goes to the v1
+//!   implementation when there is one: a v1 client that asks for a higher version than it
+//!   speaks gets `protocolVersion: 1` and goes on, instead of a v2 error it cannot read.
+//! - The choice is made by the first `initialize` that is answered successfully, and is final:
+//!   the connection is never re-routed, and a later `initialize` goes to the chosen
+//!   implementation like any other request. An `initialize` the picked implementation refuses
+//!   chooses nothing: the client may try again.
 //! - Choosing v2 switches the connection to v2's rules (batches, see
 //!   [`Connection::v2_rules`](crate::Connection::v2_rules)) before the `initialize` answer is
 //!   written, so everything the client sends after reading it is read under them.
@@ -218,6 +224,23 @@ impl ProtocolRouter {
         at_or_below.or_else(|| available.min())
     }
 
+    /// `version`, unless it is v2 and `params` are not a v2 `initialize` request (v2 requires
+    /// `info`, which a v1 client does not send) while v1 is configured: a v1 client asking for
+    /// a version above 1 is answered by the v1 implementation, with `protocolVersion: 1`, and
+    /// goes on with v1 instead of being refused.
+    fn fitting(&self, version: Version, params: Option<&RawValue>) -> Version {
+        #[cfg(feature = "unstable_protocol_v2")]
+        if version == Version::V2 && self.v1.is_some() {
+            let text = params.map_or("{}", RawValue::get);
+            if serde_json::from_str::<acp_types::v2::InitializeRequest>(text).is_err() {
+                return Version::V1;
+            }
+        }
+        #[cfg(not(feature = "unstable_protocol_v2"))]
+        let _ = params;
+        version
+    }
+
     fn handler(&self, version: Version) -> &Arc<dyn DynHandler> {
         let handler = match version {
             Version::V1 => &self.v1,
@@ -242,13 +265,22 @@ impl Handler for ProtocolRouter {
                 let Some(version) = self.pick(requested) else {
                     return Err(ErrorObject::internal_error("this endpoint serves no protocol version"));
                 };
-                // Concurrent first `initialize`s: the first choice stands.
-                let version = *self.chosen.get_or_init(|| version);
-                if version == Version::V2 {
-                    req.peer.shared.set_v2(true);
+                let version = self.fitting(version, req.params.as_deref());
+                let peer = req.peer.clone();
+                // Before the answer is written: what the client sends after reading it is read
+                // under the chosen version's rules.
+                peer.shared.set_v2(version == Version::V2);
+                let answer = self.handler(version).handle_request_boxed(req).await;
+                if answer.is_ok() {
+                    // Concurrent first `initialize`s: the first one answered stands.
+                    let chosen = *self.chosen.get_or_init(|| version);
+                    peer.shared.set_v2(chosen == Version::V2);
+                    tracing::debug!(requested, chosen = chosen.number(), "acp: protocol version chosen");
+                } else if self.chosen.get().is_none() {
+                    // Refused: nothing is chosen, and the client may try again.
+                    peer.shared.set_v2(false);
                 }
-                tracing::debug!(requested, chosen = version.number(), "acp: protocol version chosen");
-                version
+                return answer;
             }
         };
         self.handler(version).handle_request_boxed(req).await

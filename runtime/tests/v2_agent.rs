@@ -198,6 +198,73 @@ async fn session_cancel_ends_an_accepted_turn_with_cancelled() {
 }
 
 #[tokio::test]
+async fn session_close_cancels_the_turn_and_answers_after_its_idle_update() {
+    let (mut peer, _p, _serve) = v2_agent();
+    peer.send_json(prompt(1, "s1", "wait")).await;
+    assert_eq!(
+        kinds(&[peer.recv().await, peer.recv().await, peer.recv().await]),
+        ["accepted", "user_message", "state running"]
+    );
+    peer.send_json(json!({"jsonrpc":"2.0","id":2,"method":"session/close","params":{"sessionId":"s1"}})).await;
+    let idle = peer.recv().await;
+    assert_eq!(
+        idle["params"]["update"],
+        json!({"sessionUpdate":"state_update","state":"idle","stopReason":"cancelled"})
+    );
+    assert_eq!(peer.recv().await, json!({"jsonrpc":"2.0","id":2,"result":{}}));
+}
+
+#[tokio::test]
+async fn session_close_waits_no_longer_than_the_cancel_grace_for_a_turn_that_ignores_it() {
+    struct Stubborn;
+    impl Agent<AgentContext> for Stubborn {
+        async fn session_list(&self, _: ListSessionsRequest, _cx: AgentContext) -> Result<ListSessionsResponse, Error> {
+            Ok(ListSessionsResponse::new(vec![]))
+        }
+        async fn session_resume(
+            &self,
+            _: ResumeSessionRequest,
+            _cx: AgentContext,
+        ) -> Result<ResumeSessionResponse, Error> {
+            Ok(ResumeSessionResponse::new())
+        }
+        async fn session_close(
+            &self,
+            _: CloseSessionRequest,
+            _cx: AgentContext,
+        ) -> Result<CloseSessionResponse, Error> {
+            Ok(CloseSessionResponse::new())
+        }
+        async fn initialize(&self, _: InitializeRequest, _cx: AgentContext) -> Result<InitializeResponse, Error> {
+            Ok(InitializeResponse::new(ProtocolVersion::V2, Implementation::new("stubborn", "1.0")))
+        }
+        async fn session_new(&self, _: NewSessionRequest, _cx: AgentContext) -> Result<NewSessionResponse, Error> {
+            Ok(NewSessionResponse::new("s1"))
+        }
+        async fn session_prompt(&self, _: PromptRequest, cx: AgentContext) -> Result<PromptResponse, Error> {
+            cx.turn().expect("a turn").accept().await?;
+            std::future::pending::<()>().await; // never looks at its cancellation
+            Ok(PromptResponse::new())
+        }
+        async fn session_cancel(&self, _: CancelSessionNotification, _cx: AgentContext) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+    let grace = std::time::Duration::from_millis(50);
+    let (mut peer, _p, _serve) =
+        start(Connection::new().v2_rules().cancel_grace(grace), acp_runtime::v2::AgentHandler::new(Stubborn));
+    peer.send_json(prompt(1, "s1", "anything")).await;
+    assert_eq!(
+        kinds(&[peer.recv().await, peer.recv().await, peer.recv().await]),
+        ["accepted", "user_message", "state running"]
+    );
+    let t0 = std::time::Instant::now();
+    peer.send_json(json!({"jsonrpc":"2.0","id":2,"method":"session/close","params":{"sessionId":"s1"}})).await;
+    assert_eq!(peer.recv().await, json!({"jsonrpc":"2.0","id":2,"result":{}}));
+    assert!(t0.elapsed() >= grace, "answered before the grace period was over");
+}
+
+#[tokio::test]
 async fn a_handler_failing_after_acceptance_ends_the_turn_with_error() {
     let (mut peer, _p, _serve) = v2_agent();
     peer.send_json(prompt(1, "s1", "fail")).await;
@@ -283,4 +350,61 @@ async fn before_initialize_requests_are_refused_and_bad_initializes_answered_wit
     }
     peer.send_json(initialize(json!(2))).await;
     assert_eq!(peer.recv().await["result"]["protocolVersion"], 2, "still serving, and still undecided");
+}
+
+#[tokio::test]
+async fn a_v1_client_asking_for_a_higher_version_is_answered_by_the_v1_side() {
+    let (mut peer, _p, _serve) = dual();
+    // v1's fields only (no `info`): not a v2 `initialize`, whatever version it asks for.
+    peer.send_json(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":65535,"clientCapabilities":{}}}))
+        .await;
+    let init = peer.recv().await;
+    assert_eq!(init["result"]["protocolVersion"], 1, "{init}");
+    peer.send_json(json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
+    assert_eq!(peer.recv().await["result"]["sessionId"], "v1-session");
+    // The same request to a v2-only endpoint: refused, as v2 requires `info`.
+    let (mut peer, _p, _serve) = start(Connection::new(), ProtocolRouter::new().with_v2_agent(Scripted));
+    peer.send_json(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":65535,"clientCapabilities":{}}}))
+        .await;
+    assert_eq!(peer.recv().await["error"]["code"], codes::INVALID_PARAMS);
+}
+
+/// A raw handler whose first `initialize` fails and whose later ones succeed, answering
+/// `protocolVersion: number`.
+struct RefusesFirst {
+    number: u16,
+    refused: std::sync::atomic::AtomicBool,
+}
+
+impl acp_runtime::Handler for RefusesFirst {
+    async fn handle_request(
+        &self,
+        req: acp_runtime::IncomingRequest,
+    ) -> Result<Box<serde_json::value::RawValue>, acp_runtime::ErrorObject> {
+        if !self.refused.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(acp_runtime::ErrorObject::internal_error("not ready yet"));
+        }
+        let answer = json!({"protocolVersion": self.number, "method": &*req.method});
+        Ok(serde_json::value::to_raw_value(&answer).unwrap())
+    }
+    async fn handle_notification(&self, _: acp_runtime::IncomingNotification) {}
+}
+
+#[tokio::test]
+async fn a_refused_initialize_chooses_nothing_and_the_client_may_try_another_version() {
+    let refuses = |number| RefusesFirst { number, refused: Default::default() };
+    let router = ProtocolRouter::new().with_v1(refuses(1)).with_v2(refuses(2));
+    let (mut peer, _p, _serve) = start(Connection::new(), router);
+    peer.send_json(initialize(json!(2))).await;
+    assert_eq!(peer.recv().await["error"]["message"], "Internal error: not ready yet");
+    // Still undecided: asking for 1 now reaches v1 (which refuses its first too), then v1.
+    peer.send_json(initialize(json!(1))).await;
+    assert_eq!(peer.recv().await["error"]["message"], "Internal error: not ready yet");
+    peer.send_json(initialize(json!(1))).await;
+    assert_eq!(peer.recv().await["result"]["protocolVersion"], 1);
+    // Chosen now: asking for 2 stays with v1, and batches are refused as on any v1 connection.
+    peer.send_json(initialize(json!(2))).await;
+    assert_eq!(peer.recv().await["result"]["protocolVersion"], 1);
+    peer.send(r#"[{"jsonrpc":"2.0","id":"b","method":"x"}]"#).await;
+    assert_eq!(peer.recv().await["error"]["code"], codes::INVALID_REQUEST);
 }

@@ -13,7 +13,9 @@
 //! [`crate::v2::turn`] for the whole lifecycle). A handler that fails before the turn was
 //! accepted has its error answered instead, and no update is sent.
 //!
-//! `session/close` also cancels the session's turn, as the spec asks, before the handler runs.
+//! `session/close` also cancels the session's turn, as the spec asks, before the handler runs,
+//! and waits (up to the connection's `cancel_grace`) for the turn's idle update to be queued, so
+//! the client reads the turn's end before the close's answer.
 
 use std::sync::{Arc, OnceLock};
 
@@ -96,8 +98,14 @@ impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
                 accepted.await
             }
             ClientRequest::SessionClose(params) => {
-                // The spec: closing a session cancels its ongoing work first.
-                cx.peer().cancel_session_scopes(&params.session_id.0);
+                // The spec: closing a session cancels its ongoing work first, as
+                // `session/cancel` would; the cancelled turn's idle update goes out before the
+                // answer (a turn that ignores its cancellation is waited for as long as a
+                // cancelled handler may run on: the connection's `cancel_grace`).
+                let peer = cx.peer().clone();
+                peer.cancel_session_scopes(&params.session_id.0);
+                let grace = peer.shared.cancel_grace;
+                let _ = tokio::time::timeout(grace, peer.session_scopes_ended(&params.session_id.0)).await;
                 let response = ClientRequest::SessionClose(params).dispatch(&*self.agent, cx.clone()).await?;
                 encode_response(&response, &cx)
             }

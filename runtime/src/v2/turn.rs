@@ -67,9 +67,13 @@ struct TurnInner {
     session_id: SessionId,
     /// The prompt, until the `user_message` acknowledgement takes it.
     prompt: Mutex<Option<Vec<ContentBlock>>>,
-    /// Bound to `scope`'s token.
+    /// Bound to `token`.
     client: ClientHandle,
-    scope: SessionScope,
+    /// The session's work while the turn runs: `session/cancel` fires its token, and
+    /// `session/close` waits for it to be dropped, which happens once the idle update is queued.
+    scope: Option<SessionScope>,
+    /// The scope's token.
+    token: CancellationToken,
     /// Answers the `session/prompt` request; taken by acceptance or refusal.
     answer: Mutex<Option<oneshot::Sender<Answer>>>,
     /// Fires once the answer is queued for writing.
@@ -90,7 +94,7 @@ impl std::fmt::Debug for Turn {
         f.debug_struct("Turn")
             .field("session_id", &self.inner.session_id)
             .field("accepted", &self.inner.accepted.get())
-            .field("cancelled", &self.inner.scope.token().is_cancelled())
+            .field("cancelled", &self.inner.token.is_cancelled())
             .finish_non_exhaustive()
     }
 }
@@ -118,7 +122,8 @@ impl TurnStart {
                 session_id: params.session_id.clone(),
                 prompt: Mutex::new(Some(params.prompt.clone())),
                 client: cx.inner.handle.bound_to(token.clone()),
-                scope,
+                scope: Some(scope),
+                token: token.clone(),
                 answer: Mutex::new(Some(tx)),
                 answered,
                 accepted: OnceCell::new(),
@@ -186,17 +191,17 @@ impl Turn {
 
     /// The turn's cancellation token (see the [module docs](self)).
     pub fn cancellation_token(&self) -> &CancellationToken {
-        self.inner.scope.token()
+        &self.inner.token
     }
 
     /// Whether the turn has been cancelled.
     pub fn is_cancelled(&self) -> bool {
-        self.inner.scope.token().is_cancelled()
+        self.inner.token.is_cancelled()
     }
 
     /// Completes when the turn is cancelled.
     pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
-        self.inner.scope.token().cancelled()
+        self.inner.token.cancelled()
     }
 
     /// Whether the prompt has been accepted.
@@ -345,7 +350,7 @@ impl TurnInner {
     /// The `session/update` that ends the turn (see the [module docs](self) for the reason).
     fn idle_notification(&self) -> serde_json::Value {
         let failed = lock(&self.failed).clone();
-        let reason = if self.scope.token().is_cancelled() {
+        let reason = if self.token.is_cancelled() {
             StopReason::Cancelled
         } else if failed.is_some() {
             StopReason::Other("error".to_owned())
@@ -355,7 +360,7 @@ impl TurnInner {
         let update: SessionUpdate = StateUpdate::from(IdleStateUpdate::new().stop_reason(reason)).into();
         let mut notification = serde_json::to_value(UpdateSessionNotification::new(self.session_id.clone(), update))
             .expect("session updates always serialize");
-        if let (Some(error), false) = (failed, self.scope.token().is_cancelled()) {
+        if let (Some(error), false) = (failed, self.token.is_cancelled()) {
             // The shape the official SDKs (npm 2.4, crates.io 5.0) read: the error beside the
             // stop reason. A peer that knows neither keeps both as unknown values.
             notification["update"]["error"] = serde_json::to_value(error).expect("error objects always serialize");
@@ -372,12 +377,15 @@ impl Drop for TurnInner {
         }
         let notification = self.idle_notification();
         let peer = self.client.peer().clone();
+        // Held until the idle update is queued: `session/close` answers after it.
+        let scope = self.scope.take();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
                     if let Err(e) = peer.notify(acp_types::v2::client_method::SESSION_UPDATE, &notification).await {
                         tracing::debug!(error = %e, "acp turn: the idle update could not be sent");
                     }
+                    drop(scope);
                 });
             }
             Err(_) => tracing::warn!("acp turn: dropped outside a tokio runtime; no idle update sent"),
