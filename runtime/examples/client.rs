@@ -1,7 +1,7 @@
 //! An ACP client: spawns any agent command, runs one prompt turn and prints a live transcript
 //! (see `common/client.rs`).
 //!
-//! `cargo run -p acp-runtime --example client -- [--root DIR] [--policy allow|reject|ask] [--prompt TEXT] [-v] -- <agent command...>`
+//! `cargo run -p acp-runtime --example client -- [--root DIR] [--policy allow|reject|ask] [--prompt TEXT] [--protocol 1|2] [-v] -- <agent command...>`
 
 #[path = "common/client.rs"]
 mod demo_client;
@@ -9,12 +9,14 @@ mod demo_client;
 use demo_client::Parsed;
 
 const USAGE: &str = "\
-usage: client [--root DIR] [--policy allow|reject|ask] [--prompt TEXT] [-v] -- <agent command...>
+usage: client [--root DIR] [--policy allow|reject|ask] [--prompt TEXT] [--protocol 1|2] [-v] -- <agent command...>
 
   --root DIR      the session's cwd; file reads and writes stay inside it (default: .)
   --policy P      permission requests: ask on the terminal (default), allow, or reject;
                   `ask` allows when stdin is not a terminal
   --prompt TEXT   the prompt (default: \"Please read README.md and tell me how it starts.\")
+  --protocol N    the protocol version to ask for: 1 (default) or 2 (goes on with v1 when the
+                  agent answers 1)
   -v, --verbose   show the agent's stderr";
 
 #[tokio::main]

@@ -1,7 +1,11 @@
 //! The demo agent and the demo client in one binary: the client spawns this very executable
 //! with `--as-agent` and prints the prompt turn as a transcript. The README's run command:
 //!
-//! `cargo run -p acp-runtime --example duet [-- --root DIR] [--policy allow|reject|ask] [--prompt TEXT] [-v]`
+//! `cargo run -p acp-runtime --example duet [-- --root DIR] [--policy allow|reject|ask] [--prompt TEXT] [--protocol 1|2] [-v]`
+//!
+//! The agent serves protocol v1 and v2 from the one executable; `--protocol 2` has the client
+//! ask for v2 and shows the v2 turn (needs the `unstable_protocol_v2` feature, which
+//! `cargo run --example` turns on).
 
 #[path = "common/agent.rs"]
 mod demo_agent;
@@ -11,20 +15,26 @@ mod demo_client;
 use demo_client::Parsed;
 
 const USAGE: &str = "\
-usage: duet [--root DIR] [--policy allow|reject|ask] [--prompt TEXT] [-v]
+usage: duet [--root DIR] [--policy allow|reject|ask] [--prompt TEXT] [--protocol 1|2] [-v]
 
 Runs the demo client against the demo agent (this binary, re-run with --as-agent).
   --root DIR      the session's cwd; file reads and writes stay inside it (default: .)
   --policy P      permission requests: ask on the terminal (default), allow, or reject;
                   `ask` allows when stdin is not a terminal
   --prompt TEXT   the prompt (default: \"Please read README.md and tell me how it starts.\")
+  --protocol N    the protocol version to ask for: 1 (default) or 2 (the v2 turn, with its
+                  state updates; an agent answering 1 gets the v1 turn)
   -v, --verbose   show the agent's stderr";
 
 #[tokio::main]
 async fn main() {
     let mut args = std::env::args().skip(1).peekable();
     if args.peek().map(String::as_str) == Some("--as-agent") {
-        let code = if demo_agent::serve().await.is_ok() { 0 } else { 1 };
+        // `--as-agent [--v1-only | --v2-only]`: the agent alone, as the `agent` example runs it.
+        let code = match demo_agent::Versions::from_flag(args.nth(1).as_deref()) {
+            Ok(versions) => i32::from(demo_agent::serve(versions).await.is_err()),
+            Err(message) => exit_usage(&message),
+        };
         std::process::exit(code);
     }
     let options = match demo_client::parse(args) {

@@ -7,7 +7,7 @@ use serde_json::Map;
 pub use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::acp_types::{Error, ExtResponse, InitializeRequest};
+use crate::acp_types::{Error, ExtResponse};
 use crate::agent::AgentContext;
 
 /// Capability paths inside the initialize result (agent) or params (client), each set to `{}`
@@ -41,8 +41,9 @@ pub(crate) fn advertise_raw(raw: Box<RawValue>, capabilities: &Capabilities) -> 
     serde_json::value::to_raw_value(&json).unwrap_or(raw)
 }
 
-/// Client side: sets each capability `request` leaves unset; explicit settings are kept.
-pub fn advertise_request(request: InitializeRequest, capabilities: &Capabilities) -> InitializeRequest {
+/// Client side: sets each capability `request` (a v1 or v2 `initialize` request) leaves
+/// unset; explicit settings are kept.
+pub fn advertise_request<R: Serialize + DeserializeOwned>(request: R, capabilities: &Capabilities) -> R {
     if capabilities.is_empty() {
         return request;
     }

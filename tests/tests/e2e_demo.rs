@@ -3,7 +3,7 @@
 //! `acp-example-agent` and `acp-example-client` are `runtime/examples/agent.rs` and
 //! `client.rs`, built as binaries of this package (see `tests/Cargo.toml`). The first tests
 //! drive the agent with a recording client written here; the last ones run the client example
-//! against the agent example and read its transcript.
+//! against the agent example and read its transcript, with protocol v1 and v2.
 #![cfg(unix)]
 
 use std::path::{Path, PathBuf};
@@ -371,6 +371,11 @@ async fn e2e_cancel_while_the_agent_streams_stops_the_turn_at_once() {
 // ---- the client example against the agent example -------------------------------------------
 
 async fn run_client(root: &Path, args: &[&str]) -> (Output, String) {
+    run_client_against(root, args, &[]).await
+}
+
+/// The client example with `args`, against the agent example with `agent_args`.
+async fn run_client_against(root: &Path, args: &[&str], agent_args: &[&str]) -> (Output, String) {
     let mut command = tokio::process::Command::new(CLIENT);
     command
         .arg("--root")
@@ -378,6 +383,7 @@ async fn run_client(root: &Path, args: &[&str]) -> (Output, String) {
         .args(args)
         .arg("--")
         .arg(AGENT)
+        .args(agent_args)
         .env("ACP_DEMO_DELAY_MS", DELAY_MS)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -469,6 +475,92 @@ async fn e2e_client_example_with_policy_reject_fails_the_tool_call() {
     assert!(!transcript.contains("hello from the e2e root"), "{transcript}");
 }
 
+// ---- protocol v2: the same executables, `--protocol 2` ----------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_client_example_runs_a_v2_turn_against_the_dual_agent_example() {
+    let scratch = Scratch::new();
+    let args = ["--protocol", "2", "--policy", "allow", "--prompt", "Please read notes.txt"];
+    let (output, transcript) = run_client(&scratch.root(), &args).await;
+    assert!(output.status.success(), "{:?}\n{transcript}\n{}", output.status, String::from_utf8_lossy(&output.stderr));
+    // The v2 lifecycle: accepted, running, the tool call (an upsert the client's
+    // `SessionState` follows), requires_action around the permission request, the agent's own
+    // read (v2 has no fs on the client), idle with the stop reason.
+    assert_in_order(
+        &transcript,
+        &[
+            "connected to acp-demo-agent",
+            "(protocol v2)",
+            "› Please read notes.txt",
+            "◦ running",
+            "Let me read notes.txt for you.\n",
+            "⚙ Read notes.txt [read] pending",
+            "◦ requires action",
+            "? permission for “Read notes.txt”: Allow once (policy allow)",
+            "◦ running",
+            "↳ Read notes.txt: in_progress",
+            "    │ hello from the e2e root\n    │ second line\n",
+            "↳ Read notes.txt: completed",
+            "notes.txt starts with “hello from the e2e root”.\n",
+            "■ stop reason: end_turn\n",
+        ],
+    );
+    assert!(!transcript.contains("fs/read_text_file"), "{transcript}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_v2_agent_example_reads_nothing_outside_the_session_cwd() {
+    let scratch = Scratch::new();
+    let outside = scratch.dir.join("secret.txt");
+    let absolute = outside.to_string_lossy().into_owned();
+    for target in ["../secret.txt", "link.txt", absolute.as_str()] {
+        let prompt = format!("Please read {target}");
+        let args = ["--protocol", "2", "--policy", "allow", "--prompt", prompt.as_str()];
+        let (output, transcript) = run_client(&scratch.root(), &args).await;
+        assert!(output.status.success(), "{:?}\n{transcript}", output.status);
+        assert_in_order(
+            &transcript,
+            &[
+                &format!("↳ Read {target}: in_progress"),
+                "is outside the session's cwd",
+                &format!("↳ Read {target}: failed"),
+                &format!("I could not read {target}."),
+                "■ stop reason: end_turn\n",
+            ],
+        );
+        assert!(!transcript.contains(SECRET), "the secret leaked:\n{transcript}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_client_example_asking_for_v2_goes_on_with_v1_against_a_v1_only_agent() {
+    let scratch = Scratch::new();
+    let args = ["--protocol", "2", "--policy", "allow", "--prompt", "Please read notes.txt"];
+    let (output, transcript) = run_client_against(&scratch.root(), &args, &["--v1-only"]).await;
+    assert!(output.status.success(), "{:?}\n{transcript}", output.status);
+    assert_in_order(
+        &transcript,
+        &[
+            "(the agent answered protocol 1: going on with v1)",
+            "(protocol v1)",
+            "Plan:",
+            &format!("⇢ fs/read_text_file {}/notes.txt (2 lines)", scratch.root().display()),
+            "■ stop reason: end_turn\n",
+        ],
+    );
+    assert!(!transcript.contains("◦ running"), "{transcript}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_v1_client_gets_an_error_from_the_v2_only_agent_example() {
+    let scratch = Scratch::new();
+    let (output, transcript) = run_client_against(&scratch.root(), &["--policy", "allow"], &["--v2-only"]).await;
+    assert_eq!(output.status.code(), Some(1), "{transcript}");
+    // The v2 agent cannot decode a v1 `initialize` (no `info`): -32602, which the client reports.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("initialize") && stderr.contains("-32602"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_client_example_reports_usage_errors() {
     let output = tokio::process::Command::new(CLIENT).arg("--policy").arg("maybe").output().await.unwrap();
@@ -477,4 +569,10 @@ async fn e2e_client_example_reports_usage_errors() {
     let output = tokio::process::Command::new(CLIENT).output().await.unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("missing the agent command"));
+    let output = tokio::process::Command::new(CLIENT).args(["--protocol", "3"]).output().await.unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--protocol is 1 or 2"));
+    let output = tokio::process::Command::new(AGENT).arg("--v3-only").output().await.unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--v1-only or --v2-only"));
 }

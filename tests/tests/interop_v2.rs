@@ -3,10 +3,11 @@
 //! - the TypeScript SDK's v2 client (npm `@agentclientprotocol/sdk` 2.4, its experimental v2
 //!   API: `tests/interop/ts-v2/client.mjs`) and the Rust crate's v2 client
 //!   (`agent-client-protocol` 5.0 with `unstable_protocol_v2`: `tests/interop/rs-v2`) drive our
-//!   v2 example agent (`src/bin/v2_agent.rs`), alone and behind our `ProtocolRouter`
-//!   (`v2_agent --dual`), through the whole scenario of `interop_v2/scenario.rs`; the
-//!   TypeScript SDK's v1 client gets v1 from the dual agent;
-//! - both official v2 clients against our v1-only example agent (`acp-example-agent`): it
+//!   demo agent (`runtime/examples/agent.rs`, built here as `acp-example-agent`), v2 alone
+//!   (`--v2-only`) and both versions behind our `ProtocolRouter` (its default), through the
+//!   whole scenario of `interop_v2/scenario.rs`; the TypeScript SDK's v1 client gets the v1
+//!   turn from the same executable;
+//! - both official v2 clients against the demo agent serving v1 only (`--v1-only`): it
 //!   answers `protocolVersion: 1`; the TypeScript client rejects the answer, the Rust client
 //!   reports `LowerVersion`, and neither goes on;
 //! - our v2 client (`src/bin/v2_client.rs`) drives both SDKs' v2 agents (behind their own
@@ -39,8 +40,8 @@ use std::time::{Duration, Instant};
 use relay::{Outcome, connect};
 use scenario::{Root, ensure, step, verify};
 
-const V2_AGENT: &str = env!("CARGO_BIN_EXE_v2_agent");
-const V1_AGENT: &str = env!("CARGO_BIN_EXE_acp-example-agent");
+/// The demo agent (`runtime/examples/agent.rs`): v1 and v2 by default, `--v1-only`, `--v2-only`.
+const DEMO_AGENT: &str = env!("CARGO_BIN_EXE_acp-example-agent");
 
 /// A whole exchange's deadline: a scenario takes a second or two; this is for a loaded machine.
 const LIMIT: Duration = Duration::from_secs(90);
@@ -163,13 +164,13 @@ fn bin(path: impl AsRef<Path>, args: &[&str]) -> Command {
 }
 
 fn our_agent(args: &[&str]) -> Command {
-    let mut command = bin(V2_AGENT, args);
+    let mut command = bin(DEMO_AGENT, args);
     command.env("ACP_DEMO_DELAY_MS", "1");
     command
 }
 
 fn our_v1_agent() -> Command {
-    let mut command = bin(V1_AGENT, &[]);
+    let mut command = bin(DEMO_AGENT, &["--v1-only"]);
     command.env("ACP_DEMO_DELAY_MS", "1");
     command
 }
@@ -185,8 +186,8 @@ fn ended_cleanly(outcome: &Outcome) {
 fn the_ts_v2_client_drives_our_v2_agent() {
     let Some(ts) = ts() else { return };
     let root = Root::new("ts-client");
-    let outcome = connect(node(&ts, "client.mjs", &[root.as_str()]), our_agent(&[]), LIMIT);
-    scenario::full(&outcome, &root, "acp-v2-example-agent");
+    let outcome = connect(node(&ts, "client.mjs", &[root.as_str()]), our_agent(&["--v2-only"]), LIMIT);
+    scenario::full(&outcome, &root, "acp-demo-agent");
     ended_cleanly(&outcome);
 }
 
@@ -194,8 +195,8 @@ fn the_ts_v2_client_drives_our_v2_agent() {
 fn the_ts_v2_client_gets_v2_from_our_dual_agent() {
     let Some(ts) = ts() else { return };
     let root = Root::new("ts-client-dual");
-    let outcome = connect(node(&ts, "client.mjs", &[root.as_str()]), our_agent(&["--dual"]), LIMIT);
-    scenario::full(&outcome, &root, "acp-v2-example-agent");
+    let outcome = connect(node(&ts, "client.mjs", &[root.as_str()]), our_agent(&[]), LIMIT);
+    scenario::full(&outcome, &root, "acp-demo-agent");
     ended_cleanly(&outcome);
 }
 
@@ -203,21 +204,24 @@ fn the_ts_v2_client_gets_v2_from_our_dual_agent() {
 fn the_ts_v1_client_gets_v1_from_our_dual_agent() {
     let Some(ts) = ts() else { return };
     let root = Root::new("ts-v1-client-dual");
-    let outcome = connect(node(&ts, "client.mjs", &["--v1", root.as_str()]), our_agent(&["--dual"]), LIMIT);
+    let outcome = connect(node(&ts, "client.mjs", &["--v1", root.as_str()]), our_agent(&[]), LIMIT);
     verify(&outcome, |msgs, report| {
         let init = wire::request(msgs, relay::Dir::ToAgent, "initialize", 0)?;
         let answer = &msgs[wire::answer(msgs, init)?].json["result"];
         ensure!(answer["protocolVersion"] == 1 && answer.get("info").is_none(), "not a v1 answer: {answer}");
         ensure!(step(report, "initialize")?["protocolVersion"] == 1, "the client saw another version");
-        ensure!(
-            step(report, "session-new")?["sessionId"].as_str().is_some_and(|s| s.starts_with("v1_")),
-            "not the v1 side"
-        );
+        ensure!(answer["agentInfo"]["name"] == "acp-demo-agent", "{answer}");
+        step(report, "session-new")?;
+        // The v1 turn: a plan, streamed chunks, the tool call behind a permission request
+        // (the client allows it; it offers no fs, so the read fails and the turn goes on).
         let prompt = step(report, "prompt")?;
-        ensure!(
-            prompt["stopReason"] == "end_turn" && prompt["updates"] == serde_json::json!(["agent_message_chunk"]),
-            "{prompt}"
-        );
+        let updates: Vec<&str> =
+            prompt["updates"].as_array().into_iter().flatten().filter_map(|u| u.as_str()).collect();
+        ensure!(prompt["stopReason"] == "end_turn", "{prompt}");
+        for kind in ["plan", "agent_message_chunk", "tool_call", "tool_call_update"] {
+            ensure!(updates.contains(&kind), "no {kind} in the v1 turn: {prompt}");
+        }
+        ensure!(!updates.contains(&"state_update"), "a v2 update in the v1 turn: {prompt}");
         Ok(())
     });
     ended_cleanly(&outcome);
@@ -245,8 +249,8 @@ fn the_ts_v2_client_rejects_our_v1_only_agent() {
 fn the_rs_v2_client_drives_our_v2_agent() {
     let Some(rs) = rs() else { return };
     let root = Root::new("rs-client");
-    let outcome = connect(bin(rs.join("client"), &[root.as_str()]), our_agent(&[]), LIMIT);
-    scenario::full(&outcome, &root, "acp-v2-example-agent");
+    let outcome = connect(bin(rs.join("client"), &[root.as_str()]), our_agent(&["--v2-only"]), LIMIT);
+    scenario::full(&outcome, &root, "acp-demo-agent");
     ended_cleanly(&outcome);
 }
 
@@ -254,8 +258,8 @@ fn the_rs_v2_client_drives_our_v2_agent() {
 fn the_rs_v2_client_gets_v2_from_our_dual_agent() {
     let Some(rs) = rs() else { return };
     let root = Root::new("rs-client-dual");
-    let outcome = connect(bin(rs.join("client"), &[root.as_str()]), our_agent(&["--dual"]), LIMIT);
-    scenario::full(&outcome, &root, "acp-v2-example-agent");
+    let outcome = connect(bin(rs.join("client"), &[root.as_str()]), our_agent(&[]), LIMIT);
+    scenario::full(&outcome, &root, "acp-demo-agent");
     ended_cleanly(&outcome);
 }
 

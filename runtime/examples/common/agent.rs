@@ -9,6 +9,9 @@
 //! `session/cancel` stops the turn at once: it returns `cancelled` (which the runtime also
 //! enforces), and a pending permission request resolves `cancelled`.
 //!
+//! With the `unstable_protocol_v2` feature the same endpoint serves protocol v2 too
+//! (`agent_v2.rs`): the client's first `initialize` picks the version ([`Versions`]).
+//!
 //! Shared by the `agent` and `duet` examples (and built as a test binary by `acp-tests`).
 //! Logs go to stderr; stdout is the protocol. `ACP_DEMO_DELAY_MS` sets the pause between
 //! streamed words (default 40).
@@ -37,16 +40,83 @@ const MAX_CHARS: usize = 800;
 const ALLOW: &str = "allow-once";
 const REJECT: &str = "reject-once";
 
+/// The name in `agentInfo` (v1) and `info` (v2).
+const NAME: &str = "acp-demo-agent";
+
 macro_rules! log {
     ($($arg:tt)*) => { eprintln!("[demo-agent] {}", format_args!($($arg)*)) };
 }
 
+#[cfg(feature = "unstable_protocol_v2")]
+#[path = "agent_v2.rs"]
+mod v2;
+
+/// The protocol versions the endpoint serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Versions {
+    V1,
+    #[cfg(feature = "unstable_protocol_v2")]
+    V2,
+    /// v1 and v2: the client's first `initialize` picks (`acp_runtime::version::ProtocolRouter`).
+    #[cfg(feature = "unstable_protocol_v2")]
+    Both,
+}
+
+impl Versions {
+    /// Every version this build serves.
+    #[cfg(feature = "unstable_protocol_v2")]
+    pub const ALL: Versions = Versions::Both;
+    /// Every version this build serves.
+    #[cfg(not(feature = "unstable_protocol_v2"))]
+    pub const ALL: Versions = Versions::V1;
+
+    /// `--v1-only` / `--v2-only` (the latter needs the `unstable_protocol_v2` feature), or all.
+    pub fn from_flag(flag: Option<&str>) -> Result<Self, String> {
+        match flag {
+            None => Ok(Versions::ALL),
+            Some("--v1-only") => Ok(Versions::V1),
+            #[cfg(feature = "unstable_protocol_v2")]
+            Some("--v2-only") => Ok(Versions::V2),
+            #[cfg(not(feature = "unstable_protocol_v2"))]
+            Some("--v2-only") => Err("--v2-only: built without the `unstable_protocol_v2` feature".to_owned()),
+            Some(other) => Err(format!("unknown argument {other:?} (expected --v1-only or --v2-only)")),
+        }
+    }
+}
+
 /// Serves the demo agent on stdin/stdout until the client closes stdin.
-pub async fn serve() -> Result<(), acp_runtime::Error> {
-    log!("ready on stdio");
-    let result = acp_runtime::agent::serve_stdio(DemoAgent::new()).await;
+pub async fn serve(versions: Versions) -> Result<(), acp_runtime::Error> {
+    log!("ready on stdio ({versions:?})");
+    let result = match versions {
+        Versions::V1 => acp_runtime::agent::serve_stdio(DemoAgent::new()).await,
+        #[cfg(feature = "unstable_protocol_v2")]
+        Versions::V2 => acp_runtime::v2::serve_stdio(v2::DemoAgentV2::new(id_seed(), delay())).await,
+        #[cfg(feature = "unstable_protocol_v2")]
+        Versions::Both => {
+            let router = acp_runtime::version::ProtocolRouter::new()
+                .with_v1_agent(DemoAgent::new())
+                .with_v2_agent(v2::DemoAgentV2::new(id_seed(), delay()));
+            let (reader, writer) = acp_runtime::transport::stdio();
+            let (_client, serve) = acp_runtime::Connection::new().serve(reader, writer, router);
+            serve.await
+        }
+    };
     log!("connection ended: {result:?}");
     result
+}
+
+/// Makes session ids unique across runs, not only within this process.
+fn id_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    (u64::from(std::process::id()) << 32) ^ u64::from(nanos)
+}
+
+/// The pause between streamed words: `ACP_DEMO_DELAY_MS`, 40 ms by default.
+fn delay() -> Duration {
+    Duration::from_millis(std::env::var("ACP_DEMO_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(40))
 }
 
 struct DemoAgent {
@@ -63,18 +133,13 @@ struct DemoAgent {
 
 impl DemoAgent {
     fn new() -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or_default();
-        let delay_ms = std::env::var("ACP_DEMO_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
         DemoAgent {
             sessions: Mutex::new(HashMap::new()),
-            id_seed: (u64::from(std::process::id()) << 32) ^ u64::from(nanos),
+            id_seed: id_seed(),
             sessions_made: AtomicU64::new(0),
             tool_calls_made: AtomicU64::new(0),
             messages_made: AtomicU64::new(0),
-            delay: Duration::from_millis(delay_ms),
+            delay: delay(),
         }
     }
 
@@ -95,11 +160,12 @@ impl DemoAgent {
         let reads = client_reads_files(&params.client_capabilities.clone().unwrap_or_default());
         let client = params.client_info.flatten().map(|i| i.name).unwrap_or_else(|| "an unnamed client".into());
         log!("initialize from {client} (protocol {}, fs.readTextFile: {reads})", params.protocol_version.0);
-        // We speak protocol version 1; a client asking for another one decides whether to go on.
+        // This side speaks protocol version 1; a client asking for another one decides whether
+        // to go on (with v2 built in, a client asking for 2 is routed to `agent_v2.rs` instead).
         Ok(InitializeResponse::new(ProtocolVersion::V1)
             .agent_capabilities(AgentCapabilities::new().prompt_capabilities(PromptCapabilities::new()))
             .auth_methods(Vec::new())
-            .agent_info(Implementation::new("acp-demo-agent", env!("CARGO_PKG_VERSION"))))
+            .agent_info(Implementation::new(NAME, env!("CARGO_PKG_VERSION"))))
     }
 
     async fn authenticate(&self, _params: AuthenticateRequest) -> Result<AuthenticateResponse, Error> {
@@ -278,24 +344,26 @@ impl DemoAgent {
 /// The file the prompt asks about: a resource link's path, or the first word that looks like
 /// a file name (has a `.` or a `/` after trimming punctuation).
 fn file_named_in(prompt: &[ContentBlock]) -> Option<String> {
-    for block in prompt {
-        match block {
-            ContentBlock::ResourceLink(link) => {
-                return Some(link.uri.strip_prefix("file://").unwrap_or(&link.uri).to_owned());
-            }
-            ContentBlock::Text(text) => {
-                let mut found = text.text.split_whitespace().map(|w| {
-                    w.trim_start_matches(['"', '\'', '`', '(', '“'])
-                        .trim_end_matches(['"', '\'', '`', ')', ',', ';', ':', '!', '?', '.', '”'])
-                });
-                if let Some(word) = found.find(|w| w.contains(['.', '/']) && w.chars().any(char::is_alphanumeric)) {
-                    return Some(word.to_owned());
-                }
-            }
-            _ => {}
-        }
-    }
-    None
+    prompt.iter().find_map(|block| match block {
+        ContentBlock::ResourceLink(link) => Some(file_of_uri(&link.uri)),
+        ContentBlock::Text(text) => file_named_in_text(&text.text),
+        _ => None,
+    })
+}
+
+fn file_of_uri(uri: &str) -> String {
+    uri.strip_prefix("file://").unwrap_or(uri).to_owned()
+}
+
+/// The first word of `text` that looks like a file name.
+fn file_named_in_text(text: &str) -> Option<String> {
+    text.split_whitespace()
+        .map(|w| {
+            w.trim_start_matches(['"', '\'', '`', '(', '“'])
+                .trim_end_matches(['"', '\'', '`', ')', ',', ';', ':', '!', '?', '.', '”'])
+        })
+        .find(|w| w.contains(['.', '/']) && w.chars().any(char::is_alphanumeric))
+        .map(str::to_owned)
 }
 
 fn text_content(text: &str) -> ToolCallContent {

@@ -7,6 +7,10 @@
 //! terminal) or answered by policy (`allow`, also what `ask` falls back to without a
 //! terminal, or `reject`). Ctrl-C during the turn sends `session/cancel`.
 //!
+//! `--protocol 2` (with the `unstable_protocol_v2` feature, see `client_v2.rs`) asks the agent
+//! for protocol v2 and shows the v2 turn (its `state_update`s and upserts); an agent that
+//! answers 1 gets the v1 turn on the same connection.
+//!
 //! Shared by the `client` and `duet` examples (and built as a test binary by `acp-tests`).
 
 use std::collections::HashMap;
@@ -16,14 +20,18 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use acp_runtime::acp_types::{
-    CancelNotification, ContentBlock, Error, Implementation, InitializeRequest, NewSessionRequest, PermissionOption,
-    PermissionOptionKind, PlanEntryStatus, PromptRequest, ProtocolVersion, ReadTextFileRequest, ReadTextFileResponse,
+    CancelNotification, ContentBlock, Error, Implementation, InitializeRequest, InitializeResponse, NewSessionRequest,
+    PlanEntryStatus, PromptRequest, ProtocolVersion, ReadTextFileRequest, ReadTextFileResponse,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
     SessionNotification, SessionUpdate, TextContent, ToolCallContent, ToolCallStatus, WriteTextFileRequest,
     WriteTextFileResponse,
 };
 use acp_runtime::transport::{SpawnOptions, StderrMode};
-use acp_runtime::{ClientContext, Connection, acp_client};
+use acp_runtime::{AgentHandle, ClientContext, Connection, acp_client};
+
+#[cfg(feature = "unstable_protocol_v2")]
+#[path = "client_v2.rs"]
+mod v2;
 use tokio::sync::mpsc;
 
 /// What to do with `session/request_permission`.
@@ -35,12 +43,22 @@ pub enum Policy {
     Ask,
 }
 
+/// The protocol version the client asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    V1,
+    /// v2, going on with v1 when the agent answers 1.
+    #[cfg(feature = "unstable_protocol_v2")]
+    V2,
+}
+
 /// The command line shared by `client` and `duet`.
 #[derive(Debug)]
 pub struct Options {
     pub root: PathBuf,
     pub policy: Policy,
     pub prompt: String,
+    pub protocol: Protocol,
     /// Show the agent's stderr (hidden by default: it would interleave with the transcript).
     pub verbose: bool,
     /// The agent command, after `--`.
@@ -54,12 +72,13 @@ pub enum Parsed {
 
 pub const DEFAULT_PROMPT: &str = "Please read README.md and tell me how it starts.";
 
-/// Parses `[--root DIR] [--policy allow|reject|ask] [--prompt TEXT] [-v] [-- AGENT...]`.
+/// Parses `[--root DIR] [--policy allow|reject|ask] [--prompt TEXT] [--protocol 1|2] [-v] [-- AGENT...]`.
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
     let mut options = Options {
         root: PathBuf::from("."),
         policy: Policy::Ask,
         prompt: DEFAULT_PROMPT.to_owned(),
+        protocol: Protocol::V1,
         verbose: false,
         agent: Vec::new(),
     };
@@ -84,6 +103,16 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
                     "reject" => Policy::Reject,
                     "ask" => Policy::Ask,
                     other => return Err(format!("--policy is allow, reject or ask, not {other:?}")),
+                }
+            }
+            "--protocol" => {
+                options.protocol = match value("--protocol")?.as_str() {
+                    "1" => Protocol::V1,
+                    #[cfg(feature = "unstable_protocol_v2")]
+                    "2" => Protocol::V2,
+                    #[cfg(not(feature = "unstable_protocol_v2"))]
+                    "2" => return Err("--protocol 2 needs the `unstable_protocol_v2` feature".to_owned()),
+                    other => return Err(format!("--protocol is 1 or 2, not {other:?}")),
                 }
             }
             "-v" | "--verbose" => options.verbose = true,
@@ -120,59 +149,96 @@ async fn drive(options: Options, command: Command) -> Result<(), String> {
         other => other,
     };
     transcript.line(&format!("$ {}", describe(&command)));
-    let client = DemoClient {
-        root: root.clone(),
+    let asker = Arc::new(Asker {
         policy,
         answers: interactive.then(stdin_lines).map(tokio::sync::Mutex::new),
         transcript: transcript.clone(),
-    };
+    });
+    let client = DemoClient { root: root.clone(), asker: asker.clone(), transcript: transcript.clone() };
     let spawn = SpawnOptions {
         stderr: if options.verbose { StderrMode::Inherit } else { StderrMode::Null },
         ..SpawnOptions::default()
     };
-    let (agent, process) =
-        Connection::new().spawn_agent(client, command, spawn).map_err(|e| format!("cannot start the agent: {e}"))?;
+    let turn = Turn { root, prompt: options.prompt, transcript };
+    match options.protocol {
+        Protocol::V1 => {
+            let (agent, process) = Connection::new()
+                .spawn_agent(client, command, spawn)
+                .map_err(|e| format!("cannot start the agent: {e}"))?;
+            let init = agent.initialize(v1_initialize()).await.map_err(|e| format!("initialize: {e}"))?;
+            turn.run_v1(&agent, &init).await?;
+            // Our agent is done; a well-behaved one exits on SIGTERM (or on end of input).
+            let _ = process.terminate().await;
+            Ok(())
+        }
+        #[cfg(feature = "unstable_protocol_v2")]
+        Protocol::V2 => v2::drive(client, asker, command, spawn, turn).await,
+    }
+}
 
-    // The capabilities the handlers below earn (fs read and write), filled in from the
-    // `#[acp_client]` table.
-    let init = acp_runtime::client::with_capabilities::<DemoClient>(
+/// The v1 `initialize` request, with the capabilities the handlers below earn (fs read and
+/// write), filled in from the `#[acp_client]` table.
+fn v1_initialize() -> InitializeRequest {
+    acp_runtime::client::with_capabilities::<DemoClient>(
         InitializeRequest::new(ProtocolVersion(1))
             .client_info(Implementation::new("acp-demo-client", env!("CARGO_PKG_VERSION"))),
-    );
-    let init = agent.initialize(init).await.map_err(|e| format!("initialize: {e}"))?;
-    let name = match init.agent_info.flatten() {
-        Some(info) => format!("{} {}", info.name, info.version),
-        None => "an agent".to_owned(),
-    };
-    transcript.line(&format!("connected to {name} (protocol v{})", init.protocol_version.0));
+    )
+}
 
-    let session = agent
-        .new_session(NewSessionRequest::new(root.to_string_lossy(), Vec::new()))
-        .await
-        .map_err(|e| format!("session/new: {e}"))?
-        .session_id;
-    transcript.line(&format!("session {} in {}", session.0, root.display()));
-    transcript.line(&format!("› {}", options.prompt));
+/// The one turn to run, whatever the protocol.
+struct Turn {
+    /// The session's cwd (canonical).
+    root: PathBuf,
+    prompt: String,
+    transcript: Arc<Transcript>,
+}
 
-    let prompt = PromptRequest::new(session.clone(), vec![ContentBlock::Text(TextContent::new(options.prompt))]);
-    let turn = agent.prompt(prompt);
-    tokio::pin!(turn);
-    let response = tokio::select! {
-        response = &mut turn => response,
-        _ = tokio::signal::ctrl_c() => {
-            transcript.line("^C: cancelling the turn (session/cancel); ^C again to quit");
-            agent.cancel(CancelNotification::new(session)).await.map_err(|e| format!("session/cancel: {e}"))?;
-            tokio::select! {
-                response = &mut turn => response,
-                _ = tokio::signal::ctrl_c() => return Err("interrupted".to_owned()),
+impl Turn {
+    /// The v1 turn, once `initialize` is answered: a session, the prompt, its stop reason.
+    async fn run_v1(&self, agent: &AgentHandle, init: &InitializeResponse) -> Result<(), String> {
+        let name = match init.agent_info.clone().flatten() {
+            Some(info) => format!("{} {}", info.name, info.version),
+            None => "an agent".to_owned(),
+        };
+        self.transcript.line(&format!("connected to {name} (protocol v{})", init.protocol_version.0));
+
+        let session = agent
+            .new_session(NewSessionRequest::new(self.root.to_string_lossy(), Vec::new()))
+            .await
+            .map_err(|e| format!("session/new: {e}"))?
+            .session_id;
+        self.transcript.line(&format!("session {} in {}", session.0, self.root.display()));
+        self.transcript.line(&format!("› {}", self.prompt));
+
+        let prompt =
+            PromptRequest::new(session.clone(), vec![ContentBlock::Text(TextContent::new(self.prompt.as_str()))]);
+        let cancel = agent.cancel(CancelNotification::new(session));
+        let response = self.until_done(agent.prompt(prompt), cancel).await?;
+        let response = response.map_err(|e| format!("session/prompt: {e}"))?;
+        self.transcript.line(&format!("■ stop reason: {}", response.stop_reason.as_str()));
+        Ok(())
+    }
+
+    /// Awaits `turn`; a first Ctrl-C sends `cancel` (`session/cancel`) and waits on, a second
+    /// one gives up.
+    async fn until_done<T>(
+        &self,
+        turn: impl std::future::Future<Output = T>,
+        cancel: impl std::future::Future<Output = Result<(), acp_runtime::Error>>,
+    ) -> Result<T, String> {
+        tokio::pin!(turn);
+        tokio::select! {
+            done = &mut turn => Ok(done),
+            _ = tokio::signal::ctrl_c() => {
+                self.transcript.line("^C: cancelling the turn (session/cancel); ^C again to quit");
+                cancel.await.map_err(|e| format!("session/cancel: {e}"))?;
+                tokio::select! {
+                    done = &mut turn => Ok(done),
+                    _ = tokio::signal::ctrl_c() => Err("interrupted".to_owned()),
+                }
             }
         }
-    };
-    let response = response.map_err(|e| format!("session/prompt: {e}"))?;
-    transcript.line(&format!("■ stop reason: {}", response.stop_reason.as_str()));
-    // Our agent is done; a well-behaved one exits on SIGTERM (or on end of input).
-    let _ = process.terminate().await;
-    Ok(())
+    }
 }
 
 fn describe(command: &Command) -> String {
@@ -198,9 +264,7 @@ fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
 struct DemoClient {
     /// Canonical; every file access stays inside it.
     root: PathBuf,
-    /// `Allow` or `Reject`, or `Ask` when `answers` is set.
-    policy: Policy,
-    answers: Option<tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>>,
+    asker: Arc<Asker>,
     transcript: Arc<Transcript>,
 }
 
@@ -218,26 +282,11 @@ impl DemoClient {
     ) -> Result<RequestPermissionResponse, Error> {
         let title =
             self.transcript.title_of(&params.tool_call.tool_call_id.0, params.tool_call.title.clone().flatten());
-        let chosen = match (&self.answers, self.policy) {
-            (Some(answers), _) => {
-                tokio::select! {
-                    chosen = self.ask(&title, &params.options, answers) => chosen,
-                    _ = cx.cancelled() => {
-                        self.transcript.line("  (the turn was cancelled: permission request answered `cancelled`)");
-                        None
-                    }
-                }
+        let options: Vec<(&str, &str)> = params.options.iter().map(|o| (o.name.as_str(), o.kind.as_str())).collect();
+        let outcome = match self.asker.choose(&title, &options, cx.cancelled()).await {
+            Some(n) => {
+                RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(params.options[n].option_id.clone()))
             }
-            (None, policy) => {
-                let chosen = pick(&params.options, policy);
-                let said = chosen.as_ref().map_or("no matching option, cancelled", |o| o.name.as_str());
-                let policy = if policy == Policy::Reject { "reject" } else { "allow" };
-                self.transcript.line(&format!("? permission for “{title}”: {said} (policy {policy})"));
-                chosen
-            }
-        };
-        let outcome = match chosen {
-            Some(option) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option.option_id)),
             None => RequestPermissionOutcome::Cancelled,
         };
         Ok(RequestPermissionResponse::new(outcome))
@@ -265,46 +314,83 @@ impl DemoClient {
     }
 }
 
-/// The option `policy` (allow or reject) chooses: a `*_once` one, else an `*_always` one.
-fn pick(options: &[PermissionOption], policy: Policy) -> Option<PermissionOption> {
-    let wanted: &[PermissionOptionKind] = match policy {
-        Policy::Reject => &[PermissionOptionKind::RejectOnce, PermissionOptionKind::RejectAlways],
-        _ => &[PermissionOptionKind::AllowOnce, PermissionOptionKind::AllowAlways],
-    };
-    wanted.iter().find_map(|kind| options.iter().find(|o| o.kind == *kind)).cloned()
+/// How permission requests are answered, whatever the protocol: by policy, or on the terminal.
+struct Asker {
+    /// `Allow` or `Reject`, or `Ask` when `answers` is set.
+    policy: Policy,
+    answers: Option<tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>>,
+    transcript: Arc<Transcript>,
 }
 
-impl DemoClient {
-    /// Asks on the terminal (rejects when stdin ends); `None` for no option.
+/// The option `policy` (allow or reject) chooses, by the options' kinds: a `*_once` one, else
+/// an `*_always` one.
+fn pick(kinds: &[&str], policy: Policy) -> Option<usize> {
+    let wanted: &[&str] = match policy {
+        Policy::Reject => &["reject_once", "reject_always"],
+        _ => &["allow_once", "allow_always"],
+    };
+    wanted.iter().find_map(|kind| kinds.iter().position(|k| k == kind))
+}
+
+impl Asker {
+    /// The index of the option chosen among `options` (name, kind) for the tool call `title`;
+    /// `None` (the outcome `cancelled`) for no option, or when `cancelled` fires first.
+    async fn choose(
+        &self,
+        title: &str,
+        options: &[(&str, &str)],
+        cancelled: impl std::future::Future<Output = ()>,
+    ) -> Option<usize> {
+        let kinds: Vec<&str> = options.iter().map(|(_, kind)| *kind).collect();
+        let Some(answers) = &self.answers else {
+            let chosen = pick(&kinds, self.policy);
+            let said = chosen.map_or("no matching option, cancelled", |n| options[n].0);
+            let policy = if self.policy == Policy::Reject { "reject" } else { "allow" };
+            self.transcript.line(&format!("? permission for “{title}”: {said} (policy {policy})"));
+            return chosen;
+        };
+        tokio::select! {
+            chosen = self.ask(title, options, &kinds, answers) => chosen,
+            _ = cancelled => {
+                self.transcript.line("  (the turn was cancelled: permission request answered `cancelled`)");
+                None
+            }
+        }
+    }
+
+    /// Asks on the terminal (rejects when stdin ends).
     async fn ask(
         &self,
         title: &str,
-        options: &[PermissionOption],
+        options: &[(&str, &str)],
+        kinds: &[&str],
         answers: &tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>,
-    ) -> Option<PermissionOption> {
+    ) -> Option<usize> {
         let mut answers = answers.lock().await;
         while answers.try_recv().is_ok() {} // typed ahead of the question: not an answer to it
         let mut question = format!("? permission for “{title}”:");
-        for (n, option) in options.iter().enumerate() {
-            question.push_str(&format!("\n    {}) {}", n + 1, option.name));
+        for (n, (name, _)) in options.iter().enumerate() {
+            question.push_str(&format!("\n    {}) {name}", n + 1));
         }
         self.transcript.line(&question);
         loop {
             self.transcript.inline(&format!("  choose 1-{}: ", options.len()));
             let Some(answer) = answers.recv().await else {
-                let chosen = pick(options, Policy::Reject);
-                let said = chosen.as_ref().map_or("no option to reject with, cancelled", |o| o.name.as_str());
+                let chosen = pick(kinds, Policy::Reject);
+                let said = chosen.map_or("no option to reject with, cancelled", |n| options[n].0);
                 self.transcript.line(&format!("  (stdin ended) {said}"));
                 return chosen;
             };
             self.transcript.typed();
             match answer.trim().parse::<usize>() {
-                Ok(n) if (1..=options.len()).contains(&n) => return Some(options[n - 1].clone()),
+                Ok(n) if (1..=options.len()).contains(&n) => return Some(n - 1),
                 _ => self.transcript.line(&format!("  {:?} is not one of the choices", answer.trim())),
             }
         }
     }
+}
 
+impl DemoClient {
     /// The absolute path `requested` resolves to, if it stays inside the root. `.` and `..` are
     /// resolved first, then the symbolic links of the longest existing prefix, so what is
     /// checked is what is opened.

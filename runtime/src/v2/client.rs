@@ -53,6 +53,15 @@ where
     (AgentHandle::new(peer), serve)
 }
 
+/// `request` with the client capabilities `C`'s handlers earn (v2's `{}` markers under
+/// `capabilities`, from the `#[acp_client(v2)]` table) set where it leaves them unset;
+/// explicit settings are kept.
+pub fn with_capabilities<C: crate::Advertise>(
+    request: acp_types::v2::InitializeRequest,
+) -> acp_types::v2::InitializeRequest {
+    crate::macro_support::advertise_request(request, C::CAPABILITIES)
+}
+
 /// The raw [`Handler`] that serves a [`Client<ClientContext>`](Client) of protocol v2 and
 /// follows the turns of the connection's sessions for [`AgentHandle::prompt_turn`].
 #[derive(Debug)]

@@ -22,7 +22,7 @@ pub mod session;
 pub mod turn;
 
 pub use agent::{AgentContext, AgentHandler, ClientHandle, serve_agent, serve_stdio};
-pub use client::{Accepted, AgentHandle, ClientContext, ClientHandler, TurnEnd, serve_client};
+pub use client::{Accepted, AgentHandle, ClientContext, ClientHandler, TurnEnd, serve_client, with_capabilities};
 pub use session::SessionState;
 pub use turn::{MessageStream, ToolCall, Turn};
 

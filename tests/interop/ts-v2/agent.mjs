@@ -4,7 +4,7 @@
 //   node agent.mjs             v1 and v2 behind the SDK's `agentProtocolRouter()`
 //   node agent.mjs --v1-only   the SDK's v1 agent alone
 //
-// The v2 agent does the turns our own v2 agent does (tests/src/bin/v2_agent.rs), so that one
+// The v2 agent does the turns our own v2 agent does (runtime/examples/common/agent_v2.rs), so that one
 // expectation holds for both: answer `{messageId}`, `user_message`, `running`, a streamed
 // message, a `read` tool call (`pending`), `requires_action` and `session/request_permission`.
 // Allowed: `running`, `in_progress`, the file's first lines as a content chunk, `completed`, a

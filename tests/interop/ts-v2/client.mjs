@@ -5,6 +5,7 @@
 //
 //   node client.mjs <session cwd>        the v2 scenario (below)
 //   node client.mjs --v1 <session cwd>   the SDK's v1 client: initialize, session/new, a prompt
+//                                        (permission requests allowed)
 //
 // The v2 scenario stops at the first step that fails (its RESULT says why):
 //   initialize     protocolVersion 2 (the SDK rejects an answer naming another version)
@@ -197,9 +198,15 @@ async function runV1(cx) {
 }
 
 const v1Updates = [];
-const v1App = v1.client({ name: "ts-sdk-v1-interop" }).onNotification(v1.methods.client.session.update, ({ params }) => {
-  v1Updates.push(params.update.sessionUpdate);
-});
+const v1App = v1
+  .client({ name: "ts-sdk-v1-interop" })
+  .onNotification(v1.methods.client.session.update, ({ params }) => {
+    v1Updates.push(params.update.sessionUpdate);
+  })
+  .onRequest(v1.methods.client.session.requestPermission, async ({ params }) => {
+    const option = params.options.find((o) => o.kind === "allow_once") ?? params.options[0];
+    return { outcome: { outcome: "selected", optionId: option.optionId } };
+  });
 
 // ---- main -----------------------------------------------------------------------------------
 

@@ -1,0 +1,295 @@
+//! The demo agent's protocol v2 side, written with `#[acp_agent(v2)]` (needs the
+//! `unstable_protocol_v2` feature). It does the v1 demo's turn the v2 way:
+//!
+//! - the v2 baseline an agent advertising `session` owes: `session/new`, `session/list` (by
+//!   `cwd`), `session/resume` (with `replayFrom: start`, the conversation so far is replayed as
+//!   whole-message updates before the answer), `session/close` (the runtime cancels the
+//!   session's turn first), `session/prompt` and `session/cancel`;
+//! - a prompt is accepted by the runtime (answer with the user message's id, `user_message`,
+//!   `state_update: running`); the turn streams an agent message word by word, starts a `read`
+//!   tool call for the file the prompt names (`README.md` when none), and asks permission
+//!   through `Turn::request_permission` (`requires_action` meanwhile). Allowed: v2 has no
+//!   `fs/*` on the client, so the agent reads the file itself, inside the session's `cwd`,
+//!   appends its first lines to the tool call and completes it, and a closing message quotes
+//!   the first line. Rejected: the tool call fails. Cancelled (at the permission request or
+//!   while a message streams): the tool call is marked `cancelled` and the turn returns, which
+//!   the runtime ends with `idle` / `cancelled`.
+//!
+//! `ACP_DEMO_DELAY_MS` sets the pause between streamed words (default 40).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use acp_runtime::acp_agent;
+use acp_runtime::acp_types::v2::{
+    AgentMessage, CancelSessionNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock, Error,
+    Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse, MessageId,
+    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse,
+    ProtocolVersion, ReplayFrom, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionSubject,
+    ResumeSessionRequest, ResumeSessionResponse, SessionId, SessionInfo, SessionUpdate, TextContent,
+    ToolCallPermissionSubject, ToolCallStatus, ToolCallUpdate, ToolKind, UpdateSessionNotification, UserMessage,
+};
+use acp_runtime::v2::{AgentContext, Turn};
+
+use super::{DEFAULT_FILE, MAX_LINES, NAME, file_named_in_text, file_of_uri};
+
+const ALLOW: &str = "allow-once";
+const REJECT: &str = "reject-once";
+
+pub struct DemoAgentV2 {
+    sessions: Mutex<HashMap<String, Session>>,
+    /// Makes session ids unique across runs, not only within this process.
+    id_seed: u64,
+    sessions_made: AtomicU64,
+    /// The pause between streamed words.
+    delay: Duration,
+}
+
+struct Session {
+    cwd: PathBuf,
+    /// The conversation, for `session/resume` with replay.
+    history: Vec<Entry>,
+}
+
+/// One message of a session's conversation, under the id the client knows it by.
+enum Entry {
+    User(MessageId, Vec<ContentBlock>),
+    Agent(MessageId, String),
+}
+
+impl DemoAgentV2 {
+    pub fn new(id_seed: u64, delay: Duration) -> Self {
+        DemoAgentV2 { sessions: Mutex::new(HashMap::new()), id_seed, sessions_made: AtomicU64::new(0), delay }
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, HashMap<String, Session>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn cwd_of(&self, session: &SessionId) -> Result<PathBuf, Error> {
+        self.sessions().get(&session.0).map(|s| s.cwd.clone()).ok_or_else(|| session_not_found(session))
+    }
+
+    fn remember(&self, session: &SessionId, entry: Entry) {
+        if let Some(s) = self.sessions().get_mut(&session.0) {
+            s.history.push(entry);
+        }
+    }
+}
+
+/// -32002 naming the session (`data.sessionId`, as the official SDKs shape it).
+fn session_not_found(session: &SessionId) -> Error {
+    Error::resource_not_found().data(serde_json::json!({ "sessionId": session.0 }))
+}
+
+fn absolute(cwd: &str) -> Result<PathBuf, Error> {
+    let path = PathBuf::from(cwd);
+    if path.is_absolute() {
+        Ok(path)
+    } else {
+        Err(Error::invalid_params().data(format!("cwd must be an absolute path, got {cwd:?}").into()))
+    }
+}
+
+#[acp_agent(v2)]
+impl DemoAgentV2 {
+    async fn initialize(&self, params: InitializeRequest) -> Result<InitializeResponse, Error> {
+        log!("initialize from {} (protocol {}, answered with v2)", params.info.name, params.protocol_version.0);
+        // The capabilities (`session: {}`, the baseline's marker) are added by `#[acp_agent(v2)]`.
+        Ok(InitializeResponse::new(ProtocolVersion::V2, Implementation::new(NAME, env!("CARGO_PKG_VERSION"))))
+    }
+
+    async fn session_new(&self, params: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+        let cwd = absolute(&params.cwd.0)?;
+        if params.mcp_servers.as_ref().is_some_and(|servers| !servers.is_empty()) {
+            return Err(Error::invalid_params().data("this agent connects to no MCP servers".into()));
+        }
+        let n = self.sessions_made.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = format!("sess_{:x}_{n}", self.id_seed);
+        log!("session/new {id} in {}", cwd.display());
+        self.sessions().insert(id.clone(), Session { cwd, history: Vec::new() });
+        Ok(NewSessionResponse::new(id))
+    }
+
+    async fn session_list(&self, params: ListSessionsRequest) -> Result<ListSessionsResponse, Error> {
+        let only = params.cwd.flatten().map(|cwd| PathBuf::from(cwd.0));
+        let mut sessions: Vec<SessionInfo> = self
+            .sessions()
+            .iter()
+            .filter(|(_, s)| only.as_ref().is_none_or(|cwd| *cwd == s.cwd))
+            .map(|(id, s)| SessionInfo::new(id.as_str(), s.cwd.to_string_lossy().into_owned()))
+            .collect();
+        sessions.sort_by(|a, b| a.session_id.0.cmp(&b.session_id.0));
+        Ok(ListSessionsResponse::new(sessions))
+    }
+
+    async fn session_resume(
+        &self,
+        params: ResumeSessionRequest,
+        cx: AgentContext,
+    ) -> Result<ResumeSessionResponse, Error> {
+        absolute(&params.cwd.0)?;
+        let replay = match params.replay_from.flatten() {
+            None => false,
+            Some(ReplayFrom::Start(_)) => true,
+            Some(other) => {
+                return Err(Error::invalid_params().data(format!("unknown replay cursor {other:?}").into()));
+            }
+        };
+        // Taken under the lock, sent after it.
+        let updates: Vec<SessionUpdate> = {
+            let sessions = self.sessions();
+            let session = sessions.get(&params.session_id.0).ok_or_else(|| session_not_found(&params.session_id))?;
+            let history = if replay { session.history.as_slice() } else { &[] };
+            history
+                .iter()
+                .map(|entry| match entry {
+                    Entry::User(id, content) => UserMessage::new(id.clone()).content(content.clone()).into(),
+                    Entry::Agent(id, text) => {
+                        AgentMessage::new(id.clone()).content(vec![TextContent::new(text.as_str()).into()]).into()
+                    }
+                })
+                .collect()
+        };
+        log!("session/resume {} (replaying {} messages)", params.session_id.0, updates.len());
+        // Every replayed update goes out before the answer.
+        for update in updates {
+            cx.client().session_update(UpdateSessionNotification::new(params.session_id.clone(), update)).await?;
+        }
+        Ok(ResumeSessionResponse::new())
+    }
+
+    async fn session_close(&self, params: CloseSessionRequest) -> Result<CloseSessionResponse, Error> {
+        // The runtime has already cancelled the session's turn, as `session/cancel` would.
+        match self.sessions().remove(&params.session_id.0) {
+            Some(_) => {
+                log!("session/close {}", params.session_id.0);
+                Ok(CloseSessionResponse::new())
+            }
+            None => Err(session_not_found(&params.session_id)),
+        }
+    }
+
+    async fn session_prompt(&self, params: PromptRequest, cx: AgentContext) -> Result<PromptResponse, Error> {
+        // An unknown session is refused before acceptance: an error answer, and no update.
+        let cwd = self.cwd_of(&params.session_id)?;
+        let turn = cx.turn().expect("a prompt handler has a turn");
+        let user_message = turn.accept().await?;
+        self.remember(&params.session_id, Entry::User(user_message, params.prompt.clone()));
+        log!("session/prompt {}", params.session_id.0);
+        let file = file_named_in(&params.prompt).unwrap_or_else(|| DEFAULT_FILE.to_owned());
+        self.run(turn, &cwd, &file).await?;
+        log!("turn of {} done (cancelled: {})", params.session_id.0, turn.is_cancelled());
+        // Returning ends the turn: the runtime sends `idle` with `end_turn`, or `cancelled`.
+        Ok(PromptResponse::new())
+    }
+
+    async fn session_cancel(&self, params: CancelSessionNotification) {
+        // The runtime has already fired the turn's token; the turn notices it.
+        log!("session/cancel {}", params.session_id.0);
+    }
+}
+
+impl DemoAgentV2 {
+    /// The turn after acceptance (see the module docs).
+    async fn run(&self, turn: &Turn, cwd: &Path, file: &str) -> Result<(), Error> {
+        let session = turn.session_id().clone();
+        if !self.stream(turn, &session, &format!("Let me read {file} for you.")).await? {
+            return Ok(());
+        }
+
+        let title = format!("Read {file}");
+        let call = turn.start_tool_call(title.as_str(), ToolKind::Read).await?;
+        let subject =
+            ToolCallUpdate::new(call.id().clone()).title(title).kind(ToolKind::Read).status(ToolCallStatus::Pending);
+        let options = vec![
+            PermissionOption::new(ALLOW, "Allow once", PermissionOptionKind::AllowOnce),
+            PermissionOption::new(REJECT, "Reject", PermissionOptionKind::RejectOnce),
+        ];
+        let ask = RequestPermissionRequest::new(session.clone(), format!("Allow reading {file}?"), options)
+            .subject(RequestPermissionSubject::from(ToolCallPermissionSubject::new(subject)));
+        // Bound to the turn: a `session/cancel` resolves it `cancelled` at once, and the
+        // runtime withdraws the request from the client with `$/cancel_request`.
+        let answer = turn.request_permission(ask).await?;
+        let allowed = match &answer.outcome {
+            RequestPermissionOutcome::Selected(selected) => selected.option_id.0 == ALLOW,
+            RequestPermissionOutcome::Cancelled => {
+                log!("permission for {}: cancelled", call.id().0);
+                // The spec lets the last updates of a cancelled turn precede its idle.
+                call.update(ToolCallUpdate::new(call.id().clone()).status(ToolCallStatus::Cancelled)).await?;
+                return Ok(());
+            }
+            _ => false,
+        };
+        log!("permission for {}: {}", call.id().0, if allowed { "allowed" } else { "rejected" });
+        if !allowed {
+            call.fail().await?;
+            self.stream(turn, &session, &format!("Understood, I left {file} alone.")).await?;
+            return Ok(());
+        }
+
+        call.in_progress().await?;
+        match read_head(cwd, file) {
+            Ok(head) => {
+                call.append_text(head.join("\n")).await?;
+                call.complete().await?;
+                let first = head.iter().find(|l| !l.trim().is_empty()).map_or("", |l| l.trim());
+                self.stream(turn, &session, &format!("{file} starts with “{first}”.")).await?;
+            }
+            Err(why) => {
+                log!("reading {file} failed: {why}");
+                call.append_text(format!("cannot read {file}: {why}")).await?;
+                call.fail().await?;
+                self.stream(turn, &session, &format!("I could not read {file}.")).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Streams `text` as one agent message, word by word; `false` when the turn was cancelled
+    /// meanwhile (what was sent so far stays in the history).
+    async fn stream(&self, turn: &Turn, session: &SessionId, text: &str) -> Result<bool, Error> {
+        let message = turn.agent_message();
+        let mut sent = String::new();
+        let mut finished = true;
+        for word in text.split_inclusive(' ') {
+            tokio::select! {
+                biased;
+                () = turn.cancelled() => {
+                    finished = false;
+                    break;
+                }
+                () = tokio::time::sleep(self.delay) => {}
+            }
+            message.text(word).await?;
+            sent.push_str(word);
+        }
+        if !sent.is_empty() {
+            self.remember(session, Entry::Agent(message.id().clone(), sent));
+        }
+        Ok(finished)
+    }
+}
+
+/// The file the prompt asks about, as the v1 side finds it.
+fn file_named_in(prompt: &[ContentBlock]) -> Option<String> {
+    prompt.iter().find_map(|block| match block {
+        ContentBlock::ResourceLink(link) => Some(file_of_uri(&link.uri)),
+        ContentBlock::Text(text) => file_named_in_text(&text.text),
+        _ => None,
+    })
+}
+
+/// The first lines of `file`, which must resolve (symbolic links included) inside `cwd`.
+fn read_head(cwd: &Path, file: &str) -> Result<Vec<String>, String> {
+    let root = cwd.canonicalize().map_err(|e| format!("the session's cwd {}: {e}", cwd.display()))?;
+    let path = root.join(file).canonicalize().map_err(|e| e.to_string())?;
+    if !path.starts_with(&root) {
+        return Err(format!("{} is outside the session's cwd", path.display()));
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+    Ok(text.lines().take(MAX_LINES as usize).map(str::to_owned).collect())
+}
