@@ -82,7 +82,8 @@
 //!
 //! | method | answer |
 //! |---|---|
-//! | `session/prompt` | the handler's result if it says `"stopReason":"cancelled"`, else exactly `{"stopReason":"cancelled"}` — also when the handler failed, panicked or was dropped |
+//! | `session/prompt` (v1) | the handler's result if it says `"stopReason":"cancelled"`, else exactly `{"stopReason":"cancelled"}` — also when the handler failed, panicked or was dropped |
+//! | `session/prompt` (a connection under [`Connection::v2_rules`]) | like anything else: in v2 the answer only accepts the prompt, and the turn's end (stop reason `cancelled`) is an idle `state_update` (see the `v2::turn` module, feature `unstable_protocol_v2`) |
 //! | `session/request_permission` | `{"outcome":{"outcome":"cancelled"}}`, sent *as soon as* the token fires (the handler runs on for the grace period, its result ignored) |
 //! | anything else | the handler's result if it returned `Ok` within the grace period (partial results), else error -32800 |
 //!

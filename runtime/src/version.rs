@@ -25,9 +25,9 @@
 //! - Before a version is chosen, any other request is answered -32600 ("send `initialize`
 //!   first"), and notifications are ignored (logged).
 //!
-//! A client uses the same router for what the agent sends it, and [`ProtocolRouter::negotiate`]
-//! to start: it asks for version 2 and goes on with v1 when the agent answers 1, handing back a
-//! [`Negotiated`] handle to match on. Its `initialize` carries both versions' fields (v2's
+//! A client uses the same router for what the agent sends it, and `ProtocolRouter::negotiate`
+//! (feature `unstable_protocol_v2`) to start: it asks for version 2 and goes on with v1 when
+//! the agent answers 1, handing back a `Negotiated` handle to match on. Its `initialize` carries both versions' fields (v2's
 //! `info` and `capabilities`, v1's `clientInfo` and `clientCapabilities`), so a v1 agent learns
 //! the client's v1 capabilities from the same request: no second `initialize`, no reconnect.
 
