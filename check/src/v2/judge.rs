@@ -7,6 +7,7 @@
 //! follows a `running` / `requires_action` of that turn (a bare idle right after
 //! `session/new`, which the official Rust SDK sends, ends nothing).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -90,17 +91,48 @@ pub fn is_output(update: &Update) -> bool {
 /// `since` (see the module docs), if it has come.
 pub fn turn_end(o: &Observed, session: &str, since: Instant) -> Option<usize> {
     let mut active = false;
-    for (i, update) in o.updates.iter().enumerate() {
-        if update.at < since || session_of(update) != Some(session) {
-            continue;
-        }
-        match state_of(update) {
-            Some("idle") if active || stop_reason_of(update).is_some() => return Some(i),
-            Some("idle") | None => {}
-            Some(_) => active = true,
+    o.updates.iter().position(|update| ends_turn(&mut active, update, session, since))
+}
+
+/// One step of [`turn_end`]: whether `update` ends the turn; `active` says whether a non-idle
+/// state of the turn has been seen.
+fn ends_turn(active: &mut bool, update: &Update, session: &str, since: Instant) -> bool {
+    if update.at < since || session_of(update) != Some(session) {
+        return false;
+    }
+    match state_of(update) {
+        Some("idle") => *active || stop_reason_of(update).is_some(),
+        None => false,
+        Some(_) => {
+            *active = true;
+            false
         }
     }
-    None
+}
+
+/// [`turn_end`] for a wait predicate, which runs on every message read: it goes on from where
+/// it stopped, so that a turn of many updates is not read again for each new one.
+#[derive(Default)]
+pub struct EndWatch {
+    next: Cell<usize>,
+    active: Cell<bool>,
+    ended: Cell<bool>,
+}
+
+impl EndWatch {
+    /// Whether the turn of `session` started at `since` has ended.
+    pub fn ended(&self, o: &Observed, session: &str, since: Instant) -> bool {
+        let mut active = self.active.get();
+        for update in o.updates.iter().skip(self.next.get()) {
+            self.next.set(self.next.get() + 1);
+            if ends_turn(&mut active, update, session, since) {
+                self.ended.set(true);
+                break;
+            }
+        }
+        self.active.set(active);
+        self.ended.get()
+    }
 }
 
 // ---- one turn -------------------------------------------------------------------------------
@@ -742,6 +774,24 @@ mod tests {
             panic!()
         };
         assert_eq!(detail, "no idle state_update ended the turn within 500 ms of the prompt (states seen: running)");
+    }
+
+    #[test]
+    fn the_end_watch_agrees_with_turn_end_as_updates_come() {
+        let (full, t0) =
+            record(&[json!("answer"), user(), state("running"), chunk("a1"), idle("end_turn"), chunk("a2")]);
+        let watch = EndWatch::default();
+        let mut o = Observed::default();
+        for update in full.updates {
+            let idle = state_of(&update) == Some("idle");
+            let ended_before = watch.ended(&o, "s", t0);
+            o.updates.push(update);
+            assert_eq!(watch.ended(&o, "s", t0), ended_before || idle);
+        }
+        assert!(watch.ended(&o, "s", t0));
+        assert_eq!(turn_end(&o, "s", t0), Some(3));
+        // Another session's idle ends nothing.
+        assert!(!EndWatch::default().ended(&o, "other", t0));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::checks::{
 use crate::serve::Offer;
 use crate::shape;
 use crate::wire::{Agent, Observed, Reply, Sent, truncate};
-use judge::{Turn, state_of, stop_reason_of, turn_end};
+use judge::{EndWatch, Turn, state_of, stop_reason_of};
 
 /// How long late updates of a turn are waited for once it has reported idle.
 const AFTER_IDLE_GRACE: Duration = Duration::from_millis(100);
@@ -334,7 +334,8 @@ async fn lifecycle(run: &mut Run, options: &Options, cwd: &str, observed: &mut V
         prompt_params(&session, "Hello from acp-check. Please answer briefly."),
         limit,
     );
-    let ended = agent.wait_for(limit, |o| ended_after(o, &session, first)).await;
+    let watch = EndWatch::default();
+    let ended = agent.wait_for(limit, |o| ended_after(o, &watch, &session, first)).await;
     let first_reply = call.await.unwrap_or_else(|e| Reply::Closed(format!("checker error: {e}")));
     let waited = started.elapsed();
     if ended {
@@ -349,9 +350,10 @@ async fn lifecycle(run: &mut Run, options: &Options, cwd: &str, observed: &mut V
         prompt_params(&session, "Please take your time and tell me a long story; I may cancel."),
         limit + CANCEL_BOUND,
     );
-    wait_until_busy(&agent, &session, second, limit).await;
+    let watch = EndWatch::default();
+    wait_until_busy(&agent, &watch, &session, second, limit).await;
     agent.notify("session/cancel", json!({"sessionId": session})).await;
-    let ended = agent.wait_for(CANCEL_BOUND, |o| ended_after(o, &session, second)).await;
+    let ended = agent.wait_for(CANCEL_BOUND, |o| ended_after(o, &watch, &session, second)).await;
     if ended {
         tokio::time::sleep(AFTER_IDLE_GRACE).await;
     }
@@ -372,13 +374,14 @@ async fn lifecycle(run: &mut Run, options: &Options, cwd: &str, observed: &mut V
                 prompt_params(&other, "Please take your time and tell me a long story; I may close the session."),
                 limit + CANCEL_BOUND,
             );
-            wait_until_busy(&agent, &other, third, limit).await;
+            let watch = EndWatch::default();
+            wait_until_busy(&agent, &watch, &other, third, limit).await;
             let close = agent.call_in_background("session/close", json!({"sessionId": other}), limit);
             // Held permission requests are answered `cancelled` once the close is on its way, as
             // after session/cancel (not before it, or the turn might end on them first).
             agent.wait_for(limit, |o| o.first_sent("session/close", third).is_some() || o.exit.is_some()).await;
             agent.release_permissions();
-            agent.wait_for(CANCEL_BOUND, |o| ended_after(o, &other, third)).await;
+            agent.wait_for(CANCEL_BOUND, |o| ended_after(o, &watch, &other, third)).await;
             let close_reply = close.await.unwrap_or_else(|e| Reply::Closed(format!("checker error: {e}")));
             agent.hold_permissions(false);
             let _ = tokio::time::timeout(limit, call).await;
@@ -422,14 +425,14 @@ fn skip_session_checks(run: &mut Run, why: &str) {
 
 /// Whether the turn of the prompt written after index `from` has ended (see `judge::turn_end`),
 /// or the agent has: nothing more will come either way.
-fn ended_after(o: &Observed, session: &str, from: usize) -> bool {
-    o.exit.is_some() || o.first_sent("session/prompt", from).is_some_and(|p| turn_end(o, session, p.at).is_some())
+fn ended_after(o: &Observed, watch: &EndWatch, session: &str, from: usize) -> bool {
+    o.exit.is_some() || o.first_sent("session/prompt", from).is_some_and(|p| watch.ended(o, session, p.at))
 }
 
 /// Waits until the turn of the prompt written after index `from` has started (answered, or an
 /// update of its session read), then until a permission request of the session waits or the
 /// turn has ended, at most [`CANCEL_WAIT`] more: the moment to cancel or close it.
-async fn wait_until_busy(agent: &Agent, session: &str, from: usize, limit: Duration) {
+async fn wait_until_busy(agent: &Agent, watch: &EndWatch, session: &str, from: usize, limit: Duration) {
     let started = |o: &Observed| {
         o.exit.is_some()
             || o.first_sent("session/prompt", from).is_some_and(|p| {
@@ -440,7 +443,7 @@ async fn wait_until_busy(agent: &Agent, session: &str, from: usize, limit: Durat
     agent.wait_for(limit, started).await;
     let waiting = |o: &Observed| {
         o.permissions.iter().any(|p| p.session.as_deref() == Some(session) && p.answered.is_none())
-            || ended_after(o, session, from)
+            || ended_after(o, watch, session, from)
     };
     agent.wait_for(CANCEL_WAIT, waiting).await;
 }
