@@ -252,7 +252,13 @@ pub fn judge_accepted(o: &Observed, turn: &Turn, reply: &Reply) -> Outcome {
              as soon as the prompt is accepted, before the work it starts"
         ));
     }
-    Outcome::Pass(format!("answered {ms} ms after the prompt, before the turn's output and its idle"))
+    match turn.idle {
+        Some(_) => Outcome::Pass(format!("answered {ms} ms after the prompt, before the turn's output and its idle")),
+        None => Outcome::Pass(format!(
+            "answered {ms} ms after the prompt, before any output of the turn (which did not end with an idle \
+             update: see v2-idle-stop-reason)"
+        )),
+    }
 }
 
 /// `v2-prompt-message-id`: the answer names the user message (what the official SDK clients

@@ -241,14 +241,18 @@ pub async fn run(run: &mut Run, options: &Options, cwd: &str) -> Result<Probe, S
     let probe = lifecycle(run, options, cwd, &mut observed).await?;
     if probe.answered == Some(2) {
         batches(run, options, &mut observed).await;
-        let all: Vec<&Observed> = observed.iter().collect();
+    }
+    // Also when initialize failed, which a line that is not JSON-RPC may explain; not for an
+    // agent that answered another version, which is not judged by v2's rules at all.
+    if probe.answered.is_none_or(|v| v == 2) {
         let outcome = match crate::checks::non_json_lines(&observed) {
-            None => Outcome::Pass(format!("every line of the {} process(es) was JSON-RPC", all.len())),
+            None => Outcome::Pass(format!("every line of the {} process(es) was JSON-RPC", observed.len())),
             Some(what) => Outcome::Fail(what),
         };
         record(run, "v2-stdout-json-only", outcome);
     }
-    skip_rest(run, "the agent does not serve protocol v2");
+    let why = if probe.answered.is_some() { "the agent does not serve protocol v2" } else { "initialize failed" };
+    skip_rest(run, why);
     Ok(probe)
 }
 
@@ -286,7 +290,6 @@ async fn lifecycle(run: &mut Run, options: &Options, cwd: &str, observed: &mut V
         (reply, None) => {
             record(run, "serves-v2", Outcome::Fail(format!("initialize asking for 2 got {}", reply.describe())));
             observed.push(agent.close().await);
-            skip_rest(run, "initialize failed");
             return Ok(probe);
         }
     };
