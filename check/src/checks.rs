@@ -10,10 +10,13 @@ use serde_json::{Value, json};
 
 use crate::serve::Offer;
 use crate::shape;
+use crate::v2;
 use crate::wire::{Agent, Launch, Observed, Reply, Sent, truncate};
 
-/// The protocol version the checker asks for: the current one, and the latest it knows.
+/// The protocol version the v1 checks ask for.
 pub const CURRENT_PROTOCOL_VERSION: u64 = 1;
+/// The latest protocol version acp-check knows (and checks with `--protocol 2`).
+pub const LATEST_KNOWN_VERSION: u64 = 2;
 /// A protocol version no agent supports, for version negotiation: the largest a
 /// `ProtocolVersion` holds (a uint16 in the schema, 0..=65535), so the request is still valid.
 pub const UNSUPPORTED_PROTOCOL_VERSION: u16 = u16::MAX;
@@ -47,6 +50,8 @@ pub enum Status {
 #[derive(Clone, Debug, Serialize)]
 pub struct Check {
     pub id: &'static str,
+    /// The protocol version the check is of.
+    pub protocol: u8,
     pub level: Level,
     pub status: Status,
     /// What the spec asks.
@@ -63,6 +68,55 @@ pub struct Options {
     pub timeout: Duration,
 }
 
+/// Which protocol versions to check (`--protocol`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// v1's checks only.
+    V1,
+    /// v2's checks only.
+    V2,
+    /// Find out which versions the agent serves, then check each of them.
+    Auto,
+}
+
+/// The protocol versions the agent was found to serve, and what each `initialize` asking for
+/// one got.
+#[derive(Default, Debug, Serialize)]
+pub struct Versions {
+    pub served: Vec<u16>,
+    pub probes: Vec<v2::Probe>,
+}
+
+impl Versions {
+    pub(crate) fn of(probes: Vec<v2::Probe>) -> Versions {
+        let mut served: Vec<u16> = Vec::new();
+        for probe in &probes {
+            // Whatever was asked, an agent answers a version it supports (the one asked for, or
+            // its latest): asked for 2, a v1 agent answers 1. Versions acp-check does not know
+            // are reported by the probes alone.
+            if let Some(v) = probe.answered.filter(|v| (1..=2).contains(v)) {
+                let v = v as u16;
+                if !served.contains(&v) {
+                    served.push(v);
+                }
+            }
+        }
+        served.sort_unstable();
+        Versions { served, probes }
+    }
+
+    /// One line for the text report.
+    pub fn describe(&self) -> String {
+        let served = if self.served.is_empty() {
+            "none found".to_owned()
+        } else {
+            self.served.iter().map(u16::to_string).collect::<Vec<_>>().join(", ")
+        };
+        let probes: Vec<String> = self.probes.iter().map(v2::Probe::describe).collect();
+        format!("{served} ({})", probes.join("; "))
+    }
+}
+
 /// What the run found about the agent itself.
 #[derive(Default, Debug, Serialize)]
 pub struct AgentFacts {
@@ -75,6 +129,11 @@ pub struct AgentFacts {
 pub struct Run {
     pub checks: Vec<Check>,
     pub facts: AgentFacts,
+    pub versions: Versions,
+    /// What the v2 suite found, when it ran.
+    pub v2: Option<v2::Facts>,
+    /// The protocol version of the checks being recorded.
+    pub protocol: u8,
     observed: Vec<Observed>,
     /// What went wrong in the notifications' own process, for `notifications-unanswered`
     /// (judged over all processes at the end).
@@ -85,7 +144,7 @@ pub struct Run {
 }
 
 impl Run {
-    fn record(&mut self, id: &'static str, level: Level, rule: &'static str, outcome: Outcome) {
+    pub(crate) fn record(&mut self, id: &'static str, level: Level, rule: &'static str, outcome: Outcome) {
         let inconclusive = matches!(outcome, Outcome::Inconclusive(_));
         let (status, detail) = match outcome {
             Outcome::Pass(d) => (Status::Pass, d),
@@ -94,7 +153,7 @@ impl Run {
             Outcome::Warn(d) | Outcome::Inconclusive(d) => (Status::Warn, d),
             Outcome::Skip(d) => (Status::Skip, d),
         };
-        self.checks.push(Check { id, level, status, rule, detail, inconclusive });
+        self.checks.push(Check { id, protocol: self.protocol, level, status, rule, detail, inconclusive });
     }
 
     async fn retire(&mut self, agent: Agent) {
@@ -103,7 +162,7 @@ impl Run {
 }
 
 #[derive(Clone)]
-enum Outcome {
+pub(crate) enum Outcome {
     Pass(String),
     Fail(String),
     Warn(String),
@@ -159,9 +218,9 @@ const CLIENT_PROMPT: &str = "Please read acp-check.txt in the session's director
                              acp-check-copy.txt beside it, and run `echo acp-check` in a terminal.";
 
 /// A session id no agent handed out.
-const UNKNOWN_SESSION: &str = "acp-check-no-such-session";
+pub(crate) const UNKNOWN_SESSION: &str = "acp-check-no-such-session";
 /// How long answers to notifications are waited for once the request after them is answered.
-const NOTIFICATION_GRACE: Duration = Duration::from_millis(300);
+pub(crate) const NOTIFICATION_GRACE: Duration = Duration::from_millis(300);
 
 /// The error `session/new` may answer when the agent wants the client to authenticate first.
 const AUTH_REQUIRED: i64 = -32000;
@@ -201,9 +260,44 @@ const SESSION_CHECKS: &[(&str, Level, &str)] = &[
 
 // ---- the run ---------------------------------------------------------------------------------
 
-/// Runs every check; `cwd` is the sessions' working directory.
-pub async fn run(options: &Options, cwd: &str) -> Result<Run, String> {
+/// Runs the checks of the versions `protocol` asks for; `cwd` is the sessions' working
+/// directory. `Err` when the agent cannot be started.
+pub async fn run(options: &Options, cwd: &str, protocol: Protocol) -> Result<Run, String> {
     let mut run = Run::default();
+    match protocol {
+        Protocol::V1 => {
+            run_v1(&mut run, options, cwd).await?;
+            let answered = run.facts.protocol_version.as_ref().and_then(Value::as_u64);
+            let error = answered.is_none().then(|| "initialize failed (see the `initialize` check)".to_owned());
+            run.versions = Versions::of(vec![v2::Probe { asked: 1, answered, error }]);
+        }
+        Protocol::V2 => {
+            let probe = v2::run(&mut run, options, cwd).await?;
+            run.versions = Versions::of(vec![probe]);
+        }
+        Protocol::Auto => {
+            // Negotiation first, each on a fresh process: a client asking for 2 (as one that
+            // negotiates does), then one asking for 1.
+            let two = v2::probe(options, 2).await?;
+            let one = v2::probe(options, 1).await?;
+            run.versions = Versions::of(vec![two, one]);
+            let (v1, v2) = (run.versions.served.contains(&1), run.versions.served.contains(&2));
+            // The v1 checks unless the agent serves v2 only (they would all be skipped); an
+            // agent that serves neither gets them, for what they say about its handshake.
+            if v1 || !v2 {
+                run_v1(&mut run, options, cwd).await?;
+            }
+            if v2 {
+                v2::run(&mut run, options, cwd).await?;
+            }
+        }
+    }
+    Ok(run)
+}
+
+/// The v1 checks (`--protocol 1`, today's suite).
+async fn run_v1(run: &mut Run, options: &Options, cwd: &str) -> Result<(), String> {
+    run.protocol = 1;
 
     // 1. The handshake, a session, a prompt turn, a cancelled turn.
     let agent = spawn(options)?;
@@ -228,13 +322,13 @@ pub async fn run(options: &Options, cwd: &str) -> Result<Run, String> {
                     VERSION,
                     Outcome::Warn(format!(
                         "asked for {CURRENT_PROTOCOL_VERSION}, got {version}: the agent does not support version \
-                         {CURRENT_PROTOCOL_VERSION}, the only one acp-check checks"
+                         {CURRENT_PROTOCOL_VERSION}, so the v1 checks do not apply"
                     )),
                 );
                 run.retire(agent).await;
-                skip_rest(&mut run, &why);
-                final_checks(&mut run);
-                return Ok(run);
+                skip_rest(run, &why);
+                final_checks(run);
+                return Ok(());
             }
             run.record(
                 "protocol-version",
@@ -248,9 +342,9 @@ pub async fn run(options: &Options, cwd: &str) -> Result<Run, String> {
             run.record("initialize", Level::Must, INITIALIZE, Outcome::Fail(why.clone()));
             run.record("protocol-version", Level::Must, VERSION, Outcome::Skip("initialize failed".into()));
             run.retire(agent).await;
-            skip_rest(&mut run, "initialize failed");
-            final_checks(&mut run);
-            return Ok(run);
+            skip_rest(run, "initialize failed");
+            final_checks(run);
+            return Ok(());
         }
     };
 
@@ -258,8 +352,8 @@ pub async fn run(options: &Options, cwd: &str) -> Result<Run, String> {
     let prompted = match new_session(&agent, cwd, options.timeout, &auth).await {
         Ok(session) => {
             run.record("session-new", Level::Must, SESSION_NEW, Outcome::Pass(format!("sessionId {session}")));
-            prompt_turn(&mut run, &agent, &session, options.timeout).await;
-            cancel_turn(&mut run, &agent, &session, options.timeout).await;
+            prompt_turn(run, &agent, &session, options.timeout).await;
+            cancel_turn(run, &agent, &session, options.timeout).await;
             true
         }
         Err(error) => {
@@ -279,7 +373,7 @@ pub async fn run(options: &Options, cwd: &str) -> Result<Run, String> {
             false
         }
     };
-    exits_on_stdin_close(&mut run, &agent).await;
+    exits_on_stdin_close(run, &agent).await;
     run.retire(agent).await;
     if prompted {
         // Judged on all the process wrote, up to its end: an update may follow the last answer.
@@ -288,24 +382,24 @@ pub async fn run(options: &Options, cwd: &str) -> Result<Run, String> {
     }
 
     // 2. Version negotiation, on a fresh process (initialize is sent once per connection).
-    version_negotiation(&mut run, options, accepted).await;
+    version_negotiation(run, options, accepted).await;
 
     // 3. Robustness, each on a fresh process.
-    unknown_method(&mut run, options, cwd).await?;
-    malformed_line(&mut run, options, cwd).await?;
-    extension_method(&mut run, options, cwd).await?;
-    notifications(&mut run, options, cwd).await;
-    invalid_requests(&mut run, options, cwd).await;
+    unknown_method(run, options, cwd).await?;
+    malformed_line(run, options, cwd).await?;
+    extension_method(run, options, cwd).await?;
+    notifications(run, options, cwd).await;
+    invalid_requests(run, options, cwd).await;
 
     // 4. Capability honesty.
-    capabilities(&mut run, options, cwd).await?;
+    capabilities(run, options, cwd).await?;
 
     // 5. The client offers fs and terminal, and serves them.
-    client_runs(&mut run, options, cwd).await;
+    client_runs(run, options, cwd).await;
 
     // 6. What was seen over all the runs.
-    final_checks(&mut run);
-    Ok(run)
+    final_checks(run);
+    Ok(())
 }
 
 /// The checks of what was observed over all the processes; they run however the run ended.
@@ -345,7 +439,7 @@ fn final_checks(run: &mut Run) {
 
 /// The lines on stdout that are not JSON-RPC, over all the processes, described so that a
 /// line each process prints (a banner at startup) reads as one line, not as one per process.
-fn non_json_lines(observed: &[Observed]) -> Option<String> {
+pub(crate) fn non_json_lines(observed: &[Observed]) -> Option<String> {
     let first = observed.iter().flat_map(|o| &o.non_json_lines).next()?;
     let total: usize = observed.iter().map(|o| o.non_json_lines.len()).sum();
     let mut distinct: Vec<&String> = Vec::new();
@@ -406,7 +500,7 @@ async fn initialize(agent: &Agent, limit: Duration) -> Result<(InitializeRespons
     }
 }
 
-fn initialize_params(version: u64, offer: &Offer) -> Value {
+pub(crate) fn initialize_params(version: u64, offer: &Offer) -> Value {
     json!({
         "protocolVersion": version,
         "clientCapabilities": offer.capabilities(),
@@ -435,7 +529,10 @@ async fn version_negotiation(run: &mut Run, options: &Options, accepted: u64) {
         }
     };
     let asked = u64::from(UNSUPPORTED_PROTOCOL_VERSION);
-    let reply = agent.call("initialize", initialize_params(asked, &Offer::default()), options.timeout).await;
+    // With v2's fields beside v1's: a client of a later version knows those too, and an agent
+    // that also serves v2 must not fail the request for want of v2's required `info`.
+    let params = v2::initialize_params_both(UNSUPPORTED_PROTOCOL_VERSION);
+    let reply = agent.call("initialize", params, options.timeout).await;
     let outcome = match reply {
         Reply::Result(raw) => match decode_initialize(raw) {
             Err(why) => Outcome::Fail(format!("asked for {asked}: {why}")),
@@ -451,12 +548,11 @@ async fn version_negotiation(run: &mut Run, options: &Options, accepted: u64) {
                         "asked for {asked}, the agent answered {answered}, yet it answered {accepted} when asked for \
                          {CURRENT_PROTOCOL_VERSION}: {answered} is not the latest version it supports"
                     ))
-                } else if answered > CURRENT_PROTOCOL_VERSION {
+                } else if answered > LATEST_KNOWN_VERSION {
                     // A version acp-check does not know may well be the latest the agent supports.
                     Outcome::Inconclusive(format!(
                         "inconclusive: asked for {asked}, the agent answered {answered}, a version acp-check does not \
-                         know (it knows up to {CURRENT_PROTOCOL_VERSION}); whether the agent supports it cannot be \
-                         checked"
+                         know (it knows up to {LATEST_KNOWN_VERSION}); whether the agent supports it cannot be checked"
                     ))
                 } else {
                     Outcome::Pass(format!("asked for {asked}, the agent answered {answered}"))
@@ -480,14 +576,15 @@ async fn version_negotiation(run: &mut Run, options: &Options, accepted: u64) {
 }
 
 /// The authentication methods the agent advertised (acp-check uses none of them).
-struct Auth {
+pub(crate) struct Auth {
     methods: Vec<String>,
 }
 
 impl Auth {
-    fn of(init: &Value) -> Self {
+    pub(crate) fn of(init: &Value) -> Self {
         let methods = init["authMethods"].as_array().map_or_else(Vec::new, |methods| {
-            methods.iter().map(|m| m["id"].as_str().unwrap_or("?").to_owned()).collect()
+            // v1 names the method `id`, v2 `methodId`.
+            methods.iter().map(|m| m["id"].as_str().or(m["methodId"].as_str()).unwrap_or("?").to_owned()).collect()
         });
         Auth { methods }
     }
@@ -507,13 +604,18 @@ impl Auth {
     }
 }
 
-enum SessionError {
+pub(crate) enum SessionError {
     /// The agent wants the client to authenticate first (see [`Auth::required_by`]).
     AuthRequired(String),
     Failed(String),
 }
 
-async fn new_session(agent: &Agent, cwd: &str, limit: Duration, auth: &Auth) -> Result<String, SessionError> {
+pub(crate) async fn new_session(
+    agent: &Agent,
+    cwd: &str,
+    limit: Duration,
+    auth: &Auth,
+) -> Result<String, SessionError> {
     match agent.call("session/new", json!({"cwd": cwd, "mcpServers": []}), limit).await {
         Reply::Result(raw) => match raw["sessionId"].as_str() {
             Some(id) => Ok(id.to_owned()),
@@ -566,7 +668,7 @@ async fn start_offering(run: &mut Run, options: &Options, cwd: &str, offer: Offe
     }
 }
 
-fn prompt_params(session: &str, text: &str) -> Value {
+pub(crate) fn prompt_params(session: &str, text: &str) -> Value {
     json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]})
 }
 
@@ -719,7 +821,7 @@ fn cancel_timing(agent: &Agent, sent_before: usize, elapsed: Duration) -> Cancel
 /// the checker's requests bounds that round trip from above; it is doubled, and at least
 /// 100 ms, because the trips vary with scheduling on a loaded machine. Later than that, the
 /// agent had the cancel in hand when it answered, and anything but `cancelled` breaks the rule.
-fn race_window(o: &Observed) -> Duration {
+pub(crate) fn race_window(o: &Observed) -> Duration {
     let fastest = o
         .sent
         .iter()
@@ -1377,17 +1479,17 @@ mod tests {
             let at = t0 + Duration::from_millis(sent_ms);
             o.sent.push(Sent { method: "x".into(), id: Some(json!(id)), session: None, at });
             let at = t0 + Duration::from_millis(answered_ms);
-            o.responses.push(Answer { id: json!(id), at, seq: 0 });
+            o.responses.push(Answer { id: json!(id), at, seq: 0, batch: None });
         };
         exchange(1, 0, 900);
         exchange(2, 1000, 1300);
         assert_eq!(race_window(&o), Duration::from_millis(600));
         o.sent.push(Sent { method: "y".into(), id: Some(json!(3)), session: None, at: t0 });
-        o.responses.push(Answer { id: json!(3), at: t0 + Duration::from_millis(2), seq: 0 });
+        o.responses.push(Answer { id: json!(3), at: t0 + Duration::from_millis(2), seq: 0, batch: None });
         assert_eq!(race_window(&o), MIN_RACE_WINDOW);
         let slow = Observed {
             sent: vec![Sent { method: "z".into(), id: Some(json!(1)), session: None, at: t0 }],
-            responses: vec![Answer { id: json!(1), at: t0 + Duration::from_secs(5), seq: 0 }],
+            responses: vec![Answer { id: json!(1), at: t0 + Duration::from_secs(5), seq: 0, batch: None }],
             ..Observed::default()
         };
         assert_eq!(race_window(&slow), MAX_RACE_WINDOW);
@@ -1401,7 +1503,7 @@ mod tests {
         let null_answer = |at| Unaddressed { null_id: true, code: Some(-32700), line: "{null}".into(), at };
         let mut o = Observed::default();
         o.sent.push(Sent { method: "session/new".into(), id: Some(json!(1)), session: None, at: ms(0) });
-        o.responses.push(Answer { id: json!(1), at: ms(5), seq: 0 });
+        o.responses.push(Answer { id: json!(1), at: ms(5), seq: 0, batch: None });
         // The malformed line's answer is its own.
         o.injected.push(ms(10));
         o.unaddressed.push(null_answer(ms(12)));
@@ -1412,7 +1514,7 @@ mod tests {
         // A second null-id answer, after a notification, is an answer to it.
         o.unaddressed.push(null_answer(ms(25)));
         // As is one with an id the checker never used.
-        o.responses.push(Answer { id: json!("n1"), at: ms(30), seq: 1 });
+        o.responses.push(Answer { id: json!("n1"), at: ms(30), seq: 1, batch: None });
         assert_eq!(
             o.unrequested_answers().into_iter().map(|(_, line)| line).collect::<Vec<_>>(),
             ["{null}", "a response with id \"n1\""]
@@ -1439,7 +1541,7 @@ mod tests {
         };
         let mut o = Observed::default();
         o.sent.push(Sent { method: "session/prompt".into(), id: Some(json!(1)), session: None, at: ms(0) });
-        o.responses.push(Answer { id: json!(1), at: ms(100), seq: 0 });
+        o.responses.push(Answer { id: json!(1), at: ms(100), seq: 0, batch: None });
         o.terminals.push(terminal("in_time", ms(10), Some(ms(90))));
         assert_eq!(is(&judge_released(std::slice::from_ref(&o))), "pass");
         o.terminals.push(terminal("late", ms(20), Some(ms(150))));

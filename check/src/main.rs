@@ -1,42 +1,69 @@
-//! `acp-check`: checks that any ACP agent follows the spec's MUSTs and SHOULDs.
+//! `acp-check`: checks that any ACP agent follows the spec's MUSTs and SHOULDs, for protocol
+//! v1, v2 or whichever of them the agent serves.
 //!
 //! ```text
-//! acp-check [--json] [--timeout-ms N] [-v] -- <agent command...>
+//! acp-check [--protocol 1|2|auto] [--json] [--timeout-ms N] [-v] -- <agent command...>
 //! ```
 //!
 //! The agent is spawned over stdio (several times: each group of checks gets a fresh process)
 //! and driven by a minimal client that allows permission requests and advertises no
-//! capabilities, except in two runs where it offers `fs/*` (confined to the session's
+//! capabilities, except in two v1 runs where it offers `fs/*` (confined to the session's
 //! directory) and `terminal/*` (simulated: no command is run) and checks how the agent uses
-//! them. The report lists each check as PASS, FAIL (a MUST that does not hold), WARN (a
-//! SHOULD that does not hold, or an inconclusive check) or SKIP; the summary says how many
-//! MUST checks were inconclusive or skipped. Exit status: 0 when no MUST fails (a MUST check
-//! that is inconclusive or skipped does not fail), 1 when one fails, 2 on a usage error or when the agent cannot be started, 130
-//! (143) when interrupted by SIGINT (SIGTERM): the agents are stopped and the scratch
-//! directory removed first.
+//! them. With `--protocol auto` (the default) it first asks a fresh process for version 2 and
+//! another for version 1, reports which versions the agent serves, and runs the v1 checks (in
+//! `checks.rs`; skipped when the agent serves v2 only), then the v2 checks (in `v2/`) when it
+//! serves v2. `--protocol 1` and `--protocol 2` run one suite without asking first.
+//!
+//! The report lists each check as PASS, FAIL (a MUST that does not hold), WARN (a SHOULD that
+//! does not hold, or an inconclusive check) or SKIP; the summary says how many MUST checks were
+//! inconclusive or skipped. Exit status: 0 when no MUST fails (a MUST check that is
+//! inconclusive or skipped does not fail), 1 when one fails, 2 on a usage error or when the
+//! agent cannot be started, 130 (143) when interrupted by SIGINT (SIGTERM): the agents are
+//! stopped and the scratch directory removed first.
 
 mod checks;
 mod scratch;
 mod serve;
 mod shape;
+mod v2;
 mod wire;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use checks::{Level, Options, Status};
+use checks::{Level, Options, Protocol, Status};
 use serde_json::json;
 
+/// `println!` that does not panic when stdout is gone (piped into `head`, say): the report is
+/// then lost either way, and the exit status still says how the run went.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 const USAGE: &str = "\
-usage: acp-check [--json] [--timeout-ms N] [-v] -- <agent command...>
+usage: acp-check [--protocol 1|2|auto] [--json] [--timeout-ms N] [-v] -- <agent command...>
 
-Spawns the agent over stdio and checks what the ACP spec asks of it: initialize and version
-negotiation, session/new, a prompt turn and its session/update shapes, cancellation, unknown
-and extension methods, a malformed line, notifications, invalid params and unknown sessions,
-exiting when stdin closes, whether the advertised capabilities are honest, and how the agent
-uses the client's fs and terminal methods when they are offered.
+Spawns the agent over stdio and checks what the ACP spec asks of it.
 
+Protocol v1: initialize and version negotiation, session/new, a prompt turn and its
+session/update shapes, cancellation, unknown and extension methods, a malformed line,
+notifications, invalid params and unknown sessions, exiting when stdin closes, whether the
+advertised capabilities are honest, and how the agent uses the client's fs and terminal methods
+when they are offered.
+
+Protocol v2 (serves-v2 and the checks named v2-*): v2 capabilities, the prompt lifecycle (the
+answer at acceptance, user_message, state_update running ... idle with the stop reason), the
+shape and order of the upserts, cancellation and permissions, session/close, the baseline
+methods and JSON-RPC batches.
+
+  --protocol P    1: the v1 checks only; 2: the v2 checks only (an agent that does not answer
+                  2 fails serves-v2, and the rest is skipped); auto (the default): ask fresh
+                  processes for 2 and for 1, report which versions the agent serves, and run
+                  the checks of each (v1's also when it serves neither)
   --json          print the report as JSON
   --timeout-ms N  how long to wait for each answer, a whole prompt turn included (default 10000)
   -v, --verbose   show the agent's stderr
@@ -45,6 +72,7 @@ exit status: 0 when no MUST fails (an inconclusive or skipped check does not fai
 fails, 2 on a usage error or when the agent cannot be started, 130/143 when interrupted";
 
 struct Cli {
+    protocol: Protocol,
     json: bool,
     timeout: Duration,
     verbose: bool,
@@ -52,7 +80,13 @@ struct Cli {
 }
 
 fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Cli>, String> {
-    let mut cli = Cli { json: false, timeout: Duration::from_millis(10_000), verbose: false, command: Vec::new() };
+    let mut cli = Cli {
+        protocol: Protocol::Auto,
+        json: false,
+        timeout: Duration::from_millis(10_000),
+        verbose: false,
+        command: Vec::new(),
+    };
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -63,6 +97,11 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Cli>, String> 
             "-h" | "--help" => return Ok(None),
             "--json" => cli.json = true,
             "-v" | "--verbose" => cli.verbose = true,
+            "--protocol" => {
+                let value = args.next().ok_or("--protocol needs a value: 1, 2 or auto")?;
+                cli.protocol = protocol(&value)?;
+            }
+            other if other.starts_with("--protocol=") => cli.protocol = protocol(&other["--protocol=".len()..])?,
             "--timeout-ms" => {
                 let value = args.next().ok_or("--timeout-ms needs a value")?;
                 let ms: u64 = value.parse().map_err(|_| format!("--timeout-ms: {value:?} is not a number"))?;
@@ -88,12 +127,21 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Cli>, String> 
     Ok(Some(cli))
 }
 
+fn protocol(value: &str) -> Result<Protocol, String> {
+    match value {
+        "1" => Ok(Protocol::V1),
+        "2" => Ok(Protocol::V2),
+        "auto" => Ok(Protocol::Auto),
+        other => Err(format!("--protocol: {other:?} is not 1, 2 or auto")),
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = match parse(std::env::args().skip(1)) {
         Ok(Some(cli)) => cli,
         Ok(None) => {
-            println!("{USAGE}");
+            say!("{USAGE}");
             return ExitCode::SUCCESS;
         }
         Err(message) => {
@@ -110,7 +158,7 @@ async fn main() -> ExitCode {
         Ok(scratch) => {
             let cwd = scratch.path();
             let outcome = tokio::select! {
-                run = checks::run(&options, &cwd) => Ok(run),
+                run = checks::run(&options, &cwd, cli.protocol) => Ok(run),
                 signal = interrupted() => Err(signal),
             };
             // Interrupted: the checks were dropped mid-way; their agents are still running.
@@ -131,7 +179,7 @@ async fn main() -> ExitCode {
         Err(message) => {
             if cli.json {
                 let report = json!({"command": cli.command, "error": message, "checks": []});
-                println!("{}", serde_json::to_string_pretty(&report).expect("serializable"));
+                say!("{}", serde_json::to_string_pretty(&report).expect("serializable"));
             }
             eprintln!("acp-check: {message}");
             return ExitCode::from(2);
@@ -150,7 +198,9 @@ async fn main() -> ExitCode {
     if cli.json {
         let report = json!({
             "command": cli.command,
+            "versions": run.versions,
             "agent": run.facts,
+            "agent_v2": run.v2,
             "checks": run.checks,
             "summary": {
                 "passed": passed,
@@ -162,21 +212,26 @@ async fn main() -> ExitCode {
                 "verdict": verdict(conforms, must_inconclusive, must_skipped),
             },
         });
-        println!("{}", serde_json::to_string_pretty(&report).expect("serializable"));
+        say!("{}", serde_json::to_string_pretty(&report).expect("serializable"));
     } else {
         let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        println!("acp-check: {}", cli.command.join(" "));
-        if let Some(info) = &run.facts.agent_info {
-            println!(
-                "agent: {} {} (protocol {})",
-                info["name"].as_str().unwrap_or("?"),
-                info["version"].as_str().unwrap_or(""),
-                run.facts.protocol_version.as_ref().map_or("?".into(), |v| v.to_string())
-            );
+        say!("acp-check: {}", cli.command.join(" "));
+        let info = run.facts.agent_info.as_ref().or(run.v2.as_ref().and_then(|v2| v2.info.as_ref()));
+        if let Some(info) = info {
+            say!("agent: {} {}", info["name"].as_str().unwrap_or("?"), info["version"].as_str().unwrap_or(""));
         }
-        println!();
+        say!("protocol versions served: {}", run.versions.describe());
         let width = run.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
+        let both = run.checks.iter().any(|c| c.protocol != run.checks[0].protocol);
+        let mut section = 0;
         for check in &run.checks {
+            if check.protocol != section {
+                section = check.protocol;
+                say!();
+                if both {
+                    say!("protocol v{section}:");
+                }
+            }
             let (label, code) = match check.status {
                 Status::Pass => ("PASS", "32"),
                 Status::Fail => ("FAIL", "31"),
@@ -188,13 +243,13 @@ async fn main() -> ExitCode {
                 Level::Must => "MUST  ",
                 Level::Should => "SHOULD",
             };
-            println!("{label}  {level}  {:width$}  {}", check.id, check.detail);
+            say!("{label}  {level}  {:width$}  {}", check.id, check.detail);
             if check.status != Status::Pass {
-                println!("      {:6}  {:width$}  rule: {}", "", "", check.rule);
+                say!("      {:6}  {:width$}  rule: {}", "", "", check.rule);
             }
         }
-        println!();
-        println!(
+        say!();
+        say!(
             "{passed} passed, {failed} failed, {warned} warning(s), {skipped} skipped: {}",
             verdict(conforms, must_inconclusive, must_skipped)
         );

@@ -12,6 +12,8 @@
 //! The tap is what lets the checker see what the connection itself hides or would reject:
 //! answers with a `null` or no id (a -32700, an answer to a notification), lines on stdout that
 //! are not JSON-RPC at all, and when each message arrived relative to what the checker wrote.
+//! On a protocol v2 connection ([`Agent::spawn_v2`]) a line may also be a JSON-RPC batch: the
+//! tap records the array as such and each of its entries as a message of its own.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -124,6 +126,36 @@ pub struct Answer {
     pub at: Instant,
     /// Its place among the messages read (see [`Update::seq`]).
     pub seq: usize,
+    /// The batch it came in (an index into [`Observed::batches`]), when it came in one.
+    pub batch: Option<usize>,
+}
+
+/// A JSON array the agent wrote as one line (protocol v2: a JSON-RPC batch).
+#[derive(Debug)]
+pub struct BatchLine {
+    /// Its entries, as read.
+    pub entries: Vec<Value>,
+}
+
+/// A notification from the agent other than `session/update` (e.g. `$/cancel_request`).
+#[derive(Debug)]
+pub struct AgentNotification {
+    pub method: String,
+    pub params: Value,
+}
+
+/// One `session/request_permission` of the agent's, and how the checker answered it.
+#[derive(Debug)]
+pub struct Permission {
+    pub id: Value,
+    pub session: Option<String>,
+    /// The tool call it is about: v2's `subject.toolCall.toolCallId`, v1's `toolCall.toolCallId`.
+    pub tool_call: Option<String>,
+    /// When it was read, and its place among the messages read.
+    pub at: Instant,
+    pub seq: usize,
+    /// When it was answered, and with which outcome (`selected` or `cancelled`).
+    pub answered: Option<(Instant, &'static str)>,
 }
 
 /// An answer (a `result` or an `error`, no `method`) that names no request.
@@ -168,8 +200,15 @@ pub struct Observed {
     pub terminals: Vec<Terminal>,
     /// The session ids the agent handed out (a string `sessionId` in a result).
     pub sessions: Vec<String>,
-    /// The ids of the agent's requests, with when each was read.
-    pub requests_read: Vec<(Value, Instant)>,
+    /// The ids of the agent's requests, with when each was read and its place among the
+    /// messages read.
+    pub requests_read: Vec<(Value, Instant, usize)>,
+    /// Arrays the agent wrote (v2 connections only; on v1 an array is no JSON-RPC message).
+    pub batches: Vec<BatchLine>,
+    /// The agent's notifications other than `session/update`.
+    pub agent_notifications: Vec<AgentNotification>,
+    /// The agent's permission requests.
+    pub permissions: Vec<Permission>,
     /// How the process ended, once it has.
     pub exit: Option<String>,
 }
@@ -178,6 +217,11 @@ impl Observed {
     /// The last request or notification with `method` that was written, from index `from` on.
     pub fn last_sent(&self, method: &str, from: usize) -> Option<&Sent> {
         self.sent.iter().skip(from).rfind(|s| s.method == method)
+    }
+
+    /// The first request or notification with `method` that was written, from index `from` on.
+    pub fn first_sent(&self, method: &str, from: usize) -> Option<&Sent> {
+        self.sent.iter().skip(from).find(|s| s.method == method)
     }
 
     /// The answer to the request with `id`.
@@ -224,12 +268,15 @@ impl Observed {
 
 struct Shared {
     observed: Mutex<Observed>,
+    /// A protocol v2 connection: arrays are batches.
+    v2: bool,
     changed: Notify,
     /// Leave permission requests unanswered until they are cancelled (for the cancel check).
     hold_permissions: AtomicBool,
-    /// Fires when we send `session/cancel`: a permission request held then, or arriving
-    /// afterwards (it crossed our cancel on the wire), is answered `cancelled`.
-    cancel_sent: CancellationToken,
+    /// Fires when we send `session/cancel` (or [`Agent::release_permissions`]): a permission
+    /// request held then, or arriving afterwards (it crossed our cancel on the wire), is
+    /// answered `cancelled`. Each [`Agent::hold_permissions`] starts a fresh one.
+    cancel_sent: Mutex<CancellationToken>,
     /// What the client offers on this connection, and serves.
     services: Services,
 }
@@ -240,8 +287,13 @@ impl Shared {
     }
 
     fn update(&self, f: impl FnOnce(&mut Observed)) {
-        f(&mut self.observed.lock().expect("observed"));
+        self.update_with(f);
+    }
+
+    fn update_with<R>(&self, f: impl FnOnce(&mut Observed) -> R) -> R {
+        let result = f(&mut self.observed.lock().expect("observed"));
         self.changed.notify_waiters();
+        result
     }
 }
 
@@ -287,6 +339,17 @@ pub struct Agent {
 impl Agent {
     /// Spawns the agent; the client offers and serves what `offer` says.
     pub fn spawn(launch: &Launch, offer: Offer) -> std::io::Result<Agent> {
+        Self::start(launch, offer, false)
+    }
+
+    /// Spawns the agent for a protocol v2 connection: the client offers nothing (v2 has no
+    /// client methods) and follows v2's rules from the start, so that batches the agent sends
+    /// are read as such (an agent that answers `initialize` with 1 on it is only asked that).
+    pub fn spawn_v2(launch: &Launch) -> std::io::Result<Agent> {
+        Self::start(launch, Offer::default(), true)
+    }
+
+    fn start(launch: &Launch, offer: Offer, v2: bool) -> std::io::Result<Agent> {
         let mut command = std::process::Command::new(&launch.command[0]);
         command.args(&launch.command[1..]);
         let stderr = if launch.verbose { StderrMode::Inherit } else { StderrMode::Null };
@@ -294,9 +357,10 @@ impl Agent {
         let (agent_out, agent_in) = child.take_transport().expect("fresh child has its stdio");
         let shared = Arc::new(Shared {
             observed: Mutex::default(),
+            v2,
             changed: Notify::new(),
             hold_permissions: AtomicBool::new(false),
-            cancel_sent: CancellationToken::new(),
+            cancel_sent: Mutex::default(),
             services: Services::new(offer.clone()),
         });
         shared.update(|o| o.offer = offer);
@@ -356,7 +420,7 @@ impl Agent {
                 // read before the message it answers is on record.
                 let at = Instant::now();
                 match ack {
-                    Some(_) => forward_shared.update(|o| o.injected.push(at)),
+                    Some(_) => record_injected(&forward_shared, &line, at),
                     None => record_sent(&forward_shared, &line, at),
                 }
                 if agent_in.write_all(format!("{line}\n").as_bytes()).await.is_err() || agent_in.flush().await.is_err()
@@ -397,7 +461,8 @@ impl Agent {
         });
 
         let handler = CheckClient { shared: shared.clone() };
-        let (peer, serve) = Connection::new().serve(conn_read, conn_write, handler);
+        let connection = if v2 { Connection::new().v2_rules() } else { Connection::new() };
+        let (peer, serve) = connection.serve(conn_read, conn_write, handler);
         tokio::spawn(serve);
         Ok(Agent { peer, shared, inject, close_input, shutdown, ended, tap })
     }
@@ -423,7 +488,7 @@ impl Agent {
         // Only once it is queued: the held permission requests' `cancelled` answers must
         // follow the cancel on the wire, or the agent may end its turn on them first.
         if method == "session/cancel" {
-            self.shared.cancel_sent.cancel();
+            self.release_permissions();
         }
     }
 
@@ -437,7 +502,16 @@ impl Agent {
     }
 
     pub fn hold_permissions(&self, hold: bool) {
+        if hold {
+            *self.shared.cancel_sent.lock().expect("cancel token") = CancellationToken::new();
+        }
         self.shared.hold_permissions.store(hold, Ordering::SeqCst);
+    }
+
+    /// Answers the held permission requests `cancelled`, and those that come from now on
+    /// until the next [`Agent::hold_permissions`].
+    pub fn release_permissions(&self) {
+        self.shared.cancel_sent.lock().expect("cancel token").cancel();
     }
 
     pub fn observed<R>(&self, f: impl FnOnce(&Observed) -> R) -> R {
@@ -570,14 +644,44 @@ fn observe(shared: &Shared, line: &[u8], at: Instant) {
         shared.update(|o| o.non_json_lines.push(what));
         return;
     };
-    let message = match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(message)) => message,
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(message)) => observe_message(shared, &message, text, at, None),
+        Ok(Value::Array(entries)) if shared.v2 => {
+            let batch = shared.update_with(|o| {
+                o.batches.push(BatchLine { entries: entries.clone() });
+                o.batches.len() - 1
+            });
+            if entries.is_empty() {
+                let what = "an empty array `[]` (no JSON-RPC message: a batch has at least one entry)".to_owned();
+                shared.update(|o| o.non_json_lines.push(what));
+            }
+            for entry in &entries {
+                let entry_text = entry.to_string();
+                match entry {
+                    Value::Object(message) => observe_message(shared, message, &entry_text, at, Some(batch)),
+                    _ => {
+                        let what =
+                            format!("a batch entry that is not a JSON-RPC message: {}", truncate(&entry_text, 120));
+                        shared.update(|o| o.non_json_lines.push(what));
+                    }
+                }
+            }
+        }
         _ => {
             let what = truncate(text, 120);
             shared.update(|o| o.non_json_lines.push(what));
-            return;
         }
-    };
+    }
+}
+
+/// Records one message (a line, or an entry of a batch the agent wrote), read by `at`.
+fn observe_message(
+    shared: &Shared,
+    message: &serde_json::Map<String, Value>,
+    text: &str,
+    at: Instant,
+    batch: Option<usize>,
+) {
     let method = message.get("method").and_then(Value::as_str);
     let id = message.get("id");
     let versioned = message.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
@@ -609,10 +713,20 @@ fn observe(shared: &Shared, line: &[u8], at: Instant) {
                 o.updates.push(Update { params, decoded, at, seq });
             });
         }
+        (Some(method), None) => {
+            let notification = AgentNotification {
+                method: method.to_owned(),
+                params: message.get("params").cloned().unwrap_or(Value::Null),
+            };
+            shared.update(|o| o.agent_notifications.push(notification));
+        }
         // A request of the agent's: when it was read, for the handler to stamp what it does.
         (Some(_), Some(id)) if !id.is_null() => {
             let id = id.clone();
-            shared.update(|o| o.requests_read.push((id, at)));
+            shared.update(|o| {
+                let seq = o.next_seq();
+                o.requests_read.push((id, at, seq));
+            });
         }
         (None, Some(Value::Null)) => {
             let line = truncate(text, 120);
@@ -625,7 +739,7 @@ fn observe(shared: &Shared, line: &[u8], at: Instant) {
             shared.update(|o| {
                 o.sessions.extend(session);
                 let seq = o.next_seq();
-                o.responses.push(Answer { id, at, seq });
+                o.responses.push(Answer { id, at, seq, batch });
             });
         }
         _ => {}
@@ -639,6 +753,28 @@ fn record_sent(shared: &Shared, line: &str, at: Instant) {
     let session = message.get("params").and_then(|p| p.get("sessionId")).and_then(Value::as_str).map(str::to_owned);
     let sent = Sent { method: method.to_owned(), id: message.get("id").cloned(), session, at };
     shared.update(|o| o.sent.push(sent));
+}
+
+/// Records a raw line the checker wrote ([`Agent::inject_line`]): when, and the requests and
+/// notifications in it (a batch's entries included), so that their answers count as asked for.
+fn record_injected(shared: &Shared, line: &str, at: Instant) {
+    let entries = match serde_json::from_str::<Value>(line) {
+        Ok(Value::Array(entries)) => entries,
+        Ok(message @ Value::Object(_)) => vec![message],
+        _ => Vec::new(),
+    };
+    let sent: Vec<Sent> = entries
+        .iter()
+        .filter_map(|entry| {
+            let method = entry.get("method")?.as_str()?.to_owned();
+            let session = entry.get("params").and_then(|p| p.get("sessionId")).and_then(Value::as_str);
+            Some(Sent { method, id: entry.get("id").cloned(), session: session.map(str::to_owned), at })
+        })
+        .collect();
+    shared.update(|o| {
+        o.injected.push(at);
+        o.sent.extend(sent);
+    });
 }
 
 pub fn truncate(text: &str, max: usize) -> String {
@@ -665,7 +801,7 @@ impl Handler for CheckClient {
             // Stamped with when the request was read, not when it is handled: the agent's
             // next line (its turn's answer, say) may be read before this handler runs.
             let id = serde_json::to_value(&req.id).unwrap_or_default();
-            let read = self.shared.observed(|o| o.requests_read.iter().rfind(|(i, _)| *i == id).map(|(_, at)| *at));
+            let read = self.shared.observed(|o| o.requests_read.iter().rfind(|(i, ..)| *i == id).map(|(_, at, _)| *at));
             let (answer, call) = self.shared.services.handle(&req.method, &params, read.unwrap_or_else(Instant::now));
             self.shared.update(|o| o.client_calls.push(call));
             let result = answer?;
@@ -675,17 +811,33 @@ impl Handler for CheckClient {
             self.shared.update(|o| o.other_requests.push(req.method.to_string()));
             return Err(ErrorObject::method_not_found(&req.method));
         }
-        self.shared.update(|o| o.permission_requests += 1);
+        let params: Value = req.params.as_deref().and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_default();
+        let id = serde_json::to_value(&req.id).unwrap_or_default();
+        let tool_call =
+            params["subject"]["toolCall"]["toolCallId"].as_str().or(params["toolCall"]["toolCallId"].as_str());
+        let permission = Permission {
+            id: id.clone(),
+            session: params["sessionId"].as_str().map(str::to_owned),
+            tool_call: tool_call.map(str::to_owned),
+            at: Instant::now(),
+            seq: 0,
+            answered: None,
+        };
+        self.shared.update(|o| {
+            o.permission_requests += 1;
+            let read = o.requests_read.iter().rfind(|(i, ..)| *i == id);
+            let (at, seq) = read.map_or((permission.at, o.read), |(_, at, seq)| (*at, *seq));
+            o.permissions.push(Permission { at, seq, ..permission });
+        });
         let cancelled = json!({"outcome": {"outcome": "cancelled"}});
         let outcome = if self.shared.hold_permissions.load(Ordering::SeqCst) {
+            let released = self.shared.cancel_sent.lock().expect("cancel token").clone();
             tokio::select! {
                 _ = req.cancel.cancelled() => {}
-                _ = self.shared.cancel_sent.cancelled() => {}
+                _ = released.cancelled() => {}
             }
             cancelled
         } else {
-            let params: Value =
-                req.params.as_deref().and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_default();
             let options = params["options"].as_array().cloned().unwrap_or_default();
             let pick = ["allow_once", "allow_always"]
                 .iter()
@@ -696,6 +848,12 @@ impl Handler for CheckClient {
                 None => cancelled,
             }
         };
+        let how = if outcome["outcome"]["outcome"] == "selected" { "selected" } else { "cancelled" };
+        self.shared.update(|o| {
+            if let Some(p) = o.permissions.iter_mut().rfind(|p| p.id == id) {
+                p.answered = Some((Instant::now(), how));
+            }
+        });
         Ok(RawValue::from_string(outcome.to_string()).expect("valid JSON"))
     }
 

@@ -1,15 +1,17 @@
-//! `acp-check` against real agent processes: it passes the runtime's example agent and a
-//! hand-rolled one, and fails each deliberately broken agent (tests/agents/) on the rule it
-//! breaks, with a message that says what went wrong.
+//! `acp-check` against real agent processes: it passes the runtime's example agents (v1, and
+//! v2 alone or beside v1) and hand-rolled ones, and fails each deliberately broken agent
+//! (tests/agents/) on the rule it breaks, with a message that says what went wrong. The v1
+//! tests run `--protocol 1`, except those of `--protocol auto` (the default).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const CHECK: &str = env!("CARGO_BIN_EXE_acp-check");
 const FLAWED: &str = env!("CARGO_BIN_EXE_acp-check-agent-flawed");
+const V2_FLAWED: &str = env!("CARGO_BIN_EXE_acp-check-agent-v2");
 
 /// A fresh temporary folder for one acp-check run (its TMPDIR), removed when dropped.
 struct TempDir(PathBuf);
@@ -33,17 +35,24 @@ impl Drop for TempDir {
     }
 }
 
-/// Runs `acp-check --json -- <agent>`; the exit code and the report.
+/// Runs `acp-check --protocol 1 --json -- <agent>`; the exit code and the report.
 fn check(agent: &str) -> (i32, Value) {
     check_with(&[agent], 20_000)
 }
 
-/// Runs `acp-check --json --timeout-ms <timeout_ms> -- <command...>` with a TMPDIR of its own,
-/// which must be empty again afterwards (the scratch directory is removed).
+/// Runs `acp-check --protocol 1 --json --timeout-ms <timeout_ms> -- <command...>`.
 fn check_with(command: &[&str], timeout_ms: u64) -> (i32, Value) {
-    let tmp = TempDir::new(&Path::new(command[command.len() - 1]).file_name().unwrap().to_string_lossy());
+    check_protocol("1", command, timeout_ms)
+}
+
+/// Runs `acp-check --protocol <protocol> --json --timeout-ms <timeout_ms> -- <command...>` with a
+/// TMPDIR of its own, which must be empty again afterwards (the scratch directory is removed).
+fn check_protocol(protocol: &str, command: &[&str], timeout_ms: u64) -> (i32, Value) {
+    let tmp = TempDir::new(
+        &command.iter().map(|c| Path::new(c).file_name().unwrap().to_string_lossy()).collect::<Vec<_>>().join("-"),
+    );
     let output = Command::new(CHECK)
-        .args(["--json", "--timeout-ms", &timeout_ms.to_string(), "--"])
+        .args(["--protocol", protocol, "--json", "--timeout-ms", &timeout_ms.to_string(), "--"])
         .args(command)
         // The example agent's pause between streamed words: short, nothing depends on it.
         .env("ACP_DEMO_DELAY_MS", "5")
@@ -83,9 +92,13 @@ fn failures(report: &Value) -> Vec<String> {
 
 #[test]
 fn the_example_agent_conforms() {
-    let (code, report) = check(env!("CARGO_BIN_EXE_acp-check-example-agent"));
+    // In auto mode: the runtime's v1 example answers 1 when asked for 2, and only v1 is checked.
+    let (code, report) = check_protocol("auto", &[env!("CARGO_BIN_EXE_acp-check-example-agent")], 20_000);
     assert_eq!(failures(&report), Vec::<String>::new(), "{report:#}");
     assert_eq!(code, 0);
+    assert_eq!(report["versions"]["served"], json!([1]), "{}", report["versions"]);
+    assert_eq!(report["versions"]["probes"], json!([{"asked": 2, "answered": 1}, {"asked": 1, "answered": 1}]));
+    assert!(report["checks"].as_array().unwrap().iter().all(|c| c["protocol"] == 1));
     assert_eq!(report["summary"]["conforms"], true);
     assert_eq!(report["summary"]["verdict"], "every MUST holds");
     assert_eq!(report["agent"]["agent_info"]["name"], "acp-demo-agent");
@@ -98,9 +111,12 @@ fn the_example_agent_conforms() {
 
 #[test]
 fn a_hand_rolled_agent_conforms() {
-    let (code, report) = check(env!("CARGO_BIN_EXE_acp-check-agent-ok"));
+    let (code, report) = check_protocol("auto", &[env!("CARGO_BIN_EXE_acp-check-agent-ok")], 20_000);
     assert_eq!(failures(&report), Vec::<String>::new(), "{report:#}");
     assert_eq!(code, 0);
+    // A v1-only agent: v1 only, no v2 check at all.
+    assert_eq!(report["versions"]["served"], json!([1]));
+    assert!(report["checks"].as_array().unwrap().iter().all(|c| c["protocol"] == 1));
     assert_eq!(detail(&report, "version-negotiation"), "asked for 65535, the agent answered 1");
     assert_eq!(
         detail(&report, "turn-updates-before-answer"),
@@ -168,6 +184,16 @@ fn the_text_report_and_the_usage_errors() {
     assert_eq!(output.status.code(), Some(2));
     let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
     assert!(report["error"].as_str().unwrap().contains("cannot start `/nonexistent/acp-agent`"), "{report}");
+
+    for protocol in ["1", "2"] {
+        let output =
+            Command::new(CHECK).args(["--protocol", protocol, "--", "/nonexistent/acp-agent"]).output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "--protocol {protocol}");
+        assert!(String::from_utf8_lossy(&output.stderr).contains("cannot start"), "--protocol {protocol}");
+    }
+    let output = Command::new(CHECK).args(["--protocol", "3", "--", FLAWED]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--protocol: \"3\" is not 1, 2 or auto"));
 }
 
 /// The checker against an agent written with the official TypeScript SDK
@@ -225,7 +251,7 @@ fn a_turn_answered_before_the_cancel_is_inconclusive_not_a_failure() {
         report["summary"]["verdict"],
         "every MUST that could be checked holds (MUST checks not verified: 1 inconclusive)"
     );
-    let output = Command::new(CHECK).args(["--", FLAWED, "quick-turn"]).output().unwrap();
+    let output = Command::new(CHECK).args(["--protocol", "1", "--", FLAWED, "quick-turn"]).output().unwrap();
     let text = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{text}");
     let summary = text.lines().last().unwrap();
@@ -588,7 +614,7 @@ fn a_turn_update_after_the_answer_fails() {
 fn an_interrupted_run_stops_the_agent_and_cleans_up() {
     let tmp = TempDir::new("interrupted");
     let mut child = Command::new(CHECK)
-        .args(["-v", "--", FLAWED, "linger"])
+        .args(["-v", "--protocol", "1", "--", FLAWED, "linger"])
         .env("TMPDIR", &tmp.0)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -624,4 +650,175 @@ fn an_interrupted_run_stops_the_agent_and_cleans_up() {
     assert!(rest.contains("interrupted by SIGINT"), "{rest}");
     assert!(!agent_alive, "the agent {pid} still runs");
     assert!(!cwd.exists(), "the scratch directory {cwd:?} is left behind");
+}
+
+// ---- protocol v2 ------------------------------------------------------------------------------
+
+/// The ids of the v2 checks in a report, with their status.
+fn v2_checks(report: &Value) -> Vec<(String, String)> {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["protocol"] == 2)
+        .map(|c| (c["id"].as_str().unwrap().to_owned(), c["status"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+/// acp-check `--protocol 2` against the hand-rolled v2 agent with the flaws named.
+fn check_v2_flawed(flaws: &[&str], timeout_ms: u64) -> (i32, Value) {
+    check_protocol("2", &[&[V2_FLAWED], flaws].concat(), timeout_ms)
+}
+
+#[test]
+fn auto_mode_finds_both_versions_of_a_dual_agent_and_checks_each() {
+    let agent = env!("CARGO_BIN_EXE_acp-check-v2-example-agent");
+    let (_, report) = check_protocol("auto", &[agent, "--dual"], 20_000);
+    assert_eq!(report["versions"]["served"], json!([1, 2]), "{}", report["versions"]);
+    assert_eq!(report["versions"]["probes"], json!([{"asked": 2, "answered": 2}, {"asked": 1, "answered": 1}]));
+    // Both suites ran, v1's first, each check tagged with its version.
+    let checks = report["checks"].as_array().unwrap();
+    assert_eq!((&checks[0]["id"], &checks[0]["protocol"]), (&json!("initialize"), &json!(1)));
+    assert_eq!(find(&report, "protocol-version")["status"], "pass");
+    // With v2's fields beside v1's, the probe for a version nobody supports gets v2's answer.
+    assert_eq!(detail(&report, "version-negotiation"), "asked for 65535, the agent answered 2");
+    let v2 = v2_checks(&report);
+    assert_eq!(v2.len(), 24, "{v2:?}");
+    let not_passed: Vec<_> = v2.iter().filter(|(_, status)| status != "pass").collect();
+    assert!(not_passed.is_empty(), "{not_passed:?}\n{report:#}");
+    assert_eq!(report["agent_v2"]["info"]["name"], "acp-v2-example-agent");
+    // The runtime's turn asks permission: pending at the cancel (unless a loaded machine kept the
+    // turn from getting there within 500 ms), it is answered `cancelled`, and the runtime sends
+    // `$/cancel_request` for it.
+    let permission = detail(&report, "v2-cancel-permission");
+    if permission.starts_with("1 permission request(s) pending at the cancel") {
+        assert!(permission.ends_with("the agent sent $/cancel_request for 1"), "{permission}");
+    } else {
+        assert_eq!(permission, "no permission request was pending at the cancel (nothing to check)");
+    }
+}
+
+#[test]
+fn conforming_v2_agents_pass_the_v2_checks() {
+    // The runtime's v2 example (v2 only), and the hand-rolled one.
+    for agent in [env!("CARGO_BIN_EXE_acp-check-v2-example-agent"), V2_FLAWED] {
+        let (code, report) = check_protocol("2", &[agent], 20_000);
+        assert_eq!(failures(&report), Vec::<String>::new(), "{report:#}");
+        assert_eq!(code, 0);
+        assert_eq!(report["versions"]["served"], json!([2]));
+        assert_eq!(v2_checks(&report).len(), report["checks"].as_array().unwrap().len(), "only v2 checks");
+        assert_eq!(detail(&report, "v2-batch"), "both requests answered, together in one array");
+        assert_eq!(detail(&report, "v2-batch-empty"), "a single -32600 error with a null id");
+        let cancel = detail(&report, "v2-cancel");
+        assert!(
+            cancel.starts_with("idle with stopReason `cancelled` ") && cancel.ends_with(" after session/cancel"),
+            "{cancel}"
+        );
+        let close = detail(&report, "v2-close-cancels");
+        assert!(close.ends_with("after session/close; the close answered"), "{close}");
+    }
+}
+
+#[test]
+fn v2_checks_of_a_v1_only_agent_fail_on_the_version_and_skip_the_rest() {
+    let (code, report) = check_protocol("2", &[env!("CARGO_BIN_EXE_acp-check-agent-ok")], 20_000);
+    assert_eq!(code, 1, "{report:#}");
+    let serves = find(&report, "serves-v2");
+    assert_eq!((&serves["status"], &serves["level"]), (&json!("fail"), &json!("MUST")));
+    assert_eq!(serves["detail"], "asked for protocol version 2, the agent answered 1: it does not serve v2");
+    assert_eq!(failures(&report).len(), 24, "{:#?}", failures(&report));
+    assert!(report["checks"].as_array().unwrap().iter().skip(1).all(|c| c["status"] == "skip"));
+    assert_eq!(report["versions"]["served"], json!([1]));
+
+    let output =
+        Command::new(CHECK).args(["--protocol", "2", "--", env!("CARGO_BIN_EXE_acp-check-agent-ok")]).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("protocol versions served: 1 (asked for 2: answered 1)"), "{text}");
+    assert!(text.contains("FAIL  MUST    serves-v2"), "{text}");
+    assert!(text.contains("SKIP  MUST    v2-batch "), "{text}");
+}
+
+#[test]
+fn v1_capabilities_misordered_upserts_and_late_updates_are_caught() {
+    let (code, report) = check_v2_flawed(
+        &["v1-capabilities", "chunk-before-create", "empty-prompt-result", "update-after-idle"],
+        20_000,
+    );
+    assert_eq!(code, 1, "{report:#}");
+    let caps = find(&report, "v2-capabilities");
+    assert_eq!((&caps["status"], &caps["level"]), (&json!("fail"), &json!("MUST")), "{caps}");
+    let said = caps["detail"].as_str().unwrap();
+    assert!(said.starts_with("3 v1-style boolean(s) where v2 has support markers"), "{said}");
+    assert!(said.ends_with("`capabilities.session.prompt.image` = true, `capabilities.session.prompt.embeddedContext` = true, `capabilities.loadSession` = true"), "{said}");
+
+    let upserts = find(&report, "v2-upserts");
+    assert_eq!((&upserts["status"], &upserts["level"]), (&json!("warn"), &json!("SHOULD")), "{upserts}");
+    let said = upserts["detail"].as_str().unwrap();
+    assert!(said.contains("the first: a tool_call_content_chunk for tool call \"call_"), "{said}");
+    assert!(said.ends_with("before any tool_call_update created it"), "{said}");
+
+    let id = find(&report, "v2-prompt-message-id");
+    assert_eq!((&id["status"], &id["level"]), (&json!("warn"), &json!("SHOULD")), "{id}");
+    assert!(id["detail"].as_str().unwrap().contains("official SDK clients"), "{id}");
+
+    let late = find(&report, "v2-cancel-updates-before-idle");
+    assert_eq!((&late["status"], &late["level"]), (&json!("fail"), &json!("MUST")), "{late}");
+    let said = late["detail"].as_str().unwrap();
+    assert!(said.starts_with("1 update(s) of the turn after the idle state_update that ended it; the first: `tool_call_update` of tool call"), "{said}");
+    assert_eq!(failures(&report).len(), 4, "{:#?}", failures(&report));
+}
+
+#[test]
+fn a_v2_agent_that_refuses_batches_fails_the_batch_checks() {
+    let (code, report) = check_v2_flawed(&["reject-batches"], 20_000);
+    assert_eq!(code, 1, "{report:#}");
+    let batch = find(&report, "v2-batch");
+    assert_eq!(batch["status"], "fail", "{batch}");
+    let said = batch["detail"].as_str().unwrap();
+    assert!(
+        said.starts_with(
+            "the batch was refused as a whole with {\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600"
+        ),
+        "{said}"
+    );
+    let notifications = find(&report, "v2-batch-notifications");
+    assert_eq!(notifications["status"], "fail", "{notifications}");
+    assert!(notifications["detail"].as_str().unwrap().starts_with("1 answer(s) to a batch of notifications"));
+    // An empty batch gets one -32600 either way.
+    assert_eq!(find(&report, "v2-batch-empty")["status"], "pass");
+    assert_eq!(failures(&report).len(), 2, "{:#?}", failures(&report));
+}
+
+#[test]
+fn a_prompt_answered_at_the_end_of_the_turn_and_an_ignored_cancel_fail() {
+    let (code, report) = check_v2_flawed(&["answer-at-end", "ignore-cancel"], 20_000);
+    assert_eq!(code, 1, "{report:#}");
+    let accepted = find(&report, "v2-prompt-accepted");
+    assert_eq!((&accepted["status"], &accepted["level"]), (&json!("fail"), &json!("MUST")), "{accepted}");
+    let said = accepted["detail"].as_str().unwrap();
+    assert!(said.contains("only after the turn's idle state_update"), "{said}");
+    let cancel = find(&report, "v2-cancel");
+    assert_eq!(cancel["status"], "fail", "{cancel}");
+    let said = cancel["detail"].as_str().unwrap();
+    assert!(
+        said.starts_with("the turn ended with stopReason `end_turn` ")
+            && said.ends_with(" ms after session/cancel was written, not `cancelled`"),
+        "{said}"
+    );
+    assert_eq!(failures(&report).len(), 2, "{:#?}", failures(&report));
+}
+
+#[test]
+fn a_v2_turn_without_an_idle_update_fails() {
+    let (code, report) = check_v2_flawed(&["no-idle-at-end"], 1_000);
+    assert_eq!(code, 1, "{report:#}");
+    let idle = find(&report, "v2-idle-stop-reason");
+    assert_eq!((&idle["status"], &idle["level"]), (&json!("fail"), &json!("MUST")), "{idle}");
+    let said = idle["detail"].as_str().unwrap();
+    assert!(said.starts_with("no idle state_update ended the turn within "), "{said}");
+    assert!(said.ends_with(" ms of the prompt (states seen: running, requires_action, running)"), "{said}");
+    // What follows a turn's idle cannot be judged without one.
+    assert_eq!(find(&report, "v2-idle-ends-turn")["status"], "skip");
+    assert_eq!(failures(&report).len(), 2, "{:#?}", failures(&report));
 }
