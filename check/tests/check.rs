@@ -92,8 +92,10 @@ fn failures(report: &Value) -> Vec<String> {
 
 #[test]
 fn the_example_agent_conforms() {
-    // In auto mode: the runtime's v1 example answers 1 when asked for 2, and only v1 is checked.
-    let (code, report) = check_protocol("auto", &[env!("CARGO_BIN_EXE_acp-check-example-agent")], 20_000);
+    // In auto mode: the runtime's demo agent serving v1 only answers 1 when asked for 2, and
+    // only v1 is checked (both versions: `auto_mode_finds_both_versions_of_a_dual_agent_...`).
+    let agent = [env!("CARGO_BIN_EXE_acp-check-example-agent"), "--v1-only"];
+    let (code, report) = check_protocol("auto", &agent, 20_000);
     assert_eq!(failures(&report), Vec::<String>::new(), "{report:#}");
     assert_eq!(code, 0);
     assert_eq!(report["versions"]["served"], json!([1]), "{}", report["versions"]);
@@ -672,8 +674,9 @@ fn check_v2_flawed(flaws: &[&str], timeout_ms: u64) -> (i32, Value) {
 
 #[test]
 fn auto_mode_finds_both_versions_of_a_dual_agent_and_checks_each() {
-    let agent = env!("CARGO_BIN_EXE_acp-check-v2-example-agent");
-    let (_, report) = check_protocol("auto", &[agent, "--dual"], 20_000);
+    // The runtime's demo agent serves both versions by default.
+    let agent = env!("CARGO_BIN_EXE_acp-check-example-agent");
+    let (_, report) = check_protocol("auto", &[agent], 20_000);
     assert_eq!(report["versions"]["served"], json!([1, 2]), "{}", report["versions"]);
     assert_eq!(report["versions"]["probes"], json!([{"asked": 2, "answered": 2}, {"asked": 1, "answered": 1}]));
     // Both suites ran, v1's first, each check tagged with its version.
@@ -686,7 +689,7 @@ fn auto_mode_finds_both_versions_of_a_dual_agent_and_checks_each() {
     assert_eq!(v2.len(), 24, "{v2:?}");
     let not_passed: Vec<_> = v2.iter().filter(|(_, status)| status != "pass").collect();
     assert!(not_passed.is_empty(), "{not_passed:?}\n{report:#}");
-    assert_eq!(report["agent_v2"]["info"]["name"], "acp-v2-example-agent");
+    assert_eq!(report["agent_v2"]["info"]["name"], "acp-demo-agent");
     // The runtime's turn asks permission: pending at the cancel (unless a loaded machine kept the
     // turn from getting there within 500 ms), it is answered `cancelled`, and the runtime sends
     // `$/cancel_request` for it.
@@ -700,9 +703,9 @@ fn auto_mode_finds_both_versions_of_a_dual_agent_and_checks_each() {
 
 #[test]
 fn conforming_v2_agents_pass_the_v2_checks() {
-    // The runtime's v2 example (v2 only), and the hand-rolled one.
-    for agent in [env!("CARGO_BIN_EXE_acp-check-v2-example-agent"), V2_FLAWED] {
-        let (code, report) = check_protocol("2", &[agent], 20_000);
+    // The runtime's demo agent serving v2 only, and the hand-rolled one.
+    for agent in [&[env!("CARGO_BIN_EXE_acp-check-example-agent"), "--v2-only"][..], &[V2_FLAWED]] {
+        let (code, report) = check_protocol("2", agent, 20_000);
         assert_eq!(failures(&report), Vec::<String>::new(), "{report:#}");
         assert_eq!(code, 0);
         assert_eq!(report["versions"]["served"], json!([2]));
