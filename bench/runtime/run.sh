@@ -3,12 +3,24 @@
 # side in one run (alternating, RUNS repetitions, medians). Prints markdown on stdout; progress
 # and the raw result lines go to stderr. See BENCHMARKS.md ("## Runtime").
 #
-#   CARGO_TARGET_DIR=/work/target-benchrt bench/runtime/run.sh
+#   CARGO_TARGET_DIR=/work/target-benchrt bench/runtime/run.sh [all|v1|v2]
 #
+# The argument picks the protocol: v1 (throughput, RSS, round trip, cancel), v2 (throughput
+# and RSS of a prompt turn, `session/list` round trip; about 1 minute), or all (the default).
 # Options (environment): RUNS (5), N_SMALL (10000), N_MID (100000), N_BIG (1000000),
+# V2_NS (the v2 pipe sizes: "$N_SMALL $N_MID"; the official SDK takes about a minute per 1M),
 # RTT_N (10000), CANCEL_N (1000), CANCEL_IGNORE_N (50; each takes the 100 ms grace),
 # OFFICIAL_YIELD_EVERY (1; see src/official.rs), RESULTS (keep the raw lines in this file).
 set -euo pipefail
+
+mode="${1:-all}"
+case "$mode" in
+all | v1 | v2) ;;
+*)
+    echo "usage: $0 [all|v1|v2]" >&2
+    exit 2
+    ;;
+esac
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
@@ -20,6 +32,7 @@ N_BIG="${N_BIG:-1000000}"
 RTT_N="${RTT_N:-10000}"
 CANCEL_N="${CANCEL_N:-1000}"
 CANCEL_IGNORE_N="${CANCEL_IGNORE_N:-50}"
+V2_NS="${V2_NS:-$N_SMALL $N_MID}"
 
 # Not --locked: the path dependencies follow the working tree (their own dependencies may
 # change); the registry crates stay pinned by Cargo.lock.
@@ -34,8 +47,8 @@ one() {
     printf '%s\n' "$line" | tee -a "$results" >&2
 }
 
-for ((rep = 1; rep <= RUNS; rep++)); do
-    echo "--- repetition $rep/$RUNS (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+v1() {
+    local rep=$1 order corder n rt impl
     # Alternate which implementation goes first, so neither always runs on a warmer machine.
     if ((rep % 2)); then order=(ours official); else order=(official ours); fi
     for n in "$N_SMALL" "$N_MID" "$N_BIG"; do
@@ -54,11 +67,34 @@ for ((rep = 1; rep <= RUNS; rep++)); do
     done
     export BENCH_RUNTIME=multi_thread
     one cancel --impl ours-ignore --n "$CANCEL_IGNORE_N"
+}
+
+v2() {
+    local rep=$1 order n rt impl
+    if ((rep % 2)); then order=(ours official); else order=(official ours); fi
+    for n in $V2_NS; do
+        # ours-raw-client: our v2 agent, with the v1 measurement's kind of client (a raw Handler).
+        for impl in "${order[@]}" ours-raw-client raw; do one pipe2 --impl "$impl" --n "$n"; done
+    done
+    for rt in multi_thread current_thread; do
+        export BENCH_RUNTIME="$rt"
+        for impl in "${order[@]}" raw; do one rtt2 --impl "$impl" --n "$RTT_N"; done
+        if [[ $rt == multi_thread ]]; then
+            for impl in "${order[@]}" raw; do BENCH_CALLER=task one rtt2 --impl "$impl" --n "$RTT_N"; done
+        fi
+    done
+    export BENCH_RUNTIME=multi_thread
+}
+
+for ((rep = 1; rep <= RUNS; rep++)); do
+    echo "--- repetition $rep/$RUNS (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+    if [[ $mode != v2 ]]; then v1 "$rep"; fi
+    if [[ $mode != v1 ]]; then v2 "$rep"; fi
 done
 
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 mem="$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
-echo "Machine: $cpu, \`nproc\` = $(nproc), $mem RAM, $(rustc --version); $RUNS repetitions;" \
+echo "Machine: $cpu, \`nproc\` = $(nproc), $mem RAM, $(rustc --version); mode $mode; $RUNS repetitions;" \
     "load average at the end $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%Y-%m-%d)."
 echo
 "$bin" report "$results"

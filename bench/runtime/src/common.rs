@@ -5,6 +5,10 @@ use std::time::Duration;
 /// The text of every `agent_message_chunk` (short, like one streamed LLM token or two).
 pub const TEXT: &str = "Hello, world! ";
 pub const SESSION: &str = "sess_bench_1";
+/// Protocol v2: the `messageId` of every streamed chunk on the official and raw sides, as long
+/// as the ids acp-runtime's `Turn` makes (`msg_agent_<process start, hex>_<counter>`), so the
+/// lines on the wire are the same size.
+pub const MESSAGE_ID: &str = "msg_agent_5f3c2a19d8e47_1";
 
 /// The same multi-threaded tokio runtime for every implementation (worker threads = cores).
 /// `BENCH_RUNTIME=current_thread` switches to a single-threaded runtime (both connections
@@ -75,10 +79,11 @@ pub fn child_hwm_kib() -> u64 {
     0
 }
 
-/// Throughput result line: `pipe impl n secs msgs_per_s client_hwm_kib agent_hwm_kib`.
-pub fn print_pipe(imp: &str, n: u64, elapsed: Duration, client_kib: u64, agent_kib: u64) {
+/// Throughput result line: `<kind> impl n secs msgs_per_s client_hwm_kib agent_hwm_kib`; the
+/// kind is `pipe` (v1) or `pipe2` (protocol v2).
+pub fn print_pipe(kind: &str, imp: &str, n: u64, elapsed: Duration, client_kib: u64, agent_kib: u64) {
     let secs = elapsed.as_secs_f64();
-    println!("pipe\t{imp}\t{n}\t{secs:.6}\t{:.0}\t{client_kib}\t{agent_kib}", n as f64 / secs);
+    println!("{kind}\t{imp}\t{n}\t{secs:.6}\t{:.0}\t{client_kib}\t{agent_kib}", n as f64 / secs);
 }
 
 /// Latency result line: `<kind> impl n p50_us p99_us max_us`; the kind gets `-ct` on the

@@ -8,11 +8,18 @@
 //! acp-runtime-bench rtt    --impl ours|official|official-channel|raw --n N   # BENCH_CALLER=task: caller on a worker
 //! acp-runtime-bench cancel --impl ours-ignore|ours-ignore-grace0|ours-typed-ignore|ours-coop|official --n K
 //! acp-runtime-bench report FILE
+//!
+//! # protocol v2 (acp-runtime's `v2` layer vs the SDK's `Agent.v2()` / `Client.v2()`)
+//! acp-runtime-bench pipe2  --impl ours|ours-raw-client|official|raw --n N   # spawns `agent2`
+//! acp-runtime-bench agent2 --impl ours|official|raw          # child (stdio)
+//! acp-runtime-bench rtt2   --impl ours|official|raw --n N    # `session/list`
 //! ```
 
 mod common;
 mod official;
+mod official_v2;
 mod ours;
+mod ours_v2;
 mod raw;
 mod report;
 
@@ -51,6 +58,16 @@ fn main() -> ExitCode {
         ("rtt", "official") => common::run(official::rtt(n, false)),
         ("rtt", "official-channel") => common::run(official::rtt(n, true)),
         ("cancel", "official") => common::rt().block_on(official::cancel(n)),
+        ("agent2", "raw") => raw::agent_v2(n),
+        ("pipe2", "raw") => raw::client_v2(n),
+        ("agent2", "ours") => common::rt().block_on(ours_v2::agent(n)),
+        ("pipe2", "ours") => common::rt().block_on(ours_v2::pipe_client(n)),
+        ("pipe2", "ours-raw-client") => common::rt().block_on(ours_v2::pipe_raw_client(n)),
+        ("agent2", "official") => common::rt().block_on(official_v2::agent(n)),
+        ("pipe2", "official") => common::rt().block_on(official_v2::pipe_client(n)),
+        ("rtt2", "ours") => common::run(ours_v2::rtt(n)),
+        ("rtt2", "official") => common::run(official_v2::rtt(n)),
+        ("rtt2", "raw") => common::run(raw::rtt_v2(n)),
         _ => {
             eprintln!("unknown command/impl: {cmd} --impl {imp}\n(see the source's header for usage)");
             return ExitCode::FAILURE;

@@ -118,7 +118,7 @@ pub async fn pipe_client(n: u64) {
         .await
         .expect("client connection");
     assert_eq!(seen.load(Ordering::Relaxed), n);
-    common::print_pipe("official", n, elapsed, client_kib, agent_kib);
+    common::print_pipe("pipe", "official", n, elapsed, client_kib, agent_kib);
 }
 
 /// `n` sequential typed `_echo` round trips in memory: over `ByteStreams` on a tokio duplex

@@ -125,12 +125,12 @@ impl Handler for Counter {
     }
 }
 
-type Half<T> = (tokio::io::ReadHalf<T>, tokio::io::WriteHalf<T>);
+pub(crate) type Half<T> = (tokio::io::ReadHalf<T>, tokio::io::WriteHalf<T>);
 
 /// The in-memory transport of `rtt` and `cancel`: `tokio::io::duplex` (64 KiB each way), split
 /// into halves, exactly what the official side runs on (there behind the futures-io `compat`
 /// adapters its `ByteStreams` needs).
-fn memory_pipes() -> (Half<tokio::io::DuplexStream>, Half<tokio::io::DuplexStream>) {
+pub(crate) fn memory_pipes() -> (Half<tokio::io::DuplexStream>, Half<tokio::io::DuplexStream>) {
     let (a, b) = tokio::io::duplex(64 * 1024);
     (tokio::io::split(a), tokio::io::split(b))
 }
@@ -172,7 +172,7 @@ pub async fn pipe_client(n: u64) {
     peer.close();
     let _ = serve.await;
     let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-    common::print_pipe("ours", n, elapsed, client_kib, agent_kib);
+    common::print_pipe("pipe", "ours", n, elapsed, client_kib, agent_kib);
 }
 
 /// `n` sequential typed `_echo` round trips in memory ([`memory_pipes`]).

@@ -90,11 +90,31 @@ pub fn report(path: &str) {
         })
         .collect();
     let d = Data { rows };
+    // A run may hold v1 lines, v2 lines or both (see run.sh's modes).
+    if d.rows.iter().any(|r| !is_v2(&r.kind)) {
+        report_v1(&d);
+    }
+    if d.rows.iter().any(|r| is_v2(&r.kind)) {
+        report_v2(&d);
+    }
+}
 
-    // pipe columns: 0 secs, 1 msgs/s, 2 client KiB, 3 agent KiB
-    let mut ns: Vec<u64> = d.rows.iter().filter(|r| r.kind == "pipe").map(|r| r.n).collect();
+/// Protocol v2 lines: `pipe2`, `rtt2`, `rtt2-ct`, `rtt2-task`.
+fn is_v2(kind: &str) -> bool {
+    kind == "pipe2" || kind.starts_with("rtt2")
+}
+
+/// The pipe sizes measured for `kind`, ascending.
+fn sizes(d: &Data, kind: &str) -> Vec<u64> {
+    let mut ns: Vec<u64> = d.rows.iter().filter(|r| r.kind == kind).map(|r| r.n).collect();
     ns.sort_unstable();
     ns.dedup();
+    ns
+}
+
+fn report_v1(d: &Data) {
+    // pipe columns: 0 secs, 1 msgs/s, 2 client KiB, 3 agent KiB
+    let ns = sizes(d, "pipe");
     let big = ns.last().copied().unwrap_or(0);
     let small = ns.first().copied().unwrap_or(0);
     let n_tp = if ns.contains(&100_000) { 100_000 } else { big };
@@ -302,5 +322,143 @@ pub fn report(path: &str) {
             ms(c("cancel-ct", imp, 1)),
             ms(c("cancel-ct", imp, 2)),
         );
+    }
+}
+
+/// The protocol v2 lines (`pipe2`, `rtt2*`): summary against the goals, then the details.
+fn report_v2(d: &Data) {
+    let ns = sizes(d, "pipe2");
+    let n_tp = if ns.contains(&100_000) { 100_000 } else { ns.last().copied().unwrap_or(0) };
+    let tp = |imp: &str, n: u64| d.med("pipe2", imp, Some(n), 1);
+    let rss = |imp: &str, n: u64| d.med("pipe2", imp, Some(n), 2).max(d.med("pipe2", imp, Some(n), 3));
+    let rtt = |kind: &str, imp: &str, col: usize| d.med(kind, imp, None, col);
+
+    println!("\n### Protocol v2: summary (medians; goals from the brief)\n");
+    println!("| # | Measurement | acp-runtime | official 5.0.0 | Ratio ours / official | Goal | |");
+    println!("|---|---|---:|---:|---:|---|---|");
+    if !ns.is_empty() {
+        let (o, f) = (tp("ours", n_tp), tp("official", n_tp));
+        println!(
+            "| 1 | `session/update` throughput over stdio pipes, N = {} (msg/s) | {} | {} | {:.1}× | ≥ 10× | {} |",
+            thousands(n_tp as f64),
+            thousands(o),
+            thousands(f),
+            o / f,
+            yes(o / f >= 10.0)
+        );
+        let (small, big) = (ns[0], ns[ns.len() - 1]);
+        println!(
+            "| 1 | peak RSS, larger of client/agent, N = {} / {} (MB) | {} / {} | {} / {} | | | |",
+            thousands(small as f64),
+            thousands(big as f64),
+            mb(rss("ours", small)),
+            mb(rss("ours", big)),
+            mb(rss("official", small)),
+            mb(rss("official", big)),
+        );
+    }
+    for (kind, rt) in [
+        ("rtt2", "MT, caller on the main thread (`block_on`)"),
+        ("rtt2-task", "MT, caller in a worker task"),
+        ("rtt2-ct", "CT"),
+    ] {
+        let (o, f) = (rtt(kind, "ours", 0), rtt(kind, "official", 0));
+        if o.is_nan() || f.is_nan() {
+            continue;
+        }
+        println!(
+            "| 2 | `session/list` round trip in memory, {rt}, p50 (µs) | {o:.1} | {f:.1} | {:.2} | ≤ 0.33 | {} |",
+            o / f,
+            yes(o / f <= 1.0 / 3.0)
+        );
+    }
+    for (kind, rt) in [("rtt2", "MT, `block_on`"), ("rtt2-task", "MT, task"), ("rtt2-ct", "CT")] {
+        let (o, f, floor) = (rtt(kind, "ours", 0), rtt(kind, "official", 0), rtt(kind, "raw", 0));
+        if o.is_nan() || f.is_nan() || floor.is_nan() {
+            continue;
+        }
+        println!(
+            "| 2 | the same, {rt}, above the floor (no runtime: {floor:.1} µs) | {:.1} | {:.1} | {:.2} | | |",
+            o - floor,
+            f - floor,
+            (o - floor) / (f - floor)
+        );
+    }
+
+    if !ns.is_empty() {
+        println!("\n### Protocol v2: 1. throughput, agent → client `session/update` over stdio pipes (msg/s)\n");
+        println!(
+            "| N | runs | acp-runtime (`Turn` → `serve_client`) | acp-runtime agent, raw `Handler` client | official 5.0.0 | ours / official | ceiling (bare serde_json) | ours / ceiling | raw client / ceiling |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for &n in &ns {
+            let (o, oraw, f, r) = (tp("ours", n), tp("ours-raw-client", n), tp("official", n), tp("raw", n));
+            let range = |imp: &str| {
+                let (lo, hi) = d.range("pipe2", imp, Some(n), 1);
+                format!("({}–{})", thousands(lo), thousands(hi))
+            };
+            println!(
+                "| {} | {} | {} {} | {} {} | {} {} | {:.1}× | {} | {:.0} % | {:.0} % |",
+                thousands(n as f64),
+                d.runs("pipe2", "ours", Some(n)),
+                thousands(o),
+                range("ours"),
+                thousands(oraw),
+                range("ours-raw-client"),
+                thousands(f),
+                range("official"),
+                o / f,
+                thousands(r),
+                100.0 * o / r,
+                100.0 * oraw / r,
+            );
+        }
+        println!("\n### Protocol v2: peak RSS (VmHWM, MB = 10^6 bytes; median of runs)\n");
+        println!(
+            "| N | acp-runtime client | acp-runtime agent | raw-client variant: client | official client | official agent | ceiling client | ceiling agent |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for &n in &ns {
+            println!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                thousands(n as f64),
+                mb(d.med("pipe2", "ours", Some(n), 2)),
+                mb(d.med("pipe2", "ours", Some(n), 3)),
+                mb(d.med("pipe2", "ours-raw-client", Some(n), 2)),
+                mb(d.med("pipe2", "official", Some(n), 2)),
+                mb(d.med("pipe2", "official", Some(n), 3)),
+                mb(d.med("pipe2", "raw", Some(n), 2)),
+                mb(d.med("pipe2", "raw", Some(n), 3)),
+            );
+        }
+    }
+
+    if d.runs("rtt2", "ours", None) + d.runs("rtt2-ct", "ours", None) > 0 {
+        println!(
+            "\n### Protocol v2: 2. `session/list` round trip in memory (µs; median over runs of each run's percentile)\n"
+        );
+        println!(
+            "| Implementation | runs × round trips | MT p50 | MT p99 | MT task p50 | MT task p99 | CT p50 | CT p99 | CT p50 vs ours |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let rtt_n = d.rows.iter().find(|r| r.kind.starts_with("rtt2")).map(|r| r.n).unwrap_or(0);
+        for (imp, label) in [
+            ("ours", "acp-runtime v2 (`serve_client` ↔ `serve_agent`), `tokio::io::duplex`"),
+            ("official", "official v2 (`Client.v2()` ↔ `Agent.v2()`), `ByteStreams` on `tokio::io::duplex`"),
+            ("raw", "floor: no runtime, serde_json over `tokio::io::duplex`"),
+        ] {
+            println!(
+                "| {label} | {} × {} | {} | {} | {} | {} | {} | {} | {:.1}× |",
+                d.runs("rtt2-ct", imp, None).max(d.runs("rtt2", imp, None)),
+                thousands(rtt_n as f64),
+                one_decimal(rtt("rtt2", imp, 0)),
+                one_decimal(rtt("rtt2", imp, 1)),
+                one_decimal(rtt("rtt2-task", imp, 0)),
+                one_decimal(rtt("rtt2-task", imp, 1)),
+                one_decimal(rtt("rtt2-ct", imp, 0)),
+                one_decimal(rtt("rtt2-ct", imp, 1)),
+                rtt("rtt2-ct", imp, 0) / rtt("rtt2-ct", "ours", 0),
+            );
+        }
     }
 }
