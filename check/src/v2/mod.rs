@@ -3,8 +3,8 @@
 //!
 //! Two processes: one for the handshake and a session's life (a turn, a cancelled turn, the
 //! baseline methods, closing an idle session, then closing one in the middle of a turn), one
-//! for batches. Each `initialize` carries both versions' fields, as a client that negotiates
-//! (`ProtocolRouter::negotiate`) sends it.
+//! for batches and `$/cancel_request`. Each `initialize` carries both versions' fields, as a
+//! client that negotiates (`ProtocolRouter::negotiate`) sends it.
 
 pub mod judge;
 
@@ -132,9 +132,9 @@ const CHECKS: &[(&str, Level, &str)] = &[
     ),
     (
         "v2-batch",
-        Level::Must,
-        "a v2 connection accepts JSON-RPC batches: each request of a batch is answered by id (together in one \
-         array, as JSON-RPC asks)",
+        Level::Should,
+        "a v2 connection takes JSON-RPC batches: each request of a batch gets its own response, by id, the \
+         responses together in one array (transports.mdx words both as SHOULDs)",
     ),
     (
         "v2-batch-empty",
@@ -632,9 +632,9 @@ fn judge_capabilities(raw: &Value) -> Outcome {
             );
         }
         None => {}
-        Some(Value::Object(_)) => {
+        Some(object @ Value::Object(_)) => {
             let mut booleans = Vec::new();
-            markers(caps.expect("some"), "capabilities", &mut booleans, &mut warns);
+            markers(object, "capabilities", &mut booleans, &mut warns);
             if !booleans.is_empty() {
                 fails.push(format!(
                     "{} v1-style boolean(s) where v2 has support markers, objects ({{}} = supported, omitted or null = \
@@ -836,7 +836,8 @@ fn judge_batch(o: &Observed, unaddressed_before: usize, limit: Duration) -> Outc
         }
         (None, None) if refused.is_some() => Outcome::Fail(format!(
             "the batch was refused as a whole with {}: a v2 connection on stdio takes batch arrays and answers each \
-             request in them (the official SDKs refuse batches this way; v1.7.0's transports.mdx does not)",
+             request in them (the official SDKs refuse batches this way, so batches do not reach them; v1.7.0's \
+             transports.mdx has no such refusal)",
             refused.map_or(String::new(), |r| r.line.clone())
         )),
         (Some(_), None) | (None, Some(_)) => {
