@@ -1479,17 +1479,17 @@ mod tests {
             let at = t0 + Duration::from_millis(sent_ms);
             o.sent.push(Sent { method: "x".into(), id: Some(json!(id)), session: None, at });
             let at = t0 + Duration::from_millis(answered_ms);
-            o.responses.push(Answer { id: json!(id), at, seq: 0, batch: None });
+            o.responses.push(Answer { id: json!(id), at, seq: 0, code: None, batch: None });
         };
         exchange(1, 0, 900);
         exchange(2, 1000, 1300);
         assert_eq!(race_window(&o), Duration::from_millis(600));
         o.sent.push(Sent { method: "y".into(), id: Some(json!(3)), session: None, at: t0 });
-        o.responses.push(Answer { id: json!(3), at: t0 + Duration::from_millis(2), seq: 0, batch: None });
+        o.responses.push(Answer { id: json!(3), at: t0 + Duration::from_millis(2), seq: 0, code: None, batch: None });
         assert_eq!(race_window(&o), MIN_RACE_WINDOW);
         let slow = Observed {
             sent: vec![Sent { method: "z".into(), id: Some(json!(1)), session: None, at: t0 }],
-            responses: vec![Answer { id: json!(1), at: t0 + Duration::from_secs(5), seq: 0, batch: None }],
+            responses: vec![Answer { id: json!(1), at: t0 + Duration::from_secs(5), seq: 0, code: None, batch: None }],
             ..Observed::default()
         };
         assert_eq!(race_window(&slow), MAX_RACE_WINDOW);
@@ -1503,7 +1503,7 @@ mod tests {
         let null_answer = |at| Unaddressed { null_id: true, code: Some(-32700), line: "{null}".into(), at };
         let mut o = Observed::default();
         o.sent.push(Sent { method: "session/new".into(), id: Some(json!(1)), session: None, at: ms(0) });
-        o.responses.push(Answer { id: json!(1), at: ms(5), seq: 0, batch: None });
+        o.responses.push(Answer { id: json!(1), at: ms(5), seq: 0, code: None, batch: None });
         // The malformed line's answer is its own.
         o.injected.push(ms(10));
         o.unaddressed.push(null_answer(ms(12)));
@@ -1514,7 +1514,7 @@ mod tests {
         // A second null-id answer, after a notification, is an answer to it.
         o.unaddressed.push(null_answer(ms(25)));
         // As is one with an id the checker never used.
-        o.responses.push(Answer { id: json!("n1"), at: ms(30), seq: 1, batch: None });
+        o.responses.push(Answer { id: json!("n1"), at: ms(30), seq: 1, code: None, batch: None });
         assert_eq!(
             o.unrequested_answers().into_iter().map(|(_, line)| line).collect::<Vec<_>>(),
             ["{null}", "a response with id \"n1\""]
@@ -1541,7 +1541,7 @@ mod tests {
         };
         let mut o = Observed::default();
         o.sent.push(Sent { method: "session/prompt".into(), id: Some(json!(1)), session: None, at: ms(0) });
-        o.responses.push(Answer { id: json!(1), at: ms(100), seq: 0, batch: None });
+        o.responses.push(Answer { id: json!(1), at: ms(100), seq: 0, code: None, batch: None });
         o.terminals.push(terminal("in_time", ms(10), Some(ms(90))));
         assert_eq!(is(&judge_released(std::slice::from_ref(&o))), "pass");
         o.terminals.push(terminal("late", ms(20), Some(ms(150))));

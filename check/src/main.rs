@@ -57,8 +57,8 @@ when they are offered.
 
 Protocol v2 (serves-v2 and the checks named v2-*): v2 capabilities, the prompt lifecycle (the
 answer at acceptance, user_message, state_update running ... idle with the stop reason), the
-shape and order of the upserts, cancellation and permissions, session/close, the baseline
-methods and JSON-RPC batches.
+shape and order of the upserts, cancellation and permissions, $/cancel_request, session/close,
+the baseline methods and JSON-RPC batches.
 
   --protocol P    1: the v1 checks only; 2: the v2 checks only (an agent that does not answer
                   2 fails serves-v2, and the rest is skipped); auto (the default): ask fresh

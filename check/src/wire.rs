@@ -126,6 +126,8 @@ pub struct Answer {
     pub at: Instant,
     /// Its place among the messages read (see [`Update::seq`]).
     pub seq: usize,
+    /// The error's code, when it is an error with an integer code.
+    pub code: Option<i64>,
     /// The batch it came in (an index into [`Observed::batches`]), when it came in one.
     pub batch: Option<usize>,
 }
@@ -739,7 +741,7 @@ fn observe_message(
             shared.update(|o| {
                 o.sessions.extend(session);
                 let seq = o.next_seq();
-                o.responses.push(Answer { id, at, seq, batch });
+                o.responses.push(Answer { id, at, seq, code, batch });
             });
         }
         _ => {}

@@ -697,7 +697,7 @@ mod tests {
         for (n, entry) in entries.iter().enumerate() {
             let at = t0 + Duration::from_millis(10 * (n as u64 + 1));
             if entry == "answer" {
-                o.responses.push(Answer { id: json!(1), at, seq: n, batch: None });
+                o.responses.push(Answer { id: json!(1), at, seq: n, code: None, batch: None });
             } else {
                 let params = json!({"sessionId": "s", "update": entry});
                 o.updates.push(Update { decoded: Err(String::new()), params, at, seq: n });

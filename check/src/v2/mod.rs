@@ -3,8 +3,8 @@
 //!
 //! Two processes: one for the handshake and a session's life (a turn, a cancelled turn, the
 //! baseline methods, closing an idle session, then closing one in the middle of a turn), one
-//! for batches. Each `initialize` carries both versions' fields, as a client that negotiates
-//! (`ProtocolRouter::negotiate`) sends it.
+//! for batches and `$/cancel_request`. Each `initialize` carries both versions' fields, as a
+//! client that negotiates (`ProtocolRouter::negotiate`) sends it.
 
 pub mod judge;
 
@@ -30,6 +30,8 @@ const AFTER_IDLE_GRACE: Duration = Duration::from_millis(100);
 const CANCEL_WAIT: Duration = Duration::from_millis(500);
 /// The ids of the checker's batched requests: strings, which its own connection never uses.
 const BATCH_IDS: [&str; 2] = ["acp-check-batch-1", "acp-check-batch-2"];
+/// The id of the request the checker cancels with `$/cancel_request`.
+const CANCELLED_ID: &str = "acp-check-cancelled-1";
 
 // ---- the checks -----------------------------------------------------------------------------
 
@@ -130,9 +132,9 @@ const CHECKS: &[(&str, Level, &str)] = &[
     ),
     (
         "v2-batch",
-        Level::Must,
-        "a v2 connection accepts JSON-RPC batches: each request of a batch is answered by id (together in one \
-         array, as JSON-RPC asks)",
+        Level::Should,
+        "a v2 connection takes JSON-RPC batches: each request of a batch gets its own response, by id, the \
+         responses together in one array (transports.mdx words both as SHOULDs)",
     ),
     (
         "v2-batch-empty",
@@ -143,6 +145,11 @@ const CHECKS: &[(&str, Level, &str)] = &[
         "v2-batch-notifications",
         Level::Must,
         "a batch of notifications gets no answer (no response, no empty array), and the agent keeps working",
+    ),
+    (
+        "v2-cancel-request",
+        Level::Must,
+        "a request the client cancels with `$/cancel_request` still gets its response: a result, or error -32800",
     ),
     ("v2-stdout-json-only", Level::Must, "the agent writes only JSON-RPC messages, or batches of them, on stdout"),
 ];
@@ -625,9 +632,9 @@ fn judge_capabilities(raw: &Value) -> Outcome {
             );
         }
         None => {}
-        Some(Value::Object(_)) => {
+        Some(object @ Value::Object(_)) => {
             let mut booleans = Vec::new();
-            markers(caps.expect("some"), "capabilities", &mut booleans, &mut warns);
+            markers(object, "capabilities", &mut booleans, &mut warns);
             if !booleans.is_empty() {
                 fails.push(format!(
                     "{} v1-style boolean(s) where v2 has support markers, objects ({{}} = supported, omitted or null = \
@@ -733,7 +740,7 @@ async fn methods_answered(agent: &Agent, init: &Value, cwd: &str, limit: Duratio
 
 // ---- batches --------------------------------------------------------------------------------
 
-/// The batch checks, on a process of their own.
+/// The batch checks, and `$/cancel_request`, on a process of their own.
 async fn batches(run: &mut Run, options: &Options, observed: &mut Vec<Observed>) {
     let limit = options.timeout;
     let agent = match start(options).await {
@@ -742,7 +749,7 @@ async fn batches(run: &mut Run, options: &Options, observed: &mut Vec<Observed>)
             if let Some(agent) = agent {
                 observed.push(agent.close().await);
             }
-            for id in ["v2-batch", "v2-batch-empty", "v2-batch-notifications"] {
+            for id in ["v2-batch", "v2-batch-empty", "v2-batch-notifications", "v2-cancel-request"] {
                 record(run, id, Outcome::Skip(format!("on a fresh process, {why}")));
             }
             return;
@@ -781,7 +788,39 @@ async fn batches(run: &mut Run, options: &Options, observed: &mut Vec<Observed>)
     agent.wait_for(NOTIFICATION_GRACE, answered_more).await;
     let outcome = agent.observed(|o| judge_notification_batch(o, before, &after));
     record(run, "v2-batch-notifications", outcome);
+
+    // A request, cancelled at once (cancellation.mdx): answered all the same.
+    let request = json!({"jsonrpc": "2.0", "id": CANCELLED_ID, "method": "session/list", "params": {}});
+    agent.inject_line(&request.to_string()).await;
+    let cancel = json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": CANCELLED_ID}});
+    agent.inject_line(&cancel.to_string()).await;
+    agent.wait_for(limit, |o| o.answer(&json!(CANCELLED_ID)).is_some() || gone(o)).await;
+    let outcome = agent.observed(|o| judge_cancel_request(o, limit));
+    record(run, "v2-cancel-request", outcome);
     observed.push(agent.close().await);
+}
+
+/// `v2-cancel-request`: cancellation.mdx lets the receiver of `$/cancel_request` cancel or not,
+/// but "MUST send one of these responses for the original request": a valid result, or -32800.
+fn judge_cancel_request(o: &Observed, limit: Duration) -> Outcome {
+    match o.answer(&json!(CANCELLED_ID)) {
+        Some(answer) => match answer.code {
+            None => Outcome::Pass("session/list, cancelled at once, was answered with a result".into()),
+            Some(-32800) => Outcome::Pass("session/list, cancelled at once, was answered -32800 (cancelled)".into()),
+            Some(code) => Outcome::Warn(format!(
+                "session/list, cancelled at once, was answered with error {code}: a cancelled request gets a result \
+                 or -32800"
+            )),
+        },
+        None => Outcome::Fail(match &o.exit {
+            Some(how) => format!("session/list, cancelled with $/cancel_request, got no answer: the agent {how}"),
+            None => format!(
+                "session/list, cancelled with $/cancel_request, got no answer within {} ms: a cancelled request \
+                 still gets its response",
+                limit.as_millis()
+            ),
+        }),
+    }
 }
 
 fn judge_batch(o: &Observed, unaddressed_before: usize, limit: Duration) -> Outcome {
@@ -797,7 +836,8 @@ fn judge_batch(o: &Observed, unaddressed_before: usize, limit: Duration) -> Outc
         }
         (None, None) if refused.is_some() => Outcome::Fail(format!(
             "the batch was refused as a whole with {}: a v2 connection on stdio takes batch arrays and answers each \
-             request in them (the official SDKs refuse batches this way; v1.7.0's transports.mdx does not)",
+             request in them (the official SDKs refuse batches this way, so batches do not reach them; v1.7.0's \
+             transports.mdx has no such refusal)",
             refused.map_or(String::new(), |r| r.line.clone())
         )),
         (Some(_), None) | (None, Some(_)) => {
@@ -910,7 +950,7 @@ mod tests {
             let mut o = Observed::default();
             let at = ms(0);
             o.sent.push(Sent { method: "session/prompt".into(), id: Some(json!(1)), session: Some("s".into()), at });
-            o.responses.push(Answer { id: json!(1), at: ms(1), seq: 0, batch: None });
+            o.responses.push(Answer { id: json!(1), at: ms(1), seq: 0, code: None, batch: None });
             for (n, (update, at)) in [
                 (json!({"sessionUpdate": "state_update", "state": "running"}), ms(2)),
                 (json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": stop}), ms(idle_ms)),

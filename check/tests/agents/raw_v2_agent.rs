@@ -36,6 +36,9 @@ pub struct Flaws {
     pub ignore_cancel: bool,
     /// A cancelled turn's tool call is updated once more after the idle update.
     pub update_after_idle: bool,
+    /// `session/list` (outside a batch) is answered after 100 ms, and not at all when
+    /// `$/cancel_request` named it meanwhile.
+    pub silent_on_cancel: bool,
 }
 
 impl Flaws {
@@ -52,6 +55,7 @@ impl Flaws {
                 "empty-prompt-result" => flaws.empty_prompt_result = true,
                 "ignore-cancel" => flaws.ignore_cancel = true,
                 "update-after-idle" => flaws.update_after_idle = true,
+                "silent-on-cancel" => flaws.silent_on_cancel = true,
                 other => panic!("unknown flaw {other}"),
             }
         }
@@ -96,6 +100,8 @@ struct Agent {
     sessions: Mutex<HashMap<String, Session>>,
     /// Requests to the client waiting for their answer.
     pending: Mutex<HashMap<String, std::sync::mpsc::Sender<Value>>>,
+    /// The ids the client named in `$/cancel_request`.
+    cancelled: Mutex<Vec<Value>>,
     next: AtomicU64,
 }
 
@@ -105,6 +111,7 @@ pub fn run(flaws: Flaws) {
         out: Out(Arc::new(Mutex::new(std::io::stdout()))),
         sessions: Mutex::default(),
         pending: Mutex::default(),
+        cancelled: Mutex::default(),
         next: AtomicU64::new(1),
     });
     for line in std::io::stdin().lock().lines() {
@@ -120,13 +127,13 @@ pub fn run(flaws: Flaws) {
                 agent.out.send(&error(&Value::Null, -32600, "Invalid request: empty batch"))
             }
             Ok(Value::Array(entries)) => {
-                let answers: Vec<Value> = entries.iter().filter_map(|entry| agent.handle(entry)).collect();
+                let answers: Vec<Value> = entries.iter().filter_map(|entry| agent.handle(entry, true)).collect();
                 if !answers.is_empty() {
                     agent.out.send(&Value::Array(answers));
                 }
             }
             Ok(message @ Value::Object(_)) => {
-                if let Some(answer) = agent.handle(&message) {
+                if let Some(answer) = agent.handle(&message, false) {
                     agent.out.send(&answer);
                 }
             }
@@ -137,8 +144,8 @@ pub fn run(flaws: Flaws) {
 }
 
 impl Agent {
-    /// Handles one message; its answer, if it gets one now.
-    fn handle(self: &Arc<Self>, message: &Value) -> Option<Value> {
+    /// Handles one message (an entry of a batch, `in_batch`); its answer, if it gets one now.
+    fn handle(self: &Arc<Self>, message: &Value, in_batch: bool) -> Option<Value> {
         let Some(method) = message["method"].as_str() else {
             // An answer to one of our requests.
             let id = message["id"].as_str()?;
@@ -152,6 +159,9 @@ impl Agent {
         let Some(id) = message.get("id") else {
             if method == "session/cancel" && !self.flaws.ignore_cancel {
                 self.cancel(&session, false);
+            }
+            if method == "$/cancel_request" {
+                self.cancelled.lock().unwrap().push(params["requestId"].clone());
             }
             return None;
         };
@@ -182,6 +192,16 @@ impl Agent {
                 }
                 None => error(id, -32602, "Invalid params: cwd must be a string"),
             },
+            "session/list" if self.flaws.silent_on_cancel && !in_batch => {
+                let (agent, id) = (self.clone(), id.clone());
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(100));
+                    if !agent.cancelled.lock().unwrap().contains(&id) {
+                        agent.out.send(&result(&id, json!({"sessions": []})));
+                    }
+                });
+                return None;
+            }
             "session/list" => {
                 let sessions: Vec<Value> = self
                     .sessions
