@@ -422,11 +422,16 @@ impl StateEvent {
 
 /// Whether `text` can hold the string `"state_update"`: written plainly, or with a `\u` escape
 /// (the only escape that yields a letter or `_`). Most updates are chunks; this scan spares
-/// them the second parse in [`StateEvent::of`] (about a tenth of a v2 client's time per
-/// streamed chunk, see BENCHMARKS.md, "Protocol v2").
+/// them the second parse in [`StateEvent::of`], which was a tenth of a v2 client's
+/// instructions per streamed chunk (BENCHMARKS.md, "Protocol v2").
 fn may_hold_state_update(text: &str) -> bool {
+    use std::sync::LazyLock;
+    // Built once: building a searcher costs more than a search of a chunk's params.
+    static TAG: LazyLock<memchr::memmem::Finder<'static>> =
+        LazyLock::new(|| memchr::memmem::Finder::new("state_update"));
+    static ESCAPE: LazyLock<memchr::memmem::Finder<'static>> = LazyLock::new(|| memchr::memmem::Finder::new("\\u"));
     let bytes = text.as_bytes();
-    memchr::memmem::find(bytes, b"state_update").is_some() || memchr::memmem::find(bytes, b"\\u").is_some()
+    TAG.find(bytes).is_some() || ESCAPE.find(bytes).is_some()
 }
 
 /// The turns being waited for, by session (one per connection, fed by [`ClientHandler`]).
