@@ -155,6 +155,16 @@ fn default_releases(root: &Path) -> PathBuf {
     dir.canonicalize().unwrap_or(dir)
 }
 
+/// A missing cargo-semver-checks stops `semver` and `schema update`; the error says how to
+/// install it, and this adds how to go without.
+fn skip_hint(error: String) -> String {
+    if error.contains("cargo-semver-checks is not installed") {
+        format!("{error}\nor pass --skip-semver-checks for a report without its verdict")
+    } else {
+        error
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.command) {
@@ -253,7 +263,7 @@ fn run(command: Command) -> Result<(), String> {
             };
             let semver_checks = if skip_semver_checks { semver::Tool::Skip } else { semver::Tool::Run };
             let options = schema::UpdateOptions { commit, schema_version, release_url, semver_checks };
-            schema::update(&root, &to, &from, &options)
+            schema::update(&root, &to, &from, &options).map_err(skip_hint)
         }
         Command::Semver { from, to, root: releases, json, skip_semver_checks } => {
             let releases = releases.unwrap_or_else(|| default_releases(&root));
@@ -272,7 +282,7 @@ fn run(command: Command) -> Result<(), String> {
             };
             let new = side(&to)?;
             let tool = if skip_semver_checks { semver::Tool::Skip } else { semver::Tool::Run };
-            let report = semver::report(&root, &old, &new, tool)?;
+            let report = semver::report(&root, &old, &new, tool).map_err(skip_hint)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
             } else {
