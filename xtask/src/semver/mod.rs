@@ -356,10 +356,19 @@ pub fn report(workspace: &Path, old: &Side, new: &Side, tool: Tool) -> Result<Re
                 )
             });
             let scratch = workspace.join("target/semver");
+            // One check at a time in the shared target dir: cargo-semver-checks reads each
+            // crate's rustdoc JSON from `target/doc/acp_types.json` after building it, where a
+            // concurrent check of another pair would write its own.
+            std::fs::create_dir_all(&scratch).map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
+            let lock = std::fs::File::create(scratch.join(".lock"))
+                .and_then(|file| file.lock().map(|()| file))
+                .map_err(|e| format!("cannot lock {}: {e}", scratch.join(".lock").display()))?;
             let pair = format!("{}..{}", slug(&old.label), slug(&new.label));
             let old_dir = write_crate(&scratch.join(&pair).join("old"), &old.files, current)?;
             let new_dir = write_crate(&scratch.join(&pair).join("new"), &new.files, current)?;
-            (Some(checks::run(&old_dir, &new_dir, &scratch.join("target"), &version)?), note)
+            let verdict = checks::run(&old_dir, &new_dir, &scratch.join("target"), &version)?;
+            drop(lock);
+            (Some(verdict), note)
         }
     };
     let level = items_level.max(semver_checks.as_ref().map_or(Level::Patch, |v| v.level));
