@@ -212,7 +212,10 @@ pub fn compare(old: &Surface, new: &Surface) -> Vec<ApiChange> {
                 .count();
         }
     }
-    out.sort_by(|a, b| (b.level, a.kind, &a.path, a.namespace).cmp(&(a.level, b.kind, &b.path, b.namespace)));
+    // Major first, then removed, changed, added; by path within each.
+    out.sort_by(|a, b| {
+        b.level.cmp(&a.level).then(b.kind.cmp(a.kind)).then(a.path.cmp(&b.path)).then(a.namespace.cmp(&b.namespace))
+    });
     out
 }
 
@@ -230,7 +233,7 @@ fn classify(
         ("removed", _, _) => (Level::Major, "a public item removed"),
         ("added", _, Some(item)) => match (ns, parent_in_old(item)) {
             (Namespace::Field, Some(parent)) if parent.exhaustive == Some(true) => {
-                (Level::Major, "field added to an exhaustive struct (struct literals break)")
+                (Level::Major, "field added to a struct users build with literals (they break)")
             }
             (Namespace::Field, _) => (Level::Minor, "field added to a #[non_exhaustive] or new struct"),
             (Namespace::Variant, Some(parent)) if parent.exhaustive == Some(true) => {

@@ -64,8 +64,9 @@ pub struct ApiItem {
     /// The declaration without its body: `struct PromptRequest`, `Vec<ContentBlock>` (a field),
     /// `fn new(session_id: impl Into<SessionId>) -> Self`.
     pub signature: String,
-    /// For a struct or an enum: whether it is exhaustive (no `#[non_exhaustive]`), i.e. whether
-    /// users may build it with a literal or match it without a wildcard.
+    /// For a struct or an enum: whether it is exhaustive, i.e. whether users may build the
+    /// struct with a literal (no `#[non_exhaustive]`, every field public) or match the enum
+    /// without a wildcard (no `#[non_exhaustive]`).
     pub exhaustive: Option<bool>,
     /// For a trait method: whether it has a default body.
     pub provided: Option<bool>,
@@ -295,7 +296,9 @@ impl Walker<'_> {
     fn structure(&mut self, s: &syn::ItemStruct, module: &str) {
         let name = s.ident.to_string();
         let path = join(module, &name);
-        let exhaustive = !s.attrs.iter().any(|a| a.path().is_ident("non_exhaustive"));
+        // Users can build it with a literal only when nothing is hidden from them.
+        let exhaustive = !s.attrs.iter().any(|a| a.path().is_ident("non_exhaustive"))
+            && s.fields.iter().filter(|f| self.on(&f.attrs)).all(|f| is_pub(&f.vis) && !hidden(&f.attrs));
         let sig = format!("struct {name}{}", text(&s.generics));
         self.add(Namespace::Type, path.clone(), ApiItem { exhaustive: Some(exhaustive), ..plain(sig) });
         for (index, field) in s.fields.iter().enumerate() {
