@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use xtask::codegen::{self, Settings};
 use xtask::releases::{DEFAULT_ROOT as DEFAULT_RELEASES, release_dir, resolve};
 use xtask::schema::{self, Lock};
+use xtask::semver;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "Maintenance commands of the ACP toolchain")]
@@ -43,6 +44,27 @@ enum Command {
         /// JSON instead of Markdown.
         #[arg(long)]
         json: bool,
+    },
+    /// Report what moving from one schema release to another does to the generated crate's
+    /// public API (items added, changed, removed; cargo-semver-checks' verdict) and propose the
+    /// version bump.
+    Semver {
+        /// The release the crate is generated from now: a release folder or a tag under --root
+        /// [default: the pinned schema, schema/json].
+        #[arg(long)]
+        from: Option<String>,
+        /// The release to move to: a release folder or a tag under --root.
+        #[arg(long)]
+        to: String,
+        /// Where tags are looked up [default: ../shared/acp-schema/releases from the workspace root].
+        #[arg(long)]
+        root: Option<PathBuf>,
+        /// JSON instead of Markdown.
+        #[arg(long)]
+        json: bool,
+        /// Do not run cargo-semver-checks: the public items and their levels only.
+        #[arg(long)]
+        skip_semver_checks: bool,
     },
     /// Write the v1 types (and optionally the traits) into one self-contained Rust file.
     Vendor {
@@ -116,6 +138,10 @@ enum SchemaCommand {
         /// `.../releases/download/schema-v{SCHEMA_VERSION}`.
         #[arg(long)]
         release_url: Option<String>,
+        /// Write the API report without cargo-semver-checks' verdict (the public items and
+        /// their levels only); without it, a missing cargo-semver-checks stops the update.
+        #[arg(long)]
+        skip_semver_checks: bool,
     },
 }
 
@@ -127,6 +153,16 @@ fn workspace_root() -> PathBuf {
 fn default_releases(root: &Path) -> PathBuf {
     let dir = root.join(DEFAULT_RELEASES);
     dir.canonicalize().unwrap_or(dir)
+}
+
+/// A missing cargo-semver-checks stops `semver` and `schema update`; the error says how to
+/// install it, and this adds how to go without.
+fn skip_hint(error: String) -> String {
+    if error.contains("cargo-semver-checks is not installed") {
+        format!("{error}\nor pass --skip-semver-checks for a report without its verdict")
+    } else {
+        error
+    }
 }
 
 fn main() -> ExitCode {
@@ -218,13 +254,41 @@ fn run(command: Command) -> Result<(), String> {
             }
             Ok(())
         }
-        Command::Schema { command: SchemaCommand::Update { to, from, commit, schema_version, release_url } } => {
+        Command::Schema {
+            command: SchemaCommand::Update { to, from, commit, schema_version, release_url, skip_semver_checks },
+        } => {
             let from = match from {
                 Some(from) => from,
                 None => release_dir(&default_releases(&root), &to)?,
             };
-            let options = schema::UpdateOptions { commit, schema_version, release_url };
-            schema::update(&root, &to, &from, &options)
+            let semver_checks = if skip_semver_checks { semver::Tool::Skip } else { semver::Tool::Run };
+            let options = schema::UpdateOptions { commit, schema_version, release_url, semver_checks };
+            schema::update(&root, &to, &from, &options).map_err(skip_hint)
+        }
+        Command::Semver { from, to, root: releases, json, skip_semver_checks } => {
+            let releases = releases.unwrap_or_else(|| default_releases(&root));
+            let side = |arg: &str| -> Result<semver::Side, String> {
+                let dir = resolve(arg, &releases)?;
+                semver::Side::generate(&dir, arg)
+            };
+            let old = match from {
+                Some(from) => side(&from)?,
+                None => {
+                    let lock = Lock::read(&lock_path).map_err(|e| e.to_string())?;
+                    let pinned = root.join("schema/json");
+                    lock.verify_dir(&pinned).map_err(|e| format!("{e}\nrun `cargo xtask schema fetch` first"))?;
+                    semver::Side::generate(&pinned, &lock.tag)?
+                }
+            };
+            let new = side(&to)?;
+            let tool = if skip_semver_checks { semver::Tool::Skip } else { semver::Tool::Run };
+            let report = semver::report(&root, &old, &new, tool).map_err(skip_hint)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+            } else {
+                print!("{}", report.markdown());
+            }
+            Ok(())
         }
         Command::Vendor { out, features, types_only, derive, schema_dir } => {
             let lock = Lock::read(&lock_path).map_err(|e| e.to_string())?;

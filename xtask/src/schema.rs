@@ -141,6 +141,8 @@ pub struct UpdateOptions {
     pub schema_version: Option<String>,
     /// Where the assets are downloaded from; defaults to upstream's `schema-v{schema_version}`.
     pub release_url: Option<String>,
+    /// Whether the API report runs cargo-semver-checks (the CLI does unless told not to).
+    pub semver_checks: crate::semver::Tool,
 }
 
 /// The lock pinning `tag` with `files` (path → sha256), from the pinned `old` one. Nothing that
@@ -191,6 +193,8 @@ pub fn pin(old: &Lock, tag: &str, files: BTreeMap<String, String>, options: &Upd
 
 /// `cargo xtask schema update`: everything is generated and checked in memory first, so a
 /// release the generator cannot handle (or the feature table does not describe) changes nothing.
+/// `schema/CHANGES.md` gets the schema diff and the API report ([`crate::semver`]), with the
+/// proposed version of the generated crate.
 pub fn update(workspace: &Path, tag: &str, from: &Path, options: &UpdateOptions) -> Result<(), String> {
     use crate::codegen::{self, Settings};
 
@@ -229,6 +233,14 @@ pub fn update(workspace: &Path, tag: &str, from: &Path, options: &UpdateOptions)
     let mut report = crate::diff::diff_dirs(&pinned, from).map_err(|e| e.to_string())?;
     report.old = old_lock.tag.clone();
     report.new = tag.to_owned();
+    // The crate as pinned against the one about to be written: its public items, and
+    // cargo-semver-checks' verdict on them (which needs the tool: a missing one stops here).
+    let api = {
+        use crate::semver::{self, Side};
+        let old = Side::generate(&pinned, &old_lock.tag)?;
+        let new = Side::generate(from, tag)?;
+        semver::report(workspace, &old, &new, options.semver_checks)?
+    };
 
     // Everything checked: write.
     let _ = std::fs::remove_dir_all(&pinned);
@@ -244,12 +256,20 @@ pub fn update(workspace: &Path, tag: &str, from: &Path, options: &UpdateOptions)
     if let Some(readme) = readme {
         std::fs::write(&readme_path, readme).map_err(|e| e.to_string())?;
     }
-    std::fs::write(workspace.join("schema/CHANGES.md"), report.markdown()).map_err(|e| e.to_string())?;
+    let changes = format!("{}\n{}", report.markdown(), api.markdown());
+    std::fs::write(workspace.join("schema/CHANGES.md"), changes).map_err(|e| e.to_string())?;
     println!(
-        "pinned {tag} ({} files); regenerated; {} changes ({} breaking) written to schema/CHANGES.md",
+        "pinned {tag} ({} files); regenerated; {} schema changes ({} breaking) and {} API changes written to \
+         schema/CHANGES.md\n{}: propose {} → {} ({}{})",
         lock.files.len(),
         report.changes.len(),
-        report.breaking()
+        report.breaking(),
+        api.changes.len(),
+        api.package,
+        api.current,
+        api.proposed,
+        api.level.as_str(),
+        if api.semver_checks.is_some() { "" } else { "; cargo-semver-checks skipped" }
     );
     Ok(())
 }

@@ -342,7 +342,11 @@ fn scratch_workspace(name: &str) -> PathBuf {
     let ws = Path::new(env!("CARGO_TARGET_TMPDIR")).join("update").join(name);
     let _ = std::fs::remove_dir_all(&ws);
     std::fs::create_dir_all(ws.join("schema")).unwrap();
-    std::fs::copy(root.join("schema/lock.json"), ws.join("schema/lock.json")).unwrap();
+    std::fs::create_dir_all(ws.join("generated")).unwrap();
+    // The manifests the API report reads the crate's version from.
+    for file in ["schema/lock.json", "Cargo.toml", "generated/Cargo.toml"] {
+        std::fs::copy(root.join(file), ws.join(file)).unwrap();
+    }
     let lock = xtask::schema::Lock::read(&root.join("schema/lock.json")).unwrap();
     xtask::schema::fetch(&lock, Some(&releases().join(&lock.tag)), &ws.join("schema/json")).unwrap();
     ws
@@ -360,7 +364,9 @@ fn update_to_the_pinned_release_regenerates_the_checked_in_code() {
             "{file}"
         );
     }
-    assert!(std::fs::read_to_string(ws.join("schema/CHANGES.md")).unwrap().contains("No changes."));
+    let changes = std::fs::read_to_string(ws.join("schema/CHANGES.md")).unwrap();
+    assert!(changes.starts_with("# Schema changes") && changes.contains("No changes."), "{changes}");
+    assert!(changes.contains("# Rust API of `acp-types`") && changes.contains("No public item changed."), "{changes}");
     let lock = std::fs::read_to_string(ws.join("schema/lock.json")).unwrap();
     assert_eq!(
         lock,
@@ -378,10 +384,11 @@ fn update_that_cannot_generate_changes_nothing() {
         commit: Some("abc".into()),
         schema_version: Some("1.18.0".into()),
         release_url: None,
+        semver_checks: Default::default(),
     };
     let err =
         xtask::schema::update(&ws, "v1.3.0", &releases().join("v1.3.0"), &options).expect_err("the table does not fit");
     assert!(err.contains("does not generate") && err.contains("names nothing"), "{err}");
     assert_eq!(std::fs::read_to_string(ws.join("schema/lock.json")).unwrap(), before);
-    assert!(!ws.join("generated").exists() && !ws.join("schema/CHANGES.md").exists());
+    assert!(!ws.join("generated/src").exists() && !ws.join("schema/CHANGES.md").exists());
 }

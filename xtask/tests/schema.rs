@@ -130,7 +130,10 @@ fn update_to_a_new_tag_writes_its_release_into_the_lock() {
     // A "v1.8.0" with v1.7.0's files (the only release the feature table fits).
     let ws = scratch("update-ws");
     std::fs::create_dir_all(ws.join("schema")).unwrap();
-    std::fs::copy(workspace().join("schema/lock.json"), ws.join("schema/lock.json")).unwrap();
+    std::fs::create_dir_all(ws.join("generated")).unwrap();
+    for file in ["schema/lock.json", "Cargo.toml", "generated/Cargo.toml"] {
+        std::fs::copy(workspace().join(file), ws.join(file)).unwrap();
+    }
     let old = pinned();
     schema::fetch(&old, Some(&releases().join(&old.tag)), &ws.join("schema/json")).unwrap();
     let next = scratch("v1.8.0");
