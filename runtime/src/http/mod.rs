@@ -138,6 +138,10 @@ impl Envelope {
                 Ok(WithSession(None))
             }
         }
+        // (A derived struct would also accept an array.)
+        if !text.trim_start().starts_with('{') {
+            return None;
+        }
         let raw: Raw<'_> = serde_json::from_str(text).ok()?;
         let is_response = raw.result.is_some() || raw.error.is_some();
         Some(Envelope {
