@@ -647,6 +647,15 @@ impl Body for ResponseBody {
     fn is_end_stream(&self) -> bool {
         matches!(self, ResponseBody::Full(None))
     }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self {
+            ResponseBody::Full(bytes) => {
+                hyper::body::SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            ResponseBody::Events(_) => hyper::body::SizeHint::default(),
+        }
+    }
 }
 
 /// An SSE reader attached to one outbox; detaches when dropped (the client went away).
