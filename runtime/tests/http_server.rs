@@ -680,3 +680,24 @@ async fn idle_connections_are_closed() {
         http.post(&[("acp-connection-id", &conn)], rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []}))).await;
     assert_eq!(answer.status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn idle_streams_get_keep_alive_comments() {
+    let url = start(ServerOptions { keep_alive: Duration::from_millis(50), ..ServerOptions::default() }).await;
+    let http = Http::new(&url, Version::Http1);
+    let conn = connect(&http).await;
+    let (status, mut events) = http.stream(&[("acp-connection-id", &conn)]).await;
+    assert_eq!(status, StatusCode::OK);
+    let mut seen = Vec::new();
+    while !seen.windows(3).any(|w| w == b":\n\n") {
+        let frame = tokio::time::timeout(WAIT, events.body.frame()).await.expect("a comment in time").expect("open");
+        seen.extend_from_slice(&frame.expect("frame").into_data().expect("data"));
+    }
+    // The stream still carries messages after its comments.
+    let c = [("acp-connection-id", conn.as_str())];
+    assert_eq!(
+        http.post(&c, rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []}))).await.status,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(events.next().await.expect("answer")["id"], 2);
+}
