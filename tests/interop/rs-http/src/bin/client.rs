@@ -14,7 +14,10 @@ fn send(channel: &Channel, message: Value) {
 }
 
 async fn receive(channel: &mut Channel) -> Value {
-    let frame = tokio::time::timeout(Duration::from_secs(20), channel.rx.next()).await.expect("a message in time").expect("open");
+    let frame = tokio::time::timeout(Duration::from_secs(20), channel.rx.next())
+        .await
+        .expect("a message in time")
+        .expect("open");
     let message: Value = serde_json::from_str(&frame.to_json().expect("json")).expect("json");
     println!("GOT {message}");
     message
@@ -26,9 +29,15 @@ async fn main() {
     let transport = HttpClient::builder_with_endpoint(&url).configure_http(|h| h.no_proxy()).build().expect("client");
     let (mut channel, driver) = ConnectTo::<Client>::into_channel_and_future(transport);
     let driver = tokio::spawn(driver.expect("driver"));
-    send(&channel, json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}}));
+    send(
+        &channel,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}}),
+    );
     receive(&mut channel).await;
-    send(&channel, json!({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}}));
+    send(
+        &channel,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}}),
+    );
     let session = receive(&mut channel).await["result"]["sessionId"].clone();
     let prompt = json!({"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]});
     send(&channel, json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt}));

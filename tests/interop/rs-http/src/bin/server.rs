@@ -18,7 +18,9 @@ fn agent() -> impl ConnectTo<Client> {
         async |req: UntypedMessage, responder: Responder<Value, V1>, cx| {
             let session = req.params()["sessionId"].as_str().map(str::to_owned);
             match req.method() {
-                "initialize" => responder.respond(json!({"protocolVersion": 1, "agentCapabilities": {"loadSession": true}, "authMethods": []})),
+                "initialize" => responder.respond(
+                    json!({"protocolVersion": 1, "agentCapabilities": {"loadSession": true}, "authMethods": []}),
+                ),
                 "session/new" => responder.respond(json!({"sessionId": "rs-sess-1"})),
                 "session/load" => {
                     cx.send_notification(chunk(&session, "(replay)")?)?;
@@ -31,8 +33,14 @@ fn agent() -> impl ConnectTo<Client> {
                         cx2.send_notification(chunk(&session, "hello ")?)?;
                         let ask = json!({"sessionId": session, "toolCall": {"toolCallId": "t1", "title": "demo"},
                             "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]});
-                        let answer = cx2.send_request(UntypedMessage::new("session/request_permission", ask)?).block_task().await?;
-                        cx2.send_notification(chunk(&session, &format!("permission: {}", answer["outcome"]["outcome"]))?)?;
+                        let answer = cx2
+                            .send_request(UntypedMessage::new("session/request_permission", ask)?)
+                            .block_task()
+                            .await?;
+                        cx2.send_notification(chunk(
+                            &session,
+                            &format!("permission: {}", answer["outcome"]["outcome"]),
+                        )?)?;
                         responder.respond(json!({"stopReason": "end_turn"}))
                     })
                 }
