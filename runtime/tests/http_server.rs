@@ -79,6 +79,7 @@ impl Handler for TestAgent {
                 let stop = if answer["outcome"]["optionId"] == "allow" { "end_turn" } else { "refusal" };
                 Ok(raw(json!({"stopReason": stop})))
             }
+            "session/close" => Ok(raw(json!({}))),
             other => Err(ErrorObject::method_not_found(other)),
         }
     }
@@ -700,4 +701,32 @@ async fn idle_streams_get_keep_alive_comments() {
         StatusCode::ACCEPTED
     );
     assert_eq!(events.next().await.expect("answer")["id"], 2);
+}
+
+#[tokio::test]
+async fn closing_a_session_ends_its_stream() {
+    let url = start(ServerOptions::default()).await;
+    let http = Http::new(&url, Version::Http1);
+    let conn = connect(&http).await;
+    let c = [("acp-connection-id", conn.as_str())];
+    let (_, mut conn_events) = http.stream(&c).await;
+    assert_eq!(
+        http.post(&c, rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []}))).await.status,
+        StatusCode::ACCEPTED
+    );
+    let session = conn_events.next().await.expect("answer")["result"]["sessionId"].as_str().unwrap().to_owned();
+    let cs = [("acp-connection-id", conn.as_str()), ("acp-session-id", session.as_str())];
+    let (_, mut session_events) = http.stream(&cs).await;
+    assert_eq!(
+        http.post(&cs, rpc(3, "session/close", json!({"sessionId": session}))).await.status,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(conn_events.next().await.expect("close answer")["id"], 3);
+    assert!(session_events.next().await.is_none(), "the closed session's stream ends");
+    // The connection goes on.
+    assert_eq!(
+        http.post(&c, rpc(4, "session/new", json!({"cwd": "/", "mcpServers": []}))).await.status,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(conn_events.next().await.expect("answer")["id"], 4);
 }

@@ -72,6 +72,8 @@ pub struct Envelope {
     pub result_session: Option<String>,
     /// Whether the message is a response (it has `result` or `error`).
     pub is_response: bool,
+    /// Whether the message is an error response.
+    pub is_error: bool,
 }
 
 impl Envelope {
@@ -147,6 +149,7 @@ impl Envelope {
         let raw: Raw<'_> = serde_json::from_str(text).ok()?;
         let is_response = raw.result.is_some() || raw.error.is_some();
         Some(Envelope {
+            is_error: raw.error.is_some(),
             id: raw.id.map(|id| id.get().to_owned()).filter(|id| id != "null"),
             method: raw.method,
             params_session: raw.params.and_then(|p| p.0),

@@ -57,7 +57,8 @@
 //! is replayed across connections: a connection that ends drops its outboxes, and a client
 //! re-attaches to a session with `session/load` on a new connection, which the agent serves
 //! (sessions outlive connections when the agent keeps them outside the per-connection value
-//! the factory makes).
+//! the factory makes). A successful `session/close` or `session/delete` is answered on the
+//! connection stream and ends the session's stream (after what it still holds).
 //!
 //! A connection ends on `DELETE`, when its agent ends, when it has had no stream attached and
 //! no POST for [`ServerOptions::idle_timeout`], or when its WebSocket closes. Its runtime
@@ -386,6 +387,9 @@ impl BoundServer {
 enum Route {
     Connection,
     Session(String),
+    /// `session/close` or `session/delete` of this session: a successful answer goes to the
+    /// connection stream and the session's stream is forgotten (it ends once read empty).
+    Ends(String),
 }
 
 /// The messages waiting for one stream's reader.
@@ -397,6 +401,8 @@ struct Outbox {
     waker: Option<Waker>,
     /// Opened by a GET before anything named the session.
     provisional: bool,
+    /// The session was closed or deleted: the stream ends once empty, and the outbox goes.
+    ended: bool,
 }
 
 impl Outbox {
@@ -591,6 +597,22 @@ async fn deliver(options: &ServerOptions, connection: &AcpConnection, line: Vec<
             }
             match route {
                 Some(Route::Session(session)) => Some(session),
+                Some(Route::Ends(session)) if envelope.is_error => Some(session),
+                Some(Route::Ends(session)) => {
+                    match streams.sessions.get_mut(&session) {
+                        // Whatever it still holds is read first; then its reader sees the end.
+                        Some(outbox) if outbox.reader => {
+                            outbox.ended = true;
+                            if let Some(waker) = outbox.waker.take() {
+                                waker.wake();
+                            }
+                        }
+                        _ => {
+                            streams.sessions.remove(&session);
+                        }
+                    }
+                    None
+                }
                 Some(Route::Connection) | None => None,
             }
         } else {
@@ -662,12 +684,17 @@ impl Body for ResponseBody {
 struct EventStream {
     connection: Arc<AcpConnection>,
     session: Option<String>,
+    /// Its session was closed (and its outbox removed).
+    ended: bool,
     keep_alive: Pin<Box<tokio::time::Sleep>>,
     every: Duration,
 }
 
 impl EventStream {
     fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
         {
             let mut streams = self.connection.streams.lock().expect("lock");
             let Some(outbox) = streams.outbox(self.session.as_deref()) else { return Poll::Ready(None) };
@@ -677,6 +704,13 @@ impl EventStream {
                 self.connection.drained.notify_waiters();
                 self.keep_alive.as_mut().reset((Instant::now() + self.every).into());
                 return Poll::Ready(Some(event));
+            }
+            if outbox.ended {
+                if let Some(session) = &self.session {
+                    streams.sessions.remove(session);
+                }
+                self.ended = true;
+                return Poll::Ready(None);
             }
             if self.connection.closed.is_cancelled() {
                 return Poll::Ready(None);
@@ -693,6 +727,9 @@ impl EventStream {
 
 impl Drop for EventStream {
     fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
         let mut streams = self.connection.streams.lock().expect("lock");
         if let Some(outbox) = streams.outbox(self.session.as_deref()) {
             outbox.reader = false;
@@ -914,6 +951,7 @@ impl ServerShared {
                 }
                 let route = match (method, &session_id) {
                     (Some("session/new" | "session/load"), _) | (_, None) => Route::Connection,
+                    (Some("session/close" | "session/delete"), Some(session)) => Route::Ends(session.clone()),
                     (_, Some(session)) => Route::Session(session.clone()),
                 };
                 streams.routes.insert(id.clone(), route);
@@ -1011,6 +1049,7 @@ impl ServerShared {
         let events = EventStream {
             connection: connection.clone(),
             session: session_id.clone(),
+            ended: false,
             keep_alive: Box::pin(tokio::time::sleep(every)),
             every,
         };
