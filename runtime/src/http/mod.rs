@@ -1,6 +1,6 @@
 //! The remote transport: ACP over Streamable HTTP and WebSocket on one endpoint (the
 //! remote-transport RFD, `rfds/streamable-http-websocket-transport.mdx`), server
-//! ([`server`], feature `http-server`) and client ([`client`], feature `http-client`).
+//! (`server`, feature `http-server`) and client (`client`, feature `http-client`).
 //!
 //! Both sides run an ordinary [`Connection`](crate::Connection) over in-memory pipes
 //! ([`crate::transport::duplex`]) and move whole JSON-RPC messages between those pipes and
