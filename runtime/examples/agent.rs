@@ -8,22 +8,61 @@
 //! `cargo run --example` builds it), one executable serves v1 and v2 clients: each
 //! connection's first `initialize` picks the version. Drive it with the `client` example:
 //! `cargo run -p acp-runtime --example client -- [--protocol 2] -- cargo run -q -p acp-runtime --example agent`
+//!
+//! `--listen ADDR` (e.g. `127.0.0.1:8080`; needs the `http-server` feature, on for
+//! `cargo run --example`) serves remote clients over Streamable HTTP and WebSocket on
+//! `http://ADDR/acp` instead of stdio.
 
 #[path = "common/agent.rs"]
 mod demo_agent;
 
+const USAGE: &str = "usage: agent [--v1-only | --v2-only] [--listen ADDR]";
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let flag = std::env::args().nth(1);
+    let mut flag = None;
+    let mut listen = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--listen" => match args.next() {
+                Some(addr) => listen = Some(addr),
+                None => return usage("--listen needs an address, e.g. 127.0.0.1:8080"),
+            },
+            _ if flag.is_none() => flag = Some(arg),
+            _ => return usage(&format!("unexpected argument {arg:?}")),
+        }
+    }
     let versions = match demo_agent::Versions::from_flag(flag.as_deref()) {
         Ok(versions) => versions,
-        Err(message) => {
-            eprintln!("error: {message}\nusage: agent [--v1-only | --v2-only]");
-            return std::process::ExitCode::from(2);
-        }
+        Err(message) => return usage(&message),
     };
+    if let Some(addr) = listen {
+        return listen_on(versions, &addr).await;
+    }
     match demo_agent::serve(versions).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(_) => std::process::ExitCode::FAILURE,
     }
+}
+
+#[cfg(feature = "http-server")]
+async fn listen_on(versions: demo_agent::Versions, addr: &str) -> std::process::ExitCode {
+    match demo_agent::listen(versions, addr).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: listening on {addr}: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(not(feature = "http-server"))]
+async fn listen_on(_: demo_agent::Versions, _: &str) -> std::process::ExitCode {
+    usage("--listen: built without the `http-server` feature")
+}
+
+fn usage(message: &str) -> std::process::ExitCode {
+    eprintln!("error: {message}\n{USAGE}");
+    std::process::ExitCode::from(2)
 }

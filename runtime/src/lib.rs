@@ -95,6 +95,8 @@ pub mod client;
 pub mod connection;
 pub mod framing;
 pub mod handler;
+#[cfg(any(feature = "http-server", feature = "http-client"))]
+pub mod http;
 pub mod jsonrpc;
 #[doc(hidden)]
 pub mod macro_support;

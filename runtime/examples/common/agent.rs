@@ -12,14 +12,19 @@
 //! With the `unstable_protocol_v2` feature the same endpoint serves protocol v2 too
 //! (`agent_v2.rs`): the client's first `initialize` picks the version ([`Versions`]).
 //!
+//! With `--listen ADDR` (feature `http-server`) the agent serves remote clients over HTTP and
+//! WebSocket instead of stdio ([`listen`]): one agent value per connection, sessions kept
+//! across connections, so a client that reconnects can go on with its session (in v2 through
+//! `session/resume`).
+//!
 //! Shared by the `agent` and `duet` examples (and built as a test binary by `acp-tests`).
 //! Logs go to stderr; stdout is the protocol. `ACP_DEMO_DELAY_MS` sets the pause between
 //! streamed words (default 40).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use acp_runtime::acp_types::{
@@ -105,6 +110,34 @@ pub async fn serve(versions: Versions) -> Result<(), acp_runtime::Error> {
     result
 }
 
+/// Serves the demo agent to remote clients on `addr` (Streamable HTTP and WebSocket on
+/// `http://ADDR/acp`) until the process is stopped. Prints `LISTENING <url>` on stdout (unused
+/// by the protocol in this mode) once bound.
+#[cfg(feature = "http-server")]
+#[allow(dead_code)] // the `duet` example shares this file and does not listen
+pub async fn listen(versions: Versions, addr: &str) -> std::io::Result<()> {
+    use acp_runtime::http::server::HttpServer;
+    use acp_runtime::version::ProtocolRouter;
+
+    let v1 = DemoAgent::new();
+    #[cfg(feature = "unstable_protocol_v2")]
+    let v2 = v2::DemoAgentV2::new(id_seed(), delay());
+    let server = HttpServer::new(move || {
+        let router = ProtocolRouter::new();
+        match versions {
+            Versions::V1 => router.with_v1_agent(v1.sibling()),
+            #[cfg(feature = "unstable_protocol_v2")]
+            Versions::V2 => router.with_v2_agent(v2.sibling()),
+            #[cfg(feature = "unstable_protocol_v2")]
+            Versions::Both => router.with_v1_agent(v1.sibling()).with_v2_agent(v2.sibling()),
+        }
+    });
+    let bound = server.bind(addr).await?;
+    log!("listening on {} ({versions:?})", bound.url());
+    println!("LISTENING {}", bound.url());
+    bound.run().await
+}
+
 /// Makes session ids unique across runs, not only within this process.
 fn id_seed() -> u64 {
     let nanos = std::time::SystemTime::now()
@@ -120,11 +153,11 @@ fn delay() -> Duration {
 }
 
 struct DemoAgent {
-    /// Session id -> working directory.
-    sessions: Mutex<HashMap<String, PathBuf>>,
+    /// Session id -> working directory; shared by the agents of all connections (`sibling`).
+    sessions: Arc<Mutex<HashMap<String, PathBuf>>>,
     /// Makes session ids unique across runs, not only within this process.
     id_seed: u64,
-    sessions_made: AtomicU64,
+    sessions_made: Arc<AtomicU64>,
     tool_calls_made: AtomicU64,
     messages_made: AtomicU64,
     /// The pause between streamed words.
@@ -134,12 +167,25 @@ struct DemoAgent {
 impl DemoAgent {
     fn new() -> Self {
         DemoAgent {
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Arc::default(),
             id_seed: id_seed(),
-            sessions_made: AtomicU64::new(0),
+            sessions_made: Arc::default(),
             tool_calls_made: AtomicU64::new(0),
             messages_made: AtomicU64::new(0),
             delay: delay(),
+        }
+    }
+
+    /// An agent for another connection that shares this one's sessions.
+    #[allow(dead_code)] // for `listen`, which the `duet` example (sharing this file) does not use
+    fn sibling(&self) -> Self {
+        DemoAgent {
+            sessions: self.sessions.clone(),
+            id_seed: self.id_seed,
+            sessions_made: self.sessions_made.clone(),
+            tool_calls_made: AtomicU64::new(0),
+            messages_made: AtomicU64::new(0),
+            delay: self.delay,
         }
     }
 

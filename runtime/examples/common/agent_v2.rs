@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use acp_runtime::acp_agent;
@@ -40,10 +40,11 @@ const ALLOW: &str = "allow-once";
 const REJECT: &str = "reject-once";
 
 pub struct DemoAgentV2 {
-    sessions: Mutex<HashMap<String, Session>>,
+    /// Shared by the agents of all connections (`sibling`).
+    sessions: Arc<Mutex<HashMap<String, Session>>>,
     /// Makes session ids unique across runs, not only within this process.
     id_seed: u64,
-    sessions_made: AtomicU64,
+    sessions_made: Arc<AtomicU64>,
     /// The pause between streamed words.
     delay: Duration,
 }
@@ -62,7 +63,18 @@ enum Entry {
 
 impl DemoAgentV2 {
     pub fn new(id_seed: u64, delay: Duration) -> Self {
-        DemoAgentV2 { sessions: Mutex::new(HashMap::new()), id_seed, sessions_made: AtomicU64::new(0), delay }
+        DemoAgentV2 { sessions: Arc::default(), id_seed, sessions_made: Arc::default(), delay }
+    }
+
+    /// An agent for another connection that shares this one's sessions.
+    #[allow(dead_code)] // for `listen`, which the `duet` example (sharing this file) does not use
+    pub fn sibling(&self) -> Self {
+        DemoAgentV2 {
+            sessions: self.sessions.clone(),
+            id_seed: self.id_seed,
+            sessions_made: self.sessions_made.clone(),
+            delay: self.delay,
+        }
     }
 
     fn sessions(&self) -> MutexGuard<'_, HashMap<String, Session>> {

@@ -1,0 +1,1200 @@
+//! The server side of the remote transport: [`HttpServer`] serves any [`Handler`] (an
+//! `#[acp_agent]` impl through [`HttpServer::agent`], a `ProtocolRouter` serving v1 and v2,
+//! a raw handler) to remote clients over Streamable HTTP and WebSocket on one endpoint,
+//! HTTP/1.1 and h2c (HTTP/2 with prior knowledge) on the same port.
+//!
+//! Owns: the endpoint's routing table, one runtime [`Connection`] per ACP connection (over
+//! in-memory pipes, so ordering, cancellation and backpressure are exactly stdio's), the
+//! per-stream outboxes that carry the agent's output to SSE readers, and the limits.
+//!
+//! # Routing
+//!
+//! | request | answer |
+//! |---|---|
+//! | any method, a path other than [`ServerOptions::path`] | 404 |
+//! | `Origin` not in [`ServerOptions::allowed_origins`] | 403 (browsers only send `Origin`; none is allowed by default) |
+//! | the [`HttpServer::authenticate`] hook refuses | its status (401 / 403) |
+//! | `POST`, `Content-Type` not `application/json` | 415 |
+//! | `POST`, body over [`ServerOptions::max_body_bytes`] | 413 |
+//! | `POST`, body not JSON | 400 with a JSON-RPC -32700 body |
+//! | `POST`, a batch (JSON array) | 501 with a JSON-RPC -32600 body (the RFD's answer) |
+//! | `POST`, JSON that is not a message object | 400 with a JSON-RPC -32600 body |
+//! | `POST` `initialize` without `Acp-Connection-Id` | a new connection; 200 with the agent's answer and `Acp-Connection-Id` (429 beyond [`ServerOptions::max_connections`]) |
+//! | `POST` `initialize` with `Acp-Connection-Id` | 400 |
+//! | `POST`, anything else without `Acp-Connection-Id` | 400 |
+//! | `POST`, unknown `Acp-Connection-Id` | 404 |
+//! | `POST`, a session's request or notification without `Acp-Session-Id` | 400 |
+//! | `POST`, `Acp-Session-Id` ≠ `params.sessionId` | 400 |
+//! | `POST`, a request id already in flight on the connection | 409 |
+//! | `POST` `session/new` beyond [`ServerOptions::max_sessions_per_connection`] | 429 |
+//! | `POST`, otherwise | 202; the answer comes on a stream |
+//! | `GET`, `Upgrade: websocket` | 101 and a new connection on the socket (`Acp-Connection-Id` in the 101) |
+//! | `GET`, `Accept` without `text/event-stream` | 406 |
+//! | `GET`, no / unknown `Acp-Connection-Id` | 400 / 404 |
+//! | `GET`, a stream that already has a reader | 409 |
+//! | `GET`, `Acp-Session-Id` not known yet | a provisional stream (the RFD's re-attach flow opens it before `session/load`), at most [`ServerOptions::max_provisional_sessions`], then 404 |
+//! | `GET`, otherwise | 200, `text/event-stream` |
+//! | `DELETE`, no / unknown `Acp-Connection-Id` | 400 / 404 |
+//! | `DELETE` | 202; the connection ends, its streams close |
+//! | `OPTIONS` | a CORS preflight: 204 for an allowed origin, else 403 |
+//! | other methods | 405 with `Allow` |
+//! | an `Acp-Connection-Id` / `Acp-Session-Id` longer than [`ServerOptions::max_id_bytes`] | 400 |
+//!
+//! # Streams
+//!
+//! The agent's output is routed by [`Envelope`]: the answer to a POSTed request goes to the
+//! stream of that POST's session (`Acp-Session-Id`), except `session/new` and `session/load`,
+//! whose answers go to the connection stream (the client may have no session stream yet);
+//! the agent's own requests and notifications go to the stream of their `params.sessionId`,
+//! or to the connection stream. A session becomes known when the agent answers with its id
+//! (`result.sessionId`), when a POST names it, or when the agent sends something about it.
+//!
+//! What the agent sends to a stream with no reader waits in that stream's outbox and is
+//! delivered when a reader attaches; an outbox keeps its messages when its reader goes. Past
+//! [`ServerOptions::max_buffered_bytes`] in one outbox the connection is slowed down (the
+//! agent's sends wait, as on a full pipe), and if nothing is read for
+//! [`ServerOptions::output_stall`] the connection is closed. As the RFD says for v1, nothing
+//! is replayed across connections: a connection that ends drops its outboxes, and a client
+//! re-attaches to a session with `session/load` on a new connection, which the agent serves
+//! (sessions outlive connections when the agent keeps them outside the per-connection value
+//! the factory makes). A successful `session/close` or `session/delete` is answered on the
+//! connection stream and ends the session's stream (after what it still holds).
+//!
+//! A connection ends on `DELETE`, when its agent ends, when it has had no stream attached and
+//! no POST for [`ServerOptions::idle_timeout`], or when its WebSocket closes. Its runtime
+//! connection then sees end of input, so every call the agent has pending on the client is
+//! answered with an error: nothing waits forever.
+//!
+//! Keep-alive: an idle SSE stream gets a `:` comment every [`ServerOptions::keep_alive`]; a
+//! WebSocket gets a ping as often, and is closed when nothing (not even a pong) has come from
+//! the client for three times that.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming};
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::http::request::Parts;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, ToSocketAddrs};
+use tokio::sync::{Notify, oneshot};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    CONNECTION_ID_HEADER, DEFAULT_PATH, EVENT_STREAM, Envelope, SESSION_ID_HEADER, new_id, one_line, sse_event,
+};
+use crate::agent::{AgentContext, AgentHandler};
+use crate::connection::{Connection, Serve};
+use crate::framing::{Frame as LineFrame, LineReader};
+use crate::handler::Handler;
+use crate::transport::{DuplexEnd, PipeReader, PipeWriter, duplex};
+
+/// Limits and defaults of an [`HttpServer`]. Every limit answers with a clear HTTP status
+/// (see the [module docs](self)). Change what you need and take the rest from `default()`:
+/// `ServerOptions { max_connections: 64, ..ServerOptions::default() }`.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// The endpoint's path (`/acp`).
+    pub path: String,
+    /// Largest POST body (16 MiB): 413 beyond.
+    pub max_body_bytes: usize,
+    /// Bytes one stream's outbox holds before the agent's sends wait (16 MiB).
+    pub max_buffered_bytes: usize,
+    /// How long an outbox may stay full with nothing read before the connection is closed
+    /// (60 s).
+    pub output_stall: Duration,
+    /// Open connections, both profiles (1024): 429 beyond.
+    pub max_connections: usize,
+    /// Sessions (streams) per connection (256): `session/new` is answered 429 beyond.
+    pub max_sessions_per_connection: usize,
+    /// Session streams opened before their session is known (16): 404 beyond.
+    pub max_provisional_sessions: usize,
+    /// Longest `Acp-Connection-Id` / `Acp-Session-Id` header accepted (256 bytes): 400 beyond.
+    pub max_id_bytes: usize,
+    /// A connection with no stream attached and no POST for this long is closed (5 min).
+    pub idle_timeout: Duration,
+    /// How long to wait for the agent's answer to `initialize` (30 s): 504 beyond.
+    pub initialize_timeout: Duration,
+    /// The SSE keep-alive comment and WebSocket ping interval (15 s).
+    pub keep_alive: Duration,
+    /// Origins (`https://app.example`) allowed to call from a browser; `*` allows any. Empty
+    /// by default: a request carrying `Origin` is refused with 403.
+    pub allowed_origins: Vec<String>,
+    /// Largest WebSocket message (16 MiB).
+    pub max_ws_message_bytes: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            path: DEFAULT_PATH.to_owned(),
+            max_body_bytes: 16 << 20,
+            max_buffered_bytes: 16 << 20,
+            output_stall: Duration::from_secs(60),
+            max_connections: 1024,
+            max_sessions_per_connection: 256,
+            max_provisional_sessions: 16,
+            max_id_bytes: 256,
+            idle_timeout: Duration::from_secs(300),
+            initialize_timeout: Duration::from_secs(30),
+            keep_alive: Duration::from_secs(15),
+            allowed_origins: Vec::new(),
+            max_ws_message_bytes: 16 << 20,
+        }
+    }
+}
+
+/// A refusal from the [`HttpServer::authenticate`] hook: the HTTP status and a short text.
+#[derive(Clone, Debug)]
+pub struct Rejection {
+    status: StatusCode,
+    message: String,
+}
+
+impl Rejection {
+    /// 401: no or unusable credentials (sent with `WWW-Authenticate: Bearer`).
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Rejection { status: StatusCode::UNAUTHORIZED, message: message.into() }
+    }
+
+    /// 403: credentials understood and refused.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Rejection { status: StatusCode::FORBIDDEN, message: message.into() }
+    }
+}
+
+type AuthHook = dyn Fn(&Parts) -> Result<(), Rejection> + Send + Sync;
+type StartConnection = dyn Fn(DuplexEnd) -> Serve + Send + Sync;
+
+/// Serves ACP agents over HTTP and WebSocket; see the [module docs](self).
+///
+/// ```no_run
+/// # async fn run() -> std::io::Result<()> {
+/// use acp_runtime::http::server::HttpServer;
+/// # struct MyAgent;
+/// # impl acp_runtime::acp_types::Agent<acp_runtime::AgentContext> for MyAgent {}
+/// // One agent value per ACP connection; listens on 127.0.0.1 only.
+/// let server = HttpServer::agent(|| MyAgent).bind("127.0.0.1:8080").await?;
+/// println!("listening on http://{}/acp", server.local_addr());
+/// server.run().await
+/// # }
+/// ```
+pub struct HttpServer {
+    shared: Arc<ServerShared>,
+}
+
+impl std::fmt::Debug for HttpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpServer").field("options", &self.shared.options).finish_non_exhaustive()
+    }
+}
+
+struct ServerShared {
+    options: ServerOptions,
+    start: Box<StartConnection>,
+    auth: Option<Box<AuthHook>>,
+    connections: Mutex<HashMap<String, Arc<AcpConnection>>>,
+    /// Connections of both profiles (WebSocket ones are not in `connections`).
+    open: std::sync::atomic::AtomicUsize,
+    shutdown: CancellationToken,
+}
+
+impl HttpServer {
+    /// A server whose every ACP connection is served by a fresh handler from `make_handler`
+    /// (with [`Connection`]'s default options; see [`HttpServer::with_connection`]).
+    pub fn new<H, F>(make_handler: F) -> Self
+    where
+        H: Handler,
+        F: Fn() -> H + Send + Sync + 'static,
+    {
+        Self::with_connection(Connection::new, make_handler)
+    }
+
+    /// A server for an `#[acp_agent]` (v1) impl: one agent value per ACP connection.
+    pub fn agent<A, F>(make_agent: F) -> Self
+    where
+        A: acp_types::Agent<AgentContext> + 'static,
+        F: Fn() -> A + Send + Sync + 'static,
+    {
+        Self::new(move || AgentHandler::new(make_agent()))
+    }
+
+    /// Like [`HttpServer::new`], with each runtime connection built by `connection` (its
+    /// limits, cancellation grace, wire tap).
+    pub fn with_connection<H, F, C>(connection: C, make_handler: F) -> Self
+    where
+        H: Handler,
+        F: Fn() -> H + Send + Sync + 'static,
+        C: Fn() -> Connection + Send + Sync + 'static,
+    {
+        let start = move |(reader, writer): DuplexEnd| connection().serve(reader, writer, make_handler()).1;
+        HttpServer {
+            shared: Arc::new(ServerShared {
+                options: ServerOptions::default(),
+                start: Box::new(start),
+                auth: None,
+                connections: Mutex::new(HashMap::new()),
+                open: Default::default(),
+                shutdown: CancellationToken::new(),
+            }),
+        }
+    }
+
+    fn shared_mut(&mut self) -> &mut ServerShared {
+        Arc::get_mut(&mut self.shared).expect("an HttpServer is configured before it is bound")
+    }
+
+    /// Replaces the limits and defaults.
+    #[must_use]
+    pub fn options(mut self, options: ServerOptions) -> Self {
+        self.shared_mut().options = options;
+        self
+    }
+
+    /// Checks every HTTP request (all methods, the WebSocket upgrade included) before anything
+    /// else; a [`Rejection`] is answered with its status.
+    #[must_use]
+    pub fn authenticate(mut self, hook: impl Fn(&Parts) -> Result<(), Rejection> + Send + Sync + 'static) -> Self {
+        self.shared_mut().auth = Some(Box::new(hook));
+        self
+    }
+
+    /// Requires `Authorization: Bearer <token>` on every request: 401 without it, 403 with
+    /// another token.
+    #[must_use]
+    pub fn bearer_token(self, token: impl Into<String>) -> Self {
+        let expected = format!("Bearer {}", token.into());
+        self.authenticate(move |parts| match parts.headers.get(header::AUTHORIZATION) {
+            None => Err(Rejection::unauthorized("a bearer token is required")),
+            Some(value) if constant_time_eq(value.as_bytes(), expected.as_bytes()) => Ok(()),
+            Some(_) => Err(Rejection::forbidden("the bearer token is not accepted")),
+        })
+    }
+
+    /// Binds `addr` (use `127.0.0.1:PORT` to stay local, `0.0.0.0:PORT` to listen on every
+    /// interface; port 0 picks a free one).
+    pub async fn bind(self, addr: impl ToSocketAddrs) -> std::io::Result<BoundServer> {
+        let listener = TcpListener::bind(addr).await?;
+        self.listen(listener)
+    }
+
+    /// Serves on an already bound listener.
+    pub fn listen(self, listener: TcpListener) -> std::io::Result<BoundServer> {
+        let local_addr = listener.local_addr()?;
+        Ok(BoundServer { shared: self.shared, listener, local_addr })
+    }
+}
+
+/// A bound [`HttpServer`]: its address is known, [`BoundServer::run`] serves.
+#[derive(Debug)]
+pub struct BoundServer {
+    shared: Arc<ServerShared>,
+    listener: TcpListener,
+    local_addr: SocketAddr,
+}
+
+impl std::fmt::Debug for ServerShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerShared").field("options", &self.options).finish_non_exhaustive()
+    }
+}
+
+/// Stops a running server: no new TCP connections, every ACP connection closed.
+#[derive(Clone, Debug)]
+pub struct ShutdownHandle(CancellationToken);
+
+impl ShutdownHandle {
+    /// Stops the server; [`BoundServer::run`] returns.
+    pub fn shutdown(&self) {
+        self.0.cancel();
+    }
+}
+
+impl BoundServer {
+    /// The address the server listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The endpoint's URL (`http://ADDR/acp`).
+    pub fn url(&self) -> String {
+        format!("http://{}{}", self.local_addr, self.shared.options.path)
+    }
+
+    /// A handle that stops [`BoundServer::run`].
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle(self.shared.shutdown.clone())
+    }
+
+    /// Accepts and serves connections until [`ShutdownHandle::shutdown`]. Errors accepting
+    /// one TCP connection are logged and do not stop the server.
+    pub async fn run(self) -> std::io::Result<()> {
+        let BoundServer { shared, listener, .. } = self;
+        let sweeper = crate::tasks::AbortOnDrop::spawn(sweep_idle(shared.clone()));
+        loop {
+            tokio::select! {
+                () = shared.shutdown.cancelled() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, peer)) => {
+                        let _ = tcp.set_nodelay(true);
+                        let shared = shared.clone();
+                        tokio::spawn(async move {
+                            let service = hyper::service::service_fn(move |req| {
+                                let shared = shared.clone();
+                                async move { Ok::<_, Infallible>(shared.handle(req).await) }
+                            });
+                            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                            if let Err(error) = builder.serve_connection_with_upgrades(TokioIo::new(tcp), service).await {
+                                tracing::debug!(%peer, %error, "http connection ended with an error");
+                            }
+                        });
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "accepting a TCP connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+            }
+        }
+        drop(sweeper);
+        let all: Vec<_> = shared.connections.lock().expect("lock").drain().map(|(_, c)| c).collect();
+        for connection in all {
+            connection.close();
+        }
+        Ok(())
+    }
+}
+
+// ---- one ACP connection (Streamable HTTP profile) -------------------------------------------
+
+/// Where the answer to a POSTed request goes.
+#[derive(Clone, Debug)]
+enum Route {
+    Connection,
+    Session(String),
+    /// `session/close` or `session/delete` of this session: a successful answer goes to the
+    /// connection stream and the session's stream is forgotten (it ends once read empty).
+    Ends(String),
+}
+
+/// The messages waiting for one stream's reader.
+#[derive(Default)]
+struct Outbox {
+    queue: VecDeque<Bytes>,
+    bytes: usize,
+    reader: bool,
+    waker: Option<Waker>,
+    /// Opened by a GET before anything named the session.
+    provisional: bool,
+    /// The session was closed or deleted: the stream ends once empty, and the outbox goes.
+    ended: bool,
+}
+
+impl Outbox {
+    fn push(&mut self, event: Bytes) {
+        self.bytes += event.len();
+        self.queue.push_back(event);
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+}
+
+#[derive(Default)]
+struct Streams {
+    connection: Outbox,
+    sessions: HashMap<String, Outbox>,
+    /// Request id (JSON text) → the stream of its answer.
+    routes: HashMap<String, Route>,
+    /// The pending `initialize`: its id and where its answer goes.
+    initialize: Option<(String, oneshot::Sender<Vec<u8>>)>,
+}
+
+impl Streams {
+    fn outbox(&mut self, session: Option<&str>) -> Option<&mut Outbox> {
+        match session {
+            None => Some(&mut self.connection),
+            Some(id) => self.sessions.get_mut(id),
+        }
+    }
+
+    fn provisional_count(&self) -> usize {
+        self.sessions.values().filter(|o| o.provisional).count()
+    }
+}
+
+struct AcpConnection {
+    id: String,
+    to_agent: tokio::sync::Mutex<Option<PipeWriter>>,
+    streams: Mutex<Streams>,
+    /// Woken whenever a reader takes something from an outbox.
+    drained: Notify,
+    closed: CancellationToken,
+    last_active: Mutex<Instant>,
+}
+
+impl AcpConnection {
+    fn touch(&self) {
+        *self.last_active.lock().expect("lock") = Instant::now();
+    }
+
+    /// Ends the connection: the agent sees end of input, every stream ends once drained.
+    fn close(&self) {
+        self.closed.cancel();
+        let mut streams = self.streams.lock().expect("lock");
+        streams.initialize = None;
+        let wake = |o: &mut Outbox| {
+            if let Some(w) = o.waker.take() {
+                w.wake();
+            }
+        };
+        wake(&mut streams.connection);
+        streams.sessions.values_mut().for_each(wake);
+    }
+
+    /// Writes one client message (a single line) to the agent.
+    async fn send_to_agent(&self, line: &[u8]) -> Result<(), ()> {
+        let mut guard = self.to_agent.lock().await;
+        let Some(writer) = guard.as_mut() else { return Err(()) };
+        let write = async {
+            writer.write_all(line).await?;
+            writer.write_all(b"\n").await
+        };
+        tokio::select! {
+            result = write => result.map_err(|_| ()),
+            () = self.closed.cancelled() => Err(()),
+        }
+    }
+}
+
+impl ServerShared {
+    fn connection(&self, id: &str) -> Option<Arc<AcpConnection>> {
+        self.connections.lock().expect("lock").get(id).cloned()
+    }
+
+    fn remove(&self, id: &str) {
+        if self.connections.lock().expect("lock").remove(id).is_some() {
+            self.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Reserves a connection slot, or `None` at the limit.
+    fn reserve_slot(&self) -> Option<SlotGuard<'_>> {
+        let open = self.open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let guard = SlotGuard { shared: self, keep: false };
+        (open < self.options.max_connections).then_some(guard)
+    }
+
+    /// Starts the agent side of a new connection: its runtime connection over in-memory
+    /// pipes, served on a task. Returns our ends of the pipes.
+    fn start_agent(&self) -> (PipeReader, PipeWriter) {
+        let (agent_end, (from_agent, to_agent)) = duplex(64 * 1024);
+        let serve = (self.start)(agent_end);
+        tokio::spawn(async move {
+            if let Err(error) = serve.await {
+                tracing::debug!(%error, "an http-served connection ended with an error");
+            }
+        });
+        (from_agent, to_agent)
+    }
+}
+
+/// A connection slot counted in `open`, given back unless kept.
+struct SlotGuard<'a> {
+    shared: &'a ServerShared,
+    keep: bool,
+}
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        if !self.keep {
+            self.shared.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// Closes connections idle for longer than the limit.
+async fn sweep_idle(shared: Arc<ServerShared>) {
+    let limit = shared.options.idle_timeout;
+    let mut tick = tokio::time::interval((limit / 4).max(Duration::from_millis(50)));
+    loop {
+        tick.tick().await;
+        let idle: Vec<_> = {
+            let connections = shared.connections.lock().expect("lock");
+            connections
+                .values()
+                .filter(|c| {
+                    let streams = c.streams.lock().expect("lock");
+                    let reading = streams.connection.reader || streams.sessions.values().any(|o| o.reader);
+                    !reading && c.last_active.lock().expect("lock").elapsed() >= limit
+                })
+                .cloned()
+                .collect()
+        };
+        for connection in idle {
+            tracing::debug!(connection = %connection.id, "closing an idle connection");
+            shared.remove(&connection.id);
+            connection.close();
+        }
+    }
+}
+
+/// Carries the agent's output to the outboxes until the agent ends, then closes the
+/// connection.
+async fn route_output(shared: Arc<ServerShared>, connection: Arc<AcpConnection>, from_agent: PipeReader) {
+    let mut lines = LineReader::new(from_agent, usize::MAX >> 1);
+    loop {
+        let line = tokio::select! {
+            frame = lines.next_frame() => match frame {
+                Ok(Some(LineFrame::Line(line))) => line.to_vec(),
+                Ok(Some(LineFrame::Oversized { .. })) => continue,
+                Ok(None) | Err(_) => break,
+            },
+            () = connection.closed.cancelled() => break,
+        };
+        if !deliver(&shared.options, &connection, line).await {
+            break;
+        }
+    }
+    shared.remove(&connection.id);
+    connection.close();
+}
+
+/// Puts one agent message in its outbox, waiting while that outbox is over its limit.
+/// Returns false when the connection must end (closed, or stalled).
+async fn deliver(options: &ServerOptions, connection: &AcpConnection, line: Vec<u8>) -> bool {
+    let envelope = std::str::from_utf8(&line).ok().and_then(Envelope::read).unwrap_or_default();
+    let target = {
+        let mut streams = connection.streams.lock().expect("lock");
+        if envelope.is_response {
+            if let (Some(id), Some((init_id, _))) = (&envelope.id, &streams.initialize) {
+                if id == init_id {
+                    let (_, answer) = streams.initialize.take().expect("checked");
+                    let _ = answer.send(line);
+                    return true;
+                }
+            }
+            let route = envelope.id.as_ref().and_then(|id| streams.routes.remove(id));
+            if let Some(session) = &envelope.result_session {
+                // Known before its id reaches the client, so that an immediate GET finds it.
+                let outbox = streams.sessions.entry(session.clone()).or_default();
+                outbox.provisional = false;
+            }
+            match route {
+                Some(Route::Session(session)) => Some(session),
+                Some(Route::Ends(session)) if envelope.is_error => Some(session),
+                Some(Route::Ends(session)) => {
+                    match streams.sessions.get_mut(&session) {
+                        // Whatever it still holds is read first; then its reader sees the end.
+                        Some(outbox) if outbox.reader => {
+                            outbox.ended = true;
+                            if let Some(waker) = outbox.waker.take() {
+                                waker.wake();
+                            }
+                        }
+                        _ => {
+                            streams.sessions.remove(&session);
+                        }
+                    }
+                    None
+                }
+                Some(Route::Connection) | None => None,
+            }
+        } else {
+            let to_session =
+                envelope.params_session.clone().filter(|_| envelope.method.as_deref() != Some("$/cancel_request"));
+            if let Some(session) = &to_session {
+                streams.sessions.entry(session.clone()).or_default().provisional = false;
+            }
+            to_session
+        }
+    };
+    let event = Bytes::from(sse_event(&line));
+    let deadline = Instant::now() + options.output_stall;
+    loop {
+        let drained = connection.drained.notified();
+        {
+            let mut streams = connection.streams.lock().expect("lock");
+            let Some(outbox) = streams.outbox(target.as_deref()) else { return true };
+            if outbox.bytes < options.max_buffered_bytes {
+                outbox.push(event);
+                return true;
+            }
+        }
+        tokio::select! {
+            () = drained => {}
+            () = connection.closed.cancelled() => return false,
+            () = tokio::time::sleep_until(deadline.into()) => {
+                tracing::warn!(connection = %connection.id, "closing a connection whose client stopped reading");
+                return false;
+            }
+        }
+    }
+}
+
+// ---- request handling -----------------------------------------------------------------------
+
+/// The body of every response: a whole text, or an SSE stream.
+enum ResponseBody {
+    Full(Option<Bytes>),
+    Events(EventStream),
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            ResponseBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            ResponseBody::Events(events) => events.poll_event(cx).map(|e| e.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, ResponseBody::Full(None))
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self {
+            ResponseBody::Full(bytes) => {
+                hyper::body::SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            ResponseBody::Events(_) => hyper::body::SizeHint::default(),
+        }
+    }
+}
+
+/// An SSE reader attached to one outbox; detaches when dropped (the client went away).
+struct EventStream {
+    connection: Arc<AcpConnection>,
+    session: Option<String>,
+    /// Its session was closed (and its outbox removed).
+    ended: bool,
+    keep_alive: Pin<Box<tokio::time::Sleep>>,
+    every: Duration,
+}
+
+impl EventStream {
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        {
+            let mut streams = self.connection.streams.lock().expect("lock");
+            let Some(outbox) = streams.outbox(self.session.as_deref()) else { return Poll::Ready(None) };
+            if let Some(event) = outbox.queue.pop_front() {
+                outbox.bytes -= event.len();
+                drop(streams);
+                self.connection.drained.notify_waiters();
+                self.keep_alive.as_mut().reset((Instant::now() + self.every).into());
+                return Poll::Ready(Some(event));
+            }
+            if outbox.ended {
+                if let Some(session) = &self.session {
+                    streams.sessions.remove(session);
+                }
+                self.ended = true;
+                return Poll::Ready(None);
+            }
+            if self.connection.closed.is_cancelled() {
+                return Poll::Ready(None);
+            }
+            outbox.waker = Some(cx.waker().clone());
+        }
+        if self.keep_alive.as_mut().poll(cx).is_ready() {
+            self.keep_alive.as_mut().reset((Instant::now() + self.every).into());
+            return Poll::Ready(Some(Bytes::from_static(super::SSE_KEEP_ALIVE)));
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let mut streams = self.connection.streams.lock().expect("lock");
+        if let Some(outbox) = streams.outbox(self.session.as_deref()) {
+            outbox.reader = false;
+            outbox.waker = None;
+        }
+        drop(streams);
+        self.connection.touch();
+    }
+}
+
+type HttpResponse = Response<ResponseBody>;
+
+fn text(status: StatusCode, message: &str) -> HttpResponse {
+    let mut response = Response::new(ResponseBody::Full(Some(Bytes::from(format!("{message}\n")))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+fn json(status: StatusCode, body: Vec<u8>) -> HttpResponse {
+    let mut response = Response::new(ResponseBody::Full(Some(Bytes::from(body))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// A JSON-RPC error with `id: null`, for HTTP answers to input that never reached the agent.
+fn rpc_error(status: StatusCode, code: i64, message: &str) -> HttpResponse {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
+    json(status, body.to_string().into_bytes())
+}
+
+fn empty(status: StatusCode) -> HttpResponse {
+    let mut response = Response::new(ResponseBody::Full(None));
+    *response.status_mut() = status;
+    response
+}
+
+/// A header's value as text; a 400 answer when it is not text or too long.
+fn id_header(headers: &HeaderMap, name: &str, max: usize) -> Result<Option<String>, BadHeader> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(value) if value.len() > max => Err(BadHeader(format!("{name} is too long"))),
+        Some(value) => match value.to_str() {
+            Ok(text) if !text.is_empty() => Ok(Some(text.to_owned())),
+            _ => Err(BadHeader(format!("{name} is not a valid id"))),
+        },
+    }
+}
+
+/// Why an id header was refused (answered 400).
+struct BadHeader(String);
+
+impl From<BadHeader> for HttpResponse {
+    fn from(BadHeader(message): BadHeader) -> Self {
+        text(StatusCode::BAD_REQUEST, &message)
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn media_type_is(value: Option<&HeaderValue>, wanted: &str) -> bool {
+    value
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(wanted))
+}
+
+fn accepts_events(headers: &HeaderMap) -> bool {
+    headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).any(|v| {
+        v.split(',').any(|item| item.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case(EVENT_STREAM)))
+    })
+}
+
+fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
+    headers.get(header::UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+}
+
+impl ServerShared {
+    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> HttpResponse {
+        let origin = req.headers().get(header::ORIGIN).cloned();
+        let allowed_origin = match &origin {
+            None => None,
+            Some(origin) => {
+                let allowed =
+                    origin.to_str().is_ok_and(|o| self.options.allowed_origins.iter().any(|a| a == "*" || a == o));
+                if !allowed {
+                    return text(StatusCode::FORBIDDEN, "this origin is not allowed");
+                }
+                Some(origin.clone())
+            }
+        };
+        let mut response = self.route(req).await;
+        if let Some(origin) = allowed_origin {
+            let headers = response.headers_mut();
+            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+            headers.insert(header::ACCESS_CONTROL_ALLOW_CREDENTIALS, HeaderValue::from_static("true"));
+            headers.insert(
+                header::ACCESS_CONTROL_EXPOSE_HEADERS,
+                HeaderValue::from_static("acp-connection-id, acp-session-id"),
+            );
+            headers.append(header::VARY, HeaderValue::from_static("origin"));
+        }
+        response
+    }
+
+    async fn route(self: Arc<Self>, req: Request<Incoming>) -> HttpResponse {
+        if req.uri().path() != self.options.path {
+            return text(StatusCode::NOT_FOUND, "no ACP endpoint here");
+        }
+        if req.method() == Method::OPTIONS {
+            return preflight();
+        }
+        let (parts, body) = req.into_parts();
+        if let Some(auth) = &self.auth {
+            if let Err(rejection) = auth(&parts) {
+                let mut response = text(rejection.status, &rejection.message);
+                if rejection.status == StatusCode::UNAUTHORIZED {
+                    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                }
+                return response;
+            }
+        }
+        match parts.method {
+            Method::POST => self.post(parts, body).await,
+            Method::GET if is_websocket_upgrade(&parts.headers) => self.upgrade(Request::from_parts(parts, body)),
+            Method::GET => self.get(&parts),
+            Method::DELETE => self.delete(&parts),
+            _ => {
+                let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "use POST, GET or DELETE");
+                response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE, OPTIONS"));
+                response
+            }
+        }
+    }
+
+    async fn post(self: Arc<Self>, parts: Parts, body: Incoming) -> HttpResponse {
+        if !media_type_is(parts.headers.get(header::CONTENT_TYPE), "application/json") {
+            return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, "the body must be application/json");
+        }
+        let limit = self.options.max_body_bytes;
+        let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > limit as u64) {
+            return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("the body is over {limit} bytes"));
+        }
+        let body = match http_body_util::Limited::new(body, limit).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+                return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("the body is over {limit} bytes"));
+            }
+            Err(_) => return text(StatusCode::BAD_REQUEST, "the body could not be read"),
+        };
+        let Ok(value) = serde_json::from_slice::<&serde_json::value::RawValue>(&body) else {
+            return rpc_error(StatusCode::BAD_REQUEST, -32700, "Parse error: the body is not one JSON value");
+        };
+        let first = value.get().as_bytes().first().copied();
+        if first == Some(b'[') {
+            return rpc_error(
+                StatusCode::NOT_IMPLEMENTED,
+                -32600,
+                "Invalid Request: batches are not supported over HTTP",
+            );
+        }
+        let envelope = match std::str::from_utf8(&body).ok().and_then(Envelope::read) {
+            Some(envelope) if first == Some(b'{') && (envelope.method.is_some() || envelope.is_response) => envelope,
+            _ => return rpc_error(StatusCode::BAD_REQUEST, -32600, "Invalid Request: not a JSON-RPC message"),
+        };
+        let max_id = self.options.max_id_bytes;
+        let connection_id = match id_header(&parts.headers, CONNECTION_ID_HEADER, max_id) {
+            Ok(id) => id,
+            Err(bad) => return bad.into(),
+        };
+        let session_id = match id_header(&parts.headers, SESSION_ID_HEADER, max_id) {
+            Ok(id) => id,
+            Err(bad) => return bad.into(),
+        };
+        let line = one_line(body.to_vec());
+        let is_initialize = envelope.method.as_deref() == Some("initialize");
+        let Some(connection_id) = connection_id else {
+            return match (is_initialize, &envelope.id) {
+                (true, Some(id)) if !envelope.is_response => self.initialize(id.clone(), line).await,
+                _ => text(StatusCode::BAD_REQUEST, "Acp-Connection-Id is required (send initialize first)"),
+            };
+        };
+        if is_initialize {
+            return text(StatusCode::BAD_REQUEST, "initialize is not allowed on an existing connection");
+        }
+        let Some(connection) = self.connection(&connection_id) else {
+            return text(StatusCode::NOT_FOUND, "unknown Acp-Connection-Id");
+        };
+        connection.touch();
+        if let (Some(header), Some(param)) = (&session_id, &envelope.params_session) {
+            if header != param {
+                return text(StatusCode::BAD_REQUEST, "Acp-Session-Id does not match params.sessionId");
+            }
+        }
+        if !envelope.is_response && envelope.is_session_scoped() && session_id.is_none() {
+            return text(StatusCode::BAD_REQUEST, "Acp-Session-Id is required for a session's messages");
+        }
+        {
+            let mut streams = connection.streams.lock().expect("lock");
+            let method = envelope.method.as_deref();
+            if method == Some("session/new") && streams.sessions.len() >= self.options.max_sessions_per_connection {
+                return text(StatusCode::TOO_MANY_REQUESTS, "too many sessions on this connection");
+            }
+            if let Some(session) = &session_id {
+                if !streams.sessions.contains_key(session) {
+                    if streams.sessions.len() >= self.options.max_sessions_per_connection {
+                        return text(StatusCode::TOO_MANY_REQUESTS, "too many sessions on this connection");
+                    }
+                    streams.sessions.insert(session.clone(), Outbox::default());
+                }
+            }
+            if let (Some(id), false) = (&envelope.id, envelope.is_response) {
+                if streams.routes.contains_key(id) {
+                    return text(StatusCode::CONFLICT, "a request with this id is already in flight");
+                }
+                let route = match (method, &session_id) {
+                    (Some("session/new" | "session/load"), _) | (_, None) => Route::Connection,
+                    (Some("session/close" | "session/delete"), Some(session)) => Route::Ends(session.clone()),
+                    (_, Some(session)) => Route::Session(session.clone()),
+                };
+                streams.routes.insert(id.clone(), route);
+            }
+        }
+        match connection.send_to_agent(&line).await {
+            Ok(()) => empty(StatusCode::ACCEPTED),
+            Err(()) => text(StatusCode::NOT_FOUND, "the connection has ended"),
+        }
+    }
+
+    async fn initialize(self: Arc<Self>, id: String, line: Vec<u8>) -> HttpResponse {
+        let Some(mut slot) = self.reserve_slot() else {
+            return text(StatusCode::TOO_MANY_REQUESTS, "too many connections");
+        };
+        let (from_agent, to_agent) = self.start_agent();
+        let (answer_tx, answer_rx) = oneshot::channel();
+        let connection = Arc::new(AcpConnection {
+            id: new_id(),
+            to_agent: tokio::sync::Mutex::new(Some(to_agent)),
+            streams: Mutex::new(Streams { initialize: Some((id, answer_tx)), ..Streams::default() }),
+            drained: Notify::new(),
+            closed: CancellationToken::new(),
+            last_active: Mutex::new(Instant::now()),
+        });
+        slot.keep = true;
+        drop(slot);
+        self.connections.lock().expect("lock").insert(connection.id.clone(), connection.clone());
+        tokio::spawn(route_output(self.clone(), connection.clone(), from_agent));
+        let fail = |status, message| {
+            self.remove(&connection.id);
+            connection.close();
+            text(status, message)
+        };
+        if connection.send_to_agent(&line).await.is_err() {
+            return fail(StatusCode::BAD_GATEWAY, "the agent ended before initialize");
+        }
+        let answer = match tokio::time::timeout(self.options.initialize_timeout, answer_rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => return fail(StatusCode::BAD_GATEWAY, "the agent ended without answering initialize"),
+            Err(_) => return fail(StatusCode::GATEWAY_TIMEOUT, "the agent did not answer initialize in time"),
+        };
+        let succeeded = serde_json::from_slice::<serde_json::Value>(&answer).is_ok_and(|v| v.get("result").is_some());
+        if !succeeded {
+            // A refused initialize creates no connection: the client may try again.
+            self.remove(&connection.id);
+            connection.close();
+            return json(StatusCode::OK, answer);
+        }
+        let mut response = json(StatusCode::OK, answer);
+        response
+            .headers_mut()
+            .insert(CONNECTION_ID_HEADER, HeaderValue::from_str(&connection.id).expect("hex id is a header value"));
+        response
+    }
+
+    fn get(&self, parts: &Parts) -> HttpResponse {
+        if !accepts_events(&parts.headers) {
+            return text(StatusCode::NOT_ACCEPTABLE, "Accept must include text/event-stream");
+        }
+        let max_id = self.options.max_id_bytes;
+        let (connection_id, session_id) = match (
+            id_header(&parts.headers, CONNECTION_ID_HEADER, max_id),
+            id_header(&parts.headers, SESSION_ID_HEADER, max_id),
+        ) {
+            (Ok(c), Ok(s)) => (c, s),
+            (Err(bad), _) | (_, Err(bad)) => return bad.into(),
+        };
+        let Some(connection_id) = connection_id else {
+            return text(StatusCode::BAD_REQUEST, "Acp-Connection-Id is required");
+        };
+        let Some(connection) = self.connection(&connection_id) else {
+            return text(StatusCode::NOT_FOUND, "unknown Acp-Connection-Id");
+        };
+        {
+            let mut streams = connection.streams.lock().expect("lock");
+            if let Some(session) = &session_id {
+                if !streams.sessions.contains_key(session) {
+                    let full = streams.provisional_count() >= self.options.max_provisional_sessions
+                        || streams.sessions.len() >= self.options.max_sessions_per_connection;
+                    if full {
+                        return text(StatusCode::NOT_FOUND, "unknown Acp-Session-Id");
+                    }
+                    streams.sessions.insert(session.clone(), Outbox { provisional: true, ..Outbox::default() });
+                }
+            }
+            let outbox = streams.outbox(session_id.as_deref()).expect("inserted above");
+            if outbox.reader {
+                return text(StatusCode::CONFLICT, "this stream already has a reader");
+            }
+            outbox.reader = true;
+        }
+        connection.touch();
+        let every = self.options.keep_alive;
+        let events = EventStream {
+            connection: connection.clone(),
+            session: session_id.clone(),
+            ended: false,
+            keep_alive: Box::pin(tokio::time::sleep(every)),
+            every,
+        };
+        let mut response = Response::new(ResponseBody::Events(events));
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(EVENT_STREAM));
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        headers.insert(CONNECTION_ID_HEADER, HeaderValue::from_str(&connection.id).expect("hex id"));
+        if let Some(session) = session_id.and_then(|s| HeaderValue::from_str(&s).ok()) {
+            headers.insert(SESSION_ID_HEADER, session);
+        }
+        response
+    }
+
+    fn delete(&self, parts: &Parts) -> HttpResponse {
+        let connection_id = match id_header(&parts.headers, CONNECTION_ID_HEADER, self.options.max_id_bytes) {
+            Ok(Some(id)) => id,
+            Ok(None) => return text(StatusCode::BAD_REQUEST, "Acp-Connection-Id is required"),
+            Err(bad) => return bad.into(),
+        };
+        let Some(connection) = self.connection(&connection_id) else {
+            return text(StatusCode::NOT_FOUND, "unknown Acp-Connection-Id");
+        };
+        self.remove(&connection.id);
+        connection.close();
+        empty(StatusCode::ACCEPTED)
+    }
+
+    // ---- WebSocket profile ------------------------------------------------------------------
+
+    fn upgrade(self: Arc<Self>, mut req: Request<Incoming>) -> HttpResponse {
+        let headers = req.headers();
+        let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY).map(|k| derive_accept_key(k.as_bytes())) else {
+            return text(StatusCode::BAD_REQUEST, "Sec-WebSocket-Key is missing");
+        };
+        if headers.get(header::SEC_WEBSOCKET_VERSION).map(HeaderValue::as_bytes) != Some(b"13") {
+            let mut response = text(StatusCode::UPGRADE_REQUIRED, "WebSocket version 13 is required");
+            response.headers_mut().insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+            return response;
+        }
+        let Some(mut slot) = self.reserve_slot() else {
+            return text(StatusCode::TOO_MANY_REQUESTS, "too many connections");
+        };
+        slot.keep = true;
+        drop(slot);
+        let id = new_id();
+        let on_upgrade = hyper::upgrade::on(&mut req);
+        let shared = self.clone();
+        tokio::spawn(async move {
+            match on_upgrade.await {
+                Ok(upgraded) => serve_websocket(&shared, TokioIo::new(upgraded)).await,
+                Err(error) => tracing::debug!(%error, "the WebSocket upgrade failed"),
+            }
+            shared.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        let mut response = empty(StatusCode::SWITCHING_PROTOCOLS);
+        let headers = response.headers_mut();
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        headers.insert(header::SEC_WEBSOCKET_ACCEPT, HeaderValue::from_str(&key).expect("base64 is a header value"));
+        headers.insert(CONNECTION_ID_HEADER, HeaderValue::from_str(&id).expect("hex id"));
+        response
+    }
+}
+
+fn preflight() -> HttpResponse {
+    // `handle` refused a disallowed origin already and adds the allow headers to this answer.
+    let mut response = empty(StatusCode::NO_CONTENT);
+    let headers = response.headers_mut();
+    headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, POST, DELETE"));
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static(
+            "content-type, authorization, acp-connection-id, acp-session-id, acp-protocol-version",
+        ),
+    );
+    response
+}
+
+/// One ACP connection on a WebSocket: text frames in, text frames out, pings for liveness.
+async fn serve_websocket<S>(shared: &ServerShared, io: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let max = shared.options.max_ws_message_bytes;
+    let config = WebSocketConfig::default().max_message_size(Some(max)).max_frame_size(Some(max));
+    let mut socket = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
+    let (from_agent, mut to_agent) = shared.start_agent();
+    let mut lines = LineReader::new(from_agent, usize::MAX >> 1);
+    let every = shared.options.keep_alive;
+    let mut ping = tokio::time::interval_at((Instant::now() + every).into(), every);
+    let mut last_heard = Instant::now();
+    loop {
+        tokio::select! {
+            incoming = socket.next() => match incoming {
+                Some(Ok(Message::Text(text))) => {
+                    last_heard = Instant::now();
+                    let line = one_line(text.as_bytes().to_vec());
+                    let write = async {
+                        to_agent.write_all(&line).await?;
+                        to_agent.write_all(b"\n").await
+                    };
+                    if write.await.is_err() {
+                        break;
+                    }
+                }
+                // Binary frames carry nothing in ACP (the RFD: ignored); pings are answered by
+                // the socket itself.
+                Some(Ok(Message::Binary(_) | Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {
+                    last_heard = Instant::now();
+                }
+                Some(Ok(Message::Close(_))) | None => break,
+                Some(Err(error)) => {
+                    tracing::debug!(%error, "WebSocket read failed");
+                    break;
+                }
+            },
+            frame = lines.next_frame() => match frame {
+                Ok(Some(LineFrame::Line(line))) => {
+                    let text = String::from_utf8_lossy(line).into_owned();
+                    if socket.send(Message::text(text)).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(Some(LineFrame::Oversized { .. })) => {}
+                Ok(None) | Err(_) => {
+                    let _ = socket.close(None).await;
+                    break;
+                }
+            },
+            _ = ping.tick() => {
+                if last_heard.elapsed() > every * 3 {
+                    tracing::debug!("closing a WebSocket that stopped answering");
+                    break;
+                }
+                if socket.send(Message::Ping(Bytes::new())).await.is_err() {
+                    break;
+                }
+            }
+            () = shared.shutdown.cancelled() => {
+                let _ = socket.close(None).await;
+                break;
+            }
+        }
+    }
+    // End of input for the agent: its pending calls fail, its connection ends.
+    let _ = to_agent.shutdown().await;
+}

@@ -1,0 +1,732 @@
+//! The HTTP server (`acp_runtime::http::server`, feature `http-server`) as a remote client
+//! sees it: the RFD's message flows over Streamable HTTP (HTTP/1.1 and h2c) and WebSocket,
+//! and a table of hostile HTTP inputs, each with its status and the connection still serving.
+//! The client side here is written by hand on hyper, so that every header is the test's.
+#![cfg(all(feature = "http-server", feature = "http-client"))]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use acp_runtime::http::server::{HttpServer, ServerOptions};
+use acp_runtime::{ErrorObject, Handler, IncomingNotification, IncomingRequest, RawValue};
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::HeaderMap;
+use hyper::{Request, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+// ---- the agent ------------------------------------------------------------------------------
+
+/// A raw agent: `session/new` numbers sessions (process-wide, so they outlive connections);
+/// a prompt "hello" streams an update, asks permission and ends; "wait" waits for its
+/// cancellation; `session/load` replays one update.
+#[derive(Default)]
+struct TestAgent {
+    sessions: Arc<AtomicU64>,
+}
+
+fn raw(value: Value) -> Box<RawValue> {
+    RawValue::from_string(value.to_string()).expect("json")
+}
+
+impl Handler for TestAgent {
+    async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
+        let params: Value = req.parse_params()?;
+        match &*req.method {
+            "initialize" => {
+                Ok(raw(json!({"protocolVersion": 1, "agentCapabilities": {"loadSession": true}, "authMethods": []})))
+            }
+            "session/new" => {
+                let n = self.sessions.fetch_add(1, Ordering::Relaxed);
+                Ok(raw(json!({"sessionId": format!("s{n}")})))
+            }
+            "session/load" => {
+                let session = params["sessionId"].clone();
+                let update = json!({"sessionId": session, "update": {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "replayed"}}});
+                req.peer
+                    .notify("session/update", &update)
+                    .await
+                    .map_err(|e| ErrorObject::internal_error(e.to_string()))?;
+                Ok(raw(json!({})))
+            }
+            "session/prompt" => {
+                let session = params["sessionId"].clone();
+                let text = params["prompt"][0]["text"].as_str().unwrap_or_default().to_owned();
+                if text == "wait" {
+                    req.cancel.cancelled().await;
+                    return Ok(raw(json!({"stopReason": "cancelled"})));
+                }
+                let update = json!({"sessionId": session, "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}});
+                req.peer
+                    .notify("session/update", &update)
+                    .await
+                    .map_err(|e| ErrorObject::internal_error(e.to_string()))?;
+                let ask = json!({"sessionId": session, "toolCall": {"toolCallId": "t1"}, "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]});
+                let answer: Value = req
+                    .peer
+                    .request("session/request_permission", &ask)
+                    .await
+                    .map_err(|e| ErrorObject::internal_error(e.to_string()))?;
+                let stop = if answer["outcome"]["optionId"] == "allow" { "end_turn" } else { "refusal" };
+                Ok(raw(json!({"stopReason": stop})))
+            }
+            "session/close" => Ok(raw(json!({}))),
+            other => Err(ErrorObject::method_not_found(other)),
+        }
+    }
+
+    async fn handle_notification(&self, _: IncomingNotification) {}
+}
+
+async fn start(options: ServerOptions) -> String {
+    start_server(HttpServer::new(TestAgent::default).options(options)).await
+}
+
+async fn start_server(server: HttpServer) -> String {
+    let bound = server.bind("127.0.0.1:0").await.expect("bind");
+    let url = bound.url();
+    tokio::spawn(bound.run());
+    url
+}
+
+// ---- a hand-written client ------------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq)]
+enum Version {
+    Http1,
+    H2c,
+}
+
+struct Http {
+    url: hyper::Uri,
+    version: Version,
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+impl Http {
+    fn new(url: &str, version: Version) -> Self {
+        Http { url: url.parse().expect("url"), version }
+    }
+
+    async fn send_raw(&self, req: Request<Full<Bytes>>) -> hyper::Response<Incoming> {
+        let authority = self.url.authority().expect("authority").as_str().to_owned();
+        let tcp = TcpStream::connect(authority).await.expect("connect");
+        let io = TokioIo::new(tcp);
+        match self.version {
+            Version::Http1 => {
+                let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await.expect("handshake");
+                tokio::spawn(connection);
+                sender.send_request(req).await.expect("send")
+            }
+            Version::H2c => {
+                let (mut sender, connection) =
+                    hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await.expect("handshake");
+                tokio::spawn(connection);
+                sender.send_request(req).await.expect("send")
+            }
+        }
+    }
+
+    fn request(&self, method: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Request<Full<Bytes>> {
+        let mut builder = Request::builder().method(method).uri(self.url.clone());
+        if self.version == Version::Http1 {
+            builder = builder.header("host", self.url.authority().expect("authority").as_str());
+        }
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(Full::new(body.into())).expect("request")
+    }
+
+    async fn send(&self, method: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Answer {
+        let response = tokio::time::timeout(WAIT, self.send_raw(self.request(method, headers, body)))
+            .await
+            .expect("an answer in time");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.expect("body").to_bytes();
+        Answer { status, headers, body }
+    }
+
+    async fn post(&self, headers: &[(&str, &str)], message: Value) -> Answer {
+        let mut all = vec![("content-type", "application/json")];
+        all.extend_from_slice(headers);
+        self.send("POST", &all, message.to_string()).await
+    }
+
+    async fn stream(&self, headers: &[(&str, &str)]) -> (StatusCode, Events) {
+        let mut all = vec![("accept", "text/event-stream")];
+        all.extend_from_slice(headers);
+        let response = tokio::time::timeout(WAIT, self.send_raw(self.request("GET", &all, Bytes::new())))
+            .await
+            .expect("stream headers in time");
+        (response.status(), Events { body: response.into_body(), buf: Vec::new() })
+    }
+}
+
+/// An SSE stream's `data:` events, parsed as JSON.
+struct Events {
+    body: Incoming,
+    buf: Vec<u8>,
+}
+
+impl Events {
+    /// The next event; `None` when the stream ended. Keep-alive comments are skipped.
+    async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
+                let event: Vec<u8> = self.buf.drain(..end + 2).collect();
+                let text = String::from_utf8(event).expect("utf-8");
+                let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+                if data.is_empty() {
+                    continue;
+                }
+                return Some(serde_json::from_str(&data.join("\n")).expect("json event"));
+            }
+            let frame = tokio::time::timeout(WAIT, self.body.frame()).await.expect("an event in time")?;
+            if let Ok(data) = frame.expect("frame").into_data() {
+                self.buf.extend_from_slice(&data);
+            }
+        }
+    }
+}
+
+fn rpc(id: u64, method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+fn initialize(id: u64) -> Value {
+    rpc(id, "initialize", json!({"protocolVersion": 1, "clientCapabilities": {}}))
+}
+
+fn prompt(id: u64, session: &str, text: &str) -> Value {
+    rpc(id, "session/prompt", json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]}))
+}
+
+/// Initializes a connection; returns its id.
+async fn connect(http: &Http) -> String {
+    let answer = http.post(&[], initialize(1)).await;
+    assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
+    assert_eq!(answer.json()["result"]["protocolVersion"], 1);
+    answer.headers["acp-connection-id"].to_str().expect("id").to_owned()
+}
+
+// ---- the RFD's flows ------------------------------------------------------------------------
+
+async fn streamable_flow(version: Version) {
+    let url = start(ServerOptions::default()).await;
+    let http = Http::new(&url, version);
+    let conn = connect(&http).await;
+    let c = [("acp-connection-id", conn.as_str())];
+
+    let (status, mut conn_events) = http.stream(&c).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // Session creation: 202, the answer on the connection stream.
+    let answer = http.post(&c, rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []}))).await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED);
+    assert!(answer.body.is_empty());
+    let created = conn_events.next().await.expect("session/new answer");
+    assert_eq!(created["id"], 2);
+    let session = created["result"]["sessionId"].as_str().expect("session id").to_owned();
+    let cs = [("acp-connection-id", conn.as_str()), ("acp-session-id", session.as_str())];
+
+    // Prompt with an update and a permission request, all on the session stream.
+    let (status, mut session_events) = http.stream(&cs).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(http.post(&cs, prompt(3, &session, "hello")).await.status, StatusCode::ACCEPTED);
+    let update = session_events.next().await.expect("update");
+    assert_eq!(update["method"], "session/update");
+    let ask = session_events.next().await.expect("permission request");
+    assert_eq!(ask["method"], "session/request_permission");
+    let reply =
+        json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}});
+    assert_eq!(http.post(&cs, reply).await.status, StatusCode::ACCEPTED);
+    let done = session_events.next().await.expect("prompt answer");
+    assert_eq!((done["id"].clone(), done["result"]["stopReason"].clone()), (json!(3), json!("end_turn")));
+
+    // Cancel: the notification is accepted, the prompt's answer is `cancelled`.
+    assert_eq!(http.post(&cs, prompt(4, &session, "wait")).await.status, StatusCode::ACCEPTED);
+    let cancel = json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}});
+    assert_eq!(http.post(&cs, cancel).await.status, StatusCode::ACCEPTED);
+    let cancelled = session_events.next().await.expect("cancelled answer");
+    assert_eq!((cancelled["id"].clone(), cancelled["result"]["stopReason"].clone()), (json!(4), json!("cancelled")));
+
+    // Resume on a new connection: the session stream opens before `session/load`; the replay
+    // arrives there and the load's answer on the new connection stream.
+    let conn2 = connect(&http).await;
+    assert_ne!(conn2, conn);
+    let c2 = [("acp-connection-id", conn2.as_str())];
+    let c2s = [("acp-connection-id", conn2.as_str()), ("acp-session-id", session.as_str())];
+    let (_, mut conn2_events) = http.stream(&c2).await;
+    let (status, mut resumed_events) = http.stream(&c2s).await;
+    assert_eq!(status, StatusCode::OK);
+    let load = rpc(2, "session/load", json!({"sessionId": session, "cwd": "/", "mcpServers": []}));
+    assert_eq!(http.post(&c2s, load).await.status, StatusCode::ACCEPTED);
+    let replay = resumed_events.next().await.expect("replay");
+    assert_eq!(replay["params"]["update"]["content"]["text"], "replayed");
+    let loaded = conn2_events.next().await.expect("load answer");
+    assert_eq!(loaded["id"], 2);
+
+    // DELETE ends the first connection: its streams end and its id is gone.
+    assert_eq!(http.send("DELETE", &c, "").await.status, StatusCode::ACCEPTED);
+    assert!(conn_events.next().await.is_none(), "the connection stream ends");
+    assert!(session_events.next().await.is_none(), "the session stream ends");
+    assert_eq!(
+        http.post(&c, rpc(9, "session/new", json!({"cwd": "/", "mcpServers": []}))).await.status,
+        StatusCode::NOT_FOUND
+    );
+    // The other connection is unaffected.
+    assert_eq!(http.post(&c2s, prompt(3, &session, "hello")).await.status, StatusCode::ACCEPTED);
+    assert_eq!(resumed_events.next().await.expect("update")["method"], "session/update");
+}
+
+#[tokio::test]
+async fn streamable_http_flows_over_http1() {
+    streamable_flow(Version::Http1).await;
+}
+
+#[tokio::test]
+async fn streamable_http_flows_over_h2c() {
+    streamable_flow(Version::H2c).await;
+}
+
+#[tokio::test]
+async fn messages_before_a_stream_opens_wait_for_it() {
+    let url = start(ServerOptions::default()).await;
+    let http = Http::new(&url, Version::Http1);
+    let conn = connect(&http).await;
+    let c = [("acp-connection-id", conn.as_str())];
+    // session/new before any GET: the answer waits in the connection stream's outbox.
+    assert_eq!(
+        http.post(&c, rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []}))).await.status,
+        StatusCode::ACCEPTED
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (_, mut events) = http.stream(&c).await;
+    assert_eq!(events.next().await.expect("held answer")["id"], 2);
+    // A reader that goes away leaves the outbox in place for the next one.
+    drop(events);
+    assert_eq!(
+        http.post(&c, rpc(3, "session/new", json!({"cwd": "/", "mcpServers": []}))).await.status,
+        StatusCode::ACCEPTED
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (status, mut events) = http.stream(&c).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(events.next().await.expect("held answer")["id"], 3);
+}
+
+#[tokio::test]
+async fn websocket_flow() {
+    let url = start(ServerOptions::default()).await;
+    let ws_url = url.replacen("http://", "ws://", 1);
+    let authority = ws_url.trim_start_matches("ws://").split('/').next().expect("authority").to_owned();
+    let tcp = TcpStream::connect(authority).await.expect("connect");
+    let (mut socket, response) =
+        tokio_tungstenite::client_async(ws_url.into_client_request().expect("request"), tcp).await.expect("upgrade");
+    assert!(response.headers().contains_key("acp-connection-id"));
+
+    async fn next(
+        socket: &mut (impl StreamExt<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin),
+    ) -> Value {
+        loop {
+            let message = tokio::time::timeout(WAIT, socket.next())
+                .await
+                .expect("a frame in time")
+                .expect("open")
+                .expect("frame");
+            if let Message::Text(text) = message {
+                return serde_json::from_str(&text).expect("json");
+            }
+        }
+    }
+    let send = |v: Value| Message::text(v.to_string());
+
+    socket.send(send(initialize(1))).await.expect("send");
+    assert_eq!(next(&mut socket).await["result"]["protocolVersion"], 1);
+    // Binary frames are ignored.
+    socket.send(Message::Binary(Bytes::from_static(b"\x00\x01"))).await.expect("send");
+    socket.send(send(rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []})))).await.expect("send");
+    let session = next(&mut socket).await["result"]["sessionId"].as_str().expect("id").to_owned();
+
+    socket.send(send(prompt(3, &session, "hello"))).await.expect("send");
+    assert_eq!(next(&mut socket).await["method"], "session/update");
+    let ask = next(&mut socket).await;
+    assert_eq!(ask["method"], "session/request_permission");
+    let reply =
+        json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}});
+    socket.send(send(reply)).await.expect("send");
+    assert_eq!(next(&mut socket).await["result"]["stopReason"], "end_turn");
+
+    socket.send(send(prompt(4, &session, "wait"))).await.expect("send");
+    socket
+        .send(send(json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}})))
+        .await
+        .expect("send");
+    assert_eq!(next(&mut socket).await["result"]["stopReason"], "cancelled");
+
+    // A malformed frame is answered by the runtime, and the socket keeps serving.
+    socket.send(Message::text("{nope")).await.expect("send");
+    assert_eq!(next(&mut socket).await["error"]["code"], -32700);
+    socket.send(send(rpc(5, "session/new", json!({"cwd": "/", "mcpServers": []})))).await.expect("send");
+    assert_eq!(next(&mut socket).await["id"], 5);
+    socket.close(None).await.expect("close");
+}
+
+// ---- hostile input --------------------------------------------------------------------------
+
+#[tokio::test]
+async fn hostile_http_inputs_get_their_status_and_the_connection_keeps_serving() {
+    let options = ServerOptions {
+        max_body_bytes: 4096,
+        max_provisional_sessions: 2,
+        max_sessions_per_connection: 4,
+        allowed_origins: vec!["https://allowed.example".to_owned()],
+        ..ServerOptions::default()
+    };
+    let url = start(options).await;
+    let http = Http::new(&url, Version::Http1);
+    let conn = connect(&http).await;
+    let c = ("acp-connection-id", conn.as_str());
+    let json_ct = ("content-type", "application/json");
+    let new_session = rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []})).to_string();
+    let (_, mut conn_events) = http.stream(&[c]).await;
+    assert_eq!(http.post(&[c], serde_json::from_str(&new_session).unwrap()).await.status, StatusCode::ACCEPTED);
+    let session = conn_events.next().await.expect("session")["result"]["sessionId"].as_str().unwrap().to_owned();
+    let s = ("acp-session-id", session.as_str());
+    // A prompt kept in flight, for the duplicate-id case.
+    assert_eq!(http.post(&[c, s], prompt(50, &session, "wait")).await.status, StatusCode::ACCEPTED);
+    let long_id = "x".repeat(300);
+    let big = format!(r#"{{"jsonrpc":"2.0","method":"_x","params":{{"pad":"{}"}}}}"#, "a".repeat(5000));
+
+    struct Case<'a> {
+        what: &'a str,
+        method: &'a str,
+        headers: Vec<(&'a str, &'a str)>,
+        body: String,
+        status: StatusCode,
+        rpc_code: Option<i64>,
+    }
+    fn case<'a>(
+        what: &'a str,
+        method: &'a str,
+        headers: Vec<(&'a str, &'a str)>,
+        body: &str,
+        status: StatusCode,
+        rpc_code: Option<i64>,
+    ) -> Case<'a> {
+        Case { what, method, headers, body: body.to_owned(), status, rpc_code }
+    }
+    let session_prompt = prompt(60, &session, "hello").to_string();
+    let other_session_prompt = prompt(61, "other", "hello").to_string();
+    let notification_init = json!({"jsonrpc": "2.0", "method": "initialize", "params": {}}).to_string();
+    let cases = vec![
+        case("POST without Content-Type", "POST", vec![c], &new_session, StatusCode::UNSUPPORTED_MEDIA_TYPE, None),
+        case(
+            "POST text/plain",
+            "POST",
+            vec![c, ("content-type", "text/plain")],
+            &new_session,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            None,
+        ),
+        case("POST malformed JSON", "POST", vec![c, json_ct], "{\"jsonrpc\":", StatusCode::BAD_REQUEST, Some(-32700)),
+        case("POST empty body", "POST", vec![c, json_ct], "", StatusCode::BAD_REQUEST, Some(-32700)),
+        case("POST empty batch", "POST", vec![c, json_ct], "[]", StatusCode::NOT_IMPLEMENTED, Some(-32600)),
+        case(
+            "POST batch of one",
+            "POST",
+            vec![c, json_ct],
+            &format!("[{new_session}]"),
+            StatusCode::NOT_IMPLEMENTED,
+            Some(-32600),
+        ),
+        case("POST a JSON string", "POST", vec![c, json_ct], "\"hello\"", StatusCode::BAD_REQUEST, Some(-32600)),
+        case(
+            "POST an object that is no message",
+            "POST",
+            vec![c, json_ct],
+            "{\"jsonrpc\":\"2.0\"}",
+            StatusCode::BAD_REQUEST,
+            Some(-32600),
+        ),
+        case("POST over the body limit", "POST", vec![c, json_ct], &big, StatusCode::PAYLOAD_TOO_LARGE, None),
+        case("POST without Acp-Connection-Id", "POST", vec![json_ct], &new_session, StatusCode::BAD_REQUEST, None),
+        case(
+            "POST with an unknown Acp-Connection-Id",
+            "POST",
+            vec![json_ct, ("acp-connection-id", "nope")],
+            &new_session,
+            StatusCode::NOT_FOUND,
+            None,
+        ),
+        case(
+            "POST with an over-long Acp-Connection-Id",
+            "POST",
+            vec![json_ct, ("acp-connection-id", &long_id)],
+            &new_session,
+            StatusCode::BAD_REQUEST,
+            None,
+        ),
+        case(
+            "POST initialize on an existing connection",
+            "POST",
+            vec![c, json_ct],
+            &initialize(7).to_string(),
+            StatusCode::BAD_REQUEST,
+            None,
+        ),
+        case(
+            "POST initialize as a notification",
+            "POST",
+            vec![json_ct],
+            &notification_init,
+            StatusCode::BAD_REQUEST,
+            None,
+        ),
+        case(
+            "POST a session's prompt without Acp-Session-Id",
+            "POST",
+            vec![c, json_ct],
+            &session_prompt,
+            StatusCode::BAD_REQUEST,
+            None,
+        ),
+        case(
+            "POST with Acp-Session-Id that disagrees with params",
+            "POST",
+            vec![c, s, json_ct],
+            &other_session_prompt,
+            StatusCode::BAD_REQUEST,
+            None,
+        ),
+        case(
+            "POST a request id already in flight",
+            "POST",
+            vec![c, s, json_ct],
+            &prompt(50, &session, "hello").to_string(),
+            StatusCode::CONFLICT,
+            None,
+        ),
+        case("GET without Accept", "GET", vec![c], "", StatusCode::NOT_ACCEPTABLE, None),
+        case(
+            "GET with Accept: application/json",
+            "GET",
+            vec![c, ("accept", "application/json")],
+            "",
+            StatusCode::NOT_ACCEPTABLE,
+            None,
+        ),
+        case(
+            "GET without Acp-Connection-Id",
+            "GET",
+            vec![("accept", "text/event-stream")],
+            "",
+            StatusCode::BAD_REQUEST,
+            None,
+        ),
+        case(
+            "GET with an unknown Acp-Connection-Id",
+            "GET",
+            vec![("accept", "text/event-stream"), ("acp-connection-id", "nope")],
+            "",
+            StatusCode::NOT_FOUND,
+            None,
+        ),
+        case(
+            "GET a second reader of the connection stream",
+            "GET",
+            vec![c, ("accept", "text/event-stream")],
+            "",
+            StatusCode::CONFLICT,
+            None,
+        ),
+        case("DELETE without Acp-Connection-Id", "DELETE", vec![], "", StatusCode::BAD_REQUEST, None),
+        case(
+            "DELETE an unknown connection",
+            "DELETE",
+            vec![("acp-connection-id", "nope")],
+            "",
+            StatusCode::NOT_FOUND,
+            None,
+        ),
+        case("PUT", "PUT", vec![c], "", StatusCode::METHOD_NOT_ALLOWED, None),
+        case("PATCH", "PATCH", vec![c], "", StatusCode::METHOD_NOT_ALLOWED, None),
+        case(
+            "an Origin that is not allowed",
+            "POST",
+            vec![c, json_ct, ("origin", "https://evil.example")],
+            &new_session,
+            StatusCode::FORBIDDEN,
+            None,
+        ),
+        case(
+            "a WebSocket upgrade with the wrong version",
+            "GET",
+            vec![
+                ("upgrade", "websocket"),
+                ("connection", "upgrade"),
+                ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+                ("sec-websocket-version", "8"),
+            ],
+            "",
+            StatusCode::UPGRADE_REQUIRED,
+            None,
+        ),
+        case(
+            "a WebSocket upgrade without a key",
+            "GET",
+            vec![("upgrade", "websocket"), ("connection", "upgrade"), ("sec-websocket-version", "13")],
+            "",
+            StatusCode::BAD_REQUEST,
+            None,
+        ),
+    ];
+    assert!(cases.len() >= 25);
+    for case in &cases {
+        let headers: Vec<(&str, &str)> = case.headers.clone();
+        let answer = http.send(case.method, &headers, case.body.clone()).await;
+        assert_eq!(answer.status, case.status, "{}: {:?}", case.what, answer.body);
+        if let Some(code) = case.rpc_code {
+            assert_eq!(answer.json()["error"]["code"], code, "{}", case.what);
+            assert_eq!(answer.json()["id"], Value::Null, "{}", case.what);
+        }
+    }
+
+    // Another path; an allowed Origin gets CORS headers; a preflight.
+    let other = Http::new(&url.replace("/acp", "/other"), Version::Http1);
+    assert_eq!(other.send("GET", &[], "").await.status, StatusCode::NOT_FOUND);
+    let allowed = http.send("OPTIONS", &[("origin", "https://allowed.example")], "").await;
+    assert_eq!(allowed.status, StatusCode::NO_CONTENT);
+    assert_eq!(allowed.headers["access-control-allow-origin"], "https://allowed.example");
+
+    // Provisional session streams are bounded, then 404.
+    let mut held = Vec::new();
+    for n in 0..2 {
+        let name = format!("later-{n}");
+        let (status, events) = http.stream(&[c, ("acp-session-id", &name)]).await;
+        assert_eq!(status, StatusCode::OK, "provisional stream {n}");
+        held.push(events);
+    }
+    assert_eq!(http.stream(&[c, ("acp-session-id", "later-2")]).await.0, StatusCode::NOT_FOUND);
+
+    // The connection still serves: a new session (the fourth stream of four), then the limit.
+    assert_eq!(
+        http.post(&[c], rpc(70, "session/new", json!({"cwd": "/", "mcpServers": []}))).await.status,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(conn_events.next().await.expect("answer")["id"], 70);
+    assert_eq!(
+        http.post(&[c], rpc(71, "session/new", json!({"cwd": "/", "mcpServers": []}))).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn bearer_tokens_and_connection_limits() {
+    let url = start_server(
+        HttpServer::new(TestAgent::default)
+            .options(ServerOptions { max_connections: 1, ..ServerOptions::default() })
+            .bearer_token("s3cret"),
+    )
+    .await;
+    let http = Http::new(&url, Version::Http1);
+    let json_ct = ("content-type", "application/json");
+    let init = initialize(1).to_string();
+    let missing = http.send("POST", &[json_ct], init.clone()).await;
+    assert_eq!(missing.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(missing.headers["www-authenticate"], "Bearer");
+    assert_eq!(
+        http.send("POST", &[json_ct, ("authorization", "Bearer wrong")], init.clone()).await.status,
+        StatusCode::FORBIDDEN
+    );
+    let auth = ("authorization", "Bearer s3cret");
+    let first = http.send("POST", &[json_ct, auth], init.clone()).await;
+    assert_eq!(first.status, StatusCode::OK);
+    // One connection at most: the second initialize is refused until the first is deleted.
+    assert_eq!(http.send("POST", &[json_ct, auth], init.clone()).await.status, StatusCode::TOO_MANY_REQUESTS);
+    let conn = first.headers["acp-connection-id"].to_str().unwrap().to_owned();
+    assert_eq!(http.send("DELETE", &[auth, ("acp-connection-id", &conn)], "").await.status, StatusCode::ACCEPTED);
+    assert_eq!(http.send("POST", &[json_ct, auth], init).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed() {
+    let url = start(ServerOptions { idle_timeout: Duration::from_millis(200), ..ServerOptions::default() }).await;
+    let http = Http::new(&url, Version::Http1);
+    let conn = connect(&http).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let answer =
+        http.post(&[("acp-connection-id", &conn)], rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []}))).await;
+    assert_eq!(answer.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn idle_streams_get_keep_alive_comments() {
+    let url = start(ServerOptions { keep_alive: Duration::from_millis(50), ..ServerOptions::default() }).await;
+    let http = Http::new(&url, Version::Http1);
+    let conn = connect(&http).await;
+    let (status, mut events) = http.stream(&[("acp-connection-id", &conn)]).await;
+    assert_eq!(status, StatusCode::OK);
+    let mut seen = Vec::new();
+    while !seen.windows(3).any(|w| w == b":\n\n") {
+        let frame = tokio::time::timeout(WAIT, events.body.frame()).await.expect("a comment in time").expect("open");
+        seen.extend_from_slice(&frame.expect("frame").into_data().expect("data"));
+    }
+    // The stream still carries messages after its comments.
+    let c = [("acp-connection-id", conn.as_str())];
+    assert_eq!(
+        http.post(&c, rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []}))).await.status,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(events.next().await.expect("answer")["id"], 2);
+}
+
+#[tokio::test]
+async fn closing_a_session_ends_its_stream() {
+    let url = start(ServerOptions::default()).await;
+    let http = Http::new(&url, Version::Http1);
+    let conn = connect(&http).await;
+    let c = [("acp-connection-id", conn.as_str())];
+    let (_, mut conn_events) = http.stream(&c).await;
+    assert_eq!(
+        http.post(&c, rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []}))).await.status,
+        StatusCode::ACCEPTED
+    );
+    let session = conn_events.next().await.expect("answer")["result"]["sessionId"].as_str().unwrap().to_owned();
+    let cs = [("acp-connection-id", conn.as_str()), ("acp-session-id", session.as_str())];
+    let (_, mut session_events) = http.stream(&cs).await;
+    assert_eq!(
+        http.post(&cs, rpc(3, "session/close", json!({"sessionId": session}))).await.status,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(conn_events.next().await.expect("close answer")["id"], 3);
+    assert!(session_events.next().await.is_none(), "the closed session's stream ends");
+    // The connection goes on.
+    assert_eq!(
+        http.post(&c, rpc(4, "session/new", json!({"cwd": "/", "mcpServers": []}))).await.status,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(conn_events.next().await.expect("answer")["id"], 4);
+}
