@@ -11,13 +11,28 @@
 
 /*! Agent Client Protocol types and method traits, generated from the ACP JSON Schema (release v1.7.0).
 
- The protocol v1 items are at the crate root (and in [`v1`]); unstable parts of the schema are behind cargo features, and protocol v2 is in `v2` behind `unstable_protocol_v2`. Every union has a fallback variant, so messages from a newer peer decode.*/
+ The protocol v1 items are at the crate root (and in [`v1`]); unstable parts of the schema are behind cargo features, and protocol v2 is in `v2` behind `unstable_protocol_v2`. Every union has a fallback variant, so messages from a newer peer decode.
+
+ # Fields that may be absent or `null`
+
+ A member that the schema makes optional and nullable is an `Option<Option<T>>`, so that a message decodes and is written back with absent and `null` kept apart. [`Nullable`] reads it in one call:
+
+ ```
+ use acp_types::{ClientCapabilities, Nullable};
+
+ let caps: ClientCapabilities = serde_json::from_str(r#"{"session": {}}"#).unwrap();
+ assert!(caps.session.value().is_some());
+
+ let caps: ClientCapabilities = serde_json::from_str(r#"{"session": null}"#).unwrap();
+ assert!(caps.session.value().is_none() && caps.session.is_null());
+ assert_eq!(serde_json::to_string(&caps).unwrap(), r#"{"session":null}"#);
+ ```*/
 #![cfg_attr(docsrs, feature(doc_cfg))]
 pub mod serde_support;
 pub mod v1;
 #[cfg(feature = "unstable_protocol_v2")]
 pub mod v2;
-pub use serde_support::UnknownVariant;
+pub use serde_support::{Nullable, UnknownVariant};
 pub use v1::*;
 #[doc(hidden)]
 #[macro_export]

@@ -145,9 +145,13 @@ pub struct ReadTextFileRequest {
     /// Absolute path to the file to read.
     pub path: String,
     /// Line number to start reading from (1-based).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<Option<u32>>,
     /// Maximum number of lines to read.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -261,12 +265,18 @@ pub struct ToolCallUpdate {
     #[serde(rename = "toolCallId")]
     pub tool_call_id: ToolCallId,
     /// Update the tool kind.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<Option<ToolKind>>,
     /// Update the execution status.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<Option<ToolCallStatus>>,
     /// Update the human-readable title.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// **UNSTABLE**
@@ -279,13 +289,19 @@ pub struct ToolCallUpdate {
     /// the existing name is left unchanged.
     ///
     /// Available with the cargo feature `unstable_tool_call_name`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_tool_call_name")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<Option<String>>,
     /// Replace the content collection.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Option<Vec<ToolCallContent>>>,
     /// Replace the locations collection.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub locations: Option<Option<Vec<ToolCallLocation>>>,
     /// Update the raw input.
@@ -940,12 +956,18 @@ impl From<EmbeddedResource> for ContentBlock {
 #[non_exhaustive]
 pub struct Annotations {
     /// Intended recipients for this content, such as the user or assistant.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub audience: Option<Option<Vec<Role>>>,
     /// Timestamp indicating when the underlying resource was last modified.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "lastModified", skip_serializing_if = "Option::is_none")]
     pub last_modified: Option<Option<String>>,
     /// Relative importance of this content when clients choose what to surface.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         serialize_with = "serde_support::number"
@@ -1071,6 +1093,8 @@ impl schemars::JsonSchema for Role {
 #[non_exhaustive]
 pub struct TextContent {
     /// Optional annotations that help clients decide how to display or route this content.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// Text payload carried by this content block.
@@ -1116,6 +1140,8 @@ serde_support::deserialize_struct!(TextContent {
 #[non_exhaustive]
 pub struct ImageContent {
     /// Optional annotations that help clients decide how to display or route this content.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// Base64-encoded media payload.
@@ -1124,6 +1150,8 @@ pub struct ImageContent {
     #[serde(rename = "mimeType")]
     pub mime_type: String,
     /// URI associated with this resource or media payload.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uri: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1177,6 +1205,8 @@ serde_support::deserialize_struct!(ImageContent {
 #[non_exhaustive]
 pub struct AudioContent {
     /// Optional annotations that help clients decide how to display or route this content.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// Base64-encoded media payload.
@@ -1227,20 +1257,30 @@ serde_support::deserialize_struct!(AudioContent {
 #[non_exhaustive]
 pub struct ResourceLink {
     /// Optional annotations that help clients decide how to display or route this content.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// Optional human-readable details shown with this protocol object.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// MIME type describing the encoded media payload.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<String>>,
     /// Human-readable name shown for this protocol object.
     pub name: String,
     /// Optional size of the linked resource in bytes, if known.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size: Option<Option<i64>>,
     /// Optional display title for end-user UI.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// URI associated with this resource or media payload.
@@ -1343,6 +1383,8 @@ impl From<BlobResourceContents> for EmbeddedResourceResource {
 #[non_exhaustive]
 pub struct TextResourceContents {
     /// MIME type describing the encoded media payload.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<String>>,
     /// Text payload carried by this content block.
@@ -1394,6 +1436,8 @@ pub struct BlobResourceContents {
     /// Base64-encoded bytes for a binary resource payload.
     pub blob: String,
     /// MIME type describing the encoded media payload.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<String>>,
     /// URI associated with this resource or media payload.
@@ -1441,6 +1485,8 @@ serde_support::deserialize_struct!(BlobResourceContents {
 #[non_exhaustive]
 pub struct EmbeddedResource {
     /// Optional annotations that help clients decide how to display or route this content.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// Embedded resource payload, either text or binary data.
@@ -1526,6 +1572,8 @@ pub struct Diff {
     /// The absolute file path being modified.
     pub path: String,
     /// The original content (None for new files).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "oldText", skip_serializing_if = "Option::is_none")]
     pub old_text: Option<Option<String>>,
     /// The new content after modification.
@@ -1660,6 +1708,8 @@ pub struct ToolCallLocation {
     /// The absolute file path being accessed or modified.
     pub path: String,
     /// Optional line number within the file.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1878,6 +1928,8 @@ pub struct CreateTerminalRequest {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<EnvVariable>>,
     /// Working directory for the command. Must be an absolute path.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<Option<String>>,
     /// Maximum number of output bytes to retain.
@@ -1888,6 +1940,8 @@ pub struct CreateTerminalRequest {
     /// The Client MUST ensure truncation happens at a character boundary to maintain valid
     /// string output, even if this means the retained output is slightly less than the
     /// specified limit.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "outputByteLimit", skip_serializing_if = "Option::is_none")]
     pub output_byte_limit: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2229,6 +2283,8 @@ pub struct ElicitationSessionScope {
     ///
     /// Optional. Omitted and `null` are equivalent and mean the elicitation is scoped to the
     /// session without a specific tool call.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "toolCallId", skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<Option<ToolCallId>>,
 }
@@ -2286,6 +2342,8 @@ pub struct ElicitationSchema {
     /// Optional title for the schema.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Property definitions (must be primitive types).
@@ -2294,11 +2352,15 @@ pub struct ElicitationSchema {
     /// List of required property names.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no property names are required.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub required: Option<Option<Vec<String>>>,
     /// Optional description of what this schema represents.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no schema description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2692,6 +2754,8 @@ pub struct EnumOption {
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2744,46 +2808,64 @@ pub struct StringPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum string length.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no minimum length constraint.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "minLength", skip_serializing_if = "Option::is_none")]
     pub min_length: Option<Option<u32>>,
     /// Maximum string length.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no maximum length constraint.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "maxLength", skip_serializing_if = "Option::is_none")]
     pub max_length: Option<Option<u32>>,
     /// Pattern the string must match.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no pattern constraint.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pattern: Option<Option<String>>,
     /// String format.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no format constraint.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub format: Option<Option<StringFormat>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<String>>,
     /// Enum values for untitled single-select enums.
     /// Optional. Omitted and `null` are equivalent and mean no untitled single-select choices are
     /// declared by `enum`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub r#enum: Option<Option<Vec<String>>>,
     /// Titled enum options for titled single-select enums.
     /// Optional. Omitted and `null` are equivalent and mean no titled single-select choices are
     /// declared by `oneOf`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "oneOf", skip_serializing_if = "Option::is_none")]
     pub one_of: Option<Option<Vec<EnumOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2893,16 +2975,22 @@ pub struct NumberPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         serialize_with = "serde_support::number"
@@ -2911,6 +2999,8 @@ pub struct NumberPropertySchema {
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         serialize_with = "serde_support::number"
@@ -2919,6 +3009,8 @@ pub struct NumberPropertySchema {
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         serialize_with = "serde_support::number"
@@ -2999,26 +3091,36 @@ pub struct IntegerPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub minimum: Option<Option<i64>>,
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub maximum: Option<Option<i64>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<i64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3096,16 +3198,22 @@ pub struct BooleanPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<bool>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3333,21 +3441,29 @@ pub struct MultiSelectPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum number of items to select.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no minimum selection count.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "minItems", skip_serializing_if = "Option::is_none")]
     pub min_items: Option<Option<u64>>,
     /// Maximum number of items to select.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no maximum selection count.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "maxItems", skip_serializing_if = "Option::is_none")]
     pub max_items: Option<Option<u64>>,
     /// The items definition describing allowed values.
@@ -3355,6 +3471,8 @@ pub struct MultiSelectPropertySchema {
     /// Default selected values.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default selections are provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<Vec<String>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3818,6 +3936,8 @@ pub struct InitializeResponse {
     /// Information about the Agent name and version sent to the Client.
     ///
     /// Note: in future versions of the protocol, this will be required.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "agentInfo", skip_serializing_if = "Option::is_none")]
     pub agent_info: Option<Option<Implementation>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3945,6 +4065,8 @@ pub struct AgentCapabilities {
     /// Supplying `{}` means the agent supports provider configuration methods.
     ///
     /// Available with the cargo feature `unstable_llm_providers`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_llm_providers")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub providers: Option<Option<ProvidersCapabilities>>,
@@ -3958,6 +4080,8 @@ pub struct AgentCapabilities {
     /// for NES methods.
     ///
     /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_nes")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nes: Option<Option<NesCapabilities>>,
@@ -3968,6 +4092,8 @@ pub struct AgentCapabilities {
     /// The position encoding selected by the agent from the client's supported encodings.
     ///
     /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_nes")]
     #[serde(rename = "positionEncoding", skip_serializing_if = "Option::is_none")]
     pub position_encoding: Option<Option<PositionEncodingKind>>,
@@ -4247,12 +4373,16 @@ pub struct SessionCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports listing sessions.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub list: Option<Option<SessionListCapabilities>>,
     /// Whether the agent supports `session/delete`.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports deleting sessions from `session/list`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delete: Option<Option<SessionDeleteCapabilities>>,
     /// Whether the agent supports `additionalDirectories` on supported session lifecycle requests.
@@ -4264,6 +4394,8 @@ pub struct SessionCapabilities {
     /// Agents that also support `session/list` may return
     /// `SessionInfo.additionalDirectories` to report the complete ordered
     /// additional-root list associated with a listed session.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Option<SessionAdditionalDirectoriesCapabilities>>,
     /// **UNSTABLE**
@@ -4276,6 +4408,8 @@ pub struct SessionCapabilities {
     /// Supplying `{}` means the agent supports forking sessions.
     ///
     /// Available with the cargo feature `unstable_session_fork`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_session_fork")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fork: Option<Option<SessionForkCapabilities>>,
@@ -4283,12 +4417,16 @@ pub struct SessionCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports resuming sessions.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resume: Option<Option<SessionResumeCapabilities>>,
     /// Whether the agent supports `session/close`.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports closing sessions.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub close: Option<Option<SessionCloseCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4590,6 +4728,8 @@ pub struct AgentAuthCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports the logout method.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logout: Option<Option<LogoutCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4705,9 +4845,13 @@ serde_support::deserialize_struct!(ProvidersCapabilities {
 #[non_exhaustive]
 pub struct NesCapabilities {
     /// Events the agent wants to receive.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Option<NesEventCapabilities>>,
     /// Context the agent wants attached to each suggestion request.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<Option<NesContextCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4765,6 +4909,8 @@ serde_support::deserialize_struct!(NesCapabilities {
 #[non_exhaustive]
 pub struct NesEventCapabilities {
     /// Document event capabilities.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub document: Option<Option<NesDocumentEventCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4814,18 +4960,28 @@ serde_support::deserialize_struct!(NesEventCapabilities {
 #[non_exhaustive]
 pub struct NesDocumentEventCapabilities {
     /// Whether the agent wants `document/didOpen` events.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "didOpen", skip_serializing_if = "Option::is_none")]
     pub did_open: Option<Option<NesDocumentDidOpenCapabilities>>,
     /// Whether the agent wants `document/didChange` events, and the sync kind.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "didChange", skip_serializing_if = "Option::is_none")]
     pub did_change: Option<Option<NesDocumentDidChangeCapabilities>>,
     /// Whether the agent wants `document/didClose` events.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "didClose", skip_serializing_if = "Option::is_none")]
     pub did_close: Option<Option<NesDocumentDidCloseCapabilities>>,
     /// Whether the agent wants `document/didSave` events.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "didSave", skip_serializing_if = "Option::is_none")]
     pub did_save: Option<Option<NesDocumentDidSaveCapabilities>>,
     /// Whether the agent wants `document/didFocus` events.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "didFocus", skip_serializing_if = "Option::is_none")]
     pub did_focus: Option<Option<NesDocumentDidFocusCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5173,21 +5329,33 @@ serde_support::deserialize_struct!(NesDocumentDidFocusCapabilities {
 #[non_exhaustive]
 pub struct NesContextCapabilities {
     /// Whether the agent wants recent files context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "recentFiles", skip_serializing_if = "Option::is_none")]
     pub recent_files: Option<Option<NesRecentFilesCapabilities>>,
     /// Whether the agent wants related snippets context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "relatedSnippets", skip_serializing_if = "Option::is_none")]
     pub related_snippets: Option<Option<NesRelatedSnippetsCapabilities>>,
     /// Whether the agent wants edit history context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "editHistory", skip_serializing_if = "Option::is_none")]
     pub edit_history: Option<Option<NesEditHistoryCapabilities>>,
     /// Whether the agent wants user actions context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "userActions", skip_serializing_if = "Option::is_none")]
     pub user_actions: Option<Option<NesUserActionsCapabilities>>,
     /// Whether the agent wants open files context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "openFiles", skip_serializing_if = "Option::is_none")]
     pub open_files: Option<Option<NesOpenFilesCapabilities>>,
     /// Whether the agent wants diagnostics context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diagnostics: Option<Option<NesDiagnosticsCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5292,6 +5460,8 @@ serde_support::deserialize_struct!(NesContextCapabilities {
 #[non_exhaustive]
 pub struct NesRecentFilesCapabilities {
     /// Maximum number of recent files the agent can use.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "maxCount", skip_serializing_if = "Option::is_none")]
     pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5373,6 +5543,8 @@ serde_support::deserialize_struct!(NesRelatedSnippetsCapabilities {
 #[non_exhaustive]
 pub struct NesEditHistoryCapabilities {
     /// Maximum number of edit history entries the agent can use.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "maxCount", skip_serializing_if = "Option::is_none")]
     pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5419,6 +5591,8 @@ serde_support::deserialize_struct!(NesEditHistoryCapabilities {
 #[non_exhaustive]
 pub struct NesUserActionsCapabilities {
     /// Maximum number of user actions the agent can use.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "maxCount", skip_serializing_if = "Option::is_none")]
     pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5762,6 +5936,8 @@ pub struct AuthMethodTerminal {
     /// Human-readable name of the authentication method.
     pub name: String,
     /// Optional description providing more details about this authentication method.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Additional arguments to append to the configured agent invocation for terminal auth.
@@ -5836,6 +6012,8 @@ pub struct AuthMethodAgent {
     /// Human-readable name of the authentication method.
     pub name: String,
     /// Optional description providing more details about this authentication method.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5889,6 +6067,8 @@ pub struct Implementation {
     /// and easily understood.
     ///
     /// If not provided, the name should be used for display.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Version of the implementation. Can be displayed to the user or used
@@ -6024,6 +6204,8 @@ pub struct ProviderInfo {
     pub required: bool,
     /// Current effective non-secret routing config.
     /// Null or omitted means provider is disabled.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current: Option<Option<ProviderCurrentConfig>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6389,9 +6571,13 @@ pub struct NewSessionResponse {
     /// Initial mode state if supported by the Agent
     ///
     /// See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/session-modes)
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6535,6 +6721,8 @@ pub struct SessionMode {
     /// Human-readable name shown for this protocol object.
     pub name: String,
     /// Optional human-readable details shown with this protocol object.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6584,6 +6772,8 @@ pub struct SessionConfigOption {
     /// Human-readable label for the option.
     pub name: String,
     /// Optional description for the Client to display to the user.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         default,
@@ -6591,6 +6781,8 @@ pub struct SessionConfigOption {
     )]
     pub description: Option<Option<String>>,
     /// Optional semantic category for this option (UX only).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         default,
@@ -6836,6 +7028,8 @@ pub struct SessionConfigSelectOption {
     /// Human-readable label for this option value.
     pub name: String,
     /// Optional description for this option value.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7016,9 +7210,13 @@ pub struct LoadSessionResponse {
     /// Initial mode state if supported by the Agent
     ///
     /// See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/session-modes)
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7074,6 +7272,8 @@ pub struct ListSessionsResponse {
     pub sessions: Vec<SessionInfo>,
     /// Opaque cursor token. If present, pass this in the next request's cursor parameter
     /// to fetch the next page. If absent, there are no more results.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "nextCursor", skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7129,9 +7329,13 @@ pub struct SessionInfo {
     #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Vec<String>>,
     /// Human-readable title for the session
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// ISO 8601 timestamp of last activity
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "updatedAt", skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7238,9 +7442,13 @@ pub struct ForkSessionResponse {
     /// Initial mode state if supported by the Agent
     ///
     /// See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/session-modes)
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7299,9 +7507,13 @@ pub struct ResumeSessionResponse {
     /// Initial mode state if supported by the Agent
     ///
     /// See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/session-modes)
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7458,6 +7670,8 @@ pub struct PromptResponse {
     /// Token usage for this turn (optional).
     ///
     /// Available with the cargo feature `unstable_end_turn_token_usage`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_end_turn_token_usage")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Option<Usage>>,
@@ -7610,12 +7824,18 @@ pub struct Usage {
     #[serde(rename = "outputTokens")]
     pub output_tokens: u64,
     /// Total thought/reasoning tokens
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "thoughtTokens", skip_serializing_if = "Option::is_none")]
     pub thought_tokens: Option<Option<u64>>,
     /// Total cache read tokens.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "cachedReadTokens", skip_serializing_if = "Option::is_none")]
     pub cached_read_tokens: Option<Option<u64>>,
     /// Total cache write tokens.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "cachedWriteTokens", skip_serializing_if = "Option::is_none")]
     pub cached_write_tokens: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -8109,6 +8329,8 @@ pub struct NesEditSuggestion {
     /// The text edits to apply.
     pub edits: Vec<NesTextEdit>,
     /// Optional suggested cursor position after applying edits.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "cursorPosition", skip_serializing_if = "Option::is_none")]
     pub cursor_position: Option<Option<Position>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -8284,6 +8506,8 @@ pub struct NesSearchAndReplaceSuggestion {
     /// The replacement text.
     pub replace: String,
     /// Whether `search` is a regular expression. Defaults to `false`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "isRegex", skip_serializing_if = "Option::is_none")]
     pub is_regex: Option<Option<bool>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -9153,6 +9377,8 @@ pub struct ContentChunk {
     ///
     /// All chunks belonging to the same message share the same `messageId`.
     /// A change in `messageId` indicates a new message has started.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "messageId", skip_serializing_if = "Option::is_none")]
     pub message_id: Option<Option<MessageId>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -9215,6 +9441,8 @@ pub struct ToolCall {
     /// tool name is available.
     ///
     /// Available with the cargo feature `unstable_tool_call_name`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_tool_call_name")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<Option<String>>,
@@ -9988,6 +10216,8 @@ pub struct AvailableCommand {
     /// Human-readable description of what the command does.
     pub description: String,
     /// Input for the command if required
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<Option<AvailableCommandInput>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10193,9 +10423,13 @@ serde_support::deserialize_struct!(ConfigOptionUpdate {
 #[non_exhaustive]
 pub struct SessionInfoUpdate {
     /// Human-readable title for the session. Set to null to clear.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// ISO 8601 timestamp of last activity. Set to null to clear.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "updatedAt", skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10288,6 +10522,8 @@ pub struct UsageUpdate {
     /// Total context window size in tokens.
     pub size: u64,
     /// Cumulative session cost (optional).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost: Option<Option<Cost>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10493,12 +10729,18 @@ pub struct CompactionUpdate {
     /// Current lifecycle status.
     pub status: CompactionStatus,
     /// Complete replacement user-displayable summary retained by the compaction.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary: Option<Option<Vec<ContentBlock>>>,
     /// Human-readable description of why the compaction failed.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Option<String>>,
     /// Extensible metadata patch for this compaction.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
@@ -10733,6 +10975,8 @@ pub struct InitializeRequest {
     /// Information about the Client name and version sent to the Agent.
     ///
     /// Note: in future versions of the protocol, this will be required.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "clientInfo", skip_serializing_if = "Option::is_none")]
     pub client_info: Option<Option<Implementation>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10805,6 +11049,8 @@ pub struct ClientCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise any
     /// session-related extensions.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<Option<ClientSessionCapabilities>>,
     /// **UNSTABLE**
@@ -10817,6 +11063,8 @@ pub struct ClientCapabilities {
     /// Supplying `{}` means the client can receive both update types.
     ///
     /// Available with the cargo feature `unstable_plan_updates`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_plan_updates")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan: Option<Option<PlanCapabilities>>,
@@ -10830,6 +11078,8 @@ pub struct ClientCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise
     /// elicitation support.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elicitation: Option<Option<ElicitationCapabilities>>,
     /// **UNSTABLE**
@@ -10842,6 +11092,8 @@ pub struct ClientCapabilities {
     /// NES suggestion-kind extensions.
     ///
     /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_nes")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nes: Option<Option<ClientNesCapabilities>>,
@@ -11026,6 +11278,8 @@ pub struct ClientSessionCapabilities {
     /// means unsupported; `{}` advertises the complete compaction contract.
     ///
     /// Available with the cargo feature `unstable_context_compaction`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_context_compaction")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compaction: Option<Option<CompactionCapabilities>>,
@@ -11033,6 +11287,8 @@ pub struct ClientSessionCapabilities {
     ///
     /// Omitted or `null` both mean the client does not advertise support for any
     /// config option extensions.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Option<SessionConfigOptionsCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -11117,6 +11373,8 @@ pub struct SessionConfigOptionsCapabilities {
     /// Supplying `{}` means agents may include `type: "boolean"` entries in
     /// `configOptions`, and the client may send `session/set_config_option`
     /// requests with `type: "boolean"` and a boolean `value`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub boolean: Option<Option<BooleanConfigOptionCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -11282,12 +11540,16 @@ pub struct ElicitationCapabilities {
     ///
     /// Optional. Omitted and `null` are equivalent and mean form support is not advertised.
     /// Supplying `{}` explicitly advertises form support.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub form: Option<Option<ElicitationFormCapabilities>>,
     /// Whether the client supports URL-based elicitation.
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise support.
     /// Supplying `{}` means the client supports URL-based elicitation.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<Option<ElicitationUrlCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -11410,12 +11672,18 @@ serde_support::deserialize_struct!(ElicitationUrlCapabilities {
 #[non_exhaustive]
 pub struct ClientNesCapabilities {
     /// Whether the client supports the `jump` suggestion kind.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jump: Option<Option<NesJumpCapabilities>>,
     /// Whether the client supports the `rename` suggestion kind.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rename: Option<Option<NesRenameCapabilities>>,
     /// Whether the client supports the `searchAndReplace` suggestion kind.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "searchAndReplace", skip_serializing_if = "Option::is_none")]
     pub search_and_replace: Option<Option<NesSearchAndReplaceCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12325,9 +12593,13 @@ serde_support::deserialize_struct!(LoadSessionRequest {
 #[non_exhaustive]
 pub struct ListSessionsRequest {
     /// Filter sessions by working directory. Must be an absolute path.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<Option<String>>,
     /// Opaque cursor token from a previous response's nextCursor field for cursor-based pagination
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cursor: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12761,12 +13033,18 @@ serde_support::deserialize_struct!(PromptRequest {
 #[non_exhaustive]
 pub struct StartNesRequest {
     /// The root URI of the workspace.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "workspaceUri", skip_serializing_if = "Option::is_none")]
     pub workspace_uri: Option<Option<String>>,
     /// The workspace folders.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "workspaceFolders", skip_serializing_if = "Option::is_none")]
     pub workspace_folders: Option<Option<Vec<WorkspaceFolder>>>,
     /// Repository metadata, if the workspace is a git repository.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repository: Option<Option<NesRepository>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12936,12 +13214,16 @@ pub struct SuggestNesRequest {
     /// The current cursor position.
     pub position: Position,
     /// The current text selection range, if any.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub selection: Option<Option<Range>>,
     /// What triggered this suggestion request.
     #[serde(rename = "triggerKind")]
     pub trigger_kind: NesTriggerKind,
     /// Context for the suggestion, included based on agent capabilities.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<Option<NesSuggestContext>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13091,21 +13373,33 @@ impl schemars::JsonSchema for NesTriggerKind {
 #[non_exhaustive]
 pub struct NesSuggestContext {
     /// Recently accessed files.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "recentFiles", skip_serializing_if = "Option::is_none")]
     pub recent_files: Option<Option<Vec<NesRecentFile>>>,
     /// Related code snippets.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "relatedSnippets", skip_serializing_if = "Option::is_none")]
     pub related_snippets: Option<Option<Vec<NesRelatedSnippet>>>,
     /// Recent edit history.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "editHistory", skip_serializing_if = "Option::is_none")]
     pub edit_history: Option<Option<Vec<NesEditHistoryEntry>>>,
     /// Recent user actions (typing, navigation, etc.).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "userActions", skip_serializing_if = "Option::is_none")]
     pub user_actions: Option<Option<Vec<NesUserAction>>>,
     /// Currently open files in the editor.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "openFiles", skip_serializing_if = "Option::is_none")]
     pub open_files: Option<Option<Vec<NesOpenFile>>>,
     /// Current diagnostics (errors, warnings).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diagnostics: Option<Option<Vec<NesDiagnostic>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13459,9 +13753,13 @@ pub struct NesOpenFile {
     #[serde(rename = "languageId")]
     pub language_id: String,
     /// The visible range in the editor, if any.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "visibleRange", skip_serializing_if = "Option::is_none")]
     pub visible_range: Option<Option<Range>>,
     /// Timestamp in milliseconds since epoch of when the file was last focused.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "lastFocusedMs", skip_serializing_if = "Option::is_none")]
     pub last_focused_ms: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13971,6 +14269,8 @@ pub struct TerminalOutputResponse {
     /// Whether the output was truncated due to byte limits.
     pub truncated: bool,
     /// Exit status if the command has completed.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "exitStatus", skip_serializing_if = "Option::is_none")]
     pub exit_status: Option<Option<TerminalExitStatus>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -14019,9 +14319,13 @@ serde_support::deserialize_struct!(TerminalOutputResponse {
 #[non_exhaustive]
 pub struct TerminalExitStatus {
     /// The process exit code (may be null if terminated by signal).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "exitCode", skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<Option<u32>>,
     /// The signal that terminated the process (may be null if exited normally).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -14101,9 +14405,13 @@ serde_support::deserialize_struct!(ReleaseTerminalResponse {
 #[non_exhaustive]
 pub struct WaitForTerminalExitResponse {
     /// The process exit code (may be null if terminated by signal).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "exitCode", skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<Option<u32>>,
     /// The signal that terminated the process (may be null if exited normally).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -14240,6 +14548,8 @@ pub enum ElicitationContentValue {
 #[non_exhaustive]
 pub struct ElicitationAcceptAction {
     /// The user-provided content, if any, as an object matching the requested schema.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Option<serde_support::OrderedMap<ElicitationContentValue>>>,
 }
@@ -14516,6 +14826,8 @@ serde_support::deserialize_struct!(DidChangeDocumentNotification {
 #[non_exhaustive]
 pub struct TextDocumentContentChangeEvent {
     /// The range of the document that changed. If `None`, the entire content is replaced.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub range: Option<Option<Range>>,
     /// The new text for the range, or the full document content if `range` is `None`.
@@ -14769,6 +15081,8 @@ pub struct RejectNesNotification {
     /// The ID of the rejected suggestion.
     pub id: NesSuggestionId,
     /// The reason for rejection.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<Option<NesRejectReason>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional

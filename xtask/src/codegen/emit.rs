@@ -232,6 +232,11 @@ enum Presence {
     Tri,
 }
 
+/// The last paragraph of an optional nullable field's description: how to read it. The link
+/// resolves in the generated crate and in a vendored file alike (both have `serde_support`).
+const NULLABLE_NOTE: &str = "Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) \
+     (`.value()` reads it, `.is_null()` tells `null` from absent).";
+
 fn presence(f: &Field) -> Presence {
     match (f.required, f.nullable) {
         // A type that holds `null` itself (any JSON value) needs no `Option` for it.
@@ -287,7 +292,14 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
                 serde.push(quote!(deserialize_with = #helper));
             }
         }
-        let mut attrs = syntax::doc_attrs(gated_doc(f.doc.as_deref(), &f.gate).as_deref());
+        let mut doc = gated_doc(f.doc.as_deref(), &f.gate);
+        if presence == Presence::Tri {
+            doc = Some(match doc {
+                Some(text) => format!("{text}\n\n{NULLABLE_NOTE}"),
+                None => NULLABLE_NOTE.to_owned(),
+            });
+        }
+        let mut attrs = syntax::doc_attrs(doc.as_deref());
         attrs.extend(cfg_attrs(&f.gate));
         if !serde.is_empty() {
             attrs.push(syntax::attr_list("serde", quote!(#(#serde),*)));

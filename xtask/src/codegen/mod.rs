@@ -296,6 +296,8 @@ fn version_mod(version: &str) -> TokenStream {
 
         pub use methods::*;
         pub use types::*;
+        /// Reads the `Option<Option<T>>` fields (absent, `null` or a value) in one call.
+        pub use crate::serde_support::Nullable;
     }
 }
 
@@ -427,7 +429,19 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
          (release {}).\n\n The protocol v1 items are at the crate root (and in [`v1`]); \
          unstable parts of the schema are behind cargo features, and protocol v2 is in `v2` \
          behind `{V2_FEATURE}`. Every union has a fallback variant, so messages from a newer \
-         peer decode.",
+         peer decode.\n\n \
+         # Fields that may be absent or `null`\n\n \
+         A member that the schema makes optional and nullable is an `Option<Option<T>>`, so \
+         that a message decodes and is written back with absent and `null` kept apart. \
+         [`Nullable`] reads it in one call:\n\n \
+         ```\n \
+         use acp_types::{{ClientCapabilities, Nullable}};\n\n \
+         let caps: ClientCapabilities = serde_json::from_str(r#\"{{\"session\": {{}}}}\"#).unwrap();\n \
+         assert!(caps.session.value().is_some());\n\n \
+         let caps: ClientCapabilities = serde_json::from_str(r#\"{{\"session\": null}}\"#).unwrap();\n \
+         assert!(caps.session.value().is_none() && caps.session.is_null());\n \
+         assert_eq!(serde_json::to_string(&caps).unwrap(), r#\"{{\"session\":null}}\"#);\n \
+         ```",
         settings.tag
     );
     let v2_mod = if v2 {
@@ -447,7 +461,7 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
         pub mod v1;
         #v2_mod
 
-        pub use serde_support::UnknownVariant;
+        pub use serde_support::{Nullable, UnknownVariant};
         pub use v1::*;
 
         #gates
@@ -585,7 +599,7 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
         }
         // For users of the file; a private module may not use it.
         #[allow(unused_imports)]
-        pub use serde_support::UnknownVariant;
+        pub use serde_support::{Nullable, UnknownVariant};
 
         #(#items)*
         #methods
