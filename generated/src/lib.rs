@@ -26,12 +26,25 @@
  let caps: ClientCapabilities = serde_json::from_str(r#"{"session": null}"#).unwrap();
  assert!(caps.session.value().is_none() && caps.session.is_null());
  assert_eq!(serde_json::to_string(&caps).unwrap(), r#"{"session":null}"#);
+ ```
+
+ # Decoding errors with the path of the failing value
+
+ [`decode::from_str`] and [`decode::from_slice`] decode as serde_json's functions do, and a [`DecodeError`] names the JSON path of the value that did not fit:
+
+ ```
+ let text = r#"{"sessionId": "s", "prompt": [{"type": "text", "text": 7}]}"#;
+ let error = acp_types::decode::from_str::<acp_types::PromptRequest>(text).unwrap_err();
+ assert_eq!(error.path(), Some("prompt[0]"));
+ assert!(error.to_string().starts_with("at prompt[0]: "), "{error}");
  ```*/
 #![cfg_attr(docsrs, feature(doc_cfg))]
+pub mod decode;
 pub mod serde_support;
 pub mod v1;
 #[cfg(feature = "unstable_protocol_v2")]
 pub mod v2;
+pub use decode::DecodeError;
 pub use serde_support::{Nullable, UnknownVariant};
 pub use v1::*;
 #[doc(hidden)]

@@ -514,10 +514,29 @@ pub fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Re
     }
 }
 
-/// Reads a union value, which must be a JSON object.
+/// Reads a union value, which must be a JSON object, and decodes it with `decode` before the
+/// deserializer leaves the object: serde_json then places a failure at the union's own object,
+/// so the JSON path of the error ends there (`prompt[1]`), not at the array holding it.
 #[doc(hidden)]
-pub fn object<'de, D: Deserializer<'de>>(d: D) -> Result<Map<String, Value>, D::Error> {
-    Map::deserialize(d)
+pub fn union<'de, D: Deserializer<'de>, T>(
+    d: D,
+    decode: impl FnOnce(Map<String, Value>) -> Result<T, serde_json::Error>,
+) -> Result<T, D::Error> {
+    struct Visitor<F>(F);
+    impl<'de, T, F: FnOnce(Map<String, Value>) -> Result<T, serde_json::Error>> serde::de::Visitor<'de> for Visitor<F> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
+            let mut object = Map::new();
+            while let Some((key, value)) = map.next_entry::<String, Value>()? {
+                object.insert(key, value);
+            }
+            (self.0)(object).map_err(serde::de::Error::custom)
+        }
+    }
+    d.deserialize_map(Visitor(decode))
 }
 
 /// The tag of a union value: `None` when the property is absent, an error when it is not a string.

@@ -693,20 +693,24 @@ impl<'de> serde::Deserialize<'de> for ToolCallContent {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("content") => {
-                serde_support::payload(&value, "type").map(ToolCallContent::Content)
-            }
-            Some("diff") => {
-                serde_support::payload(&value, "type").map(ToolCallContent::Diff)
-            }
-            Some("terminal") => {
-                serde_support::payload(&value, "type").map(ToolCallContent::Terminal)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(ToolCallContent::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("content") => {
+                    serde_support::payload(&value, "type").map(ToolCallContent::Content)
+                }
+                Some("diff") => {
+                    serde_support::payload(&value, "type").map(ToolCallContent::Diff)
+                }
+                Some("terminal") => {
+                    serde_support::payload(&value, "type").map(ToolCallContent::Terminal)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(ToolCallContent::Other(serde_support::UnknownVariant(value)))
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -851,26 +855,29 @@ impl<'de> serde::Deserialize<'de> for ContentBlock {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("text") => {
-                serde_support::payload(&value, "type").map(ContentBlock::Text)
-            }
-            Some("image") => {
-                serde_support::payload(&value, "type").map(ContentBlock::Image)
-            }
-            Some("audio") => {
-                serde_support::payload(&value, "type").map(ContentBlock::Audio)
-            }
-            Some("resource_link") => {
-                serde_support::payload(&value, "type").map(ContentBlock::ResourceLink)
-            }
-            Some("resource") => {
-                serde_support::payload(&value, "type").map(ContentBlock::Resource)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(ContentBlock::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("text") => {
+                    serde_support::payload(&value, "type").map(ContentBlock::Text)
+                }
+                Some("image") => {
+                    serde_support::payload(&value, "type").map(ContentBlock::Image)
+                }
+                Some("audio") => {
+                    serde_support::payload(&value, "type").map(ContentBlock::Audio)
+                }
+                Some("resource_link") => {
+                    serde_support::payload(&value, "type")
+                        .map(ContentBlock::ResourceLink)
+                }
+                Some("resource") => {
+                    serde_support::payload(&value, "type").map(ContentBlock::Resource)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => Ok(ContentBlock::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -2557,37 +2564,39 @@ impl<'de> serde::Deserialize<'de> for ElicitationPropertySchema {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("string") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::String)
-            }
-            Some("number") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::Number)
-            }
-            Some("integer") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::Integer)
-            }
-            Some("boolean") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::Boolean)
-            }
-            Some("array") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::Array)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(
-                    ElicitationPropertySchema::Other(
-                        serde_support::UnknownVariant(value),
-                    ),
-                )
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("string") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::String)
+                }
+                Some("number") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::Number)
+                }
+                Some("integer") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::Integer)
+                }
+                Some("boolean") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::Boolean)
+                }
+                Some("array") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::Array)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(
+                        ElicitationPropertySchema::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -3311,16 +3320,20 @@ impl<'de> serde::Deserialize<'de> for MultiSelectItems {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("string") => {
-                serde_support::payload(&value, "type").map(MultiSelectItems::String)
-            }
-            None | Some("titled") => {
-                serde_support::payload(&value, "type").map(MultiSelectItems::Titled)
-            }
-            Some(_) => Ok(MultiSelectItems::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("string") => {
+                    serde_support::payload(&value, "type").map(MultiSelectItems::String)
+                }
+                None | Some("titled") => {
+                    serde_support::payload(&value, "type").map(MultiSelectItems::Titled)
+                }
+                Some(_) => {
+                    Ok(MultiSelectItems::Other(serde_support::UnknownVariant(value)))
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -5831,16 +5844,18 @@ impl<'de> serde::Deserialize<'de> for AuthMethod {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("terminal") => {
-                serde_support::payload(&value, "type").map(AuthMethod::Terminal)
-            }
-            None | Some("agent") => {
-                serde_support::payload(&value, "type").map(AuthMethod::Agent)
-            }
-            Some(_) => Ok(AuthMethod::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("terminal") => {
+                    serde_support::payload(&value, "type").map(AuthMethod::Terminal)
+                }
+                None | Some("agent") => {
+                    serde_support::payload(&value, "type").map(AuthMethod::Agent)
+                }
+                Some(_) => Ok(AuthMethod::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -8045,24 +8060,26 @@ impl<'de> serde::Deserialize<'de> for NesSuggestion {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "kind")? {
-            Some("edit") => {
-                serde_support::payload(&value, "kind").map(NesSuggestion::Edit)
-            }
-            Some("jump") => {
-                serde_support::payload(&value, "kind").map(NesSuggestion::Jump)
-            }
-            Some("rename") => {
-                serde_support::payload(&value, "kind").map(NesSuggestion::Rename)
-            }
-            Some("searchAndReplace") => {
-                serde_support::payload(&value, "kind")
-                    .map(NesSuggestion::SearchAndReplace)
-            }
-            None => Err(serde::de::Error::missing_field("kind")),
-            Some(_) => Ok(NesSuggestion::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "kind")? {
+                Some("edit") => {
+                    serde_support::payload(&value, "kind").map(NesSuggestion::Edit)
+                }
+                Some("jump") => {
+                    serde_support::payload(&value, "kind").map(NesSuggestion::Jump)
+                }
+                Some("rename") => {
+                    serde_support::payload(&value, "kind").map(NesSuggestion::Rename)
+                }
+                Some("searchAndReplace") => {
+                    serde_support::payload(&value, "kind")
+                        .map(NesSuggestion::SearchAndReplace)
+                }
+                None => Err(serde::de::Error::missing_field("kind")),
+                Some(_) => Ok(NesSuggestion::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -9043,74 +9060,77 @@ impl<'de> serde::Deserialize<'de> for SessionUpdate {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "sessionUpdate")? {
-            Some("user_message_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::UserMessageChunk)
-            }
-            Some("agent_message_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::AgentMessageChunk)
-            }
-            Some("agent_thought_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::AgentThoughtChunk)
-            }
-            Some("tool_call") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::ToolCall)
-            }
-            Some("tool_call_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::ToolCallUpdate)
-            }
-            Some("plan") => {
-                serde_support::payload(&value, "sessionUpdate").map(SessionUpdate::Plan)
-            }
-            #[cfg(feature = "unstable_plan_updates")]
-            Some("plan_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::PlanUpdate)
-            }
-            #[cfg(feature = "unstable_plan_updates")]
-            Some("plan_removed") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::PlanRemoved)
-            }
-            Some("available_commands_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::AvailableCommandsUpdate)
-            }
-            Some("current_mode_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::CurrentModeUpdate)
-            }
-            Some("config_option_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::ConfigOptionUpdate)
-            }
-            Some("session_info_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::SessionInfoUpdate)
-            }
-            Some("usage_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::UsageUpdate)
-            }
-            #[cfg(feature = "unstable_context_compaction")]
-            Some("compaction_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::CompactionUpdate)
-            }
-            #[cfg(feature = "unstable_context_compaction")]
-            Some("compaction_summary_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::CompactionSummaryChunk)
-            }
-            None => Err(serde::de::Error::missing_field("sessionUpdate")),
-            Some(_) => Ok(SessionUpdate::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "sessionUpdate")? {
+                Some("user_message_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::UserMessageChunk)
+                }
+                Some("agent_message_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::AgentMessageChunk)
+                }
+                Some("agent_thought_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::AgentThoughtChunk)
+                }
+                Some("tool_call") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::ToolCall)
+                }
+                Some("tool_call_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::ToolCallUpdate)
+                }
+                Some("plan") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::Plan)
+                }
+                #[cfg(feature = "unstable_plan_updates")]
+                Some("plan_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::PlanUpdate)
+                }
+                #[cfg(feature = "unstable_plan_updates")]
+                Some("plan_removed") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::PlanRemoved)
+                }
+                Some("available_commands_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::AvailableCommandsUpdate)
+                }
+                Some("current_mode_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::CurrentModeUpdate)
+                }
+                Some("config_option_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::ConfigOptionUpdate)
+                }
+                Some("session_info_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::SessionInfoUpdate)
+                }
+                Some("usage_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::UsageUpdate)
+                }
+                #[cfg(feature = "unstable_context_compaction")]
+                Some("compaction_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::CompactionUpdate)
+                }
+                #[cfg(feature = "unstable_context_compaction")]
+                Some("compaction_summary_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::CompactionSummaryChunk)
+                }
+                None => Err(serde::de::Error::missing_field("sessionUpdate")),
+                Some(_) => Ok(SessionUpdate::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -9849,20 +9869,25 @@ impl<'de> serde::Deserialize<'de> for PlanUpdateContent {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("items") => {
-                serde_support::payload(&value, "type").map(PlanUpdateContent::Items)
-            }
-            Some("file") => {
-                serde_support::payload(&value, "type").map(PlanUpdateContent::File)
-            }
-            Some("markdown") => {
-                serde_support::payload(&value, "type").map(PlanUpdateContent::Markdown)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(PlanUpdateContent::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("items") => {
+                    serde_support::payload(&value, "type").map(PlanUpdateContent::Items)
+                }
+                Some("file") => {
+                    serde_support::payload(&value, "type").map(PlanUpdateContent::File)
+                }
+                Some("markdown") => {
+                    serde_support::payload(&value, "type")
+                        .map(PlanUpdateContent::Markdown)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(PlanUpdateContent::Other(serde_support::UnknownVariant(value)))
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -12201,17 +12226,21 @@ impl<'de> serde::Deserialize<'de> for McpServer {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("http") => serde_support::payload(&value, "type").map(McpServer::Http),
-            Some("sse") => serde_support::payload(&value, "type").map(McpServer::Sse),
-            #[cfg(feature = "unstable_mcp_over_acp")]
-            Some("acp") => serde_support::payload(&value, "type").map(McpServer::Acp),
-            None | Some("stdio") => {
-                serde_support::payload(&value, "type").map(McpServer::Stdio)
-            }
-            Some(_) => Ok(McpServer::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("http") => {
+                    serde_support::payload(&value, "type").map(McpServer::Http)
+                }
+                Some("sse") => serde_support::payload(&value, "type").map(McpServer::Sse),
+                #[cfg(feature = "unstable_mcp_over_acp")]
+                Some("acp") => serde_support::payload(&value, "type").map(McpServer::Acp),
+                None | Some("stdio") => {
+                    serde_support::payload(&value, "type").map(McpServer::Stdio)
+                }
+                Some(_) => Ok(McpServer::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -14143,18 +14172,24 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionOutcome {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "outcome")? {
-            Some("cancelled") => Ok(RequestPermissionOutcome::Cancelled),
-            Some("selected") => {
-                serde_support::payload(&value, "outcome")
-                    .map(RequestPermissionOutcome::Selected)
-            }
-            None => Err(serde::de::Error::missing_field("outcome")),
-            Some(_) => {
-                Ok(RequestPermissionOutcome::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "outcome")? {
+                Some("cancelled") => Ok(RequestPermissionOutcome::Cancelled),
+                Some("selected") => {
+                    serde_support::payload(&value, "outcome")
+                        .map(RequestPermissionOutcome::Selected)
+                }
+                None => Err(serde::de::Error::missing_field("outcome")),
+                Some(_) => {
+                    Ok(
+                        RequestPermissionOutcome::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -15296,19 +15331,25 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationAction {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "action")? {
-            Some("accept") => {
-                serde_support::payload(&value, "action")
-                    .map(CreateElicitationAction::Accept)
-            }
-            Some("decline") => Ok(CreateElicitationAction::Decline),
-            Some("cancel") => Ok(CreateElicitationAction::Cancel),
-            None => Err(serde::de::Error::missing_field("action")),
-            Some(_) => {
-                Ok(CreateElicitationAction::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "action")? {
+                Some("accept") => {
+                    serde_support::payload(&value, "action")
+                        .map(CreateElicitationAction::Accept)
+                }
+                Some("decline") => Ok(CreateElicitationAction::Decline),
+                Some("cancel") => Ok(CreateElicitationAction::Cancel),
+                None => Err(serde::de::Error::missing_field("action")),
+                Some(_) => {
+                    Ok(
+                        CreateElicitationAction::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -15392,19 +15433,27 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationMode {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "mode")? {
-            Some("form") => {
-                serde_support::payload(&value, "mode").map(CreateElicitationMode::Form)
-            }
-            Some("url") => {
-                serde_support::payload(&value, "mode").map(CreateElicitationMode::Url)
-            }
-            None => Err(serde::de::Error::missing_field("mode")),
-            Some(_) => {
-                Ok(CreateElicitationMode::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "mode")? {
+                Some("form") => {
+                    serde_support::payload(&value, "mode")
+                        .map(CreateElicitationMode::Form)
+                }
+                Some("url") => {
+                    serde_support::payload(&value, "mode")
+                        .map(CreateElicitationMode::Url)
+                }
+                None => Err(serde::de::Error::missing_field("mode")),
+                Some(_) => {
+                    Ok(
+                        CreateElicitationMode::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -15511,21 +15560,27 @@ impl<'de> serde::Deserialize<'de> for SessionConfigOptionType {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("select") => {
-                serde_support::payload(&value, "type")
-                    .map(SessionConfigOptionType::Select)
-            }
-            Some("boolean") => {
-                serde_support::payload(&value, "type")
-                    .map(SessionConfigOptionType::Boolean)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(SessionConfigOptionType::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("select") => {
+                    serde_support::payload(&value, "type")
+                        .map(SessionConfigOptionType::Select)
+                }
+                Some("boolean") => {
+                    serde_support::payload(&value, "type")
+                        .map(SessionConfigOptionType::Boolean)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(
+                        SessionConfigOptionType::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -15622,29 +15677,34 @@ impl<'de> serde::Deserialize<'de> for SetSessionConfigOptionType {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("boolean") => {
-                serde_support::property(&value, "value")
-                    .map(SetSessionConfigOptionType::Boolean)
-            }
-            None | Some("value_id") => {
-                serde_support::property(&value, "value")
-                    .map(SetSessionConfigOptionType::ValueId)
-            }
-            Some(_) => {
-                Ok(
-                    match serde_support::property::<_, D::Error>(&value, "value") {
-                        Ok(payload) => SetSessionConfigOptionType::ValueId(payload),
-                        Err(_) => {
-                            SetSessionConfigOptionType::Other(
-                                serde_support::UnknownVariant(value),
-                            )
-                        }
-                    },
-                )
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("boolean") => {
+                    serde_support::property(&value, "value")
+                        .map(SetSessionConfigOptionType::Boolean)
+                }
+                None | Some("value_id") => {
+                    serde_support::property(&value, "value")
+                        .map(SetSessionConfigOptionType::ValueId)
+                }
+                Some(_) => {
+                    Ok(
+                        match serde_support::property::<
+                            _,
+                            serde_json::Error,
+                        >(&value, "value") {
+                            Ok(payload) => SetSessionConfigOptionType::ValueId(payload),
+                            Err(_) => {
+                                SetSessionConfigOptionType::Other(
+                                    serde_support::UnknownVariant(value),
+                                )
+                            }
+                        },
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.

@@ -215,21 +215,27 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionSubject {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("tool_call") => {
-                serde_support::payload(&value, "type")
-                    .map(RequestPermissionSubject::ToolCall)
-            }
-            Some("command") => {
-                serde_support::payload(&value, "type")
-                    .map(RequestPermissionSubject::Command)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(RequestPermissionSubject::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("tool_call") => {
+                    serde_support::payload(&value, "type")
+                        .map(RequestPermissionSubject::ToolCall)
+                }
+                Some("command") => {
+                    serde_support::payload(&value, "type")
+                        .map(RequestPermissionSubject::Command)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(
+                        RequestPermissionSubject::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -729,20 +735,24 @@ impl<'de> serde::Deserialize<'de> for ToolCallContent {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("content") => {
-                serde_support::payload(&value, "type").map(ToolCallContent::Content)
-            }
-            Some("diff") => {
-                serde_support::payload(&value, "type").map(ToolCallContent::Diff)
-            }
-            Some("terminal") => {
-                serde_support::payload(&value, "type").map(ToolCallContent::Terminal)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(ToolCallContent::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("content") => {
+                    serde_support::payload(&value, "type").map(ToolCallContent::Content)
+                }
+                Some("diff") => {
+                    serde_support::payload(&value, "type").map(ToolCallContent::Diff)
+                }
+                Some("terminal") => {
+                    serde_support::payload(&value, "type").map(ToolCallContent::Terminal)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(ToolCallContent::Other(serde_support::UnknownVariant(value)))
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -888,26 +898,29 @@ impl<'de> serde::Deserialize<'de> for ContentBlock {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("text") => {
-                serde_support::payload(&value, "type").map(ContentBlock::Text)
-            }
-            Some("image") => {
-                serde_support::payload(&value, "type").map(ContentBlock::Image)
-            }
-            Some("audio") => {
-                serde_support::payload(&value, "type").map(ContentBlock::Audio)
-            }
-            Some("resource_link") => {
-                serde_support::payload(&value, "type").map(ContentBlock::ResourceLink)
-            }
-            Some("resource") => {
-                serde_support::payload(&value, "type").map(ContentBlock::Resource)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(ContentBlock::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("text") => {
+                    serde_support::payload(&value, "type").map(ContentBlock::Text)
+                }
+                Some("image") => {
+                    serde_support::payload(&value, "type").map(ContentBlock::Image)
+                }
+                Some("audio") => {
+                    serde_support::payload(&value, "type").map(ContentBlock::Audio)
+                }
+                Some("resource_link") => {
+                    serde_support::payload(&value, "type")
+                        .map(ContentBlock::ResourceLink)
+                }
+                Some("resource") => {
+                    serde_support::payload(&value, "type").map(ContentBlock::Resource)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => Ok(ContentBlock::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -2881,37 +2894,39 @@ impl<'de> serde::Deserialize<'de> for ElicitationPropertySchema {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("string") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::String)
-            }
-            Some("number") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::Number)
-            }
-            Some("integer") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::Integer)
-            }
-            Some("boolean") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::Boolean)
-            }
-            Some("array") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::Array)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(
-                    ElicitationPropertySchema::Other(
-                        serde_support::UnknownVariant(value),
-                    ),
-                )
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("string") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::String)
+                }
+                Some("number") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::Number)
+                }
+                Some("integer") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::Integer)
+                }
+                Some("boolean") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::Boolean)
+                }
+                Some("array") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::Array)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(
+                        ElicitationPropertySchema::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -3637,16 +3652,20 @@ impl<'de> serde::Deserialize<'de> for MultiSelectItems {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("string") => {
-                serde_support::payload(&value, "type").map(MultiSelectItems::String)
-            }
-            None | Some("titled") => {
-                serde_support::payload(&value, "type").map(MultiSelectItems::Titled)
-            }
-            Some(_) => Ok(MultiSelectItems::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("string") => {
+                    serde_support::payload(&value, "type").map(MultiSelectItems::String)
+                }
+                None | Some("titled") => {
+                    serde_support::payload(&value, "type").map(MultiSelectItems::Titled)
+                }
+                Some(_) => {
+                    Ok(MultiSelectItems::Other(serde_support::UnknownVariant(value)))
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -6255,17 +6274,19 @@ impl<'de> serde::Deserialize<'de> for AuthMethod {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("terminal") => {
-                serde_support::payload(&value, "type").map(AuthMethod::Terminal)
-            }
-            Some("agent") => {
-                serde_support::payload(&value, "type").map(AuthMethod::Agent)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(AuthMethod::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("terminal") => {
+                    serde_support::payload(&value, "type").map(AuthMethod::Terminal)
+                }
+                Some("agent") => {
+                    serde_support::payload(&value, "type").map(AuthMethod::Agent)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => Ok(AuthMethod::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -7997,24 +8018,26 @@ impl<'de> serde::Deserialize<'de> for NesSuggestion {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "kind")? {
-            Some("edit") => {
-                serde_support::payload(&value, "kind").map(NesSuggestion::Edit)
-            }
-            Some("jump") => {
-                serde_support::payload(&value, "kind").map(NesSuggestion::Jump)
-            }
-            Some("rename") => {
-                serde_support::payload(&value, "kind").map(NesSuggestion::Rename)
-            }
-            Some("searchAndReplace") => {
-                serde_support::payload(&value, "kind")
-                    .map(NesSuggestion::SearchAndReplace)
-            }
-            None => Err(serde::de::Error::missing_field("kind")),
-            Some(_) => Ok(NesSuggestion::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "kind")? {
+                Some("edit") => {
+                    serde_support::payload(&value, "kind").map(NesSuggestion::Edit)
+                }
+                Some("jump") => {
+                    serde_support::payload(&value, "kind").map(NesSuggestion::Jump)
+                }
+                Some("rename") => {
+                    serde_support::payload(&value, "kind").map(NesSuggestion::Rename)
+                }
+                Some("searchAndReplace") => {
+                    serde_support::payload(&value, "kind")
+                        .map(NesSuggestion::SearchAndReplace)
+                }
+                None => Err(serde::de::Error::missing_field("kind")),
+                Some(_) => Ok(NesSuggestion::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -9042,90 +9065,92 @@ impl<'de> serde::Deserialize<'de> for SessionUpdate {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "sessionUpdate")? {
-            Some("user_message_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::UserMessageChunk)
-            }
-            Some("user_message") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::UserMessage)
-            }
-            Some("agent_message_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::AgentMessageChunk)
-            }
-            Some("agent_message") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::AgentMessage)
-            }
-            Some("agent_thought_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::AgentThoughtChunk)
-            }
-            Some("agent_thought") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::AgentThought)
-            }
-            Some("state_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::StateUpdate)
-            }
-            Some("tool_call_content_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::ToolCallContentChunk)
-            }
-            Some("tool_call_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::ToolCallUpdate)
-            }
-            Some("terminal_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::TerminalUpdate)
-            }
-            Some("terminal_output_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::TerminalOutputChunk)
-            }
-            Some("plan_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::PlanUpdate)
-            }
-            #[cfg(feature = "unstable_plan_updates")]
-            Some("plan_removed") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::PlanRemoved)
-            }
-            Some("available_commands_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::AvailableCommandsUpdate)
-            }
-            Some("config_option_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::ConfigOptionUpdate)
-            }
-            Some("session_info_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::SessionInfoUpdate)
-            }
-            Some("usage_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::UsageUpdate)
-            }
-            #[cfg(feature = "unstable_context_compaction")]
-            Some("compaction_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::CompactionUpdate)
-            }
-            #[cfg(feature = "unstable_context_compaction")]
-            Some("compaction_summary_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::CompactionSummaryChunk)
-            }
-            None => Err(serde::de::Error::missing_field("sessionUpdate")),
-            Some(_) => Ok(SessionUpdate::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "sessionUpdate")? {
+                Some("user_message_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::UserMessageChunk)
+                }
+                Some("user_message") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::UserMessage)
+                }
+                Some("agent_message_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::AgentMessageChunk)
+                }
+                Some("agent_message") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::AgentMessage)
+                }
+                Some("agent_thought_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::AgentThoughtChunk)
+                }
+                Some("agent_thought") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::AgentThought)
+                }
+                Some("state_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::StateUpdate)
+                }
+                Some("tool_call_content_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::ToolCallContentChunk)
+                }
+                Some("tool_call_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::ToolCallUpdate)
+                }
+                Some("terminal_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::TerminalUpdate)
+                }
+                Some("terminal_output_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::TerminalOutputChunk)
+                }
+                Some("plan_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::PlanUpdate)
+                }
+                #[cfg(feature = "unstable_plan_updates")]
+                Some("plan_removed") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::PlanRemoved)
+                }
+                Some("available_commands_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::AvailableCommandsUpdate)
+                }
+                Some("config_option_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::ConfigOptionUpdate)
+                }
+                Some("session_info_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::SessionInfoUpdate)
+                }
+                Some("usage_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::UsageUpdate)
+                }
+                #[cfg(feature = "unstable_context_compaction")]
+                Some("compaction_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::CompactionUpdate)
+                }
+                #[cfg(feature = "unstable_context_compaction")]
+                Some("compaction_summary_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::CompactionSummaryChunk)
+                }
+                None => Err(serde::de::Error::missing_field("sessionUpdate")),
+                Some(_) => Ok(SessionUpdate::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -10050,20 +10075,23 @@ impl<'de> serde::Deserialize<'de> for StateUpdate {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "state")? {
-            Some("running") => {
-                serde_support::payload(&value, "state").map(StateUpdate::Running)
-            }
-            Some("idle") => {
-                serde_support::payload(&value, "state").map(StateUpdate::Idle)
-            }
-            Some("requires_action") => {
-                serde_support::payload(&value, "state").map(StateUpdate::RequiresAction)
-            }
-            None => Err(serde::de::Error::missing_field("state")),
-            Some(_) => Ok(StateUpdate::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "state")? {
+                Some("running") => {
+                    serde_support::payload(&value, "state").map(StateUpdate::Running)
+                }
+                Some("idle") => {
+                    serde_support::payload(&value, "state").map(StateUpdate::Idle)
+                }
+                Some("requires_action") => {
+                    serde_support::payload(&value, "state")
+                        .map(StateUpdate::RequiresAction)
+                }
+                None => Err(serde::de::Error::missing_field("state")),
+                Some(_) => Ok(StateUpdate::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -10469,22 +10497,27 @@ impl<'de> serde::Deserialize<'de> for PlanUpdateContent {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("items") => {
-                serde_support::payload(&value, "type").map(PlanUpdateContent::Items)
-            }
-            #[cfg(feature = "unstable_plan_updates")]
-            Some("file") => {
-                serde_support::payload(&value, "type").map(PlanUpdateContent::File)
-            }
-            #[cfg(feature = "unstable_plan_updates")]
-            Some("markdown") => {
-                serde_support::payload(&value, "type").map(PlanUpdateContent::Markdown)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(PlanUpdateContent::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("items") => {
+                    serde_support::payload(&value, "type").map(PlanUpdateContent::Items)
+                }
+                #[cfg(feature = "unstable_plan_updates")]
+                Some("file") => {
+                    serde_support::payload(&value, "type").map(PlanUpdateContent::File)
+                }
+                #[cfg(feature = "unstable_plan_updates")]
+                Some("markdown") => {
+                    serde_support::payload(&value, "type")
+                        .map(PlanUpdateContent::Markdown)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(PlanUpdateContent::Other(serde_support::UnknownVariant(value)))
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -11088,16 +11121,23 @@ impl<'de> serde::Deserialize<'de> for AvailableCommandInput {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("text") => {
-                serde_support::payload(&value, "type").map(AvailableCommandInput::Text)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(AvailableCommandInput::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("text") => {
+                    serde_support::payload(&value, "type")
+                        .map(AvailableCommandInput::Text)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(
+                        AvailableCommandInput::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -12720,15 +12760,21 @@ impl<'de> serde::Deserialize<'de> for McpServer {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("http") => serde_support::payload(&value, "type").map(McpServer::Http),
-            #[cfg(feature = "unstable_mcp_over_acp")]
-            Some("acp") => serde_support::payload(&value, "type").map(McpServer::Acp),
-            Some("stdio") => serde_support::payload(&value, "type").map(McpServer::Stdio),
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(McpServer::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("http") => {
+                    serde_support::payload(&value, "type").map(McpServer::Http)
+                }
+                #[cfg(feature = "unstable_mcp_over_acp")]
+                Some("acp") => serde_support::payload(&value, "type").map(McpServer::Acp),
+                Some("stdio") => {
+                    serde_support::payload(&value, "type").map(McpServer::Stdio)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => Ok(McpServer::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -13289,14 +13335,16 @@ impl<'de> serde::Deserialize<'de> for ReplayFrom {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("start") => {
-                serde_support::payload(&value, "type").map(ReplayFrom::Start)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(ReplayFrom::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("start") => {
+                    serde_support::payload(&value, "type").map(ReplayFrom::Start)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => Ok(ReplayFrom::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -14550,18 +14598,24 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionOutcome {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "outcome")? {
-            Some("cancelled") => Ok(RequestPermissionOutcome::Cancelled),
-            Some("selected") => {
-                serde_support::payload(&value, "outcome")
-                    .map(RequestPermissionOutcome::Selected)
-            }
-            None => Err(serde::de::Error::missing_field("outcome")),
-            Some(_) => {
-                Ok(RequestPermissionOutcome::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "outcome")? {
+                Some("cancelled") => Ok(RequestPermissionOutcome::Cancelled),
+                Some("selected") => {
+                    serde_support::payload(&value, "outcome")
+                        .map(RequestPermissionOutcome::Selected)
+                }
+                None => Err(serde::de::Error::missing_field("outcome")),
+                Some(_) => {
+                    Ok(
+                        RequestPermissionOutcome::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -15446,19 +15500,25 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationAction {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "action")? {
-            Some("accept") => {
-                serde_support::payload(&value, "action")
-                    .map(CreateElicitationAction::Accept)
-            }
-            Some("decline") => Ok(CreateElicitationAction::Decline),
-            Some("cancel") => Ok(CreateElicitationAction::Cancel),
-            None => Err(serde::de::Error::missing_field("action")),
-            Some(_) => {
-                Ok(CreateElicitationAction::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "action")? {
+                Some("accept") => {
+                    serde_support::payload(&value, "action")
+                        .map(CreateElicitationAction::Accept)
+                }
+                Some("decline") => Ok(CreateElicitationAction::Decline),
+                Some("cancel") => Ok(CreateElicitationAction::Cancel),
+                None => Err(serde::de::Error::missing_field("action")),
+                Some(_) => {
+                    Ok(
+                        CreateElicitationAction::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -15542,19 +15602,27 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationMode {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "mode")? {
-            Some("form") => {
-                serde_support::payload(&value, "mode").map(CreateElicitationMode::Form)
-            }
-            Some("url") => {
-                serde_support::payload(&value, "mode").map(CreateElicitationMode::Url)
-            }
-            None => Err(serde::de::Error::missing_field("mode")),
-            Some(_) => {
-                Ok(CreateElicitationMode::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "mode")? {
+                Some("form") => {
+                    serde_support::payload(&value, "mode")
+                        .map(CreateElicitationMode::Form)
+                }
+                Some("url") => {
+                    serde_support::payload(&value, "mode")
+                        .map(CreateElicitationMode::Url)
+                }
+                None => Err(serde::de::Error::missing_field("mode")),
+                Some(_) => {
+                    Ok(
+                        CreateElicitationMode::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -15665,32 +15733,35 @@ impl<'de> serde::Deserialize<'de> for DiffChangeOperation {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "operation")? {
-            Some("add") => {
-                serde_support::payload(&value, "operation").map(DiffChangeOperation::Add)
-            }
-            Some("delete") => {
-                serde_support::payload(&value, "operation")
-                    .map(DiffChangeOperation::Delete)
-            }
-            Some("modify") => {
-                serde_support::payload(&value, "operation")
-                    .map(DiffChangeOperation::Modify)
-            }
-            Some("move") => {
-                serde_support::payload(&value, "operation")
-                    .map(DiffChangeOperation::Move)
-            }
-            Some("copy") => {
-                serde_support::payload(&value, "operation")
-                    .map(DiffChangeOperation::Copy)
-            }
-            None => Err(serde::de::Error::missing_field("operation")),
-            Some(_) => {
-                Ok(DiffChangeOperation::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "operation")? {
+                Some("add") => {
+                    serde_support::payload(&value, "operation")
+                        .map(DiffChangeOperation::Add)
+                }
+                Some("delete") => {
+                    serde_support::payload(&value, "operation")
+                        .map(DiffChangeOperation::Delete)
+                }
+                Some("modify") => {
+                    serde_support::payload(&value, "operation")
+                        .map(DiffChangeOperation::Modify)
+                }
+                Some("move") => {
+                    serde_support::payload(&value, "operation")
+                        .map(DiffChangeOperation::Move)
+                }
+                Some("copy") => {
+                    serde_support::payload(&value, "operation")
+                        .map(DiffChangeOperation::Copy)
+                }
+                None => Err(serde::de::Error::missing_field("operation")),
+                Some(_) => {
+                    Ok(DiffChangeOperation::Other(serde_support::UnknownVariant(value)))
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -15811,21 +15882,27 @@ impl<'de> serde::Deserialize<'de> for SessionConfigOptionType {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("select") => {
-                serde_support::payload(&value, "type")
-                    .map(SessionConfigOptionType::Select)
-            }
-            Some("boolean") => {
-                serde_support::payload(&value, "type")
-                    .map(SessionConfigOptionType::Boolean)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(SessionConfigOptionType::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("select") => {
+                    serde_support::payload(&value, "type")
+                        .map(SessionConfigOptionType::Select)
+                }
+                Some("boolean") => {
+                    serde_support::payload(&value, "type")
+                        .map(SessionConfigOptionType::Boolean)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(
+                        SessionConfigOptionType::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -15920,25 +15997,27 @@ impl<'de> serde::Deserialize<'de> for SetSessionConfigOptionType {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("id") => {
-                serde_support::property(&value, "value")
-                    .map(SetSessionConfigOptionType::Id)
-            }
-            Some("boolean") => {
-                serde_support::property(&value, "value")
-                    .map(SetSessionConfigOptionType::Boolean)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(
-                    SetSessionConfigOptionType::Other(
-                        serde_support::UnknownVariant(value),
-                    ),
-                )
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("id") => {
+                    serde_support::property(&value, "value")
+                        .map(SetSessionConfigOptionType::Id)
+                }
+                Some("boolean") => {
+                    serde_support::property(&value, "value")
+                        .map(SetSessionConfigOptionType::Boolean)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(
+                        SetSessionConfigOptionType::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.

@@ -853,7 +853,7 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
             };
             let unknown = match &decode {
                 Some((decode, key)) if d.takes_unknown_tags => quote! {
-                    Some(_) => Ok(match #decode::<_, D::Error>(&value, #key) {
+                    Some(_) => Ok(match #decode::<_, serde_json::Error>(&value, #key) {
                         Ok(payload) => #name::#id(payload),
                         Err(_) => #name::#other(serde_support::UnknownVariant(value)),
                     }),
@@ -931,12 +931,11 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
 
         #gate impl<'de> serde::Deserialize<'de> for #name {
             fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                let value = serde_support::object(deserializer)?;
-                match serde_support::tag_of(&value, #tag)? {
+                serde_support::union(deserializer, |value| match serde_support::tag_of(&value, #tag)? {
                     #(#de)*
                     #missing_tag
                     #unknown_tag
-                }
+                })
             }
         }
 

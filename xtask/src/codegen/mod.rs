@@ -193,14 +193,19 @@ fn generate_from(settings: &Settings, loaded: &Loaded) -> Result<Vec<OutputFile>
         .zip(&files)
         .map(|(text, (path, _))| OutputFile { path: path.into(), contents: format!("{preamble}\n{text}") })
         .collect();
-    out.push(OutputFile {
-        path: "src/serde_support.rs".into(),
-        contents: format!("{preamble}\n{}", include_str!("../../templates/serde_support.rs")),
-    });
+    // The hand-written modules, the same in every release (and in a vendored file).
+    for (path, text) in [("src/serde_support.rs", SERDE_SUPPORT), ("src/decode.rs", DECODE)] {
+        out.push(OutputFile { path: path.into(), contents: format!("{preamble}\n{text}") });
+    }
     out.push(OutputFile { path: "Cargo.toml".into(), contents: cargo_toml(settings, v2.is_some(), &preamble) });
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
 }
+
+/// `serde_support`: the serde helpers of the generated code, and `Nullable`.
+const SERDE_SUPPORT: &str = include_str!("../../templates/serde_support.rs");
+/// `decode`: decoding with the JSON path of a failure.
+const DECODE: &str = include_str!("../../templates/decode.rs");
 
 /// A part of a generated file: makes its code when called, on whichever thread renders it
 /// (token streams and syntax trees are not `Send`).
@@ -441,6 +446,15 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
          let caps: ClientCapabilities = serde_json::from_str(r#\"{{\"session\": null}}\"#).unwrap();\n \
          assert!(caps.session.value().is_none() && caps.session.is_null());\n \
          assert_eq!(serde_json::to_string(&caps).unwrap(), r#\"{{\"session\":null}}\"#);\n \
+         ```\n\n \
+         # Decoding errors with the path of the failing value\n\n \
+         [`decode::from_str`] and [`decode::from_slice`] decode as serde_json's functions do, and \
+         a [`DecodeError`] names the JSON path of the value that did not fit:\n\n \
+         ```\n \
+         let text = r#\"{{\"sessionId\": \"s\", \"prompt\": [{{\"type\": \"text\", \"text\": 7}}]}}\"#;\n \
+         let error = acp_types::decode::from_str::<acp_types::PromptRequest>(text).unwrap_err();\n \
+         assert_eq!(error.path(), Some(\"prompt[0]\"));\n \
+         assert!(error.to_string().starts_with(\"at prompt[0]: \"), \"{{error}}\");\n \
          ```",
         settings.tag
     );
@@ -457,10 +471,12 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
         #![doc = #doc]
         #![cfg_attr(docsrs, feature(doc_cfg))]
 
+        pub mod decode;
         pub mod serde_support;
         pub mod v1;
         #v2_mod
 
+        pub use decode::DecodeError;
         pub use serde_support::{Nullable, UnknownVariant};
         pub use v1::*;
 
@@ -579,9 +595,12 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
     } else {
         TokenStream::new()
     };
-    let support: syn::File = syn::parse_str(include_str!("../../templates/serde_support.rs"))
+    let support: syn::File = syn::parse_str(SERDE_SUPPORT)
         .map_err(|e| CodegenError::Emit { file: "serde_support".into(), message: e.to_string() })?;
     let support_items = &support.items;
+    let decode: syn::File =
+        syn::parse_str(DECODE).map_err(|e| CodegenError::Emit { file: "decode".into(), message: e.to_string() })?;
+    let decode_items = &decode.items;
     let doc = format!(
         " Agent Client Protocol v1 types, vendored from the ACP JSON Schema (release {}) with features [{}]. Depends only on serde (derive) and serde_json.",
         settings.tag,
@@ -593,11 +612,18 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
         // private module.
         #![allow(dead_code, clippy::large_enum_variant, clippy::doc_lazy_continuation, rustdoc::bare_urls, rustdoc::invalid_html_tags)]
 
-        /// Serde helpers shared by the types below.
+        /// Serde helpers shared by the types below, and [`Nullable`].
         pub mod serde_support {
             #(#support_items)*
         }
-        // For users of the file; a private module may not use it.
+        /// Decoding JSON text into these types with the JSON path of a failure:
+        /// `decode::from_str::<PromptRequest>(text)`, whose error's `path()` is `prompt[0].type`.
+        pub mod decode {
+            #(#decode_items)*
+        }
+        // For users of the file; a private module may not use them.
+        #[allow(unused_imports)]
+        pub use decode::DecodeError;
         #[allow(unused_imports)]
         pub use serde_support::{Nullable, UnknownVariant};
 
