@@ -37,7 +37,11 @@
  let error = acp_types::decode::from_str::<acp_types::PromptRequest>(text).unwrap_err();
  assert_eq!(error.path(), Some("prompt[0]"));
  assert!(error.to_string().starts_with("at prompt[0]: "), "{error}");
- ```*/
+ ```
+
+ # serde_json's features
+
+ `float_roundtrip` (on by default) turns on serde_json's exact float parsing, so that a number in free-form JSON (`_meta`, `rawInput`) survives a decode and re-encode bit for bit; `preserve_order` (off by default) makes free-form objects keep the order their keys came in when written back, where they are otherwise written in sorted order. Both change serde_json for the whole build, so each is the dependent's choice; the objects whose order the protocol cares about are [`serde_support::OrderedMap`]s, ordered either way.*/
 #![cfg_attr(docsrs, feature(doc_cfg))]
 pub mod decode;
 pub mod serde_support;

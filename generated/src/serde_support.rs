@@ -125,7 +125,8 @@ impl<T> Nullable for Option<Option<T>> {
 }
 
 /// A union variant this version of the schema does not know: the whole object as received,
-/// tag included, written back unchanged.
+/// tag included, written back unchanged (the same JSON; its keys in the order they came with
+/// serde_json's `preserve_order` feature, in sorted order without it).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct UnknownVariant(pub Map<String, Value>);

@@ -455,7 +455,14 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
          let error = acp_types::decode::from_str::<acp_types::PromptRequest>(text).unwrap_err();\n \
          assert_eq!(error.path(), Some(\"prompt[0]\"));\n \
          assert!(error.to_string().starts_with(\"at prompt[0]: \"), \"{{error}}\");\n \
-         ```",
+         ```\n\n \
+         # serde_json's features\n\n \
+         `float_roundtrip` (on by default) turns on serde_json's exact float parsing, so that a \
+         number in free-form JSON (`_meta`, `rawInput`) survives a decode and re-encode bit for \
+         bit; `preserve_order` (off by default) makes free-form objects keep the order their keys \
+         came in when written back, where they are otherwise written in sorted order. Both change \
+         serde_json for the whole build, so each is the dependent's choice; the objects whose \
+         order the protocol cares about are [`serde_support::OrderedMap`]s, ordered either way.",
         settings.tag
     );
     let v2_mod = if v2 {
@@ -535,9 +542,21 @@ fn cargo_toml(settings: &Settings, v2: bool, preamble: &str) -> String {
     if v2 {
         umbrella.push(format!("\"{V2_FEATURE}\""));
     }
-    features.push("default = []".into());
+    features.push("default = [\"float_roundtrip\"]".into());
     features.push("# `JsonSchema` for every type (schemars 1)".into());
     features.push("schemars = [\"dep:schemars\"]".into());
+    features.push(
+        "# serde_json's exact float parsing: a number in free-form JSON (`_meta`, `rawInput`) survives a\n\
+         # decode and re-encode bit for bit (without it, some long floats read 1 ULP off)"
+            .into(),
+    );
+    features.push("float_roundtrip = [\"serde_json/float_roundtrip\"]".into());
+    features.push(
+        "# serde_json's `Map` keeps insertion order: unknown variants, `_meta` and other free-form objects\n\
+         # are written back in the order their keys came (without it, in sorted order)"
+            .into(),
+    );
+    features.push("preserve_order = [\"serde_json/preserve_order\"]".into());
     features.push(format!("{} = [{}]", features::UMBRELLA, umbrella.join(", ")));
     for f in gated {
         features.push(format!("{f} = []"));
@@ -548,7 +567,7 @@ fn cargo_toml(settings: &Settings, v2: bool, preamble: &str) -> String {
     let (package, deps) = if settings.standalone {
         (
             "version = \"0.0.0\"\nedition = \"2024\"\npublish = false",
-            "serde = { version = \"1\", features = [\"derive\"] }\nserde_json = { version = \"1\", features = [\"raw_value\", \"preserve_order\"] }\nschemars = { version = \"1\", optional = true }\n\n[workspace]\n",
+            "serde = { version = \"1\", features = [\"derive\"] }\nserde_json = { version = \"1\", features = [\"raw_value\"] }\nschemars = { version = \"1\", optional = true }\n\n[workspace]\n",
         )
     } else {
         (
