@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use acp_runtime::ErrorObject;
 use acp_runtime::acp_types::{
-    CreateTerminalRequest, KillTerminalRequest, ReadTextFileRequest, ReleaseTerminalRequest, TerminalOutputRequest,
-    WaitForTerminalExitRequest, WriteTextFileRequest,
+    CreateTerminalRequest, KillTerminalRequest, Nullable, ReadTextFileRequest, ReleaseTerminalRequest,
+    TerminalOutputRequest, WaitForTerminalExitRequest, WriteTextFileRequest,
 };
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -158,13 +158,13 @@ impl Services {
         match method {
             "fs/read_text_file" => {
                 let request: ReadTextFileRequest = decode(params)?;
-                if request.line == Some(Some(0)) {
+                if request.line.value() == Some(&0) {
                     return Err(Problem::Malformed("line 0: lines are numbered from 1".into()));
                 }
                 let path = self.confine(&request.path)?;
                 let text = read_text(&path)?;
-                let first = request.line.flatten().map_or(0, |line| line as usize - 1);
-                let limit = request.limit.flatten().map_or(usize::MAX, |limit| limit as usize);
+                let first = request.line.value().map_or(0, |&line| line as usize - 1);
+                let limit = request.limit.value().map_or(usize::MAX, |&limit| limit as usize);
                 let content: String = text.split_inclusive('\n').skip(first).take(limit).collect();
                 Ok(json!({"content": content}))
             }
@@ -185,8 +185,8 @@ impl Services {
             }
             "terminal/create" => {
                 let request: CreateTerminalRequest = decode(params)?;
-                if let Some(cwd) = request.cwd.clone().flatten() {
-                    let dir = self.confine(&cwd)?;
+                if let Some(cwd) = request.cwd.value() {
+                    let dir = self.confine(cwd)?;
                     if !dir.is_dir() {
                         return Err(Problem::Failed(ErrorObject::invalid_params(format!("{cwd} is not a directory"))));
                     }
@@ -196,7 +196,7 @@ impl Services {
                     .collect::<Vec<_>>()
                     .join(" ");
                 let text = format!("acp-check runs no commands: `{}` was not run\n", truncate(&command, 200));
-                let (output, truncated) = keep_last(&text, request.output_byte_limit.flatten());
+                let (output, truncated) = keep_last(&text, request.output_byte_limit.value().copied());
                 let mut terminals = self.terminals.lock().expect("terminals");
                 let id = format!("acp_check_term_{}", terminals.len() + 1);
                 terminals.push(Terminal {

@@ -11,13 +11,45 @@
 
 /*! Agent Client Protocol types and method traits, generated from the ACP JSON Schema (release v1.7.0).
 
- The protocol v1 items are at the crate root (and in [`v1`]); unstable parts of the schema are behind cargo features, and protocol v2 is in `v2` behind `unstable_protocol_v2`. Every union has a fallback variant, so messages from a newer peer decode.*/
+ The protocol v1 items are at the crate root (and in [`v1`]); unstable parts of the schema are behind cargo features, and protocol v2 is in `v2` behind `unstable_protocol_v2`. Every union has a fallback variant, so messages from a newer peer decode.
+
+ # Fields that may be absent or `null`
+
+ A member that the schema makes optional and nullable is an `Option<Option<T>>`, so that a message decodes and is written back with absent and `null` kept apart. [`Nullable`] reads it in one call:
+
+ ```
+ use acp_types::{ClientCapabilities, Nullable};
+
+ let caps: ClientCapabilities = serde_json::from_str(r#"{"session": {}}"#).unwrap();
+ assert!(caps.session.value().is_some());
+
+ let caps: ClientCapabilities = serde_json::from_str(r#"{"session": null}"#).unwrap();
+ assert!(caps.session.value().is_none() && caps.session.is_null());
+ assert_eq!(serde_json::to_string(&caps).unwrap(), r#"{"session":null}"#);
+ ```
+
+ # Decoding errors with the path of the failing value
+
+ [`decode::from_str`] and [`decode::from_slice`] decode as serde_json's functions do, and a [`DecodeError`] names the JSON path of the value that did not fit:
+
+ ```
+ let text = r#"{"sessionId": "s", "prompt": [{"type": "text", "text": 7}]}"#;
+ let error = acp_types::decode::from_str::<acp_types::PromptRequest>(text).unwrap_err();
+ assert_eq!(error.path(), Some("prompt[0]"));
+ assert!(error.to_string().starts_with("at prompt[0]: "), "{error}");
+ ```
+
+ # serde_json's features
+
+ `float_roundtrip` (on by default) turns on serde_json's exact float parsing, so that a number in free-form JSON (`_meta`, `rawInput`) survives a decode and re-encode bit for bit; `preserve_order` (off by default) makes free-form objects keep the order their keys came in when written back, where they are otherwise written in sorted order. Both change serde_json for the whole build, so each is the dependent's choice; the objects whose order the protocol cares about are [`serde_support::OrderedMap`]s, ordered either way.*/
 #![cfg_attr(docsrs, feature(doc_cfg))]
+pub mod decode;
 pub mod serde_support;
 pub mod v1;
 #[cfg(feature = "unstable_protocol_v2")]
 pub mod v2;
-pub use serde_support::UnknownVariant;
+pub use decode::DecodeError;
+pub use serde_support::{Nullable, UnknownVariant};
 pub use v1::*;
 #[doc(hidden)]
 #[macro_export]

@@ -517,11 +517,7 @@ pub fn decode_params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T
 /// Decodes `text` into `T`; on failure returns the path of the failing field (if it can be
 /// located) and serde's message without its position suffix.
 pub(crate) fn decode_with_path<T: DeserializeOwned>(text: &str) -> Result<T, (Option<String>, String)> {
-    decode_with_path_by(text, |de| {
-        let value = T::deserialize(&mut *de)?;
-        de.end()?;
-        Ok(value)
-    })
+    acp_types::decode::from_str(text).map_err(path_and_message)
 }
 
 /// Runs `decode` on a deserializer over `text`; on failure returns the failing field's path
@@ -533,94 +529,19 @@ pub(crate) fn decode_with_path_by<'a, T>(
     text: &'a str,
     decode: impl FnOnce(&mut serde_json::Deserializer<serde_json::de::StrRead<'a>>) -> Result<T, serde_json::Error>,
 ) -> Result<T, (Option<String>, String)> {
-    let mut de = serde_json::Deserializer::from_str(text);
-    decode(&mut de).map_err(|e| {
-        let full = e.to_string();
-        let message = match full.rfind(" at line ") {
-            Some(i) => full[..i].to_owned(),
-            None => full,
-        };
-        // Raw values from the wire are single lines, so the column is a byte offset.
-        let path = (e.line() == 1 && e.column() > 0).then(|| path_at(text, e.column()));
-        (path, message)
-    })
+    acp_types::decode::from_str_with(text, decode).map_err(path_and_message)
+}
+
+/// The path (`None` without a position) and the message of a decoding failure: `data.path`
+/// and the message of a -32602 answer. The locating itself is acp-types', which types-only
+/// users have too.
+fn path_and_message(e: acp_types::DecodeError) -> (Option<String>, String) {
+    (e.path().map(str::to_owned), e.message().to_owned())
 }
 
 /// The JSON path (`a.b[2]["odd key"]`) of the value being read at byte `offset` of `text`
-/// (which serde_json reports as the column of an error). Never fails: malformed input just
-/// yields a shorter path.
-pub fn path_at(text: &str, offset: usize) -> String {
-    enum Level {
-        Object { key: Option<String>, expecting_key: bool },
-        Array { index: usize },
-    }
-    let bytes = text.as_bytes();
-    let end = offset.min(bytes.len());
-    let mut stack: Vec<Level> = Vec::new();
-    let mut i = 0;
-    while i < end {
-        match bytes[i] {
-            b'"' => {
-                let start = i;
-                i += 1;
-                while i < bytes.len() && bytes[i] != b'"' {
-                    i += if bytes[i] == b'\\' { 2 } else { 1 };
-                }
-                if let Some(Level::Object { key, expecting_key: true }) = stack.last_mut() {
-                    let raw = text.get(start..(i + 1).min(text.len())).unwrap_or("");
-                    *key = serde_json::from_str::<String>(raw).ok();
-                }
-            }
-            b':' => {
-                if let Some(Level::Object { expecting_key, .. }) = stack.last_mut() {
-                    *expecting_key = false;
-                }
-            }
-            b',' => match stack.last_mut() {
-                Some(Level::Object { key, expecting_key }) => {
-                    *key = None;
-                    *expecting_key = true;
-                }
-                Some(Level::Array { index }) => *index += 1,
-                None => {}
-            },
-            b'{' => stack.push(Level::Object { key: None, expecting_key: true }),
-            b'[' => stack.push(Level::Array { index: 0 }),
-            b'}' | b']' => {
-                stack.pop();
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    let mut path = String::new();
-    for level in &stack {
-        match level {
-            Level::Object { key: Some(key), .. } => {
-                let plain = !key.is_empty()
-                    && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
-                    && !key.starts_with(|c: char| c.is_ascii_digit());
-                if plain {
-                    if !path.is_empty() {
-                        path.push('.');
-                    }
-                    path.push_str(key);
-                } else {
-                    path.push('[');
-                    path.push_str(&serde_json::to_string(key).unwrap_or_default());
-                    path.push(']');
-                }
-            }
-            Level::Object { key: None, .. } => {}
-            Level::Array { index } => {
-                path.push('[');
-                path.push_str(&index.to_string());
-                path.push(']');
-            }
-        }
-    }
-    path
-}
+/// (where serde_json reports a decoding error); see [`acp_types::decode`].
+pub use acp_types::decode::path_at;
 
 // ---- encoding -------------------------------------------------------------------------------
 //

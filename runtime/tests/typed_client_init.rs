@@ -27,7 +27,7 @@ impl Recorder {
 impl Recorder {
     async fn initialize(&self, _: InitializeRequest, cx: AgentContext) -> Result<InitializeResponse, Error> {
         let init = cx.client_init().expect("set before the handler runs");
-        let name = init.client_info.clone().flatten().map(|info| info.name);
+        let name = init.client_info.value().map(|info| &info.name);
         self.note(format!("initialize: terminal {:?}, client {name:?}", cx.client_capabilities().terminal));
         Ok(InitializeResponse::new(ProtocolVersion::V1))
     }

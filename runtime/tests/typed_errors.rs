@@ -156,7 +156,8 @@ async fn typed_extension_methods_and_notifications_round_trip_with_meta_untouche
     let params = json!({"x": 1, "_meta": {"traceparent": "00-abc-01", "vendor.io/k": [1, {"z": null}]}});
     let echoed = pair.agent.ext_method("_test/echo", params.clone()).await.unwrap();
     assert_eq!(echoed, json!({"method": "_test/echo", "params": params, "cxMeta": params["_meta"]}));
-    // Key order and every byte of `_meta` survive (serde_json's preserve_order).
+    // Key order and every byte of `_meta` survive (with the `preserve_order` feature, on for the
+    // tests; without it `Value`s are written in sorted order on both sides).
     assert_eq!(echoed["params"].to_string(), params.to_string());
 
     let unknown = pair.agent.ext_method("_test/unknown", json!({})).await;

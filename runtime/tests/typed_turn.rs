@@ -47,7 +47,7 @@ async fn typed_full_prompt_turn_client_sees_every_update_in_order_when_prompt_re
     );
     let last = pair.client_log.updates.lock().unwrap().last().cloned().unwrap();
     let SessionUpdate::ToolCallUpdate(last) = last else { unreachable!() };
-    let Some(Some(content)) = last.content else { panic!("no content") };
+    let Some(content) = last.content.into_value() else { panic!("no content") };
     assert!(matches!(&content[0], ToolCallContent::Content(c) if c.content == text("contents of a.txt")));
 
     // The agent's calls reached the client in order (each awaited before the next).

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use acp_types::v2::{SessionUpdate, ToolCallUpdate, UserMessage};
+use acp_types::v2::{Nullable, SessionUpdate, ToolCallStatus, ToolCallUpdate, UserMessage};
 use serde_json::{Value, json};
 
 /// (`sessionUpdate`, definition, the required members, a value for every patch field).
@@ -96,8 +96,12 @@ fn the_three_states_read_as_nested_options() {
         panic!("a tool call update")
     };
     assert_eq!(update.title, Some(None), "null clears");
-    assert!(update.status.is_some_and(|s| s.is_some()), "a value replaces");
+    assert!(update.status.as_ref().is_some_and(|s| s.is_some()), "a value replaces");
     assert_eq!(update.kind, None, "omitted leaves unchanged");
+    // The same three, read through `Nullable`.
+    assert!(update.title.is_null());
+    assert_eq!(update.status.value(), Some(&ToolCallStatus::Completed));
+    assert!(update.kind.is_absent());
     // Built the other way: a setter takes a value, or `None` for `null`.
     let patch = ToolCallUpdate::new("call_1").title(None).meta(None);
     assert_eq!(serde_json::to_value(&patch).unwrap(), json!({"toolCallId": "call_1", "title": null, "_meta": null}));

@@ -132,6 +132,10 @@ fn check_vendor(
     // And as a private module of a program, which uses none of it: no warning either.
     std::fs::write(crate_dir.join("src/main.rs"), "//! A program vendoring the ACP types.\nmod acp;\n\nfn main() {}\n")
         .map_err(|e| e.to_string())?;
+    // And what a user of the file does with its helpers, run below.
+    std::fs::create_dir_all(crate_dir.join("examples")).map_err(|e| e.to_string())?;
+    let example = VENDORED_USE.replace("CRATE", &name.replace('-', "_"));
+    std::fs::write(crate_dir.join("examples/vendored_use.rs"), example).map_err(|e| e.to_string())?;
     let manifest = format!(
         "[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n\
          [dependencies]\nserde = {{ version = \"1\", features = [\"derive\"] }}\nserde_json = \"1\"\n\n[workspace]\n"
@@ -139,12 +143,52 @@ fn check_vendor(
     std::fs::write(crate_dir.join("Cargo.toml"), manifest).map_err(|e| e.to_string())?;
     std::fs::copy(workspace.join("Cargo.lock"), crate_dir.join("Cargo.lock")).map_err(|e| e.to_string())?;
     cargo_check(&crate_dir, scratch, &[])?;
+    // Running it takes a build; once is enough (the helpers do not depend on the features).
+    let ran = name == "vendor-stable";
+    if ran {
+        run_example(&crate_dir, scratch, "vendored_use")?;
+    }
     let mut summary =
         format!("{} lines, compiles standalone (edition 2021, serde + serde_json only)", text.lines().count());
+    if ran {
+        summary.push_str("; its `decode` and `Nullable` work");
+    }
     for note in &vendored.notes {
         summary.push_str(&format!("\n     {note}"));
     }
     Ok(summary)
+}
+
+/// A program using a vendored file's `decode` (errors with a JSON path) and `Nullable`, as
+/// the README's vendoring section says a project can; `CRATE` is the scratch crate's name.
+const VENDORED_USE: &str = r##"//! A vendored file's helpers, used as a project would.
+use CRATE::acp::{decode, ClientCapabilities, Nullable, PromptRequest};
+
+fn main() {
+    let caps: ClientCapabilities = decode::from_str(r#"{"session": null}"#).expect("decodes");
+    assert!(caps.session.is_null() && caps.session.value().is_none());
+    let text = "{\n  \"sessionId\": \"s\",\n  \"prompt\": [{\"type\": \"text\", \"text\": \"hi\"}, {\"text\": \"no type\"}]\n}";
+    let error = decode::from_str::<PromptRequest>(text).expect_err("the second block has no type");
+    assert_eq!(error.path(), Some("prompt[1]"), "{error}");
+    assert_eq!(error.line(), 3, "{error}");
+}
+"##;
+
+fn run_example(crate_dir: &Path, scratch: &Path, example: &str) -> Result<(), String> {
+    let out = Command::new(env!("CARGO"))
+        .current_dir(crate_dir)
+        .args(["run", "--quiet", "--example", example])
+        // The flags of the check, so that its build of the dependencies is reused.
+        .env("RUSTFLAGS", "-D warnings")
+        .env("CARGO_TARGET_DIR", scratch.join("target"))
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let head: Vec<&str> = stderr.lines().take(40).collect();
+    Err(format!("cargo run --example {example} failed:\n{}", head.join("\n")))
 }
 
 fn cargo_check(crate_dir: &Path, scratch: &Path, args: &[&str]) -> Result<(), String> {

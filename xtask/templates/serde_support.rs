@@ -1,16 +1,121 @@
 //! Serde helpers shared by the generated types: lenient decoding (`x-deserialize-default-on-error`,
 //! `x-deserialize-skip-invalid-items`) and the hand-written half of the tagged unions.
 //!
-//! [`UnknownVariant`], [`OrderedMap`] and [`null_as_empty`] are for users too; the other items
-//! are used by the generated code only, and hidden from the documentation.
+//! [`Nullable`], [`UnknownVariant`], [`OrderedMap`] and [`null_as_empty`] are for users too;
+//! the other items are used by the generated code only, and hidden from the documentation.
 
 use serde::de::DeserializeOwned;
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+/// One call to read or write a field that may be absent, `null` or a value.
+///
+/// A member that the schema makes both optional and nullable is an `Option<Option<T>>` in the
+/// generated types, so that the two ways of not giving a value stay apart when a message is
+/// decoded and written back:
+///
+/// | on the wire      | in Rust          | [`value`](Nullable::value) | [`is_absent`](Nullable::is_absent) | [`is_null`](Nullable::is_null) |
+/// |------------------|------------------|---------|---------|---------|
+/// | member left out  | `None`           | `None`  | `true`  | `false` |
+/// | `null`           | `Some(None)`     | `None`  | `false` | `true`  |
+/// | a value          | `Some(Some(v))`  | `Some(&v)` | `false` | `false` |
+///
+/// For most fields both mean "no value" and [`value`](Nullable::value) is all a reader needs;
+/// where the field's description gives `null` a meaning of its own (in protocol v2 updates it
+/// clears what an earlier update set), [`is_null`](Nullable::is_null) and
+/// [`apply_to`](Nullable::apply_to) tell it apart. The trait is implemented for every
+/// `Option<Option<T>>`; bring it into scope with `use acp_types::Nullable;` (a vendored file
+/// has it at its root too).
+pub trait Nullable: Sized {
+    /// The value's type: `T` for `Option<Option<T>>`.
+    type Value;
+
+    /// The value, if there is one (`None` for both absent and `null`).
+    fn value(&self) -> Option<&Self::Value>;
+
+    /// The value, mutably, if there is one.
+    fn value_mut(&mut self) -> Option<&mut Self::Value>;
+
+    /// The value, if there is one, taken out.
+    fn into_value(self) -> Option<Self::Value>;
+
+    /// Whether the member was `null` (present, without a value).
+    fn is_null(&self) -> bool;
+
+    /// Whether the member was left out.
+    fn is_absent(&self) -> bool;
+
+    /// Whether there is a value (neither absent nor `null`).
+    fn has_value(&self) -> bool {
+        self.value().is_some()
+    }
+
+    /// A member left out: `None`. Reads well where the field's type is known
+    /// (`update.title = Nullable::absent();`).
+    fn absent() -> Self;
+
+    /// A member written as `null`: `Some(None)`.
+    fn null() -> Self;
+
+    /// A member holding `value`: `Some(Some(value))`.
+    fn of(value: Self::Value) -> Self;
+
+    /// Applies this member as an update of `target`, as protocol v2's updates are meant: absent
+    /// leaves `target` as it is, `null` clears it, a value replaces it.
+    fn apply_to(&self, target: &mut Option<Self::Value>)
+    where
+        Self::Value: Clone;
+}
+
+impl<T> Nullable for Option<Option<T>> {
+    type Value = T;
+
+    fn value(&self) -> Option<&T> {
+        self.as_ref().and_then(Option::as_ref)
+    }
+
+    fn value_mut(&mut self) -> Option<&mut T> {
+        self.as_mut().and_then(Option::as_mut)
+    }
+
+    fn into_value(self) -> Option<T> {
+        self.flatten()
+    }
+
+    fn is_null(&self) -> bool {
+        matches!(self, Some(None))
+    }
+
+    fn is_absent(&self) -> bool {
+        self.is_none()
+    }
+
+    fn absent() -> Self {
+        None
+    }
+
+    fn null() -> Self {
+        Some(None)
+    }
+
+    fn of(value: T) -> Self {
+        Some(Some(value))
+    }
+
+    fn apply_to(&self, target: &mut Option<T>)
+    where
+        T: Clone,
+    {
+        if let Some(update) = self {
+            target.clone_from(update);
+        }
+    }
+}
+
 /// A union variant this version of the schema does not know: the whole object as received,
-/// tag included, written back unchanged.
+/// tag included, written back unchanged (the same JSON; its keys in the order they came with
+/// serde_json's `preserve_order` feature, in sorted order without it).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct UnknownVariant(pub Map<String, Value>);
@@ -410,10 +515,29 @@ pub fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Re
     }
 }
 
-/// Reads a union value, which must be a JSON object.
+/// Reads a union value, which must be a JSON object, and decodes it with `decode` before the
+/// deserializer leaves the object: serde_json then places a failure at the union's own object,
+/// so the JSON path of the error ends there (`prompt[1]`), not at the array holding it.
 #[doc(hidden)]
-pub fn object<'de, D: Deserializer<'de>>(d: D) -> Result<Map<String, Value>, D::Error> {
-    Map::deserialize(d)
+pub fn union<'de, D: Deserializer<'de>, T>(
+    d: D,
+    decode: impl FnOnce(Map<String, Value>) -> Result<T, serde_json::Error>,
+) -> Result<T, D::Error> {
+    struct Visitor<F>(F);
+    impl<'de, T, F: FnOnce(Map<String, Value>) -> Result<T, serde_json::Error>> serde::de::Visitor<'de> for Visitor<F> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
+            let mut object = Map::new();
+            while let Some((key, value)) = map.next_entry::<String, Value>()? {
+                object.insert(key, value);
+            }
+            (self.0)(object).map_err(serde::de::Error::custom)
+        }
+    }
+    d.deserialize_map(Visitor(decode))
 }
 
 /// The tag of a union value: `None` when the property is absent, an error when it is not a string.

@@ -214,6 +214,12 @@ fn vendoring_selects_features_and_adds_derives() {
     );
     assert!(!stable.contains("ForkSessionRequest"), "unstable types are out by default");
     assert!(stable.contains("PartialEq, Eq,") || stable.contains("PartialEq, Eq)"), "extra derives are added");
+    // The helpers a types-only user needs come along: decoding with a JSON path, `Nullable`.
+    assert!(stable.contains("pub mod decode {") && stable.contains("pub fn from_str<"), "decode is in");
+    assert!(stable.contains("pub use decode::DecodeError;"));
+    assert!(
+        stable.contains("pub trait Nullable") && stable.contains("pub use serde_support::{Nullable, UnknownVariant};")
+    );
 
     let unstable = codegen::vendor(&settings, &["unstable_session_fork".into()], false, &[]).expect("vendors").text;
     assert!(unstable.contains("pub struct ForkSessionRequest"));

@@ -11,7 +11,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use acp_runtime::acp_types::v2::{SessionUpdate, StopReason, ToolCallStatus, UpdateSessionNotification};
+use acp_runtime::acp_types::v2::{Nullable, SessionUpdate, StopReason, ToolCallStatus, UpdateSessionNotification};
 use acp_runtime::v2::SessionState;
 use acp_runtime::v2::session::Role;
 use serde_json::Value;
@@ -525,7 +525,7 @@ pub fn judge_upserts(observed: &[&Observed]) -> Outcome {
                 SessionUpdate::ToolCallUpdate(patch) => {
                     upserts += 1;
                     match state.tool_call_by_id(&patch.tool_call_id) {
-                        None if !matches!(patch.title, Some(Some(_))) => {
+                        None if !patch.title.has_value() => {
                             flaws.push(format!("tool call {:?} first reported without a title", patch.tool_call_id.0))
                         }
                         None => {}
@@ -534,8 +534,8 @@ pub fn judge_upserts(observed: &[&Observed]) -> Outcome {
                                 call.status,
                                 Some(ToolCallStatus::Completed | ToolCallStatus::Failed | ToolCallStatus::Cancelled)
                             );
-                            if let (true, Some(Some(status @ (ToolCallStatus::Pending | ToolCallStatus::InProgress)))) =
-                                (finished, &patch.status)
+                            if let (true, Some(status @ (ToolCallStatus::Pending | ToolCallStatus::InProgress))) =
+                                (finished, patch.status.value())
                             {
                                 flaws.push(format!(
                                     "tool call {:?} reopened: {} → {}",

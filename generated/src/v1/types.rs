@@ -145,9 +145,13 @@ pub struct ReadTextFileRequest {
     /// Absolute path to the file to read.
     pub path: String,
     /// Line number to start reading from (1-based).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<Option<u32>>,
     /// Maximum number of lines to read.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -261,12 +265,18 @@ pub struct ToolCallUpdate {
     #[serde(rename = "toolCallId")]
     pub tool_call_id: ToolCallId,
     /// Update the tool kind.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<Option<ToolKind>>,
     /// Update the execution status.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<Option<ToolCallStatus>>,
     /// Update the human-readable title.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// **UNSTABLE**
@@ -279,13 +289,19 @@ pub struct ToolCallUpdate {
     /// the existing name is left unchanged.
     ///
     /// Available with the cargo feature `unstable_tool_call_name`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_tool_call_name")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<Option<String>>,
     /// Replace the content collection.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Option<Vec<ToolCallContent>>>,
     /// Replace the locations collection.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub locations: Option<Option<Vec<ToolCallLocation>>>,
     /// Update the raw input.
@@ -677,20 +693,24 @@ impl<'de> serde::Deserialize<'de> for ToolCallContent {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("content") => {
-                serde_support::payload(&value, "type").map(ToolCallContent::Content)
-            }
-            Some("diff") => {
-                serde_support::payload(&value, "type").map(ToolCallContent::Diff)
-            }
-            Some("terminal") => {
-                serde_support::payload(&value, "type").map(ToolCallContent::Terminal)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(ToolCallContent::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("content") => {
+                    serde_support::payload(&value, "type").map(ToolCallContent::Content)
+                }
+                Some("diff") => {
+                    serde_support::payload(&value, "type").map(ToolCallContent::Diff)
+                }
+                Some("terminal") => {
+                    serde_support::payload(&value, "type").map(ToolCallContent::Terminal)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(ToolCallContent::Other(serde_support::UnknownVariant(value)))
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -835,26 +855,29 @@ impl<'de> serde::Deserialize<'de> for ContentBlock {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("text") => {
-                serde_support::payload(&value, "type").map(ContentBlock::Text)
-            }
-            Some("image") => {
-                serde_support::payload(&value, "type").map(ContentBlock::Image)
-            }
-            Some("audio") => {
-                serde_support::payload(&value, "type").map(ContentBlock::Audio)
-            }
-            Some("resource_link") => {
-                serde_support::payload(&value, "type").map(ContentBlock::ResourceLink)
-            }
-            Some("resource") => {
-                serde_support::payload(&value, "type").map(ContentBlock::Resource)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(ContentBlock::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("text") => {
+                    serde_support::payload(&value, "type").map(ContentBlock::Text)
+                }
+                Some("image") => {
+                    serde_support::payload(&value, "type").map(ContentBlock::Image)
+                }
+                Some("audio") => {
+                    serde_support::payload(&value, "type").map(ContentBlock::Audio)
+                }
+                Some("resource_link") => {
+                    serde_support::payload(&value, "type")
+                        .map(ContentBlock::ResourceLink)
+                }
+                Some("resource") => {
+                    serde_support::payload(&value, "type").map(ContentBlock::Resource)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => Ok(ContentBlock::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -940,12 +963,18 @@ impl From<EmbeddedResource> for ContentBlock {
 #[non_exhaustive]
 pub struct Annotations {
     /// Intended recipients for this content, such as the user or assistant.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub audience: Option<Option<Vec<Role>>>,
     /// Timestamp indicating when the underlying resource was last modified.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "lastModified", skip_serializing_if = "Option::is_none")]
     pub last_modified: Option<Option<String>>,
     /// Relative importance of this content when clients choose what to surface.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         serialize_with = "serde_support::number"
@@ -1071,6 +1100,8 @@ impl schemars::JsonSchema for Role {
 #[non_exhaustive]
 pub struct TextContent {
     /// Optional annotations that help clients decide how to display or route this content.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// Text payload carried by this content block.
@@ -1116,6 +1147,8 @@ serde_support::deserialize_struct!(TextContent {
 #[non_exhaustive]
 pub struct ImageContent {
     /// Optional annotations that help clients decide how to display or route this content.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// Base64-encoded media payload.
@@ -1124,6 +1157,8 @@ pub struct ImageContent {
     #[serde(rename = "mimeType")]
     pub mime_type: String,
     /// URI associated with this resource or media payload.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uri: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1177,6 +1212,8 @@ serde_support::deserialize_struct!(ImageContent {
 #[non_exhaustive]
 pub struct AudioContent {
     /// Optional annotations that help clients decide how to display or route this content.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// Base64-encoded media payload.
@@ -1227,20 +1264,30 @@ serde_support::deserialize_struct!(AudioContent {
 #[non_exhaustive]
 pub struct ResourceLink {
     /// Optional annotations that help clients decide how to display or route this content.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// Optional human-readable details shown with this protocol object.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// MIME type describing the encoded media payload.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<String>>,
     /// Human-readable name shown for this protocol object.
     pub name: String,
     /// Optional size of the linked resource in bytes, if known.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size: Option<Option<i64>>,
     /// Optional display title for end-user UI.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// URI associated with this resource or media payload.
@@ -1343,6 +1390,8 @@ impl From<BlobResourceContents> for EmbeddedResourceResource {
 #[non_exhaustive]
 pub struct TextResourceContents {
     /// MIME type describing the encoded media payload.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<String>>,
     /// Text payload carried by this content block.
@@ -1394,6 +1443,8 @@ pub struct BlobResourceContents {
     /// Base64-encoded bytes for a binary resource payload.
     pub blob: String,
     /// MIME type describing the encoded media payload.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<String>>,
     /// URI associated with this resource or media payload.
@@ -1441,6 +1492,8 @@ serde_support::deserialize_struct!(BlobResourceContents {
 #[non_exhaustive]
 pub struct EmbeddedResource {
     /// Optional annotations that help clients decide how to display or route this content.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// Embedded resource payload, either text or binary data.
@@ -1526,6 +1579,8 @@ pub struct Diff {
     /// The absolute file path being modified.
     pub path: String,
     /// The original content (None for new files).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "oldText", skip_serializing_if = "Option::is_none")]
     pub old_text: Option<Option<String>>,
     /// The new content after modification.
@@ -1660,6 +1715,8 @@ pub struct ToolCallLocation {
     /// The absolute file path being accessed or modified.
     pub path: String,
     /// Optional line number within the file.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1878,6 +1935,8 @@ pub struct CreateTerminalRequest {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<EnvVariable>>,
     /// Working directory for the command. Must be an absolute path.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<Option<String>>,
     /// Maximum number of output bytes to retain.
@@ -1888,6 +1947,8 @@ pub struct CreateTerminalRequest {
     /// The Client MUST ensure truncation happens at a character boundary to maintain valid
     /// string output, even if this means the retained output is slightly less than the
     /// specified limit.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "outputByteLimit", skip_serializing_if = "Option::is_none")]
     pub output_byte_limit: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2229,6 +2290,8 @@ pub struct ElicitationSessionScope {
     ///
     /// Optional. Omitted and `null` are equivalent and mean the elicitation is scoped to the
     /// session without a specific tool call.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "toolCallId", skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<Option<ToolCallId>>,
 }
@@ -2286,6 +2349,8 @@ pub struct ElicitationSchema {
     /// Optional title for the schema.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Property definitions (must be primitive types).
@@ -2294,11 +2359,15 @@ pub struct ElicitationSchema {
     /// List of required property names.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no property names are required.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub required: Option<Option<Vec<String>>>,
     /// Optional description of what this schema represents.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no schema description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2495,37 +2564,39 @@ impl<'de> serde::Deserialize<'de> for ElicitationPropertySchema {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("string") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::String)
-            }
-            Some("number") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::Number)
-            }
-            Some("integer") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::Integer)
-            }
-            Some("boolean") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::Boolean)
-            }
-            Some("array") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::Array)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(
-                    ElicitationPropertySchema::Other(
-                        serde_support::UnknownVariant(value),
-                    ),
-                )
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("string") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::String)
+                }
+                Some("number") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::Number)
+                }
+                Some("integer") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::Integer)
+                }
+                Some("boolean") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::Boolean)
+                }
+                Some("array") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::Array)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(
+                        ElicitationPropertySchema::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -2692,6 +2763,8 @@ pub struct EnumOption {
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2744,46 +2817,64 @@ pub struct StringPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum string length.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no minimum length constraint.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "minLength", skip_serializing_if = "Option::is_none")]
     pub min_length: Option<Option<u32>>,
     /// Maximum string length.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no maximum length constraint.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "maxLength", skip_serializing_if = "Option::is_none")]
     pub max_length: Option<Option<u32>>,
     /// Pattern the string must match.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no pattern constraint.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pattern: Option<Option<String>>,
     /// String format.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no format constraint.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub format: Option<Option<StringFormat>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<String>>,
     /// Enum values for untitled single-select enums.
     /// Optional. Omitted and `null` are equivalent and mean no untitled single-select choices are
     /// declared by `enum`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub r#enum: Option<Option<Vec<String>>>,
     /// Titled enum options for titled single-select enums.
     /// Optional. Omitted and `null` are equivalent and mean no titled single-select choices are
     /// declared by `oneOf`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "oneOf", skip_serializing_if = "Option::is_none")]
     pub one_of: Option<Option<Vec<EnumOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2893,16 +2984,22 @@ pub struct NumberPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         serialize_with = "serde_support::number"
@@ -2911,6 +3008,8 @@ pub struct NumberPropertySchema {
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         serialize_with = "serde_support::number"
@@ -2919,6 +3018,8 @@ pub struct NumberPropertySchema {
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         serialize_with = "serde_support::number"
@@ -2999,26 +3100,36 @@ pub struct IntegerPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub minimum: Option<Option<i64>>,
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub maximum: Option<Option<i64>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<i64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3096,16 +3207,22 @@ pub struct BooleanPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<bool>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3203,16 +3320,20 @@ impl<'de> serde::Deserialize<'de> for MultiSelectItems {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("string") => {
-                serde_support::payload(&value, "type").map(MultiSelectItems::String)
-            }
-            None | Some("titled") => {
-                serde_support::payload(&value, "type").map(MultiSelectItems::Titled)
-            }
-            Some(_) => Ok(MultiSelectItems::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("string") => {
+                    serde_support::payload(&value, "type").map(MultiSelectItems::String)
+                }
+                None | Some("titled") => {
+                    serde_support::payload(&value, "type").map(MultiSelectItems::Titled)
+                }
+                Some(_) => {
+                    Ok(MultiSelectItems::Other(serde_support::UnknownVariant(value)))
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -3333,21 +3454,29 @@ pub struct MultiSelectPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum number of items to select.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no minimum selection count.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "minItems", skip_serializing_if = "Option::is_none")]
     pub min_items: Option<Option<u64>>,
     /// Maximum number of items to select.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no maximum selection count.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "maxItems", skip_serializing_if = "Option::is_none")]
     pub max_items: Option<Option<u64>>,
     /// The items definition describing allowed values.
@@ -3355,6 +3484,8 @@ pub struct MultiSelectPropertySchema {
     /// Default selected values.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default selections are provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<Vec<String>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3818,6 +3949,8 @@ pub struct InitializeResponse {
     /// Information about the Agent name and version sent to the Client.
     ///
     /// Note: in future versions of the protocol, this will be required.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "agentInfo", skip_serializing_if = "Option::is_none")]
     pub agent_info: Option<Option<Implementation>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3945,6 +4078,8 @@ pub struct AgentCapabilities {
     /// Supplying `{}` means the agent supports provider configuration methods.
     ///
     /// Available with the cargo feature `unstable_llm_providers`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_llm_providers")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub providers: Option<Option<ProvidersCapabilities>>,
@@ -3958,6 +4093,8 @@ pub struct AgentCapabilities {
     /// for NES methods.
     ///
     /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_nes")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nes: Option<Option<NesCapabilities>>,
@@ -3968,6 +4105,8 @@ pub struct AgentCapabilities {
     /// The position encoding selected by the agent from the client's supported encodings.
     ///
     /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_nes")]
     #[serde(rename = "positionEncoding", skip_serializing_if = "Option::is_none")]
     pub position_encoding: Option<Option<PositionEncodingKind>>,
@@ -4247,12 +4386,16 @@ pub struct SessionCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports listing sessions.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub list: Option<Option<SessionListCapabilities>>,
     /// Whether the agent supports `session/delete`.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports deleting sessions from `session/list`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delete: Option<Option<SessionDeleteCapabilities>>,
     /// Whether the agent supports `additionalDirectories` on supported session lifecycle requests.
@@ -4264,6 +4407,8 @@ pub struct SessionCapabilities {
     /// Agents that also support `session/list` may return
     /// `SessionInfo.additionalDirectories` to report the complete ordered
     /// additional-root list associated with a listed session.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Option<SessionAdditionalDirectoriesCapabilities>>,
     /// **UNSTABLE**
@@ -4276,6 +4421,8 @@ pub struct SessionCapabilities {
     /// Supplying `{}` means the agent supports forking sessions.
     ///
     /// Available with the cargo feature `unstable_session_fork`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_session_fork")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fork: Option<Option<SessionForkCapabilities>>,
@@ -4283,12 +4430,16 @@ pub struct SessionCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports resuming sessions.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resume: Option<Option<SessionResumeCapabilities>>,
     /// Whether the agent supports `session/close`.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports closing sessions.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub close: Option<Option<SessionCloseCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4590,6 +4741,8 @@ pub struct AgentAuthCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports the logout method.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logout: Option<Option<LogoutCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4705,9 +4858,13 @@ serde_support::deserialize_struct!(ProvidersCapabilities {
 #[non_exhaustive]
 pub struct NesCapabilities {
     /// Events the agent wants to receive.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Option<NesEventCapabilities>>,
     /// Context the agent wants attached to each suggestion request.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<Option<NesContextCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4765,6 +4922,8 @@ serde_support::deserialize_struct!(NesCapabilities {
 #[non_exhaustive]
 pub struct NesEventCapabilities {
     /// Document event capabilities.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub document: Option<Option<NesDocumentEventCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4814,18 +4973,28 @@ serde_support::deserialize_struct!(NesEventCapabilities {
 #[non_exhaustive]
 pub struct NesDocumentEventCapabilities {
     /// Whether the agent wants `document/didOpen` events.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "didOpen", skip_serializing_if = "Option::is_none")]
     pub did_open: Option<Option<NesDocumentDidOpenCapabilities>>,
     /// Whether the agent wants `document/didChange` events, and the sync kind.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "didChange", skip_serializing_if = "Option::is_none")]
     pub did_change: Option<Option<NesDocumentDidChangeCapabilities>>,
     /// Whether the agent wants `document/didClose` events.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "didClose", skip_serializing_if = "Option::is_none")]
     pub did_close: Option<Option<NesDocumentDidCloseCapabilities>>,
     /// Whether the agent wants `document/didSave` events.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "didSave", skip_serializing_if = "Option::is_none")]
     pub did_save: Option<Option<NesDocumentDidSaveCapabilities>>,
     /// Whether the agent wants `document/didFocus` events.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "didFocus", skip_serializing_if = "Option::is_none")]
     pub did_focus: Option<Option<NesDocumentDidFocusCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5173,21 +5342,33 @@ serde_support::deserialize_struct!(NesDocumentDidFocusCapabilities {
 #[non_exhaustive]
 pub struct NesContextCapabilities {
     /// Whether the agent wants recent files context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "recentFiles", skip_serializing_if = "Option::is_none")]
     pub recent_files: Option<Option<NesRecentFilesCapabilities>>,
     /// Whether the agent wants related snippets context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "relatedSnippets", skip_serializing_if = "Option::is_none")]
     pub related_snippets: Option<Option<NesRelatedSnippetsCapabilities>>,
     /// Whether the agent wants edit history context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "editHistory", skip_serializing_if = "Option::is_none")]
     pub edit_history: Option<Option<NesEditHistoryCapabilities>>,
     /// Whether the agent wants user actions context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "userActions", skip_serializing_if = "Option::is_none")]
     pub user_actions: Option<Option<NesUserActionsCapabilities>>,
     /// Whether the agent wants open files context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "openFiles", skip_serializing_if = "Option::is_none")]
     pub open_files: Option<Option<NesOpenFilesCapabilities>>,
     /// Whether the agent wants diagnostics context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diagnostics: Option<Option<NesDiagnosticsCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5292,6 +5473,8 @@ serde_support::deserialize_struct!(NesContextCapabilities {
 #[non_exhaustive]
 pub struct NesRecentFilesCapabilities {
     /// Maximum number of recent files the agent can use.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "maxCount", skip_serializing_if = "Option::is_none")]
     pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5373,6 +5556,8 @@ serde_support::deserialize_struct!(NesRelatedSnippetsCapabilities {
 #[non_exhaustive]
 pub struct NesEditHistoryCapabilities {
     /// Maximum number of edit history entries the agent can use.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "maxCount", skip_serializing_if = "Option::is_none")]
     pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5419,6 +5604,8 @@ serde_support::deserialize_struct!(NesEditHistoryCapabilities {
 #[non_exhaustive]
 pub struct NesUserActionsCapabilities {
     /// Maximum number of user actions the agent can use.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "maxCount", skip_serializing_if = "Option::is_none")]
     pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5657,16 +5844,18 @@ impl<'de> serde::Deserialize<'de> for AuthMethod {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("terminal") => {
-                serde_support::payload(&value, "type").map(AuthMethod::Terminal)
-            }
-            None | Some("agent") => {
-                serde_support::payload(&value, "type").map(AuthMethod::Agent)
-            }
-            Some(_) => Ok(AuthMethod::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("terminal") => {
+                    serde_support::payload(&value, "type").map(AuthMethod::Terminal)
+                }
+                None | Some("agent") => {
+                    serde_support::payload(&value, "type").map(AuthMethod::Agent)
+                }
+                Some(_) => Ok(AuthMethod::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -5762,6 +5951,8 @@ pub struct AuthMethodTerminal {
     /// Human-readable name of the authentication method.
     pub name: String,
     /// Optional description providing more details about this authentication method.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Additional arguments to append to the configured agent invocation for terminal auth.
@@ -5836,6 +6027,8 @@ pub struct AuthMethodAgent {
     /// Human-readable name of the authentication method.
     pub name: String,
     /// Optional description providing more details about this authentication method.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5889,6 +6082,8 @@ pub struct Implementation {
     /// and easily understood.
     ///
     /// If not provided, the name should be used for display.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Version of the implementation. Can be displayed to the user or used
@@ -6024,6 +6219,8 @@ pub struct ProviderInfo {
     pub required: bool,
     /// Current effective non-secret routing config.
     /// Null or omitted means provider is disabled.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current: Option<Option<ProviderCurrentConfig>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6389,9 +6586,13 @@ pub struct NewSessionResponse {
     /// Initial mode state if supported by the Agent
     ///
     /// See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/session-modes)
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6535,6 +6736,8 @@ pub struct SessionMode {
     /// Human-readable name shown for this protocol object.
     pub name: String,
     /// Optional human-readable details shown with this protocol object.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6584,6 +6787,8 @@ pub struct SessionConfigOption {
     /// Human-readable label for the option.
     pub name: String,
     /// Optional description for the Client to display to the user.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         default,
@@ -6591,6 +6796,8 @@ pub struct SessionConfigOption {
     )]
     pub description: Option<Option<String>>,
     /// Optional semantic category for this option (UX only).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         default,
@@ -6836,6 +7043,8 @@ pub struct SessionConfigSelectOption {
     /// Human-readable label for this option value.
     pub name: String,
     /// Optional description for this option value.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7016,9 +7225,13 @@ pub struct LoadSessionResponse {
     /// Initial mode state if supported by the Agent
     ///
     /// See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/session-modes)
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7074,6 +7287,8 @@ pub struct ListSessionsResponse {
     pub sessions: Vec<SessionInfo>,
     /// Opaque cursor token. If present, pass this in the next request's cursor parameter
     /// to fetch the next page. If absent, there are no more results.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "nextCursor", skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7129,9 +7344,13 @@ pub struct SessionInfo {
     #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Vec<String>>,
     /// Human-readable title for the session
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// ISO 8601 timestamp of last activity
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "updatedAt", skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7238,9 +7457,13 @@ pub struct ForkSessionResponse {
     /// Initial mode state if supported by the Agent
     ///
     /// See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/session-modes)
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7299,9 +7522,13 @@ pub struct ResumeSessionResponse {
     /// Initial mode state if supported by the Agent
     ///
     /// See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/session-modes)
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub modes: Option<Option<SessionModeState>>,
     /// Initial session configuration options if supported by the Agent.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Option<Vec<SessionConfigOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7458,6 +7685,8 @@ pub struct PromptResponse {
     /// Token usage for this turn (optional).
     ///
     /// Available with the cargo feature `unstable_end_turn_token_usage`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_end_turn_token_usage")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Option<Usage>>,
@@ -7610,12 +7839,18 @@ pub struct Usage {
     #[serde(rename = "outputTokens")]
     pub output_tokens: u64,
     /// Total thought/reasoning tokens
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "thoughtTokens", skip_serializing_if = "Option::is_none")]
     pub thought_tokens: Option<Option<u64>>,
     /// Total cache read tokens.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "cachedReadTokens", skip_serializing_if = "Option::is_none")]
     pub cached_read_tokens: Option<Option<u64>>,
     /// Total cache write tokens.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "cachedWriteTokens", skip_serializing_if = "Option::is_none")]
     pub cached_write_tokens: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7825,24 +8060,26 @@ impl<'de> serde::Deserialize<'de> for NesSuggestion {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "kind")? {
-            Some("edit") => {
-                serde_support::payload(&value, "kind").map(NesSuggestion::Edit)
-            }
-            Some("jump") => {
-                serde_support::payload(&value, "kind").map(NesSuggestion::Jump)
-            }
-            Some("rename") => {
-                serde_support::payload(&value, "kind").map(NesSuggestion::Rename)
-            }
-            Some("searchAndReplace") => {
-                serde_support::payload(&value, "kind")
-                    .map(NesSuggestion::SearchAndReplace)
-            }
-            None => Err(serde::de::Error::missing_field("kind")),
-            Some(_) => Ok(NesSuggestion::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "kind")? {
+                Some("edit") => {
+                    serde_support::payload(&value, "kind").map(NesSuggestion::Edit)
+                }
+                Some("jump") => {
+                    serde_support::payload(&value, "kind").map(NesSuggestion::Jump)
+                }
+                Some("rename") => {
+                    serde_support::payload(&value, "kind").map(NesSuggestion::Rename)
+                }
+                Some("searchAndReplace") => {
+                    serde_support::payload(&value, "kind")
+                        .map(NesSuggestion::SearchAndReplace)
+                }
+                None => Err(serde::de::Error::missing_field("kind")),
+                Some(_) => Ok(NesSuggestion::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -8109,6 +8346,8 @@ pub struct NesEditSuggestion {
     /// The text edits to apply.
     pub edits: Vec<NesTextEdit>,
     /// Optional suggested cursor position after applying edits.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "cursorPosition", skip_serializing_if = "Option::is_none")]
     pub cursor_position: Option<Option<Position>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -8284,6 +8523,8 @@ pub struct NesSearchAndReplaceSuggestion {
     /// The replacement text.
     pub replace: String,
     /// Whether `search` is a regular expression. Defaults to `false`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "isRegex", skip_serializing_if = "Option::is_none")]
     pub is_regex: Option<Option<bool>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -8819,74 +9060,77 @@ impl<'de> serde::Deserialize<'de> for SessionUpdate {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "sessionUpdate")? {
-            Some("user_message_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::UserMessageChunk)
-            }
-            Some("agent_message_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::AgentMessageChunk)
-            }
-            Some("agent_thought_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::AgentThoughtChunk)
-            }
-            Some("tool_call") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::ToolCall)
-            }
-            Some("tool_call_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::ToolCallUpdate)
-            }
-            Some("plan") => {
-                serde_support::payload(&value, "sessionUpdate").map(SessionUpdate::Plan)
-            }
-            #[cfg(feature = "unstable_plan_updates")]
-            Some("plan_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::PlanUpdate)
-            }
-            #[cfg(feature = "unstable_plan_updates")]
-            Some("plan_removed") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::PlanRemoved)
-            }
-            Some("available_commands_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::AvailableCommandsUpdate)
-            }
-            Some("current_mode_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::CurrentModeUpdate)
-            }
-            Some("config_option_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::ConfigOptionUpdate)
-            }
-            Some("session_info_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::SessionInfoUpdate)
-            }
-            Some("usage_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::UsageUpdate)
-            }
-            #[cfg(feature = "unstable_context_compaction")]
-            Some("compaction_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::CompactionUpdate)
-            }
-            #[cfg(feature = "unstable_context_compaction")]
-            Some("compaction_summary_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::CompactionSummaryChunk)
-            }
-            None => Err(serde::de::Error::missing_field("sessionUpdate")),
-            Some(_) => Ok(SessionUpdate::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "sessionUpdate")? {
+                Some("user_message_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::UserMessageChunk)
+                }
+                Some("agent_message_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::AgentMessageChunk)
+                }
+                Some("agent_thought_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::AgentThoughtChunk)
+                }
+                Some("tool_call") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::ToolCall)
+                }
+                Some("tool_call_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::ToolCallUpdate)
+                }
+                Some("plan") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::Plan)
+                }
+                #[cfg(feature = "unstable_plan_updates")]
+                Some("plan_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::PlanUpdate)
+                }
+                #[cfg(feature = "unstable_plan_updates")]
+                Some("plan_removed") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::PlanRemoved)
+                }
+                Some("available_commands_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::AvailableCommandsUpdate)
+                }
+                Some("current_mode_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::CurrentModeUpdate)
+                }
+                Some("config_option_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::ConfigOptionUpdate)
+                }
+                Some("session_info_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::SessionInfoUpdate)
+                }
+                Some("usage_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::UsageUpdate)
+                }
+                #[cfg(feature = "unstable_context_compaction")]
+                Some("compaction_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::CompactionUpdate)
+                }
+                #[cfg(feature = "unstable_context_compaction")]
+                Some("compaction_summary_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::CompactionSummaryChunk)
+                }
+                None => Err(serde::de::Error::missing_field("sessionUpdate")),
+                Some(_) => Ok(SessionUpdate::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -9153,6 +9397,8 @@ pub struct ContentChunk {
     ///
     /// All chunks belonging to the same message share the same `messageId`.
     /// A change in `messageId` indicates a new message has started.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "messageId", skip_serializing_if = "Option::is_none")]
     pub message_id: Option<Option<MessageId>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -9215,6 +9461,8 @@ pub struct ToolCall {
     /// tool name is available.
     ///
     /// Available with the cargo feature `unstable_tool_call_name`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_tool_call_name")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<Option<String>>,
@@ -9621,20 +9869,25 @@ impl<'de> serde::Deserialize<'de> for PlanUpdateContent {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("items") => {
-                serde_support::payload(&value, "type").map(PlanUpdateContent::Items)
-            }
-            Some("file") => {
-                serde_support::payload(&value, "type").map(PlanUpdateContent::File)
-            }
-            Some("markdown") => {
-                serde_support::payload(&value, "type").map(PlanUpdateContent::Markdown)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(PlanUpdateContent::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("items") => {
+                    serde_support::payload(&value, "type").map(PlanUpdateContent::Items)
+                }
+                Some("file") => {
+                    serde_support::payload(&value, "type").map(PlanUpdateContent::File)
+                }
+                Some("markdown") => {
+                    serde_support::payload(&value, "type")
+                        .map(PlanUpdateContent::Markdown)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(PlanUpdateContent::Other(serde_support::UnknownVariant(value)))
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -9988,6 +10241,8 @@ pub struct AvailableCommand {
     /// Human-readable description of what the command does.
     pub description: String,
     /// Input for the command if required
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<Option<AvailableCommandInput>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10193,9 +10448,13 @@ serde_support::deserialize_struct!(ConfigOptionUpdate {
 #[non_exhaustive]
 pub struct SessionInfoUpdate {
     /// Human-readable title for the session. Set to null to clear.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// ISO 8601 timestamp of last activity. Set to null to clear.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "updatedAt", skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10288,6 +10547,8 @@ pub struct UsageUpdate {
     /// Total context window size in tokens.
     pub size: u64,
     /// Cumulative session cost (optional).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost: Option<Option<Cost>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10493,12 +10754,18 @@ pub struct CompactionUpdate {
     /// Current lifecycle status.
     pub status: CompactionStatus,
     /// Complete replacement user-displayable summary retained by the compaction.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary: Option<Option<Vec<ContentBlock>>>,
     /// Human-readable description of why the compaction failed.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Option<String>>,
     /// Extensible metadata patch for this compaction.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
@@ -10733,6 +11000,8 @@ pub struct InitializeRequest {
     /// Information about the Client name and version sent to the Agent.
     ///
     /// Note: in future versions of the protocol, this will be required.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "clientInfo", skip_serializing_if = "Option::is_none")]
     pub client_info: Option<Option<Implementation>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10805,6 +11074,8 @@ pub struct ClientCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise any
     /// session-related extensions.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<Option<ClientSessionCapabilities>>,
     /// **UNSTABLE**
@@ -10817,6 +11088,8 @@ pub struct ClientCapabilities {
     /// Supplying `{}` means the client can receive both update types.
     ///
     /// Available with the cargo feature `unstable_plan_updates`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_plan_updates")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan: Option<Option<PlanCapabilities>>,
@@ -10830,6 +11103,8 @@ pub struct ClientCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise
     /// elicitation support.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elicitation: Option<Option<ElicitationCapabilities>>,
     /// **UNSTABLE**
@@ -10842,6 +11117,8 @@ pub struct ClientCapabilities {
     /// NES suggestion-kind extensions.
     ///
     /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_nes")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nes: Option<Option<ClientNesCapabilities>>,
@@ -11026,6 +11303,8 @@ pub struct ClientSessionCapabilities {
     /// means unsupported; `{}` advertises the complete compaction contract.
     ///
     /// Available with the cargo feature `unstable_context_compaction`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_context_compaction")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compaction: Option<Option<CompactionCapabilities>>,
@@ -11033,6 +11312,8 @@ pub struct ClientSessionCapabilities {
     ///
     /// Omitted or `null` both mean the client does not advertise support for any
     /// config option extensions.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
     pub config_options: Option<Option<SessionConfigOptionsCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -11117,6 +11398,8 @@ pub struct SessionConfigOptionsCapabilities {
     /// Supplying `{}` means agents may include `type: "boolean"` entries in
     /// `configOptions`, and the client may send `session/set_config_option`
     /// requests with `type: "boolean"` and a boolean `value`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub boolean: Option<Option<BooleanConfigOptionCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -11282,12 +11565,16 @@ pub struct ElicitationCapabilities {
     ///
     /// Optional. Omitted and `null` are equivalent and mean form support is not advertised.
     /// Supplying `{}` explicitly advertises form support.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub form: Option<Option<ElicitationFormCapabilities>>,
     /// Whether the client supports URL-based elicitation.
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise support.
     /// Supplying `{}` means the client supports URL-based elicitation.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<Option<ElicitationUrlCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -11410,12 +11697,18 @@ serde_support::deserialize_struct!(ElicitationUrlCapabilities {
 #[non_exhaustive]
 pub struct ClientNesCapabilities {
     /// Whether the client supports the `jump` suggestion kind.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jump: Option<Option<NesJumpCapabilities>>,
     /// Whether the client supports the `rename` suggestion kind.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rename: Option<Option<NesRenameCapabilities>>,
     /// Whether the client supports the `searchAndReplace` suggestion kind.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "searchAndReplace", skip_serializing_if = "Option::is_none")]
     pub search_and_replace: Option<Option<NesSearchAndReplaceCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -11933,17 +12226,21 @@ impl<'de> serde::Deserialize<'de> for McpServer {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("http") => serde_support::payload(&value, "type").map(McpServer::Http),
-            Some("sse") => serde_support::payload(&value, "type").map(McpServer::Sse),
-            #[cfg(feature = "unstable_mcp_over_acp")]
-            Some("acp") => serde_support::payload(&value, "type").map(McpServer::Acp),
-            None | Some("stdio") => {
-                serde_support::payload(&value, "type").map(McpServer::Stdio)
-            }
-            Some(_) => Ok(McpServer::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("http") => {
+                    serde_support::payload(&value, "type").map(McpServer::Http)
+                }
+                Some("sse") => serde_support::payload(&value, "type").map(McpServer::Sse),
+                #[cfg(feature = "unstable_mcp_over_acp")]
+                Some("acp") => serde_support::payload(&value, "type").map(McpServer::Acp),
+                None | Some("stdio") => {
+                    serde_support::payload(&value, "type").map(McpServer::Stdio)
+                }
+                Some(_) => Ok(McpServer::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -12325,9 +12622,13 @@ serde_support::deserialize_struct!(LoadSessionRequest {
 #[non_exhaustive]
 pub struct ListSessionsRequest {
     /// Filter sessions by working directory. Must be an absolute path.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<Option<String>>,
     /// Opaque cursor token from a previous response's nextCursor field for cursor-based pagination
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cursor: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12761,12 +13062,18 @@ serde_support::deserialize_struct!(PromptRequest {
 #[non_exhaustive]
 pub struct StartNesRequest {
     /// The root URI of the workspace.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "workspaceUri", skip_serializing_if = "Option::is_none")]
     pub workspace_uri: Option<Option<String>>,
     /// The workspace folders.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "workspaceFolders", skip_serializing_if = "Option::is_none")]
     pub workspace_folders: Option<Option<Vec<WorkspaceFolder>>>,
     /// Repository metadata, if the workspace is a git repository.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repository: Option<Option<NesRepository>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12936,12 +13243,16 @@ pub struct SuggestNesRequest {
     /// The current cursor position.
     pub position: Position,
     /// The current text selection range, if any.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub selection: Option<Option<Range>>,
     /// What triggered this suggestion request.
     #[serde(rename = "triggerKind")]
     pub trigger_kind: NesTriggerKind,
     /// Context for the suggestion, included based on agent capabilities.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<Option<NesSuggestContext>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13091,21 +13402,33 @@ impl schemars::JsonSchema for NesTriggerKind {
 #[non_exhaustive]
 pub struct NesSuggestContext {
     /// Recently accessed files.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "recentFiles", skip_serializing_if = "Option::is_none")]
     pub recent_files: Option<Option<Vec<NesRecentFile>>>,
     /// Related code snippets.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "relatedSnippets", skip_serializing_if = "Option::is_none")]
     pub related_snippets: Option<Option<Vec<NesRelatedSnippet>>>,
     /// Recent edit history.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "editHistory", skip_serializing_if = "Option::is_none")]
     pub edit_history: Option<Option<Vec<NesEditHistoryEntry>>>,
     /// Recent user actions (typing, navigation, etc.).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "userActions", skip_serializing_if = "Option::is_none")]
     pub user_actions: Option<Option<Vec<NesUserAction>>>,
     /// Currently open files in the editor.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "openFiles", skip_serializing_if = "Option::is_none")]
     pub open_files: Option<Option<Vec<NesOpenFile>>>,
     /// Current diagnostics (errors, warnings).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diagnostics: Option<Option<Vec<NesDiagnostic>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13459,9 +13782,13 @@ pub struct NesOpenFile {
     #[serde(rename = "languageId")]
     pub language_id: String,
     /// The visible range in the editor, if any.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "visibleRange", skip_serializing_if = "Option::is_none")]
     pub visible_range: Option<Option<Range>>,
     /// Timestamp in milliseconds since epoch of when the file was last focused.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "lastFocusedMs", skip_serializing_if = "Option::is_none")]
     pub last_focused_ms: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13845,18 +14172,24 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionOutcome {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "outcome")? {
-            Some("cancelled") => Ok(RequestPermissionOutcome::Cancelled),
-            Some("selected") => {
-                serde_support::payload(&value, "outcome")
-                    .map(RequestPermissionOutcome::Selected)
-            }
-            None => Err(serde::de::Error::missing_field("outcome")),
-            Some(_) => {
-                Ok(RequestPermissionOutcome::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "outcome")? {
+                Some("cancelled") => Ok(RequestPermissionOutcome::Cancelled),
+                Some("selected") => {
+                    serde_support::payload(&value, "outcome")
+                        .map(RequestPermissionOutcome::Selected)
+                }
+                None => Err(serde::de::Error::missing_field("outcome")),
+                Some(_) => {
+                    Ok(
+                        RequestPermissionOutcome::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -13971,6 +14304,8 @@ pub struct TerminalOutputResponse {
     /// Whether the output was truncated due to byte limits.
     pub truncated: bool,
     /// Exit status if the command has completed.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "exitStatus", skip_serializing_if = "Option::is_none")]
     pub exit_status: Option<Option<TerminalExitStatus>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -14019,9 +14354,13 @@ serde_support::deserialize_struct!(TerminalOutputResponse {
 #[non_exhaustive]
 pub struct TerminalExitStatus {
     /// The process exit code (may be null if terminated by signal).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "exitCode", skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<Option<u32>>,
     /// The signal that terminated the process (may be null if exited normally).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -14101,9 +14440,13 @@ serde_support::deserialize_struct!(ReleaseTerminalResponse {
 #[non_exhaustive]
 pub struct WaitForTerminalExitResponse {
     /// The process exit code (may be null if terminated by signal).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "exitCode", skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<Option<u32>>,
     /// The signal that terminated the process (may be null if exited normally).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -14240,6 +14583,8 @@ pub enum ElicitationContentValue {
 #[non_exhaustive]
 pub struct ElicitationAcceptAction {
     /// The user-provided content, if any, as an object matching the requested schema.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Option<serde_support::OrderedMap<ElicitationContentValue>>>,
 }
@@ -14516,6 +14861,8 @@ serde_support::deserialize_struct!(DidChangeDocumentNotification {
 #[non_exhaustive]
 pub struct TextDocumentContentChangeEvent {
     /// The range of the document that changed. If `None`, the entire content is replaced.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub range: Option<Option<Range>>,
     /// The new text for the range, or the full document content if `range` is `None`.
@@ -14769,6 +15116,8 @@ pub struct RejectNesNotification {
     /// The ID of the rejected suggestion.
     pub id: NesSuggestionId,
     /// The reason for rejection.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<Option<NesRejectReason>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -14982,19 +15331,25 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationAction {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "action")? {
-            Some("accept") => {
-                serde_support::payload(&value, "action")
-                    .map(CreateElicitationAction::Accept)
-            }
-            Some("decline") => Ok(CreateElicitationAction::Decline),
-            Some("cancel") => Ok(CreateElicitationAction::Cancel),
-            None => Err(serde::de::Error::missing_field("action")),
-            Some(_) => {
-                Ok(CreateElicitationAction::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "action")? {
+                Some("accept") => {
+                    serde_support::payload(&value, "action")
+                        .map(CreateElicitationAction::Accept)
+                }
+                Some("decline") => Ok(CreateElicitationAction::Decline),
+                Some("cancel") => Ok(CreateElicitationAction::Cancel),
+                None => Err(serde::de::Error::missing_field("action")),
+                Some(_) => {
+                    Ok(
+                        CreateElicitationAction::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -15078,19 +15433,27 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationMode {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "mode")? {
-            Some("form") => {
-                serde_support::payload(&value, "mode").map(CreateElicitationMode::Form)
-            }
-            Some("url") => {
-                serde_support::payload(&value, "mode").map(CreateElicitationMode::Url)
-            }
-            None => Err(serde::de::Error::missing_field("mode")),
-            Some(_) => {
-                Ok(CreateElicitationMode::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "mode")? {
+                Some("form") => {
+                    serde_support::payload(&value, "mode")
+                        .map(CreateElicitationMode::Form)
+                }
+                Some("url") => {
+                    serde_support::payload(&value, "mode")
+                        .map(CreateElicitationMode::Url)
+                }
+                None => Err(serde::de::Error::missing_field("mode")),
+                Some(_) => {
+                    Ok(
+                        CreateElicitationMode::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -15197,21 +15560,27 @@ impl<'de> serde::Deserialize<'de> for SessionConfigOptionType {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("select") => {
-                serde_support::payload(&value, "type")
-                    .map(SessionConfigOptionType::Select)
-            }
-            Some("boolean") => {
-                serde_support::payload(&value, "type")
-                    .map(SessionConfigOptionType::Boolean)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(SessionConfigOptionType::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("select") => {
+                    serde_support::payload(&value, "type")
+                        .map(SessionConfigOptionType::Select)
+                }
+                Some("boolean") => {
+                    serde_support::payload(&value, "type")
+                        .map(SessionConfigOptionType::Boolean)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(
+                        SessionConfigOptionType::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -15308,29 +15677,34 @@ impl<'de> serde::Deserialize<'de> for SetSessionConfigOptionType {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("boolean") => {
-                serde_support::property(&value, "value")
-                    .map(SetSessionConfigOptionType::Boolean)
-            }
-            None | Some("value_id") => {
-                serde_support::property(&value, "value")
-                    .map(SetSessionConfigOptionType::ValueId)
-            }
-            Some(_) => {
-                Ok(
-                    match serde_support::property::<_, D::Error>(&value, "value") {
-                        Ok(payload) => SetSessionConfigOptionType::ValueId(payload),
-                        Err(_) => {
-                            SetSessionConfigOptionType::Other(
-                                serde_support::UnknownVariant(value),
-                            )
-                        }
-                    },
-                )
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("boolean") => {
+                    serde_support::property(&value, "value")
+                        .map(SetSessionConfigOptionType::Boolean)
+                }
+                None | Some("value_id") => {
+                    serde_support::property(&value, "value")
+                        .map(SetSessionConfigOptionType::ValueId)
+                }
+                Some(_) => {
+                    Ok(
+                        match serde_support::property::<
+                            _,
+                            serde_json::Error,
+                        >(&value, "value") {
+                            Ok(payload) => SetSessionConfigOptionType::ValueId(payload),
+                            Err(_) => {
+                                SetSessionConfigOptionType::Other(
+                                    serde_support::UnknownVariant(value),
+                                )
+                            }
+                        },
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.

@@ -16,3 +16,5 @@ mod methods;
 mod types;
 pub use methods::*;
 pub use types::*;
+/// Reads the `Option<Option<T>>` fields (absent, `null` or a value) in one call.
+pub use crate::serde_support::Nullable;

@@ -60,11 +60,15 @@ pub struct RequestPermissionRequest {
     /// This text is specific to the permission prompt and does not update any
     /// subject's displayed content. Omitted or `null` both mean no separate
     /// permission description was provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Optional structured context about the operation requiring permission.
     ///
     /// Omitted or `null` both mean no structured subject was provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub subject: Option<Option<RequestPermissionSubject>>,
     /// Available permission options for the user to choose from.
@@ -211,21 +215,27 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionSubject {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("tool_call") => {
-                serde_support::payload(&value, "type")
-                    .map(RequestPermissionSubject::ToolCall)
-            }
-            Some("command") => {
-                serde_support::payload(&value, "type")
-                    .map(RequestPermissionSubject::Command)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(RequestPermissionSubject::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("tool_call") => {
+                    serde_support::payload(&value, "type")
+                        .map(RequestPermissionSubject::ToolCall)
+                }
+                Some("command") => {
+                    serde_support::payload(&value, "type")
+                        .map(RequestPermissionSubject::Command)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(
+                        RequestPermissionSubject::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -298,24 +308,36 @@ pub struct ToolCallUpdate {
     /// tool name is available.
     ///
     /// Available with the cargo feature `unstable_tool_call_name`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_tool_call_name")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<Option<String>>,
     /// Human-readable title describing what the tool is doing.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// The category of tool being invoked.
     /// Helps clients choose appropriate icons and UI treatment.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<Option<ToolKind>>,
     /// Current execution status of the tool call.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<Option<ToolCallStatus>>,
     /// Content produced by the tool call.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Option<Vec<ToolCallContent>>>,
     /// File locations affected by this tool call.
     /// Enables "follow-along" features in clients.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub locations: Option<Option<Vec<ToolCallLocation>>>,
     /// Raw input parameters sent to the tool.
@@ -329,6 +351,8 @@ pub struct ToolCallUpdate {
     /// explicit clear signal. Implementations MUST NOT make assumptions about values at these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
@@ -711,20 +735,24 @@ impl<'de> serde::Deserialize<'de> for ToolCallContent {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("content") => {
-                serde_support::payload(&value, "type").map(ToolCallContent::Content)
-            }
-            Some("diff") => {
-                serde_support::payload(&value, "type").map(ToolCallContent::Diff)
-            }
-            Some("terminal") => {
-                serde_support::payload(&value, "type").map(ToolCallContent::Terminal)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(ToolCallContent::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("content") => {
+                    serde_support::payload(&value, "type").map(ToolCallContent::Content)
+                }
+                Some("diff") => {
+                    serde_support::payload(&value, "type").map(ToolCallContent::Diff)
+                }
+                Some("terminal") => {
+                    serde_support::payload(&value, "type").map(ToolCallContent::Terminal)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(ToolCallContent::Other(serde_support::UnknownVariant(value)))
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -870,26 +898,29 @@ impl<'de> serde::Deserialize<'de> for ContentBlock {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("text") => {
-                serde_support::payload(&value, "type").map(ContentBlock::Text)
-            }
-            Some("image") => {
-                serde_support::payload(&value, "type").map(ContentBlock::Image)
-            }
-            Some("audio") => {
-                serde_support::payload(&value, "type").map(ContentBlock::Audio)
-            }
-            Some("resource_link") => {
-                serde_support::payload(&value, "type").map(ContentBlock::ResourceLink)
-            }
-            Some("resource") => {
-                serde_support::payload(&value, "type").map(ContentBlock::Resource)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(ContentBlock::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("text") => {
+                    serde_support::payload(&value, "type").map(ContentBlock::Text)
+                }
+                Some("image") => {
+                    serde_support::payload(&value, "type").map(ContentBlock::Image)
+                }
+                Some("audio") => {
+                    serde_support::payload(&value, "type").map(ContentBlock::Audio)
+                }
+                Some("resource_link") => {
+                    serde_support::payload(&value, "type")
+                        .map(ContentBlock::ResourceLink)
+                }
+                Some("resource") => {
+                    serde_support::payload(&value, "type").map(ContentBlock::Resource)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => Ok(ContentBlock::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -975,14 +1006,20 @@ impl From<EmbeddedResource> for ContentBlock {
 #[non_exhaustive]
 pub struct Annotations {
     /// Intended recipients for this content, such as the user or assistant.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub audience: Option<Option<Vec<Role>>>,
     /// Timestamp indicating when the underlying resource was last modified.
     ///
     /// Must be an RFC 3339 formatted string (e.g., "2025-01-12T15:00:58Z").
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "lastModified", skip_serializing_if = "Option::is_none")]
     pub last_modified: Option<Option<String>>,
     /// Relative importance of this content when clients choose what to surface.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         serialize_with = "serde_support::number"
@@ -1110,6 +1147,8 @@ pub struct TextContent {
     /// Text payload carried by this content block.
     pub text: String,
     /// Optional annotations that help clients decide how to display or route this content.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1198,9 +1237,13 @@ pub struct ImageContent {
     #[serde(rename = "mimeType")]
     pub mime_type: MediaType,
     /// URI associated with this resource or media payload.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uri: Option<Option<String>>,
     /// Optional annotations that help clients decide how to display or route this content.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1259,6 +1302,8 @@ pub struct AudioContent {
     #[serde(rename = "mimeType")]
     pub mime_type: MediaType,
     /// Optional annotations that help clients decide how to display or route this content.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1306,6 +1351,8 @@ pub struct Icon {
     /// A standard URI pointing to an icon resource.
     pub src: String,
     /// Optional MIME type override if the source MIME type is missing or generic.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<MediaType>>,
     /// Optional array of strings that specify sizes at which the icon can be used.
@@ -1313,9 +1360,13 @@ pub struct Icon {
     /// `"any"` for scalable formats like SVG.
     ///
     /// If not provided, the client should assume that the icon can be used at any size.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sizes: Option<Option<Vec<String>>>,
     /// Optional theme this icon is designed for.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub theme: Option<Option<IconTheme>>,
 }
@@ -1429,21 +1480,33 @@ pub struct ResourceLink {
     /// URI associated with this resource or media payload.
     pub uri: String,
     /// Optional display title for end-user UI.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Optional human-readable details shown with this protocol object.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Optional set of sized icons that the client can display in a user interface.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub icons: Option<Option<Vec<Icon>>>,
     /// MIME type describing the encoded media payload.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<MediaType>>,
     /// Optional size of the linked resource in bytes, if known.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size: Option<Option<i64>>,
     /// Optional annotations that help clients decide how to display or route this content.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1556,6 +1619,8 @@ pub struct TextResourceContents {
     /// URI associated with this resource or media payload.
     pub uri: String,
     /// MIME type describing the encoded media payload.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<MediaType>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1605,6 +1670,8 @@ pub struct BlobResourceContents {
     /// URI associated with this resource or media payload.
     pub uri: String,
     /// MIME type describing the encoded media payload.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<Option<MediaType>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1652,6 +1719,8 @@ pub struct EmbeddedResource {
     /// Embedded resource payload, either text or binary data.
     pub resource: EmbeddedResourceResource,
     /// Optional annotations that help clients decide how to display or route this content.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Option<Annotations>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -1734,6 +1803,8 @@ pub struct DiffChange {
     /// File content kind.
     ///
     /// Omitted or `null` means the content kind is unknown.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         rename = "fileType",
         skip_serializing_if = "Option::is_none",
@@ -1744,6 +1815,8 @@ pub struct DiffChange {
     /// MIME type of the file contents.
     ///
     /// Omitted or `null` means the MIME type is unknown.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         rename = "mimeType",
         skip_serializing_if = "Option::is_none",
@@ -2064,6 +2137,8 @@ pub struct Diff {
     ///
     /// Agents SHOULD provide patch text whenever feasible. Omitted or `null`
     /// means no renderable patch text was provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch: Option<Option<DiffPatch>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2193,6 +2268,8 @@ pub struct ToolCallLocation {
     /// The absolute file path being accessed or modified.
     pub path: AbsolutePath,
     /// Optional line number within the file.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2260,9 +2337,13 @@ pub struct CommandPermissionSubject {
     /// The absolute working directory for the command.
     pub cwd: AbsolutePath,
     /// The associated tool call, when known. Omitted and `null` are equivalent.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "toolCallId", skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<Option<ToolCallId>>,
     /// The associated terminal, when already known. Omitted and `null` are equivalent.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "terminalId", skip_serializing_if = "Option::is_none")]
     pub terminal_id: Option<Option<TerminalId>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2539,6 +2620,8 @@ pub struct ElicitationSessionScope {
     ///
     /// Optional. Omitted and `null` are equivalent and mean the elicitation is scoped to the
     /// session without a specific tool call.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "toolCallId", skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<Option<ToolCallId>>,
 }
@@ -2596,6 +2679,8 @@ pub struct ElicitationSchema {
     /// Optional title for the schema.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Property definitions (must be primitive types).
@@ -2604,11 +2689,15 @@ pub struct ElicitationSchema {
     /// List of required property names.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no property names are required.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub required: Option<Option<Vec<String>>>,
     /// Optional description of what this schema represents.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no schema description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -2805,37 +2894,39 @@ impl<'de> serde::Deserialize<'de> for ElicitationPropertySchema {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("string") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::String)
-            }
-            Some("number") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::Number)
-            }
-            Some("integer") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::Integer)
-            }
-            Some("boolean") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::Boolean)
-            }
-            Some("array") => {
-                serde_support::payload(&value, "type")
-                    .map(ElicitationPropertySchema::Array)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(
-                    ElicitationPropertySchema::Other(
-                        serde_support::UnknownVariant(value),
-                    ),
-                )
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("string") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::String)
+                }
+                Some("number") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::Number)
+                }
+                Some("integer") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::Integer)
+                }
+                Some("boolean") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::Boolean)
+                }
+                Some("array") => {
+                    serde_support::payload(&value, "type")
+                        .map(ElicitationPropertySchema::Array)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(
+                        ElicitationPropertySchema::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -3002,6 +3093,8 @@ pub struct EnumOption {
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3054,48 +3147,66 @@ pub struct StringPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum string length.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no minimum length constraint.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "minLength", skip_serializing_if = "Option::is_none")]
     pub min_length: Option<Option<u32>>,
     /// Maximum string length.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no maximum length constraint.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "maxLength", skip_serializing_if = "Option::is_none")]
     pub max_length: Option<Option<u32>>,
     /// Pattern the string must match.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no pattern constraint.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pattern: Option<Option<String>>,
     /// String format.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no format constraint.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub format: Option<Option<StringFormat>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<String>>,
     /// Enum values for untitled single-select enums.
     /// Must contain at least one value when present.
     /// Optional. Omitted and `null` are equivalent and mean no untitled single-select choices are
     /// declared by `enum`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub r#enum: Option<Option<Vec<String>>>,
     /// Titled enum options for titled single-select enums.
     /// Must contain at least one option when present.
     /// Optional. Omitted and `null` are equivalent and mean no titled single-select choices are
     /// declared by `oneOf`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "oneOf", skip_serializing_if = "Option::is_none")]
     pub one_of: Option<Option<Vec<EnumOption>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3205,16 +3316,22 @@ pub struct NumberPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         serialize_with = "serde_support::number"
@@ -3223,6 +3340,8 @@ pub struct NumberPropertySchema {
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         serialize_with = "serde_support::number"
@@ -3231,6 +3350,8 @@ pub struct NumberPropertySchema {
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         serialize_with = "serde_support::number"
@@ -3311,26 +3432,36 @@ pub struct IntegerPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub minimum: Option<Option<i64>>,
     /// Maximum value (inclusive).
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub maximum: Option<Option<i64>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<i64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3408,16 +3539,22 @@ pub struct BooleanPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Default value.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default value is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<bool>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -3515,16 +3652,20 @@ impl<'de> serde::Deserialize<'de> for MultiSelectItems {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("string") => {
-                serde_support::payload(&value, "type").map(MultiSelectItems::String)
-            }
-            None | Some("titled") => {
-                serde_support::payload(&value, "type").map(MultiSelectItems::Titled)
-            }
-            Some(_) => Ok(MultiSelectItems::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("string") => {
+                    serde_support::payload(&value, "type").map(MultiSelectItems::String)
+                }
+                None | Some("titled") => {
+                    serde_support::payload(&value, "type").map(MultiSelectItems::Titled)
+                }
+                Some(_) => {
+                    Ok(MultiSelectItems::Other(serde_support::UnknownVariant(value)))
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -3645,21 +3786,29 @@ pub struct MultiSelectPropertySchema {
     /// Optional title for the property.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no title is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Human-readable description.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no description is provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Minimum number of items to select.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no minimum selection count.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "minItems", skip_serializing_if = "Option::is_none")]
     pub min_items: Option<Option<u64>>,
     /// Maximum number of items to select.
     ///
     /// Optional. Omitted and `null` are equivalent and mean there is no maximum selection count.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "maxItems", skip_serializing_if = "Option::is_none")]
     pub max_items: Option<Option<u64>>,
     /// The items definition describing allowed values.
@@ -3667,6 +3816,8 @@ pub struct MultiSelectPropertySchema {
     /// Default selected values.
     ///
     /// Optional. Omitted and `null` are equivalent and mean no default selections are provided.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Option<Vec<String>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4233,6 +4384,8 @@ pub struct Implementation {
     /// and easily understood.
     ///
     /// If not provided, the name should be used for display.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// Version of the implementation. Can be displayed to the user or used
@@ -4291,6 +4444,8 @@ pub struct AgentCapabilities {
     /// `session/*` method surface. Supplying `{}` means the agent supports the
     /// baseline session methods: `session/new`, `session/prompt`,
     /// `session/cancel`, and `session/update`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<Option<SessionCapabilities>>,
     /// Authentication-related extension capabilities supported by the agent.
@@ -4299,6 +4454,8 @@ pub struct AgentCapabilities {
     /// authentication-related extensions. This field does not advertise support
     /// for `auth/login` or `auth/logout`; those methods are advertised by a
     /// non-empty `authMethods` list in the `initialize` response.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth: Option<Option<AgentAuthCapabilities>>,
     /// **UNSTABLE**
@@ -4311,6 +4468,8 @@ pub struct AgentCapabilities {
     /// Supplying `{}` means the agent supports provider configuration methods.
     ///
     /// Available with the cargo feature `unstable_llm_providers`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_llm_providers")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub providers: Option<Option<ProvidersCapabilities>>,
@@ -4324,6 +4483,8 @@ pub struct AgentCapabilities {
     /// for NES methods.
     ///
     /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_nes")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nes: Option<Option<NesCapabilities>>,
@@ -4334,6 +4495,8 @@ pub struct AgentCapabilities {
     /// The position encoding selected by the agent from the client's supported encodings.
     ///
     /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_nes")]
     #[serde(rename = "positionEncoding", skip_serializing_if = "Option::is_none")]
     pub position_encoding: Option<Option<PositionEncodingKind>>,
@@ -4434,18 +4597,24 @@ pub struct SessionCapabilities {
     /// Optional. Omitted or `null` both mean the agent does not advertise any
     /// prompt extensions beyond the baseline text and resource-link content
     /// required by `session/prompt`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<Option<PromptCapabilities>>,
     /// MCP capabilities supported by the agent for session lifecycle requests.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise MCP
     /// server transport support for sessions.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mcp: Option<Option<McpCapabilities>>,
     /// Whether the agent supports `session/delete`.
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports deleting sessions from `session/list`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delete: Option<Option<SessionDeleteCapabilities>>,
     /// Whether the agent supports `additionalDirectories` on supported session lifecycle requests.
@@ -4456,6 +4625,8 @@ pub struct SessionCapabilities {
     ///
     /// Agents may return `SessionInfo.additionalDirectories` to report the
     /// complete ordered additional-root list associated with a listed session.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Option<SessionAdditionalDirectoriesCapabilities>>,
     /// **UNSTABLE**
@@ -4468,6 +4639,8 @@ pub struct SessionCapabilities {
     /// Supplying `{}` means the agent supports forking sessions.
     ///
     /// Available with the cargo feature `unstable_session_fork`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_session_fork")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fork: Option<Option<SessionForkCapabilities>>,
@@ -4566,12 +4739,16 @@ pub struct PromptCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports image content in prompts.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<Option<PromptImageCapabilities>>,
     /// Agent supports [`ContentBlock::Audio`].
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports audio content in prompts.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub audio: Option<Option<PromptAudioCapabilities>>,
     /// Agent supports embedded context in `session/prompt` requests.
@@ -4581,6 +4758,8 @@ pub struct PromptCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports embedded context in prompts.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "embeddedContext", skip_serializing_if = "Option::is_none")]
     pub embedded_context: Option<Option<PromptEmbeddedContextCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -4740,12 +4919,16 @@ pub struct McpCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports stdio MCP server transports.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stdio: Option<Option<McpStdioCapabilities>>,
     /// Agent supports [`McpServer::Http`].
     ///
     /// Optional. Omitted or `null` both mean the agent does not advertise support.
     /// Supplying `{}` means the agent supports HTTP MCP server transports.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http: Option<Option<McpHttpCapabilities>>,
     /// **UNSTABLE**
@@ -4758,6 +4941,8 @@ pub struct McpCapabilities {
     /// Supplying `{}` means the agent supports ACP MCP server transports.
     ///
     /// Available with the cargo feature `unstable_mcp_over_acp`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_mcp_over_acp")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acp: Option<Option<McpAcpCapabilities>>,
@@ -5106,9 +5291,13 @@ serde_support::deserialize_struct!(ProvidersCapabilities {
 #[non_exhaustive]
 pub struct NesCapabilities {
     /// Events the agent wants to receive.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Option<NesEventCapabilities>>,
     /// Context the agent wants attached to each suggestion request.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<Option<NesContextCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5166,6 +5355,8 @@ serde_support::deserialize_struct!(NesCapabilities {
 #[non_exhaustive]
 pub struct NesEventCapabilities {
     /// Document event capabilities.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub document: Option<Option<NesDocumentEventCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5215,18 +5406,28 @@ serde_support::deserialize_struct!(NesEventCapabilities {
 #[non_exhaustive]
 pub struct NesDocumentEventCapabilities {
     /// Whether the agent wants `document/didOpen` events.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "didOpen", skip_serializing_if = "Option::is_none")]
     pub did_open: Option<Option<NesDocumentDidOpenCapabilities>>,
     /// Whether the agent wants `document/didChange` events, and the sync kind.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "didChange", skip_serializing_if = "Option::is_none")]
     pub did_change: Option<Option<NesDocumentDidChangeCapabilities>>,
     /// Whether the agent wants `document/didClose` events.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "didClose", skip_serializing_if = "Option::is_none")]
     pub did_close: Option<Option<NesDocumentDidCloseCapabilities>>,
     /// Whether the agent wants `document/didSave` events.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "didSave", skip_serializing_if = "Option::is_none")]
     pub did_save: Option<Option<NesDocumentDidSaveCapabilities>>,
     /// Whether the agent wants `document/didFocus` events.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "didFocus", skip_serializing_if = "Option::is_none")]
     pub did_focus: Option<Option<NesDocumentDidFocusCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5574,21 +5775,33 @@ serde_support::deserialize_struct!(NesDocumentDidFocusCapabilities {
 #[non_exhaustive]
 pub struct NesContextCapabilities {
     /// Whether the agent wants recent files context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "recentFiles", skip_serializing_if = "Option::is_none")]
     pub recent_files: Option<Option<NesRecentFilesCapabilities>>,
     /// Whether the agent wants related snippets context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "relatedSnippets", skip_serializing_if = "Option::is_none")]
     pub related_snippets: Option<Option<NesRelatedSnippetsCapabilities>>,
     /// Whether the agent wants edit history context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "editHistory", skip_serializing_if = "Option::is_none")]
     pub edit_history: Option<Option<NesEditHistoryCapabilities>>,
     /// Whether the agent wants user actions context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "userActions", skip_serializing_if = "Option::is_none")]
     pub user_actions: Option<Option<NesUserActionsCapabilities>>,
     /// Whether the agent wants open files context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "openFiles", skip_serializing_if = "Option::is_none")]
     pub open_files: Option<Option<NesOpenFilesCapabilities>>,
     /// Whether the agent wants diagnostics context.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diagnostics: Option<Option<NesDiagnosticsCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5693,6 +5906,8 @@ serde_support::deserialize_struct!(NesContextCapabilities {
 #[non_exhaustive]
 pub struct NesRecentFilesCapabilities {
     /// Maximum number of recent files the agent can use.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "maxCount", skip_serializing_if = "Option::is_none")]
     pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5774,6 +5989,8 @@ serde_support::deserialize_struct!(NesRelatedSnippetsCapabilities {
 #[non_exhaustive]
 pub struct NesEditHistoryCapabilities {
     /// Maximum number of edit history entries the agent can use.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "maxCount", skip_serializing_if = "Option::is_none")]
     pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -5820,6 +6037,8 @@ serde_support::deserialize_struct!(NesEditHistoryCapabilities {
 #[non_exhaustive]
 pub struct NesUserActionsCapabilities {
     /// Maximum number of user actions the agent can use.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "maxCount", skip_serializing_if = "Option::is_none")]
     pub max_count: Option<Option<u32>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6055,17 +6274,19 @@ impl<'de> serde::Deserialize<'de> for AuthMethod {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("terminal") => {
-                serde_support::payload(&value, "type").map(AuthMethod::Terminal)
-            }
-            Some("agent") => {
-                serde_support::payload(&value, "type").map(AuthMethod::Agent)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(AuthMethod::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("terminal") => {
+                    serde_support::payload(&value, "type").map(AuthMethod::Terminal)
+                }
+                Some("agent") => {
+                    serde_support::payload(&value, "type").map(AuthMethod::Agent)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => Ok(AuthMethod::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -6201,6 +6422,8 @@ pub struct AuthMethodTerminal {
     /// Human-readable name of the authentication method.
     pub name: String,
     /// Optional description providing more details about this authentication method.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// Additional arguments to append to the configured agent invocation for terminal auth.
@@ -6277,6 +6500,8 @@ pub struct AuthMethodAgent {
     /// Human-readable name of the authentication method.
     pub name: String,
     /// Optional description providing more details about this authentication method.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6409,6 +6634,8 @@ pub struct ProviderInfo {
     pub required: bool,
     /// Current effective non-secret routing config.
     /// Null or omitted means provider is disabled.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current: Option<Option<ProviderCurrentConfig>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -6820,6 +7047,8 @@ pub struct SessionConfigOption {
     /// Human-readable label for the option.
     pub name: String,
     /// Optional description for the Client to display to the user.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         default,
@@ -6827,6 +7056,8 @@ pub struct SessionConfigOption {
     )]
     pub description: Option<Option<String>>,
     /// Optional semantic category for this option (UX only).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(
         skip_serializing_if = "Option::is_none",
         default,
@@ -7072,6 +7303,8 @@ pub struct SessionConfigSelectOption {
     /// Human-readable label for this option value.
     pub name: String,
     /// Optional description for this option value.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7254,6 +7487,8 @@ pub struct ListSessionsResponse {
     pub sessions: Vec<SessionInfo>,
     /// Opaque cursor token. If present, pass this in the next request's cursor parameter
     /// to fetch the next page. If absent, there are no more results.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "nextCursor", skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<Option<SessionListCursor>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7312,9 +7547,13 @@ pub struct SessionInfo {
     #[serde(rename = "additionalDirectories", skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Vec<AbsolutePath>>,
     /// Human-readable title for the session
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// RFC 3339 timestamp of last activity.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "updatedAt", skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -7779,24 +8018,26 @@ impl<'de> serde::Deserialize<'de> for NesSuggestion {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "kind")? {
-            Some("edit") => {
-                serde_support::payload(&value, "kind").map(NesSuggestion::Edit)
-            }
-            Some("jump") => {
-                serde_support::payload(&value, "kind").map(NesSuggestion::Jump)
-            }
-            Some("rename") => {
-                serde_support::payload(&value, "kind").map(NesSuggestion::Rename)
-            }
-            Some("searchAndReplace") => {
-                serde_support::payload(&value, "kind")
-                    .map(NesSuggestion::SearchAndReplace)
-            }
-            None => Err(serde::de::Error::missing_field("kind")),
-            Some(_) => Ok(NesSuggestion::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "kind")? {
+                Some("edit") => {
+                    serde_support::payload(&value, "kind").map(NesSuggestion::Edit)
+                }
+                Some("jump") => {
+                    serde_support::payload(&value, "kind").map(NesSuggestion::Jump)
+                }
+                Some("rename") => {
+                    serde_support::payload(&value, "kind").map(NesSuggestion::Rename)
+                }
+                Some("searchAndReplace") => {
+                    serde_support::payload(&value, "kind")
+                        .map(NesSuggestion::SearchAndReplace)
+                }
+                None => Err(serde::de::Error::missing_field("kind")),
+                Some(_) => Ok(NesSuggestion::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -8068,6 +8309,8 @@ pub struct NesEditSuggestion {
     /// The text edits to apply. Must contain at least one edit.
     pub edits: Vec<NesTextEdit>,
     /// Optional suggested cursor position after applying edits.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "cursorPosition", skip_serializing_if = "Option::is_none")]
     pub cursor_position: Option<Option<Position>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -8246,6 +8489,8 @@ pub struct NesSearchAndReplaceSuggestion {
     /// The replacement text.
     pub replace: String,
     /// Whether `search` is a regular expression. Defaults to `false`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "isRegex", skip_serializing_if = "Option::is_none")]
     pub is_regex: Option<Option<bool>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -8820,90 +9065,92 @@ impl<'de> serde::Deserialize<'de> for SessionUpdate {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "sessionUpdate")? {
-            Some("user_message_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::UserMessageChunk)
-            }
-            Some("user_message") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::UserMessage)
-            }
-            Some("agent_message_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::AgentMessageChunk)
-            }
-            Some("agent_message") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::AgentMessage)
-            }
-            Some("agent_thought_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::AgentThoughtChunk)
-            }
-            Some("agent_thought") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::AgentThought)
-            }
-            Some("state_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::StateUpdate)
-            }
-            Some("tool_call_content_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::ToolCallContentChunk)
-            }
-            Some("tool_call_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::ToolCallUpdate)
-            }
-            Some("terminal_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::TerminalUpdate)
-            }
-            Some("terminal_output_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::TerminalOutputChunk)
-            }
-            Some("plan_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::PlanUpdate)
-            }
-            #[cfg(feature = "unstable_plan_updates")]
-            Some("plan_removed") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::PlanRemoved)
-            }
-            Some("available_commands_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::AvailableCommandsUpdate)
-            }
-            Some("config_option_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::ConfigOptionUpdate)
-            }
-            Some("session_info_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::SessionInfoUpdate)
-            }
-            Some("usage_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::UsageUpdate)
-            }
-            #[cfg(feature = "unstable_context_compaction")]
-            Some("compaction_update") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::CompactionUpdate)
-            }
-            #[cfg(feature = "unstable_context_compaction")]
-            Some("compaction_summary_chunk") => {
-                serde_support::payload(&value, "sessionUpdate")
-                    .map(SessionUpdate::CompactionSummaryChunk)
-            }
-            None => Err(serde::de::Error::missing_field("sessionUpdate")),
-            Some(_) => Ok(SessionUpdate::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "sessionUpdate")? {
+                Some("user_message_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::UserMessageChunk)
+                }
+                Some("user_message") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::UserMessage)
+                }
+                Some("agent_message_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::AgentMessageChunk)
+                }
+                Some("agent_message") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::AgentMessage)
+                }
+                Some("agent_thought_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::AgentThoughtChunk)
+                }
+                Some("agent_thought") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::AgentThought)
+                }
+                Some("state_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::StateUpdate)
+                }
+                Some("tool_call_content_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::ToolCallContentChunk)
+                }
+                Some("tool_call_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::ToolCallUpdate)
+                }
+                Some("terminal_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::TerminalUpdate)
+                }
+                Some("terminal_output_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::TerminalOutputChunk)
+                }
+                Some("plan_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::PlanUpdate)
+                }
+                #[cfg(feature = "unstable_plan_updates")]
+                Some("plan_removed") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::PlanRemoved)
+                }
+                Some("available_commands_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::AvailableCommandsUpdate)
+                }
+                Some("config_option_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::ConfigOptionUpdate)
+                }
+                Some("session_info_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::SessionInfoUpdate)
+                }
+                Some("usage_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::UsageUpdate)
+                }
+                #[cfg(feature = "unstable_context_compaction")]
+                Some("compaction_update") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::CompactionUpdate)
+                }
+                #[cfg(feature = "unstable_context_compaction")]
+                Some("compaction_summary_chunk") => {
+                    serde_support::payload(&value, "sessionUpdate")
+                        .map(SessionUpdate::CompactionSummaryChunk)
+                }
+                None => Err(serde::de::Error::missing_field("sessionUpdate")),
+                Some(_) => Ok(SessionUpdate::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -9281,6 +9528,8 @@ pub struct UserMessage {
     #[serde(rename = "messageId")]
     pub message_id: MessageId,
     /// Complete replacement content for this message.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Option<Vec<ContentBlock>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -9288,6 +9537,8 @@ pub struct UserMessage {
     /// these keys. Omitted means no metadata update; `null` is an explicit clear signal.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
@@ -9342,6 +9593,8 @@ pub struct AgentMessage {
     #[serde(rename = "messageId")]
     pub message_id: MessageId,
     /// Complete replacement content for this message.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Option<Vec<ContentBlock>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -9349,6 +9602,8 @@ pub struct AgentMessage {
     /// these keys. Omitted means no metadata update; `null` is an explicit clear signal.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
@@ -9403,6 +9658,8 @@ pub struct AgentThought {
     #[serde(rename = "messageId")]
     pub message_id: MessageId,
     /// Complete replacement content for this thought message.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Option<Vec<ContentBlock>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -9410,6 +9667,8 @@ pub struct AgentThought {
     /// these keys. Omitted means no metadata update; `null` is an explicit clear signal.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
@@ -9582,12 +9841,18 @@ pub struct Usage {
     #[serde(rename = "outputTokens")]
     pub output_tokens: u64,
     /// Total thought/reasoning tokens
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "thoughtTokens", skip_serializing_if = "Option::is_none")]
     pub thought_tokens: Option<Option<u64>>,
     /// Total cache read tokens.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "cachedReadTokens", skip_serializing_if = "Option::is_none")]
     pub cached_read_tokens: Option<Option<u64>>,
     /// Total cache write tokens.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "cachedWriteTokens", skip_serializing_if = "Option::is_none")]
     pub cached_write_tokens: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -9662,6 +9927,8 @@ pub struct IdleStateUpdate {
     ///
     /// Optional. Omitted or `null` both mean the agent is not reporting a stop reason.
     /// Agents SHOULD include this when the idle transition ends foreground work.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "stopReason", skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<Option<StopReason>>,
     /// **UNSTABLE**
@@ -9674,6 +9941,8 @@ pub struct IdleStateUpdate {
     /// usage for this state update.
     ///
     /// Available with the cargo feature `unstable_end_turn_token_usage`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_end_turn_token_usage")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Option<Usage>>,
@@ -9806,20 +10075,23 @@ impl<'de> serde::Deserialize<'de> for StateUpdate {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "state")? {
-            Some("running") => {
-                serde_support::payload(&value, "state").map(StateUpdate::Running)
-            }
-            Some("idle") => {
-                serde_support::payload(&value, "state").map(StateUpdate::Idle)
-            }
-            Some("requires_action") => {
-                serde_support::payload(&value, "state").map(StateUpdate::RequiresAction)
-            }
-            None => Err(serde::de::Error::missing_field("state")),
-            Some(_) => Ok(StateUpdate::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "state")? {
+                Some("running") => {
+                    serde_support::payload(&value, "state").map(StateUpdate::Running)
+                }
+                Some("idle") => {
+                    serde_support::payload(&value, "state").map(StateUpdate::Idle)
+                }
+                Some("requires_action") => {
+                    serde_support::payload(&value, "state")
+                        .map(StateUpdate::RequiresAction)
+                }
+                None => Err(serde::de::Error::missing_field("state")),
+                Some(_) => Ok(StateUpdate::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -9964,6 +10236,8 @@ serde_support::deserialize_struct!(TerminalOutput {
 #[non_exhaustive]
 pub struct TerminalExitStatus {
     /// Process exit code, when known. Omitted and `null` are equivalent.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "exitCode", skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<Option<u32>>,
     /// Signal that terminated the process, when known.
@@ -9971,6 +10245,8 @@ pub struct TerminalExitStatus {
     /// Agents should use the conventional platform signal name. POSIX examples
     /// include `SIGTERM`, `SIGKILL`, and `SIGINT`. Other platforms may use a
     /// platform-specific name. Omitted and `null` are equivalent.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10029,15 +10305,23 @@ pub struct TerminalUpdate {
     #[serde(rename = "terminalId")]
     pub terminal_id: TerminalId,
     /// The command being run.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<Option<String>>,
     /// The absolute working directory of the command.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<Option<AbsolutePath>>,
     /// An authoritative replacement snapshot of terminal output bytes.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<Option<TerminalOutput>>,
     /// Exit information. A concrete object marks the terminal as exited.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "exitStatus", skip_serializing_if = "Option::is_none")]
     pub exit_status: Option<Option<TerminalExitStatus>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10045,6 +10329,8 @@ pub struct TerminalUpdate {
     /// explicit clear signal. Implementations MUST NOT make assumptions about values at these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
@@ -10211,22 +10497,27 @@ impl<'de> serde::Deserialize<'de> for PlanUpdateContent {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("items") => {
-                serde_support::payload(&value, "type").map(PlanUpdateContent::Items)
-            }
-            #[cfg(feature = "unstable_plan_updates")]
-            Some("file") => {
-                serde_support::payload(&value, "type").map(PlanUpdateContent::File)
-            }
-            #[cfg(feature = "unstable_plan_updates")]
-            Some("markdown") => {
-                serde_support::payload(&value, "type").map(PlanUpdateContent::Markdown)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(PlanUpdateContent::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("items") => {
+                    serde_support::payload(&value, "type").map(PlanUpdateContent::Items)
+                }
+                #[cfg(feature = "unstable_plan_updates")]
+                Some("file") => {
+                    serde_support::payload(&value, "type").map(PlanUpdateContent::File)
+                }
+                #[cfg(feature = "unstable_plan_updates")]
+                Some("markdown") => {
+                    serde_support::payload(&value, "type")
+                        .map(PlanUpdateContent::Markdown)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(PlanUpdateContent::Other(serde_support::UnknownVariant(value)))
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -10753,6 +11044,8 @@ pub struct AvailableCommand {
     /// Human-readable description of what the command does.
     pub description: String,
     /// Input for the command if required
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<Option<AvailableCommandInput>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10828,16 +11121,23 @@ impl<'de> serde::Deserialize<'de> for AvailableCommandInput {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("text") => {
-                serde_support::payload(&value, "type").map(AvailableCommandInput::Text)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(AvailableCommandInput::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("text") => {
+                    serde_support::payload(&value, "type")
+                        .map(AvailableCommandInput::Text)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(
+                        AvailableCommandInput::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -10981,9 +11281,13 @@ serde_support::deserialize_struct!(ConfigOptionUpdate {
 #[non_exhaustive]
 pub struct SessionInfoUpdate {
     /// Human-readable title for the session. Set to null to clear.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<Option<String>>,
     /// RFC 3339 timestamp of last activity. Set to null to clear.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "updatedAt", skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Option<String>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -10991,6 +11295,8 @@ pub struct SessionInfoUpdate {
     /// explicit clear signal. Implementations MUST NOT make assumptions about values at these keys.
     ///
     /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
@@ -11079,6 +11385,8 @@ pub struct UsageUpdate {
     /// Total context window size in tokens.
     pub size: u64,
     /// Cumulative session cost (optional).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost: Option<Option<Cost>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -11282,12 +11590,18 @@ pub struct CompactionUpdate {
     /// Current lifecycle status.
     pub status: CompactionStatus,
     /// Complete replacement user-displayable summary retained by the compaction.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary: Option<Option<Vec<ContentBlock>>>,
     /// Human-readable description of why the compaction failed.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Option<String>>,
     /// Extensible metadata patch for this compaction.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<Option<serde_json::Map<String, serde_json::Value>>>,
 }
@@ -11576,6 +11890,8 @@ pub struct ClientCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise any
     /// authentication-method extensions.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth: Option<Option<AuthCapabilities>>,
     /// Elicitation capabilities supported by the client.
@@ -11583,6 +11899,8 @@ pub struct ClientCapabilities {
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise
     /// elicitation support.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elicitation: Option<Option<ElicitationCapabilities>>,
     /// **UNSTABLE**
@@ -11595,6 +11913,8 @@ pub struct ClientCapabilities {
     /// NES suggestion-kind extensions.
     ///
     /// Available with the cargo feature `unstable_nes`.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[cfg(feature = "unstable_nes")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nes: Option<Option<ClientNesCapabilities>>,
@@ -11690,6 +12010,8 @@ pub struct AuthCapabilities {
     /// The client should supply `{}` only when it can reproduce the configured
     /// agent invocation in an interactive terminal. Supplying `{}` means the
     /// agent may include `terminal` entries in its authentication methods.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub terminal: Option<Option<TerminalAuthCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -11771,12 +12093,16 @@ pub struct ElicitationCapabilities {
     ///
     /// Optional. Omitted and `null` are equivalent and mean form support is not advertised.
     /// Supplying `{}` explicitly advertises form support.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub form: Option<Option<ElicitationFormCapabilities>>,
     /// Whether the client supports URL-based elicitation.
     ///
     /// Optional. Omitted or `null` both mean the client does not advertise support.
     /// Supplying `{}` means the client supports URL-based elicitation.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<Option<ElicitationUrlCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -11899,12 +12225,18 @@ serde_support::deserialize_struct!(ElicitationUrlCapabilities {
 #[non_exhaustive]
 pub struct ClientNesCapabilities {
     /// Whether the client supports the `jump` suggestion kind.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jump: Option<Option<NesJumpCapabilities>>,
     /// Whether the client supports the `rename` suggestion kind.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rename: Option<Option<NesRenameCapabilities>>,
     /// Whether the client supports the `searchAndReplace` suggestion kind.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "searchAndReplace", skip_serializing_if = "Option::is_none")]
     pub search_and_replace: Option<Option<NesSearchAndReplaceCapabilities>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12428,15 +12760,21 @@ impl<'de> serde::Deserialize<'de> for McpServer {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("http") => serde_support::payload(&value, "type").map(McpServer::Http),
-            #[cfg(feature = "unstable_mcp_over_acp")]
-            Some("acp") => serde_support::payload(&value, "type").map(McpServer::Acp),
-            Some("stdio") => serde_support::payload(&value, "type").map(McpServer::Stdio),
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(McpServer::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("http") => {
+                    serde_support::payload(&value, "type").map(McpServer::Http)
+                }
+                #[cfg(feature = "unstable_mcp_over_acp")]
+                Some("acp") => serde_support::payload(&value, "type").map(McpServer::Acp),
+                Some("stdio") => {
+                    serde_support::payload(&value, "type").map(McpServer::Stdio)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => Ok(McpServer::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -12699,9 +13037,13 @@ serde_support::deserialize_struct!(McpServerStdio {
 #[non_exhaustive]
 pub struct ListSessionsRequest {
     /// Filter sessions by working directory. Must be an absolute path.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<Option<AbsolutePath>>,
     /// Opaque cursor token from a previous response's nextCursor field for cursor-based pagination
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cursor: Option<Option<SessionListCursor>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12895,6 +13237,8 @@ pub struct ResumeSessionRequest {
     /// replay includes the position identified by the cursor. Supplying
     /// `{ "type": "start" }` means the Agent should replay the whole
     /// conversation before responding.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "replayFrom", skip_serializing_if = "Option::is_none")]
     pub replay_from: Option<Option<ReplayFrom>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -12991,14 +13335,16 @@ impl<'de> serde::Deserialize<'de> for ReplayFrom {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("start") => {
-                serde_support::payload(&value, "type").map(ReplayFrom::Start)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => Ok(ReplayFrom::Other(serde_support::UnknownVariant(value))),
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("start") => {
+                    serde_support::payload(&value, "type").map(ReplayFrom::Start)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => Ok(ReplayFrom::Other(serde_support::UnknownVariant(value))),
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -13206,12 +13552,18 @@ serde_support::deserialize_struct!(PromptRequest {
 #[non_exhaustive]
 pub struct StartNesRequest {
     /// The root URI of the workspace.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "workspaceUri", skip_serializing_if = "Option::is_none")]
     pub workspace_uri: Option<Option<String>>,
     /// The workspace folders.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "workspaceFolders", skip_serializing_if = "Option::is_none")]
     pub workspace_folders: Option<Option<Vec<WorkspaceFolder>>>,
     /// Repository metadata, if the workspace is a git repository.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repository: Option<Option<NesRepository>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13381,12 +13733,16 @@ pub struct SuggestNesRequest {
     /// The current cursor position.
     pub position: Position,
     /// The current text selection range, if any.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub selection: Option<Option<Range>>,
     /// What triggered this suggestion request.
     #[serde(rename = "triggerKind")]
     pub trigger_kind: NesTriggerKind,
     /// Context for the suggestion, included based on agent capabilities.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<Option<NesSuggestContext>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13536,21 +13892,33 @@ impl schemars::JsonSchema for NesTriggerKind {
 #[non_exhaustive]
 pub struct NesSuggestContext {
     /// Recently accessed files.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "recentFiles", skip_serializing_if = "Option::is_none")]
     pub recent_files: Option<Option<Vec<NesRecentFile>>>,
     /// Related code snippets.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "relatedSnippets", skip_serializing_if = "Option::is_none")]
     pub related_snippets: Option<Option<Vec<NesRelatedSnippet>>>,
     /// Recent edit history.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "editHistory", skip_serializing_if = "Option::is_none")]
     pub edit_history: Option<Option<Vec<NesEditHistoryEntry>>>,
     /// Recent user actions (typing, navigation, etc.).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "userActions", skip_serializing_if = "Option::is_none")]
     pub user_actions: Option<Option<Vec<NesUserAction>>>,
     /// Currently open files in the editor.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "openFiles", skip_serializing_if = "Option::is_none")]
     pub open_files: Option<Option<Vec<NesOpenFile>>>,
     /// Current diagnostics (errors, warnings).
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diagnostics: Option<Option<Vec<NesDiagnostic>>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -13904,9 +14272,13 @@ pub struct NesOpenFile {
     #[serde(rename = "languageId")]
     pub language_id: String,
     /// The visible range in the editor, if any.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "visibleRange", skip_serializing_if = "Option::is_none")]
     pub visible_range: Option<Option<Range>>,
     /// Timestamp in milliseconds since epoch of when the file was last focused.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(rename = "lastFocusedMs", skip_serializing_if = "Option::is_none")]
     pub last_focused_ms: Option<Option<u64>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -14226,18 +14598,24 @@ impl<'de> serde::Deserialize<'de> for RequestPermissionOutcome {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "outcome")? {
-            Some("cancelled") => Ok(RequestPermissionOutcome::Cancelled),
-            Some("selected") => {
-                serde_support::payload(&value, "outcome")
-                    .map(RequestPermissionOutcome::Selected)
-            }
-            None => Err(serde::de::Error::missing_field("outcome")),
-            Some(_) => {
-                Ok(RequestPermissionOutcome::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "outcome")? {
+                Some("cancelled") => Ok(RequestPermissionOutcome::Cancelled),
+                Some("selected") => {
+                    serde_support::payload(&value, "outcome")
+                        .map(RequestPermissionOutcome::Selected)
+                }
+                None => Err(serde::de::Error::missing_field("outcome")),
+                Some(_) => {
+                    Ok(
+                        RequestPermissionOutcome::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -14372,6 +14750,8 @@ pub enum ElicitationContentValue {
 #[non_exhaustive]
 pub struct ElicitationAcceptAction {
     /// The user-provided content, if any, as an object matching the requested schema.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Option<serde_support::OrderedMap<ElicitationContentValue>>>,
 }
@@ -14648,6 +15028,8 @@ serde_support::deserialize_struct!(DidChangeDocumentNotification {
 #[non_exhaustive]
 pub struct TextDocumentContentChangeEvent {
     /// The range of the document that changed. If `None`, the entire content is replaced.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub range: Option<Option<Range>>,
     /// The new text for the range, or the full document content if `range` is `None`.
@@ -14903,6 +15285,8 @@ pub struct RejectNesNotification {
     #[serde(rename = "suggestionId")]
     pub suggestion_id: NesSuggestionId,
     /// The reason for rejection.
+    ///
+    /// Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) (`.value()` reads it, `.is_null()` tells `null` from absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<Option<NesRejectReason>>,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -15116,19 +15500,25 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationAction {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "action")? {
-            Some("accept") => {
-                serde_support::payload(&value, "action")
-                    .map(CreateElicitationAction::Accept)
-            }
-            Some("decline") => Ok(CreateElicitationAction::Decline),
-            Some("cancel") => Ok(CreateElicitationAction::Cancel),
-            None => Err(serde::de::Error::missing_field("action")),
-            Some(_) => {
-                Ok(CreateElicitationAction::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "action")? {
+                Some("accept") => {
+                    serde_support::payload(&value, "action")
+                        .map(CreateElicitationAction::Accept)
+                }
+                Some("decline") => Ok(CreateElicitationAction::Decline),
+                Some("cancel") => Ok(CreateElicitationAction::Cancel),
+                None => Err(serde::de::Error::missing_field("action")),
+                Some(_) => {
+                    Ok(
+                        CreateElicitationAction::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -15212,19 +15602,27 @@ impl<'de> serde::Deserialize<'de> for CreateElicitationMode {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "mode")? {
-            Some("form") => {
-                serde_support::payload(&value, "mode").map(CreateElicitationMode::Form)
-            }
-            Some("url") => {
-                serde_support::payload(&value, "mode").map(CreateElicitationMode::Url)
-            }
-            None => Err(serde::de::Error::missing_field("mode")),
-            Some(_) => {
-                Ok(CreateElicitationMode::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "mode")? {
+                Some("form") => {
+                    serde_support::payload(&value, "mode")
+                        .map(CreateElicitationMode::Form)
+                }
+                Some("url") => {
+                    serde_support::payload(&value, "mode")
+                        .map(CreateElicitationMode::Url)
+                }
+                None => Err(serde::de::Error::missing_field("mode")),
+                Some(_) => {
+                    Ok(
+                        CreateElicitationMode::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -15335,32 +15733,35 @@ impl<'de> serde::Deserialize<'de> for DiffChangeOperation {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "operation")? {
-            Some("add") => {
-                serde_support::payload(&value, "operation").map(DiffChangeOperation::Add)
-            }
-            Some("delete") => {
-                serde_support::payload(&value, "operation")
-                    .map(DiffChangeOperation::Delete)
-            }
-            Some("modify") => {
-                serde_support::payload(&value, "operation")
-                    .map(DiffChangeOperation::Modify)
-            }
-            Some("move") => {
-                serde_support::payload(&value, "operation")
-                    .map(DiffChangeOperation::Move)
-            }
-            Some("copy") => {
-                serde_support::payload(&value, "operation")
-                    .map(DiffChangeOperation::Copy)
-            }
-            None => Err(serde::de::Error::missing_field("operation")),
-            Some(_) => {
-                Ok(DiffChangeOperation::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "operation")? {
+                Some("add") => {
+                    serde_support::payload(&value, "operation")
+                        .map(DiffChangeOperation::Add)
+                }
+                Some("delete") => {
+                    serde_support::payload(&value, "operation")
+                        .map(DiffChangeOperation::Delete)
+                }
+                Some("modify") => {
+                    serde_support::payload(&value, "operation")
+                        .map(DiffChangeOperation::Modify)
+                }
+                Some("move") => {
+                    serde_support::payload(&value, "operation")
+                        .map(DiffChangeOperation::Move)
+                }
+                Some("copy") => {
+                    serde_support::payload(&value, "operation")
+                        .map(DiffChangeOperation::Copy)
+                }
+                None => Err(serde::de::Error::missing_field("operation")),
+                Some(_) => {
+                    Ok(DiffChangeOperation::Other(serde_support::UnknownVariant(value)))
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -15481,21 +15882,27 @@ impl<'de> serde::Deserialize<'de> for SessionConfigOptionType {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("select") => {
-                serde_support::payload(&value, "type")
-                    .map(SessionConfigOptionType::Select)
-            }
-            Some("boolean") => {
-                serde_support::payload(&value, "type")
-                    .map(SessionConfigOptionType::Boolean)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(SessionConfigOptionType::Other(serde_support::UnknownVariant(value)))
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("select") => {
+                    serde_support::payload(&value, "type")
+                        .map(SessionConfigOptionType::Select)
+                }
+                Some("boolean") => {
+                    serde_support::payload(&value, "type")
+                        .map(SessionConfigOptionType::Boolean)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(
+                        SessionConfigOptionType::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.
@@ -15590,25 +15997,27 @@ impl<'de> serde::Deserialize<'de> for SetSessionConfigOptionType {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let value = serde_support::object(deserializer)?;
-        match serde_support::tag_of(&value, "type")? {
-            Some("id") => {
-                serde_support::property(&value, "value")
-                    .map(SetSessionConfigOptionType::Id)
-            }
-            Some("boolean") => {
-                serde_support::property(&value, "value")
-                    .map(SetSessionConfigOptionType::Boolean)
-            }
-            None => Err(serde::de::Error::missing_field("type")),
-            Some(_) => {
-                Ok(
-                    SetSessionConfigOptionType::Other(
-                        serde_support::UnknownVariant(value),
-                    ),
-                )
-            }
-        }
+        serde_support::union(
+            deserializer,
+            |value| match serde_support::tag_of(&value, "type")? {
+                Some("id") => {
+                    serde_support::property(&value, "value")
+                        .map(SetSessionConfigOptionType::Id)
+                }
+                Some("boolean") => {
+                    serde_support::property(&value, "value")
+                        .map(SetSessionConfigOptionType::Boolean)
+                }
+                None => Err(serde::de::Error::missing_field("type")),
+                Some(_) => {
+                    Ok(
+                        SetSessionConfigOptionType::Other(
+                            serde_support::UnknownVariant(value),
+                        ),
+                    )
+                }
+            },
+        )
     }
 }
 /// One alternative per known kind; decoding also keeps unknown ones.

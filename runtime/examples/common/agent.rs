@@ -30,10 +30,10 @@ use std::time::Duration;
 use acp_runtime::acp_types::{
     AgentCapabilities, AuthenticateRequest, AuthenticateResponse, CancelNotification, ClientCapabilities, Content,
     ContentBlock, ContentChunk, Error, Implementation, InitializeRequest, InitializeResponse, NewSessionRequest,
-    NewSessionResponse, PermissionOption, PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus,
-    PromptCapabilities, PromptRequest, PromptResponse, ProtocolVersion, ReadTextFileRequest, RequestPermissionOutcome,
-    RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, StopReason, TextContent, ToolCall,
-    ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind,
+    NewSessionResponse, Nullable, PermissionOption, PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority,
+    PlanEntryStatus, PromptCapabilities, PromptRequest, PromptResponse, ProtocolVersion, ReadTextFileRequest,
+    RequestPermissionOutcome, RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, StopReason,
+    TextContent, ToolCall, ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind,
 };
 use acp_runtime::{AgentContext, acp_agent};
 
@@ -204,7 +204,7 @@ fn client_reads_files(capabilities: &ClientCapabilities) -> bool {
 impl DemoAgent {
     async fn initialize(&self, params: InitializeRequest) -> Result<InitializeResponse, Error> {
         let reads = client_reads_files(&params.client_capabilities.clone().unwrap_or_default());
-        let client = params.client_info.flatten().map(|i| i.name).unwrap_or_else(|| "an unnamed client".into());
+        let client = params.client_info.into_value().map(|i| i.name).unwrap_or_else(|| "an unnamed client".into());
         log!("initialize from {client} (protocol {}, fs.readTextFile: {reads})", params.protocol_version.0);
         // This side speaks protocol version 1; a client asking for another one decides whether
         // to go on (with v2 built in, a client asking for 2 is routed to `agent_v2.rs` instead).

@@ -27,10 +27,11 @@ use acp_runtime::acp_agent;
 use acp_runtime::acp_types::v2::{
     AgentMessage, CancelSessionNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock, Error,
     Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse, MessageId,
-    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse,
-    ProtocolVersion, ReplayFrom, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionSubject,
-    ResumeSessionRequest, ResumeSessionResponse, SessionId, SessionInfo, SessionUpdate, TextContent,
-    ToolCallPermissionSubject, ToolCallStatus, ToolCallUpdate, ToolKind, UpdateSessionNotification, UserMessage,
+    NewSessionRequest, NewSessionResponse, Nullable, PermissionOption, PermissionOptionKind, PromptRequest,
+    PromptResponse, ProtocolVersion, ReplayFrom, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionSubject, ResumeSessionRequest, ResumeSessionResponse, SessionId, SessionInfo, SessionUpdate,
+    TextContent, ToolCallPermissionSubject, ToolCallStatus, ToolCallUpdate, ToolKind, UpdateSessionNotification,
+    UserMessage,
 };
 use acp_runtime::v2::{AgentContext, Turn};
 
@@ -127,7 +128,7 @@ impl DemoAgentV2 {
     }
 
     async fn session_list(&self, params: ListSessionsRequest) -> Result<ListSessionsResponse, Error> {
-        let only = params.cwd.flatten().map(|cwd| PathBuf::from(cwd.0));
+        let only = params.cwd.into_value().map(|cwd| PathBuf::from(cwd.0));
         let mut sessions: Vec<SessionInfo> = self
             .sessions()
             .iter()
@@ -144,7 +145,7 @@ impl DemoAgentV2 {
         cx: AgentContext,
     ) -> Result<ResumeSessionResponse, Error> {
         absolute(&params.cwd.0)?;
-        let replay = match params.replay_from.flatten() {
+        let replay = match params.replay_from.into_value() {
             None => false,
             Some(ReplayFrom::Start(_)) => true,
             Some(other) => {

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use acp_runtime::acp_types::{
     CancelNotification, ContentBlock, Error, Implementation, InitializeRequest, InitializeResponse, NewSessionRequest,
-    PlanEntryStatus, PromptRequest, ProtocolVersion, ReadTextFileRequest, ReadTextFileResponse,
+    Nullable, PlanEntryStatus, PromptRequest, ProtocolVersion, ReadTextFileRequest, ReadTextFileResponse,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
     SessionNotification, SessionUpdate, TextContent, ToolCallContent, ToolCallStatus, WriteTextFileRequest,
     WriteTextFileResponse,
@@ -196,7 +196,7 @@ struct Turn {
 impl Turn {
     /// The v1 turn, once `initialize` is answered: a session, the prompt, its stop reason.
     async fn run_v1(&self, agent: &AgentHandle, init: &InitializeResponse) -> Result<(), String> {
-        let name = match init.agent_info.clone().flatten() {
+        let name = match init.agent_info.value() {
             Some(info) => format!("{} {}", info.name, info.version),
             None => "an agent".to_owned(),
         };
@@ -280,8 +280,7 @@ impl DemoClient {
         params: RequestPermissionRequest,
         cx: ClientContext,
     ) -> Result<RequestPermissionResponse, Error> {
-        let title =
-            self.transcript.title_of(&params.tool_call.tool_call_id.0, params.tool_call.title.clone().flatten());
+        let title = self.transcript.title_of(&params.tool_call.tool_call_id.0, params.tool_call.title.value().cloned());
         let options: Vec<(&str, &str)> = params.options.iter().map(|o| (o.name.as_str(), o.kind.as_str())).collect();
         let outcome = match self.asker.choose(&title, &options, cx.cancelled()).await {
             Some(n) => {
@@ -295,8 +294,8 @@ impl DemoClient {
     async fn fs_read_text_file(&self, params: ReadTextFileRequest) -> Result<ReadTextFileResponse, Error> {
         let path = self.confine("fs/read_text_file", &params.path)?;
         let text = tokio::fs::read_to_string(&path).await.map_err(|e| self.io_error("fs/read_text_file", &path, e))?;
-        let start = params.line.flatten().unwrap_or(1).max(1) as usize - 1;
-        let limit = params.limit.flatten().map_or(usize::MAX, |l| l as usize);
+        let start = params.line.into_value().unwrap_or(1).max(1) as usize - 1;
+        let limit = params.limit.into_value().map_or(usize::MAX, |l| l as usize);
         let content: String = text.split_inclusive('\n').skip(start).take(limit).collect();
         let lines = content.lines().count();
         self.transcript.line(&format!("  ⇢ fs/read_text_file {} ({lines} lines)", path.display()));
@@ -531,16 +530,13 @@ impl Transcript {
             }
             SessionUpdate::ToolCallUpdate(update) => {
                 let id = &update.tool_call_id.0;
-                if let Some(Some(title)) = &update.title {
+                if let Some(title) = update.title.value() {
                     state.titles.insert(id.clone(), title.clone());
                 }
                 let title = state.titles.get(id).cloned().unwrap_or_else(|| id.clone());
-                let status = match &update.status {
-                    Some(Some(status)) => status.as_str(),
-                    _ => "updated",
-                };
+                let status = update.status.value().map_or("updated", ToolCallStatus::as_str);
                 let mut text = format!("  ↳ {title}: {status}");
-                if let Some(Some(content)) = &update.content {
+                if let Some(content) = update.content.value() {
                     push_content(&mut text, content);
                 }
                 self.write(state, &text, true);

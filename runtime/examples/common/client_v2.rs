@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use acp_runtime::acp_client;
 use acp_runtime::acp_types::v2::{
     CancelSessionNotification, ContentBlock, Error, Implementation, InitializeRequest, InitializeResponse,
-    NewSessionRequest, PlanEntryStatus, PlanUpdateContent, PromptRequest, ProtocolVersion, RequestPermissionOutcome,
-    RequestPermissionRequest, RequestPermissionResponse, RequestPermissionSubject, SelectedPermissionOutcome,
-    SessionUpdate, StateUpdate, TextContent, ToolCallContent, UpdateSessionNotification,
+    NewSessionRequest, Nullable, PlanEntryStatus, PlanUpdateContent, PromptRequest, ProtocolVersion,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, RequestPermissionSubject,
+    SelectedPermissionOutcome, SessionUpdate, StateUpdate, TextContent, ToolCallContent, UpdateSessionNotification,
 };
 use acp_runtime::transport::{ChildProcess, SpawnOptions};
 use acp_runtime::v2::{AgentHandle, ClientContext, SessionState};
@@ -115,11 +115,11 @@ impl DemoClientV2 {
         params: RequestPermissionRequest,
         cx: ClientContext,
     ) -> Result<RequestPermissionResponse, Error> {
-        let title = match params.subject.clone().flatten() {
+        let title = match params.subject.value() {
             Some(RequestPermissionSubject::ToolCall(subject)) => {
-                let id = subject.tool_call.tool_call_id;
+                let id = &subject.tool_call.tool_call_id;
                 let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-                state.tool_call_by_id(&id).and_then(|call| call.title.clone()).unwrap_or(params.title.clone())
+                state.tool_call_by_id(id).and_then(|call| call.title.clone()).unwrap_or(params.title.clone())
             }
             _ => params.title.clone(),
         };

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 
 use acp_types::serde_support::UnknownVariant;
 use acp_types::v2::{
-    AbsolutePath, AvailableCommand, ContentBlock, Cost, MessageId, PlanEntry, PlanId, PlanUpdateContent,
+    AbsolutePath, AvailableCommand, ContentBlock, Cost, MessageId, Nullable, PlanEntry, PlanId, PlanUpdateContent,
     SessionConfigOption, SessionUpdate, StateUpdate, StopReason, TerminalExitStatus, TerminalId, ToolCallContent,
     ToolCallId, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind, UpdateSessionNotification,
 };
@@ -171,7 +171,7 @@ impl SessionState {
                 StateUpdate::RequiresAction(_) => self.state = RunState::RequiresAction,
                 StateUpdate::Idle(idle) => {
                     self.state = RunState::Idle;
-                    if let Some(Some(reason)) = &idle.stop_reason {
+                    if let Some(reason) = idle.stop_reason.value() {
                         self.stop_reason = Some(reason.clone());
                     }
                 }
@@ -186,9 +186,9 @@ impl SessionState {
             }
             SessionUpdate::TerminalUpdate(t) => {
                 let terminal = self.terminals.entry(t.terminal_id.clone()).or_default();
-                patch(&mut terminal.command, &t.command);
-                patch(&mut terminal.cwd, &t.cwd);
-                patch(&mut terminal.exit_status, &t.exit_status);
+                t.command.apply_to(&mut terminal.command);
+                t.cwd.apply_to(&mut terminal.cwd);
+                t.exit_status.apply_to(&mut terminal.exit_status);
                 match &t.output {
                     Some(Some(snapshot)) => terminal.output = decode_base64(&snapshot.data).unwrap_or_default(),
                     Some(None) => terminal.output.clear(),
@@ -212,10 +212,10 @@ impl SessionState {
             SessionUpdate::AvailableCommandsUpdate(u) => self.available_commands.clone_from(&u.available_commands),
             SessionUpdate::ConfigOptionUpdate(u) => self.config_options.clone_from(&u.config_options),
             SessionUpdate::SessionInfoUpdate(u) => {
-                patch(&mut self.title, &u.title);
-                patch(&mut self.updated_at, &u.updated_at);
+                u.title.apply_to(&mut self.title);
+                u.updated_at.apply_to(&mut self.updated_at);
             }
-            SessionUpdate::UsageUpdate(u) => self.usage = Some((u.used, u.size, u.cost.clone().flatten())),
+            SessionUpdate::UsageUpdate(u) => self.usage = Some((u.used, u.size, u.cost.value().cloned())),
             SessionUpdate::Other(other) => self.unknown.push(other.clone()),
             // A kind of an unstable feature this state does not model (e.g. compaction).
             other => self.keep_unknown(other),
@@ -274,9 +274,9 @@ impl SessionState {
 
     fn patch_tool_call(&mut self, p: &ToolCallUpdate) {
         let call = self.tool_call(&p.tool_call_id);
-        patch(&mut call.title, &p.title);
-        patch(&mut call.kind, &p.kind);
-        patch(&mut call.status, &p.status);
+        p.title.apply_to(&mut call.title);
+        p.kind.apply_to(&mut call.kind);
+        p.status.apply_to(&mut call.status);
         patch_list(&mut call.content, &p.content);
         patch_list(&mut call.locations, &p.locations);
         patch_value(&mut call.raw_input, &p.raw_input);
@@ -287,13 +287,6 @@ impl SessionState {
 /// The string member `tag` of a value's JSON (empty if there is none).
 fn tag_of(value: &impl serde::Serialize, tag: &str) -> String {
     serde_json::to_value(value).ok().and_then(|v| v.get(tag)?.as_str().map(str::to_owned)).unwrap_or_default()
-}
-
-/// A three-state patch: omitted leaves, `null` clears, a value replaces.
-fn patch<T: Clone>(field: &mut Option<T>, update: &Option<Option<T>>) {
-    if let Some(value) = update {
-        field.clone_from(value);
-    }
 }
 
 /// A collection patch: omitted leaves, `null` or `[]` clears, an array replaces.

@@ -22,9 +22,10 @@ use std::time::Duration;
 
 use acp_runtime::acp_types::v2::{
     CancelSessionNotification, Client, ClientCapabilities, CloseSessionRequest, Error, Implementation,
-    InitializeRequest, ListSessionsRequest, NewSessionRequest, PermissionOptionKind, PromptRequest, ProtocolVersion,
-    ReplayFrom, ReplayFromStart, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
-    RequestPermissionSubject, ResumeSessionRequest, SelectedPermissionOutcome, TextContent, UpdateSessionNotification,
+    InitializeRequest, ListSessionsRequest, NewSessionRequest, Nullable, PermissionOptionKind, PromptRequest,
+    ProtocolVersion, ReplayFrom, ReplayFromStart, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, RequestPermissionSubject, ResumeSessionRequest, SelectedPermissionOutcome, TextContent,
+    UpdateSessionNotification,
 };
 use acp_runtime::v2::ClientContext;
 use acp_runtime::version::{Negotiated, ProtocolRouter};
@@ -60,8 +61,8 @@ impl Client<ClientContext> for Recorder {
         params: RequestPermissionRequest,
         cx: ClientContext,
     ) -> Result<RequestPermissionResponse, Error> {
-        let tool_call = match params.subject.clone().flatten() {
-            Some(RequestPermissionSubject::ToolCall(subject)) => Some(subject.tool_call.tool_call_id.0),
+        let tool_call = match params.subject.value() {
+            Some(RequestPermissionSubject::ToolCall(subject)) => Some(subject.tool_call.tool_call_id.0.clone()),
             _ => None,
         };
         let cancel = self.seen().cancel;
@@ -268,7 +269,7 @@ async fn main() {
             json!({ "protocolVersion": 2, "agentName": init.info.name, "capabilities": init.capabilities })
         }
         Negotiated::V1 { init, .. } => {
-            json!({ "protocolVersion": 1, "agentName": init.agent_info.clone().flatten().map(|i| i.name) })
+            json!({ "protocolVersion": 1, "agentName": init.agent_info.value().map(|i| &i.name) })
         }
         _ => json!({}),
     })

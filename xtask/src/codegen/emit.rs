@@ -232,6 +232,11 @@ enum Presence {
     Tri,
 }
 
+/// The last paragraph of an optional nullable field's description: how to read it. The link
+/// resolves in the generated crate and in a vendored file alike (both have `serde_support`).
+const NULLABLE_NOTE: &str = "Absent, `null` or a value: see [`Nullable`](serde_support::Nullable) \
+     (`.value()` reads it, `.is_null()` tells `null` from absent).";
+
 fn presence(f: &Field) -> Presence {
     match (f.required, f.nullable) {
         // A type that holds `null` itself (any JSON value) needs no `Option` for it.
@@ -287,7 +292,14 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
                 serde.push(quote!(deserialize_with = #helper));
             }
         }
-        let mut attrs = syntax::doc_attrs(gated_doc(f.doc.as_deref(), &f.gate).as_deref());
+        let mut doc = gated_doc(f.doc.as_deref(), &f.gate);
+        if presence == Presence::Tri {
+            doc = Some(match doc {
+                Some(text) => format!("{text}\n\n{NULLABLE_NOTE}"),
+                None => NULLABLE_NOTE.to_owned(),
+            });
+        }
+        let mut attrs = syntax::doc_attrs(doc.as_deref());
         attrs.extend(cfg_attrs(&f.gate));
         if !serde.is_empty() {
             attrs.push(syntax::attr_list("serde", quote!(#(#serde),*)));
@@ -841,7 +853,7 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
             };
             let unknown = match &decode {
                 Some((decode, key)) if d.takes_unknown_tags => quote! {
-                    Some(_) => Ok(match #decode::<_, D::Error>(&value, #key) {
+                    Some(_) => Ok(match #decode::<_, serde_json::Error>(&value, #key) {
                         Ok(payload) => #name::#id(payload),
                         Err(_) => #name::#other(serde_support::UnknownVariant(value)),
                     }),
@@ -919,12 +931,11 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
 
         #gate impl<'de> serde::Deserialize<'de> for #name {
             fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                let value = serde_support::object(deserializer)?;
-                match serde_support::tag_of(&value, #tag)? {
+                serde_support::union(deserializer, |value| match serde_support::tag_of(&value, #tag)? {
                     #(#de)*
                     #missing_tag
                     #unknown_tag
-                }
+                })
             }
         }
 

@@ -193,14 +193,19 @@ fn generate_from(settings: &Settings, loaded: &Loaded) -> Result<Vec<OutputFile>
         .zip(&files)
         .map(|(text, (path, _))| OutputFile { path: path.into(), contents: format!("{preamble}\n{text}") })
         .collect();
-    out.push(OutputFile {
-        path: "src/serde_support.rs".into(),
-        contents: format!("{preamble}\n{}", include_str!("../../templates/serde_support.rs")),
-    });
+    // The hand-written modules, the same in every release (and in a vendored file).
+    for (path, text) in [("src/serde_support.rs", SERDE_SUPPORT), ("src/decode.rs", DECODE)] {
+        out.push(OutputFile { path: path.into(), contents: format!("{preamble}\n{text}") });
+    }
     out.push(OutputFile { path: "Cargo.toml".into(), contents: cargo_toml(settings, v2.is_some(), &preamble) });
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
 }
+
+/// `serde_support`: the serde helpers of the generated code, and `Nullable`.
+const SERDE_SUPPORT: &str = include_str!("../../templates/serde_support.rs");
+/// `decode`: decoding with the JSON path of a failure.
+const DECODE: &str = include_str!("../../templates/decode.rs");
 
 /// A part of a generated file: makes its code when called, on whichever thread renders it
 /// (token streams and syntax trees are not `Send`).
@@ -296,6 +301,8 @@ fn version_mod(version: &str) -> TokenStream {
 
         pub use methods::*;
         pub use types::*;
+        /// Reads the `Option<Option<T>>` fields (absent, `null` or a value) in one call.
+        pub use crate::serde_support::Nullable;
     }
 }
 
@@ -427,7 +434,35 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
          (release {}).\n\n The protocol v1 items are at the crate root (and in [`v1`]); \
          unstable parts of the schema are behind cargo features, and protocol v2 is in `v2` \
          behind `{V2_FEATURE}`. Every union has a fallback variant, so messages from a newer \
-         peer decode.",
+         peer decode.\n\n \
+         # Fields that may be absent or `null`\n\n \
+         A member that the schema makes optional and nullable is an `Option<Option<T>>`, so \
+         that a message decodes and is written back with absent and `null` kept apart. \
+         [`Nullable`] reads it in one call:\n\n \
+         ```\n \
+         use acp_types::{{ClientCapabilities, Nullable}};\n\n \
+         let caps: ClientCapabilities = serde_json::from_str(r#\"{{\"session\": {{}}}}\"#).unwrap();\n \
+         assert!(caps.session.value().is_some());\n\n \
+         let caps: ClientCapabilities = serde_json::from_str(r#\"{{\"session\": null}}\"#).unwrap();\n \
+         assert!(caps.session.value().is_none() && caps.session.is_null());\n \
+         assert_eq!(serde_json::to_string(&caps).unwrap(), r#\"{{\"session\":null}}\"#);\n \
+         ```\n\n \
+         # Decoding errors with the path of the failing value\n\n \
+         [`decode::from_str`] and [`decode::from_slice`] decode as serde_json's functions do, and \
+         a [`DecodeError`] names the JSON path of the value that did not fit:\n\n \
+         ```\n \
+         let text = r#\"{{\"sessionId\": \"s\", \"prompt\": [{{\"type\": \"text\", \"text\": 7}}]}}\"#;\n \
+         let error = acp_types::decode::from_str::<acp_types::PromptRequest>(text).unwrap_err();\n \
+         assert_eq!(error.path(), Some(\"prompt[0]\"));\n \
+         assert!(error.to_string().starts_with(\"at prompt[0]: \"), \"{{error}}\");\n \
+         ```\n\n \
+         # serde_json's features\n\n \
+         `float_roundtrip` (on by default) turns on serde_json's exact float parsing, so that a \
+         number in free-form JSON (`_meta`, `rawInput`) survives a decode and re-encode bit for \
+         bit; `preserve_order` (off by default) makes free-form objects keep the order their keys \
+         came in when written back, where they are otherwise written in sorted order. Both change \
+         serde_json for the whole build, so each is the dependent's choice; the objects whose \
+         order the protocol cares about are [`serde_support::OrderedMap`]s, ordered either way.",
         settings.tag
     );
     let v2_mod = if v2 {
@@ -443,11 +478,13 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
         #![doc = #doc]
         #![cfg_attr(docsrs, feature(doc_cfg))]
 
+        pub mod decode;
         pub mod serde_support;
         pub mod v1;
         #v2_mod
 
-        pub use serde_support::UnknownVariant;
+        pub use decode::DecodeError;
+        pub use serde_support::{Nullable, UnknownVariant};
         pub use v1::*;
 
         #gates
@@ -505,9 +542,21 @@ fn cargo_toml(settings: &Settings, v2: bool, preamble: &str) -> String {
     if v2 {
         umbrella.push(format!("\"{V2_FEATURE}\""));
     }
-    features.push("default = []".into());
+    features.push("default = [\"float_roundtrip\"]".into());
     features.push("# `JsonSchema` for every type (schemars 1)".into());
     features.push("schemars = [\"dep:schemars\"]".into());
+    features.push(
+        "# serde_json's exact float parsing: a number in free-form JSON (`_meta`, `rawInput`) survives a\n\
+         # decode and re-encode bit for bit (without it, some long floats read 1 ULP off)"
+            .into(),
+    );
+    features.push("float_roundtrip = [\"serde_json/float_roundtrip\"]".into());
+    features.push(
+        "# serde_json's `Map` keeps insertion order: unknown variants, `_meta` and other free-form objects\n\
+         # are written back in the order their keys came (without it, in sorted order)"
+            .into(),
+    );
+    features.push("preserve_order = [\"serde_json/preserve_order\"]".into());
     features.push(format!("{} = [{}]", features::UMBRELLA, umbrella.join(", ")));
     for f in gated {
         features.push(format!("{f} = []"));
@@ -518,7 +567,7 @@ fn cargo_toml(settings: &Settings, v2: bool, preamble: &str) -> String {
     let (package, deps) = if settings.standalone {
         (
             "version = \"0.0.0\"\nedition = \"2024\"\npublish = false",
-            "serde = { version = \"1\", features = [\"derive\"] }\nserde_json = { version = \"1\", features = [\"raw_value\", \"preserve_order\"] }\nschemars = { version = \"1\", optional = true }\n\n[workspace]\n",
+            "serde = { version = \"1\", features = [\"derive\"] }\nserde_json = { version = \"1\", features = [\"raw_value\"] }\nschemars = { version = \"1\", optional = true }\n\n[workspace]\n",
         )
     } else {
         (
@@ -565,9 +614,12 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
     } else {
         TokenStream::new()
     };
-    let support: syn::File = syn::parse_str(include_str!("../../templates/serde_support.rs"))
+    let support: syn::File = syn::parse_str(SERDE_SUPPORT)
         .map_err(|e| CodegenError::Emit { file: "serde_support".into(), message: e.to_string() })?;
     let support_items = &support.items;
+    let decode: syn::File =
+        syn::parse_str(DECODE).map_err(|e| CodegenError::Emit { file: "decode".into(), message: e.to_string() })?;
+    let decode_items = &decode.items;
     let doc = format!(
         " Agent Client Protocol v1 types, vendored from the ACP JSON Schema (release {}) with features [{}]. Depends only on serde (derive) and serde_json.",
         settings.tag,
@@ -579,13 +631,20 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
         // private module.
         #![allow(dead_code, clippy::large_enum_variant, clippy::doc_lazy_continuation, rustdoc::bare_urls, rustdoc::invalid_html_tags)]
 
-        /// Serde helpers shared by the types below.
+        /// Serde helpers shared by the types below, and [`Nullable`].
         pub mod serde_support {
             #(#support_items)*
         }
-        // For users of the file; a private module may not use it.
+        /// Decoding JSON text into these types with the JSON path of a failure:
+        /// `decode::from_str::<PromptRequest>(text)`, whose error's `path()` is `prompt[0].type`.
+        pub mod decode {
+            #(#decode_items)*
+        }
+        // For users of the file; a private module may not use them.
         #[allow(unused_imports)]
-        pub use serde_support::UnknownVariant;
+        pub use decode::DecodeError;
+        #[allow(unused_imports)]
+        pub use serde_support::{Nullable, UnknownVariant};
 
         #(#items)*
         #methods
