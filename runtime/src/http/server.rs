@@ -296,16 +296,33 @@ impl HttpServer {
     /// Serves on an already bound listener.
     pub fn listen(self, listener: TcpListener) -> std::io::Result<BoundServer> {
         let local_addr = listener.local_addr()?;
-        Ok(BoundServer { shared: self.shared, listener, local_addr })
+        Ok(BoundServer {
+            shared: self.shared,
+            listener,
+            local_addr,
+            #[cfg(feature = "http-tls")]
+            tls: None,
+        })
     }
 }
 
+/// rustls, for building the [`BoundServer::tls`] configuration (feature `http-tls`).
+#[cfg(feature = "http-tls")]
+pub use tokio_rustls::rustls;
+
 /// A bound [`HttpServer`]: its address is known, [`BoundServer::run`] serves.
-#[derive(Debug)]
 pub struct BoundServer {
     shared: Arc<ServerShared>,
     listener: TcpListener,
     local_addr: SocketAddr,
+    #[cfg(feature = "http-tls")]
+    tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl std::fmt::Debug for BoundServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundServer").field("local_addr", &self.local_addr).finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for ServerShared {
@@ -331,9 +348,27 @@ impl BoundServer {
         self.local_addr
     }
 
-    /// The endpoint's URL (`http://ADDR/acp`).
+    /// The endpoint's URL (`http://ADDR/acp`, or `https://` with [`BoundServer::tls`]).
     pub fn url(&self) -> String {
-        format!("http://{}{}", self.local_addr, self.shared.options.path)
+        #[cfg(feature = "http-tls")]
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        #[cfg(not(feature = "http-tls"))]
+        let scheme = "http";
+        format!("{scheme}://{}{}", self.local_addr, self.shared.options.path)
+    }
+
+    /// Serves HTTPS and WSS instead of plain HTTP (feature `http-tls`): every accepted
+    /// connection goes through a TLS handshake with `config` first (10 s at most). When the
+    /// configuration lists no ALPN protocols, `h2` and `http/1.1` are offered, so HTTP/2 is
+    /// negotiated where the client supports it and WebSocket clients get HTTP/1.1.
+    #[cfg(feature = "http-tls")]
+    #[must_use]
+    pub fn tls(mut self, mut config: rustls::ServerConfig) -> Self {
+        if config.alpn_protocols.is_empty() {
+            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        }
+        self.tls = Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)));
+        self
     }
 
     /// A handle that stops [`BoundServer::run`].
@@ -344,6 +379,8 @@ impl BoundServer {
     /// Accepts and serves connections until [`ShutdownHandle::shutdown`]. Errors accepting
     /// one TCP connection are logged and do not stop the server.
     pub async fn run(self) -> std::io::Result<()> {
+        #[cfg(feature = "http-tls")]
+        let tls = self.tls.clone();
         let BoundServer { shared, listener, .. } = self;
         let sweeper = crate::tasks::AbortOnDrop::spawn(sweep_idle(shared.clone()));
         loop {
@@ -353,16 +390,18 @@ impl BoundServer {
                     Ok((tcp, peer)) => {
                         let _ = tcp.set_nodelay(true);
                         let shared = shared.clone();
-                        tokio::spawn(async move {
-                            let service = hyper::service::service_fn(move |req| {
-                                let shared = shared.clone();
-                                async move { Ok::<_, Infallible>(shared.handle(req).await) }
+                        #[cfg(feature = "http-tls")]
+                        if let Some(tls) = tls.clone() {
+                            tokio::spawn(async move {
+                                match tokio::time::timeout(Duration::from_secs(10), tls.accept(tcp)).await {
+                                    Ok(Ok(stream)) => serve_http_connection(shared, stream, peer).await,
+                                    Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
+                                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                                }
                             });
-                            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                            if let Err(error) = builder.serve_connection_with_upgrades(TokioIo::new(tcp), service).await {
-                                tracing::debug!(%peer, %error, "http connection ended with an error");
-                            }
-                        });
+                            continue;
+                        }
+                        tokio::spawn(serve_http_connection(shared, tcp, peer));
                     }
                     Err(error) => {
                         tracing::warn!(%error, "accepting a TCP connection failed");
@@ -377,6 +416,21 @@ impl BoundServer {
             connection.close();
         }
         Ok(())
+    }
+}
+
+/// Serves one TCP (or TLS) connection's HTTP requests, HTTP/1.1 or HTTP/2 as the client speaks.
+async fn serve_http_connection<I>(shared: Arc<ServerShared>, io: I, peer: SocketAddr)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(shared.handle(req).await) }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    if let Err(error) = builder.serve_connection_with_upgrades(TokioIo::new(io), service).await {
+        tracing::debug!(%peer, %error, "http connection ended with an error");
     }
 }
 
