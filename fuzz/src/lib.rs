@@ -380,9 +380,10 @@ pub fn duplicate_key(text: &str) -> Option<String> {
     }
 }
 
-/// Whether two JSON texts are the same value up to floats that differ in their last bits: the
-/// workspace's serde_json (without its `float_roundtrip` feature) does not read back every
-/// float it writes exactly (a known issue, see tests/tests/fuzz_regressions.rs).
+/// Whether two JSON texts are the same value up to floats that differ in their last bits:
+/// serde_json without its `float_roundtrip` feature (which acp-types turns on by default, and a
+/// user may turn off) does not read back every float it writes exactly (see
+/// tests/tests/fuzz_regressions.rs).
 pub fn same_but_float_bits(a: &str, b: &str) -> bool {
     fn same(a: &Value, b: &Value) -> bool {
         match (a, b) {
