@@ -230,15 +230,18 @@ fn step(program: &str, args: &[&str], cwd: &Path, env: &[(&str, &Path)]) -> Resu
         return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
     }
     let said = String::from_utf8_lossy(&output.stderr);
-    // The first line that names an error says most; else the last line said.
+    // The first two lines that name an error say most (npm: the code, then what it means);
+    // else the last line said.
     let lines: Vec<&str> = said.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    let line = lines
+    let errors: Vec<&str> = lines
         .iter()
-        .find(|l| l.to_ascii_lowercase().contains("error") && !l.contains("warn"))
-        .or(lines.last())
+        .filter(|l| l.to_ascii_lowercase().contains("error") && !l.contains("warn"))
+        .take(2)
         .copied()
-        .unwrap_or("no output");
-    Err(format!("`{program} {}` failed ({}): {line}", args.join(" "), output.status))
+        .collect();
+    let what =
+        if errors.is_empty() { lines.last().copied().unwrap_or("no output").to_owned() } else { errors.join(" / ") };
+    Err(format!("`{program} {}` failed ({}): {what}", args.join(" "), output.status))
 }
 
 /// Installs what `install` names into `dir`, unless it is there already.
