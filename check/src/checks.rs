@@ -134,6 +134,9 @@ pub struct Run {
     pub v2: Option<v2::Facts>,
     /// The protocol version of the checks being recorded.
     pub protocol: u8,
+    /// Where the agent asked for a login, which acp-check does not do: what needed a session
+    /// (or a turn) was skipped from there on.
+    pub auth_required: Vec<AuthStop>,
     observed: Vec<Observed>,
     /// What went wrong in the notifications' own process, for `notifications-unanswered`
     /// (judged over all processes at the end).
@@ -154,6 +157,13 @@ impl Run {
             Outcome::Skip(d) => (Status::Skip, d),
         };
         self.checks.push(Check { id, protocol: self.protocol, level, status, rule, detail, inconclusive });
+    }
+
+    /// Notes that the agent wanted a login at `stop` (once per protocol and method).
+    pub(crate) fn stopped_at_auth(&mut self, stop: AuthStop) {
+        if !self.auth_required.iter().any(|s| s.protocol == stop.protocol && s.method == stop.method) {
+            self.auth_required.push(stop);
+        }
     }
 
     async fn retire(&mut self, agent: Agent) {
@@ -222,8 +232,8 @@ pub(crate) const UNKNOWN_SESSION: &str = "acp-check-no-such-session";
 /// How long answers to notifications are waited for once the request after them is answered.
 pub(crate) const NOTIFICATION_GRACE: Duration = Duration::from_millis(300);
 
-/// The error `session/new` may answer when the agent wants the client to authenticate first.
-const AUTH_REQUIRED: i64 = -32000;
+/// The error an agent answers when the client must authenticate first (`auth_required`).
+pub(crate) const AUTH_REQUIRED: i64 = -32000;
 
 const CAPABILITIES: &[(&str, &str, &str)] = &[
     (
@@ -352,13 +362,24 @@ async fn run_v1(run: &mut Run, options: &Options, cwd: &str) -> Result<(), Strin
     let prompted = match new_session(&agent, cwd, options.timeout, &auth).await {
         Ok(session) => {
             run.record("session-new", Level::Must, SESSION_NEW, Outcome::Pass(format!("sessionId {session}")));
-            prompt_turn(run, &agent, &session, options.timeout).await;
-            cancel_turn(run, &agent, &session, options.timeout).await;
-            true
+            match prompt_turn(run, &agent, &session, options.timeout, &auth).await {
+                Turned::Ran => {
+                    cancel_turn(run, &agent, &session, options.timeout).await;
+                    true
+                }
+                // A turn needs a login: there is nothing to cancel, nor a turn to judge.
+                Turned::AuthRequired(why) => {
+                    run.stopped_at_auth(auth.stop(1, "session/prompt"));
+                    run.record("cancel", Level::Must, CANCEL, Outcome::Skip(why.clone()));
+                    run.record("turn-updates-before-answer", Level::Must, TURN_ORDER, Outcome::Skip(why));
+                    false
+                }
+            }
         }
         Err(error) => {
             let why = match error {
                 SessionError::AuthRequired(why) => {
+                    run.stopped_at_auth(auth.stop(1, "session/new"));
                     run.record("session-new", Level::Must, SESSION_NEW, Outcome::Skip(why.clone()));
                     why
                 }
@@ -418,7 +439,14 @@ fn final_checks(run: &mut Run) {
     // to judge; calls made in a turn that failed are judged all the same.
     let offered_calls = run.observed.iter().flat_map(|o| &o.client_calls).any(|c| c.offered);
     let no_turn = (run.client_turns == 0 && !offered_calls).then(|| {
-        let why = if run.client_notes.is_empty() { "not run".to_owned() } else { run.client_notes.join("; ") };
+        let mut notes: Vec<&str> = Vec::new();
+        for note in &run.client_notes {
+            // Both runs often stop for the same reason: say it once.
+            if !notes.contains(&note.as_str()) {
+                notes.push(note);
+            }
+        }
+        let why = if notes.is_empty() { "not run".to_owned() } else { notes.join("; ") };
         Outcome::Skip(format!("no turn ran with the client offering fs and terminal: {why}"))
     });
     let outcome = no_turn.clone().unwrap_or_else(|| judge_calls(&run.observed, "fs/"));
@@ -589,19 +617,44 @@ impl Auth {
         Auth { methods }
     }
 
-    /// Whether `reply` is the `auth_required` error of an agent that advertised how to
-    /// authenticate: the spec allows it, and acp-check cannot go further.
-    fn required_by(&self, reply: &Reply) -> bool {
-        !self.methods.is_empty() && matches!(reply, Reply::Error(e) if i64::from(e.code) == AUTH_REQUIRED)
+    /// Whether `reply` is the `auth_required` error (-32000, "Authentication is required before
+    /// this operation can be performed" in the schema's `ErrorCode`): the spec lets an agent
+    /// gate requests behind a login, and acp-check, which does not log in, cannot go further.
+    ///
+    /// Also with no `authMethods`: which methods an agent lists depends on what the client can
+    /// run (a `terminal` method only for a client advertising `auth.terminal`, which acp-check
+    /// does not), and no rule ties the error to a non-empty list; the user then logs in outside
+    /// ACP.
+    pub(crate) fn required_by(&self, reply: &Reply) -> bool {
+        matches!(reply, Reply::Error(e) if i64::from(e.code) == AUTH_REQUIRED)
     }
 
-    fn why(&self, method: &str) -> String {
+    pub(crate) fn why(&self, method: &str) -> String {
+        let methods = if self.methods.is_empty() {
+            "no authMethods offered to this client".to_owned()
+        } else {
+            format!("authMethods: {}", self.methods.join(", "))
+        };
         format!(
-            "the agent requires authentication ({method} answered auth_required, {AUTH_REQUIRED}; authMethods: {}); \
-             acp-check does not authenticate",
-            self.methods.join(", ")
+            "the agent requires authentication ({method} answered auth_required, {AUTH_REQUIRED}; {methods}); \
+             acp-check does not authenticate"
         )
     }
+
+    /// What the report's `auth_required` records for a stop at `method`.
+    pub(crate) fn stop(&self, protocol: u8, method: &'static str) -> AuthStop {
+        AuthStop { protocol, method, auth_methods: self.methods.clone() }
+    }
+}
+
+/// Where a run stopped because the agent wants a login: the method answered `auth_required`
+/// (or, in v2, the turn that ended with that error), and the methods the agent offered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AuthStop {
+    pub protocol: u8,
+    pub method: &'static str,
+    #[serde(rename = "authMethods")]
+    pub auth_methods: Vec<String>,
 }
 
 pub(crate) enum SessionError {
@@ -625,10 +678,6 @@ pub(crate) async fn new_session(
             ))),
         },
         reply if auth.required_by(&reply) => Err(SessionError::AuthRequired(auth.why("session/new"))),
-        Reply::Error(e) if i64::from(e.code) == AUTH_REQUIRED => Err(SessionError::Failed(format!(
-            "session/new got auth_required ({AUTH_REQUIRED}), but the agent advertised no authMethods to \
-             authenticate with"
-        ))),
         other => Err(SessionError::Failed(format!("session/new got {}", other.describe()))),
     }
 }
@@ -685,16 +734,33 @@ fn stop_reason(reply: &Reply) -> Result<StopReason, String> {
     }
 }
 
-async fn prompt_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duration) {
+/// How the first prompt went.
+enum Turned {
+    /// Answered somehow (judged by `prompt-turn`).
+    Ran,
+    /// Refused with `auth_required`: why, for the checks that need a turn.
+    AuthRequired(String),
+}
+
+async fn prompt_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duration, auth: &Auth) -> Turned {
     let (updates_before, sent_before) = agent.observed(|o| (o.updates.len(), o.sent.len()));
     let started = Instant::now();
     let reply = agent
         .call("session/prompt", prompt_params(session, "Hello from acp-check. Please answer briefly."), limit)
         .await;
     let elapsed = started.elapsed().as_millis();
-    let outcome = match stop_reason(&reply) {
-        Ok(reason) => Outcome::Pass(format!("stopReason {} after {elapsed} ms", reason.as_str())),
-        Err(why) => Outcome::Fail(why),
+    // A session without a login, and turns that need one: the turn's checks cannot run.
+    // What the session sent before the refusal is still judged by `session-update-shape`.
+    let gated = auth.required_by(&reply).then(|| auth.why("session/prompt"));
+    let failed = turn_failed(&reply);
+    let outcome = match (&gated, stop_reason(&reply)) {
+        (Some(why), _) => Outcome::Skip(why.clone()),
+        (None, Ok(reason)) => Outcome::Pass(format!("stopReason {} after {elapsed} ms", reason.as_str())),
+        (None, Err(why)) if failed => Outcome::Inconclusive(format!(
+            "inconclusive: the turn could not run ({why} after {elapsed} ms), so whether a turn ends with a \
+             stopReason could not be seen"
+        )),
+        (None, Err(why)) => Outcome::Fail(why),
     };
     run.record("prompt-turn", Level::Must, PROMPT, outcome);
 
@@ -741,7 +807,11 @@ async fn prompt_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duratio
         Outcome::Pass(format!("{seen}{asked}"))
     };
     run.record("session-update-shape", Level::Must, UPDATES, outcome);
-    let outcome = if during_turn > 0 {
+    let outcome = if let Some(why) = &gated {
+        Outcome::Skip(why.clone())
+    } else if failed && during_turn == 0 {
+        Outcome::Skip(format!("the turn could not run ({})", reply.describe()))
+    } else if during_turn > 0 {
         Outcome::Pass(format!("{during_turn} update(s) during the turn"))
     } else if count > 0 {
         Outcome::Fail(format!("no session/update during the turn ({count} before the prompt was sent)"))
@@ -749,6 +819,18 @@ async fn prompt_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duratio
         Outcome::Fail("no session/update during the turn".into())
     };
     run.record("prompt-streams-updates", Level::Should, STREAMS, outcome);
+    match gated {
+        Some(why) => Turned::AuthRequired(why),
+        None => Turned::Ran,
+    }
+}
+
+/// Whether a prompt was answered with an error that says the turn failed to run (its model
+/// out of reach, say), not that the request was wrong or unknown. No rule forbids such an
+/// answer outside cancellation (JSON-RPC lets any request fail): the turn's checks cannot tell.
+fn turn_failed(reply: &Reply) -> bool {
+    use acp_runtime::codes::{INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+    matches!(reply, Reply::Error(e) if ![PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS].contains(&e.code))
 }
 
 async fn cancel_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duration) {
@@ -774,7 +856,14 @@ async fn cancel_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duratio
         Ok(Err(join)) => Outcome::Fail(format!("checker error: {join}")),
         Ok(Ok(reply)) => {
             let timing = cancel_timing(agent, sent_before, sent.elapsed());
-            judge_cancel(stop_reason(&reply), timing)
+            match (turn_failed(&reply), timing.after) {
+                // The turn failed before the cancel went out: there was nothing to cancel.
+                (true, None) => Outcome::Inconclusive(format!(
+                    "inconclusive: the turn could not run ({}) and ended before session/cancel was written",
+                    reply.describe()
+                )),
+                _ => judge_cancel(stop_reason(&reply), timing),
+            }
         }
     };
     run.record("cancel", Level::Must, CANCEL, outcome);
@@ -1245,6 +1334,7 @@ async fn client_runs(run: &mut Run, options: &Options, cwd: &str) {
                 let reply = agent.call("session/prompt", prompt_params(&session, CLIENT_PROMPT), options.timeout).await;
                 match stop_reason(&reply) {
                     Ok(_) => run.client_turns += 1,
+                    Err(_) if auth.required_by(&reply) => run.client_notes.push(auth.why("session/prompt")),
                     Err(why) => run.client_notes.push(format!("offering {offered}: {why}")),
                 }
             }

@@ -201,6 +201,7 @@ async fn main() -> ExitCode {
             "versions": run.versions,
             "agent": run.facts,
             "agent_v2": run.v2,
+            "auth_required": run.auth_required,
             "checks": run.checks,
             "summary": {
                 "passed": passed,
@@ -221,6 +222,11 @@ async fn main() -> ExitCode {
             say!("agent: {} {}", info["name"].as_str().unwrap_or("?"), info["version"].as_str().unwrap_or(""));
         }
         say!("protocol versions served: {}", run.versions.describe());
+        if !run.auth_required.is_empty() {
+            let stops: Vec<String> =
+                run.auth_required.iter().map(|stop| format!("v{} {}", stop.protocol, stop.method)).collect();
+            say!("stopped at authentication (what needs a login was skipped): {}", stops.join(", "));
+        }
         let width = run.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
         let both = run.checks.iter().any(|c| c.protocol != run.checks[0].protocol);
         let mut section = 0;

@@ -490,6 +490,76 @@ fn an_agent_that_requires_authentication_is_skipped_not_failed() {
 }
 
 #[test]
+fn an_agent_that_requires_authentication_without_listing_a_method_is_skipped_too() {
+    // A method list depends on what the client can run (a `terminal` method is offered only to
+    // a client advertising `auth.terminal`): an empty one does not make auth_required a lie.
+    let (code, report) = check_flawed(&["requires-auth", "no-auth-methods"]);
+    assert_eq!(code, 0, "{:#?}", failures(&report));
+    let new = find(&report, "session-new");
+    assert_eq!(new["status"], "skip", "{new}");
+    assert_eq!(
+        new["detail"],
+        "the agent requires authentication (session/new answered auth_required, -32000; no authMethods offered to \
+         this client); acp-check does not authenticate"
+    );
+    assert_eq!(report["auth_required"], json!([{"protocol": 1, "method": "session/new", "authMethods": []}]));
+}
+
+#[test]
+fn a_prompt_that_requires_authentication_skips_the_turn_checks_instead_of_failing_them() {
+    // As `@agentclientprotocol/claude-agent-acp` does without a login: a session, then
+    // auth_required for every prompt.
+    let (code, report) = check_flawed(&["prompt-requires-auth"]);
+    assert_eq!(code, 0, "{:#?}", failures(&report));
+    assert_eq!(find(&report, "session-new")["status"], "pass");
+    for id in ["prompt-turn", "prompt-streams-updates", "cancel", "turn-updates-before-answer"] {
+        let check = find(&report, id);
+        assert_eq!(check["status"], "skip", "{check}");
+        let detail = check["detail"].as_str().unwrap();
+        assert!(
+            detail.starts_with("the agent requires authentication (session/prompt answered auth_required"),
+            "{detail}"
+        );
+    }
+    // What the session sent is judged all the same.
+    assert_eq!(find(&report, "session-update-shape")["status"], "pass");
+    // The session's other checks ran: they need no turn.
+    for id in ["invalid-params", "unknown-session", "capability-load-session", "notifications-unanswered"] {
+        assert_eq!(find(&report, id)["status"], "pass", "{id}: {}", find(&report, id));
+    }
+    // The client runs stopped at the same place, said once.
+    let calls = detail(&report, "fs-calls-well-formed");
+    assert_eq!(
+        calls,
+        "no turn ran with the client offering fs and terminal: the agent requires authentication (session/prompt \
+         answered auth_required, -32000; no authMethods offered to this client); acp-check does not authenticate"
+    );
+    assert_eq!(report["auth_required"], json!([{"protocol": 1, "method": "session/prompt", "authMethods": []}]));
+}
+
+#[test]
+fn a_turn_that_fails_with_an_error_is_inconclusive_not_a_failure() {
+    // As `opencode acp` answers when its model's API cannot be reached: -32603 for the prompt.
+    // JSON-RPC lets any request fail; no turn ran, so the turn's MUSTs could not be seen.
+    let (code, report) = check_flawed(&["prompt-error"]);
+    assert_eq!(code, 0, "{:#?}", failures(&report));
+    let turn = find(&report, "prompt-turn");
+    assert_eq!((&turn["status"], turn["inconclusive"].as_bool()), (&json!("warn"), Some(true)), "{turn}");
+    let said = turn["detail"].as_str().unwrap();
+    assert!(
+        said.starts_with("inconclusive: the turn could not run (session/prompt got error -32603 (Internal error: Cannot connect to API"),
+        "{said}"
+    );
+    assert_eq!(find(&report, "prompt-streams-updates")["status"], "skip");
+    let cancel = find(&report, "cancel");
+    assert_eq!((&cancel["status"], cancel["inconclusive"].as_bool()), (&json!("warn"), Some(true)), "{cancel}");
+    assert!(cancel["detail"].as_str().unwrap().contains("ended before session/cancel was written"), "{cancel}");
+    let verdict = report["summary"]["verdict"].as_str().unwrap();
+    assert!(verdict.contains("2 inconclusive"), "{verdict}");
+    assert_eq!(report["auth_required"], json!([]));
+}
+
+#[test]
 fn an_agent_that_calls_fs_without_the_capability_fails() {
     // It reads /etc/hostname in every turn, whatever the client advertised.
     let (code, report) = check_flawed(&["reads-files"]);
@@ -771,6 +841,29 @@ fn v1_capabilities_misordered_upserts_and_late_updates_are_caught() {
     let said = late["detail"].as_str().unwrap();
     assert!(said.starts_with("1 update(s) of the turn after the idle state_update that ended it; the first: `tool_call_update` of tool call"), "{said}");
     assert_eq!(failures(&report).len(), 4, "{:#?}", failures(&report));
+}
+
+#[test]
+fn a_v2_turn_that_ends_for_want_of_a_login_skips_the_cancel_checks() {
+    // Sessions without a login, then each turn idle with stopReason `error` and auth_required
+    // (-32000), and session/list refused the same way.
+    let (code, report) = check_v2_flawed(&["requires-auth"], 20_000);
+    assert_eq!(code, 0, "{:#?}", failures(&report));
+    for id in ["v2-cancel", "v2-close-cancels", "v2-cancel-request"] {
+        let check = find(&report, id);
+        assert_eq!(check["status"], "skip", "{check}");
+        assert!(check["detail"].as_str().unwrap().starts_with("the agent requires authentication: "), "{check}");
+    }
+    assert_eq!(
+        detail(&report, "v2-cancel"),
+        "the agent requires authentication: the turn ended before session/cancel with stopReason `error` and \
+         auth_required (-32000); acp-check does not authenticate"
+    );
+    // `error` is no stop reason of v1.7.0 (later drafts define it): a warning, as for any other.
+    let idle = find(&report, "v2-idle-stop-reason");
+    assert_eq!(idle["status"], "warn", "{idle}");
+    assert!(idle["detail"].as_str().unwrap().contains("stopReason \"error\", which v1.7.0 does not define"), "{idle}");
+    assert_eq!(report["auth_required"], json!([{"protocol": 2, "method": "session/prompt", "authMethods": []}]));
 }
 
 #[test]

@@ -71,6 +71,15 @@ pub fn stop_reason_of(update: &Update) -> Option<&str> {
     (kind_of(update) == "state_update").then(|| update.params["update"]["stopReason"].as_str()).flatten()
 }
 
+/// Whether a `state_update` ends a turn for want of a login: idle with stopReason `error` and
+/// the `auth_required` error (-32000) beside it, as the v2 drafts after v1.7.0 report a turn
+/// that failed.
+pub fn stopped_for_auth(update: &Update) -> bool {
+    state_of(update) == Some("idle")
+        && stop_reason_of(update) == Some("error")
+        && update.params["update"]["error"]["code"].as_i64() == Some(crate::checks::AUTH_REQUIRED)
+}
+
 fn message_id_of(update: &Update) -> Option<&str> {
     update.params["update"]["messageId"].as_str()
 }

@@ -318,6 +318,7 @@ async fn lifecycle(run: &mut Run, options: &Options, cwd: &str, observed: &mut V
         Err(error) => {
             let why = match error {
                 SessionError::AuthRequired(why) => {
+                    run.stopped_at_auth(auth.stop(2, "session/new"));
                     record(run, "v2-session-new", Outcome::Skip(why.clone()));
                     why
                 }
@@ -401,6 +402,9 @@ async fn lifecycle(run: &mut Run, options: &Options, cwd: &str, observed: &mut V
     };
 
     let o = agent.close().await;
+    if o.updates.iter().any(judge::stopped_for_auth) {
+        run.stopped_at_auth(auth.stop(2, "session/prompt"));
+    }
     judge_turns(run, &o, first, waited, &first_reply, second);
     record(run, "v2-methods-answered", methods);
     record(run, "v2-close", judge_close(&close_reply));
@@ -515,6 +519,15 @@ fn judge_cancel_idle(o: &Observed, turn: &Turn, cause: &Sent, window: Duration, 
         ));
     };
     let after = end.at.checked_duration_since(cause.at);
+    if judge::stopped_for_auth(end) {
+        // The turn was refused for want of a login: there was no work to cancel.
+        let when = if after.is_some() { "after" } else { "before" };
+        return Outcome::Skip(format!(
+            "the agent requires authentication: the turn ended {when} {what} with stopReason `error` and \
+             auth_required ({}); acp-check does not authenticate",
+            crate::checks::AUTH_REQUIRED
+        ));
+    }
     let reason = stop_reason_of(end);
     match (reason, after) {
         (Some("cancelled"), None) => Outcome::Fail(format!("the turn reported `cancelled` before {what} was sent")),
@@ -807,6 +820,13 @@ fn judge_cancel_request(o: &Observed, limit: Duration) -> Outcome {
         Some(answer) => match answer.code {
             None => Outcome::Pass("session/list, cancelled at once, was answered with a result".into()),
             Some(-32800) => Outcome::Pass("session/list, cancelled at once, was answered -32800 (cancelled)".into()),
+            // Refused before it ran: whether a cancelled request still gets its response cannot
+            // be seen on a request that never started.
+            Some(crate::checks::AUTH_REQUIRED) => Outcome::Skip(format!(
+                "the agent requires authentication: session/list answered auth_required ({}); acp-check does not \
+                 authenticate",
+                crate::checks::AUTH_REQUIRED
+            )),
             Some(code) => Outcome::Warn(format!(
                 "session/list, cancelled at once, was answered with error {code}: a cancelled request gets a result \
                  or -32800"

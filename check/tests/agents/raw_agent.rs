@@ -31,6 +31,15 @@ pub struct Flaws {
     pub bad_update: Option<&'static str>,
     /// Not a flaw: `authMethods` is advertised and `session/new` answers auth_required.
     pub requires_auth: bool,
+    /// Not a flaw: `authMethods` is empty, whatever else (as an agent whose only method is a
+    /// `terminal` one lists none to a client without `auth.terminal`).
+    pub no_auth_methods: bool,
+    /// Not a flaw: sessions are made without a login, but `session/prompt` answers
+    /// auth_required (with no `authMethods`, as `@agentclientprotocol/claude-agent-acp` does).
+    pub prompt_requires_auth: bool,
+    /// Not a flaw: every `session/prompt` is answered at once with -32603 (as an agent whose
+    /// model cannot be reached answers).
+    pub prompt_error: bool,
     /// A turn calls `fs/read_text_file`, which the client did not advertise.
     pub reads_files: bool,
     /// These bytes are written as a line on stdout first.
@@ -115,6 +124,9 @@ impl Flaws {
                 }
                 "bad-update=entries" => flaws.bad_update = Some(r#"{"sessionUpdate":"plan","entries":"nope"}"#),
                 "requires-auth" => flaws.requires_auth = true,
+                "no-auth-methods" => flaws.no_auth_methods = true,
+                "prompt-error" => flaws.prompt_error = true,
+                "prompt-requires-auth" => (flaws.prompt_requires_auth, flaws.no_auth_methods) = (true, true),
                 "reads-files" => flaws.reads_files = true,
                 "non-utf8-line" => flaws.noise = Some(b"\xff\xfe starting"),
                 "json-log-line" => flaws.noise = Some(br#"{"level":30,"msg":"starting"}"#),
@@ -306,7 +318,11 @@ pub fn run(flaws: Flaws) {
                     json!({
                         "protocolVersion": version,
                         "agentCapabilities": {"loadSession": flaws.lie_about_load_session},
-                        "authMethods": if flaws.requires_auth { json!([{"id": "login", "name": "Log in"}]) } else { json!([]) },
+                        "authMethods": if flaws.requires_auth && !flaws.no_auth_methods {
+                            json!([{"id": "login", "name": "Log in"}])
+                        } else {
+                            json!([])
+                        },
                         "agentInfo": {"name": "raw-test-agent", "version": "0.0.1"},
                     }),
                 );
@@ -323,6 +339,10 @@ pub fn run(flaws: Flaws) {
                 if !created.contains(params["sessionId"].as_str().unwrap_or_default()) && !flaws.any_session =>
             {
                 out.error(&id, -32602, "Invalid params: unknown session")
+            }
+            "session/prompt" if flaws.prompt_requires_auth => out.error(&id, -32000, "Authentication required"),
+            "session/prompt" if flaws.prompt_error => {
+                out.error(&id, -32603, "Internal error: Cannot connect to API: Unable to connect")
             }
             "session/new" => {
                 sessions += 1;

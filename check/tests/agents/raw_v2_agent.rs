@@ -39,6 +39,10 @@ pub struct Flaws {
     /// `session/list` (outside a batch) is answered after 100 ms, and not at all when
     /// `$/cancel_request` named it meanwhile.
     pub silent_on_cancel: bool,
+    /// Not a flaw: sessions are made without a login, but `session/list` answers
+    /// auth_required and each turn ends at once, idle with stopReason `error` and the
+    /// auth_required error (as `@agentclientprotocol/claude-agent-acp` ends its turns).
+    pub requires_auth: bool,
 }
 
 impl Flaws {
@@ -56,6 +60,7 @@ impl Flaws {
                 "ignore-cancel" => flaws.ignore_cancel = true,
                 "update-after-idle" => flaws.update_after_idle = true,
                 "silent-on-cancel" => flaws.silent_on_cancel = true,
+                "requires-auth" => flaws.requires_auth = true,
                 other => panic!("unknown flaw {other}"),
             }
         }
@@ -192,6 +197,7 @@ impl Agent {
                 }
                 None => error(id, -32602, "Invalid params: cwd must be a string"),
             },
+            "session/list" if self.flaws.requires_auth => error(id, -32000, "Authentication required"),
             "session/list" if self.flaws.silent_on_cancel && !in_batch => {
                 let (agent, id) = (self.clone(), id.clone());
                 std::thread::spawn(move || {
@@ -291,6 +297,11 @@ impl Agent {
         let state = |state: &str| json!({"sessionUpdate": "state_update", "state": state});
         up(json!({"sessionUpdate": "user_message", "messageId": user, "content": prompt}));
         up(state("running"));
+        if self.flaws.requires_auth {
+            up(json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": "error",
+                      "error": {"code": -32000, "message": "Authentication required"}}));
+            return;
+        }
         let message = format!("msg_agent_{n}");
         for word in ["Hello", " from", " raw."] {
             if cancelled.load(Ordering::SeqCst) {
