@@ -25,8 +25,10 @@
 //! - `DELETE` with `Acp-Connection-Id` ends the connection.
 //!
 //! Where the RFD and the official SDKs differ, or the RFD is silent, the choices are listed
-//! in [`server`]'s documentation.
+//! in [`server`]'s documentation (server side) and [`client`]'s (client side).
 
+#[cfg(feature = "http-client")]
+pub mod client;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -160,6 +162,7 @@ impl Envelope {
 }
 
 /// Encodes one SSE event carrying `message` (a single-line JSON text).
+#[allow(dead_code)] // the server's (runtime/src/http/server.rs, merged separately)
 pub(crate) fn sse_event(message: &[u8]) -> Vec<u8> {
     let mut event = Vec::with_capacity(message.len() + 8);
     event.extend_from_slice(b"data: ");
@@ -169,6 +172,7 @@ pub(crate) fn sse_event(message: &[u8]) -> Vec<u8> {
 }
 
 /// The SSE comment sent on an idle stream so that intermediaries keep it open.
+#[allow(dead_code)] // the server's (runtime/src/http/server.rs, merged separately)
 pub(crate) const SSE_KEEP_ALIVE: &[u8] = b":\n\n";
 
 /// Makes one JSON text a single line: raw CR and LF bytes can only be whitespace between
@@ -185,6 +189,7 @@ pub(crate) fn one_line(mut json: Vec<u8>) -> Vec<u8> {
 /// A fresh, unguessable-enough identifier (128 bits from the standard library's randomly
 /// seeded hasher, a counter and the clock): connection ids are not credentials (the RFD says
 /// so), but they must not collide or be predictable from one another.
+#[allow(dead_code)] // the server's (runtime/src/http/server.rs, merged separately)
 pub(crate) fn new_id() -> String {
     use std::collections::hash_map::RandomState;
     use std::hash::{BuildHasher, Hasher};
