@@ -43,8 +43,7 @@ pub(super) async fn drive(
     let router = Arc::new(ProtocolRouter::new().with_v1_client(client).with_v2_client(client_v2));
     let (peer, ending) = match agent {
         Agent::Command(command) => {
-            let mut child =
-                ChildProcess::spawn(command, spawn).map_err(|e| format!("cannot start the agent: {e}"))?;
+            let mut child = ChildProcess::spawn(command, spawn).map_err(|e| format!("cannot start the agent: {e}"))?;
             let (reader, writer) = child.take_transport().ok_or("the agent process has no stdin/stdout")?;
             let (peer, serve) = acp_runtime::Connection::new().serve(reader, writer, router.clone());
             (peer, Ending::Process(child, tokio::spawn(serve)))

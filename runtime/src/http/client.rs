@@ -170,7 +170,9 @@ pub enum ConnectError {
         scheme: String,
     },
     /// A scheme that is none of `http`, `ws`, `https`, `wss`.
-    #[error("unsupported URL scheme `{scheme}`: the remote transport takes `http://` (Streamable HTTP) or `ws://` (WebSocket)")]
+    #[error(
+        "unsupported URL scheme `{scheme}`: the remote transport takes `http://` (Streamable HTTP) or `ws://` (WebSocket)"
+    )]
     UnsupportedScheme {
         /// The scheme given.
         scheme: String,
@@ -449,7 +451,8 @@ impl Remote {
                     commands,
                     routes: Mutex::default(),
                 });
-                let driver = HttpDriver { link, streams: HashMap::new(), next_generation: 0, ended: false, gone: false };
+                let driver =
+                    HttpDriver { link, streams: HashMap::new(), next_generation: 0, ended: false, gone: false };
                 tokio::spawn(driver.run(lines, commands_rx));
             }
             Profile::WebSocket => {
@@ -465,7 +468,6 @@ impl Remote {
         Ok((opened, self.connection, connection_end))
     }
 }
-
 
 /// The transport, started, waiting for its connection.
 struct Opened {
@@ -595,7 +597,9 @@ pub enum ReconnectError {
         source: Error,
     },
     /// The agent advertises neither `loadSession` nor `sessionCapabilities.resume`.
-    #[error("the agent can neither load nor resume sessions (it advertises neither `loadSession` nor `sessionCapabilities.resume`)")]
+    #[error(
+        "the agent can neither load nor resume sessions (it advertises neither `loadSession` nor `sessionCapabilities.resume`)"
+    )]
     Unsupported,
 }
 
@@ -1305,10 +1309,11 @@ async fn ws_handshake(
     limits: &Limits,
 ) -> Result<(Socket, Option<String>), ConnectError> {
     let server = endpoint.server.clone();
-    let tcp = tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port)))
-        .await
-        .map_err(|_| ConnectError::Timeout { server: server.clone(), after: connect_timeout })?
-        .map_err(|source| ConnectError::Io { server: server.clone(), source })?;
+    let tcp =
+        tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port)))
+            .await
+            .map_err(|_| ConnectError::Timeout { server: server.clone(), after: connect_timeout })?
+            .map_err(|source| ConnectError::Io { server: server.clone(), source })?;
     let _ = tcp.set_nodelay(true);
     let mut request =
         endpoint.uri.clone().into_client_request().map_err(|e| ConnectError::Handshake(describe_error(&e)))?;

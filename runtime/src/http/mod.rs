@@ -213,8 +213,10 @@ mod tests {
 
     #[test]
     fn envelope_reads_routing_fields() {
-        let e = Envelope::read(r#"{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":"s1","prompt":[]}}"#)
-            .unwrap();
+        let e = Envelope::read(
+            r#"{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":"s1","prompt":[]}}"#,
+        )
+        .unwrap();
         assert_eq!(e.id.as_deref(), Some("3"));
         assert_eq!(e.method.as_deref(), Some("session/prompt"));
         assert_eq!(e.params_session.as_deref(), Some("s1"));

@@ -85,11 +85,8 @@ impl CookieJar {
         let mut servers = self.lock();
         let cookies = servers.get_mut(&server.to_ascii_lowercase())?;
         cookies.retain(|_, cookie| cookie.expires.is_none_or(|at| at > now));
-        let header = cookies
-            .iter()
-            .map(|(name, cookie)| format!("{name}={}", cookie.value))
-            .collect::<Vec<_>>()
-            .join("; ");
+        let header =
+            cookies.iter().map(|(name, cookie)| format!("{name}={}", cookie.value)).collect::<Vec<_>>().join("; ");
         (!header.is_empty()).then_some(header)
     }
 
@@ -122,7 +119,10 @@ fn far_future() -> SystemTime {
 pub(crate) fn parse_cookie_date(text: &str) -> Option<SystemTime> {
     let delimiter = |c: char| {
         let b = c as u32;
-        b == 0x09 || (0x20..=0x2F).contains(&b) || (0x3B..=0x40).contains(&b) || (0x5B..=0x60).contains(&b)
+        b == 0x09
+            || (0x20..=0x2F).contains(&b)
+            || (0x3B..=0x40).contains(&b)
+            || (0x5B..=0x60).contains(&b)
             || (0x7B..=0x7E).contains(&b)
     };
     let (mut time, mut day, mut month, mut year) = (None, None, None, None);
