@@ -25,7 +25,7 @@ use super::{Agent, Asker, DemoClient, Transcript, Turn, v1_initialize};
 
 /// How the agent goes away once the turn is done.
 enum Ending {
-    Process(ChildProcess, tokio::task::JoinHandle<Result<(), acp_runtime::Error>>),
+    Process(Box<ChildProcess>, tokio::task::JoinHandle<Result<(), acp_runtime::Error>>),
     #[cfg(feature = "http-client")]
     Remote(acp_runtime::http::client::RemoteAgent),
 }
@@ -46,7 +46,7 @@ pub(super) async fn drive(
             let mut child = ChildProcess::spawn(command, spawn).map_err(|e| format!("cannot start the agent: {e}"))?;
             let (reader, writer) = child.take_transport().ok_or("the agent process has no stdin/stdout")?;
             let (peer, serve) = acp_runtime::Connection::new().serve(reader, writer, router.clone());
-            (peer, Ending::Process(child, tokio::spawn(serve)))
+            (peer, Ending::Process(Box::new(child), tokio::spawn(serve)))
         }
         #[cfg(feature = "http-client")]
         Agent::Url(url) => {
