@@ -264,7 +264,8 @@ impl Remote {
 
     /// Adds a header to every request (POSTs, GETs, the DELETE, the WebSocket handshake), e.g.
     /// an API key. Checked when connecting ([`ConnectError::InvalidHeader`]). The transport's
-    /// own headers (`Content-Type`, `Accept`, `Acp-*`, `Cookie`) cannot be replaced this way.
+    /// own headers win over these: `Content-Type` on POSTs, `Accept` on streams, `Acp-*`, and
+    /// `Cookie` once the jar has cookies for the server.
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.push((name.into(), value.into()));
         self
