@@ -6,16 +6,19 @@
 //! The agent serves protocol v1 and v2 from the one executable; `--protocol 2` has the client
 //! ask for v2 and shows the v2 turn (needs the `unstable_protocol_v2` feature, which
 //! `cargo run --example` turns on).
+//!
+//! `--url http://HOST:PORT/acp` (or `ws://…`) runs the client half only, against the agent
+//! served there (e.g. this demo agent behind an ACP HTTP server) instead of spawning it.
 
 #[path = "common/agent.rs"]
 mod demo_agent;
 #[path = "common/client.rs"]
 mod demo_client;
 
-use demo_client::Parsed;
+use demo_client::{Agent, Parsed};
 
 const USAGE: &str = "\
-usage: duet [--root DIR] [--policy allow|reject|ask] [--prompt TEXT] [--protocol 1|2] [-v]
+usage: duet [--root DIR] [--policy allow|reject|ask] [--prompt TEXT] [--protocol 1|2] [--url URL] [-v]
 
 Runs the demo client against the demo agent (this binary, re-run with --as-agent).
   --root DIR      the session's cwd; file reads and writes stay inside it (default: .)
@@ -24,6 +27,7 @@ Runs the demo client against the demo agent (this binary, re-run with --as-agent
   --prompt TEXT   the prompt (default: \"Please read README.md and tell me how it starts.\")
   --protocol N    the protocol version to ask for: 1 (default) or 2 (the v2 turn, with its
                   state updates; an agent answering 1 gets the v1 turn)
+  --url URL       connect to a remote agent (http://… or ws://…) instead of running this one
   -v, --verbose   show the agent's stderr";
 
 #[tokio::main]
@@ -46,16 +50,23 @@ async fn main() {
         }
         Err(message) => exit_usage(&message),
     };
-    let exe = match std::env::current_exe() {
-        Ok(exe) => exe,
-        Err(e) => {
-            eprintln!("error: cannot find this executable to run the agent: {e}");
-            std::process::exit(1);
+    let exe = if options.url.is_some() {
+        None
+    } else {
+        match std::env::current_exe() {
+            Ok(exe) => Some(exe),
+            Err(e) => {
+                eprintln!("error: cannot find this executable to run the agent: {e}");
+                std::process::exit(1);
+            }
         }
     };
-    let mut command = std::process::Command::new(exe);
-    command.arg("--as-agent");
-    let code = demo_client::run(options, command).await;
+    let agent = Agent::of(&options, || {
+        let mut command = std::process::Command::new(exe.unwrap_or_default());
+        command.arg("--as-agent");
+        command
+    });
+    let code = demo_client::run(options, agent).await;
     std::process::exit(code);
 }
 

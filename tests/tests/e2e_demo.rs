@@ -572,6 +572,18 @@ async fn e2e_client_example_reports_usage_errors() {
     let output = tokio::process::Command::new(CLIENT).args(["--protocol", "3"]).output().await.unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--protocol is 1 or 2"));
+    let output = tokio::process::Command::new(CLIENT)
+        .args(["--url", "http://127.0.0.1:1/acp", "--", "x"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("either --url or an agent command"));
+    // Not a usage error, but said as clearly: this build has no TLS.
+    let output =
+        tokio::process::Command::new(CLIENT).args(["--url", "https://127.0.0.1:1/acp"]).output().await.unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("needs TLS, which is not built into acp-runtime"));
     let output = tokio::process::Command::new(AGENT).arg("--v3-only").output().await.unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--v1-only or --v2-only"));

@@ -1,4 +1,5 @@
-//! The demo client: spawns an agent, runs one prompt turn and prints it as a live transcript.
+//! The demo client: spawns an agent (or connects to a remote one by URL), runs one prompt turn
+//! and prints it as a live transcript.
 //!
 //! Written with `#[acp_client]`. It advertises `fs.readTextFile` and `fs.writeTextFile` and
 //! serves both inside one root directory (the session's cwd): a path that leaves the root,
@@ -10,6 +11,11 @@
 //! `--protocol 2` (with the `unstable_protocol_v2` feature, see `client_v2.rs`) asks the agent
 //! for protocol v2 and shows the v2 turn (its `state_update`s and upserts); an agent that
 //! answers 1 gets the v1 turn on the same connection.
+//!
+//! `--url URL` (with the `http-client` feature) connects to a remote agent instead of spawning
+//! one: `http://…` over Streamable HTTP, `ws://…` over WebSocket (`acp_runtime::http::client`),
+//! in both protocol versions. The client's own files are served all the same: the agent's
+//! `fs/*` requests come over the network.
 //!
 //! Shared by the `client` and `duet` examples (and built as a test binary by `acp-tests`).
 
@@ -63,6 +69,27 @@ pub struct Options {
     pub verbose: bool,
     /// The agent command, after `--`.
     pub agent: Vec<String>,
+    /// `--url`: a remote agent's endpoint, instead of a command.
+    pub url: Option<String>,
+}
+
+/// The agent to run the turn against.
+pub enum Agent {
+    /// A command to spawn, speaking ACP on its stdio.
+    Command(Command),
+    /// A remote agent's endpoint (`http://…` or `ws://…`).
+    #[cfg_attr(not(feature = "http-client"), allow(dead_code))]
+    Url(String),
+}
+
+impl Agent {
+    /// The agent of `options`: its `--url`, else `command` (built only when needed).
+    pub fn of(options: &Options, command: impl FnOnce() -> Command) -> Agent {
+        match &options.url {
+            Some(url) => Agent::Url(url.clone()),
+            None => Agent::Command(command()),
+        }
+    }
 }
 
 pub enum Parsed {
@@ -72,7 +99,7 @@ pub enum Parsed {
 
 pub const DEFAULT_PROMPT: &str = "Please read README.md and tell me how it starts.";
 
-/// Parses `[--root DIR] [--policy allow|reject|ask] [--prompt TEXT] [--protocol 1|2] [-v] [-- AGENT...]`.
+/// Parses `[--root DIR] [--policy allow|reject|ask] [--prompt TEXT] [--protocol 1|2] [--url URL] [-v] [-- AGENT...]`.
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
     let mut options = Options {
         root: PathBuf::from("."),
@@ -81,6 +108,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
         protocol: Protocol::V1,
         verbose: false,
         agent: Vec::new(),
+        url: None,
     };
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -115,16 +143,28 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
                     other => return Err(format!("--protocol is 1 or 2, not {other:?}")),
                 }
             }
+            "--url" => {
+                let url = value("--url")?;
+                #[cfg(not(feature = "http-client"))]
+                return Err(format!("--url {url} needs the `http-client` feature"));
+                #[cfg(feature = "http-client")]
+                {
+                    options.url = Some(url);
+                }
+            }
             "-v" | "--verbose" => options.verbose = true,
             "-h" | "--help" => return Ok(Parsed::Help),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
+    if options.url.is_some() && !options.agent.is_empty() {
+        return Err("give either --url or an agent command, not both".to_owned());
+    }
     Ok(Parsed::Run(options))
 }
 
-/// Runs one prompt turn against `agent` (an ACP agent command); the process exit code.
-pub async fn run(options: Options, agent: Command) -> i32 {
+/// Runs one prompt turn against `agent`; the process exit code.
+pub async fn run(options: Options, agent: Agent) -> i32 {
     match drive(options, agent).await {
         Ok(()) => 0,
         Err(message) => {
@@ -134,7 +174,7 @@ pub async fn run(options: Options, agent: Command) -> i32 {
     }
 }
 
-async fn drive(options: Options, command: Command) -> Result<(), String> {
+async fn drive(options: Options, agent: Agent) -> Result<(), String> {
     let root = options.root.canonicalize().map_err(|e| format!("--root {}: {e}", options.root.display()))?;
     if !root.is_dir() {
         return Err(format!("--root {} is not a directory", root.display()));
@@ -148,7 +188,10 @@ async fn drive(options: Options, command: Command) -> Result<(), String> {
         }
         other => other,
     };
-    transcript.line(&format!("$ {}", describe(&command)));
+    match &agent {
+        Agent::Command(command) => transcript.line(&format!("$ {}", describe(command))),
+        Agent::Url(url) => transcript.line(&format!("→ {url}")),
+    }
     let asker = Arc::new(Asker {
         policy,
         answers: interactive.then(stdin_lines).map(tokio::sync::Mutex::new),
@@ -160,8 +203,8 @@ async fn drive(options: Options, command: Command) -> Result<(), String> {
         ..SpawnOptions::default()
     };
     let turn = Turn { root, prompt: options.prompt, transcript };
-    match options.protocol {
-        Protocol::V1 => {
+    match (options.protocol, agent) {
+        (Protocol::V1, Agent::Command(command)) => {
             let (agent, process) = Connection::new()
                 .spawn_agent(client, command, spawn)
                 .map_err(|e| format!("cannot start the agent: {e}"))?;
@@ -171,8 +214,24 @@ async fn drive(options: Options, command: Command) -> Result<(), String> {
             let _ = process.terminate().await;
             Ok(())
         }
+        #[cfg(feature = "http-client")]
+        (Protocol::V1, Agent::Url(url)) => {
+            let (agent, remote) = acp_runtime::http::client::Remote::new(url.as_str())
+                .connect(client)
+                .await
+                .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+            let result = match agent.initialize(v1_initialize()).await {
+                Ok(init) => turn.run_v1(&agent, &init).await,
+                Err(e) => Err(format!("initialize: {e}")),
+            };
+            // Tells the server we are done (DELETE, or the WebSocket's Close).
+            let _ = remote.close().await;
+            result
+        }
+        #[cfg(not(feature = "http-client"))]
+        (_, Agent::Url(url)) => Err(format!("--url {url} needs the `http-client` feature")),
         #[cfg(feature = "unstable_protocol_v2")]
-        Protocol::V2 => v2::drive(client, asker, command, spawn, turn).await,
+        (Protocol::V2, agent) => v2::drive(client, asker, agent, spawn, turn).await,
     }
 }
 

@@ -8,7 +8,6 @@
 //! transcript shows the lifecycle too (`running`, `requires_action`, the idle update's stop
 //! reason). v2 has no `fs/*` or `terminal/*`: the agent reads files itself.
 
-use std::process::Command;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use acp_runtime::acp_client;
@@ -22,22 +21,45 @@ use acp_runtime::transport::{ChildProcess, SpawnOptions};
 use acp_runtime::v2::{AgentHandle, ClientContext, SessionState};
 use acp_runtime::version::{Negotiated, ProtocolRouter};
 
-use super::{Asker, DemoClient, Transcript, Turn, v1_initialize};
+use super::{Agent, Asker, DemoClient, Transcript, Turn, v1_initialize};
 
-/// Spawns the agent, negotiates the version, and runs the turn in the version agreed on.
+/// How the agent goes away once the turn is done.
+enum Ending {
+    Process(Box<ChildProcess>, tokio::task::JoinHandle<Result<(), acp_runtime::Error>>),
+    #[cfg(feature = "http-client")]
+    Remote(acp_runtime::http::client::RemoteAgent),
+}
+
+/// Starts (or connects to) the agent, negotiates the version, and runs the turn in the version
+/// agreed on.
 pub(super) async fn drive(
     client: DemoClient,
     asker: Arc<Asker>,
-    command: Command,
+    agent: Agent,
     spawn: SpawnOptions,
     turn: Turn,
 ) -> Result<(), String> {
-    let mut child = ChildProcess::spawn(command, spawn).map_err(|e| format!("cannot start the agent: {e}"))?;
-    let (reader, writer) = child.take_transport().ok_or("the agent process has no stdin/stdout")?;
     let client_v2 = DemoClientV2 { asker, transcript: turn.transcript.clone(), state: Mutex::default() };
     let router = Arc::new(ProtocolRouter::new().with_v1_client(client).with_v2_client(client_v2));
-    let (peer, serve) = acp_runtime::Connection::new().serve(reader, writer, router.clone());
-    let serve = tokio::spawn(serve);
+    let (peer, ending) = match agent {
+        Agent::Command(command) => {
+            let mut child = ChildProcess::spawn(command, spawn).map_err(|e| format!("cannot start the agent: {e}"))?;
+            let (reader, writer) = child.take_transport().ok_or("the agent process has no stdin/stdout")?;
+            let (peer, serve) = acp_runtime::Connection::new().serve(reader, writer, router.clone());
+            (peer, Ending::Process(Box::new(child), tokio::spawn(serve)))
+        }
+        #[cfg(feature = "http-client")]
+        Agent::Url(url) => {
+            // The router answers the agent's requests over the network, as over stdio.
+            let (peer, remote) = acp_runtime::http::client::Remote::new(url.as_str())
+                .serve(router.clone())
+                .await
+                .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+            (peer, Ending::Remote(remote))
+        }
+        #[cfg(not(feature = "http-client"))]
+        Agent::Url(url) => return Err(format!("--url {url} needs the `http-client` feature")),
+    };
 
     let v2_init = acp_runtime::v2::with_capabilities::<DemoClientV2>(InitializeRequest::new(
         ProtocolVersion::V2,
@@ -54,9 +76,18 @@ pub(super) async fn drive(
         }
         Err(e) => Err(format!("initialize: {e}")),
     };
-    // Our agent is done; a well-behaved one exits on SIGTERM (or on end of input).
-    let _ = child.terminate().await;
-    serve.abort();
+    match ending {
+        Ending::Process(child, serve) => {
+            // Our agent is done; a well-behaved one exits on SIGTERM (or on end of input).
+            let _ = child.terminate().await;
+            serve.abort();
+        }
+        // Tells the server we are done (DELETE, or the WebSocket's Close).
+        #[cfg(feature = "http-client")]
+        Ending::Remote(remote) => {
+            let _ = remote.close().await;
+        }
+    }
     result
 }
 

@@ -25,8 +25,10 @@
 //! - `DELETE` with `Acp-Connection-Id` ends the connection.
 //!
 //! Where the RFD and the official SDKs differ, or the RFD is silent, the choices are listed
-//! in [`server`]'s documentation.
+//! in [`server`]'s documentation (server side) and [`client`]'s (client side).
 
+#[cfg(feature = "http-client")]
+pub mod client;
 #[cfg(feature = "http-server")]
 pub mod server;
 
@@ -88,10 +90,14 @@ impl Envelope {
             method: Option<String>,
             #[serde(default)]
             params: Option<WithSession>,
-            #[serde(default)]
+            // Present even when `null` (a valid result), unlike a plain `Option`.
+            #[serde(default, deserialize_with = "present")]
             result: Option<WithSession>,
             #[serde(borrow, default)]
             error: Option<&'a RawValue>,
+        }
+        fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<WithSession>, D::Error> {
+            WithSession::deserialize(d).map(Some)
         }
         // Any JSON value is accepted here; only an object's `sessionId` string is kept, and
         // everything else is skipped without being built (params can be large).
@@ -165,6 +171,7 @@ impl Envelope {
 }
 
 /// Encodes one SSE event carrying `message` (a single-line JSON text).
+#[cfg(feature = "http-server")]
 pub(crate) fn sse_event(message: &[u8]) -> Vec<u8> {
     let mut event = Vec::with_capacity(message.len() + 8);
     event.extend_from_slice(b"data: ");
@@ -174,6 +181,7 @@ pub(crate) fn sse_event(message: &[u8]) -> Vec<u8> {
 }
 
 /// The SSE comment sent on an idle stream so that intermediaries keep it open.
+#[cfg(feature = "http-server")]
 pub(crate) const SSE_KEEP_ALIVE: &[u8] = b":\n\n";
 
 /// Makes one JSON text a single line: raw CR and LF bytes can only be whitespace between
@@ -190,6 +198,7 @@ pub(crate) fn one_line(mut json: Vec<u8>) -> Vec<u8> {
 /// A fresh, unguessable-enough identifier (128 bits from the standard library's randomly
 /// seeded hasher, a counter and the clock): connection ids are not credentials (the RFD says
 /// so), but they must not collide or be predictable from one another.
+#[cfg(feature = "http-server")]
 pub(crate) fn new_id() -> String {
     use std::collections::hash_map::RandomState;
     use std::hash::{BuildHasher, Hasher};
@@ -225,6 +234,9 @@ mod tests {
         let e = Envelope::read(r#"{"jsonrpc":"2.0","id":"x","result":{"sessionId":"s2"}}"#).unwrap();
         assert_eq!((e.id.as_deref(), e.result_session.as_deref(), e.is_response), (Some(r#""x""#), Some("s2"), true));
 
+        let e = Envelope::read(r#"{"jsonrpc":"2.0","id":4,"result":null}"#).unwrap();
+        assert!(e.is_response && !e.is_error && e.result_session.is_none());
+
         let e = Envelope::read(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"m"}}"#).unwrap();
         assert!(e.id.is_none() && e.is_response);
 
@@ -248,6 +260,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "http-server")]
     fn ids_differ() {
         let a = new_id();
         let b = new_id();

@@ -1,0 +1,1405 @@
+//! The client side of the remote transport (feature `http-client`): connecting to an agent by
+//! URL, over Streamable HTTP (`http://`) or WebSocket (`ws://`), with the same typed
+//! [`AgentHandle`] a spawned agent gives.
+//!
+//! ```no_run
+//! # async fn run<C: acp_runtime::acp_types::Client<acp_runtime::ClientContext> + 'static>(client: C)
+//! # -> Result<(), Box<dyn std::error::Error>> {
+//! use acp_runtime::acp_types::{InitializeRequest, ProtocolVersion};
+//! use acp_runtime::http::client::Remote;
+//!
+//! let (agent, remote) = Remote::new("http://127.0.0.1:8080/acp").bearer_token("secret").connect(client).await?;
+//! let init = agent.initialize(InitializeRequest::new(ProtocolVersion(1))).await?;
+//! // ... sessions and prompts, exactly as over stdio ...
+//! remote.close().await?; // DELETE (HTTP) or a Close frame (WebSocket)
+//! # Ok(()) }
+//! ```
+//!
+//! This module owns the client's half of the wire: [`Remote`] (the options and the ways to
+//! start: a typed client, or any raw [`Handler`] such as a
+//! [`ProtocolRouter`](crate::version::ProtocolRouter) for v1/v2 negotiation), [`RemoteAgent`]
+//! (the live transport: its connection id, cookies, why it ended, closing it), the
+//! [`CookieJar`], the reconnect helper ([`Remote::reconnect`]), and, privately, an SSE parser.
+//!
+//! The [`Connection`] runs over in-memory pipes, unchanged: a driver task sends each message
+//! the connection writes, and writes each message received into the connection's input, one
+//! line each. So the runtime's rules (ordering, cancellation, backpressure) are the stdio ones.
+//!
+//! # Streamable HTTP, as this client does it
+//!
+//! - **One POST at a time**, in the order the connection wrote the messages: a notification
+//!   sent before a request reaches the server first, and `session/cancel` reaches it before
+//!   the `cancelled` answers to the session's permission requests.
+//! - **Headers.** Every POST has `Content-Type: application/json`, and `Acp-Connection-Id`
+//!   once `initialize` returned it. `Acp-Session-Id` goes on requests and notifications whose
+//!   `params.sessionId` is a string, and on our *responses* to agent requests that arrived on
+//!   a session stream or carried a `sessionId` (the RFD's permission flow; the official Rust
+//!   client omits it there and the TypeScript server refuses the answer with 400).
+//! - **Streams.** After `initialize` (answered `200` with the header), the connection-scoped
+//!   GET is opened and its response headers awaited before anything else is posted. A
+//!   session-scoped GET is opened before the first message carrying a new `params.sessionId`
+//!   (awaited too), and when any response carries `result.sessionId` (`session/new`, `fork`,
+//!   `load`). Responses are matched by id whatever stream brings them: the official servers
+//!   disagree on where `session/load`'s answer goes.
+//! - **Errors never hang a call.** A POST answered with a non-2xx status fails the request it
+//!   carried with -32603 and `data: {status, body}` (the body cut to 4 KiB); `401`, `403`,
+//!   `404` and `410` also end the connection. A POST that cannot be sent (connection refused
+//!   or reset) fails its request and ends the connection; one that times out
+//!   ([`Remote::request_timeout`]) fails its request only. A request whose session stream
+//!   cannot be opened fails without being posted. The connection stream ending ends the
+//!   connection (every pending call fails); a session stream ending is reopened once, and
+//!   when that fails too, the session's pending requests fail. [`RemoteAgent::end_reason`]
+//!   says why a connection ended.
+//! - **`initialize` first.** Over HTTP it creates the connection, so anything sent before it
+//!   fails (a request with -32600). An `initialize` answered with a JSON-RPC error and no
+//!   `Acp-Connection-Id` leaves the client unconnected: it may try again.
+//! - **Closing.** When the connection ends (or the [`RemoteAgent`] is dropped or closed), a
+//!   `DELETE` is sent, bounded by [`Remote::close_timeout`], and the streams are dropped.
+//! - **HTTP/1.1** on `http://` by default (no official peer speaks h2c; each open stream then
+//!   holds a TCP connection of its own, POSTs reuse pooled ones). [`Remote::http2_prior_knowledge`]
+//!   switches to h2c, everything multiplexed on one TCP connection.
+//!
+//! # WebSocket
+//!
+//! One socket per connection; one text frame per message, both ways. Binary frames are
+//! ignored, no subprotocol is offered, and no pings are sent (pings are answered). The
+//! handshake carries the configured headers and the cookies, and its `Set-Cookie` are kept.
+//! A Close frame or the end of the socket ends the connection.
+//!
+//! # Both profiles
+//!
+//! - **Cookies** from every response (POST, GET, DELETE, the WebSocket handshake) go into the
+//!   [`CookieJar`] and are sent back on every request. Pass one jar to several connections
+//!   ([`Remote::cookie_jar`]) to keep load-balancer affinity across reconnects.
+//! - **Limits.** A received message larger than [`Remote::max_message_bytes`] (64 MiB by
+//!   default) ends the stream it came on (see above); a WebSocket frame or message beyond it
+//!   ends the connection.
+//! - **Bad input.** A received message that is not a JSON object (the RFD has no batches) is
+//!   skipped with a warning rather than handed to the connection, which would answer the
+//!   server with an error it never asked for.
+//! - **TLS** (`https://`, `wss://`) is not built in: [`ConnectError::TlsNotBuiltIn`]. Put a
+//!   TLS-terminating proxy in front, or tunnel.
+//!
+//! # Reconnecting
+//!
+//! The RFD (v1) replays nothing: what the agent sent while the client was away is lost, and a
+//! session survives on the server only. [`Remote::reconnect`] re-attaches one: a new
+//! connection (give it the old [`RemoteAgent::cookies`] for affinity), `initialize`, then
+//! `session/load` when the agent advertises `loadSession` (it replays the history as
+//! `session/update`s, all handled by the time the call returns), else `session/resume` when it
+//! advertises `sessionCapabilities.resume`. The session stream is opened before the request,
+//! as the RFD's flow has it.
+
+mod cookies;
+mod sse;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use acp_types::{
+    Client, InitializeRequest, InitializeResponse, LoadSessionRequest, LoadSessionResponse, ResumeSessionRequest,
+    ResumeSessionResponse,
+};
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{ACCEPT, CONTENT_TYPE, COOKIE, HeaderMap, HeaderName, HeaderValue, SET_COOKIE};
+use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_util::sync::CancellationToken;
+
+pub use cookies::CookieJar;
+
+use super::{CONNECTION_ID_HEADER, EVENT_STREAM, Envelope, SESSION_ID_HEADER, one_line};
+use crate::client::{AgentHandle, ClientContext};
+use crate::connection::{Connection, Serve};
+use crate::error::Error;
+use crate::framing::DEFAULT_MAX_LINE_BYTES;
+use crate::handler::Handler;
+use crate::jsonrpc::codes;
+use crate::peer::Peer;
+use crate::tasks::AbortOnDrop;
+use crate::transport::{PipeReader, PipeWriter, duplex};
+
+/// How much of an error answer's body goes into the JSON-RPC error's `data`.
+const ERROR_BODY_LIMIT: usize = 4096;
+/// The in-memory pipes between the connection and the driver, per direction.
+const PIPE_BYTES: usize = 64 * 1024;
+
+// ---- options ----------------------------------------------------------------------------
+
+/// Which of the RFD's two profiles a connection uses; the URL's scheme picks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Profile {
+    /// `http://`: POST for our messages, SSE GET streams for the agent's, DELETE to end.
+    StreamableHttp,
+    /// `ws://`: one WebSocket, one text frame per message.
+    WebSocket,
+}
+
+/// Why [`Remote`] could not connect. Over HTTP nothing is sent before `initialize`, so only
+/// the URL and the options can fail here; what the server answers shows on the calls.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The URL does not parse, or lacks a scheme or a host.
+    #[error("invalid URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `https://` or `wss://`: this build has no TLS.
+    #[error(
+        "`{scheme}://` needs TLS, which is not built into acp-runtime: connect with `http://` or `ws://` \
+         (e.g. through a TLS-terminating proxy)"
+    )]
+    TlsNotBuiltIn {
+        /// The scheme given.
+        scheme: String,
+    },
+    /// A scheme that is none of `http`, `ws`, `https`, `wss`.
+    #[error(
+        "unsupported URL scheme `{scheme}`: the remote transport takes `http://` (Streamable HTTP) or `ws://` (WebSocket)"
+    )]
+    UnsupportedScheme {
+        /// The scheme given.
+        scheme: String,
+    },
+    /// A header given with [`Remote::header`] (or a bearer token) is not a valid HTTP header.
+    #[error("invalid header {name:?}: {reason}")]
+    InvalidHeader {
+        /// The header's name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The TCP connection for the WebSocket could not be made.
+    #[error("cannot connect to {server}: {source}")]
+    Io {
+        /// `host:port`.
+        server: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TCP connection or the WebSocket handshake took longer than allowed.
+    #[error("connecting to {server} timed out after {after:?}")]
+    Timeout {
+        /// `host:port`.
+        server: String,
+        /// The limit.
+        after: Duration,
+    },
+    /// The server answered the WebSocket handshake with an HTTP status instead of 101.
+    #[error("the server refused the WebSocket upgrade with HTTP {status}: {body}")]
+    Refused {
+        /// The status.
+        status: u16,
+        /// The start of the answer's body.
+        body: String,
+    },
+    /// The WebSocket handshake failed otherwise.
+    #[error("the WebSocket handshake failed: {0}")]
+    Handshake(String),
+}
+
+/// Connects to a remote agent at `url` (`http://…` or `ws://…`, the whole endpoint, e.g.
+/// `http://127.0.0.1:8080/acp`) and serves `client` on it, with the default options. See
+/// [`Remote`] for options, and the [module docs](self) for what happens on the wire.
+pub async fn connect<C>(url: &str, client: C) -> Result<(AgentHandle, RemoteAgent), ConnectError>
+where
+    C: Client<ClientContext> + 'static,
+{
+    Remote::new(url).connect(client).await
+}
+
+/// A remote agent to connect to, with options; [`Remote::connect`] (or `connect_with`,
+/// `serve`, `serve_with`, `reconnect`) connects.
+#[derive(Debug)]
+pub struct Remote {
+    url: String,
+    headers: Vec<(String, String)>,
+    jar: CookieJar,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    close_timeout: Duration,
+    idle_timeout: Option<Duration>,
+    max_message_bytes: usize,
+    h2c: bool,
+    connection: Connection,
+}
+
+impl Remote {
+    /// The agent at `url` (`http://` or `ws://`, the whole endpoint). The defaults: no extra
+    /// headers, a fresh cookie jar, 10 s to connect, 60 s per request (a POST's answer, a
+    /// stream's response headers; `initialize`'s answer waits for the agent), 2 s for the
+    /// closing DELETE, no idle limit on streams, 64 MiB messages, HTTP/1.1, and the default
+    /// [`Connection`] options.
+    pub fn new(url: impl Into<String>) -> Self {
+        Remote {
+            url: url.into(),
+            headers: Vec::new(),
+            jar: CookieJar::new(),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(60),
+            close_timeout: Duration::from_secs(2),
+            idle_timeout: None,
+            max_message_bytes: DEFAULT_MAX_LINE_BYTES,
+            h2c: false,
+            connection: Connection::new(),
+        }
+    }
+
+    /// Adds a header to every request (POSTs, GETs, the DELETE, the WebSocket handshake), e.g.
+    /// an API key. Checked when connecting ([`ConnectError::InvalidHeader`]). The transport's
+    /// own headers win over these: `Content-Type` on POSTs, `Accept` on streams, `Acp-*`, and
+    /// `Cookie` once the jar has cookies for the server.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Adds `Authorization: Bearer <token>` to every request.
+    pub fn bearer_token(self, token: impl AsRef<str>) -> Self {
+        let value = format!("Bearer {}", token.as_ref());
+        self.header("authorization", value)
+    }
+
+    /// Keeps cookies in `jar` (shared with its clones) instead of a fresh one: pass the jar of
+    /// an earlier connection to the same server to keep its affinity cookies.
+    pub fn cookie_jar(mut self, jar: CookieJar) -> Self {
+        self.jar = jar;
+        self
+    }
+
+    /// How long making a TCP connection may take.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one request may take: a POST until its answer is read, a GET until the
+    /// stream's response headers, the WebSocket handshake. A POST over the limit fails the
+    /// request it carried.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// How long the closing `DELETE` (or WebSocket close) may take.
+    pub fn close_timeout(mut self, timeout: Duration) -> Self {
+        self.close_timeout = timeout;
+        self
+    }
+
+    /// Treats a stream (or the WebSocket) that brings nothing for this long, not even a
+    /// keep-alive, as ended. The official servers send an SSE keep-alive after 15 s idle;
+    /// neither side pings on WebSocket. Off by default.
+    pub fn idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// The largest message accepted from the server, in bytes (at least 1 KiB).
+    pub fn max_message_bytes(mut self, n: usize) -> Self {
+        self.max_message_bytes = n.max(1024);
+        self
+    }
+
+    /// Speaks HTTP/2 without TLS ("prior knowledge" h2c) on `http://` instead of HTTP/1.1.
+    /// Only for servers known to accept it (the official ones do not).
+    pub fn http2_prior_knowledge(mut self, enabled: bool) -> Self {
+        self.h2c = enabled;
+        self
+    }
+
+    /// The options of the runtime connection (limits, cancellation grace, a wire tap, ...).
+    pub fn connection(mut self, connection: Connection) -> Self {
+        self.connection = connection;
+        self
+    }
+
+    /// Connects and serves `client` (the client side of ACP) on the connection.
+    pub async fn connect<C>(self, client: C) -> Result<(AgentHandle, RemoteAgent), ConnectError>
+    where
+        C: Client<ClientContext> + 'static,
+    {
+        self.connect_with(|_| client).await
+    }
+
+    /// Like [`Remote::connect`], but builds the client from the [`AgentHandle`].
+    pub async fn connect_with<C, F>(self, make_client: F) -> Result<(AgentHandle, RemoteAgent), ConnectError>
+    where
+        C: Client<ClientContext> + 'static,
+        F: FnOnce(AgentHandle) -> C,
+    {
+        let (opened, connection, (reader, writer)) = self.open().await?;
+        let (agent, serve) = connection.serve_client_with(reader, writer, make_client);
+        let remote = opened.start(agent.peer().clone(), serve);
+        Ok((agent, remote))
+    }
+
+    /// Connects and serves a raw [`Handler`] on the connection, as [`Connection::serve`]
+    /// does: e.g. a [`ProtocolRouter`](crate::version::ProtocolRouter) with a v1 and a v2
+    /// client, then `ProtocolRouter::negotiate` on the returned [`Peer`].
+    pub async fn serve<H: Handler>(self, handler: H) -> Result<(Peer, RemoteAgent), ConnectError> {
+        self.serve_with(|_| handler).await
+    }
+
+    /// Like [`Remote::serve`], but builds the handler from the connection's [`Peer`].
+    pub async fn serve_with<H, F>(self, make_handler: F) -> Result<(Peer, RemoteAgent), ConnectError>
+    where
+        H: Handler,
+        F: FnOnce(&Peer) -> H,
+    {
+        let (opened, connection, (reader, writer)) = self.open().await?;
+        let (peer, serve) = connection.serve_with(reader, writer, make_handler);
+        let remote = opened.start(peer.clone(), serve);
+        Ok((peer, remote))
+    }
+
+    /// Re-attaches to a session after a lost connection (see the [module docs](self)): connects
+    /// and serves `client`, sends `initialize` (`init`), then `session/load` (`load`) when the
+    /// agent advertises `loadSession`, else `session/resume` with the same session, cwd,
+    /// additional directories and MCP servers when it advertises `sessionCapabilities.resume`.
+    ///
+    /// Give this `Remote` the old connection's jar ([`Remote::cookie_jar`] with
+    /// [`RemoteAgent::cookies`]) so that a sticky load balancer routes it to the same backend.
+    pub async fn reconnect<C>(
+        self,
+        client: C,
+        init: InitializeRequest,
+        load: LoadSessionRequest,
+    ) -> Result<Reconnected, ReconnectError>
+    where
+        C: Client<ClientContext> + 'static,
+    {
+        let (agent, remote) = self.connect(client).await?;
+        let call = |step: &'static str| move |source: Error| ReconnectError::Call { step, source };
+        let init = agent.initialize(init).await.map_err(call("initialize"))?;
+        let capabilities = init.agent_capabilities.as_ref();
+        let can_load = capabilities.and_then(|c| c.load_session).unwrap_or(false);
+        let can_resume = capabilities
+            .and_then(|c| c.session_capabilities.as_ref())
+            .is_some_and(|s| matches!(s.resume, Some(Some(_))));
+        let session = if can_load {
+            Reattached::Loaded(Box::new(agent.load_session(load).await.map_err(call("session/load"))?))
+        } else if can_resume {
+            let mut resume = ResumeSessionRequest::new(load.session_id, load.cwd).mcp_servers(load.mcp_servers);
+            if let Some(directories) = load.additional_directories {
+                resume = resume.additional_directories(directories);
+            }
+            Reattached::Resumed(Box::new(agent.resume_session(resume).await.map_err(call("session/resume"))?))
+        } else {
+            return Err(ReconnectError::Unsupported);
+        };
+        Ok(Reconnected { agent, remote, init: Box::new(init), session })
+    }
+
+    /// Everything but the runtime connection: the URL checked, the WebSocket handshake done,
+    /// the driver running.
+    async fn open(self) -> Result<(Opened, Connection, (PipeReader, PipeWriter)), ConnectError> {
+        let endpoint = Endpoint::parse(&self.url)?;
+        let profile = endpoint.profile;
+        let mut headers = HeaderMap::new();
+        for (name, value) in &self.headers {
+            let invalid = |reason: String| ConnectError::InvalidHeader { name: name.clone(), reason };
+            let header = HeaderName::from_bytes(name.as_bytes()).map_err(|e| invalid(e.to_string()))?;
+            let value = HeaderValue::from_str(value).map_err(|e| invalid(e.to_string()))?;
+            headers.append(header, value);
+        }
+        let limits = Limits {
+            request_timeout: self.request_timeout,
+            close_timeout: self.close_timeout,
+            idle_timeout: self.idle_timeout,
+            max_message_bytes: self.max_message_bytes,
+        };
+        let status = Arc::new(Status::default());
+        let (connection_end, driver_end) = duplex(PIPE_BYTES);
+        let (driver_reads, driver_writes) = driver_end;
+        let lines = read_lines(driver_reads);
+        let (inbound, inbound_rx) = mpsc::channel(64);
+        tokio::spawn(deliver(inbound_rx, driver_writes));
+        let delivery = Delivery { inbound, status: status.clone() };
+        match endpoint.profile {
+            Profile::StreamableHttp => {
+                let mut connector = HttpConnector::new();
+                connector.set_connect_timeout(Some(self.connect_timeout));
+                connector.set_nodelay(true);
+                let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+                    .http2_only(self.h2c)
+                    .build(connector);
+                let (commands, commands_rx) = mpsc::unbounded_channel();
+                let link = Arc::new(Link {
+                    endpoint,
+                    http,
+                    headers,
+                    jar: self.jar.clone(),
+                    limits,
+                    delivery,
+                    commands,
+                    routes: Mutex::default(),
+                });
+                let driver =
+                    HttpDriver { link, streams: HashMap::new(), next_generation: 0, ended: false, gone: false };
+                tokio::spawn(driver.run(lines, commands_rx));
+            }
+            Profile::WebSocket => {
+                let (socket, connection_id) =
+                    ws_handshake(&endpoint, &headers, &self.jar, self.connect_timeout, &limits).await?;
+                if let Some(id) = connection_id {
+                    status.set_connection_id(id);
+                }
+                tokio::spawn(run_websocket(socket, lines, delivery, limits));
+            }
+        }
+        let opened = Opened { status, profile, jar: self.jar, close_timeout: self.close_timeout };
+        Ok((opened, self.connection, connection_end))
+    }
+}
+
+/// The transport, started, waiting for its connection.
+struct Opened {
+    status: Arc<Status>,
+    profile: Profile,
+    jar: CookieJar,
+    close_timeout: Duration,
+}
+
+impl Opened {
+    fn start(self, peer: Peer, serve: Serve) -> RemoteAgent {
+        RemoteAgent {
+            peer,
+            serve: Some(tokio::spawn(serve)),
+            status: self.status,
+            profile: self.profile,
+            jar: self.jar,
+            close_timeout: self.close_timeout,
+        }
+    }
+}
+
+// ---- the live transport -----------------------------------------------------------------
+
+/// A connection to a remote agent (from [`Remote`]): keep it as long as the agent is needed.
+///
+/// Dropping it ends the connection (pending calls fail with [`Error::ConnectionClosed`]); the
+/// `DELETE` (or the WebSocket close) then goes out from a background task, bounded by
+/// [`Remote::close_timeout`]. [`RemoteAgent::close`] does the same and waits for it. When the
+/// server ends the connection, calls fail the same way and [`RemoteAgent::end_reason`] says
+/// why.
+#[derive(Debug)]
+pub struct RemoteAgent {
+    peer: Peer,
+    serve: Option<tokio::task::JoinHandle<Result<(), Error>>>,
+    status: Arc<Status>,
+    profile: Profile,
+    jar: CookieJar,
+    close_timeout: Duration,
+}
+
+impl RemoteAgent {
+    /// The profile in use (from the URL's scheme).
+    pub fn profile(&self) -> Profile {
+        self.profile
+    }
+
+    /// The server's `Acp-Connection-Id`: over HTTP once `initialize` has been answered, over
+    /// WebSocket from the handshake (if the server sent one).
+    pub fn connection_id(&self) -> Option<String> {
+        lock(&self.status.connection_id).clone()
+    }
+
+    /// The cookie jar of this connection (shared with the [`Remote::cookie_jar`] given).
+    pub fn cookies(&self) -> &CookieJar {
+        &self.jar
+    }
+
+    /// Why the transport ended the connection (e.g. `the connection stream ended`, `POST
+    /// answered 404`), once it has; `None` while it runs, and when it was closed from our side.
+    pub fn end_reason(&self) -> Option<String> {
+        lock(&self.status.end_reason).clone()
+    }
+
+    /// Ends the connection and waits until it is done and the server has been told (`DELETE`
+    /// or a WebSocket Close, within [`Remote::close_timeout`]). Returns what the connection
+    /// returned (`Err` for a transport error).
+    pub async fn close(mut self) -> Result<(), Error> {
+        self.peer.close();
+        let result = match self.serve.take() {
+            Some(task) => task.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        };
+        let wait = self.close_timeout.saturating_add(Duration::from_secs(1));
+        let _ = tokio::time::timeout(wait, self.status.finished.cancelled()).await;
+        result
+    }
+}
+
+impl Drop for RemoteAgent {
+    fn drop(&mut self) {
+        // The connection winds down within its grace period; the driver then sees the end of
+        // its output and says goodbye to the server.
+        self.peer.close();
+    }
+}
+
+/// What [`Remote::reconnect`] gives: the new connection, the agent's `initialize` answer, and
+/// how the session came back.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Reconnected {
+    /// The agent, on the new connection.
+    pub agent: AgentHandle,
+    /// The new connection.
+    pub remote: RemoteAgent,
+    /// The agent's answer to `initialize`.
+    pub init: Box<InitializeResponse>,
+    /// How the session was re-attached.
+    pub session: Reattached,
+}
+
+/// How [`Remote::reconnect`] re-attached the session.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Reattached {
+    /// With `session/load`: the history was replayed as `session/update`s.
+    Loaded(Box<LoadSessionResponse>),
+    /// With `session/resume`: no replay.
+    Resumed(Box<ResumeSessionResponse>),
+}
+
+/// Why [`Remote::reconnect`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReconnectError {
+    /// No connection.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// A call failed.
+    #[error("{step}: {source}")]
+    Call {
+        /// `initialize`, `session/load` or `session/resume`.
+        step: &'static str,
+        /// The error.
+        #[source]
+        source: Error,
+    },
+    /// The agent advertises neither `loadSession` nor `sessionCapabilities.resume`.
+    #[error(
+        "the agent can neither load nor resume sessions (it advertises neither `loadSession` nor `sessionCapabilities.resume`)"
+    )]
+    Unsupported,
+}
+
+/// What the driver tells the [`RemoteAgent`].
+#[derive(Debug, Default)]
+struct Status {
+    connection_id: Mutex<Option<String>>,
+    end_reason: Mutex<Option<String>>,
+    /// Fires when the driver is done (the server told, streams dropped).
+    finished: CancellationToken,
+}
+
+impl Status {
+    fn set_connection_id(&self, id: String) {
+        *lock(&self.connection_id) = Some(id);
+    }
+
+    fn set_end_reason(&self, reason: String) {
+        lock(&self.end_reason).get_or_insert(reason);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The endpoint: the URL, checked.
+#[derive(Debug)]
+struct Endpoint {
+    uri: Uri,
+    profile: Profile,
+    /// `host:port`, the cookie jar's key.
+    server: String,
+    /// The host to connect to (an IPv6 address without its brackets).
+    host: String,
+    port: u16,
+}
+
+impl Endpoint {
+    fn parse(url: &str) -> Result<Endpoint, ConnectError> {
+        let invalid = |reason: &str| ConnectError::InvalidUrl { url: url.to_owned(), reason: reason.to_owned() };
+        let uri: Uri = url.trim().parse().map_err(|e: hyper::http::uri::InvalidUri| invalid(&e.to_string()))?;
+        let scheme = uri
+            .scheme_str()
+            .ok_or_else(|| invalid("no scheme: give the whole endpoint, e.g. http://127.0.0.1:8080/acp"))?
+            .to_ascii_lowercase();
+        let profile = match scheme.as_str() {
+            "http" => Profile::StreamableHttp,
+            "ws" => Profile::WebSocket,
+            "https" | "wss" => return Err(ConnectError::TlsNotBuiltIn { scheme }),
+            _ => return Err(ConnectError::UnsupportedScheme { scheme }),
+        };
+        let host = uri.host().filter(|h| !h.is_empty()).ok_or_else(|| invalid("no host"))?.to_ascii_lowercase();
+        let port = uri.port_u16().unwrap_or(80);
+        let server = format!("{host}:{port}");
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+        Ok(Endpoint { uri, profile, server, host, port })
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    request_timeout: Duration,
+    close_timeout: Duration,
+    idle_timeout: Option<Duration>,
+    max_message_bytes: usize,
+}
+
+// ---- between the pipes and the driver ---------------------------------------------------
+
+/// One message for the connection's input, or its end.
+enum Inbound {
+    Line(Vec<u8>),
+    End,
+}
+
+/// Writes what the driver received into the connection's input, one line per message; ends
+/// the input on [`Inbound::End`] (or once every sender is gone).
+async fn deliver(mut inbound: mpsc::Receiver<Inbound>, mut input: PipeWriter) {
+    while let Some(Inbound::Line(mut line)) = inbound.recv().await {
+        line.push(b'\n');
+        if input.write_all(&line).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// Reads the lines the connection writes (one message each).
+fn read_lines(output: PipeReader) -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(async move {
+        let mut output = BufReader::new(output);
+        loop {
+            let mut line = Vec::new();
+            match output.read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                line.pop();
+            }
+            if !line.is_empty() && tx.send(line).await.is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The way into the connection's input, and the status to report to.
+struct Delivery {
+    inbound: mpsc::Sender<Inbound>,
+    status: Arc<Status>,
+}
+
+impl Delivery {
+    /// Hands one message to the connection; `false` once it is gone.
+    async fn line(&self, line: Vec<u8>) -> bool {
+        self.inbound.send(Inbound::Line(line)).await.is_ok()
+    }
+
+    /// Answers our request `id` with a -32603 error, as if the server had.
+    async fn fail(&self, id: &str, message: &str, data: Value) {
+        let id: Value = serde_json::from_str(id).unwrap_or(Value::Null);
+        let answer = json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": { "code": codes::INTERNAL_ERROR, "message": message, "data": data },
+        });
+        if let Ok(line) = serde_json::to_vec(&answer) {
+            self.line(line).await;
+        }
+    }
+
+    /// Ends the connection's input (pending calls fail), after what was handed over so far.
+    async fn end(&self, reason: String) {
+        tracing::warn!(%reason, "acp http client: the connection ends");
+        self.status.set_end_reason(reason);
+        let _ = self.inbound.send(Inbound::End).await;
+    }
+}
+
+/// Whether `message` is a JSON-RPC error response.
+fn is_error_response(message: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Outcome<'a> {
+        #[serde(borrow, default)]
+        error: Option<&'a serde_json::value::RawValue>,
+    }
+    serde_json::from_slice::<Outcome<'_>>(message).is_ok_and(|o| o.error.is_some())
+}
+
+/// Whether a message is a request (it has a method and an id) and its id.
+fn request_id(envelope: &Envelope) -> Option<&str> {
+    envelope.method.as_ref().and(envelope.id.as_deref())
+}
+
+/// Reads a message received from the server; `None` (logged) when it is not a JSON object.
+fn read_received(data: &[u8], source: &str) -> Option<Envelope> {
+    let envelope = std::str::from_utf8(data).ok().and_then(Envelope::read);
+    if envelope.is_none() {
+        let start = String::from_utf8_lossy(&data[..data.len().min(120)]).into_owned();
+        tracing::warn!(source, start, "acp http client: skipped a message that is not a JSON-RPC object");
+    }
+    envelope
+}
+
+// ---- Streamable HTTP --------------------------------------------------------------------
+
+type HttpClient = hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>;
+
+/// What the driver and the stream readers share.
+struct Link {
+    endpoint: Endpoint,
+    http: HttpClient,
+    /// The configured extra headers.
+    headers: HeaderMap,
+    jar: CookieJar,
+    limits: Limits,
+    delivery: Delivery,
+    /// To the driver (it alone opens streams).
+    commands: mpsc::UnboundedSender<Command>,
+    routes: Mutex<Routes>,
+}
+
+/// Which session the messages in flight belong to.
+#[derive(Default)]
+struct Routes {
+    /// The agent's requests that came for a session (by id): our answers carry its header.
+    agent_requests: HashMap<String, String>,
+    /// Our requests awaiting an answer (by id), with their session, to fail them when the
+    /// session's stream is lost.
+    ours: HashMap<String, Option<String>>,
+}
+
+enum Command {
+    /// A response named a session (`result.sessionId`): open its stream.
+    OpenSession(String),
+    /// A stream ended.
+    StreamEnded { session: Option<String>, generation: u64, delivered: bool, reason: String },
+}
+
+/// A POST's answer (the body possibly cut).
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Vec<u8>,
+    complete: bool,
+}
+
+impl Answer {
+    fn error_data(&self) -> Value {
+        let end = self.body.len().min(ERROR_BODY_LIMIT);
+        json!({ "status": self.status.as_u16(), "body": String::from_utf8_lossy(&self.body[..end]) })
+    }
+}
+
+/// Why a request could not be made.
+enum SendError {
+    /// A header value we would send is not valid (e.g. a session id with a line break).
+    Header(String),
+    TimedOut(Duration),
+    /// Connecting, sending or reading failed.
+    Transport(String),
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::Header(why) => write!(f, "invalid header value: {why}"),
+            SendError::TimedOut(after) => write!(f, "no answer within {after:?}"),
+            SendError::Transport(why) => f.write_str(why),
+        }
+    }
+}
+
+/// Why a stream could not be opened.
+enum OpenError {
+    Send(SendError),
+    Status { status: StatusCode, body: String },
+    NotAnEventStream(String),
+}
+
+impl OpenError {
+    fn data(&self) -> Value {
+        match self {
+            OpenError::Status { status, body } => json!({ "status": status.as_u16(), "body": body }),
+            other => json!({ "error": other.to_string() }),
+        }
+    }
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Send(e) => e.fmt(f),
+            OpenError::Status { status, body } => write!(f, "answered {status}: {body}"),
+            OpenError::NotAnEventStream(kind) => write!(f, "answered with `{kind}`, not an event stream"),
+        }
+    }
+}
+
+impl Link {
+    /// A request to the endpoint with the transport's headers.
+    fn request(
+        &self,
+        method: Method,
+        connection: Option<&str>,
+        session: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> Result<Request<Full<Bytes>>, SendError> {
+        let mut request = Request::new(body.map(|b| Full::new(Bytes::from(b))).unwrap_or_default());
+        *request.method_mut() = method.clone();
+        *request.uri_mut() = self.endpoint.uri.clone();
+        let headers = request.headers_mut();
+        headers.extend(self.headers.clone());
+        let value = |v: &str| HeaderValue::from_str(v).map_err(|_| SendError::Header(format!("{v:?}")));
+        if method == Method::POST {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        if method == Method::GET {
+            headers.insert(ACCEPT, HeaderValue::from_static(EVENT_STREAM));
+        }
+        if let Some(connection) = connection {
+            headers.insert(CONNECTION_ID_HEADER, value(connection)?);
+        }
+        if let Some(session) = session {
+            headers.insert(SESSION_ID_HEADER, value(session)?);
+        }
+        if let Some(cookies) = self.jar.header_for(&self.endpoint.server) {
+            headers.insert(COOKIE, value(&cookies)?);
+        }
+        Ok(request)
+    }
+
+    /// Sends `request`; keeps the cookies of the answer.
+    async fn send(&self, request: Request<Full<Bytes>>) -> Result<Response<Incoming>, SendError> {
+        let response = self.http.request(request).await.map_err(|e| SendError::Transport(describe_error(&e)))?;
+        for value in response.headers().get_all(SET_COOKIE) {
+            if let Ok(value) = value.to_str() {
+                self.jar.store(&self.endpoint.server, value);
+            }
+        }
+        Ok(response)
+    }
+
+    /// POSTs one message and reads the answer, its body up to `body_limit` bytes.
+    async fn post(
+        &self,
+        message: Vec<u8>,
+        connection: Option<&str>,
+        session: Option<&str>,
+        body_limit: usize,
+    ) -> Result<Answer, SendError> {
+        let request = self.request(Method::POST, connection, session, Some(message))?;
+        let after = self.limits.request_timeout;
+        let exchange = async {
+            let (parts, body) = self.send(request).await?.into_parts();
+            let (body, complete) =
+                read_body(body, body_limit).await.map_err(|e| SendError::Transport(describe_error(&e)))?;
+            Ok(Answer { status: parts.status, headers: parts.headers, body, complete })
+        };
+        tokio::time::timeout(after, exchange).await.unwrap_or(Err(SendError::TimedOut(after)))
+    }
+
+    /// Opens a stream (the connection's, or `session`'s) and returns its body once the
+    /// response headers say it is one.
+    async fn open_stream(&self, connection: &str, session: Option<&str>) -> Result<Incoming, OpenError> {
+        let request = self.request(Method::GET, Some(connection), session, None).map_err(OpenError::Send)?;
+        let after = self.limits.request_timeout;
+        let response = tokio::time::timeout(after, self.send(request))
+            .await
+            .unwrap_or(Err(SendError::TimedOut(after)))
+            .map_err(OpenError::Send)?;
+        let (parts, body) = response.into_parts();
+        if !parts.status.is_success() {
+            let read = tokio::time::timeout(after, read_body(body, ERROR_BODY_LIMIT)).await;
+            let body = match read {
+                Ok(Ok((body, _))) => String::from_utf8_lossy(&body).into_owned(),
+                _ => String::new(),
+            };
+            return Err(OpenError::Status { status: parts.status, body });
+        }
+        let kind = parts.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        if !kind.to_ascii_lowercase().starts_with(EVENT_STREAM) {
+            return Err(OpenError::NotAnEventStream(kind.to_owned()));
+        }
+        Ok(body)
+    }
+
+    /// Handles one message from a stream (`session`'s, or the connection's); `false` once the
+    /// connection is gone.
+    async fn receive(&self, data: Vec<u8>, session: Option<&str>) -> bool {
+        let Some(envelope) = read_received(&data, "an SSE stream") else { return true };
+        if envelope.method.is_none() {
+            let mut routes = lock(&self.routes);
+            if let Some(id) = &envelope.id {
+                routes.ours.remove(id);
+            }
+            drop(routes);
+            if let Some(session) = envelope.result_session {
+                // Queued before the answer is handed over, so the stream is opened before
+                // anything the caller sends in reply is posted.
+                let _ = self.commands.send(Command::OpenSession(session));
+            }
+        } else if let Some(id) = request_id(&envelope) {
+            if let Some(session) = envelope.params_session.as_deref().or(session) {
+                lock(&self.routes).agent_requests.insert(id.to_owned(), session.to_owned());
+            }
+        }
+        self.delivery.line(one_line(data)).await
+    }
+
+    /// Reads one stream until it ends, then tells the driver.
+    async fn read_stream(self: Arc<Self>, mut body: Incoming, session: Option<String>, generation: u64) {
+        let mut parser = sse::SseParser::new(self.limits.max_message_bytes);
+        let mut events = Vec::new();
+        let mut delivered = false;
+        let reason = loop {
+            let frame = match self.limits.idle_timeout {
+                Some(limit) => match tokio::time::timeout(limit, body.frame()).await {
+                    Ok(frame) => frame,
+                    Err(_) => break format!("nothing received for {limit:?}"),
+                },
+                None => body.frame().await,
+            };
+            let data = match frame {
+                None => break "the server ended it".to_owned(),
+                Some(Err(e)) => break describe_error(&e),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => data,
+                    Err(_) => continue,
+                },
+            };
+            if let Err(e) = parser.feed(&data, &mut events) {
+                break e.to_string();
+            }
+            for event in events.drain(..) {
+                delivered = true;
+                if !self.receive(event, session.as_deref()).await {
+                    return;
+                }
+            }
+        };
+        let _ = self.commands.send(Command::StreamEnded { session, generation, delivered, reason });
+    }
+}
+
+/// Reads `body` up to `limit` bytes; `false` when it was longer (the rest is left unread).
+async fn read_body(mut body: Incoming, limit: usize) -> Result<(Vec<u8>, bool), hyper::Error> {
+    let mut read = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            if read.len() + data.len() > limit {
+                read.extend_from_slice(&data[..limit - read.len()]);
+                return Ok((read, false));
+            }
+            read.extend_from_slice(&data);
+        }
+    }
+    Ok((read, true))
+}
+
+/// An error with its causes (hyper's own message is often just "client error (Connect)").
+fn describe_error(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// An open stream, owned by the driver.
+struct StreamSlot {
+    generation: u64,
+    /// This stream replaces one that ended without bringing anything since its own start.
+    reopened: bool,
+    _reader: AbortOnDrop<()>,
+}
+
+/// Sends what the connection writes, one POST at a time, and manages the streams.
+struct HttpDriver {
+    link: Arc<Link>,
+    /// By session; `None` is the connection stream.
+    streams: HashMap<Option<String>, StreamSlot>,
+    next_generation: u64,
+    /// The connection's input has been ended.
+    ended: bool,
+    /// The server no longer knows the connection (404/410): no DELETE.
+    gone: bool,
+}
+
+impl HttpDriver {
+    async fn run(mut self, mut lines: mpsc::Receiver<Vec<u8>>, mut commands: mpsc::UnboundedReceiver<Command>) {
+        loop {
+            tokio::select! {
+                biased;
+                Some(command) = commands.recv() => self.command(command).await,
+                line = lines.recv() => match line {
+                    Some(line) => self.send(line).await,
+                    None => break,
+                },
+            }
+        }
+        self.finish().await;
+    }
+
+    fn connection_id(&self) -> Option<String> {
+        lock(&self.link.delivery.status.connection_id).clone()
+    }
+
+    /// Sends one message the connection wrote.
+    async fn send(&mut self, message: Vec<u8>) {
+        let envelope = std::str::from_utf8(&message).ok().and_then(Envelope::read).unwrap_or_default();
+        let request = request_id(&envelope).map(str::to_owned);
+        if self.ended {
+            return; // the connection is ending and fails its calls itself
+        }
+        let Some(connection) = self.connection_id() else {
+            if envelope.method.as_deref() == Some(acp_types::agent_method::INITIALIZE) && request.is_some() {
+                self.initialize(message, &envelope).await;
+            } else if let Some(id) = request {
+                let text = "over HTTP, `initialize` must come first: it creates the connection";
+                self.link.delivery.fail(&id, text, json!({ "method": envelope.method })).await;
+            } else {
+                tracing::warn!(method = ?envelope.method, "acp http client: message before `initialize` dropped");
+            }
+            return;
+        };
+        let session = if envelope.method.is_none() {
+            // Our answer to an agent request: the session it came for.
+            envelope.id.as_ref().and_then(|id| lock(&self.link.routes).agent_requests.remove(id))
+        } else {
+            envelope.params_session.clone()
+        };
+        if envelope.method.is_some() {
+            if let Some(session) = &session {
+                if !self.streams.contains_key(&Some(session.clone())) {
+                    if let Err(e) = self.open(&connection, Some(session.clone()), false).await {
+                        if let Some(id) = &request {
+                            let text = format!("cannot open the stream of session {session}: {e}");
+                            self.link.delivery.fail(id, &text, e.data()).await;
+                            return;
+                        }
+                        tracing::warn!(%session, error = %e, "acp http client: cannot open a session stream");
+                    }
+                }
+            }
+        }
+        if let Some(id) = &request {
+            lock(&self.link.routes).ours.insert(id.clone(), session.clone());
+        }
+        let answer = self.link.post(message, Some(&connection), session.as_deref(), ERROR_BODY_LIMIT).await;
+        match answer {
+            Ok(answer) if answer.status.is_success() => {}
+            Ok(answer) => {
+                let status = answer.status;
+                let text = format!("the server answered the POST with HTTP {status}");
+                if let Some(id) = &request {
+                    lock(&self.link.routes).ours.remove(id);
+                    self.link.delivery.fail(id, &text, answer.error_data()).await;
+                } else {
+                    tracing::warn!(method = ?envelope.method, %status, "acp http client: message refused");
+                }
+                if matches!(status.as_u16(), 401 | 403 | 404 | 410) {
+                    self.gone = matches!(status.as_u16(), 404 | 410);
+                    self.end(format!("a POST was answered {status}")).await;
+                }
+            }
+            Err(e) => {
+                if let Some(id) = &request {
+                    lock(&self.link.routes).ours.remove(id);
+                    let text = format!("the POST failed: {e}");
+                    self.link.delivery.fail(id, &text, json!({ "error": e.to_string() })).await;
+                }
+                match e {
+                    SendError::TimedOut(_) | SendError::Header(_) => {
+                        tracing::warn!(method = ?envelope.method, error = %e, "acp http client: POST failed");
+                    }
+                    SendError::Transport(_) => self.end(format!("a POST failed: {e}")).await,
+                }
+            }
+        }
+    }
+
+    /// POSTs `initialize`: its answer comes in the POST's own body, with the connection id.
+    async fn initialize(&mut self, message: Vec<u8>, envelope: &Envelope) {
+        let id = envelope.id.clone().unwrap_or_default();
+        let delivery = &self.link.delivery;
+        let answer = match self.link.post(message, None, None, self.link.limits.max_message_bytes).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                let text = format!("cannot reach the server: {e}");
+                return delivery.fail(&id, &text, json!({ "error": e.to_string() })).await;
+            }
+        };
+        if !answer.status.is_success() {
+            let status = answer.status;
+            let text = format!("the server answered `initialize` with HTTP {status}");
+            delivery.fail(&id, &text, answer.error_data()).await;
+            if matches!(status.as_u16(), 401 | 403 | 404 | 410) {
+                self.end(format!("`initialize` was answered {status}")).await;
+            }
+            return;
+        }
+        if !answer.complete {
+            let limit = self.link.limits.max_message_bytes;
+            let text = format!("the answer to `initialize` is larger than {limit} bytes");
+            return delivery.fail(&id, &text, json!({ "status": answer.status.as_u16() })).await;
+        }
+        let body = answer.body.trim_ascii().to_vec();
+        let response = std::str::from_utf8(&body).ok().and_then(Envelope::read);
+        let is_ours = response.as_ref().is_some_and(|r| r.method.is_none() && r.id.as_deref() == Some(&id));
+        if !is_ours {
+            let text = "the server's answer to `initialize` is not its JSON-RPC response";
+            return delivery.fail(&id, text, answer.error_data()).await;
+        }
+        let connection = answer.headers.get(CONNECTION_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let Some(connection) = connection else {
+            if !is_error_response(&body) {
+                let text = "the server answered `initialize` without an `Acp-Connection-Id` header";
+                return delivery.fail(&id, text, answer.error_data()).await;
+            }
+            // A JSON-RPC error: no connection; `initialize` may be tried again.
+            delivery.line(one_line(body)).await;
+            return;
+        };
+        lock(&delivery.status.connection_id).replace(connection.clone());
+        // The connection stream before the answer: whatever the caller sends next goes out
+        // with the stream in place, and a server that refuses it fails `initialize` itself.
+        if let Err(e) = self.open(&connection, None, false).await {
+            let text = format!("cannot open the connection stream: {e}");
+            self.link.delivery.fail(&id, &text, e.data()).await;
+            self.end(format!("the connection stream could not be opened: {e}")).await;
+            return;
+        }
+        self.link.delivery.line(one_line(body)).await;
+    }
+
+    /// Opens a stream and starts reading it.
+    async fn open(&mut self, connection: &str, session: Option<String>, reopened: bool) -> Result<(), OpenError> {
+        let body = self.link.open_stream(connection, session.as_deref()).await?;
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        let reader = AbortOnDrop::spawn(self.link.clone().read_stream(body, session.clone(), generation));
+        self.streams.insert(session, StreamSlot { generation, reopened, _reader: reader });
+        Ok(())
+    }
+
+    async fn command(&mut self, command: Command) {
+        if self.ended {
+            return;
+        }
+        let Some(connection) = self.connection_id() else { return };
+        match command {
+            Command::OpenSession(session) => {
+                if !self.streams.contains_key(&Some(session.clone())) {
+                    if let Err(e) = self.open(&connection, Some(session.clone()), false).await {
+                        tracing::warn!(%session, error = %e, "acp http client: cannot open a session stream");
+                    }
+                }
+            }
+            Command::StreamEnded { session, generation, delivered, reason } => {
+                let current = self.streams.get(&session).is_some_and(|slot| slot.generation == generation);
+                if !current {
+                    return;
+                }
+                let slot = self.streams.remove(&session);
+                let Some(session) = session else {
+                    return self.end(format!("the connection stream ended: {reason}")).await;
+                };
+                let reopened = slot.is_some_and(|slot| slot.reopened) && !delivered;
+                if reopened {
+                    return self.fail_session(&session, &format!("its stream ended twice: {reason}")).await;
+                }
+                tracing::debug!(%session, %reason, "acp http client: session stream ended; reopening it");
+                if let Err(e) = self.open(&connection, Some(session.clone()), true).await {
+                    self.fail_session(&session, &format!("its stream ended ({reason}) and cannot be reopened: {e}"))
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// Fails our pending requests of `session`.
+    async fn fail_session(&mut self, session: &str, reason: &str) {
+        let failed: Vec<String> = {
+            let mut routes = lock(&self.link.routes);
+            let ids: Vec<String> =
+                routes.ours.iter().filter(|(_, s)| s.as_deref() == Some(session)).map(|(id, _)| id.clone()).collect();
+            for id in &ids {
+                routes.ours.remove(id);
+            }
+            ids
+        };
+        tracing::warn!(%session, %reason, failed = failed.len(), "acp http client: session stream lost");
+        let text = format!("session {session} is unreachable: {reason}");
+        for id in failed {
+            self.link.delivery.fail(&id, &text, json!({ "sessionId": session, "reason": reason })).await;
+        }
+    }
+
+    /// Ends the connection's input (pending calls fail); nothing is sent any more.
+    async fn end(&mut self, reason: String) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        self.streams.clear();
+        self.link.delivery.end(reason).await;
+    }
+
+    /// The connection is done: tell the server, drop the streams.
+    async fn finish(mut self) {
+        let connection = self.connection_id();
+        if let (Some(connection), false) = (connection, self.gone) {
+            let link = &self.link;
+            let delete = async {
+                let request = link.request(Method::DELETE, Some(&connection), None, None)?;
+                let response = link.send(request).await?;
+                Ok::<_, SendError>(response.status())
+            };
+            match tokio::time::timeout(link.limits.close_timeout, delete).await {
+                Ok(Ok(status)) => tracing::debug!(%status, "acp http client: DELETE answered"),
+                Ok(Err(e)) => tracing::debug!(error = %e, "acp http client: DELETE failed"),
+                Err(_) => tracing::debug!("acp http client: DELETE timed out"),
+            }
+        }
+        self.streams.clear();
+        self.link.delivery.status.finished.cancel();
+    }
+}
+
+// ---- WebSocket --------------------------------------------------------------------------
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+/// Connects and upgrades; returns the socket and the server's `Acp-Connection-Id`.
+async fn ws_handshake(
+    endpoint: &Endpoint,
+    headers: &HeaderMap,
+    jar: &CookieJar,
+    connect_timeout: Duration,
+    limits: &Limits,
+) -> Result<(Socket, Option<String>), ConnectError> {
+    let server = endpoint.server.clone();
+    let tcp =
+        tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port)))
+            .await
+            .map_err(|_| ConnectError::Timeout { server: server.clone(), after: connect_timeout })?
+            .map_err(|source| ConnectError::Io { server: server.clone(), source })?;
+    let _ = tcp.set_nodelay(true);
+    let mut request =
+        endpoint.uri.clone().into_client_request().map_err(|e| ConnectError::Handshake(describe_error(&e)))?;
+    request.headers_mut().extend(headers.clone());
+    if let Some(cookies) = jar.header_for(&server) {
+        let value = HeaderValue::from_str(&cookies).map_err(|e| ConnectError::Handshake(e.to_string()))?;
+        request.headers_mut().insert(COOKIE, value);
+    }
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(limits.max_message_bytes))
+        .max_frame_size(Some(limits.max_message_bytes));
+    let handshake = tokio_tungstenite::client_async_with_config(request, tcp, Some(config));
+    let (socket, response) = match tokio::time::timeout(limits.request_timeout, handshake).await {
+        Err(_) => return Err(ConnectError::Timeout { server, after: limits.request_timeout }),
+        Ok(Ok(done)) => done,
+        Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response))) => {
+            for value in response.headers().get_all(SET_COOKIE) {
+                if let Ok(value) = value.to_str() {
+                    jar.store(&server, value);
+                }
+            }
+            let body = response.body().as_deref().unwrap_or_default();
+            let end = body.len().min(ERROR_BODY_LIMIT);
+            let body = String::from_utf8_lossy(&body[..end]).into_owned();
+            return Err(ConnectError::Refused { status: response.status().as_u16(), body });
+        }
+        Ok(Err(e)) => return Err(ConnectError::Handshake(describe_error(&e))),
+    };
+    for value in response.headers().get_all(SET_COOKIE) {
+        if let Ok(value) = value.to_str() {
+            jar.store(&server, value);
+        }
+    }
+    let connection_id = response.headers().get(CONNECTION_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    Ok((socket, connection_id))
+}
+
+/// Moves messages between the connection and the socket until either ends.
+async fn run_websocket(mut socket: Socket, mut lines: mpsc::Receiver<Vec<u8>>, delivery: Delivery, limits: Limits) {
+    // Far enough to never fire when there is no idle limit.
+    let idle_limit = limits.idle_timeout.unwrap_or(Duration::from_secs(86_400 * 365));
+    let mut deadline = tokio::time::Instant::now() + idle_limit;
+    let ended = loop {
+        tokio::select! {
+            frame = socket.next() => {
+                deadline = tokio::time::Instant::now() + idle_limit;
+                match frame {
+                    None => break Some("the server closed the socket".to_owned()),
+                    Some(Err(e)) => break Some(format!("WebSocket error: {}", describe_error(&e))),
+                    Some(Ok(Message::Text(text))) => {
+                        let data = text.as_bytes();
+                        if read_received(data, "a WebSocket frame").is_some()
+                            && !delivery.line(one_line(data.to_vec())).await
+                        {
+                            break None;
+                        }
+                    }
+                    Some(Ok(Message::Close(frame))) => {
+                        let why = frame.map_or_else(String::new, |f| format!(" ({} {})", u16::from(f.code), f.reason));
+                        break Some(format!("the server closed the WebSocket{why}"));
+                    }
+                    // Binary frames are ignored (the RFD says so); tungstenite answers pings.
+                    Some(Ok(_)) => {}
+                }
+            }
+            line = lines.recv() => match line {
+                Some(line) => {
+                    let text = String::from_utf8_lossy(&line).into_owned();
+                    if let Err(e) = socket.send(Message::text(text)).await {
+                        break Some(format!("cannot send on the WebSocket: {}", describe_error(&e)));
+                    }
+                }
+                None => break None,
+            },
+            () = tokio::time::sleep_until(deadline) => break Some(format!("nothing received for {idle_limit:?}")),
+        }
+    };
+    if let Some(reason) = ended {
+        delivery.end(reason).await;
+    }
+    // Our Close, and the server's in return, within the close timeout.
+    let goodbye = async {
+        let _ = socket.close(None).await;
+        while let Some(Ok(_)) = socket.next().await {}
+    };
+    let _ = tokio::time::timeout(limits.close_timeout, goodbye).await;
+    delivery.status.finished.cancel();
+}
