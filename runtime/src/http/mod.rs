@@ -25,7 +25,7 @@
 //! - `DELETE` with `Acp-Connection-Id` ends the connection.
 //!
 //! Where the RFD and the official SDKs differ, or the RFD is silent, the choices are listed
-//! in [`server`]'s documentation (server side) and [`client`]'s (client side).
+//! in the `server` module's documentation (server side) and the `client` module's (client side).
 
 #[cfg(feature = "http-client")]
 pub mod client;
