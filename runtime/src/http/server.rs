@@ -348,7 +348,7 @@ impl BoundServer {
         self.local_addr
     }
 
-    /// The endpoint's URL (`http://ADDR/acp`, or `https://` with [`BoundServer::tls`]).
+    /// The endpoint's URL (`http://ADDR/acp`, or `https://` with `BoundServer::tls`, feature `http-tls`).
     pub fn url(&self) -> String {
         #[cfg(feature = "http-tls")]
         let scheme = if self.tls.is_some() { "https" } else { "http" };
