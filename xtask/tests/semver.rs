@@ -59,7 +59,11 @@ fn lint_ids_naming<'v>(verdict: &'v Verdict, name: &str) -> Vec<&'v str> {
 #[test]
 fn v1_3_0_to_v1_7_0_public_items() {
     let report = semver::report(&workspace(), &release("v1.3.0"), &release("v1.7.0"), Tool::Skip).expect("reports");
-    assert_eq!(report.features, ["schemars"], "cargo-semver-checks' default: every feature but the unstable ones");
+    assert_eq!(
+        report.features,
+        ["float_roundtrip", "preserve_order", "schemars"],
+        "cargo-semver-checks' default: every feature but the unstable ones"
+    );
 
     // `AuthMethod` went from an untagged to a tagged union: its fallback variant now keeps the
     // unknown object (`UnknownVariant`) instead of any JSON value. Code that built or matched
