@@ -11,7 +11,10 @@
 //! - a session is re-attached on a new connection with `Remote::reconnect` (`session/load`,
 //!   history replayed; the session stream opened first; affinity cookies carried over);
 //! - the demo client (`--url`) runs its turn over both profiles and both protocol versions;
-//! - a wrong endpoint fails `initialize` with the HTTP status and ends the connection.
+//! - a wrong endpoint fails `initialize` with the HTTP status and ends the connection;
+//! - the other way round, the SDK's own client (`createHttpStream`, `createWebSocketStream`:
+//!   `tests/interop/ts-http/client.mjs`) drives our server (the demo agent with `--listen`)
+//!   through a turn with a tool call and a permission request.
 //!
 //! The SDK is installed by `npm ci` into `tests/interop/ts-http/node_modules` when missing.
 //! Without node/npm, or when the install fails, the tests print why and pass without running,
@@ -530,4 +533,72 @@ async fn a_wrong_endpoint_fails_initialize_and_ends_the_connection() {
         agent.new_session(NewSessionRequest::new("/", Vec::new())).await,
         Err(acp_runtime::Error::ConnectionClosed)
     ));
+}
+
+// ---- the other direction: the SDK's client against our server ---------------------------------
+
+/// The demo agent (`runtime/examples/agent.rs`) listening on a free port; killed on drop.
+struct ListeningAgent {
+    child: Child,
+    url: String,
+}
+
+impl ListeningAgent {
+    fn start() -> ListeningAgent {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_acp-example-agent"))
+            .args(["--listen", "127.0.0.1:0"])
+            .env("ACP_DEMO_DELAY_MS", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the demo agent");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("LISTENING line");
+        let url = line.trim().strip_prefix("LISTENING ").expect("LISTENING <url>").to_owned();
+        ListeningAgent { child, url }
+    }
+}
+
+impl Drop for ListeningAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `client.mjs` against `url`; its output lines.
+fn ts_client(dir: &Path, url: &str, websocket: bool) -> Vec<String> {
+    let mut command = Command::new("node");
+    command.arg(dir.join("client.mjs")).arg(url);
+    if websocket {
+        command.arg("ws");
+    }
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run node client.mjs");
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        assert!(started.elapsed() < LIMIT * 3, "the TypeScript client did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "client.mjs failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout.lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn the_sdk_client_drives_our_server_over_http_and_websocket() {
+    let Some(dir) = sdk() else { return };
+    let agent = ListeningAgent::start();
+    for websocket in [false, true] {
+        let profile = if websocket { "WebSocket" } else { "Streamable HTTP" };
+        let lines = ts_client(&dir, &agent.url, websocket);
+        let has = |prefix: &str| lines.iter().any(|l| l.starts_with(prefix));
+        assert!(has("INIT ") && has("SESSION ") && has("PERMISSION ") && has("DONE"), "{profile}: {lines:?}");
+        assert!(lines.iter().any(|l| l == "UPDATE agent_message_chunk"), "{profile}: {lines:?}");
+        assert!(lines.iter().any(|l| l == "UPDATE tool_call"), "{profile}: {lines:?}");
+        let answer = lines.iter().find_map(|l| l.strip_prefix("PROMPT ")).expect("the prompt's answer");
+        let answer: Value = serde_json::from_str(answer).expect("json");
+        assert_eq!(answer["stopReason"], "end_turn", "{profile}");
+    }
 }
