@@ -1,8 +1,9 @@
-//! Our HTTP server against the official SDKs' remote clients: the demo agent
-//! (`runtime/examples/agent.rs`, built here as `acp-example-agent`) listening with `--listen`,
-//! driven over Streamable HTTP and over WebSocket by the Rust SDK's `HttpClient`
-//! (`agent-client-protocol-http` 5.0: `tests/interop/rs-http`, built by this test with
-//! `cargo build --locked` into `target/tmp/interop-rs-http`).
+//! The remote transport against the official Rust SDK's (`agent-client-protocol-http` 5.0:
+//! `tests/interop/rs-http`, built by this test with `cargo build --locked` into
+//! `target/tmp/interop-rs-http`), both ways: the demo agent (`runtime/examples/agent.rs`, built
+//! here as `acp-example-agent`) listening with `--listen`, driven over Streamable HTTP and over
+//! WebSocket by the SDK's `HttpClient`; and the demo client (`--url`) driving the SDK's
+//! `AcpHttpServer`.
 //!
 //! Each run goes through initialize, session/new and a prompt turn with streamed updates and a
 //! permission request. Without the peer (a failed build), the test prints why and passes without
@@ -151,4 +152,37 @@ fn official_rust_client_drives_our_server_over_http_and_websocket() {
     let (_agent, url) = listening_demo_agent();
     check_turn(&run_rust_client(&peers, &url), "Streamable HTTP");
     check_turn(&run_rust_client(&peers, &url.replacen("http://", "ws://", 1)), "WebSocket");
+}
+
+/// The official server (`server` of `tests/interop/rs-http`) on a free port; its endpoint.
+fn official_rust_server(peers: &Path) -> (Running, String) {
+    let mut child = Command::new(peers.join("server"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the official server");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("the server's LISTENING line");
+    let port =
+        line.trim().strip_prefix("LISTENING ").unwrap_or_else(|| panic!("unexpected first line {line:?}")).to_owned();
+    (Running(child), format!("http://127.0.0.1:{port}/acp"))
+}
+
+#[test]
+fn our_client_drives_the_official_rust_server_over_http_and_websocket() {
+    let Some(peers) = rust_peers() else { return };
+    let (_server, url) = official_rust_server(&peers);
+    for url in [url.clone(), url.replacen("http://", "ws://", 1)] {
+        let out = Command::new(env!("CARGO_BIN_EXE_acp-example-client"))
+            .args(["--policy", "allow", "--prompt", "hi", "--url", &url])
+            .output()
+            .expect("run the client example");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "client --url {url} failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        // The server's agent streams "hello ", asks permission, reports the outcome, ends.
+        for expected in ["hello", "permission: \"selected\"", "■ stop reason: end_turn"] {
+            assert!(stdout.contains(expected), "{url}: missing {expected:?} in:\n{stdout}");
+        }
+    }
 }
