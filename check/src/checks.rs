@@ -394,7 +394,7 @@ async fn run_v1(run: &mut Run, options: &Options, cwd: &str) -> Result<(), Strin
             false
         }
     };
-    exits_on_stdin_close(run, &agent).await;
+    exits_on_stdin_close(run, &agent, options.launch.url.is_some()).await;
     run.retire(agent).await;
     if prompted {
         // Judged on all the process wrote, up to its end: an update may follow the last answer.
@@ -956,8 +956,10 @@ fn judge_cancel(stop: Result<StopReason, String>, timing: CancelTiming) -> Outco
 /// Whether the agent ends when its input does. transports.mdx shows the end of a stdio
 /// connection as the client closing the agent's stdin and then terminating the process; an
 /// agent that outlives its input relies on the second step. No MUST says so, hence a SHOULD.
-async fn exits_on_stdin_close(run: &mut Run, agent: &Agent) {
-    let outcome = if let Some(how) = agent.exit() {
+async fn exits_on_stdin_close(run: &mut Run, agent: &Agent, remote: bool) {
+    let outcome = if remote {
+        Outcome::Skip("a remote agent has no stdin: closing the connection is the client's doing".into())
+    } else if let Some(how) = agent.exit() {
         Outcome::Skip(format!("the agent had already ended ({how})"))
     } else {
         let closed = Instant::now();

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! acp-check [--protocol 1|2|auto] [--json] [--timeout-ms N] [-v] -- <agent command...>
+//! acp-check [--protocol 1|2|auto] [--json] [--timeout-ms N] --url <http://... | ws://...>
 //! ```
 //!
 //! The agent is spawned over stdio (several times: each group of checks gets a fresh process)
@@ -46,6 +47,7 @@ macro_rules! say {
 
 const USAGE: &str = "\
 usage: acp-check [--protocol 1|2|auto] [--json] [--timeout-ms N] [-v] -- <agent command...>
+       acp-check [--protocol 1|2|auto] [--json] [--timeout-ms N] --url <http://... | ws://...>
 
 Spawns the agent over stdio and checks what the ACP spec asks of it.
 
@@ -77,6 +79,8 @@ struct Cli {
     timeout: Duration,
     verbose: bool,
     command: Vec<String>,
+    /// A remote agent's endpoint instead of a command.
+    url: Option<String>,
 }
 
 fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Cli>, String> {
@@ -86,6 +90,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Cli>, String> 
         timeout: Duration::from_millis(10_000),
         verbose: false,
         command: Vec::new(),
+        url: None,
     };
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -102,6 +107,10 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Cli>, String> 
                 cli.protocol = protocol(&value)?;
             }
             other if other.starts_with("--protocol=") => cli.protocol = protocol(&other["--protocol=".len()..])?,
+            "--url" => {
+                cli.url = Some(args.next().ok_or("--url needs the agent's endpoint, e.g. http://127.0.0.1:8080/acp")?)
+            }
+            other if other.starts_with("--url=") => cli.url = Some(other["--url=".len()..].to_owned()),
             "--timeout-ms" => {
                 let value = args.next().ok_or("--timeout-ms needs a value")?;
                 let ms: u64 = value.parse().map_err(|_| format!("--timeout-ms: {value:?} is not a number"))?;
@@ -121,8 +130,10 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Cli>, String> 
             }
         }
     }
-    if cli.command.is_empty() {
-        return Err("missing the agent command after `--`".into());
+    match (&cli.url, cli.command.is_empty()) {
+        (Some(_), false) => return Err("give either --url or an agent command, not both".into()),
+        (None, true) => return Err("missing the agent command after `--` (or --url)".into()),
+        _ => {}
     }
     Ok(Some(cli))
 }
@@ -151,7 +162,12 @@ async fn main() -> ExitCode {
     };
     let live = wire::Live::default();
     let options = Options {
-        launch: wire::Launch { command: cli.command.clone(), verbose: cli.verbose, live: live.clone() },
+        launch: wire::Launch {
+            command: cli.command.clone(),
+            url: cli.url.clone(),
+            verbose: cli.verbose,
+            live: live.clone(),
+        },
         timeout: cli.timeout,
     };
     let run = match scratch::ScratchDir::create() {

@@ -44,6 +44,9 @@ pub const MAX_LINE_BYTES: usize = DEFAULT_MAX_LINE_BYTES;
 #[derive(Clone, Debug)]
 pub struct Launch {
     pub command: Vec<String>,
+    /// A remote agent's endpoint (`http://` or `ws://`) instead of a command: each "spawn" is
+    /// then a new connection to it.
+    pub url: Option<String>,
     /// Show the agent's stderr.
     pub verbose: bool,
     /// Where every spawned agent registers, so that an interrupted run can stop them.
@@ -338,6 +341,95 @@ pub struct Agent {
     tap: JoinHandle<()>,
 }
 
+/// Where the agent runs: a child process on stdio, or a remote endpoint (`--url`), whose
+/// transport is bridged to in-memory pipes so the rest of the client sees the same byte
+/// streams either way.
+enum Endpoint {
+    Process(Box<ChildProcess>),
+    Remote { url: String, bridge: Option<tokio::io::DuplexStream>, local: Option<tokio::io::DuplexStream> },
+}
+
+type BoxRead = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+type BoxWrite = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+
+impl Endpoint {
+    fn remote(url: String) -> Endpoint {
+        let (local, bridge) = tokio::io::duplex(1 << 20);
+        Endpoint::Remote { url, bridge: Some(bridge), local: Some(local) }
+    }
+
+    /// The agent's output and input.
+    fn take_transport(&mut self) -> (BoxRead, BoxWrite) {
+        match self {
+            Endpoint::Process(child) => {
+                let (out, input) = child.take_transport().expect("fresh child has its stdio");
+                (Box::new(out), Box::new(input))
+            }
+            Endpoint::Remote { local, .. } => {
+                let (out, input) = tokio::io::split(local.take().expect("taken once"));
+                (Box::new(out), Box::new(input))
+            }
+        }
+    }
+
+    /// Runs until the agent ends (its process exits, or the remote connection ends: `Some`
+    /// with how) or `stop` fires (the process terminated, the connection closed: `None`).
+    async fn run(self, stop: CancellationToken) -> Option<String> {
+        match self {
+            Endpoint::Process(mut child) => {
+                let status = tokio::select! {
+                    status = child.wait() => Some(status),
+                    _ = stop.cancelled() => None,
+                };
+                match status {
+                    Some(status) => Some(match status {
+                        Ok(s) => describe_exit(s),
+                        Err(e) => format!("waiting for the agent failed: {e}"),
+                    }),
+                    None => {
+                        let _ = child.terminate().await;
+                        None
+                    }
+                }
+            }
+            Endpoint::Remote { url, bridge, .. } => {
+                let bridge = bridge.expect("bridge kept for run");
+                let transport = tokio::select! {
+                    connected = acp_runtime::http::client::Remote::new(url.clone()).transport() => connected,
+                    _ = stop.cancelled() => return None,
+                };
+                let transport = match transport {
+                    Ok(transport) => transport,
+                    Err(e) => return Some(format!("connecting to {url} failed: {e}")),
+                };
+                let watch = transport.watch();
+                let acp_runtime::http::client::RemoteTransport { mut reader, mut writer, .. } = transport;
+                let (mut from_client, mut to_client) = tokio::io::split(bridge);
+                // What the client writes goes out on its own task, so that closing the client's
+                // side (the "stdin" of a process) closes the connection (DELETE / Close).
+                let sending = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut from_client, &mut writer).await;
+                    let _ = writer.shutdown().await;
+                });
+                let received = async {
+                    let _ = tokio::io::copy(&mut reader, &mut to_client).await;
+                    let _ = to_client.shutdown().await;
+                };
+                let ended = tokio::select! {
+                    () = received => true,
+                    _ = stop.cancelled() => false,
+                };
+                sending.abort();
+                let _ = tokio::time::timeout(Duration::from_secs(3), watch.finished()).await;
+                ended.then(|| match watch.end_reason() {
+                    Some(reason) => format!("the connection ended: {reason}"),
+                    None => "the connection ended".to_owned(),
+                })
+            }
+        }
+    }
+}
+
 impl Agent {
     /// Spawns the agent; the client offers and serves what `offer` says.
     pub fn spawn(launch: &Launch, offer: Offer) -> std::io::Result<Agent> {
@@ -352,11 +444,18 @@ impl Agent {
     }
 
     fn start(launch: &Launch, offer: Offer, v2: bool) -> std::io::Result<Agent> {
-        let mut command = std::process::Command::new(&launch.command[0]);
-        command.args(&launch.command[1..]);
-        let stderr = if launch.verbose { StderrMode::Inherit } else { StderrMode::Null };
-        let mut child = ChildProcess::spawn(command, SpawnOptions { stderr, kill_grace: Duration::from_millis(500) })?;
-        let (agent_out, agent_in) = child.take_transport().expect("fresh child has its stdio");
+        let mut endpoint = match &launch.url {
+            Some(url) => Endpoint::remote(url.clone()),
+            None => {
+                let mut command = std::process::Command::new(&launch.command[0]);
+                command.args(&launch.command[1..]);
+                let stderr = if launch.verbose { StderrMode::Inherit } else { StderrMode::Null };
+                let child =
+                    ChildProcess::spawn(command, SpawnOptions { stderr, kill_grace: Duration::from_millis(500) })?;
+                Endpoint::Process(Box::new(child))
+            }
+        };
+        let (agent_out, agent_in) = endpoint.take_transport();
         let shared = Arc::new(Shared {
             observed: Mutex::default(),
             v2,
@@ -444,21 +543,8 @@ impl Agent {
         tokio::spawn(async move {
             // Fires however the task ends, so nobody waits for a process that is gone.
             let _done = done.drop_guard();
-            let status = tokio::select! {
-                status = child.wait() => Some(status),
-                _ = stop.cancelled() => None,
-            };
-            match status {
-                Some(status) => {
-                    let how = match status {
-                        Ok(s) => describe_exit(s),
-                        Err(e) => format!("waiting for the agent failed: {e}"),
-                    };
-                    process_shared.update(|o| o.exit = Some(how));
-                }
-                None => {
-                    let _ = child.terminate().await;
-                }
+            if let Some(how) = endpoint.run(stop).await {
+                process_shared.update(|o| o.exit = Some(how));
             }
         });
 

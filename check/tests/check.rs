@@ -927,3 +927,62 @@ fn a_v2_turn_without_an_idle_update_and_a_cancelled_request_never_answered_fail(
     );
     assert_eq!(failures(&report).len(), 3, "{:#?}", failures(&report));
 }
+
+/// The demo agent listening on a free port (feature `http-server`); its URL. Killed on drop.
+struct Listening(std::process::Child, String);
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn listening_example_agent() -> Listening {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_acp-check-example-agent"))
+        .args(["--listen", "127.0.0.1:0"])
+        .env("ACP_DEMO_DELAY_MS", "5")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the example agent");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("LISTENING line");
+    let url = line.trim().strip_prefix("LISTENING ").expect("LISTENING <url>").to_owned();
+    Listening(child, url)
+}
+
+#[test]
+fn a_remote_agent_is_checked_over_both_profiles() {
+    let agent = listening_example_agent();
+    for url in [agent.1.clone(), agent.1.replacen("http://", "ws://", 1)] {
+        let output = Command::new(CHECK)
+            .args(["--json", "--timeout-ms", "20000", "--url", &url])
+            .output()
+            .expect("run acp-check");
+        let report: Value = serde_json::from_slice(&output.stdout).expect("JSON report");
+        assert_eq!(output.status.code(), Some(0), "{url}: {:?}", failures(&report));
+        // Both versions are served and checked, as over stdio; only what needs a process is skipped.
+        assert_eq!(find(&report, "exits-on-stdin-close")["status"], "skip", "{url}");
+        assert_eq!(find(&report, "prompt-turn")["status"], "pass", "{url}");
+        assert_eq!(find(&report, "v2-prompt-accepted")["status"], "pass", "{url}");
+        let batch = &find(&report, "v2-batch-empty")["status"];
+        if url.starts_with("ws://") {
+            assert_eq!(batch, "pass", "a WebSocket carries batches");
+            assert_eq!(find(&report, "v2-batch")["status"], "pass", "the array answer reaches the checker");
+        } else {
+            assert_eq!(batch, "skip", "Streamable HTTP carries none");
+        }
+        // Over HTTP the server answers a line that is no message 400 with -32700, and the
+        // client hands that answer over.
+        assert_eq!(find(&report, "malformed-line-answer")["status"], "pass", "{url}");
+    }
+}
+
+#[test]
+fn url_usage_errors() {
+    let both = Command::new(CHECK).args(["--url", "http://127.0.0.1:9/acp", "--", "agent"]).output().unwrap();
+    assert_eq!(both.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&both.stderr).contains("either --url or an agent command"));
+}

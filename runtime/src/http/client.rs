@@ -43,7 +43,10 @@
 //!   disagree on where `session/load`'s answer goes.
 //! - **Errors never hang a call.** A POST answered with a non-2xx status fails the request it
 //!   carried with -32603 and `data: {status, body}` (the body cut to 4 KiB); `401`, `403`,
-//!   `404` and `410` also end the connection. A POST that cannot be sent (connection refused
+//!   `404` and `410` also end the connection. A refused POST that carried no request (a line
+//!   that is not a message) whose body is a JSON-RPC error with a null id (as this crate's
+//!   server answers invalid JSON: 400 with -32700) hands that error over as an incoming
+//!   message. A POST that cannot be sent (connection refused
 //!   or reset) fails its request and ends the connection; one that times out
 //!   ([`Remote::request_timeout`]) fails its request only. A request whose session stream
 //!   cannot be opened fails without being posted. The connection stream ending ends the
@@ -370,6 +373,16 @@ impl Remote {
         Ok((peer, remote))
     }
 
+    /// The transport alone, for a tool that runs its own connection or watches the wire (as
+    /// `acp-check --url` does): `reader` gives each message the agent sends as one line, and
+    /// each line written to `writer` is sent to the agent: what a spawned agent's stdout and
+    /// stdin are. Closing or dropping `writer` ends the connection (`DELETE`, or the
+    /// WebSocket's Close); [`RemoteTransport::finished`] resolves when the transport is done.
+    pub async fn transport(self) -> Result<RemoteTransport, ConnectError> {
+        let (opened, _, (reader, writer)) = self.open().await?;
+        Ok(RemoteTransport { reader, writer, status: opened.status, profile: opened.profile })
+    }
+
     /// Re-attaches to a session after a lost connection (see the [module docs](self)): connects
     /// and serves `client`, sends `initialize` (`init`), then `session/load` (`load`) when the
     /// agent advertises `loadSession`, else `session/resume` with the same session, cwd,
@@ -553,6 +566,49 @@ impl Drop for RemoteAgent {
         // The connection winds down within its grace period; the driver then sees the end of
         // its output and says goodbye to the server.
         self.peer.close();
+    }
+}
+
+/// The raw transport to a remote agent, from [`Remote::transport`].
+#[derive(Debug)]
+pub struct RemoteTransport {
+    /// The agent's messages, one per line.
+    pub reader: PipeReader,
+    /// Lines written here go to the agent; closing it ends the connection.
+    pub writer: PipeWriter,
+    status: Arc<Status>,
+    profile: Profile,
+}
+
+impl RemoteTransport {
+    /// The profile in use (from the URL's scheme).
+    pub fn profile(&self) -> Profile {
+        self.profile
+    }
+
+    /// A handle that outlives `reader` and `writer` (when they are moved out), to see how the
+    /// transport ends.
+    pub fn watch(&self) -> TransportWatch {
+        TransportWatch { status: self.status.clone() }
+    }
+}
+
+/// Watches a [`RemoteTransport`] whose ends went elsewhere.
+#[derive(Clone, Debug)]
+pub struct TransportWatch {
+    status: Arc<Status>,
+}
+
+impl TransportWatch {
+    /// Why the transport ended the connection, once it has (`None` while it runs, and when it
+    /// was closed from our side).
+    pub fn end_reason(&self) -> Option<String> {
+        lock(&self.status.end_reason).clone()
+    }
+
+    /// Resolves when the transport is done (the server told, its streams dropped).
+    pub async fn finished(&self) {
+        self.status.finished.cancelled().await;
     }
 }
 
@@ -1122,7 +1178,14 @@ impl HttpDriver {
             Ok(answer) => {
                 let status = answer.status;
                 let text = format!("the server answered the POST with HTTP {status}");
-                if let Some(id) = &request {
+                let body = answer.body.trim_ascii();
+                let null_id_error = Envelope::read(std::str::from_utf8(body).unwrap_or_default())
+                    .is_some_and(|e| e.is_error && e.id.is_none() && e.method.is_none());
+                if null_id_error && request.is_none() {
+                    // The server's JSON-RPC answer to input that never reached the agent (a
+                    // line that is not a message): handed over as the agent's answer would be.
+                    self.link.delivery.line(one_line(body.to_vec())).await;
+                } else if let Some(id) = &request {
                     lock(&self.link.routes).ours.remove(id);
                     self.link.delivery.fail(id, &text, answer.error_data()).await;
                 } else {
@@ -1366,7 +1429,10 @@ async fn run_websocket(mut socket: Socket, mut lines: mpsc::Receiver<Vec<u8>>, d
                     Some(Err(e)) => break Some(format!("WebSocket error: {}", describe_error(&e))),
                     Some(Ok(Message::Text(text))) => {
                         let data = text.as_bytes();
-                        if read_received(data, "a WebSocket frame").is_some()
+                        // A WebSocket carries JSON-RPC as stdio does, batches included (a v2
+                        // agent answers a batch with an array): the connection judges arrays.
+                        let batch = data.trim_ascii_start().starts_with(b"[");
+                        if (batch || read_received(data, "a WebSocket frame").is_some())
                             && !delivery.line(one_line(data.to_vec())).await
                         {
                             break None;
