@@ -549,9 +549,13 @@ async fn websocket_frames_carry_messages_and_a_close_ends_the_connection() {
     let Some(Ok(Message::Text(sent))) = within("a frame", socket.next()).await else { panic!("no text frame") };
     let sent: Value = serde_json::from_str(sent.as_str()).unwrap();
     assert_eq!(sent["method"], "_echo");
-    // Ignored: a binary frame, text that is not a JSON object.
+    // Ignored: a binary frame, text that is no message. An array goes to the connection like a
+    // line on stdio: a v1 connection answers a batch -32600.
     socket.send(Message::binary(b"{}".to_vec())).await.unwrap();
+    socket.send(Message::text("\"text\"")).await.unwrap();
     socket.send(Message::text("[1]")).await.unwrap();
+    let Some(Ok(Message::Text(refusal))) = within("the batch refusal", socket.next()).await else { panic!() };
+    assert_eq!(serde_json::from_str::<Value>(refusal.as_str()).unwrap()["error"]["code"], -32600);
     socket.send(Message::text(json!({"jsonrpc":"2.0","id":sent["id"],"result":"ok"}).to_string())).await.unwrap();
     assert_eq!(within("the answer", call).await.unwrap().unwrap().get(), r#""ok""#);
     // The agent asks; we answer on the socket.
