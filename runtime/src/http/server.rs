@@ -184,15 +184,18 @@ type StartConnection = dyn Fn(DuplexEnd) -> Serve + Send + Sync;
 /// Serves ACP agents over HTTP and WebSocket; see the [module docs](self).
 ///
 /// ```no_run
-/// # async fn run() -> std::io::Result<()> {
+/// use acp_runtime::AgentContext;
+/// use acp_runtime::acp_types::Agent;
 /// use acp_runtime::http::server::HttpServer;
-/// # struct MyAgent;
-/// # impl acp_runtime::acp_types::Agent<acp_runtime::AgentContext> for MyAgent {}
+///
 /// // One agent value per ACP connection; listens on 127.0.0.1 only.
-/// let server = HttpServer::agent(|| MyAgent).bind("127.0.0.1:8080").await?;
-/// println!("listening on http://{}/acp", server.local_addr());
-/// server.run().await
-/// # }
+/// async fn run<A: Agent<AgentContext> + 'static>(
+///     make_agent: impl Fn() -> A + Send + Sync + 'static,
+/// ) -> std::io::Result<()> {
+///     let server = HttpServer::agent(make_agent).bind("127.0.0.1:8080").await?;
+///     println!("listening on {}", server.url());
+///     server.run().await
+/// }
 /// ```
 pub struct HttpServer {
     shared: Arc<ServerShared>,
