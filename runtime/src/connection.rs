@@ -3,7 +3,7 @@
 //!
 //! # Concurrency contract
 //!
-//! One connection runs four kinds of work:
+//! One connection runs five kinds of work:
 //!
 //! - **The reader** (inside the [`Serve`] future) splits input into lines, decodes envelopes and
 //!   routes them. It never runs user code and never waits for a request handler, so responses,
@@ -25,6 +25,8 @@
 //!   (`inner`), whose handler calls B (`leaf`): `leaf` waits for B's only slot, which `outer`
 //!   holds until `leaf` answers. The default bound (1024) makes this practically unreachable;
 //!   a low bound suits peers whose handlers do not call back.
+//! - **The backlog task** starts held requests as slots free up and answers the ones
+//!   cancelled while held; it sleeps while nothing is held (see the overload section below).
 //! - **Notifications** are handled by one task, one at a time, in arrival order.
 //! - **The output** is one bounded FIFO queue (senders wait when it is full), drained by one
 //!   writer task in batches and flushed whenever the queue runs empty. A request or a response
@@ -66,9 +68,9 @@
 //! | waiting for a slot | [`Connection::max_queued_requests`] (4096) | a task, a cancellation token, an in-flight entry |
 //! | backlog | [`Connection::max_backlog_bytes`] (64 MiB) | its params, id and method as read, plus 640 bytes of bookkeeping |
 //!
-//! The backlog holds requests that arrived while both task bounds were full; each starts (takes
-//! a waiting task) in arrival order as soon as one of those frees up, after every request read
-//! before it. A request that does not fit the backlog either is refused at once, unrun, with
+//! The reader holds the requests that arrive while both task bounds are full, and every
+//! request after them while anything is held; the backlog task gives each, in arrival order, a
+//! waiting task as soon as one frees up. A request that does not fit the backlog either is refused at once, unrun, with
 //! [`codes::OVERLOADED`](crate::codes::OVERLOADED) (-32029, message `"Overloaded, retry later"`)
 //! and `data` `{"retryAfterMs": N, "inFlight": .., "backlogBytes": .., "maxBacklogBytes": ..}`.
 //! Since it never ran, sending it again is safe. `retryAfterMs` is how long the oldest request in
@@ -164,6 +166,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::backlog::{self, Backlog};
 use crate::error::Error;
 use crate::framing::DEFAULT_MAX_LINE_BYTES;
 use crate::handler::{DynHandler, Handler};
@@ -371,6 +374,8 @@ impl Connection {
             tap: tap_tx,
             load: LoadGauges::new(self.max_concurrent_requests, self.max_queued_requests),
             held_cancels,
+            backlog: Mutex::new(Backlog::default()),
+            backlog_grew: Notify::new(),
             next_id: AtomicI64::new(0),
             pending: Mutex::new(PendingCalls::default()),
             inflight: Mutex::new(HashMap::new()),
@@ -405,7 +410,7 @@ struct Prepared {
     options: Options,
     shared: Arc<Shared>,
     out_rx: mpsc::Receiver<Vec<u8>>,
-    held_cancels_rx: mpsc::UnboundedReceiver<u64>,
+    held_cancels_rx: mpsc::UnboundedReceiver<Id>,
     tap: Option<(writer::Tap, mpsc::Receiver<Vec<u8>>)>,
 }
 
@@ -468,7 +473,7 @@ async fn run(
     reader: BoxReader,
     writer: BoxWriter,
     out_rx: mpsc::Receiver<Vec<u8>>,
-    held_cancels: mpsc::UnboundedReceiver<u64>,
+    held_cancels: mpsc::UnboundedReceiver<Id>,
     tap: Option<(writer::Tap, mpsc::Receiver<Vec<u8>>)>,
     handler: Arc<dyn DynHandler>,
 ) -> Result<(), Error> {
@@ -483,22 +488,27 @@ async fn run(
         AbortOnDrop::spawn(crate::router::notification_loop(notif_rx, handler.clone(), shared.clone(), grace));
     let requests = RequestTasks::default();
 
+    let backlog_stop = CancellationToken::new();
+    let starter = backlog::Starter { shared: shared.clone(), handler: handler.clone(), grace, tasks: requests.clone() };
+    let mut backlog_task = AbortOnDrop::spawn(backlog::backlog_loop(starter, held_cancels, backlog_stop.clone()));
+
     let read_result = {
-        let mut router = Router::new(options, shared.clone(), handler, notif_tx, held_cancels, requests.clone());
-        let read_result = tokio::select! {
+        let mut router = Router::new(options, shared.clone(), handler, notif_tx, requests.clone());
+        tokio::select! {
             r = router.run(reader) => r,
             () = shared.closed.cancelled() => Ok(()),
-        };
-        // Requests still in the backlog never run: they are answered as cancelled while the
-        // writer still works. A peer that no longer reads holds us up for the grace period at
-        // most.
-        if router.has_backlog() {
-            router.answer_backlog_cancelled(grace.max(Duration::from_millis(10))).await;
         }
-        read_result
         // `router` (and with it the notification queue's sender) is dropped here, so the
         // notification task sees the end of its queue once it has drained it.
     };
+
+    // Requests still in the backlog never run: they are answered as cancelled while the writer
+    // still works. A peer that no longer reads holds us up for the grace period at most.
+    backlog_stop.cancel();
+    let stall = grace.max(Duration::from_millis(10));
+    let _ = tokio::time::timeout(stall, &mut backlog_task).await;
+    drop(backlog_task);
+    backlog::answer_all_cancelled(&shared, stall).await;
     if let Err(e) = &read_result {
         tracing::warn!(error = %e, "acp connection: read failed");
     }
@@ -579,18 +589,18 @@ pub(crate) struct InFlight {
     /// Cancelled on request (`$/cancel_request`, `session/cancel`), not by the connection's
     /// end: then a handler that has not started never does.
     pub(crate) cancel_requested: bool,
-    /// Held in the reader's backlog under this number (no task yet): a cancellation on request
-    /// tells the reader, which answers it at once.
-    pub(crate) held: Option<u64>,
+    /// Held in the backlog (no task yet): a cancellation on request tells the backlog task,
+    /// which answers it at once.
+    pub(crate) held: bool,
 }
 
 impl InFlight {
     /// Cancels the request on the peer's (or our own `session/cancel`'s) behalf; a held one is
-    /// reported to the reader through `held_cancels`.
-    pub(crate) fn cancel_on_request(&mut self, held_cancels: &mpsc::UnboundedSender<u64>) {
-        if let (Some(seq), false) = (self.held, self.cancel_requested) {
+    /// reported to the backlog task through `held_cancels`.
+    pub(crate) fn cancel_on_request(&mut self, id: &Id, held_cancels: &mpsc::UnboundedSender<Id>) {
+        if self.held && !self.cancel_requested {
             // Once per request, so the channel never holds more than the backlog did.
-            let _ = held_cancels.send(seq);
+            let _ = held_cancels.send(id.clone());
         }
         self.cancel_requested = true;
         self.token.cancel();
@@ -619,7 +629,7 @@ pub struct RequestLoad {
 }
 
 /// The request bounds' state, shared by the reader (which admits and holds requests), the
-/// request tasks (which release their permits) and [`Peer::request_load`].
+/// backlog task, the request tasks (which release their permits) and [`Peer::request_load`].
 pub(crate) struct LoadGauges {
     /// Requests with a task (running or waiting): `max_concurrent + max_queued` permits.
     pub(crate) admitted: Arc<Semaphore>,
@@ -627,7 +637,7 @@ pub(crate) struct LoadGauges {
     pub(crate) running: Arc<Semaphore>,
     max_concurrent: usize,
     max_admitted: usize,
-    /// Written by the reader only; atomics so that `request_load` can read them anywhere.
+    /// Written under the backlog's lock; atomics so that they can be read without it.
     backlog: AtomicUsize,
     backlog_bytes: AtomicUsize,
     peak_backlog_bytes: AtomicUsize,
@@ -648,7 +658,13 @@ impl LoadGauges {
         }
     }
 
-    /// The reader changed the backlog: it now holds `len` requests charged `bytes`.
+    /// Whether nothing is held. Only the reader adds to the backlog, so it never sees it empty
+    /// when it is not.
+    pub(crate) fn backlog_is_empty(&self) -> bool {
+        self.backlog.load(Ordering::Relaxed) == 0
+    }
+
+    /// The backlog changed: it now holds `len` requests charged `bytes`.
     pub(crate) fn set_backlog(&self, len: usize, bytes: usize) {
         self.backlog.store(len, Ordering::Relaxed);
         self.backlog_bytes.store(bytes, Ordering::Relaxed);
@@ -681,8 +697,12 @@ pub(crate) struct Shared {
     pub(crate) tap: Option<mpsc::Sender<Vec<u8>>>,
     /// The request bounds and how full they are.
     pub(crate) load: LoadGauges,
-    /// Held requests cancelled on request, by backlog number, for the reader to answer.
-    pub(crate) held_cancels: mpsc::UnboundedSender<u64>,
+    /// Held requests cancelled on request, for the backlog task to answer.
+    pub(crate) held_cancels: mpsc::UnboundedSender<Id>,
+    /// Requests beyond the task bounds (see [`crate::backlog`]).
+    backlog: Mutex<Backlog>,
+    /// The reader held a request (wakes the backlog task).
+    pub(crate) backlog_grew: Notify,
     pub(crate) next_id: AtomicI64,
     pending: Mutex<PendingCalls>,
     inflight: Mutex<HashMap<Id, InFlight>>,
@@ -722,6 +742,11 @@ pub(crate) struct SessionWork {
 
 pub(crate) fn lock_inflight(shared: &Shared) -> MutexGuard<'_, HashMap<Id, InFlight>> {
     lock(&shared.inflight)
+}
+
+/// Taken before the in-flight lock when both are needed.
+pub(crate) fn lock_backlog(shared: &Shared) -> MutexGuard<'_, Backlog> {
+    lock(&shared.backlog)
 }
 
 impl Shared {
@@ -873,9 +898,9 @@ impl Shared {
     /// Cancels in-flight incoming requests of `kind` for `session`.
     pub(crate) fn cancel_incoming(&self, kind: RequestKind, session: &str) {
         let mut inflight = lock(&self.inflight);
-        for entry in inflight.values_mut() {
+        for (id, entry) in inflight.iter_mut() {
             if entry.kind == kind && entry.session.as_deref() == Some(session) {
-                entry.cancel_on_request(&self.held_cancels);
+                entry.cancel_on_request(id, &self.held_cancels);
             }
         }
     }

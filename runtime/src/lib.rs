@@ -107,6 +107,7 @@ pub mod transport;
 pub mod v2;
 pub mod version;
 
+mod backlog;
 mod batch;
 mod catch_unwind;
 mod error;

@@ -1,11 +1,10 @@
 //! The reader side of a connection: routes each decoded line (a response to its pending call,
 //! a request to a new task, a notification to the ordered queue), answers bad input, holds the
-//! requests beyond the task bounds in the backlog (or refuses them once it is full; see the
-//! overload section of [`crate::connection`]), and runs request and notification handlers with
-//! the cancellation rules of [`crate::connection`].
+//! requests beyond the task bounds in the [backlog](crate::backlog) (or refuses them once it
+//! is full; see the overload section of [`crate::connection`]), and runs request and
+//! notification handlers with the cancellation rules of [`crate::connection`].
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -17,16 +16,17 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::backlog::{Backlog, Held};
 use crate::batch::{BatchReply, ReplyTo};
 use crate::catch_unwind::{CatchUnwind, panic_message};
-use crate::connection::{InFlight, Options, Reply, RequestKind, Shared};
+use crate::connection::{InFlight, Options, Reply, RequestKind, Shared, lock_backlog};
 use crate::error::Error;
 use crate::framing::{Frame, LineReader};
 use crate::handler::{DynHandler, IncomingNotification, IncomingRequest, Watch, session_id_of};
 use crate::jsonrpc::{self, DecodeErrorKind, ErrorObject, Id, Message};
 use crate::methods;
 use crate::peer::Peer;
-use crate::tasks::RequestTasks;
+use crate::tasks::{Counted, RequestTasks};
 use crate::writer::{TapIn, tap_in};
 
 tokio::task_local! {
@@ -42,43 +42,6 @@ pub(crate) struct Queued {
     seq: u64,
 }
 
-/// What a held request is charged beyond its params, id and method: the [`Held`] entry in the
-/// backlog's map (136 bytes, in B-tree nodes that sequential inserts leave about half full),
-/// its in-flight entry (72 bytes in a hash map up to half empty) and its cancellation token
-/// (a node of about 150 bytes) come to about 550 bytes; rounded up.
-const HELD_OVERHEAD_BYTES: usize = 640;
-
-/// The bounds of the `retryAfterMs` hint of an overload refusal, and its value when nothing is
-/// held (backlog disabled, or a request too large for an empty backlog).
-const MIN_RETRY_AFTER: Duration = Duration::from_millis(10);
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
-const DEFAULT_RETRY_AFTER: Duration = Duration::from_millis(100);
-
-/// A request read while both task bounds were full: everything needed to start it later, no
-/// task yet. Its in-flight entry (with `held` set) exists already, so duplicates and
-/// cancellations find it.
-struct Held {
-    id: Id,
-    method: Cow<'static, str>,
-    params: Option<Box<RawValue>>,
-    session_id: Option<Arc<str>>,
-    kind: RequestKind,
-    token: CancellationToken,
-    /// Notifications queued before it (see [`run_request`]).
-    barrier: u64,
-    reply: ReplyTo,
-    since: Instant,
-    cost: usize,
-}
-
-/// The held requests in arrival order, by backlog number; owned by the reader alone.
-#[derive(Default)]
-struct Backlog {
-    held: BTreeMap<u64, Held>,
-    next: u64,
-    bytes: usize,
-}
-
 pub(crate) struct Router {
     options: Options,
     shared: Arc<Shared>,
@@ -91,9 +54,6 @@ pub(crate) struct Router {
     /// Handler slots: `max_concurrent_requests`.
     running: Arc<Semaphore>,
     tasks: RequestTasks,
-    backlog: Backlog,
-    /// Held requests cancelled on request (see [`InFlight::cancel_on_request`]).
-    held_cancels: mpsc::UnboundedReceiver<u64>,
 }
 
 impl Router {
@@ -102,7 +62,6 @@ impl Router {
         shared: Arc<Shared>,
         handler: Arc<dyn DynHandler>,
         notifications: mpsc::Sender<Queued>,
-        held_cancels: mpsc::UnboundedReceiver<u64>,
         tasks: RequestTasks,
     ) -> Self {
         Router {
@@ -114,35 +73,13 @@ impl Router {
             notifications,
             queued: 0,
             tasks,
-            backlog: Backlog::default(),
-            held_cancels,
         }
     }
 
-    /// Reads until end of input (`Ok`) or a read error. While requests are held, a freed task
-    /// slot starts the oldest, and a cancelled one is answered, before more input is read.
+    /// Reads until end of input (`Ok`) or a read error.
     pub(crate) async fn run(&mut self, reader: Box<dyn AsyncRead + Send + Unpin>) -> std::io::Result<()> {
         let mut lines = LineReader::new(reader, self.options.max_line_bytes);
-        loop {
-            let frame = if self.backlog.held.is_empty() {
-                lines.next_frame().await?
-            } else {
-                // Each branch is cancel safe: a frame not taken stays in `lines`.
-                tokio::select! {
-                    biased;
-                    Some(seq) = self.held_cancels.recv() => {
-                        self.answer_held_cancelled(seq).await;
-                        continue;
-                    }
-                    // The semaphore is never closed.
-                    Ok(permit) = self.admitted.clone().acquire_owned() => {
-                        self.start_oldest_held(permit);
-                        continue;
-                    }
-                    frame = lines.next_frame() => frame?,
-                }
-            };
-            let Some(frame) = frame else { return Ok(()) };
+        while let Some(frame) = lines.next_frame().await? {
             match frame {
                 Frame::Line(line) => self.dispatch(line).await,
                 Frame::Oversized { len } => {
@@ -160,6 +97,7 @@ impl Router {
                 }
             }
         }
+        Ok(())
     }
 
     async fn dispatch(&mut self, line: &[u8]) {
@@ -305,7 +243,7 @@ impl Router {
         };
         let mut inflight = crate::connection::lock_inflight(&self.shared);
         match inflight.get_mut(&request_id) {
-            Some(entry) => entry.cancel_on_request(&self.shared.held_cancels),
+            Some(entry) => entry.cancel_on_request(&request_id, &self.shared.held_cancels),
             // Finished already, or never existed: nothing to do.
             None => tracing::debug!(id = %request_id, "acp connection: $/cancel_request for no in-flight request"),
         }
@@ -315,78 +253,28 @@ impl Router {
         // Never wait here: a reader waiting for a handler slot would not read the cancellation
         // or the response that handler is waiting for. A request gets a task if one is free and
         // nothing is held before it; else it joins the backlog if it fits; else it is refused.
-        let admitted = if self.backlog.held.is_empty() { self.admitted.clone().try_acquire_owned().ok() } else { None };
-        let cost = match &admitted {
-            Some(_) => 0,
-            None => held_cost(&id, &method, params),
+        let admitted =
+            if self.shared.load.backlog_is_empty() { self.admitted.clone().try_acquire_owned().ok() } else { None };
+        let Some(admitted) = admitted else {
+            return self.hold_or_refuse(id, method, params, reply).await;
         };
-        if admitted.is_none() && self.backlog.bytes + cost > self.options.max_backlog_bytes {
-            return self.refuse_overloaded(id, &method, reply).await;
-        }
         let kind = RequestKind::of(&method, self.shared.speaks_v2());
         let session_id = session_id_of(params);
         let token = self.shared.closed.child_token();
-        let held = admitted.is_none().then_some(self.backlog.next);
-        let duplicate = {
-            let mut inflight = crate::connection::lock_inflight(&self.shared);
-            let duplicate = inflight.contains_key(&id);
-            if !duplicate {
-                let entry =
-                    InFlight { token: token.clone(), kind, session: session_id.clone(), cancel_requested: false, held };
-                inflight.insert(id.clone(), entry);
-            }
-            duplicate
-        };
-        if duplicate {
-            tracing::warn!(%id, "acp connection: duplicate id of an in-flight request");
-            let error = ErrorObject::invalid_request("duplicate id of an in-flight request");
-            self.answer_to(reply, &id, Err(&error)).await;
-            return;
+        let entry =
+            InFlight { token: token.clone(), kind, session: session_id.clone(), cancel_requested: false, held: false };
+        if !self.register(reply, &id, entry) {
+            return self.refuse_duplicate(reply, &id).await;
         }
-        if let ReplyTo::Batch(batch) = reply {
-            batch.expect();
-        }
-        let method = methods::intern(&method);
-        let params = params.map(ToOwned::to_owned);
-        let Some(admitted) = admitted else {
-            let entry = Held {
-                id,
-                method,
-                params,
-                session_id,
-                kind,
-                token,
-                barrier: self.queued,
-                reply: reply.clone(),
-                since: Instant::now(),
-                cost,
-            };
-            self.backlog.held.insert(self.backlog.next, entry);
-            self.backlog.next += 1;
-            self.backlog.bytes += cost;
-            self.shared.load.set_backlog(self.backlog.held.len(), self.backlog.bytes);
-            return;
-        };
         let req = IncomingRequest {
             id,
-            method,
-            params,
+            method: methods::intern(&method),
+            params: params.map(ToOwned::to_owned),
             session_id,
             cancel: token,
             peer: Peer { shared: self.shared.clone() },
             watch: Watch::default(),
         };
-        self.spawn_request(req, kind, self.queued, admitted, reply.clone());
-    }
-
-    fn spawn_request(
-        &self,
-        req: IncomingRequest,
-        kind: RequestKind,
-        barrier: u64,
-        admitted: OwnedSemaphorePermit,
-        reply: ReplyTo,
-    ) {
         let slot = Slot { running: self.running.clone(), _admitted: admitted };
         let task = run_request(
             self.shared.clone(),
@@ -394,122 +282,122 @@ impl Router {
             req,
             kind,
             self.options.cancel_grace,
-            barrier,
+            self.queued,
             slot,
-            reply,
+            reply.clone(),
+            self.tasks.count(),
         );
-        self.tasks.spawn(task);
+        tokio::spawn(task);
+    }
+
+    /// Makes `id` an in-flight request; `false` if it already is one (a duplicate, to be
+    /// answered with [`Router::refuse_duplicate`]). A request of a batch adds to the answers
+    /// the batch waits for.
+    fn register(&self, reply: &ReplyTo, id: &Id, entry: InFlight) -> bool {
+        {
+            let mut inflight = crate::connection::lock_inflight(&self.shared);
+            if inflight.contains_key(id) {
+                return false;
+            }
+            inflight.insert(id.clone(), entry);
+        }
+        if let ReplyTo::Batch(batch) = reply {
+            batch.expect();
+        }
+        true
+    }
+
+    async fn refuse_duplicate(&self, reply: &ReplyTo, id: &Id) {
+        tracing::warn!(%id, "acp connection: duplicate id of an in-flight request");
+        let error = ErrorObject::invalid_request("duplicate id of an in-flight request");
+        self.answer_to(reply, id, Err(&error)).await;
+    }
+
+    /// A request that found no free task, or requests held before it: it joins the backlog
+    /// if it fits, else it is refused as overloaded.
+    async fn hold_or_refuse(&mut self, id: Id, method: Cow<'_, str>, params: Option<&RawValue>, reply: &ReplyTo) {
+        let cost = Backlog::cost(&id, &method, params);
+        let kind = RequestKind::of(&method, self.shared.speaks_v2());
+        let session_id = session_id_of(params);
+        // Under the backlog's lock from its in-flight entry on, so that a cancellation that
+        // finds the entry also finds it held.
+        let held = {
+            let mut backlog = lock_backlog(&self.shared);
+            if !backlog.fits(cost, self.options.max_backlog_bytes) {
+                None
+            } else {
+                let seq = backlog.next_seq();
+                let token = self.shared.closed.child_token();
+                let entry = InFlight {
+                    token: token.clone(),
+                    kind,
+                    session: session_id.clone(),
+                    cancel_requested: false,
+                    held: true,
+                };
+                let registered = self.register(reply, &id, entry);
+                if registered {
+                    let held = Held {
+                        id: id.clone(),
+                        method: methods::intern(&method),
+                        params: params.map(ToOwned::to_owned),
+                        session_id,
+                        kind,
+                        token,
+                        barrier: self.queued,
+                        reply: reply.clone(),
+                        since: Instant::now(),
+                        cost,
+                    };
+                    backlog.hold(seq, held, &self.shared.load);
+                }
+                Some(registered)
+            }
+        };
+        match held {
+            Some(true) => self.shared.backlog_grew.notify_one(),
+            Some(false) => self.refuse_duplicate(reply, &id).await,
+            None => self.refuse_overloaded(id, &method, reply).await,
+        }
     }
 
     /// Refuses a request that fits neither a task nor the backlog, with the overload error.
     async fn refuse_overloaded(&self, id: Id, method: &str, reply: &ReplyTo) {
         let in_flight = self.shared.load.refused();
         tracing::warn!(%id, %method, in_flight, "acp connection: overloaded; request refused");
-        let retry_after = match self.backlog.held.first_key_value() {
-            Some((_, oldest)) => oldest.since.elapsed().clamp(MIN_RETRY_AFTER, MAX_RETRY_AFTER),
-            None => DEFAULT_RETRY_AFTER,
+        let (retry_after, backlog_bytes) = {
+            let backlog = lock_backlog(&self.shared);
+            (backlog.retry_after(), backlog.bytes())
         };
         let mut error = ErrorObject::overloaded(retry_after);
         if let Some(serde_json::Value::Object(data)) = &mut error.data {
             data.insert("inFlight".into(), in_flight.into());
-            data.insert("backlogBytes".into(), self.backlog.bytes.into());
+            data.insert("backlogBytes".into(), backlog_bytes.into());
             data.insert("maxBacklogBytes".into(), self.options.max_backlog_bytes.into());
         }
         self.answer_to(reply, &id, Err(&error)).await;
     }
-
-    /// Gives the oldest held request the task slot `admitted`.
-    fn start_oldest_held(&mut self, admitted: OwnedSemaphorePermit) {
-        let Some((seq, held)) = self.backlog.held.pop_first() else { return };
-        self.backlog_changed(held.cost);
-        if let Some(entry) = crate::connection::lock_inflight(&self.shared).get_mut(&held.id) {
-            if entry.held == Some(seq) {
-                // From now on its task answers a cancellation (a report already sent for it
-                // finds nothing held under `seq`).
-                entry.held = None;
-            }
-        }
-        let Held { id, method, params, session_id, kind, token, barrier, reply, .. } = held;
-        let req = IncomingRequest {
-            id,
-            method,
-            params,
-            session_id,
-            cancel: token,
-            peer: Peer { shared: self.shared.clone() },
-            watch: Watch::default(),
-        };
-        self.spawn_request(req, kind, barrier, admitted, reply);
-    }
-
-    /// A held request was cancelled on request: answered at once, never run.
-    async fn answer_held_cancelled(&mut self, seq: u64) {
-        // Gone already when it started before the report was read.
-        let Some(held) = self.backlog.held.remove(&seq) else { return };
-        self.backlog_changed(held.cost);
-        finish(&self.shared, held.id, cancelled_answer(held.kind, None), &held.reply, &Watch::default()).await;
-    }
-
-    fn backlog_changed(&mut self, released: usize) {
-        self.backlog.bytes -= released;
-        self.shared.load.set_backlog(self.backlog.held.len(), self.backlog.bytes);
-    }
-
-    /// Whether requests are held (see [`Router::answer_backlog_cancelled`]).
-    pub(crate) fn has_backlog(&self) -> bool {
-        !self.backlog.held.is_empty()
-    }
-
-    /// The connection ends: every held request is answered as cancelled, oldest first, without
-    /// running, until the output stalls for `stall` (a peer that no longer reads); the rest
-    /// are dropped unanswered.
-    pub(crate) async fn answer_backlog_cancelled(&mut self, stall: Duration) {
-        while let Some((_, held)) = self.backlog.held.pop_first() {
-            self.backlog_changed(held.cost);
-            let (answer, watch) = (cancelled_answer(held.kind, None), Watch::default());
-            let answered = finish(&self.shared, held.id, answer, &held.reply, &watch);
-            if tokio::time::timeout(stall, answered).await.is_err() {
-                break;
-            }
-        }
-        self.forget_backlog();
-    }
-
-    /// Drops whatever [`Router::answer_backlog_cancelled`] had no time to answer.
-    fn forget_backlog(&mut self) {
-        let forgotten = std::mem::take(&mut self.backlog.held);
-        let mut inflight = crate::connection::lock_inflight(&self.shared);
-        for held in forgotten.values() {
-            inflight.remove(&held.id);
-        }
-        drop(inflight);
-        self.backlog.bytes = 0;
-        self.shared.load.set_backlog(0, 0);
-    }
 }
 
-/// What a held request is charged in the backlog.
-fn held_cost(id: &Id, method: &str, params: Option<&RawValue>) -> usize {
-    let id_len = match id {
-        Id::String(s) => s.len(),
-        Id::Null | Id::Number(_) => 0,
-    };
-    // The session id is a copy of part of the params: covered by their length.
-    HELD_OVERHEAD_BYTES + id_len + method.len() + params.map_or(0, |p| p.get().len())
-}
-
-/// A request's claim on the concurrency bounds: admitted by the reader, then waiting in its
-/// task for one of the `running` permits. Both are released when the handler's future ends.
-struct Slot {
+/// A request's claim on the concurrency bounds: admitted by the reader (or the backlog task),
+/// then waiting in its task for one of the `running` permits. Both are released when the
+/// handler's future ends.
+pub(crate) struct Slot {
     running: Arc<Semaphore>,
     _admitted: OwnedSemaphorePermit,
+}
+
+impl Slot {
+    pub(crate) fn new(running: Arc<Semaphore>, admitted: OwnedSemaphorePermit) -> Self {
+        Slot { running, _admitted: admitted }
+    }
 }
 
 type HandlerOutput = Result<Result<Box<RawValue>, ErrorObject>, Box<dyn std::any::Any + Send>>;
 
 /// Runs one request handler and sends exactly one answer for it.
 #[allow(clippy::too_many_arguments)]
-async fn run_request(
+pub(crate) async fn run_request(
     shared: Arc<Shared>,
     handler: Arc<dyn DynHandler>,
     req: IncomingRequest,
@@ -518,6 +406,7 @@ async fn run_request(
     barrier: u64,
     slot: Slot,
     reply: ReplyTo,
+    _counted: Counted,
 ) {
     let span = tracing::info_span!(
         "acp_request",
@@ -624,7 +513,7 @@ fn normal_answer(out: HandlerOutput, span: &tracing::Span) -> Result<Box<RawValu
 }
 
 /// The fixed answers of cancelled requests (see the table in [`crate::connection`]).
-fn cancelled_answer(kind: RequestKind, out: Option<HandlerOutput>) -> Result<Box<RawValue>, ErrorObject> {
+pub(crate) fn cancelled_answer(kind: RequestKind, out: Option<HandlerOutput>) -> Result<Box<RawValue>, ErrorObject> {
     let handler_result = match out {
         Some(Ok(Ok(result))) => Some(result),
         _ => None,
@@ -651,7 +540,13 @@ fn says_cancelled(result: &RawValue) -> bool {
         && serde_json::from_str::<StopReason<'_>>(result.get()).is_ok_and(|r| r.stop_reason == "cancelled")
 }
 
-async fn finish(shared: &Shared, id: Id, answer: Result<Box<RawValue>, ErrorObject>, reply: &ReplyTo, watch: &Watch) {
+pub(crate) async fn finish(
+    shared: &Shared,
+    id: Id,
+    answer: Result<Box<RawValue>, ErrorObject>,
+    reply: &ReplyTo,
+    watch: &Watch,
+) {
     // Forget the id *before* answering: once the peer has the answer it may reuse the id.
     crate::connection::lock_inflight(shared).remove(&id);
     match reply {
