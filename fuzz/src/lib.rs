@@ -235,8 +235,13 @@ pub fn router(data: &[u8]) {
         let connection = match knob >> 6 {
             0 => Connection::new(),
             1 => Connection::new().max_line_bytes(256),
-            // A bound that is reached: requests wait for a slot while the reader goes on.
-            2 => Connection::new().max_concurrent_requests(1).max_queued_requests(2).write_queue_capacity(1),
+            // Bounds that are reached: requests wait for a slot, then in a backlog of a few,
+            // then are refused as overloaded, while the reader goes on.
+            2 => Connection::new()
+                .max_concurrent_requests(1)
+                .max_queued_requests(2)
+                .max_backlog_bytes(2048)
+                .write_queue_capacity(1),
             _ => Connection::new().notification_queue_capacity(1).cancel_grace(Duration::from_millis(1)),
         };
         let (agent_end, peer_end) = acp_runtime::transport::duplex(4096);

@@ -3,7 +3,7 @@
 //!
 //! # Concurrency contract
 //!
-//! One connection runs four kinds of work:
+//! One connection runs five kinds of work:
 //!
 //! - **The reader** (inside the [`Serve`] future) splits input into lines, decodes envelopes and
 //!   routes them. It never runs user code and never waits for a request handler, so responses,
@@ -12,8 +12,10 @@
 //!   bounds below) are what keeps memory flat under a flood.
 //! - **Requests** each run in their own task, concurrently: at most `max_concurrent_requests`
 //!   handlers at once; up to `max_queued_requests` more wait for a slot (a cancelled one is
-//!   answered without ever running). A request beyond both bounds is answered at once with
-//!   error -32603 ("too many requests in flight") and the connection goes on. A request handler
+//!   answered without ever running). Requests beyond both bounds are held, unstarted, in a
+//!   backlog bounded in bytes and start in arrival order as slots free up; only a request that
+//!   finds the backlog full too is refused, with the documented overload error (see
+//!   [Overload](#overload-a-peer-that-sends-more-than-it-lets-us-finish)). A request handler
 //!   may await calls to the peer: their responses are routed by the reader, which is not
 //!   blocked by handlers.
 //!
@@ -23,6 +25,8 @@
 //!   (`inner`), whose handler calls B (`leaf`): `leaf` waits for B's only slot, which `outer`
 //!   holds until `leaf` answers. The default bound (1024) makes this practically unreachable;
 //!   a low bound suits peers whose handlers do not call back.
+//! - **The backlog task** starts held requests as slots free up and answers the ones
+//!   cancelled while held; it sleeps while nothing is held (see the overload section below).
 //! - **Notifications** are handled by one task, one at a time, in arrival order.
 //! - **The output** is one bounded FIFO queue (senders wait when it is full), drained by one
 //!   writer task in batches and flushed whenever the queue runs empty. A request or a response
@@ -51,7 +55,50 @@
 //! that needs an answer from the peer should spawn a task for it.
 //!
 //! Bounds are counted in messages, not bytes: the worst case of the write queue is
-//! `write_queue_capacity` × the largest message.
+//! `write_queue_capacity` × the largest message. The request backlog is the exception: it is
+//! counted in bytes.
+//!
+//! # Overload: a peer that sends more than it lets us finish
+//!
+//! An incoming request passes up to three stages, each bounded:
+//!
+//! | stage | bound (default) | what a request costs there |
+//! |---|---|---|
+//! | running | [`Connection::max_concurrent_requests`] (1024) | a task and its handler's state |
+//! | waiting for a slot | [`Connection::max_queued_requests`] (4096) | a task, a cancellation token, an in-flight entry |
+//! | backlog | [`Connection::max_backlog_bytes`] (64 MiB) | its params, id and method as read, plus 640 bytes of bookkeeping |
+//!
+//! The reader holds the requests that arrive while both task bounds are full, and every
+//! request after them while anything is held; the backlog task gives each, in arrival order, a
+//! waiting task as soon as one frees up. A request that does not fit the backlog either is refused at once, unrun, with
+//! [`codes::OVERLOADED`](crate::codes::OVERLOADED) (-32029, message `"Overloaded, retry later"`)
+//! and `data` `{"retryAfterMs": N, "inFlight": .., "backlogBytes": .., "maxBacklogBytes": ..}`.
+//! Since it never ran, sending it again is safe. `retryAfterMs` is how long the oldest request in
+//! the backlog has waited (10 ms to 60 s; 100 ms when nothing is held), which is about how long
+//! the backlog takes to drain; `inFlight` counts running, waiting and held requests. Our own
+//! side recognises the refusal: [`Error::is_overloaded`], [`Error::retry_after`].
+//! [`Peer::request_load`] shows the stages' current sizes, the backlog's peak and the refusals
+//! so far.
+//!
+//! While requests are held, everything else flows as before: a `$/cancel_request` or
+//! `session/cancel` for a held request answers it at once (it never runs; its bytes are freed),
+//! responses to our own calls are delivered, notifications are queued, and the end of input
+//! ends the connection: requests still held then are answered as cancelled (the table below,
+//! without running), unless the output stalls for the grace period.
+//!
+//! Why not stop reading instead, and let the pipe or socket slow the peer down? Because what
+//! the reader has not read, nobody sees. A handler that waits for the peer's answer to its own
+//! call, or for its cancellation, keeps its slot until the reader gets to that message, and a
+//! reader that waits for a slot never does: a deadlock (an earlier version did this; see
+//! finding 1 in `FUZZING.md`). A peer that does not read while it writes would also stop
+//! reading our answers once its own writes block. Scanning the unread input for cancellations
+//! and responses without taking the requests in front of them only works as far as that
+//! input is buffered, and a buffer of pending requests is a backlog by another name. Requests
+//! that cannot run yet have to be kept somewhere, any bounded place fills up eventually, and
+//! then an explicit, retryable refusal is the one answer that neither deadlocks nor loses
+//! track of a request. So the reader never stops for requests; the backlog absorbs bursts
+//! cheaply (requests there are bytes, not tasks: about 100,000 small ones fit the default),
+//! and the refusal is the last resort.
 //!
 //! # Cancellation contract
 //!
@@ -69,8 +116,8 @@
 //! - The end of the connection.
 //!
 //! A request cancelled (by `$/cancel_request` or `session/cancel`) before its handler started,
-//! while it waited for earlier notifications or for a slot, is answered at once and its handler
-//! is never called. (At the end of the connection, a request that has not started still may,
+//! while it waited for earlier notifications, for a slot or in the backlog, is answered at once
+//! and its handler is never called. (At the end of the connection, a request that has not started still may,
 //! within the grace period: it was read before the end of input, and a peer that closed its
 //! side may still read the answer.) Once the token fires, a running handler has the grace
 //! period (`cancel_grace`, default 100 ms) to finish; then its future is dropped. A handler of
@@ -99,7 +146,8 @@
 //! End of input, a read or write error, [`Peer::close`], or dropping the [`Serve`] future end
 //! the connection: the connection token fires ([`Peer::closed`]), every pending outgoing call
 //! fails with [`Error::ConnectionClosed`] at once, every in-flight handler is cancelled (and
-//! answered as above while the output still works), queued notifications are still handled
+//! answered as above while the output still works; requests still in the backlog are answered
+//! as cancelled without running), queued notifications are still handled
 //! (a handler that takes longer than the grace period after the end stops the draining), the
 //! writer flushes what is queued, and [`Serve`] returns: `Ok(())` for end of input or `close`,
 //! `Err(Error::Io)` for a transport error.
@@ -118,6 +166,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::backlog::{self, Backlog};
 use crate::error::Error;
 use crate::framing::DEFAULT_MAX_LINE_BYTES;
 use crate::handler::{DynHandler, Handler};
@@ -142,6 +191,7 @@ pub struct Connection {
     max_line_bytes: usize,
     max_concurrent_requests: usize,
     max_queued_requests: usize,
+    max_backlog_bytes: usize,
     write_queue_capacity: usize,
     notification_queue_capacity: usize,
     cancel_grace: Duration,
@@ -155,6 +205,7 @@ impl fmt::Debug for Connection {
             .field("max_line_bytes", &self.max_line_bytes)
             .field("max_concurrent_requests", &self.max_concurrent_requests)
             .field("max_queued_requests", &self.max_queued_requests)
+            .field("max_backlog_bytes", &self.max_backlog_bytes)
             .field("write_queue_capacity", &self.write_queue_capacity)
             .field("notification_queue_capacity", &self.notification_queue_capacity)
             .field("cancel_grace", &self.cancel_grace)
@@ -171,14 +222,15 @@ impl Default for Connection {
 }
 
 impl Connection {
-    /// The defaults: 64 MiB lines, 1024 concurrent incoming requests and 4096 more waiting, a
-    /// write queue and a notification queue of 1024 messages each, a 100 ms cancellation grace
-    /// period, no tap.
+    /// The defaults: 64 MiB lines, 1024 concurrent incoming requests, 4096 more waiting and a
+    /// 64 MiB backlog beyond them, a write queue and a notification queue of 1024 messages each,
+    /// a 100 ms cancellation grace period, no tap.
     pub fn new() -> Self {
         Connection {
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
             max_concurrent_requests: 1024,
             max_queued_requests: 4096,
+            max_backlog_bytes: DEFAULT_MAX_LINE_BYTES,
             write_queue_capacity: 1024,
             notification_queue_capacity: 1024,
             cancel_grace: Duration::from_millis(100),
@@ -219,13 +271,26 @@ impl Connection {
         self
     }
 
-    /// How many incoming requests may wait for a handler slot when
-    /// [`max_concurrent_requests`](Connection::max_concurrent_requests) are running. A request
-    /// beyond both bounds is answered at once with -32603 ("too many requests in flight"); the
-    /// reader never stops for requests, so cancellations and responses still get through.
+    /// How many incoming requests may wait, each in a task of its own, for a handler slot when
+    /// [`max_concurrent_requests`](Connection::max_concurrent_requests) are running. Requests
+    /// beyond both bounds go to the backlog ([`Connection::max_backlog_bytes`]); the reader
+    /// never stops for requests, so cancellations and responses still get through.
     /// Clamped to `usize::MAX >> 4`, like `max_concurrent_requests`.
     pub fn max_queued_requests(mut self, n: usize) -> Self {
         self.max_queued_requests = n.min(Semaphore::MAX_PERMITS / 2);
+        self
+    }
+
+    /// How many bytes of incoming requests may be held, unstarted, once
+    /// `max_concurrent_requests` + `max_queued_requests` are reached. A held request counts its
+    /// params, id and method plus 640 bytes, and starts in arrival order when a waiting slot
+    /// frees up. A request that does not fit is refused at once with
+    /// [`codes::OVERLOADED`](crate::codes::OVERLOADED) ("Overloaded, retry later", with a
+    /// `retryAfterMs` hint). 0 holds nothing: requests beyond the two task bounds are refused.
+    /// See the [module docs](self#overload-a-peer-that-sends-more-than-it-lets-us-finish) for
+    /// why the reader holds requests rather than stop reading.
+    pub fn max_backlog_bytes(mut self, n: usize) -> Self {
+        self.max_backlog_bytes = n;
         self
     }
 
@@ -303,9 +368,14 @@ impl Connection {
             }
             None => (None, None),
         };
+        let (held_cancels, held_cancels_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             out,
             tap: tap_tx,
+            load: LoadGauges::new(self.max_concurrent_requests, self.max_queued_requests),
+            held_cancels,
+            backlog: Mutex::new(Backlog::default()),
+            backlog_grew: Notify::new(),
             next_id: AtomicI64::new(0),
             pending: Mutex::new(PendingCalls::default()),
             inflight: Mutex::new(HashMap::new()),
@@ -326,13 +396,12 @@ impl Connection {
         });
         let options = Options {
             max_line_bytes: self.max_line_bytes,
-            max_concurrent_requests: self.max_concurrent_requests,
-            max_queued_requests: self.max_queued_requests,
+            max_backlog_bytes: self.max_backlog_bytes,
             notification_queue_capacity: self.notification_queue_capacity,
             cancel_grace: self.cancel_grace,
         };
         let peer = Peer { shared: shared.clone() };
-        (peer, Prepared { options, shared, out_rx, tap: self.tap.zip(tap_rx) })
+        (peer, Prepared { options, shared, out_rx, held_cancels_rx, tap: self.tap.zip(tap_rx) })
     }
 }
 
@@ -341,13 +410,14 @@ struct Prepared {
     options: Options,
     shared: Arc<Shared>,
     out_rx: mpsc::Receiver<Vec<u8>>,
+    held_cancels_rx: mpsc::UnboundedReceiver<Id>,
     tap: Option<(writer::Tap, mpsc::Receiver<Vec<u8>>)>,
 }
 
 impl Prepared {
     fn start(self, reader: BoxReader, writer: BoxWriter, handler: Arc<dyn DynHandler>) -> Serve {
-        let Prepared { options, shared, out_rx, tap } = self;
-        let fut = run(options, shared.clone(), reader, writer, out_rx, tap, handler);
+        let Prepared { options, shared, out_rx, held_cancels_rx, tap } = self;
+        let fut = run(options, shared.clone(), reader, writer, out_rx, held_cancels_rx, tap, handler);
         Serve { fut: Box::pin(fut), shared }
     }
 }
@@ -358,8 +428,7 @@ type BoxWriter = Box<dyn AsyncWrite + Send + Unpin>;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Options {
     pub(crate) max_line_bytes: usize,
-    pub(crate) max_concurrent_requests: usize,
-    pub(crate) max_queued_requests: usize,
+    pub(crate) max_backlog_bytes: usize,
     pub(crate) notification_queue_capacity: usize,
     pub(crate) cancel_grace: Duration,
 }
@@ -397,12 +466,14 @@ impl Future for Serve {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run(
     options: Options,
     shared: Arc<Shared>,
     reader: BoxReader,
     writer: BoxWriter,
     out_rx: mpsc::Receiver<Vec<u8>>,
+    held_cancels: mpsc::UnboundedReceiver<Id>,
     tap: Option<(writer::Tap, mpsc::Receiver<Vec<u8>>)>,
     handler: Arc<dyn DynHandler>,
 ) -> Result<(), Error> {
@@ -417,6 +488,10 @@ async fn run(
         AbortOnDrop::spawn(crate::router::notification_loop(notif_rx, handler.clone(), shared.clone(), grace));
     let requests = RequestTasks::default();
 
+    let backlog_stop = CancellationToken::new();
+    let starter = backlog::Starter { shared: shared.clone(), handler: handler.clone(), grace, tasks: requests.clone() };
+    let mut backlog_task = AbortOnDrop::spawn(backlog::backlog_loop(starter, held_cancels, backlog_stop.clone()));
+
     let read_result = {
         let mut router = Router::new(options, shared.clone(), handler, notif_tx, requests.clone());
         tokio::select! {
@@ -426,6 +501,14 @@ async fn run(
         // `router` (and with it the notification queue's sender) is dropped here, so the
         // notification task sees the end of its queue once it has drained it.
     };
+
+    // Requests still in the backlog never run: they are answered as cancelled while the writer
+    // still works. A peer that no longer reads holds us up for the grace period at most.
+    backlog_stop.cancel();
+    let stall = grace.max(Duration::from_millis(10));
+    let _ = tokio::time::timeout(stall, &mut backlog_task).await;
+    drop(backlog_task);
+    backlog::answer_all_cancelled(&shared, stall).await;
     if let Err(e) = &read_result {
         tracing::warn!(error = %e, "acp connection: read failed");
     }
@@ -506,18 +589,120 @@ pub(crate) struct InFlight {
     /// Cancelled on request (`$/cancel_request`, `session/cancel`), not by the connection's
     /// end: then a handler that has not started never does.
     pub(crate) cancel_requested: bool,
+    /// Held in the backlog (no task yet): a cancellation on request tells the backlog task,
+    /// which answers it at once.
+    pub(crate) held: bool,
 }
 
 impl InFlight {
-    pub(crate) fn cancel_on_request(&mut self) {
+    /// Cancels the request on the peer's (or our own `session/cancel`'s) behalf; a held one is
+    /// reported to the backlog task through `held_cancels`.
+    pub(crate) fn cancel_on_request(&mut self, id: &Id, held_cancels: &mpsc::UnboundedSender<Id>) {
+        if self.held && !self.cancel_requested {
+            // Once per request, so the channel never holds more than the backlog did.
+            let _ = held_cancels.send(id.clone());
+        }
         self.cancel_requested = true;
         self.token.cancel();
+    }
+}
+
+/// How busy a connection is with the peer's requests: a snapshot from [`Peer::request_load`]
+/// (see the [overload section](self#overload-a-peer-that-sends-more-than-it-lets-us-finish)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RequestLoad {
+    /// Handlers running now (at most `max_concurrent_requests`).
+    pub running: usize,
+    /// Requests with a task of their own whose handler has not started: waiting for a handler
+    /// slot or for earlier notifications to be handled (`running + waiting` is at most
+    /// `max_concurrent_requests + max_queued_requests`).
+    pub waiting: usize,
+    /// Requests held in the backlog, without a task.
+    pub backlog: usize,
+    /// Bytes the backlog is charged for now (at most `max_backlog_bytes`).
+    pub backlog_bytes: usize,
+    /// The most bytes the backlog was charged for at any time on this connection.
+    pub peak_backlog_bytes: usize,
+    /// Requests refused with [`codes::OVERLOADED`](crate::codes::OVERLOADED) so far.
+    pub refused: u64,
+}
+
+/// The request bounds' state, shared by the reader (which admits and holds requests), the
+/// backlog task, the request tasks (which release their permits) and [`Peer::request_load`].
+pub(crate) struct LoadGauges {
+    /// Requests with a task (running or waiting): `max_concurrent + max_queued` permits.
+    pub(crate) admitted: Arc<Semaphore>,
+    /// Handler slots: `max_concurrent` permits.
+    pub(crate) running: Arc<Semaphore>,
+    max_concurrent: usize,
+    max_admitted: usize,
+    /// Written under the backlog's lock; atomics so that they can be read without it.
+    backlog: AtomicUsize,
+    backlog_bytes: AtomicUsize,
+    peak_backlog_bytes: AtomicUsize,
+    refused: AtomicU64,
+}
+
+impl LoadGauges {
+    fn new(max_concurrent: usize, max_queued: usize) -> Self {
+        LoadGauges {
+            admitted: Arc::new(Semaphore::new(max_concurrent + max_queued)),
+            running: Arc::new(Semaphore::new(max_concurrent)),
+            max_concurrent,
+            max_admitted: max_concurrent + max_queued,
+            backlog: AtomicUsize::new(0),
+            backlog_bytes: AtomicUsize::new(0),
+            peak_backlog_bytes: AtomicUsize::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether nothing is held. Only the reader adds to the backlog, so it never sees it empty
+    /// when it is not.
+    pub(crate) fn backlog_is_empty(&self) -> bool {
+        self.backlog.load(Ordering::Relaxed) == 0
+    }
+
+    /// The backlog changed: it now holds `len` requests charged `bytes`.
+    pub(crate) fn set_backlog(&self, len: usize, bytes: usize) {
+        self.backlog.store(len, Ordering::Relaxed);
+        self.backlog_bytes.store(bytes, Ordering::Relaxed);
+        self.peak_backlog_bytes.fetch_max(bytes, Ordering::Relaxed);
+    }
+
+    /// The reader refused a request; returns how many requests are in flight (for the answer).
+    pub(crate) fn refused(&self) -> usize {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        let load = self.snapshot();
+        load.running + load.waiting + load.backlog
+    }
+
+    pub(crate) fn snapshot(&self) -> RequestLoad {
+        let with_task = self.max_admitted.saturating_sub(self.admitted.available_permits());
+        let running = self.max_concurrent.saturating_sub(self.running.available_permits());
+        RequestLoad {
+            running,
+            waiting: with_task.saturating_sub(running),
+            backlog: self.backlog.load(Ordering::Relaxed),
+            backlog_bytes: self.backlog_bytes.load(Ordering::Relaxed),
+            peak_backlog_bytes: self.peak_backlog_bytes.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+        }
     }
 }
 
 pub(crate) struct Shared {
     pub(crate) out: writer::Output,
     pub(crate) tap: Option<mpsc::Sender<Vec<u8>>>,
+    /// The request bounds and how full they are.
+    pub(crate) load: LoadGauges,
+    /// Held requests cancelled on request, for the backlog task to answer.
+    pub(crate) held_cancels: mpsc::UnboundedSender<Id>,
+    /// Requests beyond the task bounds (see [`crate::backlog`]).
+    backlog: Mutex<Backlog>,
+    /// The reader held a request (wakes the backlog task).
+    pub(crate) backlog_grew: Notify,
     pub(crate) next_id: AtomicI64,
     pending: Mutex<PendingCalls>,
     inflight: Mutex<HashMap<Id, InFlight>>,
@@ -557,6 +742,11 @@ pub(crate) struct SessionWork {
 
 pub(crate) fn lock_inflight(shared: &Shared) -> MutexGuard<'_, HashMap<Id, InFlight>> {
     lock(&shared.inflight)
+}
+
+/// Taken before the in-flight lock when both are needed.
+pub(crate) fn lock_backlog(shared: &Shared) -> MutexGuard<'_, Backlog> {
+    lock(&shared.backlog)
 }
 
 impl Shared {
@@ -708,9 +898,9 @@ impl Shared {
     /// Cancels in-flight incoming requests of `kind` for `session`.
     pub(crate) fn cancel_incoming(&self, kind: RequestKind, session: &str) {
         let mut inflight = lock(&self.inflight);
-        for entry in inflight.values_mut() {
+        for (id, entry) in inflight.iter_mut() {
             if entry.kind == kind && entry.session.as_deref() == Some(session) {
-                entry.cancel_on_request();
+                entry.cancel_on_request(id, &self.held_cancels);
             }
         }
     }

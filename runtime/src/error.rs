@@ -49,6 +49,32 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the peer refused the call because it is overloaded ([`crate::codes::OVERLOADED`]):
+    /// the request never ran there, so sending it again after [`Error::retry_after`] is safe.
+    ///
+    /// ```
+    /// # async fn example(peer: acp_runtime::Peer) -> Result<(), acp_runtime::Error> {
+    /// let _answer = loop {
+    ///     match peer.request_raw("_my/lookup", None).await {
+    ///         Err(e) if e.is_overloaded() => tokio::time::sleep(e.retry_after().unwrap_or_default()).await,
+    ///         other => break other?,
+    ///     }
+    /// };
+    /// # Ok(()) }
+    /// ```
+    pub fn is_overloaded(&self) -> bool {
+        matches!(self, Error::Rpc(e) if e.is_overloaded())
+    }
+
+    /// For an overload refusal, the peer's hint of how long to wait before retrying (see
+    /// [`ErrorObject::retry_after`]); `None` for any other error.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Error::Rpc(e) => e.retry_after(),
+            _ => None,
+        }
+    }
+
     /// The error object to answer the peer with when this error ends a handler (so a typed
     /// handler can use `?` on outgoing calls): the peer's own error passes through, the rest is
     /// -32603, and a cancelled call is -32800.

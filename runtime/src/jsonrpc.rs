@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-/// The error codes ACP uses (JSON-RPC 2.0's plus ACP's own in the reserved range).
+/// The error codes ACP uses (JSON-RPC 2.0's plus ACP's own in the reserved range), and the
+/// runtime's own [`OVERLOADED`](codes::OVERLOADED).
 pub mod codes {
     /// Invalid JSON was received.
     pub const PARSE_ERROR: i32 = -32700;
@@ -34,6 +35,13 @@ pub mod codes {
     pub const AUTH_REQUIRED: i32 = -32000;
     /// A resource, such as a file, was not found.
     pub const RESOURCE_NOT_FOUND: i32 = -32002;
+    /// The peer has too much work from us in flight and refused this request without running
+    /// it; retrying later is safe. Not an ACP code: this runtime's own, in the range JSON-RPC
+    /// leaves to implementations (-32000 to -32099), chosen clear of the codes ACP defines there
+    /// (-32000, -32002) and of the low end it allocates from; 29 recalls HTTP's 429 ("Too Many
+    /// Requests"). `data` carries `retryAfterMs`; see [`ErrorObject::overloaded`](super::ErrorObject::overloaded) and the
+    /// overload section of the [`connection`](crate::connection) docs.
+    pub const OVERLOADED: i32 = -32029;
 }
 
 /// A JSON-RPC request id: `null`, an integer or a string.
@@ -119,6 +127,9 @@ impl<'de> Deserialize<'de> for Id {
     }
 }
 
+/// The retry delay assumed for an overload refusal without a usable `retryAfterMs`.
+const DEFAULT_RETRY_AFTER_MS: u64 = 100;
+
 /// A JSON-RPC error object, as sent in an error response.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ErrorObject {
@@ -182,6 +193,32 @@ impl ErrorObject {
     /// -32000: authentication is required first.
     pub fn auth_required() -> Self {
         Self::new(codes::AUTH_REQUIRED, "Authentication required")
+    }
+
+    /// -32029 ([`codes::OVERLOADED`]): the request was refused, unrun, because too much is in
+    /// flight; the caller may send it again after `retry_after` (in `data.retryAfterMs`,
+    /// whole milliseconds, at least 1). The runtime answers this itself when its request
+    /// bounds are full (adding `inFlight`, `backlogBytes` and `maxBacklogBytes` to `data`); a
+    /// handler may answer it too, for its own limits.
+    pub fn overloaded(retry_after: std::time::Duration) -> Self {
+        let ms = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX).max(1);
+        Self::new(codes::OVERLOADED, "Overloaded, retry later").with_data(serde_json::json!({ "retryAfterMs": ms }))
+    }
+
+    /// Whether this is the overload refusal ([`codes::OVERLOADED`]): the request did not run,
+    /// and sending it again later is safe.
+    pub fn is_overloaded(&self) -> bool {
+        self.code == codes::OVERLOADED
+    }
+
+    /// For an overload refusal, how long to wait before retrying (`data.retryAfterMs`, or
+    /// 100 ms when the peer gave no valid hint); `None` for any other error.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        if !self.is_overloaded() {
+            return None;
+        }
+        let hint = self.data.as_ref().and_then(|d| d.get("retryAfterMs")).and_then(Value::as_u64);
+        Some(std::time::Duration::from_millis(hint.unwrap_or(DEFAULT_RETRY_AFTER_MS)))
     }
 
     /// -32002: a resource was not found; `uri` goes to `data.uri` when given.

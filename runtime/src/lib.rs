@@ -84,7 +84,8 @@
 //! | a message with `"method"` *and* `"result"`/`"error"` | treated as a request or notification (the method decides) |
 //! | `$/cancel_request` for an unknown id, or with bad params | ignored (never passed to the handler) |
 //! | `session/cancel` without a string `"sessionId"` | nothing is cancelled; passed to the handler |
-//! | more requests in flight than `max_concurrent_requests` + `max_queued_requests` | -32603 "too many requests in flight" for each one beyond; reading goes on (`tests/contract.rs`) |
+//! | more requests in flight than `max_concurrent_requests` + `max_queued_requests` (1024 + 4096) | held, unstarted, in the backlog (`max_backlog_bytes`, 64 MiB) and started in arrival order as slots free up; reading goes on, so cancellations (which answer a held request at once), responses and end of input still get through (`tests/overload.rs`) |
+//! | a request that does not fit the backlog either | refused at once, unrun: [`codes::OVERLOADED`] (-32029) "Overloaded, retry later", `data` `{"retryAfterMs","inFlight","backlogBytes","maxBacklogBytes"}`; [`Error::is_overloaded`] on our side; see [`connection`](connection#overload-a-peer-that-sends-more-than-it-lets-us-finish) |
 //! | a handler that panics | -32603 for its request; a notification handler's panic is logged; the connection goes on |
 //! | a last line without a newline before end of input | handled like any other line |
 //!
@@ -108,6 +109,7 @@ pub mod transport;
 pub mod v2;
 pub mod version;
 
+mod backlog;
 mod batch;
 mod catch_unwind;
 mod error;
@@ -122,7 +124,7 @@ pub use agent::{AgentContext, ClientHandle, serve_agent};
 pub use client::{AgentHandle, ClientContext, serve_client};
 #[cfg(feature = "process")]
 pub use client::{AgentProcess, spawn_agent};
-pub use connection::{Connection, Serve};
+pub use connection::{Connection, RequestLoad, Serve};
 pub use error::Error;
 pub use handler::{Handler, IncomingNotification, IncomingRequest};
 pub use jsonrpc::{ErrorObject, Id, codes};

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use crate::connection::{Reply, Shared};
+use crate::connection::{Reply, RequestLoad, Shared};
 use crate::error::Error;
 use crate::handler::session_id_of;
 use crate::jsonrpc::{self, Message};
@@ -124,6 +124,13 @@ impl Peer {
     /// A token that fires when the connection ends (e.g. to derive child tokens from).
     pub fn closed_token(&self) -> CancellationToken {
         self.shared.closed.clone()
+    }
+
+    /// How busy this connection is with the peer's requests: handlers running, requests
+    /// waiting, the backlog and the overload refusals so far (see the
+    /// [overload section](crate::connection#overload-a-peer-that-sends-more-than-it-lets-us-finish)).
+    pub fn request_load(&self) -> RequestLoad {
+        self.shared.load.snapshot()
     }
 
     /// Ties work to a session rather than to a request: the scope's token fires when the

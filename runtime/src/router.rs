@@ -1,11 +1,13 @@
 //! The reader side of a connection: routes each decoded line (a response to its pending call,
-//! a request to a new task, a notification to the ordered queue), answers bad input, and runs
-//! request and notification handlers with the cancellation rules of [`crate::connection`].
+//! a request to a new task, a notification to the ordered queue), answers bad input, holds the
+//! requests beyond the task bounds in the [backlog](crate::backlog) (or refuses them once it
+//! is full; see the overload section of [`crate::connection`]), and runs request and
+//! notification handlers with the cancellation rules of [`crate::connection`].
 
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -14,16 +16,17 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::backlog::{Backlog, Held};
 use crate::batch::{BatchReply, ReplyTo};
 use crate::catch_unwind::{CatchUnwind, panic_message};
-use crate::connection::{InFlight, Options, Reply, RequestKind, Shared};
+use crate::connection::{InFlight, Options, Reply, RequestKind, Shared, lock_backlog};
 use crate::error::Error;
 use crate::framing::{Frame, LineReader};
 use crate::handler::{DynHandler, IncomingNotification, IncomingRequest, Watch, session_id_of};
 use crate::jsonrpc::{self, DecodeErrorKind, ErrorObject, Id, Message};
 use crate::methods;
 use crate::peer::Peer;
-use crate::tasks::RequestTasks;
+use crate::tasks::{Counted, RequestTasks};
 use crate::writer::{TapIn, tap_in};
 
 tokio::task_local! {
@@ -46,7 +49,7 @@ pub(crate) struct Router {
     notifications: mpsc::Sender<Queued>,
     /// Notifications queued so far; a response is delivered once this many are handled.
     queued: u64,
-    /// Requests admitted (running or waiting): `max_concurrent_requests + max_queued_requests`.
+    /// Requests with a task (running or waiting): `max_concurrent_requests + max_queued_requests`.
     admitted: Arc<Semaphore>,
     /// Handler slots: `max_concurrent_requests`.
     running: Arc<Semaphore>,
@@ -63,12 +66,12 @@ impl Router {
     ) -> Self {
         Router {
             options,
+            admitted: shared.load.admitted.clone(),
+            running: shared.load.running.clone(),
             shared,
             handler,
             notifications,
             queued: 0,
-            admitted: Arc::new(Semaphore::new(options.max_concurrent_requests + options.max_queued_requests)),
-            running: Arc::new(Semaphore::new(options.max_concurrent_requests)),
             tasks,
         }
     }
@@ -240,7 +243,7 @@ impl Router {
         };
         let mut inflight = crate::connection::lock_inflight(&self.shared);
         match inflight.get_mut(&request_id) {
-            Some(entry) => entry.cancel_on_request(),
+            Some(entry) => entry.cancel_on_request(&request_id, &self.shared.held_cancels),
             // Finished already, or never existed: nothing to do.
             None => tracing::debug!(id = %request_id, "acp connection: $/cancel_request for no in-flight request"),
         }
@@ -248,37 +251,20 @@ impl Router {
 
     async fn on_request(&mut self, id: Id, method: Cow<'_, str>, params: Option<&RawValue>, reply: &ReplyTo) {
         // Never wait here: a reader waiting for a handler slot would not read the cancellation
-        // or the response that handler is waiting for.
-        let Ok(admitted) = self.admitted.clone().try_acquire_owned() else {
-            tracing::warn!(%id, %method, "acp connection: too many requests in flight; request refused");
-            let error = ErrorObject::internal_error(format_args!(
-                "too many requests in flight ({} running, {} waiting); try again later",
-                self.options.max_concurrent_requests, self.options.max_queued_requests
-            ));
-            self.answer_to(reply, &id, Err(&error)).await;
-            return;
+        // or the response that handler is waiting for. A request gets a task if one is free and
+        // nothing is held before it; else it joins the backlog if it fits; else it is refused.
+        let admitted =
+            if self.shared.load.backlog_is_empty() { self.admitted.clone().try_acquire_owned().ok() } else { None };
+        let Some(admitted) = admitted else {
+            return self.hold_or_refuse(id, method, params, reply).await;
         };
         let kind = RequestKind::of(&method, self.shared.speaks_v2());
         let session_id = session_id_of(params);
         let token = self.shared.closed.child_token();
-        let duplicate = {
-            let mut inflight = crate::connection::lock_inflight(&self.shared);
-            let duplicate = inflight.contains_key(&id);
-            if !duplicate {
-                let entry =
-                    InFlight { token: token.clone(), kind, session: session_id.clone(), cancel_requested: false };
-                inflight.insert(id.clone(), entry);
-            }
-            duplicate
-        };
-        if duplicate {
-            tracing::warn!(%id, "acp connection: duplicate id of an in-flight request");
-            let error = ErrorObject::invalid_request("duplicate id of an in-flight request");
-            self.answer_to(reply, &id, Err(&error)).await;
-            return;
-        }
-        if let ReplyTo::Batch(batch) = reply {
-            batch.expect();
+        let entry =
+            InFlight { token: token.clone(), kind, session: session_id.clone(), cancel_requested: false, held: false };
+        if !self.register(reply, &id, entry) {
+            return self.refuse_duplicate(reply, &id).await;
         }
         let req = IncomingRequest {
             id,
@@ -299,23 +285,119 @@ impl Router {
             self.queued,
             slot,
             reply.clone(),
+            self.tasks.count(),
         );
-        self.tasks.spawn(task);
+        tokio::spawn(task);
+    }
+
+    /// Makes `id` an in-flight request; `false` if it already is one (a duplicate, to be
+    /// answered with [`Router::refuse_duplicate`]). A request of a batch adds to the answers
+    /// the batch waits for.
+    fn register(&self, reply: &ReplyTo, id: &Id, entry: InFlight) -> bool {
+        {
+            let mut inflight = crate::connection::lock_inflight(&self.shared);
+            if inflight.contains_key(id) {
+                return false;
+            }
+            inflight.insert(id.clone(), entry);
+        }
+        if let ReplyTo::Batch(batch) = reply {
+            batch.expect();
+        }
+        true
+    }
+
+    async fn refuse_duplicate(&self, reply: &ReplyTo, id: &Id) {
+        tracing::warn!(%id, "acp connection: duplicate id of an in-flight request");
+        let error = ErrorObject::invalid_request("duplicate id of an in-flight request");
+        self.answer_to(reply, id, Err(&error)).await;
+    }
+
+    /// A request that found no free task, or requests held before it: it joins the backlog
+    /// if it fits, else it is refused as overloaded.
+    async fn hold_or_refuse(&mut self, id: Id, method: Cow<'_, str>, params: Option<&RawValue>, reply: &ReplyTo) {
+        let cost = Backlog::cost(&id, &method, params);
+        let kind = RequestKind::of(&method, self.shared.speaks_v2());
+        let session_id = session_id_of(params);
+        // Under the backlog's lock from its in-flight entry on, so that a cancellation that
+        // finds the entry also finds it held.
+        let held = {
+            let mut backlog = lock_backlog(&self.shared);
+            if !backlog.fits(cost, self.options.max_backlog_bytes) {
+                None
+            } else {
+                let seq = backlog.next_seq();
+                let token = self.shared.closed.child_token();
+                let entry = InFlight {
+                    token: token.clone(),
+                    kind,
+                    session: session_id.clone(),
+                    cancel_requested: false,
+                    held: true,
+                };
+                let registered = self.register(reply, &id, entry);
+                if registered {
+                    let held = Held {
+                        id: id.clone(),
+                        method: methods::intern(&method),
+                        params: params.map(ToOwned::to_owned),
+                        session_id,
+                        kind,
+                        token,
+                        barrier: self.queued,
+                        reply: reply.clone(),
+                        since: Instant::now(),
+                        cost,
+                    };
+                    backlog.hold(seq, held, &self.shared.load);
+                }
+                Some(registered)
+            }
+        };
+        match held {
+            Some(true) => self.shared.backlog_grew.notify_one(),
+            Some(false) => self.refuse_duplicate(reply, &id).await,
+            None => self.refuse_overloaded(id, &method, reply).await,
+        }
+    }
+
+    /// Refuses a request that fits neither a task nor the backlog, with the overload error.
+    async fn refuse_overloaded(&self, id: Id, method: &str, reply: &ReplyTo) {
+        let in_flight = self.shared.load.refused();
+        tracing::warn!(%id, %method, in_flight, "acp connection: overloaded; request refused");
+        let (retry_after, backlog_bytes) = {
+            let backlog = lock_backlog(&self.shared);
+            (backlog.retry_after(), backlog.bytes())
+        };
+        let mut error = ErrorObject::overloaded(retry_after);
+        if let Some(serde_json::Value::Object(data)) = &mut error.data {
+            data.insert("inFlight".into(), in_flight.into());
+            data.insert("backlogBytes".into(), backlog_bytes.into());
+            data.insert("maxBacklogBytes".into(), self.options.max_backlog_bytes.into());
+        }
+        self.answer_to(reply, &id, Err(&error)).await;
     }
 }
 
-/// A request's claim on the concurrency bounds: admitted by the reader, then waiting in its
-/// task for one of the `running` permits. Both are released when the handler's future ends.
-struct Slot {
+/// A request's claim on the concurrency bounds: admitted by the reader (or the backlog task),
+/// then waiting in its task for one of the `running` permits. Both are released when the
+/// handler's future ends.
+pub(crate) struct Slot {
     running: Arc<Semaphore>,
     _admitted: OwnedSemaphorePermit,
+}
+
+impl Slot {
+    pub(crate) fn new(running: Arc<Semaphore>, admitted: OwnedSemaphorePermit) -> Self {
+        Slot { running, _admitted: admitted }
+    }
 }
 
 type HandlerOutput = Result<Result<Box<RawValue>, ErrorObject>, Box<dyn std::any::Any + Send>>;
 
 /// Runs one request handler and sends exactly one answer for it.
 #[allow(clippy::too_many_arguments)]
-async fn run_request(
+pub(crate) async fn run_request(
     shared: Arc<Shared>,
     handler: Arc<dyn DynHandler>,
     req: IncomingRequest,
@@ -324,6 +406,7 @@ async fn run_request(
     barrier: u64,
     slot: Slot,
     reply: ReplyTo,
+    _counted: Counted,
 ) {
     let span = tracing::info_span!(
         "acp_request",
@@ -430,7 +513,7 @@ fn normal_answer(out: HandlerOutput, span: &tracing::Span) -> Result<Box<RawValu
 }
 
 /// The fixed answers of cancelled requests (see the table in [`crate::connection`]).
-fn cancelled_answer(kind: RequestKind, out: Option<HandlerOutput>) -> Result<Box<RawValue>, ErrorObject> {
+pub(crate) fn cancelled_answer(kind: RequestKind, out: Option<HandlerOutput>) -> Result<Box<RawValue>, ErrorObject> {
     let handler_result = match out {
         Some(Ok(Ok(result))) => Some(result),
         _ => None,
@@ -457,7 +540,13 @@ fn says_cancelled(result: &RawValue) -> bool {
         && serde_json::from_str::<StopReason<'_>>(result.get()).is_ok_and(|r| r.stop_reason == "cancelled")
 }
 
-async fn finish(shared: &Shared, id: Id, answer: Result<Box<RawValue>, ErrorObject>, reply: &ReplyTo, watch: &Watch) {
+pub(crate) async fn finish(
+    shared: &Shared,
+    id: Id,
+    answer: Result<Box<RawValue>, ErrorObject>,
+    reply: &ReplyTo,
+    watch: &Watch,
+) {
     // Forget the id *before* answering: once the peer has the answer it may reuse the id.
     crate::connection::lock_inflight(shared).remove(&id);
     match reply {

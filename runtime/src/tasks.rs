@@ -56,15 +56,13 @@ struct Counter {
 }
 
 impl RequestTasks {
-    /// Spawns `fut` as a counted task (detached: it is not aborted with this handle).
-    pub(crate) fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) {
+    /// Counts one more task until the returned guard drops. The task's future owns the guard,
+    /// so the task is counted down when it ends, also when it is dropped unfinished. (A guard
+    /// rather than a wrapping future: wrapping would copy the request's large future once
+    /// more on its way to the spawn.)
+    pub(crate) fn count(&self) -> Counted {
         self.0.running.fetch_add(1, Ordering::SeqCst);
-        let guard = Finished(self.0.clone());
-        tokio::spawn(async move {
-            // Counted down when the task ends, also when it is dropped unfinished.
-            let _guard = guard;
-            fut.await;
-        });
+        Counted(self.0.clone())
     }
 
     /// Resolves once no counted task is running.
@@ -82,9 +80,10 @@ impl RequestTasks {
     }
 }
 
-struct Finished(Arc<Counter>);
+/// One counted task (see [`RequestTasks::count`]).
+pub(crate) struct Counted(Arc<Counter>);
 
-impl Drop for Finished {
+impl Drop for Counted {
     fn drop(&mut self) {
         if self.0.running.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.0.done.notify_waiters();
@@ -102,10 +101,15 @@ mod tests {
         let tasks = RequestTasks::default();
         tasks.all_done().await; // none yet
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tasks.spawn(async move {
+        let counted = tasks.count();
+        tokio::spawn(async move {
+            let _counted = counted;
             let _ = rx.await;
         });
-        tasks.spawn(async {});
+        let counted = tasks.count();
+        tokio::spawn(async move {
+            let _counted = counted;
+        });
         assert!(
             tokio::time::timeout(Duration::from_millis(20), tasks.all_done()).await.is_err(),
             "one is still running"

@@ -175,8 +175,9 @@ async fn contract_2_concurrency_bound_is_configurable() {
 }
 
 /// Beyond `max_concurrent_requests`, requests wait for a slot (up to `max_queued_requests`), a
-/// waiting one can be cancelled without ever running, and one beyond both bounds is refused at
-/// once; the reader keeps reading throughout.
+/// waiting one can be cancelled without ever running, and, without a backlog, one beyond both
+/// bounds is refused at once as overloaded; the reader keeps reading throughout. (The backlog
+/// itself: `tests/overload.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contract_2_requests_beyond_the_bound_wait_and_beyond_the_queue_are_refused() {
     let (reached_tx, mut reached) = mpsc::unbounded_channel();
@@ -186,15 +187,21 @@ async fn contract_2_requests_beyond_the_bound_wait_and_beyond_the_queue_are_refu
         release: Semaphore::new(0),
         reached: reached_tx,
     });
-    let (mut raw, _peer, _task) = start(Connection::new().max_concurrent_requests(1).max_queued_requests(1), h.clone());
+    let conn = Connection::new().max_concurrent_requests(1).max_queued_requests(1).max_backlog_bytes(0);
+    let (mut raw, peer, _task) = start(conn, h.clone());
     raw.send_json(json!({"jsonrpc":"2.0","id":0,"method":"work"})).await;
     next(&mut reached).await;
     raw.send_json(json!({"jsonrpc":"2.0","id":1,"method":"work"})).await; // waits for the slot
     raw.send_json(json!({"jsonrpc":"2.0","id":2,"method":"work"})).await; // one too many
     let refused = raw.recv().await;
     assert_eq!(refused["id"], 2, "{refused}");
-    assert_eq!(refused["error"]["code"], codes::INTERNAL_ERROR, "{refused}");
-    assert!(refused["error"]["message"].as_str().unwrap().contains("too many requests in flight"), "{refused}");
+    assert_eq!(refused["error"]["code"], codes::OVERLOADED, "{refused}");
+    assert_eq!(refused["error"]["message"], "Overloaded, retry later", "{refused}");
+    assert_eq!(refused["error"]["data"]["retryAfterMs"], 100, "nothing held: the default hint; {refused}");
+    assert_eq!(refused["error"]["data"]["inFlight"], 2, "{refused}");
+    assert_eq!(refused["error"]["data"]["maxBacklogBytes"], 0, "{refused}");
+    let load = peer.request_load();
+    assert_eq!((load.running, load.waiting, load.backlog, load.refused), (1, 1, 0, 1), "{load:?}");
 
     // The waiting request is cancelled before it ever runs.
     raw.send_json(json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":1}})).await;
