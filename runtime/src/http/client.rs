@@ -377,7 +377,8 @@ impl Remote {
     /// `acp-check --url` does): `reader` gives each message the agent sends as one line, and
     /// each line written to `writer` is sent to the agent: what a spawned agent's stdout and
     /// stdin are. Closing or dropping `writer` ends the connection (`DELETE`, or the
-    /// WebSocket's Close); [`RemoteTransport::finished`] resolves when the transport is done.
+    /// WebSocket's Close); [`TransportWatch::finished`] (from [`RemoteTransport::watch`]) resolves
+    /// when the transport is done.
     pub async fn transport(self) -> Result<RemoteTransport, ConnectError> {
         let (opened, _, (reader, writer)) = self.open().await?;
         Ok(RemoteTransport { reader, writer, status: opened.status, profile: opened.profile })
