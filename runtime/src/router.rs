@@ -250,6 +250,16 @@ impl Router {
     }
 
     async fn on_request(&mut self, id: Id, method: Cow<'_, str>, params: Option<&RawValue>, reply: &ReplyTo) {
+        if method == "session/close" && self.shared.speaks_v2() {
+            // v2: closing a session cancels its work as `session/cancel` does. Acted on here, in
+            // reading order, like `session/cancel`: a permission answer read after the close
+            // must find the turn cancelled already, not race the close's handler task.
+            if let Some(session) = session_id_of(params) {
+                self.shared.cancel_incoming(RequestKind::Prompt, &session);
+                self.shared.cancel_session_work(&session);
+                self.shared.resolve_outgoing_permissions(&session);
+            }
+        }
         // Never wait here: a reader waiting for a handler slot would not read the cancellation
         // or the response that handler is waiting for. A request gets a task if one is free and
         // nothing is held before it; else it joins the backlog if it fits; else it is refused.
