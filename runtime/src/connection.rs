@@ -197,6 +197,7 @@ pub struct Connection {
     cancel_grace: Duration,
     tap: Option<writer::Tap>,
     v2_rules: bool,
+    forwarding: bool,
 }
 
 impl fmt::Debug for Connection {
@@ -211,6 +212,7 @@ impl fmt::Debug for Connection {
             .field("cancel_grace", &self.cancel_grace)
             .field("tap", &self.tap.is_some())
             .field("v2_rules", &self.v2_rules)
+            .field("forwarding", &self.forwarding)
             .finish()
     }
 }
@@ -236,6 +238,7 @@ impl Connection {
             cancel_grace: Duration::from_millis(100),
             tap: None,
             v2_rules: false,
+            forwarding: false,
         }
     }
 
@@ -247,6 +250,26 @@ impl Connection {
     /// when v2 is chosen (see [`crate::version`]).
     pub fn v2_rules(mut self) -> Self {
         self.v2_rules = true;
+        self
+    }
+
+    /// Runs the connection as a link in a chain rather than as an end of it (a proxy, a
+    /// conductor): the handler's [`Handler::forward`] is asked about every incoming request and
+    /// notification, in arrival order, and what it forwards goes out in that order, each
+    /// request's answer coming back verbatim. The session rules that a terminal agent or client
+    /// needs are left to the ends of the chain:
+    ///
+    /// - `session/cancel` is an ordinary notification: it does not cancel incoming
+    ///   `session/prompt` requests, nor resolve our outgoing permission requests, nor does
+    ///   sending it answer the incoming ones (it is forwarded, and the agent answers);
+    /// - a cancelled request (`$/cancel_request`, or the connection's end) is answered with
+    ///   whatever its handler returns within the grace period, else -32800; a forwarded one
+    ///   passes the `$/cancel_request` on and answers with what comes back;
+    /// - a v2 `session/close` does not cancel the session's work.
+    ///
+    /// [`SessionScope`](crate::SessionScope)s still fire on `session/cancel`.
+    pub fn forwarding(mut self) -> Self {
+        self.forwarding = true;
         self
     }
 
@@ -389,6 +412,7 @@ impl Connection {
             #[cfg(feature = "unstable_protocol_v2")]
             v2_turns: Default::default(),
             v2: AtomicBool::new(self.v2_rules),
+            forwarding: self.forwarding,
             session_work: Mutex::new(SessionWork::default()),
             session_work_done: Notify::new(),
             #[cfg(feature = "unstable_protocol_v2")]
@@ -399,6 +423,7 @@ impl Connection {
             max_backlog_bytes: self.max_backlog_bytes,
             notification_queue_capacity: self.notification_queue_capacity,
             cancel_grace: self.cancel_grace,
+            forwarding: self.forwarding,
         };
         let peer = Peer { shared: shared.clone() };
         (peer, Prepared { options, shared, out_rx, held_cancels_rx, tap: self.tap.zip(tap_rx) })
@@ -431,6 +456,7 @@ pub(crate) struct Options {
     pub(crate) max_backlog_bytes: usize,
     pub(crate) notification_queue_capacity: usize,
     pub(crate) cancel_grace: Duration,
+    pub(crate) forwarding: bool,
 }
 
 /// The running connection: resolves when it ends (see the [module docs](self)). Dropping it
@@ -573,8 +599,9 @@ impl RequestKind {
     /// The kind of an incoming request. On a protocol v2 connection `session/prompt` is an
     /// ordinary request: it only acknowledges the prompt, and the turn it starts is cancelled
     /// through [`Shared::session_work`] instead.
-    pub(crate) fn of(method: &str, v2: bool) -> Self {
+    pub(crate) fn of(method: &str, v2: bool, forwarding: bool) -> Self {
         match method {
+            _ if forwarding => RequestKind::Other,
             methods::SESSION_PROMPT if !v2 => RequestKind::Prompt,
             methods::SESSION_REQUEST_PERMISSION => RequestKind::Permission,
             _ => RequestKind::Other,
@@ -723,6 +750,8 @@ pub(crate) struct Shared {
     /// The connection follows protocol v2's rules: batches are accepted, and `session/prompt`
     /// is not answered `{"stopReason":"cancelled"}` when cancelled (see [`RequestKind::of`]).
     v2: AtomicBool,
+    /// A link in a chain (see [`Connection::forwarding`]): no terminal session rules.
+    pub(crate) forwarding: bool,
     /// Work tied to a session rather than to a request (see [`crate::peer::SessionScope`]).
     session_work: Mutex<SessionWork>,
     /// Woken whenever a session's last piece of work ends (see [`Shared::session_work_ended`]).

@@ -46,6 +46,31 @@ pub trait Handler: Send + Sync + 'static {
         let _ = notification;
         async {}
     }
+
+    /// On a [forwarding](crate::Connection::forwarding) connection: whether to pass this
+    /// message on, untouched, instead of handling it. Called once per incoming request and
+    /// notification, in arrival order, from the task that handles notifications; keep it quick
+    /// (a lookup by method; `params` are there to unwrap or wrap an envelope).
+    ///
+    /// A forwarded notification is sent with [`Forward::method`] and [`Forward::params`]; a
+    /// forwarded request too, and the answer it gets there, result or error, is its answer
+    /// here, verbatim. Each goes out before the next incoming message is looked at, so
+    /// forwarded messages keep their order. The default forwards nothing.
+    fn forward(&self, method: &str, params: Option<&RawValue>) -> Option<Forward> {
+        let _ = (method, params);
+        None
+    }
+}
+
+/// Where [`Handler::forward`] passes a message on to, and as what.
+#[derive(Debug)]
+pub struct Forward {
+    /// The connection to send it on (the same one or another).
+    pub to: Peer,
+    /// The method to send.
+    pub method: Cow<'static, str>,
+    /// The params to send, byte for byte.
+    pub params: Option<Box<RawValue>>,
 }
 
 impl<H: Handler> Handler for Arc<H> {
@@ -55,6 +80,10 @@ impl<H: Handler> Handler for Arc<H> {
 
     fn handle_notification(&self, notification: IncomingNotification) -> impl Future<Output = ()> + Send {
         (**self).handle_notification(notification)
+    }
+
+    fn forward(&self, method: &str, params: Option<&RawValue>) -> Option<Forward> {
+        (**self).forward(method, params)
     }
 }
 
@@ -66,6 +95,7 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub(crate) trait DynHandler: Send + Sync + 'static {
     fn handle_request_boxed(&self, req: IncomingRequest) -> BoxFuture<'_, Result<Box<RawValue>, ErrorObject>>;
     fn handle_notification_boxed(&self, notification: IncomingNotification) -> BoxFuture<'_, ()>;
+    fn forward_dyn(&self, method: &str, params: Option<&RawValue>) -> Option<Forward>;
 }
 
 impl<H: Handler> DynHandler for H {
@@ -75,6 +105,9 @@ impl<H: Handler> DynHandler for H {
 
     fn handle_notification_boxed(&self, notification: IncomingNotification) -> BoxFuture<'_, ()> {
         Box::pin(self.handle_notification(notification))
+    }
+    fn forward_dyn(&self, method: &str, params: Option<&RawValue>) -> Option<Forward> {
+        self.forward(method, params)
     }
 }
 

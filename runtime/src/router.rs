@@ -35,11 +35,25 @@ tokio::task_local! {
     pub(crate) static IN_NOTIFICATION_HANDLER: usize;
 }
 
-/// A notification waiting for the notification task; `seq` numbers them from 1.
+/// A notification waiting for the notification task; `seq` numbers them from 1. On a
+/// forwarding connection requests take the same queue (`request`), so that what is forwarded
+/// keeps the order it came in; they do not count as notifications (`seq` is that of the last
+/// notification before them).
 pub(crate) struct Queued {
     method: Cow<'static, str>,
     params: Option<Box<RawValue>>,
     seq: u64,
+    request: Option<Box<QueuedRequest>>,
+}
+
+/// A request of a forwarding connection, registered and admitted, to be started (or forwarded)
+/// by the notification task.
+pub(crate) struct QueuedRequest {
+    req: IncomingRequest,
+    kind: RequestKind,
+    slot: Slot,
+    reply: ReplyTo,
+    counted: Counted,
 }
 
 pub(crate) struct Router {
@@ -207,6 +221,11 @@ impl Router {
                 // Consumed by the runtime: handlers never see it.
                 return;
             }
+            methods::SESSION_CANCEL if self.shared.forwarding => {
+                if let Some(session) = session_id_of(params) {
+                    self.shared.cancel_session_work(&session);
+                }
+            }
             methods::SESSION_CANCEL => {
                 if let Some(session) = session_id_of(params) {
                     // Acted on here, not in the queue: cancellation must not wait behind a
@@ -219,8 +238,12 @@ impl Router {
             _ => {}
         }
         self.queued += 1;
-        let queued =
-            Queued { method: methods::intern(&method), params: params.map(ToOwned::to_owned), seq: self.queued };
+        let queued = Queued {
+            method: methods::intern(&method),
+            params: params.map(ToOwned::to_owned),
+            seq: self.queued,
+            request: None,
+        };
         if self.notifications.send(queued).await.is_err() {
             // The notification task is gone (only at shutdown).
             tracing::debug!("acp connection: notification dropped, handler task has ended");
@@ -250,7 +273,7 @@ impl Router {
     }
 
     async fn on_request(&mut self, id: Id, method: Cow<'_, str>, params: Option<&RawValue>, reply: &ReplyTo) {
-        if method == "session/close" && self.shared.speaks_v2() {
+        if method == "session/close" && self.shared.speaks_v2() && !self.shared.forwarding {
             // v2: closing a session cancels its work as `session/cancel` does. Acted on here, in
             // reading order, like `session/cancel`: a permission answer read after the close
             // must find the turn cancelled already, not race the close's handler task.
@@ -268,7 +291,7 @@ impl Router {
         let Some(admitted) = admitted else {
             return self.hold_or_refuse(id, method, params, reply).await;
         };
-        let kind = RequestKind::of(&method, self.shared.speaks_v2());
+        let kind = RequestKind::of(&method, self.shared.speaks_v2(), self.shared.forwarding);
         let session_id = session_id_of(params);
         let token = self.shared.closed.child_token();
         let entry =
@@ -286,6 +309,19 @@ impl Router {
             watch: Watch::default(),
         };
         let slot = Slot { running: self.running.clone(), _admitted: admitted };
+        if self.options.forwarding {
+            // Started (or forwarded) by the notification task, in arrival order.
+            let request = QueuedRequest { req, kind, slot, reply: reply.clone(), counted: self.tasks.count() };
+            let queued =
+                Queued { method: Cow::Borrowed(""), params: None, seq: self.queued, request: Some(Box::new(request)) };
+            if let Err(mpsc::error::SendError(queued)) = self.notifications.send(queued).await {
+                // Only at shutdown: answer it as cancelled rather than not at all.
+                let request = queued.request.expect("a queued request");
+                let QueuedRequest { req, reply, .. } = *request;
+                finish(&self.shared, req.id, Err(ErrorObject::request_cancelled()), &reply, &req.watch).await;
+            }
+            return;
+        }
         let task = run_request(
             self.shared.clone(),
             self.handler.clone(),
@@ -327,7 +363,7 @@ impl Router {
     /// if it fits, else it is refused as overloaded.
     async fn hold_or_refuse(&mut self, id: Id, method: Cow<'_, str>, params: Option<&RawValue>, reply: &ReplyTo) {
         let cost = Backlog::cost(&id, &method, params);
-        let kind = RequestKind::of(&method, self.shared.speaks_v2());
+        let kind = RequestKind::of(&method, self.shared.speaks_v2(), self.shared.forwarding);
         let session_id = session_id_of(params);
         // Under the backlog's lock from its in-flight entry on, so that a cancellation that
         // finds the entry also finds it held.
@@ -582,6 +618,19 @@ pub(crate) async fn notification_loop(
 ) {
     let me = Arc::as_ptr(&shared) as usize;
     while let Some(queued) = rx.recv().await {
+        if let Some(request) = queued.request {
+            start_or_forward(&shared, &handler, *request, grace).await;
+            continue;
+        }
+        if shared.forwarding {
+            if let Some(forward) = handler.forward_dyn(&queued.method, queued.params.as_deref()) {
+                if let Err(e) = forward.to.notify_raw(&forward.method, forward.params.as_deref()).await {
+                    tracing::debug!(error = %e, method = %forward.method, "acp connection: forwarded notification not sent");
+                }
+                shared.mark_handled(queued.seq);
+                continue;
+            }
+        }
         let notification = IncomingNotification {
             method: queued.method,
             params: queued.params,
@@ -609,6 +658,66 @@ pub(crate) async fn notification_loop(
             );
             break;
         }
+    }
+}
+
+/// A request of a forwarding connection, in its turn: forwarded if the handler says so (sent
+/// before the next message is looked at), else started like any request.
+async fn start_or_forward(
+    shared: &Arc<Shared>,
+    handler: &Arc<dyn DynHandler>,
+    request: QueuedRequest,
+    grace: Duration,
+) {
+    let QueuedRequest { req, kind, slot, reply, counted } = request;
+    let Some(forward) = handler.forward_dyn(&req.method, req.params.as_deref()) else {
+        // Every notification before it is handled: no barrier left to wait for.
+        tokio::spawn(run_request(shared.clone(), handler.clone(), req, kind, grace, 0, slot, reply, counted));
+        return;
+    };
+    if req.cancel.is_cancelled() && shared.cancel_requested(&req.id) {
+        // Cancelled before its turn came: never forwarded.
+        return finish(shared, req.id, Err(ErrorObject::request_cancelled()), &reply, &req.watch).await;
+    }
+    let sent = forward.to.send_request_raw(&forward.method, forward.params.as_deref()).await;
+    tokio::spawn(forward_answer(shared.clone(), req, sent, grace, slot, reply, counted));
+}
+
+/// Waits for the answer to a forwarded request and passes it back verbatim. A cancellation
+/// of the request here is passed on (`$/cancel_request`), and whatever comes back within the
+/// grace period is the answer; then -32800.
+async fn forward_answer(
+    shared: Arc<Shared>,
+    req: IncomingRequest,
+    sent: Result<crate::peer::PendingResponse, Error>,
+    grace: Duration,
+    _slot: Slot,
+    reply: ReplyTo,
+    _counted: Counted,
+) {
+    let answer = match sent {
+        Err(e) => Err(forward_error(e)),
+        Ok(mut pending) => tokio::select! {
+            biased;
+            answer = &mut pending => answer.map_err(forward_error),
+            () = req.cancel.cancelled() => {
+                pending.cancel();
+                match tokio::time::timeout(grace, &mut pending).await {
+                    Ok(answer) => answer.map_err(forward_error),
+                    Err(_) => Err(ErrorObject::request_cancelled()),
+                }
+            }
+        },
+    };
+    finish(&shared, req.id, answer, &reply, &req.watch).await;
+}
+
+/// The answer to a forwarded request that got none from where it went.
+fn forward_error(e: Error) -> ErrorObject {
+    match e {
+        Error::Rpc(error) => error,
+        Error::Cancelled => ErrorObject::request_cancelled(),
+        other => ErrorObject::internal_error(format_args!("forwarding failed: {other}")),
     }
 }
 
