@@ -253,21 +253,23 @@ impl Connection {
         self
     }
 
-    /// Runs the connection as a link in a chain rather than as an end of it (a proxy, a
-    /// conductor): the handler's [`Handler::forward`] is asked about every incoming request and
-    /// notification, in arrival order, and what it forwards goes out in that order, each
-    /// request's answer coming back verbatim. The session rules that a terminal agent or client
-    /// needs are left to the ends of the chain:
+    /// Runs the connection as a link in a chain (a proxy, a conductor): the handler's
+    /// [`Handler::forward`] is asked about every incoming request and notification, in arrival
+    /// order, and what it forwards goes out in that order, each request's answer coming back
+    /// verbatim. Requests it does not forward start in that order too.
     ///
-    /// - `session/cancel` is an ordinary notification: it does not cancel incoming
-    ///   `session/prompt` requests, nor resolve our outgoing permission requests, nor does
-    ///   sending it answer the incoming ones (it is forwarded, and the agent answers);
-    /// - a cancelled request (`$/cancel_request`, or the connection's end) is answered with
-    ///   whatever its handler returns within the grace period, else -32800; a forwarded one
-    ///   passes the `$/cancel_request` on and answers with what comes back;
-    /// - a v2 `session/close` does not cancel the session's work.
+    /// The cancellation rules stay those of the side the connection plays, so a chain answers
+    /// its peer as an agent or a client must even when a link further on is stuck. A forwarded
+    /// request that is cancelled here:
     ///
-    /// [`SessionScope`](crate::SessionScope)s still fire on `session/cancel`.
+    /// | request | what is passed on | its answer |
+    /// |---|---|---|
+    /// | `session/prompt` (v1) | nothing more: the `session/cancel` that cancelled it is itself forwarded | what comes back within the grace period if it says `"stopReason":"cancelled"`, else exactly `{"stopReason":"cancelled"}` |
+    /// | `session/request_permission` | `$/cancel_request` | the `cancelled` outcome, at once |
+    /// | anything else | `$/cancel_request` | what comes back within the grace period, result or error; else -32800 |
+    ///
+    /// A chain's links each wait their own grace period, so give the outer ones at least as
+    /// much as the inner ones ([`Connection::cancel_grace`]).
     pub fn forwarding(mut self) -> Self {
         self.forwarding = true;
         self
@@ -599,9 +601,8 @@ impl RequestKind {
     /// The kind of an incoming request. On a protocol v2 connection `session/prompt` is an
     /// ordinary request: it only acknowledges the prompt, and the turn it starts is cancelled
     /// through [`Shared::session_work`] instead.
-    pub(crate) fn of(method: &str, v2: bool, forwarding: bool) -> Self {
+    pub(crate) fn of(method: &str, v2: bool) -> Self {
         match method {
-            _ if forwarding => RequestKind::Other,
             methods::SESSION_PROMPT if !v2 => RequestKind::Prompt,
             methods::SESSION_REQUEST_PERMISSION => RequestKind::Permission,
             _ => RequestKind::Other,
@@ -750,7 +751,7 @@ pub(crate) struct Shared {
     /// The connection follows protocol v2's rules: batches are accepted, and `session/prompt`
     /// is not answered `{"stopReason":"cancelled"}` when cancelled (see [`RequestKind::of`]).
     v2: AtomicBool,
-    /// A link in a chain (see [`Connection::forwarding`]): no terminal session rules.
+    /// A link in a chain (see [`Connection::forwarding`]).
     pub(crate) forwarding: bool,
     /// Work tied to a session rather than to a request (see [`crate::peer::SessionScope`]).
     session_work: Mutex<SessionWork>,

@@ -193,8 +193,7 @@ impl Peer {
         }
         let mut line = Vec::with_capacity(128);
         jsonrpc::encode_notification(&mut line, method, params).map_err(Error::Encode)?;
-        let cancelled_session =
-            if method == methods::SESSION_CANCEL && !self.shared.forwarding { params_session_id(&line) } else { None };
+        let cancelled_session = if method == methods::SESSION_CANCEL { params_session_id(&line) } else { None };
         self.shared.send_line(line).await?;
         // Only once `session/cancel` is queued: the `cancelled` answers to the permission
         // requests queue behind it, so the agent knows its turn was cancelled by the time it

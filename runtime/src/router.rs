@@ -221,11 +221,6 @@ impl Router {
                 // Consumed by the runtime: handlers never see it.
                 return;
             }
-            methods::SESSION_CANCEL if self.shared.forwarding => {
-                if let Some(session) = session_id_of(params) {
-                    self.shared.cancel_session_work(&session);
-                }
-            }
             methods::SESSION_CANCEL => {
                 if let Some(session) = session_id_of(params) {
                     // Acted on here, not in the queue: cancellation must not wait behind a
@@ -273,7 +268,7 @@ impl Router {
     }
 
     async fn on_request(&mut self, id: Id, method: Cow<'_, str>, params: Option<&RawValue>, reply: &ReplyTo) {
-        if method == "session/close" && self.shared.speaks_v2() && !self.shared.forwarding {
+        if method == "session/close" && self.shared.speaks_v2() {
             // v2: closing a session cancels its work as `session/cancel` does. Acted on here, in
             // reading order, like `session/cancel`: a permission answer read after the close
             // must find the turn cancelled already, not race the close's handler task.
@@ -291,7 +286,7 @@ impl Router {
         let Some(admitted) = admitted else {
             return self.hold_or_refuse(id, method, params, reply).await;
         };
-        let kind = RequestKind::of(&method, self.shared.speaks_v2(), self.shared.forwarding);
+        let kind = RequestKind::of(&method, self.shared.speaks_v2());
         let session_id = session_id_of(params);
         let token = self.shared.closed.child_token();
         let entry =
@@ -363,7 +358,7 @@ impl Router {
     /// if it fits, else it is refused as overloaded.
     async fn hold_or_refuse(&mut self, id: Id, method: Cow<'_, str>, params: Option<&RawValue>, reply: &ReplyTo) {
         let cost = Backlog::cost(&id, &method, params);
-        let kind = RequestKind::of(&method, self.shared.speaks_v2(), self.shared.forwarding);
+        let kind = RequestKind::of(&method, self.shared.speaks_v2());
         let session_id = session_id_of(params);
         // Under the backlog's lock from its in-flight entry on, so that a cancellation that
         // finds the entry also finds it held.
@@ -675,20 +670,19 @@ async fn start_or_forward(
         tokio::spawn(run_request(shared.clone(), handler.clone(), req, kind, grace, 0, slot, reply, counted));
         return;
     };
-    if req.cancel.is_cancelled() && shared.cancel_requested(&req.id) {
-        // Cancelled before its turn came: never forwarded.
-        return finish(shared, req.id, Err(ErrorObject::request_cancelled()), &reply, &req.watch).await;
-    }
+    // Forwarded even when cancelled already: what cancelled it (a `session/cancel`, a
+    // `$/cancel_request`) follows it, so the far side sees both in the order they came.
     let sent = forward.to.send_request_raw(&forward.method, forward.params.as_deref()).await;
-    tokio::spawn(forward_answer(shared.clone(), req, sent, grace, slot, reply, counted));
+    tokio::spawn(forward_answer(shared.clone(), req, kind, sent, grace, slot, reply, counted));
 }
 
-/// Waits for the answer to a forwarded request and passes it back verbatim. A cancellation
-/// of the request here is passed on (`$/cancel_request`), and whatever comes back within the
-/// grace period is the answer; then -32800.
+/// Waits for the answer to a forwarded request and passes it back verbatim. A cancelled one
+/// is answered as the table at [`crate::Connection::forwarding`] says.
+#[allow(clippy::too_many_arguments)]
 async fn forward_answer(
     shared: Arc<Shared>,
     req: IncomingRequest,
+    kind: RequestKind,
     sent: Result<crate::peer::PendingResponse, Error>,
     grace: Duration,
     _slot: Slot,
@@ -700,13 +694,23 @@ async fn forward_answer(
         Ok(mut pending) => tokio::select! {
             biased;
             answer = &mut pending => answer.map_err(forward_error),
-            () = req.cancel.cancelled() => {
-                pending.cancel();
-                match tokio::time::timeout(grace, &mut pending).await {
-                    Ok(answer) => answer.map_err(forward_error),
-                    Err(_) => Err(ErrorObject::request_cancelled()),
+            () = req.cancel.cancelled() => match kind {
+                RequestKind::Permission => {
+                    pending.cancel();
+                    cancelled_answer(kind, None)
                 }
-            }
+                RequestKind::Prompt => {
+                    let answer = tokio::time::timeout(grace, &mut pending).await.ok();
+                    cancelled_answer(kind, answer.map(|a| Ok(a.map_err(forward_error))))
+                }
+                RequestKind::Other => {
+                    pending.cancel();
+                    match tokio::time::timeout(grace, &mut pending).await {
+                        Ok(answer) => answer.map_err(forward_error),
+                        Err(_) => Err(ErrorObject::request_cancelled()),
+                    }
+                }
+            },
         },
     };
     finish(&shared, req.id, answer, &reply, &req.watch).await;

@@ -130,23 +130,48 @@ async fn agent_to_editor_direction_is_forwarded_too() {
 }
 
 #[tokio::test]
-async fn session_cancel_is_forwarded_not_acted_on() {
-    // A terminal agent would answer the prompt `cancelled` itself; a link passes the cancel on
-    // and waits for the agent's own answer.
-    let Chain { mut editor, mut agent } = chain(|| Connection::new().cancel_grace(Duration::from_millis(10)));
+async fn session_cancel_is_forwarded_and_the_agents_own_answer_wins_within_the_grace() {
+    let Chain { mut editor, mut agent } = chain(|| Connection::new().cancel_grace(Duration::from_secs(5)));
     editor
         .send_json(json!({"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"s","prompt":[]}}))
         .await;
     let prompt = agent.recv().await;
     editor.send_json(json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s"}})).await;
+    // Passed on once, as the notification it is: no `$/cancel_request` for the prompt.
     assert_eq!(agent.recv().await["method"], "session/cancel");
-    assert!(editor.try_recv_line(Duration::from_millis(100)).await.is_none(), "the link answered the prompt itself");
+    assert!(agent.try_recv_line(Duration::from_millis(50)).await.is_none());
     agent
         .send_json(json!({"jsonrpc":"2.0","id":prompt["id"],"result":{"stopReason":"cancelled","_meta":{"k":1}}}))
         .await;
     assert_eq!(
         editor.recv().await,
         json!({"jsonrpc":"2.0","id":1,"result":{"stopReason":"cancelled","_meta":{"k":1}}})
+    );
+}
+
+#[tokio::test]
+async fn a_cancelled_prompt_is_answered_cancelled_when_the_far_side_is_stuck() {
+    // The link answers as an agent must, whatever happens further on.
+    let Chain { mut editor, mut agent } = chain(|| Connection::new().cancel_grace(Duration::from_millis(20)));
+    editor
+        .send_json(json!({"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"s","prompt":[]}}))
+        .await;
+    let _prompt = agent.recv().await;
+    editor.send_json(json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s"}})).await;
+    assert_eq!(editor.recv().await, json!({"jsonrpc":"2.0","id":1,"result":{"stopReason":"cancelled"}}));
+}
+
+#[tokio::test]
+async fn a_forwarded_permission_request_is_answered_cancelled_at_once_on_session_cancel() {
+    let Chain { mut editor, mut agent } = chain(|| Connection::new().cancel_grace(Duration::from_secs(5)));
+    agent.send(r#"{"jsonrpc":"2.0","id":9,"method":"session/request_permission","params":{"sessionId":"s","toolCall":{"toolCallId":"t"},"options":[]}}"#).await;
+    let permission = editor.recv().await;
+    // The agent cancels its own turn's permission request; the editor is told.
+    agent.send(r#"{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":9}}"#).await;
+    assert_eq!(agent.recv().await, json!({"jsonrpc":"2.0","id":9,"result":{"outcome":{"outcome":"cancelled"}}}));
+    assert_eq!(
+        editor.recv().await,
+        json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":permission["id"]}})
     );
 }
 
