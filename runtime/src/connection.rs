@@ -198,6 +198,7 @@ pub struct Connection {
     tap: Option<writer::Tap>,
     v2_rules: bool,
     forwarding: bool,
+    end_on_bad_input: bool,
 }
 
 impl fmt::Debug for Connection {
@@ -213,6 +214,7 @@ impl fmt::Debug for Connection {
             .field("tap", &self.tap.is_some())
             .field("v2_rules", &self.v2_rules)
             .field("forwarding", &self.forwarding)
+            .field("end_on_bad_input", &self.end_on_bad_input)
             .finish()
     }
 }
@@ -239,6 +241,7 @@ impl Connection {
             tap: None,
             v2_rules: false,
             forwarding: false,
+            end_on_bad_input: false,
         }
     }
 
@@ -272,6 +275,15 @@ impl Connection {
     /// much as the inner ones ([`Connection::cancel_grace`]).
     pub fn forwarding(mut self) -> Self {
         self.forwarding = true;
+        self
+    }
+
+    /// Ends the connection at the first input that is not a JSON-RPC message (after answering
+    /// it as usual), instead of serving on: for a peer that is part of one's own machinery,
+    /// such as a conductor's components, where a stray line on stdout means it is broken and
+    /// waiting for it would only hang whoever waits for its answers.
+    pub fn end_on_bad_input(mut self) -> Self {
+        self.end_on_bad_input = true;
         self
     }
 
@@ -426,6 +438,7 @@ impl Connection {
             notification_queue_capacity: self.notification_queue_capacity,
             cancel_grace: self.cancel_grace,
             forwarding: self.forwarding,
+            end_on_bad_input: self.end_on_bad_input,
         };
         let peer = Peer { shared: shared.clone() };
         (peer, Prepared { options, shared, out_rx, held_cancels_rx, tap: self.tap.zip(tap_rx) })
@@ -459,6 +472,7 @@ pub(crate) struct Options {
     pub(crate) notification_queue_capacity: usize,
     pub(crate) cancel_grace: Duration,
     pub(crate) forwarding: bool,
+    pub(crate) end_on_bad_input: bool,
 }
 
 /// The running connection: resolves when it ends (see the [module docs](self)). Dropping it

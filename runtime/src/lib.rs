@@ -103,6 +103,7 @@ pub mod jsonrpc;
 pub mod macro_support;
 pub mod methods;
 pub mod peer;
+pub mod proxy;
 pub mod terminal;
 pub mod transport;
 #[cfg(feature = "unstable_protocol_v2")]

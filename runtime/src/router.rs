@@ -108,6 +108,7 @@ impl Router {
                         self.options.max_line_bytes
                     ));
                     self.answer(&Id::Null, Err(&error)).await;
+                    self.bad_input_seen();
                 }
             }
         }
@@ -177,7 +178,16 @@ impl Router {
                 if let Some((id, error)) = e.answer() {
                     self.answer_to(reply, &id, Err(&error)).await;
                 }
+                self.bad_input_seen();
             }
+        }
+    }
+
+    /// After bad input has been answered: a connection told to end on bad input ends.
+    fn bad_input_seen(&self) {
+        if self.options.end_on_bad_input {
+            tracing::error!("acp connection: the peer sent something that is not JSON-RPC; closing the connection");
+            self.shared.close();
         }
     }
 

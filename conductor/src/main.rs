@@ -1,0 +1,107 @@
+//! `acp-conductor`: runs a chain of ACP proxies in front of an agent and is one agent to the
+//! editor on stdin/stdout. The command line follows the official conductor's, so an editor
+//! configured for one runs the other:
+//!
+//! ```text
+//! acp-conductor agent "proxy1 --flag" "proxy2" "agent --acp"
+//! acp-conductor -- "proxy1 --flag" "proxy2" "agent --acp"
+//! ```
+//!
+//! Each component is one argument: split like a shell splits words, leading `NAME=value` words
+//! set its environment, or a JSON object `{"command":..,"args":[..],"env":{..}}`. The last
+//! one is the agent. The routing, the wire and what happens when a component ends are
+//! documented in `acp_runtime::proxy::conductor`.
+
+use std::time::Duration;
+
+use acp_runtime::proxy::conductor::{ChainEnd, ComponentCommand, Conductor, run_commands};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "acp-conductor", version, about = "Runs ACP proxies in front of an agent, as one agent to the editor")]
+struct Args {
+    /// How long a cancelled request waits for the chain's own answer, in milliseconds, before
+    /// the conductor answers it (for `session/prompt`: `{"stopReason":"cancelled"}`).
+    #[arg(long, default_value_t = 1000, global = true)]
+    cancel_grace_ms: u64,
+
+    /// How long a component has to exit once its input is closed, and then between SIGTERM
+    /// and SIGKILL, in milliseconds.
+    #[arg(long, default_value_t = 2000, global = true)]
+    kill_grace_ms: u64,
+
+    #[command(subcommand)]
+    mode: Option<Mode>,
+
+    /// The chain, as with `agent`: proxies, then the agent.
+    #[arg(value_name = "COMPONENT", last = true)]
+    components: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Mode {
+    /// Run as a terminal agent: the editor sends `initialize`; the last component is the agent.
+    Agent {
+        /// A name for logs (accepted for compatibility with the official conductor).
+        #[arg(short, long, default_value = "conductor")]
+        name: String,
+        /// The chain: proxies, then the agent.
+        #[arg(value_name = "COMPONENT", required = true)]
+        components: Vec<String>,
+    },
+}
+
+fn main() {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("acp-conductor: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let code = runtime.block_on(run(args));
+    // Not a return: tokio's stdin reads on a blocking thread that a runtime shutdown waits
+    // for, and the editor need not close its side just because the chain ended.
+    std::process::exit(code)
+}
+
+async fn run(args: Args) -> i32 {
+    let texts = match args.mode {
+        Some(Mode::Agent { components, .. }) => components,
+        None if !args.components.is_empty() => args.components,
+        None => {
+            eprintln!("acp-conductor: no components; usage: acp-conductor agent PROXY... AGENT");
+            return 2;
+        }
+    };
+    let mut commands = Vec::with_capacity(texts.len());
+    for text in &texts {
+        match ComponentCommand::parse(text) {
+            Ok(command) => commands.push(command),
+            Err(e) => {
+                eprintln!("acp-conductor: {e}");
+                return 2;
+            }
+        }
+    }
+    let conductor = Conductor::new().cancel_grace(Duration::from_millis(args.cancel_grace_ms));
+    let (stdin, stdout) = acp_runtime::transport::stdio();
+    let kill_grace = Duration::from_millis(args.kill_grace_ms);
+    match run_commands(conductor, stdin, stdout, &commands, kill_grace).await {
+        Ok(exit) => match &exit.end {
+            ChainEnd::ClientClosed => 0,
+            ChainEnd::ComponentEnded { index, name } => {
+                let status = exit.statuses.get(*index).copied().flatten();
+                let how = status.map_or_else(|| "ended".to_owned(), |s| format!("ended ({s})"));
+                eprintln!("acp-conductor: component {index} `{name}` {how}; the chain is closed");
+                1
+            }
+            _ => 1,
+        },
+        Err(e) => {
+            eprintln!("acp-conductor: {e}");
+            1
+        }
+    }
+}
