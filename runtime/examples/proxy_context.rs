@@ -6,41 +6,18 @@
 //!
 //! or let the `duet` example run the chain: `cargo run -p acp-runtime --example duet -- --proxy context`.
 
-use acp_runtime::proxy::{Proxy, ProxyContext, Side, serve_proxy};
-use acp_runtime::{ErrorObject, IncomingRequest, RawValue};
-use serde_json::Value;
+#[path = "common/proxies.rs"]
+#[allow(dead_code)] // each example uses one of the two proxies
+mod proxies;
+
+use acp_runtime::proxy::serve_proxy;
+use proxies::{AddContext, DEFAULT_CONTEXT};
 
 const USAGE: &str = "usage: proxy_context [--context TEXT]";
 
-struct AddContext {
-    context: String,
-}
-
-impl Proxy for AddContext {
-    fn intercepts(&self, from: Side, method: &str) -> bool {
-        from == Side::Client && method == "session/prompt"
-    }
-
-    async fn handle_request(
-        &self,
-        cx: ProxyContext,
-        from: Side,
-        mut req: IncomingRequest,
-    ) -> Result<Box<RawValue>, ErrorObject> {
-        // A `Value` keeps every member it reads, known or not; only this one array changes.
-        let mut params: Value = req.parse_params()?;
-        let Some(prompt) = params.get_mut("prompt").and_then(Value::as_array_mut) else {
-            return Err(ErrorObject::invalid_params_at("prompt", "expected an array of content blocks"));
-        };
-        prompt.insert(0, serde_json::json!({"type": "text", "text": self.context}));
-        req.params = Some(serde_json::value::to_raw_value(&params).map_err(ErrorObject::internal_error)?);
-        cx.forward_request(from, req).await
-    }
-}
-
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let mut context = "Context from the proxy: keep the answer short.".to_owned();
+    let mut context = DEFAULT_CONTEXT.to_owned();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match (arg.as_str(), args.next()) {

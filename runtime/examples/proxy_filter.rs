@@ -4,44 +4,14 @@
 //!
 //! `acp-conductor agent "cargo run -q -p acp-runtime --example proxy_filter -- --deny read" "cargo run -q -p acp-runtime --example agent"`
 
-use acp_runtime::proxy::{Proxy, ProxyContext, Side, serve_proxy};
-use acp_runtime::{ErrorObject, IncomingRequest, RawValue};
-use serde_json::{Value, json};
+#[path = "common/proxies.rs"]
+#[allow(dead_code)] // each example uses one of the two proxies
+mod proxies;
+
+use acp_runtime::proxy::serve_proxy;
+use proxies::FilterTools;
 
 const USAGE: &str = "usage: proxy_filter [--deny KIND[,KIND...]]  (tool kinds: read, edit, delete, move, search, execute, think, fetch, other)";
-
-struct FilterTools {
-    denied: Vec<String>,
-}
-
-impl Proxy for FilterTools {
-    fn intercepts(&self, from: Side, method: &str) -> bool {
-        from == Side::Agent && method == "session/request_permission"
-    }
-
-    async fn handle_request(
-        &self,
-        cx: ProxyContext,
-        from: Side,
-        req: IncomingRequest,
-    ) -> Result<Box<RawValue>, ErrorObject> {
-        let params: Value = req.parse_params()?;
-        let kind = params.pointer("/toolCall/kind").and_then(Value::as_str).unwrap_or("other");
-        if !self.denied.iter().any(|d| d == kind) {
-            return cx.forward_request(from, req).await;
-        }
-        let title = params.pointer("/toolCall/title").and_then(Value::as_str).unwrap_or("a tool call");
-        eprintln!("proxy_filter: rejected {title:?} ({kind} is denied)");
-        // The agent's own reject option, so that it knows the user (here: the policy) said no.
-        let options = params.get("options").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-        let reject = options.iter().find(|o| o["kind"].as_str().is_some_and(|k| k.starts_with("reject")));
-        let answer = match reject.and_then(|o| o.get("optionId")) {
-            Some(id) => json!({"outcome": {"outcome": "selected", "optionId": id}}),
-            None => json!({"outcome": {"outcome": "cancelled"}}),
-        };
-        serde_json::value::to_raw_value(&answer).map_err(ErrorObject::internal_error)
-    }
-}
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -57,7 +27,7 @@ async fn main() -> std::process::ExitCode {
         }
     }
     let (stdin, stdout) = acp_runtime::transport::stdio();
-    match serve_proxy(FilterTools { denied }, stdin, stdout).await {
+    match serve_proxy(FilterTools::new(denied), stdin, stdout).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("proxy_filter: {e}");
