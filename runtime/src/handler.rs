@@ -230,7 +230,7 @@ impl IncomingNotification {
     }
 }
 
-fn parse_params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, ErrorObject> {
+pub(crate) fn parse_params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, ErrorObject> {
     crate::jsonrpc::decode_params(params)
 }
 

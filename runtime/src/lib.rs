@@ -119,7 +119,7 @@ mod tasks;
 mod typed;
 mod writer;
 
-pub use acp_macros::{acp_agent, acp_client};
+pub use acp_macros::{acp_agent, acp_client, acp_proxy};
 pub use acp_types;
 pub use agent::{AgentContext, ClientHandle, serve_agent};
 pub use client::{AgentHandle, ClientContext, serve_client};
