@@ -1,12 +1,18 @@
 //! The example proxies, shared by the `proxy_context` and `proxy_filter` examples and by
 //! `duet --proxy`: a proxy that adds context to every prompt, and one that filters tool calls.
+//! Both are `#[acp_proxy]` blocks over lossless typed views: what they change goes on with
+//! every member they did not touch, and what they do not name passes through unread.
 
-use acp_runtime::proxy::{Proxy, ProxyContext, Side};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use acp_runtime::{ErrorObject, IncomingNotification, IncomingRequest, RawValue};
-use serde_json::{Value, json};
+use acp_runtime::acp_types::lossless::Lossless;
+use acp_runtime::acp_types::{
+    ContentBlock, PermissionOptionKind, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification, SessionUpdate, TextContent,
+};
+use acp_runtime::proxy::{ProxiedNotification, ProxiedRequest};
+use acp_runtime::{ErrorObject, RawValue, acp_proxy};
 
 /// The text `AddContext` adds when not told otherwise.
 pub const DEFAULT_CONTEXT: &str = "Context from the proxy: keep the answer short.";
@@ -17,25 +23,15 @@ pub struct AddContext {
     pub context: String,
 }
 
-impl Proxy for AddContext {
-    fn intercepts(&self, from: Side, method: &str) -> bool {
-        from == Side::Client && method == "session/prompt"
-    }
-
-    async fn handle_request(
+#[acp_proxy]
+impl AddContext {
+    async fn session_prompt(
         &self,
-        cx: ProxyContext,
-        from: Side,
-        mut req: IncomingRequest,
+        mut call: ProxiedRequest<Lossless<PromptRequest>>,
     ) -> Result<Box<RawValue>, ErrorObject> {
-        // A `Value` keeps every member it reads, known or not; only this one array changes.
-        let mut params: Value = req.parse_params()?;
-        let Some(prompt) = params.get_mut("prompt").and_then(Value::as_array_mut) else {
-            return Err(ErrorObject::invalid_params_at("prompt", "expected an array of content blocks"));
-        };
-        prompt.insert(0, serde_json::json!({"type": "text", "text": self.context}));
-        req.params = Some(serde_json::value::to_raw_value(&params).map_err(ErrorObject::internal_error)?);
-        cx.forward_request(from, req).await
+        let block = ContentBlock::from(TextContent::new(self.context.clone()));
+        call.params.prompt.insert(0, block);
+        call.forward().await
     }
 }
 
@@ -46,7 +42,7 @@ pub struct FilterTools {
     /// The denied tool kinds (`execute`, `delete`, ...).
     pub denied: Vec<String>,
     /// The kind of each tool call announced so far, by session and id.
-    pub kinds: Mutex<HashMap<(String, String), String>>,
+    kinds: Mutex<HashMap<(String, String), String>>,
 }
 
 impl FilterTools {
@@ -60,56 +56,43 @@ impl FilterTools {
     }
 }
 
-/// `(sessionId, toolCallId)` of a `session/update` or `session/request_permission`.
-fn tool_call_key(params: &Value, tool_call: &Value) -> Option<(String, String)> {
-    let session = params.get("sessionId")?.as_str()?;
-    let id = tool_call.get("toolCallId")?.as_str()?;
-    Some((session.to_owned(), id.to_owned()))
-}
-
-impl Proxy for FilterTools {
-    fn intercepts(&self, from: Side, method: &str) -> bool {
-        from == Side::Agent && matches!(method, "session/update" | "session/request_permission")
-    }
-
-    async fn handle_notification(&self, cx: ProxyContext, from: Side, notification: IncomingNotification) {
-        if let Ok(params) = notification.parse_params::<Value>() {
-            let update = &params["update"];
-            if let (Some(key), Some(kind)) =
-                (tool_call_key(&params, update), update.get("kind").and_then(Value::as_str))
-            {
-                self.kinds().insert(key, kind.to_owned());
+#[acp_proxy]
+impl FilterTools {
+    async fn session_update(&self, call: ProxiedNotification<Lossless<SessionNotification>>) {
+        if let SessionUpdate::ToolCall(tool_call) = &call.params.update {
+            if let Some(kind) = &tool_call.kind {
+                let key = (call.params.session_id.to_string(), tool_call.tool_call_id.to_string());
+                self.kinds().insert(key, kind.as_str().to_owned());
             }
         }
-        cx.forward_notification(from, notification).await;
+        // Read only: forwarded byte for byte.
+        let _ = call.forward().await;
     }
 
-    async fn handle_request(
+    async fn session_request_permission(
         &self,
-        cx: ProxyContext,
-        from: Side,
-        req: IncomingRequest,
+        call: ProxiedRequest<Lossless<RequestPermissionRequest>>,
     ) -> Result<Box<RawValue>, ErrorObject> {
-        let params: Value = req.parse_params()?;
-        let tool_call = &params["toolCall"];
-        let kind = tool_call
-            .get("kind")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .or_else(|| tool_call_key(&params, tool_call).and_then(|key| self.kinds().get(&key).cloned()))
-            .unwrap_or_else(|| "other".to_owned());
+        let request = &call.params;
+        let key = (request.session_id.to_string(), request.tool_call.tool_call_id.to_string());
+        let kind = match &request.tool_call.kind {
+            Some(Some(kind)) => kind.as_str().to_owned(),
+            _ => self.kinds().get(&key).cloned().unwrap_or_else(|| "other".to_owned()),
+        };
         if !self.denied.contains(&kind) {
-            return cx.forward_request(from, req).await;
+            return call.forward().await;
         }
-        let title = tool_call.get("title").and_then(Value::as_str).unwrap_or("a tool call");
+        let title = request.tool_call.title.clone().flatten().unwrap_or_else(|| "a tool call".to_owned());
         eprintln!("proxy_filter: rejected {title:?} ({kind} is denied)");
         // The agent's own reject option, so that it knows the user (here: the policy) said no.
-        let options = params.get("options").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-        let reject = options.iter().find(|o| o["kind"].as_str().is_some_and(|k| k.starts_with("reject")));
-        let answer = match reject.and_then(|o| o.get("optionId")) {
-            Some(id) => json!({"outcome": {"outcome": "selected", "optionId": id}}),
-            None => json!({"outcome": {"outcome": "cancelled"}}),
+        let reject = request
+            .options
+            .iter()
+            .find(|o| matches!(o.kind, PermissionOptionKind::RejectOnce | PermissionOptionKind::RejectAlways));
+        let outcome = match reject {
+            Some(option) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option.option_id.clone())),
+            None => RequestPermissionOutcome::Cancelled,
         };
-        serde_json::value::to_raw_value(&answer).map_err(ErrorObject::internal_error)
+        serde_json::value::to_raw_value(&RequestPermissionResponse::new(outcome)).map_err(ErrorObject::internal_error)
     }
 }

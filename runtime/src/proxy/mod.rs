@@ -498,6 +498,30 @@ impl IntoAnswer for serde_json::Value {
     }
 }
 
+/// The generated types, losslessly: decoded for reading and changing, and written back with
+/// every member they do not know (see [`acp_types::lossless`]). What a typed proxy takes.
+impl<T: DeserializeOwned> FromParams for acp_types::lossless::Lossless<T> {
+    fn from_params(params: Option<Box<RawValue>>) -> Result<Self, ErrorObject> {
+        let params = params.unwrap_or_else(|| RawValue::from_string("null".to_owned()).expect("valid JSON"));
+        acp_types::lossless::Lossless::from_raw(params).map_err(|e| match e.path() {
+            Some(path) => ErrorObject::invalid_params_at(path, e.message()),
+            None => ErrorObject::invalid_params(e.message()),
+        })
+    }
+}
+
+impl<T: Serialize> IntoParams for acp_types::lossless::Lossless<T> {
+    fn into_params(self) -> Result<Option<Box<RawValue>>, ErrorObject> {
+        self.into_raw().map(Some).map_err(ErrorObject::internal_error)
+    }
+}
+
+impl<T: Serialize> IntoAnswer for acp_types::lossless::Lossless<T> {
+    fn into_answer(self) -> Result<Box<RawValue>, ErrorObject> {
+        self.into_raw().map_err(ErrorObject::internal_error)
+    }
+}
+
 /// An intercepted request as a typed handler sees it: its params (`P`), where it came from,
 /// and the way on.
 #[derive(Debug)]
