@@ -56,21 +56,23 @@ pub trait Handler: Send + Sync + 'static {
     /// forwarded request too, and the answer it gets there, result or error, is its answer
     /// here, verbatim. Each goes out before the next incoming message is looked at, so
     /// forwarded messages keep their order. The default forwards nothing.
-    fn forward(&self, method: &str, params: Option<&RawValue>) -> Option<Forward> {
+    fn forward<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
         let _ = (method, params);
         None
     }
 }
 
-/// Where [`Handler::forward`] passes a message on to, and as what.
+/// Where [`Handler::forward`] passes a message on to, and as what. The method and params may
+/// borrow from the incoming message (a plain forward copies nothing; an envelope's inner
+/// params are a slice of the outer ones).
 #[derive(Debug)]
-pub struct Forward {
+pub struct Forward<'a> {
     /// The connection to send it on (the same one or another).
     pub to: Peer,
     /// The method to send.
-    pub method: Cow<'static, str>,
+    pub method: Cow<'a, str>,
     /// The params to send, byte for byte.
-    pub params: Option<Box<RawValue>>,
+    pub params: Option<Cow<'a, RawValue>>,
 }
 
 impl<H: Handler> Handler for Arc<H> {
@@ -82,7 +84,7 @@ impl<H: Handler> Handler for Arc<H> {
         (**self).handle_notification(notification)
     }
 
-    fn forward(&self, method: &str, params: Option<&RawValue>) -> Option<Forward> {
+    fn forward<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
         (**self).forward(method, params)
     }
 }
@@ -95,7 +97,7 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub(crate) trait DynHandler: Send + Sync + 'static {
     fn handle_request_boxed(&self, req: IncomingRequest) -> BoxFuture<'_, Result<Box<RawValue>, ErrorObject>>;
     fn handle_notification_boxed(&self, notification: IncomingNotification) -> BoxFuture<'_, ()>;
-    fn forward_dyn(&self, method: &str, params: Option<&RawValue>) -> Option<Forward>;
+    fn forward_dyn<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>>;
 }
 
 impl<H: Handler> DynHandler for H {
@@ -106,7 +108,7 @@ impl<H: Handler> DynHandler for H {
     fn handle_notification_boxed(&self, notification: IncomingNotification) -> BoxFuture<'_, ()> {
         Box::pin(self.handle_notification(notification))
     }
-    fn forward_dyn(&self, method: &str, params: Option<&RawValue>) -> Option<Forward> {
+    fn forward_dyn<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
         self.forward(method, params)
     }
 }

@@ -25,12 +25,12 @@ impl Handler for Relay {
         }
     }
 
-    fn forward(&self, method: &str, params: Option<&RawValue>) -> Option<Forward> {
+    fn forward<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
         if method == "_relay/own" {
             return None;
         }
         let to = self.to.get()?.clone();
-        Some(Forward { to, method: method.to_owned().into(), params: params.map(ToOwned::to_owned) })
+        Some(Forward { to, method: method.into(), params: params.map(std::borrow::Cow::Borrowed) })
     }
 }
 

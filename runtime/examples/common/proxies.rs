@@ -90,7 +90,9 @@ impl FilterTools {
             .iter()
             .find(|o| matches!(o.kind, PermissionOptionKind::RejectOnce | PermissionOptionKind::RejectAlways));
         let outcome = match reject {
-            Some(option) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option.option_id.clone())),
+            Some(option) => {
+                RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option.option_id.clone()))
+            }
             None => RequestPermissionOutcome::Cancelled,
         };
         serde_json::value::to_raw_value(&RequestPermissionResponse::new(outcome)).map_err(ErrorObject::internal_error)

@@ -19,6 +19,7 @@
 //! The conductor adds and removes nothing: the client gets the first component's
 //! `initialize` answer verbatim, as with the official conductor.
 
+use std::borrow::Cow;
 use std::io;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -31,7 +32,7 @@ use super::envelope;
 use crate::connection::Connection;
 use crate::handler::{Forward, Handler, IncomingNotification, IncomingRequest};
 use crate::jsonrpc::ErrorObject;
-use crate::methods::{self, PROXY_INITIALIZE, PROXY_SUCCESSOR};
+use crate::methods::{PROXY_INITIALIZE, PROXY_SUCCESSOR};
 use crate::peer::Peer;
 
 #[cfg(feature = "process")]
@@ -206,33 +207,38 @@ struct Link {
     at: Place,
 }
 
-fn forward(to: Option<Peer>, method: &str, params: Option<Box<RawValue>>) -> Option<Forward> {
-    Some(Forward { to: to?, method: methods::intern(method), params })
+fn forward<'a>(
+    to: Option<Peer>,
+    method: impl Into<Cow<'a, str>>,
+    params: Option<Cow<'a, RawValue>>,
+) -> Option<Forward<'a>> {
+    Some(Forward { to: to?, method: method.into(), params })
 }
 
 impl Link {
     /// Toward the client from component `index`: plain to the client from the first one,
     /// wrapped for the proxy before it otherwise.
-    fn toward_client(&self, index: usize, method: &str, params: Option<&RawValue>) -> Option<Forward> {
+    fn toward_client<'a>(&self, index: usize, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
         match index.checked_sub(1) {
-            None => forward(self.chain.client(), method, params.map(ToOwned::to_owned)),
+            None => forward(self.chain.client(), method, params.map(Cow::Borrowed)),
             Some(before) => {
-                forward(self.chain.component(before), PROXY_SUCCESSOR, Some(envelope::wrap(method, params)))
+                let wrapped = Cow::Owned(envelope::wrap(method, params));
+                forward(self.chain.component(before), PROXY_SUCCESSOR, Some(wrapped))
             }
         }
     }
 }
 
 impl Handler for Link {
-    fn forward(&self, method: &str, params: Option<&RawValue>) -> Option<Forward> {
+    fn forward<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
         let chain = &self.chain;
         match (self.at, method) {
             (_, PROXY_INITIALIZE) => None,
             (Place::Client, PROXY_SUCCESSOR) => None,
             (Place::Client, INITIALIZE) => {
-                forward(chain.component(0), chain.initialize_for(0), params.map(ToOwned::to_owned))
+                forward(chain.component(0), chain.initialize_for(0), params.map(Cow::Borrowed))
             }
-            (Place::Client, _) => forward(chain.component(0), method, params.map(ToOwned::to_owned)),
+            (Place::Client, _) => forward(chain.component(0), method, params.map(Cow::Borrowed)),
             (Place::Component(index), PROXY_SUCCESSOR) => {
                 if index == chain.agent_index() {
                     return None;
@@ -241,10 +247,10 @@ impl Handler for Link {
                 let next = index + 1;
                 let method = match &*inner.method {
                     PROXY_INITIALIZE | PROXY_SUCCESSOR => return None,
-                    INITIALIZE => chain.initialize_for(next),
-                    other => other,
+                    INITIALIZE => Cow::Borrowed(chain.initialize_for(next)),
+                    _ => inner.method,
                 };
-                forward(chain.component(next), method, inner.params.map(ToOwned::to_owned))
+                forward(chain.component(next), method, inner.params.map(Cow::Borrowed))
             }
             (Place::Component(index), _) => self.toward_client(index, method, params),
         }

@@ -324,8 +324,7 @@ struct ProxyRouter<P> {
 }
 
 impl<P> ProxyRouter<P> {
-    fn forward_to(&self, method: Cow<'_, str>, params: Option<Box<RawValue>>) -> Option<Forward> {
-        let method = methods::intern(&method);
+    fn forward_to<'a>(&self, method: Cow<'a, str>, params: Option<Cow<'a, RawValue>>) -> Option<Forward<'a>> {
         Some(Forward { to: self.cx.peer.clone(), method, params })
     }
 }
@@ -346,27 +345,29 @@ fn is_chain_method(method: &str) -> bool {
 }
 
 impl<P: Proxy> Handler for ProxyRouter<P> {
-    fn forward(&self, method: &str, params: Option<&RawValue>) -> Option<Forward> {
+    fn forward<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
         match method {
             PROXY_SUCCESSOR => {
                 let inner = envelope::unwrap(params).ok()?;
                 if is_chain_method(&inner.method) || self.proxy.intercepts(Side::Agent, &inner.method) {
                     return None;
                 }
-                self.forward_to(inner.method, inner.params.map(ToOwned::to_owned))
+                self.forward_to(inner.method, inner.params.map(Cow::Borrowed))
             }
             PROXY_INITIALIZE => {
                 if self.proxy.intercepts(Side::Client, INITIALIZE) {
                     return None;
                 }
-                self.forward_to(Cow::Borrowed(PROXY_SUCCESSOR), Some(envelope::wrap(INITIALIZE, params)))
+                let wrapped = Cow::Owned(envelope::wrap(INITIALIZE, params));
+                self.forward_to(Cow::Borrowed(PROXY_SUCCESSOR), Some(wrapped))
             }
             INITIALIZE => None,
             other => {
                 if self.proxy.intercepts(Side::Client, other) {
                     return None;
                 }
-                self.forward_to(Cow::Borrowed(PROXY_SUCCESSOR), Some(envelope::wrap(other, params)))
+                let wrapped = Cow::Owned(envelope::wrap(other, params));
+                self.forward_to(Cow::Borrowed(PROXY_SUCCESSOR), Some(wrapped))
             }
         }
     }
