@@ -53,7 +53,9 @@ enum Mode {
 
 fn main() {
     let args = Args::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // One thread: a conductor serves one editor, and its work per message is small next to
+    // the cross-thread wake-ups a multi-thread runtime adds to every hop (see BENCHMARKS.md).
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("acp-conductor: cannot start the async runtime: {e}");

@@ -2,7 +2,7 @@
 //! proxy builder forwards everything it has no handler for.
 use agent_client_protocol::{ConnectTo, Proxy, Stdio};
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), agent_client_protocol::Error> {
     Proxy.v1().name("bench-pass").connect_to(Stdio::new()).await
 }
