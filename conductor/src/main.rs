@@ -5,6 +5,7 @@
 //! ```text
 //! acp-conductor agent "proxy1 --flag" "proxy2" "agent --acp"
 //! acp-conductor -- "proxy1 --flag" "proxy2" "agent --acp"
+//! acp-conductor agent "acp-conductor proxy proxy1 proxy2" "agent --acp"   # nested
 //! ```
 //!
 //! Each component is one argument: split like a shell splits words, leading `NAME=value` words
@@ -49,6 +50,16 @@ enum Mode {
         #[arg(value_name = "COMPONENT", required = true)]
         components: Vec<String>,
     },
+    /// Run as a proxy in a larger chain: initialized with `proxy/initialize` by another
+    /// conductor; every component is a proxy, and the last one's successor is ours.
+    Proxy {
+        /// A name for logs (accepted for compatibility with the official conductor).
+        #[arg(short, long, default_value = "conductor")]
+        name: String,
+        /// The proxies.
+        #[arg(value_name = "PROXY", required = true)]
+        components: Vec<String>,
+    },
 }
 
 fn main() {
@@ -69,9 +80,10 @@ fn main() {
 }
 
 async fn run(args: Args) -> i32 {
-    let texts = match args.mode {
-        Some(Mode::Agent { components, .. }) => components,
-        None if !args.components.is_empty() => args.components,
+    let (texts, proxy_mode) = match args.mode {
+        Some(Mode::Agent { components, .. }) => (components, false),
+        Some(Mode::Proxy { components, .. }) => (components, true),
+        None if !args.components.is_empty() => (args.components, false),
         None => {
             eprintln!("acp-conductor: no components; usage: acp-conductor agent PROXY... AGENT");
             return 2;
@@ -87,7 +99,10 @@ async fn run(args: Args) -> i32 {
             }
         }
     }
-    let conductor = Conductor::new().cancel_grace(Duration::from_millis(args.cancel_grace_ms));
+    let mut conductor = Conductor::new().cancel_grace(Duration::from_millis(args.cancel_grace_ms));
+    if proxy_mode {
+        conductor = conductor.proxy_mode();
+    }
     let (stdin, stdout) = acp_runtime::transport::stdio();
     let kill_grace = Duration::from_millis(args.kill_grace_ms);
     match run_commands(conductor, stdin, stdout, &commands, kill_grace).await {

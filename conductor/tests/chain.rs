@@ -284,3 +284,30 @@ async fn a_component_that_cannot_start_is_reported() {
     assert_eq!(code, Some(1));
     assert!(stderr.contains("cannot start component `agent-binary`"), "{stderr}");
 }
+
+#[tokio::test]
+async fn conductors_nest_a_conductor_in_proxy_mode_is_one_link() {
+    let inner = format!("{CONDUCTOR} proxy '{CONTEXT} --context A' '{COMPONENTS} pass'");
+    let mut editor =
+        Editor::conductor(&["agent", &inner, &format!("{CONTEXT} --context B"), &format!("{COMPONENTS} echo-agent")]);
+    let init = editor.initialize().await;
+    assert_eq!(init["result"]["agentInfo"]["name"], "echo", "{init}");
+    editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
+    editor.until_answer(1).await;
+    let prompt = json!({"sessionId":"echo-1","prompt":[{"type":"text","text":"hi"}]});
+    editor.send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":prompt})).await;
+    let (answer, before) = editor.until_answer(2).await;
+    assert_eq!(answer["result"], json!({"stopReason":"end_turn"}));
+    let update = before.iter().find(|m| m["method"] == "session/update").expect("the echo");
+    let received: Value =
+        serde_json::from_str(update["params"]["update"]["_meta"]["receivedParams"].as_str().unwrap()).unwrap();
+    let texts: Vec<&str> = received["prompt"].as_array().unwrap().iter().filter_map(|b| b["text"].as_str()).collect();
+    assert_eq!(texts, ["B", "A", "hi"], "the nested chain's proxy first, then the outer chain's");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+
+    // A conductor in proxy mode is not an agent.
+    let mut editor = Editor::conductor(&["proxy", &format!("{COMPONENTS} pass")]);
+    assert_eq!(editor.initialize().await["error"]["code"], json!(-32600));
+    editor.finish().await;
+}

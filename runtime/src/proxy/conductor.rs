@@ -91,6 +91,7 @@ pub enum ChainEnd {
 #[derive(Clone, Debug)]
 pub struct Conductor {
     cancel_grace: Duration,
+    proxy_mode: bool,
 }
 
 impl Default for Conductor {
@@ -102,13 +103,23 @@ impl Default for Conductor {
 impl Conductor {
     /// A conductor with a 1 s cancellation grace period on every hop.
     pub fn new() -> Self {
-        Conductor { cancel_grace: Duration::from_secs(1) }
+        Conductor { cancel_grace: Duration::from_secs(1), proxy_mode: false }
     }
 
     /// How long a cancelled request waits for the answer from further down the chain before
     /// the conductor answers it itself (see [`Connection::forwarding`]).
     pub fn cancel_grace(mut self, grace: Duration) -> Self {
         self.cancel_grace = grace;
+        self
+    }
+
+    /// Runs as a proxy rather than as an agent: the conductor is itself one link of a larger
+    /// chain, initialized with `proxy/initialize`, and every component is a proxy. What the last
+    /// one sends its successor goes to the conductor's own successor (wrapped, through the
+    /// conductor's own conductor), and what comes from there reaches the last one. So chains
+    /// nest: `acp-conductor agent "acp-conductor proxy P1 P2" AGENT`.
+    pub fn proxy_mode(mut self) -> Self {
+        self.proxy_mode = true;
         self
     }
 
@@ -127,6 +138,7 @@ impl Conductor {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "a chain needs at least an agent component"));
         }
         let chain = Arc::new(Chain {
+            proxy_mode: self.proxy_mode,
             client: OnceLock::new(),
             components: components.iter().map(|_| OnceLock::new()).collect(),
         });
@@ -172,6 +184,8 @@ impl Conductor {
 
 /// The components' connections, set once each connection exists.
 struct Chain {
+    /// Every component is a proxy, and the chain's end is our own successor.
+    proxy_mode: bool,
     client: OnceLock<Peer>,
     components: Vec<OnceLock<Peer>>,
 }
@@ -185,13 +199,18 @@ impl Chain {
         self.components.get(index)?.get().cloned()
     }
 
-    fn agent_index(&self) -> usize {
+    /// The agent's place, unless the chain runs as a proxy (then it has none).
+    fn agent_index(&self) -> Option<usize> {
+        (!self.proxy_mode).then(|| self.components.len() - 1)
+    }
+
+    fn last_index(&self) -> usize {
         self.components.len() - 1
     }
 
     /// How the client's `initialize` reaches component `index`.
     fn initialize_for(&self, index: usize) -> &'static str {
-        if index == self.agent_index() { INITIALIZE } else { PROXY_INITIALIZE }
+        if Some(index) == self.agent_index() { INITIALIZE } else { PROXY_INITIALIZE }
     }
 }
 
@@ -233,6 +252,15 @@ impl Handler for Link {
     fn forward<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
         let chain = &self.chain;
         match (self.at, method) {
+            // As a proxy: our initialize, and what our successor sends back to our last proxy
+            // (still wrapped: it is for a proxy).
+            (Place::Client, PROXY_INITIALIZE) if chain.proxy_mode => {
+                forward(chain.component(0), PROXY_INITIALIZE, params.map(Cow::Borrowed))
+            }
+            (Place::Client, PROXY_SUCCESSOR) if chain.proxy_mode => {
+                forward(chain.component(chain.last_index()), PROXY_SUCCESSOR, params.map(Cow::Borrowed))
+            }
+            (Place::Client, INITIALIZE) if chain.proxy_mode => None,
             (_, PROXY_INITIALIZE) => None,
             (Place::Client, PROXY_SUCCESSOR) => None,
             (Place::Client, INITIALIZE) => {
@@ -240,10 +268,17 @@ impl Handler for Link {
             }
             (Place::Client, _) => forward(chain.component(0), method, params.map(Cow::Borrowed)),
             (Place::Component(index), PROXY_SUCCESSOR) => {
-                if index == chain.agent_index() {
+                if Some(index) == chain.agent_index() {
                     return None;
                 }
                 let inner = envelope::unwrap(params).ok()?;
+                if index == chain.last_index() {
+                    // As a proxy, the last one's successor is ours: passed on as it came.
+                    if matches!(&*inner.method, PROXY_INITIALIZE | PROXY_SUCCESSOR) {
+                        return None;
+                    }
+                    return forward(chain.client(), PROXY_SUCCESSOR, params.map(Cow::Borrowed));
+                }
                 let next = index + 1;
                 let method = match &*inner.method {
                     PROXY_INITIALIZE | PROXY_SUCCESSOR => return None,
@@ -260,6 +295,9 @@ impl Handler for Link {
         // Only what `forward` refused reaches here: messages out of place, or a hop that does
         // not exist yet (a component that is not connected).
         match &*req.method {
+            INITIALIZE if self.chain.proxy_mode => Err(ErrorObject::invalid_request(
+                "this conductor runs as a proxy: it is initialized with `proxy/initialize` by its own conductor",
+            )),
             PROXY_INITIALIZE => {
                 Err(ErrorObject::invalid_request("`proxy/initialize` requests are only sent by the conductor"))
             }
