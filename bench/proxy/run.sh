@@ -8,6 +8,7 @@
 #   CARGO_TARGET_DIR=/work/target-proxybench bench/proxy/run.sh
 #
 # Options (environment): RUNS (5), PIPE_N (50000 updates in one prompt), RTT_N (2000 pings),
+# AGENT (runtime: an acp-runtime agent with typed updates; raw: a bare JSON printing loop),
 # RESULTS (keep the raw result lines in this file). Prints markdown on stdout.
 set -euo pipefail
 
@@ -17,13 +18,14 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$here/target}"
 RUNS="${RUNS:-5}"
 PIPE_N="${PIPE_N:-50000}"
 RTT_N="${RTT_N:-2000}"
+AGENT="${AGENT:-runtime}"
 cargo build --release >&2
 bin="$CARGO_TARGET_DIR/release/proxy-bench"
 results="${RESULTS:-$(mktemp)}"
 : >"$results"
 
 one() {
-    timeout 600 "$bin" "$@" | tee -a "$results" >&2
+    timeout 600 "$bin" "$@" --agent "$AGENT" | tee -a "$results" >&2
 }
 
 for rep in $(seq 1 "$RUNS"); do

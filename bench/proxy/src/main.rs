@@ -6,6 +6,8 @@
 //! `session/update`s; messages per second from the prompt's send to its answer.
 //! `proxy-bench rtt --impl ... --proxies K --n N`: N `_bench/ping` requests one after the
 //! other; p50 and p99 round trip in microseconds.
+//! `--agent runtime|raw`: the agent at the end, an `acp-runtime` agent with typed updates (the
+//! default) or a bare loop printing JSON lines (the cost of the chain alone shows more).
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -17,6 +19,7 @@ use tokio::process::{ChildStdin, ChildStdout, Command};
 
 struct Args {
     mode: String,
+    agent: String,
     implementation: String,
     proxies: usize,
     n: u64,
@@ -25,13 +28,14 @@ struct Args {
 fn args() -> Args {
     let mut it = std::env::args().skip(1);
     let mode = it.next().expect("pipe|rtt");
-    let mut a = Args { mode, implementation: "ours".into(), proxies: 0, n: 10_000 };
+    let mut a = Args { mode, agent: "runtime".into(), implementation: "ours".into(), proxies: 0, n: 10_000 };
     while let Some(flag) = it.next() {
         let value = it.next().expect("a value");
         match flag.as_str() {
             "--impl" => a.implementation = value,
             "--proxies" => a.proxies = value.parse().unwrap(),
             "--n" => a.n = value.parse().unwrap(),
+            "--agent" => a.agent = value,
             other => panic!("unknown flag {other}"),
         }
     }
@@ -45,7 +49,11 @@ fn sibling(name: &str) -> String {
 }
 
 fn chain(a: &Args) -> Command {
-    let agent = sibling("bench-agent");
+    let agent = match a.agent.as_str() {
+        "raw" => sibling("bench-agent"),
+        "runtime" => sibling("bench-runtime-agent"),
+        other => panic!("unknown agent {other}"),
+    };
     let (conductor, pass) = match a.implementation.as_str() {
         "direct" => return Command::new(agent),
         "ours" => (sibling("ours-conductor"), sibling("ours-pass")),
@@ -129,5 +137,5 @@ async fn main() {
     };
     drop(editor);
     let _ = child.wait().await;
-    println!("{}", json!({"mode": a.mode, "impl": a.implementation, "proxies": a.proxies, "n": a.n, "result": result}));
+    println!("{}", json!({"mode": a.mode, "agent": a.agent, "impl": a.implementation, "proxies": a.proxies, "n": a.n, "result": result}));
 }
