@@ -62,6 +62,32 @@ async fn a_turn_through_three_proxies_reaches_the_demo_agent_and_back() {
 }
 
 #[tokio::test]
+async fn the_filter_proxy_rejects_a_denied_tool_call_without_asking_the_editor() {
+    // The demo agent's permission request names only the tool call's id: the filter knows its
+    // kind from the `tool_call` update that announced it.
+    let mut editor = conductor(&["agent", &format!("{FILTER} --deny read,execute"), AGENT]);
+    editor.initialize().await;
+    let dir = TempDir::new("filter");
+    std::fs::write(dir.0.join("README.md"), "# Never read\n").unwrap();
+    let session_id = editor.new_session(1, &dir.0).await;
+    let prompt = json!({"sessionId": session_id, "prompt": [{"type":"text","text":"Please read README.md"}]});
+    // `turn` would allow a permission request and serve a read: neither may reach us.
+    editor.send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params": prompt})).await;
+    let (answer, before) = editor.until_answer(2).await;
+    assert_eq!(answer["result"], json!({"stopReason":"end_turn"}), "{answer}");
+    assert!(before.iter().all(|m| m["method"] == "session/update"), "only updates reach the editor: {before:?}");
+    let failed = before.iter().any(|u| {
+        u["params"]["update"]["sessionUpdate"] == "tool_call_update" && u["params"]["update"]["status"] == "failed"
+    });
+    assert!(failed, "the agent was told no: {before:?}");
+    let text = agent_chunks(&before).concat();
+    assert!(text.contains("I left README.md alone"), "{text:?}");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("proxy_filter: rejected \"call_1\" (read is denied)"), "{stderr}");
+}
+
+#[tokio::test]
 async fn a_prompt_arrives_byte_for_byte_but_for_what_a_proxy_changed() {
     let mut editor = conductor(&[
         "agent",
