@@ -3,95 +3,22 @@
 //! pass-through), the prompt arriving byte for byte except for what a proxy changed, and the
 //! faults: a proxy that crashes mid-turn, one that never answers, one that writes garbage.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+mod common;
+use common::{Editor, TempDir, agent_chunks};
 
 const CONDUCTOR: &str = env!("CARGO_BIN_EXE_acp-conductor");
 const COMPONENTS: &str = env!("CARGO_BIN_EXE_acp-conductor-test-components");
 const CONTEXT: &str = env!("CARGO_BIN_EXE_acp-conductor-proxy-context");
 const FILTER: &str = env!("CARGO_BIN_EXE_acp-conductor-proxy-filter");
 const AGENT: &str = env!("CARGO_BIN_EXE_acp-conductor-example-agent");
-const WAIT: Duration = Duration::from_secs(20);
 
-struct Editor {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Lines<BufReader<ChildStdout>>,
-    stderr: tokio::task::JoinHandle<String>,
-}
-
-impl Editor {
-    fn conductor(args: &[&str]) -> Editor {
-        let mut child = Command::new(CONDUCTOR)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the conductor starts");
-        let stdin = child.stdin.take();
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut stderr = child.stderr.take().unwrap();
-        let stderr = tokio::spawn(async move {
-            let mut text = String::new();
-            let _ = tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut text).await;
-            text
-        });
-        Editor { child, stdin, lines, stderr }
-    }
-
-    async fn send(&mut self, message: &Value) {
-        let mut line = message.to_string();
-        line.push('\n');
-        self.send_line(&line).await;
-    }
-
-    async fn send_line(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        stdin.write_all(line.as_bytes()).await.unwrap();
-        stdin.flush().await.unwrap();
-    }
-
-    /// The next line, as text; `None` at the end of the conductor's output.
-    async fn recv_line(&mut self) -> Option<String> {
-        tokio::time::timeout(WAIT, self.lines.next_line()).await.expect("the conductor answers in time").unwrap()
-    }
-
-    async fn recv(&mut self) -> Value {
-        let line = self.recv_line().await.expect("a message, not the end of output");
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
-    }
-
-    /// Reads until the answer to `id`; what came before it.
-    async fn until_answer(&mut self, id: i64) -> (Value, Vec<Value>) {
-        let mut before = Vec::new();
-        loop {
-            let message = self.recv().await;
-            if message.get("method").is_none() && message["id"] == json!(id) {
-                return (message, before);
-            }
-            before.push(message);
-        }
-    }
-
-    async fn initialize(&mut self) -> Value {
-        let params =
-            json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": false}}});
-        self.send(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})).await;
-        self.until_answer(0).await.0
-    }
-
-    /// Closes stdin and waits for the conductor to exit; its exit code and stderr.
-    async fn finish(mut self) -> (Option<i32>, String) {
-        drop(self.stdin.take());
-        let status = tokio::time::timeout(WAIT, self.child.wait()).await.expect("the conductor exits").unwrap();
-        (status.code(), self.stderr.await.unwrap())
-    }
+/// Our conductor, run as an editor runs it.
+fn conductor(args: &[&str]) -> Editor {
+    Editor::spawn(CONDUCTOR, args)
 }
 
 fn pid_of_echo_agent(stderr: &str) -> u32 {
@@ -109,7 +36,7 @@ fn process_is_gone(pid: u32) -> bool {
 
 #[tokio::test]
 async fn a_turn_through_three_proxies_reaches_the_demo_agent_and_back() {
-    let mut editor = Editor::conductor(&[
+    let mut editor = conductor(&[
         "agent",
         &format!("{CONTEXT} --context 'Be brief.'"),
         &format!("{FILTER} --deny execute"),
@@ -120,57 +47,49 @@ async fn a_turn_through_three_proxies_reaches_the_demo_agent_and_back() {
     assert_eq!(init["result"]["protocolVersion"], json!(1), "{init}");
     assert!(init["result"]["agentInfo"].is_object(), "the agent's own answer comes back: {init}");
 
-    let dir = std::env::temp_dir().join(format!("acp-conductor-turn-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("README.md"), "# Hello from the chain\nsecond line\n").unwrap();
-    editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd": dir, "mcpServers": []}})).await;
-    let (session, _) = editor.until_answer(1).await;
-    let session_id = session["result"]["sessionId"].clone();
-    assert!(session_id.is_string(), "{session}");
+    let dir = TempDir::new("turn");
+    std::fs::write(dir.0.join("README.md"), "# Hello from the chain\nsecond line\n").unwrap();
+    let session_id = editor.new_session(1, &dir.0).await;
 
-    let prompt = json!({"sessionId": session_id, "prompt": [{"type":"text","text":"Please read README.md"}]});
-    editor.send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params": prompt})).await;
     // The demo agent asks before it reads (a `read` tool call: not denied, so it reaches us).
-    let mut updates = Vec::new();
-    let answer = loop {
-        let message = editor.recv().await;
-        match message["method"].as_str() {
-            Some("session/update") => updates.push(message),
-            Some("session/request_permission") => {
-                let allow = message["params"]["options"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .find(|o| o["kind"] == "allow_once")
-                    .expect("an allow option")["optionId"]
-                    .clone();
-                let result = json!({"outcome": {"outcome": "selected", "optionId": allow}});
-                editor.send(&json!({"jsonrpc":"2.0","id":message["id"],"result":result})).await;
-            }
-            Some("fs/read_text_file") => {
-                let path = message["params"]["path"].as_str().unwrap();
-                let content = std::fs::read_to_string(path).unwrap();
-                editor.send(&json!({"jsonrpc":"2.0","id":message["id"],"result":{"content":content}})).await;
-            }
-            Some(other) => panic!("unexpected {other}: {message}"),
-            None => break message,
-        }
-    };
+    let prompt = json!({"sessionId": session_id, "prompt": [{"type":"text","text":"Please read README.md"}]});
+    let (answer, updates) = editor.turn(2, prompt).await;
     assert_eq!(answer, json!({"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}));
-    let text: String = updates
-        .iter()
-        .filter(|u| u["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
-        .filter_map(|u| u["params"]["update"]["content"]["text"].as_str())
-        .collect();
+    let text = agent_chunks(&updates).concat();
     assert!(text.contains("Hello from the chain"), "the file's first line, through three proxies: {text:?}");
     let (code, stderr) = editor.finish().await;
     assert_eq!(code, Some(0), "{stderr}");
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn the_filter_proxy_rejects_a_denied_tool_call_without_asking_the_editor() {
+    // The demo agent's permission request names only the tool call's id: the filter knows its
+    // kind from the `tool_call` update that announced it.
+    let mut editor = conductor(&["agent", &format!("{FILTER} --deny read,execute"), AGENT]);
+    editor.initialize().await;
+    let dir = TempDir::new("filter");
+    std::fs::write(dir.0.join("README.md"), "# Never read\n").unwrap();
+    let session_id = editor.new_session(1, &dir.0).await;
+    let prompt = json!({"sessionId": session_id, "prompt": [{"type":"text","text":"Please read README.md"}]});
+    // `turn` would allow a permission request and serve a read: neither may reach us.
+    editor.send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params": prompt})).await;
+    let (answer, before) = editor.until_answer(2).await;
+    assert_eq!(answer["result"], json!({"stopReason":"end_turn"}), "{answer}");
+    assert!(before.iter().all(|m| m["method"] == "session/update"), "only updates reach the editor: {before:?}");
+    let failed = before.iter().any(|u| {
+        u["params"]["update"]["sessionUpdate"] == "tool_call_update" && u["params"]["update"]["status"] == "failed"
+    });
+    assert!(failed, "the agent was told no: {before:?}");
+    let text = agent_chunks(&before).concat();
+    assert!(text.contains("I left README.md alone"), "{text:?}");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("proxy_filter: rejected \"call_1\" (read is denied)"), "{stderr}");
 }
 
 #[tokio::test]
 async fn a_prompt_arrives_byte_for_byte_but_for_what_a_proxy_changed() {
-    let mut editor = Editor::conductor(&[
+    let mut editor = conductor(&[
         "agent",
         &format!("{COMPONENTS} pass"),
         &format!("{CONTEXT} --context injected"),
@@ -203,7 +122,7 @@ async fn a_prompt_arrives_byte_for_byte_but_for_what_a_proxy_changed() {
 
 #[tokio::test]
 async fn a_proxy_crashing_mid_turn_ends_the_chain_with_an_error_answer_and_no_process_left() {
-    let mut editor = Editor::conductor(&["agent", &format!("{COMPONENTS} crash"), &format!("{COMPONENTS} echo-agent")]);
+    let mut editor = conductor(&["agent", &format!("{COMPONENTS} crash"), &format!("{COMPONENTS} echo-agent")]);
     editor.initialize().await;
     editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
     editor.until_answer(1).await;
@@ -223,7 +142,7 @@ async fn a_proxy_crashing_mid_turn_ends_the_chain_with_an_error_answer_and_no_pr
 
 #[tokio::test]
 async fn a_proxy_that_never_answers_gets_the_prompt_cancelled_on_session_cancel() {
-    let mut editor = Editor::conductor(&[
+    let mut editor = conductor(&[
         "--cancel-grace-ms",
         "200",
         "agent",
@@ -250,8 +169,7 @@ async fn a_proxy_that_never_answers_gets_the_prompt_cancelled_on_session_cancel(
 
 #[tokio::test]
 async fn a_proxy_writing_garbage_ends_the_chain_with_an_error_answer() {
-    let mut editor =
-        Editor::conductor(&["agent", &format!("{COMPONENTS} garbage"), &format!("{COMPONENTS} echo-agent")]);
+    let mut editor = conductor(&["agent", &format!("{COMPONENTS} garbage"), &format!("{COMPONENTS} echo-agent")]);
     editor.initialize().await;
     editor
         .send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"echo-1","prompt":[]}}))
@@ -265,7 +183,7 @@ async fn a_proxy_writing_garbage_ends_the_chain_with_an_error_answer() {
 
 #[tokio::test]
 async fn messages_out_of_place_are_refused() {
-    let mut editor = Editor::conductor(&["agent", &format!("{COMPONENTS} pass"), &format!("{COMPONENTS} echo-agent")]);
+    let mut editor = conductor(&["agent", &format!("{COMPONENTS} pass"), &format!("{COMPONENTS} echo-agent")]);
     editor.initialize().await;
     editor
         .send(&json!({"jsonrpc":"2.0","id":5,"method":"proxy/successor","params":{"method":"session/new","params":{}}}))
@@ -279,7 +197,7 @@ async fn messages_out_of_place_are_refused() {
 
 #[tokio::test]
 async fn a_component_that_cannot_start_is_reported() {
-    let editor = Editor::conductor(&["agent", "/nonexistent/agent-binary"]);
+    let editor = conductor(&["agent", "/nonexistent/agent-binary"]);
     let (code, stderr) = editor.finish().await;
     assert_eq!(code, Some(1));
     assert!(stderr.contains("cannot start component `agent-binary`"), "{stderr}");

@@ -4,7 +4,8 @@
 //!
 //! `acp-conductor agent "cargo run -q -p acp-runtime --example proxy_context -- --context 'Be brief.'" "cargo run -q -p acp-runtime --example agent"`
 //!
-//! or let the `duet` example run the chain: `cargo run -p acp-runtime --example duet -- --proxy context`.
+//! and drive the chain with the `client` example as with any agent:
+//! `cargo run -p acp-runtime --example client -- -- cargo run -q -p acp-conductor -- agent "..." "..."`.
 
 #[path = "common/proxies.rs"]
 #[allow(dead_code)] // each example uses one of the two proxies

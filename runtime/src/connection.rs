@@ -267,7 +267,7 @@ impl Connection {
     ///
     /// | request | what is passed on | its answer |
     /// |---|---|---|
-    /// | `session/prompt` (v1) | nothing more: the `session/cancel` that cancelled it is itself forwarded | what comes back within the grace period if it says `"stopReason":"cancelled"`, else exactly `{"stopReason":"cancelled"}` |
+    /// | `session/prompt` (v1) | after a `session/cancel`: nothing more (the `session/cancel` is itself forwarded); after a `$/cancel_request`: `$/cancel_request` | what comes back within the grace period if it says `"stopReason":"cancelled"`, else exactly `{"stopReason":"cancelled"}` |
     /// | `session/request_permission` | `$/cancel_request` | the `cancelled` outcome, at once |
     /// | anything else | `$/cancel_request` | what comes back within the grace period, result or error; else -32800 |
     ///
@@ -631,6 +631,10 @@ pub(crate) struct InFlight {
     /// Cancelled on request (`$/cancel_request`, `session/cancel`), not by the connection's
     /// end: then a handler that has not started never does.
     pub(crate) cancel_requested: bool,
+    /// Cancelled by a `$/cancel_request` naming it (which the runtime consumes), rather than
+    /// by a `session/cancel` (which goes on to the handler): a forwarded `session/prompt`
+    /// must then send the next hop a `$/cancel_request` of its own.
+    pub(crate) by_cancel_request: bool,
     /// Held in the backlog (no task yet): a cancellation on request tells the backlog task,
     /// which answers it at once.
     pub(crate) held: bool,
@@ -947,6 +951,11 @@ impl Shared {
                 entry.cancel_on_request(id, &self.held_cancels);
             }
         }
+    }
+
+    /// Whether in-flight request `id` was cancelled by a `$/cancel_request` (see [`InFlight`]).
+    pub(crate) fn cancelled_by_cancel_request(&self, id: &Id) -> bool {
+        lock(&self.inflight).get(id).is_some_and(|entry| entry.by_cancel_request)
     }
 
     /// Whether in-flight request `id` was cancelled on request (see [`InFlight`]).

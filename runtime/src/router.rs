@@ -271,7 +271,10 @@ impl Router {
         };
         let mut inflight = crate::connection::lock_inflight(&self.shared);
         match inflight.get_mut(&request_id) {
-            Some(entry) => entry.cancel_on_request(&request_id, &self.shared.held_cancels),
+            Some(entry) => {
+                entry.by_cancel_request = true;
+                entry.cancel_on_request(&request_id, &self.shared.held_cancels);
+            }
             // Finished already, or never existed: nothing to do.
             None => tracing::debug!(id = %request_id, "acp connection: $/cancel_request for no in-flight request"),
         }
@@ -299,8 +302,14 @@ impl Router {
         let kind = RequestKind::of(&method, self.shared.speaks_v2());
         let session_id = session_id_of(params);
         let token = self.shared.closed.child_token();
-        let entry =
-            InFlight { token: token.clone(), kind, session: session_id.clone(), cancel_requested: false, held: false };
+        let entry = InFlight {
+            token: token.clone(),
+            kind,
+            session: session_id.clone(),
+            cancel_requested: false,
+            by_cancel_request: false,
+            held: false,
+        };
         if !self.register(reply, &id, entry) {
             return self.refuse_duplicate(reply, &id).await;
         }
@@ -384,6 +393,7 @@ impl Router {
                     kind,
                     session: session_id.clone(),
                     cancel_requested: false,
+                    by_cancel_request: false,
                     held: true,
                 };
                 let registered = self.register(reply, &id, entry);
@@ -710,6 +720,11 @@ async fn forward_answer(
                     cancelled_answer(kind, None)
                 }
                 RequestKind::Prompt => {
+                    // A `session/cancel` is forwarded as it is; a `$/cancel_request` was
+                    // consumed here, so the next hop gets one of its own.
+                    if shared.cancelled_by_cancel_request(&req.id) {
+                        pending.cancel();
+                    }
                     let answer = tokio::time::timeout(grace, &mut pending).await.ok();
                     cancelled_answer(kind, answer.map(|a| Ok(a.map_err(forward_error))))
                 }

@@ -188,6 +188,25 @@ async fn cancel_request_is_passed_on_and_the_partial_answer_comes_back() {
 }
 
 #[tokio::test]
+async fn a_prompt_cancelled_by_cancel_request_passes_a_cancel_request_on() {
+    // The runtime consumes a `$/cancel_request`, so unlike a `session/cancel` it is not
+    // forwarded by itself: the link sends the next hop one of its own, at once, and the
+    // agent's answer comes back well within the (long) grace period.
+    let Chain { mut editor, mut agent } = chain(|| Connection::new().cancel_grace(Duration::from_secs(30)));
+    editor
+        .send_json(json!({"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"s","prompt":[]}}))
+        .await;
+    let prompt = agent.recv().await;
+    editor.send_json(json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":1}})).await;
+    assert_eq!(
+        agent.recv().await,
+        json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":prompt["id"]}})
+    );
+    agent.send_json(json!({"jsonrpc":"2.0","id":prompt["id"],"result":{"stopReason":"cancelled"}})).await;
+    assert_eq!(editor.recv().await, json!({"jsonrpc":"2.0","id":1,"result":{"stopReason":"cancelled"}}));
+}
+
+#[tokio::test]
 async fn a_silent_far_side_after_cancel_gets_minus_32800_after_the_grace() {
     let Chain { mut editor, mut agent } = chain(|| Connection::new().cancel_grace(Duration::from_millis(50)));
     editor.send_json(json!({"jsonrpc":"2.0","id":1,"method":"_long"})).await;

@@ -221,12 +221,12 @@ impl ProxyContext {
 
     /// Passes an intercepted request on, in the direction it was going (a request from the
     /// client goes to the agent), and returns the answer it gets there. Cancelling `req` (its
-    /// sender's `$/cancel_request`) cancels the forwarded call; a `session/prompt` is left to
-    /// the `session/cancel` that follows it, which is forwarded by itself.
+    /// sender's `$/cancel_request`) cancels the forwarded call. A `session/prompt` cancelled by
+    /// a `session/cancel` is left to that notification, which is forwarded by itself.
     pub async fn forward_request(&self, from: Side, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
         let hop = self.toward(from.other());
         let answer = if req.method == methods::SESSION_PROMPT {
-            hop.request_raw(&req.method, req.params.as_deref()).await
+            forward_prompt(hop, &req).await
         } else {
             hop.request_raw_until(&req.method, req.params.as_deref(), &req.cancel).await
         };
@@ -304,6 +304,29 @@ impl Hop<'_> {
     pub async fn notify<P: Serialize + ?Sized>(&self, method: &str, params: &P) -> Result<(), Error> {
         let params = serde_json::value::to_raw_value(params).map_err(Error::Encode)?;
         self.notify_raw(method, Some(&params)).await
+    }
+}
+
+/// Forwards a `session/prompt` and waits for its answer. When it is cancelled, the next hop
+/// gets a `$/cancel_request` only if that is what cancelled it here: a `session/cancel` is
+/// forwarded as it is, and the next hop cancels its own prompt on it.
+async fn forward_prompt(hop: Hop<'_>, req: &IncomingRequest) -> Result<Box<RawValue>, Error> {
+    let mut pending = match hop.side {
+        Side::Client => hop.peer.send_request_raw(&req.method, req.params.as_deref()).await?,
+        Side::Agent => {
+            let wrapped = envelope::wrap(&req.method, req.params.as_deref());
+            hop.peer.send_request_raw(PROXY_SUCCESSOR, Some(&wrapped)).await?
+        }
+    };
+    tokio::select! {
+        biased;
+        answer = &mut pending => answer,
+        () = req.cancel.cancelled() => {
+            if req.peer.shared.cancelled_by_cancel_request(&req.id) {
+                pending.cancel();
+            }
+            pending.await
+        }
     }
 }
 
