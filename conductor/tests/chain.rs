@@ -207,7 +207,7 @@ async fn a_component_that_cannot_start_is_reported() {
 async fn conductors_nest_a_conductor_in_proxy_mode_is_one_link() {
     let inner = format!("{CONDUCTOR} proxy '{CONTEXT} --context A' '{COMPONENTS} pass'");
     let mut editor =
-        Editor::conductor(&["agent", &inner, &format!("{CONTEXT} --context B"), &format!("{COMPONENTS} echo-agent")]);
+        conductor(&["agent", &inner, &format!("{CONTEXT} --context B"), &format!("{COMPONENTS} echo-agent")]);
     let init = editor.initialize().await;
     assert_eq!(init["result"]["agentInfo"]["name"], "echo", "{init}");
     editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
@@ -225,7 +225,7 @@ async fn conductors_nest_a_conductor_in_proxy_mode_is_one_link() {
     assert_eq!(code, Some(0), "{stderr}");
 
     // A conductor in proxy mode is not an agent.
-    let mut editor = Editor::conductor(&["proxy", &format!("{COMPONENTS} pass")]);
+    let mut editor = conductor(&["proxy", &format!("{COMPONENTS} pass")]);
     assert_eq!(editor.initialize().await["error"]["code"], json!(-32600));
     editor.finish().await;
 }

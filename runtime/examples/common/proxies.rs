@@ -82,7 +82,8 @@ impl FilterTools {
         if !self.denied.contains(&kind) {
             return call.forward().await;
         }
-        let title = request.tool_call.title.clone().flatten().unwrap_or_else(|| "a tool call".to_owned());
+        let title =
+            request.tool_call.title.clone().flatten().unwrap_or_else(|| request.tool_call.tool_call_id.to_string());
         eprintln!("proxy_filter: rejected {title:?} ({kind} is denied)");
         // The agent's own reject option, so that it knows the user (here: the policy) said no.
         let reject = request
