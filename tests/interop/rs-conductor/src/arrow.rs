@@ -3,7 +3,7 @@
 //! forwarded by the SDK.
 
 use agent_client_protocol::v1::schema::{ContentBlock, ContentChunk, SessionNotification, SessionUpdate};
-use agent_client_protocol::{Agent, Client, ConnectTo, Proxy, Stdio};
+use agent_client_protocol::{Agent, Client, Proxy, Stdio};
 
 fn mark(notification: &mut SessionNotification) {
     if let SessionUpdate::AgentMessageChunk(ContentChunk { content: ContentBlock::Text(text), .. }) =

@@ -1,7 +1,7 @@
 //! A proxy written with the official SDK that handles nothing itself: the SDK forwards every
 //! message to the other side.
 
-use agent_client_protocol::{ConnectTo, Proxy, Stdio};
+use agent_client_protocol::{Proxy, Stdio};
 
 #[tokio::main]
 async fn main() -> Result<(), agent_client_protocol::Error> {
