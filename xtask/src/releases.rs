@@ -148,8 +148,10 @@ fn check_vendor(
     if ran {
         run_example(&crate_dir, scratch, "vendored_use")?;
     }
-    let mut summary =
-        format!("{} lines, compiles standalone (edition 2021, serde + serde_json with `raw_value` only)", text.lines().count());
+    let mut summary = format!(
+        "{} lines, compiles standalone (edition 2021, serde + serde_json with `raw_value` only)",
+        text.lines().count()
+    );
     if ran {
         summary.push_str("; its `decode`, `Nullable` and `lossless` work");
     }
