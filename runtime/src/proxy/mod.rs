@@ -65,7 +65,7 @@
 //! ```
 
 pub mod conductor;
-mod envelope;
+pub(crate) mod envelope;
 
 use std::borrow::Cow;
 use std::future::Future;
