@@ -102,7 +102,7 @@ pub mod http;
 pub mod jsonrpc;
 #[doc(hidden)]
 pub mod macro_support;
-#[cfg(feature = "mcp-over-acp")]
+#[cfg(any(feature = "mcp-over-acp", feature = "mcp-bridge"))]
 pub mod mcp;
 pub mod methods;
 pub mod peer;

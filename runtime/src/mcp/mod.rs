@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | a client or a proxy offers servers | [`McpServers`]: registers rmcp servers, declares them (`"type": "acp"`), answers `mcp/connect`, `mcp/message`, `mcp/disconnect` | `mcp-over-acp` |
 //! | an agent uses them | [`McpClients`]: `mcp/connect`, then an rmcp client whose messages travel as `mcp/message` | `mcp-over-acp` |
+//! | an agent that cannot | the conductor's bridge (`bridge`, `Conductor::mcp_bridge`): rewrites the declarations into a stdio server the agent spawns (unix) | `mcp-bridge` |
 //!
 //! # The wire (this crate's pinned schema)
 //!
@@ -55,12 +56,15 @@
 //! }
 //! ```
 
+#[cfg(all(feature = "mcp-bridge", unix))]
+pub mod bridge;
 #[cfg(feature = "mcp-over-acp")]
 mod consumer;
 #[cfg(feature = "mcp-over-acp")]
 mod provider;
 #[cfg(feature = "mcp-over-acp")]
 mod transport;
+#[cfg(any(feature = "mcp-over-acp", all(feature = "mcp-bridge", unix)))]
 pub(crate) mod tunnel;
 
 #[cfg(feature = "mcp-over-acp")]

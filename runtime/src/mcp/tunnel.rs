@@ -229,6 +229,7 @@ impl Tunnel {
     }
 
     /// Completes once the tunnel has ended (and its `mcp/disconnect`, if any, was answered).
+    #[cfg(feature = "mcp-over-acp")]
     pub(crate) async fn ended(&self) {
         self.ended.cancelled().await;
     }
@@ -296,6 +297,7 @@ impl Tunnel {
     }
 
     /// Answers the tunnel's own request `id` with an error (the local end could not take it).
+    #[cfg(feature = "mcp-over-acp")]
     pub(crate) fn reject(&self, id: &Value, error: ErrorObject) -> bool {
         let Some(id) = id.as_u64() else { return false };
         match lock(&self.waiting).remove(&id) {

@@ -43,7 +43,8 @@ pub async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 
 // ---- the tools ------------------------------------------------------------------------------
 
-#[derive(serde::Deserialize, rmcp::schemars::JsonSchema)]
+#[derive(rmcp::serde::Deserialize, rmcp::schemars::JsonSchema)]
+#[serde(crate = "rmcp::serde")]
 #[schemars(crate = "rmcp::schemars")]
 pub struct AddParams {
     /// The first addend.
