@@ -12,6 +12,10 @@
 //! set its environment, or a JSON object `{"command":..,"args":[..],"env":{..}}`. The last
 //! one is the agent. The routing, the wire and what happens when a component ends are
 //! documented in `acp_runtime::proxy::conductor`.
+//!
+//! MCP over ACP is bridged for agents that do not speak it (unless `--no-mcp-bridge`): the
+//! agent is given stdio MCP servers running `acp-conductor mcp-bridge --socket .. --server-id
+//! ..`, which relay to the conductor (see `acp_runtime::mcp::bridge`).
 
 use std::time::Duration;
 
@@ -30,6 +34,11 @@ struct Args {
     /// and SIGKILL, in milliseconds.
     #[arg(long, default_value_t = 2000, global = true)]
     kill_grace_ms: u64,
+
+    /// Do not bridge MCP over ACP for an agent without `mcpCapabilities.acp` (the client then
+    /// sees the agent's own capabilities, and `acp` MCP servers reach the agent as they are).
+    #[arg(long, global = true)]
+    no_mcp_bridge: bool,
 
     #[command(subcommand)]
     mode: Option<Mode>,
@@ -60,6 +69,17 @@ enum Mode {
         #[arg(value_name = "PROXY", required = true)]
         components: Vec<String>,
     },
+    /// The stdio MCP server an agent starts for a bridged MCP-over-ACP server (the conductor
+    /// writes this command into `session/new`): relays MCP between stdin/stdout and the
+    /// conductor.
+    McpBridge {
+        /// The conductor's socket.
+        #[arg(long)]
+        socket: std::path::PathBuf,
+        /// The `serverId` of the MCP server.
+        #[arg(long)]
+        server_id: String,
+    },
 }
 
 fn main() {
@@ -81,6 +101,7 @@ fn main() {
 
 async fn run(args: Args) -> i32 {
     let (texts, proxy_mode) = match args.mode {
+        Some(Mode::McpBridge { socket, server_id }) => return mcp_bridge(&socket, &server_id).await,
         Some(Mode::Agent { components, .. }) => (components, false),
         Some(Mode::Proxy { components, .. }) => (components, true),
         None if !args.components.is_empty() => (args.components, false),
@@ -103,6 +124,17 @@ async fn run(args: Args) -> i32 {
     if proxy_mode {
         conductor = conductor.proxy_mode();
     }
+    // A conductor in proxy mode has no agent of its own to bridge for.
+    #[cfg(unix)]
+    if !args.no_mcp_bridge && !proxy_mode {
+        match std::env::current_exe() {
+            Ok(exe) => {
+                let shim = acp_runtime::mcp::bridge::McpBridge::new(exe.to_string_lossy(), ["mcp-bridge"]);
+                conductor = conductor.mcp_bridge(shim);
+            }
+            Err(e) => eprintln!("acp-conductor: MCP over ACP is not bridged (cannot find this executable: {e})"),
+        }
+    }
     let (stdin, stdout) = acp_runtime::transport::stdio();
     let kill_grace = Duration::from_millis(args.kill_grace_ms);
     match run_commands(conductor, stdin, stdout, &commands, kill_grace).await {
@@ -118,6 +150,24 @@ async fn run(args: Args) -> i32 {
         },
         Err(e) => {
             eprintln!("acp-conductor: {e}");
+            1
+        }
+    }
+}
+
+/// The `mcp-bridge` subcommand: the shim's exit code.
+async fn mcp_bridge(socket: &std::path::Path, server_id: &str) -> i32 {
+    #[cfg(unix)]
+    let result = acp_runtime::mcp::bridge::run_shim(socket, server_id).await;
+    #[cfg(not(unix))]
+    let result: std::io::Result<()> = {
+        let _ = (socket, server_id);
+        Err(std::io::Error::other("the MCP bridge needs unix sockets"))
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("acp-conductor mcp-bridge: {e}");
             1
         }
     }

@@ -6,7 +6,8 @@
 //! - `garbage`: writes a line that is not JSON to stdout when a `session/prompt` arrives;
 //! - `echo-agent`: a terminal agent that answers each prompt with one `agent_message_chunk`
 //!   whose `_meta.receivedParams` is the prompt's params exactly as they arrived, then
-//!   `end_turn`. It prints its pid on stderr.
+//!   `end_turn`, and `session/new` with `_meta.receivedParams` likewise. It prints its pid on
+//!   stderr.
 
 use std::io::Write;
 
@@ -52,7 +53,11 @@ impl acp_runtime::Handler for EchoAgent {
         let raw = |text: String| RawValue::from_string(text).map_err(ErrorObject::internal_error);
         match &*req.method {
             "initialize" => raw(r#"{"protocolVersion":1,"agentCapabilities":{"loadSession":false,"_meta":{"echo":true}},"authMethods":[],"agentInfo":{"name":"echo","version":"1"}}"#.into()),
-            "session/new" => raw(r#"{"sessionId":"echo-1"}"#.into()),
+            "session/new" => {
+                let params = req.params.as_deref().map_or("null", RawValue::get);
+                let received = serde_json::to_string(params).map_err(ErrorObject::internal_error)?;
+                raw(format!(r#"{{"sessionId":"echo-1","_meta":{{"receivedParams":{received}}}}}"#))
+            }
             "session/prompt" => {
                 let params = req.params.as_deref().map_or("null", RawValue::get);
                 let received = serde_json::to_string(params).map_err(ErrorObject::internal_error)?;

@@ -229,3 +229,46 @@ async fn conductors_nest_a_conductor_in_proxy_mode_is_one_link() {
     assert_eq!(editor.initialize().await["error"]["code"], json!(-32600));
     editor.finish().await;
 }
+
+/// The session/new params the echo agent received.
+async fn session_new_as_received(editor: &mut Editor, id: i64, servers: &Value) -> Value {
+    editor
+        .send(&json!({"jsonrpc":"2.0","id":id,"method":"session/new","params":{"cwd":"/","mcpServers":servers}}))
+        .await;
+    let (answer, _) = editor.until_answer(id).await;
+    let received = answer["result"]["_meta"]["receivedParams"].as_str().unwrap_or_else(|| panic!("{answer}"));
+    serde_json::from_str(received).unwrap()
+}
+
+#[tokio::test]
+async fn mcp_over_acp_is_bridged_for_an_agent_without_it_unless_turned_off() {
+    let servers = json!([
+        {"type": "acp", "name": "tools", "serverId": "srv-1", "_meta": {"k": 1}},
+        {"name": "plain", "command": "x", "args": [], "env": []},
+    ]);
+    let mut editor = conductor(&["agent", &format!("{COMPONENTS} pass"), &format!("{COMPONENTS} echo-agent")]);
+    let init = editor.initialize().await;
+    assert_eq!(init["result"]["agentCapabilities"]["mcpCapabilities"]["acp"], json!(true), "{init}");
+    assert_eq!(init["result"]["agentCapabilities"]["_meta"], json!({"echo": true}), "the rest is kept: {init}");
+    let received = session_new_as_received(&mut editor, 1, &servers).await;
+    let shim = &received["mcpServers"][0];
+    assert_eq!(shim["name"], "tools", "{received}");
+    assert_eq!(shim["command"], CONDUCTOR);
+    assert!(shim.get("type").is_none(), "a stdio server: {shim}");
+    let args: Vec<&str> = shim["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!((args.len(), args[0], args[1], args[3], args[4]), (5, "mcp-bridge", "--socket", "--server-id", "srv-1"));
+    assert_eq!(shim["env"], json!([]));
+    assert_eq!(shim["_meta"], json!({"k": 1}));
+    assert_eq!(received["mcpServers"][1], servers[1], "other servers pass as they are");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!std::path::Path::new(args[2]).exists(), "the bridge's socket is removed at the end");
+
+    let mut editor = conductor(&["--no-mcp-bridge", "agent", &format!("{COMPONENTS} echo-agent")]);
+    let init = editor.initialize().await;
+    assert!(init["result"]["agentCapabilities"].get("mcpCapabilities").is_none(), "{init}");
+    let received = session_new_as_received(&mut editor, 1, &servers).await;
+    assert_eq!(received["mcpServers"], servers);
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}

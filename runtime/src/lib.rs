@@ -22,6 +22,7 @@
 //! | [`peer`] | [`Peer`]: outgoing calls and notifications, cancel-on-drop, `cancel_session` |
 //! | [`transport`] | stdio, in-memory duplex, and a spawned agent process (process group, stderr, termination; feature `process`) |
 //! | [`methods`] | the ACP method names and fixed results the runtime acts on |
+//! | `mcp` | MCP over ACP: rmcp servers offered through the connection, an agent's rmcp clients of them, the conductor's bridge (features `mcp-over-acp`, `mcp-bridge`) |
 //!
 //! A raw handler (the typed layer is one too: [`agent::AgentHandler`], [`client::ClientHandler`]):
 //!
@@ -101,6 +102,8 @@ pub mod http;
 pub mod jsonrpc;
 #[doc(hidden)]
 pub mod macro_support;
+#[cfg(any(feature = "mcp-over-acp", feature = "mcp-bridge"))]
+pub mod mcp;
 pub mod methods;
 pub mod peer;
 pub mod proxy;

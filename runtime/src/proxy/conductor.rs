@@ -17,7 +17,11 @@
 //! | a component never answers | nothing until the client cancels; then the cancellation's answer (for `session/prompt`, `{"stopReason":"cancelled"}`) after the grace period | goes on |
 //!
 //! The conductor adds and removes nothing: the client gets the first component's
-//! `initialize` answer verbatim, as with the official conductor.
+//! `initialize` answer verbatim, as with the official conductor. The one exception is the MCP
+//! bridge ([`Conductor::mcp_bridge`], feature `mcp-bridge`, unix), off by default: for an
+//! agent without `mcpCapabilities.acp`, the conductor advertises it and turns the `"type":
+//! "acp"` MCP servers of the chain into stdio servers the agent starts (see
+//! `crate::mcp::bridge`).
 
 use std::borrow::Cow;
 use std::io;
@@ -92,6 +96,8 @@ pub enum ChainEnd {
 pub struct Conductor {
     cancel_grace: Duration,
     proxy_mode: bool,
+    #[cfg(all(feature = "mcp-bridge", unix))]
+    mcp_bridge: Option<crate::mcp::bridge::McpBridge>,
 }
 
 impl Default for Conductor {
@@ -103,7 +109,22 @@ impl Default for Conductor {
 impl Conductor {
     /// A conductor with a 1 s cancellation grace period on every hop.
     pub fn new() -> Self {
-        Conductor { cancel_grace: Duration::from_secs(1), proxy_mode: false }
+        Conductor {
+            cancel_grace: Duration::from_secs(1),
+            proxy_mode: false,
+            #[cfg(all(feature = "mcp-bridge", unix))]
+            mcp_bridge: None,
+        }
+    }
+
+    /// Bridges MCP over ACP for an agent that does not speak it: when the agent's
+    /// `initialize` answer lacks `mcpCapabilities.acp`, the client is told `acp: true`, and
+    /// each `"type": "acp"` MCP server given to the agent becomes a stdio server running
+    /// `shim` (see `crate::mcp::bridge`).
+    #[cfg(all(feature = "mcp-bridge", unix))]
+    pub fn mcp_bridge(mut self, shim: crate::mcp::bridge::McpBridge) -> Self {
+        self.mcp_bridge = Some(shim);
+        self
     }
 
     /// How long a cancelled request waits for the answer from further down the chain before
@@ -141,6 +162,8 @@ impl Conductor {
             proxy_mode: self.proxy_mode,
             client: OnceLock::new(),
             components: components.iter().map(|_| OnceLock::new()).collect(),
+            #[cfg(all(feature = "mcp-bridge", unix))]
+            bridge: self.mcp_bridge.clone().map(crate::mcp::bridge::Bridge::new),
         });
         let mut serves = JoinSet::new();
         let mut names = Vec::new();
@@ -159,6 +182,16 @@ impl Conductor {
             Connection::new().forwarding().cancel_grace(self.cancel_grace).serve(reader, writer, link);
         let _ = chain.client.set(client.clone());
         serves.spawn(async move { (Place::Client, client_serve.await) });
+        #[cfg(all(feature = "mcp-bridge", unix))]
+        if let (Some(bridge), Some(agent)) = (&chain.bridge, chain.agent_index()) {
+            // The bridge speaks for the agent: toward the client from the agent's place. (A
+            // conductor in proxy mode has no agent, so nothing to bridge for.)
+            let route = match agent.checked_sub(1) {
+                None => crate::mcp::tunnel::Route::plain(client.clone()),
+                Some(before) => crate::mcp::tunnel::Route::wrapped(peers[before].clone()),
+            };
+            bridge.set_route(route);
+        }
 
         let end = match serves.join_next().await {
             Some(Ok((Place::Component(index), result))) => {
@@ -168,7 +201,12 @@ impl Conductor {
                 tracing::info!(component = %names[index], "acp conductor: a component ended; ending the chain");
                 ChainEnd::ComponentEnded { index, name: names[index].clone() }
             }
-            _ => ChainEnd::ClientClosed,
+            // A client that closes right after the error answers of a component that ended
+            // can finish first: the component's end is still why the chain ended.
+            _ => match peers.iter().position(Peer::is_closed) {
+                Some(index) => ChainEnd::ComponentEnded { index, name: names[index].clone() },
+                None => ChainEnd::ClientClosed,
+            },
         };
         // Components first: requests in flight through them are answered with errors while
         // the client's connection still writes; then the client's connection, which waits for
@@ -178,6 +216,10 @@ impl Conductor {
         }
         client.close();
         while serves.join_next().await.is_some() {}
+        #[cfg(all(feature = "mcp-bridge", unix))]
+        if let Some(bridge) = &chain.bridge {
+            bridge.shut_down();
+        }
         Ok(end)
     }
 }
@@ -188,6 +230,8 @@ struct Chain {
     proxy_mode: bool,
     client: OnceLock<Peer>,
     components: Vec<OnceLock<Peer>>,
+    #[cfg(all(feature = "mcp-bridge", unix))]
+    bridge: Option<Arc<crate::mcp::bridge::Bridge>>,
 }
 
 impl Chain {
@@ -248,9 +292,44 @@ impl Link {
     }
 }
 
+#[cfg(all(feature = "mcp-bridge", unix))]
+impl Link {
+    /// The message, unwrapped, when it goes into the agent from here.
+    fn bound_for_agent<'a>(
+        &self,
+        method: &'a str,
+        params: Option<&'a RawValue>,
+    ) -> Option<(std::borrow::Cow<'a, str>, Option<&'a RawValue>)> {
+        let agent = self.chain.agent_index()?;
+        match self.at {
+            Place::Client if agent == 0 && method != PROXY_SUCCESSOR => Some((method.into(), params)),
+            Place::Component(index) if index + 1 == agent && method == PROXY_SUCCESSOR => {
+                let inner = envelope::unwrap(params).ok()?;
+                Some((inner.method, inner.params))
+            }
+            _ => None,
+        }
+    }
+
+    /// The bridge and the message, when the bridge handles this message into the agent.
+    fn for_bridge<'a>(
+        &'a self,
+        method: &'a str,
+        params: Option<&'a RawValue>,
+    ) -> Option<(&'a Arc<crate::mcp::bridge::Bridge>, std::borrow::Cow<'a, str>, Option<&'a RawValue>)> {
+        let bridge = self.chain.bridge.as_ref()?;
+        let (method, params) = self.bound_for_agent(method, params)?;
+        bridge.wants(&method, params).then_some((bridge, method, params))
+    }
+}
+
 impl Handler for Link {
     fn forward<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
         let chain = &self.chain;
+        #[cfg(all(feature = "mcp-bridge", unix))]
+        if self.for_bridge(method, params).is_some() {
+            return None;
+        }
         match (self.at, method) {
             // As a proxy: our initialize, and what our successor sends back to our last proxy
             // (still wrapped: it is for a proxy).
@@ -292,6 +371,12 @@ impl Handler for Link {
     }
 
     async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
+        #[cfg(all(feature = "mcp-bridge", unix))]
+        if let Some((bridge, method, params)) = self.for_bridge(&req.method, req.params.as_deref()) {
+            let agent = self.chain.agent_index().and_then(|agent| self.chain.component(agent));
+            let agent = agent.ok_or_else(|| ErrorObject::internal_error("the agent is not connected"))?;
+            return bridge.handle_request(&agent, &method, params, &req.cancel).await;
+        }
         // Only what `forward` refused reaches here: messages out of place, or a hop that does
         // not exist yet (a component that is not connected).
         match &*req.method {
@@ -313,6 +398,13 @@ impl Handler for Link {
     }
 
     async fn handle_notification(&self, notification: IncomingNotification) {
+        #[cfg(all(feature = "mcp-bridge", unix))]
+        if let Some((bridge, method, params)) = self.for_bridge(&notification.method, notification.params.as_deref()) {
+            if let Some(agent) = self.chain.agent_index().and_then(|agent| self.chain.component(agent)) {
+                bridge.handle_notification(&agent, &method, params).await;
+            }
+            return;
+        }
         tracing::warn!(method = %notification.method, at = ?self.at, "acp conductor: notification out of place dropped");
     }
 }

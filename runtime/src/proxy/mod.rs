@@ -29,6 +29,12 @@
 //! changes a message decodes it into the generated types and encodes it again; to keep the
 //! members those types do not know (and `_meta`), edit it through `acp_types::lossless`.
 //!
+//! # MCP servers of a proxy
+//!
+//! A proxy that offers tools to the agent through the connection (MCP over ACP) uses
+//! `acp_runtime::mcp::McpServers` (feature `mcp-over-acp`), which is a [`Proxy`] of its own:
+//! it adds its servers to `session/new` and answers the agent's `mcp/*` for them.
+//!
 //! # Example: a proxy that adds context to every prompt
 //!
 //! ```no_run
@@ -65,7 +71,7 @@
 //! ```
 
 pub mod conductor;
-mod envelope;
+pub(crate) mod envelope;
 
 use std::borrow::Cow;
 use std::future::Future;
