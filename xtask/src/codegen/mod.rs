@@ -17,6 +17,7 @@ pub mod load;
 pub mod macro_table;
 pub mod methods;
 pub mod naming;
+pub mod stamp;
 mod syntax;
 mod tidy;
 
