@@ -111,6 +111,37 @@ fn the_example_agent_conforms() {
     assert_eq!(detail(&report, "fs-calls-well-formed"), "2 call(s), all well-formed: fs/read_text_file ×2");
 }
 
+/// Each check's id and status, in the report's order.
+fn verdicts(report: &Value) -> Vec<(String, String)> {
+    let checks = report["checks"].as_array().unwrap();
+    checks.iter().map(|c| (c["id"].as_str().unwrap().to_owned(), c["status"].as_str().unwrap().to_owned())).collect()
+}
+
+#[test]
+fn a_chain_of_three_proxies_in_front_of_the_example_agent_checks_as_the_bare_agent_does() {
+    // A chain must be transparent: acp-check talks to the conductor as to any agent, and
+    // every check comes out as it does for the agent alone. The proxies: a pass-through, a
+    // tool filter whose deny list the demo agent never meets (it only asks to `read`), and
+    // the context proxy, which puts a text block in front of every prompt (acp-check does
+    // not look at what the agent makes of a prompt). Details (ids, timings) may differ.
+    let agent = env!("CARGO_BIN_EXE_acp-check-example-agent");
+    let (bare_code, bare) = check_protocol("auto", &[agent, "--v1-only"], 20_000);
+    let pass = format!("{} pass", env!("CARGO_BIN_EXE_acp-check-proxy-components"));
+    let filter = format!("{} --deny execute,delete", env!("CARGO_BIN_EXE_acp-check-proxy-filter"));
+    let context = format!("{} --context 'Be brief'", env!("CARGO_BIN_EXE_acp-check-proxy-context"));
+    let demo = format!("{agent} --v1-only");
+    let chain = [env!("CARGO_BIN_EXE_acp-check-conductor"), "agent", &pass, &filter, &context, &demo];
+    let (chain_code, chained) = check_protocol("auto", &chain, 20_000);
+    assert_eq!(failures(&bare), Vec::<String>::new(), "the bare agent: {bare:#}");
+    assert_eq!(verdicts(&chained), verdicts(&bare), "check by check; the chain's report: {chained:#}");
+    assert_eq!(chain_code, bare_code);
+    assert_eq!(chained["versions"], bare["versions"]);
+    assert_eq!(chained["summary"], bare["summary"]);
+    // The agent's own initialize answer comes through the chain.
+    assert_eq!(chained["agent"]["agent_info"], bare["agent"]["agent_info"]);
+    assert_eq!(detail(&chained, "fs-calls-well-formed"), detail(&bare, "fs-calls-well-formed"));
+}
+
 #[test]
 fn a_hand_rolled_agent_conforms() {
     let (code, report) = check_protocol("auto", &[env!("CARGO_BIN_EXE_acp-check-agent-ok")], 20_000);

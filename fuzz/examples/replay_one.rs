@@ -9,8 +9,9 @@ fn main() {
         "framing_decode" => acp_fuzz::framing_decode,
         "router" => acp_fuzz::router,
         "typed_decode" => acp_fuzz::typed_decode,
+        "http_server" => acp_fuzz::http_server,
         _ => {
-            eprintln!("usage: replay_one framing_decode|router|typed_decode FILE...");
+            eprintln!("usage: replay_one framing_decode|router|typed_decode|http_server FILE...");
             std::process::exit(2);
         }
     };

@@ -15,11 +15,12 @@ fn main() -> std::io::Result<()> {
     }
     let count = |t: &str| seeds.iter().filter(|(target, ..)| *target == t).count();
     println!(
-        "seeded from {}: framing_decode {}, router {}, typed_decode {}",
+        "seeded from {}: framing_decode {}, router {}, typed_decode {}, http_server {}",
         spec.display(),
         count("framing_decode"),
         count("router"),
-        count("typed_decode")
+        count("typed_decode"),
+        count("http_server")
     );
     Ok(())
 }

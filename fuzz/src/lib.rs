@@ -20,6 +20,9 @@ use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 
+mod http;
+pub use http::{DOCUMENTED_STATUSES, http_server};
+
 // ---- (a) framing + envelope ---------------------------------------------------------------------
 
 /// Hands out at most `chunk` bytes per read, so line boundaries fall anywhere in a read.
@@ -540,5 +543,7 @@ pub fn seed_corpus(dir: &std::path::Path) -> io::Result<Vec<(&'static str, Strin
     for knob in [0u8, 0x41, 0x82, 0xc3] {
         out.push(("router", format!("conversation-{knob:02x}"), [&[knob][..], conversation.as_bytes()].concat()));
     }
+    let messages: Vec<Value> = spec_messages(dir)?.into_iter().flat_map(|(_, m)| m).collect();
+    out.extend(http::seeds(&messages));
     Ok(out)
 }

@@ -12,6 +12,7 @@ type Target = fn(&[u8]);
 const TARGETS: &[(&str, Target)] = &[
     ("framing_decode", acp_fuzz::framing_decode),
     ("router", acp_fuzz::router),
+    ("http_server", acp_fuzz::http_server),
     ("typed_decode", acp_fuzz::typed_decode),
 ];
 
@@ -73,6 +74,16 @@ const TOKENS: &[&[u8]] = &[
     b"\"session/cancel\"",
     b"\"$/cancel_request\"",
     b"\"_meta\":",
+    b"\n###\n",
+    b"\n\n",
+    b"{conn}",
+    b"\nacp-connection-id: ",
+    b"\nacp-session-id: ",
+    b"\ncontent-type: application/json",
+    b"\naccept: text/event-stream",
+    b"\nupgrade: websocket",
+    b"GET /acp",
+    b"POST /acp",
 ];
 
 /// One random mutation: flip, insert, delete, duplicate a range, or splice a token.

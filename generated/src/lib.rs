@@ -39,16 +39,22 @@
  assert!(error.to_string().starts_with("at prompt[0]: "), "{error}");
  ```
 
+ # Proxies: changing a message without losing what the types do not know
+
+ The types drop members they do not know when they decode. A [`Lossless`] view decodes a message and keeps its JSON: written back unchanged, it is the same bytes; changed through the view, it keeps every member the change did not touch, unknown ones and `_meta` included (see [`lossless`]).
+
  # serde_json's features
 
  `float_roundtrip` (on by default) turns on serde_json's exact float parsing, so that a number in free-form JSON (`_meta`, `rawInput`) survives a decode and re-encode bit for bit; `preserve_order` (off by default) makes free-form objects keep the order their keys came in when written back, where they are otherwise written in sorted order. Both change serde_json for the whole build, so each is the dependent's choice; the objects whose order the protocol cares about are [`serde_support::OrderedMap`]s, ordered either way.*/
 #![cfg_attr(docsrs, feature(doc_cfg))]
 pub mod decode;
+pub mod lossless;
 pub mod serde_support;
 pub mod v1;
 #[cfg(feature = "unstable_protocol_v2")]
 pub mod v2;
 pub use decode::DecodeError;
+pub use lossless::Lossless;
 pub use serde_support::{Nullable, UnknownVariant};
 pub use v1::*;
 #[doc(hidden)]

@@ -659,7 +659,7 @@ fn unknown_name(side: Side, name: &str) -> String {
 }
 
 /// Edit distance, for "did you mean".
-fn distance(a: &str, b: &str) -> usize {
+pub(crate) fn distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

@@ -11,6 +11,7 @@
 //! Use the macros through `acp-runtime`, which re-exports them.
 
 mod expand;
+mod proxy;
 // Printed by `cargo xtask codegen` (prettyplease), and checked by `codegen --check`.
 #[rustfmt::skip]
 mod table;
@@ -64,4 +65,31 @@ pub fn acp_agent(attr: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn acp_client(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand(expand::Side::new(expand::Role::Client), attr.into(), item.into()).into()
+}
+
+/// Turns `impl MyProxy { async fn session_prompt(..) .. }` into an ACP proxy: implements
+/// `acp_runtime::proxy::Proxy`, handling the messages the block's functions are named after
+/// and forwarding everything else untouched (serve it with `acp_runtime::proxy::serve_proxy`).
+///
+/// - A function named after a method the agent handles (`session_prompt`, `session_cancel`,
+///   `session_new`, ...) intercepts it on its way from the client; one named after a method
+///   the client handles (`session_update`, `session_request_permission`, `fs_read_text_file`,
+///   ...) intercepts it on its way from the agent. A name both sides have (`mcp_message`)
+///   takes `#[from(client)]` or `#[from(agent)]`.
+/// - `#[ext("_vendor/method")]` / `#[ext_notification("_vendor/method")]` with
+///   `#[from(client)]` or `#[from(agent)]` intercept an extension.
+/// - A request handler is `async fn NAME(&self, call: ProxiedRequest<P>) -> Result<A, E>`,
+///   with `P: FromParams + IntoParams` (the raw params, a `serde_json::Value`, or a lossless
+///   typed view), `A: IntoAnswer` (e.g. what `call.forward().await` returns, verbatim) and
+///   `E: Into<ErrorObject>`. A notification handler is
+///   `async fn NAME(&self, call: ProxiedNotification<P>)` and returns nothing; it passes the
+///   notification on with `call.forward().await`, or drops it by not doing so.
+/// - Any other `async fn` in the block is an error (unknown names get a "did you mean");
+///   plain functions stay as helpers. All errors are reported at once, each at its cause.
+///
+/// The attribute's one key, `crate = "path::to::acp_runtime"`, names the runtime when it is
+/// re-exported under another path.
+#[proc_macro_attribute]
+pub fn acp_proxy(attr: TokenStream, item: TokenStream) -> TokenStream {
+    proxy::expand(attr.into(), item.into()).into()
 }

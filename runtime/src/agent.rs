@@ -524,6 +524,43 @@ impl ClientHandle {
         self.peer.notify(client_method::ELICITATION_COMPLETE, &notification).await
     }
 
+    /// `mcp/connect` (unstable): opens a connection to an MCP server the client declared with
+    /// `"type": "acp"`. To run an rmcp client on it, use `acp_runtime::mcp::McpClients`
+    /// (feature `mcp-over-acp`), which makes this call.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    pub async fn mcp_connect(
+        &self,
+        params: acp_types::ConnectMcpRequest,
+    ) -> Result<acp_types::ConnectMcpResponse, Error> {
+        self.call(client_method::MCP_CONNECT, &params).await
+    }
+
+    /// `mcp/message` (unstable), as a request: one MCP request on an open connection; the
+    /// result is the MCP result.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    pub async fn mcp_message(
+        &self,
+        params: acp_types::MessageMcpRequest,
+    ) -> Result<acp_types::MessageMcpResponse, Error> {
+        self.call(client_method::MCP_MESSAGE, &params).await
+    }
+
+    /// `mcp/message` (unstable), as a notification: one MCP notification on an open
+    /// connection.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    pub async fn mcp_message_notification(&self, params: acp_types::MessageMcpNotification) -> Result<(), Error> {
+        self.peer.notify(client_method::MCP_MESSAGE, &params).await
+    }
+
+    /// `mcp/disconnect` (unstable): closes a connection opened with `mcp/connect`.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    pub async fn mcp_disconnect(
+        &self,
+        params: acp_types::DisconnectMcpRequest,
+    ) -> Result<acp_types::DisconnectMcpResponse, Error> {
+        self.call(client_method::MCP_DISCONNECT, &params).await
+    }
+
     /// Calls an extension method; `method` is the full name, starting with `_`. The params
     /// (an object, an array, or `null` for none) and the result are passed as they are
     /// (`_meta` included). Anything else fails with [`Error::InvalidExtension`], unsent.

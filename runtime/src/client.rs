@@ -390,6 +390,20 @@ impl AgentHandle {
         disable_provider(agent_method::PROVIDERS_DISABLE, acp_types::DisableProviderRequest) -> acp_types::DisableProviderResponse;
     }
 
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    agent_calls! {
+        /// `mcp/message` (unstable), as a request: an MCP request from a server the client
+        /// offers, on a connection the agent opened; the result is the MCP result.
+        mcp_message(agent_method::MCP_MESSAGE, acp_types::MessageMcpRequest) -> acp_types::MessageMcpResponse;
+    }
+
+    /// `mcp/message` (unstable), as a notification: an MCP notification from a server the
+    /// client offers, on a connection the agent opened.
+    #[cfg(feature = "unstable_mcp_over_acp")]
+    pub async fn mcp_message_notification(&self, params: acp_types::MessageMcpNotification) -> Result<(), Error> {
+        self.peer.notify(agent_method::MCP_MESSAGE, &params).await
+    }
+
     /// `session/cancel`: cancels the session's ongoing prompt turn. Our pending incoming
     /// `session/request_permission` requests of that session are answered with the
     /// `cancelled` outcome at once; the pending [`AgentHandle::prompt`] returns when the agent

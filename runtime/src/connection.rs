@@ -197,6 +197,8 @@ pub struct Connection {
     cancel_grace: Duration,
     tap: Option<writer::Tap>,
     v2_rules: bool,
+    forwarding: bool,
+    end_on_bad_input: bool,
 }
 
 impl fmt::Debug for Connection {
@@ -211,6 +213,8 @@ impl fmt::Debug for Connection {
             .field("cancel_grace", &self.cancel_grace)
             .field("tap", &self.tap.is_some())
             .field("v2_rules", &self.v2_rules)
+            .field("forwarding", &self.forwarding)
+            .field("end_on_bad_input", &self.end_on_bad_input)
             .finish()
     }
 }
@@ -236,6 +240,8 @@ impl Connection {
             cancel_grace: Duration::from_millis(100),
             tap: None,
             v2_rules: false,
+            forwarding: false,
+            end_on_bad_input: false,
         }
     }
 
@@ -247,6 +253,37 @@ impl Connection {
     /// when v2 is chosen (see [`crate::version`]).
     pub fn v2_rules(mut self) -> Self {
         self.v2_rules = true;
+        self
+    }
+
+    /// Runs the connection as a link in a chain (a proxy, a conductor): the handler's
+    /// [`Handler::forward`] is asked about every incoming request and notification, in arrival
+    /// order, and what it forwards goes out in that order, each request's answer coming back
+    /// verbatim. Requests it does not forward start in that order too.
+    ///
+    /// The cancellation rules stay those of the side the connection plays, so a chain answers
+    /// its peer as an agent or a client must even when a link further on is stuck. A forwarded
+    /// request that is cancelled here:
+    ///
+    /// | request | what is passed on | its answer |
+    /// |---|---|---|
+    /// | `session/prompt` (v1) | after a `session/cancel`: nothing more (the `session/cancel` is itself forwarded); after a `$/cancel_request`: `$/cancel_request` | what comes back within the grace period if it says `"stopReason":"cancelled"`, else exactly `{"stopReason":"cancelled"}` |
+    /// | `session/request_permission` | `$/cancel_request` | the `cancelled` outcome, at once |
+    /// | anything else | `$/cancel_request` | what comes back within the grace period, result or error; else -32800 |
+    ///
+    /// A chain's links each wait their own grace period, so give the outer ones at least as
+    /// much as the inner ones ([`Connection::cancel_grace`]).
+    pub fn forwarding(mut self) -> Self {
+        self.forwarding = true;
+        self
+    }
+
+    /// Ends the connection at the first input that is not a JSON-RPC message (after answering
+    /// it as usual), instead of serving on: for a peer that is part of one's own machinery,
+    /// such as a conductor's components, where a stray line on stdout means it is broken and
+    /// waiting for it would only hang whoever waits for its answers.
+    pub fn end_on_bad_input(mut self) -> Self {
+        self.end_on_bad_input = true;
         self
     }
 
@@ -389,6 +426,7 @@ impl Connection {
             #[cfg(feature = "unstable_protocol_v2")]
             v2_turns: Default::default(),
             v2: AtomicBool::new(self.v2_rules),
+            forwarding: self.forwarding,
             session_work: Mutex::new(SessionWork::default()),
             session_work_done: Notify::new(),
             #[cfg(feature = "unstable_protocol_v2")]
@@ -399,6 +437,8 @@ impl Connection {
             max_backlog_bytes: self.max_backlog_bytes,
             notification_queue_capacity: self.notification_queue_capacity,
             cancel_grace: self.cancel_grace,
+            forwarding: self.forwarding,
+            end_on_bad_input: self.end_on_bad_input,
         };
         let peer = Peer { shared: shared.clone() };
         (peer, Prepared { options, shared, out_rx, held_cancels_rx, tap: self.tap.zip(tap_rx) })
@@ -431,6 +471,8 @@ pub(crate) struct Options {
     pub(crate) max_backlog_bytes: usize,
     pub(crate) notification_queue_capacity: usize,
     pub(crate) cancel_grace: Duration,
+    pub(crate) forwarding: bool,
+    pub(crate) end_on_bad_input: bool,
 }
 
 /// The running connection: resolves when it ends (see the [module docs](self)). Dropping it
@@ -589,6 +631,10 @@ pub(crate) struct InFlight {
     /// Cancelled on request (`$/cancel_request`, `session/cancel`), not by the connection's
     /// end: then a handler that has not started never does.
     pub(crate) cancel_requested: bool,
+    /// Cancelled by a `$/cancel_request` naming it (which the runtime consumes), rather than
+    /// by a `session/cancel` (which goes on to the handler): a forwarded `session/prompt`
+    /// must then send the next hop a `$/cancel_request` of its own.
+    pub(crate) by_cancel_request: bool,
     /// Held in the backlog (no task yet): a cancellation on request tells the backlog task,
     /// which answers it at once.
     pub(crate) held: bool,
@@ -723,6 +769,8 @@ pub(crate) struct Shared {
     /// The connection follows protocol v2's rules: batches are accepted, and `session/prompt`
     /// is not answered `{"stopReason":"cancelled"}` when cancelled (see [`RequestKind::of`]).
     v2: AtomicBool,
+    /// A link in a chain (see [`Connection::forwarding`]).
+    pub(crate) forwarding: bool,
     /// Work tied to a session rather than to a request (see [`crate::peer::SessionScope`]).
     session_work: Mutex<SessionWork>,
     /// Woken whenever a session's last piece of work ends (see [`Shared::session_work_ended`]).
@@ -903,6 +951,11 @@ impl Shared {
                 entry.cancel_on_request(id, &self.held_cancels);
             }
         }
+    }
+
+    /// Whether in-flight request `id` was cancelled by a `$/cancel_request` (see [`InFlight`]).
+    pub(crate) fn cancelled_by_cancel_request(&self, id: &Id) -> bool {
+        lock(&self.inflight).get(id).is_some_and(|entry| entry.by_cancel_request)
     }
 
     /// Whether in-flight request `id` was cancelled on request (see [`InFlight`]).

@@ -46,6 +46,33 @@ pub trait Handler: Send + Sync + 'static {
         let _ = notification;
         async {}
     }
+
+    /// On a [forwarding](crate::Connection::forwarding) connection: whether to pass this
+    /// message on, untouched, instead of handling it. Called once per incoming request and
+    /// notification, in arrival order, from the task that handles notifications; keep it quick
+    /// (a lookup by method; `params` are there to unwrap or wrap an envelope).
+    ///
+    /// A forwarded notification is sent with [`Forward::method`] and [`Forward::params`]; a
+    /// forwarded request too, and the answer it gets there, result or error, is its answer
+    /// here, verbatim. Each goes out before the next incoming message is looked at, so
+    /// forwarded messages keep their order. The default forwards nothing.
+    fn forward<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
+        let _ = (method, params);
+        None
+    }
+}
+
+/// Where [`Handler::forward`] passes a message on to, and as what. The method and params may
+/// borrow from the incoming message (a plain forward copies nothing; an envelope's inner
+/// params are a slice of the outer ones).
+#[derive(Debug)]
+pub struct Forward<'a> {
+    /// The connection to send it on (the same one or another).
+    pub to: Peer,
+    /// The method to send.
+    pub method: Cow<'a, str>,
+    /// The params to send, byte for byte.
+    pub params: Option<Cow<'a, RawValue>>,
 }
 
 impl<H: Handler> Handler for Arc<H> {
@@ -55,6 +82,10 @@ impl<H: Handler> Handler for Arc<H> {
 
     fn handle_notification(&self, notification: IncomingNotification) -> impl Future<Output = ()> + Send {
         (**self).handle_notification(notification)
+    }
+
+    fn forward<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
+        (**self).forward(method, params)
     }
 }
 
@@ -66,6 +97,7 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub(crate) trait DynHandler: Send + Sync + 'static {
     fn handle_request_boxed(&self, req: IncomingRequest) -> BoxFuture<'_, Result<Box<RawValue>, ErrorObject>>;
     fn handle_notification_boxed(&self, notification: IncomingNotification) -> BoxFuture<'_, ()>;
+    fn forward_dyn<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>>;
 }
 
 impl<H: Handler> DynHandler for H {
@@ -75,6 +107,9 @@ impl<H: Handler> DynHandler for H {
 
     fn handle_notification_boxed(&self, notification: IncomingNotification) -> BoxFuture<'_, ()> {
         Box::pin(self.handle_notification(notification))
+    }
+    fn forward_dyn<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
+        self.forward(method, params)
     }
 }
 
@@ -197,7 +232,7 @@ impl IncomingNotification {
     }
 }
 
-fn parse_params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, ErrorObject> {
+pub(crate) fn parse_params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, ErrorObject> {
     crate::jsonrpc::decode_params(params)
 }
 

@@ -22,6 +22,7 @@
 //! | [`peer`] | [`Peer`]: outgoing calls and notifications, cancel-on-drop, `cancel_session` |
 //! | [`transport`] | stdio, in-memory duplex, and a spawned agent process (process group, stderr, termination; feature `process`) |
 //! | [`methods`] | the ACP method names and fixed results the runtime acts on |
+//! | `mcp` | MCP over ACP: rmcp servers offered through the connection, an agent's rmcp clients of them, the conductor's bridge (features `mcp-over-acp`, `mcp-bridge`) |
 //!
 //! A raw handler (the typed layer is one too: [`agent::AgentHandler`], [`client::ClientHandler`]):
 //!
@@ -101,8 +102,11 @@ pub mod http;
 pub mod jsonrpc;
 #[doc(hidden)]
 pub mod macro_support;
+#[cfg(any(feature = "mcp-over-acp", feature = "mcp-bridge"))]
+pub mod mcp;
 pub mod methods;
 pub mod peer;
+pub mod proxy;
 pub mod terminal;
 pub mod transport;
 #[cfg(feature = "unstable_protocol_v2")]
@@ -118,7 +122,7 @@ mod tasks;
 mod typed;
 mod writer;
 
-pub use acp_macros::{acp_agent, acp_client};
+pub use acp_macros::{acp_agent, acp_client, acp_proxy};
 pub use acp_types;
 pub use agent::{AgentContext, ClientHandle, serve_agent};
 pub use client::{AgentHandle, ClientContext, serve_client};
@@ -126,10 +130,10 @@ pub use client::{AgentHandle, ClientContext, serve_client};
 pub use client::{AgentProcess, spawn_agent};
 pub use connection::{Connection, RequestLoad, Serve};
 pub use error::Error;
-pub use handler::{Handler, IncomingNotification, IncomingRequest};
+pub use handler::{Forward, Handler, IncomingNotification, IncomingRequest};
 pub use jsonrpc::{ErrorObject, Id, codes};
 pub use macro_support::Advertise;
-pub use peer::{Peer, SessionScope};
+pub use peer::{Peer, PendingResponse, SessionScope};
 pub use serde_json::value::RawValue;
 pub use terminal::TerminalHandle;
 pub use tokio_util::sync::CancellationToken;

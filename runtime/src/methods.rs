@@ -17,6 +17,13 @@ pub const SESSION_REQUEST_PERMISSION: &str = client_method::SESSION_REQUEST_PERM
 /// Agent → client notification: streaming progress of a session.
 pub const SESSION_UPDATE: &str = client_method::SESSION_UPDATE;
 
+/// Conductor → proxy request: initialize, and operate as a proxy (a component with a
+/// successor). Params and result are those of `initialize` (proxy chains RFD).
+pub const PROXY_INITIALIZE: &str = "proxy/initialize";
+/// Between a conductor and a proxy, both ways: a message wrapped for the proxy's successor
+/// (proxy → conductor) or from it (conductor → proxy). See [`crate::proxy`].
+pub const PROXY_SUCCESSOR: &str = "proxy/successor";
+
 /// The answer to a cancelled `session/prompt`.
 pub const CANCELLED_PROMPT_RESULT: &str = r#"{"stopReason":"cancelled"}"#;
 /// The answer to a cancelled `session/request_permission`.
@@ -26,6 +33,7 @@ pub const CANCELLED_PERMISSION_RESULT: &str = r#"{"outcome":{"outcome":"cancelle
 /// to one of these is kept as a `&'static str`.
 pub(crate) const COMMON: &[&str] = &[
     SESSION_UPDATE,
+    PROXY_SUCCESSOR,
     SESSION_PROMPT,
     SESSION_CANCEL,
     SESSION_REQUEST_PERMISSION,

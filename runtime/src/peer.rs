@@ -78,6 +78,36 @@ impl Peer {
         decode_result(&raw)
     }
 
+    /// Sends a request and returns once it is queued for writing, with a handle that resolves
+    /// to the answer: the two halves of [`Peer::request_raw`], for a caller that must know its
+    /// request went out before it does anything else (a proxy forwarding messages in order) or
+    /// that pipelines calls.
+    ///
+    /// Dropping the handle before the answer forgets the call and sends `$/cancel_request`;
+    /// [`PendingResponse::cancel`] sends it and keeps waiting for the peer's answer.
+    pub async fn send_request_raw(&self, method: &str, params: Option<&RawValue>) -> Result<PendingResponse, Error> {
+        let shared = &self.shared;
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut line = Vec::with_capacity(64 + params.map_or(0, |p| p.get().len()));
+        jsonrpc::encode_request(&mut line, id, method, params).map_err(Error::Encode)?;
+        let permission_session =
+            if method == methods::SESSION_REQUEST_PERMISSION { params_session_id(&line) } else { None };
+        let (tx, rx) = oneshot::channel();
+        shared.register_call(id, tx, permission_session)?;
+        let mut pending = PendingResponse {
+            shared: shared.clone(),
+            id,
+            rx,
+            sent: false,
+            cancel_sent: false,
+            answered: false,
+            delivered: None,
+        };
+        shared.send_line_direct(line).await?;
+        pending.sent = true;
+        Ok(pending)
+    }
+
     /// Sends a notification with raw params.
     ///
     /// Sending `session/cancel` also cancels our in-flight *incoming*
@@ -238,6 +268,89 @@ impl Peer {
             Ok(Reply::Failed(e)) => Err(e),
             // The sender was dropped: the connection went away.
             Err(_) => Err(Error::ConnectionClosed),
+        }
+    }
+}
+
+/// The answer to a request sent with [`Peer::send_request_raw`]; await it for the raw result.
+///
+/// Like the answer of [`Peer::request_raw`], it is delivered only after every notification
+/// that arrived before it has been handled.
+#[must_use = "dropping it cancels the request"]
+pub struct PendingResponse {
+    shared: Arc<Shared>,
+    id: i64,
+    rx: oneshot::Receiver<Reply>,
+    sent: bool,
+    cancel_sent: bool,
+    /// The peer's answer has arrived (nothing left to cancel).
+    answered: bool,
+    /// An answer waiting for the notifications read before it.
+    delivered: Option<(BoxFuture, Result<Box<RawValue>, crate::jsonrpc::ErrorObject>)>,
+}
+
+type BoxFuture = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl PendingResponse {
+    /// Our id of the request on this connection.
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    /// Asks the peer to stop working on the request (`$/cancel_request`, sent once) and keeps
+    /// waiting for its answer, which may be a partial result, a cancellation error or anything
+    /// else the peer chooses.
+    pub fn cancel(&mut self) {
+        if self.sent && !self.cancel_sent && !self.answered {
+            self.cancel_sent = true;
+            self.shared.send_cancel_request(self.id);
+        }
+    }
+}
+
+impl fmt::Debug for PendingResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingResponse").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+impl Future for PendingResponse {
+    type Output = Result<Box<RawValue>, Error>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        let this = &mut *self;
+        loop {
+            if let Some((barrier, _)) = &mut this.delivered {
+                // Notifications read before the answer are still being handled.
+                if barrier.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                let (_, result) = this.delivered.take().expect("checked above");
+                return Poll::Ready(result.map_err(Error::Rpc));
+            }
+            let reply = match std::pin::Pin::new(&mut this.rx).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(reply) => reply,
+            };
+            this.answered = true;
+            match reply {
+                Ok(Reply::Response { result, barrier }) => {
+                    let shared = this.shared.clone();
+                    let wait: BoxFuture = Box::pin(async move { shared.wait_for_notifications(barrier).await });
+                    this.delivered = Some((wait, result));
+                }
+                Ok(Reply::Failed(e)) => return Poll::Ready(Err(e)),
+                Err(_) => return Poll::Ready(Err(Error::ConnectionClosed)),
+            }
+        }
+    }
+}
+
+impl Drop for PendingResponse {
+    fn drop(&mut self) {
+        if self.shared.forget_call(self.id) && self.sent && !self.cancel_sent {
+            self.shared.send_cancel_request(self.id);
         }
     }
 }

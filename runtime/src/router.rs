@@ -35,11 +35,25 @@ tokio::task_local! {
     pub(crate) static IN_NOTIFICATION_HANDLER: usize;
 }
 
-/// A notification waiting for the notification task; `seq` numbers them from 1.
+/// A notification waiting for the notification task; `seq` numbers them from 1. On a
+/// forwarding connection requests take the same queue (`request`), so that what is forwarded
+/// keeps the order it came in; they do not count as notifications (`seq` is that of the last
+/// notification before them).
 pub(crate) struct Queued {
     method: Cow<'static, str>,
     params: Option<Box<RawValue>>,
     seq: u64,
+    request: Option<Box<QueuedRequest>>,
+}
+
+/// A request of a forwarding connection, registered and admitted, to be started (or forwarded)
+/// by the notification task.
+pub(crate) struct QueuedRequest {
+    req: IncomingRequest,
+    kind: RequestKind,
+    slot: Slot,
+    reply: ReplyTo,
+    counted: Counted,
 }
 
 pub(crate) struct Router {
@@ -94,6 +108,7 @@ impl Router {
                         self.options.max_line_bytes
                     ));
                     self.answer(&Id::Null, Err(&error)).await;
+                    self.bad_input_seen();
                 }
             }
         }
@@ -163,7 +178,16 @@ impl Router {
                 if let Some((id, error)) = e.answer() {
                     self.answer_to(reply, &id, Err(&error)).await;
                 }
+                self.bad_input_seen();
             }
+        }
+    }
+
+    /// After bad input has been answered: a connection told to end on bad input ends.
+    fn bad_input_seen(&self) {
+        if self.options.end_on_bad_input {
+            tracing::error!("acp connection: the peer sent something that is not JSON-RPC; closing the connection");
+            self.shared.close();
         }
     }
 
@@ -219,8 +243,12 @@ impl Router {
             _ => {}
         }
         self.queued += 1;
-        let queued =
-            Queued { method: methods::intern(&method), params: params.map(ToOwned::to_owned), seq: self.queued };
+        let queued = Queued {
+            method: methods::intern(&method),
+            params: params.map(ToOwned::to_owned),
+            seq: self.queued,
+            request: None,
+        };
         if self.notifications.send(queued).await.is_err() {
             // The notification task is gone (only at shutdown).
             tracing::debug!("acp connection: notification dropped, handler task has ended");
@@ -243,7 +271,10 @@ impl Router {
         };
         let mut inflight = crate::connection::lock_inflight(&self.shared);
         match inflight.get_mut(&request_id) {
-            Some(entry) => entry.cancel_on_request(&request_id, &self.shared.held_cancels),
+            Some(entry) => {
+                entry.by_cancel_request = true;
+                entry.cancel_on_request(&request_id, &self.shared.held_cancels);
+            }
             // Finished already, or never existed: nothing to do.
             None => tracing::debug!(id = %request_id, "acp connection: $/cancel_request for no in-flight request"),
         }
@@ -271,8 +302,14 @@ impl Router {
         let kind = RequestKind::of(&method, self.shared.speaks_v2());
         let session_id = session_id_of(params);
         let token = self.shared.closed.child_token();
-        let entry =
-            InFlight { token: token.clone(), kind, session: session_id.clone(), cancel_requested: false, held: false };
+        let entry = InFlight {
+            token: token.clone(),
+            kind,
+            session: session_id.clone(),
+            cancel_requested: false,
+            by_cancel_request: false,
+            held: false,
+        };
         if !self.register(reply, &id, entry) {
             return self.refuse_duplicate(reply, &id).await;
         }
@@ -286,6 +323,19 @@ impl Router {
             watch: Watch::default(),
         };
         let slot = Slot { running: self.running.clone(), _admitted: admitted };
+        if self.options.forwarding {
+            // Started (or forwarded) by the notification task, in arrival order.
+            let request = QueuedRequest { req, kind, slot, reply: reply.clone(), counted: self.tasks.count() };
+            let queued =
+                Queued { method: Cow::Borrowed(""), params: None, seq: self.queued, request: Some(Box::new(request)) };
+            if let Err(mpsc::error::SendError(queued)) = self.notifications.send(queued).await {
+                // Only at shutdown: answer it as cancelled rather than not at all.
+                let request = queued.request.expect("a queued request");
+                let QueuedRequest { req, reply, .. } = *request;
+                finish(&self.shared, req.id, Err(ErrorObject::request_cancelled()), &reply, &req.watch).await;
+            }
+            return;
+        }
         let task = run_request(
             self.shared.clone(),
             self.handler.clone(),
@@ -343,6 +393,7 @@ impl Router {
                     kind,
                     session: session_id.clone(),
                     cancel_requested: false,
+                    by_cancel_request: false,
                     held: true,
                 };
                 let registered = self.register(reply, &id, entry);
@@ -582,6 +633,19 @@ pub(crate) async fn notification_loop(
 ) {
     let me = Arc::as_ptr(&shared) as usize;
     while let Some(queued) = rx.recv().await {
+        if let Some(request) = queued.request {
+            start_or_forward(&shared, &handler, *request, grace).await;
+            continue;
+        }
+        if shared.forwarding {
+            if let Some(forward) = handler.forward_dyn(&queued.method, queued.params.as_deref()) {
+                if let Err(e) = forward.to.notify_raw(&forward.method, forward.params.as_deref()).await {
+                    tracing::debug!(error = %e, method = %forward.method, "acp connection: forwarded notification not sent");
+                }
+                shared.mark_handled(queued.seq);
+                continue;
+            }
+        }
         let notification = IncomingNotification {
             method: queued.method,
             params: queued.params,
@@ -609,6 +673,80 @@ pub(crate) async fn notification_loop(
             );
             break;
         }
+    }
+}
+
+/// A request of a forwarding connection, in its turn: forwarded if the handler says so (sent
+/// before the next message is looked at), else started like any request.
+async fn start_or_forward(
+    shared: &Arc<Shared>,
+    handler: &Arc<dyn DynHandler>,
+    request: QueuedRequest,
+    grace: Duration,
+) {
+    let QueuedRequest { req, kind, slot, reply, counted } = request;
+    let Some(forward) = handler.forward_dyn(&req.method, req.params.as_deref()) else {
+        // Every notification before it is handled: no barrier left to wait for.
+        tokio::spawn(run_request(shared.clone(), handler.clone(), req, kind, grace, 0, slot, reply, counted));
+        return;
+    };
+    // Forwarded even when cancelled already: what cancelled it (a `session/cancel`, a
+    // `$/cancel_request`) follows it, so the far side sees both in the order they came.
+    let sent = forward.to.send_request_raw(&forward.method, forward.params.as_deref()).await;
+    tokio::spawn(forward_answer(shared.clone(), req, kind, sent, grace, slot, reply, counted));
+}
+
+/// Waits for the answer to a forwarded request and passes it back verbatim. A cancelled one
+/// is answered as the table at [`crate::Connection::forwarding`] says.
+#[allow(clippy::too_many_arguments)]
+async fn forward_answer(
+    shared: Arc<Shared>,
+    req: IncomingRequest,
+    kind: RequestKind,
+    sent: Result<crate::peer::PendingResponse, Error>,
+    grace: Duration,
+    _slot: Slot,
+    reply: ReplyTo,
+    _counted: Counted,
+) {
+    let answer = match sent {
+        Err(e) => Err(forward_error(e)),
+        Ok(mut pending) => tokio::select! {
+            biased;
+            answer = &mut pending => answer.map_err(forward_error),
+            () = req.cancel.cancelled() => match kind {
+                RequestKind::Permission => {
+                    pending.cancel();
+                    cancelled_answer(kind, None)
+                }
+                RequestKind::Prompt => {
+                    // A `session/cancel` is forwarded as it is; a `$/cancel_request` was
+                    // consumed here, so the next hop gets one of its own.
+                    if shared.cancelled_by_cancel_request(&req.id) {
+                        pending.cancel();
+                    }
+                    let answer = tokio::time::timeout(grace, &mut pending).await.ok();
+                    cancelled_answer(kind, answer.map(|a| Ok(a.map_err(forward_error))))
+                }
+                RequestKind::Other => {
+                    pending.cancel();
+                    match tokio::time::timeout(grace, &mut pending).await {
+                        Ok(answer) => answer.map_err(forward_error),
+                        Err(_) => Err(ErrorObject::request_cancelled()),
+                    }
+                }
+            },
+        },
+    };
+    finish(&shared, req.id, answer, &reply, &req.watch).await;
+}
+
+/// The answer to a forwarded request that got none from where it went.
+fn forward_error(e: Error) -> ErrorObject {
+    match e {
+        Error::Rpc(error) => error,
+        Error::Cancelled => ErrorObject::request_cancelled(),
+        other => ErrorObject::internal_error(format_args!("forwarding failed: {other}")),
     }
 }
 

@@ -874,3 +874,48 @@ async fn closing_a_session_ends_its_stream() {
     );
     assert_eq!(conn_events.next().await.expect("answer")["id"], 4);
 }
+
+/// Found by the `http_server` fuzz target (fuzz/regressions/http_server/keep-alive-fires-without-end,
+/// FUZZING.md): on a paused tokio clock (`start_paused`, as tests and the fuzz targets use), an
+/// SSE stream's keep-alive deadline was made from std's clock, which lags the paused one once
+/// it has jumped ahead: the timer fired again at once, and an idle stream poured out comments,
+/// spinning, until real time caught up. Every timer of the server now runs on tokio's clock.
+/// Driven through the server's in-memory seam, so no socket races the jumping clock.
+#[tokio::test(start_paused = true)]
+async fn an_idle_stream_gets_one_keep_alive_per_interval_on_a_paused_clock() {
+    let server = HttpServer::new(TestAgent::default);
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(server.serve_io(server_io));
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(client_io)).await.expect("handshake");
+    tokio::spawn(connection);
+    let init = Request::post("/acp")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(initialize(1).to_string())))
+        .expect("request");
+    let response = sender.send_request(init).await.expect("initialize answered");
+    assert_eq!(response.status(), StatusCode::OK);
+    let conn = response.headers()["acp-connection-id"].to_str().expect("id").to_owned();
+    response.into_body().collect().await.expect("body");
+    let get = Request::get("/acp")
+        .header("accept", "text/event-stream")
+        .header("acp-connection-id", &conn)
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let mut events = sender.send_request(get).await.expect("stream opened").into_body();
+
+    // 50 s of the paused clock: comments at 15, 30 and 45 s (the default interval), no more.
+    let started = std::time::Instant::now();
+    let window = tokio::time::sleep(Duration::from_secs(50));
+    tokio::pin!(window);
+    let mut seen = Vec::new();
+    loop {
+        tokio::select! {
+            frame = events.frame() => seen.extend_from_slice(&frame.expect("open").expect("frame").into_data().expect("data")),
+            () = &mut window => break,
+        }
+        assert!(seen.len() < 1024, "an idle stream pours out {} bytes", seen.len());
+    }
+    assert_eq!(seen, b":\n\n:\n\n:\n\n");
+    assert!(started.elapsed() < WAIT, "the paused clock was followed in real time");
+}

@@ -579,11 +579,17 @@ async fn e2e_client_example_reports_usage_errors() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("either --url or an agent command"));
-    // Not a usage error, but said as clearly: this build has no TLS.
+    // Not a usage error, but said as clearly: nothing listens there (TLS is built in, `http-tls`;
+    // over https:// the first POST, `initialize`, finds it out, over wss:// connecting does).
     let output =
         tokio::process::Command::new(CLIENT).args(["--url", "https://127.0.0.1:1/acp"]).output().await.unwrap();
     assert_eq!(output.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("needs TLS, which is not built into acp-runtime"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("initialize") && stderr.contains("cannot reach the server"), "{stderr}");
+    let output = tokio::process::Command::new(CLIENT).args(["--url", "wss://127.0.0.1:1/acp"]).output().await.unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cannot connect to 127.0.0.1:1"), "{stderr}");
     let output = tokio::process::Command::new(AGENT).arg("--v3-only").output().await.unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--v1-only or --v2-only"));

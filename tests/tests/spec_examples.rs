@@ -15,14 +15,12 @@
 //! [`KNOWN_SPEC_ERRATA`] lists the examples that contradict the schema; the test asserts they
 //! still fail, so a fix upstream shows up here.
 
-use std::path::{Path, PathBuf};
-
 use acp_types::{
     AgentNotification, AgentRequest, AgentResponse, ClientNotification, ClientRequest, ClientResponse, Error,
     ProtocolLevelNotification,
 };
 use serde_json::Value;
-use spec::{json_blocks, no_fallback, reencode};
+use spec::{Content, Protocol, no_fallback, reencode};
 
 mod spec;
 
@@ -38,21 +36,6 @@ const KNOWN_SPEC_ERRATA: &[(&str, usize, &str)] = &[
          `{\"type\": \"content\", \"content\": {...}}` (decodes only as `ToolCallContent::Other`)",
     ),
 ];
-
-/// The method of a response whose request the page does not show.
-fn infer_method(result: &Value) -> Option<&'static str> {
-    if result.get("protocolVersion").is_some() {
-        Some("initialize")
-    } else if result.get("sessionId").is_some() {
-        Some("session/new")
-    } else {
-        None
-    }
-}
-
-fn spec_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-spec/v1")
-}
 
 /// Decodes the params of a request or notification by method, trying both directions.
 fn roundtrip_call(method: &str, params: &Value, is_request: bool) -> Result<Value, String> {
@@ -113,86 +96,51 @@ fn fallback_variants_are_found_in_the_debug_text() {
 
 #[test]
 fn every_whole_message_example_round_trips() {
-    let dir = spec_dir();
-    let mut pages: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot read the spec pages at {}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "mdx"))
-        .collect();
-    pages.sort();
-
+    let (pages, examples) = spec::examples(Protocol::V1);
     let (mut messages, mut fragments, mut errata, mut failures) = (0, 0, 0, Vec::new());
-    for page in &pages {
-        let name = page.file_name().unwrap_or_default().to_string_lossy().into_owned();
-        let text = std::fs::read_to_string(page).expect("spec page is readable");
-        // id → method of the latest request on this page.
-        let mut pending: Vec<(Value, String)> = Vec::new();
-        for (i, block) in json_blocks(&text).iter().enumerate() {
-            let where_ = format!("{name} example {}", i + 1);
-            let block = block.text.replace("[...]", "[]");
-            let message: Value = match serde_json::from_str(&block) {
-                Ok(v) => v,
-                Err(e) => {
-                    failures.push(format!("{where_}: not JSON even after eliding `[...]`: {e}"));
-                    continue;
-                }
-            };
-            if message.get("jsonrpc").is_none() {
+    for example in &examples {
+        let where_ = example.place();
+        let outcome = match &example.content {
+            Content::NotJson(e) => {
+                failures.push(format!("{where_}: not JSON even after eliding `[...]`: {e}"));
+                continue;
+            }
+            Content::Payload(_) => {
                 fragments += 1;
                 continue;
             }
-            messages += 1;
-            let id = message.get("id").cloned();
-            let method = message.get("method").and_then(Value::as_str);
-            let outcome = match (method, id) {
-                (Some(method), id) => {
-                    let params = message.get("params").cloned().unwrap_or(Value::Null);
-                    if let Some(id) = &id {
-                        pending.push((id.clone(), method.to_owned()));
-                    }
-                    roundtrip_call(method, &params, id.is_some()).map(|re| (params, re))
-                }
-                (None, Some(id)) => {
-                    if let Some(error) = message.get("error") {
-                        serde_json::from_value::<Error>(error.clone())
-                            .map_err(|e| format!("error object: {e}"))
-                            .and_then(|e| reencode(&e))
-                            .map(|re| (error.clone(), re))
-                    } else {
-                        let result = message.get("result").cloned().unwrap_or(Value::Null);
-                        let method = pending
-                            .iter()
-                            .rev()
-                            .find(|(pid, _)| *pid == id)
-                            .map(|(_, m)| m.as_str())
-                            .or_else(|| infer_method(&result));
-                        let original =
-                            if result.is_null() { Value::Object(Default::default()) } else { result.clone() };
-                        match method {
-                            Some(method) => roundtrip_result(method, &result).map(|re| (original, re)),
-                            None => Err(format!("a response to id {id} with no request before it")),
-                        }
-                    }
-                }
-                (None, None) => Err("neither a method nor an id".to_owned()),
-            };
-            let erratum = KNOWN_SPEC_ERRATA.iter().find(|(p, n, _)| *p == name && *n == i + 1);
-            match (outcome, erratum) {
-                (Ok((original, reencoded)), Some((_, _, why))) if original == reencoded => failures.push(format!(
-                    "{where_}: listed as an erratum ({why}) but now round-trips; remove it from the list"
-                )),
-                (Ok(_) | Err(_), Some(_)) => errata += 1,
-                (Ok((original, reencoded)), None) if original == reencoded => {}
-                (Ok((original, reencoded)), None) => failures
-                    .push(format!("{where_}: re-encoded differently\n  spec:  {original}\n  typed: {reencoded}")),
-                (Err(e), None) => failures.push(format!("{where_}: {e}")),
+            Content::Call { method, params, request } => {
+                roundtrip_call(method, params, *request).map(|re| (params.clone(), re))
             }
+            Content::Error(error) => serde_json::from_value::<Error>(error.clone())
+                .map_err(|e| format!("error object: {e}"))
+                .and_then(|e| reencode(&e))
+                .map(|re| (error.clone(), re)),
+            Content::Result { id, method, result } => {
+                let original = if result.is_null() { Value::Object(Default::default()) } else { result.clone() };
+                match method {
+                    Some(method) => roundtrip_result(method, result).map(|re| (original, re)),
+                    None => Err(format!("a response to id {id} with no request before it")),
+                }
+            }
+            Content::Neither => Err("neither a method nor an id".to_owned()),
+        };
+        messages += 1;
+        let erratum = KNOWN_SPEC_ERRATA.iter().find(|(p, n, _)| *p == example.page && *n == example.number);
+        match (outcome, erratum) {
+            (Ok((original, reencoded)), Some((_, _, why))) if original == reencoded => failures
+                .push(format!("{where_}: listed as an erratum ({why}) but now round-trips; remove it from the list")),
+            (Ok(_) | Err(_), Some(_)) => errata += 1,
+            (Ok((original, reencoded)), None) if original == reencoded => {}
+            (Ok((original, reencoded)), None) => {
+                failures.push(format!("{where_}: re-encoded differently\n  spec:  {original}\n  typed: {reencoded}"))
+            }
+            (Err(e), None) => failures.push(format!("{where_}: {e}")),
         }
     }
     println!(
-        "spec examples: {messages} whole messages on {} pages ({fragments} fragments are not messages); \
+        "spec examples: {messages} whole messages on {pages} pages ({fragments} fragments are not messages); \
          {} round-trip, {errata} known errata, {} failed",
-        pages.len(),
         messages - errata - failures.len(),
         failures.len()
     );

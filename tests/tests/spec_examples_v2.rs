@@ -6,7 +6,7 @@
 //! a response by the method of the request with the same id earlier on the page, or, without
 //! one, by what its result holds (`protocolVersion` → `initialize`, `sessionId` →
 //! `session/new`). The other blocks are payloads, typed by what they hold (see
-//! [`payload_type`]): a tagged value by its tag (`sessionUpdate`, or `type` with the values
+//! `spec::payload_type`): a tagged value by its tag (`sessionUpdate`, or `type` with the values
 //! of one union), a few objects by members only their type has, and an excerpt of a message's
 //! params member by member ([`EXCERPT_MEMBERS`]). A block none of these rules types fails.
 //!
@@ -16,13 +16,11 @@
 //! [`KNOWN_SPEC_ERRATA`] lists the examples that contradict the schema; the test asserts they
 //! still fail, so a fix upstream shows up here.
 
-use std::path::{Path, PathBuf};
-
 use acp_types::v2;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use spec::{json_blocks, reencode};
+use spec::{Content, Protocol, named_request, payload_type, protocol_of, reencode};
 
 mod spec;
 
@@ -54,44 +52,10 @@ const EXCERPT_MEMBERS: &[(&str, &[&str])] = &[
     ("options", &["[PermissionOption]"]),
 ];
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Protocol {
-    V1,
-    V2,
-}
-
-/// v1 when the block's label or heading says so (the migration page's comparisons).
-fn protocol_of(block: &spec::Block) -> Protocol {
-    let v1_label = block.label.split_whitespace().any(|w| w == "v1");
-    let v1_heading = block.heading.strip_prefix("v1").is_some_and(|rest| rest.starts_with([':', ' ']));
-    if v1_label || v1_heading { Protocol::V1 } else { Protocol::V2 }
-}
-
 /// Decodes `value` as `T` and re-encodes it.
 fn roundtrip<T: DeserializeOwned + Serialize + std::fmt::Debug>(value: &Value) -> Result<Value, String> {
     let typed: T = serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
     reencode(&typed)
-}
-
-/// The type of a payload block, by what it holds; `None` when no rule applies.
-fn payload_type(value: &Value) -> Option<&'static str> {
-    let obj = value.as_object()?;
-    let has = |key: &str| obj.contains_key(key);
-    let only = |keys: &[&str]| obj.keys().all(|k| keys.contains(&k.as_str()) || k == "_meta");
-    let kind = obj.get("type").and_then(Value::as_str);
-    Some(match kind {
-        _ if has("sessionUpdate") => "SessionUpdate",
-        // Auth method descriptors are the objects with a `methodId`.
-        _ if has("methodId") => "AuthMethod",
-        _ if has("configId") => "SessionConfigOption",
-        Some("text" | "image" | "audio" | "resource" | "resource_link") => "ContentBlock",
-        Some("content" | "diff" | "terminal") => "ToolCallContent",
-        Some("stdio" | "http" | "sse") => "McpServer",
-        Some("command" | "tool_call") => "RequestPermissionSubject",
-        None if has("name") && has("description") && only(&["name", "description", "input"]) => "AvailableCommand",
-        None if has("path") && only(&["path", "line"]) => "ToolCallLocation",
-        _ => return None,
-    })
 }
 
 /// Decodes a payload as the v2 type named `ty` and re-encodes it.
@@ -193,53 +157,12 @@ fn roundtrip_result(protocol: Protocol, method: &str, result: &Value) -> Result<
     decoded.into_iter().flatten().next().unwrap_or_else(|| Err(format!("no typed response knows method `{method}`")))
 }
 
-/// The method of a response whose request the page does not show, by what the result holds.
-fn infer_method(result: &Value) -> Option<&'static str> {
-    if result.get("protocolVersion").is_some() {
-        Some("initialize")
-    } else if result.get("sessionId").is_some() {
-        Some("session/new")
-    } else if result.get("stopReason").is_some() {
-        Some("session/prompt")
-    } else {
-        None
-    }
-}
-
-/// The request the prose before a response names last (`` `session/prompt` ``): a result that
-/// holds nothing telling (`{}`) is the answer to the request the text is about. Names that
-/// are no request of `protocol` (notifications, fields) are passed over.
-fn named_request(protocol: Protocol, prose: &str) -> Option<String> {
-    let spans: Vec<&str> = prose.split('`').skip(1).step_by(2).collect();
-    spans.into_iter().rev().find(|name| is_request(protocol, name)).map(str::to_owned)
-}
-
-/// Whether a response enum knows `method` (decoding `{}` fails or succeeds, but does not say
-/// "no such method").
-fn is_request(protocol: Protocol, method: &str) -> bool {
-    let empty = Value::Object(Default::default());
-    match protocol {
-        Protocol::V2 => {
-            !matches!(v2::AgentResponse::decode(method, &empty), Ok(None))
-                || !matches!(v2::ClientResponse::decode(method, &empty), Ok(None))
-        }
-        Protocol::V1 => {
-            !matches!(acp_types::AgentResponse::decode(method, &empty), Ok(None))
-                || !matches!(acp_types::ClientResponse::decode(method, &empty), Ok(None))
-        }
-    }
-}
-
 /// An error object's round trip.
 fn roundtrip_error(protocol: Protocol, error: &Value) -> Result<Value, String> {
     match protocol {
         Protocol::V2 => roundtrip::<v2::Error>(error),
         Protocol::V1 => roundtrip::<acp_types::Error>(error),
     }
-}
-
-fn spec_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-spec/v2")
 }
 
 #[test]
@@ -289,93 +212,64 @@ fn a_bare_response_answers_the_request_the_prose_names() {
 
 #[test]
 fn every_v2_example_round_trips() {
-    let dir = spec_dir();
-    let mut pages: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot read the spec pages at {}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "mdx"))
-        .collect();
-    pages.sort();
-
+    let (pages, examples) = spec::examples(Protocol::V2);
     let (mut blocks, mut messages, mut payloads, mut v1, mut errata, mut failures) = (0, 0, 0, 0, 0, Vec::new());
-    for page in &pages {
-        let name = page.file_name().unwrap_or_default().to_string_lossy().into_owned();
-        let text = std::fs::read_to_string(page).expect("spec page is readable");
-        // id → method of the latest request on this page.
-        let mut pending: Vec<(Value, String)> = Vec::new();
-        for (i, block) in json_blocks(&text).iter().enumerate() {
-            blocks += 1;
-            let where_ = format!("{name} example {}", i + 1);
-            let protocol = protocol_of(block);
-            if protocol == Protocol::V1 {
-                v1 += 1;
+    for example in &examples {
+        blocks += 1;
+        let where_ = example.place();
+        let protocol = example.protocol;
+        if protocol == Protocol::V1 {
+            v1 += 1;
+        }
+        let outcome = match &example.content {
+            Content::NotJson(e) => {
+                failures.push(format!("{where_}: not JSON even after eliding `[...]`: {e}"));
+                continue;
             }
-            let value: Value = match serde_json::from_str(&block.text.replace("[...]", "[]")) {
-                Ok(v) => v,
-                Err(e) => {
-                    failures.push(format!("{where_}: not JSON even after eliding `[...]`: {e}"));
-                    continue;
-                }
-            };
-            let outcome = if value.get("jsonrpc").is_none() {
+            Content::Payload(value) => {
                 payloads += 1;
-                roundtrip_payload(protocol, &value).map(|re| (value.clone(), re))
-            } else {
-                messages += 1;
-                let id = value.get("id").cloned();
-                match (value.get("method").and_then(Value::as_str), id) {
-                    (Some(method), id) => {
-                        let params = value.get("params").cloned().unwrap_or(Value::Null);
-                        if let Some(id) = &id {
-                            pending.push((id.clone(), method.to_owned()));
-                        }
-                        roundtrip_call(protocol, method, &params, id.is_some()).map(|re| (params, re))
-                    }
-                    (None, Some(id)) => match value.get("error") {
-                        Some(error) => roundtrip_error(protocol, error).map(|re| (error.clone(), re)),
-                        None => {
-                            let result = value.get("result").cloned().unwrap_or(Value::Null);
-                            let method = pending
-                                .iter()
-                                .rev()
-                                .find(|(pid, _)| *pid == id)
-                                .map(|(_, m)| m.clone())
-                                .or_else(|| infer_method(&result).map(str::to_owned))
-                                .or_else(|| named_request(protocol, &block.prose));
-                            match method {
-                                // `null` is the pages' way of writing "nothing": the empty result.
-                                Some(method) => {
-                                    let original = if result.is_null() {
-                                        Value::Object(Default::default())
-                                    } else {
-                                        result.clone()
-                                    };
-                                    roundtrip_result(protocol, &method, &result).map(|re| (original, re))
-                                }
-                                None => Err(format!("a response to id {id} with no request before it")),
-                            }
-                        }
-                    },
-                    (None, None) => Err("neither a method nor an id".to_owned()),
-                }
-            };
-            let erratum = KNOWN_SPEC_ERRATA.iter().find(|(p, n, _)| *p == name && *n == i + 1);
-            match (outcome, erratum) {
-                (Ok((original, reencoded)), Some((_, _, why))) if original == reencoded => failures.push(format!(
-                    "{where_}: listed as an erratum ({why}) but now round-trips; remove it from the list"
-                )),
-                (Ok(_) | Err(_), Some(_)) => errata += 1,
-                (Ok((original, reencoded)), None) if original == reencoded => {}
-                (Ok((original, reencoded)), None) => failures
-                    .push(format!("{where_}: re-encoded differently\n  spec:  {original}\n  typed: {reencoded}")),
-                (Err(e), None) => failures.push(format!("{where_} ({protocol:?}): {e}")),
+                roundtrip_payload(protocol, value).map(|re| (value.clone(), re))
             }
+            Content::Call { method, params, request } => {
+                messages += 1;
+                roundtrip_call(protocol, method, params, *request).map(|re| (params.clone(), re))
+            }
+            Content::Error(error) => {
+                messages += 1;
+                roundtrip_error(protocol, error).map(|re| (error.clone(), re))
+            }
+            Content::Result { id, method, result } => {
+                messages += 1;
+                match method {
+                    // `null` is the pages' way of writing "nothing": the empty result.
+                    Some(method) => {
+                        let original =
+                            if result.is_null() { Value::Object(Default::default()) } else { result.clone() };
+                        roundtrip_result(protocol, method, result).map(|re| (original, re))
+                    }
+                    None => Err(format!("a response to id {id} with no request before it")),
+                }
+            }
+            Content::Neither => {
+                messages += 1;
+                Err("neither a method nor an id".to_owned())
+            }
+        };
+        let erratum = KNOWN_SPEC_ERRATA.iter().find(|(p, n, _)| *p == example.page && *n == example.number);
+        match (outcome, erratum) {
+            (Ok((original, reencoded)), Some((_, _, why))) if original == reencoded => failures
+                .push(format!("{where_}: listed as an erratum ({why}) but now round-trips; remove it from the list")),
+            (Ok(_) | Err(_), Some(_)) => errata += 1,
+            (Ok((original, reencoded)), None) if original == reencoded => {}
+            (Ok((original, reencoded)), None) => {
+                failures.push(format!("{where_}: re-encoded differently\n  spec:  {original}\n  typed: {reencoded}"))
+            }
+            (Err(e), None) => failures.push(format!("{where_} ({protocol:?}): {e}")),
         }
     }
     println!(
-        "v2 spec examples: {blocks} blocks on {} pages ({messages} whole messages, {payloads} payloads; {v1} of \
+        "v2 spec examples: {blocks} blocks on {pages} pages ({messages} whole messages, {payloads} payloads; {v1} of \
          them v1 examples); {} round-trip, {errata} known errata, {} failed",
-        pages.len(),
         blocks - errata - failures.len(),
         failures.len()
     );

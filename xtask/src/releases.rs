@@ -138,7 +138,7 @@ fn check_vendor(
     std::fs::write(crate_dir.join("examples/vendored_use.rs"), example).map_err(|e| e.to_string())?;
     let manifest = format!(
         "[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n\
-         [dependencies]\nserde = {{ version = \"1\", features = [\"derive\"] }}\nserde_json = \"1\"\n\n[workspace]\n"
+         [dependencies]\nserde = {{ version = \"1\", features = [\"derive\"] }}\nserde_json = {{ version = \"1\", features = [\"raw_value\"] }}\n\n[workspace]\n"
     );
     std::fs::write(crate_dir.join("Cargo.toml"), manifest).map_err(|e| e.to_string())?;
     std::fs::copy(workspace.join("Cargo.lock"), crate_dir.join("Cargo.lock")).map_err(|e| e.to_string())?;
@@ -148,10 +148,12 @@ fn check_vendor(
     if ran {
         run_example(&crate_dir, scratch, "vendored_use")?;
     }
-    let mut summary =
-        format!("{} lines, compiles standalone (edition 2021, serde + serde_json only)", text.lines().count());
+    let mut summary = format!(
+        "{} lines, compiles standalone (edition 2021, serde + serde_json with `raw_value` only)",
+        text.lines().count()
+    );
     if ran {
-        summary.push_str("; its `decode` and `Nullable` work");
+        summary.push_str("; its `decode`, `Nullable` and `lossless` work");
     }
     for note in &vendored.notes {
         summary.push_str(&format!("\n     {note}"));
@@ -159,10 +161,11 @@ fn check_vendor(
     Ok(summary)
 }
 
-/// A program using a vendored file's `decode` (errors with a JSON path) and `Nullable`, as
-/// the README's vendoring section says a project can; `CRATE` is the scratch crate's name.
+/// A program using a vendored file's `decode` (errors with a JSON path), `Nullable` and
+/// `lossless` (a change that keeps unknown members), as the README's vendoring section says a
+/// project can; `CRATE` is the scratch crate's name.
 const VENDORED_USE: &str = r##"//! A vendored file's helpers, used as a project would.
-use CRATE::acp::{decode, ClientCapabilities, Nullable, PromptRequest};
+use CRATE::acp::{decode, lossless, ClientCapabilities, Nullable, PromptRequest};
 
 fn main() {
     let caps: ClientCapabilities = decode::from_str(r#"{"session": null}"#).expect("decodes");
@@ -171,6 +174,14 @@ fn main() {
     let error = decode::from_str::<PromptRequest>(text).expect_err("the second block has no type");
     assert_eq!(error.path(), Some("prompt[1]"), "{error}");
     assert_eq!(error.line(), 3, "{error}");
+    // A proxy's change keeps the members the types do not know.
+    let params = r#"{"sessionId":"s","prompt":[{"type":"text","text":"hi","x-hint":1}],"x-editor":"zed"}"#;
+    let changed = lossless::Lossless::<PromptRequest>::map(params, |request| request.session_id = "t".into())
+        .expect("a prompt request");
+    assert_eq!(
+        changed.get(),
+        r#"{"sessionId":"t","prompt":[{"type":"text","text":"hi","x-hint":1}],"x-editor":"zed"}"#
+    );
 }
 "##;
 

@@ -1,6 +1,6 @@
 //! The client side of the remote transport (feature `http-client`): connecting to an agent by
-//! URL, over Streamable HTTP (`http://`) or WebSocket (`ws://`), with the same typed
-//! [`AgentHandle`] a spawned agent gives.
+//! URL, over Streamable HTTP (`http://`, `https://`) or WebSocket (`ws://`, `wss://`; TLS with
+//! the feature `http-tls`), with the same typed [`AgentHandle`] a spawned agent gives.
 //!
 //! ```no_run
 //! # async fn run<C: acp_runtime::acp_types::Client<acp_runtime::ClientContext> + 'static>(client: C)
@@ -19,7 +19,8 @@
 //! start: a typed client, or any raw [`Handler`] such as a
 //! [`ProtocolRouter`](crate::version::ProtocolRouter) for v1/v2 negotiation), [`RemoteAgent`]
 //! (the live transport: its connection id, cookies, why it ended, closing it), the
-//! [`CookieJar`], the reconnect helper ([`Remote::reconnect`]), and, privately, an SSE parser.
+//! [`CookieJar`], the reconnect helper ([`Remote::reconnect`]), and, privately, an SSE parser
+//! and the TLS connector.
 //!
 //! The [`Connection`] runs over in-memory pipes, unchanged: a driver task sends each message
 //! the connection writes, and writes each message received into the connection's input, one
@@ -80,8 +81,35 @@
 //! - **Bad input.** A received message that is not a JSON object (the RFD has no batches) is
 //!   skipped with a warning rather than handed to the connection, which would answer the
 //!   server with an error it never asked for.
-//! - **TLS** (`https://`, `wss://`) is not built in: [`ConnectError::TlsNotBuiltIn`]. Put a
-//!   TLS-terminating proxy in front, or tunnel.
+//!
+//! # TLS (`https://`, `wss://`)
+//!
+//! With the feature `http-tls` (rustls, `ring` provider), beside `http-client`; without it
+//! these URLs give [`ConnectError::TlsNotBuiltIn`] (a TLS-terminating proxy or a tunnel is
+//! then the way).
+//!
+//! - **Versions.** Over `https://`, ALPN offers `h2` and `http/1.1` and the server picks: with
+//!   HTTP/2 (this crate's server) the streams and POSTs share one TCP connection; with
+//!   HTTP/1.1 (the official servers) it is as on `http://`. [`Remote::http2_prior_knowledge`]
+//!   plays no part. `wss://` offers `http/1.1` alone: the upgrade is an HTTP/1.1 exchange.
+//! - **Whom it trusts.** By default the operating system's: rustls-platform-verifier, which
+//!   asks the platform's verifier on macOS, Windows and Android, and on Linux checks with
+//!   webpki against the system's roots (the usual files, or `SSL_CERT_FILE` /
+//!   `SSL_CERT_DIR`). Chosen over webpki-roots (Mozilla's list compiled in: it works where the
+//!   system has no trust store, but ignores the private CAs organisations install on their
+//!   machines, which agents hosted inside a company commonly use, and ages with the binary)
+//!   and over rustls-native-certs (the system's roots read as a list: on macOS and Windows
+//!   that bypasses the system's own policy, e.g. revocation and distrust); it is also what
+//!   rustls recommends and what reqwest, under the official Rust client, uses. On Linux it
+//!   adds three small crates. [`Remote::tls_config`] replaces it with any
+//!   [`rustls::ClientConfig`]: a private CA as the only root, webpki-roots' list, client
+//!   certificates.
+//! - **Failures are errors, never hangs.** The handshake is bounded by
+//!   [`Remote::connect_timeout`]. A certificate that is not trusted, or not valid for the
+//!   URL's host, fails the handshake: over WebSocket `connect` returns [`ConnectError::Tls`]
+//!   (e.g. `invalid peer certificate: UnknownIssuer`); over Streamable HTTP, where nothing
+//!   is sent before `initialize`, `initialize` fails with -32603 saying the same. A system
+//!   without a trust store (and no [`Remote::tls_config`]) gives [`ConnectError::Tls`] too.
 //!
 //! # Reconnecting
 //!
@@ -95,6 +123,8 @@
 
 mod cookies;
 mod sse;
+#[cfg(feature = "http-tls")]
+mod tls;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -121,6 +151,9 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_util::sync::CancellationToken;
 
 pub use cookies::CookieJar;
+/// rustls, for building the [`Remote::tls_config`] configuration (feature `http-tls`).
+#[cfg(feature = "http-tls")]
+pub use tokio_rustls::rustls;
 
 use super::{CONNECTION_ID_HEADER, EVENT_STREAM, Envelope, SESSION_ID_HEADER, one_line};
 use crate::client::{AgentHandle, ClientContext};
@@ -144,9 +177,10 @@ const PIPE_BYTES: usize = 64 * 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Profile {
-    /// `http://`: POST for our messages, SSE GET streams for the agent's, DELETE to end.
+    /// `http://` or `https://`: POST for our messages, SSE GET streams for the agent's, DELETE
+    /// to end.
     StreamableHttp,
-    /// `ws://`: one WebSocket, one text frame per message.
+    /// `ws://` or `wss://`: one WebSocket, one text frame per message.
     WebSocket,
 }
 
@@ -163,10 +197,10 @@ pub enum ConnectError {
         /// What is wrong with it.
         reason: String,
     },
-    /// `https://` or `wss://`: this build has no TLS.
+    /// `https://` or `wss://` in a build without the `http-tls` feature.
     #[error(
-        "`{scheme}://` needs TLS, which is not built into acp-runtime: connect with `http://` or `ws://` \
-         (e.g. through a TLS-terminating proxy)"
+        "`{scheme}://` needs TLS, which this build of acp-runtime lacks: turn on its `http-tls` feature, \
+         or connect with `http://` or `ws://` (e.g. through a TLS-terminating proxy)"
     )]
     TlsNotBuiltIn {
         /// The scheme given.
@@ -174,7 +208,8 @@ pub enum ConnectError {
     },
     /// A scheme that is none of `http`, `ws`, `https`, `wss`.
     #[error(
-        "unsupported URL scheme `{scheme}`: the remote transport takes `http://` (Streamable HTTP) or `ws://` (WebSocket)"
+        "unsupported URL scheme `{scheme}`: the remote transport takes `http://` or `https://` (Streamable HTTP), \
+         `ws://` or `wss://` (WebSocket)"
     )]
     UnsupportedScheme {
         /// The scheme given.
@@ -186,6 +221,18 @@ pub enum ConnectError {
         /// The header's name.
         name: String,
         /// What is wrong with it.
+        reason: String,
+    },
+    /// TLS could not be set up (`https://`, `wss://`; feature `http-tls`): no trust store to
+    /// verify the server with, or (over WebSocket, which connects at once) a failed or
+    /// timed-out handshake, e.g. a certificate that is not trusted or not valid for the host.
+    /// Over Streamable HTTP a failed handshake fails `initialize` instead, as nothing is
+    /// sent before it.
+    #[error("TLS with {server} failed: {reason}")]
+    Tls {
+        /// `host:port`.
+        server: String,
+        /// What failed.
         reason: String,
     },
     /// The TCP connection for the WebSocket could not be made.
@@ -218,7 +265,7 @@ pub enum ConnectError {
     Handshake(String),
 }
 
-/// Connects to a remote agent at `url` (`http://…` or `ws://…`, the whole endpoint, e.g.
+/// Connects to a remote agent at `url` (`http://…`, `ws://…`, `https://…`, `wss://…`: the whole endpoint, e.g.
 /// `http://127.0.0.1:8080/acp`) and serves `client` on it, with the default options. See
 /// [`Remote`] for options, and the [module docs](self) for what happens on the wire.
 pub async fn connect<C>(url: &str, client: C) -> Result<(AgentHandle, RemoteAgent), ConnectError>
@@ -241,14 +288,18 @@ pub struct Remote {
     idle_timeout: Option<Duration>,
     max_message_bytes: usize,
     h2c: bool,
+    #[cfg(feature = "http-tls")]
+    tls_config: Option<Arc<rustls::ClientConfig>>,
     connection: Connection,
 }
 
 impl Remote {
-    /// The agent at `url` (`http://` or `ws://`, the whole endpoint). The defaults: no extra
+    /// The agent at `url` (`http://`, `ws://`, or with the feature `http-tls` `https://`,
+    /// `wss://`: the whole endpoint). The defaults: no extra
     /// headers, a fresh cookie jar, 10 s to connect, 60 s per request (a POST's answer, a
     /// stream's response headers; `initialize`'s answer waits for the agent), 2 s for the
-    /// closing DELETE, no idle limit on streams, 64 MiB messages, HTTP/1.1, and the default
+    /// closing DELETE, no idle limit on streams, 64 MiB messages, HTTP/1.1 (over TLS, what
+    /// ALPN agrees on), the platform's certificate verification, and the default
     /// [`Connection`] options.
     pub fn new(url: impl Into<String>) -> Self {
         Remote {
@@ -261,6 +312,8 @@ impl Remote {
             idle_timeout: None,
             max_message_bytes: DEFAULT_MAX_LINE_BYTES,
             h2c: false,
+            #[cfg(feature = "http-tls")]
+            tls_config: None,
             connection: Connection::new(),
         }
     }
@@ -287,7 +340,8 @@ impl Remote {
         self
     }
 
-    /// How long making a TCP connection may take.
+    /// How long making a connection may take: the TCP connection, and for `https://` and
+    /// `wss://` the TLS handshake too (each bounded by this).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -322,9 +376,37 @@ impl Remote {
     }
 
     /// Speaks HTTP/2 without TLS ("prior knowledge" h2c) on `http://` instead of HTTP/1.1.
-    /// Only for servers known to accept it (the official ones do not).
+    /// Only for servers known to accept it (the official ones do not). No effect on
+    /// `https://`, where ALPN picks the version.
     pub fn http2_prior_knowledge(mut self, enabled: bool) -> Self {
         self.h2c = enabled;
+        self
+    }
+
+    /// The TLS configuration for `https://` and `wss://` (feature `http-tls`) instead of the
+    /// default one (rustls with `ring` and the platform's certificate verifier): e.g. a
+    /// private CA as the only root, or client certificates. Its ALPN protocols are used as
+    /// given over Streamable HTTP (empty: `h2` and `http/1.1` are offered); over WebSocket
+    /// only `http/1.1` is offered, whatever it lists.
+    ///
+    /// ```no_run
+    /// use acp_runtime::http::client::{Remote, rustls};
+    /// use rustls::pki_types::{CertificateDer, pem::PemObject};
+    ///
+    /// fn remote(ca_pem: &[u8]) -> Result<Remote, Box<dyn std::error::Error>> {
+    ///     let mut roots = rustls::RootCertStore::empty();
+    ///     roots.add(CertificateDer::from_pem_slice(ca_pem)?)?;
+    ///     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    ///     let config = rustls::ClientConfig::builder_with_provider(provider)
+    ///         .with_safe_default_protocol_versions()?
+    ///         .with_root_certificates(roots)
+    ///         .with_no_client_auth();
+    ///     Ok(Remote::new("https://agents.internal:8443/acp").tls_config(config))
+    /// }
+    /// ```
+    #[cfg(feature = "http-tls")]
+    pub fn tls_config(mut self, config: rustls::ClientConfig) -> Self {
+        self.tls_config = Some(Arc::new(config));
         self
     }
 
@@ -452,9 +534,20 @@ impl Remote {
                 let mut connector = HttpConnector::new();
                 connector.set_connect_timeout(Some(self.connect_timeout));
                 connector.set_nodelay(true);
-                let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-                    .http2_only(self.h2c)
-                    .build(connector);
+                #[cfg(feature = "http-tls")]
+                let connector = {
+                    let tls = if endpoint.tls {
+                        let tls = tls::Tls::for_http(self.tls_config.as_deref(), self.connect_timeout);
+                        Some(tls.map_err(|reason| ConnectError::Tls { server: endpoint.server.clone(), reason })?)
+                    } else {
+                        None
+                    };
+                    tls::HttpsConnector::new(connector, tls)
+                };
+                // Over TLS, ALPN decides.
+                let h2c = self.h2c && !endpoint.tls;
+                let http =
+                    hyper_util::client::legacy::Client::builder(TokioExecutor::new()).http2_only(h2c).build(connector);
                 let (commands, commands_rx) = mpsc::unbounded_channel();
                 let link = Arc::new(Link {
                     endpoint,
@@ -471,8 +564,19 @@ impl Remote {
                 tokio::spawn(driver.run(lines, commands_rx));
             }
             Profile::WebSocket => {
-                let (socket, connection_id) =
-                    ws_handshake(&endpoint, &headers, &self.jar, self.connect_timeout, &limits).await?;
+                #[cfg(feature = "http-tls")]
+                let tls = if endpoint.tls {
+                    let tls = tls::Tls::for_websocket(self.tls_config.as_deref(), self.connect_timeout);
+                    Some(tls.map_err(|reason| ConnectError::Tls { server: endpoint.server.clone(), reason })?)
+                } else {
+                    None
+                };
+                let connect = Connect {
+                    timeout: self.connect_timeout,
+                    #[cfg(feature = "http-tls")]
+                    tls,
+                };
+                let (socket, connection_id) = ws_handshake(&endpoint, &headers, &self.jar, connect, &limits).await?;
                 if let Some(id) = connection_id {
                     status.set_connection_id(id);
                 }
@@ -694,6 +798,8 @@ struct Endpoint {
     /// The host to connect to (an IPv6 address without its brackets).
     host: String,
     port: u16,
+    /// `https://` or `wss://`.
+    tls: bool,
 }
 
 impl Endpoint {
@@ -704,17 +810,22 @@ impl Endpoint {
             .scheme_str()
             .ok_or_else(|| invalid("no scheme: give the whole endpoint, e.g. http://127.0.0.1:8080/acp"))?
             .to_ascii_lowercase();
-        let profile = match scheme.as_str() {
-            "http" => Profile::StreamableHttp,
-            "ws" => Profile::WebSocket,
+        let (profile, tls) = match scheme.as_str() {
+            "http" => (Profile::StreamableHttp, false),
+            "ws" => (Profile::WebSocket, false),
+            #[cfg(feature = "http-tls")]
+            "https" => (Profile::StreamableHttp, true),
+            #[cfg(feature = "http-tls")]
+            "wss" => (Profile::WebSocket, true),
+            #[cfg(not(feature = "http-tls"))]
             "https" | "wss" => return Err(ConnectError::TlsNotBuiltIn { scheme }),
             _ => return Err(ConnectError::UnsupportedScheme { scheme }),
         };
         let host = uri.host().filter(|h| !h.is_empty()).ok_or_else(|| invalid("no host"))?.to_ascii_lowercase();
-        let port = uri.port_u16().unwrap_or(80);
+        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
         let server = format!("{host}:{port}");
         let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
-        Ok(Endpoint { uri, profile, server, host, port })
+        Ok(Endpoint { uri, profile, server, host, port, tls })
     }
 }
 
@@ -827,7 +938,10 @@ fn read_received(data: &[u8], source: &str) -> Option<Envelope> {
 
 // ---- Streamable HTTP --------------------------------------------------------------------
 
+#[cfg(not(feature = "http-tls"))]
 type HttpClient = hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>;
+#[cfg(feature = "http-tls")]
+type HttpClient = hyper_util::client::legacy::Client<tls::HttpsConnector, Full<Bytes>>;
 
 /// What the driver and the stream readers share.
 struct Link {
@@ -1363,23 +1477,45 @@ impl HttpDriver {
 
 // ---- WebSocket --------------------------------------------------------------------------
 
+#[cfg(not(feature = "http-tls"))]
 type Socket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+#[cfg(feature = "http-tls")]
+type Socket = tokio_tungstenite::WebSocketStream<tls::MaybeTls>;
 
-/// Connects and upgrades; returns the socket and the server's `Acp-Connection-Id`.
+/// How the WebSocket's connection is made.
+struct Connect {
+    /// For the TCP connection (and the TLS handshake, each).
+    timeout: Duration,
+    /// `wss://`: the TLS settings.
+    #[cfg(feature = "http-tls")]
+    tls: Option<tls::Tls>,
+}
+
+/// Connects (TCP, then TLS for `wss://`) and upgrades; returns the socket and the server's
+/// `Acp-Connection-Id`.
 async fn ws_handshake(
     endpoint: &Endpoint,
     headers: &HeaderMap,
     jar: &CookieJar,
-    connect_timeout: Duration,
+    connect: Connect,
     limits: &Limits,
 ) -> Result<(Socket, Option<String>), ConnectError> {
     let server = endpoint.server.clone();
+    let connect_timeout = connect.timeout;
     let tcp =
         tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port)))
             .await
             .map_err(|_| ConnectError::Timeout { server: server.clone(), after: connect_timeout })?
             .map_err(|source| ConnectError::Io { server: server.clone(), source })?;
     let _ = tcp.set_nodelay(true);
+    #[cfg(feature = "http-tls")]
+    let tcp = match &connect.tls {
+        None => tls::MaybeTls::Plain(tcp),
+        Some(tls) => match tls.handshake(&endpoint.host, tcp).await {
+            Ok(stream) => tls::MaybeTls::Tls(Box::new(stream)),
+            Err(e) => return Err(ConnectError::Tls { server, reason: e.to_string() }),
+        },
+    };
     let mut request =
         endpoint.uri.clone().into_client_request().map_err(|e| ConnectError::Handshake(describe_error(&e)))?;
     request.headers_mut().extend(headers.clone());
@@ -1469,4 +1605,32 @@ async fn run_websocket(mut socket: Socket, mut lines: mpsc::Receiver<Vec<u8>>, d
     };
     let _ = tokio::time::timeout(limits.close_timeout, goodbye).await;
     delivery.status.finished.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_schemes_need_the_tls_feature() {
+        let http = Endpoint::parse("http://127.0.0.1:8080/acp").expect("http");
+        assert_eq!(
+            (http.profile, http.tls, http.port, http.server.as_str()),
+            (Profile::StreamableHttp, false, 8080, "127.0.0.1:8080")
+        );
+        #[cfg(feature = "http-tls")]
+        {
+            let https = Endpoint::parse("https://Agents.Example/acp").expect("https");
+            assert_eq!((https.profile, https.tls, https.port), (Profile::StreamableHttp, true, 443));
+            assert_eq!((https.host.as_str(), https.server.as_str()), ("agents.example", "agents.example:443"));
+            let wss = Endpoint::parse("wss://[::1]:9443/acp").expect("wss");
+            assert_eq!((wss.profile, wss.tls, wss.port, wss.host.as_str()), (Profile::WebSocket, true, 9443, "::1"));
+        }
+        #[cfg(not(feature = "http-tls"))]
+        for url in ["https://agents.example/acp", "wss://agents.example/acp"] {
+            let error = Endpoint::parse(url).expect_err("no TLS in this build");
+            assert!(matches!(error, ConnectError::TlsNotBuiltIn { .. }), "{error:?}");
+            assert!(error.to_string().contains("turn on its `http-tls` feature"), "{error}");
+        }
+    }
 }

@@ -19,7 +19,7 @@
 //! | `POST`, body not JSON | 400 with a JSON-RPC -32700 body |
 //! | `POST`, a batch (JSON array) | 501 with a JSON-RPC -32600 body (the RFD's answer) |
 //! | `POST`, JSON that is not a message object | 400 with a JSON-RPC -32600 body |
-//! | `POST` `initialize` without `Acp-Connection-Id` | a new connection; 200 with the agent's answer and `Acp-Connection-Id` (429 beyond [`ServerOptions::max_connections`]) |
+//! | `POST` `initialize` without `Acp-Connection-Id` | a new connection; 200 with the agent's answer and `Acp-Connection-Id` (429 beyond [`ServerOptions::max_connections`]; 502 when the agent ends first, 504 when it does not answer within [`ServerOptions::initialize_timeout`]) |
 //! | `POST` `initialize` with `Acp-Connection-Id` | 400 |
 //! | `POST`, anything else without `Acp-Connection-Id` | 400 |
 //! | `POST`, unknown `Acp-Connection-Id` | 404 |
@@ -28,7 +28,7 @@
 //! | `POST`, a request id already in flight on the connection | 409 |
 //! | `POST` `session/new` beyond [`ServerOptions::max_sessions_per_connection`] | 429 |
 //! | `POST`, otherwise | 202; the answer comes on a stream |
-//! | `GET`, `Upgrade: websocket` | 101 and a new connection on the socket (`Acp-Connection-Id` in the 101) |
+//! | `GET`, `Upgrade: websocket` | 101 and a new connection on the socket (`Acp-Connection-Id` in the 101); 400 without `Sec-WebSocket-Key`, 426 unless `Sec-WebSocket-Version: 13`, 429 beyond [`ServerOptions::max_connections`] |
 //! | `GET`, `Accept` without `text/event-stream` | 406 |
 //! | `GET`, no / unknown `Acp-Connection-Id` | 400 / 404 |
 //! | `GET`, a stream that already has a reader | 409 |
@@ -76,7 +76,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{FutureExt, SinkExt, StreamExt};
@@ -89,6 +89,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::sync::{Notify, oneshot};
+// tokio's clock, not std's: under a paused test clock, deadlines made from std's would be
+// behind tokio's, so keep-alive timers fired again at once, without end.
+use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -294,6 +297,19 @@ impl HttpServer {
     pub async fn bind(self, addr: impl ToSocketAddrs) -> std::io::Result<BoundServer> {
         let listener = TcpListener::bind(addr).await?;
         self.listen(listener)
+    }
+
+    /// Serves one client connection that is already open, over any byte stream, as
+    /// [`BoundServer::run`] serves each accepted one (HTTP/1.1 or h2c, WebSocket upgrades).
+    /// Without a listener: no idle sweeping and no shutdown handle. The fuzz target of the
+    /// request path (`fuzz/`) drives the server through it over in-memory pipes; it is not
+    /// a stable API.
+    #[doc(hidden)]
+    pub fn serve_io<I>(&self, io: I) -> impl Future<Output = ()> + Send + 'static
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        serve_http_connection(self.shared.clone(), io, SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
     /// Serves on an already bound listener.
@@ -729,7 +745,7 @@ async fn deliver(options: &ServerOptions, connection: &AcpConnection, line: Vec<
         tokio::select! {
             () = drained => {}
             () = connection.closed.cancelled() => return false,
-            () = tokio::time::sleep_until(deadline.into()) => {
+            () = tokio::time::sleep_until(deadline) => {
                 tracing::warn!(connection = %connection.id, "closing a connection whose client stopped reading");
                 return false;
             }
@@ -814,9 +830,9 @@ impl EventStream {
         while self.keep_alive.as_mut().poll(cx).is_ready() {
             let now = Instant::now();
             match self.last_sent.take() {
-                Some(sent) if sent + self.every > now => self.keep_alive.as_mut().reset((sent + self.every).into()),
+                Some(sent) if sent + self.every > now => self.keep_alive.as_mut().reset(sent + self.every),
                 _ => {
-                    self.keep_alive.as_mut().reset((now + self.every).into());
+                    self.keep_alive.as_mut().reset(now + self.every);
                     return Poll::Ready(Some(Bytes::from_static(super::SSE_KEEP_ALIVE)));
                 }
             }
@@ -1290,7 +1306,7 @@ where
     let (from_agent, mut to_agent) = shared.start_agent();
     let mut lines = LineReader::new(from_agent, usize::MAX >> 1);
     let every = shared.options.keep_alive;
-    let mut ping = tokio::time::interval_at((Instant::now() + every).into(), every);
+    let mut ping = tokio::time::interval_at(Instant::now() + every, every);
     let mut last_heard = Instant::now();
     loop {
         tokio::select! {

@@ -29,6 +29,11 @@ pub struct RawPeer {
 }
 
 impl RawPeer {
+    /// The raw side of a pipe whose other side a connection serves.
+    pub fn new(reader: PipeReader, writer: PipeWriter) -> Self {
+        RawPeer { lines: LineReader::new(reader, 1 << 30), writer: Some(writer), pings: 0 }
+    }
+
     pub async fn send_bytes(&mut self, bytes: &[u8]) {
         let w = self.writer.as_mut().expect("writer still open");
         w.write_all(bytes).await.expect("write");

@@ -17,6 +17,7 @@ pub mod load;
 pub mod macro_table;
 pub mod methods;
 pub mod naming;
+pub mod stamp;
 mod syntax;
 mod tidy;
 
@@ -197,6 +198,14 @@ fn generate_from(settings: &Settings, loaded: &Loaded) -> Result<Vec<OutputFile>
     for (path, text) in [("src/serde_support.rs", SERDE_SUPPORT), ("src/decode.rs", DECODE)] {
         out.push(OutputFile { path: path.into(), contents: format!("{preamble}\n{text}") });
     }
+    // `lossless`: hand-written, with the schema's union tags appended.
+    let tags = union_tags(std::iter::once(v1_model).chain(v2_model));
+    let tags = syn::parse2::<syn::File>(tags)
+        .map_err(|e| CodegenError::Emit { file: "src/lossless.rs".into(), message: e.to_string() })?;
+    out.push(OutputFile {
+        path: "src/lossless.rs".into(),
+        contents: format!("{preamble}\n{LOSSLESS}\n{}", prettyplease::unparse(&tags)),
+    });
     out.push(OutputFile { path: "Cargo.toml".into(), contents: cargo_toml(settings, v2.is_some(), &preamble) });
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
@@ -206,6 +215,34 @@ fn generate_from(settings: &Settings, loaded: &Loaded) -> Result<Vec<OutputFile>
 const SERDE_SUPPORT: &str = include_str!("../../templates/serde_support.rs");
 /// `decode`: decoding with the JSON path of a failure.
 const DECODE: &str = include_str!("../../templates/decode.rs");
+/// `lossless`: typed views over raw JSON that keep what they do not change (its `UNION_TAGS`
+/// table comes from the schema, see [`union_tags`]).
+const LOSSLESS: &str = include_str!("../../templates/lossless.rs");
+
+/// `UNION_TAGS` of the `lossless` module: every tagged union's tag member with the names of
+/// its variants (of all the models, each tag once), by which a merge tells a changed variant
+/// from a changed member.
+fn union_tags<'a>(models: impl Iterator<Item = &'a Model>) -> TokenStream {
+    let mut tags: std::collections::BTreeMap<&str, std::collections::BTreeSet<&str>> = Default::default();
+    for model in models {
+        for item in &model.items {
+            if let ItemKind::Tagged(t) = &item.kind {
+                let names = tags.entry(t.tag.as_str()).or_default();
+                names.extend(t.variants.iter().map(|v| v.wire.as_str()));
+                names.extend(t.untagged_default.iter().filter_map(|d| d.wire.as_deref()));
+            }
+        }
+    }
+    let entries = tags.iter().map(|(tag, names)| {
+        let names = names.iter();
+        quote!((#tag, &[#(#names),*]))
+    });
+    quote! {
+        /// The tag member of each of the schema's tagged unions, with its variant names
+        /// (generated from the schema).
+        const UNION_TAGS: &[(&str, &[&str])] = &[#(#entries),*];
+    }
+}
 
 /// A part of a generated file: makes its code when called, on whichever thread renders it
 /// (token streams and syntax trees are not `Send`).
@@ -456,6 +493,11 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
          assert_eq!(error.path(), Some(\"prompt[0]\"));\n \
          assert!(error.to_string().starts_with(\"at prompt[0]: \"), \"{{error}}\");\n \
          ```\n\n \
+         # Proxies: changing a message without losing what the types do not know\n\n \
+         The types drop members they do not know when they decode. A [`Lossless`] view \
+         decodes a message and keeps its JSON: written back unchanged, it is the same bytes; \
+         changed through the view, it keeps every member the change did not touch, unknown \
+         ones and `_meta` included (see [`lossless`]).\n\n \
          # serde_json's features\n\n \
          `float_roundtrip` (on by default) turns on serde_json's exact float parsing, so that a \
          number in free-form JSON (`_meta`, `rawInput`) survives a decode and re-encode bit for \
@@ -479,11 +521,13 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
         #![cfg_attr(docsrs, feature(doc_cfg))]
 
         pub mod decode;
+        pub mod lossless;
         pub mod serde_support;
         pub mod v1;
         #v2_mod
 
         pub use decode::DecodeError;
+        pub use lossless::Lossless;
         pub use serde_support::{Nullable, UnknownVariant};
         pub use v1::*;
 
@@ -620,8 +664,12 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
     let decode: syn::File =
         syn::parse_str(DECODE).map_err(|e| CodegenError::Emit { file: "decode".into(), message: e.to_string() })?;
     let decode_items = &decode.items;
+    let lossless: syn::File =
+        syn::parse_str(LOSSLESS).map_err(|e| CodegenError::Emit { file: "lossless".into(), message: e.to_string() })?;
+    let lossless_items = &lossless.items;
+    let tags = union_tags(std::iter::once(&model));
     let doc = format!(
-        " Agent Client Protocol v1 types, vendored from the ACP JSON Schema (release {}) with features [{}]. Depends only on serde (derive) and serde_json.",
+        " Agent Client Protocol v1 types, vendored from the ACP JSON Schema (release {}) with features [{}]. Depends only on serde (derive) and serde_json (with its `raw_value` feature).",
         settings.tag,
         selected.iter().cloned().collect::<Vec<_>>().join(", ")
     );
@@ -640,9 +688,19 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
         pub mod decode {
             #(#decode_items)*
         }
+        /// Typed views over raw JSON that write back every member they were not asked to
+        /// change (unknown ones and `_meta` included): `lossless::Lossless::<PromptRequest>::map(
+        /// params, |request| ...)` for a proxy that rewrites a message. Needs serde_json's
+        /// `raw_value` feature.
+        pub mod lossless {
+            #(#lossless_items)*
+            #tags
+        }
         // For users of the file; a private module may not use them.
         #[allow(unused_imports)]
         pub use decode::DecodeError;
+        #[allow(unused_imports)]
+        pub use lossless::Lossless;
         #[allow(unused_imports)]
         pub use serde_support::{Nullable, UnknownVariant};
 

@@ -1,0 +1,174 @@
+//! `acp-conductor`: runs a chain of ACP proxies in front of an agent and is one agent to the
+//! editor on stdin/stdout. The command line follows the official conductor's, so an editor
+//! configured for one runs the other:
+//!
+//! ```text
+//! acp-conductor agent "proxy1 --flag" "proxy2" "agent --acp"
+//! acp-conductor -- "proxy1 --flag" "proxy2" "agent --acp"
+//! acp-conductor agent "acp-conductor proxy proxy1 proxy2" "agent --acp"   # nested
+//! ```
+//!
+//! Each component is one argument: split like a shell splits words, leading `NAME=value` words
+//! set its environment, or a JSON object `{"command":..,"args":[..],"env":{..}}`. The last
+//! one is the agent. The routing, the wire and what happens when a component ends are
+//! documented in `acp_runtime::proxy::conductor`.
+//!
+//! MCP over ACP is bridged for agents that do not speak it (unless `--no-mcp-bridge`): the
+//! agent is given stdio MCP servers running `acp-conductor mcp-bridge --socket .. --server-id
+//! ..`, which relay to the conductor (see `acp_runtime::mcp::bridge`).
+
+use std::time::Duration;
+
+use acp_runtime::proxy::conductor::{ChainEnd, ComponentCommand, Conductor, run_commands};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "acp-conductor", version, about = "Runs ACP proxies in front of an agent, as one agent to the editor")]
+struct Args {
+    /// How long a cancelled request waits for the chain's own answer, in milliseconds, before
+    /// the conductor answers it (for `session/prompt`: `{"stopReason":"cancelled"}`).
+    #[arg(long, default_value_t = 1000, global = true)]
+    cancel_grace_ms: u64,
+
+    /// How long a component has to exit once its input is closed, and then between SIGTERM
+    /// and SIGKILL, in milliseconds.
+    #[arg(long, default_value_t = 2000, global = true)]
+    kill_grace_ms: u64,
+
+    /// Do not bridge MCP over ACP for an agent without `mcpCapabilities.acp` (the client then
+    /// sees the agent's own capabilities, and `acp` MCP servers reach the agent as they are).
+    #[arg(long, global = true)]
+    no_mcp_bridge: bool,
+
+    #[command(subcommand)]
+    mode: Option<Mode>,
+
+    /// The chain, as with `agent`: proxies, then the agent.
+    #[arg(value_name = "COMPONENT", last = true)]
+    components: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Mode {
+    /// Run as a terminal agent: the editor sends `initialize`; the last component is the agent.
+    Agent {
+        /// A name for logs (accepted for compatibility with the official conductor).
+        #[arg(short, long, default_value = "conductor")]
+        name: String,
+        /// The chain: proxies, then the agent.
+        #[arg(value_name = "COMPONENT", required = true)]
+        components: Vec<String>,
+    },
+    /// Run as a proxy in a larger chain: initialized with `proxy/initialize` by another
+    /// conductor; every component is a proxy, and the last one's successor is ours.
+    Proxy {
+        /// A name for logs (accepted for compatibility with the official conductor).
+        #[arg(short, long, default_value = "conductor")]
+        name: String,
+        /// The proxies.
+        #[arg(value_name = "PROXY", required = true)]
+        components: Vec<String>,
+    },
+    /// The stdio MCP server an agent starts for a bridged MCP-over-ACP server (the conductor
+    /// writes this command into `session/new`): relays MCP between stdin/stdout and the
+    /// conductor.
+    McpBridge {
+        /// The conductor's socket.
+        #[arg(long)]
+        socket: std::path::PathBuf,
+        /// The `serverId` of the MCP server.
+        #[arg(long)]
+        server_id: String,
+    },
+}
+
+fn main() {
+    let args = Args::parse();
+    // One thread: a conductor serves one editor, and its work per message is small next to
+    // the cross-thread wake-ups a multi-thread runtime adds to every hop (see BENCHMARKS.md).
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("acp-conductor: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let code = runtime.block_on(run(args));
+    // Not a return: tokio's stdin reads on a blocking thread that a runtime shutdown waits
+    // for, and the editor need not close its side just because the chain ended.
+    std::process::exit(code)
+}
+
+async fn run(args: Args) -> i32 {
+    let (texts, proxy_mode) = match args.mode {
+        Some(Mode::McpBridge { socket, server_id }) => return mcp_bridge(&socket, &server_id).await,
+        Some(Mode::Agent { components, .. }) => (components, false),
+        Some(Mode::Proxy { components, .. }) => (components, true),
+        None if !args.components.is_empty() => (args.components, false),
+        None => {
+            eprintln!("acp-conductor: no components; usage: acp-conductor agent PROXY... AGENT");
+            return 2;
+        }
+    };
+    let mut commands = Vec::with_capacity(texts.len());
+    for text in &texts {
+        match ComponentCommand::parse(text) {
+            Ok(command) => commands.push(command),
+            Err(e) => {
+                eprintln!("acp-conductor: {e}");
+                return 2;
+            }
+        }
+    }
+    let mut conductor = Conductor::new().cancel_grace(Duration::from_millis(args.cancel_grace_ms));
+    if proxy_mode {
+        conductor = conductor.proxy_mode();
+    }
+    // A conductor in proxy mode has no agent of its own to bridge for.
+    #[cfg(unix)]
+    if !args.no_mcp_bridge && !proxy_mode {
+        match std::env::current_exe() {
+            Ok(exe) => {
+                let shim = acp_runtime::mcp::bridge::McpBridge::new(exe.to_string_lossy(), ["mcp-bridge"]);
+                conductor = conductor.mcp_bridge(shim);
+            }
+            Err(e) => eprintln!("acp-conductor: MCP over ACP is not bridged (cannot find this executable: {e})"),
+        }
+    }
+    let (stdin, stdout) = acp_runtime::transport::stdio();
+    let kill_grace = Duration::from_millis(args.kill_grace_ms);
+    match run_commands(conductor, stdin, stdout, &commands, kill_grace).await {
+        Ok(exit) => match &exit.end {
+            ChainEnd::ClientClosed => 0,
+            ChainEnd::ComponentEnded { index, name } => {
+                let status = exit.statuses.get(*index).copied().flatten();
+                let how = status.map_or_else(|| "ended".to_owned(), |s| format!("ended ({s})"));
+                eprintln!("acp-conductor: component {index} `{name}` {how}; the chain is closed");
+                1
+            }
+            _ => 1,
+        },
+        Err(e) => {
+            eprintln!("acp-conductor: {e}");
+            1
+        }
+    }
+}
+
+/// The `mcp-bridge` subcommand: the shim's exit code.
+async fn mcp_bridge(socket: &std::path::Path, server_id: &str) -> i32 {
+    #[cfg(unix)]
+    let result = acp_runtime::mcp::bridge::run_shim(socket, server_id).await;
+    #[cfg(not(unix))]
+    let result: std::io::Result<()> = {
+        let _ = (socket, server_id);
+        Err(std::io::Error::other("the MCP bridge needs unix sockets"))
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("acp-conductor mcp-bridge: {e}");
+            1
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! `acp-conductor` as an editor runs it: chains of proxies in front of an agent, over the
+//! processes' stdio. A turn through three proxies (the two example proxies and a
+//! pass-through), the prompt arriving byte for byte except for what a proxy changed, and the
+//! faults: a proxy that crashes mid-turn, one that never answers, one that writes garbage.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+mod common;
+use common::{Editor, TempDir, agent_chunks};
+
+const CONDUCTOR: &str = env!("CARGO_BIN_EXE_acp-conductor");
+const COMPONENTS: &str = env!("CARGO_BIN_EXE_acp-conductor-test-components");
+const CONTEXT: &str = env!("CARGO_BIN_EXE_acp-conductor-proxy-context");
+const FILTER: &str = env!("CARGO_BIN_EXE_acp-conductor-proxy-filter");
+const AGENT: &str = env!("CARGO_BIN_EXE_acp-conductor-example-agent");
+
+/// Our conductor, run as an editor runs it.
+fn conductor(args: &[&str]) -> Editor {
+    Editor::spawn(CONDUCTOR, args)
+}
+
+fn pid_of_echo_agent(stderr: &str) -> u32 {
+    let line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("[acp-conductor-test-components] pid "))
+        .expect("the agent's pid, labelled");
+    line.trim().parse().unwrap()
+}
+
+fn process_is_gone(pid: u32) -> bool {
+    // Reaped processes have no /proc entry; a zombie would still have one.
+    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[tokio::test]
+async fn a_turn_through_three_proxies_reaches_the_demo_agent_and_back() {
+    let mut editor = conductor(&[
+        "agent",
+        &format!("{CONTEXT} --context 'Be brief.'"),
+        &format!("{FILTER} --deny execute"),
+        &format!("{COMPONENTS} pass"),
+        AGENT,
+    ]);
+    let init = editor.initialize().await;
+    assert_eq!(init["result"]["protocolVersion"], json!(1), "{init}");
+    assert!(init["result"]["agentInfo"].is_object(), "the agent's own answer comes back: {init}");
+
+    let dir = TempDir::new("turn");
+    std::fs::write(dir.0.join("README.md"), "# Hello from the chain\nsecond line\n").unwrap();
+    let session_id = editor.new_session(1, &dir.0).await;
+
+    // The demo agent asks before it reads (a `read` tool call: not denied, so it reaches us).
+    let prompt = json!({"sessionId": session_id, "prompt": [{"type":"text","text":"Please read README.md"}]});
+    let (answer, updates) = editor.turn(2, prompt).await;
+    assert_eq!(answer, json!({"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}));
+    let text = agent_chunks(&updates).concat();
+    assert!(text.contains("Hello from the chain"), "the file's first line, through three proxies: {text:?}");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_filter_proxy_rejects_a_denied_tool_call_without_asking_the_editor() {
+    // The demo agent's permission request names only the tool call's id: the filter knows its
+    // kind from the `tool_call` update that announced it.
+    let mut editor = conductor(&["agent", &format!("{FILTER} --deny read,execute"), AGENT]);
+    editor.initialize().await;
+    let dir = TempDir::new("filter");
+    std::fs::write(dir.0.join("README.md"), "# Never read\n").unwrap();
+    let session_id = editor.new_session(1, &dir.0).await;
+    let prompt = json!({"sessionId": session_id, "prompt": [{"type":"text","text":"Please read README.md"}]});
+    // `turn` would allow a permission request and serve a read: neither may reach us.
+    editor.send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params": prompt})).await;
+    let (answer, before) = editor.until_answer(2).await;
+    assert_eq!(answer["result"], json!({"stopReason":"end_turn"}), "{answer}");
+    assert!(before.iter().all(|m| m["method"] == "session/update"), "only updates reach the editor: {before:?}");
+    let failed = before.iter().any(|u| {
+        u["params"]["update"]["sessionUpdate"] == "tool_call_update" && u["params"]["update"]["status"] == "failed"
+    });
+    assert!(failed, "the agent was told no: {before:?}");
+    let text = agent_chunks(&before).concat();
+    assert!(text.contains("I left README.md alone"), "{text:?}");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("proxy_filter: rejected \"call_1\" (read is denied)"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_prompt_arrives_byte_for_byte_but_for_what_a_proxy_changed() {
+    let mut editor = conductor(&[
+        "agent",
+        &format!("{COMPONENTS} pass"),
+        &format!("{CONTEXT} --context injected"),
+        &format!("{COMPONENTS} pass"),
+        &format!("{COMPONENTS} echo-agent"),
+    ]);
+    let init = editor.initialize().await;
+    assert_eq!(init["result"]["agentCapabilities"]["_meta"], json!({"echo": true}), "{init}");
+    editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
+    editor.until_answer(1).await;
+
+    // Unknown members at several depths, `_meta`, odd spacing and number forms: what passes
+    // through untouched keeps its bytes.
+    let untouched =
+        r#"{"jsonrpc":"2.0","method":"_x/note","params":{"z" : 1.50e0,"a":[ {"_meta":{"traceparent":"00-1"}} ]}}"#;
+    editor.send_line(&format!("{untouched}\n")).await;
+    let prompt = r#"{"sessionId":"echo-1","prompt":[{"type":"text","text":"hi","x-extra":{"deep":[1,2.0]}}],"x-top":true,"_meta":{"traceparent":"00-abc"}}"#;
+    editor.send_line(&format!(r#"{{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{prompt}}}"#)).await;
+    editor.send_line("\n").await;
+    let (answer, before) = editor.until_answer(2).await;
+    assert_eq!(answer["result"], json!({"stopReason":"end_turn"}));
+    let update = before.iter().find(|m| m["method"] == "session/update").expect("the echo");
+    let received = update["params"]["update"]["_meta"]["receivedParams"].as_str().unwrap();
+    let received: Value = serde_json::from_str(received).unwrap();
+    let mut expected: Value = serde_json::from_str(prompt).unwrap();
+    expected["prompt"].as_array_mut().unwrap().insert(0, json!({"type":"text","text":"injected"}));
+    assert_eq!(received, expected, "every member kept, one block added");
+    editor.finish().await;
+}
+
+#[tokio::test]
+async fn a_proxy_crashing_mid_turn_ends_the_chain_with_an_error_answer_and_no_process_left() {
+    let mut editor = conductor(&["agent", &format!("{COMPONENTS} crash"), &format!("{COMPONENTS} echo-agent")]);
+    editor.initialize().await;
+    editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
+    editor.until_answer(1).await;
+    editor
+        .send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"echo-1","prompt":[]}}))
+        .await;
+    let (answer, _) = editor.until_answer(2).await;
+    assert_eq!(answer["error"]["code"], json!(-32603), "{answer}");
+    assert_eq!(editor.recv_line().await, None, "the conductor's output ends with the chain");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("[acp-conductor-test-components] crashing on purpose"), "stderr labelled: {stderr}");
+    assert!(stderr.contains("component 0"), "{stderr}");
+    let agent = pid_of_echo_agent(&stderr);
+    assert!(process_is_gone(agent), "the agent {agent} was left behind");
+}
+
+#[tokio::test]
+async fn a_proxy_that_never_answers_gets_the_prompt_cancelled_on_session_cancel() {
+    let mut editor = conductor(&[
+        "--cancel-grace-ms",
+        "200",
+        "agent",
+        &format!("{COMPONENTS} silent"),
+        &format!("{COMPONENTS} echo-agent"),
+    ]);
+    editor.initialize().await;
+    editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
+    editor.until_answer(1).await;
+    editor
+        .send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"echo-1","prompt":[]}}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    editor.send(&json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"echo-1"}})).await;
+    let (answer, _) = editor.until_answer(2).await;
+    assert_eq!(answer["result"], json!({"stopReason":"cancelled"}));
+    // Any other request still goes through.
+    editor.send(&json!({"jsonrpc":"2.0","id":3,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
+    assert_eq!(editor.until_answer(3).await.0["result"]["sessionId"], "echo-1");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(process_is_gone(pid_of_echo_agent(&stderr)));
+}
+
+#[tokio::test]
+async fn a_proxy_writing_garbage_ends_the_chain_with_an_error_answer() {
+    let mut editor = conductor(&["agent", &format!("{COMPONENTS} garbage"), &format!("{COMPONENTS} echo-agent")]);
+    editor.initialize().await;
+    editor
+        .send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"echo-1","prompt":[]}}))
+        .await;
+    let (answer, _) = editor.until_answer(2).await;
+    assert_eq!(answer["error"]["code"], json!(-32603), "{answer}");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(process_is_gone(pid_of_echo_agent(&stderr)));
+}
+
+#[tokio::test]
+async fn messages_out_of_place_are_refused() {
+    let mut editor = conductor(&["agent", &format!("{COMPONENTS} pass"), &format!("{COMPONENTS} echo-agent")]);
+    editor.initialize().await;
+    editor
+        .send(&json!({"jsonrpc":"2.0","id":5,"method":"proxy/successor","params":{"method":"session/new","params":{}}}))
+        .await;
+    assert_eq!(editor.until_answer(5).await.0["error"]["code"], json!(-32600));
+    editor.send(&json!({"jsonrpc":"2.0","id":6,"method":"proxy/initialize","params":{"protocolVersion":1}})).await;
+    assert_eq!(editor.until_answer(6).await.0["error"]["code"], json!(-32600));
+    let (code, _) = editor.finish().await;
+    assert_eq!(code, Some(0));
+}
+
+#[tokio::test]
+async fn a_component_that_cannot_start_is_reported() {
+    let editor = conductor(&["agent", "/nonexistent/agent-binary"]);
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("cannot start component `agent-binary`"), "{stderr}");
+}
+
+#[tokio::test]
+async fn conductors_nest_a_conductor_in_proxy_mode_is_one_link() {
+    let inner = format!("{CONDUCTOR} proxy '{CONTEXT} --context A' '{COMPONENTS} pass'");
+    let mut editor =
+        conductor(&["agent", &inner, &format!("{CONTEXT} --context B"), &format!("{COMPONENTS} echo-agent")]);
+    let init = editor.initialize().await;
+    assert_eq!(init["result"]["agentInfo"]["name"], "echo", "{init}");
+    editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
+    editor.until_answer(1).await;
+    let prompt = json!({"sessionId":"echo-1","prompt":[{"type":"text","text":"hi"}]});
+    editor.send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":prompt})).await;
+    let (answer, before) = editor.until_answer(2).await;
+    assert_eq!(answer["result"], json!({"stopReason":"end_turn"}));
+    let update = before.iter().find(|m| m["method"] == "session/update").expect("the echo");
+    let received: Value =
+        serde_json::from_str(update["params"]["update"]["_meta"]["receivedParams"].as_str().unwrap()).unwrap();
+    let texts: Vec<&str> = received["prompt"].as_array().unwrap().iter().filter_map(|b| b["text"].as_str()).collect();
+    assert_eq!(texts, ["B", "A", "hi"], "the nested chain's proxy first, then the outer chain's");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+
+    // A conductor in proxy mode is not an agent.
+    let mut editor = conductor(&["proxy", &format!("{COMPONENTS} pass")]);
+    assert_eq!(editor.initialize().await["error"]["code"], json!(-32600));
+    editor.finish().await;
+}
+
+/// The session/new params the echo agent received.
+async fn session_new_as_received(editor: &mut Editor, id: i64, servers: &Value) -> Value {
+    editor
+        .send(&json!({"jsonrpc":"2.0","id":id,"method":"session/new","params":{"cwd":"/","mcpServers":servers}}))
+        .await;
+    let (answer, _) = editor.until_answer(id).await;
+    let received = answer["result"]["_meta"]["receivedParams"].as_str().unwrap_or_else(|| panic!("{answer}"));
+    serde_json::from_str(received).unwrap()
+}
+
+#[tokio::test]
+async fn mcp_over_acp_is_bridged_for_an_agent_without_it_unless_turned_off() {
+    let servers = json!([
+        {"type": "acp", "name": "tools", "serverId": "srv-1", "_meta": {"k": 1}},
+        {"name": "plain", "command": "x", "args": [], "env": []},
+    ]);
+    let mut editor = conductor(&["agent", &format!("{COMPONENTS} pass"), &format!("{COMPONENTS} echo-agent")]);
+    let init = editor.initialize().await;
+    assert_eq!(init["result"]["agentCapabilities"]["mcpCapabilities"]["acp"], json!(true), "{init}");
+    assert_eq!(init["result"]["agentCapabilities"]["_meta"], json!({"echo": true}), "the rest is kept: {init}");
+    let received = session_new_as_received(&mut editor, 1, &servers).await;
+    let shim = &received["mcpServers"][0];
+    assert_eq!(shim["name"], "tools", "{received}");
+    assert_eq!(shim["command"], CONDUCTOR);
+    assert!(shim.get("type").is_none(), "a stdio server: {shim}");
+    let args: Vec<&str> = shim["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!((args.len(), args[0], args[1], args[3], args[4]), (5, "mcp-bridge", "--socket", "--server-id", "srv-1"));
+    assert_eq!(shim["env"], json!([]));
+    assert_eq!(shim["_meta"], json!({"k": 1}));
+    assert_eq!(received["mcpServers"][1], servers[1], "other servers pass as they are");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!std::path::Path::new(args[2]).exists(), "the bridge's socket is removed at the end");
+
+    let mut editor = conductor(&["--no-mcp-bridge", "agent", &format!("{COMPONENTS} echo-agent")]);
+    let init = editor.initialize().await;
+    assert!(init["result"]["agentCapabilities"].get("mcpCapabilities").is_none(), "{init}");
+    let received = session_new_as_received(&mut editor, 1, &servers).await;
+    assert_eq!(received["mcpServers"], servers);
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}

@@ -1,0 +1,168 @@
+//! An editor for the conductor tests: runs a conductor (ours or the official one) as a child
+//! process and speaks JSON-RPC to it over its stdio, line by line.
+
+#![allow(dead_code)] // each test file uses its own part of it
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+pub const WAIT: Duration = Duration::from_secs(20);
+
+pub struct Editor {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Lines<BufReader<ChildStdout>>,
+    stderr: tokio::task::JoinHandle<String>,
+}
+
+impl Editor {
+    /// Starts `program args...`, its stderr collected for [`Editor::finish`].
+    pub fn spawn(program: &str, args: &[&str]) -> Editor {
+        let mut child = Command::new(program)
+            .args(args)
+            // The demo agent's pause between streamed words: short, nothing depends on it.
+            .env("ACP_DEMO_DELAY_MS", "2")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{program} starts: {e}"));
+        let stdin = child.stdin.take();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut stderr = child.stderr.take().unwrap();
+        let stderr = tokio::spawn(async move {
+            let mut text = String::new();
+            let _ = tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut text).await;
+            text
+        });
+        Editor { child, stdin, lines, stderr }
+    }
+
+    pub async fn send(&mut self, message: &Value) {
+        let mut line = message.to_string();
+        line.push('\n');
+        self.send_line(&line).await;
+    }
+
+    pub async fn send_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line.as_bytes()).await.unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    /// The next line, as text; `None` at the end of the conductor's output.
+    pub async fn recv_line(&mut self) -> Option<String> {
+        tokio::time::timeout(WAIT, self.lines.next_line()).await.expect("the conductor answers in time").unwrap()
+    }
+
+    pub async fn recv(&mut self) -> Value {
+        let line = self.recv_line().await.expect("a message, not the end of output");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+
+    /// Reads until the answer to `id`; what came before it.
+    pub async fn until_answer(&mut self, id: i64) -> (Value, Vec<Value>) {
+        let mut before = Vec::new();
+        loop {
+            let message = self.recv().await;
+            if message.get("method").is_none() && message["id"] == json!(id) {
+                return (message, before);
+            }
+            before.push(message);
+        }
+    }
+
+    /// `initialize` as id 0, offering reads of text files; the answer.
+    pub async fn initialize(&mut self) -> Value {
+        let params =
+            json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": false}}});
+        self.send(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})).await;
+        self.until_answer(0).await.0
+    }
+
+    /// `session/new` as `id` in `cwd`; the session id.
+    pub async fn new_session(&mut self, id: i64, cwd: &Path) -> Value {
+        self.send(&json!({"jsonrpc":"2.0","id":id,"method":"session/new","params":{"cwd": cwd, "mcpServers": []}}))
+            .await;
+        let (answer, _) = self.until_answer(id).await;
+        let session = answer["result"]["sessionId"].clone();
+        assert!(session.is_string(), "{answer}");
+        session
+    }
+
+    /// Sends `session/prompt` as `id` and plays the user until its answer: permission requests
+    /// are allowed once, file reads are served from disk. The answer and the updates.
+    pub async fn turn(&mut self, id: i64, params: Value) -> (Value, Vec<Value>) {
+        self.send(&json!({"jsonrpc":"2.0","id":id,"method":"session/prompt","params": params})).await;
+        let mut updates = Vec::new();
+        loop {
+            let message = self.recv().await;
+            match message["method"].as_str() {
+                Some("session/update") => updates.push(message),
+                Some("session/request_permission") => {
+                    let result = json!({"outcome": {"outcome": "selected", "optionId": allow_once(&message)}});
+                    self.send(&json!({"jsonrpc":"2.0","id":message["id"],"result":result})).await;
+                }
+                Some("fs/read_text_file") => {
+                    let path = message["params"]["path"].as_str().unwrap();
+                    let content = std::fs::read_to_string(path).unwrap();
+                    self.send(&json!({"jsonrpc":"2.0","id":message["id"],"result":{"content":content}})).await;
+                }
+                Some(other) => panic!("unexpected {other}: {message}"),
+                None if message["id"] == json!(id) => return (message, updates),
+                None => panic!("an answer to a request never sent: {message}"),
+            }
+        }
+    }
+
+    /// Closes stdin and waits for the conductor to exit; its exit code and stderr.
+    pub async fn finish(mut self) -> (Option<i32>, String) {
+        drop(self.stdin.take());
+        let status = tokio::time::timeout(WAIT, self.child.wait()).await.expect("the conductor exits").unwrap();
+        (status.code(), self.stderr.await.unwrap())
+    }
+}
+
+/// The `allow_once` option of a permission request.
+pub fn allow_once(request: &Value) -> Value {
+    request["params"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "allow_once")
+        .expect("an allow option")["optionId"]
+        .clone()
+}
+
+/// The text of the agent message chunks among `updates`, chunk by chunk.
+pub fn agent_chunks(updates: &[Value]) -> Vec<String> {
+    updates
+        .iter()
+        .filter(|u| u["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|u| u["params"]["update"]["content"]["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A folder of its own for one test, removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("acp-conductor-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create a test folder");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

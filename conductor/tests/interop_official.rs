@@ -1,0 +1,308 @@
+//! Proxy chains across implementations, against the official Rust conductor and SDK
+//! (crates.io `agent-client-protocol-conductor` and `agent-client-protocol` 5.0:
+//! `tests/interop/rs-conductor`, built by this test with `cargo build --locked` into
+//! `target/tmp/interop-rs-conductor`):
+//!
+//! - our proxies (`proxy_context`, a pass-through) under the official conductor: the prompt
+//!   reaches the agent with the context in front and nothing else changed, and a full turn
+//!   of the demo agent (permission request, file read) goes through;
+//! - the SDK's proxies (`arrow`, `passthrough`) under our conductor: a full turn goes through,
+//!   the agent's text marked by the arrow proxy;
+//! - cancellation through chains that mix both kinds of proxy, under either conductor.
+//!
+//! Without the peers (a failed build), the tests print why and pass without running, unless
+//! `ACP_INTEROP_REQUIRED=1` (as in CI), which makes that a failure.
+#![cfg(unix)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+mod common;
+use common::{Editor, TempDir, agent_chunks};
+
+const OUR_CONDUCTOR: &str = env!("CARGO_BIN_EXE_acp-conductor");
+const COMPONENTS: &str = env!("CARGO_BIN_EXE_acp-conductor-test-components");
+const CONTEXT: &str = env!("CARGO_BIN_EXE_acp-conductor-proxy-context");
+const AGENT: &str = env!("CARGO_BIN_EXE_acp-conductor-example-agent");
+/// The peers' build, cold: about four minutes on two busy cores.
+const BUILD_LIMIT: Duration = Duration::from_secs(20 * 60);
+
+fn required() -> bool {
+    std::env::var_os("ACP_INTEROP_REQUIRED").is_some_and(|v| v != "0")
+}
+
+/// The official peers' executables.
+struct Official {
+    conductor: String,
+    passthrough: String,
+    arrow: String,
+}
+
+/// The official peers, built once per test process; `None` (or a panic when required) when
+/// the build fails.
+fn official() -> Option<Official> {
+    static BUILD: Mutex<Option<Result<PathBuf, String>>> = Mutex::new(None);
+    let mut state = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = match state.get_or_insert_with(build_official) {
+        Ok(dir) => dir.clone(),
+        Err(why) if required() => panic!("the official conductor interop cannot run: {why}"),
+        Err(why) => {
+            eprintln!(
+                "SKIPPED: the official conductor interop cannot run: {why} (set ACP_INTEROP_REQUIRED=1 to fail instead)"
+            );
+            return None;
+        }
+    };
+    let bin = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    Some(Official { conductor: bin("conductor"), passthrough: bin("passthrough"), arrow: bin("arrow") })
+}
+
+fn build_official() -> Result<PathBuf, String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/interop/rs-conductor/Cargo.toml");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-rs-conductor");
+    let log_path = target.with_extension("log");
+    std::fs::create_dir_all(&target).map_err(|e| e.to_string())?;
+    let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
+    let mut child = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args(["build", "--locked", "--bins", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_MANIFEST_DIR")
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("cannot start cargo: {e}"))?;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+        if started.elapsed() > BUILD_LIMIT {
+            let _ = child.kill();
+            return Err(format!("building {} took over {BUILD_LIMIT:?}", manifest.display()));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    if !status.success() {
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(15).collect();
+        return Err(format!(
+            "building {} failed: {}",
+            manifest.display(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        ));
+    }
+    Ok(target.join("debug"))
+}
+
+#[tokio::test]
+async fn our_proxies_under_the_official_conductor_add_the_context_and_change_nothing_else() {
+    let Some(official) = official() else { return };
+    let mut editor = Editor::spawn(
+        &official.conductor,
+        &[
+            "agent",
+            &format!("{CONTEXT} --context injected"),
+            &format!("{COMPONENTS} pass"),
+            &format!("{COMPONENTS} echo-agent"),
+        ],
+    );
+    let init = editor.initialize().await;
+    assert_eq!(init["result"]["agentCapabilities"]["_meta"], json!({"echo": true}), "the agent's answer: {init}");
+    editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
+    editor.until_answer(1).await;
+
+    // Members no schema knows, at several depths, and `_meta`: all of them arrive.
+    let prompt = json!({
+        "sessionId": "echo-1",
+        "prompt": [{"type": "text", "text": "hi", "x-extra": {"deep": [1, 2.5]}}],
+        "x-top": true,
+        "_meta": {"traceparent": "00-abc"},
+    });
+    let (answer, before) = editor.turn(2, prompt.clone()).await;
+    assert_eq!(answer["result"], json!({"stopReason":"end_turn"}), "{answer}");
+    let echo = before.iter().find(|m| m["method"] == "session/update").expect("the echo");
+    let received: Value = serde_json::from_str(echo["params"]["update"]["_meta"]["receivedParams"].as_str().unwrap())
+        .expect("the params the agent got, as JSON");
+    let mut expected = prompt;
+    expected["prompt"].as_array_mut().unwrap().insert(0, json!({"type":"text","text":"injected"}));
+    assert_eq!(received, expected, "every member kept, one block added");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[tokio::test]
+async fn our_proxies_under_the_official_conductor_carry_a_full_turn_of_the_demo_agent() {
+    let Some(official) = official() else { return };
+    // The context names the file to read and the prompt names none: the file read is the one
+    // the context asked for, so the agent saw the context, in front of the prompt.
+    let mut editor = Editor::spawn(
+        &official.conductor,
+        &["agent", &format!("{CONTEXT} --context 'Please read CONTEXT.md'"), &format!("{COMPONENTS} pass"), AGENT],
+    );
+    let init = editor.initialize().await;
+    assert_eq!(init["result"]["agentInfo"]["name"], "acp-demo-agent", "{init}");
+    let dir = TempDir::new("official-turn");
+    std::fs::write(dir.0.join("CONTEXT.md"), "# Read because of the context\n").unwrap();
+    std::fs::write(dir.0.join("README.md"), "# The default file\n").unwrap();
+    let session = editor.new_session(1, &dir.0).await;
+
+    let (answer, updates) =
+        editor.turn(2, json!({"sessionId": session, "prompt": [{"type":"text","text":"What does it say?"}]})).await;
+    assert_eq!(answer, json!({"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}));
+    let text = agent_chunks(&updates).concat();
+    assert!(text.contains("Read because of the context"), "the file the context names: {text:?}");
+    assert!(updates.iter().any(|u| u["params"]["update"]["sessionUpdate"] == "tool_call"), "{updates:?}");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[tokio::test]
+async fn official_proxies_under_our_conductor_carry_a_full_turn_and_mark_the_agents_text() {
+    let Some(official) = official() else { return };
+    let mut editor = Editor::spawn(OUR_CONDUCTOR, &["agent", &official.arrow, &official.passthrough, AGENT]);
+    let init = editor.initialize().await;
+    assert_eq!(init["result"]["agentInfo"]["name"], "acp-demo-agent", "{init}");
+    let dir = TempDir::new("ours-turn");
+    std::fs::write(dir.0.join("README.md"), "# Hello through the SDK proxies\n").unwrap();
+    let session = editor.new_session(1, &dir.0).await;
+
+    let (answer, updates) =
+        editor.turn(2, json!({"sessionId": session, "prompt": [{"type":"text","text":"Please read README.md"}]})).await;
+    assert_eq!(answer, json!({"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}));
+    let chunks = agent_chunks(&updates);
+    assert!(chunks.len() > 1, "the demo agent streams its answer: {chunks:?}");
+    assert!(chunks.iter().all(|c| c.starts_with('>')), "each chunk marked by the arrow proxy: {chunks:?}");
+    let text: String = chunks.iter().map(|c| &c[1..]).collect();
+    assert!(text.contains("Hello through the SDK proxies"), "the file's first line: {text:?}");
+    // The other updates pass the SDK's proxies unmarked.
+    let kinds: Vec<&str> = updates.iter().filter_map(|u| u["params"]["update"]["sessionUpdate"].as_str()).collect();
+    assert!(kinds.contains(&"plan") && kinds.contains(&"tool_call_update"), "{kinds:?}");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// A turn that waits on the user's permission, cancelled with `session/cancel`: the prompt is
+/// answered `cancelled`, and the agent, which gives up its permission request, says so with a
+/// `$/cancel_request` that reaches the editor under the id it knows the request by. The chain
+/// then carries the next turn.
+async fn cancel_while_asking(mut editor: Editor, label: &str) {
+    editor.initialize().await;
+    let dir = TempDir::new(&format!("cancel-{label}"));
+    std::fs::write(dir.0.join("README.md"), "# Not read: the turn is cancelled\n").unwrap();
+    let session = editor.new_session(1, &dir.0).await;
+    let prompt = json!({"sessionId": session, "prompt": [{"type":"text","text":"Please read README.md"}]});
+    editor.send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params": prompt})).await;
+    let asking = loop {
+        let message = editor.recv().await;
+        match message["method"].as_str() {
+            Some("session/update") => continue,
+            Some("session/request_permission") => break message,
+            _ => panic!("{label}: unexpected before the permission request: {message}"),
+        }
+    };
+    editor.send(&json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId": session}})).await;
+    let (mut answer, mut withdrawn) = (None, false);
+    while answer.is_none() || !withdrawn {
+        let message = editor.recv().await;
+        match message["method"].as_str() {
+            Some("$/cancel_request") => {
+                assert_eq!(message["params"]["requestId"], asking["id"], "{label}: {message}");
+                withdrawn = true;
+            }
+            Some("session/update") => {}
+            None if message["id"] == json!(2) => answer = Some(message),
+            _ => panic!("{label}: unexpected after the cancel: {message}"),
+        }
+    }
+    assert_eq!(answer.unwrap()["result"], json!({"stopReason":"cancelled"}), "{label}");
+    // Late, as a client may answer: the chain drops it.
+    let cancelled = json!({"outcome": {"outcome": "cancelled"}});
+    editor.send(&json!({"jsonrpc":"2.0","id":asking["id"],"result":cancelled})).await;
+
+    let (answer, updates) = editor.turn(3, prompt).await;
+    assert_eq!(answer["result"], json!({"stopReason":"end_turn"}), "{label}: {answer}");
+    // The arrow proxy marks each chunk.
+    let text: String = agent_chunks(&updates).iter().map(|c| c.trim_start_matches('>')).collect();
+    assert!(text.contains("Not read"), "{label}: {text:?}");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{label}: {stderr}");
+}
+
+#[tokio::test]
+async fn cancellation_goes_through_chains_of_both_kinds_of_proxy_under_either_conductor() {
+    let Some(official) = official() else { return };
+    let chain = [
+        "agent".to_owned(),
+        format!("{COMPONENTS} pass"),
+        official.arrow.clone(),
+        format!("{CONTEXT} --context 'Be brief'"),
+        official.passthrough.clone(),
+        AGENT.to_owned(),
+    ];
+    let chain: Vec<&str> = chain.iter().map(String::as_str).collect();
+    cancel_while_asking(Editor::spawn(&official.conductor, &chain), "official conductor").await;
+    // A grace period longer than the test waits: the answer must come from the agent.
+    let ours = [&["--cancel-grace-ms", "60000"][..], &chain].concat();
+    cancel_while_asking(Editor::spawn(OUR_CONDUCTOR, &ours), "our conductor").await;
+}
+
+/// `$/cancel_request` for the prompt itself (the protocol's request cancellation), through the
+/// same mixed chain: every hop passes it on, so the agent's turn ends (its permission request
+/// withdrawn, as above) and the editor's prompt is answered.
+async fn cancel_the_prompt_request(mut editor: Editor, label: &str) {
+    editor.initialize().await;
+    let dir = TempDir::new(&format!("cancel-request-{label}"));
+    let session = editor.new_session(1, &dir.0).await;
+    let prompt = json!({"sessionId": session, "prompt": [{"type":"text","text":"Please read README.md"}]});
+    editor.send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params": prompt})).await;
+    let asking = loop {
+        let message = editor.recv().await;
+        if message["method"] == "session/request_permission" {
+            break message;
+        }
+        assert_eq!(message["method"], "session/update", "{label}: {message}");
+    };
+    editor.send(&json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId": 2}})).await;
+    let (mut answer, mut withdrawn) = (None, false);
+    while answer.is_none() || !withdrawn {
+        let message = editor.recv().await;
+        match message["method"].as_str() {
+            Some("$/cancel_request") => {
+                assert_eq!(message["params"]["requestId"], asking["id"], "{label}: {message}");
+                withdrawn = true;
+            }
+            Some("session/update") => {}
+            None if message["id"] == json!(2) => answer = Some(message),
+            _ => panic!("{label}: unexpected after the cancel: {message}"),
+        }
+    }
+    assert_eq!(answer.unwrap()["result"], json!({"stopReason":"cancelled"}), "{label}");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{label}: {stderr}");
+}
+
+#[tokio::test]
+async fn a_cancelled_prompt_request_reaches_the_agent_through_either_conductor() {
+    let Some(official) = official() else { return };
+    let chain = [
+        "agent".to_owned(),
+        official.arrow.clone(),
+        format!("{COMPONENTS} pass"),
+        official.passthrough.clone(),
+        format!("{CONTEXT} --context 'Be brief'"),
+        AGENT.to_owned(),
+    ];
+    let chain: Vec<&str> = chain.iter().map(String::as_str).collect();
+    cancel_the_prompt_request(Editor::spawn(&official.conductor, &chain), "official conductor").await;
+    // A grace period longer than the test waits: the answer must come from the agent, so the
+    // `$/cancel_request` must have reached it.
+    let ours = [&["--cancel-grace-ms", "60000"][..], &chain].concat();
+    cancel_the_prompt_request(Editor::spawn(OUR_CONDUCTOR, &ours), "our conductor").await;
+}

@@ -1,0 +1,203 @@
+//! The conductor's MCP bridge end to end: an agent that does not speak MCP over ACP (no
+//! `mcpCapabilities.acp`; an ordinary stdio MCP client, rmcp's child-process transport) calls
+//! rmcp tools offered over ACP by the client and by a proxy of the chain, through the stdio
+//! shim the conductor writes into `session/new` (this package's `acp-conductor mcp-bridge`);
+//! an agent that does speak it gets the declarations untouched; a shim for a server nobody
+//! offers is refused with the reason.
+
+#[path = "../../runtime/tests/mcp_common/mod.rs"]
+mod mcp_common;
+
+use std::sync::{Arc, Mutex};
+
+use acp_runtime::acp_types::*;
+use acp_runtime::mcp::bridge::McpBridge;
+use acp_runtime::mcp::rmcp::{self, ServiceExt};
+use acp_runtime::mcp::{McpClients, McpServers};
+use acp_runtime::proxy::conductor::{ChainEnd, Component, Conductor};
+use acp_runtime::proxy::proxy_connection;
+use acp_runtime::transport::{DuplexEnd, duplex};
+use acp_runtime::{AgentContext, AgentHandle, Connection, acp_agent, serve_agent, serve_client};
+use mcp_common::*;
+use tokio::sync::mpsc;
+
+const CONDUCTOR: &str = env!("CARGO_BIN_EXE_acp-conductor");
+const BUF: usize = 1 << 20;
+
+/// Advertises no `mcpCapabilities.acp`; in each turn, spawns every stdio server of the session
+/// with rmcp's child-process transport (as any MCP client would) and reports what it got.
+#[derive(Default)]
+pub struct StdioMcpAgent {
+    servers: Mutex<Vec<McpServerStdio>>,
+    /// Every declaration it was given, as it was given.
+    pub seen: Arc<Mutex<Vec<McpServer>>>,
+}
+
+#[acp_agent]
+impl StdioMcpAgent {
+    async fn initialize(&self, params: InitializeRequest) -> Result<InitializeResponse, Error> {
+        Ok(InitializeResponse::new(params.protocol_version).agent_capabilities(AgentCapabilities::new()))
+    }
+    async fn authenticate(&self, _: AuthenticateRequest) -> Result<AuthenticateResponse, Error> {
+        Ok(AuthenticateResponse::new())
+    }
+    async fn session_new(&self, params: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+        self.seen.lock().unwrap().extend(params.mcp_servers.iter().cloned());
+        let stdio = params.mcp_servers.iter().filter_map(|s| match s {
+            McpServer::Stdio(s) => Some(s.clone()),
+            _ => None,
+        });
+        *self.servers.lock().unwrap() = stdio.collect();
+        Ok(NewSessionResponse::new("sess_stdio"))
+    }
+    async fn session_prompt(&self, params: PromptRequest, cx: AgentContext) -> Result<PromptResponse, Error> {
+        let servers = self.servers.lock().unwrap().clone();
+        for server in servers {
+            let mut command = tokio::process::Command::new(&server.command);
+            command.args(&server.args).envs(server.env.iter().map(|v| (v.name.clone(), v.value.clone())));
+            let transport = rmcp::transport::TokioChildProcess::new(command).map_err(failed)?;
+            let (logs, mut log_rx) = mpsc::unbounded_channel();
+            let mcp = Recorder { logs }.serve(transport).await.map_err(failed)?;
+            let line = use_tools(&mcp, &mut log_rx).await?;
+            let _ = mcp.cancel().await; // ends the server process
+            cx.client().session_update(report(&params.session_id, format!("{}: {line}", server.name))).await?;
+        }
+        Ok(PromptResponse::new(StopReason::EndTurn))
+    }
+    async fn session_cancel(&self, _: CancelNotification) {}
+}
+
+fn component(name: &str) -> (Component, DuplexEnd) {
+    let (conductor_end, component_end) = duplex(BUF);
+    (Component::new(name, conductor_end.0, conductor_end.1), component_end)
+}
+
+struct Chain {
+    agent: AgentHandle,
+    client_servers: McpServers,
+    proxy_servers: McpServers,
+    messages: mpsc::UnboundedReceiver<String>,
+    chain: tokio::task::JoinHandle<std::io::Result<ChainEnd>>,
+}
+
+/// client (offering `client-calc`) → bridging conductor → proxy (offering `proxy-calc`) → `agent`.
+fn chain(agent: impl acp_runtime::acp_types::Agent<AgentContext> + 'static) -> Chain {
+    let proxy_servers = McpServers::new();
+    offer(&proxy_servers, "proxy-calc", "proxy");
+    let (proxy, proxy_end) = component("mcp-proxy");
+    let (_conductor, proxy_serve) =
+        proxy_connection(Connection::new(), proxy_servers.clone(), proxy_end.0, proxy_end.1);
+    tokio::spawn(proxy_serve);
+    let (agent_component, agent_end) = component("agent");
+    let (_client_handle, agent_serve) = serve_agent(agent, agent_end.0, agent_end.1);
+    tokio::spawn(agent_serve);
+
+    let (editor_end, conductor_end) = duplex(BUF);
+    let conductor = Conductor::new().mcp_bridge(McpBridge::new(CONDUCTOR, ["mcp-bridge"]));
+    let chain = tokio::spawn(conductor.run(conductor_end.0, conductor_end.1, vec![proxy, agent_component]));
+
+    let client_servers = McpServers::new();
+    let (messages_tx, messages) = mpsc::unbounded_channel();
+    let client = ToolClient { mcp: client_servers.clone(), messages: messages_tx };
+    let (agent, serve) = serve_client(client, editor_end.0, editor_end.1);
+    tokio::spawn(serve);
+    Chain { agent, client_servers, proxy_servers, messages, chain }
+}
+
+async fn initialize_and_open(chain: &Chain) -> (InitializeResponse, SessionId) {
+    let init = chain.agent.initialize(InitializeRequest::new(ProtocolVersion::V1)).await.expect("initialize");
+    let declaration = offer(&chain.client_servers, "client-calc", "client");
+    let session =
+        chain.agent.new_session(NewSessionRequest::new("/work", vec![declaration])).await.expect("session/new");
+    (init, session.session_id)
+}
+
+async fn turn(chain: &mut Chain, session: SessionId) -> Vec<String> {
+    let prompt = PromptRequest::new(session, vec![ContentBlock::Text(TextContent::new("use the tools"))]);
+    let answer = tokio::time::timeout(LIMIT, chain.agent.prompt(prompt)).await.expect("the turn ends in time");
+    assert_eq!(answer.expect("session/prompt").stop_reason, StopReason::EndTurn);
+    vec![next(&mut chain.messages).await, next(&mut chain.messages).await]
+}
+
+async fn end(chain: Chain) {
+    chain.agent.close();
+    let end = tokio::time::timeout(LIMIT, chain.chain).await.expect("the chain ends").unwrap().unwrap();
+    assert_eq!(end, ChainEnd::ClientClosed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_without_mcp_over_acp_reaches_the_chains_tools_through_the_bridge() {
+    let agent = StdioMcpAgent::default();
+    let seen = agent.seen.clone();
+    let mut chain = chain(agent);
+    let (init, session) = initialize_and_open(&chain).await;
+    // The agent advertised nothing; the conductor advertises the bridge.
+    let mcp = init.agent_capabilities.and_then(|c| c.mcp_capabilities).unwrap_or_default();
+    assert_eq!(mcp.acp, Some(true));
+
+    // The agent got stdio servers running the shim, for the client's and the proxy's server.
+    let declared: Vec<McpServerStdio> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| match s {
+            McpServer::Stdio(s) => s.clone(),
+            other => panic!("the agent was given a server it cannot start: {other:?}"),
+        })
+        .collect();
+    let names: Vec<&str> = declared.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["client-calc", "proxy-calc"]);
+    let socket = {
+        let shim = &declared[0];
+        assert_eq!(shim.command, CONDUCTOR);
+        assert_eq!(shim.args[..2], ["mcp-bridge", "--socket"]);
+        assert_eq!(shim.args[3], "--server-id");
+        std::path::PathBuf::from(&shim.args[2])
+    };
+    assert!(socket.exists(), "the bridge listens at {socket:?}");
+
+    let messages = turn(&mut chain, session).await;
+    assert_eq!(
+        messages,
+        [format!("client-calc: {}", expected_report("client")), format!("proxy-calc: {}", expected_report("proxy"))]
+    );
+    eventually("every bridged connection closed", || {
+        chain.client_servers.connection_count() == 0 && chain.proxy_servers.connection_count() == 0
+    })
+    .await;
+
+    // A shim for a server nobody offers is refused, with the reason.
+    let refused = tokio::process::Command::new(CONDUCTOR)
+        .args(["mcp-bridge", "--socket", &socket.to_string_lossy(), "--server-id", "nobody"])
+        .stdin(std::process::Stdio::null())
+        .output();
+    let refused = tokio::time::timeout(LIMIT, refused).await.expect("the shim exits").unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("mcp/connect for `nobody` failed"), "{stderr}");
+
+    end(chain).await;
+    assert!(!socket.exists(), "the socket is removed with the chain");
+    assert!(!socket.parent().unwrap().exists(), "and its directory");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_speaks_mcp_over_acp_is_not_bridged() {
+    let clients = McpClients::new();
+    let mut chain = chain(AcpMcpAgent::new(clients.clone()));
+    let (init, session) = initialize_and_open(&chain).await;
+    let mcp = init.agent_capabilities.and_then(|c| c.mcp_capabilities).unwrap_or_default();
+    assert_eq!(mcp.acp, Some(true));
+    let messages = turn(&mut chain, session).await;
+    assert_eq!(
+        messages,
+        [format!("client-calc: {}", expected_report("client")), format!("proxy-calc: {}", expected_report("proxy"))]
+    );
+    eventually("every connection closed", || {
+        chain.client_servers.connection_count() == 0
+            && chain.proxy_servers.connection_count() == 0
+            && clients.connection_count() == 0
+    })
+    .await;
+    end(chain).await;
+}

@@ -1,0 +1,40 @@
+//! A proxy that adds context to every prompt: the text given with `--context` goes in front of
+//! each `session/prompt`'s content, and everything else passes through untouched. Run it in a
+//! chain with the conductor:
+//!
+//! `acp-conductor agent "cargo run -q -p acp-runtime --example proxy_context -- --context 'Be brief.'" "cargo run -q -p acp-runtime --example agent"`
+//!
+//! and drive the chain with the `client` example as with any agent:
+//! `cargo run -p acp-runtime --example client -- -- cargo run -q -p acp-conductor -- agent "..." "..."`.
+
+#[path = "common/proxies.rs"]
+#[allow(dead_code)] // each example uses one of the two proxies
+mod proxies;
+
+use acp_runtime::proxy::serve_proxy;
+use proxies::{AddContext, DEFAULT_CONTEXT};
+
+const USAGE: &str = "usage: proxy_context [--context TEXT]";
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let mut context = DEFAULT_CONTEXT.to_owned();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match (arg.as_str(), args.next()) {
+            ("--context", Some(text)) => context = text,
+            _ => {
+                eprintln!("{USAGE}");
+                return std::process::ExitCode::from(2);
+            }
+        }
+    }
+    let (stdin, stdout) = acp_runtime::transport::stdio();
+    match serve_proxy(AddContext { context }, stdin, stdout).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("proxy_context: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

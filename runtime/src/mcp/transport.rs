@@ -1,0 +1,96 @@
+//! An rmcp [`Transport`] over a [`Tunnel`]: rmcp's typed messages become the tunnel's JSON
+//! messages and back. Used by both roles ([`super::McpServers`] runs rmcp servers on it,
+//! [`super::McpClients`] rmcp clients).
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use rmcp::service::{RxJsonRpcMessage, ServiceRole, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use serde_json::Value;
+
+use super::tunnel::{LocalEnd, Tunnel, answer_message};
+use crate::jsonrpc::ErrorObject;
+
+/// Why a message could not be sent over the tunnel.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TunnelError {
+    #[error("the MCP connection over ACP is closed")]
+    Closed,
+    #[error("cannot encode an MCP message: {0}")]
+    Encode(#[source] serde_json::Error),
+}
+
+/// rmcp's end of a tunnel, for the role `R`.
+pub(crate) struct TunnelTransport<R> {
+    outbox: Option<tokio::sync::mpsc::UnboundedSender<Value>>,
+    inbox: tokio::sync::mpsc::UnboundedReceiver<Value>,
+    tunnel: Arc<Tunnel>,
+    role: PhantomData<fn() -> R>,
+}
+
+impl<R> TunnelTransport<R> {
+    pub(crate) fn new(local: LocalEnd, tunnel: Arc<Tunnel>) -> Self {
+        TunnelTransport { outbox: Some(local.outbox), inbox: local.inbox, tunnel, role: PhantomData }
+    }
+}
+
+impl<R: ServiceRole> Transport<R> for TunnelTransport<R> {
+    type Error = TunnelError;
+
+    fn send(&mut self, item: TxJsonRpcMessage<R>) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        // rmcp runs the returned futures concurrently: the message is queued here, in the
+        // order rmcp sends them, and the future has nothing left to do.
+        let sent = match serde_json::to_value(&item) {
+            Ok(message) => match &self.outbox {
+                Some(outbox) => outbox.send(message).map_err(|_| TunnelError::Closed),
+                None => Err(TunnelError::Closed),
+            },
+            Err(e) => Err(TunnelError::Encode(e)),
+        };
+        std::future::ready(sent)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<R>> {
+        loop {
+            let message = self.inbox.recv().await?;
+            match serde_json::from_value::<RxJsonRpcMessage<R>>(message.clone()) {
+                Ok(decoded) => return Some(decoded),
+                Err(e) => {
+                    if let Some(decoded) = self.undecodable(message, &e) {
+                        return Some(decoded);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        // The tunnel's pump sees the outbox end and closes the connection.
+        self.outbox = None;
+        Ok(())
+    }
+}
+
+impl<R: ServiceRole> TunnelTransport<R> {
+    /// A message rmcp cannot read: a request of the ACP peer is answered -32602 at once; an
+    /// answer to one of rmcp's requests is handed over as an error, so rmcp does not wait for
+    /// it forever; a notification is dropped.
+    fn undecodable(&self, message: Value, e: &serde_json::Error) -> Option<RxJsonRpcMessage<R>> {
+        let id = message.get("id").cloned();
+        let is_request = message.get("method").is_some();
+        tracing::warn!(error = %e, "mcp over acp: an MCP message rmcp cannot read");
+        match id {
+            Some(id) if is_request => {
+                self.tunnel.reject(&id, ErrorObject::invalid_params(format_args!("invalid MCP message: {e}")));
+                None
+            }
+            Some(id) => {
+                let error = ErrorObject::internal_error(format_args!("the MCP peer's answer is invalid: {e}"));
+                serde_json::from_value(answer_message(id, Err(error))).ok()
+            }
+            None => None,
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! One MCP connection carried over ACP (a `connectionId`), independent of what runs at the
+//! local end: an rmcp server or client, or the stdio shim of the conductor's bridge.
+//!
+//! The local end exchanges whole MCP JSON-RPC messages with the tunnel through two channels
+//! ([`LocalEnd`]). What it sends becomes `mcp/message` toward the ACP peer: its requests are
+//! ACP requests whose answer becomes the MCP response (under the local end's own id), its
+//! notifications ACP notifications, in the order it sent them. What the ACP peer sends with
+//! `mcp/message` reaches the local end under ids of the tunnel's own, and the local end's
+//! answer is the ACP answer. Cancellation crosses both ways: `$/cancel_request` on an ACP
+//! request becomes `notifications/cancelled` for the local end, and the local end's
+//! `notifications/cancelled` for a request in flight cancels the ACP request.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use acp_types::{McpConnectionId, client_method};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::jsonrpc::ErrorObject;
+use crate::methods::PROXY_SUCCESSOR;
+use crate::peer::{Peer, PendingResponse};
+use crate::proxy::envelope;
+
+const MCP_CANCELLED: &str = "notifications/cancelled";
+
+/// Where a tunnel's `mcp/message`s go: a peer, directly or (toward a proxy's successor)
+/// wrapped in `proxy/successor`.
+#[derive(Clone, Debug)]
+pub(crate) struct Route {
+    peer: Peer,
+    wrapped: bool,
+}
+
+impl Route {
+    /// Messages go to `peer` as they are.
+    pub(crate) fn plain(peer: Peer) -> Self {
+        Route { peer, wrapped: false }
+    }
+
+    /// Messages go to `peer` wrapped in `proxy/successor` (a proxy toward the agent, or the
+    /// conductor toward the proxy before the agent).
+    pub(crate) fn wrapped(peer: Peer) -> Self {
+        Route { peer, wrapped: true }
+    }
+
+    fn encode<'a, P: Serialize>(&self, method: &'a str, params: &P) -> Result<(&'a str, Box<RawValue>), Error> {
+        let raw = serde_json::value::to_raw_value(params).map_err(Error::Encode)?;
+        Ok(if self.wrapped { (PROXY_SUCCESSOR, envelope::wrap(method, Some(&raw))) } else { (method, raw) })
+    }
+
+    /// Sends a request and returns once it is queued, so that it keeps its place among the
+    /// notifications sent after it.
+    pub(crate) async fn send_request<P: Serialize>(&self, method: &str, params: &P) -> Result<PendingResponse, Error> {
+        let (method, params) = self.encode(method, params)?;
+        self.peer.send_request_raw(method, Some(&params)).await
+    }
+
+    /// Calls `method` and waits for the answer.
+    pub(crate) async fn request<P: Serialize>(&self, method: &str, params: &P) -> Result<Box<RawValue>, Error> {
+        self.send_request(method, params).await?.await
+    }
+
+    /// Sends a notification.
+    pub(crate) async fn notify<P: Serialize>(&self, method: &str, params: &P) -> Result<(), Error> {
+        let (method, params) = self.encode(method, params)?;
+        self.peer.notify_raw(method, Some(&params)).await
+    }
+
+    pub(crate) fn closed_token(&self) -> CancellationToken {
+        self.peer.closed_token()
+    }
+}
+
+/// The local end's side of a tunnel: what it sends (`outbox`, in order) and what it receives
+/// (`inbox`). Dropping `outbox` ends the connection.
+#[derive(Debug)]
+pub(crate) struct LocalEnd {
+    pub(crate) outbox: mpsc::UnboundedSender<Value>,
+    pub(crate) inbox: mpsc::UnboundedReceiver<Value>,
+}
+
+/// What a tunnel does when it ends, besides closing its local end.
+pub(crate) struct OnEnd {
+    /// Send `mcp/disconnect` (the connecting side does; the provider does not).
+    pub(crate) disconnect: bool,
+    /// Called once, e.g. to take the tunnel out of a registry.
+    pub(crate) then: Box<dyn FnOnce() + Send>,
+}
+
+type Answer = Result<Value, ErrorObject>;
+
+/// One MCP connection over ACP; see the [module docs](self).
+pub(crate) struct Tunnel {
+    connection_id: McpConnectionId,
+    route: Route,
+    to_local: Mutex<Option<mpsc::UnboundedSender<Value>>>,
+    /// ACP requests waiting for the local end's answer, by the tunnel's id for them.
+    waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
+    /// The local end's requests in flight over ACP, by their id's JSON text.
+    in_flight: Mutex<HashMap<String, CancellationToken>>,
+    next_id: AtomicU64,
+    /// Ended from outside: the other side disconnected, or the registry closed it.
+    closed: CancellationToken,
+    /// Ended by the local end's owner: like the local end going away.
+    hung_up: CancellationToken,
+    /// Fires once the tunnel has ended, `mcp/disconnect` answered if it sends one.
+    ended: CancellationToken,
+}
+
+impl std::fmt::Debug for Tunnel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tunnel").field("connection_id", &self.connection_id).finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A message from the local end, by its JSON-RPC shape.
+enum Local {
+    Request { id: Value, method: String, params: Option<Map<String, Value>> },
+    Notification { method: String, params: Option<Map<String, Value>> },
+    Answer { id: Value, answer: Answer },
+    Invalid { id: Option<Value>, reason: &'static str },
+}
+
+fn params_of(message: &mut Map<String, Value>) -> Result<Option<Map<String, Value>>, &'static str> {
+    match message.remove("params") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(params)) => Ok(Some(params)),
+        Some(_) => Err("MCP over ACP carries params that are an object"),
+    }
+}
+
+fn classify(message: Value) -> Local {
+    let Value::Object(mut message) = message else {
+        return Local::Invalid { id: None, reason: "not a JSON-RPC object" };
+    };
+    let id = message.remove("id");
+    let method = match message.remove("method") {
+        Some(Value::String(method)) => Some(method),
+        Some(_) => return Local::Invalid { id, reason: "`method` is not a string" },
+        None => None,
+    };
+    match (id, method) {
+        (Some(id), Some(method)) => match params_of(&mut message) {
+            Ok(params) => Local::Request { id, method, params },
+            Err(reason) => Local::Invalid { id: Some(id), reason },
+        },
+        (None, Some(method)) => match params_of(&mut message) {
+            Ok(params) => Local::Notification { method, params },
+            Err(reason) => Local::Invalid { id: None, reason },
+        },
+        (Some(id), None) => {
+            if let Some(result) = message.remove("result") {
+                Local::Answer { id, answer: Ok(result) }
+            } else if let Some(error) = message.remove("error") {
+                let error = serde_json::from_value(error).unwrap_or_else(|_| {
+                    ErrorObject::internal_error("the MCP peer answered with an invalid error object")
+                });
+                Local::Answer { id, answer: Err(error) }
+            } else {
+                Local::Invalid { id: Some(id), reason: "neither a request, a notification nor an answer" }
+            }
+        }
+        (None, None) => Local::Invalid { id: None, reason: "neither a request, a notification nor an answer" },
+    }
+}
+
+/// The JSON-RPC answer to `id` for the local end.
+pub(crate) fn answer_message(id: Value, answer: Answer) -> Value {
+    match answer {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
+    }
+}
+
+#[derive(Serialize)]
+struct McpMessage<'a> {
+    #[serde(rename = "connectionId")]
+    connection_id: &'a McpConnectionId,
+    method: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a Map<String, Value>>,
+}
+
+/// MCP's cancellation of the tunnel's request `id`.
+fn cancelled(id: u64, reason: &str) -> Value {
+    json!({"jsonrpc": "2.0", "method": MCP_CANCELLED, "params": {"requestId": id, "reason": reason}})
+}
+
+/// The error for a request on a connection that has ended.
+pub(crate) fn closed_error() -> ErrorObject {
+    ErrorObject::internal_error("the MCP connection over ACP is closed")
+}
+
+impl Tunnel {
+    /// Starts a tunnel for `connection_id` whose `mcp/message`s take `route`; the local end
+    /// gets the returned [`LocalEnd`].
+    pub(crate) fn start(connection_id: McpConnectionId, route: Route, on_end: OnEnd) -> (Arc<Tunnel>, LocalEnd) {
+        let (to_local, inbox) = mpsc::unbounded_channel();
+        let (outbox, from_local) = mpsc::unbounded_channel();
+        let tunnel = Arc::new(Tunnel {
+            connection_id,
+            route,
+            to_local: Mutex::new(Some(to_local)),
+            waiting: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            closed: CancellationToken::new(),
+            hung_up: CancellationToken::new(),
+            ended: CancellationToken::new(),
+        });
+        tokio::spawn(tunnel.clone().pump(from_local, on_end));
+        (tunnel, LocalEnd { outbox, inbox })
+    }
+
+    /// Ends the tunnel from the local end's side, as if the local end had gone away (the
+    /// connecting side then sends `mcp/disconnect`).
+    pub(crate) fn hang_up(&self) {
+        self.hung_up.cancel();
+    }
+
+    /// Completes once the tunnel has ended (and its `mcp/disconnect`, if any, was answered).
+    #[cfg(feature = "mcp-over-acp")]
+    pub(crate) async fn ended(&self) {
+        self.ended.cancelled().await;
+    }
+
+    /// Ends the connection: the local end's input closes, waiting requests fail, the local
+    /// end's requests in flight are cancelled.
+    pub(crate) fn close(&self) {
+        self.closed.cancel();
+        let to_local = lock(&self.to_local).take();
+        // The local end learns that nobody waits for these answers any more, before its input
+        // ends: an rmcp server stops their handlers at once instead of draining them.
+        for (id, _) in lock(&self.waiting).drain() {
+            if let Some(to_local) = &to_local {
+                let _ = to_local.send(cancelled(id, "the MCP connection over ACP closed"));
+            }
+        }
+        for (_, token) in lock(&self.in_flight).drain() {
+            token.cancel();
+        }
+    }
+
+    /// Hands `message` to the local end; false once it is gone.
+    pub(crate) fn deliver(&self, message: Value) -> bool {
+        lock(&self.to_local).as_ref().is_some_and(|to_local| to_local.send(message).is_ok())
+    }
+
+    /// An `mcp/message` request from the ACP peer: the local end's answer, or the request's
+    /// cancellation (the local end is then sent `notifications/cancelled`).
+    pub(crate) async fn acp_request(
+        &self,
+        method: String,
+        params: Option<Map<String, Value>>,
+        cancel: &CancellationToken,
+    ) -> Answer {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&self.waiting).insert(id, tx);
+        let mut message = json!({"jsonrpc": "2.0", "id": id, "method": method});
+        if let Some(params) = params {
+            message["params"] = Value::Object(params);
+        }
+        if !self.deliver(message) {
+            lock(&self.waiting).remove(&id);
+            return Err(closed_error());
+        }
+        tokio::select! {
+            answer = rx => answer.unwrap_or_else(|_| Err(closed_error())),
+            () = cancel.cancelled() => {
+                lock(&self.waiting).remove(&id);
+                self.deliver(cancelled(id, "cancelled by the ACP peer"));
+                Err(ErrorObject::request_cancelled())
+            }
+        }
+    }
+
+    /// An `mcp/message` notification from the ACP peer.
+    pub(crate) fn acp_notification(&self, method: String, params: Option<Map<String, Value>>) {
+        let mut message = json!({"jsonrpc": "2.0", "method": method});
+        if let Some(params) = params {
+            message["params"] = Value::Object(params);
+        }
+        if !self.deliver(message) {
+            tracing::debug!(connection = %self.connection_id, "mcp over acp: notification for a closed connection dropped");
+        }
+    }
+
+    /// Answers the tunnel's own request `id` with an error (the local end could not take it).
+    #[cfg(feature = "mcp-over-acp")]
+    pub(crate) fn reject(&self, id: &Value, error: ErrorObject) -> bool {
+        let Some(id) = id.as_u64() else { return false };
+        match lock(&self.waiting).remove(&id) {
+            Some(tx) => tx.send(Err(error)).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Relays what the local end sends, in order, until it or the ACP connection ends.
+    async fn pump(self: Arc<Self>, mut from_local: mpsc::UnboundedReceiver<Value>, on_end: OnEnd) {
+        let acp_closed = self.route.closed_token();
+        loop {
+            tokio::select! {
+                biased;
+                () = self.closed.cancelled() => break,
+                () = acp_closed.cancelled() => break,
+                () = self.hung_up.cancelled() => break,
+                message = from_local.recv() => match message {
+                    Some(message) => self.from_local(message).await,
+                    None => break,
+                },
+            }
+        }
+        let closed_here = !self.closed.is_cancelled();
+        self.close();
+        (on_end.then)();
+        if on_end.disconnect && closed_here && !acp_closed.is_cancelled() {
+            let params = acp_types::DisconnectMcpRequest::new(self.connection_id.clone());
+            if let Err(e) = self.route.request(client_method::MCP_DISCONNECT, &params).await {
+                tracing::debug!(connection = %self.connection_id, error = %e, "mcp over acp: mcp/disconnect failed");
+            }
+        }
+        self.ended.cancel();
+    }
+
+    async fn from_local(self: &Arc<Self>, message: Value) {
+        match classify(message) {
+            Local::Request { id, method, params } => self.local_request(id, &method, params.as_ref()).await,
+            Local::Notification { method, params } => {
+                if method == MCP_CANCELLED {
+                    let request = params.as_ref().and_then(|p| p.get("requestId")).map(Value::to_string);
+                    if let Some(token) = request.and_then(|key| lock(&self.in_flight).remove(&key)) {
+                        // Cancelling the ACP request tells the other side (`$/cancel_request`).
+                        token.cancel();
+                        return;
+                    }
+                }
+                let message =
+                    McpMessage { connection_id: &self.connection_id, method: &method, params: params.as_ref() };
+                if let Err(e) = self.route.notify(client_method::MCP_MESSAGE, &message).await {
+                    tracing::debug!(connection = %self.connection_id, error = %e, "mcp over acp: notification not sent");
+                }
+            }
+            Local::Answer { id, answer } => {
+                let waiting = id.as_u64().and_then(|id| lock(&self.waiting).remove(&id));
+                match waiting {
+                    Some(tx) => {
+                        let _ = tx.send(answer);
+                    }
+                    None => {
+                        tracing::debug!(connection = %self.connection_id, %id, "mcp over acp: answer to no request dropped")
+                    }
+                }
+            }
+            Local::Invalid { id, reason } => {
+                tracing::warn!(connection = %self.connection_id, reason, "mcp over acp: invalid message from the local MCP end");
+                if let Some(id) = id {
+                    self.deliver(answer_message(id, Err(ErrorObject::invalid_request(reason))));
+                }
+            }
+        }
+    }
+
+    /// Sends the local end's request over ACP (in order with its notifications) and hands the
+    /// answer back under the local end's id.
+    async fn local_request(self: &Arc<Self>, id: Value, method: &str, params: Option<&Map<String, Value>>) {
+        let message = McpMessage { connection_id: &self.connection_id, method, params };
+        let pending = match self.route.send_request(client_method::MCP_MESSAGE, &message).await {
+            Ok(pending) => pending,
+            Err(e) => {
+                self.deliver(answer_message(id, Err(failure(e))));
+                return;
+            }
+        };
+        let key = id.to_string();
+        let token = self.closed.child_token();
+        lock(&self.in_flight).insert(key.clone(), token.clone());
+        let tunnel = self.clone();
+        tokio::spawn(async move {
+            let answer = tokio::select! {
+                answer = pending => answer,
+                // Dropping `pending` sends `$/cancel_request`; the local end expects no answer.
+                () = token.cancelled() => return,
+            };
+            lock(&tunnel.in_flight).remove(&key);
+            let answer = answer.map_err(failure).and_then(|raw| {
+                serde_json::from_str(raw.get())
+                    .map_err(|e| ErrorObject::internal_error(format_args!("invalid result: {e}")))
+            });
+            tunnel.deliver(answer_message(id, answer));
+        });
+    }
+}
+
+/// The MCP error for an ACP call that failed: the peer's own error as it is, anything else as
+/// an internal error.
+fn failure(e: Error) -> ErrorObject {
+    match e {
+        Error::Rpc(error) => error,
+        Error::Cancelled => ErrorObject::request_cancelled(),
+        Error::ConnectionClosed => closed_error(),
+        other => ErrorObject::internal_error(format_args!("mcp/message failed: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_told_apart_by_their_members() {
+        let request = classify(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {"a": 1}}));
+        assert!(matches!(request, Local::Request { ref method, params: Some(_), .. } if method == "tools/list"));
+        let notification = classify(json!({"jsonrpc": "2.0", "method": "notifications/initialized", "params": null}));
+        assert!(matches!(notification, Local::Notification { params: None, .. }));
+        assert!(matches!(classify(json!({"id": 1, "result": {}})), Local::Answer { answer: Ok(_), .. }));
+        let error = classify(json!({"id": 1, "error": {"code": -32601, "message": "nope"}}));
+        assert!(matches!(error, Local::Answer { answer: Err(ErrorObject { code: -32601, .. }), .. }));
+        assert!(matches!(classify(json!({"id": 1, "method": "x", "params": [1]})), Local::Invalid { id: Some(_), .. }));
+        assert!(matches!(classify(json!([1])), Local::Invalid { id: None, .. }));
+        assert!(matches!(classify(json!({"id": 1})), Local::Invalid { id: Some(_), .. }));
+    }
+}

@@ -1,0 +1,412 @@
+//! The conductor: runs a chain of components (proxies, then an agent) and is one agent to its
+//! client. Every message goes through it: it renames the client's `initialize` to
+//! `proxy/initialize` for proxies, unwraps what a proxy sends its successor, wraps what goes
+//! back to a proxy, and renumbers requests hop by hop (see the wire table in [`crate::proxy`]).
+//!
+//! Each hop is a [forwarding](crate::Connection::forwarding) connection, so the chain keeps
+//! the order of what passes through it, passes params on byte for byte, passes cancellation on
+//! hop by hop, and answers its client as an agent must when a component is stuck.
+//!
+//! # When something ends
+//!
+//! | event | what the client sees | the chain |
+//! |---|---|---|
+//! | the client closes its side | nothing more | every component's input is closed; the components are then terminated ([`ComponentCommand`]: SIGTERM, SIGKILL after the grace period) and reaped |
+//! | a component exits or closes its output | an error answer (-32603, "forwarding failed: connection closed") for every request in flight through it, then the end of output | the other components are closed and reaped, as above |
+//! | a component writes something that is not JSON-RPC | the same: a broken component ends the chain (waiting on it would hang the client) | as above |
+//! | a component never answers | nothing until the client cancels; then the cancellation's answer (for `session/prompt`, `{"stopReason":"cancelled"}`) after the grace period | goes on |
+//!
+//! The conductor adds and removes nothing: the client gets the first component's
+//! `initialize` answer verbatim, as with the official conductor. The one exception is the MCP
+//! bridge ([`Conductor::mcp_bridge`], feature `mcp-bridge`, unix), off by default: for an
+//! agent without `mcpCapabilities.acp`, the conductor advertises it and turns the `"type":
+//! "acp"` MCP servers of the chain into stdio servers the agent starts (see
+//! `crate::mcp::bridge`).
+
+use std::borrow::Cow;
+use std::io;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::task::JoinSet;
+
+use super::envelope;
+use crate::connection::Connection;
+use crate::handler::{Forward, Handler, IncomingNotification, IncomingRequest};
+use crate::jsonrpc::ErrorObject;
+use crate::methods::{PROXY_INITIALIZE, PROXY_SUCCESSOR};
+use crate::peer::Peer;
+
+#[cfg(feature = "process")]
+mod command;
+#[cfg(feature = "process")]
+pub use command::{ChainExit, ComponentCommand, ParseError, run_commands};
+
+type BoxReader = Box<dyn AsyncRead + Send + Unpin>;
+type BoxWriter = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// One component of a chain over any transport: what it writes (`reader`) and its input
+/// (`writer`).
+pub struct Component {
+    /// Its name, for logs and errors.
+    pub name: String,
+    /// Reads what the component writes (a child's stdout).
+    pub reader: BoxReader,
+    /// Writes to the component (a child's stdin).
+    pub writer: BoxWriter,
+}
+
+impl Component {
+    /// A component over `reader` (its output) and `writer` (its input).
+    pub fn new(
+        name: impl Into<String>,
+        reader: impl AsyncRead + Send + Unpin + 'static,
+        writer: impl AsyncWrite + Send + Unpin + 'static,
+    ) -> Self {
+        Component { name: name.into(), reader: Box::new(reader), writer: Box::new(writer) }
+    }
+}
+
+impl std::fmt::Debug for Component {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Component").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// How a chain ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ChainEnd {
+    /// The client closed its side.
+    ClientClosed,
+    /// A component ended first (exited, closed its output, or wrote something that is not
+    /// JSON-RPC).
+    ComponentEnded {
+        /// Its place in the chain, from 0 (the last one is the agent).
+        index: usize,
+        /// Its name.
+        name: String,
+    },
+}
+
+/// Runs a chain; see the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct Conductor {
+    cancel_grace: Duration,
+    proxy_mode: bool,
+    #[cfg(all(feature = "mcp-bridge", unix))]
+    mcp_bridge: Option<crate::mcp::bridge::McpBridge>,
+}
+
+impl Default for Conductor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Conductor {
+    /// A conductor with a 1 s cancellation grace period on every hop.
+    pub fn new() -> Self {
+        Conductor {
+            cancel_grace: Duration::from_secs(1),
+            proxy_mode: false,
+            #[cfg(all(feature = "mcp-bridge", unix))]
+            mcp_bridge: None,
+        }
+    }
+
+    /// Bridges MCP over ACP for an agent that does not speak it: when the agent's
+    /// `initialize` answer lacks `mcpCapabilities.acp`, the client is told `acp: true`, and
+    /// each `"type": "acp"` MCP server given to the agent becomes a stdio server running
+    /// `shim` (see `crate::mcp::bridge`).
+    #[cfg(all(feature = "mcp-bridge", unix))]
+    pub fn mcp_bridge(mut self, shim: crate::mcp::bridge::McpBridge) -> Self {
+        self.mcp_bridge = Some(shim);
+        self
+    }
+
+    /// How long a cancelled request waits for the answer from further down the chain before
+    /// the conductor answers it itself (see [`Connection::forwarding`]).
+    pub fn cancel_grace(mut self, grace: Duration) -> Self {
+        self.cancel_grace = grace;
+        self
+    }
+
+    /// Runs as a proxy rather than as an agent: the conductor is itself one link of a larger
+    /// chain, initialized with `proxy/initialize`, and every component is a proxy. What the last
+    /// one sends its successor goes to the conductor's own successor (wrapped, through the
+    /// conductor's own conductor), and what comes from there reaches the last one. So chains
+    /// nest: `acp-conductor agent "acp-conductor proxy P1 P2" AGENT`.
+    pub fn proxy_mode(mut self) -> Self {
+        self.proxy_mode = true;
+        self
+    }
+
+    /// Runs the chain `components` (proxies, then the agent, which comes last) for the client
+    /// on `reader` / `writer`, until the client or a component ends.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `components` is empty (a chain needs an agent).
+    pub async fn run<R, W>(self, reader: R, writer: W, components: Vec<Component>) -> io::Result<ChainEnd>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
+        if components.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "a chain needs at least an agent component"));
+        }
+        let chain = Arc::new(Chain {
+            proxy_mode: self.proxy_mode,
+            client: OnceLock::new(),
+            components: components.iter().map(|_| OnceLock::new()).collect(),
+            #[cfg(all(feature = "mcp-bridge", unix))]
+            bridge: self.mcp_bridge.clone().map(crate::mcp::bridge::Bridge::new),
+        });
+        let mut serves = JoinSet::new();
+        let mut names = Vec::new();
+        let mut peers = Vec::new();
+        for (index, component) in components.into_iter().enumerate() {
+            let connection = Connection::new().forwarding().end_on_bad_input().cancel_grace(self.cancel_grace);
+            let link = Link { chain: chain.clone(), at: Place::Component(index) };
+            let (peer, serve) = connection.serve(component.reader, component.writer, link);
+            let _ = chain.components[index].set(peer.clone());
+            peers.push(peer);
+            names.push(component.name);
+            serves.spawn(async move { (Place::Component(index), serve.await) });
+        }
+        let link = Link { chain: chain.clone(), at: Place::Client };
+        let (client, client_serve) =
+            Connection::new().forwarding().cancel_grace(self.cancel_grace).serve(reader, writer, link);
+        let _ = chain.client.set(client.clone());
+        serves.spawn(async move { (Place::Client, client_serve.await) });
+        #[cfg(all(feature = "mcp-bridge", unix))]
+        if let (Some(bridge), Some(agent)) = (&chain.bridge, chain.agent_index()) {
+            // The bridge speaks for the agent: toward the client from the agent's place. (A
+            // conductor in proxy mode has no agent, so nothing to bridge for.)
+            let route = match agent.checked_sub(1) {
+                None => crate::mcp::tunnel::Route::plain(client.clone()),
+                Some(before) => crate::mcp::tunnel::Route::wrapped(peers[before].clone()),
+            };
+            bridge.set_route(route);
+        }
+
+        let end = match serves.join_next().await {
+            Some(Ok((Place::Component(index), result))) => {
+                if let Err(e) = result {
+                    tracing::warn!(component = %names[index], error = %e, "acp conductor: component connection failed");
+                }
+                tracing::info!(component = %names[index], "acp conductor: a component ended; ending the chain");
+                ChainEnd::ComponentEnded { index, name: names[index].clone() }
+            }
+            // A client that closes right after the error answers of a component that ended
+            // can finish first: the component's end is still why the chain ended.
+            _ => match peers.iter().position(Peer::is_closed) {
+                Some(index) => ChainEnd::ComponentEnded { index, name: names[index].clone() },
+                None => ChainEnd::ClientClosed,
+            },
+        };
+        // Components first: requests in flight through them are answered with errors while
+        // the client's connection still writes; then the client's connection, which waits for
+        // those answers (within the grace period) before it ends.
+        for peer in &peers {
+            peer.close();
+        }
+        client.close();
+        while serves.join_next().await.is_some() {}
+        #[cfg(all(feature = "mcp-bridge", unix))]
+        if let Some(bridge) = &chain.bridge {
+            bridge.shut_down();
+        }
+        Ok(end)
+    }
+}
+
+/// The components' connections, set once each connection exists.
+struct Chain {
+    /// Every component is a proxy, and the chain's end is our own successor.
+    proxy_mode: bool,
+    client: OnceLock<Peer>,
+    components: Vec<OnceLock<Peer>>,
+    #[cfg(all(feature = "mcp-bridge", unix))]
+    bridge: Option<Arc<crate::mcp::bridge::Bridge>>,
+}
+
+impl Chain {
+    fn client(&self) -> Option<Peer> {
+        self.client.get().cloned()
+    }
+
+    fn component(&self, index: usize) -> Option<Peer> {
+        self.components.get(index)?.get().cloned()
+    }
+
+    /// The agent's place, unless the chain runs as a proxy (then it has none).
+    fn agent_index(&self) -> Option<usize> {
+        (!self.proxy_mode).then(|| self.components.len() - 1)
+    }
+
+    fn last_index(&self) -> usize {
+        self.components.len() - 1
+    }
+
+    /// How the client's `initialize` reaches component `index`.
+    fn initialize_for(&self, index: usize) -> &'static str {
+        if Some(index) == self.agent_index() { INITIALIZE } else { PROXY_INITIALIZE }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    Client,
+    Component(usize),
+}
+
+/// The conductor's end of one hop: where what arrives on it goes.
+struct Link {
+    chain: Arc<Chain>,
+    at: Place,
+}
+
+fn forward<'a>(
+    to: Option<Peer>,
+    method: impl Into<Cow<'a, str>>,
+    params: Option<Cow<'a, RawValue>>,
+) -> Option<Forward<'a>> {
+    Some(Forward { to: to?, method: method.into(), params })
+}
+
+impl Link {
+    /// Toward the client from component `index`: plain to the client from the first one,
+    /// wrapped for the proxy before it otherwise.
+    fn toward_client<'a>(&self, index: usize, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
+        match index.checked_sub(1) {
+            None => forward(self.chain.client(), method, params.map(Cow::Borrowed)),
+            Some(before) => {
+                let wrapped = Cow::Owned(envelope::wrap(method, params));
+                forward(self.chain.component(before), PROXY_SUCCESSOR, Some(wrapped))
+            }
+        }
+    }
+}
+
+#[cfg(all(feature = "mcp-bridge", unix))]
+impl Link {
+    /// The message, unwrapped, when it goes into the agent from here.
+    fn bound_for_agent<'a>(
+        &self,
+        method: &'a str,
+        params: Option<&'a RawValue>,
+    ) -> Option<(std::borrow::Cow<'a, str>, Option<&'a RawValue>)> {
+        let agent = self.chain.agent_index()?;
+        match self.at {
+            Place::Client if agent == 0 && method != PROXY_SUCCESSOR => Some((method.into(), params)),
+            Place::Component(index) if index + 1 == agent && method == PROXY_SUCCESSOR => {
+                let inner = envelope::unwrap(params).ok()?;
+                Some((inner.method, inner.params))
+            }
+            _ => None,
+        }
+    }
+
+    /// The bridge and the message, when the bridge handles this message into the agent.
+    fn for_bridge<'a>(
+        &'a self,
+        method: &'a str,
+        params: Option<&'a RawValue>,
+    ) -> Option<(&'a Arc<crate::mcp::bridge::Bridge>, std::borrow::Cow<'a, str>, Option<&'a RawValue>)> {
+        let bridge = self.chain.bridge.as_ref()?;
+        let (method, params) = self.bound_for_agent(method, params)?;
+        bridge.wants(&method, params).then_some((bridge, method, params))
+    }
+}
+
+impl Handler for Link {
+    fn forward<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
+        let chain = &self.chain;
+        #[cfg(all(feature = "mcp-bridge", unix))]
+        if self.for_bridge(method, params).is_some() {
+            return None;
+        }
+        match (self.at, method) {
+            // As a proxy: our initialize, and what our successor sends back to our last proxy
+            // (still wrapped: it is for a proxy).
+            (Place::Client, PROXY_INITIALIZE) if chain.proxy_mode => {
+                forward(chain.component(0), PROXY_INITIALIZE, params.map(Cow::Borrowed))
+            }
+            (Place::Client, PROXY_SUCCESSOR) if chain.proxy_mode => {
+                forward(chain.component(chain.last_index()), PROXY_SUCCESSOR, params.map(Cow::Borrowed))
+            }
+            (Place::Client, INITIALIZE) if chain.proxy_mode => None,
+            (_, PROXY_INITIALIZE) => None,
+            (Place::Client, PROXY_SUCCESSOR) => None,
+            (Place::Client, INITIALIZE) => {
+                forward(chain.component(0), chain.initialize_for(0), params.map(Cow::Borrowed))
+            }
+            (Place::Client, _) => forward(chain.component(0), method, params.map(Cow::Borrowed)),
+            (Place::Component(index), PROXY_SUCCESSOR) => {
+                if Some(index) == chain.agent_index() {
+                    return None;
+                }
+                let inner = envelope::unwrap(params).ok()?;
+                if index == chain.last_index() {
+                    // As a proxy, the last one's successor is ours: passed on as it came.
+                    if matches!(&*inner.method, PROXY_INITIALIZE | PROXY_SUCCESSOR) {
+                        return None;
+                    }
+                    return forward(chain.client(), PROXY_SUCCESSOR, params.map(Cow::Borrowed));
+                }
+                let next = index + 1;
+                let method = match &*inner.method {
+                    PROXY_INITIALIZE | PROXY_SUCCESSOR => return None,
+                    INITIALIZE => Cow::Borrowed(chain.initialize_for(next)),
+                    _ => inner.method,
+                };
+                forward(chain.component(next), method, inner.params.map(Cow::Borrowed))
+            }
+            (Place::Component(index), _) => self.toward_client(index, method, params),
+        }
+    }
+
+    async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
+        #[cfg(all(feature = "mcp-bridge", unix))]
+        if let Some((bridge, method, params)) = self.for_bridge(&req.method, req.params.as_deref()) {
+            let agent = self.chain.agent_index().and_then(|agent| self.chain.component(agent));
+            let agent = agent.ok_or_else(|| ErrorObject::internal_error("the agent is not connected"))?;
+            return bridge.handle_request(&agent, &method, params, &req.cancel).await;
+        }
+        // Only what `forward` refused reaches here: messages out of place, or a hop that does
+        // not exist yet (a component that is not connected).
+        match &*req.method {
+            INITIALIZE if self.chain.proxy_mode => Err(ErrorObject::invalid_request(
+                "this conductor runs as a proxy: it is initialized with `proxy/initialize` by its own conductor",
+            )),
+            PROXY_INITIALIZE => {
+                Err(ErrorObject::invalid_request("`proxy/initialize` requests are only sent by the conductor"))
+            }
+            PROXY_SUCCESSOR => {
+                let inner = envelope::unwrap(req.params.as_deref())?;
+                Err(ErrorObject::invalid_request(format_args!(
+                    "`proxy/successor` is only exchanged between the conductor and the proxies it initialized (wrapped: `{}`)",
+                    inner.method
+                )))
+            }
+            other => Err(ErrorObject::internal_error(format_args!("no component to forward `{other}` to"))),
+        }
+    }
+
+    async fn handle_notification(&self, notification: IncomingNotification) {
+        #[cfg(all(feature = "mcp-bridge", unix))]
+        if let Some((bridge, method, params)) = self.for_bridge(&notification.method, notification.params.as_deref()) {
+            if let Some(agent) = self.chain.agent_index().and_then(|agent| self.chain.component(agent)) {
+                bridge.handle_notification(&agent, &method, params).await;
+            }
+            return;
+        }
+        tracing::warn!(method = %notification.method, at = ?self.at, "acp conductor: notification out of place dropped");
+    }
+}
+
+const INITIALIZE: &str = acp_types::agent_method::INITIALIZE;

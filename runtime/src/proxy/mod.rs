@@ -1,0 +1,666 @@
+//! Proxies: components that sit between a client and an agent (the proxy chains RFD), and the
+//! [`conductor`] that runs a chain of them.
+//!
+//! A proxy speaks to one peer, its conductor, and plays both ends through it: toward the
+//! client it is an agent, toward the agent a client. It handles the messages it cares about
+//! ([`Proxy::intercepts`]) and everything else passes through it untouched, in the order it
+//! came, with cancellation passed on hop by hop (see [`Connection::forwarding`]).
+//!
+//! # The wire, as the official conductor speaks it
+//!
+//! | message | on the wire between conductor and proxy |
+//! |---|---|
+//! | the client's `initialize` | `proxy/initialize` to the proxy, same params and result |
+//! | client side → proxy | the plain message (`session/prompt`, `session/cancel`, ...) |
+//! | proxy → its successor | `proxy/successor {"method": M, "params": P}` (request or notification, as the wrapped message) |
+//! | successor → proxy | `proxy/successor {"method": M, "params": P}` from the conductor |
+//! | proxy → client side | the plain message |
+//! | answers | plain answers to the outer ids; a wrapped request's result or error is the wrapped one's, unwrapped |
+//! | cancellation | `$/cancel_request` for the id of each hop; `session/cancel` travels like any notification |
+//!
+//! The envelope's own `_meta` belongs to the hop and is not passed on; the wrapped message's
+//! `_meta` is inside its params and is. A plain `initialize` sent to a proxy, and envelopes
+//! nested in envelopes, are answered -32600.
+//!
+//! # Lossless
+//!
+//! A forwarded message keeps its params byte for byte (line breaks between tokens aside, see
+//! the [crate docs](crate)); a forwarded request's answer comes back verbatim. A proxy that
+//! changes a message decodes it into the generated types and encodes it again; to keep the
+//! members those types do not know (and `_meta`), edit it through `acp_types::lossless`.
+//!
+//! # MCP servers of a proxy
+//!
+//! A proxy that offers tools to the agent through the connection (MCP over ACP) uses
+//! `acp_runtime::mcp::McpServers` (feature `mcp-over-acp`), which is a [`Proxy`] of its own:
+//! it adds its servers to `session/new` and answers the agent's `mcp/*` for them.
+//!
+//! # Example: a proxy that adds context to every prompt
+//!
+//! ```no_run
+//! use acp_runtime::proxy::{Proxy, ProxyContext, Side, serve_proxy};
+//! use acp_runtime::{ErrorObject, IncomingRequest, RawValue};
+//! use serde_json::Value;
+//!
+//! struct AddContext;
+//!
+//! impl Proxy for AddContext {
+//!     fn intercepts(&self, from: Side, method: &str) -> bool {
+//!         from == Side::Client && method == "session/prompt"
+//!     }
+//!
+//!     async fn handle_request(
+//!         &self,
+//!         cx: ProxyContext,
+//!         _from: Side,
+//!         mut req: IncomingRequest,
+//!     ) -> Result<Box<RawValue>, ErrorObject> {
+//!         let mut params: Value = req.parse_params()?;
+//!         if let Some(prompt) = params["prompt"].as_array_mut() {
+//!             prompt.insert(0, serde_json::json!({"type": "text", "text": "Answer in French."}));
+//!         }
+//!         req.params = Some(serde_json::value::to_raw_value(&params).map_err(ErrorObject::internal_error)?);
+//!         cx.forward_request(Side::Client, req).await
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), acp_runtime::Error> {
+//! let (reader, writer) = acp_runtime::transport::stdio();
+//! serve_proxy(AddContext, reader, writer).await
+//! # }
+//! ```
+
+pub mod conductor;
+pub(crate) mod envelope;
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::sync::CancellationToken;
+
+use crate::connection::Connection;
+use crate::error::Error;
+use crate::handler::{Forward, Handler, IncomingNotification, IncomingRequest};
+use crate::jsonrpc::ErrorObject;
+use crate::methods::{self, PROXY_INITIALIZE, PROXY_SUCCESSOR};
+use crate::peer::Peer;
+
+/// Where a message comes from, as seen by a proxy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// From the client's side of the chain (the proxy's predecessor).
+    Client,
+    /// From the agent's side of the chain (the proxy's successor).
+    Agent,
+}
+
+impl Side {
+    /// The other side: where a message from this side goes on to.
+    pub fn other(self) -> Side {
+        match self {
+            Side::Client => Side::Agent,
+            Side::Agent => Side::Client,
+        }
+    }
+}
+
+/// A proxy's handlers. Only the messages [`Proxy::intercepts`] claims reach them; the rest is
+/// forwarded by the runtime without being decoded. The defaults forward what reaches them, so
+/// a proxy implements only what it changes.
+///
+/// `initialize` is seen under that name (the conductor sends it as `proxy/initialize`).
+pub trait Proxy: Send + Sync + 'static {
+    /// Whether this proxy handles `method` arriving from `from` itself. Asked once per
+    /// message, in arrival order, on the connection's notification task: keep it a lookup.
+    fn intercepts(&self, from: Side, method: &str) -> bool {
+        let _ = (from, method);
+        false
+    }
+
+    /// Answers an intercepted request. `req.method` and `req.params` are the message's own
+    /// (unwrapped when it came from the agent's side); `req.cancel` fires when the sender
+    /// cancels it. The default passes it on ([`ProxyContext::forward_request`]).
+    fn handle_request(
+        &self,
+        cx: ProxyContext,
+        from: Side,
+        req: IncomingRequest,
+    ) -> impl Future<Output = Result<Box<RawValue>, ErrorObject>> + Send {
+        async move { cx.forward_request(from, req).await }
+    }
+
+    /// Handles an intercepted notification, in arrival order with every other notification.
+    /// The default passes it on ([`ProxyContext::forward_notification`]).
+    fn handle_notification(
+        &self,
+        cx: ProxyContext,
+        from: Side,
+        notification: IncomingNotification,
+    ) -> impl Future<Output = ()> + Send {
+        async move { cx.forward_notification(from, notification).await }
+    }
+}
+
+impl<P: Proxy> Proxy for Arc<P> {
+    fn intercepts(&self, from: Side, method: &str) -> bool {
+        (**self).intercepts(from, method)
+    }
+
+    fn handle_request(
+        &self,
+        cx: ProxyContext,
+        from: Side,
+        req: IncomingRequest,
+    ) -> impl Future<Output = Result<Box<RawValue>, ErrorObject>> + Send {
+        (**self).handle_request(cx, from, req)
+    }
+
+    fn handle_notification(
+        &self,
+        cx: ProxyContext,
+        from: Side,
+        notification: IncomingNotification,
+    ) -> impl Future<Output = ()> + Send {
+        (**self).handle_notification(cx, from, notification)
+    }
+}
+
+/// A proxy that forwards everything: a chain with it behaves as one without it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Passthrough;
+
+impl Proxy for Passthrough {}
+
+/// Serves `proxy` to its conductor over `reader` / `writer` (stdio for a proxy process) until
+/// the conductor closes the connection.
+pub async fn serve_proxy<P, R, W>(proxy: P, reader: R, writer: W) -> Result<(), Error>
+where
+    P: Proxy,
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    let (_peer, serve) = proxy_connection(Connection::new(), proxy, reader, writer);
+    serve.await
+}
+
+/// Starts `proxy` on a connection built from `connection` (turned into a
+/// [forwarding](Connection::forwarding) one): its [`Peer`] (the conductor) and the
+/// [`Serve`](crate::Serve) future.
+pub fn proxy_connection<P, R, W>(connection: Connection, proxy: P, reader: R, writer: W) -> (Peer, crate::Serve)
+where
+    P: Proxy,
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    let proxy = Arc::new(proxy);
+    connection
+        .forwarding()
+        .serve_with(reader, writer, move |peer| ProxyRouter { proxy, cx: ProxyContext { peer: peer.clone() } })
+}
+
+/// What a proxy's handlers talk through: the chain on both sides of the proxy.
+#[derive(Clone, Debug)]
+pub struct ProxyContext {
+    peer: Peer,
+}
+
+impl ProxyContext {
+    /// Calls and notifications toward the client (the proxy's predecessor).
+    pub fn client(&self) -> Hop<'_> {
+        Hop { peer: &self.peer, side: Side::Client }
+    }
+
+    /// Calls and notifications toward the agent (the proxy's successor).
+    pub fn agent(&self) -> Hop<'_> {
+        Hop { peer: &self.peer, side: Side::Agent }
+    }
+
+    /// The hop toward `side`.
+    pub fn toward(&self, side: Side) -> Hop<'_> {
+        Hop { peer: &self.peer, side }
+    }
+
+    /// Passes an intercepted request on, in the direction it was going (a request from the
+    /// client goes to the agent), and returns the answer it gets there. Cancelling `req` (its
+    /// sender's `$/cancel_request`) cancels the forwarded call. A `session/prompt` cancelled by
+    /// a `session/cancel` is left to that notification, which is forwarded by itself.
+    pub async fn forward_request(&self, from: Side, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
+        let hop = self.toward(from.other());
+        let answer = if req.method == methods::SESSION_PROMPT {
+            forward_prompt(hop, &req).await
+        } else {
+            hop.request_raw_until(&req.method, req.params.as_deref(), &req.cancel).await
+        };
+        answer.map_err(answer_error)
+    }
+
+    /// Passes an intercepted notification on, in the direction it was going.
+    pub async fn forward_notification(&self, from: Side, notification: IncomingNotification) {
+        let hop = self.toward(from.other());
+        if let Err(e) = hop.notify_raw(&notification.method, notification.params.as_deref()).await {
+            tracing::debug!(error = %e, method = %notification.method, "acp proxy: notification not forwarded");
+        }
+    }
+
+    /// The connection to the conductor.
+    pub fn peer(&self) -> &Peer {
+        &self.peer
+    }
+}
+
+/// One direction of a proxy's chain: messages sent here go toward the client or the agent,
+/// wrapped for the conductor as the wire needs.
+#[derive(Clone, Copy, Debug)]
+pub struct Hop<'a> {
+    peer: &'a Peer,
+    side: Side,
+}
+
+impl Hop<'_> {
+    /// Calls `method` on this side with raw params; the raw answer.
+    pub async fn request_raw(&self, method: &str, params: Option<&RawValue>) -> Result<Box<RawValue>, Error> {
+        match self.side {
+            Side::Client => self.peer.request_raw(method, params).await,
+            Side::Agent => self.peer.request_raw(PROXY_SUCCESSOR, Some(&envelope::wrap(method, params))).await,
+        }
+    }
+
+    /// [`Hop::request_raw`] tied to `cancel` (see [`Peer::request_raw_until`]).
+    pub async fn request_raw_until(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+        cancel: &CancellationToken,
+    ) -> Result<Box<RawValue>, Error> {
+        match self.side {
+            Side::Client => self.peer.request_raw_until(method, params, cancel).await,
+            Side::Agent => {
+                let wrapped = envelope::wrap(method, params);
+                self.peer.request_raw_until(PROXY_SUCCESSOR, Some(&wrapped), cancel).await
+            }
+        }
+    }
+
+    /// Calls `method` on this side, encoding `params` and decoding the answer.
+    pub async fn request<P, R>(&self, method: &str, params: &P) -> Result<R, Error>
+    where
+        P: Serialize + ?Sized,
+        R: DeserializeOwned,
+    {
+        let params = serde_json::value::to_raw_value(params).map_err(Error::Encode)?;
+        let answer = self.request_raw(method, Some(&params)).await?;
+        crate::jsonrpc::decode_with_path(answer.get())
+            .map_err(|(path, message)| Error::Decode { path: path.unwrap_or_default(), message })
+    }
+
+    /// Sends a notification with raw params to this side.
+    pub async fn notify_raw(&self, method: &str, params: Option<&RawValue>) -> Result<(), Error> {
+        match self.side {
+            Side::Client => self.peer.notify_raw(method, params).await,
+            Side::Agent => self.peer.notify_raw(PROXY_SUCCESSOR, Some(&envelope::wrap(method, params))).await,
+        }
+    }
+
+    /// Sends a notification to this side, encoding `params`.
+    pub async fn notify<P: Serialize + ?Sized>(&self, method: &str, params: &P) -> Result<(), Error> {
+        let params = serde_json::value::to_raw_value(params).map_err(Error::Encode)?;
+        self.notify_raw(method, Some(&params)).await
+    }
+}
+
+/// Forwards a `session/prompt` and waits for its answer. When it is cancelled, the next hop
+/// gets a `$/cancel_request` only if that is what cancelled it here: a `session/cancel` is
+/// forwarded as it is, and the next hop cancels its own prompt on it.
+async fn forward_prompt(hop: Hop<'_>, req: &IncomingRequest) -> Result<Box<RawValue>, Error> {
+    let mut pending = match hop.side {
+        Side::Client => hop.peer.send_request_raw(&req.method, req.params.as_deref()).await?,
+        Side::Agent => {
+            let wrapped = envelope::wrap(&req.method, req.params.as_deref());
+            hop.peer.send_request_raw(PROXY_SUCCESSOR, Some(&wrapped)).await?
+        }
+    };
+    tokio::select! {
+        biased;
+        answer = &mut pending => answer,
+        () = req.cancel.cancelled() => {
+            if req.peer.shared.cancelled_by_cancel_request(&req.id) {
+                pending.cancel();
+            }
+            pending.await
+        }
+    }
+}
+
+/// The answer to pass back for a call that failed on the next hop.
+fn answer_error(e: Error) -> ErrorObject {
+    match e {
+        Error::Rpc(error) => error,
+        Error::Cancelled => ErrorObject::request_cancelled(),
+        other => ErrorObject::internal_error(format_args!("forwarding failed: {other}")),
+    }
+}
+
+/// The proxy's side of the wire: unwraps and wraps envelopes, forwards what the proxy does not
+/// intercept, and hands it the rest.
+struct ProxyRouter<P> {
+    proxy: Arc<P>,
+    cx: ProxyContext,
+}
+
+impl<P> ProxyRouter<P> {
+    fn forward_to<'a>(&self, method: Cow<'a, str>, params: Option<Cow<'a, RawValue>>) -> Option<Forward<'a>> {
+        Some(Forward { to: self.cx.peer.clone(), method, params })
+    }
+}
+
+fn not_for_a_proxy(method: &str) -> ErrorObject {
+    match method {
+        methods::PROXY_INITIALIZE | methods::PROXY_SUCCESSOR => {
+            ErrorObject::invalid_request(format_args!("`{method}` cannot be wrapped in `proxy/successor`"))
+        }
+        _ => ErrorObject::invalid_request(
+            "this component is a proxy: it is initialized with `proxy/initialize` by a conductor, not with `initialize`",
+        ),
+    }
+}
+
+fn is_chain_method(method: &str) -> bool {
+    matches!(method, methods::PROXY_INITIALIZE | methods::PROXY_SUCCESSOR)
+}
+
+impl<P: Proxy> Handler for ProxyRouter<P> {
+    fn forward<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
+        match method {
+            PROXY_SUCCESSOR => {
+                let inner = envelope::unwrap(params).ok()?;
+                if is_chain_method(&inner.method) || self.proxy.intercepts(Side::Agent, &inner.method) {
+                    return None;
+                }
+                self.forward_to(inner.method, inner.params.map(Cow::Borrowed))
+            }
+            PROXY_INITIALIZE => {
+                if self.proxy.intercepts(Side::Client, INITIALIZE) {
+                    return None;
+                }
+                let wrapped = Cow::Owned(envelope::wrap(INITIALIZE, params));
+                self.forward_to(Cow::Borrowed(PROXY_SUCCESSOR), Some(wrapped))
+            }
+            INITIALIZE => None,
+            other => {
+                if self.proxy.intercepts(Side::Client, other) {
+                    return None;
+                }
+                let wrapped = Cow::Owned(envelope::wrap(other, params));
+                self.forward_to(Cow::Borrowed(PROXY_SUCCESSOR), Some(wrapped))
+            }
+        }
+    }
+
+    async fn handle_request(&self, mut req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
+        let from = match &*req.method {
+            PROXY_SUCCESSOR => {
+                let (method, params) = {
+                    let inner = envelope::unwrap(req.params.as_deref())?;
+                    if is_chain_method(&inner.method) {
+                        return Err(not_for_a_proxy(&inner.method));
+                    }
+                    (methods::intern(&inner.method), inner.params.map(ToOwned::to_owned))
+                };
+                req.session_id = crate::handler::session_id_of(params.as_deref());
+                req.method = method;
+                req.params = params;
+                Side::Agent
+            }
+            PROXY_INITIALIZE => {
+                req.method = Cow::Borrowed(INITIALIZE);
+                Side::Client
+            }
+            INITIALIZE => return Err(not_for_a_proxy(INITIALIZE)),
+            _ => Side::Client,
+        };
+        self.proxy.handle_request(self.cx.clone(), from, req).await
+    }
+
+    async fn handle_notification(&self, mut notification: IncomingNotification) {
+        let from = if notification.method == PROXY_SUCCESSOR {
+            let Ok(inner) = envelope::unwrap(notification.params.as_deref()) else {
+                tracing::warn!("acp proxy: invalid `proxy/successor` notification ignored");
+                return;
+            };
+            if is_chain_method(&inner.method) {
+                tracing::warn!(method = %inner.method, "acp proxy: nested chain notification ignored");
+                return;
+            }
+            let (method, params) = (methods::intern(&inner.method), inner.params.map(ToOwned::to_owned));
+            notification.method = method;
+            notification.params = params;
+            Side::Agent
+        } else {
+            Side::Client
+        };
+        self.proxy.handle_notification(self.cx.clone(), from, notification).await;
+    }
+}
+
+const INITIALIZE: &str = acp_types::agent_method::INITIALIZE;
+
+// ---- the typed layer `#[acp_proxy]` expands to ---------------------------------------------
+
+/// Params a proxy handler can take: decoded from the message's raw params. Implemented for
+/// the raw text itself (`Box<RawValue>`, `Option<Box<RawValue>>`: nothing decoded, nothing
+/// lost) and `serde_json::Value` (every member kept; see its order note at
+/// [`IntoParams`]).
+pub trait FromParams: Sized {
+    /// Decodes `params` (`None` when absent or `null`); an error is the answer to the request.
+    fn from_params(params: Option<Box<RawValue>>) -> Result<Self, ErrorObject>;
+}
+
+/// What a proxy handler passes on: encoded back into raw params.
+///
+/// A `serde_json::Value` comes out with its members in the order it keeps them (sorted,
+/// unless serde_json's `preserve_order` is on): the same members and values, maybe not the
+/// same bytes. Raw params are passed on byte for byte.
+pub trait IntoParams {
+    /// Encodes the params; `None` for none.
+    fn into_params(self) -> Result<Option<Box<RawValue>>, ErrorObject>;
+}
+
+/// What a proxy's request handler answers with: the raw answer (e.g. what
+/// [`ProxiedRequest::forward`] got back, verbatim) or a value to encode.
+pub trait IntoAnswer {
+    /// Encodes the answer.
+    fn into_answer(self) -> Result<Box<RawValue>, ErrorObject>;
+}
+
+impl FromParams for Option<Box<RawValue>> {
+    fn from_params(params: Option<Box<RawValue>>) -> Result<Self, ErrorObject> {
+        Ok(params)
+    }
+}
+
+impl FromParams for Box<RawValue> {
+    fn from_params(params: Option<Box<RawValue>>) -> Result<Self, ErrorObject> {
+        params.ok_or_else(|| ErrorObject::invalid_params("params are required"))
+    }
+}
+
+impl FromParams for serde_json::Value {
+    fn from_params(params: Option<Box<RawValue>>) -> Result<Self, ErrorObject> {
+        crate::handler::parse_params(params.as_deref())
+    }
+}
+
+impl IntoParams for Option<Box<RawValue>> {
+    fn into_params(self) -> Result<Option<Box<RawValue>>, ErrorObject> {
+        Ok(self)
+    }
+}
+
+impl IntoParams for Box<RawValue> {
+    fn into_params(self) -> Result<Option<Box<RawValue>>, ErrorObject> {
+        Ok(Some(self))
+    }
+}
+
+impl IntoParams for serde_json::Value {
+    fn into_params(self) -> Result<Option<Box<RawValue>>, ErrorObject> {
+        if self.is_null() {
+            return Ok(None);
+        }
+        serde_json::value::to_raw_value(&self).map(Some).map_err(ErrorObject::internal_error)
+    }
+}
+
+impl IntoAnswer for Box<RawValue> {
+    fn into_answer(self) -> Result<Box<RawValue>, ErrorObject> {
+        Ok(self)
+    }
+}
+
+impl IntoAnswer for serde_json::Value {
+    fn into_answer(self) -> Result<Box<RawValue>, ErrorObject> {
+        serde_json::value::to_raw_value(&self).map_err(ErrorObject::internal_error)
+    }
+}
+
+/// The generated types, losslessly: decoded for reading and changing, and written back with
+/// every member they do not know (see [`acp_types::lossless`]). What a typed proxy takes.
+impl<T: DeserializeOwned> FromParams for acp_types::lossless::Lossless<T> {
+    fn from_params(params: Option<Box<RawValue>>) -> Result<Self, ErrorObject> {
+        let params = params.unwrap_or_else(|| RawValue::from_string("null".to_owned()).expect("valid JSON"));
+        acp_types::lossless::Lossless::from_raw(params).map_err(|e| match e.path() {
+            Some(path) => ErrorObject::invalid_params_at(path, e.message()),
+            None => ErrorObject::invalid_params(e.message()),
+        })
+    }
+}
+
+impl<T: Serialize> IntoParams for acp_types::lossless::Lossless<T> {
+    fn into_params(self) -> Result<Option<Box<RawValue>>, ErrorObject> {
+        self.into_raw().map(Some).map_err(ErrorObject::internal_error)
+    }
+}
+
+impl<T: Serialize> IntoAnswer for acp_types::lossless::Lossless<T> {
+    fn into_answer(self) -> Result<Box<RawValue>, ErrorObject> {
+        self.into_raw().map_err(ErrorObject::internal_error)
+    }
+}
+
+/// An intercepted request as a typed handler sees it: its params (`P`), where it came from,
+/// and the way on.
+#[derive(Debug)]
+pub struct ProxiedRequest<P> {
+    /// The params, decoded (change them, then [`forward`](ProxiedRequest::forward)).
+    pub params: P,
+    /// Where the request came from.
+    pub from: Side,
+    method: Cow<'static, str>,
+    cancel: CancellationToken,
+    cx: ProxyContext,
+}
+
+impl<P> ProxiedRequest<P> {
+    /// Decodes an intercepted request (used by `#[acp_proxy]`).
+    #[doc(hidden)]
+    pub fn new(cx: ProxyContext, from: Side, req: IncomingRequest) -> Result<Self, ErrorObject>
+    where
+        P: FromParams,
+    {
+        let params = P::from_params(req.params)?;
+        Ok(ProxiedRequest { params, from, method: req.method, cancel: req.cancel, cx })
+    }
+
+    /// The method.
+    pub fn method(&self) -> &str {
+        &self.method
+    }
+
+    /// Fires when the sender cancels the request (see [`IncomingRequest::cancel`]).
+    pub fn cancellation_token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// The chain on both sides, for calls of the proxy's own.
+    pub fn cx(&self) -> &ProxyContext {
+        &self.cx
+    }
+
+    /// Passes the request on, with its (possibly changed) params, in the direction it was
+    /// going; the answer it gets there, verbatim. Cancellation follows as with
+    /// [`ProxyContext::forward_request`].
+    pub async fn forward(self) -> Result<Box<RawValue>, ErrorObject>
+    where
+        P: IntoParams,
+    {
+        let params = self.params.into_params()?;
+        let hop = self.cx.toward(self.from.other());
+        let answer = if self.method == methods::SESSION_PROMPT {
+            hop.request_raw(&self.method, params.as_deref()).await
+        } else {
+            hop.request_raw_until(&self.method, params.as_deref(), &self.cancel).await
+        };
+        answer.map_err(answer_error)
+    }
+}
+
+/// An intercepted notification as a typed handler sees it.
+#[derive(Debug)]
+pub struct ProxiedNotification<P> {
+    /// The params, decoded.
+    pub params: P,
+    /// Where the notification came from.
+    pub from: Side,
+    method: Cow<'static, str>,
+    cx: ProxyContext,
+}
+
+impl<P> ProxiedNotification<P> {
+    /// Decodes an intercepted notification (used by `#[acp_proxy]`).
+    #[doc(hidden)]
+    pub fn new(cx: ProxyContext, from: Side, notification: IncomingNotification) -> Result<Self, ErrorObject>
+    where
+        P: FromParams,
+    {
+        let params = P::from_params(notification.params)?;
+        Ok(ProxiedNotification { params, from, method: notification.method, cx })
+    }
+
+    /// The method.
+    pub fn method(&self) -> &str {
+        &self.method
+    }
+
+    /// The chain on both sides.
+    pub fn cx(&self) -> &ProxyContext {
+        &self.cx
+    }
+
+    /// Passes the notification on, with its (possibly changed) params, in the direction it was
+    /// going. Not passing it on drops it.
+    pub async fn forward(self) -> Result<(), Error>
+    where
+        P: IntoParams,
+    {
+        let params = self.params.into_params().map_err(Error::Rpc)?;
+        self.cx.toward(self.from.other()).notify_raw(&self.method, params.as_deref()).await
+    }
+}
+
+/// A request handler's result as the answer (used by `#[acp_proxy]`).
+#[doc(hidden)]
+pub fn answer<A: IntoAnswer, E: Into<ErrorObject>>(result: Result<A, E>) -> Result<Box<RawValue>, ErrorObject> {
+    result.map_err(Into::into)?.into_answer()
+}
+
+/// An intercepted notification whose params do not decode into the handler's type: dropped,
+/// and said (used by `#[acp_proxy]`).
+#[doc(hidden)]
+pub fn undecodable_notification(method: &str, error: &ErrorObject) {
+    tracing::warn!(method, error = %error.message, "acp proxy: notification params do not decode; dropped");
+}

@@ -1,0 +1,170 @@
+//! MCP over ACP end to end, in process: an agent calls rmcp tools that its client offers
+//! through the ACP connection (directly, and through a chain run by the conductor in which a
+//! proxy offers a server of its own), server → client requests and notifications included,
+//! cancellation crossing both ways, connections closed afterwards; and what the providing side
+//! answers to bad MCP-over-ACP messages, on the wire.
+
+mod mcp_common;
+
+use acp_runtime::acp_types::*;
+use acp_runtime::mcp::{McpClients, McpServers};
+use acp_runtime::proxy::conductor::{Component, Conductor};
+use acp_runtime::proxy::proxy_connection;
+use acp_runtime::transport::duplex;
+use acp_runtime::{AgentHandle, Connection, RawValue, serve_agent, serve_client};
+use mcp_common::*;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+const BUF: usize = 1 << 20;
+
+struct Client {
+    agent: AgentHandle,
+    mcp: McpServers,
+    messages: mpsc::UnboundedReceiver<String>,
+}
+
+/// A `ToolClient` offering `mcp` over `end`.
+fn client(mcp: McpServers, end: acp_runtime::transport::DuplexEnd) -> Client {
+    let (messages_tx, messages) = mpsc::unbounded_channel();
+    let tool_client = ToolClient { mcp: mcp.clone(), messages: messages_tx };
+    let (agent, serve) = serve_client(tool_client, end.0, end.1);
+    tokio::spawn(serve);
+    Client { agent, mcp, messages }
+}
+
+async fn start_session(agent: &AgentHandle, servers: Vec<McpServer>) -> (InitializeResponse, SessionId) {
+    let init = agent.initialize(InitializeRequest::new(ProtocolVersion::V1)).await.expect("initialize");
+    let session = agent.new_session(NewSessionRequest::new("/work", servers)).await.expect("session/new");
+    (init, session.session_id)
+}
+
+async fn turn(agent: &AgentHandle, session: SessionId) {
+    let prompt = PromptRequest::new(session, vec![ContentBlock::Text(TextContent::new("use the tools"))]);
+    let answer = tokio::time::timeout(LIMIT, agent.prompt(prompt)).await.expect("the turn ends in time");
+    assert_eq!(answer.expect("session/prompt").stop_reason, StopReason::EndTurn);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_calls_the_clients_rmcp_tools_over_the_acp_connection() {
+    let (agent_end, client_end) = duplex(BUF);
+    let mcp = McpServers::new();
+    let declaration = offer(&mcp, "calc", "client");
+    let McpServer::Acp(acp) = &declaration else { panic!("not an acp declaration: {declaration:?}") };
+    assert!(mcp.offers(&acp.server_id.0));
+    assert_eq!(serde_json::to_value(&declaration).unwrap()["type"], "acp");
+
+    let clients = McpClients::new();
+    let agent = AcpMcpAgent::new(clients.clone());
+    let (_client_handle, agent_serve) = serve_agent(agent, agent_end.0, agent_end.1);
+    tokio::spawn(agent_serve);
+    let mut client = client(mcp, client_end);
+
+    let (init, session) = start_session(&client.agent, vec![declaration]).await;
+    let mcp_capabilities = init.agent_capabilities.and_then(|c| c.mcp_capabilities).unwrap_or_default();
+    assert_eq!(mcp_capabilities.acp, Some(true));
+    turn(&client.agent, session).await;
+
+    assert_eq!(next(&mut client.messages).await, format!("calc: {}", expected_report("client")));
+    // The agent dropped its rmcp client: mcp/disconnect ended the connection on both sides.
+    eventually("both sides closed the connection", || {
+        client.mcp.connection_count() == 0 && clients.connection_count() == 0
+    })
+    .await;
+}
+
+/// In-process components of a chain: the conductor's ends, each served by a task.
+fn component(name: &str) -> (Component, acp_runtime::transport::DuplexEnd) {
+    let (conductor_end, component_end) = duplex(BUF);
+    (Component::new(name, conductor_end.0, conductor_end.1), component_end)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_a_chain_the_agent_reaches_the_clients_server_and_a_proxys_own() {
+    // The proxy offers a server of its own and injects it into session/new.
+    let proxy_servers = McpServers::new();
+    offer(&proxy_servers, "proxy-calc", "proxy");
+    let (proxy, proxy_end) = component("mcp-proxy");
+    let (_conductor, proxy_serve) =
+        proxy_connection(Connection::new(), proxy_servers.clone(), proxy_end.0, proxy_end.1);
+    tokio::spawn(proxy_serve);
+    let clients = McpClients::new();
+    let (agent, agent_end) = component("agent");
+    let (_client_handle, agent_serve) = serve_agent(AcpMcpAgent::new(clients.clone()), agent_end.0, agent_end.1);
+    tokio::spawn(agent_serve);
+
+    let (editor_end, conductor_end) = duplex(BUF);
+    let chain = tokio::spawn(Conductor::new().run(conductor_end.0, conductor_end.1, vec![proxy, agent]));
+
+    let client_servers = McpServers::new();
+    let declaration = offer(&client_servers, "client-calc", "client");
+    let mut client = client(client_servers, editor_end);
+    let (_, session) = start_session(&client.agent, vec![declaration]).await;
+    turn(&client.agent, session).await;
+
+    // The client's server first (declared first), then the one the proxy added.
+    assert_eq!(next(&mut client.messages).await, format!("client-calc: {}", expected_report("client")));
+    assert_eq!(next(&mut client.messages).await, format!("proxy-calc: {}", expected_report("proxy")));
+    eventually("every connection closed", || {
+        client.mcp.connection_count() == 0 && proxy_servers.connection_count() == 0 && clients.connection_count() == 0
+    })
+    .await;
+
+    client.agent.close();
+    let end = tokio::time::timeout(LIMIT, chain).await.expect("the chain ends").unwrap().unwrap();
+    assert_eq!(end, acp_runtime::proxy::conductor::ChainEnd::ClientClosed);
+}
+
+/// The providing client on the wire, driven by a raw agent side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wire_shapes_and_the_answers_to_bad_messages() {
+    let (agent_end, client_end) = duplex(BUF);
+    let mcp = McpServers::new();
+    let McpServer::Acp(declaration) = offer(&mcp, "calc", "wire") else { unreachable!() };
+    let _client = client(mcp.clone(), client_end);
+    let (peer, serve) = Connection::new().serve(agent_end.0, agent_end.1, ());
+    tokio::spawn(serve);
+    let call = async |method: &str, params: Value| -> Result<Value, acp_runtime::ErrorObject> {
+        let raw = serde_json::value::to_raw_value(&params).unwrap();
+        match peer.request_raw(method, Some(&raw)).await {
+            Ok(result) => Ok(serde_json::from_str(RawValue::get(&result)).unwrap()),
+            Err(acp_runtime::Error::Rpc(e)) => Err(e),
+            Err(e) => panic!("{method}: {e}"),
+        }
+    };
+
+    let unknown = call("mcp/connect", json!({"serverId": "nobody"})).await.unwrap_err();
+    assert_eq!(unknown.code, -32602, "{unknown:?}");
+    let unknown = call("mcp/message", json!({"connectionId": "none", "method": "tools/list"})).await.unwrap_err();
+    assert_eq!(unknown.code, -32602, "{unknown:?}");
+    let missing = call("mcp/message", json!({"method": "tools/list"})).await.unwrap_err();
+    assert_eq!(missing.code, -32602, "{missing:?}");
+
+    let connected = call("mcp/connect", json!({"serverId": declaration.server_id})).await.unwrap();
+    let connection = connected["connectionId"].as_str().expect("a connectionId").to_owned();
+    assert_eq!(mcp.connection_count(), 1);
+    let init = json!({
+        "connectionId": connection, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+    });
+    // The result is the MCP result itself.
+    let init = call("mcp/message", init).await.unwrap();
+    assert!(init["capabilities"]["tools"].is_object(), "{init}");
+    let initialized = json!({"connectionId": connection, "method": "notifications/initialized"});
+    peer.notify_raw("mcp/message", Some(&serde_json::value::to_raw_value(&initialized).unwrap())).await.unwrap();
+    let add = json!({"connectionId": connection, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 40, "b": 2}}});
+    let added = call("mcp/message", add).await.unwrap();
+    assert_eq!(added["content"][0]["text"], "wire:42", "{added}");
+    // An MCP error is the ACP error.
+    let bad = json!({"connectionId": connection, "method": "no/such/method"});
+    let bad = call("mcp/message", bad).await.unwrap_err();
+    assert_eq!(bad.code, -32601, "{bad:?}");
+
+    let bye = call("mcp/disconnect", json!({"connectionId": connection})).await.unwrap();
+    assert_eq!(bye, json!({}));
+    assert_eq!(mcp.connection_count(), 0);
+    let gone = call("mcp/message", json!({"connectionId": connection, "method": "tools/list"})).await.unwrap_err();
+    assert_eq!(gone.code, -32602, "{gone:?}");
+    let again = call("mcp/disconnect", json!({"connectionId": connection})).await.unwrap_err();
+    assert_eq!(again.code, -32602, "{again:?}");
+}
