@@ -1,7 +1,9 @@
 //! Newline-delimited framing: splits a byte stream into lines, one JSON message per line.
 //!
-//! Owns the read buffer. Newlines are found with `memchr` over whole chunks; a line is handed
-//! out as a slice of the buffer (no copy). A line longer than the limit is buffered only up to
+//! Owns the read buffer. It starts small (a server holds thousands of mostly idle
+//! connections) and doubles while reads fill it, up to a busy stream's chunk size. Newlines are
+//! found with `memchr` over whole chunks; a line is handed out as a slice of the buffer (no
+//! copy). A line longer than the limit is buffered only up to
 //! the limit, then skipped up to its newline and reported as [`Frame::Oversized`], and the
 //! buffer shrinks back afterwards, so one huge message costs neither lasting memory nor the
 //! connection. `\r\n` endings lose their `\r`; lines that are empty
@@ -15,15 +17,21 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// The default limit on one line: 64 MiB.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 
-const INITIAL_CAPACITY: usize = 64 * 1024;
+/// The buffer's size at the start: what a connection that only ever sees small messages
+/// keeps (a server holds thousands of idle ones).
+const START_CAPACITY: usize = 4 * 1024;
 
-/// A buffer grown beyond this goes back to the initial size once it is no longer needed: one
+/// The buffer of a busy stream: a read that fills the whole buffer doubles it, up to this, so
+/// a stream of many messages is read in large chunks.
+const BUSY_CAPACITY: usize = 64 * 1024;
+
+/// A buffer grown beyond this goes back to the busy size once it is no longer needed: one
 /// huge message must not pin its size for the rest of the connection, and lines a little over
 /// the initial size do not reallocate every time.
-const SHRINK_ABOVE: usize = 4 * INITIAL_CAPACITY;
+const SHRINK_ABOVE: usize = 4 * BUSY_CAPACITY;
 
 /// "No longer needed": while an oversized line is skipped, or after this many lines in a row
-/// that fit the initial size. A stream of large lines (file contents, images) keeps its buffer
+/// that fit the busy size. A stream of large lines (file contents, images) keeps its buffer
 /// instead of shrinking and growing again for every line.
 const SHRINK_AFTER_SMALL_LINES: u32 = 16;
 
@@ -53,7 +61,7 @@ pub struct LineReader<R> {
     max: usize,
     /// Skipping an oversized line: bytes dropped so far.
     discarding: Option<u64>,
-    /// Lines in a row that fit the initial size (see [`SHRINK_AFTER_SMALL_LINES`]).
+    /// Lines in a row that fit the busy size (see [`SHRINK_AFTER_SMALL_LINES`]).
     small_lines: u32,
     eof: bool,
 }
@@ -64,7 +72,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         let max = max_line_bytes.max(1);
         LineReader {
             inner,
-            buf: vec![0; initial_len(max)],
+            buf: vec![0; START_CAPACITY.min(max.saturating_add(1))],
             start: 0,
             end: 0,
             scanned: 0,
@@ -85,7 +93,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 self.start = nl + 1;
                 self.scanned = self.start;
                 self.small_lines =
-                    if nl - line_start <= INITIAL_CAPACITY / 2 { self.small_lines.saturating_add(1) } else { 0 };
+                    if nl - line_start <= BUSY_CAPACITY / 2 { self.small_lines.saturating_add(1) } else { 0 };
                 if let Some(dropped) = self.discarding.take() {
                     return Ok(Some(Frame::Oversized { len: dropped + (nl - line_start) as u64 }));
                 }
@@ -120,11 +128,19 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 return Ok(self.finish());
             }
             self.make_room();
+            let free = self.buf.len() - self.end;
             let n = self.inner.read(&mut self.buf[self.end..]).await?;
             if n == 0 {
                 self.eof = true;
             } else {
                 self.end += n;
+            }
+            let busy = BUSY_CAPACITY.min(self.max.saturating_add(2));
+            if n == free && self.buf.len() < busy {
+                // The source had a buffer full (at least): read in larger chunks from now on.
+                let new_len = self.buf.len().saturating_mul(2).min(busy);
+                self.buf.reserve_exact(new_len - self.buf.len());
+                self.buf.resize(new_len, 0);
             }
         }
     }
@@ -154,8 +170,8 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     fn make_room(&mut self) {
         let pending = self.end - self.start;
         let unneeded = self.discarding.is_some() || self.small_lines >= SHRINK_AFTER_SMALL_LINES;
-        if self.buf.len() > SHRINK_ABOVE && pending <= INITIAL_CAPACITY / 2 && unneeded {
-            let mut buf = vec![0; initial_len(self.max)];
+        if self.buf.len() > SHRINK_ABOVE && pending <= BUSY_CAPACITY / 2 && unneeded {
+            let mut buf = vec![0; BUSY_CAPACITY.min(self.max.saturating_add(1))];
             buf[..pending].copy_from_slice(&self.buf[self.start..self.end]);
             self.buf = buf;
             self.scanned -= self.start;
@@ -192,11 +208,6 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     pub fn into_inner(self) -> R {
         self.inner
     }
-}
-
-/// The buffer's size at the start, and again after a long line.
-fn initial_len(max: usize) -> usize {
-    INITIAL_CAPACITY.min(max.saturating_add(1))
 }
 
 fn trim_cr(line: &[u8]) -> &[u8] {
@@ -300,6 +311,60 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_buffer_starts_small_and_grows_for_a_busy_stream() {
+        use tokio::io::AsyncWriteExt;
+        let (mut w, r) = tokio::io::duplex(1 << 20);
+        let mut reader = LineReader::new(r, DEFAULT_MAX_LINE_BYTES);
+        // A connection that only sees small messages, one at a time, keeps the small buffer.
+        for _ in 0..100 {
+            w.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"x\"}\n").await.unwrap();
+            assert!(matches!(reader.next_frame().await.unwrap(), Some(Frame::Line(_))));
+        }
+        assert_eq!(reader.buf.len(), START_CAPACITY);
+        // Many messages waiting at once: reads fill the buffer, which doubles up to the busy size.
+        let line = [b'a'; 99];
+        for _ in 0..5_000 {
+            w.write_all(&line).await.unwrap();
+            w.write_all(b"\n").await.unwrap();
+        }
+        for _ in 0..5_000 {
+            assert_eq!(reader.next_frame().await.unwrap(), Some(Frame::Line(&line[..])));
+        }
+        assert_eq!(reader.buf.len(), BUSY_CAPACITY);
+    }
+
+    #[tokio::test]
+    async fn a_large_line_outgrows_the_small_start_buffer_and_arrives_byte_for_byte() {
+        use tokio::io::AsyncWriteExt;
+        let (mut w, r) = tokio::io::duplex(1 << 16);
+        let mut reader = LineReader::new(r, DEFAULT_MAX_LINE_BYTES);
+        assert_eq!(reader.buf.len(), START_CAPACITY);
+        // 1 MiB (256 times the start size) with no short period, so that a chunk copied to the
+        // wrong place or twice would show; multi-byte UTF-8 (3 bytes) straddles every boundary.
+        let big: Vec<u8> = (0..1usize << 20)
+            .map(|i| (i * 31 + i / 4093) % 97)
+            .flat_map(|k| if k == 0 { "✓".bytes().collect::<Vec<_>>() } else { vec![b'!' + (k % 90) as u8] })
+            .collect();
+        let expected = big.clone();
+        let writer = tokio::spawn(async move {
+            w.write_all(b"{\"before\":1}\n").await.unwrap();
+            w.write_all(&big).await.unwrap();
+            w.write_all(b"\r\n{\"after\":2}\n").await.unwrap();
+            w
+        });
+        assert_eq!(reader.next_frame().await.unwrap(), Some(Frame::Line(&b"{\"before\":1}"[..])));
+        match reader.next_frame().await.unwrap() {
+            // (Not `assert_eq!`: a failure would print two megabytes.)
+            Some(Frame::Line(line)) => assert!(line == &expected[..], "the large line differs"),
+            other => panic!("expected the large line, got {:?}", other.map(|_| "another frame")),
+        }
+        assert!(reader.buf.len() > expected.len(), "grown to hold the line: {}", reader.buf.len());
+        assert_eq!(reader.next_frame().await.unwrap(), Some(Frame::Line(&b"{\"after\":2}"[..])));
+        drop(writer.await.unwrap());
+        assert_eq!(reader.next_frame().await.unwrap(), None);
+    }
+
+    #[tokio::test]
     async fn the_buffer_grows_no_further_than_the_limit_and_shrinks_after_a_long_line() {
         use tokio::io::AsyncWriteExt;
         const MAX: usize = 1 << 20;
@@ -321,14 +386,14 @@ mod tests {
         }
         w.write_all(b"ok\n").await.unwrap();
         assert_eq!(reader.next_frame().await.unwrap(), Some(Frame::Line(b"ok")));
-        assert!(reader.buf.capacity() <= INITIAL_CAPACITY, "capacity {}", reader.buf.capacity());
+        assert!(reader.buf.capacity() <= BUSY_CAPACITY, "capacity {}", reader.buf.capacity());
 
         // An oversized line: skipped in small pieces, and the buffer is small afterwards.
         w.write_all(&vec![b'x'; 3 * MAX]).await.unwrap();
         w.write_all(b"\nok\n").await.unwrap();
         assert_eq!(reader.next_frame().await.unwrap(), Some(Frame::Oversized { len: 3 * MAX as u64 }));
         assert_eq!(reader.next_frame().await.unwrap(), Some(Frame::Line(b"ok")));
-        assert!(reader.buf.capacity() <= INITIAL_CAPACITY, "capacity {}", reader.buf.capacity());
+        assert!(reader.buf.capacity() <= BUSY_CAPACITY, "capacity {}", reader.buf.capacity());
     }
 
     #[tokio::test]

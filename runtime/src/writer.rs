@@ -258,9 +258,9 @@ async fn write_until_stopped(
         }
     }
     {
-        let mut sink = lock(&out.sink);
-        sink.io = Some(writer);
-        sink.buf.reserve(BUFFER);
+        // The buffer grows with what is written (up to about `BUFFER` between writes), so an
+        // idle connection holds none of it.
+        lock(&out.sink).io = Some(writer);
     }
     let _detach = Detach(out);
     let mut batch = Vec::with_capacity(BATCH);

@@ -28,7 +28,11 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// A raw agent: `session/new` numbers sessions (process-wide, so they outlive connections);
 /// a prompt "hello" streams an update, asks permission and ends; "wait" waits for its
-/// cancellation; `session/load` replays one update.
+/// cancellation; "burst PAYLOAD" streams PAYLOAD back, then [`BURST`] small updates;
+/// `session/load` replays one update.
+/// The small updates that follow a "burst" prompt's payload.
+const BURST: usize = 2_000;
+
 #[derive(Default)]
 struct TestAgent {
     sessions: Arc<AtomicU64>,
@@ -64,6 +68,19 @@ impl Handler for TestAgent {
                 if text == "wait" {
                     req.cancel.cancelled().await;
                     return Ok(raw(json!({"stopReason": "cancelled"})));
+                }
+                if let Some(payload) = text.strip_prefix("burst ") {
+                    // The payload back in one update, then many small updates at once.
+                    let mut texts = vec![payload.to_owned()];
+                    texts.extend((0..BURST).map(|i| i.to_string()));
+                    for text in texts {
+                        let update = json!({"sessionId": session, "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}});
+                        req.peer
+                            .notify("session/update", &update)
+                            .await
+                            .map_err(|e| ErrorObject::internal_error(e.to_string()))?;
+                    }
+                    return Ok(raw(json!({"stopReason": "end_turn"})));
                 }
                 let update = json!({"sessionId": session, "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}});
                 req.peer
@@ -180,7 +197,7 @@ impl Http {
         let response = tokio::time::timeout(WAIT, self.send_raw(self.request("GET", &all, Bytes::new())))
             .await
             .expect("stream headers in time");
-        (response.status(), Events { body: response.into_body(), buf: Vec::new() })
+        (response.status(), Events { body: response.into_body(), buf: Vec::new(), comments: 0 })
     }
 }
 
@@ -188,6 +205,8 @@ impl Http {
 struct Events {
     body: Incoming,
     buf: Vec<u8>,
+    /// Keep-alive comments skipped so far.
+    comments: usize,
 }
 
 impl Events {
@@ -199,6 +218,7 @@ impl Events {
                 let text = String::from_utf8(event).expect("utf-8");
                 let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
                 if data.is_empty() {
+                    self.comments += 1;
                     continue;
                 }
                 return Some(serde_json::from_str(&data.join("\n")).expect("json event"));
@@ -391,6 +411,106 @@ async fn websocket_flow() {
     assert_eq!(next(&mut socket).await["error"]["code"], -32700);
     socket.send(send(rpc(5, "session/new", json!({"cwd": "/", "mcpServers": []})))).await.expect("send");
     assert_eq!(next(&mut socket).await["id"], 5);
+    socket.close(None).await.expect("close");
+}
+
+// ---- large and many messages ----------------------------------------------------------------
+
+/// The next text frame of a WebSocket, as JSON.
+async fn read(socket: &mut tokio_tungstenite::WebSocketStream<TcpStream>) -> Value {
+    loop {
+        let frame = tokio::time::timeout(WAIT, socket.next()).await.expect("a frame in time");
+        if let Message::Text(text) = frame.expect("open").expect("frame") {
+            return serde_json::from_str(&text).expect("json");
+        }
+    }
+}
+
+/// A prompt's text of about 1 MiB: far larger than the buffers a connection starts with (the
+/// line reader's, the WebSocket's read buffer, one SSE chunk), with multi-byte UTF-8
+/// throughout, so a line split or joined in the wrong place would not go unseen.
+fn large_payload() -> String {
+    (0..300_000usize).map(|i| ['a', 'é', '✓', '𝄞', ' ', 'Z', '"', '\\'][(i * 7 + i / 1021) % 8]).collect()
+}
+
+/// Checks a "burst" turn's updates: the payload byte for byte, then 0..BURST in order.
+fn check_burst(texts: &[String], payload: &str) {
+    assert_eq!(texts.len(), BURST + 1, "every update arrives");
+    assert!(texts[0] == payload, "the large update differs ({} bytes, expected {})", texts[0].len(), payload.len());
+    for (i, text) in texts[1..].iter().enumerate() {
+        assert_eq!(text, &i.to_string(), "the small updates in order");
+    }
+}
+
+async fn large_and_many_messages_over_sse(version: Version) {
+    let url = start(ServerOptions::default()).await;
+    let http = Http::new(&url, version);
+    let conn = connect(&http).await;
+    let c = [("acp-connection-id", conn.as_str())];
+    let (_, mut conn_events) = http.stream(&c).await;
+    assert_eq!(
+        http.post(&c, rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []}))).await.status,
+        StatusCode::ACCEPTED
+    );
+    let session = conn_events.next().await.expect("answer")["result"]["sessionId"].as_str().unwrap().to_owned();
+    let cs = [("acp-connection-id", conn.as_str()), ("acp-session-id", session.as_str())];
+    let (_, mut events) = http.stream(&cs).await;
+    let payload = large_payload();
+    for turn in 0..2 {
+        let id = 3 + turn;
+        let text = format!("burst {payload}");
+        assert_eq!(http.post(&cs, prompt(id, &session, &text)).await.status, StatusCode::ACCEPTED);
+        let mut texts = Vec::new();
+        loop {
+            let event = events.next().await.expect("an event");
+            if event["id"] == id {
+                assert_eq!(event["result"]["stopReason"], "end_turn");
+                break;
+            }
+            texts.push(event["params"]["update"]["content"]["text"].as_str().expect("text").to_owned());
+        }
+        check_burst(&texts, &payload);
+    }
+}
+
+#[tokio::test]
+async fn large_and_many_messages_arrive_whole_and_in_order_over_sse_http1() {
+    large_and_many_messages_over_sse(Version::Http1).await;
+}
+
+#[tokio::test]
+async fn large_and_many_messages_arrive_whole_and_in_order_over_sse_h2c() {
+    large_and_many_messages_over_sse(Version::H2c).await;
+}
+
+#[tokio::test]
+async fn large_and_many_messages_arrive_whole_and_in_order_over_websocket() {
+    let url = start(ServerOptions::default()).await;
+    let ws_url = url.replacen("http://", "ws://", 1);
+    let authority = ws_url.trim_start_matches("ws://").split('/').next().expect("authority").to_owned();
+    let tcp = TcpStream::connect(authority).await.expect("connect");
+    let (mut socket, _) =
+        tokio_tungstenite::client_async(ws_url.into_client_request().expect("request"), tcp).await.expect("upgrade");
+    let send = |v: Value| Message::text(v.to_string());
+    socket.send(send(initialize(1))).await.expect("send");
+    assert_eq!(read(&mut socket).await["result"]["protocolVersion"], 1);
+    socket.send(send(rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []})))).await.expect("send");
+    let session = read(&mut socket).await["result"]["sessionId"].as_str().expect("id").to_owned();
+    let payload = large_payload();
+    for turn in 0..2 {
+        let id = 3 + turn;
+        socket.send(send(prompt(id, &session, &format!("burst {payload}")))).await.expect("send");
+        let mut texts = Vec::new();
+        loop {
+            let message = read(&mut socket).await;
+            if message["id"] == id {
+                assert_eq!(message["result"]["stopReason"], "end_turn");
+                break;
+            }
+            texts.push(message["params"]["update"]["content"]["text"].as_str().expect("text").to_owned());
+        }
+        check_burst(&texts, &payload);
+    }
     socket.close(None).await.expect("close");
 }
 
@@ -701,6 +821,30 @@ async fn idle_streams_get_keep_alive_comments() {
         StatusCode::ACCEPTED
     );
     assert_eq!(events.next().await.expect("answer")["id"], 2);
+}
+
+#[tokio::test]
+async fn a_busy_stream_gets_no_keep_alive_comments() {
+    // Events every 200 ms on a stream whose keep-alive is 1.5 s: the timer, re-armed from the
+    // last event, never fires in between.
+    let url = start(ServerOptions { keep_alive: Duration::from_millis(1500), ..ServerOptions::default() }).await;
+    let http = Http::new(&url, Version::Http1);
+    let conn = connect(&http).await;
+    let c = [("acp-connection-id", conn.as_str())];
+    let (_, mut events) = http.stream(&c).await;
+    for id in 2..22 {
+        let new = rpc(id, "session/new", json!({"cwd": "/", "mcpServers": []}));
+        assert_eq!(http.post(&c, new).await.status, StatusCode::ACCEPTED);
+        assert_eq!(events.next().await.expect("answer")["id"], id);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(events.comments, 0, "keep-alive comments between busy events");
+    // Then, idle: the comment comes.
+    let mut seen = std::mem::take(&mut events.buf);
+    while !seen.windows(3).any(|w| w == b":\n\n") {
+        let frame = tokio::time::timeout(WAIT, events.body.frame()).await.expect("a comment in time").expect("open");
+        seen.extend_from_slice(&frame.expect("frame").into_data().expect("data"));
+    }
 }
 
 #[tokio::test]

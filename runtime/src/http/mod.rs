@@ -172,14 +172,12 @@ impl Envelope {
     }
 }
 
-/// Encodes one SSE event carrying `message` (a single-line JSON text).
+/// Appends one SSE event carrying `message` (a single-line JSON text) to `out`.
 #[cfg(feature = "http-server")]
-pub(crate) fn sse_event(message: &[u8]) -> Vec<u8> {
-    let mut event = Vec::with_capacity(message.len() + 8);
-    event.extend_from_slice(b"data: ");
-    event.extend_from_slice(message);
-    event.extend_from_slice(b"\n\n");
-    event
+pub(crate) fn push_sse_event(out: &mut Vec<u8>, message: &[u8]) {
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(message);
+    out.extend_from_slice(b"\n\n");
 }
 
 /// The SSE comment sent on an idle stream so that intermediaries keep it open.

@@ -79,7 +79,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming};
 use hyper::header::{self, HeaderMap, HeaderValue};
@@ -99,7 +99,7 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    CONNECTION_ID_HEADER, DEFAULT_PATH, EVENT_STREAM, Envelope, SESSION_ID_HEADER, new_id, one_line, sse_event,
+    CONNECTION_ID_HEADER, DEFAULT_PATH, EVENT_STREAM, Envelope, SESSION_ID_HEADER, new_id, one_line, push_sse_event,
 };
 use crate::agent::{AgentContext, AgentHandler};
 use crate::connection::{Connection, Serve};
@@ -465,10 +465,12 @@ enum Route {
     Ends(String),
 }
 
-/// The messages waiting for one stream's reader.
+/// The messages waiting for one stream's reader (each a single-line JSON text; the reader
+/// frames them as SSE events).
 #[derive(Default)]
 struct Outbox {
-    queue: VecDeque<Bytes>,
+    queue: VecDeque<Vec<u8>>,
+    /// What the queue holds, counted as SSE events (`data: `, the message, a blank line).
     bytes: usize,
     reader: bool,
     waker: Option<Waker>,
@@ -479,14 +481,38 @@ struct Outbox {
 }
 
 impl Outbox {
-    fn push(&mut self, event: Bytes) {
-        self.bytes += event.len();
-        self.queue.push_back(event);
+    fn push(&mut self, message: Vec<u8>) {
+        self.bytes += message.len() + SSE_FRAMING;
+        self.queue.push_back(message);
         if let Some(waker) = self.waker.take() {
             waker.wake();
         }
     }
+
+    /// Takes the waiting messages as SSE events in one buffer, up to about
+    /// [`SSE_BATCH_BYTES`] (at least one message): a busy stream is written in large chunks
+    /// instead of one per message.
+    fn take_events(&mut self) -> Option<Bytes> {
+        let first = self.queue.front()?.len() + SSE_FRAMING;
+        let mut batch = Vec::with_capacity(first.max(self.bytes.min(SSE_BATCH_BYTES)));
+        while let Some(message) = self.queue.front() {
+            let size = message.len() + SSE_FRAMING;
+            if !batch.is_empty() && batch.len() + size > SSE_BATCH_BYTES {
+                break;
+            }
+            push_sse_event(&mut batch, message);
+            self.bytes -= size;
+            self.queue.pop_front();
+        }
+        Some(Bytes::from(batch))
+    }
 }
+
+/// The bytes an SSE event adds to its message (`data: ` and the blank line).
+const SSE_FRAMING: usize = 8;
+
+/// How much of an outbox one body chunk carries at most (a larger single message goes alone).
+const SSE_BATCH_BYTES: usize = 64 * 1024;
 
 #[derive(Default)]
 struct Streams {
@@ -651,7 +677,7 @@ async fn route_output(shared: Arc<ServerShared>, connection: Arc<AcpConnection>,
 /// Puts one agent message in its outbox, waiting while that outbox is over its limit.
 /// Returns false when the connection must end (closed, or stalled).
 async fn deliver(options: &ServerOptions, connection: &AcpConnection, line: Vec<u8>) -> bool {
-    let envelope = std::str::from_utf8(&line).ok().and_then(Envelope::read).unwrap_or_default();
+    let mut envelope = std::str::from_utf8(&line).ok().and_then(Envelope::read).unwrap_or_default();
     let target = {
         let mut streams = connection.streams.lock().expect("lock");
         if envelope.is_response {
@@ -663,10 +689,9 @@ async fn deliver(options: &ServerOptions, connection: &AcpConnection, line: Vec<
                 }
             }
             let route = envelope.id.as_ref().and_then(|id| streams.routes.remove(id));
-            if let Some(session) = &envelope.result_session {
+            if let Some(session) = envelope.result_session.take() {
                 // Known before its id reaches the client, so that an immediate GET finds it.
-                let outbox = streams.sessions.entry(session.clone()).or_default();
-                outbox.provisional = false;
+                streams.sessions.entry(session).or_default().provisional = false;
             }
             match route {
                 Some(Route::Session(session)) => Some(session),
@@ -690,25 +715,33 @@ async fn deliver(options: &ServerOptions, connection: &AcpConnection, line: Vec<
             }
         } else {
             let to_session =
-                envelope.params_session.clone().filter(|_| envelope.method.as_deref() != Some("$/cancel_request"));
+                envelope.params_session.take().filter(|_| envelope.method.as_deref() != Some("$/cancel_request"));
             if let Some(session) = &to_session {
-                streams.sessions.entry(session.clone()).or_default().provisional = false;
+                // (Most messages are for a known session: no key is copied for them.)
+                match streams.sessions.get_mut(session) {
+                    Some(outbox) => outbox.provisional = false,
+                    None => {
+                        streams.sessions.insert(session.clone(), Outbox::default());
+                    }
+                }
             }
             to_session
         }
     };
-    let event = Bytes::from(sse_event(&line));
-    let deadline = Instant::now() + options.output_stall;
+    let mut line = Some(line);
+    // Taken the first time the outbox is found full: most messages never need it.
+    let mut deadline = None;
     loop {
         let drained = connection.drained.notified();
         {
             let mut streams = connection.streams.lock().expect("lock");
             let Some(outbox) = streams.outbox(target.as_deref()) else { return true };
             if outbox.bytes < options.max_buffered_bytes {
-                outbox.push(event);
+                outbox.push(line.take().expect("pushed once"));
                 return true;
             }
         }
+        let deadline = *deadline.get_or_insert_with(|| Instant::now() + options.output_stall);
         tokio::select! {
             () = drained => {}
             () = connection.closed.cancelled() => return false,
@@ -761,6 +794,8 @@ struct EventStream {
     ended: bool,
     keep_alive: Pin<Box<tokio::time::Sleep>>,
     every: Duration,
+    /// When the last events went out, if after the keep-alive timer was armed.
+    last_sent: Option<Instant>,
 }
 
 impl EventStream {
@@ -771,12 +806,11 @@ impl EventStream {
         {
             let mut streams = self.connection.streams.lock().expect("lock");
             let Some(outbox) = streams.outbox(self.session.as_deref()) else { return Poll::Ready(None) };
-            if let Some(event) = outbox.queue.pop_front() {
-                outbox.bytes -= event.len();
+            if let Some(events) = outbox.take_events() {
                 drop(streams);
                 self.connection.drained.notify_waiters();
-                self.keep_alive.as_mut().reset(Instant::now() + self.every);
-                return Poll::Ready(Some(event));
+                self.last_sent = Some(Instant::now());
+                return Poll::Ready(Some(events));
             }
             if outbox.ended {
                 if let Some(session) = &self.session {
@@ -790,9 +824,18 @@ impl EventStream {
             }
             outbox.waker = Some(cx.waker().clone());
         }
-        if self.keep_alive.as_mut().poll(cx).is_ready() {
-            self.keep_alive.as_mut().reset(Instant::now() + self.every);
-            return Poll::Ready(Some(Bytes::from_static(super::SSE_KEEP_ALIVE)));
+        // The timer is not reset for every batch of events (a timer-wheel update each time): when
+        // it fires on a stream that sent something meanwhile, it is re-armed from that moment, so
+        // a comment still comes only after `every` without events.
+        while self.keep_alive.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            match self.last_sent.take() {
+                Some(sent) if sent + self.every > now => self.keep_alive.as_mut().reset(sent + self.every),
+                _ => {
+                    self.keep_alive.as_mut().reset(now + self.every);
+                    return Poll::Ready(Some(Bytes::from_static(super::SSE_KEEP_ALIVE)));
+                }
+            }
         }
         Poll::Pending
     }
@@ -1125,6 +1168,7 @@ impl ServerShared {
             ended: false,
             keep_alive: Box::pin(tokio::time::sleep(every)),
             every,
+            last_sent: None,
         };
         let mut response = Response::new(ResponseBody::Events(events));
         let headers = response.headers_mut();
@@ -1202,13 +1246,62 @@ fn preflight() -> HttpResponse {
     response
 }
 
+/// tungstenite zero-fills its read buffer up to this size before every read, so the whole
+/// buffer is resident for every open socket (its default, 128 KiB, was most of an idle
+/// connection's memory). A message larger than this still gets room for all of it.
+const WS_READ_BUFFER: usize = 4 * 1024;
+
+/// Frames fed past this many bytes are written out without waiting for a flush.
+const WS_WRITE_BUFFER: usize = 16 * 1024;
+
+/// Most messages sent in one burst (one flush) by [`send_burst`].
+const WS_BURST: usize = 64;
+
+/// Sends `first` and the agent's further messages that are already waiting (up to
+/// [`WS_BURST`] in all), then flushes once: a busy stream costs one socket write per burst
+/// instead of one per message, and nothing waits for a flush. `Ok(false)` when the agent's
+/// output ended meanwhile; `Err` when the socket failed.
+async fn send_burst<S, R>(
+    socket: &mut WebSocketStream<S>,
+    lines: &mut LineReader<R>,
+    first: Message,
+) -> Result<bool, ()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    R: tokio::io::AsyncRead + Unpin,
+{
+    socket.feed(first).await.map_err(drop)?;
+    let mut open = true;
+    for _ in 1..WS_BURST {
+        // `next_frame` is cancel safe: a line read only in part stays in the reader.
+        match lines.next_frame().now_or_never() {
+            Some(Ok(Some(LineFrame::Line(line)))) => {
+                let text = String::from_utf8_lossy(line).into_owned();
+                socket.feed(Message::text(text)).await.map_err(drop)?;
+            }
+            Some(Ok(Some(LineFrame::Oversized { .. }))) => {}
+            Some(Ok(None) | Err(_)) => {
+                open = false;
+                break;
+            }
+            None => break,
+        }
+    }
+    socket.flush().await.map_err(drop)?;
+    Ok(open)
+}
+
 /// One ACP connection on a WebSocket: text frames in, text frames out, pings for liveness.
 async fn serve_websocket<S>(shared: &ServerShared, io: S)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let max = shared.options.max_ws_message_bytes;
-    let config = WebSocketConfig::default().max_message_size(Some(max)).max_frame_size(Some(max));
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(max))
+        .max_frame_size(Some(max))
+        .read_buffer_size(WS_READ_BUFFER)
+        .write_buffer_size(WS_WRITE_BUFFER);
     let mut socket = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
     let (from_agent, mut to_agent) = shared.start_agent();
     let mut lines = LineReader::new(from_agent, usize::MAX >> 1);
@@ -1242,9 +1335,14 @@ where
             },
             frame = lines.next_frame() => match frame {
                 Ok(Some(LineFrame::Line(line))) => {
-                    let text = String::from_utf8_lossy(line).into_owned();
-                    if socket.send(Message::text(text)).await.is_err() {
-                        break;
+                    let first = Message::text(String::from_utf8_lossy(line).into_owned());
+                    match send_burst(&mut socket, &mut lines, first).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            let _ = socket.close(None).await;
+                            break;
+                        }
+                        Err(()) => break,
                     }
                 }
                 Ok(Some(LineFrame::Oversized { .. })) => {}
