@@ -5,7 +5,7 @@
 //! reason: an untrusted certificate, one for another name, the default roots, a handshake that
 //! never ends. Certificates in `tests/fixtures` (self-signed, valid until 2126):
 //! `tls-localhost` for `localhost` / 127.0.0.1, `tls-other-name` for `other.invalid` only.
-#![cfg(all(feature = "http-tls", feature = "http-client"))]
+#![cfg(all(feature = "http-tls", feature = "http-server", feature = "http-client"))]
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
