@@ -27,7 +27,7 @@
 //! A raw handler (the typed layer is one too: [`agent::AgentHandler`], [`client::ClientHandler`]):
 //!
 //! ```no_run
-//! use acp_runtime::{Connection, ErrorObject, Handler, IncomingRequest, RawValue};
+//! use acp_rpc::{Connection, ErrorObject, Handler, IncomingRequest, RawValue};
 //!
 //! struct Echo;
 //! impl Handler for Echo {
@@ -39,8 +39,8 @@
 //!     }
 //! }
 //!
-//! # async fn run() -> Result<(), acp_runtime::Error> {
-//! let (reader, writer) = acp_runtime::transport::stdio();
+//! # async fn run() -> Result<(), acp_rpc::Error> {
+//! let (reader, writer) = acp_rpc::transport::stdio();
 //! let (_peer, serve) = Connection::new().serve(reader, writer, Echo);
 //! serve.await
 //! # }
