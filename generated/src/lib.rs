@@ -47,12 +47,17 @@
 
  `float_roundtrip` (on by default) turns on serde_json's exact float parsing, so that a number in free-form JSON (`_meta`, `rawInput`) survives a decode and re-encode bit for bit; `preserve_order` (off by default) makes free-form objects keep the order their keys came in when written back, where they are otherwise written in sorted order. Both change serde_json for the whole build, so each is the dependent's choice; the objects whose order the protocol cares about are [`serde_support::OrderedMap`]s, ordered either way.*/
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(missing_docs)]
 pub mod decode;
 pub mod lossless;
 pub mod serde_support;
 pub mod v1;
 #[cfg(feature = "unstable_protocol_v2")]
 pub mod v2;
+/// The README's example, run as a doctest so that it cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;
 pub use decode::DecodeError;
 pub use lossless::Lossless;
 pub use serde_support::{Nullable, UnknownVariant};

@@ -10,6 +10,8 @@
 //!
 //! Use the macros through `acp-rpc`, which re-exports them.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod expand;
 mod proxy;
 // Printed by `cargo xtask codegen` (prettyplease), and checked by `codegen --check`.

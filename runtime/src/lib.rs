@@ -92,6 +92,13 @@
 //!
 //! Each row is exercised by `tests/bad_input.rs`.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+/// The README's example, compiled as a doctest so that it cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;
+
 pub mod agent;
 pub mod client;
 pub mod connection;

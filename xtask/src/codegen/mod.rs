@@ -206,10 +206,14 @@ fn generate_from(settings: &Settings, loaded: &Loaded) -> Result<Vec<OutputFile>
         contents: format!("{preamble}\n{LOSSLESS}\n{}", prettyplease::unparse(&tags)),
     });
     out.push(OutputFile { path: "Cargo.toml".into(), contents: cargo_toml(settings, v2.is_some(), &preamble) });
+    // The crate's page in the registry (its example is a doctest, see `lib_rs`).
+    out.push(OutputFile { path: "README.md".into(), contents: CRATE_README.replace("TAG", &settings.tag) });
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
 }
 
+/// The generated crate's README (`TAG` is the release).
+const CRATE_README: &str = include_str!("../../templates/crate_readme.md");
 /// `serde_support`: the serde helpers of the generated code, and `Nullable`.
 const SERDE_SUPPORT: &str = include_str!("../../templates/serde_support.rs");
 /// `decode`: decoding with the JSON path of a failure.
@@ -518,12 +522,18 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
     quote! {
         #![doc = #doc]
         #![cfg_attr(docsrs, feature(doc_cfg))]
+        #![warn(missing_docs)]
 
         pub mod decode;
         pub mod lossless;
         pub mod serde_support;
         pub mod v1;
         #v2_mod
+
+        /// The README's example, run as a doctest so that it cannot go stale.
+        #[cfg(doctest)]
+        #[doc = include_str!("../README.md")]
+        pub struct ReadmeDoctest;
 
         pub use decode::DecodeError;
         pub use lossless::Lossless;
@@ -614,12 +624,22 @@ fn cargo_toml(settings: &Settings, v2: bool, preamble: &str) -> String {
         )
     } else {
         (
-            "version.workspace = true\nedition.workspace = true\nrust-version.workspace = true\nlicense.workspace = true",
-            "serde = { workspace = true }\nserde_json = { workspace = true }\nschemars = { version = \"1.0.4\", optional = true }\n",
+            "version.workspace = true\nedition.workspace = true\nrust-version.workspace = true\nlicense.workspace = true\n\
+             readme = \"README.md\"\n\
+             keywords = [\"acp\", \"agent-protocol\", \"json-schema\", \"ai\", \"editor\"]\n\
+             categories = [\"api-bindings\", \"encoding\", \"text-editors\"]",
+            "serde = { workspace = true }\nserde_json = { workspace = true }\nschemars = { version = \"1.0.4\", optional = true }\n\n\
+             # docs.rs: every feature, each gated item labelled with the features it needs.\n\
+             [package.metadata.docs.rs]\nall-features = true\nrustdoc-args = [\"--cfg\", \"docsrs\"]\n",
         )
     };
+    let documentation = if settings.standalone {
+        String::new()
+    } else {
+        format!("documentation = \"https://docs.rs/{}\"\n", settings.package)
+    };
     format!(
-        "{preamble}[package]\nname = \"{}\"\ndescription = \"Agent Client Protocol types and method traits, generated from the ACP JSON Schema\"\n{package}\n\n[features]\n{}\n\n[dependencies]\n{deps}",
+        "{preamble}[package]\nname = \"{}\"\ndescription = \"Agent Client Protocol types and method traits, generated from the ACP JSON Schema\"\n{documentation}{package}\n\n[features]\n{}\n\n[dependencies]\n{deps}",
         settings.package,
         features.join("\n")
     )
