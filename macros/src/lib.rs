@@ -11,6 +11,7 @@
 //! Use the macros through `acp-rpc`, which re-exports them.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![deny(missing_docs)]
 
 mod expand;
 mod proxy;
