@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use acp_runtime::acp_types::*;
-use acp_runtime::http::client::{CookieJar, Profile, Reattached, ReconnectError, Remote};
-use acp_runtime::http::server::HttpServer;
-use acp_runtime::{AgentContext, acp_agent, acp_client};
+use acp_rpc::acp_types::*;
+use acp_rpc::http::client::{CookieJar, Profile, Reattached, ReconnectError, Remote};
+use acp_rpc::http::server::HttpServer;
+use acp_rpc::{AgentContext, acp_agent, acp_client};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
@@ -559,8 +559,8 @@ async fn a_session_is_reattached_on_the_backend_the_old_cookie_names_and_only_th
             load,
         );
         match within("reconnect elsewhere", reconnect).await {
-            Err(ReconnectError::Call { step: "session/load", source: acp_runtime::Error::Rpc(error) }) => {
-                assert_eq!(error.code, acp_runtime::codes::RESOURCE_NOT_FOUND, "{error:?}");
+            Err(ReconnectError::Call { step: "session/load", source: acp_rpc::Error::Rpc(error) }) => {
+                assert_eq!(error.code, acp_rpc::codes::RESOURCE_NOT_FOUND, "{error:?}");
                 let why = format!("no session {} on {other}", first.session.0);
                 assert_eq!(error.data, Some(serde_json::json!(why)), "{error:?}");
             }

@@ -10,11 +10,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use acp_runtime::client::ClientContext;
-use acp_runtime::http::client::{ConnectError, Profile, Remote};
-use acp_runtime::http::server::rustls::{self, pki_types::pem::PemObject};
-use acp_runtime::http::server::{BoundServer, HttpServer};
-use acp_runtime::{Error, ErrorObject, Handler, IncomingRequest, RawValue};
+use acp_rpc::client::ClientContext;
+use acp_rpc::http::client::{ConnectError, Profile, Remote};
+use acp_rpc::http::server::rustls::{self, pki_types::pem::PemObject};
+use acp_rpc::http::server::{BoundServer, HttpServer};
+use acp_rpc::{Error, ErrorObject, Handler, IncomingRequest, RawValue};
 use acp_types::{
     Client, ContentBlock, InitializeRequest, NewSessionRequest, PromptRequest, ProtocolVersion,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,

@@ -10,12 +10,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use acp_runtime::acp_types::v2::*;
-use acp_runtime::http::client::{CookieJar, Profile, ReconnectError, Remote};
-use acp_runtime::http::server::HttpServer;
-use acp_runtime::v2::{AgentContext, ClientContext};
-use acp_runtime::version::ProtocolRouter;
-use acp_runtime::{ErrorObject, Handler, IncomingNotification, IncomingRequest, RawValue, acp_agent, acp_client};
+use acp_rpc::acp_types::v2::*;
+use acp_rpc::http::client::{CookieJar, Profile, ReconnectError, Remote};
+use acp_rpc::http::server::HttpServer;
+use acp_rpc::v2::{AgentContext, ClientContext};
+use acp_rpc::version::ProtocolRouter;
+use acp_rpc::{ErrorObject, Handler, IncomingNotification, IncomingRequest, RawValue, acp_agent, acp_client};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -255,8 +255,8 @@ async fn reconnect_v2_says_why_it_cannot_resume() {
             within("reconnect", Remote::new(format!("{scheme}://{addr}/acp")).reconnect_v2(client, init(), resume))
                 .await;
         match result {
-            Err(ReconnectError::Call { step: "session/resume", source: acp_runtime::Error::Rpc(error) }) => {
-                assert_eq!(error.code, acp_runtime::codes::RESOURCE_NOT_FOUND, "{error:?}");
+            Err(ReconnectError::Call { step: "session/resume", source: acp_rpc::Error::Rpc(error) }) => {
+                assert_eq!(error.code, acp_rpc::codes::RESOURCE_NOT_FOUND, "{error:?}");
                 assert_eq!(error.data, Some(json!("no session sess_gone")));
             }
             other => panic!("{scheme}: expected the agent's error for an unknown session, got {other:?}"),

@@ -3,10 +3,10 @@
 //! the feature `http-tls`), with the same typed [`AgentHandle`] a spawned agent gives.
 //!
 //! ```no_run
-//! # async fn run<C: acp_runtime::acp_types::Client<acp_runtime::ClientContext> + 'static>(client: C)
+//! # async fn run<C: acp_rpc::acp_types::Client<acp_rpc::ClientContext> + 'static>(client: C)
 //! # -> Result<(), Box<dyn std::error::Error>> {
-//! use acp_runtime::acp_types::{InitializeRequest, ProtocolVersion};
-//! use acp_runtime::http::client::Remote;
+//! use acp_rpc::acp_types::{InitializeRequest, ProtocolVersion};
+//! use acp_rpc::http::client::Remote;
 //!
 //! let (agent, remote) = Remote::new("http://127.0.0.1:8080/acp").bearer_token("secret").connect(client).await?;
 //! let init = agent.initialize(InitializeRequest::new(ProtocolVersion(1))).await?;
@@ -201,7 +201,7 @@ pub enum ConnectError {
     },
     /// `https://` or `wss://` in a build without the `http-tls` feature.
     #[error(
-        "`{scheme}://` needs TLS, which this build of acp-runtime lacks: turn on its `http-tls` feature, \
+        "`{scheme}://` needs TLS, which this build of acp-rpc lacks: turn on its `http-tls` feature, \
          or connect with `http://` or `ws://` (e.g. through a TLS-terminating proxy)"
     )]
     TlsNotBuiltIn {
@@ -392,7 +392,7 @@ impl Remote {
     /// only `http/1.1` is offered, whatever it lists.
     ///
     /// ```no_run
-    /// use acp_runtime::http::client::{Remote, rustls};
+    /// use acp_rpc::http::client::{Remote, rustls};
     /// use rustls::pki_types::{CertificateDer, pem::PemObject};
     ///
     /// fn remote(ca_pem: &[u8]) -> Result<Remote, Box<dyn std::error::Error>> {
