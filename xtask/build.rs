@@ -10,7 +10,7 @@ const PRINTING_CRATES: &[&str] = &["syn", "quote", "proc-macro2", "prettyplease"
 
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
-    let lock = manifest.join("../Cargo.lock");
+    let lock = manifest.join("Cargo.lock");
     for watched in [manifest.join("src/codegen"), manifest.join("templates"), lock.clone()] {
         println!("cargo:rerun-if-changed={}", watched.display());
     }

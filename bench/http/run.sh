@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Remote-transport benchmarks (issue 13): acp-runtime's HTTP/WebSocket server against the
+# Remote-transport benchmarks (issue 13): acp-rpc's HTTP/WebSocket server against the
 # official Rust server (`agent-client-protocol-http` 5.0.0) and the official
 # TypeScript server (npm `@agentclientprotocol/sdk` 2.4.0), side by side in one run
 # (alternating, RUNS repetitions, medians). Prints markdown on stdout; progress and the raw
@@ -8,7 +8,7 @@
 #   CARGO_TARGET_DIR=/work/target-httpbench bench/http/run.sh [all|throughput|conns]
 #
 # throughput: `session/update` throughput of one prompt turn to one client, over WebSocket and
-#   over SSE, from each server to each client (a raw frame reader, acp-runtime's client, the
+#   over SSE, from each server to each client (a raw frame reader, acp-rpc's client, the
 #   official Rust client).
 # conns: CONNS WebSocket connections, each initialized with a session, on one server process:
 #   the server's RSS per idle connection, then the prompt round trip while STREAMERS of them
@@ -56,11 +56,11 @@ if (($(ulimit -n) < need)); then
 fi
 
 # --locked: the official crates (and every other registry crate) exactly as Cargo.lock pins
-# them. The lock also records the path crates' own dependencies: when acp-runtime's change,
-# refresh it with `cargo update -p acp-runtime --manifest-path bench/http/Cargo.toml`.
+# them. The lock also records the path crates' own dependencies: when acp-rpc's change,
+# refresh it with `cargo update -p acp-rpc --manifest-path bench/http/Cargo.toml`.
 if ! cargo build --release --locked >&2; then
-    echo "build failed; if Cargo.lock is out of date after a change to acp-runtime's dependencies:" \
-        "cargo update -p acp-runtime --manifest-path bench/http/Cargo.toml" >&2
+    echo "build failed; if Cargo.lock is out of date after a change to acp-rpc's dependencies:" \
+        "cargo update -p acp-rpc --manifest-path bench/http/Cargo.toml" >&2
     exit 1
 fi
 bin="$CARGO_TARGET_DIR/release/acp-http-bench"

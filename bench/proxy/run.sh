@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Proxy chain benchmarks, side by side in one run: the bench agent alone ("direct"), and our
-# conductor (`acp-conductor`, proxies written with `acp_runtime::proxy`) against the official
+# conductor (`acp-conductor`, proxies written with `acp_rpc::proxy`) against the official
 # one (`agent-client-protocol-conductor` 5.0.0, proxies written with `agent-client-protocol`
 # 5.0.0), each with 0, 1 and 3 pass-through proxies in front of the same agent, driven by the
 # same editor. RUNS repetitions, alternating which implementation goes first; medians.
@@ -8,7 +8,7 @@
 #   CARGO_TARGET_DIR=/work/target-proxybench bench/proxy/run.sh
 #
 # Options (environment): RUNS (5), PIPE_N (50000 updates in one prompt), RTT_N (2000 pings),
-# AGENT (runtime: an acp-runtime agent with typed updates; raw: a bare JSON printing loop),
+# AGENT (runtime: an acp-rpc agent with typed updates; raw: a bare JSON printing loop),
 # RESULTS (keep the raw result lines in this file). Prints markdown on stdout.
 set -euo pipefail
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runtime benchmarks: acp-runtime vs the official `agent-client-protocol` 5.0.0 SDK, side by
+# Runtime benchmarks: acp-rpc vs the official `agent-client-protocol` 5.0.0 SDK, side by
 # side in one run (alternating, RUNS repetitions, medians). Prints markdown on stdout; progress
 # and the raw result lines go to stderr. See BENCHMARKS.md ("## Runtime").
 #
@@ -37,7 +37,7 @@ V2_NS="${V2_NS:-$N_SMALL $N_MID}"
 # Not --locked: the path dependencies follow the working tree (their own dependencies may
 # change); the registry crates stay pinned by Cargo.lock.
 cargo build --release >&2
-bin="$CARGO_TARGET_DIR/release/acp-runtime-bench"
+bin="$CARGO_TARGET_DIR/release/acp-rpc-bench"
 results="${RESULTS:-$(mktemp)}"
 : >"$results"
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use acp_runtime::acp_types::{InitializeResponse, PromptResponse, SessionUpdate, StopReason};
+use acp_rpc::acp_types::{InitializeResponse, PromptResponse, SessionUpdate, StopReason};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -829,7 +829,7 @@ async fn prompt_turn(run: &mut Run, agent: &Agent, session: &str, limit: Duratio
 /// out of reach, say), not that the request was wrong or unknown. No rule forbids such an
 /// answer outside cancellation (JSON-RPC lets any request fail): the turn's checks cannot tell.
 fn turn_failed(reply: &Reply) -> bool {
-    use acp_runtime::codes::{INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+    use acp_rpc::codes::{INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
     matches!(reply, Reply::Error(e) if ![PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS].contains(&e.code))
 }
 
@@ -1097,7 +1097,7 @@ async fn malformed_line(run: &mut Run, options: &Options, cwd: &str) -> Result<(
 /// What the agent answered to `{not json`: its answers that name no request, as (whether the
 /// id was `null` rather than missing, the error code).
 fn judge_malformed_answer(answered: bool, answers: &[(bool, Option<i64>)]) -> Outcome {
-    let parse_error = Some(i64::from(acp_runtime::codes::PARSE_ERROR));
+    let parse_error = Some(i64::from(acp_rpc::codes::PARSE_ERROR));
     if answers.contains(&(true, parse_error)) {
         Outcome::Pass("-32700 with a null id".into())
     } else if answers.contains(&(false, parse_error)) {
@@ -1228,7 +1228,7 @@ async fn invalid_requests(run: &mut Run, options: &Options, cwd: &str) {
         let strict = check == "invalid-params";
         let outcome = match reply {
             reply if strict && auth.required_by(&reply) => Outcome::Skip(format!("{probe}: {}", auth.why(method))),
-            Reply::Error(e) if !strict || e.code == acp_runtime::codes::INVALID_PARAMS => {
+            Reply::Error(e) if !strict || e.code == acp_rpc::codes::INVALID_PARAMS => {
                 match still_works(agent, cwd, options.timeout, auth).await {
                     Ok(()) => Outcome::Pass(format!("{probe}: error {}", e.code)),
                     Err(why) => Outcome::Fail(format!("{probe}: error {}, but {why}", e.code)),

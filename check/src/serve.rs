@@ -11,8 +11,8 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use acp_runtime::ErrorObject;
-use acp_runtime::acp_types::{
+use acp_rpc::ErrorObject;
+use acp_rpc::acp_types::{
     CreateTerminalRequest, KillTerminalRequest, Nullable, ReadTextFileRequest, ReleaseTerminalRequest,
     TerminalOutputRequest, WaitForTerminalExitRequest, WriteTextFileRequest,
 };
@@ -144,7 +144,7 @@ impl Services {
             Err(Problem::Outside(path)) => {
                 let why = format!("{path} is outside the session's directory");
                 call.outside = Some(why.clone());
-                Err(ErrorObject::new(acp_runtime::codes::INVALID_PARAMS, format!("access denied: {why}")))
+                Err(ErrorObject::new(acp_rpc::codes::INVALID_PARAMS, format!("access denied: {why}")))
             }
             Err(Problem::Failed(error)) => {
                 call.failed = Some(error.message.clone());
@@ -356,7 +356,7 @@ fn regular_file(path: &Path, may_be_missing: bool) -> Result<(), Problem> {
 fn io_problem(path: &Path, e: std::io::Error) -> Problem {
     let why = format!("{}: {e}", path.display());
     Problem::Failed(if e.kind() == std::io::ErrorKind::NotFound {
-        ErrorObject::new(acp_runtime::codes::RESOURCE_NOT_FOUND, format!("Resource not found: {why}"))
+        ErrorObject::new(acp_rpc::codes::RESOURCE_NOT_FOUND, format!("Resource not found: {why}"))
             .with_data(json!({"uri": path.to_string_lossy()}))
     } else {
         ErrorObject::internal_error(why)
@@ -414,7 +414,7 @@ mod tests {
         let (answer, _) = read(&services, &path, json!({"line": 2, "limit": 1}));
         assert_eq!(answer.unwrap(), json!({"content": "two\n"}));
         let (answer, call) = read(&services, &format!("{}/root/missing.txt", base.display()), json!({}));
-        assert_eq!(answer.unwrap_err().code, acp_runtime::codes::RESOURCE_NOT_FOUND);
+        assert_eq!(answer.unwrap_err().code, acp_rpc::codes::RESOURCE_NOT_FOUND);
         assert!(call.failed.is_some() && call.malformed.is_none());
         std::fs::remove_dir_all(base).unwrap();
     }
@@ -447,7 +447,7 @@ mod tests {
     fn malformed_calls_are_refused_and_named() {
         let (base, services) = setup("malformed");
         let (answer, call) = read(&services, "root/a.txt", json!({}));
-        assert_eq!(answer.unwrap_err().code, acp_runtime::codes::INVALID_PARAMS);
+        assert_eq!(answer.unwrap_err().code, acp_rpc::codes::INVALID_PARAMS);
         assert_eq!(call.malformed.as_deref(), Some("\"root/a.txt\" is not an absolute path"));
         let path = base.join("root/a.txt").to_string_lossy().into_owned();
         let (_, call) = read(&services, &path, json!({"line": "three"}));
@@ -520,7 +520,7 @@ mod tests {
         let services = Services::new(Offer { read_text_file: true, ..Offer::default() });
         let (answer, call) =
             handle(&services, "fs/write_text_file", json!({"sessionId": "s", "path": "/x", "content": ""}));
-        assert_eq!(answer.unwrap_err().code, acp_runtime::codes::METHOD_NOT_FOUND);
+        assert_eq!(answer.unwrap_err().code, acp_rpc::codes::METHOD_NOT_FOUND);
         assert!(!call.offered);
         assert_eq!(services.offer().covers("terminal/create"), Some(false));
         assert_eq!(services.offer().covers("session/request_permission"), None);

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use acp_runtime::acp_types::SessionNotification;
+use acp_rpc::acp_types::SessionNotification;
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Map, Value};

@@ -21,10 +21,10 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use acp_runtime::acp_types::{SessionNotification, SessionUpdate};
-use acp_runtime::framing::{DEFAULT_MAX_LINE_BYTES, Frame, LineReader};
-use acp_runtime::transport::{ChildProcess, SpawnOptions, StderrMode};
-use acp_runtime::{
+use acp_rpc::acp_types::{SessionNotification, SessionUpdate};
+use acp_rpc::framing::{DEFAULT_MAX_LINE_BYTES, Frame, LineReader};
+use acp_rpc::transport::{ChildProcess, SpawnOptions, StderrMode};
+use acp_rpc::{
     CancellationToken, Connection, ErrorObject, Handler, IncomingNotification, IncomingRequest, Peer, RawValue,
 };
 use serde::Deserialize;
@@ -325,7 +325,7 @@ impl Reply {
     }
 
     pub fn is_method_not_found(&self) -> bool {
-        matches!(self, Reply::Error(e) if e.code == acp_runtime::codes::METHOD_NOT_FOUND)
+        matches!(self, Reply::Error(e) if e.code == acp_rpc::codes::METHOD_NOT_FOUND)
     }
 }
 
@@ -395,7 +395,7 @@ impl Endpoint {
             Endpoint::Remote { url, bridge, .. } => {
                 let bridge = bridge.expect("bridge kept for run");
                 let transport = tokio::select! {
-                    connected = acp_runtime::http::client::Remote::new(url.clone()).transport() => connected,
+                    connected = acp_rpc::http::client::Remote::new(url.clone()).transport() => connected,
                     _ = stop.cancelled() => return None,
                 };
                 let transport = match transport {
@@ -403,7 +403,7 @@ impl Endpoint {
                     Err(e) => return Some(format!("connecting to {url} failed: {e}")),
                 };
                 let watch = transport.watch();
-                let acp_runtime::http::client::RemoteTransport { mut reader, mut writer, .. } = transport;
+                let acp_rpc::http::client::RemoteTransport { mut reader, mut writer, .. } = transport;
                 let (mut from_client, mut to_client) = tokio::io::split(bridge);
                 // What the client writes goes out on its own task, so that closing the client's
                 // side (the "stdin" of a process) closes the connection (DELETE / Close).
@@ -670,7 +670,7 @@ impl AgentRef {
         match tokio::time::timeout(limit, self.peer.request::<Value, Value>(method, params)).await {
             Err(_) => Reply::Timeout,
             Ok(Ok(v)) => Reply::Result(v),
-            Ok(Err(acp_runtime::Error::Rpc(e))) => Reply::Error(e),
+            Ok(Err(acp_rpc::Error::Rpc(e))) => Reply::Error(e),
             Ok(Err(_closed_or_io)) => Reply::Closed(how_it_ended(&self.shared).await),
         }
     }

@@ -11,15 +11,15 @@
 //! Each component is one argument: split like a shell splits words, leading `NAME=value` words
 //! set its environment, or a JSON object `{"command":..,"args":[..],"env":{..}}`. The last
 //! one is the agent. The routing, the wire and what happens when a component ends are
-//! documented in `acp_runtime::proxy::conductor`.
+//! documented in `acp_rpc::proxy::conductor`.
 //!
 //! MCP over ACP is bridged for agents that do not speak it (unless `--no-mcp-bridge`): the
 //! agent is given stdio MCP servers running `acp-conductor mcp-bridge --socket .. --server-id
-//! ..`, which relay to the conductor (see `acp_runtime::mcp::bridge`).
+//! ..`, which relay to the conductor (see `acp_rpc::mcp::bridge`).
 
 use std::time::Duration;
 
-use acp_runtime::proxy::conductor::{ChainEnd, ComponentCommand, Conductor, run_commands};
+use acp_rpc::proxy::conductor::{ChainEnd, ComponentCommand, Conductor, run_commands};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -129,13 +129,13 @@ async fn run(args: Args) -> i32 {
     if !args.no_mcp_bridge && !proxy_mode {
         match std::env::current_exe() {
             Ok(exe) => {
-                let shim = acp_runtime::mcp::bridge::McpBridge::new(exe.to_string_lossy(), ["mcp-bridge"]);
+                let shim = acp_rpc::mcp::bridge::McpBridge::new(exe.to_string_lossy(), ["mcp-bridge"]);
                 conductor = conductor.mcp_bridge(shim);
             }
             Err(e) => eprintln!("acp-conductor: MCP over ACP is not bridged (cannot find this executable: {e})"),
         }
     }
-    let (stdin, stdout) = acp_runtime::transport::stdio();
+    let (stdin, stdout) = acp_rpc::transport::stdio();
     let kill_grace = Duration::from_millis(args.kill_grace_ms);
     match run_commands(conductor, stdin, stdout, &commands, kill_grace).await {
         Ok(exit) => match &exit.end {
@@ -158,7 +158,7 @@ async fn run(args: Args) -> i32 {
 /// The `mcp-bridge` subcommand: the shim's exit code.
 async fn mcp_bridge(socket: &std::path::Path, server_id: &str) -> i32 {
     #[cfg(unix)]
-    let result = acp_runtime::mcp::bridge::run_shim(socket, server_id).await;
+    let result = acp_rpc::mcp::bridge::run_shim(socket, server_id).await;
     #[cfg(not(unix))]
     let result: std::io::Result<()> = {
         let _ = (socket, server_id);

@@ -11,8 +11,8 @@
 
 use std::io::Write;
 
-use acp_runtime::proxy::{Passthrough, Proxy, ProxyContext, Side, serve_proxy};
-use acp_runtime::{ErrorObject, IncomingRequest, RawValue};
+use acp_rpc::proxy::{Passthrough, Proxy, ProxyContext, Side, serve_proxy};
+use acp_rpc::{ErrorObject, IncomingRequest, RawValue};
 
 struct Faulty(&'static str);
 
@@ -48,7 +48,7 @@ impl Proxy for Faulty {
 /// The `echo-agent`: raw, so that what it reports is what arrived, byte for byte.
 struct EchoAgent;
 
-impl acp_runtime::Handler for EchoAgent {
+impl acp_rpc::Handler for EchoAgent {
     async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
         let raw = |text: String| RawValue::from_string(text).map_err(ErrorObject::internal_error);
         match &*req.method {
@@ -76,11 +76,11 @@ impl acp_runtime::Handler for EchoAgent {
 #[tokio::main]
 async fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
-    let (stdin, stdout) = acp_runtime::transport::stdio();
+    let (stdin, stdout) = acp_rpc::transport::stdio();
     let result = match mode.as_str() {
         "echo-agent" => {
             eprintln!("pid {}", std::process::id());
-            let (_peer, serve) = acp_runtime::Connection::new().serve(stdin, stdout, EchoAgent);
+            let (_peer, serve) = acp_rpc::Connection::new().serve(stdin, stdout, EchoAgent);
             serve.await
         }
         "pass" => serve_proxy(Passthrough, stdin, stdout).await,

@@ -10,14 +10,14 @@ mod mcp_common;
 
 use std::sync::{Arc, Mutex};
 
-use acp_runtime::acp_types::*;
-use acp_runtime::mcp::bridge::McpBridge;
-use acp_runtime::mcp::rmcp::{self, ServiceExt};
-use acp_runtime::mcp::{McpClients, McpServers};
-use acp_runtime::proxy::conductor::{ChainEnd, Component, Conductor};
-use acp_runtime::proxy::proxy_connection;
-use acp_runtime::transport::{DuplexEnd, duplex};
-use acp_runtime::{AgentContext, AgentHandle, Connection, acp_agent, serve_agent, serve_client};
+use acp_rpc::acp_types::*;
+use acp_rpc::mcp::bridge::McpBridge;
+use acp_rpc::mcp::rmcp::{self, ServiceExt};
+use acp_rpc::mcp::{McpClients, McpServers};
+use acp_rpc::proxy::conductor::{ChainEnd, Component, Conductor};
+use acp_rpc::proxy::proxy_connection;
+use acp_rpc::transport::{DuplexEnd, duplex};
+use acp_rpc::{AgentContext, AgentHandle, Connection, acp_agent, serve_agent, serve_client};
 use mcp_common::*;
 use tokio::sync::mpsc;
 
@@ -81,7 +81,7 @@ struct Chain {
 }
 
 /// client (offering `client-calc`) → bridging conductor → proxy (offering `proxy-calc`) → `agent`.
-fn chain(agent: impl acp_runtime::acp_types::Agent<AgentContext> + 'static) -> Chain {
+fn chain(agent: impl acp_rpc::acp_types::Agent<AgentContext> + 'static) -> Chain {
     let proxy_servers = McpServers::new();
     offer(&proxy_servers, "proxy-calc", "proxy");
     let (proxy, proxy_end) = component("mcp-proxy");

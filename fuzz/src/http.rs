@@ -1,4 +1,4 @@
-//! Target (d), `http_server`: the HTTP server's request handling (`acp_runtime::http::server`),
+//! Target (d), `http_server`: the HTTP server's request handling (`acp_rpc::http::server`),
 //! fed a sequence of arbitrary HTTP requests over in-memory pipes (HTTP/1.1 or h2c), each sent
 //! by hyper's client through the server's `serve_io` seam, a WebSocket upgrade and its frames
 //! included. See ../FUZZING.md.
@@ -32,7 +32,7 @@
 
 use std::time::Duration;
 
-use acp_runtime::http::server::{HttpServer, ServerOptions};
+use acp_rpc::http::server::{HttpServer, ServerOptions};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Full};

@@ -11,10 +11,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use acp_runtime::agent::AgentContext;
-use acp_runtime::framing::{DEFAULT_MAX_LINE_BYTES, Frame, LineReader};
-use acp_runtime::jsonrpc::{self, DecodeErrorKind, Message};
-use acp_runtime::{Connection, ErrorObject};
+use acp_rpc::agent::AgentContext;
+use acp_rpc::framing::{DEFAULT_MAX_LINE_BYTES, Frame, LineReader};
+use acp_rpc::jsonrpc::{self, DecodeErrorKind, Message};
+use acp_rpc::{Connection, ErrorObject};
 use acp_types::*;
 use serde::de::IgnoredAny;
 use serde_json::{Value, json};
@@ -247,7 +247,7 @@ pub fn router(data: &[u8]) {
                 .write_queue_capacity(1),
             _ => Connection::new().notification_queue_capacity(1).cancel_grace(Duration::from_millis(1)),
         };
-        let (agent_end, peer_end) = acp_runtime::transport::duplex(4096);
+        let (agent_end, peer_end) = acp_rpc::transport::duplex(4096);
         let (client, serve) = connection.serve_agent(FuzzAgent, agent_end.0, agent_end.1);
         drop(client);
         let serve = tokio::spawn(serve);

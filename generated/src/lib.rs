@@ -45,14 +45,51 @@
 
  # serde_json's features
 
- `float_roundtrip` (on by default) turns on serde_json's exact float parsing, so that a number in free-form JSON (`_meta`, `rawInput`) survives a decode and re-encode bit for bit; `preserve_order` (off by default) makes free-form objects keep the order their keys came in when written back, where they are otherwise written in sorted order. Both change serde_json for the whole build, so each is the dependent's choice; the objects whose order the protocol cares about are [`serde_support::OrderedMap`]s, ordered either way.*/
+ `float_roundtrip` (on by default) turns on serde_json's exact float parsing, so that a number in free-form JSON (`_meta`, `rawInput`) survives a decode and re-encode bit for bit; `preserve_order` (off by default) makes free-form objects keep the order their keys came in when written back, where they are otherwise written in sorted order. Both change serde_json for the whole build, so each is the dependent's choice; the objects whose order the protocol cares about are [`serde_support::OrderedMap`]s, ordered either way.
+
+ # Serving and calling: `acp-rpc`
+
+ This crate has the messages and the traits, and no transport. To write an agent, a client or a proxy, depend on `acp-rpc`: JSON-RPC over stdio or any stream, ACP's concurrency and cancellation rules, and `#[acp_agent]` / `#[acp_client]`; it re-exports this crate as `acp_rpc::acp_types`.
+
+ # Vendoring the types instead
+
+ A project that would rather not depend on this crate can keep the types in its own tree: `cargo xtask vendor --out src/acp.rs` (run in the ACP toolchain's source tree; `--features`, `--derive` and `--types-only` choose what goes in) writes one file with the v1 types, the method enums and traits, and this crate's helpers (`decode`, `Nullable`, `lossless`), depending on serde and serde_json only. The project declares it as a module and uses it with the paths of this crate's root; CI runs this program against a freshly vendored file:
+
+ ```
+ // In the project, `mod acp;` declares the vendored src/acp.rs; this crate stands in for it here.
+ use acp_types as acp;
+
+ use acp::{decode, lossless, ClientCapabilities, Nullable, PromptRequest};
+
+ fn main() {
+     let caps: ClientCapabilities = decode::from_str(r#"{"session": null}"#).expect("decodes");
+     assert!(caps.session.is_null() && caps.session.value().is_none());
+     let text = "{\n  \"sessionId\": \"s\",\n  \"prompt\": [{\"type\": \"text\", \"text\": \"hi\"}, {\"text\": \"no type\"}]\n}";
+     let error = decode::from_str::<PromptRequest>(text).expect_err("the second block has no type");
+     assert_eq!(error.path(), Some("prompt[1]"), "{error}");
+     assert_eq!(error.line(), 3, "{error}");
+     // A proxy's change keeps the members the types do not know.
+     let params = r#"{"sessionId":"s","prompt":[{"type":"text","text":"hi","x-hint":1}],"x-editor":"zed"}"#;
+     let changed = lossless::Lossless::<PromptRequest>::map(params, |request| request.session_id = "t".into())
+         .expect("a prompt request");
+     assert_eq!(
+         changed.get(),
+         r#"{"sessionId":"t","prompt":[{"type":"text","text":"hi","x-hint":1}],"x-editor":"zed"}"#
+     );
+ }
+ ```*/
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(missing_docs)]
 pub mod decode;
 pub mod lossless;
 pub mod serde_support;
 pub mod v1;
 #[cfg(feature = "unstable_protocol_v2")]
 pub mod v2;
+/// The README's example, run as a doctest so that it cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;
 pub use decode::DecodeError;
 pub use lossless::Lossless;
 pub use serde_support::{Nullable, UnknownVariant};

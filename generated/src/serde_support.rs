@@ -155,26 +155,32 @@ impl<V> Default for OrderedMap<V> {
 }
 
 impl<V> OrderedMap<V> {
+    /// An empty map.
     pub fn new() -> Self {
         OrderedMap(Vec::new())
     }
 
+    /// The number of entries.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// Whether the map has no entries.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// The value of `key`, if present.
     pub fn get(&self, key: &str) -> Option<&V> {
         self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
+    /// The value of `key`, mutably, if present.
     pub fn get_mut(&mut self, key: &str) -> Option<&mut V> {
         self.0.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
+    /// Whether `key` is present.
     pub fn contains_key(&self, key: &str) -> bool {
         self.get(key).is_some()
     }
@@ -203,10 +209,12 @@ impl<V> OrderedMap<V> {
         self.0.iter().map(|(k, v)| (k.as_str(), v))
     }
 
+    /// The keys, in order.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(|(k, _)| k.as_str())
     }
 
+    /// The values, in the order of their keys.
     pub fn values(&self) -> impl Iterator<Item = &V> {
         self.0.iter().map(|(_, v)| v)
     }
@@ -216,6 +224,7 @@ impl<V> OrderedMap<V> {
         self.0.iter_mut().map(|(k, v)| (k.as_str(), v))
     }
 
+    /// The values, mutably, in the order of their keys.
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
         self.0.iter_mut().map(|(_, v)| v)
     }

@@ -237,7 +237,7 @@ pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
         // that says so, instead of the compiler's about each missing item.
         let message = format!(
             "#[{macro_name}] needs protocol v2: enable the cargo feature `unstable_protocol_v2` \
-             (`acp-runtime = {{ version = \"..\", features = [\"unstable_protocol_v2\"] }}`)"
+             (`acp-rpc = {{ version = \"..\", features = [\"unstable_protocol_v2\"] }}`)"
         );
         gate(&krate, &["unstable_protocol_v2"], imp, quote!(::core::compile_error! { #message }))
     } else {
@@ -253,7 +253,7 @@ pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
 /// `#[acp_agent]`, `#[acp_agent(v2)]`, `#[acp_agent(crate = "path")]`, or both keys.
 fn parse_attr(attr: TokenStream, side: Side, errors: &mut Errors) -> (syn::Path, Side) {
     let (macro_name, _, _) = side.names();
-    let mut krate: syn::Path = syn::parse_quote!(::acp_runtime);
+    let mut krate: syn::Path = syn::parse_quote!(::acp_rpc);
     let mut side = side;
     if attr.is_empty() {
         return (krate, side);
@@ -269,7 +269,7 @@ fn parse_attr(attr: TokenStream, side: Side, errors: &mut Errors) -> (syn::Path,
             let key = meta.path.get_ident().map(|i| i.to_string()).unwrap_or_else(|| "?".into());
             Err(meta.error(format!(
                 "unknown #[{macro_name}] key `{key}`; the keys are `v2` (protocol v2) and \
-                 `crate = \"path::to::acp_runtime\"`"
+                 `crate = \"path::to::acp_rpc\"`"
             )))
         }
     });
@@ -774,7 +774,7 @@ fn inherent_block(krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -> Token
         let features = h.features.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(" or ");
         let message = format!(
             "`{}` handles `{}`, an unstable method: enable the cargo feature {features} \
-             (e.g. `acp-runtime = {{ version = \"..\", features = [\"{}\"] }}`)",
+             (e.g. `acp-rpc = {{ version = \"..\", features = [\"{}\"] }}`)",
             h.name, h.method, h.features[0]
         );
         let error = quote_spanned!(b.func.sig.ident.span()=> ::core::compile_error! { #message });
@@ -1086,7 +1086,7 @@ mod tests {
     fn types_fit_by_their_last_segment() {
         let ty = |s: &str| syn::parse_str::<Type>(s).unwrap();
         for fits in
-            ["PromptRequest", "acp_types::PromptRequest", "::acp_runtime::acp_types::PromptRequest", "(PromptRequest)"]
+            ["PromptRequest", "acp_types::PromptRequest", "::acp_rpc::acp_types::PromptRequest", "(PromptRequest)"]
         {
             assert!(fit(&ty(fits), "PromptRequest") == Fit::Yes, "{fits}");
         }

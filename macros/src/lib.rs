@@ -8,7 +8,10 @@
 //! routing, decoding, cancellation and errors are the runtime's. Misuse is reported at compile
 //! time, all errors at once, each pointing at the offending code.
 //!
-//! Use the macros through `acp-runtime`, which re-exports them.
+//! Use the macros through `acp-rpc`, which re-exports them.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![deny(missing_docs)]
 
 mod expand;
 mod proxy;
@@ -32,24 +35,24 @@ use proc_macro::TokenStream;
 /// - Any other `async fn` must be named after a protocol method; plain functions and
 ///   associated consts are left in the block. The block may be generic.
 /// - `#[cfg]` / `#[cfg_attr(.., cfg(..))]` on a handler apply to everything generated for it.
-/// - A handler of an unstable method needs the `acp-runtime` feature of that name (one
+/// - A handler of an unstable method needs the `acp-rpc` feature of that name (one
 ///   compile error says which otherwise).
 /// - The capabilities of the handlers present (e.g. `loadSession` when `session_load` is
 ///   handled) are added to the `initialize` result.
 ///
 /// # Protocol v2
 ///
-/// `#[acp_agent(v2)]` implements `acp_types::v2::Agent<acp_runtime::v2::AgentContext>` instead
-/// (needs the `acp-runtime` feature `unstable_protocol_v2`): handler names and types come from
+/// `#[acp_agent(v2)]` implements `acp_types::v2::Agent<acp_rpc::v2::AgentContext>` instead
+/// (needs the `acp-rpc` feature `unstable_protocol_v2`): handler names and types come from
 /// v2's method table, capabilities are advertised v2-style (`{}` markers under `capabilities`,
 /// e.g. `session.delete` when `session_delete` is handled), and the v2 baseline is required:
 /// `session_new`, `session_list`, `session_resume`, `session_close`, `session_prompt` and
 /// `session_cancel`; `auth_login` and `auth_logout` come as a pair or not at all. A prompt
 /// handler reaches its turn (`cx.turn()`) to stream messages and tool calls; its `Ok` ends the
 /// turn with `end_turn`. Serve a v1 and a v2 block from one binary with
-/// `acp_runtime::ProtocolRouter`.
+/// `acp_rpc::ProtocolRouter`.
 ///
-/// The attribute's other key, `crate = "path::to::acp_runtime"`, names the runtime when it is
+/// The attribute's other key, `crate = "path::to::acp_rpc"`, names the runtime when it is
 /// re-exported under another path.
 #[proc_macro_attribute]
 pub fn acp_agent(attr: TokenStream, item: TokenStream) -> TokenStream {
@@ -57,10 +60,10 @@ pub fn acp_agent(attr: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// Turns `impl MyClient { async fn session_request_permission(..) .. }` into an ACP client:
-/// implements `acp_types::Client<ClientContext>` and `acp_runtime::Advertise` (the client
+/// implements `acp_types::Client<ClientContext>` and `acp_rpc::Advertise` (the client
 /// capabilities the handlers present earn, for the `initialize` request). The rules are
 /// [`acp_agent`]'s, with `cx: ClientContext`; `#[acp_client(v2)]` implements
-/// `acp_types::v2::Client<acp_runtime::v2::ClientContext>` (no `fs/*` or `terminal/*`: v2 has
+/// `acp_types::v2::Client<acp_rpc::v2::ClientContext>` (no `fs/*` or `terminal/*`: v2 has
 /// neither).
 #[proc_macro_attribute]
 pub fn acp_client(attr: TokenStream, item: TokenStream) -> TokenStream {
@@ -68,8 +71,8 @@ pub fn acp_client(attr: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// Turns `impl MyProxy { async fn session_prompt(..) .. }` into an ACP proxy: implements
-/// `acp_runtime::proxy::Proxy`, handling the messages the block's functions are named after
-/// and forwarding everything else untouched (serve it with `acp_runtime::proxy::serve_proxy`).
+/// `acp_rpc::proxy::Proxy`, handling the messages the block's functions are named after
+/// and forwarding everything else untouched (serve it with `acp_rpc::proxy::serve_proxy`).
 ///
 /// - A function named after a method the agent handles (`session_prompt`, `session_cancel`,
 ///   `session_new`, ...) intercepts it on its way from the client; one named after a method
@@ -87,7 +90,7 @@ pub fn acp_client(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// - Any other `async fn` in the block is an error (unknown names get a "did you mean");
 ///   plain functions stay as helpers. All errors are reported at once, each at its cause.
 ///
-/// The attribute's one key, `crate = "path::to::acp_runtime"`, names the runtime when it is
+/// The attribute's one key, `crate = "path::to::acp_rpc"`, names the runtime when it is
 /// re-exported under another path.
 #[proc_macro_attribute]
 pub fn acp_proxy(attr: TokenStream, item: TokenStream) -> TokenStream {

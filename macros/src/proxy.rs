@@ -1,4 +1,4 @@
-//! `#[acp_proxy]`: an inherent impl block becomes an `acp_runtime::proxy::Proxy` that handles
+//! `#[acp_proxy]`: an inherent impl block becomes an `acp_rpc::proxy::Proxy` that handles
 //! the messages its functions are named after and forwards everything else untouched.
 //!
 //! A function's name is a protocol method's handler name, from the client's side (the methods
@@ -63,14 +63,14 @@ impl Errors {
 
 pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    let mut krate: syn::Path = syn::parse_quote!(::acp_runtime);
+    let mut krate: syn::Path = syn::parse_quote!(::acp_rpc);
     if !attr.is_empty() {
         let parser = syn::meta::parser(|meta| {
             if meta.path.is_ident("crate") {
                 krate = meta.value()?.parse::<LitStr>()?.parse()?;
                 Ok(())
             } else {
-                Err(meta.error("unknown #[acp_proxy] key; the only key is `crate = \"path::to::acp_runtime\"`"))
+                Err(meta.error("unknown #[acp_proxy] key; the only key is `crate = \"path::to::acp_rpc\"`"))
             }
         });
         if let Err(e) = syn::parse::Parser::parse2(parser, attr) {

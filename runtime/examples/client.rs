@@ -1,10 +1,10 @@
 //! An ACP client: spawns any agent command (or connects to a remote agent by URL), runs one
 //! prompt turn and prints a live transcript (see `common/client.rs`).
 //!
-//! `cargo run -p acp-runtime --example client -- [--root DIR] [--policy allow|reject|ask] [--prompt TEXT] [--protocol 1|2] [-v] -- <agent command...>`
+//! `cargo run -p acp-rpc --example client -- [--root DIR] [--policy allow|reject|ask] [--prompt TEXT] [--protocol 1|2] [-v] -- <agent command...>`
 //!
-//! `cargo run -p acp-runtime --example client -- [options] --url http://HOST:PORT/acp` (or `ws://…`): the
-//! same turn against a remote agent, over Streamable HTTP or WebSocket (`acp_runtime::http::client`).
+//! `cargo run -p acp-rpc --example client -- [options] --url http://HOST:PORT/acp` (or `ws://…`): the
+//! same turn against a remote agent, over Streamable HTTP or WebSocket (`acp_rpc::http::client`).
 
 #[path = "common/client.rs"]
 mod demo_client;

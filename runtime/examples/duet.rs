@@ -1,7 +1,7 @@
 //! The demo agent and the demo client in one binary: the client spawns this very executable
 //! with `--as-agent` and prints the prompt turn as a transcript. The README's run command:
 //!
-//! `cargo run -p acp-runtime --example duet [-- --root DIR] [--policy allow|reject|ask] [--prompt TEXT] [--protocol 1|2] [-v]`
+//! `cargo run -p acp-rpc --example duet [-- --root DIR] [--policy allow|reject|ask] [--prompt TEXT] [--protocol 1|2] [-v]`
 //!
 //! The agent serves protocol v1 and v2 from the one executable; `--protocol 2` has the client
 //! ask for v2 and shows the v2 turn (needs the `unstable_protocol_v2` feature, which
@@ -106,15 +106,15 @@ const PROXIES: [&str; 2] = ["context", "filter"];
 
 /// `--as-proxy NAME`: one of the example proxies on stdio.
 async fn serve_example_proxy(name: Option<&str>) -> i32 {
-    let (stdin, stdout) = acp_runtime::transport::stdio();
+    let (stdin, stdout) = acp_rpc::transport::stdio();
     let served = match name {
         Some("context") => {
             let proxy = proxies::AddContext { context: proxies::DEFAULT_CONTEXT.to_owned() };
-            acp_runtime::proxy::serve_proxy(proxy, stdin, stdout).await
+            acp_rpc::proxy::serve_proxy(proxy, stdin, stdout).await
         }
         Some("filter") => {
             let proxy = proxies::FilterTools::new(vec!["read".to_owned()]);
-            acp_runtime::proxy::serve_proxy(proxy, stdin, stdout).await
+            acp_rpc::proxy::serve_proxy(proxy, stdin, stdout).await
         }
         _ => exit_usage("--as-proxy is `context` or `filter`"),
     };
@@ -124,7 +124,7 @@ async fn serve_example_proxy(name: Option<&str>) -> i32 {
 /// `--as-chain NAME...`: the conductor, with the named proxies in front of the demo agent
 /// (all of them this executable again).
 async fn run_chain(names: Vec<String>) -> i32 {
-    use acp_runtime::proxy::conductor::{ComponentCommand, Conductor, run_commands};
+    use acp_rpc::proxy::conductor::{ComponentCommand, Conductor, run_commands};
     let exe = match std::env::current_exe() {
         Ok(exe) => exe.to_string_lossy().into_owned(),
         Err(e) => {
@@ -140,7 +140,7 @@ async fn run_chain(names: Vec<String>) -> i32 {
     };
     let mut commands: Vec<_> = names.into_iter().map(|name| component(vec!["--as-proxy".into(), name])).collect();
     commands.push(component(vec!["--as-agent".into()]));
-    let (stdin, stdout) = acp_runtime::transport::stdio();
+    let (stdin, stdout) = acp_rpc::transport::stdio();
     let kill_grace = std::time::Duration::from_secs(2);
     match run_commands(Conductor::new(), stdin, stdout, &commands, kill_grace).await {
         Ok(exit) if exit.is_clean() => 0,

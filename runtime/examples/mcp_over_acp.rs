@@ -4,14 +4,14 @@
 //! `mcp/message` and `mcp/disconnect`. Both ends run in this process over an in-memory
 //! connection, so the whole exchange is visible in one place:
 //!
-//! `cargo run -p acp-runtime --features mcp-over-acp --example mcp_over_acp`
+//! `cargo run -p acp-rpc --features mcp-over-acp --example mcp_over_acp`
 
-use acp_runtime::acp_types::*;
-use acp_runtime::mcp::rmcp::handler::server::wrapper::Parameters;
-use acp_runtime::mcp::rmcp::model::CallToolRequestParams;
-use acp_runtime::mcp::rmcp::{self, tool, tool_router};
-use acp_runtime::mcp::{McpClients, McpServers, acp_servers};
-use acp_runtime::{AgentContext, ClientContext, acp_agent, acp_client};
+use acp_rpc::acp_types::*;
+use acp_rpc::mcp::rmcp::handler::server::wrapper::Parameters;
+use acp_rpc::mcp::rmcp::model::CallToolRequestParams;
+use acp_rpc::mcp::rmcp::{self, tool, tool_router};
+use acp_rpc::mcp::{McpClients, McpServers, acp_servers};
+use acp_rpc::{AgentContext, ClientContext, acp_agent, acp_client};
 use serde_json::json;
 
 // ---- the client's MCP server: a plain rmcp tool ----------------------------------------------
@@ -139,14 +139,14 @@ impl Agent {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (agent_end, client_end) = acp_runtime::transport::duplex(1 << 20);
-    let (_client, agent_serve) = acp_runtime::serve_agent(Agent::default(), agent_end.0, agent_end.1);
+    let (agent_end, client_end) = acp_rpc::transport::duplex(1 << 20);
+    let (_client, agent_serve) = acp_rpc::serve_agent(Agent::default(), agent_end.0, agent_end.1);
     tokio::spawn(agent_serve);
 
     // The client registers its server and declares it in `session/new`.
     let mcp = McpServers::new();
     let declaration = mcp.add("editor-tools", || EditorTools);
-    let (agent, client_serve) = acp_runtime::serve_client(Editor { mcp }, client_end.0, client_end.1);
+    let (agent, client_serve) = acp_rpc::serve_client(Editor { mcp }, client_end.0, client_end.1);
     tokio::spawn(client_serve);
 
     agent.initialize(InitializeRequest::new(ProtocolVersion::V1)).await?;

@@ -2,16 +2,16 @@
 //! each `session/prompt`'s content, and everything else passes through untouched. Run it in a
 //! chain with the conductor:
 //!
-//! `acp-conductor agent "cargo run -q -p acp-runtime --example proxy_context -- --context 'Be brief.'" "cargo run -q -p acp-runtime --example agent"`
+//! `acp-conductor agent "cargo run -q -p acp-rpc --example proxy_context -- --context 'Be brief.'" "cargo run -q -p acp-rpc --example agent"`
 //!
 //! and drive the chain with the `client` example as with any agent:
-//! `cargo run -p acp-runtime --example client -- -- cargo run -q -p acp-conductor -- agent "..." "..."`.
+//! `cargo run -p acp-rpc --example client -- -- cargo run -q -p acp-conductor -- agent "..." "..."`.
 
 #[path = "common/proxies.rs"]
 #[allow(dead_code)] // each example uses one of the two proxies
 mod proxies;
 
-use acp_runtime::proxy::serve_proxy;
+use acp_rpc::proxy::serve_proxy;
 use proxies::{AddContext, DEFAULT_CONTEXT};
 
 const USAGE: &str = "usage: proxy_context [--context TEXT]";
@@ -29,7 +29,7 @@ async fn main() -> std::process::ExitCode {
             }
         }
     }
-    let (stdin, stdout) = acp_runtime::transport::stdio();
+    let (stdin, stdout) = acp_rpc::transport::stdio();
     match serve_proxy(AddContext { context }, stdin, stdout).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

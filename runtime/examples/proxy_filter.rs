@@ -2,13 +2,13 @@
 //! (`--deny execute,delete`, the default) are rejected on the user's behalf, without reaching
 //! the editor; every other message passes through untouched. Run it with the conductor:
 //!
-//! `acp-conductor agent "cargo run -q -p acp-runtime --example proxy_filter -- --deny read" "cargo run -q -p acp-runtime --example agent"`
+//! `acp-conductor agent "cargo run -q -p acp-rpc --example proxy_filter -- --deny read" "cargo run -q -p acp-rpc --example agent"`
 
 #[path = "common/proxies.rs"]
 #[allow(dead_code)] // each example uses one of the two proxies
 mod proxies;
 
-use acp_runtime::proxy::serve_proxy;
+use acp_rpc::proxy::serve_proxy;
 use proxies::FilterTools;
 
 const USAGE: &str = "usage: proxy_filter [--deny KIND[,KIND...]]  (tool kinds: read, edit, delete, move, search, execute, think, fetch, other)";
@@ -26,7 +26,7 @@ async fn main() -> std::process::ExitCode {
             }
         }
     }
-    let (stdin, stdout) = acp_runtime::transport::stdio();
+    let (stdin, stdout) = acp_rpc::transport::stdio();
     match serve_proxy(FilterTools::new(denied), stdin, stdout).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -1,14 +1,14 @@
 //! Rough throughput of small notifications: over the in-memory duplex, and over real pipes
 //! through `cat` (which echoes our notifications back to our own handler).
 //!
-//! `cargo run --release -p acp-runtime --example throughput [N]`
+//! `cargo run --release -p acp-rpc --example throughput [N]`
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use acp_runtime::transport::{ChildProcess, SpawnOptions, duplex};
-use acp_runtime::{Connection, Handler, IncomingNotification, Peer};
+use acp_rpc::transport::{ChildProcess, SpawnOptions, duplex};
+use acp_rpc::{Connection, Handler, IncomingNotification, Peer};
 use serde_json::json;
 use tokio::sync::Notify;
 

@@ -27,8 +27,8 @@
 //! # Example
 //!
 //! ```no_run
-//! use acp_runtime::agent::{AgentContext, serve_stdio};
-//! use acp_runtime::acp_types::{
+//! use acp_rpc::agent::{AgentContext, serve_stdio};
+//! use acp_rpc::acp_types::{
 //!     Agent, AuthenticateRequest, AuthenticateResponse, CancelNotification, ContentBlock,
 //!     ContentChunk, Error, InitializeRequest, InitializeResponse, NewSessionRequest,
 //!     NewSessionResponse, PromptRequest, PromptResponse, ProtocolVersion, SessionNotification,
@@ -62,7 +62,7 @@
 //! }
 //!
 //! #[tokio::main]
-//! async fn main() -> Result<(), acp_runtime::Error> {
+//! async fn main() -> Result<(), acp_rpc::Error> {
 //!     serve_stdio(Echo).await
 //! }
 //! ```
@@ -525,7 +525,7 @@ impl ClientHandle {
     }
 
     /// `mcp/connect` (unstable): opens a connection to an MCP server the client declared with
-    /// `"type": "acp"`. To run an rmcp client on it, use `acp_runtime::mcp::McpClients`
+    /// `"type": "acp"`. To run an rmcp client on it, use `acp_rpc::mcp::McpClients`
     /// (feature `mcp-over-acp`), which makes this call.
     #[cfg(feature = "unstable_mcp_over_acp")]
     pub async fn mcp_connect(

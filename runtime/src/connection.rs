@@ -180,9 +180,9 @@ use crate::writer::{self};
 /// Configuration of a connection; [`Connection::serve`] starts it.
 ///
 /// ```no_run
-/// # async fn example() -> Result<(), acp_runtime::Error> {
-/// let (reader, writer) = acp_runtime::transport::stdio();
-/// let (peer, serve) = acp_runtime::Connection::new().serve(reader, writer, ());
+/// # async fn example() -> Result<(), acp_rpc::Error> {
+/// let (reader, writer) = acp_rpc::transport::stdio();
+/// let (peer, serve) = acp_rpc::Connection::new().serve(reader, writer, ());
 /// tokio::spawn(serve);
 /// let result = peer.request_raw("initialize", None).await?;
 /// # Ok(()) }

@@ -53,7 +53,7 @@ impl Error {
     /// the request never ran there, so sending it again after [`Error::retry_after`] is safe.
     ///
     /// ```
-    /// # async fn example(peer: acp_runtime::Peer) -> Result<(), acp_runtime::Error> {
+    /// # async fn example(peer: acp_rpc::Peer) -> Result<(), acp_rpc::Error> {
     /// let _answer = loop {
     ///     match peer.request_raw("_my/lookup", None).await {
     ///         Err(e) if e.is_overloaded() => tokio::time::sleep(e.retry_after().unwrap_or_default()).await,

@@ -8,7 +8,145 @@
 //! and is served with [`agent::serve_stdio`] (or [`Connection::serve_agent`]); a client
 //! implements `acp_types::Client<ClientContext>` and starts an agent with
 //! `client::spawn_agent` (feature `process`; or [`Connection::serve_client`] over any transport). Each side calls the other
-//! through a typed handle ([`ClientHandle`], [`AgentHandle`]). See [`agent`] for an example.
+//! through a typed handle ([`ClientHandle`], [`AgentHandle`]). The macros [`acp_agent`],
+//! [`acp_client`] and [`acp_proxy`] write the trait implementations from an impl block.
+//!
+//! # An agent
+//!
+//! Each `async fn` handles the method it is named after; `#[ext]` binds an extension method.
+//! The block below is a whole agent, served on stdin/stdout:
+//!
+//! ```no_run
+//! use acp_rpc::acp_types::*;
+//! use acp_rpc::{AgentContext, acp_agent};
+//!
+//! struct Shouter;
+//!
+//! #[acp_agent]
+//! impl Shouter {
+//!     async fn initialize(&self, _: InitializeRequest) -> Result<InitializeResponse, Error> {
+//!         Ok(InitializeResponse::new(ProtocolVersion::V1)) // the version this agent speaks
+//!     }
+//!     async fn authenticate(&self, _: AuthenticateRequest) -> Result<AuthenticateResponse, Error> {
+//!         Ok(AuthenticateResponse::new())
+//!     }
+//!     async fn session_new(&self, _: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+//!         Ok(NewSessionResponse::new("sess_1"))
+//!     }
+//!     async fn session_prompt(&self, p: PromptRequest, cx: AgentContext) -> Result<PromptResponse, Error> {
+//!         let text = TextContent::new("I HEAR YOU");
+//!         let update = SessionUpdate::AgentMessageChunk(ContentChunk::new(text));
+//!         cx.client().session_update(SessionNotification::new(p.session_id, update)).await?;
+//!         Ok(PromptResponse::new(StopReason::EndTurn))
+//!     }
+//!     async fn session_cancel(&self, _: CancelNotification) {}
+//!
+//!     // An extension request: `_shout/upper`, params and result of any serde type.
+//!     #[ext("_shout/upper")]
+//!     async fn upper(&self, text: String) -> Result<String, Error> {
+//!         Ok(text.to_uppercase())
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), acp_rpc::Error> {
+//!     acp_rpc::agent::serve_stdio(Shouter).await
+//! }
+//! ```
+//!
+//! # A client, an extension call and cancellation
+//!
+//! A client handles what the agent sends it (`session/update`, permission requests, and the
+//! file system and terminal methods it chooses to offer) and drives the agent through an
+//! [`AgentHandle`]. Here both run in one process over an in-memory [`transport::duplex`]; a real
+//! client starts the agent with `spawn_agent(client, command)` (feature `process`) and gets the
+//! same handle. The turn is cancelled with `session/cancel`, as ACP asks: the agent's handler
+//! sees its token fire, and the prompt returns `stopReason: cancelled`.
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use acp_rpc::acp_types::*;
+//! use acp_rpc::{AgentContext, acp_agent, acp_client, serve_agent, serve_client, transport};
+//! use tokio::sync::Notify;
+//!
+//! struct Worker;
+//!
+//! #[acp_agent]
+//! impl Worker {
+//!     async fn initialize(&self, _: InitializeRequest) -> Result<InitializeResponse, Error> {
+//!         Ok(InitializeResponse::new(ProtocolVersion::V1))
+//!     }
+//!     async fn authenticate(&self, _: AuthenticateRequest) -> Result<AuthenticateResponse, Error> {
+//!         Ok(AuthenticateResponse::new())
+//!     }
+//!     async fn session_new(&self, _: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+//!         Ok(NewSessionResponse::new("sess_1"))
+//!     }
+//!     // A turn that works until it is cancelled.
+//!     async fn session_prompt(&self, p: PromptRequest, cx: AgentContext) -> Result<PromptResponse, Error> {
+//!         // Asking for the token before the cancel arrives gives the handler time to wind down.
+//!         let cancelled = cx.cancelled();
+//!         let update = SessionUpdate::AgentMessageChunk(ContentChunk::new(TextContent::new("working")));
+//!         cx.client().session_update(SessionNotification::new(p.session_id, update)).await?;
+//!         cancelled.await;
+//!         Ok(PromptResponse::new(StopReason::Cancelled))
+//!     }
+//!     async fn session_cancel(&self, _: CancelNotification) {}
+//!
+//!     #[ext("_demo/reverse")]
+//!     async fn reverse(&self, words: Vec<String>) -> Result<Vec<String>, Error> {
+//!         Ok(words.into_iter().rev().collect())
+//!     }
+//! }
+//!
+//! struct Editor {
+//!     agent_spoke: Arc<Notify>,
+//! }
+//!
+//! #[acp_client]
+//! impl Editor {
+//!     async fn session_request_permission(&self, _: RequestPermissionRequest) -> Result<RequestPermissionResponse, Error> {
+//!         Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
+//!     }
+//!     async fn session_update(&self, _: SessionNotification) {
+//!         self.agent_spoke.notify_one();
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), acp_rpc::Error> {
+//!     let (agent_end, client_end) = transport::duplex(64 * 1024);
+//!     let (_client, agent_connection) = serve_agent(Worker, agent_end.0, agent_end.1);
+//!     tokio::spawn(agent_connection);
+//!     let agent_spoke = Arc::new(Notify::new());
+//!     let editor = Editor { agent_spoke: agent_spoke.clone() };
+//!     let (agent, client_connection) = serve_client(editor, client_end.0, client_end.1);
+//!     tokio::spawn(client_connection);
+//!
+//!     agent.initialize(InitializeRequest::new(ProtocolVersion::V1)).await?;
+//!     let session = agent.new_session(NewSessionRequest::new("/tmp", vec![])).await?;
+//!
+//!     // An extension method: JSON params in, JSON result out.
+//!     let reversed = agent.ext_method("_demo/reverse", serde_json::json!(["a", "b"])).await?;
+//!     assert_eq!(reversed, serde_json::json!(["b", "a"]));
+//!
+//!     // The turn runs in a task of its own (a call is sent when first polled); once the agent
+//!     // has started it, cancel it.
+//!     let prompt = PromptRequest::new(session.session_id.clone(), vec![TextContent::new("go").into()]);
+//!     let turn = tokio::spawn({
+//!         let agent = agent.clone();
+//!         async move { agent.prompt(prompt).await }
+//!     });
+//!     agent_spoke.notified().await;
+//!     agent.cancel(CancelNotification::new(session.session_id)).await?;
+//!     let response = turn.await.expect("the turn's task")?;
+//!     assert_eq!(response.stop_reason, StopReason::Cancelled);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Modules
 //!
 //! | module | owns |
 //! |---|---|
@@ -24,10 +162,12 @@
 //! | [`methods`] | the ACP method names and fixed results the runtime acts on |
 //! | `mcp` | MCP over ACP: rmcp servers offered through the connection, an agent's rmcp clients of them, the conductor's bridge (features `mcp-over-acp`, `mcp-bridge`) |
 //!
+//! # The raw layer
+//!
 //! A raw handler (the typed layer is one too: [`agent::AgentHandler`], [`client::ClientHandler`]):
 //!
 //! ```no_run
-//! use acp_runtime::{Connection, ErrorObject, Handler, IncomingRequest, RawValue};
+//! use acp_rpc::{Connection, ErrorObject, Handler, IncomingRequest, RawValue};
 //!
 //! struct Echo;
 //! impl Handler for Echo {
@@ -39,8 +179,8 @@
 //!     }
 //! }
 //!
-//! # async fn run() -> Result<(), acp_runtime::Error> {
-//! let (reader, writer) = acp_runtime::transport::stdio();
+//! # async fn run() -> Result<(), acp_rpc::Error> {
+//! let (reader, writer) = acp_rpc::transport::stdio();
 //! let (_peer, serve) = Connection::new().serve(reader, writer, Echo);
 //! serve.await
 //! # }
@@ -91,6 +231,14 @@
 //! | a last line without a newline before end of input | handled like any other line |
 //!
 //! Each row is exercised by `tests/bad_input.rs`.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![deny(missing_docs)]
+
+/// The README's example, compiled as a doctest so that it cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;
 
 pub mod agent;
 pub mod client;

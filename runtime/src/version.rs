@@ -64,13 +64,13 @@ impl Version {
 ///
 /// ```no_run
 /// # #[cfg(feature = "unstable_protocol_v2")]
-/// # async fn run<V1, V2>(v1: V1, v2: V2) -> Result<(), acp_runtime::Error>
-/// # where V1: acp_runtime::acp_types::Agent<acp_runtime::AgentContext> + 'static,
-/// #       V2: acp_runtime::acp_types::v2::Agent<acp_runtime::v2::AgentContext> + 'static {
-/// use acp_runtime::version::ProtocolRouter;
+/// # async fn run<V1, V2>(v1: V1, v2: V2) -> Result<(), acp_rpc::Error>
+/// # where V1: acp_rpc::acp_types::Agent<acp_rpc::AgentContext> + 'static,
+/// #       V2: acp_rpc::acp_types::v2::Agent<acp_rpc::v2::AgentContext> + 'static {
+/// use acp_rpc::version::ProtocolRouter;
 /// let router = ProtocolRouter::new().with_v1_agent(v1).with_v2_agent(v2);
-/// let (reader, writer) = acp_runtime::transport::stdio();
-/// let (_peer, serve) = acp_runtime::Connection::new().serve(reader, writer, router);
+/// let (reader, writer) = acp_rpc::transport::stdio();
+/// let (_peer, serve) = acp_rpc::Connection::new().serve(reader, writer, router);
 /// serve.await
 /// # }
 /// ```

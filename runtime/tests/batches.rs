@@ -4,7 +4,7 @@
 
 mod common;
 
-use acp_runtime::{Connection, codes};
+use acp_rpc::{Connection, codes};
 use common::*;
 use serde_json::{Value, json};
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use acp_runtime::transport::duplex;
-use acp_runtime::{
+use acp_rpc::transport::duplex;
+use acp_rpc::{
     Connection, Error, ErrorObject, Handler, IncomingNotification, IncomingRequest, RawValue, codes, methods,
 };
 use common::*;
@@ -383,10 +383,10 @@ async fn contract_4_single_fifo_writer_with_bounded_queue_applies_backpressure()
     assert!(in_flight <= 8 + 64 + 64 + 4 + 2, "{in_flight} messages accepted without a reader");
 
     // Now read: everything arrives, in the order it was sent.
-    let mut lines = acp_runtime::framing::LineReader::new(other_r, 1 << 20);
+    let mut lines = acp_rpc::framing::LineReader::new(other_r, 1 << 20);
     for i in 0..total {
         let frame = tokio::time::timeout(LIMIT, lines.next_frame()).await.unwrap().unwrap().unwrap();
-        let acp_runtime::framing::Frame::Line(line) = frame else { panic!("oversized") };
+        let acp_rpc::framing::Frame::Line(line) = frame else { panic!("oversized") };
         let v: Value = serde_json::from_slice(line).unwrap();
         assert_eq!(v["params"]["seq"], json!(i));
     }
@@ -831,7 +831,7 @@ async fn a_caller_whose_response_arrived_is_not_held_after_serve_is_dropped() {
             _ = stopped => {}
         }
     });
-    let mut other = acp_runtime::framing::LineReader::new(raw_r, 1 << 20);
+    let mut other = acp_rpc::framing::LineReader::new(raw_r, 1 << 20);
     let mut other_w = raw_w;
 
     // The call is polled by this test only: it sends its request now and looks at its reply
@@ -843,7 +843,7 @@ async fn a_caller_whose_response_arrived_is_not_held_after_serve_is_dropped() {
         r = &mut call => panic!("no answer yet: {r:?}"),
         () = std::future::ready(()) => {}
     }
-    let Some(acp_runtime::framing::Frame::Line(line)) = other.next_frame().await.unwrap() else { panic!("request") };
+    let Some(acp_rpc::framing::Frame::Line(line)) = other.next_frame().await.unwrap() else { panic!("request") };
     let id = serde_json::from_slice::<Value>(line).unwrap()["id"].clone();
     // Two notifications, then the response (so it waits for both), then a line the reader
     // answers itself: once that answer is out, the response has reached the call.
@@ -854,7 +854,7 @@ async fn a_caller_whose_response_arrived_is_not_held_after_serve_is_dropped() {
         json!({"jsonrpc":"2.0","id":id,"result":"done"}),
     );
     tokio::io::AsyncWriteExt::write_all(&mut other_w, input.as_bytes()).await.unwrap();
-    let Some(acp_runtime::framing::Frame::Line(line)) = other.next_frame().await.unwrap() else { panic!("answer") };
+    let Some(acp_rpc::framing::Frame::Line(line)) = other.next_frame().await.unwrap() else { panic!("answer") };
     assert_eq!(serde_json::from_slice::<Value>(line).unwrap()["error"]["code"], json!(codes::PARSE_ERROR));
     next(&mut entered).await;
 

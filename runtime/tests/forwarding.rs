@@ -7,8 +7,8 @@ mod common;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use acp_runtime::transport::duplex;
-use acp_runtime::{Connection, ErrorObject, Forward, Handler, IncomingRequest, Peer, RawValue, codes};
+use acp_rpc::transport::duplex;
+use acp_rpc::{Connection, ErrorObject, Forward, Handler, IncomingRequest, Peer, RawValue, codes};
 use common::*;
 use serde_json::{Value, json};
 

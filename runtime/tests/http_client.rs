@@ -1,4 +1,4 @@
-//! The remote client (`acp_runtime::http::client`) against a scripted server, for what the
+//! The remote client (`acp_rpc::http::client`) against a scripted server, for what the
 //! official peers cannot be made to do on demand: refused POSTs, streams that end, oversized or
 //! malformed events, idle streams, h2c, a refused or closed WebSocket, and bad URLs. (The happy
 //! paths against the official TypeScript server are in `tests/tests/interop_http.rs`.)
@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use acp_runtime::http::client::{ConnectError, Profile, Remote, RemoteAgent};
-use acp_runtime::{Error, ErrorObject, Handler, IncomingRequest, Peer, RawValue, codes};
+use acp_rpc::http::client::{ConnectError, Profile, Remote, RemoteAgent};
+use acp_rpc::{Error, ErrorObject, Handler, IncomingRequest, Peer, RawValue, codes};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Full};

@@ -1,4 +1,4 @@
-//! The HTTP server (`acp_runtime::http::server`, feature `http-server`) as a remote client
+//! The HTTP server (`acp_rpc::http::server`, feature `http-server`) as a remote client
 //! sees it: the RFD's message flows over Streamable HTTP (HTTP/1.1 and h2c) and WebSocket,
 //! and a table of hostile HTTP inputs, each with its status and the connection still serving.
 //! The client side here is written by hand on hyper, so that every header is the test's.
@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use acp_runtime::http::server::{HttpServer, ServerOptions};
-use acp_runtime::{ErrorObject, Handler, IncomingNotification, IncomingRequest, RawValue};
+use acp_rpc::http::server::{HttpServer, ServerOptions};
+use acp_rpc::{ErrorObject, Handler, IncomingNotification, IncomingRequest, RawValue};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Full};

@@ -5,16 +5,16 @@
 //! reason: an untrusted certificate, one for another name, the default roots, a handshake that
 //! never ends. Certificates in `tests/fixtures` (self-signed, valid until 2126):
 //! `tls-localhost` for `localhost` / 127.0.0.1, `tls-other-name` for `other.invalid` only.
-#![cfg(all(feature = "http-tls", feature = "http-client"))]
+#![cfg(all(feature = "http-tls", feature = "http-server", feature = "http-client"))]
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use acp_runtime::client::ClientContext;
-use acp_runtime::http::client::{ConnectError, Profile, Remote};
-use acp_runtime::http::server::rustls::{self, pki_types::pem::PemObject};
-use acp_runtime::http::server::{BoundServer, HttpServer};
-use acp_runtime::{Error, ErrorObject, Handler, IncomingRequest, RawValue};
+use acp_rpc::client::ClientContext;
+use acp_rpc::http::client::{ConnectError, Profile, Remote};
+use acp_rpc::http::server::rustls::{self, pki_types::pem::PemObject};
+use acp_rpc::http::server::{BoundServer, HttpServer};
+use acp_rpc::{Error, ErrorObject, Handler, IncomingRequest, RawValue};
 use acp_types::{
     Client, ContentBlock, InitializeRequest, NewSessionRequest, PromptRequest, ProtocolVersion,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,

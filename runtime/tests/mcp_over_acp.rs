@@ -6,12 +6,12 @@
 
 mod mcp_common;
 
-use acp_runtime::acp_types::*;
-use acp_runtime::mcp::{McpClients, McpServers};
-use acp_runtime::proxy::conductor::{Component, Conductor};
-use acp_runtime::proxy::proxy_connection;
-use acp_runtime::transport::duplex;
-use acp_runtime::{AgentHandle, Connection, RawValue, serve_agent, serve_client};
+use acp_rpc::acp_types::*;
+use acp_rpc::mcp::{McpClients, McpServers};
+use acp_rpc::proxy::conductor::{Component, Conductor};
+use acp_rpc::proxy::proxy_connection;
+use acp_rpc::transport::duplex;
+use acp_rpc::{AgentHandle, Connection, RawValue, serve_agent, serve_client};
 use mcp_common::*;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -25,7 +25,7 @@ struct Client {
 }
 
 /// A `ToolClient` offering `mcp` over `end`.
-fn client(mcp: McpServers, end: acp_runtime::transport::DuplexEnd) -> Client {
+fn client(mcp: McpServers, end: acp_rpc::transport::DuplexEnd) -> Client {
     let (messages_tx, messages) = mpsc::unbounded_channel();
     let tool_client = ToolClient { mcp: mcp.clone(), messages: messages_tx };
     let (agent, serve) = serve_client(tool_client, end.0, end.1);
@@ -74,7 +74,7 @@ async fn an_agent_calls_the_clients_rmcp_tools_over_the_acp_connection() {
 }
 
 /// In-process components of a chain: the conductor's ends, each served by a task.
-fn component(name: &str) -> (Component, acp_runtime::transport::DuplexEnd) {
+fn component(name: &str) -> (Component, acp_rpc::transport::DuplexEnd) {
     let (conductor_end, component_end) = duplex(BUF);
     (Component::new(name, conductor_end.0, conductor_end.1), component_end)
 }
@@ -112,7 +112,7 @@ async fn through_a_chain_the_agent_reaches_the_clients_server_and_a_proxys_own()
 
     client.agent.close();
     let end = tokio::time::timeout(LIMIT, chain).await.expect("the chain ends").unwrap().unwrap();
-    assert_eq!(end, acp_runtime::proxy::conductor::ChainEnd::ClientClosed);
+    assert_eq!(end, acp_rpc::proxy::conductor::ChainEnd::ClientClosed);
 }
 
 /// The providing client on the wire, driven by a raw agent side.
@@ -124,11 +124,11 @@ async fn the_wire_shapes_and_the_answers_to_bad_messages() {
     let _client = client(mcp.clone(), client_end);
     let (peer, serve) = Connection::new().serve(agent_end.0, agent_end.1, ());
     tokio::spawn(serve);
-    let call = async |method: &str, params: Value| -> Result<Value, acp_runtime::ErrorObject> {
+    let call = async |method: &str, params: Value| -> Result<Value, acp_rpc::ErrorObject> {
         let raw = serde_json::value::to_raw_value(&params).unwrap();
         match peer.request_raw(method, Some(&raw)).await {
             Ok(result) => Ok(serde_json::from_str(RawValue::get(&result)).unwrap()),
-            Err(acp_runtime::Error::Rpc(e)) => Err(e),
+            Err(acp_rpc::Error::Rpc(e)) => Err(e),
             Err(e) => panic!("{method}: {e}"),
         }
     };

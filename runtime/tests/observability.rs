@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use acp_runtime::Connection;
+use acp_rpc::Connection;
 use common::*;
 use serde_json::json;
 use tracing::field::{Field, Visit};

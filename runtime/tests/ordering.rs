@@ -6,7 +6,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use acp_runtime::{Connection, ErrorObject, Handler, IncomingNotification, IncomingRequest, RawValue};
+use acp_rpc::{Connection, ErrorObject, Handler, IncomingNotification, IncomingRequest, RawValue};
 use common::*;
 use serde_json::json;
 

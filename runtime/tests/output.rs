@@ -7,9 +7,9 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 
-use acp_runtime::framing::{Frame, LineReader};
-use acp_runtime::transport::{PipeReader, duplex};
-use acp_runtime::{Connection, Peer, RawValue, methods};
+use acp_rpc::framing::{Frame, LineReader};
+use acp_rpc::transport::{PipeReader, duplex};
+use acp_rpc::{Connection, Peer, RawValue, methods};
 use common::*;
 use serde_json::{Value, json};
 
@@ -136,11 +136,8 @@ struct Pretty;
 
 const PRETTY: &str = "{\r\n  \"text\": \"two\\nlines\",\n  \"list\": [\n    1,\r    2\n  ]\n}";
 
-impl acp_runtime::Handler for Pretty {
-    async fn handle_request(
-        &self,
-        _req: acp_runtime::IncomingRequest,
-    ) -> Result<Box<RawValue>, acp_runtime::ErrorObject> {
+impl acp_rpc::Handler for Pretty {
+    async fn handle_request(&self, _req: acp_rpc::IncomingRequest) -> Result<Box<RawValue>, acp_rpc::ErrorObject> {
         Ok(raw(PRETTY))
     }
 }

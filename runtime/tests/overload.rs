@@ -10,9 +10,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use acp_runtime::framing::{Frame, LineReader};
-use acp_runtime::transport::{PipeReader, PipeWriter, duplex};
-use acp_runtime::{
+use acp_rpc::framing::{Frame, LineReader};
+use acp_rpc::transport::{PipeReader, PipeWriter, duplex};
+use acp_rpc::{
     CancellationToken, Connection, Error, ErrorObject, Handler, IncomingNotification, IncomingRequest, Peer, RawValue,
     codes,
 };

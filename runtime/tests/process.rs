@@ -7,8 +7,8 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use acp_runtime::transport::{ChildProcess, SpawnOptions, StderrMode};
-use acp_runtime::{Connection, Error};
+use acp_rpc::transport::{ChildProcess, SpawnOptions, StderrMode};
+use acp_rpc::{Connection, Error};
 use common::*;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -170,7 +170,7 @@ async fn transport_child_stderr_is_piped_or_forwarded() {
     assert!(status.success());
 }
 
-/// The `acp_runtime::process` events of this thread: `(pid, what)`, `what` a signal sent to the
+/// The `acp_rpc::process` events of this thread: `(pid, what)`, `what` a signal sent to the
 /// group (`SIGTERM`, `SIGKILL`) or `reaped`.
 #[derive(Clone, Default)]
 struct ProcessLog(std::sync::Arc<std::sync::Mutex<Vec<(u64, String)>>>);
@@ -188,7 +188,7 @@ impl tracing::field::Visit for Fields {
 
 impl tracing::Subscriber for ProcessLog {
     fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        metadata.target() == "acp_runtime::process"
+        metadata.target() == "acp_rpc::process"
     }
     fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
         tracing::span::Id::from_u64(1)

@@ -1,4 +1,4 @@
-//! A proxy's connection (`acp_runtime::proxy`) against a raw conductor: an intercepted
+//! A proxy's connection (`acp_rpc::proxy`) against a raw conductor: an intercepted
 //! `session/prompt` that the proxy forwards is cancelled on the next hop the way it was
 //! cancelled here.
 
@@ -6,8 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use acp_runtime::proxy::{Proxy, Side, serve_proxy};
-use acp_runtime::transport::duplex;
+use acp_rpc::proxy::{Proxy, Side, serve_proxy};
+use acp_rpc::transport::duplex;
 use common::*;
 use serde_json::json;
 

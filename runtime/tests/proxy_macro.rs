@@ -6,10 +6,10 @@ mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use acp_runtime::proxy::conductor::{Component, Conductor};
-use acp_runtime::proxy::{ProxiedNotification, ProxiedRequest, proxy_connection};
-use acp_runtime::transport::duplex;
-use acp_runtime::{Connection, ErrorObject, Handler, IncomingRequest, RawValue, acp_proxy};
+use acp_rpc::proxy::conductor::{Component, Conductor};
+use acp_rpc::proxy::{ProxiedNotification, ProxiedRequest, proxy_connection};
+use acp_rpc::transport::duplex;
+use acp_rpc::{Connection, ErrorObject, Handler, IncomingRequest, RawValue, acp_proxy};
 use common::*;
 use serde_json::{Value, json};
 

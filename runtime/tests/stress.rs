@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use acp_runtime::framing::{Frame, LineReader};
-use acp_runtime::transport::duplex;
-use acp_runtime::{Connection, Error, codes};
+use acp_rpc::framing::{Frame, LineReader};
+use acp_rpc::transport::duplex;
+use acp_rpc::{Connection, Error, codes};
 use common::*;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -243,8 +243,8 @@ async fn closed_connection_fails_sends_instead_of_blocking_them() {
 }
 
 struct RawPeerParts {
-    lines: LineReader<acp_runtime::transport::PipeReader>,
-    writer: acp_runtime::transport::PipeWriter,
+    lines: LineReader<acp_rpc::transport::PipeReader>,
+    writer: acp_rpc::transport::PipeWriter,
 }
 
 fn split(raw: RawPeer) -> RawPeerParts {
@@ -252,7 +252,7 @@ fn split(raw: RawPeer) -> RawPeerParts {
     RawPeerParts { lines, writer }
 }
 
-async fn read_json(lines: &mut LineReader<acp_runtime::transport::PipeReader>) -> Value {
+async fn read_json(lines: &mut LineReader<acp_rpc::transport::PipeReader>) -> Value {
     match tokio::time::timeout(LIMIT, lines.next_frame()).await.unwrap().unwrap() {
         Some(Frame::Line(l)) => serde_json::from_slice(l).unwrap(),
         other => panic!("{other:?}"),

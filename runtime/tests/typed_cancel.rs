@@ -7,9 +7,9 @@ mod typed_common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use acp_runtime::Connection;
-use acp_runtime::agent::AgentContext;
-use acp_runtime::transport::duplex;
+use acp_rpc::Connection;
+use acp_rpc::agent::AgentContext;
+use acp_rpc::transport::duplex;
 use acp_types::*;
 use tokio::sync::mpsc;
 use typed_common::*;

@@ -4,9 +4,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use acp_runtime::acp_types::*;
-use acp_runtime::transport::duplex;
-use acp_runtime::{AgentContext, Connection, RawValue, acp_agent};
+use acp_rpc::acp_types::*;
+use acp_rpc::transport::duplex;
+use acp_rpc::{AgentContext, Connection, RawValue, acp_agent};
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -45,7 +45,7 @@ impl Recorder {
     async fn session_cancel(&self, _: CancelNotification) {}
 }
 
-async fn call(peer: &acp_runtime::Peer, method: &str, params: Value) -> Value {
+async fn call(peer: &acp_rpc::Peer, method: &str, params: Value) -> Value {
     let params = RawValue::from_string(params.to_string()).unwrap();
     let result = tokio::time::timeout(LIMIT, peer.request_raw(method, Some(&params))).await.unwrap().unwrap();
     serde_json::from_str(result.get()).unwrap()
@@ -56,7 +56,7 @@ async fn handlers_and_the_client_handle_see_what_the_client_sent_in_initialize()
     let (agent_end, client_end) = duplex(64 * 1024);
     let agent = Recorder::default();
     let seen = agent.seen.clone();
-    let (client_handle, agent_serve) = acp_runtime::serve_agent(agent, agent_end.0, agent_end.1);
+    let (client_handle, agent_serve) = acp_rpc::serve_agent(agent, agent_end.0, agent_end.1);
     let (peer, client_serve) = Connection::new().serve(client_end.0, client_end.1, ());
     tokio::spawn(agent_serve);
     tokio::spawn(client_serve);

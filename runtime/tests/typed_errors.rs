@@ -4,7 +4,7 @@
 mod common;
 mod typed_common;
 
-use acp_runtime::{Error, ErrorObject, RawValue, codes};
+use acp_rpc::{Error, ErrorObject, RawValue, codes};
 use acp_types::*;
 use serde_json::{Value, json};
 use typed_common::*;
@@ -119,20 +119,20 @@ async fn typed_handler_errors_go_out_unchanged_and_come_back_as_rpc_errors() {
 /// An "agent" that answers every request with a result of the wrong shape.
 struct WrongResults;
 
-impl acp_runtime::Handler for WrongResults {
-    async fn handle_request(&self, _req: acp_runtime::IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
+impl acp_rpc::Handler for WrongResults {
+    async fn handle_request(&self, _req: acp_rpc::IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
         Ok(raw(r#"{"protocolVersion":"one","sessionId":7,"stopReason":"end_turn"}"#))
     }
 }
 
 #[tokio::test]
 async fn typed_results_that_do_not_decode_fail_with_the_path_and_null_reads_as_empty() {
-    let (a, b) = acp_runtime::transport::duplex(4096);
-    let (_peer, agent_serve) = acp_runtime::Connection::new().serve(a.0, a.1, WrongResults);
+    let (a, b) = acp_rpc::transport::duplex(4096);
+    let (_peer, agent_serve) = acp_rpc::Connection::new().serve(a.0, a.1, WrongResults);
     let agent_serve = tokio::spawn(agent_serve);
-    let (peer, serve) = acp_runtime::Connection::new().serve(b.0, b.1, ());
+    let (peer, serve) = acp_rpc::Connection::new().serve(b.0, b.1, ());
     let serve = tokio::spawn(serve);
-    let agent = acp_runtime::AgentHandle::new(peer);
+    let agent = acp_rpc::AgentHandle::new(peer);
     match agent.initialize(InitializeRequest::new(ProtocolVersion(1))).await {
         Err(Error::Decode { path, .. }) => assert_eq!(path, "protocolVersion"),
         other => panic!("{other:?}"),
@@ -195,9 +195,9 @@ async fn typed_extension_methods_and_notifications_round_trip_with_meta_untouche
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typed_peer_closing_fails_pending_typed_calls_of_the_agent_with_connection_closed() {
     let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
-    let agent = acp_runtime::agent::AgentHandler::new(TestAgent { events: events_tx });
-    let (mut raw_client, peer, serve) = common::start(acp_runtime::Connection::new(), agent);
-    let client = acp_runtime::ClientHandle::new(peer);
+    let agent = acp_rpc::agent::AgentHandler::new(TestAgent { events: events_tx });
+    let (mut raw_client, peer, serve) = common::start(acp_rpc::Connection::new(), agent);
+    let client = acp_rpc::ClientHandle::new(peer);
 
     // A turn in which the agent waits for a client call that is never answered.
     let params = serde_json::to_value(prompt("hang on read")).unwrap();
@@ -224,9 +224,9 @@ async fn typed_peer_closing_fails_pending_typed_calls_of_the_agent_with_connecti
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typed_peer_closing_fails_pending_typed_calls_of_the_client_with_connection_closed() {
     let (events_tx, _events) = tokio::sync::mpsc::unbounded_channel();
-    let client = acp_runtime::client::ClientHandler::new(TestClient::new(Default::default(), events_tx));
-    let (mut raw_agent, peer, serve) = common::start(acp_runtime::Connection::new(), client);
-    let agent = acp_runtime::AgentHandle::new(peer);
+    let client = acp_rpc::client::ClientHandler::new(TestClient::new(Default::default(), events_tx));
+    let (mut raw_agent, peer, serve) = common::start(acp_rpc::Connection::new(), client);
+    let agent = acp_rpc::AgentHandle::new(peer);
 
     let turn = tokio::spawn({
         let agent = agent.clone();

@@ -7,9 +7,9 @@ mod typed_common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use acp_runtime::client::ClientContext;
-use acp_runtime::transport::{SpawnOptions, StderrMode};
-use acp_runtime::{Connection, Error};
+use acp_rpc::client::ClientContext;
+use acp_rpc::transport::{SpawnOptions, StderrMode};
+use acp_rpc::{Connection, Error};
 use acp_types::*;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use typed_common::LIMIT;

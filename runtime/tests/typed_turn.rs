@@ -120,7 +120,7 @@ async fn typed_permission_request_through_a_cancelled_context_resolves_cancelled
     assert_eq!(pair.client_log.requests.lock().unwrap().len(), 1);
     // Other calls through the cancelled handle fail as cancelled; unbound ones go through.
     let read = bound.read_text_file(ReadTextFileRequest::new(SESSION, "/x")).await;
-    assert!(matches!(read, Err(acp_runtime::Error::Cancelled)), "{read:?}");
+    assert!(matches!(read, Err(acp_rpc::Error::Cancelled)), "{read:?}");
     bound.unbound().read_text_file(ReadTextFileRequest::new(SESSION, "/x")).await.unwrap();
 }
 

@@ -1,7 +1,7 @@
 //! `#[acp_agent]` / `#[acp_client]` handlers of unstable methods, with their features on (see
 //! `acp_types::feature_gates`; without the feature, such a handler is one compile error naming
 //! it: `tests/ui/fail/unstable_without_feature.rs`). Run with
-//! `cargo test -p acp-runtime --features unstable --test unstable_handlers`.
+//! `cargo test -p acp-rpc --features unstable --test unstable_handlers`.
 #![cfg(all(
     feature = "unstable_session_fork",
     feature = "unstable_llm_providers",
@@ -9,10 +9,10 @@
     feature = "unstable_mcp_over_acp"
 ))]
 
-use acp_runtime::acp_types::*;
-use acp_runtime::macro_support::Advertise;
-use acp_runtime::transport::duplex;
-use acp_runtime::{AgentContext, ClientContext, Connection, RawValue, acp_agent, acp_client};
+use acp_rpc::acp_types::*;
+use acp_rpc::macro_support::Advertise;
+use acp_rpc::transport::duplex;
+use acp_rpc::{AgentContext, ClientContext, Connection, RawValue, acp_agent, acp_client};
 use serde_json::{Value, json};
 
 struct Forker;
@@ -66,11 +66,11 @@ async fn unstable_handlers_are_handled_and_advertised_with_their_features_on() {
     is_client(&McpClient);
 
     let (agent_end, client_end) = duplex(64 * 1024);
-    let (_client, agent_serve) = acp_runtime::serve_agent(Forker, agent_end.0, agent_end.1);
+    let (_client, agent_serve) = acp_rpc::serve_agent(Forker, agent_end.0, agent_end.1);
     let (peer, raw_serve) = Connection::new().serve(client_end.0, client_end.1, ());
     tokio::spawn(agent_serve);
     tokio::spawn(raw_serve);
-    let call = async |method: &str, params: Value| -> Result<Value, acp_runtime::Error> {
+    let call = async |method: &str, params: Value| -> Result<Value, acp_rpc::Error> {
         let raw = serde_json::value::to_raw_value(&params).unwrap();
         let result: Box<RawValue> = peer.request_raw(method, Some(&raw)).await?;
         Ok(serde_json::from_str(result.get()).unwrap())
@@ -84,7 +84,7 @@ async fn unstable_handlers_are_handled_and_advertised_with_their_features_on() {
     assert_eq!(forked["sessionId"], "s_fork");
     assert_eq!(call("providers/list", json!({})).await.unwrap()["providers"], json!([]));
     match call("nes/start", json!({})).await {
-        Err(acp_runtime::Error::Rpc(e)) => assert_eq!(e.code, acp_runtime::codes::METHOD_NOT_FOUND),
+        Err(acp_rpc::Error::Rpc(e)) => assert_eq!(e.code, acp_rpc::codes::METHOD_NOT_FOUND),
         other => panic!("nes/start is configured out: {other:?}"),
     }
 }

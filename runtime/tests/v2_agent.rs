@@ -5,15 +5,15 @@
 
 mod common;
 
-use acp_runtime::acp_types::v2::{
+use acp_rpc::acp_types::v2::{
     Agent, CancelSessionNotification, CloseSessionRequest, CloseSessionResponse, Error, Implementation,
     InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse, NewSessionRequest,
     NewSessionResponse, PlanEntry, PlanEntryPriority, PlanEntryStatus, PromptRequest, PromptResponse, ProtocolVersion,
     ResumeSessionRequest, ResumeSessionResponse, StopReason, ToolKind,
 };
-use acp_runtime::v2::AgentContext;
-use acp_runtime::version::ProtocolRouter;
-use acp_runtime::{Connection, codes};
+use acp_rpc::v2::AgentContext;
+use acp_rpc::version::ProtocolRouter;
+use acp_rpc::{Connection, codes};
 use common::*;
 use serde_json::{Value, json};
 
@@ -80,8 +80,8 @@ impl Agent<AgentContext> for Scripted {
     }
 }
 
-fn v2_agent() -> (RawPeer, acp_runtime::Peer, ServeTask) {
-    start(Connection::new().v2_rules(), acp_runtime::v2::AgentHandler::new(Scripted))
+fn v2_agent() -> (RawPeer, acp_rpc::Peer, ServeTask) {
+    start(Connection::new().v2_rules(), acp_rpc::v2::AgentHandler::new(Scripted))
 }
 
 fn prompt(id: i64, session: &str, text: &str) -> Value {
@@ -252,7 +252,7 @@ async fn session_close_waits_no_longer_than_the_cancel_grace_for_a_turn_that_ign
     }
     let grace = std::time::Duration::from_millis(50);
     let (mut peer, _p, _serve) =
-        start(Connection::new().v2_rules().cancel_grace(grace), acp_runtime::v2::AgentHandler::new(Stubborn));
+        start(Connection::new().v2_rules().cancel_grace(grace), acp_rpc::v2::AgentHandler::new(Stubborn));
     peer.send_json(prompt(1, "s1", "anything")).await;
     assert_eq!(
         kinds(&[peer.recv().await, peer.recv().await, peer.recv().await]),
@@ -278,8 +278,8 @@ async fn a_handler_failing_after_acceptance_ends_the_turn_with_error() {
 // ---- one endpoint, both versions ------------------------------------------------------------
 
 mod v1 {
-    use acp_runtime::AgentContext;
-    use acp_runtime::acp_types::*;
+    use acp_rpc::AgentContext;
+    use acp_rpc::acp_types::*;
 
     pub struct Agent1;
 
@@ -302,7 +302,7 @@ mod v1 {
     }
 }
 
-fn dual() -> (RawPeer, acp_runtime::Peer, ServeTask) {
+fn dual() -> (RawPeer, acp_rpc::Peer, ServeTask) {
     start(Connection::new(), ProtocolRouter::new().with_v1_agent(v1::Agent1).with_v2_agent(Scripted))
 }
 
@@ -376,18 +376,18 @@ struct RefusesFirst {
     refused: std::sync::atomic::AtomicBool,
 }
 
-impl acp_runtime::Handler for RefusesFirst {
+impl acp_rpc::Handler for RefusesFirst {
     async fn handle_request(
         &self,
-        req: acp_runtime::IncomingRequest,
-    ) -> Result<Box<serde_json::value::RawValue>, acp_runtime::ErrorObject> {
+        req: acp_rpc::IncomingRequest,
+    ) -> Result<Box<serde_json::value::RawValue>, acp_rpc::ErrorObject> {
         if !self.refused.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return Err(acp_runtime::ErrorObject::internal_error("not ready yet"));
+            return Err(acp_rpc::ErrorObject::internal_error("not ready yet"));
         }
         let answer = json!({"protocolVersion": self.number, "method": &*req.method});
         Ok(serde_json::value::to_raw_value(&answer).unwrap())
     }
-    async fn handle_notification(&self, _: acp_runtime::IncomingNotification) {}
+    async fn handle_notification(&self, _: acp_rpc::IncomingNotification) {}
 }
 
 #[tokio::test]

@@ -7,17 +7,17 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use acp_runtime::acp_types::v2::{
+use acp_rpc::acp_types::v2::{
     Agent, CancelSessionNotification, Client, CloseSessionRequest, CloseSessionResponse, Error, Implementation,
     InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse, NewSessionRequest,
     NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse, ProtocolVersion,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, ResumeSessionRequest,
     ResumeSessionResponse, SelectedPermissionOutcome, StopReason, TextContent, ToolKind, UpdateSessionNotification,
 };
-use acp_runtime::transport::duplex;
-use acp_runtime::v2::{AgentContext, ClientContext};
-use acp_runtime::version::{Negotiated, ProtocolRouter};
-use acp_runtime::{Connection, Handler};
+use acp_rpc::transport::duplex;
+use acp_rpc::v2::{AgentContext, ClientContext};
+use acp_rpc::version::{Negotiated, ProtocolRouter};
+use acp_rpc::{Connection, Handler};
 use common::LIMIT;
 
 /// A v2 agent whose prompts say what to do.
@@ -106,11 +106,11 @@ impl Client<ClientContext> for Recorder {
     }
 }
 
-fn connect<H: Handler>(agent: H, client: Recorder) -> acp_runtime::v2::AgentHandle {
+fn connect<H: Handler>(agent: H, client: Recorder) -> acp_rpc::v2::AgentHandle {
     let ((ar, aw), (cr, cw)) = duplex(1 << 16);
     let (_peer, serve) = Connection::new().v2_rules().serve(ar, aw, agent);
     tokio::spawn(serve);
-    let (handle, serve) = acp_runtime::v2::serve_client(client, cr, cw);
+    let (handle, serve) = acp_rpc::v2::serve_client(client, cr, cw);
     tokio::spawn(serve);
     handle
 }
@@ -122,7 +122,7 @@ fn prompt(text: &str) -> PromptRequest {
 #[tokio::test]
 async fn prompt_turn_returns_after_every_update_of_the_turn_was_handled() {
     let client = Recorder::default();
-    let agent = connect(acp_runtime::v2::AgentHandler::new(Scripted), client.clone());
+    let agent = connect(acp_rpc::v2::AgentHandler::new(Scripted), client.clone());
     agent.new_session(NewSessionRequest::new("/")).await.unwrap();
     let end = tokio::time::timeout(LIMIT, agent.prompt_turn(prompt("please ask me"))).await.unwrap().unwrap();
     assert_eq!(end.stop_reason, Some(StopReason::EndTurn));
@@ -149,7 +149,7 @@ async fn prompt_turn_returns_after_every_update_of_the_turn_was_handled() {
 #[tokio::test]
 async fn prompt_returns_at_acceptance_and_cancel_is_confirmed_by_the_idle_update() {
     let client = Recorder { hold_permissions: true, ..Recorder::default() };
-    let agent = connect(acp_runtime::v2::AgentHandler::new(Scripted), client.clone());
+    let agent = connect(acp_rpc::v2::AgentHandler::new(Scripted), client.clone());
     agent.new_session(NewSessionRequest::new("/")).await.unwrap();
     let turn = tokio::spawn({
         let agent = agent.clone();
@@ -175,8 +175,8 @@ async fn prompt_returns_at_acceptance_and_cancel_is_confirmed_by_the_idle_update
 mod v1 {
     use std::sync::{Arc, Mutex};
 
-    use acp_runtime::acp_types::*;
-    use acp_runtime::{AgentContext, ClientContext};
+    use acp_rpc::acp_types::*;
+    use acp_rpc::{AgentContext, ClientContext};
 
     /// A v1-only agent that remembers the capabilities the client sent.
     #[derive(Clone, Default)]
@@ -240,12 +240,12 @@ async fn negotiate_with<H: Handler>(agent: H) -> Negotiated {
 #[tokio::test]
 async fn a_client_asking_for_v2_goes_on_with_v1_against_a_v1_agent() {
     let agent = v1::Agent1::default();
-    let negotiated = negotiate_with(acp_runtime::agent::AgentHandler::new(agent.clone())).await;
+    let negotiated = negotiate_with(acp_rpc::agent::AgentHandler::new(agent.clone())).await;
     let Negotiated::V1 { agent: handle, init } = negotiated else { panic!("expected v1: {negotiated:?}") };
-    assert_eq!(init.protocol_version, acp_runtime::acp_types::ProtocolVersion::V1);
+    assert_eq!(init.protocol_version, acp_rpc::acp_types::ProtocolVersion::V1);
     let caps = agent.seen.lock().unwrap().clone().expect("the v1 agent read the client's v1 capabilities");
     assert_eq!(caps.fs.and_then(|fs| fs.read_text_file), Some(true));
-    let session = handle.new_session(acp_runtime::acp_types::NewSessionRequest::new("/", vec![])).await.unwrap();
+    let session = handle.new_session(acp_rpc::acp_types::NewSessionRequest::new("/", vec![])).await.unwrap();
     assert_eq!(session.session_id.0, "v1-session");
 }
 

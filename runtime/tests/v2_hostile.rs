@@ -8,13 +8,13 @@ mod common;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use acp_runtime::Connection;
-use acp_runtime::acp_types::v2::{
+use acp_rpc::Connection;
+use acp_rpc::acp_types::v2::{
     Client, Error, MessageId, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
     RequestPermissionResponse, StopReason, TextContent, ToolCallId, ToolCallStatus, UpdateSessionNotification,
 };
-use acp_runtime::v2::session::RunState;
-use acp_runtime::v2::{AgentHandle, ClientContext, ClientHandler, SessionState};
+use acp_rpc::v2::session::RunState;
+use acp_rpc::v2::{AgentHandle, ClientContext, ClientHandler, SessionState};
 use common::*;
 use serde_json::{Value, json};
 
@@ -62,7 +62,7 @@ fn update(session: &str, update: Value) -> Value {
 /// prompt is read, accepted and `running`.
 async fn turn_in_progress(
     tracker: &Tracker,
-) -> (RawPeer, AgentHandle, tokio::task::JoinHandle<Result<acp_runtime::v2::TurnEnd, acp_runtime::Error>>) {
+) -> (RawPeer, AgentHandle, tokio::task::JoinHandle<Result<acp_rpc::v2::TurnEnd, acp_rpc::Error>>) {
     let (mut agent, peer, _serve) = start(Connection::new().v2_rules(), ClientHandler::new(tracker.clone()));
     let handle = AgentHandle::new(peer);
     let turn = tokio::spawn({

@@ -7,10 +7,10 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use acp_runtime::acp_types::v2::*;
-use acp_runtime::transport::duplex;
-use acp_runtime::v2::{AgentContext, ClientContext};
-use acp_runtime::{Connection, acp_agent, acp_client};
+use acp_rpc::acp_types::v2::*;
+use acp_rpc::transport::duplex;
+use acp_rpc::v2::{AgentContext, ClientContext};
+use acp_rpc::{Connection, acp_agent, acp_client};
 use common::LIMIT;
 use serde_json::json;
 
@@ -73,11 +73,11 @@ impl Client2 {
     }
 }
 
-fn connect(agent: impl acp_runtime::Handler, client: Client2) -> acp_runtime::v2::AgentHandle {
+fn connect(agent: impl acp_rpc::Handler, client: Client2) -> acp_rpc::v2::AgentHandle {
     let ((ar, aw), (cr, cw)) = duplex(1 << 16);
     let (_peer, serve) = Connection::new().v2_rules().serve(ar, aw, agent);
     tokio::spawn(serve);
-    let (handle, serve) = acp_runtime::v2::serve_client(client, cr, cw);
+    let (handle, serve) = acp_rpc::v2::serve_client(client, cr, cw);
     tokio::spawn(serve);
     handle
 }
@@ -85,7 +85,7 @@ fn connect(agent: impl acp_runtime::Handler, client: Client2) -> acp_runtime::v2
 #[tokio::test]
 async fn a_macro_agent_earns_v2_capabilities_and_serves_a_turn() {
     let client = Client2::default();
-    let agent = connect(acp_runtime::v2::AgentHandler::new(Agent2 { deleted: Mutex::default() }), client.clone());
+    let agent = connect(acp_rpc::v2::AgentHandler::new(Agent2 { deleted: Mutex::default() }), client.clone());
     let init =
         agent.initialize(InitializeRequest::new(ProtocolVersion::V2, Implementation::new("c", "1"))).await.unwrap();
     let caps = serde_json::to_value(&init.capabilities).unwrap();
@@ -104,36 +104,36 @@ async fn a_macro_agent_earns_v2_capabilities_and_serves_a_turn() {
 
 #[tokio::test]
 async fn one_endpoint_serves_a_v1_and_a_v2_macro_agent() {
-    use acp_runtime::version::{Negotiated, ProtocolRouter};
+    use acp_rpc::version::{Negotiated, ProtocolRouter};
 
     struct Agent1;
     #[acp_agent]
     impl Agent1 {
         async fn initialize(
             &self,
-            _: acp_runtime::acp_types::InitializeRequest,
-        ) -> Result<acp_runtime::acp_types::InitializeResponse, acp_runtime::acp_types::Error> {
-            Ok(acp_runtime::acp_types::InitializeResponse::new(acp_runtime::acp_types::ProtocolVersion::V1))
+            _: acp_rpc::acp_types::InitializeRequest,
+        ) -> Result<acp_rpc::acp_types::InitializeResponse, acp_rpc::acp_types::Error> {
+            Ok(acp_rpc::acp_types::InitializeResponse::new(acp_rpc::acp_types::ProtocolVersion::V1))
         }
         async fn authenticate(
             &self,
-            _: acp_runtime::acp_types::AuthenticateRequest,
-        ) -> Result<acp_runtime::acp_types::AuthenticateResponse, acp_runtime::acp_types::Error> {
-            Ok(acp_runtime::acp_types::AuthenticateResponse::new())
+            _: acp_rpc::acp_types::AuthenticateRequest,
+        ) -> Result<acp_rpc::acp_types::AuthenticateResponse, acp_rpc::acp_types::Error> {
+            Ok(acp_rpc::acp_types::AuthenticateResponse::new())
         }
         async fn session_new(
             &self,
-            _: acp_runtime::acp_types::NewSessionRequest,
-        ) -> Result<acp_runtime::acp_types::NewSessionResponse, acp_runtime::acp_types::Error> {
-            Ok(acp_runtime::acp_types::NewSessionResponse::new("v1"))
+            _: acp_rpc::acp_types::NewSessionRequest,
+        ) -> Result<acp_rpc::acp_types::NewSessionResponse, acp_rpc::acp_types::Error> {
+            Ok(acp_rpc::acp_types::NewSessionResponse::new("v1"))
         }
         async fn session_prompt(
             &self,
-            _: acp_runtime::acp_types::PromptRequest,
-        ) -> Result<acp_runtime::acp_types::PromptResponse, acp_runtime::acp_types::Error> {
-            Ok(acp_runtime::acp_types::PromptResponse::new(acp_runtime::acp_types::StopReason::EndTurn))
+            _: acp_rpc::acp_types::PromptRequest,
+        ) -> Result<acp_rpc::acp_types::PromptResponse, acp_rpc::acp_types::Error> {
+            Ok(acp_rpc::acp_types::PromptResponse::new(acp_rpc::acp_types::StopReason::EndTurn))
         }
-        async fn session_cancel(&self, _: acp_runtime::acp_types::CancelNotification) {}
+        async fn session_cancel(&self, _: acp_rpc::acp_types::CancelNotification) {}
     }
 
     for ask_v2 in [true, false] {
@@ -149,14 +149,14 @@ async fn one_endpoint_serves_a_v1_and_a_v2_macro_agent() {
         let (peer, serve) = Connection::new().serve(cr, cw, client_router.clone());
         tokio::spawn(serve);
         let v2_init = InitializeRequest::new(ProtocolVersion::V2, Implementation::new("c", "1"));
-        let v1_init = acp_runtime::acp_types::InitializeRequest::new(acp_runtime::acp_types::ProtocolVersion::V1);
+        let v1_init = acp_rpc::acp_types::InitializeRequest::new(acp_rpc::acp_types::ProtocolVersion::V1);
         let negotiated = client_router.negotiate(&peer, v2_init, v1_init).await.unwrap();
         match (ask_v2, negotiated) {
             (true, Negotiated::V2 { init, .. }) => {
                 assert_eq!(serde_json::to_value(&init.capabilities).unwrap(), json!({"session": {"delete": {}}}))
             }
             (false, Negotiated::V1 { agent, .. }) => {
-                let s = agent.new_session(acp_runtime::acp_types::NewSessionRequest::new("/", vec![])).await.unwrap();
+                let s = agent.new_session(acp_rpc::acp_types::NewSessionRequest::new("/", vec![])).await.unwrap();
                 assert_eq!(s.session_id.0, "v1");
             }
             (ask_v2, other) => panic!("asked for v2: {ask_v2}, got {other:?}"),

@@ -12,14 +12,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use acp_runtime::acp_types::{
+use acp_rpc::acp_types::{
     CancelNotification, ClientCapabilities, ContentBlock, Error, FileSystemCapabilities, InitializeRequest,
     NewSessionRequest, PromptRequest, ProtocolVersion, ReadTextFileRequest, ReadTextFileResponse,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
     SessionId, SessionNotification, SessionUpdate, StopReason, TextContent, ToolCallContent,
 };
-use acp_runtime::transport::{SpawnOptions, StderrMode};
-use acp_runtime::{AgentHandle, AgentProcess, ClientContext, Connection, acp_client};
+use acp_rpc::transport::{SpawnOptions, StderrMode};
+use acp_rpc::{AgentHandle, AgentProcess, ClientContext, Connection, acp_client};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
 

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use acp_runtime::agent::AgentContext;
-use acp_runtime::{Connection, Error as RuntimeError, RawValue};
+use acp_rpc::agent::AgentContext;
+use acp_rpc::{Connection, Error as RuntimeError, RawValue};
 use acp_types::*;
 use serde_json::{Value, json};
 
@@ -65,7 +65,7 @@ fn raw(s: &str) -> Box<RawValue> {
 /// second request now waits in its own task and the reader goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reached_concurrency_bound_still_reads_cancellation() {
-    let (agent_end, client_end) = acp_runtime::transport::duplex(64 * 1024);
+    let (agent_end, client_end) = acp_rpc::transport::duplex(64 * 1024);
     let (_client, agent_serve) =
         Connection::new().max_concurrent_requests(1).serve_agent(WaitsForCancel, agent_end.0, agent_end.1);
     let agent_serve = tokio::spawn(agent_serve);

@@ -1,4 +1,4 @@
-//! The remote transport's client (`acp_runtime::http::client`) against the official TypeScript
+//! The remote transport's client (`acp_rpc::http::client`) against the official TypeScript
 //! SDK's server (npm `@agentclientprotocol/sdk` 2.4.0: `AcpServer` behind its node adapter, with
 //! `ws` for WebSocket; `tests/interop/ts-http/server.mjs`), over Streamable HTTP and WebSocket:
 //!
@@ -27,14 +27,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use acp_runtime::acp_types::{
+use acp_rpc::acp_types::{
     CancelNotification, ContentBlock, Error, Implementation, InitializeRequest, LoadSessionRequest, NewSessionRequest,
     PromptRequest, ProtocolVersion, ReadTextFileRequest, ReadTextFileResponse, RequestPermissionOutcome,
     RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome, SessionId, SessionNotification,
     StopReason, TextContent,
 };
-use acp_runtime::http::client::{CookieJar, Profile, Reattached, Remote};
-use acp_runtime::{AgentHandle, ClientContext, acp_client};
+use acp_rpc::http::client::{CookieJar, Profile, Reattached, Remote};
+use acp_rpc::{AgentHandle, ClientContext, acp_client};
 use serde_json::Value;
 use tokio::sync::Notify;
 
@@ -268,7 +268,7 @@ impl TestClient {
 }
 
 fn initialize_request() -> InitializeRequest {
-    acp_runtime::client::with_capabilities::<TestClient>(
+    acp_rpc::client::with_capabilities::<TestClient>(
         InitializeRequest::new(ProtocolVersion(1)).client_info(Implementation::new("acp-http-interop", "0")),
     )
 }
@@ -524,14 +524,14 @@ async fn a_wrong_endpoint_fails_initialize_and_ends_the_connection() {
     let url = format!("http://127.0.0.1:{}/nowhere", server.port);
     let (agent, remote) = Remote::new(url).connect(Probe::default().client()).await.unwrap();
     let error = within("initialize", agent.initialize(initialize_request())).await.unwrap_err();
-    let acp_runtime::Error::Rpc(error) = error else { panic!("expected the server's answer, got {error:?}") };
-    assert_eq!(error.code, acp_runtime::codes::INTERNAL_ERROR);
+    let acp_rpc::Error::Rpc(error) = error else { panic!("expected the server's answer, got {error:?}") };
+    assert_eq!(error.code, acp_rpc::codes::INTERNAL_ERROR);
     assert_eq!(error.data.as_ref().unwrap()["status"], 404, "{error:?}");
     within("the end of the connection", agent.closed()).await;
     assert!(remote.end_reason().unwrap().contains("404"), "{:?}", remote.end_reason());
     assert!(matches!(
         agent.new_session(NewSessionRequest::new("/", Vec::new())).await,
-        Err(acp_runtime::Error::ConnectionClosed)
+        Err(acp_rpc::Error::ConnectionClosed)
     ));
 }
 

@@ -9,9 +9,9 @@ use std::fmt::Display;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use acp_runtime::acp_types::*;
-use acp_runtime::transport::duplex;
-use acp_runtime::{Advertise, AgentContext, Connection, ErrorObject, Peer, RawValue, acp_agent, acp_client, codes};
+use acp_rpc::acp_types::*;
+use acp_rpc::transport::duplex;
+use acp_rpc::{Advertise, AgentContext, Connection, ErrorObject, Peer, RawValue, acp_agent, acp_client, codes};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -30,7 +30,7 @@ fn raw(v: Value) -> Box<RawValue> {
 async fn request(peer: &Peer, method: &str, params: Value) -> Result<Value, ErrorObject> {
     match peer.request_raw(method, Some(&raw(params))).await {
         Ok(result) => Ok(serde_json::from_str(result.get()).unwrap()),
-        Err(acp_runtime::Error::Rpc(e)) => Err(e),
+        Err(acp_rpc::Error::Rpc(e)) => Err(e),
         Err(other) => panic!("{method}: expected an answer, got {other:?}"),
     }
 }
@@ -139,7 +139,7 @@ impl ExtAgent {
 fn agent() -> (Peer, mpsc::UnboundedReceiver<String>) {
     let (agent_end, client_end) = duplex(64 * 1024);
     let (events_tx, events) = mpsc::unbounded_channel();
-    let (_client, agent_serve) = acp_runtime::serve_agent(ExtAgent { events: events_tx }, agent_end.0, agent_end.1);
+    let (_client, agent_serve) = acp_rpc::serve_agent(ExtAgent { events: events_tx }, agent_end.0, agent_end.1);
     let (peer, raw_serve) = Connection::new().serve(client_end.0, client_end.1, ());
     tokio::spawn(agent_serve);
     tokio::spawn(raw_serve);
@@ -248,7 +248,7 @@ async fn a_generic_client_handles_ext_requests_and_notifications() {
     let (agent_end, client_end) = duplex(64 * 1024);
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let client = ExtClient { tag: 7u8, events: events_tx };
-    let (_agent, client_serve) = acp_runtime::serve_client(client, client_end.0, client_end.1);
+    let (_agent, client_serve) = acp_rpc::serve_client(client, client_end.0, client_end.1);
     let (peer, raw_serve) = Connection::new().serve(agent_end.0, agent_end.1, ());
     tokio::spawn(client_serve);
     tokio::spawn(raw_serve);
@@ -295,7 +295,7 @@ impl SharedAgent {
 async fn an_agent_behind_an_arc_is_served_and_reachable_through_a_clone() {
     let agent = Arc::new(SharedAgent::default());
     let (agent_end, client_end) = duplex(64 * 1024);
-    let (_client, agent_serve) = acp_runtime::serve_agent(Arc::clone(&agent), agent_end.0, agent_end.1);
+    let (_client, agent_serve) = acp_rpc::serve_agent(Arc::clone(&agent), agent_end.0, agent_end.1);
     let (peer, raw_serve) = Connection::new().serve(client_end.0, client_end.1, ());
     tokio::spawn(agent_serve);
     tokio::spawn(raw_serve);
@@ -345,7 +345,7 @@ async fn a_client_behind_an_arc_is_served_and_advertises_what_it_handles() {
     assert_eq!(read, json!({"content": "contents of /a.txt"}));
     assert_eq!(*client.reads.lock().unwrap(), ["/a.txt"], "the handler ran on the client the test holds");
 
-    let init = acp_runtime::client::with_capabilities::<Arc<SharedClient>>(InitializeRequest::new(ProtocolVersion::V1));
+    let init = acp_rpc::client::with_capabilities::<Arc<SharedClient>>(InitializeRequest::new(ProtocolVersion::V1));
     let init = serde_json::to_value(init).unwrap();
     assert_eq!(init["clientCapabilities"]["fs"]["readTextFile"], json!(true), "{init}");
 }
@@ -353,7 +353,7 @@ async fn a_client_behind_an_arc_is_served_and_advertises_what_it_handles() {
 #[test]
 fn boxed_agents_and_clients_are_handlers_too() {
     fn agent<A: Agent<AgentContext> + 'static>() {}
-    fn client<C: Client<acp_runtime::ClientContext> + 'static>() {}
+    fn client<C: Client<acp_rpc::ClientContext> + 'static>() {}
     agent::<Box<SharedAgent>>();
     client::<Box<SharedClient>>();
 }

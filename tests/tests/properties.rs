@@ -359,8 +359,8 @@ fn mutate(g: &mut Gen<'_>, def: &str) -> Option<(Value, String)> {
 // ---- through the runtime -------------------------------------------------------------------------
 
 mod runtime_agent {
-    use acp_runtime::Connection;
-    use acp_runtime::agent::AgentContext;
+    use acp_rpc::Connection;
+    use acp_rpc::agent::AgentContext;
     use acp_types::*;
 
     /// An agent with the required handlers only; everything else answers -32601.
@@ -385,9 +385,9 @@ mod runtime_agent {
     }
 
     /// The agent on one end of a duplex, a raw peer (no handler) on the other.
-    pub fn serve() -> (acp_runtime::Peer, Vec<tokio::task::JoinHandle<Result<(), acp_runtime::Error>>>) {
-        let (agent_end, client_end) = acp_runtime::transport::duplex(64 * 1024);
-        let (_client, agent_serve) = acp_runtime::serve_agent(Minimal, agent_end.0, agent_end.1);
+    pub fn serve() -> (acp_rpc::Peer, Vec<tokio::task::JoinHandle<Result<(), acp_rpc::Error>>>) {
+        let (agent_end, client_end) = acp_rpc::transport::duplex(64 * 1024);
+        let (_client, agent_serve) = acp_rpc::serve_agent(Minimal, agent_end.0, agent_end.1);
         let (peer, raw_serve) = Connection::new().serve(client_end.0, client_end.1, ());
         (peer, vec![tokio::spawn(agent_serve), tokio::spawn(raw_serve)])
     }
@@ -395,7 +395,7 @@ mod runtime_agent {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runtime_answers_invalid_params_with_32602() {
-    use acp_runtime::{Error, RawValue, codes};
+    use acp_rpc::{Error, RawValue, codes};
     let schema = Schema::load();
     let (peer, _tasks) = runtime_agent::serve();
     let mut checked = BTreeMap::new();

@@ -1,5 +1,5 @@
 //! Times the phases of code generation on the pinned schema (`schema/json`), best of 5:
-//! `cargo run --release -p xtask --example profile_codegen`.
+//! `cargo run --release --manifest-path xtask/Cargo.toml --example profile_codegen`.
 //!
 //! The phase rows run on one thread, item by item as `generate` renders them; the last row is
 //! `generate` itself, which spreads the rendering over the cores.

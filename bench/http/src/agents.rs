@@ -25,10 +25,10 @@ fn ours_prompt_text(prompt: &[acp_types::ContentBlock]) -> &str {
         .unwrap_or("")
 }
 
-// ---- ours: an `acp_types::Agent` on acp-runtime's HttpServer ---------------------------------
+// ---- ours: an `acp_types::Agent` on acp-rpc's HttpServer ---------------------------------
 
 mod ours {
-    use acp_runtime::agent::AgentContext;
+    use acp_rpc::agent::AgentContext;
     use acp_types::{
         Agent, AuthenticateRequest, AuthenticateResponse, CancelNotification, ContentBlock, ContentChunk, Error,
         InitializeRequest, InitializeResponse, NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse,
@@ -67,10 +67,10 @@ mod ours {
     }
 }
 
-/// acp-runtime's server on 127.0.0.1 (the connection limit raised for the 10k test; every
+/// acp-rpc's server on 127.0.0.1 (the connection limit raised for the 10k test; every
 /// other option at its default).
 pub async fn serve_ours(port: u16) {
-    use acp_runtime::http::server::{HttpServer, ServerOptions};
+    use acp_rpc::http::server::{HttpServer, ServerOptions};
     let options = ServerOptions { max_connections: 1_000_000, ..ServerOptions::default() };
     let server = HttpServer::agent(|| ours::BenchAgent).options(options).bind(("127.0.0.1", port)).await.expect("bind");
     println!("LISTENING {}", server.local_addr().port());

@@ -1,4 +1,4 @@
-//! Remote-transport benchmarks (issue 13): acp-runtime's HTTP/WebSocket server against the
+//! Remote-transport benchmarks (issue 13): acp-rpc's HTTP/WebSocket server against the
 //! official Rust SDK's (`agent-client-protocol-http` 5.0.0 `AcpHttpServer`) and, for
 //! throughput, the official TypeScript SDK's (`AcpServer`, `ts/server.mjs`). Each subcommand
 //! does one run and prints tab-separated result lines; `run.sh` starts the servers, alternates

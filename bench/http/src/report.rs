@@ -60,7 +60,7 @@ fn verdict(ok: Option<bool>) -> &'static str {
 /// A server's name in the tables.
 fn server_name(label: &str) -> String {
     match label {
-        "ours" => "acp-runtime `HttpServer`".into(),
+        "ours" => "acp-rpc `HttpServer`".into(),
         "official" => "official Rust `AcpHttpServer` 5.0.0".into(),
         "ts" => "official TypeScript `AcpServer` 2.4.0 (node)".into(),
         other => other.into(),
@@ -69,7 +69,7 @@ fn server_name(label: &str) -> String {
 
 fn client_name(label: &str) -> &str {
     match label {
-        "ours" => "acp-runtime `Remote`",
+        "ours" => "acp-rpc `Remote`",
         "official" => "official Rust `HttpClient` 5.0.0",
         "raw" => "raw frames (WebSocket / SSE read by hand)",
         other => other,
@@ -241,10 +241,10 @@ pub fn report(path: &str) {
     println!("#### Summary (medians; goals from issue 13)");
     println!();
     println!(
-        "| Measurement | acp-runtime | official Rust 5.0.0 | official TypeScript 2.4.0 | ours / Rust | ours / TypeScript | Goal (vs the Rust server) | |"
+        "| Measurement | acp-rpc | official Rust 5.0.0 | official TypeScript 2.4.0 | ours / Rust | ours / TypeScript | Goal (vs the Rust server) | |"
     );
     println!("|---|---:|---:|---:|---:|---:|---|---|");
-    for (client, how) in [("raw", "raw-frame client"), ("ours", "acp-runtime client")] {
+    for (client, how) in [("raw", "raw-frame client"), ("ours", "acp-rpc client")] {
         for (profile, name) in [("ws", "WebSocket"), ("sse", "SSE")] {
             let [a, b, t] = ["ours", "official", "ts"].map(|server| med_tput(server, profile, client));
             let ok = (a.is_finite() && b.is_finite()).then_some(a >= 10.0 * b);

@@ -56,12 +56,12 @@ impl Run<'_> {
     }
 }
 
-/// Our client: acp-runtime's `Remote` (HTTP/1.1 on `http://`, WebSocket on `ws://`) with a
+/// Our client: acp-rpc's `Remote` (HTTP/1.1 on `http://`, WebSocket on `ws://`) with a
 /// typed `acp_types::Client`.
 pub async fn ours(run: Run<'_>) {
     let (url, n) = (run.url, run.n);
-    use acp_runtime::client::ClientContext;
-    use acp_runtime::http::client::Remote;
+    use acp_rpc::client::ClientContext;
+    use acp_rpc::http::client::Remote;
     use acp_types::{
         Client, ContentBlock, Error, InitializeRequest, NewSessionRequest, PromptRequest, ProtocolVersion,
         RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SessionNotification, StopReason,
@@ -94,7 +94,7 @@ pub async fn ours(run: Run<'_>) {
     let meter = run.meter();
     let t0 = Instant::now();
     let answer = agent.prompt(prompt(n)).await.expect("prompt");
-    // acp-runtime's contract: every update of the turn was handled before the answer returns.
+    // acp-rpc's contract: every update of the turn was handled before the answer returns.
     let elapsed = t0.elapsed();
     assert_eq!(answer.stop_reason, StopReason::EndTurn);
     assert_eq!(seen.load(Ordering::Relaxed), WARMUP + n, "updates lost");

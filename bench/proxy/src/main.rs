@@ -6,7 +6,7 @@
 //! `session/update`s; messages per second from the prompt's send to its answer.
 //! `proxy-bench rtt --impl ... --proxies K --n N`: N `_bench/ping` requests one after the
 //! other; p50 and p99 round trip in microseconds.
-//! `--agent runtime|raw`: the agent at the end, an `acp-runtime` agent with typed updates (the
+//! `--agent runtime|raw`: the agent at the end, an `acp-rpc` agent with typed updates (the
 //! default) or a bare loop printing JSON lines (the cost of the chain alone shows more).
 
 use std::path::PathBuf;

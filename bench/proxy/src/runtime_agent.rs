@@ -1,11 +1,11 @@
-//! The agent at the end of each chain, built on `acp-runtime` as an agent author would write
+//! The agent at the end of each chain, built on `acp-rpc` as an agent author would write
 //! it: typed params and typed `session/update`s (N from the prompt's text), `_bench/ping`
 //! answered at once. The "direct" baseline with it is an ACP agent, not a bare pipe.
-use acp_runtime::acp_types::{
+use acp_rpc::acp_types::{
     ContentBlock, ContentChunk, InitializeRequest, InitializeResponse, NewSessionResponse, PromptRequest,
     PromptResponse, SessionNotification, SessionUpdate, StopReason, TextContent,
 };
-use acp_runtime::{Connection, ErrorObject, Handler, IncomingRequest, RawValue};
+use acp_rpc::{Connection, ErrorObject, Handler, IncomingRequest, RawValue};
 
 struct Agent;
 
@@ -39,7 +39,7 @@ impl Handler for Agent {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let (stdin, stdout) = acp_runtime::transport::stdio();
+    let (stdin, stdout) = acp_rpc::transport::stdio();
     let (_peer, serve) = Connection::new().serve(stdin, stdout, Agent);
     let _ = serve.await;
     std::process::exit(0);

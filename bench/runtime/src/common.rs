@@ -6,7 +6,7 @@ use std::time::Duration;
 pub const TEXT: &str = "Hello, world! ";
 pub const SESSION: &str = "sess_bench_1";
 /// Protocol v2: the `messageId` of every streamed chunk on the official and raw sides, as long
-/// as the ids acp-runtime's `Turn` makes (`msg_agent_<process start, hex>_<counter>`), so the
+/// as the ids acp-rpc's `Turn` makes (`msg_agent_<process start, hex>_<counter>`), so the
 /// lines on the wire are the same size.
 pub const MESSAGE_ID: &str = "msg_agent_5f3c2a19d8e47_1";
 

@@ -1,18 +1,18 @@
-//! Runtime benchmarks: acp-runtime (+ acp-types) against the official `agent-client-protocol`
+//! Runtime benchmarks: acp-rpc (+ acp-types) against the official `agent-client-protocol`
 //! 5.0.0 SDK. Each subcommand does one run and prints one tab-separated result line; `run.sh`
 //! alternates the implementations, repeats, and `report` turns the lines into a markdown table.
 //!
 //! ```text
-//! acp-runtime-bench pipe   --impl ours|official|raw --n N    # client: spawns `agent`
-//! acp-runtime-bench agent  --impl ours|official|raw          # child (stdio)
-//! acp-runtime-bench rtt    --impl ours|official|official-channel|raw --n N   # BENCH_CALLER=task: caller on a worker
-//! acp-runtime-bench cancel --impl ours-ignore|ours-ignore-grace0|ours-typed-ignore|ours-coop|official --n K
-//! acp-runtime-bench report FILE
+//! acp-rpc-bench pipe   --impl ours|official|raw --n N    # client: spawns `agent`
+//! acp-rpc-bench agent  --impl ours|official|raw          # child (stdio)
+//! acp-rpc-bench rtt    --impl ours|official|official-channel|raw --n N   # BENCH_CALLER=task: caller on a worker
+//! acp-rpc-bench cancel --impl ours-ignore|ours-ignore-grace0|ours-typed-ignore|ours-coop|official --n K
+//! acp-rpc-bench report FILE
 //!
-//! # protocol v2 (acp-runtime's `v2` layer vs the SDK's `Agent.v2()` / `Client.v2()`)
-//! acp-runtime-bench pipe2  --impl ours|ours-raw-client|official|raw --n N   # spawns `agent2`
-//! acp-runtime-bench agent2 --impl ours|official|raw          # child (stdio)
-//! acp-runtime-bench rtt2   --impl ours|official|raw --n N    # `session/list`
+//! # protocol v2 (acp-rpc's `v2` layer vs the SDK's `Agent.v2()` / `Client.v2()`)
+//! acp-rpc-bench pipe2  --impl ours|ours-raw-client|official|raw --n N   # spawns `agent2`
+//! acp-rpc-bench agent2 --impl ours|official|raw          # child (stdio)
+//! acp-rpc-bench rtt2   --impl ours|official|raw --n N    # `session/list`
 //! ```
 
 mod common;

@@ -1,12 +1,12 @@
-//! Our side: acp-runtime (raw connection) with acp-types for every message, typed on both ends.
+//! Our side: acp-rpc (raw connection) with acp-types for every message, typed on both ends.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use acp_runtime::agent::AgentContext;
-use acp_runtime::transport::{ChildProcess, SpawnOptions, StderrMode, stdio};
-use acp_runtime::{Connection, ErrorObject, Handler, IncomingNotification, IncomingRequest, RawValue};
+use acp_rpc::agent::AgentContext;
+use acp_rpc::transport::{ChildProcess, SpawnOptions, StderrMode, stdio};
+use acp_rpc::{Connection, ErrorObject, Handler, IncomingNotification, IncomingRequest, RawValue};
 use acp_types::{
     AuthenticateRequest, AuthenticateResponse, CancelNotification, ContentBlock, ContentChunk, InitializeRequest,
     InitializeResponse, NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse, SessionNotification,

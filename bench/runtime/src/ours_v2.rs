@@ -1,4 +1,4 @@
-//! Protocol v2, our side: acp-runtime's typed v2 layer (`acp_runtime::v2`, feature
+//! Protocol v2, our side: acp-rpc's typed v2 layer (`acp_rpc::v2`, feature
 //! `unstable_protocol_v2`) with acp-types' v2 messages. The agent is an
 //! `acp_types::v2::Agent<AgentContext>` whose prompt handler streams through its `Turn`; the
 //! client is `v2::serve_client` and waits for the turn's end with `AgentHandle::prompt_turn`.
@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use acp_runtime::transport::{ChildProcess, SpawnOptions, StderrMode};
-use acp_runtime::v2::{AgentContext, ClientContext, serve_agent, serve_client};
-use acp_runtime::{Connection, Handler, IncomingNotification};
+use acp_rpc::transport::{ChildProcess, SpawnOptions, StderrMode};
+use acp_rpc::v2::{AgentContext, ClientContext, serve_agent, serve_client};
+use acp_rpc::{Connection, Handler, IncomingNotification};
 use acp_types::v2::{
     Agent, AgentCapabilities, CancelSessionNotification, Client, CloseSessionRequest, CloseSessionResponse, Error,
     Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse,
@@ -120,7 +120,7 @@ fn client_init() -> InitializeRequest {
 
 /// The agent process (stdio), for `pipe2`.
 pub async fn agent(stream: u64) {
-    acp_runtime::v2::serve_stdio(BenchAgent { stream }).await.expect("agent connection");
+    acp_rpc::v2::serve_stdio(BenchAgent { stream }).await.expect("agent connection");
 }
 
 fn spawn_agent(n: u64) -> ChildProcess {

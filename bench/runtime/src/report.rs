@@ -132,7 +132,7 @@ fn report_v1(d: &Data) {
 
     println!("### Summary (medians; goals from the brief)\n");
     println!("MT = tokio multi-thread runtime (2 workers), CT = current-thread runtime.\n");
-    println!("| # | Measurement | acp-runtime | official 5.0.0 | Ratio ours / official | Goal | |");
+    println!("| # | Measurement | acp-rpc | official 5.0.0 | Ratio ours / official | Goal | |");
     println!("|---|---|---:|---:|---:|---|---|");
     println!(
         "| 1 | `session/update` throughput over stdio pipes, N = {} (msg/s) | {} | {} | {:.1}× | ≥ 10× | {} |",
@@ -220,9 +220,7 @@ fn report_v1(d: &Data) {
 
     // ---- details ----
     println!("\n### 1. Throughput, agent → client `session/update` over stdio pipes (msg/s)\n");
-    println!(
-        "| N | runs | acp-runtime | official 5.0.0 | ours / official | ceiling (bare serde_json) | ours / ceiling |"
-    );
+    println!("| N | runs | acp-rpc | official 5.0.0 | ours / official | ceiling (bare serde_json) | ours / ceiling |");
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     for &n in &ns {
         let (o, f, r) = (
@@ -250,7 +248,7 @@ fn report_v1(d: &Data) {
 
     println!("\n### 2. Peak RSS (VmHWM, MB = 10^6 bytes; median of runs)\n");
     println!(
-        "| N | acp-runtime client | acp-runtime agent | official client | official agent | ceiling client | ceiling agent |"
+        "| N | acp-rpc client | acp-rpc agent | official client | official agent | ceiling client | ceiling agent |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     for &n in &ns {
@@ -274,7 +272,7 @@ fn report_v1(d: &Data) {
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let rtt_n = d.rows.iter().find(|r| r.kind == "rtt").map(|r| r.n).unwrap_or(0);
     for (imp, label) in [
-        ("ours", "acp-runtime, `tokio::io::duplex`"),
+        ("ours", "acp-rpc, `tokio::io::duplex`"),
         ("official", "official, `ByteStreams` on `tokio::io::duplex`"),
         ("official-channel", "official, `Channel::duplex` (frames, no bytes)"),
         ("raw", "floor: no runtime, serde_json over `tokio::io::duplex`"),
@@ -304,11 +302,11 @@ fn report_v1(d: &Data) {
     for (imp, label) in [
         (
             "ours-typed-ignore",
-            "acp-runtime, typed handler ignores its token, default settings (no grace: it never asked for its token)",
+            "acp-rpc, typed handler ignores its token, default settings (no grace: it never asked for its token)",
         ),
-        ("ours-ignore", "acp-runtime, raw handler ignores its token, default `cancel_grace` (100 ms)"),
-        ("ours-ignore-grace0", "acp-runtime, handler ignores its token, `cancel_grace(Duration::ZERO)`"),
-        ("ours-coop", "acp-runtime, handler returns `cancelled` when its token fires"),
+        ("ours-ignore", "acp-rpc, raw handler ignores its token, default `cancel_grace` (100 ms)"),
+        ("ours-ignore-grace0", "acp-rpc, handler ignores its token, `cancel_grace(Duration::ZERO)`"),
+        ("ours-coop", "acp-rpc, handler returns `cancelled` when its token fires"),
         ("official", "official, hand-written `session/cancel` handler answers the parked prompt"),
     ] {
         println!(
@@ -334,7 +332,7 @@ fn report_v2(d: &Data) {
     let rtt = |kind: &str, imp: &str, col: usize| d.med(kind, imp, None, col);
 
     println!("\n### Protocol v2: summary (medians; goals from the brief)\n");
-    println!("| # | Measurement | acp-runtime | official 5.0.0 | Ratio ours / official | Goal | |");
+    println!("| # | Measurement | acp-rpc | official 5.0.0 | Ratio ours / official | Goal | |");
     println!("|---|---|---:|---:|---:|---|---|");
     if !ns.is_empty() {
         let (o, f) = (tp("ours", n_tp), tp("official", n_tp));
@@ -388,7 +386,7 @@ fn report_v2(d: &Data) {
     if !ns.is_empty() {
         println!("\n### Protocol v2: 1. throughput, agent → client `session/update` over stdio pipes (msg/s)\n");
         println!(
-            "| N | runs | acp-runtime (`Turn` → `serve_client`) | acp-runtime agent, raw `Handler` client | official 5.0.0 | ours / official | ceiling (bare serde_json) | ours / ceiling | raw client / ceiling |"
+            "| N | runs | acp-rpc (`Turn` → `serve_client`) | acp-rpc agent, raw `Handler` client | official 5.0.0 | ours / official | ceiling (bare serde_json) | ours / ceiling | raw client / ceiling |"
         );
         println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for &n in &ns {
@@ -415,7 +413,7 @@ fn report_v2(d: &Data) {
         }
         println!("\n### Protocol v2: peak RSS (VmHWM, MB = 10^6 bytes; median of runs)\n");
         println!(
-            "| N | acp-runtime client | acp-runtime agent | raw-client variant: client | official client | official agent | ceiling client | ceiling agent |"
+            "| N | acp-rpc client | acp-rpc agent | raw-client variant: client | official client | official agent | ceiling client | ceiling agent |"
         );
         println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
         for &n in &ns {
@@ -443,7 +441,7 @@ fn report_v2(d: &Data) {
         println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         let rtt_n = d.rows.iter().find(|r| r.kind.starts_with("rtt2")).map(|r| r.n).unwrap_or(0);
         for (imp, label) in [
-            ("ours", "acp-runtime v2 (`serve_client` ↔ `serve_agent`), `tokio::io::duplex`"),
+            ("ours", "acp-rpc v2 (`serve_client` ↔ `serve_agent`), `tokio::io::duplex`"),
             ("official", "official v2 (`Client.v2()` ↔ `Agent.v2()`), `ByteStreams` on `tokio::io::duplex`"),
             ("raw", "floor: no runtime, serde_json over `tokio::io::duplex`"),
         ] {

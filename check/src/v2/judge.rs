@@ -11,9 +11,9 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use acp_runtime::acp_types::v2::{Nullable, SessionUpdate, StopReason, ToolCallStatus, UpdateSessionNotification};
-use acp_runtime::v2::SessionState;
-use acp_runtime::v2::session::Role;
+use acp_rpc::acp_types::v2::{Nullable, SessionUpdate, StopReason, ToolCallStatus, UpdateSessionNotification};
+use acp_rpc::v2::SessionState;
+use acp_rpc::v2::session::Role;
 use serde_json::Value;
 
 use crate::checks::Outcome;

@@ -10,7 +10,7 @@ pub mod judge;
 
 use std::time::{Duration, Instant};
 
-use acp_runtime::acp_types::v2::{AgentCapabilities, InitializeResponse};
+use acp_rpc::acp_types::v2::{AgentCapabilities, InitializeResponse};
 use serde::Serialize;
 use serde_json::{Value, json};
 

@@ -223,7 +223,12 @@ pub enum ClientRequest {
     #[cfg(feature = "unstable_nes")]
     NesClose(CloseNesRequest),
     /// An extension method (its name starts with `_`).
-    ExtMethod { method: String, params: ExtRequest },
+    ExtMethod {
+        /// The method name, as sent (with its leading `_`).
+        method: String,
+        /// The params, as free-form JSON.
+        params: ExtRequest,
+    },
 }
 impl ClientRequest {
     /// The method name on the wire.
@@ -751,7 +756,12 @@ pub enum ClientNotification {
     #[cfg(feature = "unstable_nes")]
     NesReject(RejectNesNotification),
     /// An extension notification (its name starts with `_`).
-    ExtNotification { method: String, params: ExtNotification },
+    ExtNotification {
+        /// The notification's name, as sent (with its leading `_`).
+        method: String,
+        /// The params, as free-form JSON.
+        params: ExtNotification,
+    },
 }
 impl ClientNotification {
     /// The method name on the wire.
@@ -2071,7 +2081,12 @@ pub enum AgentRequest {
     #[cfg(feature = "unstable_mcp_over_acp")]
     McpDisconnect(DisconnectMcpRequest),
     /// An extension method (its name starts with `_`).
-    ExtMethod { method: String, params: ExtRequest },
+    ExtMethod {
+        /// The method name, as sent (with its leading `_`).
+        method: String,
+        /// The params, as free-form JSON.
+        params: ExtRequest,
+    },
 }
 impl AgentRequest {
     /// The method name on the wire.
@@ -2402,7 +2417,12 @@ pub enum AgentNotification {
     /// `elicitation/complete`
     ElicitationComplete(CompleteElicitationNotification),
     /// An extension notification (its name starts with `_`).
-    ExtNotification { method: String, params: ExtNotification },
+    ExtNotification {
+        /// The notification's name, as sent (with its leading `_`).
+        method: String,
+        /// The params, as free-form JSON.
+        params: ExtNotification,
+    },
 }
 impl AgentNotification {
     /// The method name on the wire.

@@ -201,7 +201,12 @@ pub enum ClientRequest {
     #[cfg(feature = "unstable_nes")]
     NesClose(CloseNesRequest),
     /// An extension method (its name starts with `_`).
-    ExtMethod { method: String, params: ExtRequest },
+    ExtMethod {
+        /// The method name, as sent (with its leading `_`).
+        method: String,
+        /// The params, as free-form JSON.
+        params: ExtRequest,
+    },
 }
 impl ClientRequest {
     /// The method name on the wire.
@@ -695,7 +700,12 @@ pub enum ClientNotification {
     #[cfg(feature = "unstable_nes")]
     NesReject(RejectNesNotification),
     /// An extension notification (its name starts with `_`).
-    ExtNotification { method: String, params: ExtNotification },
+    ExtNotification {
+        /// The notification's name, as sent (with its leading `_`).
+        method: String,
+        /// The params, as free-form JSON.
+        params: ExtNotification,
+    },
 }
 impl ClientNotification {
     /// The method name on the wire.
@@ -1915,7 +1925,12 @@ pub enum AgentRequest {
     #[cfg(feature = "unstable_mcp_over_acp")]
     McpDisconnect(DisconnectMcpRequest),
     /// An extension method (its name starts with `_`).
-    ExtMethod { method: String, params: ExtRequest },
+    ExtMethod {
+        /// The method name, as sent (with its leading `_`).
+        method: String,
+        /// The params, as free-form JSON.
+        params: ExtRequest,
+    },
 }
 impl AgentRequest {
     /// The method name on the wire.
@@ -2113,7 +2128,12 @@ pub enum AgentNotification {
     /// `elicitation/complete`
     ElicitationComplete(CompleteElicitationNotification),
     /// An extension notification (its name starts with `_`).
-    ExtNotification { method: String, params: ExtNotification },
+    ExtNotification {
+        /// The notification's name, as sent (with its leading `_`).
+        method: String,
+        /// The params, as free-form JSON.
+        params: ExtNotification,
+    },
 }
 impl AgentNotification {
     /// The method name on the wire.

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use acp_runtime::acp_types::{
+use acp_rpc::acp_types::{
     AgentCapabilities, AuthenticateRequest, AuthenticateResponse, CancelNotification, ClientCapabilities, Content,
     ContentBlock, ContentChunk, Error, Implementation, InitializeRequest, InitializeResponse, NewSessionRequest,
     NewSessionResponse, Nullable, PermissionOption, PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority,
@@ -35,7 +35,7 @@ use acp_runtime::acp_types::{
     RequestPermissionOutcome, RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, StopReason,
     TextContent, ToolCall, ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind,
 };
-use acp_runtime::{AgentContext, acp_agent};
+use acp_rpc::{AgentContext, acp_agent};
 
 /// The file read when the prompt names none.
 const DEFAULT_FILE: &str = "README.md";
@@ -62,7 +62,7 @@ pub enum Versions {
     V1,
     #[cfg(feature = "unstable_protocol_v2")]
     V2,
-    /// v1 and v2: the client's first `initialize` picks (`acp_runtime::version::ProtocolRouter`).
+    /// v1 and v2: the client's first `initialize` picks (`acp_rpc::version::ProtocolRouter`).
     #[cfg(feature = "unstable_protocol_v2")]
     Both,
 }
@@ -90,19 +90,19 @@ impl Versions {
 }
 
 /// Serves the demo agent on stdin/stdout until the client closes stdin.
-pub async fn serve(versions: Versions) -> Result<(), acp_runtime::Error> {
+pub async fn serve(versions: Versions) -> Result<(), acp_rpc::Error> {
     log!("ready on stdio ({versions:?})");
     let result = match versions {
-        Versions::V1 => acp_runtime::agent::serve_stdio(DemoAgent::new()).await,
+        Versions::V1 => acp_rpc::agent::serve_stdio(DemoAgent::new()).await,
         #[cfg(feature = "unstable_protocol_v2")]
-        Versions::V2 => acp_runtime::v2::serve_stdio(v2::DemoAgentV2::new(id_seed(), delay())).await,
+        Versions::V2 => acp_rpc::v2::serve_stdio(v2::DemoAgentV2::new(id_seed(), delay())).await,
         #[cfg(feature = "unstable_protocol_v2")]
         Versions::Both => {
-            let router = acp_runtime::version::ProtocolRouter::new()
+            let router = acp_rpc::version::ProtocolRouter::new()
                 .with_v1_agent(DemoAgent::new())
                 .with_v2_agent(v2::DemoAgentV2::new(id_seed(), delay()));
-            let (reader, writer) = acp_runtime::transport::stdio();
-            let (_client, serve) = acp_runtime::Connection::new().serve(reader, writer, router);
+            let (reader, writer) = acp_rpc::transport::stdio();
+            let (_client, serve) = acp_rpc::Connection::new().serve(reader, writer, router);
             serve.await
         }
     };
@@ -116,8 +116,8 @@ pub async fn serve(versions: Versions) -> Result<(), acp_runtime::Error> {
 #[cfg(feature = "http-server")]
 #[allow(dead_code)] // the `duet` example shares this file and does not listen
 pub async fn listen(versions: Versions, addr: &str) -> std::io::Result<()> {
-    use acp_runtime::http::server::HttpServer;
-    use acp_runtime::version::ProtocolRouter;
+    use acp_rpc::http::server::HttpServer;
+    use acp_rpc::version::ProtocolRouter;
 
     let v1 = DemoAgent::new();
     #[cfg(feature = "unstable_protocol_v2")]
@@ -349,8 +349,8 @@ impl DemoAgent {
             let request = ReadTextFileRequest::new(turn.session.clone(), path_text.as_str()).limit(MAX_LINES);
             match turn.cx.client().read_text_file(request).await {
                 Ok(response) => Ok(response.content),
-                Err(acp_runtime::Error::Cancelled) => return Ok(StopReason::Cancelled),
-                Err(acp_runtime::Error::Rpc(e)) => Err(e.message),
+                Err(acp_rpc::Error::Cancelled) => return Ok(StopReason::Cancelled),
+                Err(acp_rpc::Error::Rpc(e)) => Err(e.message),
                 Err(other) => Err(other.to_string()),
             }
         } else {

@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use acp_runtime::acp_agent;
-use acp_runtime::acp_types::v2::{
+use acp_rpc::acp_agent;
+use acp_rpc::acp_types::v2::{
     AgentMessage, CancelSessionNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock, Error,
     Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse, MessageId,
     NewSessionRequest, NewSessionResponse, Nullable, PermissionOption, PermissionOptionKind, PromptRequest,
@@ -33,7 +33,7 @@ use acp_runtime::acp_types::v2::{
     TextContent, ToolCallPermissionSubject, ToolCallStatus, ToolCallUpdate, ToolKind, UpdateSessionNotification,
     UserMessage,
 };
-use acp_runtime::v2::{AgentContext, Turn};
+use acp_rpc::v2::{AgentContext, Turn};
 
 use super::{DEFAULT_FILE, MAX_LINES, NAME, file_named_in_text, file_of_uri};
 

@@ -13,7 +13,7 @@
 //! answers 1 gets the v1 turn on the same connection.
 //!
 //! `--url URL` (with the `http-client` feature) connects to a remote agent instead of spawning
-//! one: `http://…` over Streamable HTTP, `ws://…` over WebSocket (`acp_runtime::http::client`),
+//! one: `http://…` over Streamable HTTP, `ws://…` over WebSocket (`acp_rpc::http::client`),
 //! in both protocol versions. The client's own files are served all the same: the agent's
 //! `fs/*` requests come over the network.
 //!
@@ -25,15 +25,15 @@ use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use acp_runtime::acp_types::{
+use acp_rpc::acp_types::{
     CancelNotification, ContentBlock, Error, Implementation, InitializeRequest, InitializeResponse, NewSessionRequest,
     Nullable, PlanEntryStatus, PromptRequest, ProtocolVersion, ReadTextFileRequest, ReadTextFileResponse,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
     SessionNotification, SessionUpdate, TextContent, ToolCallContent, ToolCallStatus, WriteTextFileRequest,
     WriteTextFileResponse,
 };
-use acp_runtime::transport::{SpawnOptions, StderrMode};
-use acp_runtime::{AgentHandle, ClientContext, Connection, acp_client};
+use acp_rpc::transport::{SpawnOptions, StderrMode};
+use acp_rpc::{AgentHandle, ClientContext, Connection, acp_client};
 
 #[cfg(feature = "unstable_protocol_v2")]
 #[path = "client_v2.rs"]
@@ -216,7 +216,7 @@ async fn drive(options: Options, agent: Agent) -> Result<(), String> {
         }
         #[cfg(feature = "http-client")]
         (Protocol::V1, Agent::Url(url)) => {
-            let (agent, remote) = acp_runtime::http::client::Remote::new(url.as_str())
+            let (agent, remote) = acp_rpc::http::client::Remote::new(url.as_str())
                 .connect(client)
                 .await
                 .map_err(|e| format!("cannot connect to {url}: {e}"))?;
@@ -238,7 +238,7 @@ async fn drive(options: Options, agent: Agent) -> Result<(), String> {
 /// The v1 `initialize` request, with the capabilities the handlers below earn (fs read and
 /// write), filled in from the `#[acp_client]` table.
 fn v1_initialize() -> InitializeRequest {
-    acp_runtime::client::with_capabilities::<DemoClient>(
+    acp_rpc::client::with_capabilities::<DemoClient>(
         InitializeRequest::new(ProtocolVersion(1))
             .client_info(Implementation::new("acp-demo-client", env!("CARGO_PKG_VERSION"))),
     )
@@ -283,7 +283,7 @@ impl Turn {
     async fn until_done<T>(
         &self,
         turn: impl std::future::Future<Output = T>,
-        cancel: impl std::future::Future<Output = Result<(), acp_runtime::Error>>,
+        cancel: impl std::future::Future<Output = Result<(), acp_rpc::Error>>,
     ) -> Result<T, String> {
         tokio::pin!(turn);
         tokio::select! {

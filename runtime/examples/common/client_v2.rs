@@ -2,32 +2,32 @@
 //! feature), written with `#[acp_client(v2)]`.
 //!
 //! One `initialize` asks for v2 and carries the v1 fields too
-//! (`acp_runtime::version::ProtocolRouter::negotiate`): an agent answering 2 gets the v2 turn,
+//! (`acp_rpc::version::ProtocolRouter::negotiate`): an agent answering 2 gets the v2 turn,
 //! one answering 1 the v1 turn, on the same connection. The v2 turn is followed through
-//! `acp_runtime::v2::SessionState`, which applies each update with the spec's merge rules; the
+//! `acp_rpc::v2::SessionState`, which applies each update with the spec's merge rules; the
 //! transcript shows the lifecycle too (`running`, `requires_action`, the idle update's stop
 //! reason). v2 has no `fs/*` or `terminal/*`: the agent reads files itself.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use acp_runtime::acp_client;
-use acp_runtime::acp_types::v2::{
+use acp_rpc::acp_client;
+use acp_rpc::acp_types::v2::{
     CancelSessionNotification, ContentBlock, Error, Implementation, InitializeRequest, InitializeResponse,
     NewSessionRequest, Nullable, PlanEntryStatus, PlanUpdateContent, PromptRequest, ProtocolVersion,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, RequestPermissionSubject,
     SelectedPermissionOutcome, SessionUpdate, StateUpdate, TextContent, ToolCallContent, UpdateSessionNotification,
 };
-use acp_runtime::transport::{ChildProcess, SpawnOptions};
-use acp_runtime::v2::{AgentHandle, ClientContext, SessionState};
-use acp_runtime::version::{Negotiated, ProtocolRouter};
+use acp_rpc::transport::{ChildProcess, SpawnOptions};
+use acp_rpc::v2::{AgentHandle, ClientContext, SessionState};
+use acp_rpc::version::{Negotiated, ProtocolRouter};
 
 use super::{Agent, Asker, DemoClient, Transcript, Turn, v1_initialize};
 
 /// How the agent goes away once the turn is done.
 enum Ending {
-    Process(Box<ChildProcess>, tokio::task::JoinHandle<Result<(), acp_runtime::Error>>),
+    Process(Box<ChildProcess>, tokio::task::JoinHandle<Result<(), acp_rpc::Error>>),
     #[cfg(feature = "http-client")]
-    Remote(acp_runtime::http::client::RemoteAgent),
+    Remote(acp_rpc::http::client::RemoteAgent),
 }
 
 /// Starts (or connects to) the agent, negotiates the version, and runs the turn in the version
@@ -45,13 +45,13 @@ pub(super) async fn drive(
         Agent::Command(command) => {
             let mut child = ChildProcess::spawn(command, spawn).map_err(|e| format!("cannot start the agent: {e}"))?;
             let (reader, writer) = child.take_transport().ok_or("the agent process has no stdin/stdout")?;
-            let (peer, serve) = acp_runtime::Connection::new().serve(reader, writer, router.clone());
+            let (peer, serve) = acp_rpc::Connection::new().serve(reader, writer, router.clone());
             (peer, Ending::Process(Box::new(child), tokio::spawn(serve)))
         }
         #[cfg(feature = "http-client")]
         Agent::Url(url) => {
             // The router answers the agent's requests over the network, as over stdio.
-            let (peer, remote) = acp_runtime::http::client::Remote::new(url.as_str())
+            let (peer, remote) = acp_rpc::http::client::Remote::new(url.as_str())
                 .serve(router.clone())
                 .await
                 .map_err(|e| format!("cannot connect to {url}: {e}"))?;
@@ -61,7 +61,7 @@ pub(super) async fn drive(
         Agent::Url(url) => return Err(format!("--url {url} needs the `http-client` feature")),
     };
 
-    let v2_init = acp_runtime::v2::with_capabilities::<DemoClientV2>(InitializeRequest::new(
+    let v2_init = acp_rpc::v2::with_capabilities::<DemoClientV2>(InitializeRequest::new(
         ProtocolVersion::V2,
         Implementation::new("acp-demo-client", env!("CARGO_PKG_VERSION")),
     ));

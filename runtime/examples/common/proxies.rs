@@ -6,13 +6,13 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use acp_runtime::acp_types::lossless::Lossless;
-use acp_runtime::acp_types::{
+use acp_rpc::acp_types::lossless::Lossless;
+use acp_rpc::acp_types::{
     ContentBlock, PermissionOptionKind, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
     RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification, SessionUpdate, TextContent,
 };
-use acp_runtime::proxy::{ProxiedNotification, ProxiedRequest};
-use acp_runtime::{ErrorObject, RawValue, acp_proxy};
+use acp_rpc::proxy::{ProxiedNotification, ProxiedRequest};
+use acp_rpc::{ErrorObject, RawValue, acp_proxy};
 
 /// The text `AddContext` adds when not told otherwise.
 pub const DEFAULT_CONTEXT: &str = "Context from the proxy: keep the answer short.";

@@ -17,7 +17,7 @@ use crate::transport::{ChildProcess, SpawnOptions};
 /// [`Connection`] options: the one-call way for an editor to start an agent. Needs a tokio
 /// runtime; see [`Connection::spawn_agent`].
 ///
-/// The agent's stderr lines become `tracing` events (target `acp_runtime::agent_stderr`), so
+/// The agent's stderr lines become `tracing` events (target `acp_rpc::agent_stderr`), so
 /// they are only seen with a tracing subscriber installed; use [`Connection::spawn_agent`]
 /// with [`StderrMode::Inherit`](crate::transport::StderrMode::Inherit) to pass them through.
 pub fn spawn_agent<C>(client: C, command: std::process::Command) -> io::Result<(AgentHandle, AgentProcess)>

@@ -3,10 +3,10 @@
 //! the feature `http-tls`), with the same typed [`AgentHandle`] a spawned agent gives.
 //!
 //! ```no_run
-//! # async fn run<C: acp_runtime::acp_types::Client<acp_runtime::ClientContext> + 'static>(client: C)
+//! # async fn run<C: acp_rpc::acp_types::Client<acp_rpc::ClientContext> + 'static>(client: C)
 //! # -> Result<(), Box<dyn std::error::Error>> {
-//! use acp_runtime::acp_types::{InitializeRequest, ProtocolVersion};
-//! use acp_runtime::http::client::Remote;
+//! use acp_rpc::acp_types::{InitializeRequest, ProtocolVersion};
+//! use acp_rpc::http::client::Remote;
 //!
 //! let (agent, remote) = Remote::new("http://127.0.0.1:8080/acp").bearer_token("secret").connect(client).await?;
 //! let init = agent.initialize(InitializeRequest::new(ProtocolVersion(1))).await?;
@@ -119,7 +119,9 @@
 //! `session/load` when the agent advertises `loadSession` (it replays the history as
 //! `session/update`s, all handled by the time the call returns), else `session/resume` when it
 //! advertises `sessionCapabilities.resume`. The session stream is opened before the request,
-//! as the RFD's flow has it.
+//! as the RFD's flow has it. For protocol v2 (feature `unstable_protocol_v2`),
+//! [`Remote::reconnect_v2`] does the same with v2's `session/resume`, which replaces
+//! `session/load` (`replayFrom: {"type": "start"}` asks for the history).
 
 mod cookies;
 mod sse;
@@ -199,7 +201,7 @@ pub enum ConnectError {
     },
     /// `https://` or `wss://` in a build without the `http-tls` feature.
     #[error(
-        "`{scheme}://` needs TLS, which this build of acp-runtime lacks: turn on its `http-tls` feature, \
+        "`{scheme}://` needs TLS, which this build of acp-rpc lacks: turn on its `http-tls` feature, \
          or connect with `http://` or `ws://` (e.g. through a TLS-terminating proxy)"
     )]
     TlsNotBuiltIn {
@@ -390,7 +392,7 @@ impl Remote {
     /// only `http/1.1` is offered, whatever it lists.
     ///
     /// ```no_run
-    /// use acp_runtime::http::client::{Remote, rustls};
+    /// use acp_rpc::http::client::{Remote, rustls};
     /// use rustls::pki_types::{CertificateDer, pem::PemObject};
     ///
     /// fn remote(ca_pem: &[u8]) -> Result<Remote, Box<dyn std::error::Error>> {
@@ -473,6 +475,7 @@ impl Remote {
     ///
     /// Give this `Remote` the old connection's jar ([`Remote::cookie_jar`] with
     /// [`RemoteAgent::cookies`]) so that a sticky load balancer routes it to the same backend.
+    /// For a protocol v2 client, use `Remote::reconnect_v2` (feature `unstable_protocol_v2`).
     pub async fn reconnect<C>(
         self,
         client: C,
@@ -502,6 +505,60 @@ impl Remote {
             return Err(ReconnectError::Unsupported);
         };
         Ok(Reconnected { agent, remote, init: Box::new(init), session })
+    }
+
+    /// Connects and serves `client`, the client side of protocol v2 (feature
+    /// `unstable_protocol_v2`): the connection follows v2's rules from the start, as
+    /// [`crate::v2::serve_client`]'s does, and the handle has v2's calls
+    /// ([`AgentHandle::prompt_turn`](crate::v2::AgentHandle::prompt_turn) included). Send
+    /// `initialize` with protocol version 2 first; to fall back to v1 against a v1 agent,
+    /// serve a [`ProtocolRouter`](crate::version::ProtocolRouter) with [`Remote::serve`]
+    /// instead.
+    #[cfg(feature = "unstable_protocol_v2")]
+    pub async fn connect_v2<C>(self, client: C) -> Result<(crate::v2::AgentHandle, RemoteAgent), ConnectError>
+    where
+        C: acp_types::v2::Client<crate::v2::ClientContext> + 'static,
+    {
+        let (opened, connection, (reader, writer)) = self.open().await?;
+        let (peer, serve) = connection.v2_rules().serve(reader, writer, crate::v2::ClientHandler::new(client));
+        let remote = opened.start(peer.clone(), serve);
+        Ok((crate::v2::AgentHandle::new(peer), remote))
+    }
+
+    /// [`Remote::reconnect`] for protocol v2 (feature `unstable_protocol_v2`): connects and
+    /// serves the v2 `client` ([`Remote::connect_v2`]), sends `initialize` (`init`, which
+    /// should ask for version 2), then `session/resume` (`resume`). v2 has no `session/load`:
+    /// `resume` with `replayFrom: {"type": "start"}` replays the history as `session/update`s,
+    /// all handled by the time this returns; without `replayFrom` the session is re-attached
+    /// without replay. An agent that advertises `capabilities.session` must support
+    /// `session/resume` (v2 has no marker of its own for it).
+    ///
+    /// Fails with [`ReconnectError::Version`] when the agent answers another protocol
+    /// version, and [`ReconnectError::Unsupported`] when it advertises no `capabilities.session`;
+    /// the new connection is closed then. As with v1, give this `Remote` the old connection's
+    /// cookie jar so that a sticky load balancer routes it to the process holding the session.
+    #[cfg(feature = "unstable_protocol_v2")]
+    pub async fn reconnect_v2<C>(
+        self,
+        client: C,
+        init: acp_types::v2::InitializeRequest,
+        resume: acp_types::v2::ResumeSessionRequest,
+    ) -> Result<ReconnectedV2, ReconnectError>
+    where
+        C: acp_types::v2::Client<crate::v2::ClientContext> + 'static,
+    {
+        let (agent, remote) = self.connect_v2(client).await?;
+        let call = |step: &'static str| move |source: Error| ReconnectError::Call { step, source };
+        let init = agent.initialize(init).await.map_err(call("initialize"))?;
+        if init.protocol_version != acp_types::v2::ProtocolVersion::V2 {
+            return Err(ReconnectError::Version { answered: init.protocol_version.0 });
+        }
+        let has_sessions = init.capabilities.as_ref().is_some_and(|c| matches!(c.session, Some(Some(_))));
+        if !has_sessions {
+            return Err(ReconnectError::Unsupported);
+        }
+        let session = agent.resume_session(resume).await.map_err(call("session/resume"))?;
+        Ok(ReconnectedV2 { agent, remote, init: Box::new(init), session: Box::new(session) })
     }
 
     /// Everything but the runtime connection: the URL checked, the WebSocket handshake done,
@@ -758,11 +815,37 @@ pub enum ReconnectError {
         #[source]
         source: Error,
     },
-    /// The agent advertises neither `loadSession` nor `sessionCapabilities.resume`.
+    /// The agent cannot re-attach sessions: in v1 it advertises neither `loadSession` nor
+    /// `sessionCapabilities.resume`; in v2 ([`Remote::reconnect_v2`]) it advertises no
+    /// `capabilities.session`.
     #[error(
-        "the agent can neither load nor resume sessions (it advertises neither `loadSession` nor `sessionCapabilities.resume`)"
+        "the agent can neither load nor resume sessions (it advertises neither `loadSession` nor \
+         `sessionCapabilities.resume` in v1, no `capabilities.session` in v2)"
     )]
     Unsupported,
+    /// [`Remote::reconnect_v2`]: the agent answered `initialize` with another protocol
+    /// version than 2.
+    #[error("the agent answered `initialize` with protocol version {answered}, not 2")]
+    Version {
+        /// The version it answered.
+        answered: u16,
+    },
+}
+
+/// What [`Remote::reconnect_v2`] gives (feature `unstable_protocol_v2`): the new connection,
+/// the agent's `initialize` answer, and its `session/resume` answer.
+#[cfg(feature = "unstable_protocol_v2")]
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ReconnectedV2 {
+    /// The agent, on the new connection.
+    pub agent: crate::v2::AgentHandle,
+    /// The new connection.
+    pub remote: RemoteAgent,
+    /// The agent's answer to `initialize`.
+    pub init: Box<acp_types::v2::InitializeResponse>,
+    /// The agent's answer to `session/resume`.
+    pub session: Box<acp_types::v2::ResumeSessionResponse>,
 }
 
 /// What the driver tells the [`RemoteAgent`].

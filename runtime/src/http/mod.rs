@@ -1,8 +1,9 @@
 //! The remote transport: ACP over Streamable HTTP and WebSocket on one endpoint (the
 //! remote-transport RFD, `rfds/streamable-http-websocket-transport.mdx`), server
 //! (`server`, feature `http-server`) and client (`client`, feature `http-client`), each over
-//! TLS too with the feature `http-tls` (rustls: `BoundServer::tls` on the server, `https://`
-//! and `wss://` URLs on the client).
+//! TLS too with the feature `http-tls`, which adds TLS to whichever side is on and turns
+//! neither on (rustls: `BoundServer::tls` on the server, `https://` and `wss://` URLs on the
+//! client).
 //!
 //! Both sides run an ordinary [`Connection`](crate::Connection) over in-memory pipes
 //! ([`crate::transport::duplex`]) and move whole JSON-RPC messages between those pipes and

@@ -187,9 +187,9 @@ type StartConnection = dyn Fn(DuplexEnd) -> Serve + Send + Sync;
 /// Serves ACP agents over HTTP and WebSocket; see the [module docs](self).
 ///
 /// ```no_run
-/// use acp_runtime::AgentContext;
-/// use acp_runtime::acp_types::Agent;
-/// use acp_runtime::http::server::HttpServer;
+/// use acp_rpc::AgentContext;
+/// use acp_rpc::acp_types::Agent;
+/// use acp_rpc::http::server::HttpServer;
 ///
 /// // One agent value per ACP connection; listens on 127.0.0.1 only.
 /// async fn run<A: Agent<AgentContext> + 'static>(

@@ -32,14 +32,14 @@
 //! # MCP servers of a proxy
 //!
 //! A proxy that offers tools to the agent through the connection (MCP over ACP) uses
-//! `acp_runtime::mcp::McpServers` (feature `mcp-over-acp`), which is a [`Proxy`] of its own:
+//! `acp_rpc::mcp::McpServers` (feature `mcp-over-acp`), which is a [`Proxy`] of its own:
 //! it adds its servers to `session/new` and answers the agent's `mcp/*` for them.
 //!
 //! # Example: a proxy that adds context to every prompt
 //!
 //! ```no_run
-//! use acp_runtime::proxy::{Proxy, ProxyContext, Side, serve_proxy};
-//! use acp_runtime::{ErrorObject, IncomingRequest, RawValue};
+//! use acp_rpc::proxy::{Proxy, ProxyContext, Side, serve_proxy};
+//! use acp_rpc::{ErrorObject, IncomingRequest, RawValue};
 //! use serde_json::Value;
 //!
 //! struct AddContext;
@@ -64,8 +64,8 @@
 //!     }
 //! }
 //!
-//! # async fn run() -> Result<(), acp_runtime::Error> {
-//! let (reader, writer) = acp_runtime::transport::stdio();
+//! # async fn run() -> Result<(), acp_rpc::Error> {
+//! let (reader, writer) = acp_rpc::transport::stdio();
 //! serve_proxy(AddContext, reader, writer).await
 //! # }
 //! ```

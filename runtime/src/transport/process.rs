@@ -12,7 +12,7 @@ use crate::framing::{Frame, LineReader};
 /// Where a spawned agent's stderr goes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum StderrMode {
-    /// Each line becomes a `tracing` event (target `acp_runtime::agent_stderr`, level INFO).
+    /// Each line becomes a `tracing` event (target `acp_rpc::agent_stderr`, level INFO).
     #[default]
     Trace,
     /// Shared with this process's stderr.
@@ -121,7 +121,7 @@ impl ChildProcess {
         let status = child.wait().await?;
         if !self.reaped {
             self.reaped = true;
-            tracing::debug!(target: "acp_runtime::process", pid = self.pid, "agent process reaped");
+            tracing::debug!(target: "acp_rpc::process", pid = self.pid, "agent process reaped");
         }
         Ok(status)
     }
@@ -216,7 +216,7 @@ async fn reap(mut leader: Leader, grace: Duration, escalation: &[Signal]) -> io:
     kill_stragglers(pgid, exit);
     leader.group_ended = true;
     let status = leader.child.wait().await;
-    tracing::debug!(target: "acp_runtime::process", pid = pgid, "agent process reaped");
+    tracing::debug!(target: "acp_rpc::process", pid = pgid, "agent process reaped");
     status
 }
 
@@ -310,7 +310,7 @@ fn signal_group(pgid: u32, signal: Signal) {
         Signal::Term => (libc::SIGTERM, "SIGTERM"),
         Signal::Kill => (libc::SIGKILL, "SIGKILL"),
     };
-    tracing::debug!(target: "acp_runtime::process", pgid, signal = name, "signalling the agent's process group");
+    tracing::debug!(target: "acp_rpc::process", pgid, signal = name, "signalling the agent's process group");
     // SAFETY: killpg has no memory-safety preconditions; ESRCH (group gone) is fine.
     unsafe {
         libc::killpg(pgid, signal);
@@ -329,10 +329,10 @@ async fn forward_stderr(stderr: ChildStderr, pid: u32) {
     loop {
         match lines.next_frame().await {
             Ok(Some(Frame::Line(line))) => {
-                tracing::info!(target: "acp_runtime::agent_stderr", pid, "{}", String::from_utf8_lossy(line));
+                tracing::info!(target: "acp_rpc::agent_stderr", pid, "{}", String::from_utf8_lossy(line));
             }
             Ok(Some(Frame::Oversized { len })) => {
-                tracing::info!(target: "acp_runtime::agent_stderr", pid, "<{len} bytes on one line, not shown>");
+                tracing::info!(target: "acp_rpc::agent_stderr", pid, "<{len} bytes on one line, not shown>");
             }
             Ok(None) | Err(_) => break,
         }

@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use acp_runtime::framing::{Frame, LineReader};
-use acp_runtime::transport::{PipeReader, PipeWriter, duplex};
-use acp_runtime::{Connection, Error, ErrorObject, Handler, IncomingNotification, IncomingRequest, Peer, RawValue};
+use acp_rpc::framing::{Frame, LineReader};
+use acp_rpc::transport::{PipeReader, PipeWriter, duplex};
+use acp_rpc::{Connection, Error, ErrorObject, Handler, IncomingNotification, IncomingRequest, Peer, RawValue};
 use serde_json::{Value, json};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;

@@ -10,18 +10,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use acp_runtime::acp_types::*;
-use acp_runtime::mcp::rmcp::handler::server::wrapper::Parameters;
-use acp_runtime::mcp::rmcp::model::{
+use acp_rpc::acp_types::*;
+use acp_rpc::mcp::rmcp::handler::server::wrapper::Parameters;
+use acp_rpc::mcp::rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientRequest,
     Implementation, ListRootsResult, LoggingLevel, LoggingMessageNotificationParam, Root,
 };
-use acp_runtime::mcp::rmcp::service::{
+use acp_rpc::mcp::rmcp::service::{
     NotificationContext, PeerRequestOptions, RequestContext, RoleClient, RoleServer, RunningService,
 };
-use acp_runtime::mcp::rmcp::{self, ClientHandler, ErrorData, tool, tool_router};
-use acp_runtime::mcp::{McpClients, McpServers, acp_servers};
-use acp_runtime::{AgentContext, ClientContext, acp_agent, acp_client};
+use acp_rpc::mcp::rmcp::{self, ClientHandler, ErrorData, tool, tool_router};
+use acp_rpc::mcp::{McpClients, McpServers, acp_servers};
+use acp_rpc::{AgentContext, ClientContext, acp_agent, acp_client};
 use serde_json::json;
 use tokio::sync::mpsc;
 

@@ -6,10 +6,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use acp_runtime::Connection;
-use acp_runtime::agent::{AgentContext, ClientHandle};
-use acp_runtime::client::{AgentHandle, ClientContext};
-use acp_runtime::transport::duplex;
+use acp_rpc::Connection;
+use acp_rpc::agent::{AgentContext, ClientHandle};
+use acp_rpc::client::{AgentHandle, ClientContext};
+use acp_rpc::transport::duplex;
 use acp_types::*;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -333,7 +333,7 @@ impl Client<ClientContext> for TestClient {
 
 // ---- wiring ---------------------------------------------------------------------------------
 
-pub type ServeTask = JoinHandle<Result<(), acp_runtime::Error>>;
+pub type ServeTask = JoinHandle<Result<(), acp_rpc::Error>>;
 
 /// A typed client connected to the typed test agent over an in-memory duplex.
 pub struct Pair {
@@ -367,21 +367,21 @@ pub fn pair() -> Pair {
 }
 
 /// Serves the test agent on one end and returns a raw peer (no handler) on the other.
-pub fn raw_client_to_agent() -> (acp_runtime::Peer, mpsc::UnboundedReceiver<AgentEvent>, Vec<ServeTask>) {
+pub fn raw_client_to_agent() -> (acp_rpc::Peer, mpsc::UnboundedReceiver<AgentEvent>, Vec<ServeTask>) {
     let (agent_end, client_end) = duplex(64 * 1024);
     let (agent_tx, agent_events) = mpsc::unbounded_channel();
-    let (_client, agent_serve) = acp_runtime::serve_agent(TestAgent { events: agent_tx }, agent_end.0, agent_end.1);
+    let (_client, agent_serve) = acp_rpc::serve_agent(TestAgent { events: agent_tx }, agent_end.0, agent_end.1);
     let (peer, raw_serve) = Connection::new().serve(client_end.0, client_end.1, ());
     (peer, agent_events, vec![tokio::spawn(agent_serve), tokio::spawn(raw_serve)])
 }
 
 /// Serves the test client on one end and returns a raw peer (no handler) on the other.
-pub fn raw_agent_to_client() -> (acp_runtime::Peer, Arc<ClientLog>, Vec<ServeTask>) {
+pub fn raw_agent_to_client() -> (acp_rpc::Peer, Arc<ClientLog>, Vec<ServeTask>) {
     let (agent_end, client_end) = duplex(64 * 1024);
     let (client_tx, _) = mpsc::unbounded_channel();
     let log = Arc::new(ClientLog::default());
     let client = TestClient::new(log.clone(), client_tx);
-    let (_agent, client_serve) = acp_runtime::serve_client(client, client_end.0, client_end.1);
+    let (_agent, client_serve) = acp_rpc::serve_client(client, client_end.0, client_end.1);
     let (peer, raw_serve) = Connection::new().serve(agent_end.0, agent_end.1, ());
     (peer, log, vec![tokio::spawn(client_serve), tokio::spawn(raw_serve)])
 }

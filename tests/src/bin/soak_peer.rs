@@ -28,10 +28,10 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use acp_runtime::agent::AgentContext;
-use acp_runtime::client::ClientContext;
-use acp_runtime::transport::SpawnOptions;
-use acp_runtime::{AgentHandle, Connection};
+use acp_rpc::agent::AgentContext;
+use acp_rpc::client::ClientContext;
+use acp_rpc::transport::SpawnOptions;
+use acp_rpc::{AgentHandle, Connection};
 use acp_types::*;
 use tokio::io::AsyncWrite;
 use tokio::sync::Notify;
@@ -340,7 +340,7 @@ async fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("agent") => {
-            acp_runtime::agent::serve_stdio(SoakAgent { sessions: AtomicU64::new(0) }).await.map_err(|e| e.to_string())
+            acp_rpc::agent::serve_stdio(SoakAgent { sessions: AtomicU64::new(0) }).await.map_err(|e| e.to_string())
         }
         Some("client") => {
             let seconds = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60);

@@ -1,5 +1,5 @@
 //! Our protocol v2 client, written with the runtime's v2 client API (a hand-written
-//! `acp_types::v2::Client<acp_runtime::v2::ClientContext>` impl, `AgentHandle::prompt_turn`,
+//! `acp_types::v2::Client<acp_rpc::v2::ClientContext>` impl, `AgentHandle::prompt_turn`,
 //! `version::ProtocolRouter::negotiate`), for the v2 interop tests (`tests/tests/interop_v2.rs`),
 //! where it drives the official SDKs' agents.
 //!
@@ -20,15 +20,15 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use acp_runtime::acp_types::v2::{
+use acp_rpc::acp_types::v2::{
     CancelSessionNotification, Client, ClientCapabilities, CloseSessionRequest, Error, Implementation,
     InitializeRequest, ListSessionsRequest, NewSessionRequest, Nullable, PermissionOptionKind, PromptRequest,
     ProtocolVersion, ReplayFrom, ReplayFromStart, RequestPermissionOutcome, RequestPermissionRequest,
     RequestPermissionResponse, RequestPermissionSubject, ResumeSessionRequest, SelectedPermissionOutcome, TextContent,
     UpdateSessionNotification,
 };
-use acp_runtime::v2::ClientContext;
-use acp_runtime::version::{Negotiated, ProtocolRouter};
+use acp_rpc::v2::ClientContext;
+use acp_rpc::version::{Negotiated, ProtocolRouter};
 use serde_json::{Value, json};
 
 /// How long any one call may take; the test has its own, longer, deadline.
@@ -90,22 +90,20 @@ impl Client<ClientContext> for Recorder {
 /// The v1 side of the negotiation: a v1 agent gets a client that declines every permission.
 struct V1Client;
 
-impl acp_runtime::acp_types::Client<acp_runtime::ClientContext> for V1Client {
+impl acp_rpc::acp_types::Client<acp_rpc::ClientContext> for V1Client {
     async fn session_request_permission(
         &self,
-        _: acp_runtime::acp_types::RequestPermissionRequest,
-        _cx: acp_runtime::ClientContext,
-    ) -> Result<acp_runtime::acp_types::RequestPermissionResponse, acp_runtime::acp_types::Error> {
-        Ok(acp_runtime::acp_types::RequestPermissionResponse::new(
-            acp_runtime::acp_types::RequestPermissionOutcome::Cancelled,
-        ))
+        _: acp_rpc::acp_types::RequestPermissionRequest,
+        _cx: acp_rpc::ClientContext,
+    ) -> Result<acp_rpc::acp_types::RequestPermissionResponse, acp_rpc::acp_types::Error> {
+        Ok(acp_rpc::acp_types::RequestPermissionResponse::new(acp_rpc::acp_types::RequestPermissionOutcome::Cancelled))
     }
 
     async fn session_update(
         &self,
-        _: acp_runtime::acp_types::SessionNotification,
-        _cx: acp_runtime::ClientContext,
-    ) -> Result<(), acp_runtime::acp_types::Error> {
+        _: acp_rpc::acp_types::SessionNotification,
+        _cx: acp_rpc::ClientContext,
+    ) -> Result<(), acp_rpc::acp_types::Error> {
         Ok(())
     }
 }
@@ -118,9 +116,9 @@ fn report(step: &str, ok: bool, fields: Value) {
     eprintln!("RESULT {line}");
 }
 
-fn error_fields(error: &acp_runtime::Error) -> Value {
+fn error_fields(error: &acp_rpc::Error) -> Value {
     match error {
-        acp_runtime::Error::Rpc(e) => json!({ "code": e.code, "message": e.message, "data": e.data }),
+        acp_rpc::Error::Rpc(e) => json!({ "code": e.code, "message": e.message, "data": e.data }),
         other => json!({ "code": null, "message": other.to_string() }),
     }
 }
@@ -131,7 +129,7 @@ struct Stopped;
 /// Runs one step's call: its fields are reported with `ok: true`, its error with `ok: false`.
 async fn step<T>(
     name: &str,
-    call: impl Future<Output = Result<T, acp_runtime::Error>>,
+    call: impl Future<Output = Result<T, acp_rpc::Error>>,
     fields: impl FnOnce(&T) -> Value,
 ) -> Result<T, Stopped> {
     match tokio::time::timeout(WAIT, call).await {
@@ -199,7 +197,7 @@ fn turn_fields(updates: &[Value], session: &str) -> Value {
     json!({ "kinds": kinds, "stopReason": stop_reason, "text": text, "userMessageId": user_message, "tools": tools })
 }
 
-async fn scenario(agent: acp_runtime::v2::AgentHandle, recorder: &Recorder, cwd: &str) -> Result<(), Stopped> {
+async fn scenario(agent: acp_rpc::v2::AgentHandle, recorder: &Recorder, cwd: &str) -> Result<(), Stopped> {
     let created =
         step("session-new", agent.new_session(NewSessionRequest::new(cwd)), |r| json!({ "sessionId": r.session_id }))
             .await?;
@@ -250,8 +248,8 @@ async fn main() {
         router = router.with_v1_client(V1Client);
     }
     let router = Arc::new(router);
-    let (reader, writer) = acp_runtime::transport::stdio();
-    let (peer, serve) = acp_runtime::Connection::new().serve(reader, writer, router.clone());
+    let (reader, writer) = acp_rpc::transport::stdio();
+    let (peer, serve) = acp_rpc::Connection::new().serve(reader, writer, router.clone());
     tokio::spawn(serve);
 
     // One `initialize` with both versions' fields; the agent's answer picks the version.
@@ -259,7 +257,7 @@ async fn main() {
         InitializeRequest::new(ProtocolVersion::V2, Implementation::new("acp-v2-client", env!("CARGO_PKG_VERSION")))
             .capabilities(ClientCapabilities::new());
     let v1_init = {
-        use acp_runtime::acp_types as v1;
+        use acp_rpc::acp_types as v1;
         v1::InitializeRequest::new(v1::ProtocolVersion::V1)
             .client_capabilities(v1::ClientCapabilities::new())
             .client_info(v1::Implementation::new("acp-v2-client", env!("CARGO_PKG_VERSION")))
@@ -279,7 +277,7 @@ async fn main() {
             let _ = scenario(agent, &recorder, &cwd).await;
         }
         Ok(Negotiated::V1 { agent, .. }) => {
-            let request = acp_runtime::acp_types::NewSessionRequest::new(cwd.as_str(), vec![]);
+            let request = acp_rpc::acp_types::NewSessionRequest::new(cwd.as_str(), vec![]);
             let _ = step("session-new", agent.new_session(request), |r| json!({ "sessionId": r.session_id })).await;
         }
         _ => {}

@@ -1,7 +1,7 @@
 // A block with errors still implements the traits: where the type is used as an agent or a
 // client, the macro's errors are the only ones.
-use acp_runtime::acp_types::*;
-use acp_runtime::{acp_agent, acp_client};
+use acp_rpc::acp_types::*;
+use acp_rpc::{acp_agent, acp_client};
 
 struct MyAgent;
 
@@ -38,8 +38,8 @@ impl MyClient {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), acp_runtime::Error> {
-    let _ = acp_runtime::client::with_capabilities::<MyClient>(InitializeRequest::new(ProtocolVersion(1)));
-    let _ = acp_runtime::client::spawn_agent(MyClient, std::process::Command::new("agent"));
-    acp_runtime::agent::serve_stdio(MyAgent).await
+async fn main() -> Result<(), acp_rpc::Error> {
+    let _ = acp_rpc::client::with_capabilities::<MyClient>(InitializeRequest::new(ProtocolVersion(1)));
+    let _ = acp_rpc::client::spawn_agent(MyClient, std::process::Command::new("agent"));
+    acp_rpc::agent::serve_stdio(MyAgent).await
 }

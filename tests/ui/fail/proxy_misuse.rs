@@ -1,5 +1,5 @@
-use acp_runtime::proxy::{ProxiedNotification, ProxiedRequest};
-use acp_runtime::{ErrorObject, RawValue, acp_proxy};
+use acp_rpc::proxy::{ProxiedNotification, ProxiedRequest};
+use acp_rpc::{ErrorObject, RawValue, acp_proxy};
 use serde_json::Value;
 
 struct Proxy;

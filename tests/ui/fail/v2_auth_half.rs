@@ -1,6 +1,6 @@
 // auth/login and auth/logout come as a pair in v2; a v1 handler name is not a v2 handler.
-use acp_runtime::acp_agent;
-use acp_runtime::acp_types::v2::*;
+use acp_rpc::acp_agent;
+use acp_rpc::acp_types::v2::*;
 
 struct MyAgent;
 

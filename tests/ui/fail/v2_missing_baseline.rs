@@ -1,6 +1,6 @@
 // A v2 agent must handle the v2 baseline: the session lifecycle comes whole.
-use acp_runtime::acp_agent;
-use acp_runtime::acp_types::v2::*;
+use acp_rpc::acp_agent;
+use acp_rpc::acp_types::v2::*;
 
 struct MyAgent;
 

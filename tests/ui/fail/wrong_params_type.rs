@@ -1,5 +1,5 @@
-use acp_runtime::acp_types::*;
-use acp_runtime::acp_agent;
+use acp_rpc::acp_types::*;
+use acp_rpc::acp_agent;
 
 struct MyAgent;
 

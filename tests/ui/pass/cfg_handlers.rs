@@ -1,8 +1,8 @@
 // `#[cfg]` on handlers: a configured-out optional handler is neither handled nor advertised;
 // two handlers of one name under complementary `cfg`s are one handler.
-use acp_runtime::acp_types::*;
-use acp_runtime::macro_support::Advertise;
-use acp_runtime::{AgentContext, acp_agent};
+use acp_rpc::acp_types::*;
+use acp_rpc::macro_support::Advertise;
+use acp_rpc::{AgentContext, acp_agent};
 
 struct MyAgent;
 

@@ -1,6 +1,6 @@
 // A client with the baseline handlers and the file-system ones.
-use acp_runtime::acp_types::*;
-use acp_runtime::{ClientContext, acp_client};
+use acp_rpc::acp_types::*;
+use acp_rpc::{ClientContext, acp_client};
 
 struct MyClient;
 
@@ -24,7 +24,7 @@ impl MyClient {
 }
 
 fn main() {
-    use acp_runtime::macro_support::Advertise;
+    use acp_rpc::macro_support::Advertise;
     fn is_client<C: Client<ClientContext>>(_: &C) {}
     is_client(&MyClient);
     assert_eq!(MyClient::CAPABILITIES.len(), 2);

@@ -1,6 +1,6 @@
 // An agent with every baseline handler, an optional one, a context and an extension method.
-use acp_runtime::acp_types::*;
-use acp_runtime::{AgentContext, acp_agent};
+use acp_rpc::acp_types::*;
+use acp_rpc::{AgentContext, acp_agent};
 
 struct MyAgent;
 

@@ -1,8 +1,8 @@
 // A generic impl block, with bounds in both places, and `self: &Self`.
 use std::fmt::Display;
 
-use acp_runtime::acp_types::*;
-use acp_runtime::{AgentContext, acp_agent};
+use acp_rpc::acp_types::*;
+use acp_rpc::{AgentContext, acp_agent};
 
 struct MyAgent<T, U> {
     name: T,
@@ -38,7 +38,7 @@ where
 }
 
 fn main() {
-    use acp_runtime::macro_support::Advertise;
+    use acp_rpc::macro_support::Advertise;
     fn is_agent<A: Agent<AgentContext>>(_: &A) {}
     is_agent(&MyAgent { name: 1u32, store: "x" });
     is_agent(&MyAgent { name: "a", store: String::new() });

@@ -2,8 +2,8 @@
 // handlers may return nothing.
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use acp_runtime::acp_types::*;
-use acp_runtime::{AgentContext, acp_agent};
+use acp_rpc::acp_types::*;
+use acp_rpc::{AgentContext, acp_agent};
 
 struct MyAgent {
     sessions: AtomicU64,

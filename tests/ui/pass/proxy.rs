@@ -1,5 +1,5 @@
-use acp_runtime::proxy::{ProxiedNotification, ProxiedRequest, serve_proxy};
-use acp_runtime::{ErrorObject, RawValue, acp_proxy};
+use acp_rpc::proxy::{ProxiedNotification, ProxiedRequest, serve_proxy};
+use acp_rpc::{ErrorObject, RawValue, acp_proxy};
 use serde_json::Value;
 
 struct Filter<T> {

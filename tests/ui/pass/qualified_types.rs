@@ -1,7 +1,7 @@
 // The params, context and result types may be written as paths (the last segment is what
 // the macro checks), the result as any path ending in `Result`.
-use acp_runtime::acp_agent;
-use acp_runtime::acp_types;
+use acp_rpc::acp_agent;
+use acp_rpc::acp_types;
 
 struct MyAgent;
 
@@ -15,15 +15,15 @@ impl MyAgent {
     }
     async fn authenticate(
         &self,
-        _p: acp_runtime::acp_types::AuthenticateRequest,
-        _cx: acp_runtime::AgentContext,
+        _p: acp_rpc::acp_types::AuthenticateRequest,
+        _cx: acp_rpc::AgentContext,
     ) -> Result<acp_types::AuthenticateResponse, acp_types::Error> {
         Ok(acp_types::AuthenticateResponse::new())
     }
     async fn session_new(&self, _p: (acp_types::NewSessionRequest)) -> Result<acp_types::NewSessionResponse, acp_types::Error> {
         Ok(acp_types::NewSessionResponse::new("s"))
     }
-    async fn session_cancel(&self, _p: ::acp_runtime::acp_types::CancelNotification) {}
+    async fn session_cancel(&self, _p: ::acp_rpc::acp_types::CancelNotification) {}
     async fn session_prompt(
         &self,
         _p: acp_types::PromptRequest,
@@ -33,6 +33,6 @@ impl MyAgent {
 }
 
 fn main() {
-    fn is_agent<A: acp_types::Agent<acp_runtime::AgentContext>>(_: &A) {}
+    fn is_agent<A: acp_types::Agent<acp_rpc::AgentContext>>(_: &A) {}
     is_agent(&MyAgent);
 }

@@ -1,7 +1,7 @@
 // A v2 agent with the whole baseline and the auth pair, and a v2 client, under the macros.
-use acp_runtime::acp_types::v2::*;
-use acp_runtime::v2::AgentContext;
-use acp_runtime::{acp_agent, acp_client};
+use acp_rpc::acp_types::v2::*;
+use acp_rpc::v2::AgentContext;
+use acp_rpc::{acp_agent, acp_client};
 
 struct MyAgent;
 
@@ -48,6 +48,6 @@ impl MyClient {
 }
 
 fn main() {
-    let _ = acp_runtime::v2::AgentHandler::new(MyAgent);
-    let _ = acp_runtime::v2::ClientHandler::new(MyClient);
+    let _ = acp_rpc::v2::AgentHandler::new(MyAgent);
+    let _ = acp_rpc::v2::ClientHandler::new(MyClient);
 }

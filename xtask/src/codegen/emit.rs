@@ -23,6 +23,13 @@ pub fn doc(text: Option<&str>) -> TokenStream {
     quote!(#(#attrs)*)
 }
 
+/// An item's description, or, where the schema has none, a sentence saying so (every public
+/// item of the generated crate is documented: it warns on `missing_docs`, and CI and
+/// `check-releases` deny warnings).
+fn item_doc(item: &Item) -> String {
+    item.doc.clone().unwrap_or_else(|| format!("The schema's `{}` (the schema does not describe it).", item.name))
+}
+
 /// A description with, for an item compiled only with some cargo feature, a last paragraph
 /// naming it (the schema's "**UNSTABLE**" does not say which feature that is).
 pub fn gated_doc(text: Option<&str>, gate: &Gate) -> Option<String> {
@@ -120,7 +127,7 @@ pub fn item_syntax(item: &Item, model: &Model) -> syn::Result<Vec<syn::Item>> {
 /// Emits one item (`model` is the rest of the schema, for what the item's code depends on).
 pub fn item(item: &Item, model: &Model) -> TokenStream {
     let name = ident(&item.name);
-    let docs = doc(gated_doc(item.doc.as_deref(), &item.gate).as_deref());
+    let docs = doc(gated_doc(Some(&item_doc(item)), &item.gate).as_deref());
     // The gate goes on every item the body expands to (the type and its impls).
     let gate = &cfg(&item.gate);
     let body = match &item.kind {
@@ -292,7 +299,8 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
                 serde.push(quote!(deserialize_with = #helper));
             }
         }
-        let mut doc = gated_doc(f.doc.as_deref(), &f.gate);
+        let undescribed = format!("The `{}` member (the schema does not describe it).", f.wire);
+        let mut doc = gated_doc(Some(f.doc.as_deref().unwrap_or(&undescribed)), &f.gate);
         if presence == Presence::Tri {
             doc = Some(match doc {
                 Some(text) => format!("{text}\n\n{NULLABLE_NOTE}"),
@@ -381,7 +389,7 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
     debug_assert_eq!(ctor_params.is_empty(), derives_default(item));
     let default = if ctor_params.is_empty() { quote!(Default,) } else { quote!() };
     let de_derive = if derive_de { quote!(serde::Deserialize,) } else { quote!() };
-    let mut attrs = syntax::doc_attrs(gated_doc(item.doc.as_deref(), &item.gate).as_deref());
+    let mut attrs = syntax::doc_attrs(gated_doc(Some(&item_doc(item)), &item.gate).as_deref());
     attrs.extend(cfg_attrs(&item.gate));
     attrs.push(syntax::attr_list("derive", quote!(Debug, Clone, PartialEq, #default serde::Serialize, #de_derive)));
     attrs.push(syntax::attr_list("cfg_attr", quote!(feature = "schemars", derive(schemars::JsonSchema))));
@@ -610,7 +618,8 @@ fn string_enum(gate: &TokenStream, name: &proc_macro2::Ident, values: &[EnumValu
         quote!(#gate values.push(#wire);)
     });
     let defs = values.iter().zip(&variants).map(|(v, id)| {
-        let docs = doc(gated_doc(v.doc.as_deref(), &v.gate).as_deref());
+        let undescribed = format!("The value `\"{}\"` (the schema does not describe it).", v.wire);
+        let docs = doc(gated_doc(Some(v.doc.as_deref().unwrap_or(&undescribed)), &v.gate).as_deref());
         let gate = cfg(&v.gate);
         quote!(#docs #gate #id,)
     });
@@ -772,7 +781,8 @@ fn tagged(gate: &TokenStream, name: &proc_macro2::Ident, t: &Tagged) -> TokenStr
     let mut tags = Vec::new();
     for v in &t.variants {
         let id = ident(&pascal(&v.wire));
-        let docs = doc(gated_doc(v.doc.as_deref(), &v.gate).as_deref());
+        let undescribed = format!("`{tag}` is `\"{}\"` (the schema does not describe this variant).", v.wire);
+        let docs = doc(gated_doc(Some(v.doc.as_deref().unwrap_or(&undescribed)), &v.gate).as_deref());
         let gate = cfg(&v.gate);
         let wire = &v.wire;
         match &v.payload {
@@ -971,11 +981,15 @@ fn untagged(gate: &TokenStream, name: &proc_macro2::Ident, vs: &[UntaggedVariant
             }
             _ => None,
         };
-        let text = match (v.doc.as_deref(), note) {
-            (Some(d), Some(n)) => Some(format!("{d}\n\n{n}")),
-            (d, n) => n.or(d.map(str::to_owned)),
+        let undescribed = match &v.ty {
+            Ty::Prim(Prim::Null) => "`null` (the schema does not describe this alternative).".to_owned(),
+            ty => format!("A `{}` (the schema does not describe this alternative).", rust_ty(ty)).replace(" :: ", "::"),
         };
-        let docs = doc(text.as_deref());
+        let text = match (v.doc.as_deref().unwrap_or(&undescribed), note) {
+            (d, Some(n)) => format!("{d}\n\n{n}"),
+            (d, None) => d.to_owned(),
+        };
+        let docs = doc(Some(&text));
         match &v.ty {
             Ty::Prim(Prim::Null) => quote!(#docs #id,),
             ty => {
@@ -1216,7 +1230,12 @@ fn envelopes(
         pub enum #req {
             #(#req_variants)*
             /// An extension method (its name starts with `_`).
-            ExtMethod { method: String, params: #ext_req },
+            ExtMethod {
+                /// The method name, as sent (with its leading `_`).
+                method: String,
+                /// The params, as free-form JSON.
+                params: #ext_req,
+            },
         }
 
         impl #req {
@@ -1289,7 +1308,12 @@ fn envelopes(
         pub enum #notif {
             #(#notif_variants)*
             /// An extension notification (its name starts with `_`).
-            ExtNotification { method: String, params: #ext_notif },
+            ExtNotification {
+                /// The notification's name, as sent (with its leading `_`).
+                method: String,
+                /// The params, as free-form JSON.
+                params: #ext_notif,
+            },
         }
 
         impl #notif {

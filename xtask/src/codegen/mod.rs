@@ -207,10 +207,17 @@ fn generate_from(settings: &Settings, loaded: &Loaded) -> Result<Vec<OutputFile>
         contents: format!("{preamble}\n{LOSSLESS}\n{}", prettyplease::unparse(&tags)),
     });
     out.push(OutputFile { path: "Cargo.toml".into(), contents: cargo_toml(settings, v2.is_some(), &preamble) });
+    // The crate's page in the registry (its example is a doctest, see `lib_rs`).
+    out.push(OutputFile { path: "README.md".into(), contents: CRATE_README.replace("TAG", &settings.tag) });
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
 }
 
+/// A program using a vendored file, compiled and run by `check-releases` (`CRATE` is the
+/// scratch crate's name), and shown in the generated crate's docs.
+const VENDORED_USE: &str = include_str!("../../templates/vendored_use.rs");
+/// The generated crate's README (`TAG` is the release).
+const CRATE_README: &str = include_str!("../../templates/crate_readme.md");
 /// `serde_support`: the serde helpers of the generated code, and `Nullable`.
 const SERDE_SUPPORT: &str = include_str!("../../templates/serde_support.rs");
 /// `decode`: decoding with the JSON path of a failure.
@@ -504,8 +511,31 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
          bit; `preserve_order` (off by default) makes free-form objects keep the order their keys \
          came in when written back, where they are otherwise written in sorted order. Both change \
          serde_json for the whole build, so each is the dependent's choice; the objects whose \
-         order the protocol cares about are [`serde_support::OrderedMap`]s, ordered either way.",
-        settings.tag
+         order the protocol cares about are [`serde_support::OrderedMap`]s, ordered either way.\n\n \
+         # Serving and calling: `acp-rpc`\n\n \
+         This crate has the messages and the traits, and no transport. To write an agent, a client \
+         or a proxy, depend on `acp-rpc`: JSON-RPC over stdio or any stream, ACP's concurrency and \
+         cancellation rules, and `#[acp_agent]` / `#[acp_client]`; it re-exports this crate as \
+         `acp_rpc::acp_types`.\n\n \
+         # Vendoring the types instead\n\n \
+         A project that would rather not depend on this crate can keep the types in its own tree: \
+         `cargo xtask vendor --out src/acp.rs` (run in the ACP toolchain's source tree; \
+         `--features`, `--derive` and `--types-only` choose what goes in) writes one file with the \
+         v1 types, the method enums and traits, and this crate's helpers (`decode`, `Nullable`, \
+         `lossless`), depending on serde and serde_json only. The project declares it as a module \
+         and uses it with the paths of this crate's root; CI runs this program against a freshly \
+         vendored file:\n\n \
+         ```\n \
+         // In the project, `mod acp;` declares the vendored src/acp.rs; this crate stands in for it here.\n \
+         use acp_types as acp;\n\n \
+         {vendored_use}\n \
+         ```",
+        settings.tag,
+        vendored_use = VENDORED_USE
+            .replace("//! A vendored file's helpers, used as a project would.\n", "")
+            .replace("CRATE::acp::", "acp::")
+            .trim_end()
+            .replace('\n', "\n "),
     );
     let v2_mod = if v2 {
         quote!(
@@ -519,12 +549,18 @@ fn lib_rs(settings: &Settings, v2: bool) -> TokenStream {
     quote! {
         #![doc = #doc]
         #![cfg_attr(docsrs, feature(doc_cfg))]
+        #![warn(missing_docs)]
 
         pub mod decode;
         pub mod lossless;
         pub mod serde_support;
         pub mod v1;
         #v2_mod
+
+        /// The README's example, run as a doctest so that it cannot go stale.
+        #[cfg(doctest)]
+        #[doc = include_str!("../README.md")]
+        pub struct ReadmeDoctest;
 
         pub use decode::DecodeError;
         pub use lossless::Lossless;
@@ -615,12 +651,22 @@ fn cargo_toml(settings: &Settings, v2: bool, preamble: &str) -> String {
         )
     } else {
         (
-            "version.workspace = true\nedition.workspace = true\nrust-version.workspace = true\nlicense.workspace = true",
-            "serde = { workspace = true }\nserde_json = { workspace = true }\nschemars = { version = \"1.0.4\", optional = true }\n",
+            "version.workspace = true\nedition.workspace = true\nrust-version.workspace = true\nlicense.workspace = true\n\
+             readme = \"README.md\"\n\
+             keywords = [\"acp\", \"agent-protocol\", \"json-schema\", \"ai\", \"editor\"]\n\
+             categories = [\"api-bindings\", \"encoding\", \"text-editors\"]",
+            "serde = { workspace = true }\nserde_json = { workspace = true }\nschemars = { version = \"1.0.4\", optional = true }\n\n\
+             # docs.rs: every feature, each gated item labelled with the features it needs.\n\
+             [package.metadata.docs.rs]\nall-features = true\nrustdoc-args = [\"--cfg\", \"docsrs\"]\n",
         )
     };
+    let documentation = if settings.standalone {
+        String::new()
+    } else {
+        format!("documentation = \"https://docs.rs/{}\"\n", settings.package)
+    };
     format!(
-        "{preamble}[package]\nname = \"{}\"\ndescription = \"Agent Client Protocol types and method traits, generated from the ACP JSON Schema\"\n{package}\n\n[features]\n{}\n\n[dependencies]\n{deps}",
+        "{preamble}[package]\nname = \"{}\"\ndescription = \"Agent Client Protocol types and method traits, generated from the ACP JSON Schema\"\n{documentation}{package}\n\n[features]\n{}\n\n[dependencies]\n{deps}",
         settings.package,
         features.join("\n")
     )

@@ -1,7 +1,7 @@
-//! The 13-handler agent on acp-runtime's `#[acp_agent]`, served on stdio.
+//! The 13-handler agent on acp-rpc's `#[acp_agent]`, served on stdio.
 //! Keep the handler bodies in step with ../../official/src/main.rs.
-use acp_runtime::acp_types::*;
-use acp_runtime::{AgentContext, acp_agent};
+use acp_rpc::acp_types::*;
+use acp_rpc::{AgentContext, acp_agent};
 
 struct BenchAgent;
 
@@ -58,6 +58,6 @@ impl BenchAgent {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), acp_runtime::Error> {
-    acp_runtime::agent::serve_stdio(BenchAgent).await
+async fn main() -> Result<(), acp_rpc::Error> {
+    acp_rpc::agent::serve_stdio(BenchAgent).await
 }
