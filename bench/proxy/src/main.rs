@@ -102,7 +102,13 @@ impl Editor {
 #[tokio::main]
 async fn main() {
     let a = args();
-    let mut child = chain(&a).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true).spawn().unwrap();
+    let mut child = chain(&a)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
     let mut editor = Editor {
         out: BufWriter::new(child.stdin.take().unwrap()),
         lines: BufReader::with_capacity(1 << 16, child.stdout.take().unwrap()).lines(),
@@ -137,5 +143,8 @@ async fn main() {
     };
     drop(editor);
     let _ = child.wait().await;
-    println!("{}", json!({"mode": a.mode, "agent": a.agent, "impl": a.implementation, "proxies": a.proxies, "n": a.n, "result": result}));
+    println!(
+        "{}",
+        json!({"mode": a.mode, "agent": a.agent, "impl": a.implementation, "proxies": a.proxies, "n": a.n, "result": result})
+    );
 }

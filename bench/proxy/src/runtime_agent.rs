@@ -27,7 +27,8 @@ impl Handler for Agent {
                 };
                 for i in 0..n {
                     let chunk = ContentChunk::new(ContentBlock::Text(TextContent::new(format!("chunk {i}"))));
-                    let update = SessionNotification::new(p.session_id.clone(), SessionUpdate::AgentMessageChunk(chunk));
+                    let update =
+                        SessionNotification::new(p.session_id.clone(), SessionUpdate::AgentMessageChunk(chunk));
                     req.peer.notify("session/update", &update).await.map_err(ErrorObject::internal_error)?;
                 }
                 raw(&PromptResponse::new(StopReason::EndTurn))
