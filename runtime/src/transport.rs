@@ -12,18 +12,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 #[cfg(feature = "process")]
 mod process;
+mod stdio;
 #[cfg(feature = "process")]
 pub use process::{ChildProcess, SpawnOptions, StderrMode};
-
-/// This process's stdin and stdout (the agent side of the stdio transport).
-///
-/// Nothing else may write to stdout: send logs to stderr (ACP lets agents log there).
-/// tokio reads stdin with a blocking read on a helper thread; the agent's connection ends at
-/// end of stdin anyway, so this only matters to a program that wants to shut its runtime down
-/// while stdin is still open (that waits for the pending read).
-pub fn stdio() -> (tokio::io::Stdin, tokio::io::Stdout) {
-    (tokio::io::stdin(), tokio::io::stdout())
-}
+pub use stdio::{Stdin, Stdout, stdio};
 
 /// One end of an in-memory [`duplex`]: what it reads and what it writes.
 pub type DuplexEnd = (PipeReader, PipeWriter);
