@@ -169,7 +169,10 @@ pub fn path_at<T: AsRef<[u8]> + ?Sized>(text: &T, offset: usize) -> String {
                 }
                 if let Some(Level::Object { key, expecting_key: true }) = stack.last_mut() {
                     let raw = bytes.get(start..(i + 1).min(bytes.len())).unwrap_or_default();
-                    *key = serde_json::from_slice::<String>(raw).ok();
+                    // Through `from_str`, as the decoders are: a `from_slice` here alone would
+                    // compile serde_json's whole number parser a second time (for the error it
+                    // would give a non-string).
+                    *key = std::str::from_utf8(raw).ok().and_then(|raw| serde_json::from_str::<String>(raw).ok());
                 }
             }
             b':' => {

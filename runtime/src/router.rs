@@ -693,7 +693,7 @@ async fn start_or_forward(
     // Forwarded even when cancelled already: what cancelled it (a `session/cancel`, a
     // `$/cancel_request`) follows it, so the far side sees both in the order they came.
     let sent = forward.to.send_request_raw(&forward.method, forward.params.as_deref()).await;
-    tokio::spawn(forward_answer(shared.clone(), req, kind, sent, grace, slot, reply, counted));
+    crate::tasks::spawn_boxed(forward_answer(shared.clone(), req, kind, sent, grace, slot, reply, counted));
 }
 
 /// Waits for the answer to a forwarded request and passes it back verbatim. A cancelled one

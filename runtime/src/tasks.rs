@@ -18,10 +18,18 @@ use tokio::task::{JoinError, JoinHandle};
 pub(crate) struct AbortOnDrop<T>(JoinHandle<T>);
 
 impl<T: Send + 'static> AbortOnDrop<T> {
-    /// Spawns `fut` on the current tokio runtime.
+    /// Spawns `fut` on the current tokio runtime (boxed, see [`spawn_boxed`]).
     pub(crate) fn spawn(fut: impl Future<Output = T> + Send + 'static) -> Self {
-        AbortOnDrop(tokio::spawn(fut))
+        AbortOnDrop(spawn_boxed(fut))
     }
+}
+
+/// Spawns `fut` as a boxed future. tokio compiles its task machinery (polling, cancelling,
+/// joining: about 13 KB of code) once per future type; the connection's long-lived loops and
+/// the rarer tasks share one instantiation per output type this way, for one allocation each.
+pub(crate) fn spawn_boxed<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> JoinHandle<T> {
+    let fut: Pin<Box<dyn Future<Output = T> + Send>> = Box::pin(fut);
+    tokio::spawn(fut)
 }
 
 impl<T> AbortOnDrop<T> {
