@@ -237,7 +237,8 @@ pub fn expand(side: Side, attr: TokenStream, item: TokenStream) -> TokenStream {
         // that says so, instead of the compiler's about each missing item.
         let message = format!(
             "#[{macro_name}] needs protocol v2: enable the cargo feature `unstable_protocol_v2` \
-             (`acp-rpc = {{ version = \"..\", features = [\"unstable_protocol_v2\"] }}`)"
+             (`acp-rpc = {{ version = \"{version}\", features = [\"unstable_protocol_v2\"] }}`)",
+            version = dependency_version()
         );
         gate(&krate, &["unstable_protocol_v2"], imp, quote!(::core::compile_error! { #message }))
     } else {
@@ -774,8 +775,11 @@ fn inherent_block(krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -> Token
         let features = h.features.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(" or ");
         let message = format!(
             "`{}` handles `{}`, an unstable method: enable the cargo feature {features} \
-             (e.g. `acp-rpc = {{ version = \"..\", features = [\"{}\"] }}`)",
-            h.name, h.method, h.features[0]
+             (e.g. `acp-rpc = {{ version = \"{}\", features = [\"{}\"] }}`)",
+            h.name,
+            h.method,
+            dependency_version(),
+            h.features[0]
         );
         let error = quote_spanned!(b.func.sig.ident.span()=> ::core::compile_error! { #message });
         let func = b.func;
@@ -1070,6 +1074,18 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
         impl #impl_generics #support::Advertise for #self_ty #where_clause {
             const CAPABILITIES: &'static [(&'static [&'static str], bool)] = #capabilities;
         }
+    }
+}
+
+/// The version requirement a hint puts in a dependency line: this release's, as Cargo reads it
+/// (`"0.1"` for 0.1.x, `"1"` for 1.x). The crates of the family are released together.
+fn dependency_version() -> &'static str {
+    let version = env!("CARGO_PKG_VERSION");
+    let mut parts = version.split('.');
+    match (parts.next(), parts.next()) {
+        (Some("0"), Some(minor)) => &version[..2 + minor.len()],
+        (Some(major), _) => &version[..major.len()],
+        _ => version,
     }
 }
 

@@ -19,22 +19,29 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// This process's stdin and stdout: see [`Stdin`] and [`Stdout`].
+/// This process's stdin and stdout (the agent side of the stdio transport).
+///
+/// On Unix, when stdin or stdout is a pipe or a socket (as when an editor starts the agent),
+/// it is set non-blocking and read or written through the runtime's I/O driver, so no message
+/// is handed between threads; a terminal, a file or another platform keeps tokio's own
+/// handles, which block on helper threads. The non-blocking flag belongs to the open pipe and
+/// is shared by the rest of the process while the transport lives (a blocking read of
+/// `std::io::stdin()` or a `println!` would fail with `WouldBlock`); it is put back when the
+/// last handle is dropped.
 ///
 /// Nothing else may write to stdout: send logs to stderr (ACP lets agents log there).
 /// Call it inside a tokio runtime with I/O enabled (`#[tokio::main]`, or a runtime built with
-/// `enable_all()`) to get the non-blocking path on Unix; elsewhere it still works, through
-/// tokio's blocking helper threads. To keep tokio's own handles whatever stdin is, pass
+/// `enable_all()`) to get the non-blocking path; elsewhere it still works, through tokio's
+/// blocking helper threads. To keep tokio's own handles whatever stdin is, pass
 /// `tokio::io::stdin()` and `tokio::io::stdout()` to the connection instead.
 pub fn stdio() -> (Stdin, Stdout) {
     (Stdin::new(), Stdout::new())
 }
 
-/// This process's stdin as an [`AsyncRead`]; see the [module docs](self) for how it is read.
+/// This process's stdin as an [`AsyncRead`]; see [`stdio()`] for how it is read.
 pub struct Stdin(Inner<tokio::io::Stdin>);
 
-/// This process's stdout as an [`AsyncWrite`]; see the [module docs](self) for how it is
-/// written.
+/// This process's stdout as an [`AsyncWrite`]; see [`stdio()`] for how it is written.
 pub struct Stdout(Inner<tokio::io::Stdout>);
 
 enum Inner<T> {
@@ -44,7 +51,7 @@ enum Inner<T> {
 }
 
 impl Stdin {
-    /// Stdin, non-blocking when it can be (see the [module docs](self)).
+    /// Stdin, non-blocking when it can be (see [`stdio()`]).
     pub fn new() -> Self {
         #[cfg(unix)]
         if let Some(fd) = polled::PolledFd::open(std::os::fd::AsFd::as_fd(&io::stdin()), tokio::io::Interest::READABLE)
@@ -62,7 +69,7 @@ impl Stdin {
 }
 
 impl Stdout {
-    /// Stdout, non-blocking when it can be (see the [module docs](self)).
+    /// Stdout, non-blocking when it can be (see [`stdio()`]).
     pub fn new() -> Self {
         #[cfg(unix)]
         if let Some(fd) = polled::PolledFd::open(std::os::fd::AsFd::as_fd(&io::stdout()), tokio::io::Interest::WRITABLE)
