@@ -60,6 +60,13 @@ pub trait Handler: Send + Sync + 'static {
         let _ = (method, params);
         None
     }
+
+    /// [`Handler::forward`] for an incoming notification, for a handler that passes requests
+    /// and notifications on differently (a wire that wraps each kind in its own envelope).
+    /// The default asks [`Handler::forward`].
+    fn forward_notification<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
+        self.forward(method, params)
+    }
 }
 
 /// Where [`Handler::forward`] passes a message on to, and as what. The method and params may
@@ -87,6 +94,10 @@ impl<H: Handler> Handler for Arc<H> {
     fn forward<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
         (**self).forward(method, params)
     }
+
+    fn forward_notification<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
+        (**self).forward_notification(method, params)
+    }
 }
 
 /// A boxed handler future, as the connection polls it.
@@ -98,6 +109,7 @@ pub(crate) trait DynHandler: Send + Sync + 'static {
     fn handle_request_boxed(&self, req: IncomingRequest) -> BoxFuture<'_, Result<Box<RawValue>, ErrorObject>>;
     fn handle_notification_boxed(&self, notification: IncomingNotification) -> BoxFuture<'_, ()>;
     fn forward_dyn<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>>;
+    fn forward_notification_dyn<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>>;
 }
 
 impl<H: Handler> DynHandler for H {
@@ -110,6 +122,10 @@ impl<H: Handler> DynHandler for H {
     }
     fn forward_dyn<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
         self.forward(method, params)
+    }
+
+    fn forward_notification_dyn<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
+        self.forward_notification(method, params)
     }
 }
 

@@ -23,6 +23,12 @@ pub const PROXY_INITIALIZE: &str = "proxy/initialize";
 /// Between a conductor and a proxy, both ways: a message wrapped for the proxy's successor
 /// (proxy → conductor) or from it (conductor → proxy). See [`crate::proxy`].
 pub const PROXY_SUCCESSOR: &str = "proxy/successor";
+/// The older proxy wire (the `sacp` crates, `@thinkwell/conductor` 0.5): a request for a
+/// proxy's successor or from it, wrapped as [`PROXY_SUCCESSOR`] wraps one. See
+/// [`crate::proxy`].
+pub const SACP_SUCCESSOR_REQUEST: &str = "_proxy/successor/request";
+/// The older proxy wire: a notification for a proxy's successor or from it.
+pub const SACP_SUCCESSOR_NOTIFICATION: &str = "_proxy/successor/notification";
 
 /// The answer to a cancelled `session/prompt`.
 pub const CANCELLED_PROMPT_RESULT: &str = r#"{"stopReason":"cancelled"}"#;

@@ -638,7 +638,7 @@ pub(crate) async fn notification_loop(
             continue;
         }
         if shared.forwarding {
-            if let Some(forward) = handler.forward_dyn(&queued.method, queued.params.as_deref()) {
+            if let Some(forward) = handler.forward_notification_dyn(&queued.method, queued.params.as_deref()) {
                 if let Err(e) = forward.to.notify_raw(&forward.method, forward.params.as_deref()).await {
                     tracing::debug!(error = %e, method = %forward.method, "acp connection: forwarded notification not sent");
                 }

@@ -1,6 +1,6 @@
 //! A proxy's connection (`acp_rpc::proxy`) against a raw conductor: an intercepted
 //! `session/prompt` that the proxy forwards is cancelled on the next hop the way it was
-//! cancelled here.
+//! cancelled here; the older wire (`initialize` with `_meta.proxy`) message by message.
 
 mod common;
 
@@ -62,4 +62,82 @@ async fn a_session_cancel_for_an_intercepted_prompt_is_forwarded_alone() {
     assert_eq!(conductor.try_recv_line(Duration::from_millis(50)).await, None, "no `$/cancel_request` besides");
     conductor.send_json(json!({"jsonrpc":"2.0","id":wrapped["id"],"result":{"stopReason":"cancelled"}})).await;
     assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","id":1,"result":{"stopReason":"cancelled"}}));
+}
+
+/// The older wire, as `@thinkwell/conductor` speaks it: told by the marked `initialize`, whose
+/// answer gets the marker; requests and notifications for the successor in envelopes of their
+/// own kind; the successor's unwrapped on their way to the client; answers plain.
+#[tokio::test]
+async fn the_older_wire_is_spoken_after_an_initialize_that_marks_a_proxy() {
+    let mut conductor = proxy();
+    let init = json!({"protocolVersion":1,"clientCapabilities":{},"_meta":{"proxy":true}});
+    conductor.send_json(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":init})).await;
+    let wrapped = conductor.recv().await;
+    assert_eq!(wrapped["method"], "_proxy/successor/request", "{wrapped}");
+    assert_eq!(wrapped["params"], json!({"method":"initialize","params":init}), "passed on with its marker");
+    let agents = r#"{"protocolVersion":1,"agentCapabilities":{"x":[1.50]},"_meta":{"a":1}}"#;
+    conductor.send(&format!(r#"{{"jsonrpc":"2.0","id":{},"result":{agents}}}"#, wrapped["id"])).await;
+    assert_eq!(
+        conductor.recv_line().await,
+        r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1,"agentCapabilities":{"x":[1.50]},"_meta":{"a":1,"proxy":true}}}"#,
+        "the agent's answer as written, with the marker added"
+    );
+
+    // A request that is not intercepted, and a notification, each in its own envelope.
+    let new = json!({"cwd":"/","mcpServers":[]});
+    conductor.send_json(json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":new})).await;
+    let wrapped = conductor.recv().await;
+    assert_eq!(wrapped["method"], "_proxy/successor/request");
+    assert_eq!(wrapped["params"], json!({"method":"session/new","params":new}));
+    conductor.send_json(json!({"jsonrpc":"2.0","id":wrapped["id"],"result":{"sessionId":"s"}})).await;
+    assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","id":1,"result":{"sessionId":"s"}}));
+    conductor.send_json(json!({"jsonrpc":"2.0","method":"_x/note","params":{"n":1}})).await;
+    assert_eq!(
+        conductor.recv().await,
+        json!({"jsonrpc":"2.0","method":"_proxy/successor/notification","params":{"method":"_x/note","params":{"n":1}}})
+    );
+
+    // The intercepted prompt goes on in the request envelope too.
+    let prompt = json!({"sessionId":"s","prompt":[]});
+    conductor.send_json(json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":prompt})).await;
+    let turn = conductor.recv().await;
+    assert_eq!(turn["method"], "_proxy/successor/request");
+    assert_eq!(turn["params"], json!({"method":"session/prompt","params":prompt}));
+
+    // From the successor: a notification and a request, unwrapped for the client.
+    let update =
+        json!({"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}});
+    conductor
+        .send_json(json!({"jsonrpc":"2.0","method":"_proxy/successor/notification","params":{"method":"session/update","params":update}}))
+        .await;
+    assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","method":"session/update","params":update}));
+    let read = json!({"sessionId":"s","path":"/a"});
+    conductor
+        .send_json(json!({"jsonrpc":"2.0","id":"r1","method":"_proxy/successor/request","params":{"method":"fs/read_text_file","params":read}}))
+        .await;
+    let asked = conductor.recv().await;
+    assert_eq!(asked["method"], "fs/read_text_file");
+    assert_eq!(asked["params"], read);
+    conductor.send_json(json!({"jsonrpc":"2.0","id":asked["id"],"result":{"content":"A"}})).await;
+    assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","id":"r1","result":{"content":"A"}}));
+
+    conductor.send_json(json!({"jsonrpc":"2.0","id":turn["id"],"result":{"stopReason":"end_turn"}})).await;
+    assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}));
+}
+
+/// Without the marker, a plain `initialize` is refused (a proxy is not an agent), and the
+/// older wire's envelopes are no envelopes: an extension request like any other.
+#[tokio::test]
+async fn a_plain_initialize_is_refused_and_the_older_envelopes_mean_nothing_on_the_current_wire() {
+    let mut conductor = proxy();
+    conductor.send_json(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}})).await;
+    let refused = conductor.recv().await;
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    let envelope = json!({"method":"session/new","params":{}});
+    conductor.send_json(json!({"jsonrpc":"2.0","id":1,"method":"_proxy/successor/request","params":envelope})).await;
+    assert_eq!(
+        conductor.recv().await["params"],
+        json!({"method":"_proxy/successor/request","params":envelope}),
+        "wrapped for the successor as the current wire wraps any request"
+    );
 }

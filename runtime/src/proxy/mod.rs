@@ -19,8 +19,22 @@
 //! | cancellation | `$/cancel_request` for the id of each hop; `session/cancel` travels like any notification |
 //!
 //! The envelope's own `_meta` belongs to the hop and is not passed on; the wrapped message's
-//! `_meta` is inside its params and is. A plain `initialize` sent to a proxy, and envelopes
-//! nested in envelopes, are answered -32600.
+//! `_meta` is inside its params and is. A plain `initialize` sent to a proxy (other than the
+//! older wire's, below), and envelopes nested in envelopes, are answered -32600.
+//!
+//! # The older wire
+//!
+//! Conductors built on the `sacp` crates, `@thinkwell/conductor` 0.5 among them, speak an
+//! earlier form of the RFD, and a proxy speaks it too when it is initialized that way:
+//!
+//! | message | on the older wire |
+//! |---|---|
+//! | the client's `initialize` | `initialize` with `"_meta": {"proxy": true}`; the answer must carry the same marker |
+//! | to or from the successor | `_proxy/successor/request` or `_proxy/successor/notification`, each `{"method": M, "params": P}` |
+//!
+//! Everything else is as above. The proxy passes `initialize` on with its marker (a proxy
+//! behind it learns the same way that it is one; an agent ignores a `_meta` key it does not
+//! know), and adds the marker to the answer it gets back, changing nothing else in it.
 //!
 //! # Lossless
 //!
@@ -76,6 +90,7 @@ pub(crate) mod envelope;
 use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -87,7 +102,7 @@ use crate::connection::Connection;
 use crate::error::Error;
 use crate::handler::{Forward, Handler, IncomingNotification, IncomingRequest};
 use crate::jsonrpc::ErrorObject;
-use crate::methods::{self, PROXY_INITIALIZE, PROXY_SUCCESSOR};
+use crate::methods::{self, PROXY_INITIALIZE, PROXY_SUCCESSOR, SACP_SUCCESSOR_NOTIFICATION, SACP_SUCCESSOR_REQUEST};
 use crate::peer::Peer;
 
 /// Where a message comes from, as seen by a proxy.
@@ -198,31 +213,41 @@ where
     W: AsyncWrite + Send + Unpin + 'static,
 {
     let proxy = Arc::new(proxy);
-    connection
-        .forwarding()
-        .serve_with(reader, writer, move |peer| ProxyRouter { proxy, cx: ProxyContext { peer: peer.clone() } })
+    connection.forwarding().serve_with(reader, writer, move |peer| ProxyRouter {
+        proxy,
+        cx: ProxyContext { peer: peer.clone(), older_wire: Arc::default() },
+    })
 }
 
 /// What a proxy's handlers talk through: the chain on both sides of the proxy.
 #[derive(Clone, Debug)]
 pub struct ProxyContext {
     peer: Peer,
+    /// Whether the conductor speaks the older wire (see the module docs): set once, by an
+    /// `initialize` that says so, before anything after it is forwarded.
+    older_wire: Arc<AtomicBool>,
 }
 
 impl ProxyContext {
     /// Calls and notifications toward the client (the proxy's predecessor).
     pub fn client(&self) -> Hop<'_> {
-        Hop { peer: &self.peer, side: Side::Client }
+        self.toward(Side::Client)
     }
 
     /// Calls and notifications toward the agent (the proxy's successor).
     pub fn agent(&self) -> Hop<'_> {
-        Hop { peer: &self.peer, side: Side::Agent }
+        self.toward(Side::Agent)
     }
 
     /// The hop toward `side`.
     pub fn toward(&self, side: Side) -> Hop<'_> {
-        Hop { peer: &self.peer, side }
+        Hop { peer: &self.peer, side, older_wire: self.speaks_older_wire() }
+    }
+
+    /// Whether this proxy's conductor speaks the older wire (`_proxy/successor/request`,
+    /// `_proxy/successor/notification`; see the [module docs](self)), as its `initialize` said.
+    pub fn speaks_older_wire(&self) -> bool {
+        self.older_wire.load(Ordering::Acquire)
     }
 
     /// Passes an intercepted request on, in the direction it was going (a request from the
@@ -259,14 +284,23 @@ impl ProxyContext {
 pub struct Hop<'a> {
     peer: &'a Peer,
     side: Side,
+    older_wire: bool,
 }
 
 impl Hop<'_> {
+    /// The method of the envelope a message for the successor travels in.
+    fn envelope(&self, kind: Kind) -> &'static str {
+        successor_envelope(self.older_wire, kind)
+    }
+
     /// Calls `method` on this side with raw params; the raw answer.
     pub async fn request_raw(&self, method: &str, params: Option<&RawValue>) -> Result<Box<RawValue>, Error> {
         match self.side {
             Side::Client => self.peer.request_raw(method, params).await,
-            Side::Agent => self.peer.request_raw(PROXY_SUCCESSOR, Some(&envelope::wrap(method, params))).await,
+            Side::Agent => {
+                let wrapped = envelope::wrap(method, params);
+                self.peer.request_raw(self.envelope(Kind::Request), Some(&wrapped)).await
+            }
         }
     }
 
@@ -281,7 +315,7 @@ impl Hop<'_> {
             Side::Client => self.peer.request_raw_until(method, params, cancel).await,
             Side::Agent => {
                 let wrapped = envelope::wrap(method, params);
-                self.peer.request_raw_until(PROXY_SUCCESSOR, Some(&wrapped), cancel).await
+                self.peer.request_raw_until(self.envelope(Kind::Request), Some(&wrapped), cancel).await
             }
         }
     }
@@ -302,7 +336,10 @@ impl Hop<'_> {
     pub async fn notify_raw(&self, method: &str, params: Option<&RawValue>) -> Result<(), Error> {
         match self.side {
             Side::Client => self.peer.notify_raw(method, params).await,
-            Side::Agent => self.peer.notify_raw(PROXY_SUCCESSOR, Some(&envelope::wrap(method, params))).await,
+            Side::Agent => {
+                let wrapped = envelope::wrap(method, params);
+                self.peer.notify_raw(self.envelope(Kind::Notification), Some(&wrapped)).await
+            }
         }
     }
 
@@ -321,7 +358,7 @@ async fn forward_prompt(hop: Hop<'_>, req: &IncomingRequest) -> Result<Box<RawVa
         Side::Client => hop.peer.send_request_raw(&req.method, req.params.as_deref()).await?,
         Side::Agent => {
             let wrapped = envelope::wrap(&req.method, req.params.as_deref());
-            hop.peer.send_request_raw(PROXY_SUCCESSOR, Some(&wrapped)).await?
+            hop.peer.send_request_raw(hop.envelope(Kind::Request), Some(&wrapped)).await?
         }
     };
     tokio::select! {
@@ -345,6 +382,23 @@ fn answer_error(e: Error) -> ErrorObject {
     }
 }
 
+/// Whether a message is a request or a notification: the older wire wraps each in its own
+/// envelope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Request,
+    Notification,
+}
+
+/// The envelope method for a message to or from the successor, on either wire.
+fn successor_envelope(older_wire: bool, kind: Kind) -> &'static str {
+    match (older_wire, kind) {
+        (false, _) => PROXY_SUCCESSOR,
+        (true, Kind::Request) => SACP_SUCCESSOR_REQUEST,
+        (true, Kind::Notification) => SACP_SUCCESSOR_NOTIFICATION,
+    }
+}
+
 /// The proxy's side of the wire: unwraps and wraps envelopes, forwards what the proxy does not
 /// intercept, and hands it the rest.
 struct ProxyRouter<P> {
@@ -356,54 +410,120 @@ impl<P> ProxyRouter<P> {
     fn forward_to<'a>(&self, method: Cow<'a, str>, params: Option<Cow<'a, RawValue>>) -> Option<Forward<'a>> {
         Some(Forward { to: self.cx.peer.clone(), method, params })
     }
-}
 
-fn not_for_a_proxy(method: &str) -> ErrorObject {
-    match method {
-        methods::PROXY_INITIALIZE | methods::PROXY_SUCCESSOR => {
-            ErrorObject::invalid_request(format_args!("`{method}` cannot be wrapped in `proxy/successor`"))
+    /// Whether `method` is an envelope from the successor on the wire this proxy speaks.
+    fn is_from_successor(&self, method: &str) -> bool {
+        match method {
+            PROXY_SUCCESSOR => true,
+            SACP_SUCCESSOR_REQUEST | SACP_SUCCESSOR_NOTIFICATION => self.cx.speaks_older_wire(),
+            _ => false,
         }
-        _ => ErrorObject::invalid_request(
-            "this component is a proxy: it is initialized with `proxy/initialize` by a conductor, not with `initialize`",
-        ),
     }
 }
 
-fn is_chain_method(method: &str) -> bool {
-    matches!(method, methods::PROXY_INITIALIZE | methods::PROXY_SUCCESSOR)
+fn not_for_a_proxy(method: &str) -> ErrorObject {
+    if is_chain_method(method) {
+        return ErrorObject::invalid_request(format_args!("`{method}` cannot be wrapped in an envelope"));
+    }
+    ErrorObject::invalid_request(
+        "this component is a proxy: it is initialized by a conductor, with `proxy/initialize` or with an \
+         `initialize` whose `_meta.proxy` is true, not with a plain `initialize`",
+    )
 }
 
-impl<P: Proxy> Handler for ProxyRouter<P> {
-    fn forward<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
-        match method {
-            PROXY_SUCCESSOR => {
-                let inner = envelope::unwrap(params).ok()?;
-                if is_chain_method(&inner.method) || self.proxy.intercepts(Side::Agent, &inner.method) {
-                    return None;
-                }
-                self.forward_to(inner.method, inner.params.map(Cow::Borrowed))
+fn is_chain_method(method: &str) -> bool {
+    matches!(
+        method,
+        methods::PROXY_INITIALIZE | methods::PROXY_SUCCESSOR | SACP_SUCCESSOR_REQUEST | SACP_SUCCESSOR_NOTIFICATION
+    )
+}
+
+/// Whether an `initialize` comes from a conductor of the older wire: `_meta.proxy` is `true`.
+fn marks_a_proxy(params: Option<&RawValue>) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Params {
+        #[serde(rename = "_meta")]
+        meta: Option<Meta>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        proxy: Option<serde_json::Value>,
+    }
+    params
+        .and_then(|p| serde_json::from_str::<Params>(p.get()).ok())
+        .and_then(|p| p.meta?.proxy)
+        .is_some_and(|proxy| proxy == serde_json::Value::Bool(true))
+}
+
+/// The answer to the older wire's `initialize`: the successor's, with `_meta.proxy: true`
+/// added and every other member as it was written.
+fn with_proxy_marker(answer: Box<RawValue>) -> Result<Box<RawValue>, ErrorObject> {
+    use acp_types::lossless::Lossless;
+    let marked = Lossless::<serde_json::Value>::map(&answer, |result| {
+        if let Some(result) = result.as_object_mut() {
+            let meta = result.entry("_meta").or_insert_with(|| serde_json::json!({}));
+            if !meta.is_object() {
+                *meta = serde_json::json!({});
             }
+            meta["proxy"] = serde_json::Value::Bool(true);
+        }
+    });
+    match marked {
+        Ok(marked) if marked.get().starts_with('{') => Ok(marked),
+        Ok(_) => Err(ErrorObject::internal_error("the successor answered `initialize` with something not an object")),
+        Err(e) => Err(ErrorObject::internal_error(format_args!("the successor's `initialize` answer: {e}"))),
+    }
+}
+
+impl<P: Proxy> ProxyRouter<P> {
+    /// Where an incoming message goes when the proxy does not intercept it; `None` when it is
+    /// the proxy's to handle.
+    fn route<'a>(&self, method: &'a str, params: Option<&'a RawValue>, kind: Kind) -> Option<Forward<'a>> {
+        if self.is_from_successor(method) {
+            let inner = envelope::unwrap(params).ok()?;
+            if is_chain_method(&inner.method) || self.proxy.intercepts(Side::Agent, &inner.method) {
+                return None;
+            }
+            return self.forward_to(inner.method, inner.params.map(Cow::Borrowed));
+        }
+        let older_wire = match method {
             PROXY_INITIALIZE => {
                 if self.proxy.intercepts(Side::Client, INITIALIZE) {
                     return None;
                 }
                 let wrapped = Cow::Owned(envelope::wrap(INITIALIZE, params));
-                self.forward_to(Cow::Borrowed(PROXY_SUCCESSOR), Some(wrapped))
+                return self.forward_to(Cow::Borrowed(PROXY_SUCCESSOR), Some(wrapped));
             }
-            INITIALIZE => None,
-            other => {
-                if self.proxy.intercepts(Side::Client, other) {
-                    return None;
+            INITIALIZE => {
+                // Told here, in arrival order, so that everything after it is wrapped for
+                // the older wire; its answer needs the marker, so the handler sends it on.
+                if kind == Kind::Request && marks_a_proxy(params) {
+                    self.cx.older_wire.store(true, Ordering::Release);
                 }
-                let wrapped = Cow::Owned(envelope::wrap(other, params));
-                self.forward_to(Cow::Borrowed(PROXY_SUCCESSOR), Some(wrapped))
+                return None;
             }
+            _ => self.cx.speaks_older_wire(),
+        };
+        if self.proxy.intercepts(Side::Client, method) {
+            return None;
         }
+        let wrapped = Cow::Owned(envelope::wrap(method, params));
+        self.forward_to(Cow::Borrowed(successor_envelope(older_wire, kind)), Some(wrapped))
+    }
+}
+
+impl<P: Proxy> Handler for ProxyRouter<P> {
+    fn forward<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
+        self.route(method, params, Kind::Request)
+    }
+
+    fn forward_notification<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
+        self.route(method, params, Kind::Notification)
     }
 
     async fn handle_request(&self, mut req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
         let from = match &*req.method {
-            PROXY_SUCCESSOR => {
+            m if self.is_from_successor(m) => {
                 let (method, params) = {
                     let inner = envelope::unwrap(req.params.as_deref())?;
                     if is_chain_method(&inner.method) {
@@ -420,6 +540,10 @@ impl<P: Proxy> Handler for ProxyRouter<P> {
                 req.method = Cow::Borrowed(INITIALIZE);
                 Side::Client
             }
+            INITIALIZE if self.cx.speaks_older_wire() => {
+                let answer = self.proxy.handle_request(self.cx.clone(), Side::Client, req).await?;
+                return with_proxy_marker(answer);
+            }
             INITIALIZE => return Err(not_for_a_proxy(INITIALIZE)),
             _ => Side::Client,
         };
@@ -427,9 +551,9 @@ impl<P: Proxy> Handler for ProxyRouter<P> {
     }
 
     async fn handle_notification(&self, mut notification: IncomingNotification) {
-        let from = if notification.method == PROXY_SUCCESSOR {
+        let from = if self.is_from_successor(&notification.method) {
             let Ok(inner) = envelope::unwrap(notification.params.as_deref()) else {
-                tracing::warn!("acp proxy: invalid `proxy/successor` notification ignored");
+                tracing::warn!(method = %notification.method, "acp proxy: invalid envelope notification ignored");
                 return;
             };
             if is_chain_method(&inner.method) {
@@ -663,4 +787,54 @@ pub fn answer<A: IntoAnswer, E: Into<ErrorObject>>(result: Result<A, E>) -> Resu
 #[doc(hidden)]
 pub fn undecodable_notification(method: &str, error: &ErrorObject) {
     tracing::warn!(method, error = %error.message, "acp proxy: notification params do not decode; dropped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(s: &str) -> Box<RawValue> {
+        RawValue::from_string(s.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn the_older_wires_initialize_is_told_by_its_proxy_marker() {
+        assert!(marks_a_proxy(Some(&raw(r#"{"protocolVersion":1,"_meta":{"x":1,"proxy":true}}"#))));
+        for not_marked in [
+            r#"{"protocolVersion":1}"#,
+            r#"{"protocolVersion":1,"_meta":{"proxy":false}}"#,
+            r#"{"protocolVersion":1,"_meta":{"proxy":"true"}}"#,
+            r#"{"protocolVersion":1,"_meta":null}"#,
+            r#"[1]"#,
+        ] {
+            assert!(!marks_a_proxy(Some(&raw(not_marked))), "{not_marked}");
+        }
+        assert!(!marks_a_proxy(None));
+    }
+
+    #[test]
+    fn the_marker_is_added_to_the_answer_and_nothing_else_changes() {
+        let answer = raw(r#"{"protocolVersion":1,"x-new":{"b":2,"a":1.50},"agentCapabilities":{}}"#);
+        assert_eq!(
+            with_proxy_marker(answer).unwrap().get(),
+            r#"{"protocolVersion":1,"x-new":{"b":2,"a":1.50},"agentCapabilities":{},"_meta":{"proxy":true}}"#
+        );
+        let answer = raw(r#"{"_meta":{"z":[1.0],"a":true},"protocolVersion":1}"#);
+        assert_eq!(
+            with_proxy_marker(answer).unwrap().get(),
+            r#"{"_meta":{"z":[1.0],"a":true,"proxy":true},"protocolVersion":1}"#
+        );
+        let answer = raw(r#"{"_meta":{"proxy":true},"protocolVersion":1}"#);
+        assert_eq!(with_proxy_marker(answer).unwrap().get(), r#"{"_meta":{"proxy":true},"protocolVersion":1}"#);
+        assert_eq!(with_proxy_marker(raw(r#"{"_meta":null}"#)).unwrap().get(), r#"{"_meta":{"proxy":true}}"#);
+        assert!(with_proxy_marker(raw("[]")).is_err());
+    }
+
+    #[test]
+    fn each_wire_has_its_envelopes() {
+        assert_eq!(successor_envelope(false, Kind::Request), "proxy/successor");
+        assert_eq!(successor_envelope(false, Kind::Notification), "proxy/successor");
+        assert_eq!(successor_envelope(true, Kind::Request), "_proxy/successor/request");
+        assert_eq!(successor_envelope(true, Kind::Notification), "_proxy/successor/notification");
+    }
 }

@@ -1,0 +1,213 @@
+//! Our proxies under `@thinkwell/conductor` 0.5.7 (npm), the TypeScript conductor of the older
+//! proxy wire (`initialize` with `_meta.proxy`, `_proxy/successor/request` and
+//! `_proxy/successor/notification`; see `acp_rpc::proxy`, "The older wire"). The package is a
+//! library; `tests/interop/ts-conductor/conductor.mjs` runs it as a command over stdio, and this
+//! test installs it there with `npm ci` from the checked-in lock file.
+//!
+//! - the context proxy and a pass-through in front of an echo agent: the prompt reaches the
+//!   agent with the context in front and nothing else changed;
+//! - a full turn of the demo agent through them: its permission request and file read travel
+//!   back to the editor wrapped and unwrapped at each hop, its updates too;
+//! - `session/cancel` while the agent waits on the user: the prompt is answered `cancelled`
+//!   and the chain carries the next turn.
+//!
+//! Without node or npm, or when the install fails, the tests print why and pass without running,
+//! unless `ACP_INTEROP_REQUIRED=1` (as in CI), which makes that a failure.
+#![cfg(unix)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+mod common;
+use common::{Editor, TempDir, agent_chunks};
+
+const COMPONENTS: &str = env!("CARGO_BIN_EXE_acp-conductor-test-components");
+const CONTEXT: &str = env!("CARGO_BIN_EXE_acp-conductor-proxy-context");
+const AGENT: &str = env!("CARGO_BIN_EXE_acp-conductor-example-agent");
+const INSTALL_LIMIT: Duration = Duration::from_secs(5 * 60);
+
+fn required() -> bool {
+    std::env::var_os("ACP_INTEROP_REQUIRED").is_some_and(|v| v != "0")
+}
+
+/// The folder with `conductor.mjs` and its installed package; `None` (or a panic when
+/// required) when it cannot be installed.
+fn thinkwell() -> Option<PathBuf> {
+    static INSTALL: Mutex<Option<Result<PathBuf, String>>> = Mutex::new(None);
+    let mut state = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    match state.get_or_insert_with(npm_ci) {
+        Ok(dir) => Some(dir.clone()),
+        Err(why) if required() => panic!("the @thinkwell/conductor interop cannot run: {why}"),
+        Err(why) => {
+            eprintln!(
+                "SKIPPED: the @thinkwell/conductor interop cannot run: {why} (set ACP_INTEROP_REQUIRED=1 to fail instead)"
+            );
+            None
+        }
+    }
+}
+
+fn npm_ci() -> Result<PathBuf, String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/interop/ts-conductor");
+    match Command::new("node").arg("--version").output() {
+        Ok(out) if out.status.success() => {}
+        _ => return Err("`node` is not available".into()),
+    }
+    // An install of another version (an older lock file) is replaced, not used.
+    let version = |lock: &str| -> Option<String> {
+        let lock: Value = serde_json::from_str(lock).ok()?;
+        Some(lock["packages"]["node_modules/@thinkwell/conductor"]["version"].as_str()?.to_owned())
+    };
+    let pinned = std::fs::read_to_string(dir.join("package-lock.json")).map_err(|e| e.to_string())?;
+    let installed = std::fs::read_to_string(dir.join("node_modules/.package-lock.json")).unwrap_or_default();
+    if version(&installed).is_some() && version(&installed) == version(&pinned) {
+        return Ok(dir);
+    }
+    let log_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-ts-conductor-npm.log");
+    let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
+    let mut child = Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(&dir)
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("cannot start npm: {e}"))?;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+        if started.elapsed() > INSTALL_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("`npm ci` took over {INSTALL_LIMIT:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    if !status.success() {
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(15).collect();
+        return Err(format!(
+            "`npm ci` in {}: {status}: {}",
+            dir.display(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        ));
+    }
+    Ok(dir)
+}
+
+/// The TypeScript conductor running `chain` (proxies, then the agent), as an editor sees it.
+fn conductor(dir: &Path, chain: &[&str]) -> Editor {
+    let script = dir.join("conductor.mjs");
+    let args: Vec<&str> = std::iter::once(script.to_str().unwrap()).chain(chain.iter().copied()).collect();
+    Editor::spawn("node", &args)
+}
+
+#[tokio::test]
+async fn our_proxies_under_the_typescript_conductor_add_the_context_and_change_nothing_else() {
+    let Some(dir) = thinkwell() else { return };
+    let mut editor = conductor(
+        &dir,
+        &[&format!("{CONTEXT} --context injected"), &format!("{COMPONENTS} pass"), &format!("{COMPONENTS} echo-agent")],
+    );
+    let init = editor.initialize().await;
+    assert_eq!(init["result"]["agentCapabilities"]["_meta"], json!({"echo": true}), "the agent's answer: {init}");
+    // The conductor refuses a first proxy that does not answer with the marker; ours does.
+    assert_eq!(init["result"]["_meta"]["proxy"], json!(true), "{init}");
+    editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
+    let (answer, _) = editor.until_answer(1).await;
+    assert_eq!(answer["result"]["sessionId"], "echo-1", "{answer}");
+
+    // Members no schema knows, at several depths, and `_meta`: all of them arrive.
+    let prompt = json!({
+        "sessionId": "echo-1",
+        "prompt": [{"type": "text", "text": "hi", "x-extra": {"deep": [1, 2.5]}}],
+        "x-top": true,
+        "_meta": {"traceparent": "00-abc"},
+    });
+    let (answer, before) = editor.turn(2, prompt.clone()).await;
+    assert_eq!(answer["result"], json!({"stopReason":"end_turn"}), "{answer}");
+    let echo = before.iter().find(|m| m["method"] == "session/update").expect("the echo, a wrapped notification");
+    let received: Value = serde_json::from_str(echo["params"]["update"]["_meta"]["receivedParams"].as_str().unwrap())
+        .expect("the params the agent got, as JSON");
+    let mut expected = prompt;
+    expected["prompt"].as_array_mut().unwrap().insert(0, json!({"type":"text","text":"injected"}));
+    assert_eq!(received, expected, "every member kept, one block added");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[tokio::test]
+async fn our_proxies_under_the_typescript_conductor_carry_a_full_turn_of_the_demo_agent() {
+    let Some(dir) = thinkwell() else { return };
+    // The context names the file to read and the prompt names none: the file read is the one
+    // the context asked for, so the agent saw the context, in front of the prompt.
+    let mut editor = conductor(
+        &dir,
+        &[&format!("{CONTEXT} --context 'Please read CONTEXT.md'"), &format!("{COMPONENTS} pass"), AGENT],
+    );
+    let init = editor.initialize().await;
+    assert_eq!(init["result"]["agentInfo"]["name"], "acp-demo-agent", "{init}");
+    let files = TempDir::new("thinkwell-turn");
+    std::fs::write(files.0.join("CONTEXT.md"), "# Read because of the context\n").unwrap();
+    std::fs::write(files.0.join("README.md"), "# The default file\n").unwrap();
+    let session = editor.new_session(1, &files.0).await;
+
+    // The agent's permission request and file read come back through both proxies.
+    let (answer, updates) =
+        editor.turn(2, json!({"sessionId": session, "prompt": [{"type":"text","text":"What does it say?"}]})).await;
+    assert_eq!(answer, json!({"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}));
+    let text = agent_chunks(&updates).concat();
+    assert!(text.contains("Read because of the context"), "the file the context names: {text:?}");
+    let kinds: Vec<&str> = updates.iter().filter_map(|u| u["params"]["update"]["sessionUpdate"].as_str()).collect();
+    assert!(kinds.contains(&"tool_call") && kinds.contains(&"tool_call_update"), "{kinds:?}");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_turn_cancelled_while_asking_the_user_ends_cancelled_through_the_typescript_conductor() {
+    let Some(dir) = thinkwell() else { return };
+    let mut editor =
+        conductor(&dir, &[&format!("{COMPONENTS} pass"), &format!("{CONTEXT} --context 'Be brief'"), AGENT]);
+    editor.initialize().await;
+    let files = TempDir::new("thinkwell-cancel");
+    std::fs::write(files.0.join("README.md"), "# Read on the second turn\n").unwrap();
+    let session = editor.new_session(1, &files.0).await;
+    let prompt = json!({"sessionId": session, "prompt": [{"type":"text","text":"Please read README.md"}]});
+    editor.send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params": prompt})).await;
+    let asking = loop {
+        let message = editor.recv().await;
+        match message["method"].as_str() {
+            Some("session/update") => continue,
+            Some("session/request_permission") => break message,
+            _ => panic!("unexpected before the permission request: {message}"),
+        }
+    };
+    editor.send(&json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId": session}})).await;
+    let answer = loop {
+        let message = editor.recv().await;
+        match message["method"].as_str() {
+            // The agent withdraws its question; this conductor passes the notification on
+            // as it is, under the id the agent gave it.
+            Some("$/cancel_request" | "session/update") => {}
+            None if message["id"] == json!(2) => break message,
+            _ => panic!("unexpected after the cancel: {message}"),
+        }
+    };
+    assert_eq!(answer["result"], json!({"stopReason":"cancelled"}), "{answer}");
+    // Late, as a client may answer: nothing is waiting for it any more.
+    let cancelled = json!({"outcome": {"outcome": "cancelled"}});
+    editor.send(&json!({"jsonrpc":"2.0","id":asking["id"],"result":cancelled})).await;
+
+    let (answer, updates) = editor.turn(3, prompt).await;
+    assert_eq!(answer["result"], json!({"stopReason":"end_turn"}), "{answer}");
+    let text = agent_chunks(&updates).concat();
+    assert!(text.contains("Read on the second turn"), "{text:?}");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
