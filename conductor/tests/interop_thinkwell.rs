@@ -23,7 +23,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod common;
-use common::{Editor, TempDir, agent_chunks};
+use common::{
+    Editor, TempDir, agent_chunks, context_reaches_the_echo_agent_losslessly,
+    full_turn_reads_the_file_the_context_names,
+};
 
 const COMPONENTS: &str = env!("CARGO_BIN_EXE_acp-conductor-test-components");
 const CONTEXT: &str = env!("CARGO_BIN_EXE_acp-conductor-proxy-context");
@@ -114,29 +117,9 @@ async fn our_proxies_under_the_typescript_conductor_add_the_context_and_change_n
         &dir,
         &[&format!("{CONTEXT} --context injected"), &format!("{COMPONENTS} pass"), &format!("{COMPONENTS} echo-agent")],
     );
-    let init = editor.initialize().await;
-    assert_eq!(init["result"]["agentCapabilities"]["_meta"], json!({"echo": true}), "the agent's answer: {init}");
+    let init = context_reaches_the_echo_agent_losslessly(&mut editor).await;
     // The conductor refuses a first proxy that does not answer with the marker; ours does.
     assert_eq!(init["result"]["_meta"]["proxy"], json!(true), "{init}");
-    editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
-    let (answer, _) = editor.until_answer(1).await;
-    assert_eq!(answer["result"]["sessionId"], "echo-1", "{answer}");
-
-    // Members no schema knows, at several depths, and `_meta`: all of them arrive.
-    let prompt = json!({
-        "sessionId": "echo-1",
-        "prompt": [{"type": "text", "text": "hi", "x-extra": {"deep": [1, 2.5]}}],
-        "x-top": true,
-        "_meta": {"traceparent": "00-abc"},
-    });
-    let (answer, before) = editor.turn(2, prompt.clone()).await;
-    assert_eq!(answer["result"], json!({"stopReason":"end_turn"}), "{answer}");
-    let echo = before.iter().find(|m| m["method"] == "session/update").expect("the echo, a wrapped notification");
-    let received: Value = serde_json::from_str(echo["params"]["update"]["_meta"]["receivedParams"].as_str().unwrap())
-        .expect("the params the agent got, as JSON");
-    let mut expected = prompt;
-    expected["prompt"].as_array_mut().unwrap().insert(0, json!({"type":"text","text":"injected"}));
-    assert_eq!(received, expected, "every member kept, one block added");
     let (code, stderr) = editor.finish().await;
     assert_eq!(code, Some(0), "{stderr}");
 }
@@ -144,27 +127,11 @@ async fn our_proxies_under_the_typescript_conductor_add_the_context_and_change_n
 #[tokio::test]
 async fn our_proxies_under_the_typescript_conductor_carry_a_full_turn_of_the_demo_agent() {
     let Some(dir) = thinkwell() else { return };
-    // The context names the file to read and the prompt names none: the file read is the one
-    // the context asked for, so the agent saw the context, in front of the prompt.
     let mut editor = conductor(
         &dir,
         &[&format!("{CONTEXT} --context 'Please read CONTEXT.md'"), &format!("{COMPONENTS} pass"), AGENT],
     );
-    let init = editor.initialize().await;
-    assert_eq!(init["result"]["agentInfo"]["name"], "acp-demo-agent", "{init}");
-    let files = TempDir::new("thinkwell-turn");
-    std::fs::write(files.0.join("CONTEXT.md"), "# Read because of the context\n").unwrap();
-    std::fs::write(files.0.join("README.md"), "# The default file\n").unwrap();
-    let session = editor.new_session(1, &files.0).await;
-
-    // The agent's permission request and file read come back through both proxies.
-    let (answer, updates) =
-        editor.turn(2, json!({"sessionId": session, "prompt": [{"type":"text","text":"What does it say?"}]})).await;
-    assert_eq!(answer, json!({"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}));
-    let text = agent_chunks(&updates).concat();
-    assert!(text.contains("Read because of the context"), "the file the context names: {text:?}");
-    let kinds: Vec<&str> = updates.iter().filter_map(|u| u["params"]["update"]["sessionUpdate"].as_str()).collect();
-    assert!(kinds.contains(&"tool_call") && kinds.contains(&"tool_call_update"), "{kinds:?}");
+    full_turn_reads_the_file_the_context_names(&mut editor, "thinkwell-turn").await;
     let (code, stderr) = editor.finish().await;
     assert_eq!(code, Some(0), "{stderr}");
 }

@@ -166,3 +166,53 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// A chain of the context proxy (`--context injected`) and a pass-through in front of the echo
+/// agent, driven through initialize, `session/new` and one prompt: the prompt reaches the agent
+/// with the context in front and every other member kept, unknown ones and `_meta` included.
+/// Returns the `initialize` answer, for what a conductor adds to it.
+pub async fn context_reaches_the_echo_agent_losslessly(editor: &mut Editor) -> Value {
+    let init = editor.initialize().await;
+    assert_eq!(init["result"]["agentCapabilities"]["_meta"], json!({"echo": true}), "the agent's answer: {init}");
+    editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
+    let (answer, _) = editor.until_answer(1).await;
+    assert_eq!(answer["result"]["sessionId"], "echo-1", "{answer}");
+
+    // Members no schema knows, at several depths, and `_meta`: all of them arrive.
+    let prompt = json!({
+        "sessionId": "echo-1",
+        "prompt": [{"type": "text", "text": "hi", "x-extra": {"deep": [1, 2.5]}}],
+        "x-top": true,
+        "_meta": {"traceparent": "00-abc"},
+    });
+    let (answer, before) = editor.turn(2, prompt.clone()).await;
+    assert_eq!(answer["result"], json!({"stopReason":"end_turn"}), "{answer}");
+    let echo = before.iter().find(|m| m["method"] == "session/update").expect("the echo");
+    let received: Value = serde_json::from_str(echo["params"]["update"]["_meta"]["receivedParams"].as_str().unwrap())
+        .expect("the params the agent got, as JSON");
+    let mut expected = prompt;
+    expected["prompt"].as_array_mut().unwrap().insert(0, json!({"type":"text","text":"injected"}));
+    assert_eq!(received, expected, "every member kept, one block added");
+    init
+}
+
+/// A full turn of the demo agent behind the context proxy (`--context 'Please read
+/// CONTEXT.md'`) and a pass-through: the context names the file to read and the prompt names
+/// none, so the file read (a permission request and `fs/read_text_file`, both travelling back
+/// through the chain) is the one the context asked for.
+pub async fn full_turn_reads_the_file_the_context_names(editor: &mut Editor, label: &str) {
+    let init = editor.initialize().await;
+    assert_eq!(init["result"]["agentInfo"]["name"], "acp-demo-agent", "{init}");
+    let dir = TempDir::new(label);
+    std::fs::write(dir.0.join("CONTEXT.md"), "# Read because of the context\n").unwrap();
+    std::fs::write(dir.0.join("README.md"), "# The default file\n").unwrap();
+    let session = editor.new_session(1, &dir.0).await;
+
+    let (answer, updates) =
+        editor.turn(2, json!({"sessionId": session, "prompt": [{"type":"text","text":"What does it say?"}]})).await;
+    assert_eq!(answer, json!({"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}));
+    let text = agent_chunks(&updates).concat();
+    assert!(text.contains("Read because of the context"), "the file the context names: {text:?}");
+    let kinds: Vec<&str> = updates.iter().filter_map(|u| u["params"]["update"]["sessionUpdate"].as_str()).collect();
+    assert!(kinds.contains(&"tool_call") && kinds.contains(&"tool_call_update"), "{kinds:?}");
+}
