@@ -39,6 +39,11 @@ struct Args {
     /// sees the agent's own capabilities, and `acp` MCP servers reach the agent as they are).
     #[arg(long, global = true)]
     no_mcp_bridge: bool,
+    /// Write every message between the chain's places to this file, as newline-delimited JSON
+    /// in the official conductor's trace format (its sequence-diagram viewer reads it).
+    /// Credentials in MCP server definitions are redacted.
+    #[arg(long, value_name = "PATH", global = true)]
+    trace: Option<std::path::PathBuf>,
 
     #[command(subcommand)]
     mode: Option<Mode>,
@@ -123,6 +128,15 @@ async fn run(args: Args) -> i32 {
     let mut conductor = Conductor::new().cancel_grace(Duration::from_millis(args.cancel_grace_ms));
     if proxy_mode {
         conductor = conductor.proxy_mode();
+    }
+    if let Some(path) = &args.trace {
+        match std::fs::File::create(path) {
+            Ok(file) => conductor = conductor.trace(std::io::BufWriter::new(file)),
+            Err(e) => {
+                eprintln!("acp-conductor: cannot write the trace to {}: {e}", path.display());
+                return 2;
+            }
+        }
     }
     // A conductor in proxy mode has no agent of its own to bridge for.
     #[cfg(unix)]

@@ -272,3 +272,95 @@ async fn mcp_over_acp_is_bridged_for_an_agent_without_it_unless_turned_off() {
     let (code, stderr) = editor.finish().await;
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+/// `--trace`: every message between two places once, in the order each sender sent them, in
+/// the official format's members; answers paired with their requests by id; the secret in the
+/// MCP server's environment never written.
+#[tokio::test]
+async fn the_trace_records_each_message_once_between_the_places_it_travels_between() {
+    let dir = TempDir::new("trace");
+    let path = dir.0.join("trace.jsonl");
+    let trace = path.to_str().unwrap();
+    let chain =
+        [&format!("{CONTEXT} --context injected"), &format!("{COMPONENTS} pass"), &format!("{COMPONENTS} echo-agent")];
+    let args: Vec<&str> = ["--trace", trace, "agent"].into_iter().chain(chain.iter().map(|c| c.as_str())).collect();
+    common::traced_turn(Editor::spawn(CONDUCTOR, &args)).await;
+
+    let hops = |kind: &str, method: &str, path: &[&str]| -> Vec<String> {
+        path.windows(2).map(|w| format!("{kind} {} -> {} {method}", w[0], w[1]).trim_end().to_owned()).collect()
+    };
+    let down = ["Client", "Proxy(0)", "Proxy(1)", "Agent"];
+    let up = ["Agent", "Proxy(1)", "Proxy(0)", "Client"];
+    let mut expected = Vec::new();
+    for method in ["initialize", "session/new"] {
+        expected.extend(hops("request", method, &down));
+        expected.extend(hops("response", "", &up));
+    }
+    expected.extend(hops("request", "session/prompt", &down));
+    // Each component sends its update before its answer, and the trace keeps that order.
+    for pair in up.windows(2) {
+        expected.extend(hops("notification", "session/update", pair));
+        expected.extend(hops("response", "", pair));
+    }
+    // Proxies are initialized with `proxy/initialize`, as they receive it.
+    expected[0] = "request Client -> Proxy(0) proxy/initialize".into();
+    expected[1] = "request Proxy(0) -> Proxy(1) proxy/initialize".into();
+    assert_eq!(common::trace_lines(&path), expected);
+
+    let text = std::fs::read_to_string(&path).unwrap();
+    let events: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    // (The echo agent repeats what it got, secret included, as a string of its own answer.)
+    for new in events.iter().filter(|e| e["method"] == "session/new") {
+        assert_eq!(new["params"]["mcpServers"][0]["env"], json!([{"name": "API_KEY", "value": "[REDACTED]"}]), "{new}");
+    }
+    for (event, line) in events.iter().zip(text.lines()) {
+        let keys = top_level_keys(line);
+        let expected: &[&str] = match event["type"].as_str().unwrap() {
+            "request" => &["type", "ts", "protocol", "from", "to", "id", "method", "session", "params"],
+            "response" => &["type", "ts", "from", "to", "id", "is_error", "payload"],
+            _ => &["type", "ts", "protocol", "from", "to", "method", "session", "params"],
+        };
+        let expected: Vec<&str> =
+            expected.iter().copied().filter(|k| *k != "session" || event.get("session").is_some()).collect();
+        assert_eq!(keys, expected, "members in the official order: {event}");
+    }
+    // Every answer names the id of the request it answers, between the same two places.
+    for (at, answer) in events.iter().enumerate().filter(|(_, e)| e["type"] == "response") {
+        let asked = events[..at]
+            .iter()
+            .rev()
+            .find(|e| e["type"] == "request" && e["from"] == answer["to"] && e["to"] == answer["from"])
+            .expect("a request before its answer");
+        assert_eq!(asked["id"], answer["id"], "{answer}");
+    }
+    let prompt = events.iter().find(|e| e["method"] == "session/prompt" && e["to"] == "Agent").unwrap();
+    assert_eq!(prompt["session"], "echo-1");
+    assert_eq!(prompt["params"]["prompt"][0], json!({"type": "text", "text": "injected"}), "as the agent got it");
+}
+
+/// The members of a JSON object, in the order they are written (a scan of the text: strings
+/// at depth one followed by a colon).
+fn top_level_keys(object: &str) -> Vec<String> {
+    let (mut keys, mut depth, mut chars) = (Vec::new(), 0, object.chars().peekable());
+    while let Some(c) = chars.next() {
+        match c {
+            '{' | '[' => depth += 1,
+            '}' | ']' => depth -= 1,
+            '"' => {
+                let mut text = String::new();
+                while let Some(c) = chars.next() {
+                    match c {
+                        '\\' => text.extend(chars.next()),
+                        '"' => break,
+                        c => text.push(c),
+                    }
+                }
+                if depth == 1 && chars.peek() == Some(&':') {
+                    keys.push(text);
+                }
+            }
+            _ => {}
+        }
+    }
+    keys
+}

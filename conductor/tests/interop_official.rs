@@ -8,7 +8,9 @@
 //!   of the demo agent (permission request, file read) goes through;
 //! - the SDK's proxies (`arrow`, `passthrough`) under our conductor: a full turn goes through,
 //!   the agent's text marked by the arrow proxy;
-//! - cancellation through chains that mix both kinds of proxy, under either conductor.
+//! - cancellation through chains that mix both kinds of proxy, under either conductor;
+//! - `--trace`: ours reads with the official conductor's own event type (its trace viewer's
+//!   input) and holds every event the official trace holds for the same chain.
 //!
 //! Without the peers (a failed build), the tests print why and pass without running, unless
 //! `ACP_INTEROP_REQUIRED=1` (as in CI), which makes that a failure.
@@ -43,6 +45,8 @@ struct Official {
     conductor: String,
     passthrough: String,
     arrow: String,
+    /// Reads a trace file with the official conductor's event type.
+    trace_read: String,
 }
 
 /// The official peers, built once per test process; `None` (or a panic when required) when
@@ -61,7 +65,12 @@ fn official() -> Option<Official> {
         }
     };
     let bin = |name: &str| dir.join(name).to_string_lossy().into_owned();
-    Some(Official { conductor: bin("conductor"), passthrough: bin("passthrough"), arrow: bin("arrow") })
+    Some(Official {
+        conductor: bin("conductor"),
+        passthrough: bin("passthrough"),
+        arrow: bin("arrow"),
+        trace_read: bin("trace-read"),
+    })
 }
 
 fn build_official() -> Result<PathBuf, String> {
@@ -275,4 +284,37 @@ async fn a_cancelled_prompt_request_reaches_the_agent_through_either_conductor()
     // `$/cancel_request` must have reached it.
     let ours = [&["--cancel-grace-ms", "60000"][..], &chain].concat();
     cancel_the_prompt_request(Editor::spawn(OUR_CONDUCTOR, &ours), "our conductor").await;
+}
+
+#[tokio::test]
+async fn our_trace_is_in_the_official_format_and_holds_what_the_official_trace_holds() {
+    let Some(official) = official() else { return };
+    let dir = TempDir::new("trace-both");
+    let chain =
+        [format!("{CONTEXT} --context injected"), format!("{COMPONENTS} pass"), format!("{COMPONENTS} echo-agent")];
+    let mut traces = Vec::new();
+    for (program, name) in [(official.conductor.as_str(), "official.jsonl"), (OUR_CONDUCTOR, "ours.jsonl")] {
+        let path = dir.0.join(name);
+        let args: Vec<&str> =
+            ["--trace", path.to_str().unwrap(), "agent"].into_iter().chain(chain.iter().map(String::as_str)).collect();
+        common::traced_turn(Editor::spawn(program, &args)).await;
+        traces.push(path);
+    }
+    let (theirs, ours) = (common::trace_lines(&traces[0]), common::trace_lines(&traces[1]));
+
+    let read = Command::new(&official.trace_read).arg(&traces[1]).output().unwrap();
+    assert!(read.status.success(), "{}", String::from_utf8_lossy(&read.stderr));
+    assert_eq!(String::from_utf8_lossy(&read.stdout).trim(), ours.len().to_string(), "every line an official event");
+
+    // Ours also records what the official one leaves out (the first proxy's messages to the
+    // client when there are proxies); everything it records, ours records. (The order can
+    // differ: ours keeps each sender's order, where the official trace may put a proxy's
+    // answer before the update it sent first.)
+    let mut rest = ours.clone();
+    for event in &theirs {
+        let at = rest.iter().position(|e| e == event);
+        assert!(at.is_some(), "{event} missing in ours: {ours:#?}\nofficial: {theirs:#?}");
+        rest.remove(at.unwrap());
+    }
+    assert!(theirs.len() > 10, "{theirs:#?}");
 }

@@ -172,9 +172,15 @@ impl Drop for TempDir {
 /// with the context in front and every other member kept, unknown ones and `_meta` included.
 /// Returns the `initialize` answer, for what a conductor adds to it.
 pub async fn context_reaches_the_echo_agent_losslessly(editor: &mut Editor) -> Value {
+    context_reaches_the_echo_agent_losslessly_with(editor, json!([])).await
+}
+
+/// [`context_reaches_the_echo_agent_losslessly`] with these MCP servers in `session/new`.
+pub async fn context_reaches_the_echo_agent_losslessly_with(editor: &mut Editor, mcp_servers: Value) -> Value {
     let init = editor.initialize().await;
     assert_eq!(init["result"]["agentCapabilities"]["_meta"], json!({"echo": true}), "the agent's answer: {init}");
-    editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
+    let new = json!({"cwd": "/", "mcpServers": mcp_servers});
+    editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":new})).await;
     let (answer, _) = editor.until_answer(1).await;
     assert_eq!(answer["result"]["sessionId"], "echo-1", "{answer}");
 
@@ -215,4 +221,37 @@ pub async fn full_turn_reads_the_file_the_context_names(editor: &mut Editor, lab
     assert!(text.contains("Read because of the context"), "the file the context names: {text:?}");
     let kinds: Vec<&str> = updates.iter().filter_map(|u| u["params"]["update"]["sessionUpdate"].as_str()).collect();
     assert!(kinds.contains(&"tool_call") && kinds.contains(&"tool_call_update"), "{kinds:?}");
+}
+
+/// The traced scenario: `initialize`, `session/new` with an MCP server whose environment holds
+/// a secret, and one prompt, through the conductor `editor` runs in front of the context proxy
+/// (`--context injected`), a pass-through and the echo agent; then the end of input.
+pub async fn traced_turn(mut editor: Editor) {
+    context_reaches_the_echo_agent_losslessly_with(&mut editor, json!([SECRET_SERVER.clone()])).await;
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// An MCP server definition with a secret in its environment (`"s3cret"`).
+pub static SECRET_SERVER: std::sync::LazyLock<Value> = std::sync::LazyLock::new(
+    || json!({"name": "tools", "command": "/bin/tools", "args": [], "env": [{"name": "API_KEY", "value": "s3cret"}]}),
+);
+
+/// The events of a trace file, each as `type from -> to method`.
+pub fn trace_lines(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("the trace {}: {e}", path.display()));
+    text.lines()
+        .map(|line| {
+            let e: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            let method = e["method"].as_str().unwrap_or("");
+            format!(
+                "{} {} -> {} {method}",
+                e["type"].as_str().unwrap(),
+                e["from"].as_str().unwrap(),
+                e["to"].as_str().unwrap()
+            )
+            .trim_end()
+            .to_owned()
+        })
+        .collect()
 }

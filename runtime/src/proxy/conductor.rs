@@ -25,7 +25,7 @@
 
 use std::borrow::Cow;
 use std::io;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::value::RawValue;
@@ -41,6 +41,7 @@ use crate::peer::Peer;
 
 #[cfg(feature = "process")]
 mod command;
+pub mod trace;
 #[cfg(feature = "process")]
 pub use command::{ChainExit, ComponentCommand, ParseError, run_commands};
 
@@ -96,6 +97,7 @@ pub enum ChainEnd {
 pub struct Conductor {
     cancel_grace: Duration,
     proxy_mode: bool,
+    trace: Option<TraceOut>,
     #[cfg(all(feature = "mcp-bridge", unix))]
     mcp_bridge: Option<crate::mcp::bridge::McpBridge>,
 }
@@ -112,6 +114,7 @@ impl Conductor {
         Conductor {
             cancel_grace: Duration::from_secs(1),
             proxy_mode: false,
+            trace: None,
             #[cfg(all(feature = "mcp-bridge", unix))]
             mcp_bridge: None,
         }
@@ -144,6 +147,14 @@ impl Conductor {
         self
     }
 
+    /// Writes every message between two places of the chain to `out`, once, as
+    /// newline-delimited JSON in the official conductor's trace format (see [`trace`]). For a
+    /// file, pass a `BufWriter`: each event is flushed as it is written.
+    pub fn trace(mut self, out: impl std::io::Write + Send + 'static) -> Self {
+        self.trace = Some(TraceOut(Arc::new(Mutex::new(Some(Box::new(out))))));
+        self
+    }
+
     /// Runs the chain `components` (proxies, then the agent, which comes last) for the client
     /// on `reader` / `writer`, until the client or a component ends.
     ///
@@ -165,11 +176,21 @@ impl Conductor {
             #[cfg(all(feature = "mcp-bridge", unix))]
             bridge: self.mcp_bridge.clone().map(crate::mcp::bridge::Bridge::new),
         });
+        let tracer = self
+            .trace
+            .as_ref()
+            .and_then(TraceOut::take)
+            .map(|out| trace::Tracer::new(out, components.len(), self.proxy_mode));
+        let tapped = |connection: Connection, place: Place| match &tracer {
+            Some(tracer) => connection.wire_tap(tracer.tap(place)),
+            None => connection,
+        };
         let mut serves = JoinSet::new();
         let mut names = Vec::new();
         let mut peers = Vec::new();
         for (index, component) in components.into_iter().enumerate() {
             let connection = Connection::new().forwarding().end_on_bad_input().cancel_grace(self.cancel_grace);
+            let connection = tapped(connection, Place::Component(index));
             let link = Link { chain: chain.clone(), at: Place::Component(index) };
             let (peer, serve) = connection.serve(component.reader, component.writer, link);
             let _ = chain.components[index].set(peer.clone());
@@ -178,8 +199,8 @@ impl Conductor {
             serves.spawn(async move { (Place::Component(index), serve.await) });
         }
         let link = Link { chain: chain.clone(), at: Place::Client };
-        let (client, client_serve) =
-            Connection::new().forwarding().cancel_grace(self.cancel_grace).serve(reader, writer, link);
+        let connection = tapped(Connection::new().forwarding().cancel_grace(self.cancel_grace), Place::Client);
+        let (client, client_serve) = connection.serve(reader, writer, link);
         let _ = chain.client.set(client.clone());
         serves.spawn(async move { (Place::Client, client_serve.await) });
         #[cfg(all(feature = "mcp-bridge", unix))]
@@ -224,6 +245,22 @@ impl Conductor {
     }
 }
 
+/// Where [`Conductor::trace`] writes: taken by the first chain that runs.
+#[derive(Clone)]
+struct TraceOut(Arc<Mutex<Option<Box<dyn std::io::Write + Send>>>>);
+
+impl TraceOut {
+    fn take(&self) -> Option<Box<dyn std::io::Write + Send>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+    }
+}
+
+impl std::fmt::Debug for TraceOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TraceOut")
+    }
+}
+
 /// The components' connections, set once each connection exists.
 struct Chain {
     /// Every component is a proxy, and the chain's end is our own successor.
@@ -258,7 +295,7 @@ impl Chain {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Place {
     Client,
     Component(usize),
