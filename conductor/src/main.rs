@@ -44,6 +44,14 @@ struct Args {
     /// Credentials in MCP server definitions are redacted.
     #[arg(long, value_name = "PATH", global = true)]
     trace: Option<std::path::PathBuf>,
+    /// Log every line each component reads, writes and prints to stderr, and what the client
+    /// sends and gets, to `<debug dir>/<UTC date-time>.log` (the official conductor's `--debug`
+    /// layout). Credentials in MCP server definitions are redacted.
+    #[arg(long, global = true)]
+    debug: bool,
+    /// The folder for `--debug` logs (created if missing; default: the current folder).
+    #[arg(long, value_name = "DIR", global = true)]
+    debug_dir: Option<std::path::PathBuf>,
 
     #[command(subcommand)]
     mode: Option<Mode>,
@@ -129,6 +137,18 @@ async fn run(args: Args) -> i32 {
     if proxy_mode {
         conductor = conductor.proxy_mode();
     }
+    if args.debug {
+        match open_debug_log(args.debug_dir.as_deref(), &texts) {
+            Ok((path, file)) => {
+                eprintln!("Debug logging to: {}", path.display());
+                conductor = conductor.debug_log(file);
+            }
+            Err(e) => {
+                eprintln!("acp-conductor: cannot write the debug log: {e}");
+                return 2;
+            }
+        }
+    }
     if let Some(path) = &args.trace {
         match std::fs::File::create(path) {
             Ok(file) => conductor = conductor.trace(std::io::BufWriter::new(file)),
@@ -167,6 +187,69 @@ async fn run(args: Args) -> i32 {
             1
         }
     }
+}
+
+/// Creates `<dir>/<YYYYmmdd-HHMMSS>.log` (UTC) with the official conductor's header: when,
+/// and the components (a JSON one with its credentials redacted).
+fn open_debug_log(
+    dir: Option<&std::path::Path>,
+    components: &[String],
+) -> std::io::Result<(std::path::PathBuf, std::io::BufWriter<std::fs::File>)> {
+    use std::io::Write;
+    let dir = dir.unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let now = utc_now();
+    let path = dir.join(format!(
+        "{:04}{:02}{:02}-{:02}{:02}{:02}.log",
+        now.year, now.month, now.day, now.hour, now.minute, now.second
+    ));
+    let mut file = std::io::BufWriter::new(std::fs::OpenOptions::new().create(true).append(true).open(&path)?);
+    writeln!(file, "=== Conductor Debug Log ===")?;
+    writeln!(
+        file,
+        "Started: {:04}-{:02}-{:02}T{:02}:{:02}:{:02}+00:00",
+        now.year, now.month, now.day, now.hour, now.minute, now.second
+    )?;
+    writeln!(file, "Components:")?;
+    for (index, component) in components.iter().enumerate() {
+        let shown = match serde_json::from_str::<serde_json::Value>(component) {
+            Ok(mut json) if json.is_object() => {
+                acp_rpc::proxy::conductor::trace::redact_credentials(&mut json);
+                json.to_string()
+            }
+            _ => component.clone(),
+        };
+        writeln!(file, "  {index}: {shown}")?;
+    }
+    writeln!(file, "========================")?;
+    file.flush()?;
+    Ok((path, file))
+}
+
+/// The current UTC date and time, to the second.
+struct UtcTime {
+    year: i64,
+    month: u32,
+    day: u32,
+    hour: u64,
+    minute: u64,
+    second: u64,
+}
+
+fn utc_now() -> UtcTime {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (the proleptic Gregorian calendar).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    UtcTime { year, month, day, hour: rest / 3_600, minute: rest % 3_600 / 60, second: rest % 60 }
 }
 
 /// The `mcp-bridge` subcommand: the shim's exit code.

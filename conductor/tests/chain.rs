@@ -364,3 +364,61 @@ fn top_level_keys(object: &str) -> Vec<String> {
     }
     keys
 }
+
+/// `--debug`: one log file in the folder given, the official header (the components, a JSON
+/// one with its environment redacted), then every line each side read and wrote, and the
+/// components' stderr, each labelled with its side and direction.
+#[tokio::test]
+async fn the_debug_log_holds_every_line_of_every_component_labelled() {
+    let dir = TempDir::new("debug-log");
+    let logs = dir.0.join("logs");
+    let agent = json!({"command": COMPONENTS, "args": ["echo-agent"], "env": {"TOKEN": "t0ken"}}).to_string();
+    let chain = [format!("{CONTEXT} --context injected"), format!("{COMPONENTS} pass"), agent];
+    let args: Vec<&str> = ["--debug", "--debug-dir", logs.to_str().unwrap(), "agent"]
+        .into_iter()
+        .chain(chain.iter().map(String::as_str))
+        .collect();
+    common::traced_turn(Editor::spawn(CONDUCTOR, &args)).await;
+
+    let files: Vec<_> = std::fs::read_dir(&logs).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let name = files[0].file_name().unwrap().to_str().unwrap().to_owned();
+    assert!(name.len() == "20261127-231655.log".len() && name.ends_with(".log"), "{name}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let (header, body) = text.split_once("========================\n").expect("the header's end");
+    let header: Vec<&str> = header.lines().collect();
+    assert_eq!(header[0], "=== Conductor Debug Log ===");
+    assert!(header[1].starts_with("Started: 20") && header[1].ends_with("+00:00"), "{}", header[1]);
+    assert_eq!(header[2..4], ["Components:".to_owned(), format!("  0: {}", chain[0])]);
+    assert!(header[5].contains(r#""env":{"TOKEN":"[REDACTED]"}"#) && !text.contains("t0ken"), "{}", header[5]);
+
+    let lines: Vec<(&str, &str, &str)> = body
+        .lines()
+        .map(|line| {
+            let mut parts = line.splitn(4, ' ');
+            let (side, arrow, at, rest) = (parts.next(), parts.next(), parts.next(), parts.next());
+            let at = at.unwrap_or_default();
+            assert!(at.starts_with('+') && at.ends_with("ms"), "{line}");
+            (side.unwrap(), arrow.unwrap(), rest.unwrap_or_default())
+        })
+        .collect();
+    let first = |side: &str, arrow: &str, needle: &str| {
+        lines.iter().position(|(s, a, rest)| *s == side && *a == arrow && rest.contains(needle))
+    };
+    // The initialize, down the chain and back.
+    let steps = [
+        ("C", "→", r#""method":"initialize""#),
+        ("0", "→", r#""method":"proxy/initialize""#),
+        ("0", "←", r#""method":"proxy/successor""#),
+        ("1", "→", r#""method":"proxy/initialize""#),
+        ("2", "→", r#""method":"initialize""#),
+        ("2", "←", r#""result""#),
+        ("C", "←", r#""result""#),
+    ];
+    let at: Vec<Option<usize>> = steps.iter().map(|(s, a, n)| first(s, a, n)).collect();
+    assert!(at.iter().all(Option::is_some) && at.windows(2).all(|w| w[0] < w[1]), "{at:?} in:\n{body}");
+    assert!(first("2", "!", "pid ").is_some(), "the agent's stderr: {body}");
+    for (_, _, rest) in lines.iter().filter(|(_, _, rest)| rest.contains(r#""method":"session/new""#)) {
+        assert!(rest.contains(r#""value":"[REDACTED]""#) && !rest.contains("s3cret"), "{rest}");
+    }
+}

@@ -41,6 +41,7 @@ use crate::peer::Peer;
 
 #[cfg(feature = "process")]
 mod command;
+pub mod debug_log;
 pub mod trace;
 #[cfg(feature = "process")]
 pub use command::{ChainExit, ComponentCommand, ParseError, run_commands};
@@ -98,6 +99,7 @@ pub struct Conductor {
     cancel_grace: Duration,
     proxy_mode: bool,
     trace: Option<TraceOut>,
+    debug: Option<debug_log::DebugLog>,
     #[cfg(all(feature = "mcp-bridge", unix))]
     mcp_bridge: Option<crate::mcp::bridge::McpBridge>,
 }
@@ -115,6 +117,7 @@ impl Conductor {
             cancel_grace: Duration::from_secs(1),
             proxy_mode: false,
             trace: None,
+            debug: None,
             #[cfg(all(feature = "mcp-bridge", unix))]
             mcp_bridge: None,
         }
@@ -155,6 +158,14 @@ impl Conductor {
         self
     }
 
+    /// Writes every line each component reads and writes (and, for the chain started by
+    /// `run_commands`, its stderr) to `out`, in the official conductor's `--debug` layout (see
+    /// [`debug_log`]). Credentials in MCP server definitions are redacted.
+    pub fn debug_log(mut self, out: impl std::io::Write + Send + 'static) -> Self {
+        self.debug = Some(debug_log::DebugLog::new(Box::new(out)));
+        self
+    }
+
     /// Runs the chain `components` (proxies, then the agent, which comes last) for the client
     /// on `reader` / `writer`, until the client or a component ends.
     ///
@@ -181,9 +192,9 @@ impl Conductor {
             .as_ref()
             .and_then(TraceOut::take)
             .map(|out| trace::Tracer::new(out, components.len(), self.proxy_mode));
-        let tapped = |connection: Connection, place: Place| match &tracer {
-            Some(tracer) => connection.wire_tap(tracer.tap(place)),
-            None => connection,
+        let tapped = |connection: Connection, place: Place| match (&tracer, &self.debug) {
+            (None, None) => connection,
+            (tracer, debug) => connection.wire_tap(trace::Tap::new(tracer.clone(), debug.clone(), place)),
         };
         let mut serves = JoinSet::new();
         let mut names = Vec::new();

@@ -216,7 +216,8 @@ where
         };
         let (stdout, stdin) = child.take_transport().expect("a fresh child has its pipes");
         if let Some(stderr) = child.take_stderr() {
-            labels.push(tokio::spawn(label_stderr(command.name.clone(), stderr)));
+            let (index, debug) = (components.len(), conductor.debug.clone());
+            labels.push(tokio::spawn(label_stderr(command.name.clone(), stderr, index, debug)));
         }
         components.push(Component::new(command.name.clone(), stdout, stdin));
         children.push(child);
@@ -238,13 +239,22 @@ where
     Ok(ChainExit { end, statuses })
 }
 
-/// Copies a component's stderr to ours, each line prefixed with its name.
-async fn label_stderr(name: String, stderr: impl AsyncRead + Unpin) {
+/// Copies a component's stderr to ours, each line prefixed with its name (and to the debug
+/// log, when there is one).
+async fn label_stderr(
+    name: String,
+    stderr: impl AsyncRead + Unpin,
+    index: usize,
+    debug: Option<super::debug_log::DebugLog>,
+) {
     let mut lines = BufReader::new(stderr).lines();
     let mut out = tokio::io::stderr();
     loop {
         match lines.next_line().await {
             Ok(Some(line)) => {
+                if let Some(debug) = &debug {
+                    debug.stderr(index, &line);
+                }
                 let labelled = format!("[{name}] {line}\n");
                 if out.write_all(labelled.as_bytes()).await.is_err() {
                     return;

@@ -66,11 +66,6 @@ impl Tracer {
         })))
     }
 
-    /// The wire tap for the hop at `place`.
-    pub(super) fn tap(&self, place: Place) -> Tap {
-        Tap { tracer: self.clone(), place, line: Vec::new() }
-    }
-
     fn record(&self, place: Place, line: &[u8]) {
         let Ok(entry) = serde_json::from_slice::<Value>(line) else { return };
         let (Some(dir), Some(msg)) = (entry["dir"].as_str(), entry.get("msg")) else { return };
@@ -201,8 +196,14 @@ enum Event {
     },
 }
 
+/// Replaces credentials in `value`, at any depth, as the trace does: the values of `env` and
+/// `headers` lists and maps, and the user info and query of `http(s)` URLs in `url` members.
+pub fn redact_credentials(value: &mut Value) {
+    redact(value);
+}
+
 /// Replaces credentials in `value`, at any depth: see the module docs.
-fn redact(value: &mut Value) {
+pub(super) fn redact(value: &mut Value) {
     match value {
         Value::Object(object) => {
             if let Some(Value::String(url)) = object.get_mut("url") {
@@ -253,11 +254,19 @@ fn redact_url(url: &mut String) {
     }
 }
 
-/// A hop's wire tap: splits what the connection copies into lines and records each.
+/// A hop's wire tap: splits what the connection copies into lines and hands each to the trace
+/// and the debug log.
 pub(super) struct Tap {
-    tracer: Tracer,
+    tracer: Option<Tracer>,
+    debug: Option<super::debug_log::DebugLog>,
     place: Place,
     line: Vec<u8>,
+}
+
+impl Tap {
+    pub(super) fn new(tracer: Option<Tracer>, debug: Option<super::debug_log::DebugLog>, place: Place) -> Self {
+        Tap { tracer, debug, place, line: Vec::new() }
+    }
 }
 
 impl AsyncWrite for Tap {
@@ -266,7 +275,12 @@ impl AsyncWrite for Tap {
         for chunk in data.split_inclusive(|b| *b == b'\n') {
             this.line.extend_from_slice(chunk);
             if this.line.ends_with(b"\n") {
-                this.tracer.record(this.place, &this.line);
+                if let Some(tracer) = &this.tracer {
+                    tracer.record(this.place, &this.line);
+                }
+                if let Some(debug) = &this.debug {
+                    debug.wire(this.place, &this.line);
+                }
                 this.line.clear();
             }
         }

@@ -1,0 +1,176 @@
+//! The conductor's debug log ([`Conductor::debug_log`](super::Conductor::debug_log)): every
+//! line each component reads and writes, in the official conductor's `--debug` layout, so a
+//! chain's raw traffic can be read in one file.
+//!
+//! | line | what it is |
+//! |---|---|
+//! | `N → +MSms LINE` | written to component `N`'s stdin (`N` from 0; the agent is the last) |
+//! | `N ← +MSms LINE` | read from component `N`'s stdout |
+//! | `N ! +MSms LINE` | written by component `N` to its stderr, terminal escapes removed |
+//! | `C → +MSms LINE` / `C ← +MSms LINE` | read from the client / written to it |
+//!
+//! `MS` counts milliseconds from the chain's start. JSON-RPC lines are written compact, with
+//! the credentials of MCP server definitions redacted as in the [trace](super::trace); other
+//! lines as they came. A log that cannot be written is given up, never the chain.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::Place;
+
+/// Members whose values [`super::trace::redact`] may change: a line without them is logged
+/// as it is.
+const MAY_HOLD_CREDENTIALS: [&str; 3] = ["\"env\"", "\"headers\"", "\"url\""];
+
+/// Where the debug log goes, shared by the hops' taps and the components' stderr readers.
+#[derive(Clone)]
+pub(crate) struct DebugLog(Arc<Mutex<State>>);
+
+impl std::fmt::Debug for DebugLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DebugLog")
+    }
+}
+
+struct State {
+    out: Box<dyn Write + Send>,
+    started: Instant,
+    failed: bool,
+}
+
+impl DebugLog {
+    pub(super) fn new(out: Box<dyn Write + Send>) -> Self {
+        DebugLog(Arc::new(Mutex::new(State { out, started: Instant::now(), failed: false })))
+    }
+
+    /// One line of a hop's wire tap (`{"dir":..,"msg":..}` or `{"dir":..,"invalid":..}`).
+    pub(super) fn wire(&self, place: Place, tapped: &[u8]) {
+        #[derive(serde::Deserialize)]
+        struct Tapped<'a> {
+            dir: &'a str,
+            #[serde(borrow)]
+            msg: Option<&'a RawValue>,
+            invalid: Option<String>,
+        }
+        let Ok(entry) = serde_json::from_slice::<Tapped<'_>>(tapped) else { return };
+        let inbound = entry.dir == "in";
+        let text = match (entry.msg, entry.invalid) {
+            // As it was on the wire, unless it may hold credentials.
+            (Some(msg), _) if !MAY_HOLD_CREDENTIALS.iter().any(|key| msg.get().contains(key)) => msg.get().to_owned(),
+            (Some(msg), _) => {
+                let Ok(mut msg) = serde_json::from_str::<Value>(msg.get()) else { return };
+                super::trace::redact(&mut msg);
+                msg.to_string()
+            }
+            (None, Some(raw)) => raw,
+            (None, None) => return,
+        };
+        // Toward a component is its stdin; toward the conductor, its stdout. The client's
+        // side is the conductor's own stdin and stdout.
+        let (label, arrow) = match place {
+            Place::Component(index) => (index.to_string(), if inbound { '←' } else { '→' }),
+            Place::Client => ("C".to_owned(), if inbound { '→' } else { '←' }),
+        };
+        self.write(&label, arrow, &text);
+    }
+
+    /// A line component `index` wrote to its stderr.
+    #[cfg(feature = "process")]
+    pub(crate) fn stderr(&self, index: usize, line: &str) {
+        self.write(&index.to_string(), '!', &strip_escapes(line));
+    }
+
+    fn write(&self, label: &str, arrow: char, text: &str) {
+        let mut state = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if state.failed {
+            return;
+        }
+        let ms = state.started.elapsed().as_millis();
+        let written = writeln!(state.out, "{label} {arrow} +{ms}ms {text}").and_then(|()| state.out.flush());
+        if let Err(e) = written {
+            tracing::warn!(error = %e, "acp conductor: the debug log cannot be written; logging stops");
+            state.failed = true;
+        }
+    }
+}
+
+#[cfg(feature = "process")]
+/// `line` without terminal escape sequences: CSI (`ESC [` up to its final character, as in
+/// colours) and two-character ones (`ESC` and one more).
+fn strip_escapes(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            out.push(c);
+            continue;
+        }
+        // Any other escape is two characters long: the one after `ESC` goes with it.
+        if chars.next() == Some('[') {
+            for c in chars.by_ref() {
+                if ('\u{40}'..='\u{7e}').contains(&c) {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg(feature = "process")]
+    fn terminal_escapes_are_removed() {
+        assert_eq!(strip_escapes("\u{1b}[1;31merror\u{1b}[0m: x\u{1b}7"), "error: x");
+        assert_eq!(strip_escapes("plain → text"), "plain → text");
+    }
+
+    #[test]
+    fn lines_carry_the_side_the_direction_and_redacted_messages() {
+        #[derive(Clone, Default)]
+        struct Shared(Arc<Mutex<Vec<u8>>>);
+        impl Write for Shared {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let out = Shared::default();
+        let log = DebugLog::new(Box::new(out.clone()));
+        log.wire(Place::Client, br#"{"dir":"in","msg":{"jsonrpc":"2.0","method":"x","params":{"env":{"K":"v"}}}}"#);
+        log.wire(Place::Component(1), br#"{"dir":"out","msg":{"jsonrpc":"2.0","id":1,"result":null}}"#);
+        log.wire(Place::Component(1), br#"{"dir":"in","invalid":"not json"}"#);
+        log.wire(Place::Client, br#"{"dir":"out","msg":{"jsonrpc":"2.0","id":1,"result":{}}}"#);
+        #[cfg(feature = "process")]
+        log.stderr(0, "\u{1b}[33mwarn\u{1b}[0m hi");
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<String> = text
+            .lines()
+            .map(|l| {
+                // The elapsed milliseconds vary: `+Nms` becomes `+ms`.
+                let (head, rest) = l.split_once(" +").unwrap();
+                format!("{head} +{}", rest.split_once("ms ").map_or(rest, |(_, t)| t))
+            })
+            .collect();
+        let mut expected = vec![
+            r#"C → +{"jsonrpc":"2.0","method":"x","params":{"env":{"K":"[REDACTED]"}}}"#,
+            r#"1 → +{"jsonrpc":"2.0","id":1,"result":null}"#,
+            "1 ← +not json",
+            r#"C ← +{"jsonrpc":"2.0","id":1,"result":{}}"#,
+        ];
+        if cfg!(feature = "process") {
+            expected.push("0 ! +warn hi");
+        }
+        assert_eq!(lines, expected);
+    }
+}
