@@ -19,7 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
@@ -36,10 +36,6 @@ const AGENT: &str = env!("CARGO_BIN_EXE_acp-conductor-example-agent");
 /// The peers' build, cold: about four minutes on two busy cores.
 const BUILD_LIMIT: Duration = Duration::from_secs(20 * 60);
 
-fn required() -> bool {
-    std::env::var_os("ACP_INTEROP_REQUIRED").is_some_and(|v| v != "0")
-}
-
 /// The official peers' executables.
 struct Official {
     conductor: String,
@@ -53,17 +49,7 @@ struct Official {
 /// the build fails.
 fn official() -> Option<Official> {
     static BUILD: Mutex<Option<Result<PathBuf, String>>> = Mutex::new(None);
-    let mut state = BUILD.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = match state.get_or_insert_with(build_official) {
-        Ok(dir) => dir.clone(),
-        Err(why) if required() => panic!("the official conductor interop cannot run: {why}"),
-        Err(why) => {
-            eprintln!(
-                "SKIPPED: the official conductor interop cannot run: {why} (set ACP_INTEROP_REQUIRED=1 to fail instead)"
-            );
-            return None;
-        }
-    };
+    let dir = common::peers::once("official conductor", &BUILD, build_official)?;
     let bin = |name: &str| dir.join(name).to_string_lossy().into_owned();
     Some(Official {
         conductor: bin("conductor"),
@@ -76,40 +62,17 @@ fn official() -> Option<Official> {
 fn build_official() -> Result<PathBuf, String> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/interop/rs-conductor/Cargo.toml");
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-rs-conductor");
-    let log_path = target.with_extension("log");
     std::fs::create_dir_all(&target).map_err(|e| e.to_string())?;
-    let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
-    let mut child = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cargo
         .args(["build", "--locked", "--bins", "--manifest-path"])
         .arg(&manifest)
         .arg("--target-dir")
         .arg(&target)
         .env_remove("CARGO_TARGET_DIR")
-        .env_remove("CARGO_MANIFEST_DIR")
-        .stdout(log.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log)
-        .spawn()
-        .map_err(|e| format!("cannot start cargo: {e}"))?;
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break status;
-        }
-        if started.elapsed() > BUILD_LIMIT {
-            let _ = child.kill();
-            return Err(format!("building {} took over {BUILD_LIMIT:?}", manifest.display()));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    if !status.success() {
-        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(15).collect();
-        return Err(format!(
-            "building {} failed: {}",
-            manifest.display(),
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-        ));
-    }
+        .env_remove("CARGO_MANIFEST_DIR");
+    common::peers::run_logged(cargo, &target.with_extension("log"), BUILD_LIMIT)
+        .map_err(|e| format!("building {}: {e}", manifest.display()))?;
     Ok(target.join("debug"))
 }
 

@@ -18,7 +18,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -33,25 +33,11 @@ const CONTEXT: &str = env!("CARGO_BIN_EXE_acp-conductor-proxy-context");
 const AGENT: &str = env!("CARGO_BIN_EXE_acp-conductor-example-agent");
 const INSTALL_LIMIT: Duration = Duration::from_secs(5 * 60);
 
-fn required() -> bool {
-    std::env::var_os("ACP_INTEROP_REQUIRED").is_some_and(|v| v != "0")
-}
-
 /// The folder with `conductor.mjs` and its installed package; `None` (or a panic when
 /// required) when it cannot be installed.
 fn thinkwell() -> Option<PathBuf> {
     static INSTALL: Mutex<Option<Result<PathBuf, String>>> = Mutex::new(None);
-    let mut state = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
-    match state.get_or_insert_with(npm_ci) {
-        Ok(dir) => Some(dir.clone()),
-        Err(why) if required() => panic!("the @thinkwell/conductor interop cannot run: {why}"),
-        Err(why) => {
-            eprintln!(
-                "SKIPPED: the @thinkwell/conductor interop cannot run: {why} (set ACP_INTEROP_REQUIRED=1 to fail instead)"
-            );
-            None
-        }
-    }
+    common::peers::once("@thinkwell/conductor", &INSTALL, npm_ci)
 }
 
 fn npm_ci() -> Result<PathBuf, String> {
@@ -70,36 +56,10 @@ fn npm_ci() -> Result<PathBuf, String> {
     if version(&installed).is_some() && version(&installed) == version(&pinned) {
         return Ok(dir);
     }
-    let log_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-ts-conductor-npm.log");
-    let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
-    let mut child = Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund"])
-        .current_dir(&dir)
-        .stdout(log.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log)
-        .spawn()
-        .map_err(|e| format!("cannot start npm: {e}"))?;
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break status;
-        }
-        if started.elapsed() > INSTALL_LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("`npm ci` took over {INSTALL_LIMIT:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    if !status.success() {
-        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(15).collect();
-        return Err(format!(
-            "`npm ci` in {}: {status}: {}",
-            dir.display(),
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-        ));
-    }
+    let mut npm = Command::new("npm");
+    npm.args(["ci", "--no-audit", "--no-fund"]).current_dir(&dir);
+    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-ts-conductor-npm.log");
+    common::peers::run_logged(npm, &log, INSTALL_LIMIT).map_err(|e| format!("`npm ci` in {}: {e}", dir.display()))?;
     Ok(dir)
 }
 

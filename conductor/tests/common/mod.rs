@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test file uses its own part of it
 
+pub mod peers;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
