@@ -19,8 +19,11 @@
 
 use std::time::Duration;
 
+use acp_rpc::proxy::conductor::debug_log::DebugLog;
 use acp_rpc::proxy::conductor::{ChainEnd, ComponentCommand, Conductor, run_commands};
 use clap::{Parser, Subcommand};
+
+mod own_log;
 
 #[derive(Parser, Debug)]
 #[command(name = "acp-conductor", version, about = "Runs ACP proxies in front of an agent, as one agent to the editor")]
@@ -52,6 +55,12 @@ struct Args {
     /// The folder for `--debug` logs (created if missing; default: the current folder).
     #[arg(long, value_name = "DIR", global = true)]
     debug_dir: Option<std::path::PathBuf>,
+    /// The conductor's own log, as a `tracing` filter: a level (`trace`, `debug`, `info`,
+    /// `warn`, `error`) or per-module directives (`acp_rpc::proxy=debug,warn`). With `--debug`
+    /// it goes into the debug log as `C !` lines (default `info`); without, to stderr (off
+    /// unless given).
+    #[arg(long, value_name = "FILTER", global = true)]
+    log: Option<String>,
 
     #[command(subcommand)]
     mode: Option<Mode>,
@@ -137,17 +146,35 @@ async fn run(args: Args) -> i32 {
     if proxy_mode {
         conductor = conductor.proxy_mode();
     }
+    let mut debug_log = None;
     if args.debug {
         match open_debug_log(args.debug_dir.as_deref(), &texts) {
             Ok((path, file)) => {
                 eprintln!("Debug logging to: {}", path.display());
-                conductor = conductor.debug_log(file);
+                let log = DebugLog::new(file);
+                conductor = conductor.debug_log_to(log.clone());
+                debug_log = Some(log);
             }
             Err(e) => {
                 eprintln!("acp-conductor: cannot write the debug log: {e}");
                 return 2;
             }
         }
+    }
+    // As the official conductor: with `--debug`, its own log at `info` unless told otherwise.
+    let filter = args.log.as_deref().or(debug_log.as_ref().map(|_| "info"));
+    if let Some(filter) = filter {
+        if let Err(e) = own_log::install(filter, debug_log) {
+            eprintln!("acp-conductor: --log {filter:?}: {e}");
+            return 2;
+        }
+        tracing::info!(
+            pid = std::process::id(),
+            components = texts.len(),
+            proxy_mode,
+            "acp-conductor {} starting",
+            env!("CARGO_PKG_VERSION")
+        );
     }
     if let Some(path) = &args.trace {
         match std::fs::File::create(path) {
@@ -173,7 +200,10 @@ async fn run(args: Args) -> i32 {
     let kill_grace = Duration::from_millis(args.kill_grace_ms);
     match run_commands(conductor, stdin, stdout, &commands, kill_grace).await {
         Ok(exit) => match &exit.end {
-            ChainEnd::ClientClosed => 0,
+            ChainEnd::ClientClosed => {
+                tracing::info!("the client closed its side; the chain is closed");
+                0
+            }
             ChainEnd::ComponentEnded { index, name } => {
                 let status = exit.statuses.get(*index).copied().flatten();
                 let how = status.map_or_else(|| "ended".to_owned(), |s| format!("ended ({s})"));

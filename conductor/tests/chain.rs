@@ -421,4 +421,55 @@ async fn the_debug_log_holds_every_line_of_every_component_labelled() {
     for (_, _, rest) in lines.iter().filter(|(_, _, rest)| rest.contains(r#""method":"session/new""#)) {
         assert!(rest.contains(r#""value":"[REDACTED]""#) && !rest.contains("s3cret"), "{rest}");
     }
+    // The conductor's own log, at `info` when `--log` is not given: its start, first of all,
+    // and its end, last of all; nothing at `debug`.
+    let own: Vec<&str> = lines.iter().filter(|(s, a, _)| (*s, *a) == ("C", "!")).map(|(_, _, rest)| *rest).collect();
+    assert!(own.first().is_some_and(|l| l.starts_with("INFO") && l.contains("starting")), "{own:?}");
+    assert!(lines.iter().position(|(s, a, _)| (*s, *a) == ("C", "!")) == Some(0), "{body}");
+    assert!(
+        lines.last().is_some_and(|(s, a, rest)| (*s, *a) == ("C", "!") && rest.contains("client closed")),
+        "{body}"
+    );
+    assert!(own.iter().all(|l| l.starts_with("INFO")), "{own:?}");
+}
+
+/// `--log FILTER`: the conductor's own log at that level, into the `--debug` log, or to stderr
+/// without `--debug`; a filter that does not parse is refused before anything starts.
+#[tokio::test]
+async fn the_conductors_own_log_goes_where_log_and_debug_say() {
+    let dir = TempDir::new("own-log");
+    let chain = [format!("{CONTEXT} --context injected"), format!("{COMPONENTS} echo-agent")];
+    let with = |extra: &[&str]| -> Vec<String> {
+        extra.iter().map(|s| (*s).to_owned()).chain(["agent".to_owned()]).chain(chain.iter().cloned()).collect()
+    };
+    let spawn = |args: &[String]| Editor::spawn(CONDUCTOR, &args.iter().map(String::as_str).collect::<Vec<_>>());
+
+    // Into the debug log, at `debug`: the runtime's debug events come too.
+    let logs = dir.0.join("logs");
+    common::traced_turn(spawn(&with(&["--debug", "--debug-dir", logs.to_str().unwrap(), "--log", "debug"]))).await;
+    let file = std::fs::read_dir(&logs).unwrap().next().unwrap().unwrap().path();
+    let text = std::fs::read_to_string(file).unwrap();
+    let own: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("C ! +")).collect();
+    assert!(own.iter().any(|l| l.contains("INFO") && l.contains("starting")), "{text}");
+    assert!(own.iter().any(|l| l.contains("DEBUG")), "{text}");
+
+    // To stderr without `--debug`, with the time and the target; per-module directives work.
+    let stderr = common::traced_turn(spawn(&with(&["--log", "acp_conductor=info,acp_rpc=warn"]))).await;
+    let own: Vec<&str> = stderr.lines().filter(|l| l.contains("acp_conductor:")).collect();
+    assert!(own.iter().any(|l| l.contains("INFO") && l.contains("starting") && l.starts_with("20")), "{stderr}");
+    assert!(!stderr.contains(" DEBUG "), "{stderr}");
+    // And nothing without `--log`.
+    let stderr = common::traced_turn(spawn(&with(&[]))).await;
+    assert!(!stderr.contains("starting"), "{stderr}");
+
+    // A filter that does not parse: exit 2, the reason on stderr, no component started.
+    let out = std::process::Command::new(CONDUCTOR)
+        .args(with(&["--log", "acp_rpc=loud"]))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("acp-conductor: --log \"acp_rpc=loud\": "), "{stderr}");
+    assert!(!stderr.contains("acp-conductor-test-components"), "{stderr}");
 }

@@ -228,10 +228,11 @@ pub async fn full_turn_reads_the_file_the_context_names(editor: &mut Editor, lab
 /// The traced scenario: `initialize`, `session/new` with an MCP server whose environment holds
 /// a secret, and one prompt, through the conductor `editor` runs in front of the context proxy
 /// (`--context injected`), a pass-through and the echo agent; then the end of input.
-pub async fn traced_turn(mut editor: Editor) {
+pub async fn traced_turn(mut editor: Editor) -> String {
     context_reaches_the_echo_agent_losslessly_with(&mut editor, json!([SECRET_SERVER.clone()])).await;
     let (code, stderr) = editor.finish().await;
     assert_eq!(code, Some(0), "{stderr}");
+    stderr
 }
 
 /// An MCP server definition with a secret in its environment (`"s3cret"`).

@@ -161,8 +161,14 @@ impl Conductor {
     /// Writes every line each component reads and writes (and, for the chain started by
     /// `run_commands`, its stderr) to `out`, in the official conductor's `--debug` layout (see
     /// [`debug_log`]). Credentials in MCP server definitions are redacted.
-    pub fn debug_log(mut self, out: impl std::io::Write + Send + 'static) -> Self {
-        self.debug = Some(debug_log::DebugLog::new(Box::new(out)));
+    pub fn debug_log(self, out: impl std::io::Write + Send + 'static) -> Self {
+        self.debug_log_to(debug_log::DebugLog::new(out))
+    }
+
+    /// [`debug_log`](Self::debug_log) into a log you keep a clone of, to add the lines of your
+    /// own (`C !`) with [`DebugLog::conductor_line`](debug_log::DebugLog::conductor_line).
+    pub fn debug_log_to(mut self, log: debug_log::DebugLog) -> Self {
+        self.debug = Some(log);
         self
     }
 

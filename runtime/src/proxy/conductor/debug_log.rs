@@ -8,6 +8,7 @@
 //! | `N ← +MSms LINE` | read from component `N`'s stdout |
 //! | `N ! +MSms LINE` | written by component `N` to its stderr, terminal escapes removed |
 //! | `C → +MSms LINE` / `C ← +MSms LINE` | read from the client / written to it |
+//! | `C ! +MSms LINE` | the conductor's own log ([`DebugLog::conductor_line`]; `acp-conductor --log`) |
 //!
 //! `MS` counts milliseconds from the chain's start. JSON-RPC lines are written compact, with
 //! the credentials of MCP server definitions redacted as in the [trace](super::trace); other
@@ -26,9 +27,14 @@ use super::Place;
 /// as it is.
 const MAY_HOLD_CREDENTIALS: [&str; 3] = ["\"env\"", "\"headers\"", "\"url\""];
 
-/// Where the debug log goes, shared by the hops' taps and the components' stderr readers.
+/// Where a chain's debug log goes: shared by the hops' wire taps, the components' stderr
+/// readers and whoever adds the conductor's own lines. Cloning shares the log.
+///
+/// Pass it to [`Conductor::debug_log_to`](super::Conductor::debug_log_to), and keep a clone to
+/// add lines of your own with [`conductor_line`](Self::conductor_line) (`acp-conductor` sends
+/// its `tracing` events there).
 #[derive(Clone)]
-pub(crate) struct DebugLog(Arc<Mutex<State>>);
+pub struct DebugLog(Arc<Mutex<State>>);
 
 impl std::fmt::Debug for DebugLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -43,8 +49,17 @@ struct State {
 }
 
 impl DebugLog {
-    pub(super) fn new(out: Box<dyn Write + Send>) -> Self {
-        DebugLog(Arc::new(Mutex::new(State { out, started: Instant::now(), failed: false })))
+    /// A log written to `out`, one flushed line at a time; the milliseconds count from now.
+    /// Writing the header (the official conductor's `=== Conductor Debug Log ===` block) is
+    /// left to the caller.
+    pub fn new(out: impl Write + Send + 'static) -> Self {
+        DebugLog(Arc::new(Mutex::new(State { out: Box::new(out), started: Instant::now(), failed: false })))
+    }
+
+    /// Adds a line of the conductor's own (`C ! +MSms LINE`), terminal escapes and the
+    /// whitespace around it removed.
+    pub fn conductor_line(&self, line: &str) {
+        self.write("C", '!', strip_escapes(line).trim());
     }
 
     /// One line of a hop's wire tap (`{"dir":..,"msg":..}` or `{"dir":..,"invalid":..}`).
@@ -80,25 +95,29 @@ impl DebugLog {
 
     /// A line component `index` wrote to its stderr.
     #[cfg(feature = "process")]
-    pub(crate) fn stderr(&self, index: usize, line: &str) {
+    pub(super) fn stderr(&self, index: usize, line: &str) {
         self.write(&index.to_string(), '!', &strip_escapes(line));
     }
 
     fn write(&self, label: &str, arrow: char, text: &str) {
-        let mut state = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if state.failed {
-            return;
-        }
-        let ms = state.started.elapsed().as_millis();
-        let written = writeln!(state.out, "{label} {arrow} +{ms}ms {text}").and_then(|()| state.out.flush());
-        if let Err(e) = written {
+        let failed = {
+            let mut state = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if state.failed {
+                return;
+            }
+            let ms = state.started.elapsed().as_millis();
+            let written = writeln!(state.out, "{label} {arrow} +{ms}ms {text}").and_then(|()| state.out.flush());
+            state.failed = written.is_err();
+            written.err()
+        };
+        // Outside the lock: this event may itself be routed into this log (`acp-conductor
+        // --log`), where it now finds the log given up.
+        if let Some(e) = failed {
             tracing::warn!(error = %e, "acp conductor: the debug log cannot be written; logging stops");
-            state.failed = true;
         }
     }
 }
 
-#[cfg(feature = "process")]
 /// `line` without terminal escape sequences: CSI (`ESC [` up to its final character, as in
 /// colours) and two-character ones (`ESC` and one more).
 fn strip_escapes(line: &str) -> String {
@@ -126,7 +145,6 @@ mod tests {
     use super::*;
 
     #[test]
-    #[cfg(feature = "process")]
     fn terminal_escapes_are_removed() {
         assert_eq!(strip_escapes("\u{1b}[1;31merror\u{1b}[0m: x\u{1b}7"), "error: x");
         assert_eq!(strip_escapes("plain → text"), "plain → text");
@@ -146,11 +164,12 @@ mod tests {
             }
         }
         let out = Shared::default();
-        let log = DebugLog::new(Box::new(out.clone()));
+        let log = DebugLog::new(out.clone());
         log.wire(Place::Client, br#"{"dir":"in","msg":{"jsonrpc":"2.0","method":"x","params":{"env":{"K":"v"}}}}"#);
         log.wire(Place::Component(1), br#"{"dir":"out","msg":{"jsonrpc":"2.0","id":1,"result":null}}"#);
         log.wire(Place::Component(1), br#"{"dir":"in","invalid":"not json"}"#);
         log.wire(Place::Client, br#"{"dir":"out","msg":{"jsonrpc":"2.0","id":1,"result":{}}}"#);
+        log.conductor_line(" \u{1b}[2mINFO\u{1b}[0m acp_rpc: started\n");
         #[cfg(feature = "process")]
         log.stderr(0, "\u{1b}[33mwarn\u{1b}[0m hi");
         let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
@@ -167,6 +186,7 @@ mod tests {
             r#"1 → +{"jsonrpc":"2.0","id":1,"result":null}"#,
             "1 ← +not json",
             r#"C ← +{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            "C ! +INFO acp_rpc: started",
         ];
         if cfg!(feature = "process") {
             expected.push("0 ! +warn hi");
