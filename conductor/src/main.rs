@@ -13,6 +13,9 @@
 //! one is the agent. The routing, the wire and what happens when a component ends are
 //! documented in `acp_rpc::proxy::conductor`.
 //!
+//! `--trace FILE`, `--serve` (the trace in the browser, see `viewer`), `--debug` and `--log`
+//! are the official conductor's flags, with its file formats.
+//!
 //! MCP over ACP is bridged for agents that do not speak it (unless `--no-mcp-bridge`): the
 //! agent is given stdio MCP servers running `acp-conductor mcp-bridge --socket .. --server-id
 //! ..`, which relay to the conductor (see `acp_rpc::mcp::bridge`).
@@ -24,6 +27,7 @@ use acp_rpc::proxy::conductor::{ChainEnd, ComponentCommand, Conductor, run_comma
 use clap::{Parser, Subcommand};
 
 mod own_log;
+mod viewer;
 
 #[derive(Parser, Debug)]
 #[command(name = "acp-conductor", version, about = "Runs ACP proxies in front of an agent, as one agent to the editor")]
@@ -61,6 +65,17 @@ struct Args {
     /// unless given).
     #[arg(long, value_name = "FILTER", global = true)]
     log: Option<String>,
+    /// Show the trace as a sequence diagram in the browser, updated while the chain runs: from
+    /// the `--trace` file when given, from memory otherwise. The page is served on a loopback
+    /// address (`--serve-addr`) for as long as the conductor runs.
+    #[arg(long, global = true)]
+    serve: bool,
+    /// Where `--serve` listens: a loopback address and port (port 0: any free one).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0", global = true)]
+    serve_addr: std::net::SocketAddr,
+    /// With `--serve`, print the viewer's address without opening a browser.
+    #[arg(long, global = true)]
+    no_browser: bool,
 
     #[command(subcommand)]
     mode: Option<Mode>,
@@ -181,6 +196,30 @@ async fn run(args: Args) -> i32 {
             Ok(file) => conductor = conductor.trace(std::io::BufWriter::new(file)),
             Err(e) => {
                 eprintln!("acp-conductor: cannot write the trace to {}: {e}", path.display());
+                return 2;
+            }
+        }
+    }
+    if args.serve {
+        let source = match &args.trace {
+            Some(path) => viewer::Source::File(path.clone()),
+            None => {
+                let memory = viewer::MemoryTrace::default();
+                conductor = conductor.trace(memory.clone());
+                viewer::Source::Memory(memory)
+            }
+        };
+        match viewer::Viewer::bind(args.serve_addr, source).await {
+            Ok(viewer) => {
+                let url = viewer.url();
+                eprintln!("Trace viewer at {url}");
+                if !args.no_browser {
+                    viewer::open_browser(&url);
+                }
+                tokio::spawn(viewer.serve());
+            }
+            Err(e) => {
+                eprintln!("acp-conductor: --serve on {}: {e}", args.serve_addr);
                 return 2;
             }
         }

@@ -473,3 +473,111 @@ async fn the_conductors_own_log_goes_where_log_and_debug_say() {
     assert!(stderr.starts_with("acp-conductor: --log \"acp_rpc=loud\": "), "{stderr}");
     assert!(!stderr.contains("acp-conductor-test-components"), "{stderr}");
 }
+
+/// `--serve`: while the chain runs, `/` is the viewer page and `/events` the trace so far, as
+/// one JSON array: the `--trace` file's events when there is one, the same from memory
+/// otherwise. Requests for another host, method or path are refused. The page's script, run
+/// on those events, draws a lane per place and a row per message.
+#[tokio::test]
+async fn serve_shows_the_trace_while_the_chain_runs() {
+    let dir = TempDir::new("serve");
+    let trace = dir.0.join("trace.jsonl");
+    let chain =
+        [format!("{CONTEXT} --context injected"), format!("{COMPONENTS} pass"), format!("{COMPONENTS} echo-agent")];
+    let serve = |extra: &[&str], addr: &str| {
+        let mut args = vec!["--serve", "--no-browser", "--serve-addr", addr];
+        args.extend_from_slice(extra);
+        args.push("agent");
+        args.extend(chain.iter().map(String::as_str));
+        Editor::spawn(CONDUCTOR, &args)
+    };
+
+    // From the trace file.
+    let addr = free_loopback_addr();
+    let mut editor = serve(&["--trace", trace.to_str().unwrap()], &addr);
+    editor.initialize().await;
+    editor.new_session(1, &dir.0).await;
+    let (status, body) = http(&addr, "GET /events HTTP/1.1", &addr).await;
+    assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+    let served: Vec<Value> = serde_json::from_str(&body).unwrap();
+    let written: Vec<Value> =
+        std::fs::read_to_string(&trace).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(written.len() >= 8, "{written:?}");
+    assert_eq!(served, written);
+
+    let (status, page) =
+        http(&addr, "GET / HTTP/1.1", &format!("localhost:{}", addr.rsplit(':').next().unwrap())).await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(page, include_str!("../src/viewer.html"));
+    assert_eq!(http(&addr, "GET /events HTTP/1.1", "evil.example").await.0, "HTTP/1.1 403 Forbidden");
+    assert_eq!(http(&addr, "POST /events HTTP/1.1", &addr).await.0, "HTTP/1.1 405 Method Not Allowed");
+    assert_eq!(http(&addr, "GET /trace.jsonl HTTP/1.1", &addr).await.0, "HTTP/1.1 404 Not Found");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains(&format!("Trace viewer at http://{addr}/")), "{stderr}");
+
+    // From memory: the same events, the same way.
+    let addr = free_loopback_addr();
+    let mut editor = serve(&[], &addr);
+    editor.initialize().await;
+    editor.new_session(1, &dir.0).await;
+    let from_memory: Vec<Value> = serde_json::from_str(&http(&addr, "GET /events HTTP/1.1", &addr).await.1).unwrap();
+    let shape = |events: &[Value]| -> Vec<String> {
+        events.iter().map(|e| format!("{} {} -> {} {}", e["type"], e["from"], e["to"], e["method"])).collect()
+    };
+    assert_eq!(shape(&from_memory), shape(&served));
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+
+    // The page's script on those events (Node.js, as the interop tests use).
+    let events = dir.0.join("events.json");
+    std::fs::write(&events, serde_json::to_vec(&served).unwrap()).unwrap();
+    let page = concat!(env!("CARGO_MANIFEST_DIR"), "/src/viewer.html");
+    let runner = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/viewer/page.mjs");
+    let output = match std::process::Command::new("node").args([runner, page, events.to_str().unwrap()]).output() {
+        Ok(output) => output,
+        Err(e) if !common::peers::required() => return eprintln!("SKIPPED: the viewer page's script: no node ({e})"),
+        Err(e) => panic!("node: {e}"),
+    };
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let drawn: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(drawn["lanes"], json!(["Client", "Proxy(0)", "Proxy(1)", "Agent"]), "{drawn}");
+    assert_eq!(drawn["status"], json!(format!("{} messages, 4 places", served.len())));
+    let rows = drawn["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), served.len());
+    assert_eq!(rows[0]["class"], "row request");
+    assert_eq!(rows[0]["texts"][1], "proxy/initialize #0");
+    assert!(rows.iter().any(|r| r["texts"][1] == "result of proxy/initialize #0"), "{drawn}");
+    assert_eq!(drawn["height"], json!(served.len() * 24));
+    // The first response, selected: its label, then its payload in full.
+    assert!(drawn["selected"].as_str().unwrap().ends_with("selected"), "{drawn}");
+    assert!(drawn["detail"][0].as_str().unwrap().starts_with("result of"), "{drawn}");
+    assert!(drawn["detail"][2].as_str().unwrap().contains("\"protocolVersion\": 1"), "{drawn}");
+    // Filtered on `session/new`: its request and its answer at each of the three hops.
+    let filtered = drawn["filtered"].as_array().unwrap();
+    assert_eq!(filtered.len(), 6, "{drawn}");
+    assert!(filtered.iter().all(|label| label.as_str().unwrap().contains("session/new #1")), "{drawn}");
+}
+
+/// A loopback address with a port that was free a moment ago.
+fn free_loopback_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+/// One HTTP/1.1 request with no body to `addr`, naming `host`: the status line and the body.
+async fn http(addr: &str, request_line: &str, host: &str) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(format!("{request_line}\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut answer)).await.unwrap().unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .and_then(|n| n.parse().ok())
+        .expect("a content-length");
+    assert_eq!(body.len(), length, "{head}");
+    (head.lines().next().unwrap().to_owned(), body.to_owned())
+}

@@ -25,7 +25,8 @@ pub fn once<T: Clone>(
     }
 }
 
-fn required() -> bool {
+/// Whether a peer that cannot be set up fails its tests (`ACP_INTEROP_REQUIRED=1`, as in CI).
+pub fn required() -> bool {
     std::env::var_os("ACP_INTEROP_REQUIRED").is_some_and(|v| v != "0")
 }
 
