@@ -23,7 +23,12 @@ pub const PROXY_INITIALIZE: &str = "proxy/initialize";
 /// Between a conductor and a proxy, both ways: a message wrapped for the proxy's successor
 /// (proxy → conductor) or from it (conductor → proxy). See [`crate::proxy`].
 pub const PROXY_SUCCESSOR: &str = "proxy/successor";
-/// The older proxy wire (the `sacp` crates, `@thinkwell/conductor` 0.5): a request for a
+/// The `sacp` 11 proxy wire (`sacp-conductor` 11): [`PROXY_INITIALIZE`] under an extension
+/// name. See [`crate::proxy`].
+pub const SACP_PROXY_INITIALIZE: &str = "_proxy/initialize";
+/// The `sacp` 11 proxy wire: [`PROXY_SUCCESSOR`] under an extension name.
+pub const SACP_PROXY_SUCCESSOR: &str = "_proxy/successor";
+/// The older proxy wire (earlier `sacp` crates, `@thinkwell/conductor` 0.5): a request for a
 /// proxy's successor or from it, wrapped as [`PROXY_SUCCESSOR`] wraps one. See
 /// [`crate::proxy`].
 pub const SACP_SUCCESSOR_REQUEST: &str = "_proxy/successor/request";

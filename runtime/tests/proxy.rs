@@ -1,6 +1,7 @@
 //! A proxy's connection (`acp_rpc::proxy`) against a raw conductor: an intercepted
 //! `session/prompt` that the proxy forwards is cancelled on the next hop the way it was
-//! cancelled here; the older wire (`initialize` with `_meta.proxy`) message by message.
+//! cancelled here; the earlier wires (`sacp` 11's `_proxy/initialize`, and `initialize` with
+//! `_meta.proxy`) message by message.
 
 mod common;
 
@@ -140,4 +141,68 @@ async fn a_plain_initialize_is_refused_and_the_older_envelopes_mean_nothing_on_t
         json!({"method":"_proxy/successor/request","params":envelope}),
         "wrapped for the successor as the current wire wraps any request"
     );
+}
+
+/// `sacp` 11's wire: told by `_proxy/initialize`, whose answer is the successor's as it came;
+/// requests and notifications for the successor in `_proxy/successor`; the successor's
+/// unwrapped on their way to the client. A `proxy/successor` envelope is still understood.
+#[tokio::test]
+async fn the_sacp_wire_is_spoken_after_an_underscored_proxy_initialize() {
+    let mut conductor = proxy();
+    let init = json!({"protocolVersion":1,"clientCapabilities":{}});
+    conductor.send_json(json!({"jsonrpc":"2.0","id":0,"method":"_proxy/initialize","params":init})).await;
+    let wrapped = conductor.recv().await;
+    assert_eq!(wrapped["method"], "_proxy/successor", "{wrapped}");
+    assert_eq!(wrapped["params"], json!({"method":"initialize","params":init}));
+    let agents = r#"{"protocolVersion":1,"agentCapabilities":{"x":[1.50]}}"#;
+    conductor.send(&format!(r#"{{"jsonrpc":"2.0","id":{},"result":{agents}}}"#, wrapped["id"])).await;
+    assert_eq!(conductor.recv_line().await, format!(r#"{{"jsonrpc":"2.0","id":0,"result":{agents}}}"#));
+
+    let new = json!({"cwd":"/","mcpServers":[]});
+    conductor.send_json(json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":new})).await;
+    let wrapped = conductor.recv().await;
+    assert_eq!(wrapped["method"], "_proxy/successor");
+    assert_eq!(wrapped["params"], json!({"method":"session/new","params":new}));
+    conductor.send_json(json!({"jsonrpc":"2.0","id":wrapped["id"],"result":{"sessionId":"s"}})).await;
+    assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","id":1,"result":{"sessionId":"s"}}));
+    conductor.send_json(json!({"jsonrpc":"2.0","method":"_x/note","params":{"n":1}})).await;
+    assert_eq!(
+        conductor.recv().await,
+        json!({"jsonrpc":"2.0","method":"_proxy/successor","params":{"method":"_x/note","params":{"n":1}}})
+    );
+
+    // The intercepted prompt goes on in the same envelope.
+    let prompt = json!({"sessionId":"s","prompt":[]});
+    conductor.send_json(json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":prompt})).await;
+    let turn = conductor.recv().await;
+    assert_eq!(turn["method"], "_proxy/successor");
+    assert_eq!(turn["params"], json!({"method":"session/prompt","params":prompt}));
+
+    // From the successor, in either envelope: unwrapped for the client.
+    let update =
+        json!({"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}});
+    for envelope in ["_proxy/successor", "proxy/successor"] {
+        conductor
+            .send_json(json!({"jsonrpc":"2.0","method":envelope,"params":{"method":"session/update","params":update}}))
+            .await;
+        assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","method":"session/update","params":update}));
+    }
+    let read = json!({"sessionId":"s","path":"/a"});
+    conductor
+        .send_json(json!({"jsonrpc":"2.0","id":"r1","method":"_proxy/successor","params":{"method":"fs/read_text_file","params":read}}))
+        .await;
+    let asked = conductor.recv().await;
+    assert_eq!(asked["method"], "fs/read_text_file");
+    assert_eq!(asked["params"], read);
+    conductor.send_json(json!({"jsonrpc":"2.0","id":asked["id"],"result":{"content":"A"}})).await;
+    assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","id":"r1","result":{"content":"A"}}));
+
+    // Chain methods are not wrapped in envelopes.
+    let nested = json!({"method":"_proxy/initialize","params":init});
+    conductor.send_json(json!({"jsonrpc":"2.0","id":"n","method":"_proxy/successor","params":nested})).await;
+    let refused = conductor.recv().await;
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+
+    conductor.send_json(json!({"jsonrpc":"2.0","id":turn["id"],"result":{"stopReason":"end_turn"}})).await;
+    assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}));
 }

@@ -22,19 +22,20 @@
 //! `_meta` is inside its params and is. A plain `initialize` sent to a proxy (other than the
 //! older wire's, below), and envelopes nested in envelopes, are answered -32600.
 //!
-//! # The older wire
+//! # Earlier wires
 //!
-//! Conductors built on the `sacp` crates, `@thinkwell/conductor` 0.5 among them, speak an
-//! earlier form of the RFD, and a proxy speaks it too when it is initialized that way:
+//! Conductors built on the `sacp` crates speak earlier forms of the RFD, and a proxy speaks
+//! the one it is initialized with ([`Wire`], [`ProxyContext::wire`]); its code does not change:
 //!
-//! | message | on the older wire |
-//! |---|---|
-//! | the client's `initialize` | `initialize` with `"_meta": {"proxy": true}`; the answer must carry the same marker |
-//! | to or from the successor | `_proxy/successor/request` or `_proxy/successor/notification`, each `{"method": M, "params": P}` |
+//! | message | `sacp` 11 (`sacp-conductor` 11) | older (`@thinkwell/conductor` 0.5, earlier `sacp`) |
+//! |---|---|---|
+//! | the client's `initialize` | `_proxy/initialize` | `initialize` with `"_meta": {"proxy": true}`; the answer must carry the same marker |
+//! | to or from the successor | `_proxy/successor` | `_proxy/successor/request` or `_proxy/successor/notification` |
 //!
-//! Everything else is as above. The proxy passes `initialize` on with its marker (a proxy
-//! behind it learns the same way that it is one; an agent ignores a `_meta` key it does not
-//! know), and adds the marker to the answer it gets back, changing nothing else in it.
+//! Envelopes hold `{"method": M, "params": P}` on every wire, and everything else is as above.
+//! On the older wire, the proxy passes `initialize` on with its marker (a proxy behind it
+//! learns the same way that it is one; an agent ignores a `_meta` key it does not know), and
+//! adds the marker to the answer it gets back, changing nothing else in it.
 //!
 //! # Lossless
 //!
@@ -90,7 +91,7 @@ pub(crate) mod envelope;
 use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -102,7 +103,10 @@ use crate::connection::Connection;
 use crate::error::Error;
 use crate::handler::{Forward, Handler, IncomingNotification, IncomingRequest};
 use crate::jsonrpc::ErrorObject;
-use crate::methods::{self, PROXY_INITIALIZE, PROXY_SUCCESSOR, SACP_SUCCESSOR_NOTIFICATION, SACP_SUCCESSOR_REQUEST};
+use crate::methods::{
+    self, PROXY_INITIALIZE, PROXY_SUCCESSOR, SACP_PROXY_INITIALIZE, SACP_PROXY_SUCCESSOR, SACP_SUCCESSOR_NOTIFICATION,
+    SACP_SUCCESSOR_REQUEST,
+};
 use crate::peer::Peer;
 
 /// Where a message comes from, as seen by a proxy.
@@ -215,7 +219,7 @@ where
     let proxy = Arc::new(proxy);
     connection.forwarding().serve_with(reader, writer, move |peer| ProxyRouter {
         proxy,
-        cx: ProxyContext { peer: peer.clone(), older_wire: Arc::default() },
+        cx: ProxyContext { peer: peer.clone(), wire: Arc::default() },
     })
 }
 
@@ -223,9 +227,72 @@ where
 #[derive(Clone, Debug)]
 pub struct ProxyContext {
     peer: Peer,
-    /// Whether the conductor speaks the older wire (see the module docs): set once, by an
-    /// `initialize` that says so, before anything after it is forwarded.
-    older_wire: Arc<AtomicBool>,
+    /// The wire the conductor speaks (a [`Wire`] as a number; see the module docs): set by
+    /// the conductor's `initialize`, before anything after it is forwarded.
+    wire: Arc<AtomicU8>,
+}
+
+/// The proxy wire a conductor speaks (see the [module docs](self)): the proxy chains RFD as the
+/// official conductor speaks it, or an earlier form of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Wire {
+    /// `proxy/initialize` and `proxy/successor` (the official conductor 5.0, ours).
+    #[default]
+    Current,
+    /// `_proxy/initialize` and `_proxy/successor` (`sacp-conductor` 11).
+    Sacp,
+    /// `initialize` marked `"_meta": {"proxy": true}`, and `_proxy/successor/request` /
+    /// `_proxy/successor/notification` (`@thinkwell/conductor` 0.5).
+    Older,
+}
+
+impl Wire {
+    fn from_u8(n: u8) -> Wire {
+        match n {
+            1 => Wire::Sacp,
+            2 => Wire::Older,
+            _ => Wire::Current,
+        }
+    }
+
+    fn as_u8(self) -> u8 {
+        match self {
+            Wire::Current => 0,
+            Wire::Sacp => 1,
+            Wire::Older => 2,
+        }
+    }
+
+    /// The method that initializes a proxy on this wire (on the older one, `initialize`
+    /// marked in its `_meta`).
+    pub fn initialize_method(self) -> &'static str {
+        match self {
+            Wire::Current => PROXY_INITIALIZE,
+            Wire::Sacp => SACP_PROXY_INITIALIZE,
+            Wire::Older => INITIALIZE,
+        }
+    }
+
+    /// The envelope of a request (`notification: false`) or a notification for a proxy's
+    /// successor or from it.
+    pub fn successor_envelope(self, notification: bool) -> &'static str {
+        match (self, notification) {
+            (Wire::Current, _) => PROXY_SUCCESSOR,
+            (Wire::Sacp, _) => SACP_PROXY_SUCCESSOR,
+            (Wire::Older, false) => SACP_SUCCESSOR_REQUEST,
+            (Wire::Older, true) => SACP_SUCCESSOR_NOTIFICATION,
+        }
+    }
+
+    /// Whether `method` is an envelope of this wire.
+    pub fn is_successor_envelope(self, method: &str) -> bool {
+        match self {
+            Wire::Current => method == PROXY_SUCCESSOR,
+            Wire::Sacp => method == SACP_PROXY_SUCCESSOR,
+            Wire::Older => method == SACP_SUCCESSOR_REQUEST || method == SACP_SUCCESSOR_NOTIFICATION,
+        }
+    }
 }
 
 impl ProxyContext {
@@ -241,13 +308,17 @@ impl ProxyContext {
 
     /// The hop toward `side`.
     pub fn toward(&self, side: Side) -> Hop<'_> {
-        Hop { peer: &self.peer, side, older_wire: self.speaks_older_wire() }
+        Hop { peer: &self.peer, side, wire: self.wire() }
     }
 
-    /// Whether this proxy's conductor speaks the older wire (`_proxy/successor/request`,
-    /// `_proxy/successor/notification`; see the [module docs](self)), as its `initialize` said.
-    pub fn speaks_older_wire(&self) -> bool {
-        self.older_wire.load(Ordering::Acquire)
+    /// The wire this proxy's conductor speaks (see the [module docs](self)), as its
+    /// `initialize` said; [`Wire::Current`] until then.
+    pub fn wire(&self) -> Wire {
+        Wire::from_u8(self.wire.load(Ordering::Acquire))
+    }
+
+    fn set_wire(&self, wire: Wire) {
+        self.wire.store(wire.as_u8(), Ordering::Release);
     }
 
     /// Passes an intercepted request on, in the direction it was going (a request from the
@@ -284,13 +355,13 @@ impl ProxyContext {
 pub struct Hop<'a> {
     peer: &'a Peer,
     side: Side,
-    older_wire: bool,
+    wire: Wire,
 }
 
 impl Hop<'_> {
     /// The method of the envelope a message for the successor travels in.
     fn envelope(&self, kind: Kind) -> &'static str {
-        successor_envelope(self.older_wire, kind)
+        successor_envelope(self.wire, kind)
     }
 
     /// Calls `method` on this side with raw params; the raw answer.
@@ -390,13 +461,9 @@ enum Kind {
     Notification,
 }
 
-/// The envelope method for a message to or from the successor, on either wire.
-fn successor_envelope(older_wire: bool, kind: Kind) -> &'static str {
-    match (older_wire, kind) {
-        (false, _) => PROXY_SUCCESSOR,
-        (true, Kind::Request) => SACP_SUCCESSOR_REQUEST,
-        (true, Kind::Notification) => SACP_SUCCESSOR_NOTIFICATION,
-    }
+/// The envelope method for a message to or from the successor, on `wire`.
+fn successor_envelope(wire: Wire, kind: Kind) -> &'static str {
+    wire.successor_envelope(kind == Kind::Notification)
 }
 
 /// The proxy's side of the wire: unwraps and wraps envelopes, forwards what the proxy does not
@@ -411,13 +478,10 @@ impl<P> ProxyRouter<P> {
         Some(Forward { to: self.cx.peer.clone(), method, params })
     }
 
-    /// Whether `method` is an envelope from the successor on the wire this proxy speaks.
+    /// Whether `method` is an envelope from the successor on the wire this proxy speaks
+    /// (`proxy/successor` on any).
     fn is_from_successor(&self, method: &str) -> bool {
-        match method {
-            PROXY_SUCCESSOR => true,
-            SACP_SUCCESSOR_REQUEST | SACP_SUCCESSOR_NOTIFICATION => self.cx.speaks_older_wire(),
-            _ => false,
-        }
+        method == PROXY_SUCCESSOR || self.cx.wire().is_successor_envelope(method)
     }
 }
 
@@ -426,15 +490,20 @@ fn not_for_a_proxy(method: &str) -> ErrorObject {
         return ErrorObject::invalid_request(format_args!("`{method}` cannot be wrapped in an envelope"));
     }
     ErrorObject::invalid_request(
-        "this component is a proxy: it is initialized by a conductor, with `proxy/initialize` or with an \
-         `initialize` whose `_meta.proxy` is true, not with a plain `initialize`",
+        "this component is a proxy: it is initialized by a conductor, with `proxy/initialize` (or \
+         `_proxy/initialize`, or an `initialize` whose `_meta.proxy` is true), not with a plain `initialize`",
     )
 }
 
 fn is_chain_method(method: &str) -> bool {
     matches!(
         method,
-        methods::PROXY_INITIALIZE | methods::PROXY_SUCCESSOR | SACP_SUCCESSOR_REQUEST | SACP_SUCCESSOR_NOTIFICATION
+        PROXY_INITIALIZE
+            | PROXY_SUCCESSOR
+            | SACP_PROXY_INITIALIZE
+            | SACP_PROXY_SUCCESSOR
+            | SACP_SUCCESSOR_REQUEST
+            | SACP_SUCCESSOR_NOTIFICATION
     )
 }
 
@@ -486,29 +555,34 @@ impl<P: Proxy> ProxyRouter<P> {
             }
             return self.forward_to(inner.method, inner.params.map(Cow::Borrowed));
         }
-        let older_wire = match method {
-            PROXY_INITIALIZE => {
+        // The wire is told here, in arrival order, so that everything after the conductor's
+        // `initialize` is wrapped for it.
+        let wire = match method {
+            PROXY_INITIALIZE | SACP_PROXY_INITIALIZE => {
+                let wire = if method == PROXY_INITIALIZE { Wire::Current } else { Wire::Sacp };
+                if kind == Kind::Request {
+                    self.cx.set_wire(wire);
+                }
                 if self.proxy.intercepts(Side::Client, INITIALIZE) {
                     return None;
                 }
                 let wrapped = Cow::Owned(envelope::wrap(INITIALIZE, params));
-                return self.forward_to(Cow::Borrowed(PROXY_SUCCESSOR), Some(wrapped));
+                return self.forward_to(Cow::Borrowed(successor_envelope(wire, kind)), Some(wrapped));
             }
             INITIALIZE => {
-                // Told here, in arrival order, so that everything after it is wrapped for
-                // the older wire; its answer needs the marker, so the handler sends it on.
+                // The older wire's answer needs the marker, so the handler sends it on.
                 if kind == Kind::Request && marks_a_proxy(params) {
-                    self.cx.older_wire.store(true, Ordering::Release);
+                    self.cx.set_wire(Wire::Older);
                 }
                 return None;
             }
-            _ => self.cx.speaks_older_wire(),
+            _ => self.cx.wire(),
         };
         if self.proxy.intercepts(Side::Client, method) {
             return None;
         }
         let wrapped = Cow::Owned(envelope::wrap(method, params));
-        self.forward_to(Cow::Borrowed(successor_envelope(older_wire, kind)), Some(wrapped))
+        self.forward_to(Cow::Borrowed(successor_envelope(wire, kind)), Some(wrapped))
     }
 }
 
@@ -536,11 +610,11 @@ impl<P: Proxy> Handler for ProxyRouter<P> {
                 req.params = params;
                 Side::Agent
             }
-            PROXY_INITIALIZE => {
+            PROXY_INITIALIZE | SACP_PROXY_INITIALIZE => {
                 req.method = Cow::Borrowed(INITIALIZE);
                 Side::Client
             }
-            INITIALIZE if self.cx.speaks_older_wire() => {
+            INITIALIZE if self.cx.wire() == Wire::Older => {
                 let answer = self.proxy.handle_request(self.cx.clone(), Side::Client, req).await?;
                 return with_proxy_marker(answer);
             }
@@ -832,9 +906,19 @@ mod tests {
 
     #[test]
     fn each_wire_has_its_envelopes() {
-        assert_eq!(successor_envelope(false, Kind::Request), "proxy/successor");
-        assert_eq!(successor_envelope(false, Kind::Notification), "proxy/successor");
-        assert_eq!(successor_envelope(true, Kind::Request), "_proxy/successor/request");
-        assert_eq!(successor_envelope(true, Kind::Notification), "_proxy/successor/notification");
+        assert_eq!(successor_envelope(Wire::Current, Kind::Request), "proxy/successor");
+        assert_eq!(successor_envelope(Wire::Current, Kind::Notification), "proxy/successor");
+        assert_eq!(successor_envelope(Wire::Sacp, Kind::Request), "_proxy/successor");
+        assert_eq!(successor_envelope(Wire::Sacp, Kind::Notification), "_proxy/successor");
+        assert_eq!(successor_envelope(Wire::Older, Kind::Request), "_proxy/successor/request");
+        assert_eq!(successor_envelope(Wire::Older, Kind::Notification), "_proxy/successor/notification");
+        for wire in [Wire::Current, Wire::Sacp, Wire::Older] {
+            assert_eq!(Wire::from_u8(wire.as_u8()), wire);
+            for notification in [false, true] {
+                assert!(wire.is_successor_envelope(wire.successor_envelope(notification)));
+            }
+        }
+        assert!(!Wire::Current.is_successor_envelope("_proxy/successor"));
+        assert!(!Wire::Sacp.is_successor_envelope("_proxy/successor/request"));
     }
 }
