@@ -25,6 +25,7 @@
 
 use std::borrow::Cow;
 use std::io;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -32,11 +33,11 @@ use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinSet;
 
-use super::envelope;
+use super::{Wire, envelope, is_chain_method};
 use crate::connection::Connection;
 use crate::handler::{Forward, Handler, IncomingNotification, IncomingRequest};
 use crate::jsonrpc::ErrorObject;
-use crate::methods::{PROXY_INITIALIZE, PROXY_SUCCESSOR};
+use crate::methods::{PROXY_INITIALIZE, PROXY_SUCCESSOR, SACP_PROXY_INITIALIZE};
 use crate::peer::Peer;
 
 #[cfg(feature = "process")]
@@ -190,6 +191,8 @@ impl Conductor {
             proxy_mode: self.proxy_mode,
             client: OnceLock::new(),
             components: components.iter().map(|_| OnceLock::new()).collect(),
+            wires: components.iter().map(|_| AtomicU8::new(Wire::Current.as_u8())).collect(),
+            client_wire: AtomicU8::new(Wire::Current.as_u8()),
             #[cfg(all(feature = "mcp-bridge", unix))]
             bridge: self.mcp_bridge.clone().map(crate::mcp::bridge::Bridge::new),
         });
@@ -284,6 +287,10 @@ struct Chain {
     proxy_mode: bool,
     client: OnceLock<Peer>,
     components: Vec<OnceLock<Peer>>,
+    /// The wire each proxy speaks (a [`Wire`] as a number), as its `initialize` found out.
+    wires: Vec<AtomicU8>,
+    /// In proxy mode, the wire our own conductor speaks, as its `initialize` said.
+    client_wire: AtomicU8,
     #[cfg(all(feature = "mcp-bridge", unix))]
     bridge: Option<Arc<crate::mcp::bridge::Bridge>>,
 }
@@ -306,9 +313,36 @@ impl Chain {
         self.components.len() - 1
     }
 
-    /// How the client's `initialize` reaches component `index`.
-    fn initialize_for(&self, index: usize) -> &'static str {
-        if Some(index) == self.agent_index() { INITIALIZE } else { PROXY_INITIALIZE }
+    fn is_agent(&self, index: usize) -> bool {
+        Some(index) == self.agent_index()
+    }
+
+    /// The wire the proxy at `place` speaks (at the client's place, our own conductor).
+    fn wire(&self, place: Place) -> Wire {
+        let wire = match place {
+            Place::Client => &self.client_wire,
+            Place::Component(index) => &self.wires[index],
+        };
+        Wire::from_u8(wire.load(Ordering::Acquire))
+    }
+
+    fn set_wire(&self, place: Place, wire: Wire) {
+        let slot = match place {
+            Place::Client => &self.client_wire,
+            Place::Component(index) => &self.wires[index],
+        };
+        slot.store(wire.as_u8(), Ordering::Release);
+    }
+
+    /// Whether `method`, sent from `place`, is an envelope: `proxy/successor`, or the one of
+    /// the wire spoken there.
+    fn is_envelope(&self, place: Place, method: &str) -> bool {
+        method == PROXY_SUCCESSOR || self.wire(place).is_successor_envelope(method)
+    }
+
+    /// The envelope for a message to the proxy at `place`.
+    fn envelope_to(&self, place: Place) -> &'static str {
+        self.wire(place).successor_envelope(false)
     }
 }
 
@@ -340,9 +374,43 @@ impl Link {
             None => forward(self.chain.client(), method, params.map(Cow::Borrowed)),
             Some(before) => {
                 let wrapped = Cow::Owned(envelope::wrap(method, params));
-                forward(self.chain.component(before), PROXY_SUCCESSOR, Some(wrapped))
+                let envelope = self.chain.envelope_to(Place::Component(before));
+                forward(self.chain.component(before), envelope, Some(wrapped))
             }
         }
+    }
+
+    /// Initializes the proxy at `index` with the client's `initialize` params: on the current
+    /// wire, or on `sacp`'s when the proxy does not know `proxy/initialize` (-32601). Its
+    /// answer, whatever it is, goes back as it came.
+    async fn initialize_proxy(
+        &self,
+        index: usize,
+        params: Option<&RawValue>,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<Box<RawValue>, ErrorObject> {
+        let peer = self.chain.component(index).ok_or_else(|| {
+            ErrorObject::internal_error(format_args!("no component to forward `initialize` to (component {index})"))
+        })?;
+        let mut attempts = [Wire::Current, Wire::Sacp].into_iter().peekable();
+        while let Some(wire) = attempts.next() {
+            // Told before it is sent: the proxy wraps its successor's `initialize` in the
+            // wire's envelope before it answers.
+            self.chain.set_wire(Place::Component(index), wire);
+            match peer.request_raw_until(wire.initialize_method(), params, cancel).await {
+                Err(crate::Error::Rpc(e))
+                    if e.code == crate::jsonrpc::codes::METHOD_NOT_FOUND && attempts.peek().is_some() =>
+                {
+                    tracing::debug!(
+                        component = index,
+                        method = wire.initialize_method(),
+                        "acp conductor: not known; trying the next proxy wire"
+                    );
+                }
+                answer => return answer.map_err(super::answer_error),
+            }
+        }
+        unreachable!("the last attempt returns")
     }
 }
 
@@ -355,9 +423,10 @@ impl Link {
         params: Option<&'a RawValue>,
     ) -> Option<(std::borrow::Cow<'a, str>, Option<&'a RawValue>)> {
         let agent = self.chain.agent_index()?;
+        let wrapped = self.chain.is_envelope(self.at, method);
         match self.at {
-            Place::Client if agent == 0 && method != PROXY_SUCCESSOR => Some((method.into(), params)),
-            Place::Component(index) if index + 1 == agent && method == PROXY_SUCCESSOR => {
+            Place::Client if agent == 0 && !wrapped => Some((method.into(), params)),
+            Place::Component(index) if index + 1 == agent && wrapped => {
                 let inner = envelope::unwrap(params).ok()?;
                 Some((inner.method, inner.params))
             }
@@ -384,41 +453,36 @@ impl Handler for Link {
         if self.for_bridge(method, params).is_some() {
             return None;
         }
+        // Initializing a proxy, and anything out of place, is left to `handle_request`.
         match (self.at, method) {
-            // As a proxy: our initialize, and what our successor sends back to our last proxy
-            // (still wrapped: it is for a proxy).
-            (Place::Client, PROXY_INITIALIZE) if chain.proxy_mode => {
-                forward(chain.component(0), PROXY_INITIALIZE, params.map(Cow::Borrowed))
+            // As a proxy: what our successor sends back to our last proxy (still wrapped: it
+            // is for a proxy).
+            (Place::Client, m) if chain.proxy_mode && chain.is_envelope(Place::Client, m) => {
+                let last = Place::Component(chain.last_index());
+                forward(chain.component(chain.last_index()), chain.envelope_to(last), params.map(Cow::Borrowed))
             }
-            (Place::Client, PROXY_SUCCESSOR) if chain.proxy_mode => {
-                forward(chain.component(chain.last_index()), PROXY_SUCCESSOR, params.map(Cow::Borrowed))
-            }
-            (Place::Client, INITIALIZE) if chain.proxy_mode => None,
-            (_, PROXY_INITIALIZE) => None,
-            (Place::Client, PROXY_SUCCESSOR) => None,
-            (Place::Client, INITIALIZE) => {
-                forward(chain.component(0), chain.initialize_for(0), params.map(Cow::Borrowed))
-            }
+            (_, PROXY_INITIALIZE | SACP_PROXY_INITIALIZE) => None,
+            (Place::Client, INITIALIZE) if chain.proxy_mode || !chain.is_agent(0) => None,
+            (Place::Client, m) if chain.is_envelope(Place::Client, m) => None,
             (Place::Client, _) => forward(chain.component(0), method, params.map(Cow::Borrowed)),
-            (Place::Component(index), PROXY_SUCCESSOR) => {
-                if Some(index) == chain.agent_index() {
+            (Place::Component(index), m) if chain.is_envelope(Place::Component(index), m) => {
+                if chain.is_agent(index) {
                     return None;
                 }
                 let inner = envelope::unwrap(params).ok()?;
+                if is_chain_method(&inner.method) {
+                    return None;
+                }
                 if index == chain.last_index() {
-                    // As a proxy, the last one's successor is ours: passed on as it came.
-                    if matches!(&*inner.method, PROXY_INITIALIZE | PROXY_SUCCESSOR) {
-                        return None;
-                    }
-                    return forward(chain.client(), PROXY_SUCCESSOR, params.map(Cow::Borrowed));
+                    // As a proxy, the last one's successor is ours: passed on as it came, in
+                    // our own conductor's envelope.
+                    return forward(chain.client(), chain.envelope_to(Place::Client), params.map(Cow::Borrowed));
                 }
                 let next = index + 1;
-                let method = match &*inner.method {
-                    PROXY_INITIALIZE | PROXY_SUCCESSOR => return None,
-                    INITIALIZE => Cow::Borrowed(chain.initialize_for(next)),
-                    _ => inner.method,
-                };
-                forward(chain.component(next), method, inner.params.map(Cow::Borrowed))
+                if inner.method == INITIALIZE && !chain.is_agent(next) {
+                    return None;
+                }
+                forward(chain.component(next), inner.method, inner.params.map(Cow::Borrowed))
             }
             (Place::Component(index), _) => self.toward_client(index, method, params),
         }
@@ -431,23 +495,38 @@ impl Handler for Link {
             let agent = agent.ok_or_else(|| ErrorObject::internal_error("the agent is not connected"))?;
             return bridge.handle_request(&agent, &method, params, &req.cancel).await;
         }
-        // Only what `forward` refused reaches here: messages out of place, or a hop that does
-        // not exist yet (a component that is not connected).
-        match &*req.method {
-            INITIALIZE if self.chain.proxy_mode => Err(ErrorObject::invalid_request(
+        // Only what `forward` left here: a proxy's initialize, messages out of place, or a
+        // hop that does not exist yet (a component that is not connected).
+        let chain = &self.chain;
+        let params = req.params.as_deref();
+        match (self.at, &*req.method) {
+            (Place::Client, INITIALIZE) if chain.proxy_mode => Err(ErrorObject::invalid_request(
                 "this conductor runs as a proxy: it is initialized with `proxy/initialize` by its own conductor",
             )),
-            PROXY_INITIALIZE => {
-                Err(ErrorObject::invalid_request("`proxy/initialize` requests are only sent by the conductor"))
+            (Place::Client, INITIALIZE) => self.initialize_proxy(0, params, &req.cancel).await,
+            (Place::Client, method @ (PROXY_INITIALIZE | SACP_PROXY_INITIALIZE)) if chain.proxy_mode => {
+                let wire = if method == PROXY_INITIALIZE { Wire::Current } else { Wire::Sacp };
+                chain.set_wire(Place::Client, wire);
+                self.initialize_proxy(0, params, &req.cancel).await
             }
-            PROXY_SUCCESSOR => {
-                let inner = envelope::unwrap(req.params.as_deref())?;
-                Err(ErrorObject::invalid_request(format_args!(
-                    "`proxy/successor` is only exchanged between the conductor and the proxies it initialized (wrapped: `{}`)",
-                    inner.method
-                )))
+            (_, method @ (PROXY_INITIALIZE | SACP_PROXY_INITIALIZE)) => {
+                Err(ErrorObject::invalid_request(format_args!("`{method}` requests are only sent by the conductor")))
             }
-            other => Err(ErrorObject::internal_error(format_args!("no component to forward `{other}` to"))),
+            (place, method) if chain.is_envelope(place, method) => {
+                let inner = envelope::unwrap(params)?;
+                match place {
+                    Place::Component(index)
+                        if inner.method == INITIALIZE && !chain.is_agent(index) && index < chain.last_index() =>
+                    {
+                        self.initialize_proxy(index + 1, inner.params, &req.cancel).await
+                    }
+                    _ => Err(ErrorObject::invalid_request(format_args!(
+                        "`{method}` is only exchanged between the conductor and the proxies it initialized (wrapped: `{}`)",
+                        inner.method
+                    ))),
+                }
+            }
+            (_, other) => Err(ErrorObject::internal_error(format_args!("no component to forward `{other}` to"))),
         }
     }
 

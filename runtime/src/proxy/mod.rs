@@ -248,7 +248,7 @@ pub enum Wire {
 }
 
 impl Wire {
-    fn from_u8(n: u8) -> Wire {
+    pub(crate) fn from_u8(n: u8) -> Wire {
         match n {
             1 => Wire::Sacp,
             2 => Wire::Older,
@@ -256,7 +256,7 @@ impl Wire {
         }
     }
 
-    fn as_u8(self) -> u8 {
+    pub(crate) fn as_u8(self) -> u8 {
         match self {
             Wire::Current => 0,
             Wire::Sacp => 1,
@@ -445,7 +445,7 @@ async fn forward_prompt(hop: Hop<'_>, req: &IncomingRequest) -> Result<Box<RawVa
 }
 
 /// The answer to pass back for a call that failed on the next hop.
-fn answer_error(e: Error) -> ErrorObject {
+pub(crate) fn answer_error(e: Error) -> ErrorObject {
     match e {
         Error::Rpc(error) => error,
         Error::Cancelled => ErrorObject::request_cancelled(),
@@ -495,7 +495,7 @@ fn not_for_a_proxy(method: &str) -> ErrorObject {
     )
 }
 
-fn is_chain_method(method: &str) -> bool {
+pub(crate) fn is_chain_method(method: &str) -> bool {
     matches!(
         method,
         PROXY_INITIALIZE
