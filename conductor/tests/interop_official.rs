@@ -25,7 +25,7 @@ use serde_json::json;
 
 mod common;
 use common::{
-    Editor, TempDir, agent_chunks, context_reaches_the_echo_agent_losslessly,
+    Editor, TempDir, agent_chunks, cancel_while_asking, context_reaches_the_echo_agent_losslessly,
     full_turn_reads_the_file_the_context_names,
 };
 
@@ -128,53 +128,6 @@ async fn official_proxies_under_our_conductor_carry_a_full_turn_and_mark_the_age
     assert!(kinds.contains(&"plan") && kinds.contains(&"tool_call_update"), "{kinds:?}");
     let (code, stderr) = editor.finish().await;
     assert_eq!(code, Some(0), "{stderr}");
-}
-
-/// A turn that waits on the user's permission, cancelled with `session/cancel`: the prompt is
-/// answered `cancelled`, and the agent, which gives up its permission request, says so with a
-/// `$/cancel_request` that reaches the editor under the id it knows the request by. The chain
-/// then carries the next turn.
-async fn cancel_while_asking(mut editor: Editor, label: &str) {
-    editor.initialize().await;
-    let dir = TempDir::new(&format!("cancel-{label}"));
-    std::fs::write(dir.0.join("README.md"), "# Not read: the turn is cancelled\n").unwrap();
-    let session = editor.new_session(1, &dir.0).await;
-    let prompt = json!({"sessionId": session, "prompt": [{"type":"text","text":"Please read README.md"}]});
-    editor.send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params": prompt})).await;
-    let asking = loop {
-        let message = editor.recv().await;
-        match message["method"].as_str() {
-            Some("session/update") => continue,
-            Some("session/request_permission") => break message,
-            _ => panic!("{label}: unexpected before the permission request: {message}"),
-        }
-    };
-    editor.send(&json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId": session}})).await;
-    let (mut answer, mut withdrawn) = (None, false);
-    while answer.is_none() || !withdrawn {
-        let message = editor.recv().await;
-        match message["method"].as_str() {
-            Some("$/cancel_request") => {
-                assert_eq!(message["params"]["requestId"], asking["id"], "{label}: {message}");
-                withdrawn = true;
-            }
-            Some("session/update") => {}
-            None if message["id"] == json!(2) => answer = Some(message),
-            _ => panic!("{label}: unexpected after the cancel: {message}"),
-        }
-    }
-    assert_eq!(answer.unwrap()["result"], json!({"stopReason":"cancelled"}), "{label}");
-    // Late, as a client may answer: the chain drops it.
-    let cancelled = json!({"outcome": {"outcome": "cancelled"}});
-    editor.send(&json!({"jsonrpc":"2.0","id":asking["id"],"result":cancelled})).await;
-
-    let (answer, updates) = editor.turn(3, prompt).await;
-    assert_eq!(answer["result"], json!({"stopReason":"end_turn"}), "{label}: {answer}");
-    // The arrow proxy marks each chunk.
-    let text: String = agent_chunks(&updates).iter().map(|c| c.trim_start_matches('>')).collect();
-    assert!(text.contains("Not read"), "{label}: {text:?}");
-    let (code, stderr) = editor.finish().await;
-    assert_eq!(code, Some(0), "{label}: {stderr}");
 }
 
 #[tokio::test]

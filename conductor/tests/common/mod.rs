@@ -123,6 +123,14 @@ impl Editor {
         }
     }
 
+    /// Closes stdin and kills the conductor, for one that does not exit at the end of its
+    /// input (`sacp-conductor` 11); its stderr.
+    pub async fn kill(mut self) -> String {
+        drop(self.stdin.take());
+        let _ = self.child.kill().await;
+        self.stderr.await.unwrap()
+    }
+
     /// Closes stdin and waits for the conductor to exit; its exit code and stderr.
     pub async fn finish(mut self) -> (Option<i32>, String) {
         drop(self.stdin.take());
@@ -257,4 +265,69 @@ pub fn trace_lines(path: &Path) -> Vec<String> {
             .to_owned()
         })
         .collect()
+}
+
+/// A turn that waits on the user's permission, cancelled with `session/cancel`: the prompt is
+/// answered `cancelled`, and the agent, which gives up its permission request, says so with a
+/// `$/cancel_request` that reaches the editor under the id it knows the request by. The chain
+/// then carries the next turn.
+pub async fn cancel_while_asking(editor: Editor, label: &str) {
+    let (code, stderr) = cancel_while_asking_with(editor, label, CancelIds::Translated).await.finish().await;
+    assert_eq!(code, Some(0), "{label}: {stderr}");
+}
+
+/// What a conductor does to the id in a `$/cancel_request` it passes on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum CancelIds {
+    /// The id of the hop it goes on to, as it must be.
+    Translated,
+    /// The id it came with (`sacp-conductor` 11): the editor cannot tell which request it
+    /// withdraws, and it is only checked to arrive.
+    PassedAsTheyCame,
+}
+
+/// [`cancel_while_asking`], leaving the conductor running: for one that does not exit at the
+/// end of its input.
+pub async fn cancel_while_asking_with(mut editor: Editor, label: &str, ids: CancelIds) -> Editor {
+    editor.initialize().await;
+    let dir = TempDir::new(&format!("cancel-{label}"));
+    std::fs::write(dir.0.join("README.md"), "# Not read: the turn is cancelled\n").unwrap();
+    let session = editor.new_session(1, &dir.0).await;
+    let prompt = json!({"sessionId": session, "prompt": [{"type":"text","text":"Please read README.md"}]});
+    editor.send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params": prompt})).await;
+    let asking = loop {
+        let message = editor.recv().await;
+        match message["method"].as_str() {
+            Some("session/update") => continue,
+            Some("session/request_permission") => break message,
+            _ => panic!("{label}: unexpected before the permission request: {message}"),
+        }
+    };
+    editor.send(&json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId": session}})).await;
+    let (mut answer, mut withdrawn) = (None, false);
+    while answer.is_none() || !withdrawn {
+        let message = editor.recv().await;
+        match message["method"].as_str() {
+            Some("$/cancel_request") => {
+                if ids == CancelIds::Translated {
+                    assert_eq!(message["params"]["requestId"], asking["id"], "{label}: {message}");
+                }
+                withdrawn = true;
+            }
+            Some("session/update") => {}
+            None if message["id"] == json!(2) => answer = Some(message),
+            _ => panic!("{label}: unexpected after the cancel: {message}"),
+        }
+    }
+    assert_eq!(answer.unwrap()["result"], json!({"stopReason":"cancelled"}), "{label}");
+    // Late, as a client may answer: the chain drops it.
+    let cancelled = json!({"outcome": {"outcome": "cancelled"}});
+    editor.send(&json!({"jsonrpc":"2.0","id":asking["id"],"result":cancelled})).await;
+
+    let (answer, updates) = editor.turn(3, prompt).await;
+    assert_eq!(answer["result"], json!({"stopReason":"end_turn"}), "{label}: {answer}");
+    // An arrow proxy, where there is one, marks each chunk.
+    let text: String = agent_chunks(&updates).iter().map(|c| c.trim_start_matches('>')).collect();
+    assert!(text.contains("Not read"), "{label}: {text:?}");
+    editor
 }

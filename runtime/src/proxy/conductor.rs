@@ -3,6 +3,11 @@
 //! `proxy/initialize` for proxies, unwraps what a proxy sends its successor, wraps what goes
 //! back to a proxy, and renumbers requests hop by hop (see the wire table in [`crate::proxy`]).
 //!
+//! A proxy that does not know `proxy/initialize` (a `sacp` 11 one passes it on to its
+//! successor, which the conductor answers -32601) is initialized again with
+//! `_proxy/initialize`, and spoken to in `_proxy/successor` from then on (see
+//! [`Wire`](super::Wire)).
+//!
 //! Each hop is a [forwarding](crate::Connection::forwarding) connection, so the chain keeps
 //! the order of what passes through it, passes params on byte for byte, passes cancellation on
 //! hop by hop, and answers its client as an agent must when a component is stuck.
@@ -37,7 +42,7 @@ use super::{Wire, envelope, is_chain_method};
 use crate::connection::Connection;
 use crate::handler::{Forward, Handler, IncomingNotification, IncomingRequest};
 use crate::jsonrpc::ErrorObject;
-use crate::methods::{PROXY_INITIALIZE, PROXY_SUCCESSOR, SACP_PROXY_INITIALIZE};
+use crate::methods::{PROXY_INITIALIZE, PROXY_SUCCESSOR, SACP_PROXY_INITIALIZE, SACP_PROXY_SUCCESSOR};
 use crate::peer::Peer;
 
 #[cfg(feature = "process")]
@@ -334,10 +339,12 @@ impl Chain {
         slot.store(wire.as_u8(), Ordering::Release);
     }
 
-    /// Whether `method`, sent from `place`, is an envelope: `proxy/successor`, or the one of
-    /// the wire spoken there.
+    /// Whether `method`, sent from `place`, is an envelope: `proxy/successor` or `sacp`'s
+    /// `_proxy/successor` from anyone (a `sacp` proxy forwards the `proxy/initialize` it does
+    /// not know in one, before it is known to speak `sacp`), or the one of the wire spoken
+    /// there.
     fn is_envelope(&self, place: Place, method: &str) -> bool {
-        method == PROXY_SUCCESSOR || self.wire(place).is_successor_envelope(method)
+        method == PROXY_SUCCESSOR || method == SACP_PROXY_SUCCESSOR || self.wire(place).is_successor_envelope(method)
     }
 
     /// The envelope for a message to the proxy at `place`.
@@ -519,6 +526,12 @@ impl Handler for Link {
                         if inner.method == INITIALIZE && !chain.is_agent(index) && index < chain.last_index() =>
                     {
                         self.initialize_proxy(index + 1, inner.params, &req.cancel).await
+                    }
+                    // A proxy that passes on what it does not know (a `sacp` one given
+                    // `proxy/initialize`): for it, the method does not exist, which makes it
+                    // answer so and be initialized on its own wire.
+                    Place::Component(_) if matches!(&*inner.method, PROXY_INITIALIZE | SACP_PROXY_INITIALIZE) => {
+                        Err(ErrorObject::method_not_found(&inner.method))
                     }
                     _ => Err(ErrorObject::invalid_request(format_args!(
                         "`{method}` is only exchanged between the conductor and the proxies it initialized (wrapped: `{}`)",
