@@ -220,7 +220,7 @@ pub(crate) async fn answer_all_cancelled(shared: &Shared, stall: Duration) {
         let Some(held) = taken else { return };
         let (answer, watch) = (cancelled_answer(held.kind, None), Watch::default());
         let answered = finish(shared, held.id, answer, &held.reply, &watch);
-        if tokio::time::timeout(stall, answered).await.is_err() {
+        if crate::connection::while_output_moves(shared, stall, answered).await.is_none() {
             break;
         }
     }

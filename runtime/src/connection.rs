@@ -150,7 +150,9 @@
 //! as cancelled without running), queued notifications are still handled
 //! (a handler that takes longer than the grace period after the end stops the draining), the
 //! writer flushes what is queued, and [`Serve`] returns: `Ok(())` for end of input or `close`,
-//! `Err(Error::Io)` for a transport error.
+//! `Err(Error::Io)` for a transport error. Every request read gets its answer, and every line
+//! is written whole, as long as the peer reads, however slowly; a peer that reads nothing for
+//! the grace period is given up on (what is still queued for it is dropped).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -545,10 +547,11 @@ async fn run(
     };
 
     // Requests still in the backlog never run: they are answered as cancelled while the writer
-    // still works. A peer that no longer reads holds us up for the grace period at most.
+    // still works. From here on, a peer that reads, however slowly, gets every answer; one
+    // that no longer reads (nothing written for the grace period) holds us up no longer.
     backlog_stop.cancel();
     let stall = grace.max(Duration::from_millis(10));
-    let _ = tokio::time::timeout(stall, &mut backlog_task).await;
+    let _ = while_output_moves(&shared, stall, &mut backlog_task).await;
     drop(backlog_task);
     backlog::answer_all_cancelled(&shared, stall).await;
     if let Err(e) = &read_result {
@@ -558,21 +561,21 @@ async fn run(
     // Fail pending calls at once and cancel every in-flight handler.
     shared.close();
 
-    // Handlers get their grace period; their answers still go out while the writer runs.
-    // Saturating: a huge grace (`Duration::MAX`) means waiting as long as the handlers need.
+    // Handlers get their grace period; their answers still go out while the writer runs, and
+    // a full output queue holds them only while the peer still reads. Saturating: a huge grace
+    // (`Duration::MAX`) means waiting as long as the handlers need.
     let handlers_grace = grace.saturating_mul(2).saturating_add(Duration::from_millis(50));
-    let _ = tokio::time::timeout(handlers_grace, requests.all_done()).await;
+    let _ = while_output_moves(&shared, handlers_grace, requests.all_done()).await;
 
     // Queued notifications are still handled (bounded by the grace period per handler).
     let _ = (&mut notif_task).await;
     shared.release_waiters();
 
-    // The writer writes out what is queued, then stops; a peer that no longer reads cannot
-    // hold us longer than the grace period.
+    // The writer writes out what is queued, then stops.
     writer_stop.cancel();
-    let write_result = match tokio::time::timeout(grace.max(Duration::from_millis(10)), &mut writer_task).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(_)) | Err(_) => Ok(()),
+    let write_result = match while_output_moves(&shared, stall, &mut writer_task).await {
+        Some(Ok(r)) => r,
+        Some(Err(_)) | None => Ok(()),
     };
     if let Some(tap_task) = tap_task {
         tap_stop.cancel();
@@ -581,6 +584,23 @@ async fn run(
 
     read_result.map_err(Error::Io)?;
     write_result.map_err(Error::Io)
+}
+
+/// `done`'s output, waiting for it as long as the transport takes bytes at least once every
+/// `stall`; `None` once it has taken none for that long (the peer stopped reading).
+pub(crate) async fn while_output_moves<F: Future>(shared: &Shared, stall: Duration, done: F) -> Option<F::Output> {
+    let mut done = std::pin::pin!(done);
+    let mut seen = shared.out.progress();
+    loop {
+        if let Ok(output) = tokio::time::timeout(stall, &mut done).await {
+            return Some(output);
+        }
+        let now = shared.out.progress();
+        if now == seen {
+            return None;
+        }
+        seen = now;
+    }
 }
 
 // ---- state shared by the reader, the tasks and every Peer ---------------------------------

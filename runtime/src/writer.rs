@@ -14,6 +14,7 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::task::{Context, Poll, Waker};
 
@@ -37,6 +38,9 @@ pub(crate) struct Output {
     /// Whether senders may write themselves: not with a wire tap, whose entries the writer task
     /// records in wire order.
     direct: bool,
+    /// Bytes the transport has taken so far: how the end of the connection tells a peer that
+    /// reads slowly from one that stopped reading.
+    progress: AtomicU64,
 }
 
 /// The transport and what was accepted for it but not written yet. Only ever locked for the
@@ -60,7 +64,7 @@ impl Output {
     pub(crate) fn new(capacity: usize, direct: bool) -> (Output, mpsc::Receiver<Vec<u8>>) {
         let (queue, rx) = mpsc::channel(capacity);
         let sink = Sink { io: None, buf: Vec::new(), done: 0, unflushed: false, error: None, waker: None };
-        (Output { queue, sink: Mutex::new(sink), direct }, rx)
+        (Output { queue, sink: Mutex::new(sink), direct, progress: AtomicU64::new(0) }, rx)
     }
 
     /// Sends one line: with `direct`, written at once when nothing is queued or being written;
@@ -75,6 +79,11 @@ impl Output {
             line
         };
         self.queue.send(line).await.map_err(|_| Error::ConnectionClosed)
+    }
+
+    /// How many bytes the transport has taken so far.
+    pub(crate) fn progress(&self) -> u64 {
+        self.progress.load(Ordering::Relaxed)
     }
 
     /// Drops the transport (end of input for the peer); nothing is written after this.
@@ -123,6 +132,7 @@ impl Output {
         }
         if written > 0 {
             sink.unflushed = true;
+            self.progress.fetch_add(written as u64, Ordering::Relaxed);
         }
         if failed.is_none() && written == line.len() {
             match Pin::new(&mut *io).poll_flush(&mut cx) {
@@ -172,6 +182,7 @@ impl Output {
                     Poll::Ready(Ok(n)) => {
                         *done += n;
                         *unflushed = true;
+                        self.progress.fetch_add(n as u64, Ordering::Relaxed);
                     }
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                     Poll::Pending => return Poll::Pending,
@@ -230,7 +241,7 @@ pub(crate) async fn writer_loop(
     let result = if shared.tap.is_some() {
         // The tap records each line before it goes out, so this task keeps the transport.
         let mut out = BufWriter::with_capacity(BUFFER, writer);
-        pump(&mut rx, &mut out, &stop, Some(&shared)).await
+        pump(&mut rx, &mut out, &stop, Some(&shared), &shared.out.progress).await
     } else {
         write_until_stopped(&mut rx, writer, &shared.out, &stop).await
     };
@@ -283,6 +294,7 @@ async fn pump<W: AsyncWrite + Unpin>(
     out: &mut BufWriter<W>,
     stop: &CancellationToken,
     tap_to: Option<&Shared>,
+    progress: &AtomicU64,
 ) -> io::Result<()> {
     let mut batch = Vec::with_capacity(BATCH);
     loop {
@@ -299,6 +311,7 @@ async fn pump<W: AsyncWrite + Unpin>(
                 tap_out(shared, &line).await;
             }
             out.write_all(&line).await?;
+            progress.fetch_add(line.len() as u64, Ordering::Relaxed);
         }
         if rx.is_empty() {
             out.flush().await?;
@@ -310,6 +323,7 @@ async fn pump<W: AsyncWrite + Unpin>(
             tap_out(shared, &line).await;
         }
         out.write_all(&line).await?;
+        progress.fetch_add(line.len() as u64, Ordering::Relaxed);
     }
     out.flush().await
 }
@@ -332,7 +346,7 @@ pub(crate) async fn tap_loop(
     stop: CancellationToken,
 ) {
     let mut out = BufWriter::with_capacity(BUFFER, writer);
-    let result = pump(&mut rx, &mut out, &stop, None).await;
+    let result = pump(&mut rx, &mut out, &stop, None, &AtomicU64::new(0)).await;
     if let Err(e) = result {
         tracing::warn!(error = %e, "acp connection: wire tap write failed; tap disabled");
     }

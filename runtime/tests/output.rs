@@ -182,3 +182,45 @@ async fn a_raw_value_with_newlines_is_written_on_one_line() {
         assert_eq!(entry["msg"].get("result").or(entry["msg"].get("params")), Some(&expected), "{entry}");
     }
 }
+
+/// Answers every request at once with a 2 KB result.
+struct Bulky;
+
+impl acp_rpc::Handler for Bulky {
+    async fn handle_request(&self, _req: acp_rpc::IncomingRequest) -> Result<Box<RawValue>, acp_rpc::ErrorObject> {
+        Ok(raw(&format!(r#"{{"pad":"{}"}}"#, "x".repeat(2048))))
+    }
+
+    async fn handle_notification(&self, _notification: acp_rpc::IncomingNotification) {}
+}
+
+/// After the end of input, a peer that still reads, however slowly, gets the answer to every
+/// request it sent, each line whole: the grace period bounds a peer that stops reading, not
+/// the time a slow one needs.
+#[tokio::test]
+async fn after_the_end_of_input_a_slow_reader_still_gets_every_answer_whole() {
+    const N: usize = 300;
+    let grace = std::time::Duration::from_millis(20);
+    let ((conn_r, conn_w), (raw_r, mut raw_w)) = duplex(4096);
+    let (_peer, serve) = Connection::new().cancel_grace(grace).serve(conn_r, conn_w, Bulky);
+    let serve = tokio::spawn(serve);
+    let mut requests = String::new();
+    for id in 0..N {
+        requests.push_str(&format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"_x/bulk\"}}\n"));
+    }
+    tokio::io::AsyncWriteExt::write_all(&mut raw_w, requests.as_bytes()).await.unwrap();
+    drop(raw_w);
+
+    // About 2 ms per answer: 600 KB over more than half a second, thirty grace periods.
+    let mut lines = LineReader::new(raw_r, 1 << 20);
+    let mut ids = HashSet::new();
+    while let Some(frame) = lines.next_frame().await.unwrap() {
+        let Frame::Line(line) = frame else { panic!("an oversized line") };
+        let answer: Value = serde_json::from_slice(line).unwrap_or_else(|e| panic!("a torn line ({e})"));
+        assert_eq!(answer["result"]["pad"].as_str().map(str::len), Some(2048), "{answer}");
+        assert!(ids.insert(answer["id"].as_u64().unwrap()), "one answer per request: {answer}");
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    assert_eq!(ids.len(), N, "every request answered");
+    serve.await.unwrap().unwrap();
+}
