@@ -4,7 +4,8 @@
 //! - `crash`: forwards until a `session/prompt` arrives, then exits with status 3;
 //! - `silent`: never answers `session/prompt` (and ignores its cancellation);
 //! - `garbage`: writes a line that is not JSON to stdout when a `session/prompt` arrives;
-//! - `echo-agent`: a terminal agent that answers each prompt with one `agent_message_chunk`
+//! - `echo-agent`: a terminal agent that answers `initialize` with the protocol version asked
+//!   for (1 or 2), each prompt with one `agent_message_chunk`
 //!   whose `_meta.receivedParams` is the prompt's params exactly as they arrived, then
 //!   `end_turn`, and `session/new` with `_meta.receivedParams` likewise. It prints its pid on
 //!   stderr.
@@ -52,7 +53,14 @@ impl acp_rpc::Handler for EchoAgent {
     async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
         let raw = |text: String| RawValue::from_string(text).map_err(ErrorObject::internal_error);
         match &*req.method {
-            "initialize" => raw(r#"{"protocolVersion":1,"agentCapabilities":{"loadSession":false,"_meta":{"echo":true}},"authMethods":[],"agentInfo":{"name":"echo","version":"1"}}"#.into()),
+            "initialize" => {
+                // The version asked for, 1 or 2 (a v2 client's `initialize` is not checked).
+                let asked = req.params.as_deref().and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok());
+                let version = asked.and_then(|a| a["protocolVersion"].as_u64()).map_or(1, |v| v.clamp(1, 2));
+                raw(format!(
+                    r#"{{"protocolVersion":{version},"agentCapabilities":{{"loadSession":false,"_meta":{{"echo":true}}}},"authMethods":[],"agentInfo":{{"name":"echo","version":"1"}}}}"#
+                ))
+            }
             "session/new" => {
                 let params = req.params.as_deref().map_or("null", RawValue::get);
                 let received = serde_json::to_string(params).map_err(ErrorObject::internal_error)?;

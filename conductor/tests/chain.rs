@@ -581,3 +581,44 @@ async fn http(addr: &str, request_line: &str, host: &str) -> (String, String) {
     assert_eq!(body.len(), length, "{head}");
     (head.lines().next().unwrap().to_owned(), body.to_owned())
 }
+
+/// A chain whose agent answers `initialize` with protocol v2 is read under v2's rules from the
+/// client's next message on, as the agent alone would be: a batch is answered with a batch (one
+/// answer per request, none for notifications, nothing for a batch of notifications), an empty
+/// batch with one -32600. Under v1, a batch is refused (-32600) and the connection goes on.
+#[tokio::test]
+async fn a_v2_chain_takes_batches_and_a_v1_chain_refuses_them() {
+    let chain = |version: u64| async move {
+        let mut editor = conductor(&["agent", &format!("{COMPONENTS} pass"), &format!("{COMPONENTS} echo-agent")]);
+        let params = json!({"protocolVersion": version, "clientCapabilities": {}});
+        editor.send(&json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":params})).await;
+        let (answer, _) = editor.until_answer(0).await;
+        assert_eq!(answer["result"]["protocolVersion"], json!(version), "{answer}");
+        editor
+    };
+    let new_session = json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}});
+    let note = json!({"jsonrpc":"2.0","method":"_x/note","params":{}});
+
+    let mut editor = chain(2).await;
+    editor.send(&json!([new_session, note])).await;
+    let answers = editor.recv().await;
+    let answers = answers.as_array().unwrap_or_else(|| panic!("a batch answer: {answers}"));
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(answers[0]["id"], 1);
+    assert_eq!(answers[0]["result"]["sessionId"], "echo-1", "{answers:?}");
+    editor.send(&json!([note, note])).await;
+    editor.send(&json!([])).await;
+    let refused = editor.recv().await;
+    assert_eq!((refused["id"].clone(), refused["error"]["code"].clone()), (json!(null), json!(-32600)), "{refused}");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+
+    let mut editor = chain(1).await;
+    editor.send(&json!([new_session])).await;
+    let refused = editor.recv().await;
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    editor.send(&new_session).await;
+    assert_eq!(editor.until_answer(1).await.0["result"]["sessionId"], "echo-1");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}

@@ -351,6 +351,24 @@ impl Chain {
     fn envelope_to(&self, place: Place) -> &'static str {
         self.wire(place).successor_envelope(false)
     }
+
+    /// Puts every hop under the rules of the protocol version the chain's `initialize` answer
+    /// names (v2: batches, and a `session/prompt` answered like any request), before the client
+    /// reads that answer, as an agent's own connection does.
+    fn adopt_version(&self, answer: &Result<Box<RawValue>, ErrorObject>) {
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            #[serde(rename = "protocolVersion")]
+            protocol_version: Option<u64>,
+        }
+        let Ok(answer) = answer else { return };
+        let Ok(Answer { protocol_version: Some(version) }) = serde_json::from_str(answer.get()) else { return };
+        let v2 = version >= 2;
+        let hops = self.client.get().into_iter().chain(self.components.iter().filter_map(OnceLock::get));
+        for peer in hops {
+            peer.shared.set_v2(v2);
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -469,7 +487,7 @@ impl Handler for Link {
                 forward(chain.component(chain.last_index()), chain.envelope_to(last), params.map(Cow::Borrowed))
             }
             (_, PROXY_INITIALIZE | SACP_PROXY_INITIALIZE) => None,
-            (Place::Client, INITIALIZE) if chain.proxy_mode || !chain.is_agent(0) => None,
+            (Place::Client, INITIALIZE) => None,
             (Place::Client, m) if chain.is_envelope(Place::Client, m) => None,
             (Place::Client, _) => forward(chain.component(0), method, params.map(Cow::Borrowed)),
             (Place::Component(index), m) if chain.is_envelope(Place::Component(index), m) => {
@@ -510,11 +528,23 @@ impl Handler for Link {
             (Place::Client, INITIALIZE) if chain.proxy_mode => Err(ErrorObject::invalid_request(
                 "this conductor runs as a proxy: it is initialized with `proxy/initialize` by its own conductor",
             )),
-            (Place::Client, INITIALIZE) => self.initialize_proxy(0, params, &req.cancel).await,
+            (Place::Client, INITIALIZE) => {
+                let answer = if chain.is_agent(0) {
+                    let agent =
+                        chain.component(0).ok_or_else(|| ErrorObject::internal_error("the agent is not connected"))?;
+                    agent.request_raw_until(INITIALIZE, params, &req.cancel).await.map_err(super::answer_error)
+                } else {
+                    self.initialize_proxy(0, params, &req.cancel).await
+                };
+                chain.adopt_version(&answer);
+                answer
+            }
             (Place::Client, method @ (PROXY_INITIALIZE | SACP_PROXY_INITIALIZE)) if chain.proxy_mode => {
                 let wire = if method == PROXY_INITIALIZE { Wire::Current } else { Wire::Sacp };
                 chain.set_wire(Place::Client, wire);
-                self.initialize_proxy(0, params, &req.cancel).await
+                let answer = self.initialize_proxy(0, params, &req.cancel).await;
+                chain.adopt_version(&answer);
+                answer
             }
             (_, method @ (PROXY_INITIALIZE | SACP_PROXY_INITIALIZE)) => {
                 Err(ErrorObject::invalid_request(format_args!("`{method}` requests are only sent by the conductor")))
