@@ -17,10 +17,12 @@
 //!
 //! The report lists each check as PASS, FAIL (a MUST that does not hold), WARN (a SHOULD that
 //! does not hold, or an inconclusive check) or SKIP; the summary says how many MUST checks were
-//! inconclusive or skipped. Exit status: 0 when no MUST fails (a MUST check that is
-//! inconclusive or skipped does not fail), 1 when one fails, 2 on a usage error or when the
-//! agent cannot be started, 130 (143) when interrupted by SIGINT (SIGTERM): the agents are
-//! stopped and the scratch directory removed first.
+//! inconclusive or skipped. A version probe that gets no answer in time leaves that version
+//! unknown: its checks are listed as inconclusive, and the run as incomplete. Exit status: 0
+//! when no MUST fails (a MUST check that is inconclusive or skipped does not fail), 1 when one
+//! fails, 2 on a usage error or when the agent cannot be started, 3 when none fails but a
+//! protocol version went unchecked because its probe timed out, 130 (143) when interrupted by
+//! SIGINT (SIGTERM): the agents are stopped and the scratch directory removed first.
 
 mod checks;
 mod scratch;
@@ -33,7 +35,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use checks::{Level, Options, Protocol, Status};
+use checks::{Level, Options, Protocol, Status, Unchecked};
 use serde_json::json;
 
 /// `println!` that does not panic when stdout is gone (piped into `head`, say): the report is
@@ -65,13 +67,16 @@ the baseline methods and JSON-RPC batches.
   --protocol P    1: the v1 checks only; 2: the v2 checks only (an agent that does not answer
                   2 fails serves-v2, and the rest is skipped); auto (the default): ask fresh
                   processes for 2 and for 1, report which versions the agent serves, and run
-                  the checks of each (v1's also when it serves neither)
+                  the checks of each (v1's also when it serves neither); a version whose probe
+                  gets no answer in time is unknown, and its checks inconclusive
   --json          print the report as JSON
-  --timeout-ms N  how long to wait for each answer, a whole prompt turn included (default 10000)
+  --timeout-ms N  how long to wait for each answer, a whole prompt turn included (default 10000);
+                  raise it for an agent that is slow to start (built on its first run, say)
   -v, --verbose   show the agent's stderr
 
 exit status: 0 when no MUST fails (an inconclusive or skipped check does not fail), 1 when one
-fails, 2 on a usage error or when the agent cannot be started, 130/143 when interrupted";
+fails, 2 on a usage error or when the agent cannot be started, 3 when none fails but a protocol
+version went unchecked because its probe got no answer in time, 130/143 when interrupted";
 
 struct Cli {
     protocol: Protocol,
@@ -194,7 +199,10 @@ async fn main() -> ExitCode {
         Ok(run) => run,
         Err(message) => {
             if cli.json {
-                let report = json!({"command": cli.command, "error": message, "checks": []});
+                let mut report = json!({"command": cli.command, "error": message, "checks": []});
+                if let Some(url) = &cli.url {
+                    report["url"] = json!(url);
+                }
                 say!("{}", serde_json::to_string_pretty(&report).expect("serializable"));
             }
             eprintln!("acp-check: {message}");
@@ -210,11 +218,13 @@ async fn main() -> ExitCode {
     let musts = |f: fn(&checks::Check) -> bool| run.checks.iter().filter(|c| c.level == Level::Must && f(c)).count();
     let (must_inconclusive, must_skipped) = (musts(|c| c.inconclusive), musts(|c| c.status == Status::Skip));
     let inconclusive = run.checks.iter().filter(|c| c.inconclusive).count();
+    let verdict = verdict(conforms, must_inconclusive, must_skipped, &run.unchecked);
 
     if cli.json {
-        let report = json!({
+        let mut report = json!({
             "command": cli.command,
             "versions": run.versions,
+            "unchecked": run.unchecked,
             "agent": run.facts,
             "agent_v2": run.v2,
             "auth_required": run.auth_required,
@@ -226,13 +236,16 @@ async fn main() -> ExitCode {
                 "inconclusive": inconclusive,
                 "skipped": skipped,
                 "conforms": conforms,
-                "verdict": verdict(conforms, must_inconclusive, must_skipped),
+                "verdict": verdict,
             },
         });
+        if let Some(url) = &cli.url {
+            report["url"] = json!(url);
+        }
         say!("{}", serde_json::to_string_pretty(&report).expect("serializable"));
     } else {
         let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        say!("acp-check: {}", cli.command.join(" "));
+        say!("{}", header(&cli));
         let info = run.facts.agent_info.as_ref().or(run.v2.as_ref().and_then(|v2| v2.info.as_ref()));
         if let Some(info) = info {
             say!("agent: {} {}", info["name"].as_str().unwrap_or("?"), info["version"].as_str().unwrap_or(""));
@@ -271,19 +284,36 @@ async fn main() -> ExitCode {
             }
         }
         say!();
-        say!(
-            "{passed} passed, {failed} failed, {warned} warning(s), {skipped} skipped: {}",
-            verdict(conforms, must_inconclusive, must_skipped)
-        );
+        for unchecked in &run.unchecked {
+            say!("protocol v{} not checked: {}", unchecked.protocol, unchecked.why);
+        }
+        say!("{passed} passed, {failed} failed, {warned} warning(s), {skipped} skipped: {verdict}");
     }
-    if conforms { ExitCode::SUCCESS } else { ExitCode::from(1) }
+    match (conforms, run.unchecked.is_empty()) {
+        (false, _) => ExitCode::from(1),
+        (true, false) => ExitCode::from(3),
+        (true, true) => ExitCode::SUCCESS,
+    }
+}
+
+/// The text report's first line: what was checked, the agent's command or its URL.
+fn header(cli: &Cli) -> String {
+    format!("acp-check: {}", cli.url.clone().unwrap_or_else(|| cli.command.join(" ")))
 }
 
 /// The summary's last words. With MUST checks left inconclusive or skipped, the run only shows
-/// that no MUST it could check fails.
-fn verdict(conforms: bool, must_inconclusive: usize, must_skipped: usize) -> String {
+/// that no MUST it could check fails; with a protocol version left unchecked (its probe timed
+/// out), not even that it was checked at all, which the verdict says first.
+fn verdict(conforms: bool, must_inconclusive: usize, must_skipped: usize, unchecked: &[Unchecked]) -> String {
+    let unchecked = (!unchecked.is_empty()).then(|| {
+        let versions: Vec<String> = unchecked.iter().map(|u| format!("v{}", u.protocol)).collect();
+        format!("protocol {} was not checked (no answer in time to the version probe)", versions.join(", "))
+    });
     if !conforms {
-        return "a MUST does not hold".into();
+        return match unchecked {
+            None => "a MUST does not hold".into(),
+            Some(unchecked) => format!("a MUST does not hold, and {unchecked}"),
+        };
     }
     let mut unverified = Vec::new();
     if must_inconclusive > 0 {
@@ -292,10 +322,14 @@ fn verdict(conforms: bool, must_inconclusive: usize, must_skipped: usize) -> Str
     if must_skipped > 0 {
         unverified.push(format!("{must_skipped} skipped"));
     }
-    if unverified.is_empty() {
-        "every MUST holds".into()
+    let held = if unverified.is_empty() {
+        "every MUST holds".to_owned()
     } else {
         format!("every MUST that could be checked holds (MUST checks not verified: {})", unverified.join(", "))
+    };
+    match unchecked {
+        None => held,
+        Some(unchecked) => format!("inconclusive: {unchecked}; {held}"),
     }
 }
 
@@ -320,5 +354,38 @@ async fn interrupted() -> (&'static str, u8) {
             Ok(()) => ("Ctrl-C", 130),
             Err(_) => std::future::pending().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verdict_says_what_was_not_verified() {
+        assert_eq!(verdict(true, 0, 0, &[]), "every MUST holds");
+        assert_eq!(
+            verdict(true, 1, 2, &[]),
+            "every MUST that could be checked holds (MUST checks not verified: 1 inconclusive, 2 skipped)"
+        );
+        assert_eq!(verdict(false, 1, 0, &[]), "a MUST does not hold");
+        // A version left unchecked by a probe that timed out is said first, whatever else held.
+        let v2 = [Unchecked { protocol: 2, why: "the probe timed out".into() }];
+        assert_eq!(
+            verdict(true, 18, 0, &v2),
+            "inconclusive: protocol v2 was not checked (no answer in time to the version probe); every MUST that \
+             could be checked holds (MUST checks not verified: 18 inconclusive)"
+        );
+        assert_eq!(
+            verdict(false, 18, 0, &v2),
+            "a MUST does not hold, and protocol v2 was not checked (no answer in time to the version probe)"
+        );
+    }
+
+    #[test]
+    fn the_text_report_is_headed_by_the_command_or_the_url() {
+        let cli = |args: &[&str]| parse(args.iter().map(|a| a.to_string())).unwrap().unwrap();
+        assert_eq!(header(&cli(&["--", "my-agent", "--stdio"])), "acp-check: my-agent --stdio");
+        assert_eq!(header(&cli(&["--url", "http://127.0.0.1:8080/acp"])), "acp-check: http://127.0.0.1:8080/acp");
     }
 }

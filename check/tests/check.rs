@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 const CHECK: &str = env!("CARGO_BIN_EXE_acp-check");
 const FLAWED: &str = env!("CARGO_BIN_EXE_acp-check-agent-flawed");
 const V2_FLAWED: &str = env!("CARGO_BIN_EXE_acp-check-agent-v2");
+const SLOW_START: &str = env!("CARGO_BIN_EXE_acp-check-slow-start");
 
 /// A fresh temporary folder for one acp-check run (its TMPDIR), removed when dropped.
 struct TempDir(PathBuf);
@@ -376,15 +377,25 @@ fn an_agent_that_accepts_invalid_params_fails() {
 }
 
 #[test]
-fn an_agent_that_prompts_a_session_it_never_created_fails() {
+fn an_agent_that_prompts_a_session_it_never_created_is_warned_about_not_failed() {
+    // No MUST asks for the error: session-setup.mdx only lets an agent answer one (a MAY, for
+    // session/close). A SHOULD, then, whose detail says what the spec says.
     let (code, report) = check_flawed(&["any-session"]);
-    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(code, 0, "{report:#}");
     let unknown = find(&report, "unknown-session");
-    assert_eq!((&unknown["status"], &unknown["level"]), (&"fail".into(), &"MUST".into()), "{unknown}");
+    assert_eq!((&unknown["status"], &unknown["level"]), (&"warn".into(), &"SHOULD".into()), "{unknown}");
     let said = unknown["detail"].as_str().unwrap();
     assert!(said.starts_with("session/prompt for a session never created: a result ("), "{said}");
-    assert!(said.ends_with("instead of an error"), "{said}");
+    assert!(
+        said.ends_with(
+            "instead of an error (the spec does not require one: it only says, for session/close, that an agent MAY \
+             answer an error for a session that does not exist)"
+        ),
+        "{said}"
+    );
+    assert!(unknown["rule"].as_str().unwrap().contains("(no MUST: session-setup.mdx"), "{unknown}");
     assert_eq!(failures(&report).len(), 1, "{:#?}", failures(&report));
+    assert_eq!(report["summary"]["verdict"], "every MUST holds");
 }
 
 #[test]
@@ -1016,4 +1027,87 @@ fn url_usage_errors() {
     let both = Command::new(CHECK).args(["--url", "http://127.0.0.1:9/acp", "--", "agent"]).output().unwrap();
     assert_eq!(both.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&both.stderr).contains("either --url or an agent command"));
+}
+
+// ---- slow starts ------------------------------------------------------------------------------
+
+/// `command` behind `acp-check-slow-start`: its first `slow_starts` starts pause `pause_ms`
+/// first, counted in a file of `dir`.
+fn slow_start<'a>(dir: &'a TempDir, slow_starts: u32, pause_ms: u64, command: &[&'a str]) -> Vec<String> {
+    let count = dir.0.join("starts").to_string_lossy().into_owned();
+    let mut wrapped = vec![SLOW_START.to_owned(), count, slow_starts.to_string(), pause_ms.to_string(), "--".into()];
+    wrapped.extend(command.iter().map(|c| c.to_string()));
+    wrapped
+}
+
+#[test]
+fn version_probes_that_time_out_leave_v2_inconclusive_and_the_run_incomplete() {
+    // An agent whose first two starts are slow (a build), so that both probes time out: the v1
+    // checks run all the same (the agent is quick by then), but whether it serves v2 is
+    // unknown. The v2 checks are listed as inconclusive, the verdict says v2 went unchecked,
+    // and the exit status is 3: not "every MUST holds", 0.
+    let dir = TempDir::new("slow-probes");
+    let agent = slow_start(&dir, 2, 4_000, &[env!("CARGO_BIN_EXE_acp-check-example-agent")]);
+    let (code, report) = check_protocol("auto", &agent.iter().map(String::as_str).collect::<Vec<_>>(), 3_000);
+    assert_eq!(code, 3, "{report:#}");
+    let limit = "no answer within the --timeout-ms limit (3000 ms)";
+    assert_eq!(
+        report["versions"]["probes"],
+        json!([{"asked": 2, "error": limit, "timed_out": true}, {"asked": 1, "error": limit, "timed_out": true}])
+    );
+    let v1: Vec<_> = report["checks"].as_array().unwrap().iter().filter(|c| c["protocol"] == 1).collect();
+    assert!(v1.iter().all(|c| c["status"] != "fail"), "{report:#}");
+    assert_eq!(find(&report, "initialize")["status"], "pass");
+    let v2 = v2_checks(&report);
+    assert_eq!(v2.len(), 25, "every v2 check is listed: {v2:?}");
+    for (id, _) in &v2 {
+        let check = find(&report, id);
+        assert_eq!((&check["status"], &check["inconclusive"]), (&json!("warn"), &json!(true)), "{check}");
+        assert_eq!(
+            check["detail"],
+            format!("inconclusive: not checked, as the probe asking for protocol version 2 got {limit}")
+        );
+    }
+    assert_eq!(report["unchecked"][0]["protocol"], 2, "{}", report["unchecked"]);
+    let why = report["unchecked"][0]["why"].as_str().unwrap();
+    assert!(why.contains(limit) && why.contains("slow to start the first time"), "{why}");
+    assert_eq!(report["summary"]["conforms"], true);
+    let verdict = report["summary"]["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with(
+            "inconclusive: protocol v2 was not checked (no answer in time to the version probe); every MUST that \
+             could be checked holds (MUST checks not verified: "
+        ),
+        "{verdict}"
+    );
+}
+
+#[test]
+fn an_initialize_that_times_out_names_the_limit_and_the_likely_cause() {
+    // Text report: the first start (the handshake's) is slow, the rest are not.
+    let dir = TempDir::new("slow-initialize");
+    let agent = slow_start(&dir, 1, 2_000, &[env!("CARGO_BIN_EXE_acp-check-agent-ok")]);
+    let output =
+        Command::new(CHECK).args(["--protocol", "1", "--timeout-ms", "1000", "--"]).args(&agent).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(
+            "initialize got no answer within the --timeout-ms limit (1000 ms); an agent slow to start the first time \
+             (built or downloaded on its first run, say) can cause this: run again, or raise --timeout-ms"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_text_report_of_a_remote_agent_names_its_url() {
+    let agent = listening_example_agent();
+    let output = Command::new(CHECK)
+        .args(["--protocol", "2", "--timeout-ms", "20000", "--url", &agent.1])
+        .output()
+        .expect("run acp-check");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(text.lines().next(), Some(format!("acp-check: {}", agent.1).as_str()), "{text}");
+    assert_eq!(output.status.code(), Some(0), "{text}");
 }

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::checks::{
     Auth, CANCEL_BOUND, Level, NOTIFICATION_GRACE, Options, Outcome, Run, SessionError, UNKNOWN_SESSION,
-    initialize_params, new_session, prompt_params, race_window,
+    initialize_got, initialize_params, new_session, no_answer_within, prompt_params, race_window,
 };
 use crate::serve::Offer;
 use crate::shape;
@@ -169,6 +169,15 @@ fn skip_rest(run: &mut Run, why: &str) {
     }
 }
 
+/// Records every v2 check as inconclusive, for a suite that did not run because whether the
+/// agent serves v2 is unknown (its probe timed out): not a skip, which would read as settled.
+pub fn unchecked(run: &mut Run, detail: &str) {
+    run.protocol = 2;
+    for (id, ..) in CHECKS {
+        record(run, id, Outcome::Inconclusive(detail.to_owned()));
+    }
+}
+
 // ---- version probes -------------------------------------------------------------------------
 
 /// What an `initialize` asking for one version got, on a process of its own.
@@ -180,20 +189,22 @@ pub struct Probe {
     /// Why there is no version: an error, no answer, a result without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// No answer came within the time limit: the version may be served all the same.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
 }
 
 impl Probe {
-    fn of(asked: u16, reply: &Reply) -> Probe {
+    /// What `reply` says, `limit` being how long it was waited for.
+    fn of(asked: u16, reply: &Reply, limit: Duration) -> Probe {
+        let failed = |error| Probe { asked, answered: None, error: Some(error), timed_out: false };
         match reply {
             Reply::Result(raw) => match raw["protocolVersion"].as_u64() {
-                Some(answered) => Probe { asked, answered: Some(answered), error: None },
-                None => Probe {
-                    asked,
-                    answered: None,
-                    error: Some(format!("a result without a protocolVersion: {}", truncate(&raw.to_string(), 120))),
-                },
+                Some(answered) => Probe { asked, answered: Some(answered), error: None, timed_out: false },
+                None => failed(format!("a result without a protocolVersion: {}", truncate(&raw.to_string(), 120))),
             },
-            other => Probe { asked, answered: None, error: Some(other.describe()) },
+            Reply::Timeout => Probe { timed_out: true, ..failed(no_answer_within(limit)) },
+            other => failed(other.describe()),
         }
     }
 
@@ -227,7 +238,7 @@ pub async fn probe(options: &Options, asked: u16) -> Result<Probe, String> {
     let agent = agent.map_err(|e| format!("cannot start `{}`: {e}", options.launch.command.join(" ")))?;
     let reply = agent.call("initialize", params, options.timeout).await;
     agent.close().await;
-    Ok(Probe::of(asked, &reply))
+    Ok(Probe::of(asked, &reply, options.timeout))
 }
 
 // ---- the suite ------------------------------------------------------------------------------
@@ -271,7 +282,7 @@ async fn start(options: &Options) -> Result<Agent, (Option<Agent>, String)> {
     match agent.call("initialize", initialize_params_both(2), options.timeout).await {
         Reply::Result(raw) if raw["protocolVersion"] == 2 => Ok(agent),
         other => {
-            let why = format!("initialize asking for 2 got {}", other.describe());
+            let why = format!("initialize asking for 2 got {}", initialize_got(&other, options.timeout));
             Err((Some(agent), why))
         }
     }
@@ -283,7 +294,7 @@ async fn lifecycle(run: &mut Run, options: &Options, cwd: &str, observed: &mut V
     let agent = Agent::spawn_v2(&options.launch)
         .map_err(|e| format!("cannot start `{}`: {e}", options.launch.command.join(" ")))?;
     let reply = agent.call("initialize", initialize_params_both(2), limit).await;
-    let probe = Probe::of(2, &reply);
+    let probe = Probe::of(2, &reply, limit);
     let raw = match (&reply, probe.answered) {
         (Reply::Result(raw), Some(2)) => raw.clone(),
         (_, Some(other)) => {
@@ -295,7 +306,8 @@ async fn lifecycle(run: &mut Run, options: &Options, cwd: &str, observed: &mut V
             return Ok(probe);
         }
         (reply, None) => {
-            record(run, "serves-v2", Outcome::Fail(format!("initialize asking for 2 got {}", reply.describe())));
+            let got = initialize_got(reply, limit);
+            record(run, "serves-v2", Outcome::Fail(format!("initialize asking for 2 got {got}")));
             observed.push(agent.close().await);
             return Ok(probe);
         }
@@ -1015,7 +1027,7 @@ mod tests {
 
     #[test]
     fn the_versions_served_follow_the_answers() {
-        let probe = |asked, answered| Probe { asked, answered, error: None };
+        let probe = |asked, answered| Probe { asked, answered, error: None, timed_out: false };
         assert_eq!(Versions::of(vec![probe(2, Some(2)), probe(1, Some(1))]).served, [1, 2]);
         // Asked for 2, a v1 agent answers 1: it serves 1.
         assert_eq!(Versions::of(vec![probe(2, Some(1)), probe(1, Some(1))]).served, [1]);
@@ -1024,5 +1036,35 @@ mod tests {
         let versions = Versions::of(vec![probe(2, None), probe(1, Some(7))]);
         assert!(versions.served.is_empty());
         assert_eq!(versions.describe(), "none found (asked for 2: no answer; asked for 1: answered 7)");
+    }
+
+    #[test]
+    fn a_probe_that_times_out_leaves_its_version_unknown() {
+        let limit = Duration::from_millis(1500);
+        let (timed_out, one) = (Probe::of(2, &Reply::Timeout, limit), Probe::of(1, &Reply::Timeout, limit));
+        assert!(timed_out.timed_out);
+        assert_eq!(timed_out.describe(), "asked for 2: no answer within the --timeout-ms limit (1500 ms)");
+        let both = Versions::of(vec![timed_out.clone(), one]);
+        assert!(both.unknown(1) && both.unknown(2));
+        assert_eq!(
+            both.describe(),
+            "none found (asked for 2: no answer within the --timeout-ms limit (1500 ms); asked for 1: no answer \
+             within the --timeout-ms limit (1500 ms)); the probes could not tell whether it serves 1 or 2"
+        );
+        // Asked for 1, the agent answered 1: version 2 alone is unknown.
+        let answered = Probe::of(1, &Reply::Result(json!({"protocolVersion": 1})), limit);
+        let versions = Versions::of(vec![timed_out.clone(), answered]);
+        assert!(!versions.unknown(1) && versions.unknown(2));
+        assert!(
+            versions.describe().ends_with("; the probes could not tell whether it serves 2"),
+            "{}",
+            versions.describe()
+        );
+        // Asked for 1, the agent answered 2 (its latest): it serves 2, and that is known.
+        let latest = Probe::of(1, &Reply::Result(json!({"protocolVersion": 2})), limit);
+        assert!(!Versions::of(vec![timed_out, latest]).unknown(2));
+        // An error is an answer: nothing is unknown.
+        let refused = Probe::of(2, &Reply::Closed("the agent exited with status 1".into()), limit);
+        assert!(!refused.timed_out && !Versions::of(vec![refused]).unknown(2));
     }
 }
