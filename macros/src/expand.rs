@@ -73,6 +73,15 @@ impl Side {
         }
     }
 
+    /// The same version's other role: where a handler of the other peer's methods belongs.
+    fn other(self) -> Self {
+        let role = match self.role {
+            Role::Agent => Role::Client,
+            Role::Client => Role::Agent,
+        };
+        Side { role, v2: self.v2 }
+    }
+
     /// The attribute as the user wrote it, the trait and the context type.
     fn names(self) -> (&'static str, &'static str, &'static str) {
         match (self.role, self.v2) {
@@ -632,6 +641,18 @@ fn meta_predicate(meta: &Meta) -> Option<TokenStream> {
 
 fn unknown_name(side: Side, name: &str) -> String {
     let (macro_name, _, _) = side.names();
+    // A handler of the other peer's method: "did you mean" would suggest an unrelated name
+    // (`session_update` -> `session_delete`), when the function is in the wrong block.
+    if let Some(h) = side.other().handlers().iter().find(|h| h.name == name) {
+        let (other_macro, _, _) = side.other().names();
+        let (sender, handler) = if side.is_agent() { ("agent", "client") } else { ("client", "agent") };
+        return format!(
+            "`{name}` is {article} {handler} method (`{method}`: the {sender} sends it, the {handler} handles it); \
+             its handler goes in an #[{other_macro}] impl block, not #[{macro_name}]",
+            article = if handler == "agent" { "an" } else { "a" },
+            method = h.method,
+        );
+    }
     let valid: Vec<&str> = side.handlers().iter().map(|h| h.name).collect();
     let stable: Vec<&str> = side.handlers().iter().filter(|h| h.features.is_empty()).map(|h| h.name).collect();
     let gated: Vec<String> = side
@@ -904,13 +925,13 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
     let trait_ident = format_ident!("{trait_name}");
     let (types, cx_ty, support) = side.paths(krate);
     // The conversion of the user's error, spanned at the user's error type so that an error
-    // type without `Into<acp_types::Error>` is reported there.
+    // type without `Into<acp_types::Error>` is reported there, with `HandlerError`'s message.
     let into_error = |b: &Bound| {
         let (first, last) = b.error_span;
-        let path = respan(quote!(::core::convert::Into::<#types::Error>::), Span::call_site().located_at(first));
-        let into = Ident::new("into", Span::call_site().located_at(last));
+        let path = respan(quote!(#support::HandlerError::<_>::), Span::call_site().located_at(first));
+        let from = Ident::new("from_handler", Span::call_site().located_at(last));
         let arg = spanning(quote!(__acp_error), b.error_span);
-        quote!(|__acp_error| #path #into(#arg))
+        quote!(|__acp_error| -> #types::Error { #path #from(#arg) })
     };
 
     // The call of the user's function, its arguments spanned at the user's parameter types so
@@ -923,13 +944,14 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
         quote_spanned!(b.func.sig.span()=> <#self_ty>::#f(self, #args).await)
     };
     // A notification handler returns `()` or `Result<(), E>`; anything else is reported at
-    // the user's return type.
+    // the user's return type, and an `E` without the conversion at the user's error type.
     let notified = |b: &Bound| {
         let call = call(b);
+        let into_error = into_error(b);
         quote_spanned! {b.output_span=> {
             use #support::notified as __acp_notified;
             let __acp_result = #call;
-            __acp_notified(__acp_result)
+            __acp_notified(__acp_result).map_err(#into_error)
         }}
     };
 

@@ -77,6 +77,21 @@ fn set_if_unset(json: &mut Value, path: &[&str], leaf: Value) {
     }
 }
 
+/// The conversion of a handler's error `E` (in `Result<R, E>`) into the protocol's `Self`
+/// (`acp_types::Error`, or v2's), for every `E: Into<Self>`. `Self` is the protocol's error so
+/// that a missing conversion is reported with this message: rustc reports the obligation the
+/// expansion asked for, instead of the failing `Error: From<E>` inside it, when both have the
+/// same self type.
+#[diagnostic::on_unimplemented(
+    message = "a handler's error type must convert into `{Self}` (`E: Into<{Self}>` in `Result<R, E>`); `{E}` does not",
+    label = "return `Result<R, Error>` instead, and convert the errors in the handler",
+    note = "e.g. `.map_err(|e| Error::internal_error().data(e.to_string().into()))?`; \
+            for an error type of your own, `impl From<MyError> for {Self}` works too"
+)]
+pub trait HandlerError<E> {
+    fn from_handler(error: E) -> Self;
+}
+
 /// The helpers whose types depend on the protocol version (its `Error` and `ExtResponse`):
 /// expanded once for v1 here and once for v2 in [`v2`].
 macro_rules! version_helpers {
@@ -108,27 +123,38 @@ macro_rules! version_helpers {
         }
 
         /// What a notification handler may return: nothing, or `Result<(), E>` with
-        /// `E: Into<Error>` (an error is logged; notifications are never answered).
+        /// `E: Into<Error>` (an error is logged; notifications are never answered). The error
+        /// is converted apart, with [`HandlerError`], so that a missing conversion gets its
+        /// message.
         #[diagnostic::on_unimplemented(message = $message, label = $label)]
         pub trait NotificationResult {
-            fn into_result(self) -> Result<(), Error>;
+            type Error;
+            fn into_result(self) -> Result<(), Self::Error>;
         }
 
         impl NotificationResult for () {
+            type Error = Error;
             fn into_result(self) -> Result<(), Error> {
                 Ok(())
             }
         }
 
-        impl<E: Into<Error>> NotificationResult for Result<(), E> {
-            fn into_result(self) -> Result<(), Error> {
-                self.map_err(Into::into)
+        impl<E> NotificationResult for Result<(), E> {
+            type Error = E;
+            fn into_result(self) -> Result<(), E> {
+                self
             }
         }
 
-        /// A notification handler's result, as the generated traits want it.
-        pub fn notified<R: NotificationResult>(result: R) -> Result<(), Error> {
+        /// A notification handler's result, with the handler's error type.
+        pub fn notified<R: NotificationResult>(result: R) -> Result<(), R::Error> {
             result.into_result()
+        }
+
+        impl<E: Into<Error>> HandlerError<E> for Error {
+            fn from_handler(error: E) -> Self {
+                error.into()
+            }
         }
     };
 }
@@ -147,7 +173,7 @@ pub mod v2 {
     use serde_json::Map;
     pub use serde_json::Value;
 
-    pub use super::{Advertise, Capabilities};
+    pub use super::{Advertise, Capabilities, HandlerError};
     use crate::acp_types::v2::{Error, ExtResponse};
 
     version_helpers!(
