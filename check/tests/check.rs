@@ -121,25 +121,39 @@ fn verdicts(report: &Value) -> Vec<(String, String)> {
 #[test]
 fn a_chain_of_three_proxies_in_front_of_the_example_agent_checks_as_the_bare_agent_does() {
     // A chain must be transparent: acp-check talks to the conductor as to any agent, and
-    // every check comes out as it does for the agent alone. The proxies: a pass-through, a
-    // tool filter whose deny list the demo agent never meets (it only asks to `read`), and
-    // the context proxy, which puts a text block in front of every prompt (acp-check does
-    // not look at what the agent makes of a prompt). Details (ids, timings) may differ.
+    // every check comes out as it does for the agent alone, for both protocol versions the
+    // demo agent serves. The proxies: a pass-through, a tool filter whose deny list the demo
+    // agent never meets (it only asks to `read`), and the context proxy, which puts a text
+    // block in front of every prompt (acp-check does not look at what the agent makes of a
+    // prompt). Details (ids, timings) may differ, and so may a check that could not tell
+    // (the cancellation checks race a turn that ends on its own, and a chain's hops move the
+    // race).
     let agent = env!("CARGO_BIN_EXE_acp-check-example-agent");
-    let (bare_code, bare) = check_protocol("auto", &[agent, "--v1-only"], 20_000);
+    let (bare_code, bare) = check_protocol("auto", &[agent], 20_000);
     let pass = format!("{} pass", env!("CARGO_BIN_EXE_acp-check-proxy-components"));
     let filter = format!("{} --deny execute,delete", env!("CARGO_BIN_EXE_acp-check-proxy-filter"));
     let context = format!("{} --context 'Be brief'", env!("CARGO_BIN_EXE_acp-check-proxy-context"));
-    let demo = format!("{agent} --v1-only");
-    let chain = [env!("CARGO_BIN_EXE_acp-check-conductor"), "agent", &pass, &filter, &context, &demo];
+    let chain = [env!("CARGO_BIN_EXE_acp-check-conductor"), "agent", &pass, &filter, &context, agent];
     let (chain_code, chained) = check_protocol("auto", &chain, 20_000);
-    assert_eq!(failures(&bare), Vec::<String>::new(), "the bare agent: {bare:#}");
-    assert_eq!(verdicts(&chained), verdicts(&bare), "check by check; the chain's report: {chained:#}");
-    assert_eq!(chain_code, bare_code);
+    let failed = |report: &Value| report["checks"].as_array().unwrap().iter().filter(|c| c["status"] == "fail").count();
+    assert_eq!(failed(&bare), 0, "the bare agent: {bare:#}");
+    assert_eq!(failed(&chained), 0, "the chain: {chained:#}");
+    assert_eq!(bare["versions"]["served"], json!([1, 2]));
     assert_eq!(chained["versions"], bare["versions"]);
-    assert_eq!(chained["summary"], bare["summary"]);
-    // The agent's own initialize answer comes through the chain.
+    let told = |report: &Value| -> Vec<(String, String)> {
+        let inconclusive = |id: &str| {
+            [report, &bare, &chained].iter().any(|r| {
+                r["checks"].as_array().unwrap().iter().any(|c| c["id"] == id && c["inconclusive"] == json!(true))
+            })
+        };
+        verdicts(report).into_iter().filter(|(id, _)| !inconclusive(id)).collect()
+    };
+    assert_eq!(told(&chained), told(&bare), "check by check; the chain's report: {chained:#}");
+    assert!(told(&bare).len() >= verdicts(&bare).len() - 4, "most checks could tell: {chained:#}");
+    assert_eq!(chain_code, bare_code);
+    // The agent's own initialize answers come through the chain.
     assert_eq!(chained["agent"]["agent_info"], bare["agent"]["agent_info"]);
+    assert_eq!(chained["agent_v2"]["info"], bare["agent_v2"]["info"]);
     assert_eq!(detail(&chained, "fs-calls-well-formed"), detail(&bare, "fs-calls-well-formed"));
 }
 
