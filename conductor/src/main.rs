@@ -27,6 +27,8 @@ use acp_rpc::proxy::conductor::{ChainEnd, ComponentCommand, Conductor, run_comma
 use clap::{Parser, Subcommand};
 
 mod own_log;
+#[cfg(unix)]
+mod signals;
 mod viewer;
 
 #[derive(Parser, Debug)]
@@ -120,7 +122,16 @@ enum Mode {
 }
 
 fn main() {
-    let args = Args::parse();
+    let args = Args::try_parse().unwrap_or_else(|e| {
+        use clap::error::ErrorKind;
+        // The chain given without `agent` or `--` (the commonest slip): say where it goes.
+        if matches!(e.kind(), ErrorKind::UnknownArgument | ErrorKind::InvalidSubcommand) {
+            let _ = e.print();
+            eprintln!("\nhint: the chain goes after `agent` (or `--`): acp-conductor agent PROXY... AGENT");
+            std::process::exit(2);
+        }
+        e.exit()
+    });
     // One thread: a conductor serves one editor, and its work per message is small next to
     // the cross-thread wake-ups a multi-thread runtime adds to every hop (see BENCHMARKS.md).
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -236,9 +247,26 @@ async fn run(args: Args) -> i32 {
         }
     }
     let (stdin, stdout) = acp_rpc::transport::stdio();
+    #[cfg(unix)]
+    let (stdin, signalled) = match signals::EndOnSignal::new(stdin) {
+        Ok(stdin) => {
+            let signalled = stdin.signalled();
+            (stdin, signalled)
+        }
+        Err(e) => {
+            eprintln!("acp-conductor: cannot handle signals: {e}");
+            return 1;
+        }
+    };
     let kill_grace = Duration::from_millis(args.kill_grace_ms);
     match run_commands(conductor, stdin, stdout, &commands, kill_grace).await {
         Ok(exit) => match &exit.end {
+            #[cfg(unix)]
+            ChainEnd::ClientClosed if signalled.get().is_some() => {
+                let signal = signalled.get().copied().unwrap_or_default();
+                tracing::info!(signal, "a signal ended the chain");
+                128 + signal
+            }
             ChainEnd::ClientClosed => {
                 tracing::info!("the client closed its side; the chain is closed");
                 0

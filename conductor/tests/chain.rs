@@ -639,3 +639,61 @@ async fn a_v2_chain_takes_batches_and_a_v1_chain_refuses_them() {
     let (code, stderr) = editor.finish().await;
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+/// SIGTERM, SIGINT or SIGHUP end the chain as the client closing its side does: the prompt in
+/// flight is answered, every component and what it started (its process group) is gone, and
+/// the conductor exits 128 + the signal's number.
+#[tokio::test]
+async fn a_signal_ends_the_chain_and_everything_it_started() {
+    for (signal, code) in [("TERM", 143), ("INT", 130), ("HUP", 129)] {
+        let dir = TempDir::new(&format!("signal-{signal}"));
+        let pid_file = dir.0.join("sleeper.pid");
+        // The agent leaves a process of its own behind in its group, as a tool it ran would.
+        let agent = json!({"command": "sh", "args": ["-c", format!("sleep 120 & echo $! > {}; exec {COMPONENTS} silent", pid_file.display())]});
+        let mut editor =
+            conductor(&["--cancel-grace-ms", "100", "agent", &format!("{COMPONENTS} pass"), &agent.to_string()]);
+        editor.initialize().await;
+        let prompt = json!({"sessionId":"s","prompt":[]});
+        editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/prompt","params":prompt})).await;
+        let sleeper: u32 = loop {
+            match std::fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse().ok()) {
+                Some(pid) => break pid,
+                None => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        editor.signal(signal);
+        let answer = editor.recv().await;
+        assert_eq!(answer["id"], 1, "{signal}: {answer}");
+        let (exit, stderr) = editor.exit().await;
+        assert_eq!(exit, Some(code), "{signal}: {stderr}");
+        // Killed with its group; reaped by whoever inherits it, a moment later.
+        let dead = |pid: u32| {
+            process_is_gone(pid)
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
+        };
+        let mut waited = 0;
+        while !dead(sleeper) && waited < 50 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            waited += 1;
+        }
+        assert!(dead(sleeper), "{signal}: what the agent started is gone");
+    }
+}
+
+/// What a new user gets wrong first: the chain without `agent`, a program that is not there.
+/// Each is refused with what to do or what was tried.
+#[test]
+fn slips_on_the_command_line_are_explained() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(CONDUCTOR).args(args).stdin(std::process::Stdio::null()).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, stderr) = run(&[AGENT]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("hint: the chain goes after `agent` (or `--`)"), "{stderr}");
+    let (code, stderr) = run(&["agent", "/nowhere/my-agent --acp"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("cannot start component `my-agent` (`/nowhere/my-agent`)"), "{stderr}");
+}

@@ -123,6 +123,20 @@ impl Editor {
         }
     }
 
+    /// Sends `signal` (`TERM`, `INT`, ...) to the conductor.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("the conductor runs").to_string();
+        let sent = std::process::Command::new("kill").args([&format!("-{signal}"), &pid]).status().unwrap();
+        assert!(sent.success(), "kill -{signal} {pid}");
+    }
+
+    /// Waits for the conductor to exit, its stdin still open; its exit code and stderr.
+    pub async fn exit(mut self) -> (Option<i32>, String) {
+        let status = tokio::time::timeout(WAIT, self.child.wait()).await.expect("the conductor exits").unwrap();
+        drop(self.stdin.take());
+        (status.code(), self.stderr.await.unwrap())
+    }
+
     /// Closes stdin and kills the conductor, for one that does not exit at the end of its
     /// input (`sacp-conductor` 11); its stderr.
     pub async fn kill(mut self) -> String {

@@ -16,7 +16,7 @@
 //!
 //! | event | what the client sees | the chain |
 //! |---|---|---|
-//! | the client closes its side | nothing more | every component's input is closed; the components are then terminated ([`ComponentCommand`]: SIGTERM, SIGKILL after the grace period) and reaped |
+//! | the client closes its side | the answers to what is in flight, as cancelled (see [`Connection::forwarding`]), while it still reads | every component's input is closed; the components are then terminated ([`ComponentCommand`]: SIGTERM, SIGKILL after the grace period, all at once) and reaped |
 //! | a component exits or closes its output | an error answer (-32603, "forwarding failed: connection closed") for every request in flight through it, then the end of output | the other components are closed and reaped, as above |
 //! | a component writes something that is not JSON-RPC | the same: a broken component ends the chain (waiting on it would hang the client) | as above |
 //! | a component never answers | nothing until the client cancels; then the cancellation's answer (for `session/prompt`, `{"stopReason":"cancelled"}`) after the grace period | goes on |

@@ -211,7 +211,12 @@ where
                 for child in children {
                     let _ = ChildProcess::terminate(child).await;
                 }
-                return Err(io::Error::new(e.kind(), format!("cannot start component `{}`: {e}", command.name)));
+                let what = if command.name == command.program {
+                    format!("`{}`", command.name)
+                } else {
+                    format!("`{}` (`{}`)", command.name, command.program)
+                };
+                return Err(io::Error::new(e.kind(), format!("cannot start component {what}: {e}")));
             }
         };
         let (stdout, stdin) = child.take_transport().expect("a fresh child has its pipes");
@@ -223,15 +228,23 @@ where
         children.push(child);
     }
     let end = conductor.run(reader, writer, components).await?;
-    // The components' inputs are closed by now: a well-behaved one exits by itself.
-    let mut statuses = Vec::new();
-    for mut child in children {
-        let exited = tokio::time::timeout(kill_grace, child.wait()).await;
-        let status = match exited {
-            Ok(status) => status.ok(),
-            Err(_) => child.terminate().await.ok(),
-        };
-        statuses.push(status);
+    // The components' inputs are closed by now: a well-behaved one exits by itself. All are
+    // waited for at once, so stuck ones cost one grace period (and one for SIGTERM), not one each.
+    let mut statuses = vec![None; children.len()];
+    let mut reaping = tokio::task::JoinSet::new();
+    for (index, mut child) in children.into_iter().enumerate() {
+        reaping.spawn(async move {
+            let status = match tokio::time::timeout(kill_grace, child.wait()).await {
+                Ok(status) => status.ok(),
+                Err(_) => child.terminate().await.ok(),
+            };
+            (index, status)
+        });
+    }
+    while let Some(reaped) = reaping.join_next().await {
+        if let Ok((index, status)) = reaped {
+            statuses[index] = status;
+        }
     }
     for label in labels {
         let _ = label.await;
