@@ -6,7 +6,7 @@
 //! A proxy that does not know `proxy/initialize` (a `sacp` 11 one passes it on to its
 //! successor, which the conductor answers -32601) is initialized again with
 //! `_proxy/initialize`, and spoken to in `_proxy/successor` from then on (see
-//! [`Wire`](super::Wire)).
+//! [`Wire`]).
 //!
 //! Each hop is a [forwarding](crate::Connection::forwarding) connection, so the chain keeps
 //! the order of what passes through it, passes params on byte for byte, passes cancellation on
