@@ -106,13 +106,22 @@ macro_rules! version_helpers {
             match T::deserialize(&params) {
                 Ok(decoded) => Ok(decoded),
                 // Neither fits: the first error says more.
-                Err(e) if empty => T::deserialize(Value::Null).map_err(|_| invalid(e)),
-                Err(e) => Err(invalid(e)),
+                Err(e) if empty => T::deserialize(Value::Null).map_err(|_| invalid::<T>(&params, e)),
+                Err(e) => Err(invalid::<T>(&params, e)),
             }
         }
 
-        fn invalid(e: serde_json::Error) -> Error {
-            Error::invalid_params().data(Value::from(e.to_string()))
+        /// The -32602 of params that do not fit, as typed methods answer it: the message,
+        /// and the offending field's path in `data.path` (found by decoding the params'
+        /// text again: only on this error path).
+        fn invalid<T: DeserializeOwned>(params: &Value, e: serde_json::Error) -> Error {
+            let located = serde_json::value::to_raw_value(params)
+                .ok()
+                .and_then(|raw| crate::jsonrpc::decode_params::<T>(Some(&raw)).err());
+            match located {
+                Some(located) => located.into(),
+                None => Error::invalid_params().data(Value::from(e.to_string())),
+            }
         }
 
         /// Encodes an extension handler's result.

@@ -36,6 +36,11 @@ async fn request(peer: &Peer, method: &str, params: Value) -> Result<Value, Erro
 }
 
 #[derive(Deserialize)]
+struct Numbers {
+    values: Vec<u64>,
+}
+
+#[derive(Deserialize)]
 struct LogLine {
     line: String,
 }
@@ -110,6 +115,12 @@ impl ExtAgent {
         }
         self.report(format!("log {}", params.line));
         Ok(())
+    }
+
+    // Typed params: what does not fit is answered as typed methods answer it.
+    #[ext("_v/sum")]
+    async fn sum(&self, params: Numbers) -> Result<u64, Error> {
+        Ok(params.values.iter().sum())
     }
 
     // Extension methods that take no params.
@@ -188,6 +199,18 @@ async fn ext_handlers_taking_unit_or_an_option_can_be_called_without_params() {
     assert_eq!(e.code, codes::INVALID_PARAMS, "{e:?}");
     let e = request(&peer, "_v/maybe", json!([1])).await.unwrap_err();
     assert_eq!(e.code, codes::INVALID_PARAMS, "{e:?}");
+}
+
+#[tokio::test]
+async fn ext_params_that_do_not_fit_are_refused_with_the_fields_path() {
+    let (peer, _events) = agent();
+    assert_eq!(request(&peer, "_v/sum", json!({"values": [1, 2]})).await.unwrap(), json!(3));
+    let e = request(&peer, "_v/sum", json!({"values": [1, "two"]})).await.unwrap_err();
+    assert_eq!(e.code, codes::INVALID_PARAMS, "{e:?}");
+    assert!(e.message.starts_with("Invalid params: invalid type: string"), "{e:?}");
+    assert_eq!(e.data, Some(json!({"path": "values[1]"})), "{e:?}");
+    let e = request(&peer, "_v/sum", json!({})).await.unwrap_err();
+    assert_eq!((e.message.as_str(), e.data), ("Invalid params: missing field `values`", Some(json!({"path": ""}))));
 }
 
 #[tokio::test]
