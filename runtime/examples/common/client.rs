@@ -300,10 +300,14 @@ impl Turn {
     }
 }
 
+/// The command as one would type it in a shell: a word with spaces or quotes is quoted.
 fn describe(command: &Command) -> String {
-    let mut words = vec![command.get_program().to_string_lossy().into_owned()];
-    words.extend(command.get_args().map(|a| a.to_string_lossy().into_owned()));
-    words.join(" ")
+    let quote = |word: std::borrow::Cow<'_, str>| {
+        let plain = !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+%".contains(c));
+        if plain { word.into_owned() } else { format!("'{}'", word.replace('\'', r"'\''")) }
+    };
+    let program = quote(command.get_program().to_string_lossy());
+    std::iter::once(program).chain(command.get_args().map(|a| quote(a.to_string_lossy()))).collect::<Vec<_>>().join(" ")
 }
 
 /// The lines typed on stdin, read by a thread of their own (a read cannot be abandoned).
