@@ -263,7 +263,7 @@ fn implement(krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -> TokenStrea
         quote! {
             (#side, #method) => match #krate::proxy::ProxiedNotification::new(cx, from, notification) {
                 Ok(call) => self.#ident(call).await,
-                Err(e) => #krate::proxy::undecodable_notification(#method, &e),
+                Err(undecodable) => undecodable.pass_on().await,
             },
         }
     });

@@ -206,3 +206,48 @@ async fn the_sacp_wire_is_spoken_after_an_underscored_proxy_initialize() {
     conductor.send_json(json!({"jsonrpc":"2.0","id":turn["id"],"result":{"stopReason":"end_turn"}})).await;
     assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}));
 }
+
+/// Counts the session updates that decode into its typed view.
+#[derive(Default)]
+struct CountsUpdates(std::sync::atomic::AtomicU64);
+
+#[acp_rpc::acp_proxy]
+impl CountsUpdates {
+    async fn session_update(
+        &self,
+        call: acp_rpc::proxy::ProxiedNotification<
+            acp_rpc::acp_types::lossless::Lossless<acp_rpc::acp_types::SessionNotification>,
+        >,
+    ) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let _ = call.forward().await;
+    }
+}
+
+/// A notification its typed handler cannot read (another protocol version's shape, a broken
+/// sender) is passed on as it came, as if not intercepted: a proxy loses nothing it did not
+/// mean to drop.
+#[tokio::test]
+async fn a_notification_the_typed_handler_cannot_read_is_passed_on_as_it_came() {
+    let counts = std::sync::Arc::new(CountsUpdates::default());
+    let ((pr, pw), (cr, cw)) = duplex(1 << 20);
+    let (_peer, serve) = acp_rpc::proxy::proxy_connection(acp_rpc::Connection::new(), counts.clone(), pr, pw);
+    tokio::spawn(serve);
+    let mut conductor = RawPeer::new(cr, cw);
+    let from_successor = |update: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"proxy/successor","params":{{"method":"session/update","params":{update}}}}}"#
+        )
+    };
+    let readable =
+        r#"{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a"}}}"#;
+    let unreadable = r#"{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":7},"x" : [1.50]}"#;
+    for update in [readable, unreadable, readable] {
+        conductor.send(&from_successor(update)).await;
+        assert_eq!(
+            conductor.recv_line().await,
+            format!(r#"{{"jsonrpc":"2.0","method":"session/update","params":{update}}}"#)
+        );
+    }
+    assert_eq!(counts.0.load(std::sync::atomic::Ordering::Relaxed), 2, "the handler saw the readable ones");
+}

@@ -220,6 +220,22 @@ impl<T: DeserializeOwned> Lossless<T> {
     }
 }
 
+impl<T: DeserializeOwned> Lossless<T> {
+    /// [`from_raw`](Lossless::from_raw) for JSON already held in a `Box<RawValue>`, handed
+    /// back when it does not decode (so that it can still be passed on as it came).
+    pub fn from_box(json: Box<RawValue>) -> Result<Self, (DecodeError, Box<RawValue>)> {
+        let decoded = decode::from_str_with(json.get(), |de| {
+            let value = T::deserialize(&mut *de)?;
+            de.end()?;
+            Ok(value)
+        });
+        match decoded {
+            Ok(value) => Ok(Lossless { original: json, value, projection: None }),
+            Err(e) => Err((e, json)),
+        }
+    }
+}
+
 impl<T> Lossless<T> {
     /// Decodes `json` with a decoder of one's own (an envelope enum by its method name), keeping
     /// the JSON. Input after the value fails, as with [`from_raw`](Lossless::from_raw).

@@ -656,6 +656,15 @@ const INITIALIZE: &str = acp_types::agent_method::INITIALIZE;
 pub trait FromParams: Sized {
     /// Decodes `params` (`None` when absent or `null`); an error is the answer to the request.
     fn from_params(params: Option<Box<RawValue>>) -> Result<Self, ErrorObject>;
+
+    /// [`from_params`](Self::from_params), handing the params back when they do not decode:
+    /// a notification a proxy cannot read is passed on as it came. The default keeps a copy
+    /// for that; the implementations here decode without one.
+    #[doc(hidden)]
+    fn from_params_or_back(params: Option<Box<RawValue>>) -> Result<Self, (ErrorObject, Option<Box<RawValue>>)> {
+        let copy = params.clone();
+        Self::from_params(params).map_err(|e| (e, copy))
+    }
 }
 
 /// What a proxy handler passes on: encoded back into raw params.
@@ -679,17 +688,29 @@ impl FromParams for Option<Box<RawValue>> {
     fn from_params(params: Option<Box<RawValue>>) -> Result<Self, ErrorObject> {
         Ok(params)
     }
+
+    fn from_params_or_back(params: Option<Box<RawValue>>) -> Result<Self, (ErrorObject, Option<Box<RawValue>>)> {
+        Ok(params)
+    }
 }
 
 impl FromParams for Box<RawValue> {
     fn from_params(params: Option<Box<RawValue>>) -> Result<Self, ErrorObject> {
         params.ok_or_else(|| ErrorObject::invalid_params("params are required"))
     }
+
+    fn from_params_or_back(params: Option<Box<RawValue>>) -> Result<Self, (ErrorObject, Option<Box<RawValue>>)> {
+        params.ok_or_else(|| (ErrorObject::invalid_params("params are required"), None))
+    }
 }
 
 impl FromParams for serde_json::Value {
     fn from_params(params: Option<Box<RawValue>>) -> Result<Self, ErrorObject> {
         crate::handler::parse_params(params.as_deref())
+    }
+
+    fn from_params_or_back(params: Option<Box<RawValue>>) -> Result<Self, (ErrorObject, Option<Box<RawValue>>)> {
+        crate::handler::parse_params(params.as_deref()).map_err(|e| (e, params))
     }
 }
 
@@ -730,10 +751,18 @@ impl IntoAnswer for serde_json::Value {
 /// every member they do not know (see [`acp_types::lossless`]). What a typed proxy takes.
 impl<T: DeserializeOwned> FromParams for acp_types::lossless::Lossless<T> {
     fn from_params(params: Option<Box<RawValue>>) -> Result<Self, ErrorObject> {
+        Self::from_params_or_back(params).map_err(|(e, _)| e)
+    }
+
+    fn from_params_or_back(params: Option<Box<RawValue>>) -> Result<Self, (ErrorObject, Option<Box<RawValue>>)> {
+        let absent = params.is_none();
         let params = params.unwrap_or_else(|| RawValue::from_string("null".to_owned()).expect("valid JSON"));
-        acp_types::lossless::Lossless::from_raw(params).map_err(|e| match e.path() {
-            Some(path) => ErrorObject::invalid_params_at(path, e.message()),
-            None => ErrorObject::invalid_params(e.message()),
+        acp_types::lossless::Lossless::from_box(params).map_err(|(e, params)| {
+            let error = match e.path() {
+                Some(path) => ErrorObject::invalid_params_at(path, e.message()),
+                None => ErrorObject::invalid_params(e.message()),
+            };
+            (error, (!absent).then_some(params))
         })
     }
 }
@@ -819,14 +848,20 @@ pub struct ProxiedNotification<P> {
 }
 
 impl<P> ProxiedNotification<P> {
-    /// Decodes an intercepted notification (used by `#[acp_proxy]`).
+    /// Decodes an intercepted notification (used by `#[acp_proxy]`); one that does not decode
+    /// comes back whole, to be passed on.
     #[doc(hidden)]
-    pub fn new(cx: ProxyContext, from: Side, notification: IncomingNotification) -> Result<Self, ErrorObject>
+    pub fn new(cx: ProxyContext, from: Side, mut notification: IncomingNotification) -> Result<Self, Box<Undecodable>>
     where
         P: FromParams,
     {
-        let params = P::from_params(notification.params)?;
-        Ok(ProxiedNotification { params, from, method: notification.method, cx })
+        match P::from_params_or_back(notification.params.take()) {
+            Ok(params) => Ok(ProxiedNotification { params, from, method: notification.method, cx }),
+            Err((error, params)) => {
+                notification.params = params;
+                Err(Box::new(Undecodable { cx, from, notification, error }))
+            }
+        }
     }
 
     /// The method.
@@ -856,11 +891,25 @@ pub fn answer<A: IntoAnswer, E: Into<ErrorObject>>(result: Result<A, E>) -> Resu
     result.map_err(Into::into)?.into_answer()
 }
 
-/// An intercepted notification whose params do not decode into the handler's type: dropped,
-/// and said (used by `#[acp_proxy]`).
+/// An intercepted notification whose params do not decode into the handler's type (a version
+/// of the protocol the handler's types do not describe, say): the handler cannot read it, and
+/// it is passed on as it came, as if not intercepted (used by `#[acp_proxy]`).
 #[doc(hidden)]
-pub fn undecodable_notification(method: &str, error: &ErrorObject) {
-    tracing::warn!(method, error = %error.message, "acp proxy: notification params do not decode; dropped");
+#[derive(Debug)]
+pub struct Undecodable {
+    cx: ProxyContext,
+    from: Side,
+    notification: IncomingNotification,
+    error: ErrorObject,
+}
+
+impl Undecodable {
+    /// Passes the notification on, untouched, and says why the handler did not see it.
+    pub async fn pass_on(self) {
+        let Undecodable { cx, from, notification, error } = self;
+        tracing::debug!(method = %notification.method, error = %error.message, "acp proxy: notification params do not decode for the handler; passed on as they came");
+        cx.forward_notification(from, notification).await;
+    }
 }
 
 #[cfg(test)]
