@@ -16,7 +16,7 @@
 //! `ACP_INTEROP_REQUIRED=1` (as in CI), which makes that a failure.
 #![cfg(unix)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -60,20 +60,7 @@ fn official() -> Option<Official> {
 }
 
 fn build_official() -> Result<PathBuf, String> {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/interop/rs-conductor/Cargo.toml");
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-rs-conductor");
-    std::fs::create_dir_all(&target).map_err(|e| e.to_string())?;
-    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    cargo
-        .args(["build", "--locked", "--bins", "--manifest-path"])
-        .arg(&manifest)
-        .arg("--target-dir")
-        .arg(&target)
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("CARGO_MANIFEST_DIR");
-    common::peers::run_logged(cargo, &target.with_extension("log"), BUILD_LIMIT)
-        .map_err(|e| format!("building {}: {e}", manifest.display()))?;
-    Ok(target.join("debug"))
+    common::peers::cargo_build("rs-conductor", BUILD_LIMIT)
 }
 
 #[tokio::test]

@@ -17,8 +17,7 @@
 //! `ACP_INTEROP_REQUIRED=1` (as in CI), which makes that a failure.
 #![cfg(unix)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -53,20 +52,7 @@ fn sacp() -> Option<Sacp> {
 }
 
 fn build_sacp() -> Result<PathBuf, String> {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/interop/rs-sacp/Cargo.toml");
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-rs-sacp");
-    std::fs::create_dir_all(&target).map_err(|e| e.to_string())?;
-    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    cargo
-        .args(["build", "--locked", "--bins", "--manifest-path"])
-        .arg(&manifest)
-        .arg("--target-dir")
-        .arg(&target)
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("CARGO_MANIFEST_DIR");
-    common::peers::run_logged(cargo, &target.with_extension("log"), BUILD_LIMIT)
-        .map_err(|e| format!("building {}: {e}", manifest.display()))?;
-    Ok(target.join("debug"))
+    common::peers::cargo_build("rs-sacp", BUILD_LIMIT)
 }
 
 #[tokio::test]

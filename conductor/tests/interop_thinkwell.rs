@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 mod common;
 use common::{
-    Editor, TempDir, agent_chunks, context_reaches_the_echo_agent_losslessly,
+    CancelIds, Editor, cancel_while_asking_with, context_reaches_the_echo_agent_losslessly,
     full_turn_reads_the_file_the_context_names,
 };
 
@@ -99,42 +99,10 @@ async fn our_proxies_under_the_typescript_conductor_carry_a_full_turn_of_the_dem
 #[tokio::test]
 async fn a_turn_cancelled_while_asking_the_user_ends_cancelled_through_the_typescript_conductor() {
     let Some(dir) = thinkwell() else { return };
-    let mut editor =
-        conductor(&dir, &[&format!("{COMPONENTS} pass"), &format!("{CONTEXT} --context 'Be brief'"), AGENT]);
-    editor.initialize().await;
-    let files = TempDir::new("thinkwell-cancel");
-    std::fs::write(files.0.join("README.md"), "# Read on the second turn\n").unwrap();
-    let session = editor.new_session(1, &files.0).await;
-    let prompt = json!({"sessionId": session, "prompt": [{"type":"text","text":"Please read README.md"}]});
-    editor.send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params": prompt})).await;
-    let asking = loop {
-        let message = editor.recv().await;
-        match message["method"].as_str() {
-            Some("session/update") => continue,
-            Some("session/request_permission") => break message,
-            _ => panic!("unexpected before the permission request: {message}"),
-        }
-    };
-    editor.send(&json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId": session}})).await;
-    let answer = loop {
-        let message = editor.recv().await;
-        match message["method"].as_str() {
-            // The agent withdraws its question; this conductor passes the notification on
-            // as it is, under the id the agent gave it.
-            Some("$/cancel_request" | "session/update") => {}
-            None if message["id"] == json!(2) => break message,
-            _ => panic!("unexpected after the cancel: {message}"),
-        }
-    };
-    assert_eq!(answer["result"], json!({"stopReason":"cancelled"}), "{answer}");
-    // Late, as a client may answer: nothing is waiting for it any more.
-    let cancelled = json!({"outcome": {"outcome": "cancelled"}});
-    editor.send(&json!({"jsonrpc":"2.0","id":asking["id"],"result":cancelled})).await;
-
-    let (answer, updates) = editor.turn(3, prompt).await;
-    assert_eq!(answer["result"], json!({"stopReason":"end_turn"}), "{answer}");
-    let text = agent_chunks(&updates).concat();
-    assert!(text.contains("Read on the second turn"), "{text:?}");
+    let editor = conductor(&dir, &[&format!("{COMPONENTS} pass"), &format!("{CONTEXT} --context 'Be brief'"), AGENT]);
+    // The agent withdraws its question; this conductor passes the `$/cancel_request` on as it
+    // is, under the id the agent gave it.
+    let editor = cancel_while_asking_with(editor, "typescript conductor", CancelIds::PassedAsTheyCame).await;
     let (code, stderr) = editor.finish().await;
     assert_eq!(code, Some(0), "{stderr}");
 }

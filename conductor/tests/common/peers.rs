@@ -55,3 +55,23 @@ pub fn run_logged(mut command: Command, log: &Path, limit: Duration) -> Result<(
     let lines: Vec<&str> = text.lines().collect();
     Err(format!("{status}:\n{}", lines[lines.len().saturating_sub(15)..].join("\n")))
 }
+
+/// Builds the binaries of the Cargo project `project` (a folder under `tests/interop/`, a
+/// workspace of its own with a locked `Cargo.lock`) into `target/tmp/interop-<project>`, for
+/// at most `limit`; the folder of its binaries.
+pub fn cargo_build(project: &str, limit: Duration) -> Result<std::path::PathBuf, String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/interop/{project}/Cargo.toml"));
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("interop-{project}"));
+    std::fs::create_dir_all(&target).map_err(|e| e.to_string())?;
+    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cargo
+        .args(["build", "--locked", "--bins", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_MANIFEST_DIR");
+    run_logged(cargo, &target.with_extension("log"), limit)
+        .map_err(|e| format!("building {}: {e}", manifest.display()))?;
+    Ok(target.join("debug"))
+}
