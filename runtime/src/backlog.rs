@@ -70,6 +70,7 @@ impl Backlog {
     pub(crate) fn cost(id: &Id, method: &str, params: Option<&RawValue>) -> usize {
         let id_len = match id {
             Id::String(s) => s.len(),
+            Id::OtherNumber(text) => text.len(),
             Id::Null | Id::Number(_) => 0,
         };
         // The session id is a copy of part of the params: covered by their length.

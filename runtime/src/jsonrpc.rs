@@ -44,16 +44,20 @@ pub mod codes {
     pub const OVERLOADED: i32 = -32029;
 }
 
-/// A JSON-RPC request id: `null`, an integer or a string.
+/// A JSON-RPC request id: `null`, a number or a string.
 ///
-/// Fractional and out-of-range numbers, booleans, arrays and objects are not ids: a request
-/// carrying one is answered -32600 with a `null` id.
+/// Booleans, arrays and objects are not ids: a request carrying one is answered -32600 with a
+/// `null` id.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Id {
     /// `null` (discouraged by JSON-RPC, but legal in a request).
     Null,
-    /// An integer; our own outgoing ids are always of this kind.
+    /// An integer in `i64`'s range; our own outgoing ids are always of this kind.
     Number(i64),
+    /// Any other number (a fraction, an exponent, an integer beyond `i64`), as it was written:
+    /// JSON-RPC discourages fractional ids but allows them, and an answer carries its request's
+    /// id back as sent.
+    OtherNumber(Box<str>),
     /// A string.
     String(String),
 }
@@ -63,6 +67,7 @@ impl fmt::Display for Id {
         match self {
             Id::Null => f.write_str("null"),
             Id::Number(n) => write!(f, "{n}"),
+            Id::OtherNumber(text) => f.write_str(text),
             Id::String(s) => write!(f, "{s:?}"),
         }
     }
@@ -91,6 +96,11 @@ impl Serialize for Id {
         match self {
             Id::Null => s.serialize_unit(),
             Id::Number(n) => s.serialize_i64(*n),
+            // Written as it came (serde_json writes a `RawValue` verbatim).
+            Id::OtherNumber(text) => match RawValue::from_string(text.to_string()) {
+                Ok(raw) => raw.serialize(s),
+                Err(e) => Err(serde::ser::Error::custom(e)),
+            },
             Id::String(v) => s.serialize_str(v),
         }
     }
@@ -102,7 +112,7 @@ impl<'de> Deserialize<'de> for Id {
         impl<'de> Visitor<'de> for IdVisitor {
             type Value = Id;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON-RPC id (null, an integer or a string)")
+                f.write_str("a JSON-RPC id (null, a number or a string)")
             }
             fn visit_unit<E: de::Error>(self) -> Result<Id, E> {
                 Ok(Id::Null)
@@ -114,7 +124,10 @@ impl<'de> Deserialize<'de> for Id {
                 Ok(Id::Number(v))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Id, E> {
-                i64::try_from(v).map(Id::Number).map_err(|_| E::custom("id out of range"))
+                Ok(i64::try_from(v).map_or_else(|_| Id::OtherNumber(v.to_string().into()), Id::Number))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Id, E> {
+                Ok(Id::OtherNumber(v.to_string().into()))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Id, E> {
                 Ok(Id::String(v.to_owned()))
@@ -430,8 +443,9 @@ fn parse_id(raw: &RawValue) -> Option<Id> {
     match text.as_bytes().first()? {
         b'n' => Some(Id::Null),
         b'"' => raw_str(raw).map(|s| Id::String(s.into_owned())),
-        // JSON syntax is already checked; `parse` rejects fractions, exponents and overflow.
-        b'-' | b'0'..=b'9' => text.parse::<i64>().ok().map(Id::Number),
+        // JSON syntax is already checked: what `i64` does not take (fractions, exponents,
+        // overflow) is kept as written.
+        b'-' | b'0'..=b'9' => Some(text.parse::<i64>().map_or_else(|_| Id::OtherNumber(text.into()), Id::Number)),
         _ => None,
     }
 }
@@ -489,7 +503,7 @@ pub fn decode(line: &[u8]) -> Result<Message<'_>, DecodeError> {
             return Err(invalid("duplicate member"));
         }
         if let Some(None) = id {
-            return Err(DecodeError::new(K::InvalidRequest, Id::Null, "id must be a string, an integer or null"));
+            return Err(DecodeError::new(K::InvalidRequest, Id::Null, "id must be a string, a number or null"));
         }
         if !version_ok {
             return Err(invalid("\"jsonrpc\" must be \"2.0\""));
@@ -518,7 +532,7 @@ pub fn decode(line: &[u8]) -> Result<Message<'_>, DecodeError> {
         }
         match id {
             None => return Err(invalid("response without id")),
-            Some(None) => return Err(invalid("id must be a string, an integer or null")),
+            Some(None) => return Err(invalid("id must be a string, a number or null")),
             Some(Some(_)) => {}
         }
         if !version_ok {

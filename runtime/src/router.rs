@@ -217,7 +217,8 @@ impl Router {
                 }
                 return;
             }
-            Id::String(_) => false,
+            // Our own calls carry integers only.
+            Id::OtherNumber(_) | Id::String(_) => false,
         };
         if !delivered {
             tracing::warn!(%id, "acp connection: response to an unknown request id ignored");

@@ -65,9 +65,12 @@ fn cases() -> Vec<(&'static str, Vec<u8>, Expect)> {
         ("id: object", line(r#"{"jsonrpc":"2.0","id":{"a":1},"method":"echo"}"#), Error(null.clone(), codes::INVALID_REQUEST)),
         ("id: array", line(r#"{"jsonrpc":"2.0","id":[1],"method":"echo"}"#), Error(null.clone(), codes::INVALID_REQUEST)),
         ("id: boolean", line(r#"{"jsonrpc":"2.0","id":true,"method":"echo"}"#), Error(null.clone(), codes::INVALID_REQUEST)),
-        ("id: fraction", line(r#"{"jsonrpc":"2.0","id":1.5,"method":"echo"}"#), Error(null.clone(), codes::INVALID_REQUEST)),
-        ("id: exponent", line(r#"{"jsonrpc":"2.0","id":1e3,"method":"echo"}"#), Error(null.clone(), codes::INVALID_REQUEST)),
-        ("id: beyond i64", line(r#"{"jsonrpc":"2.0","id":99999999999999999999,"method":"echo"}"#), Error(null.clone(), codes::INVALID_REQUEST)),
+        // Numbers `i64` does not take are ids all the same (JSON-RPC only discourages fractions),
+        // answered as written (checked byte for byte in `ids_that_are_not_integers_come_back_as_written`).
+        ("id: fraction", line(r#"{"jsonrpc":"2.0","id":1.5,"method":"echo"}"#), Exactly(json!({"jsonrpc":"2.0","id":1.5,"result":null}))),
+        ("id: exponent", line(r#"{"jsonrpc":"2.0","id":1e3,"method":"echo"}"#), Exactly(json!({"jsonrpc":"2.0","id":1000.0,"result":null}))),
+        ("id: beyond i64", line(r#"{"jsonrpc":"2.0","id":99999999999999999999,"method":"echo"}"#),
+            Exactly(json!({"jsonrpc":"2.0","id":99999999999999999999_u128 as f64,"result":null}))),
         ("id: null (a request)", line(r#"{"jsonrpc":"2.0","id":null,"method":"echo","params":[1]}"#),
             Exactly(json!({"jsonrpc":"2.0","id":null,"result":[1]}))),
         ("id: string", line(r#"{"jsonrpc":"2.0","id":"a\"b","method":"echo","params":{}}"#),
@@ -173,4 +176,20 @@ async fn bad_input_last_line_without_newline_is_handled_at_end_of_input() {
     raw.close_input();
     assert_eq!(raw.recv().await, json!({"jsonrpc":"2.0","id":1,"result":"pong"}));
     tokio::time::timeout(LIMIT, task).await.unwrap().unwrap().unwrap();
+}
+
+/// Ids that are numbers but not `i64`s (JSON-RPC discourages fractions but allows them) are
+/// answered with the id written exactly as it came, and can be cancelled by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_that_are_not_integers_come_back_as_written() {
+    let (handler, mut rx) = test_handler();
+    let (mut raw, _peer, _task) = start(Connection::new(), handler);
+    for id in ["1.5", "1e3", "-2.50E+2", "99999999999999999999"] {
+        raw.send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"echo","params":[1]}}"#)).await;
+        assert_eq!(raw.recv_line().await, format!(r#"{{"jsonrpc":"2.0","id":{id},"result":[1]}}"#));
+    }
+    raw.send(r#"{"jsonrpc":"2.0","id":2.5,"method":"wait_cancel_ok"}"#).await;
+    while next(&mut rx.started).await != "wait_cancel_ok" {}
+    raw.send(r#"{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":2.5}}"#).await;
+    assert_eq!(raw.recv_line().await, r#"{"jsonrpc":"2.0","id":2.5,"result":{"partial":true}}"#);
 }
