@@ -208,7 +208,7 @@
 //! | a batch of notifications only, v2 | handled in order, nothing written (not even `[]`) |
 //! | `"jsonrpc"` missing or not `"2.0"` | -32600 with the message's id if valid, else `null` |
 //! | an id that is an object, array or boolean | -32600, `null` id |
-//! | an id that is a number but not an i64 (`1.5`, `1e3`, beyond i64) | an id all the same, answered as written ([`Id::OtherNumber`](jsonrpc::Id::OtherNumber)) |
+//! | an id that is a number but not an i64 (`1.5`, `1e3`, beyond i64) | an id all the same, answered as written ([`Id::OtherNumber`]) |
 //! | `"id": null` with a method | a request with id `null`; answered with id `null` |
 //! | `"method"` not a string | -32600 with the id if valid, else `null` |
 //! | no `"method"`, no `"result"`/`"error"` | -32600 with the id if valid, else `null` |
