@@ -714,7 +714,12 @@ mod tests {
         assert_eq!(kind("[1,2"), DecodeErrorKind::Parse);
         assert_eq!(kind("[1,2]"), DecodeErrorKind::InvalidRequest);
         assert_eq!(kind("42"), DecodeErrorKind::InvalidRequest);
-        assert_eq!(kind(r#"{"jsonrpc":"2.0","id":1.5,"method":"a"}"#), DecodeErrorKind::InvalidRequest);
+        assert_eq!(kind(r#"{"jsonrpc":"2.0","id":true,"method":"a"}"#), DecodeErrorKind::InvalidRequest);
+        // A number that is not an i64 is an id all the same, kept as written.
+        match decode(br#"{"jsonrpc":"2.0","id":1.50,"method":"a"}"#).unwrap() {
+            Message::Request { id, .. } => assert_eq!(id, Id::OtherNumber("1.50".into())),
+            m => panic!("{m:?}"),
+        }
         assert_eq!(kind(r#"{"jsonrpc":"2.0","id":1,"method":"a","params":"s"}"#), DecodeErrorKind::InvalidParams);
         assert_eq!(kind(r#"{"jsonrpc":"2.0","method":"a","params":1}"#), DecodeErrorKind::InvalidNotification);
         assert_eq!(kind(r#"{"jsonrpc":"2.0","id":1,"result":1,"error":{}}"#), DecodeErrorKind::InvalidResponse);
