@@ -438,7 +438,7 @@ fn raw_str(raw: &RawValue) -> Option<Cow<'_, str>> {
 }
 
 /// An id from its raw JSON, `None` when the JSON is not a valid id.
-fn parse_id(raw: &RawValue) -> Option<Id> {
+pub(crate) fn parse_id(raw: &RawValue) -> Option<Id> {
     let text = raw.get();
     match text.as_bytes().first()? {
         b'n' => Some(Id::Null),

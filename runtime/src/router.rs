@@ -257,16 +257,21 @@ impl Router {
     }
 
     fn on_cancel_request(&self, params: Option<&RawValue>) {
+        // The id is read as the request's was (`parse_id`), so that a number names the request
+        // written the same way (`1.50` is not `1.5`'s spelling).
         #[derive(Deserialize)]
-        struct CancelParams {
-            #[serde(rename = "requestId")]
-            request_id: Id,
+        struct CancelParams<'a> {
+            #[serde(rename = "requestId", borrow)]
+            request_id: &'a RawValue,
         }
         let Some(params) = params.filter(|p| p.get().starts_with('{')) else {
             tracing::warn!("acp connection: $/cancel_request without params ignored");
             return;
         };
-        let Ok(CancelParams { request_id }) = serde_json::from_str(params.get()) else {
+        let request_id = serde_json::from_str::<CancelParams<'_>>(params.get())
+            .ok()
+            .and_then(|p| crate::jsonrpc::parse_id(p.request_id));
+        let Some(request_id) = request_id else {
             tracing::warn!("acp connection: $/cancel_request with invalid requestId ignored");
             return;
         };

@@ -188,8 +188,10 @@ async fn ids_that_are_not_integers_come_back_as_written() {
         raw.send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"echo","params":[1]}}"#)).await;
         assert_eq!(raw.recv_line().await, format!(r#"{{"jsonrpc":"2.0","id":{id},"result":[1]}}"#));
     }
-    raw.send(r#"{"jsonrpc":"2.0","id":2.5,"method":"wait_cancel_ok"}"#).await;
-    while next(&mut rx.started).await != "wait_cancel_ok" {}
-    raw.send(r#"{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":2.5}}"#).await;
-    assert_eq!(raw.recv_line().await, r#"{"jsonrpc":"2.0","id":2.5,"result":{"partial":true}}"#);
+    for id in ["2.50", "2e3"] {
+        raw.send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"wait_cancel_ok"}}"#)).await;
+        while next(&mut rx.started).await != "wait_cancel_ok" {}
+        raw.send(&format!(r#"{{"jsonrpc":"2.0","method":"$/cancel_request","params":{{"requestId":{id}}}}}"#)).await;
+        assert_eq!(raw.recv_line().await, format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"partial":true}}}}"#));
+    }
 }
