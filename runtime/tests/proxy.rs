@@ -65,6 +65,52 @@ async fn a_session_cancel_for_an_intercepted_prompt_is_forwarded_alone() {
     assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","id":1,"result":{"stopReason":"cancelled"}}));
 }
 
+/// After the proxy's `initialize`, on a wire whose envelopes for the successor are `request`
+/// and `notification`: a request and a notification the proxy does not intercept, and the
+/// prompt it does, go on wrapped; what the successor sends is unwrapped for the client; answers
+/// are plain. Returns the wrapped prompt, not answered yet.
+async fn a_turn_past_the_proxy(conductor: &mut RawPeer, request: &str, notification: &str) -> serde_json::Value {
+    let new = json!({"cwd":"/","mcpServers":[]});
+    conductor.send_json(json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":new})).await;
+    let wrapped = conductor.recv().await;
+    assert_eq!(wrapped["method"], request);
+    assert_eq!(wrapped["params"], json!({"method":"session/new","params":new}));
+    conductor.send_json(json!({"jsonrpc":"2.0","id":wrapped["id"],"result":{"sessionId":"s"}})).await;
+    assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","id":1,"result":{"sessionId":"s"}}));
+    conductor.send_json(json!({"jsonrpc":"2.0","method":"_x/note","params":{"n":1}})).await;
+    assert_eq!(
+        conductor.recv().await,
+        json!({"jsonrpc":"2.0","method":notification,"params":{"method":"_x/note","params":{"n":1}}})
+    );
+
+    // The intercepted prompt goes on in the request envelope too.
+    let prompt = json!({"sessionId":"s","prompt":[]});
+    conductor.send_json(json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":prompt})).await;
+    let turn = conductor.recv().await;
+    assert_eq!(turn["method"], request);
+    assert_eq!(turn["params"], json!({"method":"session/prompt","params":prompt}));
+
+    // From the successor: a notification and a request, unwrapped for the client.
+    let update =
+        json!({"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}});
+    conductor
+        .send_json(json!({"jsonrpc":"2.0","method":notification,"params":{"method":"session/update","params":update}}))
+        .await;
+    assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","method":"session/update","params":update}));
+    let read = json!({"sessionId":"s","path":"/a"});
+    conductor
+        .send_json(
+            json!({"jsonrpc":"2.0","id":"r1","method":request,"params":{"method":"fs/read_text_file","params":read}}),
+        )
+        .await;
+    let asked = conductor.recv().await;
+    assert_eq!(asked["method"], "fs/read_text_file");
+    assert_eq!(asked["params"], read);
+    conductor.send_json(json!({"jsonrpc":"2.0","id":asked["id"],"result":{"content":"A"}})).await;
+    assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","id":"r1","result":{"content":"A"}}));
+    turn
+}
+
 /// The older wire, as `@thinkwell/conductor` speaks it: told by the marked `initialize`, whose
 /// answer gets the marker; requests and notifications for the successor in envelopes of their
 /// own kind; the successor's unwrapped on their way to the client; answers plain.
@@ -85,43 +131,7 @@ async fn the_older_wire_is_spoken_after_an_initialize_that_marks_a_proxy() {
     );
 
     // A request that is not intercepted, and a notification, each in its own envelope.
-    let new = json!({"cwd":"/","mcpServers":[]});
-    conductor.send_json(json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":new})).await;
-    let wrapped = conductor.recv().await;
-    assert_eq!(wrapped["method"], "_proxy/successor/request");
-    assert_eq!(wrapped["params"], json!({"method":"session/new","params":new}));
-    conductor.send_json(json!({"jsonrpc":"2.0","id":wrapped["id"],"result":{"sessionId":"s"}})).await;
-    assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","id":1,"result":{"sessionId":"s"}}));
-    conductor.send_json(json!({"jsonrpc":"2.0","method":"_x/note","params":{"n":1}})).await;
-    assert_eq!(
-        conductor.recv().await,
-        json!({"jsonrpc":"2.0","method":"_proxy/successor/notification","params":{"method":"_x/note","params":{"n":1}}})
-    );
-
-    // The intercepted prompt goes on in the request envelope too.
-    let prompt = json!({"sessionId":"s","prompt":[]});
-    conductor.send_json(json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":prompt})).await;
-    let turn = conductor.recv().await;
-    assert_eq!(turn["method"], "_proxy/successor/request");
-    assert_eq!(turn["params"], json!({"method":"session/prompt","params":prompt}));
-
-    // From the successor: a notification and a request, unwrapped for the client.
-    let update =
-        json!({"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}});
-    conductor
-        .send_json(json!({"jsonrpc":"2.0","method":"_proxy/successor/notification","params":{"method":"session/update","params":update}}))
-        .await;
-    assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","method":"session/update","params":update}));
-    let read = json!({"sessionId":"s","path":"/a"});
-    conductor
-        .send_json(json!({"jsonrpc":"2.0","id":"r1","method":"_proxy/successor/request","params":{"method":"fs/read_text_file","params":read}}))
-        .await;
-    let asked = conductor.recv().await;
-    assert_eq!(asked["method"], "fs/read_text_file");
-    assert_eq!(asked["params"], read);
-    conductor.send_json(json!({"jsonrpc":"2.0","id":asked["id"],"result":{"content":"A"}})).await;
-    assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","id":"r1","result":{"content":"A"}}));
-
+    let turn = a_turn_past_the_proxy(&mut conductor, "_proxy/successor/request", "_proxy/successor/notification").await;
     conductor.send_json(json!({"jsonrpc":"2.0","id":turn["id"],"result":{"stopReason":"end_turn"}})).await;
     assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}));
 }
@@ -158,44 +168,15 @@ async fn the_sacp_wire_is_spoken_after_an_underscored_proxy_initialize() {
     conductor.send(&format!(r#"{{"jsonrpc":"2.0","id":{},"result":{agents}}}"#, wrapped["id"])).await;
     assert_eq!(conductor.recv_line().await, format!(r#"{{"jsonrpc":"2.0","id":0,"result":{agents}}}"#));
 
-    let new = json!({"cwd":"/","mcpServers":[]});
-    conductor.send_json(json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":new})).await;
-    let wrapped = conductor.recv().await;
-    assert_eq!(wrapped["method"], "_proxy/successor");
-    assert_eq!(wrapped["params"], json!({"method":"session/new","params":new}));
-    conductor.send_json(json!({"jsonrpc":"2.0","id":wrapped["id"],"result":{"sessionId":"s"}})).await;
-    assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","id":1,"result":{"sessionId":"s"}}));
-    conductor.send_json(json!({"jsonrpc":"2.0","method":"_x/note","params":{"n":1}})).await;
-    assert_eq!(
-        conductor.recv().await,
-        json!({"jsonrpc":"2.0","method":"_proxy/successor","params":{"method":"_x/note","params":{"n":1}}})
-    );
-
-    // The intercepted prompt goes on in the same envelope.
-    let prompt = json!({"sessionId":"s","prompt":[]});
-    conductor.send_json(json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":prompt})).await;
-    let turn = conductor.recv().await;
-    assert_eq!(turn["method"], "_proxy/successor");
-    assert_eq!(turn["params"], json!({"method":"session/prompt","params":prompt}));
-
-    // From the successor, in either envelope: unwrapped for the client.
-    let update =
-        json!({"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}});
-    for envelope in ["_proxy/successor", "proxy/successor"] {
-        conductor
-            .send_json(json!({"jsonrpc":"2.0","method":envelope,"params":{"method":"session/update","params":update}}))
-            .await;
-        assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","method":"session/update","params":update}));
-    }
-    let read = json!({"sessionId":"s","path":"/a"});
+    let turn = a_turn_past_the_proxy(&mut conductor, "_proxy/successor", "_proxy/successor").await;
+    // From the successor, the current wire's envelope is understood too.
+    let update = json!({"sessionId":"s","update":{"sessionUpdate":"plan","entries":[]}});
     conductor
-        .send_json(json!({"jsonrpc":"2.0","id":"r1","method":"_proxy/successor","params":{"method":"fs/read_text_file","params":read}}))
+        .send_json(
+            json!({"jsonrpc":"2.0","method":"proxy/successor","params":{"method":"session/update","params":update}}),
+        )
         .await;
-    let asked = conductor.recv().await;
-    assert_eq!(asked["method"], "fs/read_text_file");
-    assert_eq!(asked["params"], read);
-    conductor.send_json(json!({"jsonrpc":"2.0","id":asked["id"],"result":{"content":"A"}})).await;
-    assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","id":"r1","result":{"content":"A"}}));
+    assert_eq!(conductor.recv().await, json!({"jsonrpc":"2.0","method":"session/update","params":update}));
 
     // Chain methods are not wrapped in envelopes.
     let nested = json!({"method":"_proxy/initialize","params":init});

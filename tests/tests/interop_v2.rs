@@ -32,6 +32,11 @@ mod scenario;
 #[path = "interop_v2/wire.rs"]
 mod wire;
 
+// The interop peers' set-up helpers, shared with the conductor's interop tests.
+#[path = "../../conductor/tests/common/peers.rs"]
+#[allow(dead_code)]
+mod peers;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
@@ -93,7 +98,7 @@ fn npm_ci(dir: &Path) -> Result<PathBuf, String> {
     }
     let mut npm = Command::new("npm");
     npm.args(["ci", "--no-audit", "--no-fund"]).current_dir(dir);
-    run_logged(npm, &Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-ts-v2-npm.log"), INSTALL_LIMIT)
+    peers::run_logged(npm, &Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-ts-v2-npm.log"), INSTALL_LIMIT)
         .map_err(|e| format!("`npm ci` in {}: {e}", dir.display()))?;
     Ok(dir.to_owned())
 }
@@ -120,35 +125,9 @@ fn build_rs_peers() -> Result<PathBuf, String> {
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("CARGO_MANIFEST_DIR");
     let started = Instant::now();
-    run_logged(cargo, &log, INSTALL_LIMIT).map_err(|e| format!("building {}: {e}", manifest.display()))?;
+    peers::run_logged(cargo, &log, INSTALL_LIMIT).map_err(|e| format!("building {}: {e}", manifest.display()))?;
     eprintln!("built the Rust v2 peers in {:.1?} (log: {})", started.elapsed(), log.display());
     Ok(target.join("debug"))
-}
-
-/// Runs an install or a build with its output in `log`, killed past `limit`; on failure, the
-/// log's last lines.
-fn run_logged(mut command: Command, log: &Path, limit: Duration) -> Result<(), String> {
-    let file = std::fs::File::create(log).map_err(|e| format!("cannot write {}: {e}", log.display()))?;
-    let err = file.try_clone().map_err(|e| e.to_string())?;
-    let mut child = command.stdout(file).stderr(err).spawn().map_err(|e| format!("cannot start: {e}"))?;
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break status;
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("still running after {limit:?} (log: {})", log.display()));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    if status.success() {
-        return Ok(());
-    }
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    Err(format!("{status}:\n{}", lines[lines.len().saturating_sub(30)..].join("\n")))
 }
 
 fn node(dir: &Path, script: &str, args: &[&str]) -> Command {
