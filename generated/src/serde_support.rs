@@ -699,8 +699,8 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
-/// A way of decoding one field's value into `T` (a marker per helper function above), used
-/// by the generated `Deserialize` impls through [`next_lenient`].
+/// A way of decoding one field's value into `T` (a marker per helper function above), named
+/// by the generated `Deserialize` impls in their field tables.
 #[doc(hidden)]
 pub trait Lenient<T> {
     fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<T, D::Error>;
@@ -712,12 +712,6 @@ impl<'de, H: Lenient<T>, T> Deserialize<'de> for Via<H, T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         H::decode(d).map(|value| Via(value, std::marker::PhantomData))
     }
-}
-
-/// Decodes the next map value with the helper `H`.
-#[doc(hidden)]
-pub fn next_lenient<'de, H: Lenient<T>, T, A: serde::de::MapAccess<'de>>(map: &mut A) -> Result<T, A::Error> {
-    map.next_value::<Via<H, T>>().map(|via| via.0)
 }
 
 macro_rules! lenient_markers {
@@ -756,11 +750,230 @@ lenient_markers! {
     TriVecSkipInvalidOrDefault: tri_vec_skip_invalid_or_default => Option<Option<Vec<T>>>, where [DeserializeOwned];
 }
 
+/// One field of a struct that [`decode_fields`] fills: its name on the wire, where it lives in
+/// the struct, and the functions for its type.
+///
+/// A constant table of these replaces a decoding loop per struct: the loop is compiled once per
+/// `MapAccess` type and a field's functions once per field type, so a struct adds 32 bytes
+/// per field rather than kilobytes of code. The functions are type-erased (`*mut ()` for the
+/// `MapAccess`), which keeps the table a `'static` constant whatever the lifetimes of the
+/// deserializer. [`decode_fields`] is only sound with a table built for its own `A`, which the
+/// `deserialize_struct!` expansion guarantees.
+#[doc(hidden)]
+pub struct FieldSlot {
+    wire: &'static str,
+    offset: usize,
+    ops: &'static FieldOps,
+}
+
+/// What [`decode_fields`] does with one field type, for one `MapAccess` type.
+#[doc(hidden)]
+pub struct FieldOps {
+    /// Reads the next map value (`map: *mut A`) into the slot. On failure it writes the error
+    /// to `error` (an `*mut Option<A::Error>`) and returns `false`.
+    read: unsafe fn(map: *mut (), slot: *mut u8, error: *mut ()) -> bool,
+    drop: unsafe fn(slot: *mut u8),
+    /// Writes the value of a member left out, or `None` when the member is required.
+    absent: Option<unsafe fn(slot: *mut u8)>,
+}
+
+/// The [`FieldOps`] of `T` read with `T`'s own `Deserialize` (`H = ()`) or with the
+/// [`Lenient`] helper `H`, from an `A`.
+struct OpsOf<A, H, T>(std::marker::PhantomData<(A, H, T)>);
+
+impl<'de, A: serde::de::MapAccess<'de>, T: Deserialize<'de>> OpsOf<A, (), T> {
+    const REQUIRED: FieldOps = FieldOps { read: read_slot::<A, T>, drop: drop_slot::<T>, absent: None };
+}
+
+impl<'de, A: serde::de::MapAccess<'de>, T: Deserialize<'de> + Default> OpsOf<A, (), T> {
+    const OPTIONAL: FieldOps = FieldOps { read: read_slot::<A, T>, drop: drop_slot::<T>, absent: Some(default_slot::<T>) };
+}
+
+impl<'de, A: serde::de::MapAccess<'de>, H: Lenient<T>, T> OpsOf<A, H, T> {
+    const REQUIRED_VIA: FieldOps = FieldOps { read: read_slot_via::<A, H, T>, drop: drop_slot::<T>, absent: None };
+}
+
+impl<'de, A: serde::de::MapAccess<'de>, H: Lenient<T>, T: Default> OpsOf<A, H, T> {
+    const OPTIONAL_VIA: FieldOps =
+        FieldOps { read: read_slot_via::<A, H, T>, drop: drop_slot::<T>, absent: Some(default_slot::<T>) };
+}
+
+impl FieldSlot {
+    /// A required field of type `T`, read with `T`'s own `Deserialize`. `_field` names the
+    /// field (`|v: &S| &v.field`) so that `T` is inferred; it is never called.
+    pub const fn required<'de, A: serde::de::MapAccess<'de>, S, T: Deserialize<'de>>(
+        wire: &'static str,
+        offset: usize,
+        _field: fn(&S) -> &T,
+    ) -> Self {
+        FieldSlot { wire, offset, ops: &OpsOf::<A, (), T>::REQUIRED }
+    }
+
+    /// An optional field (an `Option`, `None` when left out).
+    pub const fn optional<'de, A: serde::de::MapAccess<'de>, S, T: Deserialize<'de> + Default>(
+        wire: &'static str,
+        offset: usize,
+        _field: fn(&S) -> &T,
+    ) -> Self {
+        FieldSlot { wire, offset, ops: &OpsOf::<A, (), T>::OPTIONAL }
+    }
+
+    /// A required field read with the [`Lenient`] helper `H`.
+    pub const fn required_via<'de, A: serde::de::MapAccess<'de>, H: Lenient<T>, S, T>(
+        wire: &'static str,
+        offset: usize,
+        _field: fn(&S) -> &T,
+    ) -> Self {
+        FieldSlot { wire, offset, ops: &OpsOf::<A, H, T>::REQUIRED_VIA }
+    }
+
+    /// An optional field read with the [`Lenient`] helper `H`.
+    pub const fn optional_via<'de, A: serde::de::MapAccess<'de>, H: Lenient<T>, S, T: Default>(
+        wire: &'static str,
+        offset: usize,
+        _field: fn(&S) -> &T,
+    ) -> Self {
+        FieldSlot { wire, offset, ops: &OpsOf::<A, H, T>::OPTIONAL_VIA }
+    }
+}
+
+/// # Safety
+/// `map` points to an `A`, `slot` to writable, aligned, uninitialized memory for a `T`,
+/// `error` to an `Option<A::Error>`.
+unsafe fn read_slot<'de, A: serde::de::MapAccess<'de>, T: Deserialize<'de>>(map: *mut (), slot: *mut u8, error: *mut ()) -> bool {
+    // SAFETY: as the caller promises.
+    unsafe { settle((*map.cast::<A>()).next_value::<T>(), slot, error) }
+}
+
+/// # Safety
+/// As [`read_slot`].
+unsafe fn read_slot_via<'de, A: serde::de::MapAccess<'de>, H: Lenient<T>, T>(map: *mut (), slot: *mut u8, error: *mut ()) -> bool {
+    // SAFETY: as the caller promises.
+    unsafe { settle((*map.cast::<A>()).next_value::<Via<H, T>>().map(|via| via.0), slot, error) }
+}
+
+/// Writes a read value to its slot, or the error to `error`; returns whether it was a value.
+///
+/// # Safety
+/// `slot` as in [`read_slot`]; `error` points to an `Option<E>`.
+unsafe fn settle<T, E>(value: Result<T, E>, slot: *mut u8, error: *mut ()) -> bool {
+    match value {
+        Ok(value) => {
+            // SAFETY: `slot` is valid for a `T` (caller).
+            unsafe { slot.cast::<T>().write(value) };
+            true
+        }
+        Err(e) => {
+            // SAFETY: `error` is valid (caller).
+            unsafe { *error.cast::<Option<E>>() = Some(e) };
+            false
+        }
+    }
+}
+
+/// # Safety
+/// `slot` holds an initialized `T`, which is dropped.
+unsafe fn drop_slot<T>(slot: *mut u8) {
+    // SAFETY: as the caller promises.
+    unsafe { slot.cast::<T>().drop_in_place() }
+}
+
+/// # Safety
+/// `slot` is writable, aligned, uninitialized memory for a `T`.
+unsafe fn default_slot<T: Default>(slot: *mut u8) {
+    // SAFETY: as the caller promises.
+    unsafe { slot.cast::<T>().write(T::default()) }
+}
+
+/// The fields of the struct at `out` written so far (bit `i` for `fields[i]`), dropped unless
+/// the decode succeeds. Not generic, so the bookkeeping is compiled once for every struct and
+/// deserializer.
+struct Written {
+    fields: &'static [FieldSlot],
+    out: *mut u8,
+    set: u64,
+}
+
+impl Written {
+    /// The slot of the member named `key`, emptied if an earlier occurrence filled it, with
+    /// its index; `None` for a member the struct does not have.
+    fn slot(&mut self, key: &str) -> Option<(usize, *mut u8)> {
+        let i = self.fields.iter().position(|field| field.wire == key)?;
+        let field = &self.fields[i];
+        // SAFETY: `offset` is the field's offset within the struct at `out` ([`decode_fields`]).
+        let slot = unsafe { self.out.add(field.offset) };
+        if self.set & (1 << i) != 0 {
+            self.set &= !(1 << i);
+            // SAFETY: the bit was set, so the slot holds the earlier occurrence's value.
+            unsafe { (field.ops.drop)(slot) }
+        }
+        Some((i, slot))
+    }
+
+    /// Fills each field left out with its absent value; the first required one left out is
+    /// returned by its wire name instead.
+    fn fill_absent(&mut self) -> Result<(), &'static str> {
+        for (i, field) in self.fields.iter().enumerate() {
+            if self.set & (1 << i) == 0 {
+                let write_absent = field.ops.absent.ok_or(field.wire)?;
+                // SAFETY: as in `slot`; the slot is uninitialized.
+                unsafe { write_absent(self.out.add(field.offset)) };
+                self.set |= 1 << i;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Written {
+    fn drop(&mut self) {
+        for (i, field) in self.fields.iter().enumerate() {
+            if self.set & (1 << i) != 0 {
+                // SAFETY: the bit is set only while the slot holds a value.
+                unsafe { (field.ops.drop)(self.out.add(field.offset)) }
+            }
+        }
+    }
+}
+
+/// Fills the struct at `out` from `map` as `fields` describe it: one pass over the map, each
+/// known member read into its field (a repeated member replaces the earlier value), unknown
+/// members skipped, then absent optional fields defaulted and an absent required one reported
+/// as missing. On an error or a panic, the fields written so far are dropped.
+///
+/// # Safety
+/// `fields` lists every field of the struct at `out` exactly once (at most 64), with its offset
+/// and the ops of its type built for this `A`; `out` is writable, aligned, uninitialized
+/// memory for that struct. When this returns `Ok`, every field is initialized.
+#[doc(hidden)]
+pub unsafe fn decode_fields<'de, A: serde::de::MapAccess<'de>>(mut map: A, fields: &'static [FieldSlot], out: *mut u8) -> Result<(), A::Error> {
+    debug_assert!(fields.len() <= 64, "a struct decoded by a field table has at most 64 fields");
+    let mut written = Written { fields, out, set: 0 };
+    let mut error: Option<A::Error> = None;
+    while let Some(key) = map.next_key::<Key<'de>>()? {
+        let Some((i, slot)) = written.slot(key.as_str()) else {
+            map.next_value::<serde::de::IgnoredAny>()?;
+            continue;
+        };
+        // SAFETY: the ops were built for this `A` and the field's type (caller); `slot` is
+        // the field's, uninitialized.
+        if !unsafe { (fields[i].ops.read)((&raw mut map).cast(), slot, (&raw mut error).cast()) } {
+            return Err(error.take().unwrap_or_else(|| serde::de::Error::custom("a field was left unread")));
+        }
+        written.set |= 1 << i;
+    }
+    written.fill_absent().map_err(serde::de::Error::missing_field)?;
+    std::mem::forget(written);
+    Ok(())
+}
+
 /// Implements a streaming `Deserialize` for a plain struct: one pass over the map, unknown
 /// keys skipped. Each field is `name: "wire" => required | optional`, optionally with a
-/// [`Lenient`] marker (`required(Marker)`). Compared with serde's derive there is no
-/// field-identifier type, no sequence form and no wrapper type per lenient field, which keeps
-/// the generated crate quick to compile.
+/// [`Lenient`] marker (`required(Marker)`). The expansion is a constant table of
+/// [`FieldSlot`]s and a call to [`decode_fields`], so each struct costs a few hundred bytes
+/// of data instead of a decoding loop of its own; compared with serde's derive there is no
+/// field-identifier type, no sequence form and no wrapper type per lenient field, which also
+/// keeps the generated crate quick to compile.
 macro_rules! deserialize_struct {
     ($name:ident { $($(#[$cfg:meta])* $field:ident: $wire:literal => $how:ident $(($marker:ident))?),* $(,)? }) => {
         impl<'de> serde::Deserialize<'de> for $name {
@@ -771,29 +984,148 @@ macro_rules! deserialize_struct {
                     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                         f.write_str(concat!("a ", stringify!($name), " object"))
                     }
-                    #[allow(unused_mut)]
-                    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<$name, A::Error> {
-                        $($(#[$cfg])* let mut $field = None;)*
-                        while let Some(key) = map.next_key::<serde_support::Key<'de>>()? {
-                            match key.as_str() {
-                                $($(#[$cfg])* $wire => $field = serde_support::deserialize_struct!(@value $how map $($marker)?),)*
-                                _ => {
-                                    map.next_value::<serde::de::IgnoredAny>()?;
-                                }
-                            }
+                    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<$name, A::Error> {
+                        // The table must name every field: a pattern without `..` does not
+                        // compile otherwise.
+                        #[allow(unused)]
+                        fn every_field_listed(value: &$name) {
+                            let $name { $($(#[$cfg])* $field: _),* } = value;
                         }
-                        Ok($name { $($(#[$cfg])* $field: serde_support::deserialize_struct!(@finish $how $field $wire),)* })
+                        let fields: &'static [serde_support::FieldSlot] = const {
+                            &[$($(#[$cfg])* serde_support::deserialize_struct!(@slot A $name $field $wire $how $($marker)?)),*]
+                        };
+                        let mut value = std::mem::MaybeUninit::<$name>::uninit();
+                        // SAFETY: `fields` lists every field of `$name` (checked above) with its
+                        // offset and type, for this `A`; on `Ok` all of them are initialized.
+                        unsafe {
+                            serde_support::decode_fields(map, fields, value.as_mut_ptr().cast())?;
+                            Ok(value.assume_init())
+                        }
                     }
                 }
                 deserializer.deserialize_map(Visitor)
             }
         }
     };
-    (@value required $map:ident) => { Some($map.next_value()?) };
-    (@value required $map:ident $marker:ident) => { Some(serde_support::next_lenient::<serde_support::$marker, _, _>(&mut $map)?) };
-    (@value optional $map:ident) => { $map.next_value()? };
-    (@value optional $map:ident $marker:ident) => { serde_support::next_lenient::<serde_support::$marker, _, _>(&mut $map)? };
-    (@finish required $field:ident $wire:literal) => { $field.ok_or_else(|| serde::de::Error::missing_field($wire))? };
-    (@finish optional $field:ident $wire:literal) => { $field };
+    (@slot $a:ident $name:ident $field:ident $wire:literal required) => {
+        serde_support::FieldSlot::required::<$a, _, _>($wire, std::mem::offset_of!($name, $field), |v: &$name| &v.$field)
+    };
+    (@slot $a:ident $name:ident $field:ident $wire:literal optional) => {
+        serde_support::FieldSlot::optional::<$a, _, _>($wire, std::mem::offset_of!($name, $field), |v: &$name| &v.$field)
+    };
+    (@slot $a:ident $name:ident $field:ident $wire:literal required $marker:ident) => {
+        serde_support::FieldSlot::required_via::<$a, serde_support::$marker, _, _>($wire, std::mem::offset_of!($name, $field), |v: &$name| &v.$field)
+    };
+    (@slot $a:ident $name:ident $field:ident $wire:literal optional $marker:ident) => {
+        serde_support::FieldSlot::optional_via::<$a, serde_support::$marker, _, _>($wire, std::mem::offset_of!($name, $field), |v: &$name| &v.$field)
+    };
 }
 pub(crate) use deserialize_struct;
+
+/// The field-table decoder on its own, including its error paths (run under Miri in CI: the
+/// decoder writes fields through raw pointers).
+#[cfg(test)]
+mod tests {
+    use super as serde_support;
+    use serde_json::{Map, Value, json};
+
+    #[derive(Debug, PartialEq)]
+    struct Probe {
+        name: String,
+        tags: Option<Vec<String>>,
+        count: u32,
+        meta: Option<Map<String, Value>>,
+        note: Option<Option<String>>,
+    }
+
+    serde_support::deserialize_struct!(Probe {
+        name: "name" => required,
+        tags: "tags" => optional,
+        count: "count" => required,
+        meta: "_meta" => optional(DefaultOnError),
+        note: "note" => optional(Tri),
+    });
+
+    fn probe(name: &str, count: u32) -> Probe {
+        Probe { name: name.to_owned(), tags: None, count, meta: None, note: None }
+    }
+
+    /// Decodes `text` from a string and, when it is valid JSON, from a `Value` too (another
+    /// `MapAccess`): both must agree.
+    fn decode(text: &str) -> Result<Probe, String> {
+        let from_str = serde_json::from_str::<Probe>(text).map_err(|e| e.to_string());
+        if let Ok(value) = serde_json::from_str::<Value>(text) {
+            let from_value = serde_json::from_value::<Probe>(value).map_err(|e| e.to_string());
+            assert_eq!(from_str.is_ok(), from_value.is_ok(), "{text}: {from_str:?} vs {from_value:?}");
+            if let (Ok(a), Ok(b)) = (&from_str, &from_value) {
+                assert_eq!(a, b);
+            }
+        }
+        from_str
+    }
+
+    #[test]
+    fn every_field_lands_in_its_place_and_unknown_members_are_skipped() {
+        let text = json!({
+            "extra": {"deep": [1, {"x": null}]},
+            "count": 7,
+            "note": "hi",
+            "tags": ["a", "b"],
+            "_meta": {"k": true},
+            "name": "n",
+        })
+        .to_string();
+        let mut want = probe("n", 7);
+        want.tags = Some(vec!["a".into(), "b".into()]);
+        want.meta = Some(Map::from_iter([("k".to_owned(), Value::Bool(true))]));
+        want.note = Some(Some("hi".into()));
+        assert_eq!(decode(&text).unwrap(), want);
+    }
+
+    #[test]
+    fn absent_optional_fields_are_none_and_null_is_kept_apart() {
+        assert_eq!(decode(r#"{"name":"n","count":1}"#).unwrap(), probe("n", 1));
+        let mut nulled = probe("n", 1);
+        nulled.note = Some(None);
+        assert_eq!(decode(r#"{"name":"n","count":1,"note":null}"#).unwrap(), nulled);
+    }
+
+    #[test]
+    fn a_repeated_member_keeps_its_last_value() {
+        let mut want = probe("second", 2);
+        want.tags = Some(vec!["y".into()]);
+        let text = r#"{"name":"first","tags":["x"],"count":1,"name":"second","tags":["y"],"count":2}"#;
+        assert_eq!(decode(text).unwrap(), want);
+    }
+
+    #[test]
+    fn a_missing_required_field_is_named() {
+        let e = decode(r#"{"name":"n","tags":["a"]}"#).unwrap_err();
+        assert!(e.starts_with("missing field `count`"), "{e}");
+        let e = decode(r#"{"count":1}"#).unwrap_err();
+        assert!(e.starts_with("missing field `name`"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_value_fails_after_earlier_fields_were_written() {
+        // The strings read before the failure are dropped with it (Miri reports a leak or a
+        // double drop otherwise).
+        let e = decode(r#"{"name":"n","tags":["a","b"],"note":"x","count":"seven"}"#).unwrap_err();
+        assert!(e.starts_with("invalid type: string \"seven\", expected u32"), "{e}");
+        let e = decode(r#"{"name":"n","tags":["a",3],"count":1}"#).unwrap_err();
+        assert!(e.starts_with("invalid type: integer `3`, expected a string"), "{e}");
+        let e = decode(r#"{"name":"n","name":"m","count":1,"tags":["a"]"#).unwrap_err();
+        assert!(e.starts_with("EOF while parsing an object"), "{e}");
+    }
+
+    #[test]
+    fn a_lenient_field_falls_back_to_its_default() {
+        assert_eq!(decode(r#"{"name":"n","count":1,"_meta":5}"#).unwrap(), probe("n", 1));
+    }
+
+    #[test]
+    fn a_value_that_is_not_an_object_is_refused_by_name() {
+        let e = decode(r#"["n", 1]"#).unwrap_err();
+        assert!(e.contains("expected a Probe object"), "{e}");
+    }
+}
