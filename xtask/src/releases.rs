@@ -127,8 +127,12 @@ fn check_vendor(
     std::fs::create_dir_all(crate_dir.join("src")).map_err(|e| e.to_string())?;
     // The vendored file as a module of a user's crate, as a project would keep it.
     std::fs::write(crate_dir.join("src/acp.rs"), &text).map_err(|e| e.to_string())?;
-    std::fs::write(crate_dir.join("src/lib.rs"), "//! A crate vendoring the ACP types.\npub mod acp;\n")
-        .map_err(|e| e.to_string())?;
+    // In a crate that forbids `unsafe` code: a vendored file has none.
+    std::fs::write(
+        crate_dir.join("src/lib.rs"),
+        "//! A crate vendoring the ACP types.\n#![forbid(unsafe_code)]\npub mod acp;\n",
+    )
+    .map_err(|e| e.to_string())?;
     // And as a private module of a program, which uses none of it: no warning either.
     std::fs::write(crate_dir.join("src/main.rs"), "//! A program vendoring the ACP types.\nmod acp;\n\nfn main() {}\n")
         .map_err(|e| e.to_string())?;
@@ -149,7 +153,8 @@ fn check_vendor(
         run_example(&crate_dir, scratch, "vendored_use")?;
     }
     let mut summary = format!(
-        "{} lines, compiles standalone (edition 2021, serde + serde_json with `raw_value` only)",
+        "{} lines, compiles standalone (edition 2021, serde + serde_json with `raw_value` only, \
+         `forbid(unsafe_code)`)",
         text.lines().count()
     );
     if ran {

@@ -739,6 +739,10 @@ lenient_markers! {
     TriVecSkipInvalidOrDefault: tri_vec_skip_invalid_or_default => Option<Option<Vec<T>>>, where [DeserializeOwned];
 }
 
+// acp-types' struct decoder, from here to the closing line below. A vendored file gets the
+// safe decoder of xtask/templates/vendored_struct_decoder.rs in its place: vendored code lands
+// in crates whose lints it cannot know (`#![forbid(unsafe_code)]`), and is not run under Miri.
+// <acp-types only>
 /// One field of a struct that [`decode_fields`] fills: its name on the wire, where it lives in
 /// the struct, and the functions for its type.
 ///
@@ -1118,3 +1122,4 @@ mod tests {
         assert!(e.contains("expected a Probe object"), "{e}");
     }
 }
+// </acp-types only>

@@ -221,6 +221,12 @@ fn vendoring_selects_features_and_adds_derives() {
         stable.contains("pub trait Nullable") && stable.contains("pub use serde_support::{Nullable, UnknownVariant};")
     );
 
+    // The struct decoder is the safe one: no `unsafe` (nor the field tables' tests) in a file
+    // that lands in crates whose lints it cannot know.
+    assert!(!stable.contains("unsafe") && !stable.contains("decode_fields"), "no field-table decoder");
+    assert!(!stable.contains("cfg(test)"), "no tests of acp-types");
+    assert!(stable.contains("macro_rules! deserialize_struct") && stable.contains("pub fn next_lenient<"));
+
     let unstable = codegen::vendor(&settings, &["unstable_session_fork".into()], false, &[]).expect("vendors").text;
     assert!(unstable.contains("pub struct ForkSessionRequest"));
     assert!(!unstable.contains("pub trait Agent"), "types only");

@@ -220,11 +220,28 @@ const VENDORED_USE: &str = include_str!("../../templates/vendored_use.rs");
 const CRATE_README: &str = include_str!("../../templates/crate_readme.md");
 /// `serde_support`: the serde helpers of the generated code, and `Nullable`.
 const SERDE_SUPPORT: &str = include_str!("../../templates/serde_support.rs");
+/// The safe struct decoder a vendored file carries instead of `SERDE_SUPPORT`'s field tables.
+const VENDORED_STRUCT_DECODER: &str = include_str!("../../templates/vendored_struct_decoder.rs");
 /// `decode`: decoding with the JSON path of a failure.
 const DECODE: &str = include_str!("../../templates/decode.rs");
 /// `lossless`: typed views over raw JSON that keep what they do not change (its `UNION_TAGS`
 /// table comes from the schema, see [`union_tags`]).
 const LOSSLESS: &str = include_str!("../../templates/lossless.rs");
+
+/// `serde_support` as a vendored file has it: the part marked "acp-types only" (the field-table
+/// struct decoder, which holds the crate's only `unsafe` code, and its tests) replaced by
+/// [`VENDORED_STRUCT_DECODER`].
+fn vendored_serde_support() -> Result<String> {
+    const OPEN: &str = "// <acp-types only>\n";
+    const CLOSE: &str = "// </acp-types only>\n";
+    let (Some(start), Some(end)) = (SERDE_SUPPORT.find(OPEN), SERDE_SUPPORT.find(CLOSE)) else {
+        return Err(CodegenError::Emit {
+            file: "serde_support".into(),
+            message: format!("the template has no `{}` ... `{}` region", OPEN.trim(), CLOSE.trim()),
+        });
+    };
+    Ok(format!("{}{}{}", &SERDE_SUPPORT[..start], VENDORED_STRUCT_DECODER, &SERDE_SUPPORT[end + CLOSE.len()..]))
+}
 
 /// `UNION_TAGS` of the `lossless` module: every tagged union's tag member with the names of
 /// its variants (of all the models, each tag once), by which a merge tells a changed variant
@@ -704,7 +721,7 @@ pub fn vendor(settings: &Settings, features: &[String], with_traits: bool, deriv
     } else {
         TokenStream::new()
     };
-    let support: syn::File = syn::parse_str(SERDE_SUPPORT)
+    let support: syn::File = syn::parse_str(&vendored_serde_support()?)
         .map_err(|e| CodegenError::Emit { file: "serde_support".into(), message: e.to_string() })?;
     let support_items = &support.items;
     let decode: syn::File =
