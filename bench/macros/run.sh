@@ -110,7 +110,7 @@ smoke() { # agent
         return 1
     }
     ask '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}'
-    expect '"id":1,"result":{"protocolVersion":1'
+    expect '"id":1,"result":{*"protocolVersion":1' # members in any order
     ask '{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}'
     expect '"id":2,"result":{"sessionId":"sess_1"}'
     ask '{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":"sess_1","prompt":[{"type":"text","text":"hi"}]}}'
