@@ -751,8 +751,8 @@ lenient_markers! {
 /// the struct, and the functions for its type.
 ///
 /// A constant table of these replaces a decoding loop per struct: the loop is compiled once per
-/// `MapAccess` type and a field's functions once per field type, so a struct adds 32 bytes
-/// per field rather than kilobytes of code. The functions are type-erased (`*mut ()` for the
+/// `MapAccess` type and a field's functions once per field type, so a struct adds a table (per
+/// field 32 bytes and two load-time relocations) rather than kilobytes of code. The functions are type-erased (`*mut ()` for the
 /// `MapAccess`), which keeps the table a `'static` constant whatever the lifetimes of the
 /// deserializer. [`decode_fields`] is only sound with a table built for its own `A`, which the
 /// `deserialize_struct!` expansion guarantees.
