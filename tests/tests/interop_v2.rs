@@ -111,23 +111,10 @@ fn rs() -> Option<PathBuf> {
 }
 
 fn build_rs_peers() -> Result<PathBuf, String> {
-    let manifest = interop_dir("rs-v2").join("Cargo.toml");
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-rs-v2");
-    let log = target.with_extension("log");
-    std::fs::create_dir_all(&target).map_err(|e| e.to_string())?;
-    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    cargo
-        .args(["build", "--locked", "--bins", "--manifest-path"])
-        .arg(&manifest)
-        .arg("--target-dir")
-        .arg(&target)
-        // Cargo's own variables for this test run describe another package.
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("CARGO_MANIFEST_DIR");
     let started = Instant::now();
-    peers::run_logged(cargo, &log, INSTALL_LIMIT).map_err(|e| format!("building {}: {e}", manifest.display()))?;
-    eprintln!("built the Rust v2 peers in {:.1?} (log: {})", started.elapsed(), log.display());
-    Ok(target.join("debug"))
+    let bins = peers::cargo_build("rs-v2", INSTALL_LIMIT)?;
+    eprintln!("built the Rust v2 peers in {:.1?}", started.elapsed());
+    Ok(bins)
 }
 
 fn node(dir: &Path, script: &str, args: &[&str]) -> Command {
