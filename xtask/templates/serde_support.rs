@@ -588,15 +588,34 @@ impl<'de> Deserializer<'de> for MapRef<'de> {
     type Error = serde_json::Error;
 
     fn deserialize_any<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
-        let skip = self.1;
-        let entries = self.0.iter().filter(move |(k, _)| k.as_str() != skip).map(|(k, v)| (k.as_str(), v));
-        visitor.visit_map(serde::de::value::MapDeserializer::new(entries))
+        visitor.visit_map(serde::de::value::MapDeserializer::new(MapRefEntries { entries: self.0.iter(), skip: self.1 }))
     }
 
     serde::forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
         bytes byte_buf option unit unit_struct newtype_struct seq tuple
         tuple_struct map struct enum identifier ignored_any
+    }
+}
+
+/// The entries of a [`MapRef`]. A named type rather than `filter`/`map` closures: a closure
+/// written inside `deserialize_any` would be a new type for each visitor, and so would the
+/// `MapDeserializer` over it, compiling every payload's field readers once per payload type.
+struct MapRefEntries<'a> {
+    entries: serde_json::map::Iter<'a>,
+    skip: &'static str,
+}
+
+impl<'a> Iterator for MapRefEntries<'a> {
+    type Item = (&'a str, &'a Value);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let (key, value) = self.entries.next()?;
+            if key != self.skip {
+                return Some((key.as_str(), value));
+            }
+        }
     }
 }
 
