@@ -98,8 +98,9 @@ enum Mode {
         #[arg(value_name = "COMPONENT", required = true)]
         components: Vec<String>,
     },
-    /// Run as a proxy in a larger chain: initialized with `proxy/initialize` by another
-    /// conductor; every component is a proxy, and the last one's successor is ours.
+    /// Run as a proxy in a larger chain: initialized by another conductor (with
+    /// `proxy/initialize`, `sacp`'s `_proxy/initialize`, or the older wire's marked
+    /// `initialize`); every component is a proxy, and the last one's successor is ours.
     Proxy {
         /// A name for logs (accepted for compatibility with the official conductor).
         #[arg(short, long, default_value = "conductor")]

@@ -1,6 +1,10 @@
 //! Misbehaving proxies for the conductor's fault tests, by the first argument:
 //!
 //! - `pass`: forwards everything (a well-behaved proxy);
+//! - `older-pass`, `older-pass-forwarding`: `pass` written for the older proxy wire only
+//!   (`@thinkwell/conductor`, earlier `sacp`), which knows neither `proxy/initialize` nor
+//!   `_proxy/initialize`: the first answers them -32601, the second passes them on to its
+//!   successor in the older wire's envelope, as a proxy passes on what it does not know;
 //! - `crash`: forwards until a `session/prompt` arrives, then exits with status 3;
 //! - `silent`: never answers `session/prompt` (and ignores its cancellation);
 //! - `garbage`: writes a line that is not JSON to stdout when a `session/prompt` arrives;
@@ -12,8 +16,44 @@
 
 use std::io::Write;
 
-use acp_rpc::proxy::{Passthrough, Proxy, ProxyContext, Side, serve_proxy};
+use acp_rpc::proxy::{Passthrough, Proxy, ProxyContext, Side, Wire, serve_proxy};
 use acp_rpc::{ErrorObject, IncomingRequest, RawValue};
+
+/// A pass-through proxy that takes the proxy role on the older wire only.
+struct OlderOnly {
+    /// Pass the newer wires' initialize on to the successor instead of answering -32601.
+    forwarding: bool,
+}
+
+impl Proxy for OlderOnly {
+    fn intercepts(&self, from: Side, method: &str) -> bool {
+        // Each wire's initialize reaches the handler as `initialize`, with the wire it came on.
+        from == Side::Client && method == "initialize"
+    }
+
+    async fn handle_request(
+        &self,
+        cx: ProxyContext,
+        from: Side,
+        req: IncomingRequest,
+    ) -> Result<Box<RawValue>, ErrorObject> {
+        let wire = cx.wire();
+        if from == Side::Agent || wire == Wire::Older {
+            return cx.forward_request(from, req).await;
+        }
+        // `proxy/initialize` or `_proxy/initialize`: not a method of this proxy's wire.
+        let method = wire.initialize_method();
+        if !self.forwarding {
+            return Err(ErrorObject::method_not_found(method));
+        }
+        let params = req.params.as_deref().map_or("null", RawValue::get);
+        let wrapped =
+            format!(r#"{{"method":{},"params":{params}}}"#, serde_json::to_string(method).unwrap_or_default());
+        let wrapped = RawValue::from_string(wrapped).map_err(ErrorObject::internal_error)?;
+        let envelope = Wire::Older.successor_envelope(false);
+        cx.peer().request_raw(envelope, Some(&wrapped)).await.map_err(ErrorObject::from)
+    }
+}
 
 struct Faulty(&'static str);
 
@@ -92,6 +132,8 @@ async fn main() {
             serve.await
         }
         "pass" => serve_proxy(Passthrough, stdin, stdout).await,
+        "older-pass" => serve_proxy(OlderOnly { forwarding: false }, stdin, stdout).await,
+        "older-pass-forwarding" => serve_proxy(OlderOnly { forwarding: true }, stdin, stdout).await,
         "crash" => serve_proxy(Faulty("crash"), stdin, stdout).await,
         "silent" => serve_proxy(Faulty("silent"), stdin, stdout).await,
         "garbage" => serve_proxy(Faulty("garbage"), stdin, stdout).await,

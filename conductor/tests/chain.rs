@@ -204,6 +204,46 @@ async fn a_component_that_cannot_start_is_reported() {
 }
 
 #[tokio::test]
+async fn proxies_written_for_the_older_wire_take_their_place_in_the_chain() {
+    // Each wire in one chain: two proxies that know only the older wire (one answers the newer
+    // initialize methods -32601, one passes them on to its successor), around one of ours.
+    let chain = |agent: &str, context: &str| {
+        conductor(&[
+            "agent",
+            &format!("{COMPONENTS} older-pass"),
+            &format!("{CONTEXT} --context {context}"),
+            &format!("{COMPONENTS} older-pass-forwarding"),
+            agent,
+        ])
+    };
+    let mut editor = chain(&format!("{COMPONENTS} echo-agent"), "injected");
+    let init = common::context_reaches_the_echo_agent_losslessly(&mut editor).await;
+    // The first proxy's answer, with the older wire's marker as it gave it.
+    assert_eq!(init["result"]["_meta"]["proxy"], json!(true), "{init}");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+
+    // The agent's requests and updates travel back through them, in the older wire's request
+    // and notification envelopes.
+    let mut editor = chain(AGENT, "'Please read CONTEXT.md'");
+    common::full_turn_reads_the_file_the_context_names(&mut editor, "older-wire-turn").await;
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_component_that_takes_no_proxy_role_on_any_wire_is_refused() {
+    // An agent where a proxy belongs: it knows neither initialize method of a proxy, and its
+    // answer to the older wire's `initialize` lacks the marker.
+    let mut editor = conductor(&["agent", &format!("{COMPONENTS} echo-agent"), &format!("{COMPONENTS} echo-agent")]);
+    let init = editor.initialize().await;
+    assert_eq!(init["error"]["code"], json!(-32600), "{init}");
+    let message = init["error"]["message"].as_str().unwrap();
+    assert!(message.contains("did not take the proxy role"), "{message}");
+    editor.finish().await;
+}
+
+#[tokio::test]
 async fn conductors_nest_a_conductor_in_proxy_mode_is_one_link() {
     let inner = format!("{CONDUCTOR} proxy '{CONTEXT} --context A' '{COMPONENTS} pass'");
     let mut editor =

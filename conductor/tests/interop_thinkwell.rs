@@ -9,7 +9,9 @@
 //! - a full turn of the demo agent through them: its permission request and file read travel
 //!   back to the editor wrapped and unwrapped at each hop, its updates too;
 //! - `session/cancel` while the agent waits on the user: the prompt is answered `cancelled`
-//!   and the chain carries the next turn.
+//!   and the chain carries the next turn;
+//! - our conductor in proxy mode as one of its proxies: initialized on the older wire, it runs
+//!   its own chain of proxies, for the echo agent and for a full turn of the demo agent.
 //!
 //! Without node or npm, or when the install fails, the tests print why and pass without running,
 //! unless `ACP_INTEROP_REQUIRED=1` (as in CI), which makes that a failure.
@@ -28,6 +30,7 @@ use common::{
     full_turn_reads_the_file_the_context_names,
 };
 
+const CONDUCTOR: &str = env!("CARGO_BIN_EXE_acp-conductor");
 const COMPONENTS: &str = env!("CARGO_BIN_EXE_acp-conductor-test-components");
 const CONTEXT: &str = env!("CARGO_BIN_EXE_acp-conductor-proxy-context");
 const AGENT: &str = env!("CARGO_BIN_EXE_acp-conductor-example-agent");
@@ -103,6 +106,23 @@ async fn a_turn_cancelled_while_asking_the_user_ends_cancelled_through_the_types
     // The agent withdraws its question; this conductor passes the `$/cancel_request` on as it
     // is, under the id the agent gave it.
     let editor = cancel_while_asking_with(editor, "typescript conductor", CancelIds::PassedAsTheyCame).await;
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[tokio::test]
+async fn our_conductor_in_proxy_mode_is_one_proxy_of_the_typescript_conductor() {
+    let Some(dir) = thinkwell() else { return };
+    let ours = |context: &str| format!("{CONDUCTOR} proxy \"{CONTEXT} --context {context}\" \"{COMPONENTS} pass\"");
+    let mut editor = conductor(&dir, &[&ours("injected"), &format!("{COMPONENTS} echo-agent")]);
+    let init = context_reaches_the_echo_agent_losslessly(&mut editor).await;
+    // The TypeScript conductor refuses a first proxy whose answer lacks the marker.
+    assert_eq!(init["result"]["_meta"]["proxy"], json!(true), "{init}");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(0), "{stderr}");
+
+    let mut editor = conductor(&dir, &[&ours("'Please read CONTEXT.md'"), AGENT]);
+    full_turn_reads_the_file_the_context_names(&mut editor, "thinkwell-nested-turn").await;
     let (code, stderr) = editor.finish().await;
     assert_eq!(code, Some(0), "{stderr}");
 }

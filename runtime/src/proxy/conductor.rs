@@ -5,8 +5,12 @@
 //!
 //! A proxy that does not know `proxy/initialize` (a `sacp` 11 one passes it on to its
 //! successor, which the conductor answers -32601) is initialized again with
-//! `_proxy/initialize`, and spoken to in `_proxy/successor` from then on (see
-//! [`Wire`]).
+//! `_proxy/initialize`, and spoken to in `_proxy/successor` from then on; one that knows
+//! neither (written for `@thinkwell/conductor` or an earlier `sacp`) gets the older wire's
+//! `initialize` marked `"_meta": {"proxy": true}`, must answer with the same marker, and is
+//! spoken to in `_proxy/successor/request` and `_proxy/successor/notification` (see [`Wire`]).
+//! Run as a proxy itself ([`Conductor::proxy_mode`]), the conductor is initialized on whichever
+//! of the three wires its own conductor speaks.
 //!
 //! Each hop is a [forwarding](crate::Connection::forwarding) connection, so the chain keeps
 //! the order of what passes through it, passes params on byte for byte, passes cancellation on
@@ -38,11 +42,11 @@ use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinSet;
 
-use super::{Wire, envelope, is_chain_method};
+use super::{Wire, envelope, is_any_successor_envelope, is_chain_method, mark_as_proxy, marks_a_proxy};
 use crate::connection::Connection;
 use crate::handler::{Forward, Handler, IncomingNotification, IncomingRequest};
 use crate::jsonrpc::ErrorObject;
-use crate::methods::{PROXY_INITIALIZE, PROXY_SUCCESSOR, SACP_PROXY_INITIALIZE, SACP_PROXY_SUCCESSOR};
+use crate::methods::{PROXY_INITIALIZE, SACP_PROXY_INITIALIZE};
 use crate::peer::Peer;
 
 #[cfg(feature = "process")]
@@ -339,17 +343,10 @@ impl Chain {
         slot.store(wire.as_u8(), Ordering::Release);
     }
 
-    /// Whether `method`, sent from `place`, is an envelope: `proxy/successor` or `sacp`'s
-    /// `_proxy/successor` from anyone (a `sacp` proxy forwards the `proxy/initialize` it does
-    /// not know in one, before it is known to speak `sacp`), or the one of the wire spoken
-    /// there.
-    fn is_envelope(&self, place: Place, method: &str) -> bool {
-        method == PROXY_SUCCESSOR || method == SACP_PROXY_SUCCESSOR || self.wire(place).is_successor_envelope(method)
-    }
-
-    /// The envelope for a message to the proxy at `place`.
-    fn envelope_to(&self, place: Place) -> &'static str {
-        self.wire(place).successor_envelope(false)
+    /// The envelope for a request (`notification: false`) or a notification to the proxy at
+    /// `place`.
+    fn envelope_to(&self, place: Place, notification: bool) -> &'static str {
+        self.wire(place).successor_envelope(notification)
     }
 
     /// Puts every hop under the rules of the protocol version the chain's `initialize` answer
@@ -394,20 +391,28 @@ fn forward<'a>(
 impl Link {
     /// Toward the client from component `index`: plain to the client from the first one,
     /// wrapped for the proxy before it otherwise.
-    fn toward_client<'a>(&self, index: usize, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
+    fn toward_client<'a>(
+        &self,
+        index: usize,
+        method: &'a str,
+        params: Option<&'a RawValue>,
+        notification: bool,
+    ) -> Option<Forward<'a>> {
         match index.checked_sub(1) {
             None => forward(self.chain.client(), method, params.map(Cow::Borrowed)),
             Some(before) => {
                 let wrapped = Cow::Owned(envelope::wrap(method, params));
-                let envelope = self.chain.envelope_to(Place::Component(before));
+                let envelope = self.chain.envelope_to(Place::Component(before), notification);
                 forward(self.chain.component(before), envelope, Some(wrapped))
             }
         }
     }
 
     /// Initializes the proxy at `index` with the client's `initialize` params: on the current
-    /// wire, or on `sacp`'s when the proxy does not know `proxy/initialize` (-32601). Its
-    /// answer, whatever it is, goes back as it came.
+    /// wire, on `sacp`'s when the proxy does not know `proxy/initialize` (-32601), and on the
+    /// older one when it knows neither. Its answer goes back as it came; on the older wire it
+    /// must carry the marker (-32600 otherwise, as `@thinkwell/conductor` answers), which is
+    /// left in it as that conductor leaves it.
     async fn initialize_proxy(
         &self,
         index: usize,
@@ -417,11 +422,14 @@ impl Link {
         let peer = self.chain.component(index).ok_or_else(|| {
             ErrorObject::internal_error(format_args!("no component to forward `initialize` to (component {index})"))
         })?;
-        let mut attempts = [Wire::Current, Wire::Sacp].into_iter().peekable();
+        let mut attempts = [Wire::Current, Wire::Sacp, Wire::Older].into_iter().peekable();
         while let Some(wire) = attempts.next() {
             // Told before it is sent: the proxy wraps its successor's `initialize` in the
             // wire's envelope before it answers.
             self.chain.set_wire(Place::Component(index), wire);
+            if wire == Wire::Older {
+                return self.initialize_older_proxy(&peer, params, cancel).await;
+            }
             match peer.request_raw_until(wire.initialize_method(), params, cancel).await {
                 Err(crate::Error::Rpc(e))
                     if e.code == crate::jsonrpc::codes::METHOD_NOT_FOUND && attempts.peek().is_some() =>
@@ -437,6 +445,26 @@ impl Link {
         }
         unreachable!("the last attempt returns")
     }
+
+    /// The older wire's `initialize`: the client's params with the marker, and an answer that
+    /// must carry it.
+    async fn initialize_older_proxy(
+        &self,
+        peer: &Peer,
+        params: Option<&RawValue>,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<Box<RawValue>, ErrorObject> {
+        let marked =
+            mark_as_proxy(params).map_err(|e| ErrorObject::invalid_params(format_args!("`initialize` params: {e}")))?;
+        let answer = peer.request_raw_until(INITIALIZE, Some(&marked), cancel).await.map_err(super::answer_error)?;
+        if !marks_a_proxy(Some(&answer)) {
+            return Err(ErrorObject::invalid_request(
+                "the proxy knows neither `proxy/initialize` nor `_proxy/initialize`, and its answer to the older \
+                 wire's `initialize` does not carry `\"_meta\": {\"proxy\": true}`: it did not take the proxy role",
+            ));
+        }
+        Ok(answer)
+    }
 }
 
 #[cfg(all(feature = "mcp-bridge", unix))]
@@ -448,7 +476,7 @@ impl Link {
         params: Option<&'a RawValue>,
     ) -> Option<(std::borrow::Cow<'a, str>, Option<&'a RawValue>)> {
         let agent = self.chain.agent_index()?;
-        let wrapped = self.chain.is_envelope(self.at, method);
+        let wrapped = is_any_successor_envelope(method);
         match self.at {
             Place::Client if agent == 0 && !wrapped => Some((method.into(), params)),
             Place::Component(index) if index + 1 == agent && wrapped => {
@@ -471,26 +499,31 @@ impl Link {
     }
 }
 
-impl Handler for Link {
-    fn forward<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
+impl Link {
+    /// Where a request (`notification: false`) or notification read here goes when the
+    /// conductor does not handle it; the kind picks the envelope on the older wire.
+    fn route<'a>(&self, method: &'a str, params: Option<&'a RawValue>, notification: bool) -> Option<Forward<'a>> {
         let chain = &self.chain;
         #[cfg(all(feature = "mcp-bridge", unix))]
         if self.for_bridge(method, params).is_some() {
             return None;
         }
         // Initializing a proxy, and anything out of place, is left to `handle_request`.
+        // Envelopes of any wire are told from anyone: a proxy passes the `proxy/initialize`
+        // it does not know on in its own, before its wire is known.
         match (self.at, method) {
             // As a proxy: what our successor sends back to our last proxy (still wrapped: it
             // is for a proxy).
-            (Place::Client, m) if chain.proxy_mode && chain.is_envelope(Place::Client, m) => {
+            (Place::Client, m) if chain.proxy_mode && is_any_successor_envelope(m) => {
                 let last = Place::Component(chain.last_index());
-                forward(chain.component(chain.last_index()), chain.envelope_to(last), params.map(Cow::Borrowed))
+                let envelope = chain.envelope_to(last, notification);
+                forward(chain.component(chain.last_index()), envelope, params.map(Cow::Borrowed))
             }
             (_, PROXY_INITIALIZE | SACP_PROXY_INITIALIZE) => None,
             (Place::Client, INITIALIZE) => None,
-            (Place::Client, m) if chain.is_envelope(Place::Client, m) => None,
+            (Place::Client, m) if is_any_successor_envelope(m) => None,
             (Place::Client, _) => forward(chain.component(0), method, params.map(Cow::Borrowed)),
-            (Place::Component(index), m) if chain.is_envelope(Place::Component(index), m) => {
+            (Place::Component(index), m) if is_any_successor_envelope(m) => {
                 if chain.is_agent(index) {
                     return None;
                 }
@@ -501,7 +534,8 @@ impl Handler for Link {
                 if index == chain.last_index() {
                     // As a proxy, the last one's successor is ours: passed on as it came, in
                     // our own conductor's envelope.
-                    return forward(chain.client(), chain.envelope_to(Place::Client), params.map(Cow::Borrowed));
+                    let envelope = chain.envelope_to(Place::Client, notification);
+                    return forward(chain.client(), envelope, params.map(Cow::Borrowed));
                 }
                 let next = index + 1;
                 if inner.method == INITIALIZE && !chain.is_agent(next) {
@@ -509,8 +543,18 @@ impl Handler for Link {
                 }
                 forward(chain.component(next), inner.method, inner.params.map(Cow::Borrowed))
             }
-            (Place::Component(index), _) => self.toward_client(index, method, params),
+            (Place::Component(index), _) => self.toward_client(index, method, params, notification),
         }
+    }
+}
+
+impl Handler for Link {
+    fn forward<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
+        self.route(method, params, false)
+    }
+
+    fn forward_notification<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
+        self.route(method, params, true)
     }
 
     async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
@@ -525,8 +569,16 @@ impl Handler for Link {
         let chain = &self.chain;
         let params = req.params.as_deref();
         match (self.at, &*req.method) {
+            // The older wire's initialize, from our own conductor: answered with the marker.
+            (Place::Client, INITIALIZE) if chain.proxy_mode && marks_a_proxy(params) => {
+                chain.set_wire(Place::Client, Wire::Older);
+                let answer = self.initialize_proxy(0, params, &req.cancel).await;
+                chain.adopt_version(&answer);
+                answer.and_then(super::with_proxy_marker)
+            }
             (Place::Client, INITIALIZE) if chain.proxy_mode => Err(ErrorObject::invalid_request(
-                "this conductor runs as a proxy: it is initialized with `proxy/initialize` by its own conductor",
+                "this conductor runs as a proxy: it is initialized by its own conductor, with `proxy/initialize` \
+                 (or `_proxy/initialize`, or an `initialize` whose `_meta.proxy` is true)",
             )),
             (Place::Client, INITIALIZE) => {
                 let answer = if chain.is_agent(0) {
@@ -549,7 +601,7 @@ impl Handler for Link {
             (_, method @ (PROXY_INITIALIZE | SACP_PROXY_INITIALIZE)) => {
                 Err(ErrorObject::invalid_request(format_args!("`{method}` requests are only sent by the conductor")))
             }
-            (place, method) if chain.is_envelope(place, method) => {
+            (place, method) if is_any_successor_envelope(method) => {
                 let inner = envelope::unwrap(params)?;
                 match place {
                     Place::Component(index)

@@ -507,8 +507,15 @@ pub(crate) fn is_chain_method(method: &str) -> bool {
     )
 }
 
-/// Whether an `initialize` comes from a conductor of the older wire: `_meta.proxy` is `true`.
-fn marks_a_proxy(params: Option<&RawValue>) -> bool {
+/// Whether `method` is a successor envelope of any wire: what a proxy sends before its wire
+/// is known (one that passes on the `proxy/initialize` it does not know) is one too.
+pub(crate) fn is_any_successor_envelope(method: &str) -> bool {
+    matches!(method, PROXY_SUCCESSOR | SACP_PROXY_SUCCESSOR | SACP_SUCCESSOR_REQUEST | SACP_SUCCESSOR_NOTIFICATION)
+}
+
+/// Whether an `initialize` (or its answer) carries the older wire's marker: `_meta.proxy` is
+/// `true`.
+pub(crate) fn marks_a_proxy(params: Option<&RawValue>) -> bool {
     #[derive(serde::Deserialize)]
     struct Params {
         #[serde(rename = "_meta")]
@@ -526,9 +533,22 @@ fn marks_a_proxy(params: Option<&RawValue>) -> bool {
 
 /// The answer to the older wire's `initialize`: the successor's, with `_meta.proxy: true`
 /// added and every other member as it was written.
-fn with_proxy_marker(answer: Box<RawValue>) -> Result<Box<RawValue>, ErrorObject> {
+pub(crate) fn with_proxy_marker(answer: Box<RawValue>) -> Result<Box<RawValue>, ErrorObject> {
+    match mark_as_proxy(Some(&answer)) {
+        Ok(marked) => Ok(marked),
+        Err(e) => Err(ErrorObject::internal_error(format_args!("the successor's `initialize` answer: {e}"))),
+    }
+}
+
+/// `object` with `_meta.proxy: true` added (the older wire's `initialize` and its answer) and
+/// every other member as it was written; an error when it is not a JSON object. Absent params
+/// become an object holding the marker alone.
+pub(crate) fn mark_as_proxy(object: Option<&RawValue>) -> Result<Box<RawValue>, String> {
     use acp_types::lossless::Lossless;
-    let marked = Lossless::<serde_json::Value>::map(&answer, |result| {
+    let Some(object) = object else {
+        return RawValue::from_string(r#"{"_meta":{"proxy":true}}"#.to_owned()).map_err(|e| e.to_string());
+    };
+    let marked = Lossless::<serde_json::Value>::map(object, |result| {
         if let Some(result) = result.as_object_mut() {
             let meta = result.entry("_meta").or_insert_with(|| serde_json::json!({}));
             if !meta.is_object() {
@@ -539,8 +559,8 @@ fn with_proxy_marker(answer: Box<RawValue>) -> Result<Box<RawValue>, ErrorObject
     });
     match marked {
         Ok(marked) if marked.get().starts_with('{') => Ok(marked),
-        Ok(_) => Err(ErrorObject::internal_error("the successor answered `initialize` with something not an object")),
-        Err(e) => Err(ErrorObject::internal_error(format_args!("the successor's `initialize` answer: {e}"))),
+        Ok(_) => Err("not a JSON object".to_owned()),
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -33,7 +33,7 @@ use serde_json::Value;
 use tokio::io::AsyncWrite;
 
 use super::Place;
-use crate::methods::{PROXY_INITIALIZE, PROXY_SUCCESSOR, SACP_PROXY_SUCCESSOR};
+use crate::methods::PROXY_INITIALIZE;
 
 const INITIALIZE: &str = acp_types::agent_method::INITIALIZE;
 
@@ -113,8 +113,8 @@ impl State {
 
     /// A request or notification read from `place`: who sent it, who gets it.
     fn message(&mut self, place: Place, method: &str, msg: &Value) -> Option<Event> {
-        // `sacp` 11's envelope is read as the current one (see `Wire`).
-        let wrapped = method == PROXY_SUCCESSOR || method == SACP_PROXY_SUCCESSOR;
+        // The earlier wires' envelopes are read as the current one (see `Wire`).
+        let wrapped = crate::proxy::is_any_successor_envelope(method);
         let last = self.components.checked_sub(1)?;
         let (from, to) = match (place, wrapped) {
             // From a proxy, wrapped: for its successor (an agent has none).
