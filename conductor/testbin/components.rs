@@ -4,7 +4,10 @@
 //! - `older-pass`, `older-pass-forwarding`: `pass` written for the older proxy wire only
 //!   (`@thinkwell/conductor`, earlier `sacp`), which knows neither `proxy/initialize` nor
 //!   `_proxy/initialize`: the first answers them -32601, the second passes them on to its
-//!   successor in the older wire's envelope, as a proxy passes on what it does not know;
+//!   successor in the older wire's envelope, as a proxy passes on what it does not know. Each
+//!   prints `off the older wire:` and the line on stderr for every line the conductor sends it
+//!   in another wire's envelope or in the envelope of the other kind (our proxies would accept
+//!   it, a proxy of that wire would not);
 //! - `crash`: forwards until a `session/prompt` arrives, then exits with status 3;
 //! - `silent`: never answers `session/prompt` (and ignores its cancellation);
 //! - `garbage`: writes a line that is not JSON to stdout when a `session/prompt` arrives;
@@ -121,6 +124,33 @@ impl acp_rpc::Handler for EchoAgent {
     }
 }
 
+/// `input`, passed on line by line; lines wrapped in an envelope that a proxy of the older
+/// wire would not take are reported on stderr.
+fn older_wire_only(input: impl tokio::io::AsyncRead + Send + Unpin + 'static) -> acp_rpc::transport::PipeReader {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (mut to, reads) = acp_rpc::transport::pipe(1 << 20);
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(input).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let message: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            let request = message.get("id").is_some();
+            let off = match message["method"].as_str().unwrap_or_default() {
+                "proxy/successor" | "_proxy/successor" => true,
+                "_proxy/successor/request" => !request,
+                "_proxy/successor/notification" => request,
+                _ => false,
+            };
+            if off {
+                eprintln!("off the older wire: {line}");
+            }
+            if to.write_all(format!("{line}\n").as_bytes()).await.is_err() {
+                break;
+            }
+        }
+    });
+    reads
+}
+
 #[tokio::main]
 async fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
@@ -132,8 +162,8 @@ async fn main() {
             serve.await
         }
         "pass" => serve_proxy(Passthrough, stdin, stdout).await,
-        "older-pass" => serve_proxy(OlderOnly { forwarding: false }, stdin, stdout).await,
-        "older-pass-forwarding" => serve_proxy(OlderOnly { forwarding: true }, stdin, stdout).await,
+        "older-pass" => serve_proxy(OlderOnly { forwarding: false }, older_wire_only(stdin), stdout).await,
+        "older-pass-forwarding" => serve_proxy(OlderOnly { forwarding: true }, older_wire_only(stdin), stdout).await,
         "crash" => serve_proxy(Faulty("crash"), stdin, stdout).await,
         "silent" => serve_proxy(Faulty("silent"), stdin, stdout).await,
         "garbage" => serve_proxy(Faulty("garbage"), stdin, stdout).await,

@@ -222,13 +222,15 @@ async fn proxies_written_for_the_older_wire_take_their_place_in_the_chain() {
     assert_eq!(init["result"]["_meta"]["proxy"], json!(true), "{init}");
     let (code, stderr) = editor.finish().await;
     assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("off the older wire"), "{stderr}");
 
     // The agent's requests and updates travel back through them, in the older wire's request
-    // and notification envelopes.
+    // and notification envelopes (the components report any other).
     let mut editor = chain(AGENT, "'Please read CONTEXT.md'");
     common::full_turn_reads_the_file_the_context_names(&mut editor, "older-wire-turn").await;
     let (code, stderr) = editor.finish().await;
     assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("off the older wire"), "{stderr}");
 }
 
 #[tokio::test]

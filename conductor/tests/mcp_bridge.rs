@@ -3,7 +3,8 @@
 //! rmcp tools offered over ACP by the client and by a proxy of the chain, through the stdio
 //! shim the conductor writes into `session/new` (this package's `acp-conductor mcp-bridge`);
 //! an agent that does speak it gets the declarations untouched; a shim for a server nobody
-//! offers is refused with the reason.
+//! offers is refused with the reason. The same with a proxy that speaks only the older proxy
+//! wire, whose envelopes the bridge's messages and the proxy's own must then use.
 
 #[path = "../../runtime/tests/mcp_common/mod.rs"]
 mod mcp_common;
@@ -15,10 +16,12 @@ use acp_rpc::mcp::bridge::McpBridge;
 use acp_rpc::mcp::rmcp::{self, ServiceExt};
 use acp_rpc::mcp::{McpClients, McpServers};
 use acp_rpc::proxy::conductor::{ChainEnd, Component, Conductor};
-use acp_rpc::proxy::proxy_connection;
-use acp_rpc::transport::{DuplexEnd, duplex};
+use acp_rpc::proxy::{Proxy, ProxyContext, Side, Wire, proxy_connection};
+use acp_rpc::transport::{DuplexEnd, PipeReader, duplex, pipe};
 use acp_rpc::{AgentContext, AgentHandle, Connection, acp_agent, serve_agent, serve_client};
+use acp_rpc::{ErrorObject, IncomingNotification, IncomingRequest, RawValue};
 use mcp_common::*;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 const CONDUCTOR: &str = env!("CARGO_BIN_EXE_acp-conductor");
@@ -78,15 +81,94 @@ struct Chain {
     proxy_servers: McpServers,
     messages: mpsc::UnboundedReceiver<String>,
     chain: tokio::task::JoinHandle<std::io::Result<ChainEnd>>,
+    /// Lines between the conductor and an older-wire proxy whose envelope is not that wire's
+    /// for the message's kind.
+    off_wire: Arc<Mutex<Vec<String>>>,
+}
+
+/// Passes the lines of `from` on, noting in `off_wire` each one wrapped in an envelope that is
+/// not the older wire's for its kind (`_proxy/successor/request` for requests,
+/// `_proxy/successor/notification` for notifications): our proxies accept any wire's
+/// envelope, so this is what tells the chain spoke the older one.
+fn older_wire_only(from: PipeReader, off_wire: Arc<Mutex<Vec<String>>>) -> PipeReader {
+    let (mut to, reads) = pipe(BUF);
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(from).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let message: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            let request = message.get("id").is_some();
+            let off = match message["method"].as_str().unwrap_or_default() {
+                "proxy/successor" | "_proxy/successor" => true,
+                "_proxy/successor/request" => !request,
+                "_proxy/successor/notification" => request,
+                _ => false,
+            };
+            if off {
+                off_wire.lock().unwrap().push(line.clone());
+            }
+            if to.write_all(format!("{line}\n").as_bytes()).await.is_err() {
+                break;
+            }
+        }
+    });
+    reads
+}
+
+/// `P` taking the proxy role on the older wire only, as a proxy written for
+/// `@thinkwell/conductor` does: the newer wires' initialize methods are not its methods.
+struct OlderOnly<P>(P);
+
+impl<P: Proxy> Proxy for OlderOnly<P> {
+    fn intercepts(&self, from: Side, method: &str) -> bool {
+        (from == Side::Client && method == "initialize") || self.0.intercepts(from, method)
+    }
+
+    async fn handle_request(
+        &self,
+        cx: ProxyContext,
+        from: Side,
+        req: IncomingRequest,
+    ) -> Result<Box<RawValue>, ErrorObject> {
+        if from == Side::Client && req.method == "initialize" {
+            if cx.wire() != Wire::Older {
+                return Err(ErrorObject::method_not_found(cx.wire().initialize_method()));
+            }
+            if !self.0.intercepts(from, "initialize") {
+                return cx.forward_request(from, req).await;
+            }
+        }
+        self.0.handle_request(cx, from, req).await
+    }
+
+    async fn handle_notification(&self, cx: ProxyContext, from: Side, notification: IncomingNotification) {
+        self.0.handle_notification(cx, from, notification).await
+    }
 }
 
 /// client (offering `client-calc`) → bridging conductor → proxy (offering `proxy-calc`) → `agent`.
 fn chain(agent: impl acp_rpc::acp_types::Agent<AgentContext> + 'static) -> Chain {
+    chain_with(agent, false)
+}
+
+/// [`chain`], with a proxy that speaks the older wire only when `older`.
+fn chain_with(agent: impl acp_rpc::acp_types::Agent<AgentContext> + 'static, older: bool) -> Chain {
     let proxy_servers = McpServers::new();
     offer(&proxy_servers, "proxy-calc", "proxy");
-    let (proxy, proxy_end) = component("mcp-proxy");
-    let (_conductor, proxy_serve) =
-        proxy_connection(Connection::new(), proxy_servers.clone(), proxy_end.0, proxy_end.1);
+    let off_wire = Arc::new(Mutex::new(Vec::new()));
+    let (proxy, proxy_end) = if older {
+        // Both directions checked: the conductor's wrapping, and the proxy's own tunnels.
+        let (conductor_end, component_end) = duplex(BUF);
+        let from_proxy = older_wire_only(conductor_end.0, off_wire.clone());
+        let to_proxy = older_wire_only(component_end.0, off_wire.clone());
+        (Component::new("mcp-proxy", from_proxy, conductor_end.1), (to_proxy, component_end.1))
+    } else {
+        component("mcp-proxy")
+    };
+    let proxy_serve = if older {
+        proxy_connection(Connection::new(), OlderOnly(proxy_servers.clone()), proxy_end.0, proxy_end.1).1
+    } else {
+        proxy_connection(Connection::new(), proxy_servers.clone(), proxy_end.0, proxy_end.1).1
+    };
     tokio::spawn(proxy_serve);
     let (agent_component, agent_end) = component("agent");
     let (_client_handle, agent_serve) = serve_agent(agent, agent_end.0, agent_end.1);
@@ -101,7 +183,7 @@ fn chain(agent: impl acp_rpc::acp_types::Agent<AgentContext> + 'static) -> Chain
     let client = ToolClient { mcp: client_servers.clone(), messages: messages_tx };
     let (agent, serve) = serve_client(client, editor_end.0, editor_end.1);
     tokio::spawn(serve);
-    Chain { agent, client_servers, proxy_servers, messages, chain }
+    Chain { agent, client_servers, proxy_servers, messages, chain, off_wire }
 }
 
 async fn initialize_and_open(chain: &Chain) -> (InitializeResponse, SessionId) {
@@ -199,5 +281,28 @@ async fn an_agent_that_speaks_mcp_over_acp_is_not_bridged() {
             && clients.connection_count() == 0
     })
     .await;
+    end(chain).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridge_and_a_proxys_servers_work_through_a_proxy_of_the_older_wire() {
+    let agent = StdioMcpAgent::default();
+    let mut chain = chain_with(agent, true);
+    let (init, session) = initialize_and_open(&chain).await;
+    let mcp = init.agent_capabilities.as_ref().and_then(|c| c.mcp_capabilities.clone()).unwrap_or_default();
+    assert_eq!(mcp.acp, Some(true));
+    // The tools of the client reach the agent through the bridge, wrapped for the older proxy;
+    // the proxy's own, through its tunnel toward the agent, in its wire's envelopes.
+    let messages = turn(&mut chain, session).await;
+    assert_eq!(
+        messages,
+        [format!("client-calc: {}", expected_report("client")), format!("proxy-calc: {}", expected_report("proxy"))]
+    );
+    eventually("every bridged connection closed", || {
+        chain.client_servers.connection_count() == 0 && chain.proxy_servers.connection_count() == 0
+    })
+    .await;
+    let off_wire = chain.off_wire.lock().unwrap().clone();
+    assert!(off_wire.is_empty(), "envelopes of another wire, or of the other kind: {off_wire:#?}");
     end(chain).await;
 }

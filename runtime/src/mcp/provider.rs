@@ -237,7 +237,8 @@ impl McpServers {
         match &*req.method {
             client_method::MCP_CONNECT => {
                 let params: ConnectMcpRequest = req.parse_params().ok()?;
-                self.offers(&params.server_id.0).then(|| encode(self.open(&params, Route::wrapped(cx.peer().clone()))))
+                self.offers(&params.server_id.0)
+                    .then(|| encode(self.open(&params, Route::wrapped(cx.peer().clone(), cx.wire_cell()))))
             }
             client_method::MCP_MESSAGE => {
                 let params: MessageMcpRequest = req.parse_params().ok()?;

@@ -11,7 +11,7 @@
 //! `notifications/cancelled` for a request in flight cancels the ACP request.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use acp_types::{McpConnectionId, client_method};
@@ -23,41 +23,53 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::jsonrpc::ErrorObject;
-use crate::methods::PROXY_SUCCESSOR;
 use crate::peer::{Peer, PendingResponse};
-use crate::proxy::envelope;
+use crate::proxy::{Wire, envelope};
 
 const MCP_CANCELLED: &str = "notifications/cancelled";
 
 /// Where a tunnel's `mcp/message`s go: a peer, directly or (toward a proxy's successor)
-/// wrapped in `proxy/successor`.
+/// wrapped in the successor envelope of the wire that proxy speaks.
 #[derive(Clone, Debug)]
 pub(crate) struct Route {
     peer: Peer,
-    wrapped: bool,
+    /// The wire whose envelope wraps each message ([`Wire`] as a number), read when it is
+    /// sent: a conductor sets its route up before the proxy's `initialize` tells the wire.
+    wrapped: Option<Arc<AtomicU8>>,
 }
 
 impl Route {
     /// Messages go to `peer` as they are.
     pub(crate) fn plain(peer: Peer) -> Self {
-        Route { peer, wrapped: false }
+        Route { peer, wrapped: None }
     }
 
-    /// Messages go to `peer` wrapped in `proxy/successor` (a proxy toward the agent, or the
-    /// conductor toward the proxy before the agent).
-    pub(crate) fn wrapped(peer: Peer) -> Self {
-        Route { peer, wrapped: true }
+    /// Messages go to `peer` wrapped in the successor envelope of the wire in `wire` (a proxy
+    /// toward the agent, or the conductor toward the proxy before the agent).
+    pub(crate) fn wrapped(peer: Peer, wire: Arc<AtomicU8>) -> Self {
+        Route { peer, wrapped: Some(wire) }
     }
 
-    fn encode<'a, P: Serialize>(&self, method: &'a str, params: &P) -> Result<(&'a str, Box<RawValue>), Error> {
+    fn encode<'a, P: Serialize>(
+        &self,
+        method: &'a str,
+        params: &P,
+        notification: bool,
+    ) -> Result<(&'a str, Box<RawValue>), Error> {
         let raw = serde_json::value::to_raw_value(params).map_err(Error::Encode)?;
-        Ok(if self.wrapped { (PROXY_SUCCESSOR, envelope::wrap(method, Some(&raw))) } else { (method, raw) })
+        Ok(match &self.wrapped {
+            Some(wire) => {
+                let wire = Wire::from_u8(wire.load(Ordering::Acquire));
+                (wire.successor_envelope(notification), envelope::wrap(method, Some(&raw)))
+            }
+            None => (method, raw),
+        })
     }
 
     /// Sends a request and returns once it is queued, so that it keeps its place among the
     /// notifications sent after it.
     pub(crate) async fn send_request<P: Serialize>(&self, method: &str, params: &P) -> Result<PendingResponse, Error> {
-        let (method, params) = self.encode(method, params)?;
+        let (method, params) = self.encode(method, params, false)?;
         self.peer.send_request_raw(method, Some(&params)).await
     }
 
@@ -68,7 +80,7 @@ impl Route {
 
     /// Sends a notification.
     pub(crate) async fn notify<P: Serialize>(&self, method: &str, params: &P) -> Result<(), Error> {
-        let (method, params) = self.encode(method, params)?;
+        let (method, params) = self.encode(method, params, true)?;
         self.peer.notify_raw(method, Some(&params)).await
     }
 

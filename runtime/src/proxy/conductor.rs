@@ -26,7 +26,9 @@
 //! | a component never answers | nothing until the client cancels; then the cancellation's answer (for `session/prompt`, `{"stopReason":"cancelled"}`) after the grace period | goes on |
 //!
 //! The conductor adds and removes nothing: the client gets the first component's
-//! `initialize` answer verbatim, as with the official conductor. The one exception is the MCP
+//! `initialize` answer verbatim, as with the official conductor. The exceptions are the older
+//! wire's marker (added to the `initialize` an older proxy is sent, and to the conductor's own
+//! answer in proxy mode when its conductor speaks that wire), and the MCP
 //! bridge ([`Conductor::mcp_bridge`], feature `mcp-bridge`, unix), off by default: for an
 //! agent without `mcpCapabilities.acp`, the conductor advertises it and turns the `"type":
 //! "acp"` MCP servers of the chain into stdio servers the agent starts (see
@@ -151,7 +153,8 @@ impl Conductor {
     }
 
     /// Runs as a proxy rather than as an agent: the conductor is itself one link of a larger
-    /// chain, initialized with `proxy/initialize`, and every component is a proxy. What the last
+    /// chain, initialized by its own conductor on any of the three wires (see [`Wire`]), and
+    /// every component is a proxy. What the last
     /// one sends its successor goes to the conductor's own successor (wrapped, through the
     /// conductor's own conductor), and what comes from there reaches the last one. So chains
     /// nest: `acp-conductor agent "acp-conductor proxy P1 P2" AGENT`.
@@ -200,7 +203,7 @@ impl Conductor {
             proxy_mode: self.proxy_mode,
             client: OnceLock::new(),
             components: components.iter().map(|_| OnceLock::new()).collect(),
-            wires: components.iter().map(|_| AtomicU8::new(Wire::Current.as_u8())).collect(),
+            wires: components.iter().map(|_| Arc::new(AtomicU8::new(Wire::Current.as_u8()))).collect(),
             client_wire: AtomicU8::new(Wire::Current.as_u8()),
             #[cfg(all(feature = "mcp-bridge", unix))]
             bridge: self.mcp_bridge.clone().map(crate::mcp::bridge::Bridge::new),
@@ -238,7 +241,7 @@ impl Conductor {
             // conductor in proxy mode has no agent, so nothing to bridge for.)
             let route = match agent.checked_sub(1) {
                 None => crate::mcp::tunnel::Route::plain(client.clone()),
-                Some(before) => crate::mcp::tunnel::Route::wrapped(peers[before].clone()),
+                Some(before) => crate::mcp::tunnel::Route::wrapped(peers[before].clone(), chain.wires[before].clone()),
             };
             bridge.set_route(route);
         }
@@ -296,8 +299,9 @@ struct Chain {
     proxy_mode: bool,
     client: OnceLock<Peer>,
     components: Vec<OnceLock<Peer>>,
-    /// The wire each proxy speaks (a [`Wire`] as a number), as its `initialize` found out.
-    wires: Vec<AtomicU8>,
+    /// The wire each proxy speaks (a [`Wire`] as a number), as its `initialize` found out
+    /// (shared with the MCP bridge's route, which wraps for the proxy before the agent).
+    wires: Vec<Arc<AtomicU8>>,
     /// In proxy mode, the wire our own conductor speaks, as its `initialize` said.
     client_wire: AtomicU8,
     #[cfg(all(feature = "mcp-bridge", unix))]
@@ -410,9 +414,10 @@ impl Link {
 
     /// Initializes the proxy at `index` with the client's `initialize` params: on the current
     /// wire, on `sacp`'s when the proxy does not know `proxy/initialize` (-32601), and on the
-    /// older one when it knows neither. Its answer goes back as it came; on the older wire it
-    /// must carry the marker (-32600 otherwise, as `@thinkwell/conductor` answers), which is
-    /// left in it as that conductor leaves it.
+    /// older one when it knows neither. Only -32601 moves on to the next wire: any other answer
+    /// goes back as it came. On the older wire the answer must carry the marker (-32600
+    /// otherwise; `@thinkwell/conductor` checks its first proxy so, this conductor every older
+    /// proxy), which is left in it as that conductor leaves it.
     async fn initialize_proxy(
         &self,
         index: usize,

@@ -317,6 +317,12 @@ impl ProxyContext {
         Wire::from_u8(self.wire.load(Ordering::Acquire))
     }
 
+    /// The cell holding [`ProxyContext::wire`], for what sends toward the successor later.
+    #[cfg(feature = "mcp-over-acp")]
+    pub(crate) fn wire_cell(&self) -> Arc<AtomicU8> {
+        self.wire.clone()
+    }
+
     fn set_wire(&self, wire: Wire) {
         self.wire.store(wire.as_u8(), Ordering::Release);
     }
