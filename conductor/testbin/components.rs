@@ -22,6 +22,9 @@ use std::io::Write;
 use acp_rpc::proxy::{Passthrough, Proxy, ProxyContext, Side, Wire, serve_proxy};
 use acp_rpc::{ErrorObject, IncomingRequest, RawValue};
 
+#[path = "../tests/common/older_wire.rs"]
+mod older_wire;
+
 /// A pass-through proxy that takes the proxy role on the older wire only.
 struct OlderOnly {
     /// Pass the newer wires' initialize on to the successor instead of answering -32601.
@@ -124,33 +127,6 @@ impl acp_rpc::Handler for EchoAgent {
     }
 }
 
-/// `input`, passed on line by line; lines wrapped in an envelope that a proxy of the older
-/// wire would not take are reported on stderr.
-fn older_wire_only(input: impl tokio::io::AsyncRead + Send + Unpin + 'static) -> acp_rpc::transport::PipeReader {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    let (mut to, reads) = acp_rpc::transport::pipe(1 << 20);
-    tokio::spawn(async move {
-        let mut lines = tokio::io::BufReader::new(input).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let message: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-            let request = message.get("id").is_some();
-            let off = match message["method"].as_str().unwrap_or_default() {
-                "proxy/successor" | "_proxy/successor" => true,
-                "_proxy/successor/request" => !request,
-                "_proxy/successor/notification" => request,
-                _ => false,
-            };
-            if off {
-                eprintln!("off the older wire: {line}");
-            }
-            if to.write_all(format!("{line}\n").as_bytes()).await.is_err() {
-                break;
-            }
-        }
-    });
-    reads
-}
-
 #[tokio::main]
 async fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
@@ -162,8 +138,22 @@ async fn main() {
             serve.await
         }
         "pass" => serve_proxy(Passthrough, stdin, stdout).await,
-        "older-pass" => serve_proxy(OlderOnly { forwarding: false }, older_wire_only(stdin), stdout).await,
-        "older-pass-forwarding" => serve_proxy(OlderOnly { forwarding: true }, older_wire_only(stdin), stdout).await,
+        "older-pass" => {
+            serve_proxy(
+                OlderOnly { forwarding: false },
+                older_wire::older_wire_only(stdin, |line| eprintln!("off the older wire: {line}")),
+                stdout,
+            )
+            .await
+        }
+        "older-pass-forwarding" => {
+            serve_proxy(
+                OlderOnly { forwarding: true },
+                older_wire::older_wire_only(stdin, |line| eprintln!("off the older wire: {line}")),
+                stdout,
+            )
+            .await
+        }
         "crash" => serve_proxy(Faulty("crash"), stdin, stdout).await,
         "silent" => serve_proxy(Faulty("silent"), stdin, stdout).await,
         "garbage" => serve_proxy(Faulty("garbage"), stdin, stdout).await,

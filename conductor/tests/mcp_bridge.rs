@@ -8,6 +8,8 @@
 
 #[path = "../../runtime/tests/mcp_common/mod.rs"]
 mod mcp_common;
+#[path = "common/older_wire.rs"]
+mod older_wire;
 
 use std::sync::{Arc, Mutex};
 
@@ -17,11 +19,10 @@ use acp_rpc::mcp::rmcp::{self, ServiceExt};
 use acp_rpc::mcp::{McpClients, McpServers};
 use acp_rpc::proxy::conductor::{ChainEnd, Component, Conductor};
 use acp_rpc::proxy::{Proxy, ProxyContext, Side, Wire, proxy_connection};
-use acp_rpc::transport::{DuplexEnd, PipeReader, duplex, pipe};
+use acp_rpc::transport::{DuplexEnd, duplex};
 use acp_rpc::{AgentContext, AgentHandle, Connection, acp_agent, serve_agent, serve_client};
 use acp_rpc::{ErrorObject, IncomingNotification, IncomingRequest, RawValue};
 use mcp_common::*;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 const CONDUCTOR: &str = env!("CARGO_BIN_EXE_acp-conductor");
@@ -86,34 +87,6 @@ struct Chain {
     off_wire: Arc<Mutex<Vec<String>>>,
 }
 
-/// Passes the lines of `from` on, noting in `off_wire` each one wrapped in an envelope that is
-/// not the older wire's for its kind (`_proxy/successor/request` for requests,
-/// `_proxy/successor/notification` for notifications): our proxies accept any wire's
-/// envelope, so this is what tells the chain spoke the older one.
-fn older_wire_only(from: PipeReader, off_wire: Arc<Mutex<Vec<String>>>) -> PipeReader {
-    let (mut to, reads) = pipe(BUF);
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(from).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let message: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-            let request = message.get("id").is_some();
-            let off = match message["method"].as_str().unwrap_or_default() {
-                "proxy/successor" | "_proxy/successor" => true,
-                "_proxy/successor/request" => !request,
-                "_proxy/successor/notification" => request,
-                _ => false,
-            };
-            if off {
-                off_wire.lock().unwrap().push(line.clone());
-            }
-            if to.write_all(format!("{line}\n").as_bytes()).await.is_err() {
-                break;
-            }
-        }
-    });
-    reads
-}
-
 /// `P` taking the proxy role on the older wire only, as a proxy written for
 /// `@thinkwell/conductor` does: the newer wires' initialize methods are not its methods.
 struct OlderOnly<P>(P);
@@ -158,8 +131,12 @@ fn chain_with(agent: impl acp_rpc::acp_types::Agent<AgentContext> + 'static, old
     let (proxy, proxy_end) = if older {
         // Both directions checked: the conductor's wrapping, and the proxy's own tunnels.
         let (conductor_end, component_end) = duplex(BUF);
-        let from_proxy = older_wire_only(conductor_end.0, off_wire.clone());
-        let to_proxy = older_wire_only(component_end.0, off_wire.clone());
+        let note = |off_wire: &Arc<Mutex<Vec<String>>>| {
+            let off_wire = off_wire.clone();
+            move |line: &str| off_wire.lock().unwrap().push(line.to_owned())
+        };
+        let from_proxy = older_wire::older_wire_only(conductor_end.0, note(&off_wire));
+        let to_proxy = older_wire::older_wire_only(component_end.0, note(&off_wire));
         (Component::new("mcp-proxy", from_proxy, conductor_end.1), (to_proxy, component_end.1))
     } else {
         component("mcp-proxy")
