@@ -171,11 +171,15 @@ async fn initialize_and_open(chain: &Chain) -> (InitializeResponse, SessionId) {
     (init, session.session_id)
 }
 
-async fn turn(chain: &mut Chain, session: SessionId) -> Vec<String> {
+async fn turn_uses_both_servers(chain: &mut Chain, session: SessionId) {
     let prompt = PromptRequest::new(session, vec![ContentBlock::Text(TextContent::new("use the tools"))]);
     let answer = tokio::time::timeout(LIMIT, chain.agent.prompt(prompt)).await.expect("the turn ends in time");
     assert_eq!(answer.expect("session/prompt").stop_reason, StopReason::EndTurn);
-    vec![next(&mut chain.messages).await, next(&mut chain.messages).await]
+    let messages = [next(&mut chain.messages).await, next(&mut chain.messages).await];
+    assert_eq!(
+        messages,
+        [format!("client-calc: {}", expected_report("client")), format!("proxy-calc: {}", expected_report("proxy"))]
+    );
 }
 
 async fn end(chain: Chain) {
@@ -215,11 +219,7 @@ async fn an_agent_without_mcp_over_acp_reaches_the_chains_tools_through_the_brid
     };
     assert!(socket.exists(), "the bridge listens at {socket:?}");
 
-    let messages = turn(&mut chain, session).await;
-    assert_eq!(
-        messages,
-        [format!("client-calc: {}", expected_report("client")), format!("proxy-calc: {}", expected_report("proxy"))]
-    );
+    turn_uses_both_servers(&mut chain, session).await;
     eventually("every bridged connection closed", || {
         chain.client_servers.connection_count() == 0 && chain.proxy_servers.connection_count() == 0
     })
@@ -247,11 +247,7 @@ async fn an_agent_that_speaks_mcp_over_acp_is_not_bridged() {
     let (init, session) = initialize_and_open(&chain).await;
     let mcp = init.agent_capabilities.and_then(|c| c.mcp_capabilities).unwrap_or_default();
     assert_eq!(mcp.acp, Some(true));
-    let messages = turn(&mut chain, session).await;
-    assert_eq!(
-        messages,
-        [format!("client-calc: {}", expected_report("client")), format!("proxy-calc: {}", expected_report("proxy"))]
-    );
+    turn_uses_both_servers(&mut chain, session).await;
     eventually("every connection closed", || {
         chain.client_servers.connection_count() == 0
             && chain.proxy_servers.connection_count() == 0
@@ -270,11 +266,7 @@ async fn the_bridge_and_a_proxys_servers_work_through_a_proxy_of_the_older_wire(
     assert_eq!(mcp.acp, Some(true));
     // The tools of the client reach the agent through the bridge, wrapped for the older proxy;
     // the proxy's own, through its tunnel toward the agent, in its wire's envelopes.
-    let messages = turn(&mut chain, session).await;
-    assert_eq!(
-        messages,
-        [format!("client-calc: {}", expected_report("client")), format!("proxy-calc: {}", expected_report("proxy"))]
-    );
+    turn_uses_both_servers(&mut chain, session).await;
     eventually("every bridged connection closed", || {
         chain.client_servers.connection_count() == 0 && chain.proxy_servers.connection_count() == 0
     })
