@@ -19,47 +19,11 @@
 
 use std::io::Write;
 
-use acp_rpc::proxy::{Passthrough, Proxy, ProxyContext, Side, Wire, serve_proxy};
+use acp_rpc::proxy::{Passthrough, Proxy, ProxyContext, Side, serve_proxy};
 use acp_rpc::{ErrorObject, IncomingRequest, RawValue};
 
 #[path = "../tests/common/older_wire.rs"]
 mod older_wire;
-
-/// A pass-through proxy that takes the proxy role on the older wire only.
-struct OlderOnly {
-    /// Pass the newer wires' initialize on to the successor instead of answering -32601.
-    forwarding: bool,
-}
-
-impl Proxy for OlderOnly {
-    fn intercepts(&self, from: Side, method: &str) -> bool {
-        // Each wire's initialize reaches the handler as `initialize`, with the wire it came on.
-        from == Side::Client && method == "initialize"
-    }
-
-    async fn handle_request(
-        &self,
-        cx: ProxyContext,
-        from: Side,
-        req: IncomingRequest,
-    ) -> Result<Box<RawValue>, ErrorObject> {
-        let wire = cx.wire();
-        if from == Side::Agent || wire == Wire::Older {
-            return cx.forward_request(from, req).await;
-        }
-        // `proxy/initialize` or `_proxy/initialize`: not a method of this proxy's wire.
-        let method = wire.initialize_method();
-        if !self.forwarding {
-            return Err(ErrorObject::method_not_found(method));
-        }
-        let params = req.params.as_deref().map_or("null", RawValue::get);
-        let wrapped =
-            format!(r#"{{"method":{},"params":{params}}}"#, serde_json::to_string(method).unwrap_or_default());
-        let wrapped = RawValue::from_string(wrapped).map_err(ErrorObject::internal_error)?;
-        let envelope = Wire::Older.successor_envelope(false);
-        cx.peer().request_raw(envelope, Some(&wrapped)).await.map_err(ErrorObject::from)
-    }
-}
 
 struct Faulty(&'static str);
 
@@ -140,7 +104,7 @@ async fn main() {
         "pass" => serve_proxy(Passthrough, stdin, stdout).await,
         "older-pass" => {
             serve_proxy(
-                OlderOnly { forwarding: false },
+                older_wire::OlderOnly { inner: Passthrough, forwarding: false },
                 older_wire::older_wire_only(stdin, |line| eprintln!("off the older wire: {line}")),
                 stdout,
             )
@@ -148,7 +112,7 @@ async fn main() {
         }
         "older-pass-forwarding" => {
             serve_proxy(
-                OlderOnly { forwarding: true },
+                older_wire::OlderOnly { inner: Passthrough, forwarding: true },
                 older_wire::older_wire_only(stdin, |line| eprintln!("off the older wire: {line}")),
                 stdout,
             )

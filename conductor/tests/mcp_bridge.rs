@@ -18,10 +18,9 @@ use acp_rpc::mcp::bridge::McpBridge;
 use acp_rpc::mcp::rmcp::{self, ServiceExt};
 use acp_rpc::mcp::{McpClients, McpServers};
 use acp_rpc::proxy::conductor::{ChainEnd, Component, Conductor};
-use acp_rpc::proxy::{Proxy, ProxyContext, Side, Wire, proxy_connection};
+use acp_rpc::proxy::proxy_connection;
 use acp_rpc::transport::{DuplexEnd, duplex};
 use acp_rpc::{AgentContext, AgentHandle, Connection, acp_agent, serve_agent, serve_client};
-use acp_rpc::{ErrorObject, IncomingNotification, IncomingRequest, RawValue};
 use mcp_common::*;
 use tokio::sync::mpsc;
 
@@ -87,37 +86,6 @@ struct Chain {
     off_wire: Arc<Mutex<Vec<String>>>,
 }
 
-/// `P` taking the proxy role on the older wire only, as a proxy written for
-/// `@thinkwell/conductor` does: the newer wires' initialize methods are not its methods.
-struct OlderOnly<P>(P);
-
-impl<P: Proxy> Proxy for OlderOnly<P> {
-    fn intercepts(&self, from: Side, method: &str) -> bool {
-        (from == Side::Client && method == "initialize") || self.0.intercepts(from, method)
-    }
-
-    async fn handle_request(
-        &self,
-        cx: ProxyContext,
-        from: Side,
-        req: IncomingRequest,
-    ) -> Result<Box<RawValue>, ErrorObject> {
-        if from == Side::Client && req.method == "initialize" {
-            if cx.wire() != Wire::Older {
-                return Err(ErrorObject::method_not_found(cx.wire().initialize_method()));
-            }
-            if !self.0.intercepts(from, "initialize") {
-                return cx.forward_request(from, req).await;
-            }
-        }
-        self.0.handle_request(cx, from, req).await
-    }
-
-    async fn handle_notification(&self, cx: ProxyContext, from: Side, notification: IncomingNotification) {
-        self.0.handle_notification(cx, from, notification).await
-    }
-}
-
 /// client (offering `client-calc`) → bridging conductor → proxy (offering `proxy-calc`) → `agent`.
 fn chain(agent: impl acp_rpc::acp_types::Agent<AgentContext> + 'static) -> Chain {
     chain_with(agent, false)
@@ -142,7 +110,13 @@ fn chain_with(agent: impl acp_rpc::acp_types::Agent<AgentContext> + 'static, old
         component("mcp-proxy")
     };
     let proxy_serve = if older {
-        proxy_connection(Connection::new(), OlderOnly(proxy_servers.clone()), proxy_end.0, proxy_end.1).1
+        proxy_connection(
+            Connection::new(),
+            older_wire::OlderOnly { inner: proxy_servers.clone(), forwarding: false },
+            proxy_end.0,
+            proxy_end.1,
+        )
+        .1
     } else {
         proxy_connection(Connection::new(), proxy_servers.clone(), proxy_end.0, proxy_end.1).1
     };

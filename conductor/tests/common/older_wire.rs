@@ -1,8 +1,11 @@
-//! A check for the older proxy wire, shared by the tests and the test components: our proxies
-//! accept any wire's envelope, so what tells that a conductor spoke the older wire to one is
-//! the lines it was sent.
+//! The older proxy wire in the tests, shared by the test files and the test components: a
+//! proxy that speaks only that wire, and a check of the lines a conductor sends it (our
+//! proxies accept any wire's envelope, so what tells that a conductor spoke the older wire to
+//! one is the lines it was sent).
 
+use acp_rpc::proxy::{Proxy, ProxyContext, Side, Wire};
 use acp_rpc::transport::{PipeReader, pipe};
+use acp_rpc::{ErrorObject, IncomingNotification, IncomingRequest, RawValue};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 
 /// Passes the lines of `from` on, calling `off_wire` with each one wrapped in an envelope a
@@ -34,4 +37,53 @@ pub fn older_wire_only(
         }
     });
     reads
+}
+
+/// The proxy `inner` taking the proxy role on the older wire only, as a proxy written for
+/// `@thinkwell/conductor` does: the newer wires' initialize methods are not its methods. It
+/// answers them -32601, or, when `forwarding`, passes them on to its successor in the older
+/// wire's envelope, as a proxy passes on what it does not know.
+pub struct OlderOnly<P> {
+    pub inner: P,
+    pub forwarding: bool,
+}
+
+impl<P: Proxy> Proxy for OlderOnly<P> {
+    fn intercepts(&self, from: Side, method: &str) -> bool {
+        // Each wire's initialize reaches the handler as `initialize`, with the wire it came on.
+        (from == Side::Client && method == "initialize") || self.inner.intercepts(from, method)
+    }
+
+    async fn handle_request(
+        &self,
+        cx: ProxyContext,
+        from: Side,
+        req: IncomingRequest,
+    ) -> Result<Box<RawValue>, ErrorObject> {
+        if from != Side::Client || req.method != "initialize" {
+            return self.inner.handle_request(cx, from, req).await;
+        }
+        let wire = cx.wire();
+        if wire == Wire::Older {
+            if self.inner.intercepts(from, "initialize") {
+                return self.inner.handle_request(cx, from, req).await;
+            }
+            return cx.forward_request(from, req).await;
+        }
+        // `proxy/initialize` or `_proxy/initialize`.
+        let method = wire.initialize_method();
+        if !self.forwarding {
+            return Err(ErrorObject::method_not_found(method));
+        }
+        let params = req.params.as_deref().map_or("null", RawValue::get);
+        let method = serde_json::to_string(method).map_err(ErrorObject::internal_error)?;
+        let wrapped = RawValue::from_string(format!(r#"{{"method":{method},"params":{params}}}"#))
+            .map_err(ErrorObject::internal_error)?;
+        let envelope = Wire::Older.successor_envelope(false);
+        cx.peer().request_raw(envelope, Some(&wrapped)).await.map_err(ErrorObject::from)
+    }
+
+    async fn handle_notification(&self, cx: ProxyContext, from: Side, notification: IncomingNotification) {
+        self.inner.handle_notification(cx, from, notification).await
+    }
 }
