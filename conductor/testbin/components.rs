@@ -102,21 +102,10 @@ async fn main() {
             serve.await
         }
         "pass" => serve_proxy(Passthrough, stdin, stdout).await,
-        "older-pass" => {
-            serve_proxy(
-                older_wire::OlderOnly { inner: Passthrough, forwarding: false },
-                older_wire::older_wire_only(stdin, |line| eprintln!("off the older wire: {line}")),
-                stdout,
-            )
-            .await
-        }
-        "older-pass-forwarding" => {
-            serve_proxy(
-                older_wire::OlderOnly { inner: Passthrough, forwarding: true },
-                older_wire::older_wire_only(stdin, |line| eprintln!("off the older wire: {line}")),
-                stdout,
-            )
-            .await
+        "older-pass" | "older-pass-forwarding" => {
+            let proxy = older_wire::OlderOnly { inner: Passthrough, forwarding: mode == "older-pass-forwarding" };
+            let input = older_wire::older_wire_only(stdin, |line| eprintln!("off the older wire: {line}"));
+            serve_proxy(proxy, input, stdout).await
         }
         "crash" => serve_proxy(Faulty("crash"), stdin, stdout).await,
         "silent" => serve_proxy(Faulty("silent"), stdin, stdout).await,
