@@ -465,8 +465,11 @@ impl ClientHandle {
     }
 
     /// `session/update`: streams progress of a session (message chunks, plans, tool calls, ...).
-    pub async fn session_update(&self, notification: SessionNotification) -> Result<(), Error> {
-        self.peer.notify(client_method::SESSION_UPDATE, &notification).await
+    pub fn session_update(
+        &self,
+        notification: SessionNotification,
+    ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.peer.notify(client_method::SESSION_UPDATE, &notification)
     }
 
     /// `session/request_permission`: asks the user to allow a tool call.
@@ -474,91 +477,109 @@ impl ClientHandle {
     /// If the turn is cancelled first (the bound token fires, or the client sends
     /// `session/cancel` for the session), this resolves at once with
     /// [`RequestPermissionOutcome::Cancelled`] and the client is sent `$/cancel_request`.
-    pub async fn request_permission(
+    pub fn request_permission(
         &self,
         params: RequestPermissionRequest,
-    ) -> Result<RequestPermissionResponse, Error> {
-        match self.call(client_method::SESSION_REQUEST_PERMISSION, &params).await {
-            Err(Error::Cancelled) => Ok(cancelled_permission()),
-            Err(Error::Rpc(e))
-                if e.code == codes::REQUEST_CANCELLED
-                    && self.cancel.as_ref().is_some_and(CancellationToken::is_cancelled) =>
-            {
-                Ok(cancelled_permission())
+    ) -> impl Future<Output = Result<RequestPermissionResponse, Error>> + Send + '_ {
+        let call = self.call(client_method::SESSION_REQUEST_PERMISSION, &params);
+        async move {
+            match call.await {
+                Err(Error::Cancelled) => Ok(cancelled_permission()),
+                Err(Error::Rpc(e))
+                    if e.code == codes::REQUEST_CANCELLED
+                        && self.cancel.as_ref().is_some_and(CancellationToken::is_cancelled) =>
+                {
+                    Ok(cancelled_permission())
+                }
+                other => other,
             }
-            other => other,
         }
     }
 
     /// `fs/read_text_file`: reads a text file through the client (which sees unsaved edits).
     /// Needs the client's `fs.readTextFile` capability.
-    pub async fn read_text_file(&self, params: ReadTextFileRequest) -> Result<ReadTextFileResponse, Error> {
-        self.call(client_method::FS_READ_TEXT_FILE, &params).await
+    pub fn read_text_file(
+        &self,
+        params: ReadTextFileRequest,
+    ) -> impl Future<Output = Result<ReadTextFileResponse, Error>> + Send + '_ {
+        self.call(client_method::FS_READ_TEXT_FILE, &params)
     }
 
     /// `fs/write_text_file`: writes a text file through the client. Needs the client's
     /// `fs.writeTextFile` capability.
-    pub async fn write_text_file(&self, params: WriteTextFileRequest) -> Result<WriteTextFileResponse, Error> {
-        self.call(client_method::FS_WRITE_TEXT_FILE, &params).await
+    pub fn write_text_file(
+        &self,
+        params: WriteTextFileRequest,
+    ) -> impl Future<Output = Result<WriteTextFileResponse, Error>> + Send + '_ {
+        self.call(client_method::FS_WRITE_TEXT_FILE, &params)
     }
 
     /// `terminal/create`: starts a command in a client terminal. The returned [`TerminalHandle`]
     /// reads its output, waits for it, kills it, and releases it (when dropped, if not
     /// released before). Needs the client's `terminal` capability.
-    pub async fn create_terminal(&self, params: CreateTerminalRequest) -> Result<TerminalHandle, Error> {
-        let session_id = params.session_id.clone();
-        let created: CreateTerminalResponse = self.call(client_method::TERMINAL_CREATE, &params).await?;
-        Ok(TerminalHandle::new(created.terminal_id, session_id, self.clone()))
+    pub fn create_terminal(
+        &self,
+        params: CreateTerminalRequest,
+    ) -> impl Future<Output = Result<TerminalHandle, Error>> + Send + '_ {
+        let call = self.call::<_, CreateTerminalResponse>(client_method::TERMINAL_CREATE, &params);
+        let session_id = params.session_id;
+        async move { Ok(TerminalHandle::new(call.await?.terminal_id, session_id, self.clone())) }
     }
 
     /// `elicitation/create`: asks the user for structured input (a form or a URL).
-    pub async fn create_elicitation(
+    pub fn create_elicitation(
         &self,
         params: CreateElicitationRequest,
-    ) -> Result<CreateElicitationResponse, Error> {
-        self.call(client_method::ELICITATION_CREATE, &params).await
+    ) -> impl Future<Output = Result<CreateElicitationResponse, Error>> + Send + '_ {
+        self.call(client_method::ELICITATION_CREATE, &params)
     }
 
     /// `elicitation/complete`: tells the client a URL-based elicitation is complete.
-    pub async fn complete_elicitation(&self, notification: CompleteElicitationNotification) -> Result<(), Error> {
-        self.peer.notify(client_method::ELICITATION_COMPLETE, &notification).await
+    pub fn complete_elicitation(
+        &self,
+        notification: CompleteElicitationNotification,
+    ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.peer.notify(client_method::ELICITATION_COMPLETE, &notification)
     }
 
     /// `mcp/connect` (unstable): opens a connection to an MCP server the client declared with
     /// `"type": "acp"`. To run an rmcp client on it, use `acp_rpc::mcp::McpClients`
     /// (feature `mcp-over-acp`), which makes this call.
     #[cfg(feature = "unstable_mcp_over_acp")]
-    pub async fn mcp_connect(
+    pub fn mcp_connect(
         &self,
         params: acp_types::ConnectMcpRequest,
-    ) -> Result<acp_types::ConnectMcpResponse, Error> {
-        self.call(client_method::MCP_CONNECT, &params).await
+    ) -> impl Future<Output = Result<acp_types::ConnectMcpResponse, Error>> + Send + '_ {
+        self.call(client_method::MCP_CONNECT, &params)
     }
 
     /// `mcp/message` (unstable), as a request: one MCP request on an open connection; the
     /// result is the MCP result.
     #[cfg(feature = "unstable_mcp_over_acp")]
-    pub async fn mcp_message(
+    pub fn mcp_message(
         &self,
         params: acp_types::MessageMcpRequest,
-    ) -> Result<acp_types::MessageMcpResponse, Error> {
-        self.call(client_method::MCP_MESSAGE, &params).await
+    ) -> impl Future<Output = Result<acp_types::MessageMcpResponse, Error>> + Send + '_ {
+        self.call(client_method::MCP_MESSAGE, &params)
     }
 
     /// `mcp/message` (unstable), as a notification: one MCP notification on an open
     /// connection.
     #[cfg(feature = "unstable_mcp_over_acp")]
-    pub async fn mcp_message_notification(&self, params: acp_types::MessageMcpNotification) -> Result<(), Error> {
-        self.peer.notify(client_method::MCP_MESSAGE, &params).await
+    pub fn mcp_message_notification(
+        &self,
+        params: acp_types::MessageMcpNotification,
+    ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.peer.notify(client_method::MCP_MESSAGE, &params)
     }
 
     /// `mcp/disconnect` (unstable): closes a connection opened with `mcp/connect`.
     #[cfg(feature = "unstable_mcp_over_acp")]
-    pub async fn mcp_disconnect(
+    pub fn mcp_disconnect(
         &self,
         params: acp_types::DisconnectMcpRequest,
-    ) -> Result<acp_types::DisconnectMcpResponse, Error> {
-        self.call(client_method::MCP_DISCONNECT, &params).await
+    ) -> impl Future<Output = Result<acp_types::DisconnectMcpResponse, Error>> + Send + '_ {
+        self.call(client_method::MCP_DISCONNECT, &params)
     }
 
     /// Calls an extension method; `method` is the full name, starting with `_`. The params
@@ -574,14 +595,17 @@ impl ClientHandle {
         typed::notify_ext(&self.peer, method, &params).await
     }
 
-    /// A typed call, bound to the handle's token.
-    pub(crate) async fn call<P, R>(&self, method: &str, params: &P) -> Result<R, Error>
+    /// A typed call, bound to the handle's token (see [`typed::typed_call`]).
+    pub(crate) fn call<P, R>(
+        &self,
+        method: &str,
+        params: &P,
+    ) -> impl Future<Output = Result<R, Error>> + Send + use<'_, P, R>
     where
-        P: Serialize + Sync,
+        P: Serialize + ?Sized,
         R: DeserializeOwned,
     {
-        let raw = typed::call(&self.peer, method, Some(params), self.cancel.as_ref()).await?;
-        typed::decode_result(&raw)
+        typed::typed_call(&self.peer, method, params, self.cancel.as_ref())
     }
 }
 

@@ -284,8 +284,8 @@ macro_rules! agent_calls {
     ($( $(#[$attr:meta])* $name:ident($method:path, $req:ty) -> $resp:ty; )*) => {
         $(
             $(#[$attr])*
-            pub async fn $name(&self, params: $req) -> Result<$resp, Error> {
-                self.call($method, &params).await
+            pub fn $name(&self, params: $req) -> impl Future<Output = Result<$resp, Error>> + Send + '_ {
+                self.call($method, &params)
             }
         )*
     };
@@ -400,16 +400,19 @@ impl AgentHandle {
     /// `mcp/message` (unstable), as a notification: an MCP notification from a server the
     /// client offers, on a connection the agent opened.
     #[cfg(feature = "unstable_mcp_over_acp")]
-    pub async fn mcp_message_notification(&self, params: acp_types::MessageMcpNotification) -> Result<(), Error> {
-        self.peer.notify(agent_method::MCP_MESSAGE, &params).await
+    pub fn mcp_message_notification(
+        &self,
+        params: acp_types::MessageMcpNotification,
+    ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.peer.notify(agent_method::MCP_MESSAGE, &params)
     }
 
     /// `session/cancel`: cancels the session's ongoing prompt turn. Our pending incoming
     /// `session/request_permission` requests of that session are answered with the
     /// `cancelled` outcome at once; the pending [`AgentHandle::prompt`] returns when the agent
     /// answers (with `stopReason: cancelled`).
-    pub async fn cancel(&self, notification: CancelNotification) -> Result<(), Error> {
-        self.peer.notify(agent_method::SESSION_CANCEL, &notification).await
+    pub fn cancel(&self, notification: CancelNotification) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.peer.notify(agent_method::SESSION_CANCEL, &notification)
     }
 
     /// Calls an extension method; `method` is the full name, starting with `_`. The params
@@ -425,13 +428,12 @@ impl AgentHandle {
         typed::notify_ext(&self.peer, method, &params).await
     }
 
-    async fn call<P, R>(&self, method: &str, params: &P) -> Result<R, Error>
+    fn call<P, R>(&self, method: &str, params: &P) -> impl Future<Output = Result<R, Error>> + Send + use<'_, P, R>
     where
-        P: Serialize + Sync,
+        P: Serialize + ?Sized,
         R: DeserializeOwned,
     {
-        let raw = typed::call(&self.peer, method, Some(params), self.cancel.as_ref()).await?;
-        typed::decode_result(&raw)
+        typed::typed_call(&self.peer, method, params, self.cancel.as_ref())
     }
 }
 

@@ -57,25 +57,34 @@ impl Peer {
         self.call(method, params, Some(cancel)).await
     }
 
-    /// Calls `method`, serializing `params` straight into the outgoing line and decoding the
-    /// result into `R`.
-    pub async fn request<P, R>(&self, method: &str, params: &P) -> Result<R, Error>
+    /// Calls `method`, serializing `params` straight into the outgoing line (when this is
+    /// called, not when the future is first polled) and decoding the result into `R`.
+    pub fn request<'a, P, R>(
+        &'a self,
+        method: &str,
+        params: &P,
+    ) -> impl Future<Output = Result<R, Error>> + Send + use<'a, P, R>
     where
         P: Serialize + ?Sized,
         R: DeserializeOwned,
     {
-        let raw = self.call(method, Some(params), None).await?;
-        decode_result(&raw)
+        let request = self.encode_request(method, Some(params));
+        decode_after(self.call_encoded(request, None), decode_result::<R>)
     }
 
     /// [`Peer::request`] tied to a cancellation token, as in [`Peer::request_raw_until`].
-    pub async fn request_until<P, R>(&self, method: &str, params: &P, cancel: &CancellationToken) -> Result<R, Error>
+    pub fn request_until<'a, P, R>(
+        &'a self,
+        method: &str,
+        params: &P,
+        cancel: &'a CancellationToken,
+    ) -> impl Future<Output = Result<R, Error>> + Send + use<'a, P, R>
     where
         P: Serialize + ?Sized,
         R: DeserializeOwned,
     {
-        let raw = self.call(method, Some(params), Some(cancel)).await?;
-        decode_result(&raw)
+        let request = self.encode_request(method, Some(params));
+        decode_after(self.call_encoded(request, Some(cancel)), decode_result::<R>)
     }
 
     /// Sends a request and returns once it is queued for writing, with a handle that resolves
@@ -87,11 +96,7 @@ impl Peer {
     /// [`PendingResponse::cancel`] sends it and keeps waiting for the peer's answer.
     pub async fn send_request_raw(&self, method: &str, params: Option<&RawValue>) -> Result<PendingResponse, Error> {
         let shared = &self.shared;
-        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut line = Vec::with_capacity(64 + params.map_or(0, |p| p.get().len()));
-        jsonrpc::encode_request(&mut line, id, method, params).map_err(Error::Encode)?;
-        let permission_session =
-            if method == methods::SESSION_REQUEST_PERMISSION { params_session_id(&line) } else { None };
+        let Encoded { id, line, session: permission_session } = self.encode_request(method, params)?;
         let (tx, rx) = oneshot::channel();
         shared.register_call(id, tx, permission_session)?;
         let mut pending = PendingResponse {
@@ -114,13 +119,18 @@ impl Peer {
     /// `session/request_permission` requests of that session, which are answered with the
     /// `cancelled` outcome at once (ACP requires it of clients).
     pub async fn notify_raw(&self, method: &str, params: Option<&RawValue>) -> Result<(), Error> {
-        self.send_notification(method, params).await
+        self.send_notification(self.encode_notification(method, params)).await
     }
 
-    /// Sends a notification, serializing `params` straight into the outgoing line.
-    /// `session/cancel` has the effect described at [`Peer::notify_raw`].
-    pub async fn notify<P: Serialize + ?Sized>(&self, method: &str, params: &P) -> Result<(), Error> {
-        self.send_notification(method, Some(params)).await
+    /// Sends a notification, serializing `params` straight into the outgoing line (when this
+    /// is called, not when the future is first polled). `session/cancel` has the effect
+    /// described at [`Peer::notify_raw`].
+    pub fn notify<'a, P: Serialize + ?Sized>(
+        &'a self,
+        method: &str,
+        params: &P,
+    ) -> impl Future<Output = Result<(), Error>> + Send + use<'a, P> {
+        self.send_notification(self.encode_notification(method, Some(params)))
     }
 
     /// Sends `session/cancel {"sessionId": session_id}` (with the effect described at
@@ -131,7 +141,7 @@ impl Peer {
             #[serde(rename = "sessionId")]
             session_id: &'a str,
         }
-        self.send_notification(methods::SESSION_CANCEL, Some(&Params { session_id })).await
+        self.send_notification(self.encode_notification(methods::SESSION_CANCEL, Some(&Params { session_id }))).await
     }
 
     /// Ends the connection from our side: `serve` stops reading, pending calls fail with
@@ -187,18 +197,49 @@ impl Peer {
         self.shared.session_work_ended(session_id).await;
     }
 
-    async fn send_notification<P: Serialize + ?Sized>(&self, method: &str, params: Option<&P>) -> Result<(), Error> {
+    // Outgoing calls are split in two: `encode_*`, plain functions that serialize the params
+    // at once, and the async halves that send the encoded line and wait. A typed call is then
+    // a plain function of this crate, so the params' encoder and the result's decoder are
+    // compiled here once, not in every crate that awaits the call (the body of an `async fn`
+    // is compiled where it is awaited).
+
+    /// Encodes a notification; `session/cancel` remembers its session for
+    /// [`Peer::send_notification`].
+    pub(crate) fn encode_notification<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: Option<&P>,
+    ) -> Result<Encoded, Error> {
+        let mut line = Vec::with_capacity(128);
+        jsonrpc::encode_notification(&mut line, method, params).map_err(Error::Encode)?;
+        let session = if method == methods::SESSION_CANCEL { params_session_id(&line) } else { None };
+        Ok(Encoded { id: 0, line, session })
+    }
+
+    /// Encodes a request under a new id; `session/request_permission` remembers its session
+    /// for [`Peer::call_encoded`].
+    pub(crate) fn encode_request<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: Option<&P>,
+    ) -> Result<Encoded, Error> {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut line = Vec::with_capacity(128);
+        jsonrpc::encode_request(&mut line, id, method, params).map_err(Error::Encode)?;
+        let session = if method == methods::SESSION_REQUEST_PERMISSION { params_session_id(&line) } else { None };
+        Ok(Encoded { id, line, session })
+    }
+
+    pub(crate) async fn send_notification(&self, notification: Result<Encoded, Error>) -> Result<(), Error> {
         if self.shared.closed.is_cancelled() {
             return Err(Error::ConnectionClosed);
         }
-        let mut line = Vec::with_capacity(128);
-        jsonrpc::encode_notification(&mut line, method, params).map_err(Error::Encode)?;
-        let cancelled_session = if method == methods::SESSION_CANCEL { params_session_id(&line) } else { None };
+        let Encoded { line, session, .. } = notification?;
         self.shared.send_line(line).await?;
         // Only once `session/cancel` is queued: the `cancelled` answers to the permission
         // requests queue behind it, so the agent knows its turn was cancelled by the time it
         // reads them (otherwise it may end the turn with `end_turn`).
-        if let Some(session) = cancelled_session {
+        if let Some(session) = session {
             self.shared.cancel_incoming_permissions(&session);
         }
         Ok(())
@@ -212,15 +253,15 @@ impl Peer {
         params: Option<&P>,
         cancel: Option<&CancellationToken>,
     ) -> Result<Box<RawValue>, Error> {
-        self.call_at(method, params, cancel).await.map(|(result, _)| result)
+        self.call_encoded(self.encode_request(method, params), cancel).await.map(|(result, _)| result)
     }
 
-    /// [`Peer::call`], also returning the response's barrier: how many incoming notifications
-    /// arrived before it (all of them handled by now).
-    pub(crate) async fn call_at<P: Serialize + ?Sized>(
+    /// Sends an encoded request and waits for its answer, optionally tied to `cancel`; the raw
+    /// result and the response's barrier: how many incoming notifications arrived before it
+    /// (all of them handled by now).
+    pub(crate) async fn call_encoded(
         &self,
-        method: &str,
-        params: Option<&P>,
+        request: Result<Encoded, Error>,
         cancel: Option<&CancellationToken>,
     ) -> Result<(Box<RawValue>, u64), Error> {
         let shared = &self.shared;
@@ -228,13 +269,9 @@ impl Peer {
             // Already cancelled: do not bother the peer at all.
             return Err(Error::Cancelled);
         }
-        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut line = Vec::with_capacity(128);
-        jsonrpc::encode_request(&mut line, id, method, params).map_err(Error::Encode)?;
+        let Encoded { id, line, session: permission_session } = request?;
         // Outgoing permission requests remember their session: an incoming `session/cancel`
         // resolves them as cancelled at once (agent side of ACP's cancellation rules).
-        let permission_session =
-            if method == methods::SESSION_REQUEST_PERMISSION { params_session_id(&line) } else { None };
         let (tx, rx) = oneshot::channel();
         shared.register_call(id, tx, permission_session)?;
         let mut guard = CallGuard { shared, id, sent: false };
@@ -270,6 +307,24 @@ impl Peer {
             Err(_) => Err(Error::ConnectionClosed),
         }
     }
+}
+
+/// An outgoing message, encoded: the line (newline included), our id for a request, and the
+/// session a `session/cancel` or a `session/request_permission` concerns.
+pub(crate) struct Encoded {
+    id: i64,
+    line: Vec<u8>,
+    session: Option<Arc<str>>,
+}
+
+/// Awaits a call and decodes its raw result with `decode`. `decode` is a function pointer,
+/// taken where the call was encoded, so the decoder is compiled there (see `encode_*`).
+pub(crate) async fn decode_after<R>(
+    call: impl Future<Output = Result<(Box<RawValue>, u64), Error>>,
+    decode: fn(&RawValue) -> Result<R, Error>,
+) -> Result<R, Error> {
+    let (raw, _) = call.await?;
+    decode(&raw)
 }
 
 /// The answer to a request sent with [`Peer::send_request_raw`]; await it for the raw result.

@@ -11,6 +11,7 @@ use acp_types::{
 
 use crate::agent::ClientHandle;
 use crate::error::Error;
+use crate::typed;
 
 /// A terminal running a command on the client, created by
 /// [`ClientHandle::create_terminal`]. (Named `...Handle` so that it does not clash with
@@ -60,31 +61,31 @@ impl TerminalHandle {
 
     /// `terminal/output`: the output so far, whether it was truncated, and the exit status
     /// once the command has exited.
-    pub async fn output(&self) -> Result<TerminalOutputResponse, Error> {
+    pub fn output(&self) -> impl Future<Output = Result<TerminalOutputResponse, Error>> + Send + '_ {
         let params = TerminalOutputRequest::new(self.session_id.clone(), self.id.clone());
-        self.client.call(client_method::TERMINAL_OUTPUT, &params).await
+        self.client.call(client_method::TERMINAL_OUTPUT, &params)
     }
 
     /// `terminal/wait_for_exit`: waits until the command exits; its exit code or signal.
-    pub async fn wait_for_exit(&self) -> Result<WaitForTerminalExitResponse, Error> {
+    pub fn wait_for_exit(&self) -> impl Future<Output = Result<WaitForTerminalExitResponse, Error>> + Send + '_ {
         let params = WaitForTerminalExitRequest::new(self.session_id.clone(), self.id.clone());
-        self.client.call(client_method::TERMINAL_WAIT_FOR_EXIT, &params).await
+        self.client.call(client_method::TERMINAL_WAIT_FOR_EXIT, &params)
     }
 
     /// `terminal/kill`: kills the command; the terminal stays valid (output can still be read)
     /// until released. Not bound to the turn's cancellation.
-    pub async fn kill(&self) -> Result<KillTerminalResponse, Error> {
+    pub fn kill(&self) -> impl Future<Output = Result<KillTerminalResponse, Error>> + Send + '_ {
         let params = KillTerminalRequest::new(self.session_id.clone(), self.id.clone());
-        self.client.unbound().call(client_method::TERMINAL_KILL, &params).await
+        typed::typed_call(self.client.peer(), client_method::TERMINAL_KILL, &params, None)
     }
 
     /// `terminal/release`: kills the command if it still runs and frees the terminal; its id
     /// is invalid afterwards. Not bound to the turn's cancellation. Dropping the returned
     /// future before it completes does not send a second release.
-    pub async fn release(mut self) -> Result<ReleaseTerminalResponse, Error> {
+    pub fn release(mut self) -> impl Future<Output = Result<ReleaseTerminalResponse, Error>> + Send + 'static {
         self.released = true;
         let params = ReleaseTerminalRequest::new(self.session_id.clone(), self.id.clone());
-        self.client.unbound().call(client_method::TERMINAL_RELEASE, &params).await
+        typed::typed_call_owned(self.client.peer().clone(), client_method::TERMINAL_RELEASE, &params)
     }
 }
 

@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 
 use crate::error::Error;
 use crate::jsonrpc::{self, ErrorObject};
+use crate::peer::{Encoded, decode_after};
 
 /// The params of an incoming message as text: absent (or `null`) params decode as `{}`, which
 /// every ACP params type with only optional fields accepts.
@@ -54,10 +55,55 @@ pub(crate) async fn call<P: serde::Serialize + ?Sized>(
     params: Option<&P>,
     cancel: Option<&tokio_util::sync::CancellationToken>,
 ) -> Result<Box<RawValue>, Error> {
-    match peer.call(method, params, cancel).await {
+    call_encoded(peer, peer.encode_request(method, params), cancel).await.map(|(raw, _)| raw)
+}
+
+/// [`call`] of an encoded request; the raw result and the response's barrier.
+pub(crate) async fn call_encoded(
+    peer: &crate::Peer,
+    request: Result<Encoded, Error>,
+    cancel: Option<&tokio_util::sync::CancellationToken>,
+) -> Result<(Box<RawValue>, u64), Error> {
+    match peer.call_encoded(request, cancel).await {
         Err(Error::Cancelled) if peer.is_closed() => Err(Error::ConnectionClosed),
         other => other,
     }
+}
+
+/// A typed handle's call, as [`call`], with the result decoded into `R`.
+///
+/// The params are encoded when this is called, and `R`'s decoder is passed on as a function
+/// pointer: a handle's method that calls this is a plain function of this crate, so both are
+/// compiled here once, and the crate awaiting the call compiles only the small future that
+/// waits for the answer (the body of an `async fn` is compiled where it is awaited).
+pub(crate) fn typed_call<'a, P, R>(
+    peer: &'a crate::Peer,
+    method: &str,
+    params: &P,
+    cancel: Option<&'a tokio_util::sync::CancellationToken>,
+) -> impl Future<Output = Result<R, Error>> + Send + use<'a, P, R>
+where
+    P: serde::Serialize + ?Sized,
+    R: DeserializeOwned,
+{
+    let request = peer.encode_request(method, Some(params));
+    decode_after(call_encoded(peer, request, cancel), decode_result::<R>)
+}
+
+/// [`typed_call`] on a connection of its own, unbound: for a future that outlives the handle
+/// it came from.
+pub(crate) fn typed_call_owned<P, R>(
+    peer: crate::Peer,
+    method: &str,
+    params: &P,
+) -> impl Future<Output = Result<R, Error>> + Send + 'static + use<P, R>
+where
+    P: serde::Serialize + ?Sized,
+    R: DeserializeOwned + 'static,
+{
+    let request = peer.encode_request(method, Some(params));
+    let decode: fn(&RawValue) -> Result<R, Error> = decode_result::<R>;
+    async move { decode_after(call_encoded(&peer, request, None), decode).await }
 }
 
 /// Checks an outgoing extension message before anything is sent: the method must be an

@@ -337,39 +337,48 @@ impl ClientHandle {
 
     /// `session/update`: one update of a session (messages, tool calls, plans, state, ...).
     /// Inside a turn, prefer the [`Turn`]'s helpers: they accept the prompt first.
-    pub async fn session_update(&self, notification: UpdateSessionNotification) -> Result<(), Error> {
-        self.peer.notify(client_method::SESSION_UPDATE, &notification).await
+    pub fn session_update(
+        &self,
+        notification: UpdateSessionNotification,
+    ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.peer.notify(client_method::SESSION_UPDATE, &notification)
     }
 
     /// `session/request_permission`: asks the user to allow an action. Resolves with the
     /// `cancelled` outcome at once when the turn is cancelled first.
-    pub async fn request_permission(
+    pub fn request_permission(
         &self,
         params: RequestPermissionRequest,
-    ) -> Result<RequestPermissionResponse, Error> {
-        match self.call(client_method::SESSION_REQUEST_PERMISSION, &params).await {
-            Err(Error::Cancelled) => Ok(cancelled_permission()),
-            Err(Error::Rpc(e))
-                if e.code == codes::REQUEST_CANCELLED
-                    && self.cancel.as_ref().is_some_and(CancellationToken::is_cancelled) =>
-            {
-                Ok(cancelled_permission())
+    ) -> impl Future<Output = Result<RequestPermissionResponse, Error>> + Send + '_ {
+        let call = self.call(client_method::SESSION_REQUEST_PERMISSION, &params);
+        async move {
+            match call.await {
+                Err(Error::Cancelled) => Ok(cancelled_permission()),
+                Err(Error::Rpc(e))
+                    if e.code == codes::REQUEST_CANCELLED
+                        && self.cancel.as_ref().is_some_and(CancellationToken::is_cancelled) =>
+                {
+                    Ok(cancelled_permission())
+                }
+                other => other,
             }
-            other => other,
         }
     }
 
     /// `elicitation/create`: asks the user for structured input (a form or a URL).
-    pub async fn create_elicitation(
+    pub fn create_elicitation(
         &self,
         params: CreateElicitationRequest,
-    ) -> Result<CreateElicitationResponse, Error> {
-        self.call(client_method::ELICITATION_CREATE, &params).await
+    ) -> impl Future<Output = Result<CreateElicitationResponse, Error>> + Send + '_ {
+        self.call(client_method::ELICITATION_CREATE, &params)
     }
 
     /// `elicitation/complete`: tells the client a URL-based elicitation is complete.
-    pub async fn complete_elicitation(&self, notification: CompleteElicitationNotification) -> Result<(), Error> {
-        self.peer.notify(client_method::ELICITATION_COMPLETE, &notification).await
+    pub fn complete_elicitation(
+        &self,
+        notification: CompleteElicitationNotification,
+    ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.peer.notify(client_method::ELICITATION_COMPLETE, &notification)
     }
 
     /// Calls an extension method (`method` starts with `_`; params an object, an array or
@@ -383,13 +392,12 @@ impl ClientHandle {
         typed::notify_ext(&self.peer, method, &params).await
     }
 
-    async fn call<P, R>(&self, method: &str, params: &P) -> Result<R, Error>
+    fn call<P, R>(&self, method: &str, params: &P) -> impl Future<Output = Result<R, Error>> + Send + use<'_, P, R>
     where
-        P: Serialize + Sync,
+        P: Serialize + ?Sized,
         R: DeserializeOwned,
     {
-        let raw = typed::call(&self.peer, method, Some(params), self.cancel.as_ref()).await?;
-        typed::decode_result(&raw)
+        typed::typed_call(&self.peer, method, params, self.cancel.as_ref())
     }
 }
 

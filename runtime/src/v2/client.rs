@@ -252,8 +252,8 @@ macro_rules! agent_calls {
     ($($(#[$doc:meta])* $name:ident($method:expr, $req:ty) -> $resp:ty;)*) => {
         $(
             $(#[$doc])*
-            pub async fn $name(&self, params: $req) -> Result<$resp, Error> {
-                self.call($method, &params).await
+            pub fn $name(&self, params: $req) -> impl Future<Output = Result<$resp, Error>> + Send + '_ {
+                self.call($method, &params)
             }
         )*
     };
@@ -310,36 +310,44 @@ impl AgentHandle {
 
     /// `session/prompt`: returns when the agent has accepted the prompt. The turn goes on;
     /// its end is an idle `state_update` (see [`AgentHandle::prompt_turn`]).
-    pub async fn prompt(&self, params: PromptRequest) -> Result<Accepted, Error> {
-        let raw = typed::call(&self.peer, agent_method::SESSION_PROMPT, Some(&params), self.cancel.as_ref()).await?;
-        accepted(&raw)
+    pub fn prompt(&self, params: PromptRequest) -> impl Future<Output = Result<Accepted, Error>> + Send + '_ {
+        let request = self.peer.encode_request(agent_method::SESSION_PROMPT, Some(&params));
+        async move {
+            let (raw, _) = typed::call_encoded(&self.peer, request, self.cancel.as_ref()).await?;
+            accepted(&raw)
+        }
     }
 
     /// `session/prompt`, then waits for the end of the turn (see the [module docs](self)):
     /// returns once the client's `session_update` handler has seen the turn's idle update.
     /// Needs the connection to be served by [`ClientHandler`] (as [`serve_client`] does);
     /// fails with [`Error::ConnectionClosed`] if the connection ends first.
-    pub async fn prompt_turn(&self, params: PromptRequest) -> Result<TurnEnd, Error> {
+    pub fn prompt_turn(&self, params: PromptRequest) -> impl Future<Output = Result<TurnEnd, Error>> + Send + '_ {
         let turns = &self.peer.shared.v2_turns;
         // Watching before the prompt goes out: nothing of the turn can slip by.
         let mut watch = turns.watch(&params.session_id.0);
-        let (raw, barrier) =
-            self.peer.call_at(agent_method::SESSION_PROMPT, Some(&params), self.cancel.as_ref()).await?;
-        let accepted = accepted(&raw)?;
-        let end = tokio::select! {
-            end = watch.end_after(barrier) => end,
-            () = self.peer.closed() => return Err(Error::ConnectionClosed),
-        };
-        let mut end = end.ok_or(Error::ConnectionClosed)?;
-        end.message_id = accepted.message_id;
-        Ok(end)
+        let request = self.peer.encode_request(agent_method::SESSION_PROMPT, Some(&params));
+        async move {
+            let (raw, barrier) = self.peer.call_encoded(request, self.cancel.as_ref()).await?;
+            let accepted = accepted(&raw)?;
+            let end = tokio::select! {
+                end = watch.end_after(barrier) => end,
+                () = self.peer.closed() => return Err(Error::ConnectionClosed),
+            };
+            let mut end = end.ok_or(Error::ConnectionClosed)?;
+            end.message_id = accepted.message_id;
+            Ok(end)
+        }
     }
 
     /// `session/cancel`: cancels the session's work. Our pending incoming permission requests
     /// of the session are answered `cancelled` at once; the turn's idle update (stop reason
     /// `cancelled`) confirms the cancel.
-    pub async fn cancel(&self, notification: CancelSessionNotification) -> Result<(), Error> {
-        self.peer.notify(agent_method::SESSION_CANCEL, &notification).await
+    pub fn cancel(
+        &self,
+        notification: CancelSessionNotification,
+    ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.peer.notify(agent_method::SESSION_CANCEL, &notification)
     }
 
     /// Calls an extension method (`method` starts with `_`); the result as it is.
@@ -352,13 +360,12 @@ impl AgentHandle {
         typed::notify_ext(&self.peer, method, &params).await
     }
 
-    async fn call<P, R>(&self, method: &str, params: &P) -> Result<R, Error>
+    fn call<P, R>(&self, method: &str, params: &P) -> impl Future<Output = Result<R, Error>> + Send + use<'_, P, R>
     where
-        P: Serialize + Sync,
+        P: Serialize + ?Sized,
         R: DeserializeOwned,
     {
-        let raw = typed::call(&self.peer, method, Some(params), self.cancel.as_ref()).await?;
-        typed::decode_result(&raw)
+        typed::typed_call(&self.peer, method, params, self.cancel.as_ref())
     }
 }
 

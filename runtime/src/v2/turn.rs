@@ -36,6 +36,7 @@
 //! [`AgentContext::turn`]: super::AgentContext::turn
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -54,7 +55,7 @@ use super::agent::{AgentContext, ClientHandle};
 use crate::catch_unwind::{CatchUnwind, panic_message};
 use crate::error::Error;
 use crate::jsonrpc::ErrorObject;
-use crate::peer::SessionScope;
+use crate::peer::{Encoded, SessionScope};
 
 /// One prompt's foreground work (see the [module docs](self)). Cheap to clone; the idle
 /// update goes out when the last clone is dropped, or at [`Turn::end`].
@@ -243,8 +244,10 @@ impl Turn {
                     () = peer.closed() => return Err(Error::ConnectionClosed),
                 }
                 let prompt = lock(&self.inner.prompt).take().unwrap_or_default();
-                self.send(UserMessage::new(id.clone()).content(prompt).into()).await?;
-                self.send(StateUpdate::from(RunningStateUpdate::new()).into()).await?;
+                let user_message = self.send(UserMessage::new(id.clone()).content(prompt).into());
+                let running = self.send(StateUpdate::from(RunningStateUpdate::new()).into());
+                user_message.await?;
+                running.await?;
                 Ok(id)
             })
             .await?;
@@ -252,14 +255,40 @@ impl Turn {
     }
 
     /// Sends one update of this session, accepting the prompt first if needed.
-    pub async fn update(&self, update: impl Into<SessionUpdate>) -> Result<(), Error> {
-        self.accept().await?;
-        self.send(update.into()).await
+    pub fn update(&self, update: impl Into<SessionUpdate>) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.send_accepted(update.into())
     }
 
-    async fn send(&self, update: SessionUpdate) -> Result<(), Error> {
+    // The helpers below are plain functions that encode their update at once and return the
+    // future that sends it: the encoders are compiled in this crate, not in the agent's (the
+    // body of an `async fn` is compiled where it is awaited).
+
+    /// Encodes `update` now; the future accepts the prompt if needed, then sends it.
+    fn send_accepted(&self, update: SessionUpdate) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        let notification = self.encode(update);
+        let accepting = self.accepting();
+        async move {
+            if let Some(accepting) = accepting {
+                accepting.await?;
+            }
+            self.inner.client.peer().send_notification(notification).await
+        }
+    }
+
+    /// [`Turn::accept`] unless the prompt was accepted already; boxed, so that the
+    /// acceptance's code stays in this crate too (it runs once per turn).
+    fn accepting(&self) -> Option<Accepting<'_>> {
+        (!self.is_accepted()).then(|| Box::pin(self.accept()) as _)
+    }
+
+    /// Encodes `update` now; the future sends it (the prompt is accepted already).
+    fn send(&self, update: SessionUpdate) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.inner.client.peer().send_notification(self.encode(update))
+    }
+
+    fn encode(&self, update: SessionUpdate) -> Result<Encoded, Error> {
         let notification = UpdateSessionNotification::new(self.inner.session_id.clone(), update);
-        self.inner.client.session_update(notification).await
+        self.inner.client.peer().encode_notification(acp_types::v2::client_method::SESSION_UPDATE, Some(&notification))
     }
 
     /// A new agent message, streamed in chunks or replaced whole (see [`MessageStream`]).
@@ -273,42 +302,62 @@ impl Turn {
     }
 
     /// Sends a whole agent message of one text block; returns its id.
-    pub async fn say(&self, text: impl Into<String>) -> Result<MessageId, Error> {
-        let message = self.agent_message();
-        message.replace(vec![TextContent::new(text).into()]).await?;
-        Ok(message.id)
+    pub fn say(&self, text: impl Into<String>) -> impl Future<Output = Result<MessageId, Error>> + Send + '_ {
+        self.say_text(text.into())
+    }
+
+    fn say_text(&self, text: String) -> impl Future<Output = Result<MessageId, Error>> + Send + '_ {
+        let id: MessageId = fresh_id("msg_agent").into();
+        let message = AgentMessage::new(id.clone()).content(Some(vec![TextContent::new(text).into()]));
+        let sent = self.send_accepted(SessionUpdate::AgentMessage(message));
+        async move { sent.await.map(|()| id) }
     }
 
     /// Starts a tool call: sends its first `tool_call_update` (which creates it on the client)
     /// with the title, the kind and `status: pending`.
-    pub async fn start_tool_call(&self, title: impl Into<String>, kind: ToolKind) -> Result<ToolCall, Error> {
+    pub fn start_tool_call(
+        &self,
+        title: impl Into<String>,
+        kind: ToolKind,
+    ) -> impl Future<Output = Result<ToolCall, Error>> + Send + '_ {
+        self.start_titled_tool_call(title.into(), kind)
+    }
+
+    fn start_titled_tool_call(
+        &self,
+        title: String,
+        kind: ToolKind,
+    ) -> impl Future<Output = Result<ToolCall, Error>> + Send + '_ {
         let call = ToolCall { turn: self.clone(), id: fresh_id("call").into() };
-        call.update(
-            ToolCallUpdate::new(call.id.clone()).title(title.into()).kind(kind).status(ToolCallStatus::Pending),
-        )
-        .await?;
-        Ok(call)
+        let patch = ToolCallUpdate::new(call.id.clone()).title(title).kind(kind).status(ToolCallStatus::Pending);
+        let sent = self.send_accepted(patch.into());
+        async move { sent.await.map(|()| call) }
     }
 
     /// Reports the turn's plan: the first call creates it, later ones replace its entries.
-    pub async fn plan(&self, entries: Vec<PlanEntry>) -> Result<(), Error> {
+    pub fn plan(&self, entries: Vec<PlanEntry>) -> impl Future<Output = Result<(), Error>> + Send + '_ {
         let plan_id = lock(&self.inner.plan_id).get_or_insert_with(|| fresh_id("plan").into()).clone();
-        self.update(PlanUpdate::new(PlanItems::new(plan_id, entries))).await
+        self.send_accepted(PlanUpdate::new(PlanItems::new(plan_id, entries)).into())
     }
 
     /// `session/request_permission`, with the state around it: `requires_action` while the
     /// client decides, `running` again afterwards. Bound to the turn: resolves `cancelled` at
     /// once when the turn is cancelled.
-    pub async fn request_permission(
+    pub fn request_permission(
         &self,
         request: RequestPermissionRequest,
-    ) -> Result<RequestPermissionResponse, Error> {
-        self.update(StateUpdate::from(RequiresActionStateUpdate::new())).await?;
-        let response = self.inner.client.request_permission(request).await;
-        if !self.is_cancelled() {
-            self.send(StateUpdate::from(RunningStateUpdate::new()).into()).await?;
+    ) -> impl Future<Output = Result<RequestPermissionResponse, Error>> + Send + '_ {
+        let requires_action = self.send_accepted(StateUpdate::from(RequiresActionStateUpdate::new()).into());
+        let ask = self.inner.client.request_permission(request);
+        let running = self.encode(StateUpdate::from(RunningStateUpdate::new()).into());
+        async move {
+            requires_action.await?;
+            let response = ask.await;
+            if !self.is_cancelled() {
+                self.inner.client.peer().send_notification(running).await?;
+            }
+            response
         }
-        response
     }
 
     /// Sets the stop reason the idle update will carry (unless the turn is cancelled, which
@@ -320,14 +369,18 @@ impl Turn {
     /// Ends the turn now: sends the idle `state_update` (with `reason`, or `cancelled` if the
     /// turn was cancelled). Later updates through the turn are still sent, but belong to no
     /// foreground work; dropping the turn afterwards sends nothing more.
-    pub async fn end(&self, reason: StopReason) -> Result<(), Error> {
+    pub fn end(&self, reason: StopReason) -> impl Future<Output = Result<(), Error>> + Send + '_ {
         self.set_stop_reason(reason);
-        self.accept().await?;
-        if self.inner.ended.swap(true, Ordering::AcqRel) {
-            return Ok(());
+        let accepting = self.accepting();
+        async move {
+            if let Some(accepting) = accepting {
+                accepting.await?;
+            }
+            if self.inner.ended.swap(true, Ordering::AcqRel) {
+                return Ok(());
+            }
+            self.inner.send_idle().await
         }
-        let notification = self.inner.idle_notification();
-        self.inner.client.peer().notify(acp_types::v2::client_method::SESSION_UPDATE, &notification).await
     }
 
     /// The handler failed: before acceptance its error answers the request; after, the turn
@@ -346,7 +399,18 @@ impl Turn {
     }
 }
 
+/// The acceptance of a turn's prompt, boxed (see [`Turn::accepting`]).
+type Accepting<'a> = Pin<Box<dyn Future<Output = Result<MessageId, Error>> + Send + 'a>>;
+
 impl TurnInner {
+    /// Encodes the idle update now (its stop reason as of now); the future sends it.
+    fn send_idle(&self) -> impl Future<Output = Result<(), Error>> + Send + use<> {
+        let peer = self.client.peer().clone();
+        let notification =
+            peer.encode_notification(acp_types::v2::client_method::SESSION_UPDATE, Some(&self.idle_notification()));
+        async move { peer.send_notification(notification).await }
+    }
+
     /// The `session/update` that ends the turn (see the [module docs](self) for the reason).
     fn idle_notification(&self) -> serde_json::Value {
         let failed = lock(&self.failed).clone();
@@ -375,14 +439,13 @@ impl Drop for TurnInner {
         if self.accepted.get().is_none() || self.ended.load(Ordering::Acquire) {
             return;
         }
-        let notification = self.idle_notification();
-        let peer = self.client.peer().clone();
+        let sending = self.send_idle();
         // Held until the idle update is queued: `session/close` answers after it.
         let scope = self.scope.take();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    if let Err(e) = peer.notify(acp_types::v2::client_method::SESSION_UPDATE, &notification).await {
+                    if let Err(e) = sending.await {
                         tracing::debug!(error = %e, "acp turn: the idle update could not be sent");
                     }
                     drop(scope);
@@ -423,38 +486,42 @@ impl MessageStream {
     }
 
     /// Appends one content block (an `agent_message_chunk` / `agent_thought_chunk`).
-    pub async fn chunk(&self, content: impl Into<ContentBlock>) -> Result<(), Error> {
-        let chunk = ContentChunk::new(self.id.clone(), content.into());
+    pub fn chunk(&self, content: impl Into<ContentBlock>) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.append_block(content.into())
+    }
+
+    fn append_block(&self, content: ContentBlock) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        let chunk = ContentChunk::new(self.id.clone(), content);
         let update = if self.thought {
             SessionUpdate::AgentThoughtChunk(chunk)
         } else {
             SessionUpdate::AgentMessageChunk(chunk)
         };
-        self.turn.update(update).await
+        self.turn.send_accepted(update)
     }
 
     /// Appends text.
-    pub async fn text(&self, text: impl Into<String>) -> Result<(), Error> {
-        self.chunk(TextContent::new(text)).await
+    pub fn text(&self, text: impl Into<String>) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.append_block(TextContent::new(text).into())
     }
 
     /// Replaces the whole content (an `agent_message` / `agent_thought` upsert).
-    pub async fn replace(&self, content: Vec<ContentBlock>) -> Result<(), Error> {
-        self.upsert(Some(content)).await
+    pub fn replace(&self, content: Vec<ContentBlock>) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.upsert(Some(content))
     }
 
     /// Clears the content (`content: null`).
-    pub async fn clear(&self) -> Result<(), Error> {
-        self.upsert(None).await
+    pub fn clear(&self) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.upsert(None)
     }
 
-    async fn upsert(&self, content: Option<Vec<ContentBlock>>) -> Result<(), Error> {
+    fn upsert(&self, content: Option<Vec<ContentBlock>>) -> impl Future<Output = Result<(), Error>> + Send + '_ {
         let update = if self.thought {
             SessionUpdate::AgentThought(AgentThought::new(self.id.clone()).content(content))
         } else {
             SessionUpdate::AgentMessage(AgentMessage::new(self.id.clone()).content(content))
         };
-        self.turn.update(update).await
+        self.turn.send_accepted(update)
     }
 }
 
@@ -473,38 +540,42 @@ impl ToolCall {
     }
 
     /// Sends a patch; its `toolCallId` is set to this call's.
-    pub async fn update(&self, mut patch: ToolCallUpdate) -> Result<(), Error> {
+    pub fn update(&self, mut patch: ToolCallUpdate) -> impl Future<Output = Result<(), Error>> + Send + '_ {
         patch.tool_call_id = self.id.clone();
-        self.turn.update(patch).await
+        self.turn.send_accepted(patch.into())
     }
 
     /// `status: in_progress`.
-    pub async fn in_progress(&self) -> Result<(), Error> {
-        self.status(ToolCallStatus::InProgress).await
+    pub fn in_progress(&self) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.status(ToolCallStatus::InProgress)
     }
 
     /// Appends one content item (a `tool_call_content_chunk`).
-    pub async fn append(&self, content: impl Into<ToolCallContent>) -> Result<(), Error> {
-        self.turn.update(ToolCallContentChunk::new(self.id.clone(), content.into())).await
+    pub fn append(&self, content: impl Into<ToolCallContent>) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.append_content(content.into())
+    }
+
+    fn append_content(&self, content: ToolCallContent) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.turn.send_accepted(ToolCallContentChunk::new(self.id.clone(), content).into())
     }
 
     /// Appends a text block as content.
-    pub async fn append_text(&self, text: impl Into<String>) -> Result<(), Error> {
-        self.append(Content::new(TextContent::new(text))).await
+    pub fn append_text(&self, text: impl Into<String>) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.append_content(Content::new(TextContent::new(text)).into())
     }
 
     /// `status: completed`, content unchanged.
-    pub async fn complete(&self) -> Result<(), Error> {
-        self.status(ToolCallStatus::Completed).await
+    pub fn complete(&self) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.status(ToolCallStatus::Completed)
     }
 
     /// `status: failed`, content unchanged.
-    pub async fn fail(&self) -> Result<(), Error> {
-        self.status(ToolCallStatus::Failed).await
+    pub fn fail(&self) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.status(ToolCallStatus::Failed)
     }
 
-    async fn status(&self, status: ToolCallStatus) -> Result<(), Error> {
-        self.update(ToolCallUpdate::new(self.id.clone()).status(status)).await
+    fn status(&self, status: ToolCallStatus) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.update(ToolCallUpdate::new(self.id.clone()).status(status))
     }
 }
 
