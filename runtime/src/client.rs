@@ -284,6 +284,7 @@ macro_rules! agent_calls {
     ($( $(#[$attr:meta])* $name:ident($method:path, $req:ty) -> $resp:ty; )*) => {
         $(
             $(#[$attr])*
+            #[inline]
             pub fn $name(&self, params: $req) -> impl Future<Output = Result<$resp, Error>> + Send + '_ {
                 self.call($method, &params)
             }
@@ -400,6 +401,7 @@ impl AgentHandle {
     /// `mcp/message` (unstable), as a notification: an MCP notification from a server the
     /// client offers, on a connection the agent opened.
     #[cfg(feature = "unstable_mcp_over_acp")]
+    #[inline]
     pub fn mcp_message_notification(
         &self,
         params: acp_types::MessageMcpNotification,
@@ -411,6 +413,7 @@ impl AgentHandle {
     /// `session/request_permission` requests of that session are answered with the
     /// `cancelled` outcome at once; the pending [`AgentHandle::prompt`] returns when the agent
     /// answers (with `stopReason: cancelled`).
+    #[inline]
     pub fn cancel(&self, notification: CancelNotification) -> impl Future<Output = Result<(), Error>> + Send + '_ {
         self.peer.notify(agent_method::SESSION_CANCEL, &notification)
     }

@@ -198,10 +198,13 @@ impl Peer {
     }
 
     // Outgoing calls are split in two: `encode_*`, plain functions that serialize the params
-    // at once, and the async halves that send the encoded line and wait. A typed call is then
-    // a plain function of this crate, so the params' encoder and the result's decoder are
-    // compiled here once, not in every crate that awaits the call (the body of an `async fn`
-    // is compiled where it is awaited).
+    // at once, and the async halves, not generic, that send the encoded line and wait. rustc
+    // compiles the body of an `async fn` in every crate that awaits it, once per type it is
+    // generic over; split so, the waiting code is compiled once whatever the params, and a
+    // typed call that is a plain function compiles its encoder and decoder beside it: in
+    // acp-rpc for the calls every agent makes (`session_update`, the v2 `Turn`'s updates),
+    // and where they are used for the other typed calls (`#[inline]`, so that acp-rpc does
+    // not compile the encoders of every call of both roles).
 
     /// Encodes a notification; `session/cancel` remembers its session for
     /// [`Peer::send_notification`].

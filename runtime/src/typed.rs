@@ -73,9 +73,8 @@ pub(crate) async fn call_encoded(
 /// A typed handle's call, as [`call`], with the result decoded into `R`.
 ///
 /// The params are encoded when this is called, and `R`'s decoder is passed on as a function
-/// pointer: a handle's method that calls this is a plain function of this crate, so both are
-/// compiled here once, and the crate awaiting the call compiles only the small future that
-/// waits for the answer (the body of an `async fn` is compiled where it is awaited).
+/// pointer, so both are compiled where this is instantiated (see `Peer`'s `encode_*`), not in
+/// the future, which is the same for every call returning `R`.
 pub(crate) fn typed_call<'a, P, R>(
     peer: &'a crate::Peer,
     method: &str,

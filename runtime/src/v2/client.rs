@@ -252,6 +252,7 @@ macro_rules! agent_calls {
     ($($(#[$doc:meta])* $name:ident($method:expr, $req:ty) -> $resp:ty;)*) => {
         $(
             $(#[$doc])*
+            #[inline]
             pub fn $name(&self, params: $req) -> impl Future<Output = Result<$resp, Error>> + Send + '_ {
                 self.call($method, &params)
             }
@@ -310,6 +311,7 @@ impl AgentHandle {
 
     /// `session/prompt`: returns when the agent has accepted the prompt. The turn goes on;
     /// its end is an idle `state_update` (see [`AgentHandle::prompt_turn`]).
+    #[inline]
     pub fn prompt(&self, params: PromptRequest) -> impl Future<Output = Result<Accepted, Error>> + Send + '_ {
         let request = self.peer.encode_request(agent_method::SESSION_PROMPT, Some(&params));
         async move {
@@ -322,6 +324,7 @@ impl AgentHandle {
     /// returns once the client's `session_update` handler has seen the turn's idle update.
     /// Needs the connection to be served by [`ClientHandler`] (as [`serve_client`] does);
     /// fails with [`Error::ConnectionClosed`] if the connection ends first.
+    #[inline]
     pub fn prompt_turn(&self, params: PromptRequest) -> impl Future<Output = Result<TurnEnd, Error>> + Send + '_ {
         let turns = &self.peer.shared.v2_turns;
         // Watching before the prompt goes out: nothing of the turn can slip by.
@@ -343,6 +346,7 @@ impl AgentHandle {
     /// `session/cancel`: cancels the session's work. Our pending incoming permission requests
     /// of the session are answered `cancelled` at once; the turn's idle update (stop reason
     /// `cancelled`) confirms the cancel.
+    #[inline]
     pub fn cancel(
         &self,
         notification: CancelSessionNotification,
