@@ -6,12 +6,15 @@
 //! its response here instead of writing it. Answers are written as one JSON array after every
 //! request of the batch has been answered, in the order they were answered; a batch with
 //! nothing to answer (only notifications and responses) writes nothing, as JSON-RPC asks.
+//! A request counts as answered (its [`Watch`]) once the array is queued, not when its answer
+//! joins it: a v2 turn's updates, which wait for that, then follow the array on the wire.
 
 use std::sync::{Mutex, PoisonError};
 
 use serde_json::value::RawValue;
 
 use crate::connection::Shared;
+use crate::handler::Watch;
 use crate::jsonrpc::{self, ErrorObject, Id};
 
 /// Where the answer to an incoming request goes.
@@ -34,12 +37,14 @@ struct State {
     /// `[` then the answers so far, comma-separated.
     line: Vec<u8>,
     answers: usize,
+    /// The answered requests, told once the line is queued.
+    watches: Vec<Watch>,
 }
 
 impl BatchReply {
     /// A batch being routed (the reader's own count is released by [`BatchReply::routed`]).
     pub(crate) fn new() -> Self {
-        BatchReply { state: Mutex::new(State { outstanding: 1, line: b"[".to_vec(), answers: 0 }) }
+        BatchReply { state: Mutex::new(State { outstanding: 1, line: b"[".to_vec(), answers: 0, watches: Vec::new() }) }
     }
 
     /// One more answer to wait for (a request of the batch was admitted).
@@ -47,15 +52,22 @@ impl BatchReply {
         self.lock().outstanding += 1;
     }
 
-    /// Adds an answer that was expected (see [`BatchReply::expect`]).
-    pub(crate) async fn answer(&self, shared: &Shared, id: &Id, result: Result<&RawValue, &ErrorObject>) {
-        let line = self.push(id, result, true);
+    /// Adds an answer that was expected (see [`BatchReply::expect`]); `watch` is told when
+    /// the batch's line is queued.
+    pub(crate) async fn answer(
+        &self,
+        shared: &Shared,
+        id: &Id,
+        result: Result<&RawValue, &ErrorObject>,
+        watch: &Watch,
+    ) {
+        let line = self.push(id, result, Some(watch));
         write(shared, line).await;
     }
 
     /// Adds an answer the reader gives itself (an invalid entry, a refused request).
     pub(crate) fn answer_now(&self, id: &Id, result: Result<&RawValue, &ErrorObject>) {
-        let line = self.push(id, result, false);
+        let line = self.push(id, result, None);
         debug_assert!(line.is_none(), "the reader's own count keeps the batch open");
     }
 
@@ -69,7 +81,13 @@ impl BatchReply {
         write(shared, line).await;
     }
 
-    fn push(&self, id: &Id, result: Result<&RawValue, &ErrorObject>, expected: bool) -> Option<Vec<u8>> {
+    /// `watch`: the expected answer's request; `None` for the reader's own answers.
+    fn push(
+        &self,
+        id: &Id,
+        result: Result<&RawValue, &ErrorObject>,
+        watch: Option<&Watch>,
+    ) -> Option<(Vec<u8>, Vec<Watch>)> {
         let mut state = self.lock();
         if state.answers > 0 {
             state.line.push(b',');
@@ -80,8 +98,9 @@ impl BatchReply {
             state.line.pop();
         }
         state.answers += 1;
-        if expected {
+        if let Some(watch) = watch {
             state.outstanding -= 1;
+            state.watches.push(watch.clone());
         }
         state.take_if_done()
     }
@@ -92,9 +111,9 @@ impl BatchReply {
 }
 
 impl State {
-    /// The finished line, once nothing is outstanding; `None` before, and for a batch with no
-    /// answers at all (JSON-RPC: no empty array).
-    fn take_if_done(&mut self) -> Option<Vec<u8>> {
+    /// The finished line and the watches of its requests, once nothing is outstanding; `None`
+    /// before, and for a batch with no answers at all (JSON-RPC: no empty array).
+    fn take_if_done(&mut self) -> Option<(Vec<u8>, Vec<Watch>)> {
         if self.outstanding > 0 || self.answers == 0 {
             return None;
         }
@@ -102,14 +121,17 @@ impl State {
         line.extend_from_slice(b"]\n");
         // Written once: a late call finds nothing left.
         self.answers = 0;
-        Some(line)
+        Some((line, std::mem::take(&mut self.watches)))
     }
 }
 
-async fn write(shared: &Shared, line: Option<Vec<u8>>) {
-    if let Some(line) = line {
+async fn write(shared: &Shared, done: Option<(Vec<u8>, Vec<Watch>)>) {
+    if let Some((line, watches)) = done {
         // A closed connection has nobody to answer.
         let _ = shared.send_line_direct(line).await;
+        for watch in watches {
+            watch.mark_answered();
+        }
     }
 }
 
@@ -123,10 +145,12 @@ mod tests {
         batch.expect();
         batch.answer_now(&Id::Null, Err(&ErrorObject::invalid_request("x")));
         let one = RawValue::from_string("{}".into()).unwrap();
-        assert!(batch.push(&Id::Number(1), Ok(&one), true).is_none(), "the reader still routes");
+        let watch = Watch::default();
+        assert!(batch.push(&Id::Number(1), Ok(&one), Some(&watch)).is_none(), "the reader still routes");
         let mut state = batch.lock();
         state.outstanding -= 1;
-        let line = state.take_if_done().unwrap();
+        let (line, watches) = state.take_if_done().unwrap();
+        assert_eq!(watches.len(), 1, "the answered request's watch is told after the write");
         let text = String::from_utf8(line).unwrap();
         assert!(text.starts_with("[{") && text.ends_with("}]\n"), "{text}");
         let parsed: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();

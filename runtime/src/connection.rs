@@ -570,6 +570,8 @@ async fn run(
     // Queued notifications are still handled (bounded by the grace period per handler).
     let _ = (&mut notif_task).await;
     shared.release_waiters();
+    #[cfg(feature = "unstable_protocol_v2")]
+    shared.v2_turns.close();
 
     // The writer writes out what is queued, then stops.
     writer_stop.cancel();
@@ -628,16 +630,22 @@ pub(crate) struct PendingCalls {
 pub(crate) enum RequestKind {
     Prompt,
     Permission,
+    /// A protocol v2 `session/prompt`: `session/cancel` does not cancel the request (it only
+    /// acknowledges the prompt) but the turn it starts, through the session's scopes; it marks
+    /// the request ([`Shared::mark_turns_cancelled`]) so that a turn whose handler has not
+    /// started yet, and has no scope yet, starts cancelled.
+    Turn,
     Other,
 }
 
 impl RequestKind {
-    /// The kind of an incoming request. On a protocol v2 connection `session/prompt` is an
-    /// ordinary request: it only acknowledges the prompt, and the turn it starts is cancelled
-    /// through [`Shared::session_work`] instead.
+    /// The kind of an incoming request. On a protocol v2 connection `session/prompt` only
+    /// acknowledges the prompt, and the turn it starts is cancelled through
+    /// [`Shared::session_work`] instead (see [`RequestKind::Turn`]).
     pub(crate) fn of(method: &str, v2: bool) -> Self {
         match method {
-            methods::SESSION_PROMPT if !v2 => RequestKind::Prompt,
+            methods::SESSION_PROMPT if v2 => RequestKind::Turn,
+            methods::SESSION_PROMPT => RequestKind::Prompt,
             methods::SESSION_REQUEST_PERMISSION => RequestKind::Permission,
             _ => RequestKind::Other,
         }
@@ -658,6 +666,9 @@ pub(crate) struct InFlight {
     /// Held in the backlog (no task yet): a cancellation on request tells the backlog task,
     /// which answers it at once.
     pub(crate) held: bool,
+    /// A v2 prompt whose session was cancelled (`session/cancel`, `session/close`) since it
+    /// was read (see [`RequestKind::Turn`]).
+    pub(crate) turn_cancelled: bool,
 }
 
 impl InFlight {
@@ -971,6 +982,23 @@ impl Shared {
                 entry.cancel_on_request(id, &self.held_cancels);
             }
         }
+    }
+
+    /// Marks the in-flight v2 prompts of `session` cancelled (see [`RequestKind::Turn`]).
+    /// Called before the session's scopes are cancelled: a turn creates its scope, then asks
+    /// [`Shared::turn_cancelled`], so a cancel reaches it one way or the other.
+    pub(crate) fn mark_turns_cancelled(&self, session: &str) {
+        for entry in lock(&self.inflight).values_mut() {
+            if entry.kind == RequestKind::Turn && entry.session.as_deref() == Some(session) {
+                entry.turn_cancelled = true;
+            }
+        }
+    }
+
+    /// Whether in-flight v2 prompt `id`'s session was cancelled since it was read.
+    #[cfg(feature = "unstable_protocol_v2")]
+    pub(crate) fn turn_cancelled(&self, id: &Id) -> bool {
+        lock(&self.inflight).get(id).is_some_and(|entry| entry.turn_cancelled)
     }
 
     /// Whether in-flight request `id` was cancelled by a `$/cancel_request` (see [`InFlight`]).

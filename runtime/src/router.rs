@@ -237,6 +237,7 @@ impl Router {
                     // Acted on here, not in the queue: cancellation must not wait behind a
                     // backlog of notifications.
                     self.shared.cancel_incoming(RequestKind::Prompt, &session);
+                    self.shared.mark_turns_cancelled(&session);
                     self.shared.cancel_session_work(&session);
                     self.shared.resolve_outgoing_permissions(&session);
                 }
@@ -293,6 +294,7 @@ impl Router {
             // must find the turn cancelled already, not race the close's handler task.
             if let Some(session) = session_id_of(params) {
                 self.shared.cancel_incoming(RequestKind::Prompt, &session);
+                self.shared.mark_turns_cancelled(&session);
                 self.shared.cancel_session_work(&session);
                 self.shared.resolve_outgoing_permissions(&session);
             }
@@ -315,6 +317,7 @@ impl Router {
             cancel_requested: false,
             by_cancel_request: false,
             held: false,
+            turn_cancelled: false,
         };
         if !self.register(reply, &id, entry) {
             return self.refuse_duplicate(reply, &id).await;
@@ -401,6 +404,7 @@ impl Router {
                     cancel_requested: false,
                     by_cancel_request: false,
                     held: true,
+                    turn_cancelled: false,
                 };
                 let registered = self.register(reply, &id, entry);
                 if registered {
@@ -592,7 +596,7 @@ pub(crate) fn cancelled_answer(kind: RequestKind, out: Option<HandlerOutput>) ->
             _ => fixed(methods::CANCELLED_PROMPT_RESULT),
         },
         RequestKind::Permission => fixed(methods::CANCELLED_PERMISSION_RESULT),
-        RequestKind::Other => handler_result.ok_or_else(ErrorObject::request_cancelled),
+        RequestKind::Turn | RequestKind::Other => handler_result.ok_or_else(ErrorObject::request_cancelled),
     }
 }
 
@@ -624,10 +628,11 @@ pub(crate) async fn finish(
             });
             jsonrpc::encode_response(&mut line, &id, answer.as_deref());
             let _ = shared.send_line_direct(line).await;
+            watch.mark_answered();
         }
-        ReplyTo::Batch(batch) => batch.answer(shared, &id, answer.as_deref()).await,
+        // Told once the batch's line is queued.
+        ReplyTo::Batch(batch) => batch.answer(shared, &id, answer.as_deref(), watch).await,
     }
-    watch.mark_answered();
 }
 
 /// Handles queued notifications one at a time, in order, until the queue ends.
@@ -734,7 +739,7 @@ async fn forward_answer(
                     let answer = tokio::time::timeout(grace, &mut pending).await.ok();
                     cancelled_answer(kind, answer.map(|a| Ok(a.map_err(forward_error))))
                 }
-                RequestKind::Other => {
+                RequestKind::Turn | RequestKind::Other => {
                     pending.cancel();
                     match tokio::time::timeout(grace, &mut pending).await {
                         Ok(answer) => answer.map_err(forward_error),

@@ -4,10 +4,11 @@
 //! The rules (`v2/migration.mdx`, "Version negotiation"):
 //!
 //! - The first `initialize` request picks the version: the highest configured version at or
-//!   below the one the client asked for, or the lowest configured one when the client asked
-//!   for less (that implementation answers with its own version, and the client decides
-//!   whether to go on). So a client asking for 2 gets v2 where it is configured, and a v1-only
-//!   endpoint answers 1; a client asking for 3 gets 2.
+//!   below the one the client asked for, or the latest configured one when the client asked
+//!   for less (`initialization.mdx`: an agent that does not support the requested version
+//!   answers with the latest it does; the client decides whether to go on). So a client asking
+//!   for 2 gets v2 where it is configured, and a v1-only endpoint answers 1; a client asking
+//!   for 3 gets 2, and one asking for 0 gets the latest.
 //! - A request asking for 2 or more whose params are not a v2 `initialize` (v2 requires the
 //!   client's `info`; a v1 client sends `clientInfo`, if anything) goes to the v1
 //!   implementation when there is one: a v1 client that asks for a higher version than it
@@ -221,7 +222,7 @@ impl ProtocolRouter {
         let configured = [(Version::V1, &self.v1), (Version::V2, &self.v2)];
         let available = configured.iter().filter(|(_, h)| h.is_some()).map(|(v, _)| *v);
         let at_or_below = available.clone().filter(|v| v.number() <= requested).max();
-        at_or_below.or_else(|| available.min())
+        at_or_below.or_else(|| available.max())
     }
 
     /// `version`, unless it is v2 and `params` are not a v2 `initialize` request (v2 requires
@@ -367,7 +368,7 @@ mod tests {
         assert_eq!(both.pick(3), Some(Version::V2));
         assert_eq!(both.pick(65535), Some(Version::V2));
         assert_eq!(both.pick(1), Some(Version::V1));
-        assert_eq!(both.pick(0), Some(Version::V1), "below every version: the lowest answers");
+        assert_eq!(both.pick(0), Some(Version::V2), "below every version: the latest answers");
         let v1_only = with(true, false);
         assert_eq!(v1_only.pick(2), Some(Version::V1), "a v1-only endpoint answers 1");
         let v2_only = with(false, true);

@@ -313,7 +313,7 @@ fn initialize(version: Value) -> Value {
 #[tokio::test]
 async fn the_first_initialize_picks_the_version_and_it_stays() {
     for (asked, answered, new_session) in
-        [(json!(2), 2, "s1"), (json!(7), 2, "s1"), (json!(1), 1, "v1-session"), (json!(0), 1, "v1-session")]
+        [(json!(2), 2, "s1"), (json!(7), 2, "s1"), (json!(1), 1, "v1-session"), (json!(0), 2, "s1")]
     {
         let (mut peer, _p, _serve) = dual();
         peer.send_json(initialize(asked.clone())).await;

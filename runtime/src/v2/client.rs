@@ -13,6 +13,7 @@
 //! `session/new` or `session/resume`) is not taken for the end of the next turn.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use acp_types::v2::{
@@ -333,11 +334,9 @@ impl AgentHandle {
         async move {
             let (raw, barrier) = self.peer.call_encoded(request, self.cancel.as_ref()).await?;
             let accepted = accepted(&raw)?;
-            let end = tokio::select! {
-                end = watch.end_after(barrier) => end,
-                () = self.peer.closed() => return Err(Error::ConnectionClosed),
-            };
-            let mut end = end.ok_or(Error::ConnectionClosed)?;
+            // Not raced with the connection's end: the idle update may be among the last
+            // notifications, still being handled when the end of input is read.
+            let mut end = watch.end_after(barrier).await.ok_or(Error::ConnectionClosed)?;
             end.message_id = accepted.message_id;
             Ok(end)
         }
@@ -413,10 +412,13 @@ impl StateEvent {
             kind: String,
             #[serde(default)]
             state: Option<String>,
+            // Read as they come and converted one by one: an idle update whose stop reason or
+            // (non-standard) error does not decode still ends the turn, as the typed layer
+            // delivers it with that member absent.
             #[serde(rename = "stopReason", default)]
-            stop_reason: Option<StopReason>,
+            stop_reason: Option<serde_json::Value>,
             #[serde(default)]
-            error: Option<ErrorObject>,
+            error: Option<serde_json::Value>,
         }
         let params = params.filter(|p| p.get().starts_with('{') && may_hold_state_update(p.get()))?;
         let Params { session_id, update } = serde_json::from_str(params.get()).ok()?;
@@ -424,7 +426,10 @@ impl StateEvent {
             return None;
         }
         let event = match update.state.as_deref() {
-            Some("idle") => StateEvent::Idle { stop_reason: update.stop_reason, error: update.error },
+            Some("idle") => StateEvent::Idle {
+                stop_reason: update.stop_reason.and_then(|v| serde_json::from_value(v).ok()),
+                error: update.error.and_then(|v| serde_json::from_value(v).ok()),
+            },
             _ => StateEvent::Active,
         };
         Some((session_id, event))
@@ -449,6 +454,8 @@ fn may_hold_state_update(text: &str) -> bool {
 #[derive(Default)]
 pub(crate) struct TurnWatches {
     sessions: Mutex<HashMap<String, Vec<Arc<WatchState>>>>,
+    /// The connection ended and its notifications are all handled: no end can arrive.
+    closed: AtomicBool,
 }
 
 #[derive(Default)]
@@ -491,6 +498,15 @@ impl TurnWatches {
         TurnWatch { watches: self, session: session.to_owned(), state }
     }
 
+    /// The connection ended and every notification it read was handled: the turns still
+    /// waited for end with [`Error::ConnectionClosed`], now and from now on.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        for state in lock(&self.sessions).values().flatten() {
+            lock(&state.inner).waiter.take();
+        }
+    }
+
     /// A state update of `session` was handled.
     fn observe(&self, session: &str, seq: u64, event: StateEvent) {
         let sessions = lock(&self.sessions);
@@ -523,6 +539,10 @@ impl TurnWatch<'_> {
             let mut inner = lock(&self.state.inner);
             if let Some(end) = inner.end(barrier) {
                 return Some(end);
+            }
+            // Checked with the waiter's lock held: `close` takes the lock after setting it.
+            if self.watches.closed.load(Ordering::Acquire) {
+                return None;
             }
             inner.events.retain(|(seq, _)| *seq > barrier);
             let (tx, rx) = oneshot::channel();

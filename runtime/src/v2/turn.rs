@@ -117,6 +117,10 @@ impl TurnStart {
     ) -> (TurnStart, impl Future<Output = Result<Box<RawValue>, ErrorObject>> + Send + 'static) {
         let scope = cx.peer().session_scope(&params.session_id.0);
         let token = scope.token().clone();
+        // A `session/cancel` read after the prompt but before this scope existed.
+        if cx.request_id().is_some_and(|id| cx.peer().shared.turn_cancelled(id)) {
+            token.cancel();
+        }
         let (tx, rx) = oneshot::channel();
         let turn = Turn {
             inner: Arc::new(TurnInner {

@@ -1,0 +1,252 @@
+//! Protocol v2 at its edges: a cancel that arrives before the turn has started, a prompt inside
+//! a batch, idle updates a client must read leniently, and an agent that exits right after its
+//! last update. Each drives the real connection, over an in-memory duplex.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use acp_rpc::Connection;
+use acp_rpc::acp_types::v2::{
+    Agent, CancelSessionNotification, Client, CloseSessionRequest, CloseSessionResponse, Error, ExtNotification,
+    ExtRequest, ExtResponse, Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest,
+    ListSessionsResponse, NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse, ProtocolVersion,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, ResumeSessionRequest,
+    ResumeSessionResponse, StopReason, TextContent, UpdateSessionNotification,
+};
+use acp_rpc::transport::duplex;
+use acp_rpc::v2::{AgentContext, AgentHandle, AgentHandler, ClientContext};
+use common::*;
+use serde_json::{Value, json};
+
+/// `work` accepts, then works 400 ms unless cancelled; anything else is answered with one
+/// message. Its notification and extension handlers are slow, so that a prompt can be kept
+/// waiting behind them.
+struct Worker;
+
+impl Agent<AgentContext> for Worker {
+    async fn initialize(&self, _: InitializeRequest, _: AgentContext) -> Result<InitializeResponse, Error> {
+        Ok(InitializeResponse::new(ProtocolVersion::V2, Implementation::new("worker", "1.0")))
+    }
+    async fn session_new(&self, _: NewSessionRequest, _: AgentContext) -> Result<NewSessionResponse, Error> {
+        Ok(NewSessionResponse::new("s1"))
+    }
+    async fn session_list(&self, _: ListSessionsRequest, _: AgentContext) -> Result<ListSessionsResponse, Error> {
+        Ok(ListSessionsResponse::new(vec![]))
+    }
+    async fn session_resume(&self, _: ResumeSessionRequest, _: AgentContext) -> Result<ResumeSessionResponse, Error> {
+        Ok(ResumeSessionResponse::new())
+    }
+    async fn session_close(&self, _: CloseSessionRequest, _: AgentContext) -> Result<CloseSessionResponse, Error> {
+        Ok(CloseSessionResponse::new())
+    }
+    async fn session_prompt(&self, params: PromptRequest, cx: AgentContext) -> Result<PromptResponse, Error> {
+        let turn = cx.turn().expect("a prompt handler has a turn");
+        if serde_json::to_value(&params.prompt[0]).unwrap()["text"] == "work" {
+            turn.accept().await?;
+            tokio::select! {
+                () = turn.cancelled() => {}
+                () = tokio::time::sleep(Duration::from_millis(400)) => {}
+            }
+        } else {
+            turn.say("ok").await?;
+        }
+        Ok(PromptResponse::new())
+    }
+    async fn session_cancel(&self, _: CancelSessionNotification, _: AgentContext) -> Result<(), Error> {
+        Ok(())
+    }
+    async fn ext_method(&self, _: &str, params: ExtRequest, _: AgentContext) -> Result<ExtResponse, Error> {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok(ExtResponse(params.0))
+    }
+    async fn ext_notification(&self, _: &str, _: ExtNotification, _: AgentContext) -> Result<(), Error> {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok(())
+    }
+}
+
+fn serve_worker() -> (RawPeer, acp_rpc::Peer, tokio::task::JoinHandle<Result<(), acp_rpc::Error>>) {
+    start(Connection::new().v2_rules(), AgentHandler::new(Worker))
+}
+
+fn prompt_line(id: i64, text: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
+           "params": {"sessionId": "s1", "prompt": [{"type": "text", "text": text}]}})
+}
+
+const CANCEL: &str = r#"{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s1"}}"#;
+
+fn is_idle(msg: &Value) -> bool {
+    msg["params"]["update"]["sessionUpdate"] == "state_update" && msg["params"]["update"]["state"] == "idle"
+}
+
+/// Everything the agent writes up to and including the first idle update.
+async fn until_idle(peer: &mut RawPeer) -> Vec<Value> {
+    let mut seen = Vec::new();
+    loop {
+        let msg = peer.recv().await;
+        let idle = is_idle(&msg);
+        seen.push(msg);
+        if idle {
+            return seen;
+        }
+    }
+}
+
+// ---- agent side -------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_cancel_written_with_the_prompt_cancels_its_turn() {
+    let (mut peer, _p, _serve) = serve_worker();
+    // One write: the user cancelled at once. The cancel is read before the turn has started.
+    peer.send_bytes(format!("{}\n{CANCEL}\n", prompt_line(1, "work")).as_bytes()).await;
+    let seen = until_idle(&mut peer).await;
+    assert_eq!(seen.last().unwrap()["params"]["update"]["stopReason"], "cancelled", "{seen:#?}");
+    assert!(seen.iter().any(|m| m["id"] == 1 && m["result"].is_object()), "the prompt is answered: {seen:#?}");
+}
+
+#[tokio::test]
+async fn a_cancel_read_while_the_prompt_waits_behind_a_notification_cancels_its_turn() {
+    let (mut peer, _p, _serve) = serve_worker();
+    // The prompt waits for this notification's handler (300 ms) before its own starts.
+    peer.send_json(json!({"jsonrpc": "2.0", "method": "_editor/changed", "params": {}})).await;
+    peer.send_json(prompt_line(1, "work")).await;
+    peer.send(CANCEL).await;
+    let seen = until_idle(&mut peer).await;
+    assert_eq!(seen.last().unwrap()["params"]["update"]["stopReason"], "cancelled", "{seen:#?}");
+}
+
+#[tokio::test]
+async fn a_cancel_for_another_session_leaves_a_waiting_turn_alone() {
+    let (mut peer, _p, _serve) = serve_worker();
+    peer.send_json(json!({"jsonrpc": "2.0", "method": "_editor/changed", "params": {}})).await;
+    peer.send_json(prompt_line(1, "work")).await;
+    peer.send(r#"{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"other"}}"#).await;
+    let seen = until_idle(&mut peer).await;
+    assert_eq!(seen.last().unwrap()["params"]["update"]["stopReason"], "end_turn", "{seen:#?}");
+}
+
+#[tokio::test]
+async fn a_batched_prompt_is_answered_before_its_turn_reports() {
+    let (mut peer, _p, _serve) = serve_worker();
+    // The batch's answer waits for the slow extension request; the turn's updates wait for it.
+    let slow = json!({"jsonrpc": "2.0", "id": 2, "method": "_slow", "params": {}});
+    peer.send(&format!("[{},{slow}]", prompt_line(1, "hi"))).await;
+    let mut order = Vec::new();
+    loop {
+        let msg = peer.recv().await;
+        if msg.is_array() {
+            order.push("batch answer".to_owned());
+        } else {
+            let update = &msg["params"]["update"];
+            order.push(format!("{} {}", update["sessionUpdate"], update["state"]));
+        }
+        if is_idle(&msg) {
+            break;
+        }
+    }
+    assert_eq!(order[0], "batch answer", "the turn reported before the prompt was answered: {order:?}");
+    assert_eq!(order.len(), 5, "answer, user message, running, agent message, idle: {order:?}");
+}
+
+// ---- client side: `prompt_turn` against an agent scripted by hand ------------------------------
+
+/// Records the updates its handler saw; `slow` takes 50 ms over each.
+#[derive(Clone, Default)]
+struct Recorder {
+    updates: Arc<Mutex<Vec<Value>>>,
+    slow: bool,
+}
+
+impl Client<ClientContext> for Recorder {
+    async fn session_request_permission(
+        &self,
+        _: RequestPermissionRequest,
+        _: ClientContext,
+    ) -> Result<RequestPermissionResponse, Error> {
+        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
+    }
+    async fn session_update(&self, params: UpdateSessionNotification, _: ClientContext) -> Result<(), Error> {
+        if self.slow {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.updates.lock().unwrap().push(serde_json::to_value(&params.update).unwrap());
+        Ok(())
+    }
+}
+
+/// Starts `prompt_turn` against a raw agent, answers the prompt and sends `updates`.
+async fn turn_with_updates(
+    client: Recorder,
+    updates: &[Value],
+) -> (tokio::task::JoinHandle<Result<acp_rpc::v2::TurnEnd, acp_rpc::Error>>, RawPeer) {
+    let ((agent_reader, agent_writer), (client_reader, client_writer)) = duplex(1 << 16);
+    let (handle, serve): (AgentHandle, _) = acp_rpc::v2::serve_client(client, client_reader, client_writer);
+    tokio::spawn(serve);
+    let mut agent = RawPeer::new(agent_reader, agent_writer);
+    let turn =
+        tokio::spawn(
+            async move { handle.prompt_turn(PromptRequest::new("s1", vec![TextContent::new("x").into()])).await },
+        );
+    let prompt = agent.recv().await;
+    agent.send_json(json!({"jsonrpc": "2.0", "id": prompt["id"], "result": {}})).await;
+    for update in updates {
+        agent
+            .send_json(json!({"jsonrpc": "2.0", "method": "session/update",
+                               "params": {"sessionId": "s1", "update": update}}))
+            .await;
+    }
+    (turn, agent)
+}
+
+#[tokio::test]
+async fn prompt_turn_ends_at_an_idle_whose_extra_error_member_is_not_an_error_object() {
+    let updates = [
+        json!({"sessionUpdate": "state_update", "state": "running"}),
+        json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn", "error": "rate limited"}),
+    ];
+    let (turn, _agent) = turn_with_updates(Recorder::default(), &updates).await;
+    let end = tokio::time::timeout(LIMIT, turn).await.expect("prompt_turn ends").unwrap().unwrap();
+    assert_eq!(end.stop_reason, Some(StopReason::EndTurn));
+    assert!(end.error.is_none());
+}
+
+#[tokio::test]
+async fn prompt_turn_ends_at_an_idle_whose_stop_reason_does_not_decode() {
+    let updates = [
+        json!({"sessionUpdate": "state_update", "state": "running"}),
+        json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": 5}),
+    ];
+    let (turn, _agent) = turn_with_updates(Recorder::default(), &updates).await;
+    let end = tokio::time::timeout(LIMIT, turn).await.expect("prompt_turn ends").unwrap().unwrap();
+    assert_eq!(end.stop_reason, None, "an undecodable stop reason reads as none");
+}
+
+#[tokio::test]
+async fn prompt_turn_ends_at_an_idle_read_just_before_the_agent_exits() {
+    let client = Recorder { slow: true, ..Recorder::default() };
+    let updates = [
+        json!({"sessionUpdate": "user_message", "messageId": "u1", "content": []}),
+        json!({"sessionUpdate": "state_update", "state": "running"}),
+        json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}),
+    ];
+    let (turn, mut agent) = turn_with_updates(client.clone(), &updates).await;
+    // The agent exits after its last update; the client's handler is still working through them.
+    agent.close_input();
+    drop(agent);
+    let end = tokio::time::timeout(LIMIT, turn).await.expect("prompt_turn ends").unwrap();
+    assert_eq!(end.expect("the idle arrived before the end").stop_reason, Some(StopReason::EndTurn));
+    assert_eq!(client.updates.lock().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn prompt_turn_fails_when_the_agent_exits_without_ending_the_turn() {
+    let updates = [json!({"sessionUpdate": "state_update", "state": "running"})];
+    let (turn, mut agent) = turn_with_updates(Recorder::default(), &updates).await;
+    agent.close_input();
+    drop(agent);
+    let end = tokio::time::timeout(LIMIT, turn).await.expect("prompt_turn ends").unwrap();
+    assert!(matches!(end, Err(acp_rpc::Error::ConnectionClosed)), "{end:?}");
+}
