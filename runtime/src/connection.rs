@@ -427,6 +427,8 @@ impl Connection {
             client_init_v2: Mutex::new(None),
             #[cfg(feature = "unstable_protocol_v2")]
             v2_turns: Default::default(),
+            #[cfg(feature = "unstable_protocol_v2")]
+            v2_foreground: Default::default(),
             v2: AtomicBool::new(self.v2_rules),
             forwarding: self.forwarding,
             session_work: Mutex::new(SessionWork::default()),
@@ -797,6 +799,9 @@ pub(crate) struct Shared {
     /// Client side, protocol v2: the turns `AgentHandle::prompt_turn` waits for.
     #[cfg(feature = "unstable_protocol_v2")]
     pub(crate) v2_turns: crate::v2::client::TurnWatches,
+    /// Agent side, protocol v2: the accepted turns still running, by session.
+    #[cfg(feature = "unstable_protocol_v2")]
+    pub(crate) v2_foreground: crate::v2::turn::Foreground,
     /// The connection follows protocol v2's rules: batches are accepted, and `session/prompt`
     /// is not answered `{"stopReason":"cancelled"}` when cancelled (see [`RequestKind::of`]).
     v2: AtomicBool,

@@ -151,6 +151,24 @@ async fn a_batched_prompt_is_answered_before_its_turn_reports() {
     assert_eq!(order.len(), 5, "answer, user message, running, agent message, idle: {order:?}");
 }
 
+#[tokio::test]
+async fn a_session_running_two_turns_reports_idle_once_when_the_last_ends() {
+    let (mut peer, _p, _serve) = serve_worker();
+    let started = std::time::Instant::now();
+    // A second prompt while the first runs (400 ms); the second ends at once.
+    peer.send_json(prompt_line(1, "work")).await;
+    peer.send_json(prompt_line(2, "hi")).await;
+    let seen = until_idle(&mut peer).await;
+    assert!(started.elapsed() >= Duration::from_millis(300), "idle while the first turn ran: {seen:#?}");
+    for id in [1, 2] {
+        assert!(seen.iter().any(|m| m["id"] == id && m["result"].is_object()), "prompt {id} answered: {seen:#?}");
+    }
+    assert_eq!(seen.iter().filter(|m| m["params"]["update"]["state"] == "running").count(), 2, "{seen:#?}");
+    assert_eq!(seen.last().unwrap()["params"]["update"]["stopReason"], "end_turn");
+    let after = peer.try_recv_line(Duration::from_millis(300)).await;
+    assert!(after.is_none(), "a second idle: {after:?}");
+}
+
 // ---- client side: `prompt_turn` against an agent scripted by hand ------------------------------
 
 /// Records the updates its handler saw; `slow` takes 50 ms over each.
@@ -249,4 +267,26 @@ async fn prompt_turn_fails_when_the_agent_exits_without_ending_the_turn() {
     drop(agent);
     let end = tokio::time::timeout(LIMIT, turn).await.expect("prompt_turn ends").unwrap();
     assert!(matches!(end, Err(acp_rpc::Error::ConnectionClosed)), "{end:?}");
+}
+
+#[tokio::test]
+async fn prompt_turns_of_two_turns_in_one_session_end_when_the_session_is_idle() {
+    let ((agent_reader, agent_writer), (client_reader, client_writer)) = duplex(1 << 16);
+    let (_agent, serve) = Connection::new().v2_rules().serve(agent_reader, agent_writer, AgentHandler::new(Worker));
+    tokio::spawn(serve);
+    let (handle, serve) = acp_rpc::v2::serve_client(Recorder::default(), client_reader, client_writer);
+    tokio::spawn(serve);
+    let prompt = |text: &str| PromptRequest::new("s1", vec![TextContent::new(text).into()]);
+    let started = std::time::Instant::now();
+    let work = tokio::spawn({
+        let handle = handle.clone();
+        let prompt = prompt("work");
+        async move { handle.prompt_turn(prompt).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let quick = tokio::time::timeout(LIMIT, handle.prompt_turn(prompt("hi"))).await.unwrap().unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(300), "returned while the other turn ran");
+    assert_eq!(quick.stop_reason, Some(StopReason::EndTurn));
+    let work = tokio::time::timeout(LIMIT, work).await.unwrap().unwrap().unwrap();
+    assert_eq!(work.stop_reason, Some(StopReason::EndTurn));
 }

@@ -22,7 +22,10 @@
 //!    [`Turn::set_stop_reason`], else `end_turn`. A handler that failed or panicked after
 //!    acceptance ends the turn with stop reason `error` and its error object beside it
 //!    (`"error": {code, message, data}`): v1.7.0's schema has no such reason (a peer keeps it
-//!    as an unknown one), the draft the official SDKs implement does.
+//!    as an unknown one), the draft the official SDKs implement does. Idle means the session
+//!    is ready for a new prompt, so while another accepted turn of the same session still
+//!    runs (the client sent a second prompt before the first ended), a turn ends silently and
+//!    the last one to end sends the idle update.
 //!
 //! Cancellation: the turn's token ([`Turn::cancelled`]) fires on `session/cancel` for the
 //! session, on `session/close`, on `$/cancel_request` for the prompt before it was accepted,
@@ -35,6 +38,7 @@
 //!
 //! [`AgentContext::turn`]: super::AgentContext::turn
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -250,8 +254,13 @@ impl Turn {
                 let prompt = lock(&self.inner.prompt).take().unwrap_or_default();
                 let user_message = self.send(UserMessage::new(id.clone()).content(prompt).into());
                 let running = self.send(StateUpdate::from(RunningStateUpdate::new()).into());
+                // Counted, and reported, under the session's foreground lock: an idle update
+                // of another turn of the session cannot slip in after this `running`.
+                let mut live = peer.shared.v2_foreground.live.lock().await;
+                *live.entry(self.inner.session_id.0.clone()).or_default() += 1;
                 user_message.await?;
                 running.await?;
+                drop(live);
                 Ok(id)
             })
             .await?;
@@ -371,7 +380,8 @@ impl Turn {
     }
 
     /// Ends the turn now: sends the idle `state_update` (with `reason`, or `cancelled` if the
-    /// turn was cancelled). Later updates through the turn are still sent, but belong to no
+    /// turn was cancelled), unless another turn of the session still runs (see the
+    /// [module docs](self)). Later updates through the turn are still sent, but belong to no
     /// foreground work; dropping the turn afterwards sends nothing more.
     pub fn end(&self, reason: StopReason) -> impl Future<Output = Result<(), Error>> + Send + '_ {
         self.set_stop_reason(reason);
@@ -383,7 +393,7 @@ impl Turn {
             if self.inner.ended.swap(true, Ordering::AcqRel) {
                 return Ok(());
             }
-            self.inner.send_idle().await
+            self.inner.end_foreground().await
         }
     }
 
@@ -406,13 +416,37 @@ impl Turn {
 /// The acceptance of a turn's prompt, boxed (see [`Turn::accepting`]).
 type Accepting<'a> = Pin<Box<dyn Future<Output = Result<MessageId, Error>> + Send + 'a>>;
 
+/// The accepted turns of a connection that are still running, by session: the session is
+/// idle, and its idle update goes out, only when the last of them ends (`v2/prompt-lifecycle.mdx`:
+/// idle means ready for a new prompt). An async lock, held while a turn's `running` or idle
+/// update is queued, so that the wire agrees with the count.
+#[derive(Default)]
+pub(crate) struct Foreground {
+    live: tokio::sync::Mutex<HashMap<String, usize>>,
+}
+
 impl TurnInner {
-    /// Encodes the idle update now (its stop reason as of now); the future sends it.
-    fn send_idle(&self) -> impl Future<Output = Result<(), Error>> + Send + use<> {
+    /// Ends this accepted turn's foreground work: encodes the idle update now (its stop reason
+    /// as of now), and the future sends it unless another turn of the session still runs (that
+    /// one's end reports the idle state).
+    fn end_foreground(&self) -> impl Future<Output = Result<(), Error>> + Send + use<> {
         let peer = self.client.peer().clone();
+        let session = self.session_id.0.clone();
         let notification =
             peer.encode_notification(acp_types::v2::client_method::SESSION_UPDATE, Some(&self.idle_notification()));
-        async move { peer.send_notification(notification).await }
+        async move {
+            let mut live = peer.shared.v2_foreground.live.lock().await;
+            let others = live.get_mut(&session).map_or(0, |count| {
+                *count = count.saturating_sub(1);
+                *count
+            });
+            if others > 0 {
+                tracing::debug!(session_id = %session, others, "acp turn: ended; the session still runs other turns");
+                return Ok(());
+            }
+            live.remove(&session);
+            peer.send_notification(notification).await
+        }
     }
 
     /// The `session/update` that ends the turn (see the [module docs](self) for the reason).
@@ -443,7 +477,7 @@ impl Drop for TurnInner {
         if self.accepted.get().is_none() || self.ended.load(Ordering::Acquire) {
             return;
         }
-        let sending = self.send_idle();
+        let sending = self.end_foreground();
         // Held until the idle update is queued: `session/close` answers after it.
         let scope = self.scope.take();
         match tokio::runtime::Handle::try_current() {
