@@ -69,6 +69,10 @@ impl Handler for TestAgent {
                     req.cancel.cancelled().await;
                     return Ok(raw(json!({"stopReason": "cancelled"})));
                 }
+                if text == "slow" {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    return Ok(raw(json!({"stopReason": "end_turn"})));
+                }
                 if let Some(payload) = text.strip_prefix("burst ") {
                     // The payload back in one update, then many small updates at once.
                     let mut texts = vec![payload.to_owned()];
@@ -918,4 +922,89 @@ async fn an_idle_stream_gets_one_keep_alive_per_interval_on_a_paused_clock() {
     }
     assert_eq!(seen, b":\n\n:\n\n:\n\n");
     assert!(started.elapsed() < WAIT, "the paused clock was followed in real time");
+}
+
+/// The runtime writes an answer's id in its own form (`"\u0078"` as `"x"`, `-0` as `0`, an
+/// id that is no JSON-RPC id as `null`). The server matched answers to requests by the id's
+/// text as the client wrote it: `initialize` with such an id waited for its timeout (504), and
+/// any other request's route was never cleared, so its id was refused 409 afterwards and the
+/// table grew with every such request.
+#[tokio::test]
+async fn requests_whose_ids_the_runtime_respells_are_answered_and_forgotten() {
+    let url = start(ServerOptions { initialize_timeout: Duration::from_secs(5), ..ServerOptions::default() }).await;
+    let http = Http::new(&url, Version::Http1);
+    let init = r#"{"jsonrpc":"2.0","id":"\u0061","method":"initialize","params":{"protocolVersion":1}}"#;
+    let answer = http.send("POST", &[("content-type", "application/json")], init).await;
+    assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
+    assert_eq!(answer.json()["id"], "a");
+
+    let conn = connect(&http).await;
+    let c = [("acp-connection-id", conn.as_str()), ("content-type", "application/json")];
+    let (_, mut events) = http.stream(&c[..1]).await;
+    for id in [r#""\u0078""#, "-0", "true", "{}", "2.50", "100000000000000000000"] {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"_nope","params":{{}}}}"#);
+        for attempt in ["first", "again after its answer"] {
+            let posted = http.send("POST", &c, body.clone()).await;
+            assert_eq!(posted.status, StatusCode::ACCEPTED, "id {id}, {attempt}: {:?}", posted.body);
+            let answer = events.next().await.expect("an answer");
+            assert!(answer["error"].is_object(), "id {id}: {answer}");
+        }
+    }
+}
+
+/// A session's request answered after the session was closed: its stream is gone, and the
+/// answer was dropped, leaving the caller waiting for ever. It goes to the connection stream.
+#[tokio::test]
+async fn an_answer_that_comes_after_its_session_closed_goes_to_the_connection_stream() {
+    let url = start(ServerOptions::default()).await;
+    let http = Http::new(&url, Version::Http1);
+    let conn = connect(&http).await;
+    let c = [("acp-connection-id", conn.as_str())];
+    let (_, mut conn_events) = http.stream(&c).await;
+    http.post(&c, rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []}))).await;
+    let session = conn_events.next().await.expect("answer")["result"]["sessionId"].as_str().unwrap().to_owned();
+    let cs = [("acp-connection-id", conn.as_str()), ("acp-session-id", session.as_str())];
+    let (_, mut session_events) = http.stream(&cs).await;
+    assert_eq!(http.post(&cs, prompt(5, &session, "slow")).await.status, StatusCode::ACCEPTED);
+    assert_eq!(
+        http.post(&cs, rpc(6, "session/close", json!({"sessionId": session}))).await.status,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(conn_events.next().await.expect("the close's answer")["id"], 6);
+    assert!(session_events.next().await.is_none(), "the closed session's stream ends");
+    let late = conn_events.next().await.expect("the prompt's answer");
+    assert_eq!((late["id"].clone(), late["result"]["stopReason"].clone()), (json!(5), json!("end_turn")));
+}
+
+/// A client that never finishes a request's head (slowloris) held its socket for ever: hyper's
+/// header timeout needs a timer, which the server did not give it.
+#[tokio::test]
+async fn a_request_head_that_never_ends_has_its_socket_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let options = ServerOptions { header_read_timeout: Duration::from_millis(300), ..ServerOptions::default() };
+    let url = start(options).await;
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+    let mut tcp = TcpStream::connect(&authority).await.unwrap();
+    tcp.write_all(b"POST /acp HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(WAIT, tcp.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the socket is still open after {WAIT:?}");
+}
+
+/// Sockets beyond `max_sockets` wait until one closes, whatever they carry.
+#[tokio::test]
+async fn sockets_beyond_the_limit_wait_until_one_closes() {
+    use tokio::io::AsyncWriteExt;
+    let url = start(ServerOptions { max_sockets: 1, ..ServerOptions::default() }).await;
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+    let mut held = TcpStream::connect(&authority).await.unwrap();
+    held.write_all(b"POST /acp HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let http = Http::new(&url, Version::Http1);
+    let waiting = tokio::spawn(async move { http.send("GET", &[], Bytes::new()).await.status });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "a second socket was served while the first held the only place");
+    drop(held);
+    let status = tokio::time::timeout(WAIT, waiting).await.expect("served once the first closed").unwrap();
+    assert_ne!(status, StatusCode::OK, "a bare GET is refused, but it is served: {status}");
 }

@@ -67,7 +67,8 @@ pub const SESSION_SCOPED_METHODS: &[&str] = &[
 /// What the routing of a message needs to know, read without decoding the rest of it.
 #[derive(Debug, Default)]
 pub struct Envelope {
-    /// The request or response id, as its JSON text (`1`, `"a"`), if any.
+    /// The request or response id, as JSON text in the form the runtime writes it (`1`,
+    /// `"a"`; `"\u0061"` reads as `"a"`), if it is a string or a number.
     pub id: Option<String>,
     /// The method of a request or notification.
     pub method: Option<String>,
@@ -159,7 +160,15 @@ impl Envelope {
         let is_response = raw.result.is_some() || raw.error.is_some();
         Some(Envelope {
             is_error: raw.error.is_some(),
-            id: raw.id.map(|id| id.get().to_owned()).filter(|id| id != "null"),
+            // Canonical, as the runtime writes the id back in its answer (escapes resolved,
+            // `-0` as `0`): a request and its answer must find the same key. An id that is not
+            // a JSON-RPC id (an object, an array, a boolean) is none: the runtime answers it
+            // with id `null`, on the connection's stream.
+            id: raw
+                .id
+                .and_then(crate::jsonrpc::parse_id)
+                .filter(|id| !matches!(id, crate::jsonrpc::Id::Null))
+                .and_then(|id| serde_json::to_string(&id).ok()),
             method: raw.method,
             params_session: raw.params.and_then(|p| p.0),
             result_session: raw.result.and_then(|r| r.0),

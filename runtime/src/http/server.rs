@@ -39,6 +39,8 @@
 //! | `OPTIONS` | a CORS preflight: 204 for an allowed origin, else 403 |
 //! | other methods | 405 with `Allow` |
 //! | an `Acp-Connection-Id` / `Acp-Session-Id` longer than [`ServerOptions::max_id_bytes`] | 400 |
+//! | an HTTP/1.1 request head not complete within [`ServerOptions::header_read_timeout`] | the socket is closed |
+//! | sockets beyond [`ServerOptions::max_sockets`] | not accepted until one closes (they wait in the system's listen queue) |
 //!
 //! # Streams
 //!
@@ -58,7 +60,8 @@
 //! re-attaches to a session with `session/load` on a new connection, which the agent serves
 //! (sessions outlive connections when the agent keeps them outside the per-connection value
 //! the factory makes). A successful `session/close` or `session/delete` is answered on the
-//! connection stream and ends the session's stream (after what it still holds).
+//! connection stream and ends the session's stream (after what it still holds); an answer to
+//! one of the session's requests that comes after that goes to the connection stream.
 //!
 //! A connection ends on `DELETE`, when its agent ends, when it has had no stream attached and
 //! no POST for [`ServerOptions::idle_timeout`], or when its WebSocket closes. Its runtime
@@ -140,6 +143,16 @@ pub struct ServerOptions {
     pub allowed_origins: Vec<String>,
     /// Largest WebSocket message (16 MiB).
     pub max_ws_message_bytes: usize,
+    /// TCP (or TLS) connections served at once, whatever they carry (4096). Beyond, the
+    /// server accepts no more until one closes: new ones wait in the system's listen queue.
+    /// (`max_connections` counts ACP connections, which a socket that never finishes a
+    /// request does not make.)
+    pub max_sockets: usize,
+    /// How long a client may take to send an HTTP/1.1 request's head, and to start the next
+    /// one on a kept-alive connection (30 s; zero for no limit): the connection is closed
+    /// beyond. An HTTP/2 connection is pinged every `keep_alive` and closed when a ping goes
+    /// unanswered.
+    pub header_read_timeout: Duration,
 }
 
 impl Default for ServerOptions {
@@ -158,6 +171,8 @@ impl Default for ServerOptions {
             keep_alive: Duration::from_secs(15),
             allowed_origins: Vec::new(),
             max_ws_message_bytes: 16 << 20,
+            max_sockets: 4096,
+            header_read_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -402,7 +417,13 @@ impl BoundServer {
         let tls = self.tls.clone();
         let BoundServer { shared, listener, .. } = self;
         let sweeper = crate::tasks::AbortOnDrop::spawn(sweep_idle(shared.clone()));
+        let sockets = Arc::new(tokio::sync::Semaphore::new(shared.options.max_sockets.max(1)));
         loop {
+            // A socket is accepted only with a permit, held until it closes.
+            let permit = tokio::select! {
+                () = shared.shutdown.cancelled() => break,
+                permit = sockets.clone().acquire_owned() => permit.expect("never closed"),
+            };
             tokio::select! {
                 () = shared.shutdown.cancelled() => break,
                 accepted = listener.accept() => match accepted {
@@ -417,10 +438,14 @@ impl BoundServer {
                                     Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
                                     Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                                 }
+                                drop(permit);
                             });
                             continue;
                         }
-                        tokio::spawn(serve_http_connection(shared, tcp, peer));
+                        tokio::spawn(async move {
+                            serve_http_connection(shared, tcp, peer).await;
+                            drop(permit);
+                        });
                     }
                     Err(error) => {
                         tracing::warn!(%error, "accepting a TCP connection failed");
@@ -443,11 +468,22 @@ async fn serve_http_connection<I>(shared: Arc<ServerShared>, io: I, peer: Socket
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let (header_read_timeout, keep_alive) = (shared.options.header_read_timeout, shared.options.keep_alive);
     let service = hyper::service::service_fn(move |req| {
         let shared = shared.clone();
         async move { Ok::<_, Infallible>(shared.handle(req).await) }
     });
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // hyper's timeouts need a timer: without one, a client that never finishes a request's
+    // head holds its socket for ever.
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout((!header_read_timeout.is_zero()).then_some(header_read_timeout));
+    builder
+        .http2()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval((!keep_alive.is_zero()).then_some(keep_alive));
     if let Err(error) = builder.serve_connection_with_upgrades(TokioIo::new(io), service).await {
         tracing::debug!(%peer, %error, "http connection ended with an error");
     }
@@ -694,6 +730,11 @@ async fn deliver(options: &ServerOptions, connection: &AcpConnection, line: Vec<
                 streams.sessions.entry(session).or_default().provisional = false;
             }
             match route {
+                // A session that is gone (closed while this request ran) has no stream any more:
+                // the answer goes to the connection's, where the client reads it by its id.
+                Some(Route::Session(session) | Route::Ends(session)) if !streams.sessions.contains_key(&session) => {
+                    None
+                }
                 Some(Route::Session(session)) => Some(session),
                 Some(Route::Ends(session)) if envelope.is_error => Some(session),
                 Some(Route::Ends(session)) => {
