@@ -1008,3 +1008,49 @@ async fn sockets_beyond_the_limit_wait_until_one_closes() {
     let status = tokio::time::timeout(WAIT, waiting).await.expect("served once the first closed").unwrap();
     assert_ne!(status, StatusCode::OK, "a bare GET is refused, but it is served: {status}");
 }
+
+/// The WebSocket loop wrote the client's messages to the agent itself, and read none of the
+/// agent's output while a write waited: an agent whose reader was waiting for room to answer
+/// (here, malformed messages while prompts stream their updates) and a client reading
+/// everything stopped each other for ever. The agent's input now has a writer of its own.
+#[tokio::test]
+async fn a_websocket_keeps_flowing_while_the_agent_is_slow_to_read() {
+    let url = start(ServerOptions::default()).await;
+    let ws_url = url.replacen("http://", "ws://", 1);
+    let authority = ws_url.trim_start_matches("ws://").split('/').next().expect("authority").to_owned();
+    let tcp = TcpStream::connect(authority).await.expect("connect");
+    let (mut socket, _) =
+        tokio_tungstenite::client_async(ws_url.into_client_request().expect("request"), tcp).await.expect("upgrade");
+    socket.send(Message::text(initialize(1).to_string())).await.expect("send");
+    read(&mut socket).await;
+    socket.send(Message::text(rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []})).to_string())).await.unwrap();
+    let session = read(&mut socket).await["result"]["sessionId"].as_str().unwrap().to_owned();
+    let (mut to_server, mut from_server) = socket.split();
+    const PROMPTS: u64 = 10;
+    const MALFORMED: u64 = 200;
+    let reader = tokio::spawn(async move {
+        let (mut parse_errors, mut turns) = (0, 0);
+        while let Some(Ok(message)) = from_server.next().await {
+            let Message::Text(text) = message else { continue };
+            let message: Value = serde_json::from_str(&text).expect("json");
+            parse_errors += u64::from(message["error"]["code"] == -32700);
+            turns += u64::from(message["result"]["stopReason"] == "end_turn");
+            if (parse_errors, turns) == (MALFORMED, PROMPTS) {
+                break;
+            }
+        }
+        (parse_errors, turns)
+    });
+    let _writer = tokio::spawn(async move {
+        for n in 0..PROMPTS {
+            to_server.send(Message::text(prompt(10 + n, &session, "burst x").to_string())).await.unwrap();
+        }
+        let malformed = "x".repeat(200 * 1024);
+        for _ in 0..MALFORMED {
+            to_server.send(Message::text(malformed.clone())).await.unwrap();
+        }
+        to_server
+    });
+    let counts = tokio::time::timeout(Duration::from_secs(60), reader).await.expect("the connection kept serving");
+    assert_eq!(counts.unwrap(), (MALFORMED, PROMPTS));
+}

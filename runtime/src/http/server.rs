@@ -91,7 +91,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, ToSocketAddrs};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 // tokio's clock, not std's: under a paused test clock, deadlines made from std's would be
 // behind tokio's, so keep-alive timers fired again at once, without end.
 use tokio::time::Instant;
@@ -1291,6 +1291,8 @@ fn preflight() -> HttpResponse {
 /// buffer is resident for every open socket (its default, 128 KiB, was most of an idle
 /// connection's memory). A message larger than this still gets room for all of it.
 const WS_READ_BUFFER: usize = 4 * 1024;
+/// Messages read from a WebSocket and not yet written to the agent.
+const WS_INPUT_QUEUE: usize = 16;
 
 /// Frames fed past this many bytes are written out without waiting for a flush.
 const WS_WRITE_BUFFER: usize = 16 * 1024;
@@ -1344,24 +1346,29 @@ where
         .read_buffer_size(WS_READ_BUFFER)
         .write_buffer_size(WS_WRITE_BUFFER);
     let mut socket = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
-    let (from_agent, mut to_agent) = shared.start_agent();
+    let (from_agent, to_agent) = shared.start_agent();
     let mut lines = LineReader::new(from_agent, usize::MAX >> 1);
+    // The agent's input is written by a task of its own: this loop must keep delivering the
+    // agent's output while the agent is slow to read (the agent may itself be waiting for
+    // room to write). A frame read waits for a place in the queue; while it waits, the socket
+    // is not read (backpressure), and the agent's output still flows.
+    let (to_writer, writer_queue) = mpsc::channel::<Vec<u8>>(WS_INPUT_QUEUE);
+    let mut writer = crate::tasks::AbortOnDrop::spawn(write_to_agent(to_agent, writer_queue));
+    let mut pending: Option<Vec<u8>> = None;
     let every = shared.options.keep_alive;
     let mut ping = tokio::time::interval_at(Instant::now() + every, every);
     let mut last_heard = Instant::now();
     loop {
         tokio::select! {
-            incoming = socket.next() => match incoming {
+            permit = to_writer.reserve(), if pending.is_some() => match permit {
+                Ok(permit) => permit.send(pending.take().expect("checked")),
+                // The agent's input is closed.
+                Err(_) => break,
+            },
+            incoming = socket.next(), if pending.is_none() => match incoming {
                 Some(Ok(Message::Text(text))) => {
                     last_heard = Instant::now();
-                    let line = one_line(text.as_bytes().to_vec());
-                    let write = async {
-                        to_agent.write_all(&line).await?;
-                        to_agent.write_all(b"\n").await
-                    };
-                    if write.await.is_err() {
-                        break;
-                    }
+                    pending = Some(one_line(text.as_bytes().to_vec()));
                 }
                 // Binary frames carry nothing in ACP (the RFD: ignored); pings are answered by
                 // the socket itself.
@@ -1407,6 +1414,22 @@ where
             }
         }
     }
-    // End of input for the agent: its pending calls fail, its connection ends.
+    // End of input for the agent once what was read is written: its pending calls fail, its
+    // connection ends. An agent that no longer reads gets it when the writer is dropped.
+    drop(to_writer);
+    let _ = tokio::time::timeout(every.max(Duration::from_secs(1)), &mut writer).await;
+}
+
+/// Writes the WebSocket's messages to the agent, one line each, then ends the agent's input.
+async fn write_to_agent(mut to_agent: PipeWriter, mut queue: mpsc::Receiver<Vec<u8>>) {
+    while let Some(line) = queue.recv().await {
+        let write = async {
+            to_agent.write_all(&line).await?;
+            to_agent.write_all(b"\n").await
+        };
+        if write.await.is_err() {
+            return;
+        }
+    }
     let _ = to_agent.shutdown().await;
 }
