@@ -105,7 +105,12 @@ impl Handler for TestAgent {
         }
     }
 
-    async fn handle_notification(&self, _: IncomingNotification) {}
+    async fn handle_notification(&self, notification: IncomingNotification) {
+        // Holds up the agent's notifications, so that its input backs up.
+        if notification.method == "_block" {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
 }
 
 async fn start(options: ServerOptions) -> String {
@@ -1053,4 +1058,32 @@ async fn a_websocket_keeps_flowing_while_the_agent_is_slow_to_read() {
     });
     let counts = tokio::time::timeout(Duration::from_secs(60), reader).await.expect("the connection kept serving");
     assert_eq!(counts.unwrap(), (MALFORMED, PROMPTS));
+}
+
+/// A POST whose client went away while its message was being written to a busy agent left
+/// half a line in the agent's input; the next message was glued to it and lost (answered
+/// -32700 with id `null`). The write now completes on its own.
+#[tokio::test]
+async fn a_post_abandoned_mid_write_does_not_corrupt_the_next_message() {
+    let url = start(ServerOptions::default()).await;
+    let http = Http::new(&url, Version::Http1);
+    let conn = connect(&http).await;
+    let c = [("acp-connection-id", conn.as_str())];
+    let (_, mut events) = http.stream(&c).await;
+    // Back the agent's input up: a notification that holds it 2 s, then enough to fill its queue.
+    let notification = |method: &str| json!({"jsonrpc": "2.0", "method": method, "params": {}});
+    assert_eq!(http.post(&c, notification("_block")).await.status, StatusCode::ACCEPTED);
+    for _ in 0..1100 {
+        assert_eq!(http.post(&c, notification("_fill")).await.status, StatusCode::ACCEPTED);
+    }
+    // 1 MiB that cannot be written now; its client gives up (HTTP/2 resets the stream).
+    let big = json!({"jsonrpc": "2.0", "method": "_big", "params": {"pad": "z".repeat(1 << 20)}}).to_string();
+    let h2 = Http::new(&url, Version::H2c);
+    let request = h2.request("POST", &[("content-type", "application/json"), c[0]], big);
+    let abandoned = tokio::time::timeout(Duration::from_millis(500), h2.send_raw(request)).await;
+    assert!(abandoned.is_err(), "the big POST was answered at once: the agent was not busy");
+    assert_eq!(http.post(&c, rpc(77, "_nope", json!({}))).await.status, StatusCode::ACCEPTED);
+    let answer = events.next().await.expect("an answer");
+    assert_eq!(answer["id"], 77, "{answer}");
+    assert_eq!(answer["error"]["code"], -32601, "{answer}");
 }

@@ -602,18 +602,24 @@ impl AcpConnection {
         streams.sessions.values_mut().for_each(wake);
     }
 
-    /// Writes one client message (a single line) to the agent.
-    async fn send_to_agent(&self, line: &[u8]) -> Result<(), ()> {
-        let mut guard = self.to_agent.lock().await;
-        let Some(writer) = guard.as_mut() else { return Err(()) };
-        let write = async {
-            writer.write_all(line).await?;
-            writer.write_all(b"\n").await
-        };
-        tokio::select! {
-            result = write => result.map_err(|_| ()),
-            () = self.closed.cancelled() => Err(()),
-        }
+    /// Writes one client message (a single line) to the agent. In a task of its own: a POST
+    /// whose client goes away drops its handler, and a write cut off there would leave half a
+    /// line in the agent's input, to which the next message would be glued.
+    async fn send_to_agent(self: &Arc<Self>, line: Vec<u8>) -> Result<(), ()> {
+        let connection = self.clone();
+        let write = tokio::spawn(async move {
+            let mut guard = connection.to_agent.lock().await;
+            let Some(writer) = guard.as_mut() else { return Err(()) };
+            let write = async {
+                writer.write_all(&line).await?;
+                writer.write_all(b"\n").await
+            };
+            tokio::select! {
+                result = write => result.map_err(|_| ()),
+                () = connection.closed.cancelled() => Err(()),
+            }
+        });
+        write.await.unwrap_or(Err(()))
     }
 }
 
@@ -1114,7 +1120,7 @@ impl ServerShared {
                 streams.routes.insert(id.clone(), route);
             }
         }
-        match connection.send_to_agent(&line).await {
+        match connection.send_to_agent(line).await {
             Ok(()) => empty(StatusCode::ACCEPTED),
             Err(()) => text(StatusCode::NOT_FOUND, "the connection has ended"),
         }
@@ -1143,7 +1149,7 @@ impl ServerShared {
             connection.close();
             text(status, message)
         };
-        if connection.send_to_agent(&line).await.is_err() {
+        if connection.send_to_agent(line).await.is_err() {
             return fail(StatusCode::BAD_GATEWAY, "the agent ended before initialize");
         }
         let answer = match tokio::time::timeout(self.options.initialize_timeout, answer_rx).await {
