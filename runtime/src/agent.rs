@@ -465,8 +465,6 @@ impl ClientHandle {
     }
 
     /// `session/update`: streams progress of a session (message chunks, plans, tool calls, ...).
-    // Not `#[inline]`, unlike the other calls: every agent sends updates, so their encoder is
-    // compiled here once (see `Peer`'s `encode_*`).
     pub fn session_update(
         &self,
         notification: SessionNotification,
@@ -479,7 +477,6 @@ impl ClientHandle {
     /// If the turn is cancelled first (the bound token fires, or the client sends
     /// `session/cancel` for the session), this resolves at once with
     /// [`RequestPermissionOutcome::Cancelled`] and the client is sent `$/cancel_request`.
-    #[inline]
     pub fn request_permission(
         &self,
         params: RequestPermissionRequest,
@@ -501,7 +498,6 @@ impl ClientHandle {
 
     /// `fs/read_text_file`: reads a text file through the client (which sees unsaved edits).
     /// Needs the client's `fs.readTextFile` capability.
-    #[inline]
     pub fn read_text_file(
         &self,
         params: ReadTextFileRequest,
@@ -511,7 +507,6 @@ impl ClientHandle {
 
     /// `fs/write_text_file`: writes a text file through the client. Needs the client's
     /// `fs.writeTextFile` capability.
-    #[inline]
     pub fn write_text_file(
         &self,
         params: WriteTextFileRequest,
@@ -522,7 +517,6 @@ impl ClientHandle {
     /// `terminal/create`: starts a command in a client terminal. The returned [`TerminalHandle`]
     /// reads its output, waits for it, kills it, and releases it (when dropped, if not
     /// released before). Needs the client's `terminal` capability.
-    #[inline]
     pub fn create_terminal(
         &self,
         params: CreateTerminalRequest,
@@ -533,7 +527,6 @@ impl ClientHandle {
     }
 
     /// `elicitation/create`: asks the user for structured input (a form or a URL).
-    #[inline]
     pub fn create_elicitation(
         &self,
         params: CreateElicitationRequest,
@@ -542,7 +535,6 @@ impl ClientHandle {
     }
 
     /// `elicitation/complete`: tells the client a URL-based elicitation is complete.
-    #[inline]
     pub fn complete_elicitation(
         &self,
         notification: CompleteElicitationNotification,
@@ -554,7 +546,6 @@ impl ClientHandle {
     /// `"type": "acp"`. To run an rmcp client on it, use `acp_rpc::mcp::McpClients`
     /// (feature `mcp-over-acp`), which makes this call.
     #[cfg(feature = "unstable_mcp_over_acp")]
-    #[inline]
     pub fn mcp_connect(
         &self,
         params: acp_types::ConnectMcpRequest,
@@ -565,7 +556,6 @@ impl ClientHandle {
     /// `mcp/message` (unstable), as a request: one MCP request on an open connection; the
     /// result is the MCP result.
     #[cfg(feature = "unstable_mcp_over_acp")]
-    #[inline]
     pub fn mcp_message(
         &self,
         params: acp_types::MessageMcpRequest,
@@ -576,7 +566,6 @@ impl ClientHandle {
     /// `mcp/message` (unstable), as a notification: one MCP notification on an open
     /// connection.
     #[cfg(feature = "unstable_mcp_over_acp")]
-    #[inline]
     pub fn mcp_message_notification(
         &self,
         params: acp_types::MessageMcpNotification,
@@ -586,7 +575,6 @@ impl ClientHandle {
 
     /// `mcp/disconnect` (unstable): closes a connection opened with `mcp/connect`.
     #[cfg(feature = "unstable_mcp_over_acp")]
-    #[inline]
     pub fn mcp_disconnect(
         &self,
         params: acp_types::DisconnectMcpRequest,

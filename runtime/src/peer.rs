@@ -201,10 +201,11 @@ impl Peer {
     // at once, and the async halves, not generic, that send the encoded line and wait. rustc
     // compiles the body of an `async fn` in every crate that awaits it, once per type it is
     // generic over; split so, the waiting code is compiled once whatever the params, and a
-    // typed call that is a plain function compiles its encoder and decoder beside it: in
-    // acp-rpc for the calls every agent makes (`session_update`, the v2 `Turn`'s updates),
-    // and where they are used for the other typed calls (`#[inline]`, so that acp-rpc does
-    // not compile the encoders of every call of both roles).
+    // typed call that is a plain function compiles its encoder and decoder beside it. The
+    // agent role's calls (`ClientHandle`, `TerminalHandle`, the v2 `Turn`) are compiled so in
+    // acp-rpc, once: the crate that is edited and rebuilt most is an agent's, and an agent
+    // binary keeps one copy of each. The client role's calls (`AgentHandle`) are `#[inline]`,
+    // compiled in the crate that makes them: an agent does not build them.
 
     /// Encodes a notification; `session/cancel` remembers its session for
     /// [`Peer::send_notification`].

@@ -61,14 +61,12 @@ impl TerminalHandle {
 
     /// `terminal/output`: the output so far, whether it was truncated, and the exit status
     /// once the command has exited.
-    #[inline]
     pub fn output(&self) -> impl Future<Output = Result<TerminalOutputResponse, Error>> + Send + '_ {
         let params = TerminalOutputRequest::new(self.session_id.clone(), self.id.clone());
         self.client.call(client_method::TERMINAL_OUTPUT, &params)
     }
 
     /// `terminal/wait_for_exit`: waits until the command exits; its exit code or signal.
-    #[inline]
     pub fn wait_for_exit(&self) -> impl Future<Output = Result<WaitForTerminalExitResponse, Error>> + Send + '_ {
         let params = WaitForTerminalExitRequest::new(self.session_id.clone(), self.id.clone());
         self.client.call(client_method::TERMINAL_WAIT_FOR_EXIT, &params)
@@ -76,7 +74,6 @@ impl TerminalHandle {
 
     /// `terminal/kill`: kills the command; the terminal stays valid (output can still be read)
     /// until released. Not bound to the turn's cancellation.
-    #[inline]
     pub fn kill(&self) -> impl Future<Output = Result<KillTerminalResponse, Error>> + Send + '_ {
         let params = KillTerminalRequest::new(self.session_id.clone(), self.id.clone());
         typed::typed_call(self.client.peer(), client_method::TERMINAL_KILL, &params, None)
@@ -85,7 +82,6 @@ impl TerminalHandle {
     /// `terminal/release`: kills the command if it still runs and frees the terminal; its id
     /// is invalid afterwards. Not bound to the turn's cancellation. Dropping the returned
     /// future before it completes does not send a second release.
-    #[inline]
     pub fn release(mut self) -> impl Future<Output = Result<ReleaseTerminalResponse, Error>> + Send + 'static {
         self.released = true;
         let params = ReleaseTerminalRequest::new(self.session_id.clone(), self.id.clone());

@@ -337,8 +337,6 @@ impl ClientHandle {
 
     /// `session/update`: one update of a session (messages, tool calls, plans, state, ...).
     /// Inside a turn, prefer the [`Turn`]'s helpers: they accept the prompt first.
-    // Not `#[inline]`, unlike the other calls: every agent sends updates, so their encoder is
-    // compiled here once (see `Peer`'s `encode_*`).
     pub fn session_update(
         &self,
         notification: UpdateSessionNotification,
@@ -348,7 +346,6 @@ impl ClientHandle {
 
     /// `session/request_permission`: asks the user to allow an action. Resolves with the
     /// `cancelled` outcome at once when the turn is cancelled first.
-    #[inline]
     pub fn request_permission(
         &self,
         params: RequestPermissionRequest,
@@ -369,7 +366,6 @@ impl ClientHandle {
     }
 
     /// `elicitation/create`: asks the user for structured input (a form or a URL).
-    #[inline]
     pub fn create_elicitation(
         &self,
         params: CreateElicitationRequest,
@@ -378,7 +374,6 @@ impl ClientHandle {
     }
 
     /// `elicitation/complete`: tells the client a URL-based elicitation is complete.
-    #[inline]
     pub fn complete_elicitation(
         &self,
         notification: CompleteElicitationNotification,
