@@ -366,14 +366,20 @@ async fn messages_before_a_stream_opens_wait_for_it() {
     assert_eq!(events.next().await.expect("held answer")["id"], 3);
 }
 
-#[tokio::test]
-async fn websocket_flow() {
-    let url = start(ServerOptions::default()).await;
+/// Opens a WebSocket to the server at `url` (its `http://` URL); the socket and the 101.
+async fn ws_connect(
+    url: &str,
+) -> (tokio_tungstenite::WebSocketStream<TcpStream>, tokio_tungstenite::tungstenite::handshake::client::Response) {
     let ws_url = url.replacen("http://", "ws://", 1);
     let authority = ws_url.trim_start_matches("ws://").split('/').next().expect("authority").to_owned();
     let tcp = TcpStream::connect(authority).await.expect("connect");
-    let (mut socket, response) =
-        tokio_tungstenite::client_async(ws_url.into_client_request().expect("request"), tcp).await.expect("upgrade");
+    tokio_tungstenite::client_async(ws_url.into_client_request().expect("request"), tcp).await.expect("upgrade")
+}
+
+#[tokio::test]
+async fn websocket_flow() {
+    let url = start(ServerOptions::default()).await;
+    let (mut socket, response) = ws_connect(&url).await;
     assert!(response.headers().contains_key("acp-connection-id"));
 
     async fn next(
@@ -495,11 +501,7 @@ async fn large_and_many_messages_arrive_whole_and_in_order_over_sse_h2c() {
 #[tokio::test]
 async fn large_and_many_messages_arrive_whole_and_in_order_over_websocket() {
     let url = start(ServerOptions::default()).await;
-    let ws_url = url.replacen("http://", "ws://", 1);
-    let authority = ws_url.trim_start_matches("ws://").split('/').next().expect("authority").to_owned();
-    let tcp = TcpStream::connect(authority).await.expect("connect");
-    let (mut socket, _) =
-        tokio_tungstenite::client_async(ws_url.into_client_request().expect("request"), tcp).await.expect("upgrade");
+    let (mut socket, _) = ws_connect(&url).await;
     let send = |v: Value| Message::text(v.to_string());
     socket.send(send(initialize(1))).await.expect("send");
     assert_eq!(read(&mut socket).await["result"]["protocolVersion"], 1);
@@ -1021,11 +1023,7 @@ async fn sockets_beyond_the_limit_wait_until_one_closes() {
 #[tokio::test]
 async fn a_websocket_keeps_flowing_while_the_agent_is_slow_to_read() {
     let url = start(ServerOptions::default()).await;
-    let ws_url = url.replacen("http://", "ws://", 1);
-    let authority = ws_url.trim_start_matches("ws://").split('/').next().expect("authority").to_owned();
-    let tcp = TcpStream::connect(authority).await.expect("connect");
-    let (mut socket, _) =
-        tokio_tungstenite::client_async(ws_url.into_client_request().expect("request"), tcp).await.expect("upgrade");
+    let (mut socket, _) = ws_connect(&url).await;
     socket.send(Message::text(initialize(1).to_string())).await.expect("send");
     read(&mut socket).await;
     socket.send(Message::text(rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []})).to_string())).await.unwrap();
