@@ -87,7 +87,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use crate::connection::{Connection, Serve};
 use crate::error::Error;
 use crate::handler::{Handler, IncomingNotification, IncomingRequest, Watch};
-use crate::jsonrpc::{ErrorObject, Id, codes};
+use crate::jsonrpc::{ErrorObject, Id};
 use crate::macro_support::Capabilities;
 use crate::peer::Peer;
 pub use crate::terminal::TerminalHandle;
@@ -482,18 +482,7 @@ impl ClientHandle {
         params: RequestPermissionRequest,
     ) -> impl Future<Output = Result<RequestPermissionResponse, Error>> + Send + '_ {
         let call = self.call(client_method::SESSION_REQUEST_PERMISSION, &params);
-        async move {
-            match call.await {
-                Err(Error::Cancelled) => Ok(cancelled_permission()),
-                Err(Error::Rpc(e))
-                    if e.code == codes::REQUEST_CANCELLED
-                        && self.cancel.as_ref().is_some_and(CancellationToken::is_cancelled) =>
-                {
-                    Ok(cancelled_permission())
-                }
-                other => other,
-            }
-        }
+        async move { typed::permission_answer(call.await, self.cancel.as_ref(), cancelled_permission) }
     }
 
     /// `fs/read_text_file`: reads a text file through the client (which sees unsaved edits).

@@ -105,6 +105,26 @@ where
     async move { decode_after(call_encoded(&peer, request, None), decode).await }
 }
 
+/// The answer to one of our `session/request_permission` calls, bound to `cancel`: a call
+/// given up because the turn was cancelled, or answered -32800 once it was, resolves with the
+/// `cancelled` outcome (ACP's cancellation rules), which `cancelled` makes.
+pub(crate) fn permission_answer<R>(
+    answer: Result<R, Error>,
+    cancel: Option<&tokio_util::sync::CancellationToken>,
+    cancelled: fn() -> R,
+) -> Result<R, Error> {
+    match answer {
+        Err(Error::Cancelled) => Ok(cancelled()),
+        Err(Error::Rpc(e))
+            if e.code == jsonrpc::codes::REQUEST_CANCELLED
+                && cancel.is_some_and(tokio_util::sync::CancellationToken::is_cancelled) =>
+        {
+            Ok(cancelled())
+        }
+        other => other,
+    }
+}
+
 /// Checks an outgoing extension message before anything is sent: the method must be an
 /// extension name (`_` first) and the params structured. `null` params are left out, as
 /// JSON-RPC has no `"params": null`.

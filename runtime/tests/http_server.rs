@@ -366,6 +366,18 @@ async fn messages_before_a_stream_opens_wait_for_it() {
     assert_eq!(events.next().await.expect("held answer")["id"], 3);
 }
 
+/// A new connection with its stream open and a new session: the connection's id, its stream,
+/// and the session's id.
+async fn connection_with_session(http: &Http) -> (String, Events, String) {
+    let conn = connect(http).await;
+    let c = [("acp-connection-id", conn.as_str())];
+    let (_, mut conn_events) = http.stream(&c).await;
+    let new_session = rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []}));
+    assert_eq!(http.post(&c, new_session).await.status, StatusCode::ACCEPTED);
+    let session = conn_events.next().await.expect("answer")["result"]["sessionId"].as_str().unwrap().to_owned();
+    (conn, conn_events, session)
+}
+
 /// Opens a WebSocket to the server at `url` (its `http://` URL); the socket and the 101.
 async fn ws_connect(
     url: &str,
@@ -460,14 +472,7 @@ fn check_burst(texts: &[String], payload: &str) {
 async fn large_and_many_messages_over_sse(version: Version) {
     let url = start(ServerOptions::default()).await;
     let http = Http::new(&url, version);
-    let conn = connect(&http).await;
-    let c = [("acp-connection-id", conn.as_str())];
-    let (_, mut conn_events) = http.stream(&c).await;
-    assert_eq!(
-        http.post(&c, rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []}))).await.status,
-        StatusCode::ACCEPTED
-    );
-    let session = conn_events.next().await.expect("answer")["result"]["sessionId"].as_str().unwrap().to_owned();
+    let (conn, _conn_events, session) = connection_with_session(&http).await;
     let cs = [("acp-connection-id", conn.as_str()), ("acp-session-id", session.as_str())];
     let (_, mut events) = http.stream(&cs).await;
     let payload = large_payload();
@@ -862,14 +867,8 @@ async fn a_busy_stream_gets_no_keep_alive_comments() {
 async fn closing_a_session_ends_its_stream() {
     let url = start(ServerOptions::default()).await;
     let http = Http::new(&url, Version::Http1);
-    let conn = connect(&http).await;
+    let (conn, mut conn_events, session) = connection_with_session(&http).await;
     let c = [("acp-connection-id", conn.as_str())];
-    let (_, mut conn_events) = http.stream(&c).await;
-    assert_eq!(
-        http.post(&c, rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []}))).await.status,
-        StatusCode::ACCEPTED
-    );
-    let session = conn_events.next().await.expect("answer")["result"]["sessionId"].as_str().unwrap().to_owned();
     let cs = [("acp-connection-id", conn.as_str()), ("acp-session-id", session.as_str())];
     let (_, mut session_events) = http.stream(&cs).await;
     assert_eq!(
@@ -965,11 +964,7 @@ async fn requests_whose_ids_the_runtime_respells_are_answered_and_forgotten() {
 async fn an_answer_that_comes_after_its_session_closed_goes_to_the_connection_stream() {
     let url = start(ServerOptions::default()).await;
     let http = Http::new(&url, Version::Http1);
-    let conn = connect(&http).await;
-    let c = [("acp-connection-id", conn.as_str())];
-    let (_, mut conn_events) = http.stream(&c).await;
-    http.post(&c, rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []}))).await;
-    let session = conn_events.next().await.expect("answer")["result"]["sessionId"].as_str().unwrap().to_owned();
+    let (conn, mut conn_events, session) = connection_with_session(&http).await;
     let cs = [("acp-connection-id", conn.as_str()), ("acp-session-id", session.as_str())];
     let (_, mut session_events) = http.stream(&cs).await;
     assert_eq!(http.post(&cs, prompt(5, &session, "slow")).await.status, StatusCode::ACCEPTED);

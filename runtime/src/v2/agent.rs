@@ -36,7 +36,7 @@ use crate::agent::ContextInner;
 use crate::connection::{Connection, Serve};
 use crate::error::Error;
 use crate::handler::{Handler, IncomingNotification, IncomingRequest};
-use crate::jsonrpc::{ErrorObject, Id, codes};
+use crate::jsonrpc::{ErrorObject, Id};
 use crate::peer::Peer;
 use crate::typed;
 
@@ -351,18 +351,7 @@ impl ClientHandle {
         params: RequestPermissionRequest,
     ) -> impl Future<Output = Result<RequestPermissionResponse, Error>> + Send + '_ {
         let call = self.call(client_method::SESSION_REQUEST_PERMISSION, &params);
-        async move {
-            match call.await {
-                Err(Error::Cancelled) => Ok(cancelled_permission()),
-                Err(Error::Rpc(e))
-                    if e.code == codes::REQUEST_CANCELLED
-                        && self.cancel.as_ref().is_some_and(CancellationToken::is_cancelled) =>
-                {
-                    Ok(cancelled_permission())
-                }
-                other => other,
-            }
-        }
+        async move { typed::permission_answer(call.await, self.cancel.as_ref(), cancelled_permission) }
     }
 
     /// `elicitation/create`: asks the user for structured input (a form or a URL).
