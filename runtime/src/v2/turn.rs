@@ -45,8 +45,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use acp_types::v2::{
-    AgentMessage, AgentThought, Content, ContentBlock, ContentChunk, IdleStateUpdate, MessageId, PlanEntry, PlanId,
-    PlanItems, PlanUpdate, PromptRequest, PromptResponse, RequestPermissionRequest, RequestPermissionResponse,
+    AgentMessage, AgentThought, Content, ContentBlock, ContentChunk, MessageId, PlanEntry, PlanId, PlanItems,
+    PlanUpdate, PromptRequest, PromptResponse, RequestPermissionRequest, RequestPermissionResponse,
     RequiresActionStateUpdate, RunningStateUpdate, SessionId, SessionUpdate, StateUpdate, StopReason, TextContent,
     ToolCallContent, ToolCallContentChunk, ToolCallId, ToolCallStatus, ToolCallUpdate, ToolKind,
     UpdateSessionNotification, UserMessage,
@@ -450,25 +450,44 @@ impl TurnInner {
     }
 
     /// The `session/update` that ends the turn (see the [module docs](self) for the reason).
-    fn idle_notification(&self) -> serde_json::Value {
-        let failed = lock(&self.failed).clone();
-        let reason = if self.token.is_cancelled() {
+    fn idle_notification(&self) -> IdleNotification<'_> {
+        let cancelled = self.token.is_cancelled();
+        let error = if cancelled { None } else { lock(&self.failed).clone() };
+        let stop_reason = if cancelled {
             StopReason::Cancelled
-        } else if failed.is_some() {
+        } else if error.is_some() {
             StopReason::Other("error".to_owned())
         } else {
             lock(&self.stop_reason).clone().unwrap_or(StopReason::EndTurn)
         };
-        let update: SessionUpdate = StateUpdate::from(IdleStateUpdate::new().stop_reason(reason)).into();
-        let mut notification = serde_json::to_value(UpdateSessionNotification::new(self.session_id.clone(), update))
-            .expect("session updates always serialize");
-        if let (Some(error), false) = (failed, self.token.is_cancelled()) {
-            // The shape the official SDKs (npm 2.4, crates.io 5.0) read: the error beside the
-            // stop reason. A peer that knows neither keeps both as unknown values.
-            notification["update"]["error"] = serde_json::to_value(error).expect("error objects always serialize");
+        IdleNotification {
+            session_id: &self.session_id,
+            update: IdleUpdate { session_update: "state_update", state: "idle", stop_reason, error },
         }
-        notification
     }
+}
+
+/// The idle `session/update`, written as a view of its own rather than built as a
+/// [`SessionUpdate`]: the error member has no place in the generated types, and going through
+/// `serde_json::Value` would compile every update type's encoder a second time.
+#[derive(serde::Serialize)]
+struct IdleNotification<'a> {
+    #[serde(rename = "sessionId")]
+    session_id: &'a SessionId,
+    update: IdleUpdate,
+}
+
+#[derive(serde::Serialize)]
+struct IdleUpdate {
+    #[serde(rename = "sessionUpdate")]
+    session_update: &'static str,
+    state: &'static str,
+    #[serde(rename = "stopReason")]
+    stop_reason: StopReason,
+    /// The shape the official SDKs (npm 2.4, crates.io 5.0) read: the error beside the stop
+    /// reason. A peer that knows neither keeps both as unknown values.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorObject>,
 }
 
 impl Drop for TurnInner {
