@@ -17,10 +17,12 @@
 //! and waits (up to the connection's `cancel_grace`) for the turn's idle update to be queued, so
 //! the client reads the turn's end before the close's answer.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
 use acp_types::v2::{
-    Agent, ClientNotification, ClientRequest, CompleteElicitationNotification, CreateElicitationRequest,
+    Agent, AgentResponse, ClientNotification, ClientRequest, CompleteElicitationNotification, CreateElicitationRequest,
     CreateElicitationResponse, InitializeRequest, RequestPermissionOutcome, RequestPermissionRequest,
     RequestPermissionResponse, UpdateSessionNotification, client_method,
 };
@@ -84,6 +86,17 @@ impl<A> AgentHandler<A> {
     }
 }
 
+/// Runs one request through the agent's methods. Boxed, and the only place that awaits
+/// `dispatch`: the prompt's task and the other requests share one compiled copy of every
+/// handler's future (awaiting `dispatch` at two sites compiled the prompt handler twice).
+fn dispatch<A: Agent<AgentContext> + 'static>(
+    agent: Arc<A>,
+    request: ClientRequest,
+    cx: AgentContext,
+) -> Pin<Box<dyn Future<Output = Result<AgentResponse, acp_types::v2::Error>> + Send>> {
+    Box::pin(async move { request.dispatch(&*agent, cx).await })
+}
+
 impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
     async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
         // The prompt's answer depends on the turn, not on the handler's return (see above).
@@ -94,7 +107,16 @@ impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
                 let answered = answered.unwrap_or_default();
                 let (start, accepted) = TurnStart::new(&cx, &params, answered);
                 let agent = self.agent.clone();
-                start.spawn(move |turn_cx| async move { agent.session_prompt(params, turn_cx).await }, cx);
+                start.spawn(
+                    move |turn_cx| async move {
+                        match dispatch(agent, ClientRequest::SessionPrompt(params), turn_cx).await? {
+                            AgentResponse::SessionPrompt(response) => Ok(response),
+                            _ => Err(acp_types::v2::Error::internal_error()
+                                .data(Value::from("the prompt handler's answer is of another method"))),
+                        }
+                    },
+                    cx,
+                );
                 accepted.await
             }
             ClientRequest::SessionClose(params) => {
@@ -106,11 +128,11 @@ impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
                 peer.cancel_session_scopes(&params.session_id.0);
                 let grace = peer.shared.cancel_grace;
                 let _ = tokio::time::timeout(grace, peer.session_scopes_ended(&params.session_id.0)).await;
-                let response = ClientRequest::SessionClose(params).dispatch(&*self.agent, cx.clone()).await?;
+                let response = dispatch(self.agent.clone(), ClientRequest::SessionClose(params), cx.clone()).await?;
                 encode_response(&response, &cx)
             }
             request => {
-                let response = request.dispatch(&*self.agent, cx.clone()).await?;
+                let response = dispatch(self.agent.clone(), request, cx.clone()).await?;
                 encode_response(&response, &cx)
             }
         }
