@@ -20,8 +20,9 @@ use acp_rpc::v2::{AgentContext, AgentHandle, AgentHandler, ClientContext};
 use common::*;
 use serde_json::{Value, json};
 
-/// `work` accepts, then works 400 ms unless cancelled; anything else is answered with one
-/// message. Its notification and extension handlers are slow, so that a prompt can be kept
+/// `work` accepts, then works 400 ms unless cancelled; `abort` waits for its cancellation
+/// before accepting and then fails, as an aborted model request does; anything else is answered
+/// with one message. Its notification and extension handlers are slow, so that a prompt can be kept
 /// waiting behind them.
 struct Worker;
 
@@ -43,7 +44,12 @@ impl Agent<AgentContext> for Worker {
     }
     async fn session_prompt(&self, params: PromptRequest, cx: AgentContext) -> Result<PromptResponse, Error> {
         let turn = cx.turn().expect("a prompt handler has a turn");
-        if serde_json::to_value(&params.prompt[0]).unwrap()["text"] == "work" {
+        let text = serde_json::to_value(&params.prompt[0]).unwrap()["text"].clone();
+        if text == "abort" {
+            turn.cancelled().await;
+            return Err(Error::internal_error().data(json!("the model request was aborted")));
+        }
+        if text == "work" {
             turn.accept().await?;
             tokio::select! {
                 () = turn.cancelled() => {}
@@ -126,6 +132,33 @@ async fn a_cancel_for_another_session_leaves_a_waiting_turn_alone() {
     peer.send(r#"{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"other"}}"#).await;
     let seen = until_idle(&mut peer).await;
     assert_eq!(seen.last().unwrap()["params"]["update"]["stopReason"], "end_turn", "{seen:#?}");
+}
+
+#[tokio::test]
+async fn a_handler_failing_after_a_cancel_before_acceptance_reports_cancelled_not_an_error() {
+    let (mut peer, _p, _serve) = serve_worker();
+    peer.send_json(prompt_line(1, "abort")).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    peer.send(CANCEL).await;
+    let seen = until_idle(&mut peer).await;
+    assert_eq!(seen.last().unwrap()["params"]["update"]["stopReason"], "cancelled", "{seen:#?}");
+    let answer = seen.iter().find(|m| m["id"] == 1).expect("the prompt is answered before its idle update");
+    assert!(answer["result"]["messageId"].is_string(), "accepted, not refused: {answer}");
+}
+
+#[tokio::test]
+async fn a_handler_failing_after_its_prompt_was_cancelled_by_request_is_answered_32800() {
+    let (mut peer, _p, _serve) = serve_worker();
+    peer.send_json(prompt_line(1, "abort")).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    peer.send_json(json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 1}})).await;
+    let answer = peer.recv().await;
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert_eq!(answer["error"]["code"], -32800, "{answer}");
+    // Never accepted: no update follows (the next line is the answer to this ping).
+    peer.send_json(json!({"jsonrpc": "2.0", "id": 2, "method": "session/list", "params": {}})).await;
+    let next = peer.recv().await;
+    assert_eq!(next["id"], 2, "{next}");
 }
 
 #[tokio::test]

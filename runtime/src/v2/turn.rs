@@ -12,7 +12,10 @@
 //!    prompt under that id and `state_update: running`. (v1.7.0's schema answers `{}`; the
 //!    official SDKs' clients require the id, and a peer expecting `{}` ignores it.) Until then the handler
 //!    may still refuse the prompt by returning an error (e.g. an unknown session), which is
-//!    answered as the request's error, with no update at all.
+//!    answered as the request's error, with no update at all; except after a `session/cancel`
+//!    (the error is then taken for the cancellation's: the prompt is accepted and its idle
+//!    update says `cancelled`, as the spec wants cancellations reported) or a
+//!    `$/cancel_request` for it (answered -32800).
 //! 3. **Progress**: messages ([`Turn::agent_message`], [`Turn::say`]), thoughts, tool calls
 //!    ([`Turn::start_tool_call`]), plans ([`Turn::plan`]) and permission requests
 //!    ([`Turn::request_permission`], which reports `requires_action` while it waits).
@@ -110,6 +113,8 @@ type Answer = Result<Box<RawValue>, ErrorObject>;
 /// A turn between its request's arrival and the start of its handler (see `agent.rs`).
 pub(crate) struct TurnStart {
     turn: Turn,
+    /// The request's own token: `$/cancel_request` for the prompt, or the connection's end.
+    request: CancellationToken,
 }
 
 impl TurnStart {
@@ -154,7 +159,7 @@ impl TurnStart {
             }
             rx.await.unwrap_or_else(|_| Err(ErrorObject::internal_error("the turn ended without an answer")))
         };
-        (TurnStart { turn }, answer)
+        (TurnStart { turn, request: cx.inner.cancel.clone() }, answer)
     }
 
     /// Runs the handler `run` with a context that carries the turn, in a task of its own.
@@ -163,7 +168,7 @@ impl TurnStart {
         F: FnOnce(AgentContext) -> Fut + Send + 'static,
         Fut: Future<Output = Result<PromptResponse, acp_types::v2::Error>> + Send + 'static,
     {
-        let turn = self.turn;
+        let TurnStart { turn, request } = self;
         let turn_cx = AgentContext { inner: cx.inner, turn: Some(turn.clone()) };
         let span = tracing::info_span!("acp_turn", session_id = %turn.inner.session_id.0);
         let task = async move {
@@ -172,6 +177,17 @@ impl TurnStart {
                 Ok(Ok(response)) => {
                     if let Err(e) = turn.accept_with(None, response.meta).await {
                         tracing::debug!(error = %e, "acp turn: not accepted at the end of its handler");
+                    }
+                }
+                // The session was cancelled before the prompt was accepted, and the handler
+                // failed, likely because it was aborted: the spec wants cancellation reported
+                // as the `cancelled` stop reason, never as an error, so the prompt is accepted
+                // and its idle update says `cancelled` (as when the handler returns `Ok`).
+                // A cancelled request (`$/cancel_request`) is answered -32800 instead.
+                Ok(Err(error)) if turn.is_cancelled() && !turn.is_accepted() && !request.is_cancelled() => {
+                    tracing::debug!(code = error.code.0, message = %error.message, "acp turn: the handler of a cancelled prompt failed before accepting it; reported as cancelled");
+                    if let Err(e) = turn.accept_with(None, None).await {
+                        tracing::debug!(error = %e, "acp turn: cancelled before acceptance, and not accepted");
                     }
                 }
                 Ok(Err(error)) => turn.fail(error.into()),
