@@ -15,7 +15,9 @@
 //!   speaks gets `protocolVersion: 1` and goes on, instead of a v2 error it cannot read.
 //! - The choice is made by the first `initialize` that is answered successfully, and is final:
 //!   the connection is never re-routed, and a later `initialize` goes to the chosen
-//!   implementation like any other request. An `initialize` the picked implementation refuses
+//!   implementation like any other request. Until a version is chosen, `initialize` requests
+//!   are handled one at a time: one pipelined behind the first waits for it, then goes to the
+//!   implementation it chose (so two answers never name two versions). An `initialize` the picked implementation refuses
 //!   chooses nothing: the client may try again.
 //! - Choosing v2 switches the connection to v2's rules (batches, see
 //!   [`Connection::v2_rules`](crate::Connection::v2_rules)) before the `initialize` answer is
@@ -80,6 +82,8 @@ pub struct ProtocolRouter {
     v1: Option<Arc<dyn DynHandler>>,
     v2: Option<Arc<dyn DynHandler>>,
     chosen: OnceLock<Version>,
+    /// Held by the `initialize` being handled while no version is chosen.
+    choosing: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for ProtocolRouter {
@@ -262,6 +266,11 @@ impl Handler for ProtocolRouter {
                         req.method
                     )));
                 }
+                let _choosing = self.choosing.lock().await;
+                if let Some(version) = self.chosen.get() {
+                    // Chosen by an earlier `initialize` while this one waited.
+                    return self.handler(*version).handle_request_boxed(req).await;
+                }
                 let requested = requested_version(req.params.as_deref())?;
                 let Some(version) = self.pick(requested) else {
                     return Err(ErrorObject::internal_error("this endpoint serves no protocol version"));
@@ -273,11 +282,10 @@ impl Handler for ProtocolRouter {
                 peer.shared.set_v2(version == Version::V2);
                 let answer = self.handler(version).handle_request_boxed(req).await;
                 if answer.is_ok() {
-                    // Concurrent first `initialize`s: the first one answered stands.
                     let chosen = *self.chosen.get_or_init(|| version);
                     peer.shared.set_v2(chosen == Version::V2);
                     tracing::debug!(requested, chosen = chosen.number(), "acp: protocol version chosen");
-                } else if self.chosen.get().is_none() {
+                } else {
                     // Refused: nothing is chosen, and the client may try again.
                     peer.shared.set_v2(false);
                 }

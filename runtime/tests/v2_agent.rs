@@ -408,3 +408,39 @@ async fn a_refused_initialize_chooses_nothing_and_the_client_may_try_another_ver
     peer.send(r#"[{"jsonrpc":"2.0","id":"b","method":"x"}]"#).await;
     assert_eq!(peer.recv().await["error"]["code"], codes::INVALID_REQUEST);
 }
+
+/// A raw handler answering every request with `protocolVersion: number`, after `delay`.
+struct AnswersAfter {
+    number: u16,
+    delay: std::time::Duration,
+}
+
+impl acp_rpc::Handler for AnswersAfter {
+    async fn handle_request(
+        &self,
+        _: acp_rpc::IncomingRequest,
+    ) -> Result<Box<serde_json::value::RawValue>, acp_rpc::ErrorObject> {
+        tokio::time::sleep(self.delay).await;
+        Ok(serde_json::value::to_raw_value(&json!({"protocolVersion": self.number})).unwrap())
+    }
+    async fn handle_notification(&self, _: acp_rpc::IncomingNotification) {}
+}
+
+#[tokio::test]
+async fn an_initialize_pipelined_behind_the_first_goes_to_the_version_the_first_chose() {
+    let router = ProtocolRouter::new()
+        .with_v1(AnswersAfter { number: 1, delay: std::time::Duration::ZERO })
+        .with_v2(AnswersAfter { number: 2, delay: std::time::Duration::from_millis(100) });
+    let (mut peer, _p, _serve) = start(Connection::new(), router);
+    let mut second = initialize(json!(1));
+    second["id"] = json!(1);
+    // One write: the second (for the quick v1 side) is read while the first is being handled.
+    peer.send_bytes(format!("{}\n{second}\n", initialize(json!(2))).as_bytes()).await;
+    let answers = [peer.recv().await, peer.recv().await];
+    for answer in &answers {
+        assert_eq!(answer["result"]["protocolVersion"], 2, "{answers:?}");
+    }
+    // And the connection is a v2 one: batches are served.
+    peer.send(r#"[{"jsonrpc":"2.0","id":"b","method":"x"}]"#).await;
+    assert_eq!(peer.recv().await[0]["result"]["protocolVersion"], 2);
+}
