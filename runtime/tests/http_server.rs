@@ -538,6 +538,7 @@ async fn hostile_http_inputs_get_their_status_and_the_connection_keeps_serving()
         max_body_bytes: 4096,
         max_provisional_sessions: 2,
         max_sessions_per_connection: 4,
+        keep_alive: Duration::from_millis(200),
         allowed_origins: vec!["https://allowed.example".to_owned()],
         ..ServerOptions::default()
     };
@@ -766,6 +767,19 @@ async fn hostile_http_inputs_get_their_status_and_the_connection_keeps_serving()
         held.push(events);
     }
     assert_eq!(http.stream(&[c, ("acp-session-id", "later-2")]).await.0, StatusCode::NOT_FOUND);
+    // One closed before anything named its session gives its place back (once the server
+    // notices the close, at its next keep-alive write at the latest).
+    drop(held.pop());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, events) = http.stream(&[c, ("acp-session-id", "later-2")]).await;
+        if status == StatusCode::OK {
+            held.push(events);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the closed provisional stream was never forgotten");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // The connection still serves: a new session (the fourth stream of four), then the limit.
     assert_eq!(

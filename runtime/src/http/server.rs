@@ -32,7 +32,7 @@
 //! | `GET`, `Accept` without `text/event-stream` | 406 |
 //! | `GET`, no / unknown `Acp-Connection-Id` | 400 / 404 |
 //! | `GET`, a stream that already has a reader | 409 |
-//! | `GET`, `Acp-Session-Id` not known yet | a provisional stream (the RFD's re-attach flow opens it before `session/load`), at most [`ServerOptions::max_provisional_sessions`], then 404 |
+//! | `GET`, `Acp-Session-Id` not known yet | a provisional stream (the RFD's re-attach flow opens it before `session/load`), at most [`ServerOptions::max_provisional_sessions`] open at once, then 404; one closed before anything named its session is forgotten |
 //! | `GET`, otherwise | 200, `text/event-stream` |
 //! | `DELETE`, no / unknown `Acp-Connection-Id` | 400 / 404 |
 //! | `DELETE` | 202; the connection ends, its streams close |
@@ -128,7 +128,7 @@ pub struct ServerOptions {
     pub max_connections: usize,
     /// Sessions (streams) per connection (256): `session/new` is answered 429 beyond.
     pub max_sessions_per_connection: usize,
-    /// Session streams opened before their session is known (16): 404 beyond.
+    /// Session streams open before their session is known (16): 404 beyond.
     pub max_provisional_sessions: usize,
     /// Longest `Acp-Connection-Id` / `Acp-Session-Id` header accepted (256 bytes): 400 beyond.
     pub max_id_bytes: usize,
@@ -897,6 +897,13 @@ impl Drop for EventStream {
         if let Some(outbox) = streams.outbox(self.session.as_deref()) {
             outbox.reader = false;
             outbox.waker = None;
+        }
+        // A re-attach stream that nothing named while it was open: its place among the
+        // `max_provisional_sessions` is given back.
+        if let Some(session) = &self.session {
+            if streams.sessions.get(session).is_some_and(|outbox| outbox.provisional) {
+                streams.sessions.remove(session);
+            }
         }
         drop(streams);
         self.connection.touch();
