@@ -17,8 +17,8 @@
 //!   the connection is never re-routed, and a later `initialize` goes to the chosen
 //!   implementation like any other request. Until a version is chosen, `initialize` requests
 //!   are handled one at a time: one pipelined behind the first waits for it, then goes to the
-//!   implementation it chose (so two answers never name two versions). An `initialize` the picked implementation refuses
-//!   chooses nothing: the client may try again.
+//!   implementation it chose (so two answers never name two versions). An `initialize` the
+//!   picked implementation refuses chooses nothing: the client may try again.
 //! - Choosing v2 switches the connection to v2's rules (batches, see
 //!   [`Connection::v2_rules`](crate::Connection::v2_rules)) before the `initialize` answer is
 //!   written, so everything the client sends after reading it is read under them.
