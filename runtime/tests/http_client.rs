@@ -283,10 +283,16 @@ async fn posts_go_one_at_a_time_in_order_with_the_session_streams_opened_first()
 async fn answers_to_the_agents_session_requests_carry_the_session_header() {
     let mock = Mock::start().await;
     let (peer, _remote) = connected(Remote::new(mock.url())).await;
-    // A response naming a session opens its stream.
+    // The answer to a request of ours naming a session opens its stream (as `session/new`'s).
     mock.push(None, json!({"jsonrpc": "2.0", "method": "_hello"}));
-    assert!(within("_echo", peer.request_raw("_echo", Some(&raw(json!({"x": 1}))))).await.is_ok());
-    mock.push(None, json!({"jsonrpc": "2.0", "id": 99, "result": {"sessionId": "s2"}}));
+    let pending = tokio::spawn({
+        let peer = peer.clone();
+        async move { peer.request_raw("_new", None).await }
+    });
+    mock.wait_for("the POST", 1, |l| l == "POST _new").await;
+    let id = mock.seen().into_iter().find(|s| s.message["method"] == "_new").unwrap().message["id"].clone();
+    mock.push(None, json!({"jsonrpc": "2.0", "id": id, "result": {"sessionId": "s2"}}));
+    assert!(within("_new", pending).await.unwrap().is_ok());
     mock.wait_for("the session GET", 1, |l| l == "GET [s2]").await;
     // A request on the session stream without a `sessionId`, one on the connection stream
     // with one, one on the connection stream without: the first two are the session's.

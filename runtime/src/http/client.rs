@@ -117,11 +117,15 @@
 //! session survives on the server only. [`Remote::reconnect`] re-attaches one: a new
 //! connection (give it the old [`RemoteAgent::cookies`] for affinity), `initialize`, then
 //! `session/load` when the agent advertises `loadSession` (it replays the history as
-//! `session/update`s, all handled by the time the call returns), else `session/resume` when it
-//! advertises `sessionCapabilities.resume`. The session stream is opened before the request,
-//! as the RFD's flow has it. For protocol v2 (feature `unstable_protocol_v2`),
-//! [`Remote::reconnect_v2`] does the same with v2's `session/resume`, which replaces
-//! `session/load` (`replayFrom: {"type": "start"}` asks for the history).
+//! `session/update`s), else `session/resume` when it advertises
+//! `sessionCapabilities.resume`. The session stream is opened before the request, as the RFD's
+//! flow has it. Over WebSocket the replay is all handled by the time the call returns, as on
+//! stdio. Over Streamable HTTP it may not be: the RFD sends `session/load`'s answer on the
+//! connection stream and the replay on the session's, two streams that nothing orders, so the
+//! last replayed updates can be handled just after the answer. For protocol v2 (feature
+//! `unstable_protocol_v2`), [`Remote::reconnect_v2`] does the same with v2's `session/resume`,
+//! which replaces `session/load` (`replayFrom: {"type": "start"}` asks for the history); its
+//! answer comes on the session's stream, after the replay, on both transports.
 
 mod cookies;
 mod sse;
@@ -1046,13 +1050,22 @@ struct Routes {
     /// The agent's requests that came for a session (by id): our answers carry its header.
     agent_requests: HashMap<String, String>,
     /// Our requests awaiting an answer (by id), with their session, to fail them when the
-    /// session's stream is lost.
-    ours: HashMap<String, Option<String>>,
+    /// session's stream is lost. Only answers to these open or end session streams.
+    ours: HashMap<String, OurRequest>,
+}
+
+struct OurRequest {
+    session: Option<String>,
+    /// `session/close` or `session/delete`: once it succeeds, the server forgets the session
+    /// and ends its stream, which is then not reopened.
+    ends_session: bool,
 }
 
 enum Command {
-    /// A response named a session (`result.sessionId`): open its stream.
+    /// The answer to one of our requests named a session (`result.sessionId`): open its stream.
     OpenSession(String),
+    /// Our `session/close` or `session/delete` of this session succeeded: drop its stream.
+    SessionEnded(String),
     /// A stream ended.
     StreamEnded { session: Option<String>, generation: u64, delivered: bool, reason: String },
 }
@@ -1210,15 +1223,18 @@ impl Link {
     async fn receive(&self, data: Vec<u8>, session: Option<&str>) -> bool {
         let Some(envelope) = read_received(&data, "an SSE stream") else { return true };
         if envelope.method.is_none() {
-            let mut routes = lock(&self.routes);
-            if let Some(id) = &envelope.id {
-                routes.ours.remove(id);
-            }
-            drop(routes);
-            if let Some(session) = envelope.result_session {
-                // Queued before the answer is handed over, so the stream is opened before
-                // anything the caller sends in reply is posted.
-                let _ = self.commands.send(Command::OpenSession(session));
+            // Only an answer to a request of ours acts on streams: a server cannot make the
+            // client open streams by naming sessions in answers to ids it never sent.
+            let ours = envelope.id.as_ref().and_then(|id| lock(&self.routes).ours.remove(id));
+            if let Some(ours) = ours {
+                if let Some(session) = envelope.result_session {
+                    // Queued before the answer is handed over, so the stream is opened before
+                    // anything the caller sends in reply is posted.
+                    let _ = self.commands.send(Command::OpenSession(session));
+                }
+                if let (true, false, Some(session)) = (ours.ends_session, envelope.is_error, ours.session) {
+                    let _ = self.commands.send(Command::SessionEnded(session));
+                }
             }
         } else if let Some(id) = request_id(&envelope) {
             if let Some(session) = envelope.params_session.as_deref().or(session) {
@@ -1368,7 +1384,8 @@ impl HttpDriver {
             }
         }
         if let Some(id) = &request {
-            lock(&self.link.routes).ours.insert(id.clone(), session.clone());
+            let ends_session = matches!(envelope.method.as_deref(), Some("session/close" | "session/delete"));
+            lock(&self.link.routes).ours.insert(id.clone(), OurRequest { session: session.clone(), ends_session });
         }
         let answer = self.link.post(message, Some(&connection), session.as_deref(), ERROR_BODY_LIMIT).await;
         match answer {
@@ -1487,6 +1504,11 @@ impl HttpDriver {
                     }
                 }
             }
+            Command::SessionEnded(session) => {
+                // Dropping the slot stops its reader (a stream reopened meanwhile, after the
+                // server ended the old one, goes too).
+                self.streams.remove(&Some(session));
+            }
             Command::StreamEnded { session, generation, delivered, reason } => {
                 let current = self.streams.get(&session).is_some_and(|slot| slot.generation == generation);
                 if !current {
@@ -1513,8 +1535,12 @@ impl HttpDriver {
     async fn fail_session(&mut self, session: &str, reason: &str) {
         let failed: Vec<String> = {
             let mut routes = lock(&self.link.routes);
-            let ids: Vec<String> =
-                routes.ours.iter().filter(|(_, s)| s.as_deref() == Some(session)).map(|(id, _)| id.clone()).collect();
+            let ids: Vec<String> = routes
+                .ours
+                .iter()
+                .filter(|(_, r)| r.session.as_deref() == Some(session))
+                .map(|(id, _)| id.clone())
+                .collect();
             for id in &ids {
                 routes.ours.remove(id);
             }
@@ -1635,56 +1661,73 @@ async fn ws_handshake(
     Ok((socket, connection_id))
 }
 
-/// Moves messages between the connection and the socket until either ends.
-async fn run_websocket(mut socket: Socket, mut lines: mpsc::Receiver<Vec<u8>>, delivery: Delivery, limits: Limits) {
-    // Far enough to never fire when there is no idle limit.
-    let idle_limit = limits.idle_timeout.unwrap_or(Duration::from_secs(86_400 * 365));
-    let mut deadline = tokio::time::Instant::now() + idle_limit;
-    let ended = loop {
-        tokio::select! {
-            frame = socket.next() => {
-                deadline = tokio::time::Instant::now() + idle_limit;
-                match frame {
-                    None => break Some("the server closed the socket".to_owned()),
-                    Some(Err(e)) => break Some(format!("WebSocket error: {}", describe_error(&e))),
-                    Some(Ok(Message::Text(text))) => {
-                        let data = text.as_bytes();
-                        // A WebSocket carries JSON-RPC as stdio does, batches included (a v2
-                        // agent answers a batch with an array): the connection judges arrays.
-                        let batch = data.trim_ascii_start().starts_with(b"[");
-                        if (batch || read_received(data, "a WebSocket frame").is_some())
-                            && !delivery.line(one_line(data.to_vec())).await
-                        {
-                            break None;
-                        }
-                    }
-                    Some(Ok(Message::Close(frame))) => {
-                        let why = frame.map_or_else(String::new, |f| format!(" ({} {})", u16::from(f.code), f.reason));
-                        break Some(format!("the server closed the WebSocket{why}"));
-                    }
-                    // Binary frames are ignored (the RFD says so); tungstenite answers pings.
-                    Some(Ok(_)) => {}
+/// Carries the WebSocket both ways: its frames to the connection, and the connection's output
+/// as frames. The two directions run side by side and never wait on each other. A loop that
+/// waited to send while it read nothing, or to hand a frame over while it took no output,
+/// stopped for good once the server did the same, or once the connection had to answer what
+/// it was handed (its answers drain only through here).
+async fn run_websocket(socket: Socket, mut lines: mpsc::Receiver<Vec<u8>>, delivery: Delivery, limits: Limits) {
+    let (mut sink, mut stream) = socket.split();
+    let outgoing = async {
+        while let Some(line) = lines.recv().await {
+            // What is waiting goes out in one flush.
+            let mut next = Some(line);
+            while let Some(line) = next {
+                let text = String::from_utf8_lossy(&line).into_owned();
+                if let Err(e) = sink.feed(Message::text(text)).await {
+                    return Some(format!("cannot send on the WebSocket: {}", describe_error(&e)));
                 }
+                next = lines.try_recv().ok();
             }
-            line = lines.recv() => match line {
-                Some(line) => {
-                    let text = String::from_utf8_lossy(&line).into_owned();
-                    if let Err(e) = socket.send(Message::text(text)).await {
-                        break Some(format!("cannot send on the WebSocket: {}", describe_error(&e)));
+            if let Err(e) = sink.flush().await {
+                return Some(format!("cannot send on the WebSocket: {}", describe_error(&e)));
+            }
+        }
+        // The connection ended: no reason to report.
+        None
+    };
+    let incoming = async {
+        // Far enough to never fire when there is no idle limit.
+        let idle_limit = limits.idle_timeout.unwrap_or(Duration::from_secs(86_400 * 365));
+        loop {
+            let frame = tokio::select! {
+                frame = stream.next() => frame,
+                () = tokio::time::sleep(idle_limit) => return Some(format!("nothing received for {idle_limit:?}")),
+            };
+            match frame {
+                None => return Some("the server closed the socket".to_owned()),
+                Some(Err(e)) => return Some(format!("WebSocket error: {}", describe_error(&e))),
+                Some(Ok(Message::Text(text))) => {
+                    let data = text.as_bytes();
+                    // A WebSocket carries JSON-RPC as stdio does, batches included (a v2
+                    // agent answers a batch with an array): the connection judges arrays.
+                    let batch = data.trim_ascii_start().starts_with(b"[");
+                    if (batch || read_received(data, "a WebSocket frame").is_some())
+                        && !delivery.line(one_line(data.to_vec())).await
+                    {
+                        return None;
                     }
                 }
-                None => break None,
-            },
-            () = tokio::time::sleep_until(deadline) => break Some(format!("nothing received for {idle_limit:?}")),
+                Some(Ok(Message::Close(frame))) => {
+                    let why = frame.map_or_else(String::new, |f| format!(" ({} {})", u16::from(f.code), f.reason));
+                    return Some(format!("the server closed the WebSocket{why}"));
+                }
+                // Binary frames are ignored (the RFD says so); tungstenite answers pings.
+                Some(Ok(_)) => {}
+            }
         }
+    };
+    let ended = tokio::select! {
+        ended = outgoing => ended,
+        ended = incoming => ended,
     };
     if let Some(reason) = ended {
         delivery.end(reason).await;
     }
     // Our Close, and the server's in return, within the close timeout.
     let goodbye = async {
-        let _ = socket.close(None).await;
-        while let Some(Ok(_)) = socket.next().await {}
+        let _ = sink.close().await;
+        while let Some(Ok(_)) = stream.next().await {}
     };
     let _ = tokio::time::timeout(limits.close_timeout, goodbye).await;
     delivery.status.finished.cancel();
