@@ -388,6 +388,48 @@ async fn ws_connect(
     tokio_tungstenite::client_async(ws_url.into_client_request().expect("request"), tcp).await.expect("upgrade")
 }
 
+/// A client that writes everything before it reads anything, while the agent writes as much
+/// back: the server reads and writes the socket side by side, so the client's writes finish
+/// (the agent reads its input while its output waits) and then everything arrives. A server
+/// that awaited its sends while it read nothing stopped for good once both directions'
+/// buffers were full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_client_that_writes_everything_before_reading_gets_every_answer() {
+    const PROMPTS: u64 = 8;
+    let url = start(ServerOptions::default()).await;
+    let (socket, _) = ws_connect(&url).await;
+    let (mut sink, mut stream) = socket.split();
+    let send = |v: Value| Message::text(v.to_string());
+    sink.send(send(initialize(1))).await.expect("send");
+    sink.send(send(rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []})))).await.expect("send");
+    let mut session = None;
+    while session.is_none() {
+        let Some(Ok(Message::Text(text))) = stream.next().await else { continue };
+        let message: Value = serde_json::from_str(&text).expect("json");
+        session = message["result"]["sessionId"].as_str().map(str::to_owned);
+    }
+    let session = session.expect("a session");
+    // 2 MB each way per prompt: the prompt, and its payload streamed back.
+    let payload = "p".repeat(2 << 20);
+    let writes = async {
+        for id in 0..PROMPTS {
+            sink.send(send(prompt(10 + id, &session, &format!("burst {payload}")))).await.expect("send");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), writes).await.expect("the server keeps reading while it writes");
+    let mut answered = 0;
+    let reads = async {
+        while answered < PROMPTS {
+            let Some(Ok(Message::Text(text))) = stream.next().await else { continue };
+            let message: Value = serde_json::from_str(&text).expect("json");
+            if message["result"]["stopReason"] == "end_turn" {
+                answered += 1;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), reads).await.expect("every prompt is answered");
+}
+
 #[tokio::test]
 async fn websocket_flow() {
     let url = start(ServerOptions::default()).await;

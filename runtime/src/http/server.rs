@@ -1317,13 +1317,9 @@ const WS_BURST: usize = 64;
 /// [`WS_BURST`] in all), then flushes once: a busy stream costs one socket write per burst
 /// instead of one per message, and nothing waits for a flush. `Ok(false)` when the agent's
 /// output ended meanwhile; `Err` when the socket failed.
-async fn send_burst<S, R>(
-    socket: &mut WebSocketStream<S>,
-    lines: &mut LineReader<R>,
-    first: Message,
-) -> Result<bool, ()>
+async fn send_burst<S, R>(socket: &mut S, lines: &mut LineReader<R>, first: Message) -> Result<bool, ()>
 where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    S: futures_util::Sink<Message> + Unpin,
     R: tokio::io::AsyncRead + Unpin,
 {
     socket.feed(first).await.map_err(drop)?;
@@ -1358,74 +1354,86 @@ where
         .max_frame_size(Some(max))
         .read_buffer_size(WS_READ_BUFFER)
         .write_buffer_size(WS_WRITE_BUFFER);
-    let mut socket = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
+    let socket = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
+    // Read and written side by side: a loop that awaited its sends while it read nothing
+    // stopped for good against a client doing the same, once both directions' buffers filled.
+    let (mut sink, mut stream) = socket.split();
     let (from_agent, to_agent) = shared.start_agent();
     let mut lines = LineReader::new(from_agent, usize::MAX >> 1);
-    // The agent's input is written by a task of its own: this loop must keep delivering the
-    // agent's output while the agent is slow to read (the agent may itself be waiting for
-    // room to write). A frame read waits for a place in the queue; while it waits, the socket
-    // is not read (backpressure), and the agent's output still flows.
+    // The agent's input is written by a task of its own: the agent's output must keep flowing
+    // while the agent is slow to read (it may itself be waiting for room to write). A frame
+    // read waits for a place in the queue; while it waits, the socket is not read
+    // (backpressure), and the agent's output still flows.
     let (to_writer, writer_queue) = mpsc::channel::<Vec<u8>>(WS_INPUT_QUEUE);
     let mut writer = crate::tasks::AbortOnDrop::spawn(write_to_agent(to_agent, writer_queue));
-    let mut pending: Option<Vec<u8>> = None;
     let every = shared.options.keep_alive;
-    let mut ping = tokio::time::interval_at(Instant::now() + every, every);
-    let mut last_heard = Instant::now();
-    loop {
-        tokio::select! {
-            permit = to_writer.reserve(), if pending.is_some() => match permit {
-                Ok(permit) => permit.send(pending.take().expect("checked")),
-                // The agent's input is closed.
-                Err(_) => break,
-            },
-            incoming = socket.next(), if pending.is_none() => match incoming {
+    let last_heard = Mutex::new(Instant::now());
+    // The client's frames, to the agent's input.
+    let incoming = async {
+        loop {
+            match stream.next().await {
                 Some(Ok(Message::Text(text))) => {
-                    last_heard = Instant::now();
-                    pending = Some(one_line(text.as_bytes().to_vec()));
+                    *last_heard.lock().expect("lock") = Instant::now();
+                    if to_writer.send(one_line(text.as_bytes().to_vec())).await.is_err() {
+                        // The agent's input is closed.
+                        return;
+                    }
                 }
                 // Binary frames carry nothing in ACP (the RFD: ignored); pings are answered by
                 // the socket itself.
                 Some(Ok(Message::Binary(_) | Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {
-                    last_heard = Instant::now();
+                    *last_heard.lock().expect("lock") = Instant::now();
                 }
-                Some(Ok(Message::Close(_))) | None => break,
+                Some(Ok(Message::Close(_))) | None => return,
                 Some(Err(error)) => {
                     tracing::debug!(%error, "WebSocket read failed");
-                    break;
+                    return;
                 }
-            },
-            frame = lines.next_frame() => match frame {
-                Ok(Some(LineFrame::Line(line))) => {
-                    let first = Message::text(String::from_utf8_lossy(line).into_owned());
-                    match send_burst(&mut socket, &mut lines, first).await {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            let _ = socket.close(None).await;
-                            break;
-                        }
-                        Err(()) => break,
-                    }
-                }
-                Ok(Some(LineFrame::Oversized { .. })) => {}
-                Ok(None) | Err(_) => {
-                    let _ = socket.close(None).await;
-                    break;
-                }
-            },
-            _ = ping.tick() => {
-                if last_heard.elapsed() > every * 3 {
-                    tracing::debug!("closing a WebSocket that stopped answering");
-                    break;
-                }
-                if socket.send(Message::Ping(Bytes::new())).await.is_err() {
-                    break;
-                }
-            }
-            () = shared.shutdown.cancelled() => {
-                let _ = socket.close(None).await;
-                break;
             }
         }
+    };
+    // The agent's output, and the pings, to the client.
+    let outgoing = async {
+        let mut ping = tokio::time::interval_at(Instant::now() + every, every);
+        loop {
+            tokio::select! {
+                frame = lines.next_frame() => match frame {
+                    Ok(Some(LineFrame::Line(line))) => {
+                        let first = Message::text(String::from_utf8_lossy(line).into_owned());
+                        match send_burst(&mut sink, &mut lines, first).await {
+                            Ok(true) => {}
+                            Ok(false) => {
+                                let _ = sink.close().await;
+                                return;
+                            }
+                            Err(()) => return,
+                        }
+                    }
+                    Ok(Some(LineFrame::Oversized { .. })) => {}
+                    Ok(None) | Err(_) => {
+                        let _ = sink.close().await;
+                        return;
+                    }
+                },
+                _ = ping.tick() => {
+                    if last_heard.lock().expect("lock").elapsed() > every * 3 {
+                        tracing::debug!("closing a WebSocket that stopped answering");
+                        return;
+                    }
+                    if sink.send(Message::Ping(Bytes::new())).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    let shutdown = tokio::select! {
+        () = incoming => false,
+        () = outgoing => false,
+        () = shared.shutdown.cancelled() => true,
+    };
+    if shutdown {
+        let _ = sink.close().await;
     }
     // End of input for the agent once what was read is written: its pending calls fail, its
     // connection ends. An agent that no longer reads gets it when the writer is dropped.
