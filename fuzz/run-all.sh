@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-240}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(framing_decode typed_decode router http_server)
+[ ${#targets[@]} -eq 0 ] && targets=(framing_decode typed_decode router router_v2 http_server)
 sanitizer="${SANITIZER:-none}"
 [ "$sanitizer" = none ] || export RUSTC_BOOTSTRAP=1
 [ -d fuzz/corpus ] || cargo run --quiet --release --manifest-path fuzz/Cargo.toml --example seed_corpus

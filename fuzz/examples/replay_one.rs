@@ -1,6 +1,6 @@
 //! Runs one target on input files, on stable and without libFuzzer, e.g. to reproduce a crash:
 //! `cargo run --release --manifest-path fuzz/Cargo.toml --example replay_one -- router FILE...`
-//! With `ACP_FUZZ_DEBUG=1`, the router target prints what the connection wrote.
+//! With `ACP_FUZZ_DEBUG=1`, the router targets print what the connection wrote.
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -8,10 +8,11 @@ fn main() {
     let run: fn(&[u8]) = match target.as_str() {
         "framing_decode" => acp_fuzz::framing_decode,
         "router" => acp_fuzz::router,
+        "router_v2" => acp_fuzz::router_v2,
         "typed_decode" => acp_fuzz::typed_decode,
         "http_server" => acp_fuzz::http_server,
         _ => {
-            eprintln!("usage: replay_one framing_decode|router|typed_decode|http_server FILE...");
+            eprintln!("usage: replay_one framing_decode|router|router_v2|typed_decode|http_server FILE...");
             std::process::exit(2);
         }
     };

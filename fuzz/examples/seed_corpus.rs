@@ -15,10 +15,11 @@ fn main() -> std::io::Result<()> {
     }
     let count = |t: &str| seeds.iter().filter(|(target, ..)| *target == t).count();
     println!(
-        "seeded from {}: framing_decode {}, router {}, typed_decode {}, http_server {}",
+        "seeded from {}: framing_decode {}, router {}, router_v2 {}, typed_decode {}, http_server {}",
         spec.display(),
         count("framing_decode"),
         count("router"),
+        count("router_v2"),
         count("typed_decode"),
         count("http_server")
     );

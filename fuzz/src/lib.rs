@@ -21,7 +21,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 
 mod http;
+mod v2;
 pub use http::{DOCUMENTED_STATUSES, http_server};
+pub use v2::{FuzzAgentV2, router_v2};
 
 // ---- (a) framing + envelope ---------------------------------------------------------------------
 
@@ -144,8 +146,8 @@ fn check_line(line: &[u8]) {
                 assert_eq!(e.kind == DecodeErrorKind::Parse, !is_json, "{e}");
             }
             if let Some((id, error)) = e.answer() {
-                let answer = json!({"jsonrpc": "2.0", "id": id, "error": error});
-                serde_json::to_string(&answer).expect("an error answer encodes");
+                // Encoded as they are written (the id as read: `Value` cannot hold `1e999`).
+                serde_json::to_string(&(id, error)).expect("an error answer encodes");
             }
         }
     }
@@ -272,13 +274,26 @@ pub fn router(data: &[u8]) {
             eprintln!("{}", String::from_utf8_lossy(&out));
         }
         for line in out.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let message: Value = serde_json::from_slice(line).expect("the runtime writes JSON lines");
+            let Some(message) = output_line(line) else { continue };
             assert_eq!(message["jsonrpc"], "2.0", "{message}");
             if let Some(error) = message.get("error") {
                 serde_json::from_value::<ErrorObject>(error.clone()).expect("a well-formed error object");
             }
         }
     });
+}
+
+/// One line the runtime wrote, read as JSON; `None` for a JSON text with a number beyond f64
+/// (an id or params the client sent, written back as they were), which `Value` cannot hold.
+fn output_line(line: &[u8]) -> Option<Value> {
+    match serde_json::from_slice(line) {
+        Ok(message) => Some(message),
+        Err(e) if e.to_string().starts_with("number out of range") => {
+            serde_json::from_slice::<IgnoredAny>(line).expect("the runtime writes JSON lines");
+            None
+        }
+        Err(e) => panic!("the runtime writes JSON lines: {e}: {}", String::from_utf8_lossy(line)),
+    }
 }
 
 // ---- (c) typed decode by method ----------------------------------------------------------------
@@ -545,5 +560,10 @@ pub fn seed_corpus(dir: &std::path::Path) -> io::Result<Vec<(&'static str, Strin
     }
     let messages: Vec<Value> = spec_messages(dir)?.into_iter().flat_map(|(_, m)| m).collect();
     out.extend(http::seeds(&messages));
+    // Protocol v2's pages sit beside v1's (`acp-spec/v2`).
+    let v2_pages = dir.join("../v2");
+    if v2_pages.is_dir() {
+        out.extend(v2::seeds(&spec_messages(&v2_pages)?));
+    }
     Ok(out)
 }

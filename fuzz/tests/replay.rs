@@ -12,6 +12,7 @@ type Target = fn(&[u8]);
 const TARGETS: &[(&str, Target)] = &[
     ("framing_decode", acp_fuzz::framing_decode),
     ("router", acp_fuzz::router),
+    ("router_v2", acp_fuzz::router_v2),
     ("http_server", acp_fuzz::http_server),
     ("typed_decode", acp_fuzz::typed_decode),
 ];
