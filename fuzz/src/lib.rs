@@ -234,6 +234,27 @@ const HANG: Duration = Duration::from_secs(600);
 /// (no hang), and everything it writes must be JSON-RPC 2.0 messages, one per line.
 pub fn router(data: &[u8]) {
     let Some((&knob, input)) = data.split_first() else { return };
+    let out = drive(knob, &[input], |connection, reader, writer| {
+        let (client, serve) = connection.serve_agent(FuzzAgent, reader, writer);
+        drop(client);
+        serve
+    });
+    for line in out.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let Some(message) = output_line(line) else { continue };
+        check_message(&message);
+    }
+}
+
+/// Runs one connection on a paused clock and returns everything it wrote. `knob` picks the
+/// write size (low 6 bits) and the connection's options (high 2 bits); `start` serves the
+/// connection on its ends of an in-memory pipe. Each of `parts` is written in pieces, and
+/// every task runs as far as it can after it; then the input ends. Fails on a panic, or a
+/// connection that does not end after the end of its input.
+fn drive<F, S>(knob: u8, parts: &[&[u8]], start: F) -> Vec<u8>
+where
+    F: FnOnce(Connection, acp_rpc::transport::PipeReader, acp_rpc::transport::PipeWriter) -> S,
+    S: Future<Output = Result<(), acp_rpc::Error>> + Send + 'static,
+{
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().expect("a runtime");
     rt.block_on(async {
         let chunk = 1 + (knob & 0x3f) as usize * 13;
@@ -249,23 +270,22 @@ pub fn router(data: &[u8]) {
                 .write_queue_capacity(1),
             _ => Connection::new().notification_queue_capacity(1).cancel_grace(Duration::from_millis(1)),
         };
-        let (agent_end, peer_end) = acp_rpc::transport::duplex(4096);
-        let (client, serve) = connection.serve_agent(FuzzAgent, agent_end.0, agent_end.1);
-        drop(client);
-        let serve = tokio::spawn(serve);
-        let (mut reader, mut writer) = peer_end;
+        let ((agent_r, agent_w), (mut reader, mut writer)) = acp_rpc::transport::duplex(4096);
+        let serve = tokio::spawn(start(connection, agent_r, agent_w));
         let drain = tokio::spawn(async move {
             let mut out = Vec::new();
             reader.read_to_end(&mut out).await.map(|_| out)
         });
-        for piece in input.chunks(chunk) {
-            if writer.write_all(piece).await.is_err() {
-                break;
+        for part in parts {
+            for piece in part.chunks(chunk) {
+                if writer.write_all(piece).await.is_err() {
+                    break;
+                }
             }
+            // Let every handler run as far as it can (the paused clock jumps ahead only when
+            // all tasks wait, past the agents' 5 s call timeouts).
+            tokio::time::sleep(Duration::from_secs(20)).await;
         }
-        // Let every handler run as far as it can (the paused clock jumps ahead only when all
-        // tasks wait, past the agent's 5 s call timeouts), then end the input.
-        tokio::time::sleep(Duration::from_secs(20)).await;
         drop(writer);
         let served = tokio::time::timeout(HANG, serve).await.expect("the connection hangs after the end of its input");
         served.expect("the serve task panicked").expect("serve ends cleanly at the end of input");
@@ -273,14 +293,16 @@ pub fn router(data: &[u8]) {
         if std::env::var_os("ACP_FUZZ_DEBUG").is_some() {
             eprintln!("{}", String::from_utf8_lossy(&out));
         }
-        for line in out.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let Some(message) = output_line(line) else { continue };
-            assert_eq!(message["jsonrpc"], "2.0", "{message}");
-            if let Some(error) = message.get("error") {
-                serde_json::from_value::<ErrorObject>(error.clone()).expect("a well-formed error object");
-            }
-        }
-    });
+        out
+    })
+}
+
+/// A JSON-RPC 2.0 message, with a well-formed error object if it has one.
+fn check_message(message: &Value) {
+    assert_eq!(message["jsonrpc"], "2.0", "{message}");
+    if let Some(error) = message.get("error") {
+        serde_json::from_value::<ErrorObject>(error.clone()).expect("a well-formed error object");
+    }
 }
 
 /// One line the runtime wrote, read as JSON; `None` for a JSON text with a number beyond f64

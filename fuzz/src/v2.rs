@@ -17,11 +17,9 @@ use std::time::Duration;
 use acp_rpc::acp_types::v2::*;
 use acp_rpc::v2::AgentContext;
 use acp_rpc::version::ProtocolRouter;
-use acp_rpc::{Connection, ErrorObject};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::{FuzzAgent, HANG};
+use crate::{FuzzAgent, check_message, drive, output_line};
 
 /// A v2 agent that drives the turn the ways real ones do, picked by the prompt's first text:
 /// `wait` waits for its cancellation (before accepting), `fail` fails (after accepting when
@@ -110,69 +108,29 @@ impl Agent<AgentContext> for FuzzAgentV2 {
     }
 }
 
-/// Target (e); see the module docs. Byte 0 picks the write size (low 6 bits) and the
-/// connection's options (high 2 bits, as for `router`).
+/// Target (e); see the module docs. Byte 0 picks the write size and the connection's options,
+/// as for `router`.
 pub fn router_v2(data: &[u8]) {
     let Some((&knob, input)) = data.split_first() else { return };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().expect("a runtime");
-    rt.block_on(async {
-        let chunk = 1 + (knob & 0x3f) as usize * 13;
-        let connection = match knob >> 6 {
-            0 => Connection::new(),
-            1 => Connection::new().max_line_bytes(256),
-            2 => Connection::new()
-                .max_concurrent_requests(1)
-                .max_queued_requests(2)
-                .max_backlog_bytes(2048)
-                .write_queue_capacity(1),
-            _ => Connection::new().notification_queue_capacity(1).cancel_grace(Duration::from_millis(1)),
-        };
+    // The first line alone, and time for it to be handled: a client sends the rest once
+    // `initialize` is answered, so the rest is read under the version it chose.
+    let split = input.iter().position(|b| *b == b'\n').map_or(input.len(), |i| i + 1);
+    let (first, rest) = input.split_at(split);
+    let out = drive(knob, &[first, rest], |connection, reader, writer| {
         let router = ProtocolRouter::new().with_v1_agent(FuzzAgent).with_v2_agent(FuzzAgentV2);
-        let ((agent_r, agent_w), (mut reader, mut writer)) = acp_rpc::transport::duplex(4096);
-        let (peer, serve) = connection.serve(agent_r, agent_w, router);
+        let (peer, serve) = connection.serve(reader, writer, router);
         drop(peer);
-        let serve = tokio::spawn(serve);
-        let drain = tokio::spawn(async move {
-            let mut out = Vec::new();
-            reader.read_to_end(&mut out).await.map(|_| out)
-        });
-        // The first line alone, and time for it to be handled: a client sends the rest once
-        // `initialize` is answered, so the rest is read under the version it chose.
-        let split = input.iter().position(|b| *b == b'\n').map_or(input.len(), |i| i + 1);
-        let (first, rest) = input.split_at(split);
-        for part in [first, rest] {
-            for piece in part.chunks(chunk) {
-                if writer.write_all(piece).await.is_err() {
-                    break;
-                }
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-        // As in `router`: every handler runs as far as it can, then the input ends.
-        tokio::time::sleep(Duration::from_secs(20)).await;
-        drop(writer);
-        let served = tokio::time::timeout(HANG, serve).await.expect("the connection hangs after the end of its input");
-        served.expect("the serve task panicked").expect("serve ends cleanly at the end of input");
-        let out = tokio::time::timeout(HANG, drain).await.expect("the output never ends").unwrap().unwrap();
-        if std::env::var_os("ACP_FUZZ_DEBUG").is_some() {
-            eprintln!("{}", String::from_utf8_lossy(&out));
-        }
-        check_output(&out);
+        serve
     });
+    check_output(&out);
 }
 
 /// The output's invariants (see the module docs).
 fn check_output(out: &[u8]) {
-    let check_message = |message: &Value| {
-        assert_eq!(message["jsonrpc"], "2.0", "{message}");
-        if let Some(error) = message.get("error") {
-            serde_json::from_value::<ErrorObject>(error.clone()).expect("a well-formed error object");
-        }
-    };
     // Per session: turns reported running, and idle updates.
     let mut states: HashMap<String, (usize, usize)> = HashMap::new();
     for line in out.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        let Some(message) = crate::output_line(line) else { continue };
+        let Some(message) = output_line(line) else { continue };
         match &message {
             Value::Array(answers) => {
                 assert!(!answers.is_empty(), "an empty array was written");

@@ -6,13 +6,16 @@
 #![cfg(all(feature = "http-client", feature = "http-server"))]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use acp_rpc::http::client::Remote;
+use acp_rpc::http::client::{Remote, RemoteAgent};
 use acp_rpc::http::server::HttpServer;
-use acp_rpc::{ErrorObject, Handler, IncomingRequest, RawValue};
+use acp_rpc::{ErrorObject, Handler, IncomingNotification, IncomingRequest, RawValue};
+use futures_util::SinkExt;
+use futures_util::StreamExt;
 use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -71,129 +74,83 @@ async fn closed_sessions_leave_no_streams_behind_and_a_later_session_load_works(
     assert!(load.is_ok(), "session/load failed: {load:?}");
 }
 
+/// A WebSocket server that sends `frame` `count` times (without waiting for anything) and
+/// counts the text frames it receives, on a task of its own: its address and the count.
+async fn flooding_server(frame: String, count: usize) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let received = Arc::new(AtomicUsize::new(0));
+    let counter = received.clone();
+    tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let socket = tokio_tungstenite::accept_async(tcp).await.unwrap();
+        let (mut sink, mut stream) = socket.split();
+        tokio::spawn(async move {
+            while let Some(Ok(message)) = stream.next().await {
+                if let Message::Text(_) = message {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        for _ in 0..count {
+            if sink.feed(Message::text(frame.clone())).await.is_err() {
+                return;
+            }
+        }
+        let _ = sink.flush().await;
+        std::future::pending::<()>().await;
+    });
+    (addr, received)
+}
+
+/// Waits until `received` reaches `count`; fails once it has not moved for 5 s (a client that
+/// stopped for good).
+async fn until_all_received(received: &AtomicUsize, count: usize, peer: &acp_rpc::Peer, remote: &RemoteAgent) {
+    let (mut last, mut stalled) = (0, 0);
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = received.load(Ordering::Relaxed);
+        if now >= count {
+            return;
+        }
+        stalled = if now == last { stalled + 1 } else { 0 };
+        assert!(
+            stalled < 5,
+            "the client stopped: {now} of {count} (closed: {}, end: {:?})",
+            peer.is_closed(),
+            remote.end_reason()
+        );
+        last = now;
+    }
+}
+
 /// A WebSocket server floods the client with messages its connection answers itself (each
 /// `{}` gets -32600), and reads everything on a task of its own. The client's socket loop used
 /// to wait to hand a frame over while it took none of the connection's output, and the
 /// connection's reader waited for room to write its answer: the client stopped for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_flood_of_invalid_messages_is_answered_to_the_last() {
-    use futures_util::{SinkExt, StreamExt};
-    use std::sync::atomic::AtomicUsize;
-    use tokio_tungstenite::tungstenite::Message;
     const N: usize = 50_000;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let answers = Arc::new(AtomicUsize::new(0));
-    let sent = Arc::new(AtomicUsize::new(0));
-    let (a, s) = (answers.clone(), sent.clone());
-    tokio::spawn(async move {
-        let (tcp, _) = listener.accept().await.unwrap();
-        let socket = tokio_tungstenite::accept_async(tcp).await.unwrap();
-        let (mut sink, mut stream) = socket.split();
-        tokio::spawn(async move {
-            while let Some(Ok(message)) = stream.next().await {
-                if let Message::Text(_) = message {
-                    a.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        });
-        for _ in 0..N {
-            if sink.feed(Message::text("{}")).await.is_err() {
-                return;
-            }
-            s.fetch_add(1, Ordering::Relaxed);
-        }
-        let _ = sink.flush().await;
-        std::future::pending::<()>().await;
-    });
+    let (addr, answers) = flooding_server("{}".to_owned(), N).await;
     let (peer, remote) = Remote::new(format!("ws://{addr}/acp")).serve(()).await.unwrap();
-    let mut last = 0;
-    let mut stalled = 0;
-    loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = answers.load(Ordering::Relaxed);
-        if now >= N {
-            return;
-        }
-        if now == last {
-            stalled += 1;
-            assert!(
-                stalled < 5,
-                "the client stopped: {now} answers of {N} after the server sent {} (closed: {}, end: {:?})",
-                sent.load(Ordering::Relaxed),
-                peer.is_closed(),
-                remote.end_reason()
-            );
-        } else {
-            stalled = 0;
-        }
-        last = now;
-    }
+    until_all_received(&answers, N, &peer, &remote).await;
 }
 
 /// A client whose notification handler sends a notification back for each notification of a
 /// chatty agent, against a server that reads everything: it flows, as it does on stdio.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_client_that_notifies_back_for_each_notification_keeps_up() {
-    use acp_rpc::IncomingNotification;
-    use futures_util::{SinkExt, StreamExt};
-    use std::sync::atomic::AtomicUsize;
-    use tokio_tungstenite::tungstenite::Message;
-
     struct Acks;
     impl Handler for Acks {
         async fn handle_notification(&self, n: IncomingNotification) {
             let _ = n.peer.notify_raw("_ack", None).await;
         }
     }
-
     const N: usize = 20_000;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let acks = Arc::new(AtomicUsize::new(0));
-    let a = acks.clone();
-    tokio::spawn(async move {
-        let (tcp, _) = listener.accept().await.unwrap();
-        let socket = tokio_tungstenite::accept_async(tcp).await.unwrap();
-        let (mut sink, mut stream) = socket.split();
-        tokio::spawn(async move {
-            while let Some(Ok(message)) = stream.next().await {
-                if let Message::Text(_) = message {
-                    a.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        });
-        let update = json!({"jsonrpc": "2.0", "method": "_update", "params": {"sessionId": "s1", "n": 1}}).to_string();
-        for _ in 0..N {
-            if sink.feed(Message::text(update.clone())).await.is_err() {
-                return;
-            }
-        }
-        let _ = sink.flush().await;
-        std::future::pending::<()>().await;
-    });
+    let update = json!({"jsonrpc": "2.0", "method": "_update", "params": {"sessionId": "s1", "n": 1}}).to_string();
+    let (addr, acks) = flooding_server(update, N).await;
     let (peer, remote) = Remote::new(format!("ws://{addr}/acp")).serve(Acks).await.unwrap();
-    let mut last = 0;
-    let mut stalled = 0;
-    loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = acks.load(Ordering::Relaxed);
-        if now >= N {
-            return;
-        }
-        if now == last {
-            stalled += 1;
-            assert!(
-                stalled < 5,
-                "the client stopped: {now} acks of {N} (closed: {}, end: {:?})",
-                peer.is_closed(),
-                remote.end_reason()
-            );
-        } else {
-            stalled = 0;
-        }
-        last = now;
-    }
+    until_all_received(&acks, N, &peer, &remote).await;
 }
 
 /// This crate's client and server over WebSocket, large messages both ways at once: a socket
@@ -201,8 +158,6 @@ async fn a_websocket_client_that_notifies_back_for_each_notification_keeps_up() 
 /// full.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_messages_both_ways_at_once_over_websocket_all_arrive() {
-    use acp_rpc::IncomingNotification;
-    use std::sync::atomic::AtomicUsize;
     const COUNT: usize = 12;
     const SIZE: usize = 2 << 20;
 
@@ -273,7 +228,6 @@ async fn answers_to_ids_the_client_never_sent_open_no_session_streams() {
     use hyper::{Request, Response};
     use hyper_util::rt::{TokioExecutor, TokioIo};
     use std::convert::Infallible;
-    use std::sync::atomic::AtomicUsize;
     const FAKE: usize = 300;
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -308,7 +262,7 @@ async fn answers_to_ids_the_client_never_sent_open_no_session_streams() {
                             futures_util::stream::iter(events),
                             futures_util::stream::pending(),
                         );
-                        let mut r = Response::new(StreamBody::new(stream).boxed());
+                        let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
                         r.headers_mut().insert("content-type", "text/event-stream".parse().unwrap());
                         r
                     } else if message["method"] == "initialize" {
