@@ -494,6 +494,9 @@ impl Drop for Serve {
     fn drop(&mut self) {
         self.shared.close();
         self.shared.release_waiters();
+        // A v2 turn being waited for ends too (`prompt_turn` fails with `ConnectionClosed`).
+        #[cfg(feature = "unstable_protocol_v2")]
+        self.shared.v2_turns.close();
         // At once, not when the aborted writer task gets to it: no direct write after this.
         self.shared.out.detach();
     }
@@ -1079,14 +1082,16 @@ impl Shared {
         self.mark_handled(u64::MAX);
     }
 
+    /// Whether the current task runs one of this connection's notification handlers.
+    pub(crate) fn in_notification_handler(&self) -> bool {
+        let me = self as *const Shared as usize;
+        crate::router::IN_NOTIFICATION_HANDLER.try_with(|conn| *conn == me).unwrap_or(false)
+    }
+
     /// Waits until `barrier` notifications have been handled (contract 3), unless we are inside
     /// this connection's notification handler, which would wait for itself.
     pub(crate) async fn wait_for_notifications(&self, barrier: u64) {
-        if self.handled.load(Ordering::SeqCst) >= barrier {
-            return;
-        }
-        let me = self as *const Shared as usize;
-        if crate::router::IN_NOTIFICATION_HANDLER.try_with(|conn| *conn == me).unwrap_or(false) {
+        if self.handled.load(Ordering::SeqCst) >= barrier || self.in_notification_handler() {
             return;
         }
         self.handled_waiters.fetch_add(1, Ordering::SeqCst);

@@ -204,11 +204,16 @@ async fn a_session_running_two_turns_reports_idle_once_when_the_last_ends() {
 
 // ---- client side: `prompt_turn` against an agent scripted by hand ------------------------------
 
-/// Records the updates its handler saw; `slow` takes 50 ms over each.
+/// Records the updates its handler saw; `slow` takes 50 ms over each; `panics_on_idle`
+/// panics on an idle update (a handler bug the agent's data triggers); `follow_up` sends a
+/// prompt with `prompt_turn` from the handler when it sees an idle update, and keeps what that
+/// call returned.
 #[derive(Clone, Default)]
 struct Recorder {
     updates: Arc<Mutex<Vec<Value>>>,
     slow: bool,
+    panics_on_idle: bool,
+    follow_up: Option<Arc<Mutex<Vec<String>>>>,
 }
 
 impl Client<ClientContext> for Recorder {
@@ -219,23 +224,33 @@ impl Client<ClientContext> for Recorder {
     ) -> Result<RequestPermissionResponse, Error> {
         Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
     }
-    async fn session_update(&self, params: UpdateSessionNotification, _: ClientContext) -> Result<(), Error> {
+    async fn session_update(&self, params: UpdateSessionNotification, cx: ClientContext) -> Result<(), Error> {
         if self.slow {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        self.updates.lock().unwrap().push(serde_json::to_value(&params.update).unwrap());
+        let update = serde_json::to_value(&params.update).unwrap();
+        let idle = update["state"] == "idle";
+        self.updates.lock().unwrap().push(update);
+        if idle && self.panics_on_idle {
+            panic!("on purpose: a handler bug");
+        }
+        if let (true, Some(results)) = (idle, &self.follow_up) {
+            let prompt = PromptRequest::new("s1", vec![TextContent::new("again").into()]);
+            let end = tokio::time::timeout(Duration::from_secs(3), cx.agent().prompt_turn(prompt)).await;
+            results.lock().unwrap().push(match end {
+                Ok(end) => format!("{end:?}"),
+                Err(_) => "timed out".to_owned(),
+            });
+        }
         Ok(())
     }
 }
 
 /// Starts `prompt_turn` against a raw agent, answers the prompt and sends `updates`.
-async fn turn_with_updates(
-    client: Recorder,
-    updates: &[Value],
-) -> (tokio::task::JoinHandle<Result<acp_rpc::v2::TurnEnd, acp_rpc::Error>>, RawPeer) {
+async fn turn_with_updates(client: Recorder, updates: &[Value]) -> (TurnTask, RawPeer, ServeTask) {
     let ((agent_reader, agent_writer), (client_reader, client_writer)) = duplex(1 << 16);
     let (handle, serve): (AgentHandle, _) = acp_rpc::v2::serve_client(client, client_reader, client_writer);
-    tokio::spawn(serve);
+    let serve = tokio::spawn(serve);
     let mut agent = RawPeer::new(agent_reader, agent_writer);
     let turn =
         tokio::spawn(
@@ -249,8 +264,10 @@ async fn turn_with_updates(
                                "params": {"sessionId": "s1", "update": update}}))
             .await;
     }
-    (turn, agent)
+    (turn, agent, serve)
 }
+
+type TurnTask = tokio::task::JoinHandle<Result<acp_rpc::v2::TurnEnd, acp_rpc::Error>>;
 
 #[tokio::test]
 async fn prompt_turn_ends_at_an_idle_whose_extra_error_member_is_not_an_error_object() {
@@ -258,7 +275,7 @@ async fn prompt_turn_ends_at_an_idle_whose_extra_error_member_is_not_an_error_ob
         json!({"sessionUpdate": "state_update", "state": "running"}),
         json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn", "error": "rate limited"}),
     ];
-    let (turn, _agent) = turn_with_updates(Recorder::default(), &updates).await;
+    let (turn, _agent, _serve) = turn_with_updates(Recorder::default(), &updates).await;
     let end = tokio::time::timeout(LIMIT, turn).await.expect("prompt_turn ends").unwrap().unwrap();
     assert_eq!(end.stop_reason, Some(StopReason::EndTurn));
     assert!(end.error.is_none());
@@ -270,7 +287,7 @@ async fn prompt_turn_ends_at_an_idle_whose_stop_reason_does_not_decode() {
         json!({"sessionUpdate": "state_update", "state": "running"}),
         json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": 5}),
     ];
-    let (turn, _agent) = turn_with_updates(Recorder::default(), &updates).await;
+    let (turn, _agent, _serve) = turn_with_updates(Recorder::default(), &updates).await;
     let end = tokio::time::timeout(LIMIT, turn).await.expect("prompt_turn ends").unwrap().unwrap();
     assert_eq!(end.stop_reason, None, "an undecodable stop reason reads as none");
 }
@@ -283,7 +300,7 @@ async fn prompt_turn_ends_at_an_idle_read_just_before_the_agent_exits() {
         json!({"sessionUpdate": "state_update", "state": "running"}),
         json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}),
     ];
-    let (turn, mut agent) = turn_with_updates(client.clone(), &updates).await;
+    let (turn, mut agent, _serve) = turn_with_updates(client.clone(), &updates).await;
     // The agent exits after its last update; the client's handler is still working through them.
     agent.close_input();
     drop(agent);
@@ -295,11 +312,49 @@ async fn prompt_turn_ends_at_an_idle_read_just_before_the_agent_exits() {
 #[tokio::test]
 async fn prompt_turn_fails_when_the_agent_exits_without_ending_the_turn() {
     let updates = [json!({"sessionUpdate": "state_update", "state": "running"})];
-    let (turn, mut agent) = turn_with_updates(Recorder::default(), &updates).await;
+    let (turn, mut agent, _serve) = turn_with_updates(Recorder::default(), &updates).await;
     agent.close_input();
     drop(agent);
     let end = tokio::time::timeout(LIMIT, turn).await.expect("prompt_turn ends").unwrap();
     assert!(matches!(end, Err(acp_rpc::Error::ConnectionClosed)), "{end:?}");
+}
+
+#[tokio::test]
+async fn prompt_turn_fails_when_the_serve_future_is_dropped() {
+    let updates = [json!({"sessionUpdate": "state_update", "state": "running"})];
+    let (turn, _agent, serve) = turn_with_updates(Recorder::default(), &updates).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    serve.abort();
+    let end = tokio::time::timeout(LIMIT, turn).await.expect("prompt_turn ends").unwrap();
+    assert!(matches!(end, Err(acp_rpc::Error::ConnectionClosed)), "{end:?}");
+}
+
+#[tokio::test]
+async fn prompt_turn_ends_when_the_handler_panics_on_the_idle_update() {
+    let client = Recorder { panics_on_idle: true, ..Recorder::default() };
+    let updates = [
+        json!({"sessionUpdate": "state_update", "state": "running"}),
+        json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}),
+    ];
+    let (turn, _agent, _serve) = turn_with_updates(client, &updates).await;
+    let end = tokio::time::timeout(LIMIT, turn).await.expect("prompt_turn ends").unwrap().unwrap();
+    assert_eq!(end.stop_reason, Some(StopReason::EndTurn));
+}
+
+#[tokio::test]
+async fn prompt_turn_from_a_notification_handler_fails_at_once_and_the_first_turn_ends() {
+    let results = Arc::new(Mutex::new(Vec::new()));
+    let client = Recorder { follow_up: Some(results.clone()), ..Recorder::default() };
+    let updates = [
+        json!({"sessionUpdate": "state_update", "state": "running"}),
+        json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}),
+    ];
+    let (turn, _agent, _serve) = turn_with_updates(client, &updates).await;
+    let end = tokio::time::timeout(LIMIT, turn).await.expect("prompt_turn ends").unwrap().unwrap();
+    assert_eq!(end.stop_reason, Some(StopReason::EndTurn));
+    let results = results.lock().unwrap().clone();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(results[0].contains("notification handler") && results[0].contains("spawn"), "{results:?}");
 }
 
 #[tokio::test]

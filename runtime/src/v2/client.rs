@@ -94,15 +94,34 @@ impl<C: Client<ClientContext> + 'static> Handler for ClientHandler<C> {
         let state = (&*notification.method == acp_types::v2::client_method::SESSION_UPDATE)
             .then(|| StateEvent::of(notification.params.as_deref()))
             .flatten();
-        let peer = notification.peer.clone();
+        // After the handler, even one that panicked: a turn ends once the client has seen its
+        // last update.
+        let _observe = state.map(|(session, event)| ObserveOnDrop {
+            peer: notification.peer.clone(),
+            session,
+            seq,
+            event: Some(event),
+        });
         if let Some((decoded, cx)) = decode_notification(notification) {
             if let Err(error) = decoded.dispatch(&self.client, cx.clone()).await {
                 tracing::warn!(method = cx.method(), code = error.code.0, message = %error.message, "acp client (v2): notification handler failed");
             }
         }
-        // After the handler: a turn ends once the client has seen its last update.
-        if let Some((session, event)) = state {
-            peer.shared.v2_turns.observe(&session, seq, event);
+    }
+}
+
+/// Tells the turn watches about a state update once its handler is done, or has panicked.
+struct ObserveOnDrop {
+    peer: Peer,
+    session: String,
+    seq: u64,
+    event: Option<StateEvent>,
+}
+
+impl Drop for ObserveOnDrop {
+    fn drop(&mut self) {
+        if let Some(event) = self.event.take() {
+            self.peer.shared.v2_turns.observe(&self.session, self.seq, event);
         }
     }
 }
@@ -325,13 +344,24 @@ impl AgentHandle {
     /// returns once the client's `session_update` handler has seen the turn's idle update.
     /// Needs the connection to be served by [`ClientHandler`] (as [`serve_client`] does);
     /// fails with [`Error::ConnectionClosed`] if the connection ends first.
+    ///
+    /// Fails at once with [`Error::Protocol`] when called from one of the connection's
+    /// notification handlers (e.g. a follow-up prompt sent from `session_update`): the turn's
+    /// end is seen by the notification task, which would be waiting for itself. Spawn the call
+    /// instead.
     #[inline]
     pub fn prompt_turn(&self, params: PromptRequest) -> impl Future<Output = Result<TurnEnd, Error>> + Send + '_ {
         let turns = &self.peer.shared.v2_turns;
         // Watching before the prompt goes out: nothing of the turn can slip by.
         let mut watch = turns.watch(&params.session_id.0);
+        let in_handler = self.peer.shared.in_notification_handler();
         let request = self.peer.encode_request(agent_method::SESSION_PROMPT, Some(&params));
         async move {
+            if in_handler {
+                return Err(Error::Protocol(
+                    "prompt_turn called from a notification handler would wait for itself: spawn it",
+                ));
+            }
             let (raw, barrier) = self.peer.call_encoded(request, self.cancel.as_ref()).await?;
             let accepted = accepted(&raw)?;
             // Not raced with the connection's end: the idle update may be among the last

@@ -86,8 +86,8 @@ pub struct Terminal {
     pub command: Option<String>,
     /// The working directory, if known.
     pub cwd: Option<AbsolutePath>,
-    /// The bytes to show: the last snapshot with the chunks after it appended. Chunks that
-    /// are not valid base64 are skipped (and logged).
+    /// The bytes to show: the last snapshot with the chunks after it appended. A chunk or a
+    /// snapshot that is not valid base64 is skipped (and logged).
     pub output: Vec<u8>,
     /// Set once the terminal has exited.
     pub exit_status: Option<TerminalExitStatus>,
@@ -190,7 +190,13 @@ impl SessionState {
                 t.cwd.apply_to(&mut terminal.cwd);
                 t.exit_status.apply_to(&mut terminal.exit_status);
                 match &t.output {
-                    Some(Some(snapshot)) => terminal.output = decode_base64(&snapshot.data).unwrap_or_default(),
+                    Some(Some(snapshot)) => match decode_base64(&snapshot.data) {
+                        Some(bytes) => terminal.output = bytes,
+                        // Kept, as an invalid chunk is skipped: a bad snapshot loses nothing.
+                        None => {
+                            tracing::warn!(terminal = %t.terminal_id.0, "acp session: terminal output snapshot is not base64; output kept")
+                        }
+                    },
                     Some(None) => terminal.output.clear(),
                     None => {}
                 }
@@ -460,6 +466,18 @@ mod tests {
         assert_eq!(state.usage, Some((5, 10, None)));
         assert_eq!(state.unknown.len(), 1);
         assert_eq!(state.unknown[0].tag("sessionUpdate"), Some("hologram"));
+    }
+
+    #[test]
+    fn an_invalid_terminal_snapshot_keeps_the_output() {
+        let mut state = SessionState::new();
+        for update in [
+            json!({"sessionUpdate": "terminal_output_chunk", "terminalId": "t", "data": "b2s="}),
+            json!({"sessionUpdate": "terminal_update", "terminalId": "t", "output": {"data": "not base64!"}}),
+        ] {
+            state.apply(&serde_json::from_value(update).unwrap());
+        }
+        assert_eq!(state.terminals["t"].output, b"ok");
     }
 
     #[test]
