@@ -495,29 +495,45 @@ struct WatchState {
 
 #[derive(Default)]
 struct WatchInner {
-    /// State events of the session since the watch started: `(seq, event)`.
+    /// State events of the session since the watch started, until the prompt is answered:
+    /// `(seq, event)`.
     events: Vec<(u64, StateEvent)>,
     /// Set once the prompt is answered: told when the end arrives.
     waiter: Option<(u64, oneshot::Sender<TurnEnd>)>,
+    /// Once the waiter is set: whether the turn was reported active since the answer. Each
+    /// later event is then judged on its own, not by a scan of all of them.
+    active: bool,
 }
 
 impl WatchInner {
-    /// The end of the turn among the events after `barrier`, if it has arrived.
-    fn end(&self, barrier: u64) -> Option<TurnEnd> {
+    /// The end of the turn among the events after `barrier`, if it has arrived; else whether
+    /// the turn was reported active among them.
+    fn end(&self, barrier: u64) -> Result<TurnEnd, bool> {
         let mut active = false;
         for (seq, event) in &self.events {
-            if *seq <= barrier {
-                continue;
-            }
-            match event {
-                StateEvent::Active => active = true,
-                StateEvent::Idle { stop_reason, error } if active || stop_reason.is_some() => {
-                    return Some(TurnEnd { message_id: None, stop_reason: stop_reason.clone(), error: error.clone() });
+            if *seq > barrier {
+                if let Some(end) = event.ends_turn(&mut active) {
+                    return Ok(end);
                 }
-                StateEvent::Idle { .. } => {}
             }
         }
-        None
+        Err(active)
+    }
+}
+
+impl StateEvent {
+    /// Folds this event into a turn's `active` flag; the turn's end if it is one.
+    fn ends_turn(&self, active: &mut bool) -> Option<TurnEnd> {
+        match self {
+            StateEvent::Active => {
+                *active = true;
+                None
+            }
+            StateEvent::Idle { stop_reason, error } if *active || stop_reason.is_some() => {
+                Some(TurnEnd { message_id: None, stop_reason: stop_reason.clone(), error: error.clone() })
+            }
+            StateEvent::Idle { .. } => None,
+        }
     }
 }
 
@@ -542,12 +558,19 @@ impl TurnWatches {
         let sessions = lock(&self.sessions);
         for state in sessions.get(session).into_iter().flatten() {
             let mut inner = lock(&state.inner);
-            inner.events.push((seq, event.clone()));
-            if let Some(barrier) = inner.waiter.as_ref().map(|(b, _)| *b) {
-                if let Some(end) = inner.end(barrier) {
-                    if let Some((_, tx)) = inner.waiter.take() {
-                        let _ = tx.send(end);
-                    }
+            let Some(barrier) = inner.waiter.as_ref().map(|(b, _)| *b) else {
+                inner.events.push((seq, event.clone()));
+                continue;
+            };
+            if seq <= barrier {
+                continue;
+            }
+            let mut active = inner.active;
+            let end = event.ends_turn(&mut active);
+            inner.active = active;
+            if let Some(end) = end {
+                if let Some((_, tx)) = inner.waiter.take() {
+                    let _ = tx.send(end);
                 }
             }
         }
@@ -567,14 +590,17 @@ impl TurnWatch<'_> {
     async fn end_after(&mut self, barrier: u64) -> Option<TurnEnd> {
         let rx = {
             let mut inner = lock(&self.state.inner);
-            if let Some(end) = inner.end(barrier) {
-                return Some(end);
-            }
+            let active = match inner.end(barrier) {
+                Ok(end) => return Some(end),
+                Err(active) => active,
+            };
             // Checked with the waiter's lock held: `close` takes the lock after setting it.
             if self.watches.closed.load(Ordering::Acquire) {
                 return None;
             }
-            inner.events.retain(|(seq, _)| *seq > barrier);
+            // From now on each event is judged as it comes (see `observe`).
+            inner.events = Vec::new();
+            inner.active = active;
             let (tx, rx) = oneshot::channel();
             inner.waiter = Some((barrier, tx));
             rx
