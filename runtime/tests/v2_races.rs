@@ -329,9 +329,8 @@ async fn prompt_turn_fails_when_the_serve_future_is_dropped() {
     assert!(matches!(end, Err(acp_rpc::Error::ConnectionClosed)), "{end:?}");
 }
 
-#[tokio::test]
-async fn prompt_turn_ends_when_the_handler_panics_on_the_idle_update() {
-    let client = Recorder { panics_on_idle: true, ..Recorder::default() };
+/// A turn reported `running`, then idle with `end_turn`: `prompt_turn` must end with it.
+async fn assert_a_plain_turn_ends(client: Recorder) {
     let updates = [
         json!({"sessionUpdate": "state_update", "state": "running"}),
         json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}),
@@ -342,16 +341,14 @@ async fn prompt_turn_ends_when_the_handler_panics_on_the_idle_update() {
 }
 
 #[tokio::test]
+async fn prompt_turn_ends_when_the_handler_panics_on_the_idle_update() {
+    assert_a_plain_turn_ends(Recorder { panics_on_idle: true, ..Recorder::default() }).await;
+}
+
+#[tokio::test]
 async fn prompt_turn_from_a_notification_handler_fails_at_once_and_the_first_turn_ends() {
     let results = Arc::new(Mutex::new(Vec::new()));
-    let client = Recorder { follow_up: Some(results.clone()), ..Recorder::default() };
-    let updates = [
-        json!({"sessionUpdate": "state_update", "state": "running"}),
-        json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}),
-    ];
-    let (turn, _agent, _serve) = turn_with_updates(client, &updates).await;
-    let end = tokio::time::timeout(LIMIT, turn).await.expect("prompt_turn ends").unwrap().unwrap();
-    assert_eq!(end.stop_reason, Some(StopReason::EndTurn));
+    assert_a_plain_turn_ends(Recorder { follow_up: Some(results.clone()), ..Recorder::default() }).await;
     let results = results.lock().unwrap().clone();
     assert_eq!(results.len(), 1, "{results:?}");
     assert!(results[0].contains("notification handler") && results[0].contains("spawn"), "{results:?}");
