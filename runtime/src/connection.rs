@@ -623,7 +623,15 @@ pub(crate) struct PendingCall {
     tx: oneshot::Sender<Reply>,
     /// For outgoing `session/request_permission`: its session.
     permission_session: Option<Arc<str>>,
+    /// Run by the reader on the answer, before it reads the next message.
+    on_answer: Option<AnswerHook>,
 }
+
+/// What a call must settle in reading order, before anything the peer sent after its answer is
+/// dispatched: `initialize`'s answer fixes the connection's protocol version, and the peer may
+/// send requests of that version right behind it.
+/// It is given the answer and its barrier (how many notifications were read before it).
+pub(crate) type AnswerHook = Box<dyn FnOnce(&Result<Box<RawValue>, ErrorObject>, u64) + Send>;
 
 #[derive(Default)]
 pub(crate) struct PendingCalls {
@@ -934,12 +942,13 @@ impl Shared {
         id: i64,
         tx: oneshot::Sender<Reply>,
         permission_session: Option<Arc<str>>,
+        on_answer: Option<AnswerHook>,
     ) -> Result<(), Error> {
         let mut pending = lock(&self.pending);
         if pending.closed {
             return Err(Error::ConnectionClosed);
         }
-        pending.map.insert(id, PendingCall { tx, permission_session });
+        pending.map.insert(id, PendingCall { tx, permission_session, on_answer });
         Ok(())
     }
 
@@ -953,6 +962,9 @@ impl Shared {
         let call = lock(&self.pending).map.remove(&id);
         match call {
             Some(call) => {
+                if let (Some(on_answer), Reply::Response { result, barrier }) = (call.on_answer, &reply) {
+                    on_answer(result, *barrier);
+                }
                 // The caller may have just given up; then nobody needs the reply.
                 let _ = call.tx.send(reply);
                 true

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use crate::connection::{Reply, RequestLoad, Shared};
+use crate::connection::{AnswerHook, Reply, RequestLoad, Shared};
 use crate::error::Error;
 use crate::handler::session_id_of;
 use crate::jsonrpc::{self, Message};
@@ -96,9 +96,9 @@ impl Peer {
     /// [`PendingResponse::cancel`] sends it and keeps waiting for the peer's answer.
     pub async fn send_request_raw(&self, method: &str, params: Option<&RawValue>) -> Result<PendingResponse, Error> {
         let shared = &self.shared;
-        let Encoded { id, line, session: permission_session } = self.encode_request(method, params)?;
+        let Encoded { id, line, session: permission_session, on_answer } = self.encode_request(method, params)?;
         let (tx, rx) = oneshot::channel();
-        shared.register_call(id, tx, permission_session)?;
+        shared.register_call(id, tx, permission_session, on_answer)?;
         let mut pending = PendingResponse {
             shared: shared.clone(),
             id,
@@ -217,7 +217,7 @@ impl Peer {
         let mut line = Vec::with_capacity(128);
         jsonrpc::encode_notification(&mut line, method, params).map_err(Error::Encode)?;
         let session = if method == methods::SESSION_CANCEL { params_session_id(&line) } else { None };
-        Ok(Encoded { id: 0, line, session })
+        Ok(Encoded { id: 0, line, session, on_answer: None })
     }
 
     /// Encodes a request under a new id; `session/request_permission` remembers its session
@@ -231,7 +231,7 @@ impl Peer {
         let mut line = Vec::with_capacity(128);
         jsonrpc::encode_request(&mut line, id, method, params).map_err(Error::Encode)?;
         let session = if method == methods::SESSION_REQUEST_PERMISSION { params_session_id(&line) } else { None };
-        Ok(Encoded { id, line, session })
+        Ok(Encoded { id, line, session, on_answer: None })
     }
 
     pub(crate) async fn send_notification(&self, notification: Result<Encoded, Error>) -> Result<(), Error> {
@@ -257,27 +257,26 @@ impl Peer {
         params: Option<&P>,
         cancel: Option<&CancellationToken>,
     ) -> Result<Box<RawValue>, Error> {
-        self.call_encoded(self.encode_request(method, params), cancel).await.map(|(result, _)| result)
+        self.call_encoded(self.encode_request(method, params), cancel).await
     }
 
     /// Sends an encoded request and waits for its answer, optionally tied to `cancel`; the raw
-    /// result and the response's barrier: how many incoming notifications arrived before it
-    /// (all of them handled by now).
+    /// result, once every incoming notification that arrived before it has been handled.
     pub(crate) async fn call_encoded(
         &self,
         request: Result<Encoded, Error>,
         cancel: Option<&CancellationToken>,
-    ) -> Result<(Box<RawValue>, u64), Error> {
+    ) -> Result<Box<RawValue>, Error> {
         let shared = &self.shared;
         if cancel.is_some_and(CancellationToken::is_cancelled) {
             // Already cancelled: do not bother the peer at all.
             return Err(Error::Cancelled);
         }
-        let Encoded { id, line, session: permission_session } = request?;
+        let Encoded { id, line, session: permission_session, on_answer } = request?;
         // Outgoing permission requests remember their session: an incoming `session/cancel`
         // resolves them as cancelled at once (agent side of ACP's cancellation rules).
         let (tx, rx) = oneshot::channel();
-        shared.register_call(id, tx, permission_session)?;
+        shared.register_call(id, tx, permission_session, on_answer)?;
         let mut guard = CallGuard { shared, id, sent: false };
         match cancel {
             None => shared.send_line_direct(line).await?,
@@ -304,7 +303,7 @@ impl Peer {
         match reply {
             Ok(Reply::Response { result, barrier }) => {
                 shared.wait_for_notifications(barrier).await;
-                result.map(|result| (result, barrier)).map_err(Error::Rpc)
+                result.map_err(Error::Rpc)
             }
             Ok(Reply::Failed(e)) => Err(e),
             // The sender was dropped: the connection went away.
@@ -313,22 +312,31 @@ impl Peer {
     }
 }
 
-/// An outgoing message, encoded: the line (newline included), our id for a request, and the
-/// session a `session/cancel` or a `session/request_permission` concerns.
+/// An outgoing message, encoded: the line (newline included), our id for a request, the
+/// session a `session/cancel` or a `session/request_permission` concerns, and for a request
+/// what the reader must do on its answer.
 pub(crate) struct Encoded {
     id: i64,
     line: Vec<u8>,
     session: Option<Arc<str>>,
+    on_answer: Option<AnswerHook>,
+}
+
+impl Encoded {
+    /// Has the reader run `hook` on the request's answer, before it reads the next message.
+    pub(crate) fn on_answer(mut self, hook: AnswerHook) -> Self {
+        self.on_answer = Some(hook);
+        self
+    }
 }
 
 /// Awaits a call and decodes its raw result with `decode`. `decode` is a function pointer,
 /// taken where the call was encoded, so the decoder is compiled there (see `encode_*`).
 pub(crate) async fn decode_after<R>(
-    call: impl Future<Output = Result<(Box<RawValue>, u64), Error>>,
+    call: impl Future<Output = Result<Box<RawValue>, Error>>,
     decode: fn(&RawValue) -> Result<R, Error>,
 ) -> Result<R, Error> {
-    let (raw, _) = call.await?;
-    decode(&raw)
+    decode(&call.await?)
 }
 
 /// The answer to a request sent with [`Peer::send_request_raw`]; await it for the raw result.

@@ -55,15 +55,15 @@ pub(crate) async fn call<P: serde::Serialize + ?Sized>(
     params: Option<&P>,
     cancel: Option<&tokio_util::sync::CancellationToken>,
 ) -> Result<Box<RawValue>, Error> {
-    call_encoded(peer, peer.encode_request(method, params), cancel).await.map(|(raw, _)| raw)
+    call_encoded(peer, peer.encode_request(method, params), cancel).await
 }
 
-/// [`call`] of an encoded request; the raw result and the response's barrier.
+/// [`call`] of an encoded request.
 pub(crate) async fn call_encoded(
     peer: &crate::Peer,
     request: Result<Encoded, Error>,
     cancel: Option<&tokio_util::sync::CancellationToken>,
-) -> Result<(Box<RawValue>, u64), Error> {
+) -> Result<Box<RawValue>, Error> {
     match peer.call_encoded(request, cancel).await {
         Err(Error::Cancelled) if peer.is_closed() => Err(Error::ConnectionClosed),
         other => other,

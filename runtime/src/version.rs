@@ -81,7 +81,8 @@ impl Version {
 pub struct ProtocolRouter {
     v1: Option<Arc<dyn DynHandler>>,
     v2: Option<Arc<dyn DynHandler>>,
-    chosen: OnceLock<Version>,
+    /// Shared with the reader's hook in `negotiate`, which sets it on the client side.
+    chosen: Arc<OnceLock<Version>>,
     /// Held by the `initialize` being handled while no version is chosen.
     choosing: tokio::sync::Mutex<()>,
 }
@@ -151,9 +152,12 @@ impl ProtocolRouter {
 
     /// Client side: initializes the connection served by this router (shared with it through
     /// an `Arc`) and fixes its version from the agent's answer (see the [module docs](self)).
-    /// Asks for v2 when a v2 client is configured, else for v1. An answer naming a version
-    /// this router does not serve fails with [`Error::Protocol`](crate::Error::Protocol), and
-    /// the connection is closed.
+    /// Asks for v2 when a v2 client is configured, else for v1. The version is fixed as the
+    /// answer is read, so what the agent sends right behind it goes to that version's client.
+    /// An answer naming a version this router does not serve fails with
+    /// [`Error::Protocol`](crate::Error::Protocol), one that does not decode as that version's
+    /// `initialize` result with [`Error::Decode`](crate::Error::Decode); either way the
+    /// connection is closed.
     #[cfg(feature = "unstable_protocol_v2")]
     pub async fn negotiate(
         &self,
@@ -169,51 +173,51 @@ impl ProtocolRouter {
             if let (serde_json::Value::Object(both), serde_json::Value::Object(v2)) = (&mut request, v2) {
                 both.extend(v2);
             }
-            // What the agent sends after its answer is read under v2's rules at once; a v1
-            // answer turns them off again before anything of v1 is sent.
+            // A batch the agent sends with its answer is read under v2's rules; a v1 answer
+            // turns them off again before the next message is read.
             peer.shared.set_v2(true);
         }
-        let raw = match peer
-            .request_raw(
-                acp_types::agent_method::INITIALIZE,
-                Some(&serde_json::value::to_raw_value(&request).map_err(Error::Encode)?),
-            )
-            .await
-        {
+        // The version is fixed by the reader as it reads the answer, before it reads what the
+        // agent sends next: a request or notification written right behind the answer is
+        // routed to the chosen version, not refused as coming before `initialize`.
+        let on_answer: crate::connection::AnswerHook = Box::new({
+            let (chosen, shared) = (self.chosen.clone(), peer.shared.clone());
+            let serves = (self.v1.is_some(), self.v2.is_some());
+            move |answer, _| {
+                let version = answer.as_ref().ok().and_then(|raw| answered_version(raw, serves));
+                if let Some(version) = version {
+                    let _ = chosen.set(version);
+                }
+                shared.set_v2(version == Some(Version::V2));
+            }
+        });
+        let request = peer.encode_request(acp_types::agent_method::INITIALIZE, Some(&request));
+        let answer = crate::typed::call_encoded(peer, request.map(|r| r.on_answer(on_answer)), None).await;
+        let raw = match answer {
             Ok(raw) => raw,
             Err(e) => {
                 peer.shared.set_v2(false);
                 return Err(e);
             }
         };
-        #[derive(Deserialize)]
-        struct Answer {
-            #[serde(rename = "protocolVersion")]
-            protocol_version: u16,
-        }
-        let answered = serde_json::from_str::<Answer>(raw.get()).ok().map(|a| a.protocol_version);
-        let version = match answered {
-            Some(2) if self.v2.is_some() => Version::V2,
-            Some(1) if self.v1.is_some() => Version::V1,
-            _ => {
-                peer.close();
-                return Err(Error::Protocol(
-                    "the agent answered `initialize` with a protocol version this client does not speak",
-                ));
-            }
+        let Some(version) = answered_version(&raw, (self.v1.is_some(), self.v2.is_some())) else {
+            peer.close();
+            return Err(Error::Protocol(
+                "the agent answered `initialize` with a protocol version this client does not speak",
+            ));
         };
-        let _ = self.chosen.set(version);
-        peer.shared.set_v2(version == Version::V2);
-        Ok(match version {
-            Version::V1 => Negotiated::V1 {
-                agent: crate::AgentHandle::new(peer.clone()),
-                init: crate::typed::decode_result(&raw)?,
-            },
-            Version::V2 => Negotiated::V2 {
-                agent: crate::v2::AgentHandle::new(peer.clone()),
-                init: crate::typed::decode_result(&raw)?,
-            },
-        })
+        let negotiated = match version {
+            Version::V1 => crate::typed::decode_result(&raw)
+                .map(|init| Negotiated::V1 { agent: crate::AgentHandle::new(peer.clone()), init }),
+            Version::V2 => crate::typed::decode_result(&raw)
+                .map(|init| Negotiated::V2 { agent: crate::v2::AgentHandle::new(peer.clone()), init }),
+        };
+        if negotiated.is_err() {
+            // The connection was switched to a version whose answer it cannot read: nothing
+            // sensible can follow on it.
+            peer.close();
+        }
+        negotiated
     }
 
     /// The version this connection speaks, once its first `initialize` has chosen it.
@@ -333,6 +337,22 @@ impl Negotiated {
             Negotiated::V1 { .. } => Version::V1,
             Negotiated::V2 { .. } => Version::V2,
         }
+    }
+}
+
+/// The version an agent's `initialize` answer names, if this client serves it (`serves`: v1,
+/// v2).
+#[cfg(feature = "unstable_protocol_v2")]
+fn answered_version(answer: &RawValue, serves: (bool, bool)) -> Option<Version> {
+    #[derive(Deserialize)]
+    struct Answer {
+        #[serde(rename = "protocolVersion")]
+        protocol_version: u16,
+    }
+    match serde_json::from_str::<Answer>(answer.get()).ok()?.protocol_version {
+        1 if serves.0 => Some(Version::V1),
+        2 if serves.1 => Some(Version::V2),
+        _ => None,
     }
 }
 

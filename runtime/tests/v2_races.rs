@@ -375,3 +375,59 @@ async fn prompt_turns_of_two_turns_in_one_session_end_when_the_session_is_idle()
     let work = tokio::time::timeout(LIMIT, work).await.unwrap().unwrap().unwrap();
     assert_eq!(work.stop_reason, Some(StopReason::EndTurn));
 }
+
+// ---- client side: negotiation against an agent scripted by hand -------------------------------
+
+/// A client serving both versions (v1 by a bare handler), negotiating with a raw agent; returns
+/// the negotiation's task, the raw agent with the `initialize` request read, and the request.
+async fn negotiating(client: Recorder) -> (NegotiationTask, RawPeer, Value) {
+    use acp_rpc::version::ProtocolRouter;
+    let router = Arc::new(ProtocolRouter::new().with_v1(()).with_v2_client(client));
+    let ((agent_reader, agent_writer), (client_reader, client_writer)) = duplex(1 << 16);
+    let (peer, serve) = Connection::new().serve(client_reader, client_writer, router.clone());
+    tokio::spawn(serve);
+    let negotiation = tokio::spawn(async move {
+        let v2 = InitializeRequest::new(ProtocolVersion::V2, Implementation::new("both", "1.0"));
+        let v1 = acp_rpc::acp_types::InitializeRequest::new(acp_rpc::acp_types::ProtocolVersion::V1);
+        router.negotiate(&peer, v2, v1).await.map(|negotiated| negotiated.version())
+    });
+    let mut agent = RawPeer::new(agent_reader, agent_writer);
+    let init = agent.recv().await;
+    assert_eq!(init["method"], "initialize");
+    (negotiation, agent, init)
+}
+
+type NegotiationTask = tokio::task::JoinHandle<Result<acp_rpc::version::Version, acp_rpc::Error>>;
+
+#[tokio::test(flavor = "current_thread")]
+async fn what_an_agent_writes_right_behind_its_initialize_answer_reaches_the_v2_client() {
+    let client = Recorder::default();
+    let (negotiation, mut agent, init) = negotiating(client.clone()).await;
+    let result = serde_json::to_value(InitializeResponse::new(ProtocolVersion::V2, Implementation::new("raw", "1.0")));
+    let answer = json!({"jsonrpc": "2.0", "id": init["id"], "result": result.unwrap()});
+    let update = json!({"jsonrpc": "2.0", "method": "session/update",
+                        "params": {"sessionId": "s1", "update": {"sessionUpdate": "state_update", "state": "idle"}}});
+    let ask = RequestPermissionRequest::new("s1", "Allow?", vec![]);
+    let ask = json!({"jsonrpc": "2.0", "id": "p1", "method": "session/request_permission", "params": ask});
+    // In one write: an update before the answer (the version is not known yet when it is
+    // read), the answer, then an update and a request of the version the answer names.
+    agent.send_bytes(format!("{update}\n{answer}\n{update}\n{ask}\n").as_bytes()).await;
+    let version = tokio::time::timeout(LIMIT, negotiation).await.expect("negotiated").unwrap().unwrap();
+    assert_eq!(version, acp_rpc::version::Version::V2);
+    let (asked, _) = agent.recv_until_id(json!("p1")).await;
+    assert_eq!(asked["result"]["outcome"]["outcome"], "cancelled", "served by the v2 client: {asked}");
+    // The request's handler ran after every notification read before it had been handled.
+    let seen = client.updates.lock().unwrap().len();
+    assert!((1..=2).contains(&seen), "the update behind the answer was handled: {seen}");
+}
+
+#[tokio::test]
+async fn an_initialize_answer_that_does_not_decode_fails_negotiation_and_closes_the_connection() {
+    let (negotiation, mut agent, init) = negotiating(Recorder::default()).await;
+    agent.send_json(json!({"jsonrpc": "2.0", "id": init["id"], "result": {"protocolVersion": 2}})).await;
+    let failed = tokio::time::timeout(LIMIT, negotiation).await.expect("negotiation ends").unwrap();
+    assert!(matches!(failed, Err(acp_rpc::Error::Decode { .. })), "{failed:?}");
+    let waiting = std::time::Instant::now();
+    assert_eq!(agent.try_recv_line(LIMIT).await, None);
+    assert!(waiting.elapsed() < LIMIT / 2, "the client closed the connection rather than waiting for more");
+}

@@ -32,7 +32,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::agent::ContextInner;
-use crate::connection::{Connection, Serve};
+use crate::connection::{AnswerHook, Connection, Serve};
 use crate::error::Error;
 use crate::handler::{Handler, IncomingNotification, IncomingRequest};
 use crate::jsonrpc::{ErrorObject, Id};
@@ -334,10 +334,7 @@ impl AgentHandle {
     #[inline]
     pub fn prompt(&self, params: PromptRequest) -> impl Future<Output = Result<Accepted, Error>> + Send + '_ {
         let request = self.peer.encode_request(agent_method::SESSION_PROMPT, Some(&params));
-        async move {
-            let (raw, _) = typed::call_encoded(&self.peer, request, self.cancel.as_ref()).await?;
-            accepted(&raw)
-        }
+        async move { accepted(&typed::call_encoded(&self.peer, request, self.cancel.as_ref()).await?) }
     }
 
     /// `session/prompt`, then waits for the end of the turn (see the [module docs](self)):
@@ -356,17 +353,17 @@ impl AgentHandle {
         let mut watch = turns.watch(&params.session_id.0);
         let in_handler = self.peer.shared.in_notification_handler();
         let request = self.peer.encode_request(agent_method::SESSION_PROMPT, Some(&params));
+        let request = request.map(|request| request.on_answer(watch.on_answer()));
         async move {
             if in_handler {
                 return Err(Error::Protocol(
                     "prompt_turn called from a notification handler would wait for itself: spawn it",
                 ));
             }
-            let (raw, barrier) = self.peer.call_encoded(request, self.cancel.as_ref()).await?;
-            let accepted = accepted(&raw)?;
+            let accepted = accepted(&typed::call_encoded(&self.peer, request, self.cancel.as_ref()).await?)?;
             // Not raced with the connection's end: the idle update may be among the last
             // notifications, still being handled when the end of input is read.
-            let mut end = watch.end_after(barrier).await.ok_or(Error::ConnectionClosed)?;
+            let mut end = watch.end().await.ok_or(Error::ConnectionClosed)?;
             end.message_id = accepted.message_id;
             Ok(end)
         }
@@ -495,30 +492,16 @@ struct WatchState {
 
 #[derive(Default)]
 struct WatchInner {
-    /// State events of the session since the watch started, until the prompt is answered:
-    /// `(seq, event)`.
-    events: Vec<(u64, StateEvent)>,
-    /// Set once the prompt is answered: told when the end arrives.
-    waiter: Option<(u64, oneshot::Sender<TurnEnd>)>,
-    /// Once the waiter is set: whether the turn was reported active since the answer. Each
-    /// later event is then judged on its own, not by a scan of all of them.
+    /// Set by the reader as it reads the prompt's answer: how many notifications were read
+    /// before it. Only state updates read after the answer concern the turn; any update
+    /// observed while this is unset was read before the answer, so none has to be kept.
+    barrier: Option<u64>,
+    /// Whether the turn was reported active since the answer.
     active: bool,
-}
-
-impl WatchInner {
-    /// The end of the turn among the events after `barrier`, if it has arrived; else whether
-    /// the turn was reported active among them.
-    fn end(&self, barrier: u64) -> Result<TurnEnd, bool> {
-        let mut active = false;
-        for (seq, event) in &self.events {
-            if *seq > barrier {
-                if let Some(end) = event.ends_turn(&mut active) {
-                    return Ok(end);
-                }
-            }
-        }
-        Err(active)
-    }
+    /// The turn's end, once it arrived, until `end` takes it.
+    end: Option<TurnEnd>,
+    /// Told the end when it arrives, once `end` waits.
+    waiter: Option<oneshot::Sender<TurnEnd>>,
 }
 
 impl StateEvent {
@@ -553,24 +536,24 @@ impl TurnWatches {
         }
     }
 
-    /// A state update of `session` was handled.
+    /// State update number `seq` of `session` was handled.
     fn observe(&self, session: &str, seq: u64, event: StateEvent) {
         let sessions = lock(&self.sessions);
         for state in sessions.get(session).into_iter().flatten() {
             let mut inner = lock(&state.inner);
-            let Some(barrier) = inner.waiter.as_ref().map(|(b, _)| *b) else {
-                inner.events.push((seq, event.clone()));
-                continue;
-            };
-            if seq <= barrier {
+            // Read before the prompt's answer, or after the turn's end.
+            if inner.barrier.is_none_or(|barrier| seq <= barrier) || inner.end.is_some() {
                 continue;
             }
             let mut active = inner.active;
             let end = event.ends_turn(&mut active);
             inner.active = active;
             if let Some(end) = end {
-                if let Some((_, tx)) = inner.waiter.take() {
-                    let _ = tx.send(end);
+                match inner.waiter.take() {
+                    Some(tx) => {
+                        let _ = tx.send(end);
+                    }
+                    None => inner.end = Some(end),
                 }
             }
         }
@@ -585,24 +568,25 @@ struct TurnWatch<'a> {
 }
 
 impl TurnWatch<'_> {
-    /// The end of the turn whose prompt was answered after notification `barrier`; `None`
-    /// if the connection ended first.
-    async fn end_after(&mut self, barrier: u64) -> Option<TurnEnd> {
+    /// For the prompt's request: marks where, among the notifications, its answer was read.
+    fn on_answer(&self) -> AnswerHook {
+        let state = self.state.clone();
+        Box::new(move |_, barrier| lock(&state.inner).barrier = Some(barrier))
+    }
+
+    /// The end of the turn whose prompt was answered; `None` if the connection ended first.
+    async fn end(&mut self) -> Option<TurnEnd> {
         let rx = {
             let mut inner = lock(&self.state.inner);
-            let active = match inner.end(barrier) {
-                Ok(end) => return Some(end),
-                Err(active) => active,
-            };
+            if let Some(end) = inner.end.take() {
+                return Some(end);
+            }
             // Checked with the waiter's lock held: `close` takes the lock after setting it.
             if self.watches.closed.load(Ordering::Acquire) {
                 return None;
             }
-            // From now on each event is judged as it comes (see `observe`).
-            inner.events = Vec::new();
-            inner.active = active;
             let (tx, rx) = oneshot::channel();
-            inner.waiter = Some((barrier, tx));
+            inner.waiter = Some(tx);
             rx
         };
         rx.await.ok()
