@@ -631,7 +631,21 @@ pub(crate) struct PendingCall {
 /// dispatched: `initialize`'s answer fixes the connection's protocol version, and the peer may
 /// send requests of that version right behind it.
 /// It is given the answer and its barrier (how many notifications were read before it).
+#[cfg(feature = "unstable_protocol_v2")]
 pub(crate) type AnswerHook = Box<dyn FnOnce(&Result<Box<RawValue>, ErrorObject>, u64) + Send>;
+/// Only v2's calls need one: without it, a call's hook slot costs nothing.
+#[cfg(not(feature = "unstable_protocol_v2"))]
+pub(crate) type AnswerHook = std::convert::Infallible;
+
+#[cfg(feature = "unstable_protocol_v2")]
+fn run_hook(on_answer: AnswerHook, result: &Result<Box<RawValue>, ErrorObject>, barrier: u64) {
+    on_answer(result, barrier);
+}
+
+#[cfg(not(feature = "unstable_protocol_v2"))]
+fn run_hook(on_answer: AnswerHook, _: &Result<Box<RawValue>, ErrorObject>, _: u64) {
+    match on_answer {}
+}
 
 #[derive(Default)]
 pub(crate) struct PendingCalls {
@@ -963,7 +977,7 @@ impl Shared {
         match call {
             Some(call) => {
                 if let (Some(on_answer), Reply::Response { result, barrier }) = (call.on_answer, &reply) {
-                    on_answer(result, *barrier);
+                    run_hook(on_answer, result, *barrier);
                 }
                 // The caller may have just given up; then nobody needs the reply.
                 let _ = call.tx.send(reply);

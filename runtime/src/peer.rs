@@ -322,6 +322,7 @@ pub(crate) struct Encoded {
     on_answer: Option<AnswerHook>,
 }
 
+#[cfg(feature = "unstable_protocol_v2")]
 impl Encoded {
     /// Has the reader run `hook` on the request's answer, before it reads the next message.
     pub(crate) fn on_answer(mut self, hook: AnswerHook) -> Self {
