@@ -11,20 +11,30 @@
 //!   them: each field of a `tool_call_update` is a patch (omitted = unchanged, `null` =
 //!   cleared, a value replaces; for `content` and `locations`, `[]` clears too), and a
 //!   `tool_call_content_chunk` appends one content item;
-//! - plans are keyed by `planId`: each `plan_update` replaces that plan's entries;
+//! - plans are keyed by `planId`, whatever their content type (`items`, or a type this schema
+//!   does not know, which the spec requires to carry a `planId` too): each `plan_update`
+//!   replaces that plan's content, and `plan_removed` (a draft kind) removes the plan;
 //! - display terminals are keyed by `terminalId`: `terminal_update` patches `command`, `cwd`
 //!   and `exitStatus`, and its `output` replaces the stored bytes; a `terminal_output_chunk`
 //!   appends its own base64-decoded bytes (never concatenating the encoded text);
-//! - `state_update` sets the foreground state, and an idle one the last stop reason;
+//! - `state_update` sets the foreground state; an idle one with a stop reason sets the stop
+//!   reason, and `running` / `requires_action` clear it (a new turn has no reason yet), so a
+//!   bare idle snapshot between turns keeps the last turn's;
 //! - `available_commands_update` and `config_option_update` replace their lists,
 //!   `session_info_update` patches title and update time, `usage_update` replaces the usage;
-//! - an update kind this schema does not know is kept, unchanged, in [`SessionState::unknown`].
+//! - an update kind this schema does not know is kept, unchanged, in [`SessionState::unknown`]
+//!   (as is a plan update whose plan has no `planId`); drain it if you do not need it;
+//! - `_meta` follows the update's own rule: on the upserts (messages, `tool_call_update`,
+//!   `terminal_update`, `session_info_update`) it is a patch field like the others, kept on the
+//!   item (or the session); on chunks, plans and the rest it is scoped to that one update and
+//!   not kept.
 //!
 //! Updates for ids never seen before create them (the reference and its updates may arrive in
-//! either order); nothing here fails. `_meta` of an update is scoped to that update and is not
-//! merged into the state.
+//! either order); nothing here fails, also after the caller edited the public lists.
 
 use std::collections::HashMap;
+
+use serde_json::{Map, Value};
 
 use acp_types::serde_support::UnknownVariant;
 use acp_types::v2::{
@@ -54,6 +64,8 @@ pub struct Message {
     pub role: Role,
     /// Its content, whole updates and chunks applied.
     pub content: Vec<ContentBlock>,
+    /// Its `_meta`, as the message updates left it.
+    pub meta: Option<Map<String, Value>>,
 }
 
 /// One tool call of the session: every field as the patches so far left it.
@@ -76,6 +88,8 @@ pub struct ToolCall {
     pub raw_input: Option<serde_json::Value>,
     /// The raw output, if set.
     pub raw_output: Option<serde_json::Value>,
+    /// Its `_meta`, as the patches left it.
+    pub meta: Option<Map<String, Value>>,
 }
 
 /// One display terminal of the session.
@@ -91,6 +105,29 @@ pub struct Terminal {
     pub output: Vec<u8>,
     /// Set once the terminal has exited.
     pub exit_status: Option<TerminalExitStatus>,
+    /// Its `_meta`, as the `terminal_update`s left it.
+    pub meta: Option<Map<String, Value>>,
+}
+
+/// One plan of the session: its latest content.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Plan {
+    /// Its id.
+    pub id: PlanId,
+    /// The content of the last `plan_update` for it: `items`, or a type this schema does not
+    /// know, kept whole.
+    pub content: PlanUpdateContent,
+}
+
+impl Plan {
+    /// The entries of an `items` plan (`None` for other content types).
+    pub fn entries(&self) -> Option<&[PlanEntry]> {
+        match &self.content {
+            PlanUpdateContent::Items(items) => Some(&items.entries),
+            _ => None,
+        }
+    }
 }
 
 /// The foreground state of the session (`state_update`).
@@ -113,14 +150,15 @@ pub enum RunState {
 pub struct SessionState {
     /// The foreground state.
     pub state: RunState,
-    /// The stop reason of the last idle `state_update` that carried one.
+    /// The stop reason of the last idle `state_update` that carried one, until the next turn
+    /// starts (`running` or `requires_action`).
     pub stop_reason: Option<StopReason>,
     /// Messages, in the order they first appeared.
     pub messages: Vec<Message>,
     /// Tool calls, in the order they first appeared.
     pub tool_calls: Vec<ToolCall>,
-    /// Plans, in the order they first appeared, with their entries.
-    pub plans: Vec<(PlanId, Vec<PlanEntry>)>,
+    /// Plans, in the order they first appeared.
+    pub plans: Vec<Plan>,
     /// Display terminals, by id.
     pub terminals: HashMap<TerminalId, Terminal>,
     /// The commands the agent offers.
@@ -131,10 +169,14 @@ pub struct SessionState {
     pub title: Option<String>,
     /// When the session was last updated (as the agent wrote it), if set.
     pub updated_at: Option<String>,
+    /// The session's own metadata (`session_info_update`'s `_meta`), if set.
+    pub meta: Option<Map<String, Value>>,
     /// Context usage: tokens used, context size, and the cost if reported.
     pub usage: Option<(u64, u64, Option<Cost>)>,
     /// Updates of kinds this schema does not know, kept as they came.
     pub unknown: Vec<UnknownVariant>,
+    /// Where each id is in `messages` / `tool_calls`: checked on use, since the caller may
+    /// edit those lists.
     message_index: HashMap<MessageId, usize>,
     tool_call_index: HashMap<ToolCallId, usize>,
 }
@@ -163,12 +205,18 @@ impl SessionState {
             SessionUpdate::AgentThoughtChunk(c) => {
                 self.message(&c.message_id, Role::Thought).content.push(c.content.clone())
             }
-            SessionUpdate::UserMessage(m) => self.upsert_message(&m.message_id, Role::User, &m.content),
-            SessionUpdate::AgentMessage(m) => self.upsert_message(&m.message_id, Role::Agent, &m.content),
-            SessionUpdate::AgentThought(m) => self.upsert_message(&m.message_id, Role::Thought, &m.content),
+            SessionUpdate::UserMessage(m) => self.upsert_message(&m.message_id, Role::User, &m.content, &m.meta),
+            SessionUpdate::AgentMessage(m) => self.upsert_message(&m.message_id, Role::Agent, &m.content, &m.meta),
+            SessionUpdate::AgentThought(m) => self.upsert_message(&m.message_id, Role::Thought, &m.content, &m.meta),
             SessionUpdate::StateUpdate(s) => match s {
-                StateUpdate::Running(_) => self.state = RunState::Running,
-                StateUpdate::RequiresAction(_) => self.state = RunState::RequiresAction,
+                StateUpdate::Running(_) => {
+                    self.state = RunState::Running;
+                    self.stop_reason = None;
+                }
+                StateUpdate::RequiresAction(_) => {
+                    self.state = RunState::RequiresAction;
+                    self.stop_reason = None;
+                }
                 StateUpdate::Idle(idle) => {
                     self.state = RunState::Idle;
                     if let Some(reason) = idle.stop_reason.value() {
@@ -189,6 +237,7 @@ impl SessionState {
                 t.command.apply_to(&mut terminal.command);
                 t.cwd.apply_to(&mut terminal.cwd);
                 t.exit_status.apply_to(&mut terminal.exit_status);
+                t.meta.apply_to(&mut terminal.meta);
                 match &t.output {
                     Some(Some(snapshot)) => match decode_base64(&snapshot.data) {
                         Some(bytes) => terminal.output = bytes,
@@ -207,74 +256,115 @@ impl SessionState {
                     tracing::warn!(terminal = %chunk.terminal_id.0, "acp session: terminal output chunk is not base64; skipped")
                 }
             },
-            SessionUpdate::PlanUpdate(p) => match &p.plan {
-                PlanUpdateContent::Items(items) => match self.plans.iter_mut().find(|(id, _)| *id == items.plan_id) {
-                    Some((_, entries)) => entries.clone_from(&items.entries),
-                    None => self.plans.push((items.plan_id.clone(), items.entries.clone())),
+            SessionUpdate::PlanUpdate(p) => match plan_id(&p.plan) {
+                Some(id) => match self.plans.iter_mut().find(|plan| plan.id == id) {
+                    Some(plan) => plan.content.clone_from(&p.plan),
+                    None => self.plans.push(Plan { id, content: p.plan.clone() }),
                 },
-                PlanUpdateContent::Other(other) => self.unknown.push(other.clone()),
-                other => self.keep_unknown(other),
+                // A plan without an id cannot be kept apart from the others.
+                None => self.keep_unknown(update),
             },
             SessionUpdate::AvailableCommandsUpdate(u) => self.available_commands.clone_from(&u.available_commands),
             SessionUpdate::ConfigOptionUpdate(u) => self.config_options.clone_from(&u.config_options),
             SessionUpdate::SessionInfoUpdate(u) => {
                 u.title.apply_to(&mut self.title);
                 u.updated_at.apply_to(&mut self.updated_at);
+                u.meta.apply_to(&mut self.meta);
             }
             SessionUpdate::UsageUpdate(u) => self.usage = Some((u.used, u.size, u.cost.value().cloned())),
+            SessionUpdate::Other(other) if other.tag("sessionUpdate") == Some("plan_removed") => {
+                self.remove_plan(other)
+            }
             SessionUpdate::Other(other) => self.unknown.push(other.clone()),
-            // A kind of an unstable feature this state does not model (e.g. compaction).
-            other => self.keep_unknown(other),
+            // A kind of an unstable feature this state does not model (e.g. compaction), or
+            // `plan_removed` when the schema's draft kinds are on.
+            other => {
+                if let Ok(Value::Object(map)) = serde_json::to_value(other) {
+                    let update = UnknownVariant(map);
+                    match update.tag("sessionUpdate") {
+                        Some("plan_removed") => self.remove_plan(&update),
+                        _ => self.unknown.push(update),
+                    }
+                }
+            }
         }
     }
 
     fn keep_unknown(&mut self, value: &impl serde::Serialize) {
-        if let Ok(serde_json::Value::Object(map)) = serde_json::to_value(value) {
+        if let Ok(Value::Object(map)) = serde_json::to_value(value) {
             self.unknown.push(UnknownVariant(map));
+        }
+    }
+
+    /// `plan_removed` (a draft kind): the plan named by `planId` goes.
+    fn remove_plan(&mut self, update: &UnknownVariant) {
+        match update.0.get("planId").and_then(Value::as_str) {
+            Some(id) => self.plans.retain(|plan| plan.id.0 != id),
+            None => self.unknown.push(update.clone()),
         }
     }
 
     /// The message with this id, if any.
     pub fn message_by_id(&self, id: &MessageId) -> Option<&Message> {
-        self.message_index.get(id).map(|i| &self.messages[*i])
+        let index = self.message_index.get(id).copied();
+        find_by_id(&self.messages, index, |m| m.id == *id).map(|i| &self.messages[i])
     }
 
     /// The tool call with this id, if any.
     pub fn tool_call_by_id(&self, id: &ToolCallId) -> Option<&ToolCall> {
-        self.tool_call_index.get(id).map(|i| &self.tool_calls[*i])
+        let index = self.tool_call_index.get(id).copied();
+        find_by_id(&self.tool_calls, index, |c| c.id == *id).map(|i| &self.tool_calls[i])
     }
 
     fn message(&mut self, id: &MessageId, role: Role) -> &mut Message {
-        let index = *self.message_index.entry(id.clone()).or_insert_with(|| {
-            self.messages.push(Message { id: id.clone(), role, content: Vec::new() });
-            self.messages.len() - 1
-        });
+        let index = self.message_index.get(id).copied();
+        let index = match find_by_id(&self.messages, index, |m| m.id == *id) {
+            Some(index) => index,
+            None => {
+                self.messages.push(Message { id: id.clone(), role, content: Vec::new(), meta: None });
+                self.messages.len() - 1
+            }
+        };
+        self.message_index.insert(id.clone(), index);
         &mut self.messages[index]
     }
 
-    fn upsert_message(&mut self, id: &MessageId, role: Role, content: &Option<Option<Vec<ContentBlock>>>) {
+    fn upsert_message(
+        &mut self,
+        id: &MessageId,
+        role: Role,
+        content: &Option<Option<Vec<ContentBlock>>>,
+        meta: &Option<Option<Map<String, Value>>>,
+    ) {
         let message = self.message(id, role);
         match content {
             Some(Some(content)) => message.content.clone_from(content),
             Some(None) => message.content.clear(),
             None => {}
         }
+        meta.apply_to(&mut message.meta);
     }
 
     fn tool_call(&mut self, id: &ToolCallId) -> &mut ToolCall {
-        let index = *self.tool_call_index.entry(id.clone()).or_insert_with(|| {
-            self.tool_calls.push(ToolCall {
-                id: id.clone(),
-                title: None,
-                kind: None,
-                status: None,
-                content: Vec::new(),
-                locations: Vec::new(),
-                raw_input: None,
-                raw_output: None,
-            });
-            self.tool_calls.len() - 1
-        });
+        let index = self.tool_call_index.get(id).copied();
+        let index = match find_by_id(&self.tool_calls, index, |c| c.id == *id) {
+            Some(index) => index,
+            None => {
+                self.tool_calls.push(ToolCall {
+                    id: id.clone(),
+                    title: None,
+                    kind: None,
+                    status: None,
+                    content: Vec::new(),
+                    locations: Vec::new(),
+                    raw_input: None,
+                    raw_output: None,
+                    meta: None,
+                });
+                self.tool_calls.len() - 1
+            }
+        };
+        self.tool_call_index.insert(id.clone(), index);
         &mut self.tool_calls[index]
     }
 
@@ -287,7 +377,28 @@ impl SessionState {
         patch_list(&mut call.locations, &p.locations);
         patch_value(&mut call.raw_input, &p.raw_input);
         patch_value(&mut call.raw_output, &p.raw_output);
+        p.meta.apply_to(&mut call.meta);
     }
+}
+
+/// Where the item `is_it` picks is in `items`: at `index` when it is still there (the usual
+/// case), else by a scan, as the caller may have removed or reordered items.
+fn find_by_id<T>(items: &[T], index: Option<usize>, is_it: impl Fn(&T) -> bool) -> Option<usize> {
+    match index {
+        Some(i) if items.get(i).is_some_and(&is_it) => Some(i),
+        _ => items.iter().position(is_it),
+    }
+}
+
+/// A plan content's `planId` (every content type has one, known or not).
+fn plan_id(content: &PlanUpdateContent) -> Option<PlanId> {
+    let id = match content {
+        PlanUpdateContent::Items(items) => return Some(items.plan_id.clone()),
+        PlanUpdateContent::Other(other) => other.0.get("planId")?.as_str()?.to_owned(),
+        // A draft content type (`file`, `markdown`).
+        other => serde_json::to_value(other).ok()?.get("planId")?.as_str()?.to_owned(),
+    };
+    Some(PlanId::from(id))
 }
 
 /// The string member `tag` of a value's JSON (empty if there is none).
@@ -313,7 +424,8 @@ fn patch_value(field: &mut Option<serde_json::Value>, update: &Option<serde_json
     }
 }
 
-/// Decodes standard base64 (RFC 4648, padding optional); `None` if it is not base64.
+/// Decodes standard base64 (RFC 4648; padding may be left out, but if present it is one or two
+/// `=` completing the last group of four); `None` if it is not base64.
 fn decode_base64(text: &str) -> Option<Vec<u8>> {
     fn value(c: u8) -> Option<u32> {
         Some(match c {
@@ -325,7 +437,12 @@ fn decode_base64(text: &str) -> Option<Vec<u8>> {
             _ => return None,
         } as u32)
     }
-    let text = text.trim_end_matches('=').as_bytes();
+    let unpadded = text.trim_end_matches('=');
+    let padding = text.len() - unpadded.len();
+    if padding > 2 || (padding > 0 && text.len() % 4 != 0) {
+        return None;
+    }
+    let text = unpadded.as_bytes();
     if text.len() % 4 == 1 {
         return None;
     }
@@ -459,7 +576,7 @@ mod tests {
             {"sessionUpdate": "hologram", "x": 1},
         ]));
         assert_eq!(state.plans.len(), 1);
-        assert!(state.plans[0].1.is_empty(), "a plan update replaces the entries");
+        assert_eq!(state.plans[0].entries(), Some(&[][..]), "a plan update replaces the entries");
         assert_eq!(state.state, RunState::Idle);
         assert_eq!(state.stop_reason, Some(StopReason::EndTurn), "a bare idle keeps the last stop reason");
         assert_eq!(state.title.as_deref(), Some("T"));
@@ -487,5 +604,116 @@ mod tests {
         assert_eq!(decode_base64("").unwrap(), b"");
         assert!(decode_base64("a").is_none());
         assert!(decode_base64("a$==").is_none());
+        for bad_padding in ["aGk==", "aGVsbG8===", "aGVsbG8==", "=", "aGk=a"] {
+            assert!(decode_base64(bad_padding).is_none(), "{bad_padding}");
+        }
+    }
+
+    fn apply(state: &mut SessionState, updates: serde_json::Value) {
+        for update in updates.as_array().unwrap() {
+            state.apply(&serde_json::from_value(update.clone()).unwrap());
+        }
+    }
+
+    #[test]
+    fn plans_of_any_content_type_are_keyed_by_id_and_removed_by_id() {
+        let mut state = SessionState::new();
+        apply(
+            &mut state,
+            json!([
+                {"sessionUpdate": "plan_update", "plan": {"type": "items", "planId": "p", "entries": [{"content": "a", "priority": "high", "status": "pending"}]}},
+                {"sessionUpdate": "plan_update", "plan": {"type": "_acme_markdown", "planId": "q", "text": "v1"}},
+                {"sessionUpdate": "plan_update", "plan": {"type": "_acme_markdown", "planId": "q", "text": "v2"}},
+                {"sessionUpdate": "plan_update", "plan": {"type": "_acme_markdown", "planId": "p", "text": "p as text"}},
+            ]),
+        );
+        assert_eq!(state.plans.iter().map(|p| p.id.0.as_str()).collect::<Vec<_>>(), ["p", "q"]);
+        assert_eq!(state.plans[0].entries(), None, "p's entries were replaced by its new content");
+        let PlanUpdateContent::Other(q) = &state.plans[1].content else { panic!("{:?}", state.plans[1]) };
+        assert_eq!(q.0["text"], "v2", "one copy of q, the latest");
+        assert!(state.unknown.is_empty(), "{:?}", state.unknown);
+        // A plan without an id cannot be told apart: the whole update is kept as it came.
+        apply(&mut state, json!([{"sessionUpdate": "plan_update", "plan": {"type": "_acme"}, "_meta": {"k": 1}}]));
+        assert_eq!(state.unknown.len(), 1);
+        assert_eq!(state.unknown[0].tag("sessionUpdate"), Some("plan_update"));
+        assert_eq!(state.unknown[0].0["_meta"]["k"], 1);
+        // `plan_removed` (a draft kind, known or not to this build of the schema).
+        apply(&mut state, json!([{"sessionUpdate": "plan_removed", "planId": "p"}]));
+        assert_eq!(state.plans.iter().map(|p| p.id.0.as_str()).collect::<Vec<_>>(), ["q"]);
+        assert_eq!(state.unknown.len(), 1, "a removal is not kept as an unknown update");
+    }
+
+    #[test]
+    fn meta_is_a_patch_field_of_the_upserts_and_scoped_to_the_rest() {
+        let mut state = SessionState::new();
+        apply(
+            &mut state,
+            json!([
+                {"sessionUpdate": "agent_message", "messageId": "m", "_meta": {"m": 1}},
+                {"sessionUpdate": "agent_message_chunk", "messageId": "m", "content": {"type": "text", "text": "a"}, "_meta": {"chunk": 1}},
+                {"sessionUpdate": "agent_message", "messageId": "m", "content": [{"type": "text", "text": "b"}]},
+                {"sessionUpdate": "tool_call_update", "toolCallId": "t", "_meta": {"t": 1}},
+                {"sessionUpdate": "tool_call_update", "toolCallId": "t", "title": "x"},
+                {"sessionUpdate": "terminal_update", "terminalId": "x", "_meta": {"x": 1}},
+                {"sessionUpdate": "session_info_update", "title": "T", "_meta": {"tags": ["a"]}},
+                {"sessionUpdate": "session_info_update", "title": "T2"},
+            ]),
+        );
+        let meta = |m: &Option<Map<String, Value>>| m.as_ref().map(|m| Value::Object(m.clone()));
+        assert_eq!(meta(&state.messages[0].meta), Some(json!({"m": 1})), "omitted: unchanged; a chunk's is its own");
+        assert_eq!(meta(&state.tool_calls[0].meta), Some(json!({"t": 1})));
+        assert_eq!(meta(&state.terminals["x"].meta), Some(json!({"x": 1})));
+        assert_eq!(meta(&state.meta), Some(json!({"tags": ["a"]})));
+        apply(
+            &mut state,
+            json!([
+                {"sessionUpdate": "agent_message", "messageId": "m", "_meta": null},
+                {"sessionUpdate": "tool_call_update", "toolCallId": "t", "_meta": null},
+                {"sessionUpdate": "terminal_update", "terminalId": "x", "_meta": null},
+                {"sessionUpdate": "session_info_update", "_meta": null},
+            ]),
+        );
+        assert_eq!(state.messages[0].meta, None, "null clears");
+        assert_eq!(state.tool_calls[0].meta, None);
+        assert_eq!(state.terminals["x"].meta, None);
+        assert_eq!(state.meta, None);
+    }
+
+    #[test]
+    fn a_new_turn_clears_the_last_stop_reason_and_a_bare_idle_keeps_it() {
+        let mut state = SessionState::new();
+        apply(
+            &mut state,
+            json!([
+                {"sessionUpdate": "state_update", "state": "running"},
+                {"sessionUpdate": "state_update", "state": "idle", "stopReason": "cancelled"},
+                {"sessionUpdate": "state_update", "state": "idle"},
+            ]),
+        );
+        assert_eq!(state.stop_reason, Some(StopReason::Cancelled));
+        apply(&mut state, json!([{"sessionUpdate": "state_update", "state": "running"}]));
+        assert_eq!(state.stop_reason, None, "the new turn has no reason yet");
+        apply(&mut state, json!([{"sessionUpdate": "state_update", "state": "idle"}]));
+        assert_eq!(state.stop_reason, None, "not the earlier turn's `cancelled`");
+    }
+
+    #[test]
+    fn lists_edited_by_the_caller_neither_panic_nor_misdirect() {
+        let mut state = SessionState::new();
+        let chunk = |id: &str, text: &str| json!({"sessionUpdate": "agent_message_chunk", "messageId": id, "content": {"type": "text", "text": text}});
+        apply(&mut state, json!([chunk("m1", "one"), chunk("m2", "two"), chunk("m3", "three")]));
+        state.messages.remove(0);
+        let m2 = state.message_by_id(&"m2".to_owned().into()).unwrap();
+        assert_eq!(m2.id.0, "m2");
+        apply(&mut state, json!([chunk("m3", "!")]));
+        assert_eq!(state.messages[1].content.iter().map(text).collect::<Vec<_>>(), ["three", "!"]);
+        state.messages.clear();
+        apply(&mut state, json!([chunk("m1", "again")]));
+        assert_eq!(state.messages.len(), 1);
+        assert_eq!(state.message_by_id(&"m1".to_owned().into()).unwrap().content.len(), 1);
+        apply(&mut state, json!([{"sessionUpdate": "tool_call_update", "toolCallId": "t", "title": "a"}]));
+        state.tool_calls.clear();
+        apply(&mut state, json!([{"sessionUpdate": "tool_call_update", "toolCallId": "t", "title": "b"}]));
+        assert_eq!(state.tool_call_by_id(&"t".to_owned().into()).unwrap().title.as_deref(), Some("b"));
     }
 }
