@@ -4,7 +4,8 @@
 //! shim the conductor writes into `session/new` (this package's `acp-conductor mcp-bridge`);
 //! an agent that does speak it gets the declarations untouched; a shim for a server nobody
 //! offers is refused with the reason. The same with a proxy that speaks only the older proxy
-//! wire, whose envelopes the bridge's messages and the proxy's own must then use.
+//! wire, whose envelopes the bridge's messages and the proxy's own must then use. And a raw
+//! MCP client on the bridge's socket that sends a batch, a bare value or a malformed answer.
 
 #[path = "../../runtime/tests/mcp_common/mod.rs"]
 mod mcp_common;
@@ -247,5 +248,92 @@ async fn the_bridge_and_a_proxys_servers_work_through_a_proxy_of_the_older_wire(
     .await;
     let off_wire = chain.off_wire.lock().unwrap().clone();
     assert!(off_wire.is_empty(), "envelopes of another wire, or of the other kind: {off_wire:#?}");
+    end(chain).await;
+}
+
+// ---- a raw MCP client on the bridge's socket ----------------------------------------------------
+
+type ShimLines = tokio::io::Lines<tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>>;
+
+/// A chain whose agent was given the bridge's shim for the client's server; returns the chain
+/// and the shim's socket, connected past the bridge's handshake, to speak MCP on line by line
+/// as the shim would.
+async fn raw_shim() -> (Chain, ShimLines, tokio::net::unix::OwnedWriteHalf) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let agent = StdioMcpAgent::default();
+    let seen = agent.seen.clone();
+    let chain = chain(agent);
+    initialize_and_open(&chain).await;
+    let shim = seen.lock().unwrap().iter().find_map(|s| match s {
+        McpServer::Stdio(s) if s.name == "client-calc" => Some(s.clone()),
+        _ => None,
+    });
+    let args = shim.expect("the client's server bridged").args;
+    let after = |flag: &str| args.iter().skip_while(|a| *a != flag).nth(1).cloned().expect(flag);
+    let stream = tokio::net::UnixStream::connect(after("--socket")).await.unwrap();
+    let (read, mut write) = stream.into_split();
+    let mut lines = tokio::io::BufReader::new(read).lines();
+    write.write_all(format!("{}\n", serde_json::json!({"serverId": after("--server-id")})).as_bytes()).await.unwrap();
+    assert_eq!(lines.next_line().await.unwrap().unwrap(), r#"{"connected":true}"#);
+    (chain, lines, write)
+}
+
+async fn send_line(write: &mut tokio::net::unix::OwnedWriteHalf, line: &str) {
+    use tokio::io::AsyncWriteExt;
+    write.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+}
+
+/// The next message on the shim's socket, within the time limit.
+async fn next_message(lines: &mut ShimLines) -> serde_json::Value {
+    let line = tokio::time::timeout(LIMIT, lines.next_line()).await.expect("a message in time");
+    serde_json::from_str(&line.unwrap().expect("the socket still open")).unwrap()
+}
+
+async fn mcp_initialize(lines: &mut ShimLines, write: &mut tokio::net::unix::OwnedWriteHalf) {
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {"roots": {}}, "clientInfo": {"name": "raw", "version": "1"}}});
+    send_line(write, &init.to_string()).await;
+    assert_eq!(next_message(lines).await["id"], 0);
+    send_line(write, r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await;
+}
+
+/// What JSON-RPC answers -32600 with a null id (a batch, which the tunnel does not carry, or a
+/// value that is no message) is answered so; it was dropped without a word, and a client that
+/// sent a batch waited for ever. A line that is not JSON is answered -32700 as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_or_a_value_that_is_no_message_from_the_bridged_client_is_answered_invalid_request() {
+    let (chain, mut lines, mut write) = raw_shim().await;
+    mcp_initialize(&mut lines, &mut write).await;
+    for (line, code) in
+        [(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#, -32600), ("42", -32600), ("not json", -32700)]
+    {
+        send_line(&mut write, line).await;
+        let answer = next_message(&mut lines).await;
+        assert_eq!(
+            (answer["error"]["code"].as_i64(), &answer["id"]),
+            (Some(code), &serde_json::Value::Null),
+            "{line}: {answer}"
+        );
+    }
+    send_line(&mut write, r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+    assert_eq!(next_message(&mut lines).await["id"], 2, "the connection goes on");
+    end(chain).await;
+}
+
+/// An answer with neither `result` nor `error` to the server's `roots/list` fails that request
+/// (the tool call that asked gets its error) instead of being answered back as a bad request,
+/// under an id of the tunnel's that the client may use for its own calls, while everything
+/// waited for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_answer_from_the_bridged_client_fails_the_request_it_answers() {
+    let (chain, mut lines, mut write) = raw_shim().await;
+    mcp_initialize(&mut lines, &mut write).await;
+    send_line(&mut write, r#"{"jsonrpc":"2.0","id":100,"method":"tools/call","params":{"name":"count_roots"}}"#).await;
+    let ask = next_message(&mut lines).await;
+    assert_eq!(ask["method"], "roots/list", "{ask}");
+    send_line(&mut write, &serde_json::json!({"jsonrpc": "2.0", "id": ask["id"]}).to_string()).await;
+    let answer = next_message(&mut lines).await;
+    assert_eq!(answer["id"], 100, "the tool call is answered, nothing else: {answer}");
+    assert!(answer["error"].is_object() || answer["result"]["isError"] == true, "{answer}");
     end(chain).await;
 }

@@ -168,3 +168,37 @@ async fn the_wire_shapes_and_the_answers_to_bad_messages() {
     let again = call("mcp/disconnect", json!({"connectionId": connection})).await.unwrap_err();
     assert_eq!(again.code, -32602, "{again:?}");
 }
+
+/// MCP lets a client cancel a request whose answer has already arrived. The tunnel's ids do
+/// not cross to the other side, so such a cancellation must stop at the tunnel: handed on, it
+/// named another request there (here the `wait` call still in flight) and cancelled it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_mcp_cancellation_cancels_nothing_on_the_other_side() {
+    use acp_rpc::mcp::rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
+    use acp_rpc::mcp::rmcp::service::PeerRequestOptions;
+
+    let (agent_end, client_end) = duplex(BUF);
+    let mcp = McpServers::new();
+    let McpServer::Acp(declaration) = offer(&mcp, "calc", "x") else { unreachable!() };
+    let clients = McpClients::new();
+    let (client_handle, agent_serve) = serve_agent(AcpMcpAgent::new(clients.clone()), agent_end.0, agent_end.1);
+    tokio::spawn(agent_serve);
+    let _client = client(mcp, client_end);
+    let (logs, mut log_rx) = mpsc::unbounded_channel();
+    let connecting = clients.connect(&client_handle, declaration.server_id.clone(), Recorder { logs });
+    let conn = tokio::time::timeout(LIMIT, connecting).await.expect("connected in time").expect("connect");
+    // The agent's ids: initialize 0, wait 1, add 2; the client's tunnel's: 1, 2, 3.
+    let wait = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("wait")));
+    let _wait = conn.send_cancellable_request(wait, PeerRequestOptions::no_options()).await.unwrap();
+    assert_eq!(next(&mut log_rx).await, "\"waiting\"");
+    let mut add = CallToolRequestParams::new("add");
+    add.arguments = json!({"a": 1, "b": 1}).as_object().cloned();
+    let add = ClientRequest::CallToolRequest(CallToolRequest::new(add));
+    let mut add = conn.send_cancellable_request(add, PeerRequestOptions::no_options()).await.unwrap();
+    let answered = tokio::time::timeout(LIMIT, &mut add.rx).await.expect("add answered").unwrap();
+    assert!(answered.is_ok(), "add succeeded: {answered:?}");
+    add.cancel(Some("too late".into())).await.unwrap();
+    // A round trip after the cancellation: had it crossed, it would have arrived by then.
+    let tools = conn.call_tool(CallToolRequestParams::new("cancellations")).await.unwrap();
+    assert_eq!(first_text(&tools), "0", "the `wait` call still running was cancelled");
+}

@@ -8,7 +8,11 @@
 //! `mcp/message` reaches the local end under ids of the tunnel's own, and the local end's
 //! answer is the ACP answer. Cancellation crosses both ways: `$/cancel_request` on an ACP
 //! request becomes `notifications/cancelled` for the local end, and the local end's
-//! `notifications/cancelled` for a request in flight cancels the ACP request.
+//! `notifications/cancelled` for a request in flight cancels the ACP request. MCP ids do not
+//! cross the tunnel, so any other `notifications/cancelled` (a late one, or one the ACP peer
+//! sends) stops here. What the local end sends that is no message (a batch, a bare value) is
+//! answered -32600 with a null id, and an answer with neither `result` nor `error` fails the
+//! request it answers.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -137,10 +141,27 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A message from the local end, by its JSON-RPC shape.
 enum Local {
-    Request { id: Value, method: String, params: Option<Map<String, Value>> },
-    Notification { method: String, params: Option<Map<String, Value>> },
-    Answer { id: Value, answer: Answer },
-    Invalid { id: Option<Value>, reason: &'static str },
+    Request {
+        id: Value,
+        method: String,
+        params: Option<Map<String, Value>>,
+    },
+    Notification {
+        method: String,
+        params: Option<Map<String, Value>>,
+    },
+    Answer {
+        id: Value,
+        answer: Answer,
+    },
+    Invalid {
+        id: Option<Value>,
+        reason: &'static str,
+    },
+    /// A notification the tunnel cannot carry: logged, never answered.
+    BadNotification {
+        reason: &'static str,
+    },
 }
 
 fn params_of(message: &mut Map<String, Value>) -> Result<Option<Map<String, Value>>, &'static str> {
@@ -152,8 +173,15 @@ fn params_of(message: &mut Map<String, Value>) -> Result<Option<Map<String, Valu
 }
 
 fn classify(message: Value) -> Local {
-    let Value::Object(mut message) = message else {
-        return Local::Invalid { id: None, reason: "not a JSON-RPC object" };
+    let mut message = match message {
+        Value::Object(message) => message,
+        Value::Array(_) => {
+            return Local::Invalid {
+                id: None,
+                reason: "JSON-RPC batches are not carried over ACP: send each message on its own",
+            };
+        }
+        _ => return Local::Invalid { id: None, reason: "not a JSON-RPC object" },
     };
     let id = message.remove("id");
     let method = match message.remove("method") {
@@ -168,7 +196,7 @@ fn classify(message: Value) -> Local {
         },
         (None, Some(method)) => match params_of(&mut message) {
             Ok(params) => Local::Notification { method, params },
-            Err(reason) => Local::Invalid { id: None, reason },
+            Err(reason) => Local::BadNotification { reason },
         },
         (Some(id), None) => {
             if let Some(result) = message.remove("result") {
@@ -179,7 +207,10 @@ fn classify(message: Value) -> Local {
                 });
                 Local::Answer { id, answer: Err(error) }
             } else {
-                Local::Invalid { id: Some(id), reason: "neither a request, a notification nor an answer" }
+                // An answer all the same (it has an id and no method): never answered back,
+                // and what waits for it fails instead of waiting for ever.
+                let error = ErrorObject::internal_error("the MCP peer answered with neither `result` nor `error`");
+                Local::Answer { id, answer: Err(error) }
             }
         }
         (None, None) => Local::Invalid { id: None, reason: "neither a request, a notification nor an answer" },
@@ -299,6 +330,13 @@ impl Tunnel {
 
     /// An `mcp/message` notification from the ACP peer.
     pub(crate) fn acp_notification(&self, method: String, params: Option<Map<String, Value>>) {
+        if method == MCP_CANCELLED {
+            // It names a request by the sender's MCP id, which does not cross the tunnel (its
+            // requests reach us as ACP requests, cancelled with `$/cancel_request`): handed
+            // on, it would name an unrelated request of ours.
+            tracing::debug!(connection = %self.connection_id, "mcp over acp: notifications/cancelled from the ACP peer dropped");
+            return;
+        }
         let mut message = json!({"jsonrpc": "2.0", "method": method});
         if let Some(params) = params {
             message["params"] = Value::Object(params);
@@ -351,11 +389,17 @@ impl Tunnel {
             Local::Notification { method, params } => {
                 if method == MCP_CANCELLED {
                     let request = params.as_ref().and_then(|p| p.get("requestId")).map(Value::to_string);
-                    if let Some(token) = request.and_then(|key| lock(&self.in_flight).remove(&key)) {
+                    match request.and_then(|key| lock(&self.in_flight).remove(&key)) {
                         // Cancelling the ACP request tells the other side (`$/cancel_request`).
-                        token.cancel();
-                        return;
+                        Some(token) => token.cancel(),
+                        // Already answered (MCP allows a late cancellation) or never sent: the
+                        // id means nothing on the other side, where it could name another
+                        // request.
+                        None => {
+                            tracing::debug!(connection = %self.connection_id, "mcp over acp: cancellation of no request in flight dropped")
+                        }
                     }
+                    return;
                 }
                 let message =
                     McpMessage { connection_id: &self.connection_id, method: &method, params: params.as_ref() };
@@ -364,7 +408,9 @@ impl Tunnel {
                 }
             }
             Local::Answer { id, answer } => {
-                let waiting = id.as_u64().and_then(|id| lock(&self.waiting).remove(&id));
+                // Our ids are numbers; a peer that writes them back as strings is understood.
+                let ours = id.as_u64().or_else(|| id.as_str()?.parse().ok());
+                let waiting = ours.and_then(|id| lock(&self.waiting).remove(&id));
                 match waiting {
                     Some(tx) => {
                         let _ = tx.send(answer);
@@ -374,11 +420,13 @@ impl Tunnel {
                     }
                 }
             }
+            Local::BadNotification { reason } => {
+                tracing::warn!(connection = %self.connection_id, reason, "mcp over acp: notification from the local MCP end dropped");
+            }
             Local::Invalid { id, reason } => {
                 tracing::warn!(connection = %self.connection_id, reason, "mcp over acp: invalid message from the local MCP end");
-                if let Some(id) = id {
-                    self.deliver(answer_message(id, Err(ErrorObject::invalid_request(reason))));
-                }
+                // JSON-RPC: an invalid request is answered, with a null id when none can be read.
+                self.deliver(answer_message(id.unwrap_or(Value::Null), Err(ErrorObject::invalid_request(reason))));
             }
         }
     }
@@ -440,6 +488,8 @@ mod tests {
         assert!(matches!(error, Local::Answer { answer: Err(ErrorObject { code: -32601, .. }), .. }));
         assert!(matches!(classify(json!({"id": 1, "method": "x", "params": [1]})), Local::Invalid { id: Some(_), .. }));
         assert!(matches!(classify(json!([1])), Local::Invalid { id: None, .. }));
-        assert!(matches!(classify(json!({"id": 1})), Local::Invalid { id: Some(_), .. }));
+        assert!(matches!(classify(json!(42)), Local::Invalid { id: None, .. }));
+        let neither = classify(json!({"id": 1}));
+        assert!(matches!(neither, Local::Answer { answer: Err(ErrorObject { code: -32603, .. }), .. }));
     }
 }
