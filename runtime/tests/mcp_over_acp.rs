@@ -202,3 +202,58 @@ async fn a_late_mcp_cancellation_cancels_nothing_on_the_other_side() {
     let tools = conn.call_tool(CallToolRequestParams::new("cancellations")).await.unwrap();
     assert_eq!(first_text(&tools), "0", "the `wait` call still running was cancelled");
 }
+
+/// A [`ToolClient`] that never answers `mcp/disconnect`.
+struct MuteOnDisconnect(ToolClient);
+
+#[acp_rpc::acp_client]
+impl MuteOnDisconnect {
+    async fn session_request_permission(
+        &self,
+        _: RequestPermissionRequest,
+    ) -> Result<RequestPermissionResponse, Error> {
+        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
+    }
+    async fn session_update(&self, _: SessionNotification) {}
+    async fn mcp_connect(
+        &self,
+        params: ConnectMcpRequest,
+        cx: acp_rpc::ClientContext,
+    ) -> Result<ConnectMcpResponse, Error> {
+        self.0.mcp.connect(params, &cx)
+    }
+    async fn mcp_message(
+        &self,
+        params: MessageMcpRequest,
+        cx: acp_rpc::ClientContext,
+    ) -> Result<MessageMcpResponse, Error> {
+        self.0.mcp.message(params, &cx).await
+    }
+    async fn mcp_message_notification(&self, params: MessageMcpNotification) -> Result<(), Error> {
+        self.0.mcp.message_notification(params)
+    }
+    async fn mcp_disconnect(&self, _: DisconnectMcpRequest) -> Result<DisconnectMcpResponse, Error> {
+        std::future::pending().await
+    }
+}
+
+/// `close` waits for the answer to `mcp/disconnect`, but not for ever.
+#[tokio::test(start_paused = true)]
+async fn closing_a_connection_whose_client_never_answers_the_disconnect_ends_in_time() {
+    let (agent_end, client_end) = duplex(BUF);
+    let mcp = McpServers::new();
+    let McpServer::Acp(declaration) = offer(&mcp, "calc", "x") else { unreachable!() };
+    let clients = McpClients::new();
+    let (client_handle, agent_serve) = serve_agent(AcpMcpAgent::new(clients.clone()), agent_end.0, agent_end.1);
+    tokio::spawn(agent_serve);
+    let (messages, _messages) = mpsc::unbounded_channel();
+    let tool_client = MuteOnDisconnect(ToolClient { mcp, messages });
+    let (_agent, serve) = serve_client(tool_client, client_end.0, client_end.1);
+    tokio::spawn(serve);
+    let (logs, _logs) = mpsc::unbounded_channel();
+    let connecting = clients.connect(&client_handle, declaration.server_id.clone(), Recorder { logs });
+    let conn = tokio::time::timeout(LIMIT, connecting).await.expect("connected in time").expect("connect");
+    let started = tokio::time::Instant::now();
+    tokio::time::timeout(LIMIT, conn.close()).await.expect("close gives up on the answer");
+    assert!(started.elapsed() >= std::time::Duration::from_secs(5), "it did wait for the answer a while");
+}

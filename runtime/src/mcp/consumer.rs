@@ -170,8 +170,8 @@ impl<C: Service<RoleClient>> McpConnection<C> {
         &self.connection_id
     }
 
-    /// Ends the connection: `mcp/disconnect` is sent and answered when this returns; the rmcp
-    /// client is stopped.
+    /// Ends the connection: `mcp/disconnect` is sent and answered when this returns (or given
+    /// up after 5 s without an answer); the rmcp client is stopped.
     pub async fn close(mut self) {
         self.guard.0.hang_up();
         self.guard.0.ended().await;

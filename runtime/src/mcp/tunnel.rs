@@ -32,6 +32,10 @@ use crate::proxy::{Wire, envelope};
 
 const MCP_CANCELLED: &str = "notifications/cancelled";
 
+/// How long a tunnel's end waits for the answer to its `mcp/disconnect`: a peer that never
+/// answers must not keep `McpConnection::close` waiting.
+pub(crate) const DISCONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Where a tunnel's `mcp/message`s go: a peer, directly or (toward a proxy's successor)
 /// wrapped in the successor envelope of the wire that proxy speaks.
 #[derive(Clone, Debug)]
@@ -376,8 +380,17 @@ impl Tunnel {
         (on_end.then)();
         if on_end.disconnect && closed_here && !acp_closed.is_cancelled() {
             let params = acp_types::DisconnectMcpRequest::new(self.connection_id.clone());
-            if let Err(e) = self.route.request(client_method::MCP_DISCONNECT, &params).await {
-                tracing::debug!(connection = %self.connection_id, error = %e, "mcp over acp: mcp/disconnect failed");
+            // Given up, the request is cancelled (`$/cancel_request`) as it drops.
+            match tokio::time::timeout(DISCONNECT_TIMEOUT, self.route.request(client_method::MCP_DISCONNECT, &params))
+                .await
+            {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(connection = %self.connection_id, error = %e, "mcp over acp: mcp/disconnect failed")
+                }
+                Err(_) => {
+                    tracing::debug!(connection = %self.connection_id, "mcp over acp: mcp/disconnect not answered in time")
+                }
             }
         }
         self.ended.cancel();
