@@ -378,8 +378,10 @@ impl Bridge {
                 lock(&bridge.tunnels).remove(&key);
             }
         });
-        let (tunnel, local) = Tunnel::start(connected.connection_id.clone(), route, OnEnd { disconnect: true, then });
-        lock(&self.tunnels).insert(connected.connection_id, tunnel.clone());
+        let id = connected.connection_id;
+        let (tunnel, local) = Tunnel::start(id.clone(), route, OnEnd { disconnect: true, then }, |tunnel| {
+            lock(&self.tunnels).insert(id, tunnel);
+        });
         Ok((tunnel, local))
     }
 

@@ -106,8 +106,10 @@ impl McpClients {
             }
         });
         let route = Route::plain(client.peer().clone());
-        let (tunnel, local) = Tunnel::start(connection_id.clone(), route, OnEnd { disconnect: true, then });
-        lock(&self.connections).insert(connection_id.clone(), tunnel.clone());
+        let on_end = OnEnd { disconnect: true, then };
+        let (tunnel, local) = Tunnel::start(connection_id.clone(), route, on_end, |tunnel| {
+            lock(&self.connections).insert(connection_id.clone(), tunnel);
+        });
         let transport = TunnelTransport::new(local, tunnel.clone());
         let guard = HangUp(tunnel);
         let service =

@@ -168,8 +168,10 @@ impl McpServers {
             }
         });
         // Registered before the answer goes out: the agent's first `mcp/message` follows it.
-        let (tunnel, local) = Tunnel::start(connection_id.clone(), route, OnEnd { disconnect: false, then });
-        lock(&self.inner.connections).insert(connection_id.clone(), tunnel.clone());
+        let on_end = OnEnd { disconnect: false, then };
+        let (tunnel, local) = Tunnel::start(connection_id.clone(), route, on_end, |tunnel| {
+            lock(&self.inner.connections).insert(connection_id.clone(), tunnel);
+        });
         start(TunnelTransport::new(local, tunnel));
         Ok(ConnectMcpResponse::new(connection_id))
     }

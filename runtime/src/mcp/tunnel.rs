@@ -250,8 +250,15 @@ pub(crate) fn closed_error() -> ErrorObject {
 
 impl Tunnel {
     /// Starts a tunnel for `connection_id` whose `mcp/message`s take `route`; the local end
-    /// gets the returned [`LocalEnd`].
-    pub(crate) fn start(connection_id: McpConnectionId, route: Route, on_end: OnEnd) -> (Arc<Tunnel>, LocalEnd) {
+    /// gets the returned [`LocalEnd`]. `register` puts the tunnel in its registry before it
+    /// runs, so that an end at once (the ACP connection already closed) finds it there for
+    /// `on_end` to take out.
+    pub(crate) fn start(
+        connection_id: McpConnectionId,
+        route: Route,
+        on_end: OnEnd,
+        register: impl FnOnce(Arc<Tunnel>),
+    ) -> (Arc<Tunnel>, LocalEnd) {
         let (to_local, inbox) = mpsc::unbounded_channel();
         let (outbox, from_local) = mpsc::unbounded_channel();
         let tunnel = Arc::new(Tunnel {
@@ -265,6 +272,7 @@ impl Tunnel {
             hung_up: CancellationToken::new(),
             ended: CancellationToken::new(),
         });
+        register(tunnel.clone());
         tokio::spawn(tunnel.clone().pump(from_local, on_end));
         (tunnel, LocalEnd { outbox, inbox })
     }
