@@ -26,7 +26,10 @@
 //!   answered -32602 (with `data.path`), nothing is chosen, and the connection goes on: the
 //!   client may try again.
 //! - Before a version is chosen, any other request is answered -32600 ("send `initialize`
-//!   first"), and notifications are ignored (logged).
+//!   first"), and notifications are ignored (logged). This is judged when the message is
+//!   handled, not when it is read: a message the peer sent just before the choice (a request
+//!   pipelined behind a client's `initialize`, or what an agent writes just before its
+//!   answer, which `negotiate` reads as the choice) may still reach the chosen version.
 //!
 //! A client uses the same router for what the agent sends it, and `ProtocolRouter::negotiate`
 //! (feature `unstable_protocol_v2`) to start: it asks for version 2 and goes on with v1 when

@@ -33,6 +33,7 @@
 //! either order); nothing here fails, also after the caller edited the public lists.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 
 use serde_json::{Map, Value};
 
@@ -306,26 +307,23 @@ impl SessionState {
 
     /// The message with this id, if any.
     pub fn message_by_id(&self, id: &MessageId) -> Option<&Message> {
-        let index = self.message_index.get(id).copied();
-        find_by_id(&self.messages, index, |m| m.id == *id).map(|i| &self.messages[i])
+        find_by_id(&self.messages, &self.message_index, id, |m| &m.id).map(|i| &self.messages[i])
     }
 
     /// The tool call with this id, if any.
     pub fn tool_call_by_id(&self, id: &ToolCallId) -> Option<&ToolCall> {
-        let index = self.tool_call_index.get(id).copied();
-        find_by_id(&self.tool_calls, index, |c| c.id == *id).map(|i| &self.tool_calls[i])
+        find_by_id(&self.tool_calls, &self.tool_call_index, id, |c| &c.id).map(|i| &self.tool_calls[i])
     }
 
     fn message(&mut self, id: &MessageId, role: Role) -> &mut Message {
-        let index = self.message_index.get(id).copied();
-        let index = match find_by_id(&self.messages, index, |m| m.id == *id) {
+        let index = match locate(&self.messages, &mut self.message_index, id, |m| &m.id) {
             Some(index) => index,
             None => {
                 self.messages.push(Message { id: id.clone(), role, content: Vec::new(), meta: None });
+                self.message_index.insert(id.clone(), self.messages.len() - 1);
                 self.messages.len() - 1
             }
         };
-        self.message_index.insert(id.clone(), index);
         &mut self.messages[index]
     }
 
@@ -346,8 +344,7 @@ impl SessionState {
     }
 
     fn tool_call(&mut self, id: &ToolCallId) -> &mut ToolCall {
-        let index = self.tool_call_index.get(id).copied();
-        let index = match find_by_id(&self.tool_calls, index, |c| c.id == *id) {
+        let index = match locate(&self.tool_calls, &mut self.tool_call_index, id, |c| &c.id) {
             Some(index) => index,
             None => {
                 self.tool_calls.push(ToolCall {
@@ -361,10 +358,10 @@ impl SessionState {
                     raw_output: None,
                     meta: None,
                 });
+                self.tool_call_index.insert(id.clone(), self.tool_calls.len() - 1);
                 self.tool_calls.len() - 1
             }
         };
-        self.tool_call_index.insert(id.clone(), index);
         &mut self.tool_calls[index]
     }
 
@@ -381,13 +378,39 @@ impl SessionState {
     }
 }
 
-/// Where the item `is_it` picks is in `items`: at `index` when it is still there (the usual
-/// case), else by a scan, as the caller may have removed or reordered items.
-fn find_by_id<T>(items: &[T], index: Option<usize>, is_it: impl Fn(&T) -> bool) -> Option<usize> {
-    match index {
-        Some(i) if items.get(i).is_some_and(&is_it) => Some(i),
-        _ => items.iter().position(is_it),
+/// Where the item with `id` is in `items`: by `index` while it matches the list (the usual
+/// case, also for a new id), else by a scan, as the caller may have edited the list.
+fn find_by_id<T, K: Eq + Hash>(
+    items: &[T],
+    index: &HashMap<K, usize>,
+    id: &K,
+    id_of: impl Fn(&T) -> &K,
+) -> Option<usize> {
+    match index.get(id) {
+        Some(&i) if items.get(i).is_some_and(|item| id_of(item) == id) => Some(i),
+        // Every item is indexed: an id the index does not know is in no item.
+        None if index.len() == items.len() => None,
+        _ => items.iter().position(|item| id_of(item) == id),
     }
+}
+
+/// [`find_by_id`], indexing the list again when the caller's edits left the index behind, so
+/// that only the first lookup after an edit scans.
+fn locate<T, K: Eq + Hash + Clone>(
+    items: &[T],
+    index: &mut HashMap<K, usize>,
+    id: &K,
+    id_of: impl Fn(&T) -> &K,
+) -> Option<usize> {
+    let found = find_by_id(items, index, id, &id_of);
+    let current = index.len() == items.len() && found.is_none_or(|i| index.get(id) == Some(&i));
+    if !current {
+        index.clear();
+        for (i, item) in items.iter().enumerate() {
+            index.entry(id_of(item).clone()).or_insert(i);
+        }
+    }
+    found
 }
 
 /// A plan content's `planId` (every content type has one, known or not).
