@@ -169,6 +169,27 @@ async fn the_wire_shapes_and_the_answers_to_bad_messages() {
     assert_eq!(again.code, -32602, "{again:?}");
 }
 
+type Connected = acp_rpc::mcp::McpConnection<Recorder>;
+
+/// An agent's rmcp connection to the calculator its client offers; `serve` starts the client
+/// (a typed client over its end, offering `mcp`). Returns the connection, its log messages
+/// and what `serve` returned (kept for as long as the test needs it).
+async fn connected<F, T>(serve: F) -> (Connected, mpsc::UnboundedReceiver<String>, T)
+where
+    F: FnOnce(McpServers, acp_rpc::transport::DuplexEnd) -> T,
+{
+    let (agent_end, client_end) = duplex(BUF);
+    let mcp = McpServers::new();
+    let McpServer::Acp(declaration) = offer(&mcp, "calc", "x") else { unreachable!() };
+    let clients = McpClients::new();
+    let (client_handle, agent_serve) = serve_agent(AcpMcpAgent::new(clients.clone()), agent_end.0, agent_end.1);
+    tokio::spawn(agent_serve);
+    let served = serve(mcp, client_end);
+    let (logs, log_rx) = mpsc::unbounded_channel();
+    let connecting = clients.connect(&client_handle, declaration.server_id.clone(), Recorder { logs });
+    (tokio::time::timeout(LIMIT, connecting).await.expect("connected in time").expect("connect"), log_rx, served)
+}
+
 /// MCP lets a client cancel a request whose answer has already arrived. The tunnel's ids do
 /// not cross to the other side, so such a cancellation must stop at the tunnel: handed on, it
 /// named another request there (here the `wait` call still in flight) and cancelled it.
@@ -177,16 +198,7 @@ async fn a_late_mcp_cancellation_cancels_nothing_on_the_other_side() {
     use acp_rpc::mcp::rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
     use acp_rpc::mcp::rmcp::service::PeerRequestOptions;
 
-    let (agent_end, client_end) = duplex(BUF);
-    let mcp = McpServers::new();
-    let McpServer::Acp(declaration) = offer(&mcp, "calc", "x") else { unreachable!() };
-    let clients = McpClients::new();
-    let (client_handle, agent_serve) = serve_agent(AcpMcpAgent::new(clients.clone()), agent_end.0, agent_end.1);
-    tokio::spawn(agent_serve);
-    let _client = client(mcp, client_end);
-    let (logs, mut log_rx) = mpsc::unbounded_channel();
-    let connecting = clients.connect(&client_handle, declaration.server_id.clone(), Recorder { logs });
-    let conn = tokio::time::timeout(LIMIT, connecting).await.expect("connected in time").expect("connect");
+    let (conn, mut log_rx, _client) = connected(client).await;
     // The agent's ids: initialize 0, wait 1, add 2; the client's tunnel's: 1, 2, 3.
     let wait = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("wait")));
     let _wait = conn.send_cancellable_request(wait, PeerRequestOptions::no_options()).await.unwrap();
@@ -240,19 +252,13 @@ impl MuteOnDisconnect {
 /// `close` waits for the answer to `mcp/disconnect`, but not for ever.
 #[tokio::test(start_paused = true)]
 async fn closing_a_connection_whose_client_never_answers_the_disconnect_ends_in_time() {
-    let (agent_end, client_end) = duplex(BUF);
-    let mcp = McpServers::new();
-    let McpServer::Acp(declaration) = offer(&mcp, "calc", "x") else { unreachable!() };
-    let clients = McpClients::new();
-    let (client_handle, agent_serve) = serve_agent(AcpMcpAgent::new(clients.clone()), agent_end.0, agent_end.1);
-    tokio::spawn(agent_serve);
-    let (messages, _messages) = mpsc::unbounded_channel();
-    let tool_client = MuteOnDisconnect(ToolClient { mcp, messages });
-    let (_agent, serve) = serve_client(tool_client, client_end.0, client_end.1);
-    tokio::spawn(serve);
-    let (logs, _logs) = mpsc::unbounded_channel();
-    let connecting = clients.connect(&client_handle, declaration.server_id.clone(), Recorder { logs });
-    let conn = tokio::time::timeout(LIMIT, connecting).await.expect("connected in time").expect("connect");
+    let (conn, _logs, _client) = connected(|mcp, end| {
+        let (messages, messages_rx) = mpsc::unbounded_channel();
+        let (agent, serve) = serve_client(MuteOnDisconnect(ToolClient { mcp, messages }), end.0, end.1);
+        tokio::spawn(serve);
+        (agent, messages_rx)
+    })
+    .await;
     let started = tokio::time::Instant::now();
     tokio::time::timeout(LIMIT, conn.close()).await.expect("close gives up on the answer");
     assert!(started.elapsed() >= std::time::Duration::from_secs(5), "it did wait for the answer a while");
