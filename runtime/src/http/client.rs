@@ -52,7 +52,9 @@
 //!   ([`Remote::request_timeout`]) fails its request only. A request whose session stream
 //!   cannot be opened fails without being posted. The connection stream ending ends the
 //!   connection (every pending call fails); a session stream ending is reopened once, and
-//!   when that fails too, the session's pending requests fail. [`RemoteAgent::end_reason`]
+//!   when that fails too, the session's pending requests fail. Once our `session/close` or
+//!   `session/delete` succeeded, the session's stream is still read (the turn's last updates
+//!   may follow the answer) until the server ends it, for at most 5 s, and never reopened. [`RemoteAgent::end_reason`]
 //!   says why a connection ended.
 //! - **`initialize` first.** Over HTTP it creates the connection, so anything sent before it
 //!   fails (a request with -32600). An `initialize` answered with a JSON-RPC error and no
@@ -1061,11 +1063,19 @@ struct OurRequest {
     ends_session: bool,
 }
 
+/// How long a closed session's stream is still read when the server does not end it.
+const CLOSED_STREAM_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 enum Command {
     /// The answer to one of our requests named a session (`result.sessionId`): open its stream.
     OpenSession(String),
-    /// Our `session/close` or `session/delete` of this session succeeded: drop its stream.
+    /// Our `session/close` or `session/delete` of this session succeeded: its stream is read
+    /// until the server ends it (the turn's last updates may follow the answer), and never
+    /// reopened.
     SessionEnded(String),
+    /// A closed session's stream that the server has not ended after [`CLOSED_STREAM_GRACE`]:
+    /// dropped.
+    DropClosed { session: String, generation: u64 },
     /// A stream ended.
     StreamEnded { session: Option<String>, generation: u64, delivered: bool, reason: String },
 }
@@ -1311,6 +1321,8 @@ struct StreamSlot {
     generation: u64,
     /// This stream replaces one that ended without bringing anything since its own start.
     reopened: bool,
+    /// Our `session/close` or `session/delete` of its session succeeded: not reopened.
+    closed: bool,
     _reader: AbortOnDrop<()>,
 }
 
@@ -1487,7 +1499,7 @@ impl HttpDriver {
         self.next_generation += 1;
         let generation = self.next_generation;
         let reader = AbortOnDrop::spawn(self.link.clone().read_stream(body, session.clone(), generation));
-        self.streams.insert(session, StreamSlot { generation, reopened, _reader: reader });
+        self.streams.insert(session, StreamSlot { generation, reopened, closed: false, _reader: reader });
         Ok(())
     }
 
@@ -1505,9 +1517,26 @@ impl HttpDriver {
                 }
             }
             Command::SessionEnded(session) => {
-                // Dropping the slot stops its reader (a stream reopened meanwhile, after the
-                // server ended the old one, goes too).
-                self.streams.remove(&Some(session));
+                let key = Some(session.clone());
+                if self.streams.get(&key).is_some_and(|slot| slot.reopened) {
+                    // The server already ended the session's stream; this one was reopened
+                    // since, for a session the server no longer has: dropped.
+                    self.streams.remove(&key);
+                } else if let Some(slot) = self.streams.get_mut(&key) {
+                    slot.closed = true;
+                    let (commands, generation) = (self.link.commands.clone(), slot.generation);
+                    tokio::spawn(async move {
+                        tokio::time::sleep(CLOSED_STREAM_GRACE).await;
+                        let _ = commands.send(Command::DropClosed { session, generation });
+                    });
+                }
+            }
+            Command::DropClosed { session, generation } => {
+                let session = Some(session);
+                if self.streams.get(&session).is_some_and(|slot| slot.closed && slot.generation == generation) {
+                    // Dropping the slot stops its reader.
+                    self.streams.remove(&session);
+                }
             }
             Command::StreamEnded { session, generation, delivered, reason } => {
                 let current = self.streams.get(&session).is_some_and(|slot| slot.generation == generation);
@@ -1515,6 +1544,9 @@ impl HttpDriver {
                     return;
                 }
                 let slot = self.streams.remove(&session);
+                if slot.as_ref().is_some_and(|slot| slot.closed) {
+                    return;
+                }
                 let Some(session) = session else {
                     return self.end(format!("the connection stream ended: {reason}")).await;
                 };
