@@ -629,8 +629,8 @@ pub(crate) struct PendingCall {
 
 /// What a call must settle in reading order, before anything the peer sent after its answer is
 /// dispatched: `initialize`'s answer fixes the connection's protocol version, and the peer may
-/// send requests of that version right behind it.
-/// It is given the answer and its barrier (how many notifications were read before it).
+/// send requests of that version right behind it. The hook is given the answer and its barrier
+/// (how many notifications were read before it).
 #[cfg(feature = "unstable_protocol_v2")]
 pub(crate) type AnswerHook = Box<dyn FnOnce(&Result<Box<RawValue>, ErrorObject>, u64) + Send>;
 /// Only v2's calls need one: without it, a call's hook slot costs nothing.
