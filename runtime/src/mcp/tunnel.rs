@@ -429,9 +429,7 @@ impl Tunnel {
                 }
             }
             Local::Answer { id, answer } => {
-                // Our ids are numbers; a peer that writes them back as strings is understood.
-                let ours = id.as_u64().or_else(|| id.as_str()?.parse().ok());
-                let waiting = ours.and_then(|id| lock(&self.waiting).remove(&id));
+                let waiting = our_id(&id).and_then(|id| lock(&self.waiting).remove(&id));
                 match waiting {
                     Some(tx) => {
                         let _ = tx.send(answer);
@@ -494,6 +492,18 @@ fn failure(e: Error) -> ErrorObject {
     }
 }
 
+/// The id of one of our requests, as the local MCP end wrote it back: our ids are numbers, and
+/// a peer that returns them as strings is understood, but only in the form we wrote (`"7"`,
+/// not `"07"` or `"+7"`), so an answer never reaches a request it was not meant for.
+fn our_id(id: &Value) -> Option<u64> {
+    if let Some(n) = id.as_u64() {
+        return Some(n);
+    }
+    let text = id.as_str()?;
+    let n: u64 = text.parse().ok()?;
+    (n.to_string() == text).then_some(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -512,5 +522,15 @@ mod tests {
         assert!(matches!(classify(json!(42)), Local::Invalid { id: None, .. }));
         let neither = classify(json!({"id": 1}));
         assert!(matches!(neither, Local::Answer { answer: Err(ErrorObject { code: -32603, .. }), .. }));
+    }
+
+    #[test]
+    fn answers_match_our_ids_written_as_numbers_or_as_their_exact_decimal_strings() {
+        assert_eq!(our_id(&json!(7)), Some(7));
+        assert_eq!(our_id(&json!("7")), Some(7));
+        assert_eq!(our_id(&json!("0")), Some(0));
+        for other in [json!("07"), json!("+7"), json!(" 7"), json!("7.0"), json!(-7), json!(7.5), json!(null)] {
+            assert_eq!(our_id(&other), None, "{other}");
+        }
     }
 }
