@@ -75,6 +75,10 @@ pub struct Message {
 pub struct ToolCall {
     /// Its id.
     pub id: ToolCallId,
+    /// The programmatic name of the tool, if set (an unstable field: acp-rpc's
+    /// `unstable_tool_call_name` feature).
+    #[cfg(feature = "unstable_tool_call_name")]
+    pub name: Option<String>,
     /// The title, if set.
     pub title: Option<String>,
     /// The kind, if set.
@@ -94,9 +98,11 @@ pub struct ToolCall {
 }
 
 /// One display terminal of the session.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Terminal {
+    /// Its id.
+    pub id: TerminalId,
     /// The command, if known.
     pub command: Option<String>,
     /// The working directory, if known.
@@ -160,8 +166,8 @@ pub struct SessionState {
     pub tool_calls: Vec<ToolCall>,
     /// Plans, in the order they first appeared.
     pub plans: Vec<Plan>,
-    /// Display terminals, by id.
-    pub terminals: HashMap<TerminalId, Terminal>,
+    /// Display terminals, in the order they first appeared.
+    pub terminals: Vec<Terminal>,
     /// The commands the agent offers.
     pub available_commands: Vec<AvailableCommand>,
     /// The session's configuration options.
@@ -180,6 +186,7 @@ pub struct SessionState {
     /// edit those lists.
     message_index: HashMap<MessageId, usize>,
     tool_call_index: HashMap<ToolCallId, usize>,
+    terminal_index: HashMap<TerminalId, usize>,
 }
 
 impl SessionState {
@@ -234,7 +241,7 @@ impl SessionState {
                 self.tool_call(&chunk.tool_call_id).content.push(chunk.content.clone())
             }
             SessionUpdate::TerminalUpdate(t) => {
-                let terminal = self.terminals.entry(t.terminal_id.clone()).or_default();
+                let terminal = self.terminal(&t.terminal_id);
                 t.command.apply_to(&mut terminal.command);
                 t.cwd.apply_to(&mut terminal.cwd);
                 t.exit_status.apply_to(&mut terminal.exit_status);
@@ -252,7 +259,7 @@ impl SessionState {
                 }
             }
             SessionUpdate::TerminalOutputChunk(chunk) => match decode_base64(&chunk.data) {
-                Some(bytes) => self.terminals.entry(chunk.terminal_id.clone()).or_default().output.extend(bytes),
+                Some(bytes) => self.terminal(&chunk.terminal_id).output.extend(bytes),
                 None => {
                     tracing::warn!(terminal = %chunk.terminal_id.0, "acp session: terminal output chunk is not base64; skipped")
                 }
@@ -315,6 +322,30 @@ impl SessionState {
         find_by_id(&self.tool_calls, &self.tool_call_index, id, |c| &c.id).map(|i| &self.tool_calls[i])
     }
 
+    /// The display terminal with this id, if any.
+    pub fn terminal_by_id(&self, id: &TerminalId) -> Option<&Terminal> {
+        find_by_id(&self.terminals, &self.terminal_index, id, |t| &t.id).map(|i| &self.terminals[i])
+    }
+
+    fn terminal(&mut self, id: &TerminalId) -> &mut Terminal {
+        let index = match locate(&self.terminals, &mut self.terminal_index, id, |t| &t.id) {
+            Some(index) => index,
+            None => {
+                self.terminals.push(Terminal {
+                    id: id.clone(),
+                    command: None,
+                    cwd: None,
+                    output: Vec::new(),
+                    exit_status: None,
+                    meta: None,
+                });
+                self.terminal_index.insert(id.clone(), self.terminals.len() - 1);
+                self.terminals.len() - 1
+            }
+        };
+        &mut self.terminals[index]
+    }
+
     fn message(&mut self, id: &MessageId, role: Role) -> &mut Message {
         let index = match locate(&self.messages, &mut self.message_index, id, |m| &m.id) {
             Some(index) => index,
@@ -349,6 +380,8 @@ impl SessionState {
             None => {
                 self.tool_calls.push(ToolCall {
                     id: id.clone(),
+                    #[cfg(feature = "unstable_tool_call_name")]
+                    name: None,
                     title: None,
                     kind: None,
                     status: None,
@@ -367,6 +400,8 @@ impl SessionState {
 
     fn patch_tool_call(&mut self, p: &ToolCallUpdate) {
         let call = self.tool_call(&p.tool_call_id);
+        #[cfg(feature = "unstable_tool_call_name")]
+        p.name.apply_to(&mut call.name);
         p.title.apply_to(&mut call.title);
         p.kind.apply_to(&mut call.kind);
         p.status.apply_to(&mut call.status);
@@ -560,6 +595,35 @@ mod tests {
         assert_eq!(state.tool_calls[1].status, None);
     }
 
+    #[cfg(feature = "unstable_tool_call_name")]
+    #[test]
+    fn a_tool_calls_name_is_a_patch_field_like_the_others() {
+        let mut state = apply_all(json!([
+            {"sessionUpdate": "tool_call_update", "toolCallId": "t", "name": "read_file", "title": "Read"},
+            {"sessionUpdate": "tool_call_update", "toolCallId": "t", "status": "completed"},
+        ]));
+        assert_eq!(state.tool_calls[0].name.as_deref(), Some("read_file"), "omitted: unchanged");
+        state.apply(
+            &serde_json::from_value(json!({"sessionUpdate": "tool_call_update", "toolCallId": "t", "name": null}))
+                .unwrap(),
+        );
+        assert_eq!(state.tool_calls[0].name, None, "null: cleared");
+    }
+
+    #[test]
+    fn terminals_are_kept_in_the_order_they_first_appeared() {
+        let state = apply_all(json!([
+            {"sessionUpdate": "terminal_update", "terminalId": "zeta", "command": "make"},
+            {"sessionUpdate": "terminal_output_chunk", "terminalId": "alpha", "data": "aGk="},
+            {"sessionUpdate": "terminal_update", "terminalId": "mid", "command": "ls"},
+            {"sessionUpdate": "terminal_update", "terminalId": "zeta", "command": "make all"},
+        ]));
+        let ids: Vec<&str> = state.terminals.iter().map(|t| t.id.0.as_str()).collect();
+        assert_eq!(ids, ["zeta", "alpha", "mid"]);
+        assert_eq!(state.terminal_by_id(&"zeta".into()).unwrap().command.as_deref(), Some("make all"));
+        assert!(state.terminal_by_id(&"nope".into()).is_none());
+    }
+
     #[test]
     fn terminals_take_snapshots_and_decode_each_chunk_on_its_own() {
         // "é" split across two chunks: each chunk is valid base64 of its own bytes.
@@ -568,12 +632,12 @@ mod tests {
             {"sessionUpdate": "terminal_output_chunk", "terminalId": "term", "data": "qQ=="},
             {"sessionUpdate": "terminal_update", "terminalId": "term", "command": "echo", "cwd": "/tmp"},
         ]));
-        let term = &state.terminals["term"];
+        let term = &state.terminal_by_id(&"term".into()).unwrap();
         assert_eq!(term.output, "hé".as_bytes());
         assert_eq!(term.command.as_deref(), Some("echo"));
         let mut state = state;
         state.apply(&serde_json::from_value(json!({"sessionUpdate": "terminal_update", "terminalId": "term", "output": {"data": "b2s="}, "exitStatus": {"exitCode": 0}, "command": null})).unwrap());
-        let term = &state.terminals["term"];
+        let term = &state.terminal_by_id(&"term".into()).unwrap();
         assert_eq!(term.output, b"ok", "a snapshot replaces every byte before it");
         assert_eq!(term.command, None);
         assert!(term.exit_status.is_some());
@@ -583,7 +647,7 @@ mod tests {
             )
             .unwrap(),
         );
-        assert_eq!(state.terminals["term"].output, b"ok", "an invalid chunk is skipped");
+        assert_eq!(state.terminal_by_id(&"term".into()).unwrap().output, b"ok", "an invalid chunk is skipped");
     }
 
     #[test]
@@ -617,7 +681,7 @@ mod tests {
         ] {
             state.apply(&serde_json::from_value(update).unwrap());
         }
-        assert_eq!(state.terminals["t"].output, b"ok");
+        assert_eq!(state.terminal_by_id(&"t".into()).unwrap().output, b"ok");
     }
 
     #[test]
@@ -685,7 +749,7 @@ mod tests {
         let meta = |m: &Option<Map<String, Value>>| m.as_ref().map(|m| Value::Object(m.clone()));
         assert_eq!(meta(&state.messages[0].meta), Some(json!({"m": 1})), "omitted: unchanged; a chunk's is its own");
         assert_eq!(meta(&state.tool_calls[0].meta), Some(json!({"t": 1})));
-        assert_eq!(meta(&state.terminals["x"].meta), Some(json!({"x": 1})));
+        assert_eq!(meta(&state.terminal_by_id(&"x".into()).unwrap().meta), Some(json!({"x": 1})));
         assert_eq!(meta(&state.meta), Some(json!({"tags": ["a"]})));
         apply(
             &mut state,
@@ -698,7 +762,7 @@ mod tests {
         );
         assert_eq!(state.messages[0].meta, None, "null clears");
         assert_eq!(state.tool_calls[0].meta, None);
-        assert_eq!(state.terminals["x"].meta, None);
+        assert_eq!(state.terminal_by_id(&"x".into()).unwrap().meta, None);
         assert_eq!(state.meta, None);
     }
 
