@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use acp_rpc::http::client::{ConnectError, Profile, Remote, RemoteAgent};
-use acp_rpc::{Error, ErrorObject, Handler, IncomingRequest, Peer, RawValue, codes};
+use acp_rpc::{Error, ErrorObject, Handler, IncomingNotification, IncomingRequest, Peer, RawValue, codes};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Full};
@@ -374,6 +374,39 @@ async fn a_session_stream_is_reopened_once_then_its_pending_requests_fail() {
     let echoed = within("_echo", peer.request_raw("_echo", Some(&raw(json!({"sessionId": "s1"}))))).await;
     assert!(echoed.is_ok());
     assert_eq!(mock.lines().iter().filter(|l| *l == "GET [s1]").count(), 3);
+}
+
+/// What a session's stream carries after our `session/close` succeeded (the turn's last updates,
+/// such as v2's idle `state_update`) still reaches the handler: the stream is read until the
+/// server ends it, and is not opened again. The client used to drop the stream with the answer.
+#[tokio::test]
+async fn a_closed_sessions_stream_is_read_to_its_end_and_not_reopened() {
+    struct Notes(mpsc::UnboundedSender<String>);
+    impl Handler for Notes {
+        async fn handle_notification(&self, n: IncomingNotification) {
+            let _ = self.0.send(n.method.to_string());
+        }
+    }
+    let mock = Mock::start().await;
+    let (notes_tx, mut notes) = mpsc::unbounded_channel();
+    let (peer, _remote) = Remote::new(mock.url()).serve(Notes(notes_tx)).await.unwrap();
+    within("initialize", peer.request_raw("initialize", Some(&raw(json!({"protocolVersion": 1}))))).await.unwrap();
+    let close = tokio::spawn({
+        let peer = peer.clone();
+        async move { peer.request_raw("session/close", Some(&raw(json!({"sessionId": "s1"})))).await }
+    });
+    mock.wait_for("the close", 1, |l| l == "POST session/close [s1]").await;
+    let id = mock.seen().iter().find(|s| s.message["method"] == "session/close").unwrap().message["id"].clone();
+    mock.push(Some("s1"), json!({"jsonrpc": "2.0", "id": id, "result": {}}));
+    within("the close's answer", close).await.unwrap().unwrap();
+    // Written after the answer was read, as an agent's last update of the session may be.
+    mock.push(Some("s1"), json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1"}}));
+    assert_eq!(within("the update after the close", notes.recv()).await.as_deref(), Some("session/update"));
+    mock.close(Some("s1"));
+    // The connection goes on (a round trip on its own stream), and s1's stream stays closed.
+    within("_echo", peer.request_raw("_echo", None)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(mock.lines().iter().filter(|l| *l == "GET [s1]").count(), 1, "{:?}", mock.lines());
 }
 
 #[tokio::test]
