@@ -263,3 +263,63 @@ async fn closing_a_connection_whose_client_never_answers_the_disconnect_ends_in_
     tokio::time::timeout(LIMIT, conn.close()).await.expect("close gives up on the answer");
     assert!(started.elapsed() >= std::time::Duration::from_secs(5), "it did wait for the answer a while");
 }
+
+/// An `mcp/connect` the agent gave up on (its future dropped, or its token cancelled) whose
+/// answer opens a connection anyway: the agent closes that connection with `mcp/disconnect`,
+/// rather than leave it (and its server instance) open on the client until the ACP connection
+/// ends. The client side here is raw lines, so the answer comes exactly when the test says.
+#[tokio::test]
+async fn a_connect_given_up_before_its_answer_closes_what_the_answer_opened() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let (agent_end, (client_read, mut client_write)) = duplex(BUF);
+    let (client_handle, serve) = serve_agent(AcpMcpAgent::new(McpClients::new()), agent_end.0, agent_end.1);
+    tokio::spawn(serve);
+    let mut lines = BufReader::new(client_read).lines();
+    // What the agent writes, `$/cancel_request`s aside (whether it sends them is not the point).
+    let mut read = async || -> Value {
+        loop {
+            let line = tokio::time::timeout(LIMIT, lines.next_line()).await.expect("a message in time").unwrap();
+            let message: Value = serde_json::from_str(&line.expect("the agent's output is open")).unwrap();
+            if message["method"] != "$/cancel_request" {
+                return message;
+            }
+        }
+    };
+    let clients = McpClients::new();
+
+    // Dropped: the caller stops waiting before the answer.
+    let mut connect = Box::pin(clients.connect(&client_handle, "calc", ()));
+    assert!(tokio::time::timeout(std::time::Duration::from_millis(50), &mut connect).await.is_err());
+    let asked = read().await;
+    assert_eq!(asked["method"], "mcp/connect", "{asked}");
+    drop(connect);
+    // Cancelled: the handle's token fires before the answer.
+    let token = tokio_util::sync::CancellationToken::new();
+    let bound = client_handle.bound_to(token.clone());
+    let cancelled = tokio::spawn({
+        let clients = clients.clone();
+        async move { clients.connect(&bound, "calc", ()).await.map(|_| ()) }
+    });
+    let asked_again = read().await;
+    assert_eq!(asked_again["method"], "mcp/connect", "{asked_again}");
+    token.cancel();
+    let failed = tokio::time::timeout(LIMIT, cancelled).await.expect("the cancelled connect returns").unwrap();
+    assert!(matches!(failed, Err(acp_rpc::mcp::McpConnectError::Connect(acp_rpc::Error::Cancelled))), "{failed:?}");
+
+    // The client answers both anyway, each with a connection of its own.
+    for (request, connection) in [(&asked, "late-1"), (&asked_again, "late-2")] {
+        let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"connectionId": connection}});
+        client_write.write_all(format!("{answer}\n").as_bytes()).await.unwrap();
+    }
+    let mut closed = Vec::new();
+    while closed.len() < 2 {
+        let message = read().await;
+        if message["method"] == "mcp/disconnect" {
+            closed.push(message["params"]["connectionId"].as_str().unwrap().to_owned());
+        }
+    }
+    closed.sort();
+    assert_eq!(closed, ["late-1", "late-2"]);
+    assert_eq!(clients.connection_count(), 0);
+}

@@ -6,16 +6,19 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use acp_types::{
-    ConnectMcpRequest, ConnectMcpResponse, McpConnectionId, McpServer, McpServerAcp, McpServerAcpId,
-    MessageMcpNotification, MessageMcpRequest, MessageMcpResponse, client_method,
+    ConnectMcpRequest, ConnectMcpResponse, DisconnectMcpRequest, DisconnectMcpResponse, McpConnectionId, McpServer,
+    McpServerAcp, McpServerAcpId, MessageMcpNotification, MessageMcpRequest, MessageMcpResponse, client_method,
 };
 use rmcp::service::{ClientInitializeError, RoleClient, RunningService, Service};
 use serde_json::Value;
+use tokio::sync::oneshot;
 
 use super::transport::TunnelTransport;
 use super::tunnel::{OnEnd, Route, Tunnel};
+use crate::Peer;
 use crate::agent::{AgentContext, ClientHandle};
 use crate::error::Error;
+use crate::typed;
 
 /// Why [`McpClients::connect`] failed.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +62,58 @@ fn unknown_connection(id: &McpConnectionId) -> acp_types::Error {
     acp_types::Error::invalid_params().data(Value::from(format!("no MCP connection `{id}` here")))
 }
 
+type Opened = Result<ConnectMcpResponse, Error>;
+
+/// `mcp/connect`, made by a task of its own so that its answer is read even when the caller
+/// gives up first (see [`McpClients::connect`]); [`Waiting`] closes what such an answer opened.
+async fn open(client: &ClientHandle, params: ConnectMcpRequest) -> Opened {
+    let peer = client.peer().clone();
+    let call = typed::typed_call_owned::<_, ConnectMcpResponse>(peer.clone(), client_method::MCP_CONNECT, &params);
+    let (tx, rx) = oneshot::channel::<Opened>();
+    tokio::spawn({
+        let peer = peer.clone();
+        async move {
+            if let Err(Ok(opened)) = tx.send(call.await) {
+                disconnect(peer, opened.connection_id).await;
+            }
+        }
+    });
+    let mut waiting = Waiting { rx, peer };
+    match client.cancellation_token() {
+        Some(token) => tokio::select! {
+            answer = &mut waiting.rx => answer.unwrap_or(Err(Error::ConnectionClosed)),
+            () = token.cancelled() => Err(if client.peer().is_closed() { Error::ConnectionClosed } else { Error::Cancelled }),
+        },
+        None => (&mut waiting.rx).await.unwrap_or(Err(Error::ConnectionClosed)),
+    }
+}
+
+/// The caller's end of an `mcp/connect` in flight. Dropped before the answer was taken, it
+/// closes the channel, so the task disconnects what the answer opens; an answer already in the
+/// channel is disconnected here.
+struct Waiting {
+    rx: oneshot::Receiver<Opened>,
+    peer: Peer,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.rx.close();
+        if let Ok(Ok(opened)) = self.rx.try_recv()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(disconnect(self.peer.clone(), opened.connection_id));
+        }
+    }
+}
+
+/// `mcp/disconnect` for a connection nobody uses; the answer does not matter.
+async fn disconnect(peer: Peer, connection_id: McpConnectionId) {
+    tracing::debug!(connection = %connection_id, "mcp over acp: closing a connection whose connect was given up");
+    let params = DisconnectMcpRequest::new(connection_id);
+    let _ = typed::typed_call_owned::<_, DisconnectMcpResponse>(peer, client_method::MCP_DISCONNECT, &params).await;
+}
+
 /// The `"type": "acp"` servers among `servers` (e.g. `session/new`'s `mcpServers`).
 pub fn acp_servers(servers: &[McpServer]) -> impl Iterator<Item = &McpServerAcp> {
     servers.iter().filter_map(|server| match server {
@@ -85,7 +140,10 @@ impl McpClients {
     ///
     /// The connection outlives the request it was opened in; it ends when the returned
     /// [`McpConnection`] is dropped or closed (`mcp/disconnect` is then sent), when the rmcp
-    /// client stops, when the server side ends it, or with the ACP connection.
+    /// client stops, when the server side ends it, or with the ACP connection. A connect given
+    /// up before its answer (this future dropped, or the handle's token cancelled: it then
+    /// fails with [`Error::Cancelled`] at once) still has its answer awaited, and a connection
+    /// that answer opened is closed with `mcp/disconnect`, so none is left open on the client.
     pub async fn connect<C>(
         &self,
         client: &ClientHandle,
@@ -95,9 +153,7 @@ impl McpClients {
     where
         C: Service<RoleClient>,
     {
-        let params = ConnectMcpRequest::new(server_id);
-        let connected: ConnectMcpResponse = client.call(client_method::MCP_CONNECT, &params).await?;
-        let connection_id = connected.connection_id;
+        let connection_id = open(client, ConnectMcpRequest::new(server_id)).await?.connection_id;
         let registry: Weak<Mutex<HashMap<McpConnectionId, Arc<Tunnel>>>> = Arc::downgrade(&self.connections);
         let key = connection_id.clone();
         let then = Box::new(move || {
