@@ -249,10 +249,10 @@ async fn run(args: Args) -> i32 {
     }
     let (stdin, stdout) = acp_rpc::transport::stdio();
     #[cfg(unix)]
-    let (stdin, signalled) = match signals::EndOnSignal::new(stdin) {
-        Ok(stdin) => {
-            let signalled = stdin.signalled();
-            (stdin, signalled)
+    let signalled = match signals::Signals::listen() {
+        Ok(signals) => {
+            conductor = conductor.shutdown_on(signals.token);
+            signals.signalled
         }
         Err(e) => {
             eprintln!("acp-conductor: cannot handle signals: {e}");
@@ -263,7 +263,7 @@ async fn run(args: Args) -> i32 {
     match run_commands(conductor, stdin, stdout, &commands, kill_grace).await {
         Ok(exit) => match &exit.end {
             #[cfg(unix)]
-            ChainEnd::ClientClosed if signalled.get().is_some() => {
+            ChainEnd::ShutDown => {
                 let signal = signalled.get().copied().unwrap_or_default();
                 tracing::info!(signal, "a signal ended the chain");
                 128 + signal

@@ -739,3 +739,49 @@ fn slips_on_the_command_line_are_explained() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("cannot start component `my-agent` (`/nowhere/my-agent`)"), "{stderr}");
 }
+
+/// An agent that stops reading its input holds up, by backpressure, the reading of the editor's
+/// input too: a signal still ends the chain (it used to be noticed only by that reading, so the
+/// conductor ran on, and its agent with it).
+#[tokio::test]
+async fn a_signal_ends_a_chain_whose_agent_stopped_reading() {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(CONDUCTOR)
+        .args(["--no-mcp-bridge", "--kill-grace-ms", "200", "agent", "sleep 30"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // Notifications until the conductor stops taking them.
+    let line = format!("{}\n", json!({"jsonrpc": "2.0", "method": "_x/n", "params": {"pad": "x".repeat(200)}}));
+    let mut sent = 0;
+    while let Ok(written) = tokio::time::timeout(Duration::from_secs(1), stdin.write_all(line.as_bytes())).await {
+        written.unwrap();
+        sent += 1;
+    }
+    let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    let exited = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    let status = exited.unwrap_or_else(|_| panic!("still running 10 s after SIGTERM ({sent} notifications sent)"));
+    assert_eq!(status.unwrap().code(), Some(143));
+}
+
+/// A process a component leaves behind in a session of its own (which the group kill does not
+/// reach) with the component's stderr open does not keep the conductor running.
+#[tokio::test]
+async fn a_process_left_holding_a_components_stderr_does_not_keep_the_conductor_running() {
+    let mut child = tokio::process::Command::new(CONDUCTOR)
+        .args(["--no-mcp-bridge", "--kill-grace-ms", "200", "agent", "sh -c 'setsid sleep 15 & exec sleep 30'"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let exited = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+    assert!(exited.is_ok(), "the conductor still runs {:?} after its input ended", started.elapsed());
+}

@@ -43,6 +43,7 @@ use std::time::Duration;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use super::{Wire, envelope, is_any_successor_envelope, is_chain_method, mark_as_proxy, marks_a_proxy};
 use crate::connection::Connection;
@@ -89,12 +90,18 @@ impl std::fmt::Debug for Component {
     }
 }
 
+/// How long past the cancel grace a shut-down chain waits for its client's connection to
+/// answer what is in flight before it closes the components (see [`Conductor::shutdown_on`]).
+const SHUTDOWN_MARGIN: Duration = Duration::from_millis(500);
+
 /// How a chain ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ChainEnd {
     /// The client closed its side.
     ClientClosed,
+    /// The token given to [`Conductor::shutdown_on`] was cancelled.
+    ShutDown,
     /// A component ended first (exited, closed its output, or wrote something that is not
     /// JSON-RPC).
     ComponentEnded {
@@ -112,6 +119,7 @@ pub struct Conductor {
     proxy_mode: bool,
     trace: Option<TraceOut>,
     debug: Option<debug_log::DebugLog>,
+    shutdown: Option<CancellationToken>,
     #[cfg(all(feature = "mcp-bridge", unix))]
     mcp_bridge: Option<crate::mcp::bridge::McpBridge>,
 }
@@ -130,9 +138,20 @@ impl Conductor {
             proxy_mode: false,
             trace: None,
             debug: None,
+            shutdown: None,
             #[cfg(all(feature = "mcp-bridge", unix))]
             mcp_bridge: None,
         }
+    }
+
+    /// Ends the chain when `token` is cancelled (e.g. on a signal), as the end of the client's
+    /// input would: requests in flight are answered with errors, then every connection closes,
+    /// and [`run`](Self::run) returns [`ChainEnd::ShutDown`]. Unlike the end of input, this
+    /// also ends a chain that is stuck: a component that stops reading its input holds up, by
+    /// backpressure, the reading of the client's input, so its end would never be read.
+    pub fn shutdown_on(mut self, token: CancellationToken) -> Self {
+        self.shutdown = Some(token);
+        self
     }
 
     /// Bridges MCP over ACP for an agent that does not speak it: when the agent's
@@ -246,8 +265,30 @@ impl Conductor {
             bridge.set_route(route);
         }
 
-        let end = match serves.join_next().await {
-            Some(Ok((Place::Component(index), result))) => {
+        let shutdown = self.shutdown.clone().unwrap_or_default();
+        let joined = tokio::select! {
+            joined = serves.join_next() => Some(joined),
+            () = shutdown.cancelled() => None,
+        };
+        let end = match joined {
+            None => {
+                tracing::info!("acp conductor: shutdown requested; ending the chain");
+                // As at the end of the client's input: its connection stops reading and
+                // answers what is in flight (within the cancel grace) before it ends; then
+                // the components are closed, below. Not longer than that: in a stuck chain,
+                // the client's connection waits on a component, which closing it releases.
+                client.close();
+                let client_ended = async {
+                    while let Some(joined) = serves.join_next().await {
+                        if matches!(joined, Ok((Place::Client, _))) {
+                            break;
+                        }
+                    }
+                };
+                let _ = tokio::time::timeout(self.cancel_grace + SHUTDOWN_MARGIN, client_ended).await;
+                ChainEnd::ShutDown
+            }
+            Some(Some(Ok((Place::Component(index), result)))) => {
                 if let Err(e) = result {
                     tracing::warn!(component = %names[index], error = %e, "acp conductor: component connection failed");
                 }

@@ -174,9 +174,9 @@ pub struct ChainExit {
 }
 
 impl ChainExit {
-    /// Whether the chain ended because its client closed it, as it should.
+    /// Whether the chain ended because its client closed it or it was shut down, as it should.
     pub fn is_clean(&self) -> bool {
-        self.end == ChainEnd::ClientClosed
+        matches!(self.end, ChainEnd::ClientClosed | ChainEnd::ShutDown)
     }
 }
 
@@ -246,8 +246,19 @@ where
             statuses[index] = status;
         }
     }
-    for label in labels {
-        let _ = label.await;
+    // The components are gone, but a process one left behind in a session of its own (out of
+    // reach of the group kill) may still hold its stderr: what is left of their lines is
+    // copied for one more grace period, not for as long as such a process lives.
+    let copied = async {
+        for label in &mut labels {
+            let _ = label.await;
+        }
+    };
+    if tokio::time::timeout(kill_grace, copied).await.is_err() {
+        tracing::debug!("acp conductor: a component's stderr is still open after it was reaped; no longer copied");
+        for label in &labels {
+            label.abort();
+        }
     }
     Ok(ChainExit { end, statuses })
 }
