@@ -23,7 +23,7 @@ use crate::connection::{LoadGauges, RequestKind, Shared, lock_backlog, lock_infl
 use crate::handler::{DynHandler, IncomingRequest, Watch};
 use crate::jsonrpc::Id;
 use crate::peer::Peer;
-use crate::router::{Slot, cancelled_answer, finish, run_request};
+use crate::router::{Slot, cancelled_answer, finish, forward_held, run_request};
 use crate::tasks::RequestTasks;
 
 /// What a held request is charged beyond its params, id and method: the [`Held`] entry in the
@@ -207,9 +207,12 @@ fn start(starter: &Starter, held: Held, admitted: tokio::sync::OwnedSemaphorePer
     };
     let slot = Slot::new(shared.load.running.clone(), admitted);
     let counted = starter.tasks.count();
-    let task =
-        run_request(shared.clone(), starter.handler.clone(), req, kind, starter.grace, barrier, slot, reply, counted);
-    tokio::spawn(task);
+    let (handler, grace) = (starter.handler.clone(), starter.grace);
+    if shared.forwarding {
+        tokio::spawn(forward_held(shared.clone(), handler, req, kind, grace, barrier, slot, reply, counted));
+    } else {
+        tokio::spawn(run_request(shared.clone(), handler, req, kind, grace, barrier, slot, reply, counted));
+    }
 }
 
 /// The connection ends (the backlog task has stopped): every held request is answered as

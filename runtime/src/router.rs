@@ -687,6 +687,25 @@ pub(crate) async fn notification_loop(
     }
 }
 
+/// A request of a forwarding connection that was held in the backlog, started by the backlog
+/// task once a slot freed: after the notifications read before it, it is forwarded (or
+/// started) as [`start_or_forward`] does for the others, never handled as one addressed to us.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn forward_held(
+    shared: Arc<Shared>,
+    handler: Arc<dyn DynHandler>,
+    req: IncomingRequest,
+    kind: RequestKind,
+    grace: Duration,
+    barrier: u64,
+    slot: Slot,
+    reply: ReplyTo,
+    counted: Counted,
+) {
+    shared.wait_for_notifications(barrier).await;
+    start_or_forward(&shared, &handler, QueuedRequest { req, kind, slot, reply, counted }, grace).await;
+}
+
 /// A request of a forwarding connection, in its turn: forwarded if the handler says so (sent
 /// before the next message is looked at), else started like any request.
 async fn start_or_forward(

@@ -1,0 +1,81 @@
+//! Proxies and the conductor at their edges, against raw peers: requests held in a hop's
+//! backlog, cancellations that cross hops, and the order of what passes through.
+
+mod common;
+
+use std::time::Duration;
+
+use acp_rpc::proxy::conductor::{Component, Conductor};
+use acp_rpc::proxy::{Proxy, ProxyContext, Side};
+use acp_rpc::transport::duplex;
+use acp_rpc::{Connection, ErrorObject, IncomingRequest, RawValue};
+use common::*;
+use serde_json::json;
+
+/// A conductor with one raw agent: (client, agent).
+fn chain_with_raw_agent() -> (RawPeer, RawPeer) {
+    let ((editor_r, editor_w), (conductor_r, conductor_w)) = duplex(1 << 24);
+    let ((a_r, a_w), (ca_r, ca_w)) = duplex(1 << 24);
+    let components = vec![Component::new("agent", ca_r, ca_w)];
+    tokio::spawn(Conductor::new().run(conductor_r, conductor_w, components));
+    (RawPeer::new(editor_r, editor_w), RawPeer::new(a_r, a_w))
+}
+
+/// More requests in flight than a hop admits (1,024 running and 4,096 queued by default): the
+/// next one is held in the hop's backlog, and once a slot frees it is forwarded like the
+/// others. It used to be started as a request addressed to the conductor, which answered it
+/// -32603 "no component to forward" without the agent ever seeing it.
+#[tokio::test]
+async fn a_request_held_in_the_conductors_backlog_is_forwarded_when_its_turn_comes() {
+    let (mut client, mut agent) = chain_with_raw_agent();
+    const N: i64 = 1024 + 4096 + 1;
+    for id in 0..N {
+        client.send_json(json!({"jsonrpc": "2.0", "id": id, "method": "_x/slow", "params": {"n": id}})).await;
+    }
+    let mut agent_ids = Vec::new();
+    for _ in 0..(N - 1) {
+        let message = agent.recv().await;
+        assert_eq!(message["method"], "_x/slow");
+        agent_ids.push(message["id"].clone());
+    }
+    agent.send_json(json!({"jsonrpc": "2.0", "id": agent_ids[0], "result": {"ok": 0}})).await;
+    assert_eq!(client.recv().await, json!({"jsonrpc": "2.0", "id": 0, "result": {"ok": 0}}));
+    let unexpected = client.try_recv_line(Duration::from_millis(300)).await;
+    assert!(unexpected.is_none(), "the client got an answer for a request the agent never saw: {unexpected:?}");
+    let held = agent.recv().await;
+    assert_eq!(held["params"], json!({"n": N - 1}), "{held}");
+}
+
+/// A proxy that intercepts nothing, and says so if its handler is ever called.
+struct InterceptsNothing;
+
+impl Proxy for InterceptsNothing {
+    async fn handle_request(
+        &self,
+        _cx: ProxyContext,
+        _from: Side,
+        req: IncomingRequest,
+    ) -> Result<Box<RawValue>, ErrorObject> {
+        Err(ErrorObject::internal_error(format!("handler called for `{}`, which it does not intercept", req.method)))
+    }
+}
+
+/// The same in a proxy: a request held in its backlog is forwarded, not handed to
+/// `Proxy::handle_request` (which it never claimed with `intercepts`).
+#[tokio::test]
+async fn a_request_held_in_a_proxys_backlog_is_forwarded_not_handled() {
+    let ((pr, pw), (cr, cw)) = duplex(1 << 20);
+    let connection = Connection::new().max_concurrent_requests(1).max_queued_requests(0);
+    let (_peer, serve) = acp_rpc::proxy::proxy_connection(connection, InterceptsNothing, pr, pw);
+    tokio::spawn(serve);
+    let mut conductor = RawPeer::new(cr, cw);
+    for id in 1..=2 {
+        conductor.send_json(json!({"jsonrpc": "2.0", "id": id, "method": "_x/ext", "params": {"n": id}})).await;
+    }
+    let first = conductor.recv().await;
+    assert_eq!(first["method"], "proxy/successor", "{first}");
+    conductor.send_json(json!({"jsonrpc": "2.0", "id": first["id"], "result": {}})).await;
+    assert_eq!(conductor.recv().await, json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+    let second = conductor.recv().await;
+    assert_eq!(second["method"], "proxy/successor", "the second request is forwarded like the first: {second}");
+}
