@@ -67,6 +67,16 @@ pub trait Handler: Send + Sync + 'static {
     fn forward_notification<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
         self.forward(method, params)
     }
+
+    /// On a [forwarding](crate::Connection::forwarding) connection: whether a request this
+    /// handler handles itself (one [`Handler::forward`] did not pass on) is to be answered
+    /// before anything read after it is forwarded or handled, as the requests that set a chain
+    /// up (`initialize` and its proxy forms) are, which nothing may overtake. Its calls to the
+    /// peer are answered meanwhile, as those of a notification handler are. The default: none.
+    fn handles_in_order(&self, method: &str, params: Option<&RawValue>) -> bool {
+        let _ = (method, params);
+        false
+    }
 }
 
 /// Where [`Handler::forward`] passes a message on to, and as what. The method and params may
@@ -98,6 +108,10 @@ impl<H: Handler> Handler for Arc<H> {
     fn forward_notification<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
         (**self).forward_notification(method, params)
     }
+
+    fn handles_in_order(&self, method: &str, params: Option<&RawValue>) -> bool {
+        (**self).handles_in_order(method, params)
+    }
 }
 
 /// A boxed handler future, as the connection polls it.
@@ -110,6 +124,7 @@ pub(crate) trait DynHandler: Send + Sync + 'static {
     fn handle_notification_boxed(&self, notification: IncomingNotification) -> BoxFuture<'_, ()>;
     fn forward_dyn<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>>;
     fn forward_notification_dyn<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>>;
+    fn handles_in_order_dyn(&self, method: &str, params: Option<&RawValue>) -> bool;
 }
 
 impl<H: Handler> DynHandler for H {
@@ -126,6 +141,10 @@ impl<H: Handler> DynHandler for H {
 
     fn forward_notification_dyn<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
         self.forward_notification(method, params)
+    }
+
+    fn handles_in_order_dyn(&self, method: &str, params: Option<&RawValue>) -> bool {
+        self.handles_in_order(method, params)
     }
 }
 

@@ -717,7 +717,16 @@ async fn start_or_forward(
     let QueuedRequest { req, kind, slot, reply, counted } = request;
     let Some(forward) = handler.forward_dyn(&req.method, req.params.as_deref()) else {
         // Every notification before it is handled: no barrier left to wait for.
-        tokio::spawn(run_request(shared.clone(), handler.clone(), req, kind, grace, 0, slot, reply, counted));
+        if handler.handles_in_order_dyn(&req.method, req.params.as_deref()) {
+            // Answered before the next message is looked at; its own calls to the peer are
+            // answered meanwhile, as a notification handler's are (they cannot wait for the
+            // messages queued behind it).
+            let me = Arc::as_ptr(shared) as usize;
+            let task = run_request(shared.clone(), handler.clone(), req, kind, grace, 0, slot, reply, counted);
+            IN_NOTIFICATION_HANDLER.scope(me, task).await;
+        } else {
+            tokio::spawn(run_request(shared.clone(), handler.clone(), req, kind, grace, 0, slot, reply, counted));
+        }
         return;
     };
     // Forwarded even when cancelled already: what cancelled it (a `session/cancel`, a

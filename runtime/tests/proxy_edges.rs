@@ -79,3 +79,28 @@ async fn a_request_held_in_a_proxys_backlog_is_forwarded_not_handled() {
     let second = conductor.recv().await;
     assert_eq!(second["method"], "proxy/successor", "the second request is forwarded like the first: {second}");
 }
+
+/// What the client sends right behind `initialize` reaches the agent after it: the conductor
+/// answers `initialize` itself (it initializes the chain), and what followed used to be
+/// forwarded while it did.
+#[tokio::test]
+async fn nothing_the_client_pipelines_behind_initialize_overtakes_it() {
+    let (mut client, mut agent) = chain_with_raw_agent();
+    client
+        .send_json(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}))
+        .await;
+    client.send_json(json!({"jsonrpc": "2.0", "method": "_x/after_initialize", "params": {}})).await;
+    client
+        .send_json(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/", "mcpServers": []}}),
+        )
+        .await;
+    let initialize = agent.recv().await;
+    assert_eq!(initialize["method"], "initialize", "{initialize}");
+    // Nothing more until the agent has answered it.
+    assert!(agent.try_recv_line(Duration::from_millis(200)).await.is_none());
+    agent.send_json(json!({"jsonrpc": "2.0", "id": initialize["id"], "result": {"protocolVersion": 1}})).await;
+    assert_eq!(client.recv().await["id"], 0);
+    assert_eq!(agent.recv().await["method"], "_x/after_initialize");
+    assert_eq!(agent.recv().await["method"], "session/new");
+}

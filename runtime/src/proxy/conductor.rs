@@ -603,6 +603,10 @@ impl Handler for Link {
         self.route(method, params, true)
     }
 
+    fn handles_in_order(&self, method: &str, params: Option<&RawValue>) -> bool {
+        super::initializes(method, params)
+    }
+
     async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
         #[cfg(all(feature = "mcp-bridge", unix))]
         if let Some((bridge, method, params)) = self.for_bridge(&req.method, req.params.as_deref()) {

@@ -519,6 +519,17 @@ pub(crate) fn is_any_successor_envelope(method: &str) -> bool {
     matches!(method, PROXY_SUCCESSOR | SACP_PROXY_SUCCESSOR | SACP_SUCCESSOR_REQUEST | SACP_SUCCESSOR_NOTIFICATION)
 }
 
+/// Whether a request initializes a hop of a chain: `initialize` and the proxy forms, also
+/// inside a successor envelope. Nothing read after one may overtake it
+/// ([`Handler::handles_in_order`]).
+pub(crate) fn initializes(method: &str, params: Option<&RawValue>) -> bool {
+    match method {
+        INITIALIZE | PROXY_INITIALIZE | SACP_PROXY_INITIALIZE => true,
+        m if is_any_successor_envelope(m) => envelope::unwrap(params).is_ok_and(|inner| inner.method == INITIALIZE),
+        _ => false,
+    }
+}
+
 /// Whether an `initialize` (or its answer) carries the older wire's marker: `_meta.proxy` is
 /// `true`.
 pub(crate) fn marks_a_proxy(params: Option<&RawValue>) -> bool {
@@ -619,6 +630,10 @@ impl<P: Proxy> Handler for ProxyRouter<P> {
 
     fn forward_notification<'a>(&self, method: &'a str, params: Option<&'a RawValue>) -> Option<Forward<'a>> {
         self.route(method, params, Kind::Notification)
+    }
+
+    fn handles_in_order(&self, method: &str, params: Option<&RawValue>) -> bool {
+        initializes(method, params)
     }
 
     async fn handle_request(&self, mut req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
