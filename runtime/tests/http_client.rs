@@ -78,6 +78,8 @@ struct State {
     refuse: Mutex<HashMap<String, (u16, String)>>,
     /// A status to answer GETs for a session with.
     refuse_get: Mutex<HashMap<String, u16>>,
+    /// How long to wait before answering POSTs of a JSON-RPC method, in milliseconds.
+    slow: Mutex<HashMap<String, u64>>,
 }
 
 /// A Streamable HTTP server following the RFD, with knobs: `initialize` answered 200 with
@@ -201,6 +203,10 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
             response
         }
         "POST" => {
+            let delay = message["method"].as_str().and_then(|m| state.slow.lock().unwrap().get(m).copied());
+            if let Some(ms) = delay {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
             let refused = message["method"].as_str().and_then(|m| state.refuse.lock().unwrap().get(m).cloned());
             if let Some((status, body)) = refused {
                 return Ok(answer(status, body));
@@ -407,6 +413,34 @@ async fn a_closed_sessions_stream_is_read_to_its_end_and_not_reopened() {
     within("_echo", peer.request_raw("_echo", None)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(mock.lines().iter().filter(|l| *l == "GET [s1]").count(), 1, "{:?}", mock.lines());
+}
+
+/// The server floods the connection with bad messages while one of our POSTs is slow, then refuses
+/// it. The client reports the refusal (an error answer of its own) without waiting for room in
+/// the connection's input: it used to wait there, while the connection waited for the client
+/// to post its answers, and neither moved again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_refused_while_the_server_floods_the_connection_fails_its_call_and_the_rest_goes_on() {
+    let mock = Mock::start().await;
+    let (peer, _remote) = connected(Remote::new(mock.url())).await;
+    mock.state.slow.lock().unwrap().insert("_x".to_owned(), 1000);
+    mock.refuse("_x", 500, "busy");
+    let call = tokio::spawn({
+        let peer = peer.clone();
+        async move { peer.request_raw("_x", Some(&raw(json!({})))).await }
+    });
+    mock.wait_for("the slow POST", 1, |l| l == "POST _x").await;
+    const FLOOD: usize = 3000;
+    let pad = "x".repeat(1000);
+    // Lines that are no JSON-RPC messages: the connection's reader answers each itself, so
+    // it stops reading once its output is full.
+    for _ in 0..FLOOD {
+        mock.push(None, json!({ "pad": pad }));
+    }
+    let error = rpc_error(within("the refused call", call).await.unwrap());
+    assert!(error.message.contains("HTTP 500"), "{error:?}");
+    mock.wait_for("every answer posted", FLOOD, |l| l.starts_with("POST answer")).await;
+    assert!(!peer.is_closed());
 }
 
 #[tokio::test]

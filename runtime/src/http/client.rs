@@ -134,7 +134,7 @@ mod sse;
 #[cfg(feature = "http-tls")]
 mod tls;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -622,8 +622,14 @@ impl Remote {
                     commands,
                     routes: Mutex::default(),
                 });
-                let driver =
-                    HttpDriver { link, streams: HashMap::new(), next_generation: 0, ended: false, gone: false };
+                let driver = HttpDriver {
+                    link,
+                    held: VecDeque::new(),
+                    streams: HashMap::new(),
+                    next_generation: 0,
+                    ended: false,
+                    gone: false,
+                };
                 tokio::spawn(driver.run(lines, commands_rx));
             }
             Profile::WebSocket => {
@@ -979,25 +985,28 @@ impl Delivery {
         self.inbound.send(Inbound::Line(line)).await.is_ok()
     }
 
-    /// Answers our request `id` with a -32603 error, as if the server had.
-    async fn fail(&self, id: &str, message: &str, data: Value) {
-        let id: Value = serde_json::from_str(id).unwrap_or(Value::Null);
-        let answer = json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "error": { "code": codes::INTERNAL_ERROR, "message": message, "data": data },
-        });
-        if let Ok(line) = serde_json::to_vec(&answer) {
-            self.line(line).await;
-        }
-    }
-
     /// Ends the connection's input (pending calls fail), after what was handed over so far.
     async fn end(&self, reason: String) {
+        let _ = self.inbound.send(self.ending(reason)).await;
+    }
+
+    /// The end of the input, its reason recorded.
+    fn ending(&self, reason: String) -> Inbound {
         tracing::warn!(%reason, "acp http client: the connection ends");
         self.status.set_end_reason(reason);
-        let _ = self.inbound.send(Inbound::End).await;
+        Inbound::End
     }
+}
+
+/// A -32603 answer to our request `id`, as if the server had sent it.
+fn failure(id: &str, message: &str, data: Value) -> Inbound {
+    let id: Value = serde_json::from_str(id).unwrap_or(Value::Null);
+    let answer = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": { "code": codes::INTERNAL_ERROR, "message": message, "data": data },
+    });
+    Inbound::Line(serde_json::to_vec(&answer).unwrap_or_default())
 }
 
 /// Whether `message` is a JSON-RPC error response.
@@ -1329,6 +1338,11 @@ struct StreamSlot {
 /// Sends what the connection writes, one POST at a time, and manages the streams.
 struct HttpDriver {
     link: Arc<Link>,
+    /// What the driver itself hands to the connection (answers in POST bodies, failures, the
+    /// end) while the input queue is full, in order. The driver never waits for room there:
+    /// it is also what drains the connection's output, and a connection whose input is full
+    /// may be waiting for its output to drain (to write its answers), so both would stop.
+    held: VecDeque<Inbound>,
     /// By session; `None` is the connection stream.
     streams: HashMap<Option<String>, StreamSlot>,
     next_generation: u64,
@@ -1341,8 +1355,14 @@ struct HttpDriver {
 impl HttpDriver {
     async fn run(mut self, mut lines: mpsc::Receiver<Vec<u8>>, mut commands: mpsc::UnboundedReceiver<Command>) {
         loop {
+            let inbound = self.link.delivery.inbound.clone();
             tokio::select! {
                 biased;
+                Ok(room) = inbound.reserve(), if !self.held.is_empty() => {
+                    if let Some(item) = self.held.pop_front() {
+                        room.send(item);
+                    }
+                }
                 Some(command) = commands.recv() => self.command(command).await,
                 line = lines.recv() => match line {
                     Some(line) => self.send(line).await,
@@ -1351,6 +1371,24 @@ impl HttpDriver {
             }
         }
         self.finish().await;
+    }
+
+    /// Hands `item` to the connection after what the driver handed over before, without
+    /// waiting (see [`HttpDriver::held`]).
+    fn hand_over(&mut self, item: Inbound) {
+        if self.held.is_empty() {
+            match self.link.delivery.inbound.try_send(item) {
+                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => return,
+                Err(mpsc::error::TrySendError::Full(item)) => self.held.push_back(item),
+            }
+        } else {
+            self.held.push_back(item);
+        }
+    }
+
+    /// Answers our request `id` with a -32603 error, as if the server had.
+    fn fail(&mut self, id: &str, message: &str, data: Value) {
+        self.hand_over(failure(id, message, data));
     }
 
     fn connection_id(&self) -> Option<String> {
@@ -1369,7 +1407,7 @@ impl HttpDriver {
                 self.initialize(message, &envelope).await;
             } else if let Some(id) = request {
                 let text = "over HTTP, `initialize` must come first: it creates the connection";
-                self.link.delivery.fail(&id, text, json!({ "method": envelope.method })).await;
+                self.fail(&id, text, json!({ "method": envelope.method }));
             } else {
                 tracing::warn!(method = ?envelope.method, "acp http client: message before `initialize` dropped");
             }
@@ -1387,7 +1425,7 @@ impl HttpDriver {
                     if let Err(e) = self.open(&connection, Some(session.clone()), false).await {
                         if let Some(id) = &request {
                             let text = format!("cannot open the stream of session {session}: {e}");
-                            self.link.delivery.fail(id, &text, e.data()).await;
+                            self.fail(id, &text, e.data());
                             return;
                         }
                         tracing::warn!(%session, error = %e, "acp http client: cannot open a session stream");
@@ -1411,29 +1449,29 @@ impl HttpDriver {
                 if null_id_error && request.is_none() {
                     // The server's JSON-RPC answer to input that never reached the agent (a
                     // line that is not a message): handed over as the agent's answer would be.
-                    self.link.delivery.line(one_line(body.to_vec())).await;
+                    self.hand_over(Inbound::Line(one_line(body.to_vec())));
                 } else if let Some(id) = &request {
                     lock(&self.link.routes).ours.remove(id);
-                    self.link.delivery.fail(id, &text, answer.error_data()).await;
+                    self.fail(id, &text, answer.error_data());
                 } else {
                     tracing::warn!(method = ?envelope.method, %status, "acp http client: message refused");
                 }
                 if matches!(status.as_u16(), 401 | 403 | 404 | 410) {
                     self.gone = matches!(status.as_u16(), 404 | 410);
-                    self.end(format!("a POST was answered {status}")).await;
+                    self.end(format!("a POST was answered {status}"));
                 }
             }
             Err(e) => {
                 if let Some(id) = &request {
                     lock(&self.link.routes).ours.remove(id);
                     let text = format!("the POST failed: {e}");
-                    self.link.delivery.fail(id, &text, json!({ "error": e.to_string() })).await;
+                    self.fail(id, &text, json!({ "error": e.to_string() }));
                 }
                 match e {
                     SendError::TimedOut(_) | SendError::Header(_) => {
                         tracing::warn!(method = ?envelope.method, error = %e, "acp http client: POST failed");
                     }
-                    SendError::Transport(_) => self.end(format!("a POST failed: {e}")).await,
+                    SendError::Transport(_) => self.end(format!("a POST failed: {e}")),
                 }
             }
         }
@@ -1442,55 +1480,53 @@ impl HttpDriver {
     /// POSTs `initialize`: its answer comes in the POST's own body, with the connection id.
     async fn initialize(&mut self, message: Vec<u8>, envelope: &Envelope) {
         let id = envelope.id.clone().unwrap_or_default();
-        let delivery = &self.link.delivery;
         let answer = match self.link.post(message, None, None, self.link.limits.max_message_bytes).await {
             Ok(answer) => answer,
             Err(e) => {
                 let text = format!("cannot reach the server: {e}");
-                return delivery.fail(&id, &text, json!({ "error": e.to_string() })).await;
+                return self.fail(&id, &text, json!({ "error": e.to_string() }));
             }
         };
         if !answer.status.is_success() {
             let status = answer.status;
             let text = format!("the server answered `initialize` with HTTP {status}");
-            delivery.fail(&id, &text, answer.error_data()).await;
+            self.fail(&id, &text, answer.error_data());
             if matches!(status.as_u16(), 401 | 403 | 404 | 410) {
-                self.end(format!("`initialize` was answered {status}")).await;
+                self.end(format!("`initialize` was answered {status}"));
             }
             return;
         }
         if !answer.complete {
             let limit = self.link.limits.max_message_bytes;
             let text = format!("the answer to `initialize` is larger than {limit} bytes");
-            return delivery.fail(&id, &text, json!({ "status": answer.status.as_u16() })).await;
+            return self.fail(&id, &text, json!({ "status": answer.status.as_u16() }));
         }
         let body = answer.body.trim_ascii().to_vec();
         let response = std::str::from_utf8(&body).ok().and_then(Envelope::read);
         let is_ours = response.as_ref().is_some_and(|r| r.method.is_none() && r.id.as_deref() == Some(&id));
         if !is_ours {
             let text = "the server's answer to `initialize` is not its JSON-RPC response";
-            return delivery.fail(&id, text, answer.error_data()).await;
+            return self.fail(&id, text, answer.error_data());
         }
         let connection = answer.headers.get(CONNECTION_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let Some(connection) = connection else {
             if !is_error_response(&body) {
                 let text = "the server answered `initialize` without an `Acp-Connection-Id` header";
-                return delivery.fail(&id, text, answer.error_data()).await;
+                return self.fail(&id, text, answer.error_data());
             }
             // A JSON-RPC error: no connection; `initialize` may be tried again.
-            delivery.line(one_line(body)).await;
-            return;
+            return self.hand_over(Inbound::Line(one_line(body)));
         };
-        lock(&delivery.status.connection_id).replace(connection.clone());
+        lock(&self.link.delivery.status.connection_id).replace(connection.clone());
         // The connection stream before the answer: whatever the caller sends next goes out
         // with the stream in place, and a server that refuses it fails `initialize` itself.
         if let Err(e) = self.open(&connection, None, false).await {
             let text = format!("cannot open the connection stream: {e}");
-            self.link.delivery.fail(&id, &text, e.data()).await;
-            self.end(format!("the connection stream could not be opened: {e}")).await;
+            self.fail(&id, &text, e.data());
+            self.end(format!("the connection stream could not be opened: {e}"));
             return;
         }
-        self.link.delivery.line(one_line(body)).await;
+        self.hand_over(Inbound::Line(one_line(body)));
     }
 
     /// Opens a stream and starts reading it.
@@ -1548,23 +1584,22 @@ impl HttpDriver {
                     return;
                 }
                 let Some(session) = session else {
-                    return self.end(format!("the connection stream ended: {reason}")).await;
+                    return self.end(format!("the connection stream ended: {reason}"));
                 };
                 let reopened = slot.is_some_and(|slot| slot.reopened) && !delivered;
                 if reopened {
-                    return self.fail_session(&session, &format!("its stream ended twice: {reason}")).await;
+                    return self.fail_session(&session, &format!("its stream ended twice: {reason}"));
                 }
                 tracing::debug!(%session, %reason, "acp http client: session stream ended; reopening it");
                 if let Err(e) = self.open(&connection, Some(session.clone()), true).await {
-                    self.fail_session(&session, &format!("its stream ended ({reason}) and cannot be reopened: {e}"))
-                        .await;
+                    self.fail_session(&session, &format!("its stream ended ({reason}) and cannot be reopened: {e}"));
                 }
             }
         }
     }
 
     /// Fails our pending requests of `session`.
-    async fn fail_session(&mut self, session: &str, reason: &str) {
+    fn fail_session(&mut self, session: &str, reason: &str) {
         let failed: Vec<String> = {
             let mut routes = lock(&self.link.routes);
             let ids: Vec<String> = routes
@@ -1581,18 +1616,19 @@ impl HttpDriver {
         tracing::warn!(%session, %reason, failed = failed.len(), "acp http client: session stream lost");
         let text = format!("session {session} is unreachable: {reason}");
         for id in failed {
-            self.link.delivery.fail(&id, &text, json!({ "sessionId": session, "reason": reason })).await;
+            self.fail(&id, &text, json!({ "sessionId": session, "reason": reason }));
         }
     }
 
     /// Ends the connection's input (pending calls fail); nothing is sent any more.
-    async fn end(&mut self, reason: String) {
+    fn end(&mut self, reason: String) {
         if self.ended {
             return;
         }
         self.ended = true;
         self.streams.clear();
-        self.link.delivery.end(reason).await;
+        let end = self.link.delivery.ending(reason);
+        self.hand_over(end);
     }
 
     /// The connection is done: tell the server, drop the streams.
