@@ -92,6 +92,12 @@ struct Mock {
 
 impl Mock {
     async fn start() -> Mock {
+        Mock::start_with(None).await
+    }
+
+    /// With at most `max_streams` streams at once on an HTTP/2 connection (hyper's default,
+    /// 200, when `None`).
+    async fn start_with(max_streams: Option<u32>) -> Mock {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(State::default());
@@ -102,9 +108,9 @@ impl Mock {
                 let state = shared.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| serve(state.clone(), req));
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(tcp), service)
-                        .await;
+                    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    builder.http2().max_concurrent_streams(max_streams);
+                    let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
                 });
             }
         });
@@ -441,6 +447,52 @@ async fn a_post_refused_while_the_server_floods_the_connection_fails_its_call_an
     assert!(error.message.contains("HTTP 500"), "{error:?}");
     mock.wait_for("every answer posted", FLOOD, |l| l.starts_with("POST answer")).await;
     assert!(!peer.is_closed());
+}
+
+/// Over HTTP/2 a server allows so many streams at once per TCP connection. The open session
+/// streams used to take them all, and every later POST waited for a slot that never freed:
+/// the streams have a connection of their own now.
+#[tokio::test]
+async fn over_http2_open_streams_leave_the_posts_room() {
+    let mock = Mock::start_with(Some(3)).await;
+    let (peer, _remote) = connected(Remote::new(mock.url()).http2_prior_knowledge(true)).await;
+    // The connection's stream and two sessions' take all three.
+    for session in ["s1", "s2"] {
+        let params = raw(json!({"sessionId": session}));
+        within("an echo on a session's stream", peer.request_raw("_echo", Some(&params))).await.unwrap();
+    }
+    assert_eq!(mock.lines().iter().filter(|l| l.starts_with("GET")).count(), 3, "{:?}", mock.lines());
+    within("a POST beside three streams", peer.request_raw("_echo", None)).await.unwrap();
+}
+
+/// This crate's server allows as many streams on one HTTP/2 connection as the sessions it
+/// allows a connection (and more), so a client that opens them all on one keeps going.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http2_our_server_serves_a_connection_with_hundreds_of_sessions() {
+    #[derive(Default)]
+    struct Sessions(std::sync::atomic::AtomicU64);
+    impl Handler for Sessions {
+        async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
+            match &*req.method {
+                "initialize" => Ok(raw(json!({"protocolVersion": 1}))),
+                "session/new" => {
+                    let n = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Ok(raw(json!({"sessionId": format!("s{n}")})))
+                }
+                other => Err(ErrorObject::method_not_found(other)),
+            }
+        }
+    }
+    let bound = acp_rpc::http::server::HttpServer::new(Sessions::default).bind("127.0.0.1:0").await.unwrap();
+    let url = bound.url();
+    tokio::spawn(bound.run());
+    let (peer, _remote) = Remote::new(url).http2_prior_knowledge(true).serve(()).await.unwrap();
+    within("initialize", peer.request_raw("initialize", Some(&raw(json!({"protocolVersion": 1}))))).await.unwrap();
+    for n in 1..=250 {
+        let params = raw(json!({"cwd": "/", "mcpServers": []}));
+        let answer = tokio::time::timeout(LIMIT, peer.request_raw("session/new", Some(&params))).await;
+        assert!(matches!(answer, Ok(Ok(_))), "session/new number {n}: {answer:?}");
+    }
 }
 
 #[tokio::test]

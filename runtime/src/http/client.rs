@@ -609,12 +609,17 @@ impl Remote {
                 };
                 // Over TLS, ALPN decides.
                 let h2c = self.h2c && !endpoint.tls;
-                let http =
-                    hyper_util::client::legacy::Client::builder(TokioExecutor::new()).http2_only(h2c).build(connector);
+                let client = || {
+                    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+                        .http2_only(h2c)
+                        .build(connector.clone())
+                };
+                let (http, streams_http) = (client(), client());
                 let (commands, commands_rx) = mpsc::unbounded_channel();
                 let link = Arc::new(Link {
                     endpoint,
                     http,
+                    streams_http,
                     headers,
                     jar: self.jar.clone(),
                     limits,
@@ -1044,7 +1049,12 @@ type HttpClient = hyper_util::client::legacy::Client<tls::HttpsConnector, Full<B
 /// What the driver and the stream readers share.
 struct Link {
     endpoint: Endpoint,
+    /// For POSTs and the DELETE.
     http: HttpClient,
+    /// For the streams: a pool of its own, so that over HTTP/2, where a pool is one TCP
+    /// connection, the open streams never take the stream slots the POSTs need (a server
+    /// allows a fixed number of streams at once per connection; 100 is common).
+    streams_http: HttpClient,
     /// The configured extra headers.
     headers: HeaderMap,
     jar: CookieJar,
@@ -1184,7 +1194,8 @@ impl Link {
 
     /// Sends `request`; keeps the cookies of the answer.
     async fn send(&self, request: Request<Full<Bytes>>) -> Result<Response<Incoming>, SendError> {
-        let response = self.http.request(request).await.map_err(|e| SendError::Transport(describe_error(&e)))?;
+        let http = if request.method() == Method::GET { &self.streams_http } else { &self.http };
+        let response = http.request(request).await.map_err(|e| SendError::Transport(describe_error(&e)))?;
         for value in response.headers().get_all(SET_COOKIE) {
             if let Ok(value) = value.to_str() {
                 self.jar.store(&self.endpoint.server, value);

@@ -126,7 +126,9 @@ pub struct ServerOptions {
     pub output_stall: Duration,
     /// Open connections, both profiles (1024): 429 beyond.
     pub max_connections: usize,
-    /// Sessions (streams) per connection (256): `session/new` is answered 429 beyond.
+    /// Sessions (streams) per connection (256): `session/new` is answered 429 beyond. An
+    /// HTTP/2 connection may carry this many streams at once, plus the provisional ones and 64
+    /// more (for the connection's own stream and the POSTs beside them).
     pub max_sessions_per_connection: usize,
     /// Session streams open before their session is known (16): 404 beyond.
     pub max_provisional_sessions: usize,
@@ -469,6 +471,12 @@ where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (header_read_timeout, keep_alive) = (shared.options.header_read_timeout, shared.options.keep_alive);
+    // Every stream a connection may hold open at once (its sessions', the provisional ones and
+    // its own), with room for the POSTs beside them: a client that carries all of them on one
+    // HTTP/2 connection is never short of a stream for a POST.
+    let options = &shared.options;
+    let streams = options.max_sessions_per_connection + options.max_provisional_sessions + 64;
+    let max_streams = u32::try_from(streams).unwrap_or(u32::MAX);
     let service = hyper::service::service_fn(move |req| {
         let shared = shared.clone();
         async move { Ok::<_, Infallible>(shared.handle(req).await) }
@@ -482,6 +490,7 @@ where
         .header_read_timeout((!header_read_timeout.is_zero()).then_some(header_read_timeout));
     builder
         .http2()
+        .max_concurrent_streams(max_streams)
         .timer(hyper_util::rt::TokioTimer::new())
         .keep_alive_interval((!keep_alive.is_zero()).then_some(keep_alive));
     if let Err(error) = builder.serve_connection_with_upgrades(TokioIo::new(io), service).await {
