@@ -45,6 +45,10 @@ impl SseParser {
 
     /// Reads `bytes`, pushing the data of each event they complete onto `events`.
     pub(crate) fn feed(&mut self, mut bytes: &[u8], events: &mut Vec<Vec<u8>>) -> Result<(), EventTooLarge> {
+        if bytes.is_empty() {
+            // Nothing read: a CR fed last still waits for its LF.
+            return Ok(());
+        }
         if self.after_cr && bytes.first() == Some(&b'\n') {
             bytes = &bytes[1..];
         }
@@ -129,6 +133,11 @@ mod tests {
 
     fn parse(text: &str) -> Vec<String> {
         parse_in(&[text.as_bytes()])
+    }
+
+    #[test]
+    fn an_empty_read_between_a_cr_and_its_lf_ends_one_line() {
+        assert_eq!(parse_in(&[b"data: a\r", b"", b"\ndata: b\r\n\r\n"]), ["a\nb"]);
     }
 
     #[test]
