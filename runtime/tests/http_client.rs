@@ -495,6 +495,117 @@ async fn over_http2_our_server_serves_a_connection_with_hundreds_of_sessions() {
     }
 }
 
+// ---- session streams around a close ---------------------------------------------------------
+
+/// A handler that keeps the `text` of each notification's params, with its session.
+#[derive(Clone, Default)]
+struct Texts(Arc<Mutex<Vec<(String, String)>>>);
+
+impl Handler for Texts {
+    async fn handle_notification(&self, n: IncomingNotification) {
+        let params: Value = n.params.map(|p| serde_json::from_str(p.get()).unwrap()).unwrap_or_default();
+        let field = |name: &str| params[name].as_str().unwrap_or_default().to_owned();
+        self.0.lock().unwrap().push((field("sessionId"), field("text")));
+    }
+}
+
+impl Texts {
+    fn all(&self) -> Vec<(String, String)> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl Mock {
+    /// The id of the last POSTed request of `method`.
+    fn id_of(&self, method: &str) -> Value {
+        let seen = self.seen();
+        let post = seen.iter().rev().find(|s| s.method == "POST" && s.message["method"] == method);
+        post.unwrap_or_else(|| panic!("no {method} was posted")).message["id"].clone()
+    }
+}
+
+/// Calls `method` on `session` and answers it with `result` on the connection's stream, as this
+/// crate's server answers a close.
+async fn answered_on_the_connection_stream(mock: &Mock, peer: &Peer, method: &str, session: &str, result: Value) {
+    let call = tokio::spawn({
+        let (peer, method, params) = (peer.clone(), method.to_owned(), raw(json!({"sessionId": session})));
+        async move { peer.request_raw(&method, Some(&params)).await }
+    });
+    let posted = format!("POST {method} [{session}]");
+    let before = mock.lines().iter().filter(|l| **l == posted).count();
+    mock.wait_for(&posted, before + 1, |l| l == posted).await;
+    mock.push(None, json!({"jsonrpc": "2.0", "id": mock.id_of(method), "result": result}));
+    within(method, call).await.unwrap().unwrap();
+}
+
+fn update(session: &str, text: &str) -> Value {
+    json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session, "text": text}})
+}
+
+/// A session loaded again right after its close: the stream still read after the close is its
+/// stream again. It used to be dropped 5 s after the close all the same, and the session's
+/// answers were lost.
+#[tokio::test]
+async fn a_session_loaded_again_right_after_its_close_keeps_its_stream() {
+    let mock = Mock::start().await;
+    let (peer, _remote) = connected(Remote::new(mock.url())).await;
+    within("an echo", peer.request_raw("_echo", Some(&raw(json!({"sessionId": "s1"}))))).await.unwrap();
+    answered_on_the_connection_stream(&mock, &peer, "session/close", "s1", json!({})).await;
+    answered_on_the_connection_stream(&mock, &peer, "session/load", "s1", json!({})).await;
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    let params = raw(json!({"sessionId": "s1"}));
+    within("an echo after the grace", peer.request_raw("_echo", Some(&params))).await.unwrap();
+    assert_eq!(mock.lines().iter().filter(|l| *l == "GET [s1]").count(), 1, "{:?}", mock.lines());
+}
+
+/// A session stream reopened once (a hiccup, long before) is read after the session's close
+/// like any other: the updates that follow the close's answer arrive. It used to be dropped
+/// with the answer.
+#[tokio::test]
+async fn a_once_reopened_session_stream_still_brings_the_updates_after_its_close() {
+    let mock = Mock::start().await;
+    let texts = Texts::default();
+    let (peer, _remote) = Remote::new(mock.url()).serve(texts.clone()).await.unwrap();
+    within("initialize", peer.request_raw("initialize", Some(&raw(json!({"protocolVersion": 1}))))).await.unwrap();
+    within("an echo", peer.request_raw("_echo", Some(&raw(json!({"sessionId": "s1"}))))).await.unwrap();
+    mock.push(Some("s1"), update("s1", "before the hiccup"));
+    mock.close(Some("s1"));
+    mock.wait_for("the reopened stream", 2, |l| l == "GET [s1]").await;
+    mock.push(Some("s1"), update("s1", "after the hiccup"));
+    answered_on_the_connection_stream(&mock, &peer, "session/close", "s1", json!({})).await;
+    mock.push(Some("s1"), update("s1", "last"));
+    mock.close(Some("s1"));
+    within("the last update", async {
+        while !texts.all().iter().any(|(_, text)| text == "last") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+/// The server ends a session's stream as it closes the session, and the end can arrive before
+/// the close's answer (they travel on two streams). The stream is not reopened for the close,
+/// whose success arrives as it was sent. The client used to reopen it, and a server that
+/// answered that with 404 (it no longer knows the session) made the close fail.
+#[tokio::test]
+async fn a_close_whose_stream_ends_before_its_answer_succeeds() {
+    let mock = Mock::start().await;
+    let (peer, _remote) = connected(Remote::new(mock.url())).await;
+    within("an echo", peer.request_raw("_echo", Some(&raw(json!({"sessionId": "s1"}))))).await.unwrap();
+    let close = tokio::spawn({
+        let peer = peer.clone();
+        async move { peer.request_raw("session/close", Some(&raw(json!({"sessionId": "s1"})))).await }
+    });
+    mock.wait_for("the close", 1, |l| l == "POST session/close [s1]").await;
+    mock.state.refuse_get.lock().unwrap().insert("s1".to_owned(), 404);
+    mock.close(Some("s1"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    mock.push(None, json!({"jsonrpc": "2.0", "id": mock.id_of("session/close"), "result": {}}));
+    let closed = within("the close", close).await.unwrap();
+    assert!(closed.is_ok(), "{closed:?}");
+    assert_eq!(mock.lines().iter().filter(|l| *l == "GET [s1]").count(), 1, "{:?}", mock.lines());
+}
+
 #[tokio::test]
 async fn a_request_whose_session_stream_is_refused_fails_unsent() {
     let mock = Mock::start().await;

@@ -54,8 +54,11 @@
 //!   connection (every pending call fails); a session stream ending is reopened once, and
 //!   when that fails too, the session's pending requests fail. Once our `session/close` or
 //!   `session/delete` succeeded, the session's stream is still read (the turn's last updates
-//!   may follow the answer) until the server ends it, for at most 5 s, and never reopened. [`RemoteAgent::end_reason`]
-//!   says why a connection ended.
+//!   may follow the answer) until the server ends it, for at most 5 s, and never reopened,
+//!   unless a message of ours names the session again meanwhile (`session/load`): then it is
+//!   its stream again. A session stream that ends while our close of it is in flight is not
+//!   reopened either (the close ended it), unless the close is still unanswered 5 s later.
+//!   [`RemoteAgent::end_reason`] says why a connection ended.
 //! - **`initialize` first.** Over HTTP it creates the connection, so anything sent before it
 //!   fails (a request with -32600). An `initialize` answered with a JSON-RPC error and no
 //!   `Acp-Connection-Id` leaves the client unconnected: it may try again.
@@ -1073,6 +1076,10 @@ struct Routes {
     /// Our requests awaiting an answer (by id), with their session, to fail them when the
     /// session's stream is lost. Only answers to these open or end session streams.
     ours: HashMap<String, OurRequest>,
+    /// Sessions whose close (or delete) succeeded, from the moment its answer is read until
+    /// the driver has taken note ([`Command::SessionEnded`]): a stream end the driver sees in
+    /// between comes from the close, like one seen while the close is in flight.
+    just_closed: std::collections::HashSet<String>,
 }
 
 struct OurRequest {
@@ -1097,6 +1104,9 @@ enum Command {
     DropClosed { session: String, generation: u64 },
     /// A stream ended.
     StreamEnded { session: Option<String>, generation: u64, delivered: bool, reason: String },
+    /// A session's stream ended while our `session/close` or `session/delete` of it was in
+    /// flight, [`CLOSED_STREAM_GRACE`] ago: reopened if that request is still unanswered.
+    ReopenIfStillClosing(String),
 }
 
 /// A POST's answer (the body possibly cut).
@@ -1255,15 +1265,30 @@ impl Link {
         if envelope.method.is_none() {
             // Only an answer to a request of ours acts on streams: a server cannot make the
             // client open streams by naming sessions in answers to ids it never sent.
-            let ours = envelope.id.as_ref().and_then(|id| lock(&self.routes).ours.remove(id));
+            let ours = envelope.id.as_ref().and_then(|id| {
+                let mut routes = lock(&self.routes);
+                let ours = routes.ours.remove(id)?;
+                if let (true, false, Some(session)) = (ours.ends_session, envelope.is_error, &ours.session) {
+                    routes.just_closed.insert(session.clone());
+                }
+                Some(ours)
+            });
             if let Some(ours) = ours {
                 if let Some(session) = envelope.result_session {
                     // Queued before the answer is handed over, so the stream is opened before
                     // anything the caller sends in reply is posted.
                     let _ = self.commands.send(Command::OpenSession(session));
                 }
-                if let (true, false, Some(session)) = (ours.ends_session, envelope.is_error, ours.session) {
-                    let _ = self.commands.send(Command::SessionEnded(session));
+                match (ours.ends_session, envelope.is_error, ours.session) {
+                    (true, false, Some(session)) => {
+                        let _ = self.commands.send(Command::SessionEnded(session));
+                    }
+                    // The close failed: the session goes on, and needs its stream (which may
+                    // have ended meanwhile, and was then not reopened).
+                    (true, true, Some(session)) => {
+                        let _ = self.commands.send(Command::OpenSession(session));
+                    }
+                    _ => {}
                 }
             }
         } else if let Some(id) = request_id(&envelope) {
@@ -1432,6 +1457,7 @@ impl HttpDriver {
         };
         if envelope.method.is_some() {
             if let Some(session) = &session {
+                self.in_use_again(session);
                 if !self.streams.contains_key(&Some(session.clone())) {
                     if let Err(e) = self.open(&connection, Some(session.clone()), false).await {
                         if let Some(id) = &request {
@@ -1557,6 +1583,7 @@ impl HttpDriver {
         let Some(connection) = self.connection_id() else { return };
         match command {
             Command::OpenSession(session) => {
+                self.in_use_again(&session);
                 if !self.streams.contains_key(&Some(session.clone())) {
                     if let Err(e) = self.open(&connection, Some(session.clone()), false).await {
                         tracing::warn!(%session, error = %e, "acp http client: cannot open a session stream");
@@ -1564,12 +1591,8 @@ impl HttpDriver {
                 }
             }
             Command::SessionEnded(session) => {
-                let key = Some(session.clone());
-                if self.streams.get(&key).is_some_and(|slot| slot.reopened) {
-                    // The server already ended the session's stream; this one was reopened
-                    // since, for a session the server no longer has: dropped.
-                    self.streams.remove(&key);
-                } else if let Some(slot) = self.streams.get_mut(&key) {
+                lock(&self.link.routes).just_closed.remove(&session);
+                if let Some(slot) = self.streams.get_mut(&Some(session.clone())) {
                     slot.closed = true;
                     let (commands, generation) = (self.link.commands.clone(), slot.generation);
                     tokio::spawn(async move {
@@ -1597,6 +1620,17 @@ impl HttpDriver {
                 let Some(session) = session else {
                     return self.end(format!("the connection stream ended: {reason}"));
                 };
+                if self.closing(&session) {
+                    // Ended by the close itself, whose answer may come on the connection's
+                    // stream after this: not reopened (the server no longer has the session),
+                    // unless the answer does not come.
+                    let commands = self.link.commands.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(CLOSED_STREAM_GRACE).await;
+                        let _ = commands.send(Command::ReopenIfStillClosing(session));
+                    });
+                    return;
+                }
                 let reopened = slot.is_some_and(|slot| slot.reopened) && !delivered;
                 if reopened {
                     return self.fail_session(&session, &format!("its stream ended twice: {reason}"));
@@ -1606,6 +1640,31 @@ impl HttpDriver {
                     self.fail_session(&session, &format!("its stream ended ({reason}) and cannot be reopened: {e}"));
                 }
             }
+            Command::ReopenIfStillClosing(session) => {
+                if !self.closing(&session) || self.streams.contains_key(&Some(session.clone())) {
+                    return;
+                }
+                tracing::debug!(%session, "acp http client: no answer to the close of a session whose stream ended; reopening it");
+                if let Err(e) = self.open(&connection, Some(session.clone()), true).await {
+                    self.fail_session(&session, &format!("its stream ended and cannot be reopened: {e}"));
+                }
+            }
+        }
+    }
+
+    /// Whether our `session/close` or `session/delete` of `session` is in flight (or its success
+    /// not yet taken note of).
+    fn closing(&self, session: &str) -> bool {
+        let routes = lock(&self.link.routes);
+        routes.just_closed.contains(session)
+            || routes.ours.values().any(|r| r.ends_session && r.session.as_deref() == Some(session))
+    }
+
+    /// A message of ours names `session` again (e.g. `session/load` right after its close): a
+    /// stream still read after the close is the session's stream again, not dropped.
+    fn in_use_again(&mut self, session: &str) {
+        if let Some(slot) = self.streams.get_mut(&Some(session.to_owned())) {
+            slot.closed = false;
         }
     }
 
