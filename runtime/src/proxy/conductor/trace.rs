@@ -138,7 +138,11 @@ impl State {
         let (ts, method) = (self.ts(), method.to_owned());
         Some(match msg.get("id") {
             Some(id) => {
-                self.pending.insert((place, id.to_string()), (from.clone(), to.clone()));
+                // A request whose id is not a valid JSON-RPC id is answered with `null`: nothing to
+                // match it with later.
+                if let Some(key) = id_key(id) {
+                    self.pending.insert((place, key), (from.clone(), to.clone()));
+                }
                 Event::Request { ts, protocol: "acp", from, to, id: id.clone(), method, session, params }
             }
             None => Event::Notification { ts, protocol: "acp", from, to, method, session, params },
@@ -148,7 +152,7 @@ impl State {
     /// The conductor wrote an answer to `place`: the answer to a request it read there.
     fn answered(&mut self, place: Place, msg: &Value) -> Option<Event> {
         let id = msg.get("id")?;
-        let (from, to) = self.pending.remove(&(place, id.to_string()))?;
+        let (from, to) = self.pending.remove(&(place, id_key(id)?))?;
         let (is_error, mut payload) = match (msg.get("result"), msg.get("error")) {
             (_, Some(error)) => (true, error.clone()),
             (Some(result), None) => (false, result.clone()),
@@ -201,6 +205,13 @@ enum Event {
 /// `headers` lists and maps, and the user info and query of `http(s)` URLs in `url` members.
 pub fn redact_credentials(value: &mut Value) {
     redact(value);
+}
+
+/// A request id as the runtime reads it and writes it back in the answer (`1.0`, or a string
+/// with escapes, come back in the same form as the request's), `None` for what is no id.
+fn id_key(id: &Value) -> Option<String> {
+    let raw = serde_json::value::to_raw_value(id).ok()?;
+    crate::jsonrpc::parse_id(&raw).map(|id| id.to_string())
 }
 
 /// Replaces credentials in `value`, at any depth: see the module docs.
@@ -344,5 +355,21 @@ mod tests {
         let tracer = Tracer::new(Box::new(std::io::sink()), 2, true);
         let state = tracer.0.lock().unwrap();
         assert_eq!((state.component(1), state.after(1)), ("Proxy(1)".into(), "Agent".into()));
+    }
+
+    /// A request whose id is no JSON-RPC id is answered with `null`, and one whose id the
+    /// runtime writes in another form (`1.0`) with that form: neither leaves an entry behind.
+    #[test]
+    fn requests_answered_under_another_form_of_their_id_leave_nothing_pending() {
+        let tracer = Tracer::new(Box::new(std::io::sink()), 1, false);
+        let answer = |id: &str| format!(r#"{{"dir":"out","msg":{{"jsonrpc":"2.0","id":{id},"result":{{}}}}}}"#);
+        for n in 0..100 {
+            let request = format!(r#"{{"dir":"in","msg":{{"jsonrpc":"2.0","id":{{"n":{n}}},"method":"x"}}}}"#);
+            tracer.record(Place::Client, request.as_bytes());
+            tracer.record(Place::Client, answer("null").as_bytes());
+        }
+        tracer.record(Place::Client, br#"{"dir":"in","msg":{"jsonrpc":"2.0","id":"\u0061","method":"x"}}"#);
+        tracer.record(Place::Client, answer(r#""a""#).as_bytes());
+        assert_eq!(tracer.0.lock().unwrap().pending.len(), 0);
     }
 }
