@@ -232,6 +232,18 @@ impl Router {
                 // Consumed by the runtime: handlers never see it.
                 return;
             }
+            // A proxy's (or its conductor's) `$/cancel_request` in a successor envelope names a
+            // request it sent on this connection, by its id here: it cancels that request as a
+            // plain one does (which passes the cancellation on with the next hop's id). Passed
+            // on as it is, it would name whatever has that id on the next hop.
+            envelope if self.options.forwarding && crate::proxy::is_any_successor_envelope(envelope) => {
+                if let Ok(inner) = crate::proxy::envelope::unwrap(params)
+                    && inner.method == methods::CANCEL_REQUEST
+                {
+                    self.on_cancel_request(inner.params);
+                    return;
+                }
+            }
             methods::SESSION_CANCEL => {
                 if let Some(session) = session_id_of(params) {
                     // Acted on here, not in the queue: cancellation must not wait behind a

@@ -104,3 +104,38 @@ async fn nothing_the_client_pipelines_behind_initialize_overtakes_it() {
     assert_eq!(agent.recv().await["method"], "_x/after_initialize");
     assert_eq!(agent.recv().await["method"], "session/new");
 }
+
+/// A conductor with a raw proxy and a raw agent: (client, proxy, agent).
+fn chain_with_raw_proxy_and_agent() -> (RawPeer, RawPeer, RawPeer) {
+    let ((editor_r, editor_w), (conductor_r, conductor_w)) = duplex(1 << 24);
+    let ((p_r, p_w), (cp_r, cp_w)) = duplex(1 << 24);
+    let ((a_r, a_w), (ca_r, ca_w)) = duplex(1 << 24);
+    let components = vec![Component::new("proxy", cp_r, cp_w), Component::new("agent", ca_r, ca_w)];
+    tokio::spawn(Conductor::new().run(conductor_r, conductor_w, components));
+    (RawPeer::new(editor_r, editor_w), RawPeer::new(p_r, p_w), RawPeer::new(a_r, a_w))
+}
+
+/// A proxy that wraps every notification it passes on wraps its `$/cancel_request`s too. The
+/// id in one names a request the proxy sent the conductor; the conductor cancels that request,
+/// and tells the agent with the agent's id for it. It used to pass the notification on as it
+/// was, where the same number named another request.
+#[tokio::test]
+async fn a_wrapped_cancel_request_cancels_the_request_it_names_on_the_next_hop() {
+    let (_client, mut proxy, mut agent) = chain_with_raw_proxy_and_agent();
+    // The proxy's requests 7 and 0; the agent sees them as 0 and 1.
+    for (id, method) in [(7, "_x/a"), (0, "_x/b")] {
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": "proxy/successor", "params": {"method": method, "params": {}}});
+        proxy.send_json(request).await;
+    }
+    let a = agent.recv().await;
+    let b = agent.recv().await;
+    assert_eq!((&a["method"], &a["id"]), (&json!("_x/a"), &json!(0)));
+    assert_eq!((&b["method"], &b["id"]), (&json!("_x/b"), &json!(1)));
+    // The proxy cancels its request 0 (`_x/b`).
+    let cancel = json!({"method": "$/cancel_request", "params": {"requestId": 0}});
+    proxy.send_json(json!({"jsonrpc": "2.0", "method": "proxy/successor", "params": cancel})).await;
+    let told = agent.recv().await;
+    assert_eq!(told, json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 1}}));
+    agent.send_json(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32800, "message": "cancelled"}})).await;
+    assert_eq!(proxy.recv().await["id"], 0);
+}
