@@ -1412,14 +1412,15 @@ impl HttpDriver {
     /// Hands `item` to the connection after what the driver handed over before, without
     /// waiting (see [`HttpDriver::held`]).
     fn hand_over(&mut self, item: Inbound) {
-        if self.held.is_empty() {
+        let item = if self.held.is_empty() {
             match self.link.delivery.inbound.try_send(item) {
                 Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => return,
-                Err(mpsc::error::TrySendError::Full(item)) => self.held.push_back(item),
+                Err(mpsc::error::TrySendError::Full(item)) => item,
             }
         } else {
-            self.held.push_back(item);
-        }
+            item
+        };
+        self.held.push_back(item);
     }
 
     /// Answers our request `id` with a -32603 error, as if the server had.
