@@ -374,6 +374,13 @@ impl PendingResponse {
             self.shared.send_cancel_request(self.id);
         }
     }
+
+    /// Stops waiting without telling the peer (no `$/cancel_request` when dropped): for a
+    /// request the peer was already told to stop otherwise (a prompt whose `session/cancel`
+    /// went the same way).
+    pub(crate) fn abandon_quietly(mut self) {
+        self.cancel_sent = true;
+    }
 }
 
 impl fmt::Debug for PendingResponse {

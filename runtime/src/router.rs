@@ -773,10 +773,15 @@ async fn forward_answer(
                 RequestKind::Prompt => {
                     // A `session/cancel` is forwarded as it is; a `$/cancel_request` was
                     // consumed here, so the next hop gets one of its own.
-                    if shared.cancelled_by_cancel_request(&req.id) {
+                    let by_cancel_request = shared.cancelled_by_cancel_request(&req.id);
+                    if by_cancel_request {
                         pending.cancel();
                     }
                     let answer = tokio::time::timeout(grace, &mut pending).await.ok();
+                    if !by_cancel_request {
+                        // The `session/cancel` said it all: nothing more goes after it.
+                        pending.abandon_quietly();
+                    }
                     cancelled_answer(kind, answer.map(|a| Ok(a.map_err(forward_error))))
                 }
                 RequestKind::Turn | RequestKind::Other => {

@@ -10,7 +10,7 @@ use acp_rpc::proxy::{Proxy, ProxyContext, Side};
 use acp_rpc::transport::duplex;
 use acp_rpc::{Connection, ErrorObject, IncomingRequest, RawValue};
 use common::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// A conductor with one raw agent: (client, agent).
 fn chain_with_raw_agent() -> (RawPeer, RawPeer) {
@@ -138,4 +138,32 @@ async fn a_wrapped_cancel_request_cancels_the_request_it_names_on_the_next_hop()
     assert_eq!(told, json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 1}}));
     agent.send_json(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32800, "message": "cancelled"}})).await;
     assert_eq!(proxy.recv().await["id"], 0);
+}
+
+/// A proxy served by `serve_proxy` waits as long as the conductor's hops do for a cancelled
+/// prompt's answer from the agent: an agent that takes 300 ms to wind down after
+/// `session/cancel` has its last update passed on before the turn's answer, and the agent's
+/// own answer is the one passed on. The proxy used to give up after 100 ms, answer
+/// `cancelled` itself, and send a `$/cancel_request` after the `session/cancel`.
+#[tokio::test]
+async fn a_library_proxy_passes_a_cancelled_turns_last_updates_and_answer_on_in_order() {
+    let ((pr, pw), (cr, cw)) = duplex(1 << 20);
+    tokio::spawn(acp_rpc::proxy::serve_proxy(acp_rpc::proxy::Passthrough, pr, pw));
+    let mut conductor = RawPeer::new(cr, cw);
+    let prompt = json!({"sessionId": "s", "prompt": []});
+    conductor.send_json(json!({"jsonrpc": "2.0", "id": 1, "method": "session/prompt", "params": prompt})).await;
+    let wrapped = conductor.recv().await;
+    assert_eq!(wrapped["method"], "proxy/successor");
+    conductor.send_json(json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s"}})).await;
+    assert_eq!(conductor.recv().await["params"]["method"], "session/cancel");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let update = json!({"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "last"}}});
+    let wrapped_update = json!({"method": "session/update", "params": update});
+    conductor.send_json(json!({"jsonrpc": "2.0", "method": "proxy/successor", "params": wrapped_update})).await;
+    let answer = json!({"stopReason": "cancelled", "_meta": {"from": "agent"}});
+    conductor.send_json(json!({"jsonrpc": "2.0", "id": wrapped["id"], "result": answer})).await;
+    let (answer, before) = conductor.recv_until_id(json!(1)).await;
+    let methods: Vec<&Value> = before.iter().map(|m| &m["method"]).collect();
+    assert_eq!(methods, [&json!("session/update")], "before the answer: {before:?}");
+    assert_eq!(answer["result"]["_meta"]["from"], "agent", "{answer}");
 }

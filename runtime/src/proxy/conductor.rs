@@ -134,7 +134,7 @@ impl Conductor {
     /// A conductor with a 1 s cancellation grace period on every hop.
     pub fn new() -> Self {
         Conductor {
-            cancel_grace: Duration::from_secs(1),
+            cancel_grace: super::PROXY_CANCEL_GRACE,
             proxy_mode: false,
             trace: None,
             debug: None,

@@ -189,6 +189,10 @@ impl<P: Proxy> Proxy for Arc<P> {
     }
 }
 
+/// How long a cancelled request waits for its answer from further down the chain on
+/// [`serve_proxy`]'s connection: the conductor's default for its hops.
+pub const PROXY_CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A proxy that forwards everything: a chain with it behaves as one without it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Passthrough;
@@ -196,14 +200,18 @@ pub struct Passthrough;
 impl Proxy for Passthrough {}
 
 /// Serves `proxy` to its conductor over `reader` / `writer` (stdio for a proxy process) until
-/// the conductor closes the connection.
+/// the conductor closes the connection. A cancelled request waits up to [`PROXY_CANCEL_GRACE`]
+/// for its answer from further down the chain (as the conductor's hops do), so an agent's last
+/// updates of a cancelled turn still come before the turn's answer; [`proxy_connection`] takes
+/// a connection of your own settings.
 pub async fn serve_proxy<P, R, W>(proxy: P, reader: R, writer: W) -> Result<(), Error>
 where
     P: Proxy,
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
 {
-    let (_peer, serve) = proxy_connection(Connection::new(), proxy, reader, writer);
+    let connection = Connection::new().cancel_grace(PROXY_CANCEL_GRACE);
+    let (_peer, serve) = proxy_connection(connection, proxy, reader, writer);
     serve.await
 }
 
