@@ -167,3 +167,34 @@ async fn a_library_proxy_passes_a_cancelled_turns_last_updates_and_answer_on_in_
     assert_eq!(methods, [&json!("session/update")], "before the answer: {before:?}");
     assert_eq!(answer["result"]["_meta"]["from"], "agent", "{answer}");
 }
+
+/// A typed proxy that forwards the prompts it intercepts.
+struct TypedPrompts;
+
+#[acp_rpc::acp_proxy]
+impl TypedPrompts {
+    async fn session_prompt(&self, call: acp_rpc::proxy::ProxiedRequest<Value>) -> Result<Box<RawValue>, ErrorObject> {
+        call.forward().await
+    }
+}
+
+/// `ProxiedRequest::forward` passes a `$/cancel_request` for a prompt on at once, with the next
+/// hop's id, and returns the answer the next hop gives, as the untyped forward does. It used
+/// to pass it on only when the grace period ended, having answered `cancelled` itself.
+#[tokio::test]
+async fn a_typed_forward_passes_a_cancel_request_for_a_prompt_on_at_once() {
+    let ((pr, pw), (cr, cw)) = duplex(1 << 20);
+    tokio::spawn(acp_rpc::proxy::serve_proxy(TypedPrompts, pr, pw));
+    let mut conductor = RawPeer::new(cr, cw);
+    let prompt = json!({"sessionId": "s", "prompt": []});
+    conductor.send_json(json!({"jsonrpc": "2.0", "id": 1, "method": "session/prompt", "params": prompt})).await;
+    let wrapped = conductor.recv().await;
+    assert_eq!(wrapped["method"], "proxy/successor");
+    conductor.send_json(json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 1}})).await;
+    let cancel = conductor.try_recv_line(Duration::from_millis(500)).await.expect("a $/cancel_request at once");
+    let cancel: Value = serde_json::from_str(&cancel).unwrap();
+    assert_eq!(cancel, json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": wrapped["id"]}}));
+    let answer = json!({"stopReason": "cancelled", "_meta": {"from": "agent"}});
+    conductor.send_json(json!({"jsonrpc": "2.0", "id": wrapped["id"], "result": answer})).await;
+    assert_eq!(conductor.recv().await, json!({"jsonrpc": "2.0", "id": 1, "result": answer}));
+}

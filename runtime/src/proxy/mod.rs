@@ -102,7 +102,7 @@ use tokio_util::sync::CancellationToken;
 use crate::connection::Connection;
 use crate::error::Error;
 use crate::handler::{Forward, Handler, IncomingNotification, IncomingRequest};
-use crate::jsonrpc::ErrorObject;
+use crate::jsonrpc::{ErrorObject, Id};
 use crate::methods::{
     self, PROXY_INITIALIZE, PROXY_SUCCESSOR, SACP_PROXY_INITIALIZE, SACP_PROXY_SUCCESSOR, SACP_SUCCESSOR_NOTIFICATION,
     SACP_SUCCESSOR_REQUEST,
@@ -342,7 +342,7 @@ impl ProxyContext {
     pub async fn forward_request(&self, from: Side, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
         let hop = self.toward(from.other());
         let answer = if req.method == methods::SESSION_PROMPT {
-            forward_prompt(hop, &req).await
+            forward_prompt(hop, &req.method, req.params.as_deref(), &req.cancel, &req.peer, &req.id).await
         } else {
             hop.request_raw_until(&req.method, req.params.as_deref(), &req.cancel).await
         };
@@ -438,19 +438,26 @@ impl Hop<'_> {
 /// Forwards a `session/prompt` and waits for its answer. When it is cancelled, the next hop
 /// gets a `$/cancel_request` only if that is what cancelled it here: a `session/cancel` is
 /// forwarded as it is, and the next hop cancels its own prompt on it.
-async fn forward_prompt(hop: Hop<'_>, req: &IncomingRequest) -> Result<Box<RawValue>, Error> {
+async fn forward_prompt(
+    hop: Hop<'_>,
+    method: &str,
+    params: Option<&RawValue>,
+    cancel: &CancellationToken,
+    from: &Peer,
+    id: &Id,
+) -> Result<Box<RawValue>, Error> {
     let mut pending = match hop.side {
-        Side::Client => hop.peer.send_request_raw(&req.method, req.params.as_deref()).await?,
+        Side::Client => hop.peer.send_request_raw(method, params).await?,
         Side::Agent => {
-            let wrapped = envelope::wrap(&req.method, req.params.as_deref());
+            let wrapped = envelope::wrap(method, params);
             hop.peer.send_request_raw(hop.envelope(Kind::Request), Some(&wrapped)).await?
         }
     };
     tokio::select! {
         biased;
         answer = &mut pending => answer,
-        () = req.cancel.cancelled() => {
-            if req.peer.shared.cancelled_by_cancel_request(&req.id) {
+        () = cancel.cancelled() => {
+            if from.shared.cancelled_by_cancel_request(id) {
                 pending.cancel();
             }
             pending.await
@@ -838,6 +845,9 @@ pub struct ProxiedRequest<P> {
     pub from: Side,
     method: Cow<'static, str>,
     cancel: CancellationToken,
+    /// The request's id and connection: whether it was cancelled by `$/cancel_request`.
+    id: Id,
+    peer: Peer,
     cx: ProxyContext,
 }
 
@@ -849,7 +859,7 @@ impl<P> ProxiedRequest<P> {
         P: FromParams,
     {
         let params = P::from_params(req.params)?;
-        Ok(ProxiedRequest { params, from, method: req.method, cancel: req.cancel, cx })
+        Ok(ProxiedRequest { params, from, method: req.method, cancel: req.cancel, id: req.id, peer: req.peer, cx })
     }
 
     /// The method.
@@ -877,7 +887,7 @@ impl<P> ProxiedRequest<P> {
         let params = self.params.into_params()?;
         let hop = self.cx.toward(self.from.other());
         let answer = if self.method == methods::SESSION_PROMPT {
-            hop.request_raw(&self.method, params.as_deref()).await
+            forward_prompt(hop, &self.method, params.as_deref(), &self.cancel, &self.peer, &self.id).await
         } else {
             hop.request_raw_until(&self.method, params.as_deref(), &self.cancel).await
         };
