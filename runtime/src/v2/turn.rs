@@ -44,7 +44,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use acp_types::v2::{
@@ -95,6 +95,9 @@ struct TurnInner {
     ended: AtomicBool,
     /// The plan id of this turn's plan, once there is one.
     plan_id: Mutex<Option<PlanId>>,
+    /// Permission requests of the turn waiting for the client's answer: the turn
+    /// `requires_action` while there is one.
+    asking: AtomicUsize,
 }
 
 impl std::fmt::Debug for Turn {
@@ -109,6 +112,35 @@ impl std::fmt::Debug for Turn {
 
 /// The answer to the `session/prompt` request.
 type Answer = Result<Box<RawValue>, ErrorObject>;
+
+/// One permission request counted in [`TurnInner::asking`] while it waits (also when its
+/// future is dropped).
+struct Asking<'a> {
+    count: &'a AtomicUsize,
+    /// It was the only one waiting when it started.
+    first: bool,
+    done: bool,
+}
+
+impl<'a> Asking<'a> {
+    fn start(count: &'a AtomicUsize) -> Self {
+        Asking { count, first: count.fetch_add(1, Ordering::AcqRel) == 0, done: false }
+    }
+
+    /// Answered: whether it was the last one waiting.
+    fn finish(mut self) -> bool {
+        self.done = true;
+        self.count.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.count.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
 
 /// A turn between its request's arrival and the start of its handler (see `agent.rs`).
 pub(crate) struct TurnStart {
@@ -145,6 +177,7 @@ impl TurnStart {
                 failed: Mutex::new(None),
                 ended: AtomicBool::new(false),
                 plan_id: Mutex::new(None),
+                asking: AtomicUsize::new(0),
             }),
         };
         // Before acceptance, cancelling the request (`$/cancel_request`, or the connection's
@@ -370,7 +403,9 @@ impl Turn {
     }
 
     /// `session/request_permission`, with the state around it: `requires_action` while the
-    /// client decides, `running` again afterwards. Bound to the turn: resolves `cancelled` at
+    /// client decides, `running` again afterwards. With several of the turn's requests pending
+    /// at once, the turn requires action until the last is answered. A cancelled turn, or one
+    /// that [ended](Turn::end), reports neither. Bound to the turn: resolves `cancelled` at
     /// once when the turn is cancelled.
     pub fn request_permission(
         &self,
@@ -380,13 +415,24 @@ impl Turn {
         let ask = self.inner.client.request_permission(request);
         let running = self.encode(StateUpdate::from(RunningStateUpdate::new()).into());
         async move {
-            requires_action.await?;
+            let asking = Asking::start(&self.inner.asking);
+            if asking.first && self.in_foreground() {
+                requires_action.await?;
+            } else if let Some(accepting) = self.accepting() {
+                // The request goes out after the acceptance all the same.
+                accepting.await?;
+            }
             let response = ask.await;
-            if !self.is_cancelled() {
+            if asking.finish() && self.in_foreground() {
                 self.inner.client.peer().send_notification(running).await?;
             }
             response
         }
+    }
+
+    /// Whether the turn's state is still the session's: neither cancelled nor ended.
+    fn in_foreground(&self) -> bool {
+        !self.is_cancelled() && !self.inner.ended.load(Ordering::Acquire)
     }
 
     /// Sets the stop reason the idle update will carry (unless the turn is cancelled, which
