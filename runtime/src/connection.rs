@@ -68,6 +68,10 @@
 //! | waiting for a slot | [`Connection::max_queued_requests`] (4096) | a task, a cancellation token, an in-flight entry |
 //! | backlog | [`Connection::max_backlog_bytes`] (64 MiB) | its params, id and method as read, plus 640 bytes of bookkeeping |
 //!
+//! A protocol v2 turn runs on after its `session/prompt` is answered (at acceptance). Turns are
+//! counted apart, up to `max_concurrent_requests` of them too: a prompt that finds them all
+//! running waits, unanswered and counted as a running request, until one ends.
+//!
 //! The reader holds the requests that arrive while both task bounds are full, and every
 //! request after them while anything is held; the backlog task gives each, in arrival order, a
 //! waiting task as soon as one frees up. A request that does not fit the backlog either is refused at once, unrun, with
@@ -435,6 +439,8 @@ impl Connection {
             session_work_done: Notify::new(),
             #[cfg(feature = "unstable_protocol_v2")]
             cancel_grace: self.cancel_grace,
+            #[cfg(feature = "unstable_protocol_v2")]
+            v2_turn_slots: Arc::new(Semaphore::new(self.max_concurrent_requests)),
         });
         let options = Options {
             max_line_bytes: self.max_line_bytes,
@@ -839,6 +845,10 @@ pub(crate) struct Shared {
     /// How long a cancelled handler may run on (see [`Connection::cancel_grace`]).
     #[cfg(feature = "unstable_protocol_v2")]
     pub(crate) cancel_grace: Duration,
+    /// One per v2 turn running after its prompt was answered, as many as requests may run:
+    /// a turn outlives its request, and is counted here instead (see `v2::turn`).
+    #[cfg(feature = "unstable_protocol_v2")]
+    pub(crate) v2_turn_slots: Arc<Semaphore>,
 }
 
 /// The tokens of the live [`crate::peer::SessionScope`]s, by session; `session/cancel` fires

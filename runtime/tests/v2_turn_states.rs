@@ -1,10 +1,12 @@
-//! The states a v2 turn reports around permission requests: `requires_action` while any of
-//! the turn's requests waits for the client, `running` once the last is answered, and nothing
-//! once the turn has ended. Each drives the real connection, over an in-memory duplex.
+//! v2 turns on the agent side: the states a turn reports around permission requests
+//! (`requires_action` while any of the turn's requests waits for the client, `running` once the
+//! last is answered, nothing once the turn has ended), and how many turns run at once. Each
+//! drives the real connection, over an in-memory duplex.
 #![cfg(feature = "unstable_protocol_v2")]
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use acp_rpc::Connection;
@@ -17,6 +19,10 @@ use acp_rpc::acp_types::v2::{
 use acp_rpc::v2::{AgentContext, AgentHandler};
 use common::*;
 use serde_json::{Value, json};
+
+/// The turns of `hold` prompts running now, and the most at any time.
+static LIVE_TURNS: AtomicUsize = AtomicUsize::new(0);
+static MOST_LIVE_TURNS: AtomicUsize = AtomicUsize::new(0);
 
 /// Asks for permission the way its prompt's text says.
 struct Asker;
@@ -51,6 +57,16 @@ impl Agent<AgentContext> for Asker {
                 let (a, b) = tokio::join!(ask("first"), ask("second"));
                 a?;
                 b?;
+            }
+            "hold" => {
+                turn.accept().await?;
+                let live = LIVE_TURNS.fetch_add(1, Ordering::SeqCst) + 1;
+                MOST_LIVE_TURNS.fetch_max(live, Ordering::SeqCst);
+                tokio::select! {
+                    () = turn.cancelled() => {}
+                    () = tokio::time::sleep(Duration::from_secs(30)) => {}
+                }
+                LIVE_TURNS.fetch_sub(1, Ordering::SeqCst);
             }
             "endperm" => {
                 // Ends the turn early, then asks one last question (e.g. to keep a change).
@@ -149,4 +165,46 @@ async fn a_permission_request_after_turn_end_leaves_the_session_idle() {
         }
     }
     assert_eq!(states.last().map(String::as_str), Some("idle"), "the session's last reported state: {states:?}");
+}
+
+/// A turn goes on after its prompt is answered. Turns count against the connection's
+/// `max_concurrent_requests` as requests do: a client that pipelines prompts gets as many
+/// turns running at once, the next prompts wait unanswered, and beyond the bounds they are
+/// refused as overload. The turns used to run without bound.
+#[tokio::test]
+async fn no_more_turns_run_at_once_than_requests_may() {
+    let connection =
+        Connection::new().v2_rules().max_concurrent_requests(4).max_queued_requests(4).max_backlog_bytes(4096);
+    let (mut peer, _p, _serve) = start(connection, AgentHandler::new(Asker));
+    let mut prompts = String::new();
+    for id in 1..=200 {
+        prompts.push_str(&prompt_line(id, "hold").to_string());
+        prompts.push('\n');
+    }
+    peer.send_bytes(prompts.as_bytes()).await;
+    let (mut accepted, mut refused) = (0, 0);
+    while let Some(line) = peer.try_recv_line(Duration::from_millis(500)).await {
+        let msg: Value = serde_json::from_str(&line).unwrap();
+        if msg.get("id").is_some() && msg.get("method").is_none() {
+            if msg.get("result").is_some() {
+                accepted += 1;
+            } else {
+                assert_eq!(msg["error"]["code"], acp_rpc::codes::OVERLOADED, "{msg}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(accepted, 4, "{refused} refused, most live {}", MOST_LIVE_TURNS.load(Ordering::SeqCst));
+    assert!(refused > 150, "{refused} refused");
+    assert_eq!(MOST_LIVE_TURNS.load(Ordering::SeqCst), 4);
+    // One turn ends: the next waiting prompt is accepted.
+    peer.send_json(json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s1"}})).await;
+    let mut more = 0;
+    while let Some(line) = peer.try_recv_line(Duration::from_millis(500)).await {
+        let msg: Value = serde_json::from_str(&line).unwrap();
+        if msg.get("result").is_some() && msg.get("method").is_none() {
+            more += 1;
+        }
+    }
+    assert!(more > 0, "no waiting prompt was accepted once the turns ended");
 }

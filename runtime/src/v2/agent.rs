@@ -105,7 +105,15 @@ impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
         match request {
             ClientRequest::SessionPrompt(params) => {
                 let answered = answered.unwrap_or_default();
-                let (start, accepted) = TurnStart::new(&cx, &params, answered);
+                // A turn goes on after its prompt is answered, and is counted apart from the
+                // requests, with as many slots: a client cannot start turns without bound.
+                // Until a slot frees, the prompt waits unanswered (as a running request).
+                let slots = cx.peer().shared.v2_turn_slots.clone();
+                let slot = tokio::select! {
+                    slot = slots.acquire_owned() => slot.ok(),
+                    () = cx.inner.cancel.cancelled() => return Err(ErrorObject::request_cancelled()),
+                };
+                let (start, accepted) = TurnStart::new(&cx, &params, answered, slot);
                 let agent = self.agent.clone();
                 start.spawn(
                     move |turn_cx| async move {

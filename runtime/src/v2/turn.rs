@@ -55,7 +55,7 @@ use acp_types::v2::{
     UpdateSessionNotification, UserMessage,
 };
 use serde_json::value::RawValue;
-use tokio::sync::{OnceCell, oneshot};
+use tokio::sync::{OnceCell, OwnedSemaphorePermit, oneshot};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::agent::{AgentContext, ClientHandle};
@@ -98,6 +98,8 @@ struct TurnInner {
     /// Permission requests of the turn waiting for the client's answer: the turn
     /// `requires_action` while there is one.
     asking: AtomicUsize,
+    /// The turn's place among the connection's running turns, until its last clone is gone.
+    _slot: Option<OwnedSemaphorePermit>,
 }
 
 impl std::fmt::Debug for Turn {
@@ -155,6 +157,7 @@ impl TurnStart {
         cx: &AgentContext,
         params: &PromptRequest,
         answered: CancellationToken,
+        slot: Option<OwnedSemaphorePermit>,
     ) -> (TurnStart, impl Future<Output = Result<Box<RawValue>, ErrorObject>> + Send + 'static) {
         let scope = cx.peer().session_scope(&params.session_id.0);
         let token = scope.token().clone();
@@ -178,6 +181,7 @@ impl TurnStart {
                 ended: AtomicBool::new(false),
                 plan_id: Mutex::new(None),
                 asking: AtomicUsize::new(0),
+                _slot: slot,
             }),
         };
         // Before acceptance, cancelling the request (`$/cancel_request`, or the connection's
