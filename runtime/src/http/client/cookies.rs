@@ -6,15 +6,25 @@
 //! value, kept per server (host and port) and sent back to that server only. `Max-Age` and
 //! `Expires` are honoured (zero, negative or past means delete; a future one expires the
 //! cookie then; `Max-Age` wins over `Expires`). `Path`, `Domain`, `Secure`, `HttpOnly` and
-//! `SameSite` are ignored: the jar serves one ACP endpoint, not a browser.
+//! `SameSite` are ignored: the jar serves one ACP endpoint, not a browser. A server gets at
+//! most [`MAX_COOKIES_PER_SERVER`] cookies of up to [`MAX_COOKIE_BYTES`] each (RFC 6265's
+//! minimums for a user agent): beyond, new ones are not kept, so a server cannot make the
+//! client's memory or its `Cookie` header grow without bound.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// The most cookies kept for one server.
+pub(crate) const MAX_COOKIES_PER_SERVER: usize = 50;
+/// The largest cookie kept, name and value together, in bytes.
+pub(crate) const MAX_COOKIE_BYTES: usize = 4096;
+
 /// Cookies set by remote servers, shared by every clone: give a reconnecting client the jar
 /// of the connection it replaces ([`Remote::cookie_jar`](super::Remote::cookie_jar)) and its
 /// requests carry the same cookies, so a sticky load balancer sends it to the same backend.
+/// A server gets at most 50 cookies of up to 4096 bytes each (name and value); beyond, new
+/// ones are not kept.
 #[derive(Clone, Debug, Default)]
 pub struct CookieJar {
     servers: Arc<Mutex<HashMap<String, BTreeMap<String, Cookie>>>>,
@@ -70,7 +80,16 @@ impl CookieJar {
         let cookies = servers.entry(server.to_ascii_lowercase()).or_default();
         if expiry.is_some_and(|at| at <= now) {
             cookies.remove(name);
+        } else if name.len() + value.len() > MAX_COOKIE_BYTES {
+            tracing::debug!(server, name, "acp http client: cookie larger than 4096 bytes not kept");
         } else {
+            if cookies.len() >= MAX_COOKIES_PER_SERVER && !cookies.contains_key(name) {
+                cookies.retain(|_, cookie| cookie.expires.is_none_or(|at| at > now));
+                if cookies.len() >= MAX_COOKIES_PER_SERVER {
+                    tracing::debug!(server, name, "acp http client: cookie beyond the server's 50 not kept");
+                    return;
+                }
+            }
             cookies.insert(name.to_owned(), Cookie { value: value.to_owned(), expires: expiry });
         }
     }
@@ -200,6 +219,28 @@ mod tests {
 
     fn at(seconds: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(seconds)
+    }
+
+    #[test]
+    fn a_server_gets_a_bounded_number_of_bounded_cookies() {
+        let jar = CookieJar::new();
+        let now = SystemTime::now();
+        for n in 0..MAX_COOKIES_PER_SERVER + 10 {
+            jar.store_at(SERVER, &format!("c{n}=v"), now);
+        }
+        jar.store_at(SERVER, &format!("big={}", "x".repeat(MAX_COOKIE_BYTES)), now);
+        let header = jar.header_for(SERVER).unwrap();
+        assert_eq!(header.split("; ").count(), MAX_COOKIES_PER_SERVER);
+        assert!(!header.contains("big="));
+        // A cookie already kept is still updated, and one deleted makes room.
+        jar.store_at(SERVER, "c0=new", now);
+        jar.store_at(SERVER, "c1=gone; Max-Age=0", now);
+        jar.store_at(SERVER, "late=1", now);
+        let header = jar.header_for(SERVER).unwrap();
+        assert!(header.contains("c0=new") && header.contains("late=1") && !header.contains("c1="), "{header}");
+        // Another server has room of its own.
+        jar.store_at("other:1", "c=1", now);
+        assert_eq!(jar.header_for("other:1").as_deref(), Some("c=1"));
     }
 
     #[test]
