@@ -328,34 +328,20 @@ impl SessionState {
     }
 
     fn terminal(&mut self, id: &TerminalId) -> &mut Terminal {
-        let index = match locate(&self.terminals, &mut self.terminal_index, id, |t| &t.id) {
-            Some(index) => index,
-            None => {
-                self.terminals.push(Terminal {
-                    id: id.clone(),
-                    command: None,
-                    cwd: None,
-                    output: Vec::new(),
-                    exit_status: None,
-                    meta: None,
-                });
-                self.terminal_index.insert(id.clone(), self.terminals.len() - 1);
-                self.terminals.len() - 1
-            }
+        let new = |id: &TerminalId| Terminal {
+            id: id.clone(),
+            command: None,
+            cwd: None,
+            output: Vec::new(),
+            exit_status: None,
+            meta: None,
         };
-        &mut self.terminals[index]
+        get_or_add(&mut self.terminals, &mut self.terminal_index, id, |t| &t.id, new)
     }
 
     fn message(&mut self, id: &MessageId, role: Role) -> &mut Message {
-        let index = match locate(&self.messages, &mut self.message_index, id, |m| &m.id) {
-            Some(index) => index,
-            None => {
-                self.messages.push(Message { id: id.clone(), role, content: Vec::new(), meta: None });
-                self.message_index.insert(id.clone(), self.messages.len() - 1);
-                self.messages.len() - 1
-            }
-        };
-        &mut self.messages[index]
+        let new = |id: &MessageId| Message { id: id.clone(), role, content: Vec::new(), meta: None };
+        get_or_add(&mut self.messages, &mut self.message_index, id, |m| &m.id, new)
     }
 
     fn upsert_message(
@@ -375,27 +361,20 @@ impl SessionState {
     }
 
     fn tool_call(&mut self, id: &ToolCallId) -> &mut ToolCall {
-        let index = match locate(&self.tool_calls, &mut self.tool_call_index, id, |c| &c.id) {
-            Some(index) => index,
-            None => {
-                self.tool_calls.push(ToolCall {
-                    id: id.clone(),
-                    #[cfg(feature = "unstable_tool_call_name")]
-                    name: None,
-                    title: None,
-                    kind: None,
-                    status: None,
-                    content: Vec::new(),
-                    locations: Vec::new(),
-                    raw_input: None,
-                    raw_output: None,
-                    meta: None,
-                });
-                self.tool_call_index.insert(id.clone(), self.tool_calls.len() - 1);
-                self.tool_calls.len() - 1
-            }
+        let new = |id: &ToolCallId| ToolCall {
+            id: id.clone(),
+            #[cfg(feature = "unstable_tool_call_name")]
+            name: None,
+            title: None,
+            kind: None,
+            status: None,
+            content: Vec::new(),
+            locations: Vec::new(),
+            raw_input: None,
+            raw_output: None,
+            meta: None,
         };
-        &mut self.tool_calls[index]
+        get_or_add(&mut self.tool_calls, &mut self.tool_call_index, id, |c| &c.id, new)
     }
 
     fn patch_tool_call(&mut self, p: &ToolCallUpdate) {
@@ -446,6 +425,25 @@ fn locate<T, K: Eq + Hash + Clone>(
         }
     }
     found
+}
+
+/// The item with `id`, added at the end of `items` (made by `new`) when there is none.
+fn get_or_add<'a, T, K: Eq + Hash + Clone>(
+    items: &'a mut Vec<T>,
+    index: &mut HashMap<K, usize>,
+    id: &K,
+    id_of: impl Fn(&T) -> &K,
+    new: impl FnOnce(&K) -> T,
+) -> &'a mut T {
+    let at = match locate(items, index, id, id_of) {
+        Some(at) => at,
+        None => {
+            items.push(new(id));
+            index.insert(id.clone(), items.len() - 1);
+            items.len() - 1
+        }
+    };
+    &mut items[at]
 }
 
 /// A plan content's `planId` (every content type has one, known or not).
