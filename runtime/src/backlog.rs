@@ -23,7 +23,7 @@ use crate::connection::{LoadGauges, RequestKind, Shared, lock_backlog, lock_infl
 use crate::handler::{DynHandler, IncomingRequest, Watch};
 use crate::jsonrpc::Id;
 use crate::peer::Peer;
-use crate::router::{Slot, cancelled_answer, finish, forward_held, run_request};
+use crate::router::{Run, Slot, cancelled_answer, finish, forward_held, spawn_request};
 use crate::tasks::RequestTasks;
 
 /// What a held request is charged beyond its params, id and method: the [`Held`] entry in the
@@ -207,11 +207,20 @@ fn start(starter: &Starter, held: Held, admitted: tokio::sync::OwnedSemaphorePer
     };
     let slot = Slot::new(shared.load.running.clone(), admitted);
     let counted = starter.tasks.count();
-    let (handler, grace) = (starter.handler.clone(), starter.grace);
+    let run = Run {
+        shared: shared.clone(),
+        handler: starter.handler.clone(),
+        kind,
+        grace: starter.grace,
+        barrier,
+        in_order: false,
+    };
     if shared.forwarding {
-        tokio::spawn(forward_held(shared.clone(), handler, req, kind, grace, barrier, slot, reply, counted));
+        // Boxed: what only forwarding connections run costs no task machinery of its own in
+        // every binary.
+        crate::tasks::spawn_boxed(forward_held(run, req, slot, reply, counted));
     } else {
-        tokio::spawn(run_request(shared.clone(), handler, req, kind, grace, barrier, slot, reply, counted));
+        spawn_request(run, req, slot, reply, counted);
     }
 }
 

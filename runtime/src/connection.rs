@@ -204,8 +204,15 @@ pub struct Connection {
     tap: Option<writer::Tap>,
     v2_rules: bool,
     forwarding: bool,
+    /// Set by [`Connection::forwarding`]: reached only through it, so that binaries without a
+    /// forwarding connection do not carry the envelope's decoder.
+    wrapped_cancel: Option<WrappedCancel>,
     end_on_bad_input: bool,
 }
+
+/// The params of the `$/cancel_request` that a notification (method, params) carries in a
+/// successor envelope, if it is one.
+pub(crate) type WrappedCancel = for<'a> fn(&str, Option<&'a RawValue>) -> Option<Option<&'a RawValue>>;
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -247,6 +254,7 @@ impl Connection {
             tap: None,
             v2_rules: false,
             forwarding: false,
+            wrapped_cancel: None,
             end_on_bad_input: false,
         }
     }
@@ -281,6 +289,7 @@ impl Connection {
     /// much as the inner ones ([`Connection::cancel_grace`]).
     pub fn forwarding(mut self) -> Self {
         self.forwarding = true;
+        self.wrapped_cancel = Some(crate::proxy::wrapped_cancel_request);
         self
     }
 
@@ -448,6 +457,7 @@ impl Connection {
             notification_queue_capacity: self.notification_queue_capacity,
             cancel_grace: self.cancel_grace,
             forwarding: self.forwarding,
+            wrapped_cancel: self.wrapped_cancel,
             end_on_bad_input: self.end_on_bad_input,
         };
         let peer = Peer { shared: shared.clone() };
@@ -482,6 +492,7 @@ pub(crate) struct Options {
     pub(crate) notification_queue_capacity: usize,
     pub(crate) cancel_grace: Duration,
     pub(crate) forwarding: bool,
+    pub(crate) wrapped_cancel: Option<WrappedCancel>,
     pub(crate) end_on_bad_input: bool,
 }
 

@@ -226,23 +226,20 @@ impl Router {
     }
 
     async fn on_notification(&mut self, method: Cow<'_, str>, params: Option<&RawValue>) {
+        // A proxy's (or its conductor's) `$/cancel_request` in a successor envelope names a
+        // request it sent on this connection, by its id here: it cancels that request as a
+        // plain one does (which passes the cancellation on with the next hop's id). Passed on
+        // as it is, it would name whatever has that id on the next hop.
+        if let Some(wrapped_cancel) = self.options.wrapped_cancel
+            && let Some(inner) = wrapped_cancel(&method, params)
+        {
+            return self.on_cancel_request(inner);
+        }
         match &*method {
             methods::CANCEL_REQUEST => {
                 self.on_cancel_request(params);
                 // Consumed by the runtime: handlers never see it.
                 return;
-            }
-            // A proxy's (or its conductor's) `$/cancel_request` in a successor envelope names a
-            // request it sent on this connection, by its id here: it cancels that request as a
-            // plain one does (which passes the cancellation on with the next hop's id). Passed
-            // on as it is, it would name whatever has that id on the next hop.
-            envelope if self.options.forwarding && crate::proxy::is_any_successor_envelope(envelope) => {
-                if let Ok(inner) = crate::proxy::envelope::unwrap(params)
-                    && inner.method == methods::CANCEL_REQUEST
-                {
-                    self.on_cancel_request(inner.params);
-                    return;
-                }
             }
             methods::SESSION_CANCEL => {
                 if let Some(session) = session_id_of(params) {
@@ -357,18 +354,10 @@ impl Router {
             }
             return;
         }
-        let task = run_request(
-            self.shared.clone(),
-            self.handler.clone(),
-            req,
-            kind,
-            self.options.cancel_grace,
-            self.queued,
-            slot,
-            reply.clone(),
-            self.tasks.count(),
-        );
-        tokio::spawn(task);
+        let (grace, barrier) = (self.options.cancel_grace, self.queued);
+        let run =
+            Run { shared: self.shared.clone(), handler: self.handler.clone(), kind, grace, barrier, in_order: false };
+        spawn_request(run, req, slot, reply.clone(), self.tasks.count());
     }
 
     /// Makes `id` an in-flight request; `false` if it already is one (a duplicate, to be
@@ -478,19 +467,35 @@ impl Slot {
 
 type HandlerOutput = Result<Result<Box<RawValue>, ErrorObject>, Box<dyn std::any::Any + Send>>;
 
-/// Runs one request handler and sends exactly one answer for it.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn run_request(
-    shared: Arc<Shared>,
-    handler: Arc<dyn DynHandler>,
+/// How a request is run by [`run_request`].
+pub(crate) struct Run {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) handler: Arc<dyn DynHandler>,
+    pub(crate) kind: RequestKind,
+    pub(crate) grace: Duration,
+    /// Notifications read before it: it starts after they were handled.
+    pub(crate) barrier: u64,
+    /// Run from the notification task, which waits for it ([`Handler::handles_in_order`]):
+    /// its calls to the peer are answered as a notification handler's are.
+    pub(crate) in_order: bool,
+}
+
+/// Spawns [`run_request`]: the one place its future is made, so that its body is compiled once
+/// (an `async fn`'s body is compiled again wherever its future is polled).
+#[inline(never)]
+pub(crate) fn spawn_request(
+    run: Run,
     req: IncomingRequest,
-    kind: RequestKind,
-    grace: Duration,
-    barrier: u64,
     slot: Slot,
     reply: ReplyTo,
-    _counted: Counted,
-) {
+    counted: Counted,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(run_request(run, req, slot, reply, counted))
+}
+
+/// Runs one request handler and sends exactly one answer for it.
+async fn run_request(run: Run, req: IncomingRequest, slot: Slot, reply: ReplyTo, _counted: Counted) {
+    let Run { shared, handler, kind, grace, barrier, in_order } = run;
     let span = tracing::info_span!(
         "acp_request",
         method = %req.method,
@@ -527,7 +532,11 @@ pub(crate) async fn run_request(
                 return None;
             }
             started.store(true, Ordering::Relaxed);
-            Some(handler.handle_request_boxed(req).await)
+            let answer = handler.handle_request_boxed(req);
+            Some(match in_order {
+                true => IN_NOTIFICATION_HANDLER.scope(Arc::as_ptr(&waiting) as usize, answer).await,
+                false => answer.await,
+            })
         })
         .instrument(span.clone());
         tokio::pin!(fut);
@@ -657,7 +666,7 @@ pub(crate) async fn notification_loop(
     let me = Arc::as_ptr(&shared) as usize;
     while let Some(queued) = rx.recv().await {
         if let Some(request) = queued.request {
-            start_or_forward(&shared, &handler, *request, grace).await;
+            start_or_forward(shared.clone(), handler.clone(), *request, grace).await;
             continue;
         }
         if shared.forwarding {
@@ -702,42 +711,43 @@ pub(crate) async fn notification_loop(
 /// A request of a forwarding connection that was held in the backlog, started by the backlog
 /// task once a slot freed: after the notifications read before it, it is forwarded (or
 /// started) as [`start_or_forward`] does for the others, never handled as one addressed to us.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn forward_held(
-    shared: Arc<Shared>,
-    handler: Arc<dyn DynHandler>,
-    req: IncomingRequest,
-    kind: RequestKind,
-    grace: Duration,
-    barrier: u64,
-    slot: Slot,
-    reply: ReplyTo,
-    counted: Counted,
-) {
+pub(crate) async fn forward_held(run: Run, req: IncomingRequest, slot: Slot, reply: ReplyTo, counted: Counted) {
+    let Run { shared, handler, kind, grace, barrier, .. } = run;
     shared.wait_for_notifications(barrier).await;
-    start_or_forward(&shared, &handler, QueuedRequest { req, kind, slot, reply, counted }, grace).await;
+    start_or_forward(shared, handler, QueuedRequest { req, kind, slot, reply, counted }, grace).await;
 }
 
 /// A request of a forwarding connection, in its turn: forwarded if the handler says so (sent
-/// before the next message is looked at), else started like any request.
-async fn start_or_forward(
-    shared: &Arc<Shared>,
-    handler: &Arc<dyn DynHandler>,
+/// before the next message is looked at), else started like any request. Boxed, and made in
+/// this one place, so that its body is compiled once for its two callers.
+#[inline(never)]
+fn start_or_forward(
+    shared: Arc<Shared>,
+    handler: Arc<dyn DynHandler>,
+    request: QueuedRequest,
+    grace: Duration,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(start_or_forward_now(shared, handler, request, grace))
+}
+
+async fn start_or_forward_now(
+    shared: Arc<Shared>,
+    handler: Arc<dyn DynHandler>,
     request: QueuedRequest,
     grace: Duration,
 ) {
+    let (shared, handler) = (&shared, &handler);
     let QueuedRequest { req, kind, slot, reply, counted } = request;
     let Some(forward) = handler.forward_dyn(&req.method, req.params.as_deref()) else {
         // Every notification before it is handled: no barrier left to wait for.
-        if handler.handles_in_order_dyn(&req.method, req.params.as_deref()) {
-            // Answered before the next message is looked at; its own calls to the peer are
-            // answered meanwhile, as a notification handler's are (they cannot wait for the
-            // messages queued behind it).
-            let me = Arc::as_ptr(shared) as usize;
-            let task = run_request(shared.clone(), handler.clone(), req, kind, grace, 0, slot, reply, counted);
-            IN_NOTIFICATION_HANDLER.scope(me, task).await;
-        } else {
-            tokio::spawn(run_request(shared.clone(), handler.clone(), req, kind, grace, 0, slot, reply, counted));
+        // Answered before the next message is looked at when it must be: its own calls to the
+        // peer are answered meanwhile, as a notification handler's are (they cannot wait for
+        // the messages queued behind it).
+        let in_order = handler.handles_in_order_dyn(&req.method, req.params.as_deref());
+        let run = Run { shared: shared.clone(), handler: handler.clone(), kind, grace, barrier: 0, in_order };
+        let task = spawn_request(run, req, slot, reply, counted);
+        if in_order {
+            let _ = task.await;
         }
         return;
     };

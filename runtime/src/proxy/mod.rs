@@ -534,6 +534,16 @@ pub(crate) fn is_any_successor_envelope(method: &str) -> bool {
     matches!(method, PROXY_SUCCESSOR | SACP_PROXY_SUCCESSOR | SACP_SUCCESSOR_REQUEST | SACP_SUCCESSOR_NOTIFICATION)
 }
 
+/// The params of the `$/cancel_request` a notification carries in a successor envelope, if it
+/// is one (see [`crate::connection::WrappedCancel`]).
+pub(crate) fn wrapped_cancel_request<'a>(method: &str, params: Option<&'a RawValue>) -> Option<Option<&'a RawValue>> {
+    if !is_any_successor_envelope(method) {
+        return None;
+    }
+    let inner = envelope::unwrap(params).ok()?;
+    (inner.method == crate::methods::CANCEL_REQUEST).then_some(inner.params)
+}
+
 /// Whether a request initializes a hop of a chain: `initialize` and the proxy forms, also
 /// inside a successor envelope. Nothing read after one may overtake it
 /// ([`Handler::handles_in_order`]).
