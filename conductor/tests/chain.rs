@@ -740,20 +740,25 @@ fn slips_on_the_command_line_are_explained() {
     assert!(stderr.contains("cannot start component `my-agent` (`/nowhere/my-agent`)"), "{stderr}");
 }
 
+/// A conductor running `agent` alone, with a short kill grace, its output and stderr discarded.
+fn quiet_conductor(agent: &str, stdin: std::process::Stdio) -> tokio::process::Child {
+    tokio::process::Command::new(CONDUCTOR)
+        .args(["--no-mcp-bridge", "--kill-grace-ms", "200", "agent", agent])
+        .stdin(stdin)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
 /// An agent that stops reading its input holds up, by backpressure, the reading of the editor's
 /// input too: a signal still ends the chain (it used to be noticed only by that reading, so the
 /// conductor ran on, and its agent with it).
 #[tokio::test]
 async fn a_signal_ends_a_chain_whose_agent_stopped_reading() {
     use tokio::io::AsyncWriteExt;
-    let mut child = tokio::process::Command::new(CONDUCTOR)
-        .args(["--no-mcp-bridge", "--kill-grace-ms", "200", "agent", "sleep 30"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = quiet_conductor("sleep 30", std::process::Stdio::piped());
     let pid = child.id().unwrap();
     let mut stdin = child.stdin.take().unwrap();
     // Notifications until the conductor stops taking them.
@@ -773,14 +778,7 @@ async fn a_signal_ends_a_chain_whose_agent_stopped_reading() {
 /// reach) with the component's stderr open does not keep the conductor running.
 #[tokio::test]
 async fn a_process_left_holding_a_components_stderr_does_not_keep_the_conductor_running() {
-    let mut child = tokio::process::Command::new(CONDUCTOR)
-        .args(["--no-mcp-bridge", "--kill-grace-ms", "200", "agent", "sh -c 'setsid sleep 15 & exec sleep 30'"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = quiet_conductor("sh -c 'setsid sleep 15 & exec sleep 30'", std::process::Stdio::null());
     let started = std::time::Instant::now();
     let exited = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
     assert!(exited.is_ok(), "the conductor still runs {:?} after its input ended", started.elapsed());
