@@ -533,9 +533,10 @@ async fn run_request(run: Run, req: IncomingRequest, slot: Slot, reply: ReplyTo,
             }
             started.store(true, Ordering::Relaxed);
             let answer = handler.handle_request_boxed(req);
-            Some(match in_order {
-                true => IN_NOTIFICATION_HANDLER.scope(Arc::as_ptr(&waiting) as usize, answer).await,
-                false => answer.await,
+            Some(if in_order {
+                IN_NOTIFICATION_HANDLER.scope(Arc::as_ptr(&waiting) as usize, answer).await
+            } else {
+                answer.await
             })
         })
         .instrument(span.clone());
