@@ -617,7 +617,11 @@ impl Remote {
                         .http2_only(h2c)
                         .build(connector.clone())
                 };
-                let (http, streams_http) = (client(), client());
+                // Over HTTP/2 the streams get a pool of their own (see `Link::streams_http`).
+                // Over HTTP/1.1 every request in flight has a TCP connection anyway, and one
+                // pool keeps the keep-alive connections the POSTs warmed up for the streams.
+                let http = client();
+                let streams_http = if h2c { client() } else { http.clone() };
                 let (commands, commands_rx) = mpsc::unbounded_channel();
                 let link = Arc::new(Link {
                     endpoint,
@@ -1054,9 +1058,10 @@ struct Link {
     endpoint: Endpoint,
     /// For POSTs and the DELETE.
     http: HttpClient,
-    /// For the streams: a pool of its own, so that over HTTP/2, where a pool is one TCP
-    /// connection, the open streams never take the stream slots the POSTs need (a server
-    /// allows a fixed number of streams at once per connection; 100 is common).
+    /// For the streams: over HTTP/2 (h2c), a pool of its own, so that the open streams never
+    /// take the stream slots the POSTs need on the one TCP connection a pool holds (a server
+    /// allows a fixed number of streams at once per connection; 100 is common). Otherwise the
+    /// same pool. (Over TLS, where ALPN may still pick HTTP/2, it is the same pool too.)
     streams_http: HttpClient,
     /// The configured extra headers.
     headers: HeaderMap,
