@@ -3,10 +3,12 @@
 //! request, and the file's first lines (see `common/agent.rs`, and `common/agent_v2.rs` for
 //! the protocol v2 side).
 //!
-//! `cargo run -p acp-rpc --example agent [-- --v1-only | --v2-only]` (speaks ACP on
+//! `cargo run -p acp-rpc --example agent [-- --v1-only | --v2-only | --bridged]` (speaks ACP on
 //! stdin/stdout; logs on stderr). Built with the `unstable_protocol_v2` feature (as
 //! `cargo run --example` builds it), one executable serves v1 and v2 clients: each
-//! connection's first `initialize` picks the version. Drive it with the `client` example:
+//! connection's first `initialize` picks the version. `--bridged` serves v2 clients with the v1
+//! agent through `acp_rpc::v2_bridge` instead of the v2 one (feature `unstable_v2_bridge`).
+//! Drive it with the `client` example:
 //! `cargo run -p acp-rpc --example client -- [--protocol 2] -- cargo run -q -p acp-rpc --example agent`
 //!
 //! `--listen ADDR` (e.g. `127.0.0.1:8080`; needs the `http-server` feature, on for
@@ -16,7 +18,7 @@
 #[path = "common/agent.rs"]
 mod demo_agent;
 
-const USAGE: &str = "usage: agent [--v1-only | --v2-only] [--listen ADDR]";
+const USAGE: &str = "usage: agent [--v1-only | --v2-only | --bridged] [--listen ADDR]";
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {

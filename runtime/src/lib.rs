@@ -260,6 +260,8 @@ pub mod terminal;
 pub mod transport;
 #[cfg(feature = "unstable_protocol_v2")]
 pub mod v2;
+#[cfg(feature = "unstable_v2_bridge")]
+pub mod v2_bridge;
 pub mod version;
 
 mod backlog;

@@ -136,6 +136,19 @@ impl ProtocolRouter {
         self.with_v2(crate::v2::AgentHandler::new(agent))
     }
 
+    /// Serves v2 clients with the v1 implementation added before, through a
+    /// [`V2Bridge`](crate::v2_bridge::V2Bridge) that translates each message (feature
+    /// `unstable_v2_bridge`): one v1 implementation answers both versions, with none of the v2
+    /// types compiled in. Without a v1 implementation this adds nothing (a warning is logged).
+    #[cfg(feature = "unstable_v2_bridge")]
+    pub fn with_v2_bridge(mut self) -> Self {
+        match &self.v1 {
+            Some(v1) => self.v2 = Some(Arc::new(crate::v2_bridge::V2Bridge::over(v1.clone()))),
+            None => tracing::warn!("acp: `with_v2_bridge` needs a v1 implementation, added before it; none was"),
+        }
+        self
+    }
+
     /// Serves v1 agents' requests with a typed client (`acp_types::Client`).
     pub fn with_v1_client<C>(self, client: C) -> Self
     where
@@ -248,8 +261,12 @@ impl ProtocolRouter {
                 return Version::V1;
             }
         }
+        // Without the v2 types (a v2 bridge alone): the member that tells a v2 request apart,
+        // `info` with its required name and version.
         #[cfg(not(feature = "unstable_protocol_v2"))]
-        let _ = params;
+        if version == Version::V2 && self.v1.is_some() && !has_v2_info(params) {
+            return Version::V1;
+        }
         version
     }
 
@@ -308,6 +325,24 @@ impl Handler for ProtocolRouter {
             None => tracing::debug!(method = %notification.method, "acp: notification before `initialize` ignored"),
         }
     }
+}
+
+/// Whether `initialize` params carry v2's `info` (an object with string `name` and `version`).
+#[cfg_attr(feature = "unstable_protocol_v2", allow(dead_code))]
+fn has_v2_info(params: Option<&RawValue>) -> bool {
+    #[derive(Deserialize)]
+    struct Params {
+        #[serde(rename = "info")]
+        _info: Info,
+    }
+    #[derive(Deserialize)]
+    struct Info {
+        #[serde(rename = "name")]
+        _name: String,
+        #[serde(rename = "version")]
+        _version: String,
+    }
+    params.is_some_and(|raw| serde_json::from_str::<Params>(raw.get()).is_ok())
 }
 
 /// The outcome of [`ProtocolRouter::negotiate`]: the version the agent chose, with the typed
@@ -380,6 +415,16 @@ fn requested_version(params: Option<&RawValue>) -> Result<u16, ErrorObject> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn v2_info_tells_a_v2_initialize_apart() {
+        let has = |params: &str| has_v2_info(Some(&RawValue::from_string(params.to_owned()).unwrap()));
+        assert!(has(r#"{"protocolVersion":2,"info":{"name":"a","version":"1"}}"#));
+        assert!(!has(r#"{"protocolVersion":2,"clientInfo":{"name":"a","version":"1"}}"#));
+        assert!(!has(r#"{"protocolVersion":2,"info":{"name":"a"}}"#));
+        assert!(!has(r#"{"protocolVersion":2,"info":"a"}"#));
+        assert!(!has_v2_info(None));
+    }
 
     fn with(v1: bool, v2: bool) -> ProtocolRouter {
         let mut router = ProtocolRouter::new();

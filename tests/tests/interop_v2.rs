@@ -6,7 +6,8 @@
 //!   demo agent (`runtime/examples/agent.rs`, built here as `acp-example-agent`), v2 alone
 //!   (`--v2-only`) and both versions behind our `ProtocolRouter` (its default), through the
 //!   whole scenario of `interop_v2/scenario.rs`; the TypeScript SDK's v1 client gets the v1
-//!   turn from the same executable;
+//!   turn from the same executable; and both v2 clients drive the demo's v1 agent through the
+//!   v2 bridge (`--bridged`, `acp_rpc::v2_bridge`) as far as a v1 agent goes;
 //! - both official v2 clients against the demo agent serving v1 only (`--v1-only`): it
 //!   answers `protocolVersion: 1`; the TypeScript client rejects the answer, the Rust client
 //!   reports `LowerVersion`, and neither goes on;
@@ -194,6 +195,15 @@ fn the_ts_v1_client_gets_v1_from_our_dual_agent() {
 }
 
 #[test]
+fn the_ts_v2_client_drives_our_v1_agent_through_the_v2_bridge() {
+    let Some(ts) = ts() else { return };
+    let root = Root::new("ts-client-bridged");
+    let outcome = connect(node(&ts, "client.mjs", &[root.as_str()]), our_agent(&["--bridged"]), LIMIT);
+    scenario::bridged(&outcome, "acp-demo-agent");
+    ended_cleanly(&outcome);
+}
+
+#[test]
 fn the_ts_v2_client_rejects_our_v1_only_agent() {
     let Some(ts) = ts() else { return };
     let root = Root::new("ts-client-v1");
@@ -226,6 +236,15 @@ fn the_rs_v2_client_gets_v2_from_our_dual_agent() {
     let root = Root::new("rs-client-dual");
     let outcome = connect(bin(rs.join("client"), &[root.as_str()]), our_agent(&[]), LIMIT);
     scenario::full(&outcome, &root, "acp-demo-agent");
+    ended_cleanly(&outcome);
+}
+
+#[test]
+fn the_rs_v2_client_drives_our_v1_agent_through_the_v2_bridge() {
+    let Some(rs) = rs() else { return };
+    let root = Root::new("rs-client-bridged");
+    let outcome = connect(bin(rs.join("client"), &[root.as_str()]), our_agent(&["--bridged"]), LIMIT);
+    scenario::bridged(&outcome, "acp-demo-agent");
     ended_cleanly(&outcome);
 }
 

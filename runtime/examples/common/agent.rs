@@ -10,7 +10,9 @@
 //! enforces), and a pending permission request resolves `cancelled`.
 //!
 //! With the `unstable_protocol_v2` feature the same endpoint serves protocol v2 too
-//! (`agent_v2.rs`): the client's first `initialize` picks the version ([`Versions`]).
+//! (`agent_v2.rs`): the client's first `initialize` picks the version ([`Versions`]). With
+//! `unstable_v2_bridge` it can serve v2 clients with this v1 agent instead, through
+//! `acp_rpc::v2_bridge` (`--bridged`; the default when the native v2 side is not built).
 //!
 //! With `--listen ADDR` (feature `http-server`) the agent serves remote clients over HTTP and
 //! WebSocket instead of stdio ([`listen`]): one agent value per connection, sessions kept
@@ -65,6 +67,9 @@ pub enum Versions {
     /// v1 and v2: the client's first `initialize` picks (`acp_rpc::version::ProtocolRouter`).
     #[cfg(feature = "unstable_protocol_v2")]
     Both,
+    /// v1, and v2 through the bridge to the same v1 agent (`ProtocolRouter::with_v2_bridge`).
+    #[cfg(feature = "unstable_v2_bridge")]
+    Bridged,
 }
 
 impl Versions {
@@ -72,14 +77,22 @@ impl Versions {
     #[cfg(feature = "unstable_protocol_v2")]
     pub const ALL: Versions = Versions::Both;
     /// Every version this build serves.
-    #[cfg(not(feature = "unstable_protocol_v2"))]
+    #[cfg(all(not(feature = "unstable_protocol_v2"), feature = "unstable_v2_bridge"))]
+    pub const ALL: Versions = Versions::Bridged;
+    /// Every version this build serves.
+    #[cfg(not(any(feature = "unstable_protocol_v2", feature = "unstable_v2_bridge")))]
     pub const ALL: Versions = Versions::V1;
 
-    /// `--v1-only` / `--v2-only` (the latter needs the `unstable_protocol_v2` feature), or all.
+    /// `--v1-only` / `--v2-only` (the latter needs the `unstable_protocol_v2` feature) /
+    /// `--bridged` (needs `unstable_v2_bridge`), or all.
     pub fn from_flag(flag: Option<&str>) -> Result<Self, String> {
         match flag {
             None => Ok(Versions::ALL),
             Some("--v1-only") => Ok(Versions::V1),
+            #[cfg(feature = "unstable_v2_bridge")]
+            Some("--bridged") => Ok(Versions::Bridged),
+            #[cfg(not(feature = "unstable_v2_bridge"))]
+            Some("--bridged") => Err("--bridged: built without the `unstable_v2_bridge` feature".to_owned()),
             #[cfg(feature = "unstable_protocol_v2")]
             Some("--v2-only") => Ok(Versions::V2),
             #[cfg(not(feature = "unstable_protocol_v2"))]
@@ -101,6 +114,13 @@ pub async fn serve(versions: Versions) -> Result<(), acp_rpc::Error> {
             let router = acp_rpc::version::ProtocolRouter::new()
                 .with_v1_agent(DemoAgent::new())
                 .with_v2_agent(v2::DemoAgentV2::new(id_seed(), delay()));
+            let (reader, writer) = acp_rpc::transport::stdio();
+            let (_client, serve) = acp_rpc::Connection::new().serve(reader, writer, router);
+            serve.await
+        }
+        #[cfg(feature = "unstable_v2_bridge")]
+        Versions::Bridged => {
+            let router = acp_rpc::version::ProtocolRouter::new().with_v1_agent(DemoAgent::new()).with_v2_bridge();
             let (reader, writer) = acp_rpc::transport::stdio();
             let (_client, serve) = acp_rpc::Connection::new().serve(reader, writer, router);
             serve.await
@@ -130,6 +150,8 @@ pub async fn listen(versions: Versions, addr: &str) -> std::io::Result<()> {
             Versions::V2 => router.with_v2_agent(v2.sibling()),
             #[cfg(feature = "unstable_protocol_v2")]
             Versions::Both => router.with_v1_agent(v1.sibling()).with_v2_agent(v2.sibling()),
+            #[cfg(feature = "unstable_v2_bridge")]
+            Versions::Bridged => router.with_v1_agent(v1.sibling()).with_v2_bridge(),
         }
     });
     let bound = server.bind(addr).await?;

@@ -294,6 +294,83 @@ fn check_replay(msgs: &[Msg], session: &Value, turns: &[&Turn]) -> Result<(), St
     Ok(())
 }
 
+/// The allowed turn of our demo's v1 agent served through the v2 bridge: its v1 updates
+/// translated (a `plan` is a `plan_update`, a `tool_call` the first `tool_call_update`), and
+/// the read fails, as a v2 client has no file system for a v1 agent to use.
+pub const BRIDGED_ALLOWED: &[&str] = &[
+    "answer",
+    "user_message",
+    "state running",
+    "plan_update",
+    "agent_message_chunk*",
+    "tool_call_update pending",
+    "state requires_action",
+    "request session/request_permission",
+    "state running",
+    "tool_call_update in_progress",
+    "tool_call_update failed",
+    "agent_message_chunk*",
+    "idle end_turn",
+];
+
+/// ... and the turn the client cancels during the permission request.
+pub const BRIDGED_CANCELLED: &[&str] = &[
+    "answer",
+    "user_message",
+    "state running",
+    "plan_update",
+    "agent_message_chunk*",
+    "tool_call_update pending",
+    "state requires_action",
+    "request session/request_permission",
+    "$/cancel_request",
+    "idle cancelled",
+];
+
+/// The scenario against our demo's v1 agent behind the v2 bridge (`--bridged`), as far as a
+/// v1 agent without `session/list`, `loadSession` or `session/close` goes: v2 initialize, a
+/// session, an empty list, the allowed turn and the cancelled one, then `session/resume` with
+/// replay refused (-32602), which ends the client's scenario.
+pub fn bridged(outcome: &Outcome, agent_name: &str) {
+    verify(outcome, |msgs, report| {
+        let init = wire::request(msgs, Dir::ToAgent, "initialize", 0)?;
+        let answer = &msgs[wire::answer(msgs, init)?].json["result"];
+        ensure!(answer["protocolVersion"] == 2 && answer["info"]["name"] == agent_name, "{answer}");
+        ensure!(answer["capabilities"]["session"]["mcp"]["stdio"] == json!({}), "{answer}");
+        ensure!(step(report, "initialize")?["protocolVersion"] == 2, "the client saw another version");
+        let session = step(report, "session-new")?["sessionId"].clone();
+        ensure!(step(report, "session-list")?["sessions"] == json!([]), "a v1 agent without a list lists nothing");
+
+        let allowed = wire::turn(msgs, wire::request(msgs, Dir::ToAgent, "session/prompt", 0)?)?;
+        ensure!(allowed.events == BRIDGED_ALLOWED, "allowed turn: {:#?}", allowed.events);
+        let asked = &msgs[allowed.indices[7]].json["params"];
+        let tool_call = &msgs[allowed.indices[5]].json["params"]["update"];
+        ensure!(asked["subject"]["toolCall"]["toolCallId"] == tool_call["toolCallId"], "{asked}");
+        ensure!(asked["title"].is_string(), "{asked}");
+        let seen = step(report, "prompt-allow")?;
+        ensure!(seen["stopReason"] == "end_turn", "the client saw {seen}");
+        ensure!(seen["messageId"] == allowed.user_message.as_str(), "the client saw another user message: {seen}");
+        ensure!(seen["tools"][0]["statuses"] == json!(["pending", "in_progress", "failed"]), "client tools: {seen}");
+
+        // The agent withdraws its permission request (`$/cancel_request`) unless the client
+        // answered it first (see `check_cancel`).
+        let cancelled = wire::turn(msgs, wire::request(msgs, Dir::ToAgent, "session/prompt", 1)?)?;
+        let events: Vec<&str> =
+            cancelled.events.iter().map(String::as_str).filter(|e| *e != "$/cancel_request").collect();
+        let expected: Vec<&str> = BRIDGED_CANCELLED.iter().copied().filter(|e| *e != "$/cancel_request").collect();
+        ensure!(events == expected, "cancelled turn: {:#?}", cancelled.events);
+        let cancel = wire::request(msgs, Dir::ToAgent, "session/cancel", 0);
+        ensure!(cancel.is_err() || msgs[cancel?].json["params"]["sessionId"] == session, "session/cancel");
+        ensure!(step(report, "prompt-cancel")?["stopReason"] == "cancelled", "the client did not see the cancel");
+
+        let resume = wire::request(msgs, Dir::ToAgent, "session/resume", 0)?;
+        let refused = &msgs[wire::answer(msgs, resume)?].json;
+        ensure!(refused["error"]["code"] == -32602, "session/resume with replay: {refused}");
+        ensure!(report["session-resume"]["ok"] == false, "the client's resume: {:?}", report["session-resume"]);
+        Ok(())
+    });
+}
+
 /// A v2 client against a v1-only agent: it asked for 2, the agent answered 1, and the client
 /// went no further (no other request, no notification).
 pub fn refused_v1(msgs: &[Msg]) -> Result<Value, String> {
