@@ -161,6 +161,9 @@
 //! | [`transport`] | stdio, in-memory duplex, and a spawned agent process (process group, stderr, termination; feature `process`) |
 //! | [`methods`] | the ACP method names and fixed results the runtime acts on |
 //! | `mcp` | MCP over ACP: rmcp servers offered through the connection, an agent's rmcp clients of them, the conductor's bridge (features `mcp-over-acp`, `mcp-bridge`) |
+//! | [`version`] | serving v1 and v2 on one endpoint: each connection's first `initialize` picks |
+//! | `v2` | protocol v2's typed layer (feature `unstable_protocol_v2`) |
+//! | `v2_bridge` | protocol v2 served by a v1 implementation, translated as JSON (feature `unstable_v2_bridge`) |
 //!
 //! # The raw layer
 //!

@@ -120,14 +120,9 @@ impl V2Bridge {
                 let (_, agent_side) = Connection::new().serve(agent_reads, agent_writes, SharedV1(self.v1.clone()));
                 let (agent, bridge_side) =
                     Connection::new().serve(bridge_reads, bridge_writes, FromAgent { state: self.state.clone() });
+                // Both end when the bridge is dropped (see `Drop`).
                 tokio::spawn(agent_side);
                 tokio::spawn(bridge_side);
-                // The client's connection ends: so does the agent's, cancelling what runs there.
-                let (client_gone, agent_peer) = (client.closed(), agent.clone());
-                tokio::spawn(async move {
-                    client_gone.await;
-                    agent_peer.close();
-                });
                 agent
             })
             .clone()
@@ -140,7 +135,7 @@ impl V2Bridge {
         v1.insert("clientCapabilities".into(), json!({}));
         copy(&v2, "info", &mut v1, "clientInfo");
         copy(&v2, "_meta", &mut v1, "_meta");
-        let answer = object_answer(&call(agent, "initialize", &Value::Object(v1), &req.cancel).await?)?;
+        let answer = object_answer(&call(agent, "initialize", &Value::Object(v1), &req).await?)?;
         let capabilities = answer.get("agentCapabilities").cloned().unwrap_or(Value::Null);
         let _ = self.state.caps.set(V1Caps::of(&capabilities));
         let mut v2 = Map::new();
@@ -158,7 +153,7 @@ impl V2Bridge {
     async fn new_session(&self, agent: &Peer, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
         let mut params = object_params(&req)?;
         params.entry("mcpServers").or_insert_with(|| json!([]));
-        let answer = call(agent, "session/new", &Value::Object(params), &req.cancel).await?;
+        let answer = call(agent, "session/new", &Value::Object(params), &req).await?;
         without_modes(answer)
     }
 
@@ -181,14 +176,14 @@ impl V2Bridge {
                         "this agent cannot replay a session's history (its v1 side has no `loadSession`)",
                     ));
                 }
-                without_modes(call(agent, "session/load", &load(params), &req.cancel).await?)
+                without_modes(call(agent, "session/load", &load(params), &req).await?)
             }
-            None if caps.resume => call(agent, "session/resume", &Value::Object(params), &req.cancel).await,
+            None if caps.resume => call(agent, "session/resume", &Value::Object(params), &req).await,
             None if caps.load => {
                 // Loading replays the history, which a resume without a cursor must not.
                 let session = req.session_id.clone().unwrap_or_default();
                 self.state.set_quiet(&session, true);
-                let answer = call(agent, "session/load", &load(params), &req.cancel).await;
+                let answer = call(agent, "session/load", &load(params), &req).await;
                 self.state.set_quiet(&session, false);
                 without_modes(answer?)
             }
@@ -197,17 +192,20 @@ impl V2Bridge {
     }
 
     async fn close(&self, agent: &Peer, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
-        if self.state.caps().close {
+        let Some(session) = req.session_id.clone() else {
             return forward(agent, req).await;
-        }
-        let Some(session) = req.session_id.as_deref() else {
-            return Err(ErrorObject::invalid_params_at("sessionId", "missing"));
         };
-        if let Some(turn) = self.state.turn(session) {
-            turn.cancelled.store(true, Ordering::Relaxed);
-        }
-        agent.notify("session/cancel", &json!({"sessionId": session})).await.map_err(ErrorObject::from)?;
-        encode(&json!({}))
+        let answer = if self.state.caps().close {
+            forward(agent, req).await?
+        } else {
+            if let Some(turn) = self.state.turn(&session) {
+                turn.cancelled.store(true, Ordering::Relaxed);
+            }
+            agent.notify("session/cancel", &json!({"sessionId": &*session})).await.map_err(ErrorObject::from)?;
+            encode(&json!({}))?
+        };
+        self.state.forget(&session);
+        Ok(answer)
     }
 
     /// A v2 prompt: passed on as a v1 prompt, answered once accepted; the turn goes on in a
@@ -237,21 +235,30 @@ impl V2Bridge {
                 return Err(e.into());
             }
         };
-        let early = tokio::select! {
-            biased;
-            answer = &mut pending => Some(answer),
-            _ = accepted => None,
-            _ = req.cancel.cancelled() => {
-                if client.shared.cancelled_by_cancel_request(&req.id) && turn.refuse() {
-                    // The request itself is withdrawn: answered -32800, the v1 prompt dropped
-                    // (which withdraws it there too).
-                    self.state.end_turn(&session, &turn);
-                    return Err(ErrorObject::request_cancelled());
+        let (mut accepted, mut ending) = (accepted, false);
+        let early = loop {
+            tokio::select! {
+                biased;
+                answer = &mut pending => break Some(answer),
+                _ = &mut accepted => break None,
+                () = req.cancel.cancelled(), if !ending => {
+                    if client.is_closed() {
+                        // The connection is ending, which cancels nothing: the runtime still
+                        // writes what comes within its grace period.
+                        ending = true;
+                        continue;
+                    }
+                    if client.shared.cancelled_by_cancel_request(&req.id) && turn.refuse() {
+                        // The request itself is withdrawn: answered -32800, the v1 prompt
+                        // dropped (which withdraws it there too).
+                        self.state.end_turn(&session, &turn);
+                        return Err(ErrorObject::request_cancelled());
+                    }
+                    // `session/cancel` (passed on to the agent as well): accepted, and the
+                    // agent's `cancelled` answer ends the turn.
+                    pending.cancel();
+                    break None;
                 }
-                // `session/cancel` (passed on to the agent as well): accepted, and the agent's
-                // `cancelled` answer ends the turn.
-                pending.cancel();
-                None
             }
         };
         let answer = match early {
@@ -287,6 +294,18 @@ impl V2Bridge {
         // v1.7.0's schema answers `{}`; the official SDKs' clients read the user message's id
         // here (as the native v2 turn answers), and a peer expecting `{}` ignores it.
         encode(&json!({"messageId": user_message}))
+    }
+}
+
+impl Drop for V2Bridge {
+    /// The client's connection is done with the bridge (everything answered, or given up after
+    /// its grace period): the v1 implementation's connection ends too, cancelling what still
+    /// runs there. Not sooner: a client that closes its side right after a request (`echo
+    /// request | agent`) still gets the answer, as from a v1 implementation served directly.
+    fn drop(&mut self) {
+        if let Some(agent) = self.agent.get() {
+            agent.close();
+        }
     }
 }
 
@@ -350,7 +369,7 @@ impl FromAgent {
         copy(&v1, "options", &mut v2, "options");
         copy(&v1, "_meta", &mut v2, "_meta");
         self.state.asking(client, &session, true).await;
-        let answer = client.request_raw_until(&req.method, Some(&*encode(&Value::Object(v2))?), &req.cancel).await;
+        let answer = call(client, &req.method, &Value::Object(v2), &req).await;
         // A `cancelled` outcome is the turn's cancellation (the client's `session/cancel`
         // resolves it before the bridge sees the notification): no `running` after it.
         let cancelled = match &answer {
@@ -362,7 +381,7 @@ impl FromAgent {
             turn.cancelled.store(true, Ordering::Relaxed);
         }
         self.state.asking(client, &session, false).await;
-        answer.map_err(ErrorObject::from)
+        answer
     }
 
     /// A v1 `session/update` as v2's, or `None` when v2 has nothing for it.
@@ -593,11 +612,16 @@ impl State {
     }
 
     fn end_turn(&self, session: &str, turn: &Arc<BridgedTurn>) {
-        self.with(session, |track| {
-            if track.turn.as_ref().is_some_and(|current| Arc::ptr_eq(current, turn)) {
-                track.turn = None;
-            }
-        });
+        if let Some(track) = lock(&self.sessions).get_mut(session)
+            && track.turn.as_ref().is_some_and(|current| Arc::ptr_eq(current, turn))
+        {
+            track.turn = None;
+        }
+    }
+
+    /// The session is closed: nothing of it is kept.
+    fn forget(&self, session: &str) {
+        lock(&self.sessions).remove(session);
     }
 
     fn turn(&self, session: &str) -> Option<Arc<BridgedTurn>> {
@@ -666,14 +690,10 @@ fn state_update(session: &str, state: &str) -> Value {
     json!({"sessionId": session, "update": {"sessionUpdate": "state_update", "state": state}})
 }
 
-/// Calls the other side with `params` and hands back its answer, result or error, as is.
-async fn call(
-    to: &Peer,
-    method: &str,
-    params: &Value,
-    cancel: &CancellationToken,
-) -> Result<Box<RawValue>, ErrorObject> {
-    to.request_raw_until(method, Some(&*encode(params)?), cancel).await.map_err(ErrorObject::from)
+/// Calls the other side on behalf of `req` with `params` and hands back its answer, result or
+/// error, as is.
+async fn call(to: &Peer, method: &str, params: &Value, req: &IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
+    ask(to, method, Some(&*encode(params)?), req).await
 }
 
 /// Passes a request on as it is.
@@ -683,7 +703,29 @@ async fn forward(to: &Peer, req: IncomingRequest) -> Result<Box<RawValue>, Error
 
 /// Passes a request on as `method`, params untouched.
 async fn forward_as(to: &Peer, method: &str, req: &IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
-    to.request_raw_until(method, req.params.as_deref(), &req.cancel).await.map_err(ErrorObject::from)
+    ask(to, method, req.params.as_deref(), req).await
+}
+
+/// Calls the other side for `req`, passing its cancellation on: a cancelled `req` withdraws
+/// the call (`$/cancel_request`) and answers what the other side answers then. When `req` was
+/// cancelled because its connection is ending, the call runs on: the runtime still writes
+/// what comes within its grace period.
+async fn ask(
+    to: &Peer,
+    method: &str,
+    params: Option<&RawValue>,
+    req: &IncomingRequest,
+) -> Result<Box<RawValue>, ErrorObject> {
+    let mut pending = to.send_request_raw(method, params).await?;
+    tokio::select! {
+        biased;
+        answer = &mut pending => return answer.map_err(ErrorObject::from),
+        () = req.cancel.cancelled() => {}
+    }
+    if !req.peer.is_closed() {
+        pending.cancel();
+    }
+    pending.await.map_err(ErrorObject::from)
 }
 
 fn object_params(req: &IncomingRequest) -> Result<Map<String, Value>, ErrorObject> {

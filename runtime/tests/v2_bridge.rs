@@ -517,6 +517,27 @@ async fn resume_without_a_cursor_loads_quietly_when_the_agent_only_loads() {
 }
 
 #[tokio::test]
+async fn a_client_that_closes_its_side_after_its_requests_still_gets_the_answers() {
+    // As `printf '...' | agent` does: every request is in before the end of input.
+    let agent = V1Agent::default();
+    let mut client = bridged(&agent);
+    initialize_v2(&mut client).await;
+    client.send_json(json!({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/w"}})).await;
+    client.send_json(prompt(2, "fail-late")).await;
+    client.close_input();
+    let mut seen = Vec::new();
+    while let Some(line) = client.try_recv_line(LIMIT).await {
+        seen.push(serde_json::from_str::<Value>(&line).unwrap());
+    }
+    // The answers; notifications after the end of input are not written (the runtime's
+    // contract, as for a v1 implementation served directly).
+    let answers: Vec<&Value> = seen.iter().filter(|m| m.get("method").is_none()).collect();
+    assert_eq!(answers.len(), 2, "{seen:#?}");
+    assert_eq!(answers[0]["result"]["sessionId"], SESSION, "{seen:#?}");
+    assert!(answers[1]["result"]["messageId"].is_string(), "{seen:#?}");
+}
+
+#[tokio::test]
 async fn the_v1_agent_is_cancelled_when_the_v2_client_goes_away() {
     let agent = V1Agent::default();
     let mut client = bridged(&agent);
