@@ -829,8 +829,10 @@ fn auto_mode_finds_both_versions_of_a_dual_agent_and_checks_each() {
 
 #[test]
 fn conforming_v2_agents_pass_the_v2_checks() {
-    // The runtime's demo agent serving v2 only, and the hand-rolled one.
-    for agent in [&[env!("CARGO_BIN_EXE_acp-check-example-agent"), "--v2-only"][..], &[V2_FLAWED]] {
+    // The runtime's demo agent serving v2 only, the same agent's v1 side through the v2 bridge
+    // (`acp_rpc::v2_bridge`), and the hand-rolled one.
+    let demo = env!("CARGO_BIN_EXE_acp-check-example-agent");
+    for agent in [&[demo, "--v2-only"][..], &[demo, "--bridged"], &[V2_FLAWED]] {
         let (code, report) = check_protocol("2", agent, 20_000);
         assert_eq!(failures(&report), Vec::<String>::new(), "{report:#}");
         assert_eq!(code, 0);

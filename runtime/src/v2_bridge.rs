@@ -54,8 +54,9 @@
 //!   sessions;
 //! - `session/close` of one without `sessionCapabilities.close` cancels the session's turn and
 //!   is answered `{}`;
-//! - `session/resume` of one that can neither resume nor load is answered -32601, and one with
-//!   a replay cursor of one that cannot load, -32602.
+//! - `session/resume` without a replay cursor, of one that can neither resume nor load, is
+//!   answered `{}` for a session open on this connection (created, and not closed) and -32002
+//!   for any other; with a replay cursor, of one that cannot load, -32602.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -153,13 +154,22 @@ impl V2Bridge {
     async fn new_session(&self, agent: &Peer, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
         let mut params = object_params(&req)?;
         params.entry("mcpServers").or_insert_with(|| json!([]));
-        let answer = call(agent, "session/new", &Value::Object(params), &req).await?;
-        without_modes(answer)
+        let answer = without_modes(call(agent, "session/new", &Value::Object(params), &req).await?)?;
+        #[derive(serde::Deserialize)]
+        struct Created {
+            #[serde(rename = "sessionId")]
+            session_id: String,
+        }
+        if let Ok(created) = serde_json::from_str::<Created>(answer.get()) {
+            self.state.opened(&created.session_id);
+        }
+        Ok(answer)
     }
 
     async fn resume(&self, agent: &Peer, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
         let mut params = object_params(&req)?;
         let caps = self.state.caps();
+        let session = req.session_id.clone().unwrap_or_default();
         let replay = params.remove("replayFrom").filter(|cursor| !cursor.is_null());
         let load = |mut params: Map<String, Value>| {
             params.entry("mcpServers").or_insert_with(|| json!([]));
@@ -176,18 +186,36 @@ impl V2Bridge {
                         "this agent cannot replay a session's history (its v1 side has no `loadSession`)",
                     ));
                 }
-                without_modes(call(agent, "session/load", &load(params), &req).await?)
+                let answer = without_modes(call(agent, "session/load", &load(params), &req).await?)?;
+                self.state.opened(&session);
+                Ok(answer)
             }
-            None if caps.resume => call(agent, "session/resume", &Value::Object(params), &req).await,
+            None if caps.resume => {
+                let answer = call(agent, "session/resume", &Value::Object(params), &req).await?;
+                self.state.opened(&session);
+                Ok(answer)
+            }
             None if caps.load => {
                 // Loading replays the history, which a resume without a cursor must not.
-                let session = req.session_id.clone().unwrap_or_default();
                 self.state.set_quiet(&session, true);
                 let answer = call(agent, "session/load", &load(params), &req).await;
                 self.state.set_quiet(&session, false);
-                without_modes(answer?)
+                let answer = without_modes(answer?)?;
+                self.state.opened(&session);
+                Ok(answer)
             }
-            None => Err(ErrorObject::method_not_found("session/resume")),
+            // The agent can neither resume nor load: a session it has open on this
+            // connection resumes as it is; any other is not found.
+            None if self.state.is_open(&session) => encode(&json!({})),
+            None => {
+                let mut error = ErrorObject::resource_not_found(None);
+                error.data = Some(json!({
+                    "sessionId": &*session,
+                    "reason": "this agent (v1, without `sessionCapabilities.resume` or `loadSession`) \
+                        can only resume the sessions it has open on this connection",
+                }));
+                Err(error)
+            }
         }
     }
 
@@ -585,6 +613,8 @@ struct Track {
     asking: u32,
     /// A resume is loading the session: its replay is not for the client.
     quiet: bool,
+    /// Created, loaded or resumed on this connection, and not closed.
+    open: bool,
 }
 
 impl State {
@@ -617,6 +647,14 @@ impl State {
         {
             track.turn = None;
         }
+    }
+
+    fn opened(&self, session: &str) {
+        self.with(session, |track| track.open = true);
+    }
+
+    fn is_open(&self, session: &str) -> bool {
+        lock(&self.sessions).get(session).is_some_and(|track| track.open)
     }
 
     /// The session is closed: nothing of it is kept.

@@ -475,18 +475,26 @@ async fn close_without_the_capability_cancels_the_turn() {
 }
 
 #[tokio::test]
-async fn resume_without_resume_or_load_is_refused() {
+async fn resume_without_resume_or_load_resumes_only_the_open_sessions() {
     let agent = V1Agent::default();
     let mut client = bridged(&agent);
     open_session(&mut client).await;
     let params = json!({"sessionId": SESSION, "cwd": "/work"});
-    let (plain, _) = request(&mut client, 2, "session/resume", params).await;
-    assert_eq!(plain["error"]["code"], -32601, "{plain}");
+    let (open, _) = request(&mut client, 2, "session/resume", params).await;
+    assert_eq!(open["result"], json!({}), "{open}");
+    let params = json!({"sessionId": "sess-other", "cwd": "/work"});
+    let (unknown, _) = request(&mut client, 3, "session/resume", params).await;
+    assert_eq!(unknown["error"]["code"], -32002, "{unknown}");
+    assert_eq!(unknown["error"]["data"]["sessionId"], "sess-other", "{unknown}");
     let params = json!({"sessionId": SESSION, "cwd": "/work", "replayFrom": {"type": "start"}});
-    let (replay, _) = request(&mut client, 3, "session/resume", params).await;
+    let (replay, _) = request(&mut client, 4, "session/resume", params).await;
     assert_eq!(replay["error"]["code"], -32602, "{replay}");
     assert_eq!(replay["error"]["data"]["path"], "replayFrom", "{replay}");
-    assert!(agent.seen("session/load").is_empty());
+    // Closed, it is no longer open.
+    request(&mut client, 5, "session/close", json!({"sessionId": SESSION})).await;
+    let (closed, _) = request(&mut client, 6, "session/resume", json!({"sessionId": SESSION, "cwd": "/work"})).await;
+    assert_eq!(closed["error"]["code"], -32002, "{closed}");
+    assert!(agent.seen("session/load").is_empty() && agent.seen("session/resume").is_empty());
 }
 
 #[tokio::test]
