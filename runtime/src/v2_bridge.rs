@@ -403,7 +403,7 @@ impl FromAgent {
         let cancelled = match &answer {
             Ok(result) => serde_json::from_str::<Value>(result.get())
                 .is_ok_and(|result| result.pointer("/outcome/outcome").and_then(Value::as_str) == Some("cancelled")),
-            Err(_) => true,
+            Err(error) => error.code == crate::jsonrpc::codes::REQUEST_CANCELLED,
         };
         if cancelled && let Some(turn) = self.state.turn(&session) {
             turn.cancelled.store(true, Ordering::Relaxed);
