@@ -15,8 +15,9 @@
 //! | v2 client sends | the v1 agent gets |
 //! |---|---|
 //! | `initialize` (`info`, `capabilities`) | `initialize` with `protocolVersion: 1`, `clientInfo` and empty `clientCapabilities`; its answer becomes v2's `info`, `capabilities` (support markers under `session`; `mcp.stdio` always, as v1 requires it of every agent) and `authMethods` (`methodId`, `type`) |
-//! | `auth/login`, `auth/logout` | `authenticate`, `logout` |
-//! | `session/new`, `session/list`, `session/close`, `session/set_config_option`, `session/cancel`, extensions | the same (`mcpServers` added to `session/new` when omitted; `modes` dropped from its answer) |
+//! | `auth/login`, `auth/logout` | `authenticate`, `logout` (`logout` only when the agent advertises `auth.logout`; else the bridge refuses it, -32600) |
+//! | `session/new`, `session/list`, `session/close`, `session/cancel`, extensions | the same; `mcpServers` in v1's shapes (added when omitted; a stdio server without `type`, with `args` and `env`, an HTTP one with `headers`), and the session answers without `modes` and with v2's `configId` for each config option |
+//! | `session/set_config_option` | the same, a select's value without v2's `type: id`; the options of its answer with `configId` |
 //! | `session/resume` with `replayFrom: {type: start}` | `session/load` (its replayed history comes back as v2 updates) |
 //! | `session/resume` without `replayFrom` | `session/resume`, or `session/load` with the replay dropped when the agent only loads |
 //! | `session/prompt` | `session/prompt`; see below |
@@ -29,6 +30,7 @@
 //! | `plan` | `plan_update` with the session's one plan id, `plan-1` |
 //! | `available_commands_update` | the same, each command's `input` with `type: text` |
 //! | `current_mode_update` | nothing: v2 has no modes |
+//! | `config_option_update` | the same, each option's `id` as `configId` |
 //! | `session/request_permission` | the same, with `title` (the tool call's, or "Permission requested") and the tool call as `subject`; the turn reports `requires_action` while it waits |
 //! | `fs/*`, `terminal/*` | nothing: answered -32601, as the bridge advertised neither |
 //! | other updates, extensions | the same |
@@ -44,8 +46,17 @@
 //! v1 error before acceptance is the prompt's error (an unknown session, invalid params); one
 //! after ends the turn with stop reason `error` and the error beside it, as the native v2 turn
 //! does. A prompt cancelled by `session/cancel` before that is accepted at once, the
-//! cancellation passed on, and ends `idle` with the agent's `cancelled`; one withdrawn by
-//! `$/cancel_request` is answered -32800 and withdrawn from the agent.
+//! cancellation passed on, and ends `idle` with the agent's `cancelled` (also when the agent
+//! answers the cancelled prompt with an error); one withdrawn by `$/cancel_request` is answered
+//! -32800 and withdrawn from the agent.
+//!
+//! Until the prompt's answer is written (inside a JSON-RPC batch, that is when the whole batch
+//! is answered), the turn's updates are held, in order, and the agent's permission requests
+//! wait; nothing the bridge reads from the agent waits for it. A second prompt sent while a
+//! turn of the same session runs is not accepted by that turn's updates (a v1 agent's updates
+//! say nothing of the prompt they belong to): it is accepted by its own answer, a cancellation,
+//! or the first update once the turns before it ended. The session reports `idle` when its last
+//! accepted turn ends, as the native v2 turn does.
 //!
 //! # Where a v1 agent lacks what v2 requires
 //!
@@ -64,7 +75,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
@@ -152,9 +163,8 @@ impl V2Bridge {
     }
 
     async fn new_session(&self, agent: &Peer, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
-        let mut params = object_params(&req)?;
-        params.entry("mcpServers").or_insert_with(|| json!([]));
-        let answer = without_modes(call(agent, "session/new", &Value::Object(params), &req).await?)?;
+        let params = v1_session_params(object_params(&req)?);
+        let answer = v2_session_answer(&call(agent, "session/new", &params, &req).await?)?;
         #[derive(serde::Deserialize)]
         struct Created {
             #[serde(rename = "sessionId")]
@@ -171,11 +181,8 @@ impl V2Bridge {
         let caps = self.state.caps();
         let session = req.session_id.clone().unwrap_or_default();
         let replay = params.remove("replayFrom").filter(|cursor| !cursor.is_null());
-        let load = |mut params: Map<String, Value>| {
-            params.entry("mcpServers").or_insert_with(|| json!([]));
-            Value::Object(params)
-        };
-        match replay {
+        let params = v1_session_params(params);
+        let method = match replay {
             Some(cursor) => {
                 if cursor.get("type").and_then(Value::as_str) != Some("start") {
                     return Err(ErrorObject::invalid_params_at("replayFrom", "unknown replay cursor"));
@@ -186,27 +193,20 @@ impl V2Bridge {
                         "this agent cannot replay a session's history (its v1 side has no `loadSession`)",
                     ));
                 }
-                let answer = without_modes(call(agent, "session/load", &load(params), &req).await?)?;
-                self.state.opened(&session);
-                Ok(answer)
+                "session/load"
             }
-            None if caps.resume => {
-                let answer = call(agent, "session/resume", &Value::Object(params), &req).await?;
-                self.state.opened(&session);
-                Ok(answer)
-            }
+            None if caps.resume => "session/resume",
             None if caps.load => {
-                // Loading replays the history, which a resume without a cursor must not.
-                self.state.set_quiet(&session, true);
-                let answer = call(agent, "session/load", &load(params), &req).await;
-                self.state.set_quiet(&session, false);
-                let answer = without_modes(answer?)?;
+                // Loading replays the history, which a resume without a cursor must not (until
+                // the load ends, however it ends).
+                let _quiet = Quiet::new(&self.state, &session);
+                let answer = v2_session_answer(&call(agent, "session/load", &params, &req).await?)?;
                 self.state.opened(&session);
-                Ok(answer)
+                return Ok(answer);
             }
             // The agent can neither resume nor load: a session it has open on this
             // connection resumes as it is; any other is not found.
-            None if self.state.is_open(&session) => encode(&json!({})),
+            None if self.state.is_open(&session) => return encode(&json!({})),
             None => {
                 let mut error = ErrorObject::resource_not_found(None);
                 error.data = Some(json!({
@@ -214,9 +214,12 @@ impl V2Bridge {
                     "reason": "this agent (v1, without `sessionCapabilities.resume` or `loadSession`) \
                         can only resume the sessions it has open on this connection",
                 }));
-                Err(error)
+                return Err(error);
             }
-        }
+        };
+        let answer = v2_session_answer(&call(agent, method, &params, &req).await?)?;
+        self.state.opened(&session);
+        Ok(answer)
     }
 
     async fn close(&self, agent: &Peer, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
@@ -226,14 +229,30 @@ impl V2Bridge {
         let answer = if self.state.caps().close {
             forward(agent, req).await?
         } else {
-            if let Some(turn) = self.state.turn(&session) {
-                turn.cancelled.store(true, Ordering::Relaxed);
-            }
+            self.state.cancel_turns(&session);
             agent.notify("session/cancel", &json!({"sessionId": &*session})).await.map_err(ErrorObject::from)?;
             encode(&json!({}))?
         };
         self.state.forget(&session);
         Ok(answer)
+    }
+
+    async fn set_config_option(&self, agent: &Peer, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
+        let mut params = object_params(&req)?;
+        // v2 tags a select's value `type: id`; v1 tells it by the absence of a type.
+        if params.get("type").and_then(Value::as_str) == Some("id") {
+            params.remove("type");
+        }
+        v2_session_answer(&call(agent, &req.method, &Value::Object(params), &req).await?)
+    }
+
+    async fn logout(&self, agent: &Peer, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
+        if self.state.caps().logout {
+            return forward_as(agent, "logout", &req).await;
+        }
+        Err(ErrorObject::invalid_request(
+            "this agent cannot log out: its v1 side does not advertise `agentCapabilities.auth.logout`",
+        ))
     }
 
     /// A v2 prompt: passed on as a v1 prompt, answered once accepted; the turn goes on in a
@@ -252,14 +271,16 @@ impl V2Bridge {
             content,
             answered: req.watch.answered(),
             decision: Mutex::new(Decision::Waiting(accept)),
-            started: tokio::sync::OnceCell::new(),
+            out: tokio::sync::Mutex::new(Held::default()),
+            settled: watch::Sender::new(false),
             cancelled: AtomicBool::new(false),
         });
         self.state.begin_turn(&session, turn.clone());
         let mut pending = match agent.send_request_raw(&req.method, req.params.as_deref()).await {
             Ok(pending) => pending,
             Err(e) => {
-                self.state.end_turn(&session, &turn);
+                turn.refuse();
+                self.state.end_turn(&turn);
                 return Err(e.into());
             }
         };
@@ -279,50 +300,62 @@ impl V2Bridge {
                     if client.shared.cancelled_by_cancel_request(&req.id) && turn.refuse() {
                         // The request itself is withdrawn: answered -32800, the v1 prompt
                         // dropped (which withdraws it there too).
-                        self.state.end_turn(&session, &turn);
+                        self.state.end_turn(&turn);
                         return Err(ErrorObject::request_cancelled());
                     }
                     // `session/cancel` (passed on to the agent as well): accepted, and the
                     // agent's `cancelled` answer ends the turn.
+                    turn.cancelled.store(true, Ordering::Relaxed);
                     pending.cancel();
                     break None;
                 }
             }
         };
         let answer = match early {
-            Some(Err(Error::Rpc(error))) if turn.refuse() => {
-                self.state.end_turn(&session, &turn);
+            Some(Err(Error::Rpc(error))) if !turn.cancelled.load(Ordering::Relaxed) && turn.refuse() => {
+                self.state.end_turn(&turn);
                 return Err(error);
             }
             Some(answer) => Outcome::Answered(answer),
             None => Outcome::Pending(pending),
         };
-        let state = self.state.clone();
-        tokio::spawn(async move {
-            turn.start(&client).await;
-            let answer = match answer {
-                Outcome::Answered(answer) => answer,
-                Outcome::Pending(pending) => pending.await,
-            };
-            state.end_turn(&turn.session, &turn);
-            let update = match answer {
-                Ok(result) => {
-                    let result: Value = serde_json::from_str(result.get()).unwrap_or(Value::Null);
-                    let stop = result.get("stopReason").cloned().unwrap_or_else(|| json!("end_turn"));
-                    json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": stop})
-                }
-                Err(Error::ConnectionClosed) => return,
-                Err(e) => {
-                    tracing::warn!(error = %e, "acp v2 bridge: the v1 prompt failed after it was accepted");
-                    json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": "error", "error": e.to_error_object()})
-                }
-            };
-            let _ = client.notify("session/update", &json!({"sessionId": &*turn.session, "update": update})).await;
-        });
+        turn.accept();
+        tokio::spawn(finish(self.state.clone(), client, turn, answer));
         // v1.7.0's schema answers `{}`; the official SDKs' clients read the user message's id
         // here (as the native v2 turn answers), and a peer expecting `{}` ignores it.
         encode(&json!({"messageId": user_message}))
     }
+}
+
+/// An accepted turn, from its start to its idle end.
+async fn finish(state: Arc<State>, client: Peer, turn: Arc<BridgedTurn>, answer: Outcome) {
+    turn.start(&client).await;
+    let answer = match answer {
+        Outcome::Answered(answer) => answer,
+        Outcome::Pending(pending) => pending.await,
+    };
+    let others = state.end_turn(&turn);
+    let cancelled = turn.cancelled.load(Ordering::Relaxed);
+    let update = match answer {
+        Err(Error::ConnectionClosed) => return,
+        Ok(result) => {
+            let result: Value = serde_json::from_str(result.get()).unwrap_or(Value::Null);
+            let stop = result.get("stopReason").cloned().unwrap_or_else(|| json!("end_turn"));
+            json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": stop})
+        }
+        // A cancelled prompt whose agent failed instead of answering `cancelled`: the spec
+        // wants the cancellation reported.
+        Err(_) if cancelled => json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": "cancelled"}),
+        Err(e) => {
+            tracing::warn!(error = %e, "acp v2 bridge: the v1 prompt failed after it was accepted");
+            json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": "error", "error": e.to_error_object()})
+        }
+    };
+    if others > 0 {
+        tracing::debug!(session_id = %turn.session, others, "acp v2 bridge: turn ended; the session still runs others");
+        return;
+    }
+    let _ = client.notify("session/update", &json!({"sessionId": &*turn.session, "update": update})).await;
 }
 
 impl Drop for V2Bridge {
@@ -346,9 +379,10 @@ impl Handler for V2Bridge {
             "session/prompt" => self.prompt(&agent, req).await,
             "session/resume" => self.resume(&agent, req).await,
             "session/close" => self.close(&agent, req).await,
+            "session/set_config_option" => self.set_config_option(&agent, req).await,
             "session/list" if !self.state.caps().list => encode(&json!({"sessions": []})),
             "auth/login" => forward_as(&agent, "authenticate", &req).await,
-            "auth/logout" => forward_as(&agent, "logout", &req).await,
+            "auth/logout" => self.logout(&agent, req).await,
             _ => forward(&agent, req).await,
         }
     }
@@ -356,9 +390,9 @@ impl Handler for V2Bridge {
     async fn handle_notification(&self, notification: IncomingNotification) {
         let agent = self.link(&notification.peer);
         if notification.method == "session/cancel"
-            && let Some(turn) = notification.session_id().and_then(|session| self.state.turn(&session))
+            && let Some(session) = notification.session_id()
         {
-            turn.cancelled.store(true, Ordering::Relaxed);
+            self.state.cancel_turns(&session);
         }
         if let Err(e) = agent.notify_raw(&notification.method, notification.params.as_deref()).await {
             tracing::debug!(error = %e, method = %notification.method, "acp v2 bridge: not passed on to the v1 agent");
@@ -376,17 +410,15 @@ impl FromAgent {
         self.state.client.get()
     }
 
-    /// The session's pending turn is accepted (the agent works on it) and reported started.
-    async fn agent_works_on(&self, session: &str) {
-        if let (Some(turn), Some(client)) = (self.state.turn(session), self.client()) {
-            turn.start(client).await;
-        }
-    }
-
     async fn permission(&self, client: &Peer, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
         let mut v1 = object_params(&req)?;
         let session = req.session_id.clone().unwrap_or_default();
-        self.agent_works_on(&session).await;
+        // A sign of work on the session's turn: after its start (the held updates first).
+        if let Some(turn) = self.state.working_turn(&session)
+            && turn.accept()
+        {
+            turn.started().await;
+        }
         let mut tool_call = v1.remove("toolCall").unwrap_or_else(|| json!({}));
         drop_nulls(&mut tool_call);
         let title = tool_call.get("title").and_then(Value::as_str).unwrap_or("Permission requested").to_owned();
@@ -396,38 +428,49 @@ impl FromAgent {
         v2.insert("subject".into(), json!({"type": "tool_call", "toolCall": tool_call}));
         copy(&v1, "options", &mut v2, "options");
         copy(&v1, "_meta", &mut v2, "_meta");
-        self.state.asking(client, &session, true).await;
-        let answer = call(client, &req.method, &Value::Object(v2), &req).await;
-        // A `cancelled` outcome is the turn's cancellation (the client's `session/cancel`
-        // resolves it before the bridge sees the notification): no `running` after it.
-        let cancelled = match &answer {
-            Ok(result) => serde_json::from_str::<Value>(result.get())
-                .is_ok_and(|result| result.pointer("/outcome/outcome").and_then(Value::as_str) == Some("cancelled")),
-            Err(error) => error.code == crate::jsonrpc::codes::REQUEST_CANCELLED,
+        let mut asking = Some(Asking::start(&self.state, client, &session).await);
+        let v2 = Value::Object(v2);
+        let call = call(client, &req.method, &v2, &req);
+        tokio::pin!(call);
+        let answer = tokio::select! {
+            answer = &mut call => answer,
+            () = req.cancel.cancelled() => {
+                // The agent withdrew its request (or the session was cancelled): it waits no
+                // longer, whenever the client answers.
+                if let Some(asking) = asking.take() {
+                    asking.end().await;
+                }
+                call.await
+            }
         };
-        if cancelled && let Some(turn) = self.state.turn(&session) {
-            turn.cancelled.store(true, Ordering::Relaxed);
+        // A `cancelled` outcome is the turn's cancellation (the client's `session/cancel`
+        // resolves it before the bridge sees the notification): no `running` after it. An
+        // error is not: the agent goes on.
+        let cancelled = answer.as_ref().is_ok_and(|result| {
+            serde_json::from_str::<Value>(result.get())
+                .is_ok_and(|result| result.pointer("/outcome/outcome").and_then(Value::as_str) == Some("cancelled"))
+        });
+        if cancelled {
+            self.state.cancel_turns(&session);
         }
-        self.state.asking(client, &session, false).await;
+        if let Some(asking) = asking {
+            asking.end().await;
+        }
         answer
     }
 
     /// A v1 `session/update` as v2's, or `None` when v2 has nothing for it.
-    fn update(&self, params: &mut Map<String, Value>) -> Option<()> {
-        let session = params.get("sessionId")?.as_str()?.to_owned();
+    fn update(&self, session: &str, params: &mut Map<String, Value>) -> Option<()> {
         let update = params.get_mut("update")?.as_object_mut()?;
         let kind = update.get("sessionUpdate")?.as_str()?.to_owned();
-        if self.state.is_quiet(&session) {
-            return None;
-        }
         match kind.as_str() {
             "user_message_chunk" | "agent_message_chunk" | "agent_thought_chunk" => {
                 let given = update.get("messageId").and_then(Value::as_str).map(str::to_owned);
-                let id = self.state.message_id(&session, &kind, given);
+                let id = self.state.message_id(session, &kind, given);
                 update.insert("messageId".into(), Value::String(id));
             }
             "tool_call" | "tool_call_update" => {
-                self.state.message_ended(&session);
+                self.state.message_ended(session);
                 update.retain(|_, value| !value.is_null());
                 if kind == "tool_call" {
                     update.insert("sessionUpdate".into(), json!("tool_call_update"));
@@ -435,7 +478,7 @@ impl FromAgent {
                 }
             }
             "plan" => {
-                self.state.message_ended(&session);
+                self.state.message_ended(session);
                 let entries = update.remove("entries").unwrap_or_else(|| json!([]));
                 let mut plan_update = Map::new();
                 plan_update.insert("sessionUpdate".into(), json!("plan_update"));
@@ -451,8 +494,9 @@ impl FromAgent {
                     }
                 }
             }
+            "config_option_update" => v2_config_options(update),
             "current_mode_update" => return None,
-            _ => self.state.message_ended(&session),
+            _ => self.state.message_ended(session),
         }
         Some(())
     }
@@ -471,12 +515,18 @@ impl Handler for FromAgent {
         if method == "session/request_permission" {
             return self.permission(&client, req).await;
         }
-        if let Some(session) = &req.session_id {
-            self.agent_works_on(session).await;
+        if let Some(session) = &req.session_id
+            && let Some(turn) = self.state.working_turn(session)
+            && turn.accept()
+        {
+            turn.started().await;
         }
         forward(&client, req).await
     }
 
+    /// Never waits for the client's side beyond its write queue: a notification handler that
+    /// waited would hold up the agent's answers behind it (responses follow notifications),
+    /// and a batch's answer may wait for one of them.
     async fn handle_notification(&self, notification: IncomingNotification) {
         let Some(client) = self.client() else { return };
         let mut params = match notification.params.as_deref().map(|raw| serde_json::from_str(raw.get())) {
@@ -486,15 +536,25 @@ impl Handler for FromAgent {
                 return;
             }
         };
-        if let Some(session) = params.get("sessionId").and_then(Value::as_str) {
-            let session = session.to_owned();
-            if !self.state.is_quiet(&session) {
-                self.agent_works_on(&session).await;
+        let session = params.get("sessionId").and_then(Value::as_str).map(str::to_owned);
+        if let Some(session) = &session {
+            if self.state.is_quiet(session) {
+                return;
+            }
+            if self.update(session, &mut params).is_none() {
+                return;
+            }
+            if let Some(turn) = self.state.working_turn(session)
+                && turn.accept()
+            {
+                let mut held = turn.out.lock().await;
+                if !held.started {
+                    held.updates.push(params);
+                    return;
+                }
             }
         }
-        if self.update(&mut params).is_some() {
-            let _ = client.notify("session/update", &params).await;
-        }
+        let _ = client.notify("session/update", &params).await;
     }
 }
 
@@ -504,13 +564,21 @@ struct BridgedTurn {
     /// The id of the prompt as a `user_message`.
     user_message: String,
     content: Value,
-    /// Fires once the prompt's answer (`{}`) is queued: the turn's updates go after it.
+    /// Fires once the prompt's answer is queued: the turn's updates go after it.
     answered: CancellationToken,
     decision: Mutex<Decision>,
-    /// Set once `user_message` and `running` are sent.
-    started: tokio::sync::OnceCell<()>,
+    /// The turn's updates that came before its start, and whether it started.
+    out: tokio::sync::Mutex<Held>,
+    /// `true` once started or refused: what waited for it may go on.
+    settled: watch::Sender<bool>,
     /// The client cancelled it: it reports no more states but its idle end.
     cancelled: AtomicBool,
+}
+
+#[derive(Default)]
+struct Held {
+    started: bool,
+    updates: Vec<Map<String, Value>>,
 }
 
 /// Whether a bridged prompt is accepted: by the first sign that the agent took it, or by the
@@ -538,6 +606,10 @@ impl BridgedTurn {
         }
     }
 
+    fn is_accepted(&self) -> bool {
+        matches!(*lock(&self.decision), Decision::Accepted)
+    }
+
     /// Refuses the prompt unless it was accepted; whether it is refused.
     fn refuse(&self) -> bool {
         let mut decision = lock(&self.decision);
@@ -545,25 +617,33 @@ impl BridgedTurn {
             return false;
         }
         *decision = Decision::Refused;
+        self.settled.send_replace(true);
         true
     }
 
-    /// Reports the prompt as accepted (once): the user message, then `running`. Nothing for a
-    /// refused prompt.
+    /// Reports the accepted prompt once its answer is written (or can no longer be): the user
+    /// message, `running`, then the updates held meanwhile.
     async fn start(&self, client: &Peer) {
-        if !self.accept() {
-            return;
+        tokio::select! {
+            () = self.answered.cancelled() => {}
+            () = client.closed() => {}
         }
-        self.started
-            .get_or_init(|| async {
-                self.answered.cancelled().await;
-                let session = &*self.session;
-                let message =
-                    json!({"sessionUpdate": "user_message", "messageId": self.user_message, "content": self.content});
-                let _ = client.notify("session/update", &json!({"sessionId": session, "update": message})).await;
-                let _ = client.notify("session/update", &state_update(session, "running")).await;
-            })
-            .await;
+        let mut held = self.out.lock().await;
+        let session = &*self.session;
+        let message = json!({"sessionUpdate": "user_message", "messageId": self.user_message, "content": self.content});
+        let _ = client.notify("session/update", &json!({"sessionId": session, "update": message})).await;
+        let _ = client.notify("session/update", &state_update(session, "running")).await;
+        for update in held.updates.drain(..) {
+            let _ = client.notify("session/update", &update).await;
+        }
+        held.started = true;
+        drop(held);
+        self.settled.send_replace(true);
+    }
+
+    /// Waits until the turn started (or was refused).
+    async fn started(&self) {
+        let _ = self.settled.subscribe().wait_for(|settled| *settled).await;
     }
 }
 
@@ -579,17 +659,18 @@ struct V1Caps {
     list: bool,
     resume: bool,
     close: bool,
+    logout: bool,
 }
 
 impl V1Caps {
     fn of(capabilities: &Value) -> Self {
-        let session =
-            |name: &str| capabilities.pointer(&format!("/sessionCapabilities/{name}")).is_some_and(Value::is_object);
+        let marker = |pointer: &str| capabilities.pointer(pointer).is_some_and(Value::is_object);
         Self {
             load: capabilities.get("loadSession").and_then(Value::as_bool).unwrap_or(false),
-            list: session("list"),
-            resume: session("resume"),
-            close: session("close"),
+            list: marker("/sessionCapabilities/list"),
+            resume: marker("/sessionCapabilities/resume"),
+            close: marker("/sessionCapabilities/close"),
+            logout: marker("/auth/logout"),
         }
     }
 }
@@ -608,11 +689,13 @@ struct State {
 struct Track {
     /// The message that chunks without an id continue: its kind and id.
     message: Option<(String, String)>,
-    turn: Option<Arc<BridgedTurn>>,
+    /// The session's prompts not yet ended, in the order they came: it is idle when none of
+    /// them is accepted.
+    turns: Vec<Arc<BridgedTurn>>,
     /// The agent's permission requests waiting for the client.
     asking: u32,
-    /// A resume is loading the session: its replay is not for the client.
-    quiet: bool,
+    /// How many loads are replaying history that is not for the client.
+    quiet: u32,
     /// Created, loaded or resumed on this connection, and not closed.
     open: bool,
 }
@@ -636,16 +719,31 @@ impl State {
 
     fn begin_turn(&self, session: &str, turn: Arc<BridgedTurn>) {
         self.with(session, |track| {
-            track.turn = Some(turn);
-            track.message = None;
+            if track.turns.is_empty() {
+                track.message = None;
+            }
+            track.turns.push(turn);
         });
     }
 
-    fn end_turn(&self, session: &str, turn: &Arc<BridgedTurn>) {
-        if let Some(track) = lock(&self.sessions).get_mut(session)
-            && track.turn.as_ref().is_some_and(|current| Arc::ptr_eq(current, turn))
-        {
-            track.turn = None;
+    /// The turn is over (ended or refused); how many accepted turns the session still has.
+    fn end_turn(&self, turn: &Arc<BridgedTurn>) -> usize {
+        let mut sessions = lock(&self.sessions);
+        let Some(track) = sessions.get_mut(&*turn.session) else { return 0 };
+        track.turns.retain(|other| !Arc::ptr_eq(other, turn));
+        track.turns.iter().filter(|other| other.is_accepted()).count()
+    }
+
+    /// The turn the agent's work on the session belongs to: the oldest one not ended.
+    fn working_turn(&self, session: &str) -> Option<Arc<BridgedTurn>> {
+        lock(&self.sessions).get(session).and_then(|track| track.turns.first().cloned())
+    }
+
+    fn cancel_turns(&self, session: &str) {
+        if let Some(track) = lock(&self.sessions).get(session) {
+            for turn in &track.turns {
+                turn.cancelled.store(true, Ordering::Relaxed);
+            }
         }
     }
 
@@ -660,10 +758,6 @@ impl State {
     /// The session is closed: nothing of it is kept.
     fn forget(&self, session: &str) {
         lock(&self.sessions).remove(session);
-    }
-
-    fn turn(&self, session: &str) -> Option<Arc<BridgedTurn>> {
-        lock(&self.sessions).get(session).and_then(|track| track.turn.clone())
     }
 
     /// The id for a message chunk of `kind`: the agent's own, else that of the message the
@@ -685,27 +779,83 @@ impl State {
         self.with(session, |track| track.message = None);
     }
 
-    fn set_quiet(&self, session: &str, quiet: bool) {
-        self.with(session, |track| track.quiet = quiet);
-    }
-
     fn is_quiet(&self, session: &str) -> bool {
-        lock(&self.sessions).get(session).is_some_and(|track| track.quiet)
+        lock(&self.sessions).get(session).is_some_and(|track| track.quiet > 0)
     }
 
-    /// A permission request starts or ends: the session's turn `requires_action` while any
-    /// waits, and runs again after the last (unless it was cancelled meanwhile).
-    async fn asking(&self, client: &Peer, session: &str, starts: bool) {
-        let report = self.with(session, |track| {
+    /// A permission request starts or ends: the state to report, if any. The session's turn
+    /// `requires_action` while any waits, and runs again after the last (unless it was
+    /// cancelled meanwhile).
+    fn asking(&self, session: &str, starts: bool) -> Option<&'static str> {
+        self.with(session, |track| {
             let before = track.asking;
             track.asking = if starts { before + 1 } else { before.saturating_sub(1) };
             let edge = if starts { before == 0 } else { before == 1 };
-            let live = track.turn.as_ref().is_some_and(|turn| !turn.cancelled.load(Ordering::Relaxed));
+            let live =
+                track.turns.first().is_some_and(|turn| turn.is_accepted() && !turn.cancelled.load(Ordering::Relaxed));
             (edge && live).then_some(if starts { "requires_action" } else { "running" })
-        });
-        if let Some(state) = report {
-            let _ = client.notify("session/update", &state_update(session, state)).await;
+        })
+    }
+}
+
+/// One permission request of the agent waiting for the client; counted until ended or
+/// dropped (a handler given up after its grace period still ends its count).
+struct Asking {
+    state: Arc<State>,
+    client: Peer,
+    session: String,
+    ended: bool,
+}
+
+impl Asking {
+    async fn start(state: &Arc<State>, client: &Peer, session: &str) -> Self {
+        if let Some(report) = state.asking(session, true) {
+            let _ = client.notify("session/update", &state_update(session, report)).await;
         }
+        Self { state: state.clone(), client: client.clone(), session: session.to_owned(), ended: false }
+    }
+
+    async fn end(mut self) {
+        self.ended = true;
+        if let Some(report) = self.state.asking(&self.session, false) {
+            let _ = self.client.notify("session/update", &state_update(&self.session, report)).await;
+        }
+    }
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        if let Some(report) = self.state.asking(&self.session, false)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let (client, update) = (self.client.clone(), state_update(&self.session, report));
+            runtime.spawn(async move {
+                let _ = client.notify("session/update", &update).await;
+            });
+        }
+    }
+}
+
+/// A session's history being loaded for a resume that asked for none: its replay is dropped
+/// until the load ends, however it ends.
+struct Quiet {
+    state: Arc<State>,
+    session: Arc<str>,
+}
+
+impl Quiet {
+    fn new(state: &Arc<State>, session: &Arc<str>) -> Self {
+        state.with(session, |track| track.quiet += 1);
+        Self { state: state.clone(), session: session.clone() }
+    }
+}
+
+impl Drop for Quiet {
+    fn drop(&mut self) {
+        self.state.with(&self.session, |track| track.quiet = track.quiet.saturating_sub(1));
     }
 }
 
@@ -797,11 +947,43 @@ fn drop_nulls(value: &mut Value) {
     }
 }
 
-/// A v1 session setup answer without what v2 removed (`modes`).
-fn without_modes(answer: Box<RawValue>) -> Result<Box<RawValue>, ErrorObject> {
-    let mut answer = object_answer(&answer)?;
+/// A v1 session answer (new, load, resume, set_config_option) as v2's: without `modes`, which
+/// v2 removed, and with v2's `configId` for each config option.
+fn v2_session_answer(answer: &RawValue) -> Result<Box<RawValue>, ErrorObject> {
+    let mut answer = object_answer(answer)?;
     answer.remove("modes");
+    v2_config_options(&mut answer);
     encode(&Value::Object(answer))
+}
+
+/// The config options under `configOptions`, each with v1's `id` renamed v2's `configId`.
+fn v2_config_options(holder: &mut Map<String, Value>) {
+    let options = holder.get_mut("configOptions").and_then(Value::as_array_mut);
+    for option in options.into_iter().flatten().filter_map(Value::as_object_mut) {
+        if let Some(id) = option.remove("id") {
+            option.entry("configId").or_insert(id);
+        }
+    }
+}
+
+/// v2 session setup params as v1's: `mcpServers` required, each in v1's shape (a stdio server
+/// has no `type` and requires `args` and `env`; HTTP and SSE servers require `headers`).
+fn v1_session_params(mut params: Map<String, Value>) -> Value {
+    let servers = params.entry("mcpServers").or_insert_with(|| json!([]));
+    for server in servers.as_array_mut().into_iter().flatten().filter_map(Value::as_object_mut) {
+        match server.get("type").and_then(Value::as_str) {
+            Some("stdio") | None => {
+                server.remove("type");
+                server.entry("args").or_insert_with(|| json!([]));
+                server.entry("env").or_insert_with(|| json!([]));
+            }
+            Some("http" | "sse") => {
+                server.entry("headers").or_insert_with(|| json!([]));
+            }
+            Some(_) => {}
+        }
+    }
+    Value::Object(params)
 }
 
 /// v1's `agentCapabilities` as v2's `capabilities` (support markers, under `session`).

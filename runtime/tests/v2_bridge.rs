@@ -4,13 +4,14 @@
 //! states, the idle end), cancellation, refusals, and what the bridge does where a v1 agent
 //! lacks what v2 requires.
 
+mod bridge_common;
 mod common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use acp_rpc::version::ProtocolRouter;
-use acp_rpc::{Connection, ErrorObject, Handler, IncomingNotification, IncomingRequest, RawValue};
+use acp_rpc::{ErrorObject, Handler, IncomingNotification, IncomingRequest, RawValue};
+use bridge_common::*;
 use common::*;
 use serde_json::{Value, json};
 
@@ -37,16 +38,8 @@ impl V1Agent {
     }
 }
 
-fn answer(value: Value) -> Result<Box<RawValue>, ErrorObject> {
-    Ok(serde_json::value::to_raw_value(&value).unwrap())
-}
-
 async fn update(req: &IncomingRequest, update: Value) {
     req.peer.notify("session/update", &json!({"sessionId": SESSION, "update": update})).await.unwrap();
-}
-
-fn text(text: &str) -> Value {
-    json!({"type": "text", "text": text})
 }
 
 impl Handler for V1Agent {
@@ -168,23 +161,6 @@ impl V1Agent {
     }
 }
 
-/// A v2 client (raw lines) talking to `agent` through the bridge.
-fn bridged(agent: &V1Agent) -> RawPeer {
-    let router = ProtocolRouter::new().with_v1(agent.clone()).with_v2_bridge();
-    let (client, _peer, _task) = start(Connection::new(), router);
-    client
-}
-
-async fn request(client: &mut RawPeer, id: u64, method: &str, params: Value) -> (Value, Vec<Value>) {
-    client.send_json(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await;
-    client.recv_until_id(json!(id)).await
-}
-
-async fn initialize_v2(client: &mut RawPeer) -> Value {
-    let params = json!({"protocolVersion": 2, "info": {"name": "v2-client", "version": "2.0"}, "capabilities": {}});
-    request(client, 0, "initialize", params).await.0
-}
-
 async fn open_session(client: &mut RawPeer) {
     initialize_v2(client).await;
     let (answer, _) = request(client, 1, "session/new", json!({"cwd": "/work"})).await;
@@ -264,6 +240,20 @@ async fn session_new_gets_its_mcp_servers_and_loses_its_modes() {
     let (answer, _) = request(&mut client, 1, "session/new", json!({"cwd": "/work"})).await;
     assert_eq!(answer["result"], json!({"sessionId": SESSION}), "{answer}");
     assert_eq!(agent.seen("session/new"), vec![json!({"cwd": "/work", "mcpServers": []})]);
+    // v2's server configs in v1's shapes: a stdio server untagged, with `args` and `env`; an
+    // HTTP one with `headers` (v1 requires them, v2 does not).
+    let servers = json!([
+        {"type": "stdio", "name": "fs", "command": "/bin/mcp-fs"},
+        {"type": "http", "name": "web", "url": "https://mcp.example/"},
+    ]);
+    request(&mut client, 2, "session/new", json!({"cwd": "/work", "mcpServers": servers})).await;
+    assert_eq!(
+        agent.seen("session/new")[1]["mcpServers"],
+        json!([
+            {"name": "fs", "command": "/bin/mcp-fs", "args": [], "env": []},
+            {"type": "http", "name": "web", "url": "https://mcp.example/", "headers": []},
+        ])
+    );
 }
 
 #[tokio::test]
