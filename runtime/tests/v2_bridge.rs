@@ -174,15 +174,7 @@ fn prompt(id: u64, text_: &str) -> Value {
 
 /// The session's updates (and anything else) up to and including the idle state update.
 async fn until_idle(client: &mut RawPeer) -> Vec<Value> {
-    let mut seen = Vec::new();
-    loop {
-        let msg = client.recv().await;
-        let idle = msg["params"]["update"]["state"] == "idle";
-        seen.push(msg);
-        if idle {
-            return seen;
-        }
-    }
+    recv_until(client, |msg| msg["params"]["update"]["state"] == "idle").await
 }
 
 /// A short name for each message: an answer's id, a request's method, an update's kind.
@@ -263,15 +255,8 @@ async fn a_v1_turn_reaches_the_v2_client_as_a_v2_turn() {
     open_session(&mut client).await;
     client.send_json(prompt(2, "hello")).await;
 
-    let mut seen = Vec::new();
-    let permission = loop {
-        let msg = client.recv().await;
-        let asks = msg["method"] == "session/request_permission";
-        seen.push(msg.clone());
-        if asks {
-            break msg;
-        }
-    };
+    let mut seen = recv_until(&mut client, |msg| msg["method"] == "session/request_permission").await;
+    let permission = seen.last().unwrap().clone();
     assert_eq!(
         permission["params"],
         json!({"sessionId": SESSION, "title": "Read a.txt",
@@ -407,14 +392,8 @@ async fn a_turn_cancelled_during_a_permission_request_does_not_run_again() {
     let mut client = bridged(&agent);
     open_session(&mut client).await;
     client.send_json(prompt(2, "ask")).await;
-    let mut seen = Vec::new();
-    let permission = loop {
-        let msg = client.recv().await;
-        seen.push(msg.clone());
-        if msg["method"] == "session/request_permission" {
-            break msg;
-        }
-    };
+    let mut seen = recv_until(&mut client, |msg| msg["method"] == "session/request_permission").await;
+    let permission = seen.last().unwrap().clone();
     assert_eq!(permission["params"]["title"], "Permission requested", "the tool call has no title: {permission}");
     client.send_json(json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": SESSION}})).await;
     client

@@ -266,14 +266,8 @@ async fn a_turn_that_goes_on_after_a_failed_permission_request_runs_again() {
     initialize_v2(&mut client).await;
     let session = new_session(&mut client, 1).await;
     client.send_json(prompt(2, &session, "ask")).await;
-    let mut seen = Vec::new();
-    let permission = loop {
-        let msg = client.recv().await;
-        seen.push(msg.clone());
-        if msg["method"] == "session/request_permission" {
-            break msg;
-        }
-    };
+    let mut seen = recv_until(&mut client, |msg| msg["method"] == "session/request_permission").await;
+    let permission = seen.last().unwrap().clone();
     // The client fails to show the dialog: an error, no `session/cancel`.
     client
         .send_json(json!({"jsonrpc": "2.0", "id": permission["id"],
@@ -298,9 +292,10 @@ async fn a_turn_that_goes_on_after_a_failed_permission_request_runs_again() {
     );
 }
 
-/// A second prompt while a turn of the session runs, which the v1 agent queues: it is accepted
-/// when the agent takes it up, so each turn reports its own lifecycle and no idle comes while
-/// a turn is accepted and not ended.
+/// A second prompt while a turn of the session runs, which the v1 agent queues: the first
+/// turn's updates do not accept it (they would be filed under it); it is accepted when the
+/// agent takes it up, so each turn reports its own lifecycle, and no idle comes while a turn is
+/// accepted and not ended.
 #[tokio::test]
 async fn a_second_prompt_of_a_running_session_is_not_followed_by_an_early_idle() {
     let agent = V1Agent::default();
@@ -308,15 +303,7 @@ async fn a_second_prompt_of_a_running_session_is_not_followed_by_an_early_idle()
     initialize_v2(&mut client).await;
     let session = new_session(&mut client, 1).await;
     client.send_json(prompt(2, &session, "wait")).await;
-    let mut seen = Vec::new();
-    loop {
-        let msg = client.recv().await;
-        let done = shape(&msg) == "chunk a1";
-        seen.push(msg);
-        if done {
-            break;
-        }
-    }
+    let mut seen = recv_until(&mut client, |msg| shape(msg) == "chunk a1").await;
     // A second prompt while the first runs: the v1 agent queues it behind the first.
     client.send_json(prompt(3, &session, "second")).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -342,34 +329,6 @@ async fn a_second_prompt_of_a_running_session_is_not_followed_by_an_early_idle()
         ],
         "{shapes:#?}"
     );
-}
-
-/// The same: the first turn's updates do not accept the second prompt (they would be filed
-/// under it).
-#[tokio::test]
-async fn a_second_prompt_is_not_accepted_by_the_first_turns_updates() {
-    let agent = V1Agent::default();
-    let mut client = bridged(&agent);
-    initialize_v2(&mut client).await;
-    let session = new_session(&mut client, 1).await;
-    client.send_json(prompt(2, &session, "wait")).await;
-    let mut seen = Vec::new();
-    loop {
-        let msg = client.recv().await;
-        let done = shape(&msg) == "chunk a1";
-        seen.push(msg);
-        if done {
-            break;
-        }
-    }
-    client.send_json(prompt(3, &session, "second")).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    agent.release.notify_one();
-    seen.extend(collect(&mut client, 2).await);
-    let shapes: Vec<String> = seen.iter().map(shape).collect();
-    let a2 = shapes.iter().position(|s| s == "chunk a2").expect("the first turn's last chunk");
-    let answer3 = shapes.iter().position(|s| s == "answer 3").expect("the second prompt's answer");
-    assert!(a2 < answer3, "the first turn's update accepted the second prompt: {shapes:#?}");
 }
 
 /// The agent withdraws its own permission request (a timeout: `$/cancel_request` is passed on,
@@ -416,15 +375,7 @@ async fn a_refused_second_prompt_does_not_untrack_the_running_turn() {
     initialize_v2(&mut client).await;
     let session = new_session(&mut client, 1).await;
     client.send_json(prompt(2, &session, "wait-ask")).await;
-    let mut seen = Vec::new();
-    loop {
-        let msg = client.recv().await;
-        let done = shape(&msg) == "chunk a1";
-        seen.push(msg);
-        if done {
-            break;
-        }
-    }
+    let mut seen = recv_until(&mut client, |msg| shape(msg) == "chunk a1").await;
     let (refused, _) = request(&mut client, 3, "session/prompt", prompt(3, &session, "refuse")["params"].clone()).await;
     assert_eq!(refused["error"]["code"], -32000, "{refused}");
     agent.release.notify_one();
@@ -484,14 +435,8 @@ async fn a_dropped_permission_request_does_not_silence_the_sessions_later_ones()
     collect(&mut client, 1).await;
     // The next turn asks again, normally.
     client.send_json(prompt(3, &session, "ask")).await;
-    let mut seen = Vec::new();
-    let permission = loop {
-        let msg = client.recv().await;
-        seen.push(msg.clone());
-        if msg["method"] == "session/request_permission" {
-            break msg;
-        }
-    };
+    let mut seen = recv_until(&mut client, |msg| msg["method"] == "session/request_permission").await;
+    let permission = seen.last().unwrap().clone();
     client
         .send_json(json!({"jsonrpc": "2.0", "id": permission["id"],
             "result": {"outcome": {"outcome": "selected", "optionId": "yes"}}}))

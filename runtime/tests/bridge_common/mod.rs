@@ -26,6 +26,19 @@ pub async fn request(client: &mut RawPeer, id: u64, method: &str, params: Value)
     client.recv_until_id(json!(id)).await
 }
 
+/// What the client gets up to and including the first message `last` holds for.
+pub async fn recv_until(client: &mut RawPeer, last: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let mut seen = Vec::new();
+    loop {
+        let msg = client.recv().await;
+        let done = last(&msg);
+        seen.push(msg);
+        if done {
+            return seen;
+        }
+    }
+}
+
 /// A v2 `initialize` (id 0); its answer.
 pub async fn initialize_v2(client: &mut RawPeer) -> Value {
     let params = json!({"protocolVersion": 2, "info": {"name": "v2-client", "version": "2.0"}, "capabilities": {}});
