@@ -255,7 +255,7 @@ async fn a_v1_turn_reaches_the_v2_client_as_a_v2_turn() {
     open_session(&mut client).await;
     client.send_json(prompt(2, "hello")).await;
 
-    let mut seen = recv_until(&mut client, |msg| msg["method"] == "session/request_permission").await;
+    let mut seen = until_permission(&mut client).await;
     let permission = seen.last().unwrap().clone();
     assert_eq!(
         permission["params"],
@@ -263,10 +263,7 @@ async fn a_v1_turn_reaches_the_v2_client_as_a_v2_turn() {
             "subject": {"type": "tool_call", "toolCall": {"toolCallId": "t1", "title": "Read a.txt"}},
             "options": [{"optionId": "yes", "name": "Allow", "kind": "allow_once"}]})
     );
-    client
-        .send_json(json!({"jsonrpc": "2.0", "id": permission["id"],
-            "result": {"outcome": {"outcome": "selected", "optionId": "yes"}}}))
-        .await;
+    answer_permission(&mut client, &permission, json!({"outcome": "selected", "optionId": "yes"})).await;
     seen.extend(until_idle(&mut client).await);
 
     let shapes: Vec<String> = seen.iter().map(shape).collect();
@@ -392,13 +389,11 @@ async fn a_turn_cancelled_during_a_permission_request_does_not_run_again() {
     let mut client = bridged(&agent);
     open_session(&mut client).await;
     client.send_json(prompt(2, "ask")).await;
-    let mut seen = recv_until(&mut client, |msg| msg["method"] == "session/request_permission").await;
+    let mut seen = until_permission(&mut client).await;
     let permission = seen.last().unwrap().clone();
     assert_eq!(permission["params"]["title"], "Permission requested", "the tool call has no title: {permission}");
     client.send_json(json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": SESSION}})).await;
-    client
-        .send_json(json!({"jsonrpc": "2.0", "id": permission["id"], "result": {"outcome": {"outcome": "cancelled"}}}))
-        .await;
+    answer_permission(&mut client, &permission, json!({"outcome": "cancelled"})).await;
     seen.extend(until_idle(&mut client).await);
     let shapes: Vec<String> = seen.iter().map(shape).filter(|s| s != "$/cancel_request").collect();
     assert_eq!(

@@ -179,6 +179,14 @@ impl V1Agent {
     }
 }
 
+/// A v2 client of `agent`, initialized, with a session open (request id 1); the session's id.
+async fn with_session(agent: &V1Agent) -> (RawPeer, String) {
+    let mut client = bridged(agent);
+    initialize_v2(&mut client).await;
+    let session = new_session(&mut client, 1).await;
+    (client, session)
+}
+
 /// Opens a session; returns its id.
 async fn new_session(client: &mut RawPeer, id: u64) -> String {
     let (answer, _) = request(client, id, "session/new", json!({"cwd": "/work"})).await;
@@ -208,6 +216,14 @@ fn shape(msg: &Value) -> String {
     }
 }
 
+/// Answers -32800 to the request that `withdrawal` (a `$/cancel_request`) withdraws.
+async fn answer_withdrawn(client: &mut RawPeer, withdrawal: &Value) {
+    let id = &withdrawal["params"]["requestId"];
+    client
+        .send_json(json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32800, "message": "Request cancelled"}}))
+        .await;
+}
+
 /// Everything the client gets until `idles` idle updates came, or nothing came for `HANG`.
 async fn collect(client: &mut RawPeer, idles: usize) -> Vec<Value> {
     let mut seen = Vec::new();
@@ -229,9 +245,7 @@ async fn collect(client: &mut RawPeer, idles: usize) -> Vec<Value> {
 #[tokio::test]
 async fn a_prompt_batched_with_another_request_is_not_deadlocked() {
     let agent = V1Agent::default();
-    let mut client = bridged(&agent);
-    initialize_v2(&mut client).await;
-    let session = new_session(&mut client, 1).await;
+    let (mut client, session) = with_session(&agent).await;
     let batch = json!([
         prompt(2, &session, "chat"),
         {"jsonrpc": "2.0", "id": 3, "method": "_slow", "params": {}},
@@ -262,11 +276,9 @@ async fn two_prompts_of_two_sessions_in_one_batch_both_run() {
 #[tokio::test]
 async fn a_turn_that_goes_on_after_a_failed_permission_request_runs_again() {
     let agent = V1Agent::default();
-    let mut client = bridged(&agent);
-    initialize_v2(&mut client).await;
-    let session = new_session(&mut client, 1).await;
+    let (mut client, session) = with_session(&agent).await;
     client.send_json(prompt(2, &session, "ask")).await;
-    let mut seen = recv_until(&mut client, |msg| msg["method"] == "session/request_permission").await;
+    let mut seen = until_permission(&mut client).await;
     let permission = seen.last().unwrap().clone();
     // The client fails to show the dialog: an error, no `session/cancel`.
     client
@@ -299,9 +311,7 @@ async fn a_turn_that_goes_on_after_a_failed_permission_request_runs_again() {
 #[tokio::test]
 async fn a_second_prompt_of_a_running_session_is_not_followed_by_an_early_idle() {
     let agent = V1Agent::default();
-    let mut client = bridged(&agent);
-    initialize_v2(&mut client).await;
-    let session = new_session(&mut client, 1).await;
+    let (mut client, session) = with_session(&agent).await;
     client.send_json(prompt(2, &session, "wait")).await;
     let mut seen = recv_until(&mut client, |msg| shape(msg) == "chunk a1").await;
     // A second prompt while the first runs: the v1 agent queues it behind the first.
@@ -337,25 +347,11 @@ async fn a_second_prompt_of_a_running_session_is_not_followed_by_an_early_idle()
 #[tokio::test]
 async fn a_turn_that_goes_on_after_the_agent_withdrew_its_permission_request_runs_again() {
     let agent = V1Agent::default();
-    let mut client = bridged(&agent);
-    initialize_v2(&mut client).await;
-    let session = new_session(&mut client, 1).await;
+    let (mut client, session) = with_session(&agent).await;
     client.send_json(prompt(2, &session, "ask-timeout")).await;
-    let mut seen = Vec::new();
-    loop {
-        let msg = client.recv().await;
-        seen.push(msg.clone());
-        if msg["method"] == "$/cancel_request" {
-            // As the spec requires: the withdrawn request is answered -32800.
-            let id = &msg["params"]["requestId"];
-            client
-                .send_json(
-                    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32800, "message": "Request cancelled"}}),
-                )
-                .await;
-            break;
-        }
-    }
+    let mut seen = recv_until(&mut client, |msg| msg["method"] == "$/cancel_request").await;
+    // As the spec requires: the withdrawn request is answered -32800.
+    answer_withdrawn(&mut client, seen.last().unwrap()).await;
     seen.extend(collect(&mut client, 1).await);
     let shapes: Vec<String> = seen.iter().map(shape).collect();
     let asked = shapes.iter().position(|s| s == "session/request_permission").expect("asked");
@@ -371,25 +367,15 @@ async fn a_turn_that_goes_on_after_the_agent_withdrew_its_permission_request_run
 #[tokio::test]
 async fn a_refused_second_prompt_does_not_untrack_the_running_turn() {
     let agent = V1Agent::default();
-    let mut client = bridged(&agent);
-    initialize_v2(&mut client).await;
-    let session = new_session(&mut client, 1).await;
+    let (mut client, session) = with_session(&agent).await;
     client.send_json(prompt(2, &session, "wait-ask")).await;
     let mut seen = recv_until(&mut client, |msg| shape(msg) == "chunk a1").await;
     let (refused, _) = request(&mut client, 3, "session/prompt", prompt(3, &session, "refuse")["params"].clone()).await;
     assert_eq!(refused["error"]["code"], -32000, "{refused}");
     agent.release.notify_one();
-    let permission = loop {
-        let msg = client.recv().await;
-        seen.push(msg.clone());
-        if msg["method"] == "session/request_permission" {
-            break msg;
-        }
-    };
-    client
-        .send_json(json!({"jsonrpc": "2.0", "id": permission["id"],
-            "result": {"outcome": {"outcome": "selected", "optionId": "yes"}}}))
-        .await;
+    seen.extend(until_permission(&mut client).await);
+    let permission = seen.last().unwrap().clone();
+    answer_permission(&mut client, &permission, json!({"outcome": "selected", "optionId": "yes"})).await;
     seen.extend(collect(&mut client, 1).await);
     let shapes: Vec<String> = seen.iter().map(shape).collect();
     assert_eq!(
@@ -414,33 +400,18 @@ async fn a_refused_second_prompt_does_not_untrack_the_running_turn() {
 #[tokio::test]
 async fn a_dropped_permission_request_does_not_silence_the_sessions_later_ones() {
     let agent = V1Agent::default();
-    let mut client = bridged(&agent);
-    initialize_v2(&mut client).await;
-    let session = new_session(&mut client, 1).await;
+    let (mut client, session) = with_session(&agent).await;
     client.send_json(prompt(2, &session, "ask-timeout")).await;
-    loop {
-        let msg = client.recv().await;
-        if msg["method"] == "$/cancel_request" {
-            // A client (or its user interface) that takes a moment to answer.
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let id = &msg["params"]["requestId"];
-            client
-                .send_json(
-                    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32800, "message": "Request cancelled"}}),
-                )
-                .await;
-            break;
-        }
-    }
+    let seen = recv_until(&mut client, |msg| msg["method"] == "$/cancel_request").await;
+    // A client (or its user interface) that takes a moment to answer.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    answer_withdrawn(&mut client, seen.last().unwrap()).await;
     collect(&mut client, 1).await;
     // The next turn asks again, normally.
     client.send_json(prompt(3, &session, "ask")).await;
-    let mut seen = recv_until(&mut client, |msg| msg["method"] == "session/request_permission").await;
+    let mut seen = until_permission(&mut client).await;
     let permission = seen.last().unwrap().clone();
-    client
-        .send_json(json!({"jsonrpc": "2.0", "id": permission["id"],
-            "result": {"outcome": {"outcome": "selected", "optionId": "yes"}}}))
-        .await;
+    answer_permission(&mut client, &permission, json!({"outcome": "selected", "optionId": "yes"})).await;
     seen.extend(collect(&mut client, 1).await);
     let shapes: Vec<String> = seen.iter().map(shape).collect();
     assert_eq!(

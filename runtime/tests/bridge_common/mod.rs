@@ -39,6 +39,17 @@ pub async fn recv_until(client: &mut RawPeer, last: impl Fn(&Value) -> bool) -> 
     }
 }
 
+/// What the client gets up to and including the agent's next permission request.
+pub async fn until_permission(client: &mut RawPeer) -> Vec<Value> {
+    recv_until(client, |msg| msg["method"] == "session/request_permission").await
+}
+
+/// Answers the agent's permission request `asked` with `outcome` (e.g.
+/// `{"outcome": "selected", "optionId": "yes"}`).
+pub async fn answer_permission(client: &mut RawPeer, asked: &Value, outcome: Value) {
+    client.send_json(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"outcome": outcome}})).await;
+}
+
 /// A v2 `initialize` (id 0); its answer.
 pub async fn initialize_v2(client: &mut RawPeer) -> Value {
     let params = json!({"protocolVersion": 2, "info": {"name": "v2-client", "version": "2.0"}, "capabilities": {}});
