@@ -597,10 +597,8 @@ async fn run(
 
     // The writer writes out what is queued, then stops.
     writer_stop.cancel();
-    let write_result = match while_output_moves(&shared, stall, &mut writer_task).await {
-        Some(Ok(r)) => r,
-        Some(Err(_)) | None => Ok(()),
-    };
+    let _ = while_output_moves(&shared, stall, &mut writer_task).await;
+    let write_result = shared.out.take_failure().map_or(Ok(()), Err);
     if let Some(tap_task) = tap_task {
         tap_stop.cancel();
         let _ = tokio::time::timeout(grace.max(Duration::from_millis(10)), tap_task).await;
@@ -1091,9 +1089,12 @@ impl Shared {
             Err(mpsc::error::TrySendError::Full(line)) => {
                 if let Ok(handle) = tokio::runtime::Handle::try_current() {
                     let tx = self.out.queue.clone();
-                    handle.spawn(async move {
+                    // Boxed: the task then shares tokio's task code with the connection's
+                    // other boxed tasks (see `tasks::spawn_boxed`).
+                    let send: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
                         let _ = tx.send(line).await;
                     });
+                    handle.spawn(send);
                 }
             }
         }

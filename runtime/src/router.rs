@@ -481,7 +481,9 @@ pub(crate) struct Run {
 }
 
 /// Spawns [`run_request`]: the one place its future is made, so that its body is compiled once
-/// (an `async fn`'s body is compiled again wherever its future is polled).
+/// (an `async fn`'s body is compiled again wherever its future is polled). Boxed, as the
+/// connection's other tasks are, so that tokio's task code is compiled once for all of them
+/// (17 KB of the 13-handler agent) for one small allocation more per request.
 #[inline(never)]
 pub(crate) fn spawn_request(
     run: Run,
@@ -490,7 +492,7 @@ pub(crate) fn spawn_request(
     reply: ReplyTo,
     counted: Counted,
 ) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(run_request(run, req, slot, reply, counted))
+    crate::tasks::spawn_boxed(run_request(run, req, slot, reply, counted))
 }
 
 /// Runs one request handler and sends exactly one answer for it.

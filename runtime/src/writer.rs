@@ -41,6 +41,8 @@ pub(crate) struct Output {
     /// Bytes the transport has taken so far: how the end of the connection tells a peer that
     /// reads slowly from one that stopped reading.
     progress: AtomicU64,
+    /// The error the writer task ended with (see [`Output::take_failure`]).
+    failure: Mutex<Option<io::Error>>,
 }
 
 /// The transport and what was accepted for it but not written yet. Only ever locked for the
@@ -64,7 +66,7 @@ impl Output {
     pub(crate) fn new(capacity: usize, direct: bool) -> (Output, mpsc::Receiver<Vec<u8>>) {
         let (queue, rx) = mpsc::channel(capacity);
         let sink = Sink { io: None, buf: Vec::new(), done: 0, unflushed: false, error: None, waker: None };
-        (Output { queue, sink: Mutex::new(sink), direct, progress: AtomicU64::new(0) }, rx)
+        (Output { queue, sink: Mutex::new(sink), direct, progress: AtomicU64::new(0), failure: Mutex::new(None) }, rx)
     }
 
     /// Sends one line: with `direct`, written at once when nothing is queued or being written;
@@ -84,6 +86,11 @@ impl Output {
     /// How many bytes the transport has taken so far.
     pub(crate) fn progress(&self) -> u64 {
         self.progress.load(Ordering::Relaxed)
+    }
+
+    /// The write error the writer task ended with, if it ended on one.
+    pub(crate) fn take_failure(&self) -> Option<io::Error> {
+        self.failure.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 
     /// Drops the transport (end of input for the peer); nothing is written after this.
@@ -231,13 +238,16 @@ fn lock(sink: &Mutex<Sink>) -> MutexGuard<'_, Sink> {
 }
 
 /// Writes queued lines until `stop` fires (then writes what is still queued and returns) or a
-/// write fails (then the connection is closed and the queue refuses further sends).
+/// write fails (then the connection is closed, the queue refuses further sends and the error
+/// is kept for [`Output::take_failure`]). It reports through `shared` rather than returning
+/// the error so that its task has the output type of the connection's other tasks: tokio
+/// compiles its task machinery once per spawned type.
 pub(crate) async fn writer_loop(
     mut rx: mpsc::Receiver<Vec<u8>>,
     writer: BoxWriter,
     shared: Arc<Shared>,
     stop: CancellationToken,
-) -> io::Result<()> {
+) {
     let result = if shared.tap.is_some() {
         // The tap records each line before it goes out, so this task keeps the transport.
         let mut out = BufWriter::with_capacity(BUFFER, writer);
@@ -245,12 +255,12 @@ pub(crate) async fn writer_loop(
     } else {
         write_until_stopped(&mut rx, writer, &shared.out, &stop).await
     };
-    if let Err(e) = &result {
+    if let Err(e) = result {
         tracing::warn!(error = %e, "acp connection: write failed, closing");
         rx.close();
         shared.closed.cancel();
+        *shared.out.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
     }
-    result
 }
 
 /// The writer task without a tap: shares the transport with direct senders through `out`.
