@@ -1,7 +1,8 @@
 //! `acp_rpc::transport::stdio()` in a real process (src/bin/stdio_probe.rs): pipes and sockets
-//! are read and written without blocking through the I/O driver, everything else keeps tokio's
-//! blocking helpers, a full pipe loses nothing, and the non-blocking flag is put back when the
-//! last handle on the open file is dropped (stdin and stdout may be one socket).
+//! are read and written without blocking through the I/O driver, files and terminals on threads
+//! of their own that never hold the process up at exit, a full pipe loses nothing, and the
+//! non-blocking flag is put back when the last handle on the open file is dropped (stdin and
+//! stdout may be one socket).
 #![cfg(unix)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -51,7 +52,7 @@ fn wait(mut child: Child) {
         thread::sleep(Duration::from_millis(10));
     }
     child.kill().ok();
-    panic!("probe did not exit at end of input");
+    panic!("probe did not exit");
 }
 
 /// Lines of assorted lengths, 4 MiB in all: far more than a pipe holds.
@@ -124,6 +125,91 @@ fn a_file_keeps_blocking_reads_and_a_pipe_next_to_it_is_polled() {
     std::fs::remove_file(&path).ok();
     assert!(echoed == sent, "echo differs: {} bytes sent, {} back", sent.len(), echoed.len());
     reports.next("end");
+    wait(child);
+}
+
+#[test]
+fn a_file_as_stdout_gets_every_byte_written_on_a_thread() {
+    let path = std::env::temp_dir().join(format!("acp-stdio-probe-out-{}.jsonl", std::process::id()));
+    let sent = payload();
+    let mut child = Command::new(PROBE)
+        .stdin(Stdio::piped())
+        .stdout(std::fs::File::create(&path).unwrap())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reports = Reports::of(child.stderr.take().unwrap());
+    let start = reports.next("start");
+    assert_eq!(start["stdout_polled"], false, "a regular file cannot be polled: {start}");
+    assert_eq!(start["stdin_polled"], true, "{start}");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&sent).unwrap();
+    drop(stdin);
+    reports.next("end");
+    wait(child);
+    let written = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    assert!(written == sent, "file differs: {} bytes sent, {} written", sent.len(), written.len());
+}
+
+#[test]
+fn a_failing_stdout_thread_fails_the_writes() {
+    // Every write to /dev/full fails (ENOSPC); it is a device, so it is written on a thread.
+    let mut child = Command::new(PROBE)
+        .stdin(Stdio::piped())
+        .stdout(std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reports = Reports::of(child.stderr.take().unwrap());
+    assert_eq!(reports.next("start")["stdout_polled"], false);
+    // Kept open: the probe must stop on the failed write, not on end of input.
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"a line\n").unwrap();
+    for _ in 0..(LIMIT.as_millis() / 10) {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(!status.success(), "the write error ends the probe with an error");
+            return;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().ok();
+    panic!("probe did not stop on the failed write");
+}
+
+/// A pseudo-terminal: the master side, and the path of the terminal a process gets as stdin.
+fn open_pty() -> (std::fs::File, std::path::PathBuf) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain libc calls on the descriptor opened here; `ptsname_r` writes at most
+    // `name.len()` bytes into `name`.
+    unsafe {
+        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(master >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::grantpt(master), 0);
+        assert_eq!(libc::unlockpt(master), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(master, name.as_mut_ptr(), name.len()), 0);
+        let path = std::ffi::CStr::from_ptr(name.as_ptr()).to_str().unwrap().into();
+        (std::fs::File::from_raw_fd(master), path)
+    }
+}
+
+#[test]
+fn a_terminal_as_stdin_does_not_hold_the_process_at_exit() {
+    let (mut master, terminal) = open_pty();
+    let mut child = Command::new(PROBE)
+        .stdin(std::fs::OpenOptions::new().read(true).write(true).open(&terminal).unwrap())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reports = Reports::of(child.stderr.take().unwrap());
+    let start = reports.next("start");
+    assert_eq!(start["stdin_polled"], false, "a terminal is not set non-blocking: {start}");
+    // The probe returns from `main` while a read of the terminal waits for a next line that
+    // never comes: the process must exit all the same.
+    master.write_all(b"EXIT\n").unwrap();
+    reports.next("exit");
     wait(child);
 }
 

@@ -1,12 +1,13 @@
 //! This process's stdin and stdout as a transport (the agent side of ACP's stdio transport).
 //!
-//! An editor starts an agent with pipes for its stdin and stdout. tokio's own `Stdin` and
-//! `Stdout` read and write those with blocking calls on helper threads, so every message that
-//! arrives or leaves is handed between two threads; on a 2-core machine that is about half of
-//! a request's round trip between two processes. On Unix, when stdin or stdout is a pipe or a
-//! socket, [`Stdin`] and [`Stdout`] set it non-blocking and let the runtime's I/O driver say
-//! when it is ready, as for a child's pipes: no helper thread, no hand-off. Anything else (a
-//! terminal, a file, no tokio runtime with I/O enabled, another platform) keeps tokio's helpers.
+//! An editor starts an agent with pipes for its stdin and stdout. Blocking reads and writes
+//! of those on helper threads hand every message that arrives or leaves between two threads;
+//! on a 2-core machine that is about half of a request's round trip between two processes. On
+//! Unix, when stdin or stdout is a pipe or a socket, [`Stdin`] and [`Stdout`] set it
+//! non-blocking and let the runtime's I/O driver say when it is ready, as for a child's pipes:
+//! no helper thread, no hand-off. Anything else (a terminal, a file, no tokio runtime with I/O
+//! enabled, another platform) is read and written with blocking calls on a thread of its own
+//! (see [`threaded`]).
 //!
 //! Non-blocking is a flag of the open pipe, which the process's other users of fd 0 and 1 share
 //! while the transport lives: a blocking read of `std::io::stdin()` or a `println!` elsewhere in
@@ -23,31 +24,33 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 ///
 /// On Unix, when stdin or stdout is a pipe or a socket (as when an editor starts the agent),
 /// it is set non-blocking and read or written through the runtime's I/O driver, so no message
-/// is handed between threads; a terminal, a file or another platform keeps tokio's own
-/// handles, which block on helper threads. The non-blocking flag belongs to the open pipe and
+/// is handed between threads; a terminal, a file or another platform is read or written with
+/// blocking calls on a thread of its own, started at the first read or write. That thread
+/// never holds the runtime up: an agent whose stdin is a terminal still exits when its
+/// connection ends, without waiting for a line the user has not typed. The non-blocking flag belongs to the open pipe and
 /// is shared by the rest of the process while the transport lives (a blocking read of
 /// `std::io::stdin()` or a `println!` would fail with `WouldBlock`); it is put back when the
 /// last handle is dropped.
 ///
 /// Nothing else may write to stdout: send logs to stderr (ACP lets agents log there).
 /// Call it inside a tokio runtime with I/O enabled (`#[tokio::main]`, or a runtime built with
-/// `enable_all()`) to get the non-blocking path; elsewhere it still works, through tokio's
-/// blocking helper threads. To keep tokio's own handles whatever stdin is, pass
-/// `tokio::io::stdin()` and `tokio::io::stdout()` to the connection instead.
+/// `enable_all()`) to get the non-blocking path; elsewhere it still works, on the threads. To
+/// use tokio's own handles whatever stdin is, pass `tokio::io::stdin()` and
+/// `tokio::io::stdout()` (tokio's `io-std` feature) to the connection instead.
 pub fn stdio() -> (Stdin, Stdout) {
     (Stdin::new(), Stdout::new())
 }
 
 /// This process's stdin as an [`AsyncRead`]; see [`stdio()`] for how it is read.
-pub struct Stdin(Inner<tokio::io::Stdin>);
+pub struct Stdin(Inner<threaded::Reader>);
 
 /// This process's stdout as an [`AsyncWrite`]; see [`stdio()`] for how it is written.
-pub struct Stdout(Inner<tokio::io::Stdout>);
+pub struct Stdout(Inner<threaded::Writer>);
 
 enum Inner<T> {
     #[cfg(unix)]
     Polled(polled::PolledFd),
-    Blocking(T),
+    Threaded(T),
 }
 
 impl Stdin {
@@ -58,13 +61,13 @@ impl Stdin {
         {
             return Stdin(Inner::Polled(fd));
         }
-        Stdin(Inner::Blocking(tokio::io::stdin()))
+        Stdin(Inner::Threaded(threaded::Reader::default()))
     }
 
     /// Whether stdin is read without blocking through the runtime's I/O driver (a pipe or a
-    /// socket on Unix), rather than on a helper thread.
+    /// socket on Unix), rather than on a thread of its own.
     pub fn is_polled(&self) -> bool {
-        !matches!(self.0, Inner::Blocking(_))
+        !matches!(self.0, Inner::Threaded(_))
     }
 }
 
@@ -76,13 +79,13 @@ impl Stdout {
         {
             return Stdout(Inner::Polled(fd));
         }
-        Stdout(Inner::Blocking(tokio::io::stdout()))
+        Stdout(Inner::Threaded(threaded::Writer::default()))
     }
 
     /// Whether stdout is written without blocking through the runtime's I/O driver (a pipe or
-    /// a socket on Unix), rather than on a helper thread.
+    /// a socket on Unix), rather than on a thread of its own.
     pub fn is_polled(&self) -> bool {
-        !matches!(self.0, Inner::Blocking(_))
+        !matches!(self.0, Inner::Threaded(_))
     }
 }
 
@@ -115,7 +118,7 @@ impl AsyncRead for Stdin {
         match &mut self.0 {
             #[cfg(unix)]
             Inner::Polled(fd) => fd.poll_read(cx, buf),
-            Inner::Blocking(stdin) => Pin::new(stdin).poll_read(cx, buf),
+            Inner::Threaded(stdin) => stdin.poll_read(cx, buf),
         }
     }
 }
@@ -125,7 +128,7 @@ impl AsyncWrite for Stdout {
         match &mut self.0 {
             #[cfg(unix)]
             Inner::Polled(fd) => fd.poll_write(cx, data),
-            Inner::Blocking(stdout) => Pin::new(stdout).poll_write(cx, data),
+            Inner::Threaded(stdout) => stdout.poll_write(cx, data),
         }
     }
 
@@ -134,7 +137,7 @@ impl AsyncWrite for Stdout {
             // Written straight to the pipe: nothing is held back.
             #[cfg(unix)]
             Inner::Polled(_) => Poll::Ready(Ok(())),
-            Inner::Blocking(stdout) => Pin::new(stdout).poll_flush(cx),
+            Inner::Threaded(stdout) => stdout.poll_flush(cx),
         }
     }
 
@@ -143,7 +146,7 @@ impl AsyncWrite for Stdout {
             // fd 1 stays open with the process, as with tokio's `Stdout`.
             #[cfg(unix)]
             Inner::Polled(_) => Poll::Ready(Ok(())),
-            Inner::Blocking(stdout) => Pin::new(stdout).poll_shutdown(cx),
+            Inner::Threaded(stdout) => stdout.poll_flush(cx),
         }
     }
 }
@@ -176,7 +179,7 @@ mod polled {
 
     impl PolledFd {
         /// `None` when `fd` is not a pipe or a socket, or cannot be registered (no runtime, or
-        /// one without I/O enabled): the caller then uses tokio's blocking handle.
+        /// one without I/O enabled): the caller then reads or writes it on a thread.
         pub(super) fn open(fd: BorrowedFd<'_>, interest: Interest) -> Option<PolledFd> {
             // `AsyncFd::new` panics outside a runtime; registering fails in one without I/O.
             tokio::runtime::Handle::try_current().ok()?;
@@ -214,7 +217,7 @@ mod polled {
                 Ok(fd) => Some(PolledFd { fd, key }),
                 Err(e) => {
                     release(raw, key);
-                    tracing::debug!("stdio stays on blocking helper threads: {e}");
+                    tracing::debug!("stdio stays on blocking threads: {e}");
                     None
                 }
             }
@@ -277,5 +280,207 @@ mod polled {
                 other => return other,
             }
         }
+    }
+}
+
+pub(crate) mod threaded {
+    //! Stdin and stdout read and written with blocking calls on a thread of their own, for
+    //! what the I/O driver cannot wait on. Each thread is started at the first read or write
+    //! and hands whole buffers over the same bounded tokio channel type as the connection's
+    //! output queue (so it adds no channel code of its own). Unlike a blocking task on tokio's
+    //! pool, the threads are not waited for when the runtime shuts down: a read that waits for
+    //! a terminal's next line cannot keep the process from exiting.
+
+    use std::io::{self, Read, Write};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex, PoisonError};
+    use std::task::{Context, Poll, Waker, ready};
+
+    use tokio::io::ReadBuf;
+    use tokio::sync::mpsc;
+
+    /// The most one read of stdin takes at a time.
+    const READ_CHUNK: usize = 64 * 1024;
+    /// Buffers queued between a thread and its handle: enough to keep the thread busy while
+    /// the handle's task runs, few enough that memory stays bounded.
+    const QUEUED: usize = 4;
+
+    /// Stdin, read on the `acp-stdin` thread.
+    #[derive(Default)]
+    pub(crate) struct Reader {
+        /// `None` before the thread starts, and after the end of input.
+        chunks: Option<mpsc::Receiver<Vec<u8>>>,
+        chunk: Vec<u8>,
+        at: usize,
+        started: bool,
+        /// Why the thread stopped early, if a read failed.
+        failed: Arc<Mutex<Option<io::Error>>>,
+    }
+
+    impl Reader {
+        pub(crate) fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+            if !self.started {
+                self.started = true;
+                let (tx, rx) = mpsc::channel(QUEUED);
+                let failed = self.failed.clone();
+                spawn("acp-stdin", move || read_stdin(&tx, &failed))?;
+                self.chunks = Some(rx);
+            }
+            while self.at == self.chunk.len() {
+                let Some(chunks) = &mut self.chunks else {
+                    return Poll::Ready(Ok(()));
+                };
+                match ready!(chunks.poll_recv(cx)) {
+                    Some(chunk) => (self.chunk, self.at) = (chunk, 0),
+                    None => {
+                        self.chunks = None;
+                        if let Some(e) = take(&self.failed) {
+                            return Poll::Ready(Err(e));
+                        }
+                    }
+                }
+            }
+            let n = buf.remaining().min(self.chunk.len() - self.at);
+            buf.put_slice(&self.chunk[self.at..self.at + n]);
+            self.at += n;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// The `acp-stdin` thread: reads until end of input, a failed read, or the handle is gone.
+    /// std's lock on stdin is taken for each read only, as it would be without the transport.
+    fn read_stdin(chunks: &mpsc::Sender<Vec<u8>>, failed: &Mutex<Option<io::Error>>) {
+        let mut buf = vec![0; READ_CHUNK];
+        loop {
+            match io::stdin().read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    if chunks.blocking_send(buf[..n].to_vec()).is_err() {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    *failed.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Stdout, written on the `acp-stdout` thread.
+    #[derive(Default)]
+    pub(crate) struct Writer {
+        /// `None` before the thread starts.
+        chunks: Option<mpsc::Sender<Vec<u8>>>,
+        /// Bytes handed to the thread so far.
+        sent: u64,
+        thread: Arc<WriterState>,
+    }
+
+    /// What the `acp-stdout` thread tells its handle.
+    #[derive(Default)]
+    struct WriterState {
+        /// Bytes written and flushed so far.
+        written: AtomicU64,
+        /// Why the thread stopped, if a write failed.
+        failed: Mutex<Option<io::Error>>,
+        /// The handle's task, woken when a buffer is taken or written.
+        waker: Mutex<Option<Waker>>,
+    }
+
+    impl WriterState {
+        fn wake(&self) {
+            if let Some(waker) = self.waker.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                waker.wake();
+            }
+        }
+
+        fn register(&self, cx: &Context<'_>) {
+            *self.waker.lock().unwrap_or_else(PoisonError::into_inner) = Some(cx.waker().clone());
+        }
+
+        /// The thread's error once it stopped: the one it met, or that it is gone.
+        fn failure(&self) -> io::Error {
+            take(&self.failed).unwrap_or_else(|| io::Error::new(io::ErrorKind::BrokenPipe, "stdout's thread ended"))
+        }
+    }
+
+    impl Writer {
+        pub(crate) fn poll_write(&mut self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+            if data.is_empty() {
+                return Poll::Ready(Ok(0));
+            }
+            let chunks = match &mut self.chunks {
+                Some(chunks) => chunks,
+                None => {
+                    let (tx, rx) = mpsc::channel(QUEUED);
+                    let thread = self.thread.clone();
+                    spawn("acp-stdout", move || write_stdout(rx, &thread))?;
+                    self.chunks.insert(tx)
+                }
+            };
+            let mut chunk = data.to_vec();
+            // Tried again once the waker is in place: the thread may have taken a buffer in
+            // between, and it wakes only a task it finds registered.
+            for attempt in 0..2 {
+                match chunks.try_send(chunk) {
+                    Ok(()) => {
+                        self.sent += data.len() as u64;
+                        return Poll::Ready(Ok(data.len()));
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => return Poll::Ready(Err(self.thread.failure())),
+                    Err(mpsc::error::TrySendError::Full(back)) => chunk = back,
+                }
+                if attempt == 0 {
+                    self.thread.register(cx);
+                }
+            }
+            Poll::Pending
+        }
+
+        /// Ready once the thread has written and flushed everything handed to it.
+        pub(crate) fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            for attempt in 0..2 {
+                if self.thread.written.load(Ordering::Acquire) >= self.sent {
+                    return Poll::Ready(Ok(()));
+                }
+                if self.chunks.as_ref().is_some_and(mpsc::Sender::is_closed) {
+                    return Poll::Ready(Err(self.thread.failure()));
+                }
+                if attempt == 0 {
+                    self.thread.register(cx);
+                }
+            }
+            Poll::Pending
+        }
+    }
+
+    /// The `acp-stdout` thread: writes each buffer and flushes it, until the handle is gone
+    /// (what it handed over is still written) or a write fails. std's lock on stdout is held
+    /// for one buffer at a time: a stray `println!` elsewhere interleaves rather than waits
+    /// for the end of the connection.
+    fn write_stdout(mut chunks: mpsc::Receiver<Vec<u8>>, state: &WriterState) {
+        while let Some(chunk) = chunks.blocking_recv() {
+            state.wake();
+            let mut stdout = io::stdout().lock();
+            if let Err(e) = stdout.write_all(&chunk).and_then(|()| stdout.flush()) {
+                *state.failed.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
+                // Closed before the handle is woken: it then sees the error, not a full queue.
+                chunks.close();
+                state.wake();
+                return;
+            }
+            state.written.fetch_add(chunk.len() as u64, Ordering::Release);
+            state.wake();
+        }
+    }
+
+    fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> io::Result<()> {
+        std::thread::Builder::new().name(name.to_owned()).spawn(body).map(drop)
+    }
+
+    fn take(slot: &Mutex<Option<io::Error>>) -> Option<io::Error> {
+        slot.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 }

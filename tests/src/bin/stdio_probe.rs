@@ -1,8 +1,9 @@
-//! A process for tests/stdio_transport.rs: takes `acp_rpc::transport::stdio()`, echoes each
+//! A process for tests/stdio_transport.rs: takes `acp_rpc::transport::stdio()`, echoes (and flushes) each
 //! line of its stdin to its stdout, and reports on stderr (one JSON object per line) which
 //! handles are polled and whether fd 0 and fd 1 are non-blocking: at the start, after the
 //! line `DROP_STDOUT` (stdout is dropped; later lines are not echoed) and after end of input
-//! (stdin dropped too).
+//! (stdin dropped too). After the line `EXIT` it goes on reading for 200 ms, then returns from
+//! `main` with a read of stdin still waiting.
 
 #[cfg(not(unix))]
 fn main() {}
@@ -40,16 +41,27 @@ async fn main() -> std::io::Result<()> {
     let mut lines = BufReader::new(stdin);
     let mut stdout = Some(stdout);
     let mut line = Vec::new();
+    let exit = tokio::time::sleep(std::time::Duration::MAX);
+    tokio::pin!(exit);
     loop {
         line.clear();
-        if lines.read_until(b'\n', &mut line).await? == 0 {
-            break;
+        tokio::select! {
+            read = lines.read_until(b'\n', &mut line) => if read? == 0 {
+                break;
+            },
+            () = &mut exit => return Ok(()),
+        }
+        if line == b"EXIT\n" {
+            report("exit", Some(stdin_polled), None);
+            exit.as_mut().reset(tokio::time::Instant::now() + std::time::Duration::from_millis(200));
+            continue;
         }
         if line == b"DROP_STDOUT\n" {
             drop(stdout.take());
             report("stdout dropped", Some(stdin_polled), None);
         } else if let Some(out) = stdout.as_mut() {
             out.write_all(&line).await?;
+            out.flush().await?;
         }
     }
     drop(stdout);
