@@ -23,9 +23,16 @@ use serde_json::value::RawValue;
 
 use super::Place;
 
-/// Members whose values [`super::trace::redact`] may change: a line without them is logged
-/// as it is.
+/// Members whose values [`super::trace::redact`] may change: a line without them, written
+/// plainly or with a `\u` escape (see [`may_hold_credentials`]), is logged as it is.
 const MAY_HOLD_CREDENTIALS: [&str; 3] = ["\"env\"", "\"headers\"", "\"url\""];
+
+/// Whether `msg` may name one of [`MAY_HOLD_CREDENTIALS`]. A key can be spelled with `\u`
+/// escapes (`"\u0065nv"` is `"env"`), which a search for the plain name misses: any escape
+/// sends the line through the decoded redaction.
+fn may_hold_credentials(msg: &str) -> bool {
+    msg.contains("\\u") || MAY_HOLD_CREDENTIALS.iter().any(|key| msg.contains(key))
+}
 
 /// Where a chain's debug log goes: shared by the hops' wire taps, the components' stderr
 /// readers and whoever adds the conductor's own lines. Cloning shares the log.
@@ -75,7 +82,7 @@ impl DebugLog {
         let inbound = entry.dir == "in";
         let text = match (entry.msg, entry.invalid) {
             // As it was on the wire, unless it may hold credentials.
-            (Some(msg), _) if !MAY_HOLD_CREDENTIALS.iter().any(|key| msg.get().contains(key)) => msg.get().to_owned(),
+            (Some(msg), _) if !may_hold_credentials(msg.get()) => msg.get().to_owned(),
             (Some(msg), _) => {
                 let Ok(mut msg) = serde_json::from_str::<Value>(msg.get()) else { return };
                 super::trace::redact(&mut msg);
@@ -169,6 +176,11 @@ mod tests {
         log.wire(Place::Component(1), br#"{"dir":"out","msg":{"jsonrpc":"2.0","id":1,"result":null}}"#);
         log.wire(Place::Component(1), br#"{"dir":"in","invalid":"not json"}"#);
         log.wire(Place::Client, br#"{"dir":"out","msg":{"jsonrpc":"2.0","id":1,"result":{}}}"#);
+        // The same member with its key spelled with escapes is redacted all the same.
+        log.wire(
+            Place::Component(0),
+            br#"{"dir":"out","msg":{"jsonrpc":"2.0","method":"x","params":{"\u0065nv":{"K":"secret"},"h\u0065aders":[{"name":"a","value":"secret"}]}}}"#,
+        );
         log.conductor_line(" \u{1b}[2mINFO\u{1b}[0m acp_rpc: started\n");
         #[cfg(feature = "process")]
         log.stderr(0, "\u{1b}[33mwarn\u{1b}[0m hi");
@@ -186,6 +198,7 @@ mod tests {
             r#"1 → +{"jsonrpc":"2.0","id":1,"result":null}"#,
             "1 ← +not json",
             r#"C ← +{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            r#"0 → +{"jsonrpc":"2.0","method":"x","params":{"env":{"K":"[REDACTED]"},"headers":[{"name":"a","value":"[REDACTED]"}]}}"#,
             "C ! +INFO acp_rpc: started",
         ];
         if cfg!(feature = "process") {
