@@ -300,18 +300,18 @@ impl Handler for ProtocolRouter {
                     return Err(ErrorObject::internal_error("this endpoint serves no protocol version"));
                 };
                 let version = self.fitting(version, req.params.as_deref());
-                let peer = req.peer.clone();
                 // Before the answer is written: what the client sends after reading it is read
-                // under the chosen version's rules.
-                peer.shared.set_v2(version == Version::V2);
+                // under the chosen version's rules. Until a version is chosen, the guard puts
+                // v1's rules back however this ends: refused, cancelled, or panicking (the
+                // panic is answered further up); the client may then try again.
+                let mut undecided = Undecided { shared: req.peer.shared.clone(), chosen: false };
+                undecided.shared.set_v2(version == Version::V2);
                 let answer = self.handler(version).handle_request_boxed(req).await;
                 if answer.is_ok() {
                     let chosen = *self.chosen.get_or_init(|| version);
-                    peer.shared.set_v2(chosen == Version::V2);
+                    undecided.shared.set_v2(chosen == Version::V2);
+                    undecided.chosen = true;
                     tracing::debug!(requested, chosen = chosen.number(), "acp: protocol version chosen");
-                } else {
-                    // Refused: nothing is chosen, and the client may try again.
-                    peer.shared.set_v2(false);
                 }
                 return answer;
             }
@@ -323,6 +323,21 @@ impl Handler for ProtocolRouter {
         match self.chosen.get() {
             Some(version) => self.handler(*version).handle_notification_boxed(notification).await,
             None => tracing::debug!(method = %notification.method, "acp: notification before `initialize` ignored"),
+        }
+    }
+}
+
+/// An `initialize` being answered before a version is chosen: dropped unchosen (refused,
+/// cancelled, or unwound by a panic), it puts the connection back under v1's rules.
+struct Undecided {
+    shared: Arc<crate::connection::Shared>,
+    chosen: bool,
+}
+
+impl Drop for Undecided {
+    fn drop(&mut self) {
+        if !self.chosen {
+            self.shared.set_v2(false);
         }
     }
 }
