@@ -292,3 +292,56 @@ async fn answers_to_ids_the_client_never_sent_open_no_session_streams() {
     let opened = session_gets.load(Ordering::Relaxed);
     assert!(opened == 0, "the client opened {opened} session streams for sessions it never asked about");
 }
+
+/// The client's TCP connections to `port` as the kernel lists them (`/proc/self/net/tcp` and
+/// `tcp6`): for each established one, its timer kind (`tr`: 0 none, 1 retransmit, 2 the
+/// socket timer, which on an established socket is keep-alive) and the jiffies left on it.
+#[cfg(target_os = "linux")]
+fn established_to(port: u16) -> Vec<(u8, u64)> {
+    let mut found = Vec::new();
+    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let remote_port = fields[2].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+            let (timer, left) = fields[5].split_once(':').unwrap();
+            if remote_port == Some(port) && fields[3] == "01" {
+                found.push((timer.parse().unwrap(), u64::from_str_radix(left, 16).unwrap()));
+            }
+        }
+    }
+    found
+}
+
+/// A server that vanishes without a reset (its host down, a network gone) never ends an idle
+/// stream by itself: TCP keep-alive is what notices. Every connection the client opens, over
+/// HTTP (the POSTs' pool and the streams) and WebSocket, has it armed.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn every_connection_to_the_server_has_tcp_keep_alive() {
+    let server = HttpServer::new(Agent::default);
+    let bound = server.bind("127.0.0.1:0").await.unwrap();
+    let url = bound.url();
+    let port: u16 = url.rsplit(':').next().unwrap().split('/').next().unwrap().parse().unwrap();
+    tokio::spawn(bound.run());
+    let (http, _http_remote) = Remote::new(url.clone()).serve(()).await.unwrap();
+    within("init", http.request_raw("initialize", Some(&raw(json!({"protocolVersion": 1}))))).await.unwrap();
+    within("session", http.request_raw("session/new", Some(&raw(json!({"cwd": "/", "mcpServers": []})))))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let over_http = established_to(port).len();
+    let ws_url = url.replacen("http://", "ws://", 1);
+    let (ws, _ws_remote) = Remote::new(ws_url).serve(()).await.unwrap();
+    within("ws init", ws.request_raw("initialize", Some(&raw(json!({"protocolVersion": 1}))))).await.unwrap();
+    // Idle now: a socket without keep-alive would show no timer at all.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sockets = established_to(port);
+    // The connection stream's and the session stream's (the POSTs may share theirs), then
+    // the WebSocket's.
+    assert!(over_http >= 2, "{sockets:?}");
+    assert_eq!(sockets.len(), over_http + 1, "{sockets:?}");
+    for (timer, _left) in &sockets {
+        assert_eq!(*timer, 2, "an idle connection without its keep-alive timer: {sockets:?}");
+    }
+}

@@ -58,7 +58,9 @@
 //!   unless a message of ours names the session again meanwhile (`session/load`): then it is
 //!   its stream again. A session stream that ends while our close of it is in flight is not
 //!   reopened either (the close ended it), unless the close is still unanswered 5 s later.
-//!   [`RemoteAgent::end_reason`] says why a connection ended.
+//!   [`RemoteAgent::end_reason`] says why a connection ended. TCP keep-alive is on for every
+//!   connection (probes after 30 s of silence, 3 of them 10 s apart), so a server whose host
+//!   or network vanished without a reset ends the connection within about a minute.
 //! - **`initialize` first.** Over HTTP it creates the connection, so anything sent before it
 //!   fails (a request with -32600). An `initialize` answered with a JSON-RPC error and no
 //!   `Acp-Connection-Id` leaves the client unconnected: it may try again.
@@ -374,7 +376,10 @@ impl Remote {
 
     /// Treats a stream (or the WebSocket) that brings nothing for this long, not even a
     /// keep-alive, as ended. The official servers send an SSE keep-alive after 15 s idle;
-    /// neither side pings on WebSocket. Off by default.
+    /// neither side pings on WebSocket. Off by default: a quiet live server is normal, and a
+    /// server whose host or network is gone is noticed anyway by TCP keep-alive, which is
+    /// always on (probes after 30 s without traffic, the connection ends after 3 unanswered
+    /// ones 10 s apart).
     pub fn idle_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.idle_timeout = timeout;
         self
@@ -600,6 +605,9 @@ impl Remote {
                 let mut connector = HttpConnector::new();
                 connector.set_connect_timeout(Some(self.connect_timeout));
                 connector.set_nodelay(true);
+                connector.set_keepalive(Some(KEEPALIVE_TIME));
+                connector.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
+                connector.set_keepalive_retries(Some(KEEPALIVE_RETRIES));
                 #[cfg(feature = "http-tls")]
                 let connector = {
                     let tls = if endpoint.tls {
@@ -1092,6 +1100,43 @@ struct OurRequest {
     /// `session/close` or `session/delete`: once it succeeds, the server forgets the session
     /// and ends its stream, which is then not reopened.
     ends_session: bool,
+}
+
+/// TCP keep-alive on every connection to the server: probes start after this long without
+/// traffic, every [`KEEPALIVE_INTERVAL`], and [`KEEPALIVE_RETRIES`] unanswered ones end the
+/// connection. So a server whose host or network is gone (no FIN, no reset) fails the calls
+/// waiting on it within about a minute, while a live server that is quiet for hours (a model
+/// thinking, no keep-alive event on a WebSocket) is not disturbed: its kernel answers.
+const KEEPALIVE_TIME: std::time::Duration = std::time::Duration::from_secs(30);
+const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+const KEEPALIVE_RETRIES: u32 = 3;
+
+/// Turns on [`KEEPALIVE_TIME`]'s keep-alive on a WebSocket connection's socket (the HTTP
+/// connector does the same for its own). A platform without the option keeps the socket as
+/// it is.
+fn keep_alive(tcp: &tokio::net::TcpStream) {
+    let keepalive = socket2::TcpKeepalive::new().with_time(KEEPALIVE_TIME);
+    #[cfg(any(
+        target_os = "linux",
+        target_os = "android",
+        target_os = "macos",
+        target_os = "ios",
+        target_os = "freebsd",
+        target_os = "windows"
+    ))]
+    let keepalive = keepalive.with_interval(KEEPALIVE_INTERVAL);
+    #[cfg(any(
+        target_os = "linux",
+        target_os = "android",
+        target_os = "macos",
+        target_os = "ios",
+        target_os = "freebsd",
+        target_os = "windows"
+    ))]
+    let keepalive = keepalive.with_retries(KEEPALIVE_RETRIES);
+    if let Err(e) = socket2::SockRef::from(tcp).set_tcp_keepalive(&keepalive) {
+        tracing::debug!(error = %e, "acp http client: no TCP keep-alive on the WebSocket");
+    }
 }
 
 /// How long a closed session's stream is still read when the server does not end it.
@@ -1761,6 +1806,7 @@ async fn ws_handshake(
             .map_err(|_| ConnectError::Timeout { server: server.clone(), after: connect_timeout })?
             .map_err(|source| ConnectError::Io { server: server.clone(), source })?;
     let _ = tcp.set_nodelay(true);
+    keep_alive(&tcp);
     #[cfg(feature = "http-tls")]
     let tcp = match &connect.tls {
         None => tls::MaybeTls::Plain(tcp),
