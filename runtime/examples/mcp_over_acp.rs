@@ -64,7 +64,7 @@ impl Editor {
         self.mcp.message(params, &cx).await
     }
     async fn mcp_message_notification(&self, params: MessageMcpNotification) -> Result<(), Error> {
-        self.mcp.message_notification(params)
+        self.mcp.message_notification(params).await
     }
     async fn mcp_disconnect(&self, params: DisconnectMcpRequest) -> Result<DisconnectMcpResponse, Error> {
         println!("client: the agent disconnects");
@@ -133,7 +133,7 @@ impl Agent {
         self.mcp.message(params, &cx).await
     }
     async fn mcp_message_notification(&self, params: MessageMcpNotification) -> Result<(), Error> {
-        self.mcp.message_notification(params)
+        self.mcp.message_notification(params).await
     }
 }
 

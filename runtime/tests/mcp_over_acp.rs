@@ -242,7 +242,7 @@ impl MuteOnDisconnect {
         self.0.mcp.message(params, &cx).await
     }
     async fn mcp_message_notification(&self, params: MessageMcpNotification) -> Result<(), Error> {
-        self.0.mcp.message_notification(params)
+        self.0.mcp.message_notification(params).await
     }
     async fn mcp_disconnect(&self, _: DisconnectMcpRequest) -> Result<DisconnectMcpResponse, Error> {
         std::future::pending().await

@@ -178,7 +178,7 @@ impl Bridge {
             if let Ok(message) = parse::<acp_types::MessageMcpNotification>(params) {
                 let tunnel = lock(&self.tunnels).get(&message.connection_id).cloned();
                 if let Some(tunnel) = tunnel {
-                    tunnel.acp_notification(message.method, message.params);
+                    tunnel.acp_notification(message.method, message.params).await;
                     return;
                 }
             }
@@ -330,7 +330,7 @@ impl Bridge {
                         }
                     }
                     Err(error) => {
-                        errors.deliver(answer_message(Value::Null, Err(error)));
+                        errors.deliver(answer_message(Value::Null, Err(error))).await;
                     }
                 }
             }

@@ -44,7 +44,7 @@ pub enum McpConnectError {
 ///     self.mcp.message(params, &cx).await
 /// }
 /// async fn mcp_message_notification(&self, params: MessageMcpNotification) -> Result<(), Error> {
-///     self.mcp.message_notification(params)
+///     self.mcp.message_notification(params).await
 /// }
 /// ```
 ///
@@ -187,11 +187,12 @@ impl McpClients {
     }
 
     /// `mcp/message` notification from the client (e.g. `notifications/tools/list_changed`):
-    /// passed to the rmcp client.
-    pub fn message_notification(&self, params: MessageMcpNotification) -> Result<(), acp_types::Error> {
+    /// passed to the rmcp client, waiting while it has a full queue of messages it has not
+    /// read yet (64), so a client cannot queue them faster than the rmcp client reads.
+    pub async fn message_notification(&self, params: MessageMcpNotification) -> Result<(), acp_types::Error> {
         let tunnel = lock(&self.connections).get(&params.connection_id).cloned();
         let tunnel = tunnel.ok_or_else(|| unknown_connection(&params.connection_id))?;
-        tunnel.acp_notification(params.method, params.params);
+        tunnel.acp_notification(params.method, params.params).await;
         Ok(())
     }
 }

@@ -39,7 +39,7 @@ type Starter = Arc<dyn Fn(TunnelTransport<RoleServer>) + Send + Sync>;
 ///     self.mcp.message(params, &cx).await
 /// }
 /// async fn mcp_message_notification(&self, params: MessageMcpNotification) -> Result<(), Error> {
-///     self.mcp.message_notification(params)
+///     self.mcp.message_notification(params).await
 /// }
 /// async fn mcp_disconnect(&self, params: DisconnectMcpRequest) -> Result<DisconnectMcpResponse, Error> {
 ///     self.mcp.disconnect(params)
@@ -198,10 +198,12 @@ impl McpServers {
         Ok(MessageMcpResponse(answer))
     }
 
-    /// `mcp/message` notification from the agent: passed to the server.
-    pub fn message_notification(&self, params: MessageMcpNotification) -> Result<(), acp_types::Error> {
+    /// `mcp/message` notification from the agent: passed to the server, waiting while the
+    /// server has a full queue of messages it has not read yet (64), so an agent cannot queue
+    /// them faster than the server reads.
+    pub async fn message_notification(&self, params: MessageMcpNotification) -> Result<(), acp_types::Error> {
         let tunnel = self.tunnel(&params.connection_id).ok_or_else(|| unknown_connection(&params.connection_id))?;
-        tunnel.acp_notification(params.method, params.params);
+        tunnel.acp_notification(params.method, params.params).await;
         Ok(())
     }
 
@@ -302,7 +304,7 @@ impl Proxy for McpServers {
         if from == Side::Agent && notification.method == client_method::MCP_MESSAGE {
             if let Ok(params) = notification.parse_params::<MessageMcpNotification>() {
                 if let Some(tunnel) = self.tunnel(&params.connection_id) {
-                    tunnel.acp_notification(params.method, params.params);
+                    tunnel.acp_notification(params.method, params.params).await;
                     return;
                 }
             }

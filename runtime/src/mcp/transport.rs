@@ -25,7 +25,7 @@ pub(crate) enum TunnelError {
 /// rmcp's end of a tunnel, for the role `R`.
 pub(crate) struct TunnelTransport<R> {
     outbox: Option<tokio::sync::mpsc::UnboundedSender<Value>>,
-    inbox: tokio::sync::mpsc::UnboundedReceiver<Value>,
+    inbox: tokio::sync::mpsc::Receiver<Value>,
     tunnel: Arc<Tunnel>,
     role: PhantomData<fn() -> R>,
 }

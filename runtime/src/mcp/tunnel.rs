@@ -32,6 +32,11 @@ use crate::proxy::{Wire, envelope};
 
 const MCP_CANCELLED: &str = "notifications/cancelled";
 
+/// Messages from the ACP peer queued for the local end: once it holds this many, handing it
+/// the next one waits (a notification handler, and with it the reading of the ACP connection;
+/// a request's task), so a peer cannot grow the queue faster than the local end reads.
+const LOCAL_QUEUE: usize = 64;
+
 /// How long a tunnel's end waits for the answer to its `mcp/disconnect`: a peer that never
 /// answers must not keep `McpConnection::close` waiting.
 pub(crate) const DISCONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -98,11 +103,13 @@ impl Route {
 }
 
 /// The local end's side of a tunnel: what it sends (`outbox`, in order) and what it receives
-/// (`inbox`). Dropping `outbox` ends the connection.
+/// (`inbox`, [`LOCAL_QUEUE`] at most). Dropping `outbox` ends the connection. The outbox is
+/// unbounded because rmcp queues its messages synchronously, in order; what goes into it is
+/// the local end's own, which the tunnel relays as fast as the ACP connection takes it.
 #[derive(Debug)]
 pub(crate) struct LocalEnd {
     pub(crate) outbox: mpsc::UnboundedSender<Value>,
-    pub(crate) inbox: mpsc::UnboundedReceiver<Value>,
+    pub(crate) inbox: mpsc::Receiver<Value>,
 }
 
 /// What a tunnel does when it ends, besides closing its local end.
@@ -119,7 +126,7 @@ type Answer = Result<Value, ErrorObject>;
 pub(crate) struct Tunnel {
     connection_id: McpConnectionId,
     route: Route,
-    to_local: Mutex<Option<mpsc::UnboundedSender<Value>>>,
+    to_local: Mutex<Option<mpsc::Sender<Value>>>,
     /// ACP requests waiting for the local end's answer, by the tunnel's id for them.
     waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
     /// The local end's requests in flight over ACP, by their id's JSON text.
@@ -259,7 +266,7 @@ impl Tunnel {
         on_end: OnEnd,
         register: impl FnOnce(Arc<Tunnel>),
     ) -> (Arc<Tunnel>, LocalEnd) {
-        let (to_local, inbox) = mpsc::unbounded_channel();
+        let (to_local, inbox) = mpsc::channel(LOCAL_QUEUE);
         let (outbox, from_local) = mpsc::unbounded_channel();
         let tunnel = Arc::new(Tunnel {
             connection_id,
@@ -295,10 +302,11 @@ impl Tunnel {
         self.closed.cancel();
         let to_local = lock(&self.to_local).take();
         // The local end learns that nobody waits for these answers any more, before its input
-        // ends: an rmcp server stops their handlers at once instead of draining them.
+        // ends: an rmcp server stops their handlers at once instead of draining them. As far
+        // as its queue has room: they are a courtesy, the end of its input follows anyway.
         for (id, _) in lock(&self.waiting).drain() {
             if let Some(to_local) = &to_local {
-                let _ = to_local.send(cancelled(id, "the MCP connection over ACP closed"));
+                let _ = to_local.try_send(cancelled(id, "the MCP connection over ACP closed"));
             }
         }
         for (_, token) in lock(&self.in_flight).drain() {
@@ -306,9 +314,23 @@ impl Tunnel {
         }
     }
 
-    /// Hands `message` to the local end; false once it is gone.
-    pub(crate) fn deliver(&self, message: Value) -> bool {
-        lock(&self.to_local).as_ref().is_some_and(|to_local| to_local.send(message).is_ok())
+    /// Hands `message` to the local end, waiting while its queue is full; false once it is
+    /// gone or the tunnel closed.
+    pub(crate) async fn deliver(&self, message: Value) -> bool {
+        let Some(to_local) = lock(&self.to_local).clone() else { return false };
+        tokio::select! {
+            biased;
+            () = self.closed.cancelled() => false,
+            sent = to_local.send(message) => sent.is_ok(),
+        }
+    }
+
+    /// [`Tunnel::deliver`] on a task of its own, for the tunnel's answers to the local end's
+    /// own messages: the pump that relays the local end's output must not wait for the local
+    /// end to read its input (a local end that writes before it reads would wait for it).
+    pub(crate) fn deliver_later(self: &Arc<Self>, message: Value) {
+        let tunnel = self.clone();
+        tokio::spawn(async move { tunnel.deliver(message).await });
     }
 
     /// An `mcp/message` request from the ACP peer: the local end's answer, or the request's
@@ -326,7 +348,7 @@ impl Tunnel {
         if let Some(params) = params {
             message["params"] = Value::Object(params);
         }
-        if !self.deliver(message) {
+        if !self.deliver(message).await {
             lock(&self.waiting).remove(&id);
             return Err(closed_error());
         }
@@ -334,14 +356,15 @@ impl Tunnel {
             answer = rx => answer.unwrap_or_else(|_| Err(closed_error())),
             () = cancel.cancelled() => {
                 lock(&self.waiting).remove(&id);
-                self.deliver(cancelled(id, "cancelled by the ACP peer"));
+                self.deliver(cancelled(id, "cancelled by the ACP peer")).await;
                 Err(ErrorObject::request_cancelled())
             }
         }
     }
 
-    /// An `mcp/message` notification from the ACP peer.
-    pub(crate) fn acp_notification(&self, method: String, params: Option<Map<String, Value>>) {
+    /// An `mcp/message` notification from the ACP peer; waits while the local end's queue is
+    /// full.
+    pub(crate) async fn acp_notification(&self, method: String, params: Option<Map<String, Value>>) {
         if method == MCP_CANCELLED {
             // It names a request by the sender's MCP id, which does not cross the tunnel (its
             // requests reach us as ACP requests, cancelled with `$/cancel_request`): handed
@@ -353,7 +376,7 @@ impl Tunnel {
         if let Some(params) = params {
             message["params"] = Value::Object(params);
         }
-        if !self.deliver(message) {
+        if !self.deliver(message).await {
             tracing::debug!(connection = %self.connection_id, "mcp over acp: notification for a closed connection dropped");
         }
     }
@@ -445,7 +468,10 @@ impl Tunnel {
             Local::Invalid { id, reason } => {
                 tracing::warn!(connection = %self.connection_id, reason, "mcp over acp: invalid message from the local MCP end");
                 // JSON-RPC: an invalid request is answered, with a null id when none can be read.
-                self.deliver(answer_message(id.unwrap_or(Value::Null), Err(ErrorObject::invalid_request(reason))));
+                self.deliver_later(answer_message(
+                    id.unwrap_or(Value::Null),
+                    Err(ErrorObject::invalid_request(reason)),
+                ));
             }
         }
     }
@@ -457,7 +483,7 @@ impl Tunnel {
         let pending = match self.route.send_request(client_method::MCP_MESSAGE, &message).await {
             Ok(pending) => pending,
             Err(e) => {
-                self.deliver(answer_message(id, Err(failure(e))));
+                self.deliver_later(answer_message(id, Err(failure(e))));
                 return;
             }
         };
@@ -476,7 +502,7 @@ impl Tunnel {
                 serde_json::from_str(raw.get())
                     .map_err(|e| ErrorObject::internal_error(format_args!("invalid result: {e}")))
             });
-            tunnel.deliver(answer_message(id, answer));
+            tunnel.deliver(answer_message(id, answer)).await;
         });
     }
 }
@@ -522,6 +548,41 @@ mod tests {
         assert!(matches!(classify(json!(42)), Local::Invalid { id: None, .. }));
         let neither = classify(json!({"id": 1}));
         assert!(matches!(neither, Local::Answer { answer: Err(ErrorObject { code: -32603, .. }), .. }));
+    }
+
+    /// A local end that does not read holds up the ACP peer's messages at [`LOCAL_QUEUE`],
+    /// and gets every one of them, in order, once it reads. (The queue was unbounded: a peer
+    /// could fill memory as fast as it could write.)
+    #[tokio::test]
+    async fn the_peers_messages_wait_for_a_local_end_that_does_not_read_and_none_is_lost() {
+        const SENT: usize = 10 * LOCAL_QUEUE;
+        let (ours, _far) = crate::transport::duplex(1 << 16);
+        let (peer, serve) = crate::Connection::new().serve(ours.0, ours.1, ());
+        tokio::spawn(serve);
+        let on_end = OnEnd { disconnect: false, then: Box::new(|| {}) };
+        let (tunnel, local) = Tunnel::start(McpConnectionId::from("c1".to_owned()), Route::plain(peer), on_end, |_| {});
+        let mut inbox = local.inbox;
+        let peer_side = tokio::spawn({
+            let tunnel = tunnel.clone();
+            async move {
+                for n in 0..SENT {
+                    tunnel.acp_notification(format!("n/{n}"), None).await;
+                }
+            }
+        });
+        // Given time to run ahead, the peer's side is held at the queue's size.
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert_eq!(inbox.len(), LOCAL_QUEUE);
+        assert!(!peer_side.is_finished());
+        for n in 0..SENT {
+            let message = tokio::time::timeout(std::time::Duration::from_secs(10), inbox.recv()).await;
+            let message = message.expect("in time").expect("the tunnel still open");
+            assert_eq!(message["method"], format!("n/{n}"));
+        }
+        peer_side.await.unwrap();
     }
 
     #[test]

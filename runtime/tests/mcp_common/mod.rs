@@ -229,7 +229,7 @@ impl AcpMcpAgent {
         self.mcp.message(params, &cx).await
     }
     async fn mcp_message_notification(&self, params: MessageMcpNotification) -> Result<(), Error> {
-        self.mcp.message_notification(params)
+        self.mcp.message_notification(params).await
     }
 }
 
@@ -263,7 +263,7 @@ impl ToolClient {
         self.mcp.message(params, &cx).await
     }
     async fn mcp_message_notification(&self, params: MessageMcpNotification) -> Result<(), Error> {
-        self.mcp.message_notification(params)
+        self.mcp.message_notification(params).await
     }
     async fn mcp_disconnect(&self, params: DisconnectMcpRequest) -> Result<DisconnectMcpResponse, Error> {
         self.mcp.disconnect(params)
