@@ -1116,6 +1116,7 @@ const KEEPALIVE_RETRIES: u32 = 3;
 /// it is.
 fn keep_alive(tcp: &tokio::net::TcpStream) {
     let keepalive = socket2::TcpKeepalive::new().with_time(KEEPALIVE_TIME);
+    // Where socket2 can set the probes' interval and count (elsewhere the system's apply).
     #[cfg(any(
         target_os = "linux",
         target_os = "android",
@@ -1124,16 +1125,7 @@ fn keep_alive(tcp: &tokio::net::TcpStream) {
         target_os = "freebsd",
         target_os = "windows"
     ))]
-    let keepalive = keepalive.with_interval(KEEPALIVE_INTERVAL);
-    #[cfg(any(
-        target_os = "linux",
-        target_os = "android",
-        target_os = "macos",
-        target_os = "ios",
-        target_os = "freebsd",
-        target_os = "windows"
-    ))]
-    let keepalive = keepalive.with_retries(KEEPALIVE_RETRIES);
+    let keepalive = keepalive.with_interval(KEEPALIVE_INTERVAL).with_retries(KEEPALIVE_RETRIES);
     if let Err(e) = socket2::SockRef::from(tcp).set_tcp_keepalive(&keepalive) {
         tracing::debug!(error = %e, "acp http client: no TCP keep-alive on the WebSocket");
     }
