@@ -257,9 +257,9 @@ pub(crate) async fn writer_loop(
     };
     if let Err(e) = result {
         tracing::warn!(error = %e, "acp connection: write failed, closing");
+        *shared.out.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
         rx.close();
         shared.closed.cancel();
-        *shared.out.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
     }
 }
 
