@@ -336,7 +336,7 @@ impl Tunnel {
     /// An `mcp/message` request from the ACP peer: the local end's answer, or the request's
     /// cancellation (the local end is then sent `notifications/cancelled`).
     pub(crate) async fn acp_request(
-        &self,
+        self: &Arc<Self>,
         method: String,
         params: Option<Map<String, Value>>,
         cancel: &CancellationToken,
@@ -348,7 +348,15 @@ impl Tunnel {
         if let Some(params) = params {
             message["params"] = Value::Object(params);
         }
-        if !self.deliver(message).await {
+        // Waiting for room in the local end's queue is cancellable too.
+        let delivered = tokio::select! {
+            delivered = self.deliver(message) => delivered,
+            () = cancel.cancelled() => {
+                lock(&self.waiting).remove(&id);
+                return Err(ErrorObject::request_cancelled());
+            }
+        };
+        if !delivered {
             lock(&self.waiting).remove(&id);
             return Err(closed_error());
         }
@@ -356,7 +364,9 @@ impl Tunnel {
             answer = rx => answer.unwrap_or_else(|_| Err(closed_error())),
             () = cancel.cancelled() => {
                 lock(&self.waiting).remove(&id);
-                self.deliver(cancelled(id, "cancelled by the ACP peer")).await;
+                // Not waited for: the request is answered at once, whenever the local end
+                // reads its queue.
+                self.deliver_later(cancelled(id, "cancelled by the ACP peer"));
                 Err(ErrorObject::request_cancelled())
             }
         }
@@ -577,6 +587,15 @@ mod tests {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         assert_eq!(inbox.len(), LOCAL_QUEUE);
         assert!(!peer_side.is_finished());
+        // A request waiting for room can still be cancelled.
+        let cancel = CancellationToken::new();
+        let request = tokio::spawn({
+            let (tunnel, cancel) = (tunnel.clone(), cancel.clone());
+            async move { tunnel.acp_request("r".to_owned(), None, &cancel).await }
+        });
+        cancel.cancel();
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(10), request).await.expect("in time");
+        assert_eq!(answer.unwrap().unwrap_err().code, ErrorObject::request_cancelled().code);
         for n in 0..SENT {
             let message = tokio::time::timeout(std::time::Duration::from_secs(10), inbox.recv()).await;
             let message = message.expect("in time").expect("the tunnel still open");
