@@ -193,13 +193,19 @@ impl ProtocolRouter {
             // turns them off again before the next message is read.
             peer.shared.set_v2(true);
         }
+        // Until the answer is read, v1's rules come back however the call ends without one
+        // (given up, cancelled, the connection gone): the guard goes with the hook, which the
+        // connection either runs on the answer or drops unrun.
+        let mut undecided = Undecided { shared: peer.shared.clone(), chosen: false };
         // The version is fixed by the reader as it reads the answer, before it reads what the
         // agent sends next: a request or notification written right behind the answer is
         // routed to the chosen version, not refused as coming before `initialize`.
         let on_answer: crate::connection::AnswerHook = Box::new({
-            let (chosen, shared) = (self.chosen.clone(), peer.shared.clone());
+            let chosen = self.chosen.clone();
             let serves = (self.v1.is_some(), self.v2.is_some());
             move |answer, _| {
+                undecided.chosen = true;
+                let shared = &undecided.shared;
                 let version = answer.as_ref().ok().and_then(|raw| answered_version(raw, serves));
                 if let Some(version) = version {
                     let _ = chosen.set(version);
@@ -327,8 +333,9 @@ impl Handler for ProtocolRouter {
     }
 }
 
-/// An `initialize` being answered before a version is chosen: dropped unchosen (refused,
-/// cancelled, or unwound by a panic), it puts the connection back under v1's rules.
+/// An `initialize` being answered (or, on the client side, waiting for its answer) before a
+/// version is chosen: dropped unchosen (refused, cancelled, or unwound by a panic), it puts the
+/// connection back under v1's rules.
 struct Undecided {
     shared: Arc<crate::connection::Shared>,
     chosen: bool,

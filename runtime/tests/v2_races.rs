@@ -582,3 +582,20 @@ async fn an_initialize_answer_that_does_not_decode_fails_negotiation_and_closes_
     assert_eq!(agent.try_recv_line(LIMIT).await, None);
     assert!(waiting.elapsed() < LIMIT / 2, "the client closed the connection rather than waiting for more");
 }
+
+/// A negotiation given up before the agent answers (its future dropped, as a timeout around it
+/// does) leaves the connection under v1's rules, as it was before it asked for v2: nothing was
+/// chosen, and the client may go on with v1 or ask again.
+#[tokio::test]
+async fn a_negotiation_given_up_before_the_answer_leaves_the_connection_under_v1_rules() {
+    let (negotiation, mut agent, init) = negotiating(Recorder::default()).await;
+    negotiation.abort();
+    assert!(negotiation.await.unwrap_err().is_cancelled());
+    let withdrawn = agent.recv().await;
+    assert_eq!((&withdrawn["method"], &withdrawn["params"]["requestId"]), (&json!("$/cancel_request"), &init["id"]));
+    // Under v1's rules a batch is one -32600; under v2's each entry is answered, in an array.
+    agent.send(r#"[{"jsonrpc":"2.0","id":"b","method":"session/request_permission","params":{}}]"#).await;
+    let answer = agent.recv().await;
+    assert!(answer.is_object(), "read under v2's rules: {answer}");
+    assert_eq!(answer["error"]["code"], acp_rpc::codes::INVALID_REQUEST, "{answer}");
+}
