@@ -325,7 +325,9 @@ impl Bridge {
                 };
                 match message {
                     Ok(message) => {
-                        if outbox.send(message).is_err() {
+                        // Waits while the tunnel has not relayed the earlier ones: the shim is
+                        // read no faster than the ACP connection takes its messages.
+                        if !outbox.send(message).await {
                             break;
                         }
                     }
@@ -471,5 +473,130 @@ where
         }
         to.write_all(&buf[..n]).await?;
         to.flush().await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use tokio::io::AsyncReadExt;
+    use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+
+    use super::*;
+    use crate::transport::{PipeReader, PipeWriter};
+
+    /// Past this many bytes taken from a shim whose messages cannot go anywhere, the bridge is
+    /// queueing them without limit: what it may hold (the socket's buffers, its queues of
+    /// [`super::super::tunnel`] and the short ACP write queue below) is well under a MiB.
+    const CAP: usize = 8 << 20;
+
+    /// A shim connected through a bridge to an ACP peer driven by hand (`far`), which has
+    /// answered `mcp/connect` and reads nothing more unless a test reads it.
+    async fn connected_shim() -> (OwnedReadHalf, OwnedWriteHalf, LineReader<PipeReader>, PipeWriter) {
+        let ((ours_r, ours_w), (far_r, mut far_w)) = crate::transport::duplex(4096);
+        let (peer, serve) = crate::Connection::new().write_queue_capacity(4).serve(ours_r, ours_w, ());
+        tokio::spawn(serve);
+        let bridge = Bridge::new(McpBridge::new("shim", Vec::<String>::new()));
+        bridge.set_route(Route::plain(peer));
+        let (shim, theirs) = UnixStream::pair().unwrap();
+        let (mut shim_read, mut shim_write) = shim.into_split();
+        shim_write.write_all(b"{\"serverId\":\"s\"}\n").await.unwrap();
+        tokio::spawn(bridge.serve_shim(theirs));
+        let mut far = LineReader::new(far_r, DEFAULT_MAX_LINE_BYTES);
+        let connect = next_message(&mut far).await;
+        assert_eq!(connect["method"], "mcp/connect");
+        let answer = json!({"jsonrpc": "2.0", "id": connect["id"], "result": {"connectionId": "c1"}});
+        far_w.write_all(format!("{answer}\n").as_bytes()).await.unwrap();
+        let mut connected = [0u8; 19];
+        shim_read.read_exact(&mut connected).await.unwrap();
+        assert_eq!(&connected, b"{\"connected\":true}\n");
+        (shim_read, shim_write, far, far_w)
+    }
+
+    async fn next_message<R: tokio::io::AsyncRead + Unpin>(lines: &mut LineReader<R>) -> Value {
+        match lines.next_frame().await.unwrap() {
+            Some(Frame::Line(line)) => serde_json::from_slice(line).unwrap(),
+            other => panic!("expected a message: {:?}", other.map(|_| "oversized")),
+        }
+    }
+
+    /// Writes `line(0)`, `line(1)`, ... to the shim's socket until the bridge stops reading it;
+    /// returns the number of the line under way and what is left of it. With the clock paused,
+    /// the timeout fires only once nothing else can run: the socket stays full because the
+    /// bridge waits, not because it is slow.
+    async fn write_until_held(socket: &OwnedWriteHalf, line: impl Fn(usize) -> Vec<u8>) -> (usize, Vec<u8>) {
+        let (mut written, mut n, mut current, mut at) = (0, 0, line(0), 0);
+        loop {
+            assert!(written < CAP, "the bridge took {written} bytes from the shim that could go nowhere");
+            match socket.try_write(&current[at..]) {
+                Ok(k) => {
+                    written += k;
+                    at += k;
+                    if at == current.len() {
+                        n += 1;
+                        (current, at) = (line(n), 0);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if tokio::time::timeout(Duration::from_secs(60), socket.writable()).await.is_err() {
+                        return (n, current[at..].to_vec());
+                    }
+                }
+                Err(e) => panic!("writing to the bridge: {e}"),
+            }
+        }
+    }
+
+    /// A shim that writes faster than the ACP peer reads is held back (its socket fills), and
+    /// every message reaches the peer, in order, once it reads.
+    #[tokio::test(start_paused = true)]
+    async fn a_shim_writing_faster_than_the_acp_peer_reads_is_held_back_and_nothing_is_lost() {
+        let (_shim_read, shim_write, mut far, _far_w) = connected_shim().await;
+        let pad = "x".repeat(4000);
+        let line = |n: usize| {
+            let message = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"n": n, "pad": pad}});
+            format!("{message}\n").into_bytes()
+        };
+        let (last, rest) = write_until_held(&shim_write, line).await;
+        let finish = tokio::spawn(async move {
+            let mut shim_write = shim_write;
+            shim_write.write_all(&rest).await.unwrap();
+            shim_write
+        });
+        for n in 0..=last {
+            let message = next_message(&mut far).await;
+            assert_eq!(message["method"], "mcp/message");
+            assert_eq!(message["params"]["params"]["n"], n, "{}", message["params"]["method"]);
+        }
+        finish.await.unwrap();
+    }
+
+    /// A shim that sends invalid messages and reads none of the answers is held back too: the
+    /// answers waiting for it stay bounded instead of piling up (one task each), and each is
+    /// delivered once it reads.
+    #[tokio::test(start_paused = true)]
+    async fn a_shim_that_does_not_read_the_answers_to_its_invalid_messages_is_held_back() {
+        let (shim_read, shim_write, _far, _far_w) = connected_shim().await;
+        // `method` is no string: answered -32600 under the request's id, 4 KB long.
+        let pad = "x".repeat(4000);
+        let line = |n: usize| format!("{}\n", json!({"jsonrpc": "2.0", "id": format!("{n}-{pad}"), "method": 5}));
+        let (last, rest) = write_until_held(&shim_write, |n| line(n).into_bytes()).await;
+        let finish = tokio::spawn(async move {
+            let mut shim_write = shim_write;
+            shim_write.write_all(&rest).await.unwrap();
+            shim_write
+        });
+        let mut answers = LineReader::new(shim_read, DEFAULT_MAX_LINE_BYTES);
+        let mut answered = BTreeSet::new();
+        while answered.len() <= last {
+            let answer = next_message(&mut answers).await;
+            assert_eq!(answer["error"]["code"], crate::codes::INVALID_REQUEST, "{answer}");
+            let id = answer["id"].as_str().unwrap();
+            let n: usize = id.split_once('-').unwrap().0.parse().unwrap();
+            assert!(answered.insert(n), "{n} answered twice");
+        }
+        assert_eq!(answered, (0..=last).collect());
+        finish.await.unwrap();
     }
 }

@@ -10,7 +10,7 @@ use rmcp::service::{RxJsonRpcMessage, ServiceRole, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::Value;
 
-use super::tunnel::{LocalEnd, Tunnel, answer_message};
+use super::tunnel::{LocalEnd, Outbox, Tunnel, answer_message};
 use crate::jsonrpc::ErrorObject;
 
 /// Why a message could not be sent over the tunnel.
@@ -24,7 +24,7 @@ pub(crate) enum TunnelError {
 
 /// rmcp's end of a tunnel, for the role `R`.
 pub(crate) struct TunnelTransport<R> {
-    outbox: Option<tokio::sync::mpsc::UnboundedSender<Value>>,
+    outbox: Option<Outbox>,
     inbox: tokio::sync::mpsc::Receiver<Value>,
     tunnel: Arc<Tunnel>,
     role: PhantomData<fn() -> R>,
@@ -44,7 +44,7 @@ impl<R: ServiceRole> Transport<R> for TunnelTransport<R> {
         // order rmcp sends them, and the future has nothing left to do.
         let sent = match serde_json::to_value(&item) {
             Ok(message) => match &self.outbox {
-                Some(outbox) => outbox.send(message).map_err(|_| TunnelError::Closed),
+                Some(outbox) => outbox.send_now(message).then_some(()).ok_or(TunnelError::Closed),
                 None => Err(TunnelError::Closed),
             },
             Err(e) => Err(TunnelError::Encode(e)),

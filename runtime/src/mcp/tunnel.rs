@@ -22,7 +22,7 @@ use acp_types::{McpConnectionId, client_method};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
@@ -103,13 +103,43 @@ impl Route {
 }
 
 /// The local end's side of a tunnel: what it sends (`outbox`, in order) and what it receives
-/// (`inbox`, [`LOCAL_QUEUE`] at most). Dropping `outbox` ends the connection. The outbox is
-/// unbounded because rmcp queues its messages synchronously, in order; what goes into it is
-/// the local end's own, which the tunnel relays as fast as the ACP connection takes it.
+/// (`inbox`, [`LOCAL_QUEUE`] at most). Dropping `outbox` ends the connection.
 #[derive(Debug)]
 pub(crate) struct LocalEnd {
-    pub(crate) outbox: mpsc::UnboundedSender<Value>,
+    pub(crate) outbox: Outbox,
     pub(crate) inbox: mpsc::Receiver<Value>,
+}
+
+/// What the local end sends into the tunnel, relayed in order as fast as the ACP connection
+/// takes it. rmcp queues its messages at once ([`Outbox::send_now`]): its sends must keep their
+/// order and cannot wait, and what it sends is our own process's. A local end across a socket
+/// (the bridge's shim, which the agent drives) waits instead while [`LOCAL_QUEUE`] of its
+/// messages are not taken yet ([`Outbox::send`]), so it cannot queue them faster than the ACP
+/// connection takes them.
+#[derive(Debug)]
+pub(crate) struct Outbox {
+    queue: mpsc::UnboundedSender<(Value, Option<OwnedSemaphorePermit>)>,
+    /// Room for [`Outbox::send`]'s messages: each holds a permit until the pump has relayed it.
+    #[cfg_attr(not(all(feature = "mcp-bridge", unix)), allow(dead_code))]
+    room: Arc<Semaphore>,
+}
+
+impl Outbox {
+    /// Queues `message` without waiting; false once the tunnel no longer takes messages.
+    #[cfg(feature = "mcp-over-acp")]
+    pub(crate) fn send_now(&self, message: Value) -> bool {
+        self.queue.send((message, None)).is_ok()
+    }
+
+    /// Queues `message`, first waiting while [`LOCAL_QUEUE`] messages sent this way are not
+    /// relayed yet; false once the tunnel no longer takes messages.
+    #[cfg(all(feature = "mcp-bridge", unix))]
+    pub(crate) async fn send(&self, message: Value) -> bool {
+        // The permits come back when the pump has relayed a message, or with the messages
+        // still queued when it ends; the semaphore itself is never closed.
+        let Ok(permit) = self.room.clone().acquire_owned().await else { return false };
+        self.queue.send((message, Some(permit))).is_ok()
+    }
 }
 
 /// What a tunnel does when it ends, besides closing its local end.
@@ -127,6 +157,9 @@ pub(crate) struct Tunnel {
     connection_id: McpConnectionId,
     route: Route,
     to_local: Mutex<Option<mpsc::Sender<Value>>>,
+    /// Room for the tunnel's own answers to the local end waiting for it to read them
+    /// ([`Tunnel::deliver_later`]), [`LOCAL_QUEUE`] at most.
+    answers: Arc<Semaphore>,
     /// ACP requests waiting for the local end's answer, by the tunnel's id for them.
     waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
     /// The local end's requests in flight over ACP, by their id's JSON text.
@@ -267,11 +300,12 @@ impl Tunnel {
         register: impl FnOnce(Arc<Tunnel>),
     ) -> (Arc<Tunnel>, LocalEnd) {
         let (to_local, inbox) = mpsc::channel(LOCAL_QUEUE);
-        let (outbox, from_local) = mpsc::unbounded_channel();
+        let (queue, from_local) = mpsc::unbounded_channel();
         let tunnel = Arc::new(Tunnel {
             connection_id,
             route,
             to_local: Mutex::new(Some(to_local)),
+            answers: Arc::new(Semaphore::new(LOCAL_QUEUE)),
             waiting: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -281,6 +315,7 @@ impl Tunnel {
         });
         register(tunnel.clone());
         tokio::spawn(tunnel.clone().pump(from_local, on_end));
+        let outbox = Outbox { queue, room: Arc::new(Semaphore::new(LOCAL_QUEUE)) };
         (tunnel, LocalEnd { outbox, inbox })
     }
 
@@ -327,10 +362,24 @@ impl Tunnel {
 
     /// [`Tunnel::deliver`] on a task of its own, for the tunnel's answers to the local end's
     /// own messages: the pump that relays the local end's output must not wait for the local
-    /// end to read its input (a local end that writes before it reads would wait for it).
-    pub(crate) fn deliver_later(self: &Arc<Self>, message: Value) {
+    /// end to read each of them (a local end that writes before it reads would wait for it).
+    /// Only while [`LOCAL_QUEUE`] of them wait, though: then the pump waits for room, and a
+    /// local end that keeps writing without reading is held back instead of piling up tasks.
+    async fn deliver_later(self: &Arc<Self>, message: Value) {
+        let permit = tokio::select! {
+            biased;
+            () = self.closed.cancelled() => return,
+            // Never closed: `Err` cannot happen, and would only drop this answer.
+            permit = self.answers.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return,
+            },
+        };
         let tunnel = self.clone();
-        tokio::spawn(async move { tunnel.deliver(message).await });
+        tokio::spawn(async move {
+            tunnel.deliver(message).await;
+            drop(permit);
+        });
     }
 
     /// An `mcp/message` request from the ACP peer: the local end's answer, or the request's
@@ -402,7 +451,11 @@ impl Tunnel {
     }
 
     /// Relays what the local end sends, in order, until it or the ACP connection ends.
-    async fn pump(self: Arc<Self>, mut from_local: mpsc::UnboundedReceiver<Value>, on_end: OnEnd) {
+    async fn pump(
+        self: Arc<Self>,
+        mut from_local: mpsc::UnboundedReceiver<(Value, Option<OwnedSemaphorePermit>)>,
+        on_end: OnEnd,
+    ) {
         let acp_closed = self.route.closed_token();
         loop {
             tokio::select! {
@@ -411,11 +464,15 @@ impl Tunnel {
                 () = acp_closed.cancelled() => break,
                 () = self.hung_up.cancelled() => break,
                 message = from_local.recv() => match message {
-                    Some(message) => self.from_local(message).await,
+                    // The permit (room for the next message) goes once this one is relayed.
+                    Some((message, _room)) => self.from_local(message).await,
                     None => break,
                 },
             }
         }
+        // Nothing more is taken from the local end: its sends fail, and what it queued goes
+        // (with its permits, so a sender waiting for room learns the end too).
+        drop(from_local);
         let closed_here = !self.closed.is_cancelled();
         self.close();
         (on_end.then)();
@@ -481,7 +538,8 @@ impl Tunnel {
                 self.deliver_later(answer_message(
                     id.unwrap_or(Value::Null),
                     Err(ErrorObject::invalid_request(reason)),
-                ));
+                ))
+                .await;
             }
         }
     }
@@ -493,7 +551,7 @@ impl Tunnel {
         let pending = match self.route.send_request(client_method::MCP_MESSAGE, &message).await {
             Ok(pending) => pending,
             Err(e) => {
-                self.deliver_later(answer_message(id, Err(failure(e))));
+                self.deliver_later(answer_message(id, Err(failure(e)))).await;
                 return;
             }
         };
