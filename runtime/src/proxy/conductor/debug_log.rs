@@ -157,19 +157,49 @@ mod tests {
         assert_eq!(strip_escapes("plain → text"), "plain → text");
     }
 
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Each key that may hold credentials, with any one of its characters written as a `\u`
+    /// escape (lower- or uppercase hex), is redacted as the plain key is. JSON's other escapes
+    /// stand for no letter, so a key that decodes to one of these names and is not written
+    /// plainly holds a `\u`, which sends the line through the decoded redaction.
     #[test]
-    fn lines_carry_the_side_the_direction_and_redacted_messages() {
-        #[derive(Clone, Default)]
-        struct Shared(Arc<Mutex<Vec<u8>>>);
-        impl Write for Shared {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
+    fn keys_spelled_with_escapes_are_redacted() {
+        let out = Shared::default();
+        let log = DebugLog::new(out.clone());
+        let members = [("env", r#"{"K":"s3cret"}"#), ("headers", r#"[{"name":"a","value":"s3cret"}]"#)];
+        let members = members.into_iter().chain([("url", r#""https://u:s3cret@example.test/""#)]);
+        let mut lines = 0;
+        for (key, value) in members {
+            for (at, c) in key.char_indices() {
+                for escape in [format!("\\u{:04x}", u32::from(c)), format!("\\u{:04X}", u32::from(c))] {
+                    let spelled = format!("{}{escape}{}", &key[..at], &key[at + 1..]);
+                    let line = format!(
+                        r#"{{"dir":"in","msg":{{"jsonrpc":"2.0","method":"x","params":{{"{spelled}":{value}}}}}}}"#
+                    );
+                    log.wire(Place::Client, line.as_bytes());
+                    lines += 1;
+                }
             }
         }
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), lines, "{text}");
+        assert!(!text.contains("s3cret"), "{text}");
+    }
+
+    #[test]
+    fn lines_carry_the_side_the_direction_and_redacted_messages() {
         let out = Shared::default();
         let log = DebugLog::new(out.clone());
         log.wire(Place::Client, br#"{"dir":"in","msg":{"jsonrpc":"2.0","method":"x","params":{"env":{"K":"v"}}}}"#);
