@@ -413,9 +413,9 @@ impl Tunnel {
             answer = rx => answer.unwrap_or_else(|_| Err(closed_error())),
             () = cancel.cancelled() => {
                 lock(&self.waiting).remove(&id);
-                // Not waited for: the request is answered at once, whenever the local end
-                // reads its queue.
-                self.deliver_later(cancelled(id, "cancelled by the ACP peer"));
+                // Its delivery is not waited for (only room among the tunnel's own answers):
+                // the request is answered now, whenever the local end reads its queue.
+                self.deliver_later(cancelled(id, "cancelled by the ACP peer")).await;
                 Err(ErrorObject::request_cancelled())
             }
         }
