@@ -1,6 +1,7 @@
 //! The remote client (`acp_rpc::http::client`) against a scripted server, for what the
 //! official peers cannot be made to do on demand: refused POSTs, streams that end, oversized or
-//! malformed events, idle streams, h2c, a refused or closed WebSocket, and bad URLs. (The happy
+//! malformed events, idle streams, h2c and HTTP/2 over TLS with few streams allowed, a refused
+//! or closed WebSocket, and bad URLs. (The happy
 //! paths against the official TypeScript server are in `tests/tests/interop_http.rs`.)
 #![cfg(all(feature = "http-client", feature = "http-server"))]
 
@@ -105,12 +106,42 @@ impl Mock {
         tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else { return };
-                let state = shared.clone();
+                tokio::spawn(serve_connection(shared.clone(), TokioIo::new(tcp), max_streams));
+            }
+        });
+        Mock { addr, state }
+    }
+
+    /// Over TLS (the fixture certificate for 127.0.0.1), whose ALPN offers `h2` alone, with at
+    /// most `max_streams` streams at once: `https://127.0.0.1:port/acp`.
+    #[cfg(feature = "http-tls")]
+    async fn start_tls(max_streams: u32) -> Mock {
+        use acp_rpc::http::client::rustls;
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let cert = CertificateDer::from_pem_slice(include_bytes!("fixtures/tls-localhost.crt")).unwrap();
+        let key = PrivateKeyDer::from_pem_slice(include_bytes!("fixtures/tls-localhost.key")).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .unwrap();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(State::default());
+        let shared = state.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else { return };
+                let (state, acceptor) = (shared.clone(), acceptor.clone());
                 tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| serve(state.clone(), req));
-                    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                    builder.http2().max_concurrent_streams(max_streams);
-                    let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
+                    if let Ok(tls) = acceptor.accept(tcp).await {
+                        serve_connection(state, TokioIo::new(tls), Some(max_streams)).await;
+                    }
                 });
             }
         });
@@ -160,6 +191,18 @@ impl Mock {
     fn refuse(&self, method: &str, status: u16, body: &str) {
         self.state.refuse.lock().unwrap().insert(method.to_owned(), (status, body.to_owned()));
     }
+}
+
+/// Serves one TCP (or TLS) connection: HTTP/1.1 or HTTP/2, at most `max_streams` streams at
+/// once over HTTP/2 (hyper's default, 200, when `None`).
+async fn serve_connection<I>(state: Arc<State>, io: TokioIo<I>, max_streams: Option<u32>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| serve(state.clone(), req));
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http2().max_concurrent_streams(max_streams);
+    let _ = builder.serve_connection(io, service).await;
 }
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
@@ -493,6 +536,36 @@ async fn over_http2_our_server_serves_a_connection_with_hundreds_of_sessions() {
         let answer = tokio::time::timeout(LIMIT, peer.request_raw("session/new", Some(&params))).await;
         assert!(matches!(answer, Ok(Ok(_))), "session/new number {n}: {answer:?}");
     }
+}
+
+// ---- HTTP/2 over TLS ------------------------------------------------------------------------
+
+/// Over `https://` with HTTP/2 (ALPN), a server allows so many streams at once per TCP
+/// connection, as over h2c. The open streams used to share the POSTs' connection there and take
+/// every slot: the POST after them waited for ever.
+#[cfg(feature = "http-tls")]
+#[tokio::test]
+async fn over_https_with_http2_open_streams_leave_the_posts_room() {
+    use acp_rpc::http::client::rustls;
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let mock = Mock::start_tls(3).await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(include_bytes!("fixtures/tls-localhost.crt")).unwrap()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let url = format!("https://127.0.0.1:{}/acp", mock.addr.port());
+    let (peer, _remote) = connected(Remote::new(url).tls_config(config)).await;
+    // The connection's stream and two sessions' take all three.
+    for session in ["s1", "s2"] {
+        let params = raw(json!({"sessionId": session}));
+        within("an echo on a session's stream", peer.request_raw("_echo", Some(&params))).await.unwrap();
+    }
+    assert_eq!(mock.lines().iter().filter(|l| l.starts_with("GET")).count(), 3, "{:?}", mock.lines());
+    within("a POST beside three streams", peer.request_raw("_echo", None)).await.unwrap();
 }
 
 // ---- session streams around a close ---------------------------------------------------------

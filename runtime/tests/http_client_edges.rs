@@ -345,3 +345,44 @@ async fn every_connection_to_the_server_has_tcp_keep_alive() {
         assert_eq!(*timer, 2, "an idle connection without its keep-alive timer: {sockets:?}");
     }
 }
+
+/// The same over `https://`: the TLS connector wraps the same TCP connector, so the POSTs' and
+/// the streams' connections (two pools wherever ALPN may pick HTTP/2) have keep-alive too.
+#[cfg(all(target_os = "linux", feature = "http-tls"))]
+#[tokio::test]
+async fn every_connection_to_the_server_has_tcp_keep_alive_over_https() {
+    use acp_rpc::http::client::rustls;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    let cert = CertificateDer::from_pem_slice(include_bytes!("fixtures/tls-localhost.crt")).unwrap();
+    let key = PrivateKeyDer::from_pem_slice(include_bytes!("fixtures/tls-localhost.key")).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server_config = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], key)
+        .unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).unwrap();
+    let client_config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let bound = HttpServer::new(Agent::default).bind("127.0.0.1:0").await.unwrap().tls(server_config);
+    let port = bound.local_addr().port();
+    tokio::spawn(bound.run());
+    let url = format!("https://127.0.0.1:{port}/acp");
+    let (peer, _remote) = Remote::new(url).tls_config(client_config).serve(()).await.unwrap();
+    within("init", peer.request_raw("initialize", Some(&raw(json!({"protocolVersion": 1}))))).await.unwrap();
+    within("session", peer.request_raw("session/new", Some(&raw(json!({"cwd": "/", "mcpServers": []})))))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sockets = established_to(port);
+    // HTTP/2: the streams' connection and the POSTs'.
+    assert!(sockets.len() >= 2, "{sockets:?}");
+    for (timer, _left) in &sockets {
+        assert_eq!(*timer, 2, "an idle connection without its keep-alive timer: {sockets:?}");
+    }
+}

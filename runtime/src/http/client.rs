@@ -68,7 +68,9 @@
 //!   `DELETE` is sent, bounded by [`Remote::close_timeout`], and the streams are dropped.
 //! - **HTTP/1.1** on `http://` by default (no official peer speaks h2c; each open stream then
 //!   holds a TCP connection of its own, POSTs reuse pooled ones). [`Remote::http2_prior_knowledge`]
-//!   switches to h2c, everything multiplexed on one TCP connection.
+//!   switches to h2c: the streams multiplexed on one TCP connection, the POSTs on another, so
+//!   that open streams never take the slots the POSTs need (a server allows so many streams at
+//!   once per connection).
 //!
 //! # WebSocket
 //!
@@ -96,9 +98,10 @@
 //! then the way).
 //!
 //! - **Versions.** Over `https://`, ALPN offers `h2` and `http/1.1` and the server picks: with
-//!   HTTP/2 (this crate's server) the streams and POSTs share one TCP connection; with
-//!   HTTP/1.1 (the official servers) it is as on `http://`. [`Remote::http2_prior_knowledge`]
-//!   plays no part. `wss://` offers `http/1.1` alone: the upgrade is an HTTP/1.1 exchange.
+//!   HTTP/2 (this crate's server) the streams share one TCP connection and the POSTs another,
+//!   as over h2c; with HTTP/1.1 (the official servers) each open stream holds a TCP
+//!   connection, as on `http://`. [`Remote::http2_prior_knowledge`] plays no part. `wss://`
+//!   offers `http/1.1` alone: the upgrade is an HTTP/1.1 exchange.
 //! - **Whom it trusts.** By default the operating system's: rustls-platform-verifier, which
 //!   asks the platform's verifier on macOS, Windows and Android, and on Linux checks with
 //!   webpki against the system's roots (the usual files, or `SSL_CERT_FILE` /
@@ -625,11 +628,12 @@ impl Remote {
                         .http2_only(h2c)
                         .build(connector.clone())
                 };
-                // Over HTTP/2 the streams get a pool of their own (see `Link::streams_http`).
-                // Over HTTP/1.1 every request in flight has a TCP connection anyway, and one
-                // pool keeps the keep-alive connections the POSTs warmed up for the streams.
+                // Wherever HTTP/2 may be spoken (h2c, or TLS, where ALPN may pick it) the
+                // streams get a pool of their own (see `Link::streams_http`). Over plain
+                // HTTP/1.1 every request in flight has a TCP connection anyway, and one pool
+                // keeps the keep-alive connections the POSTs warmed up for the streams.
                 let http = client();
-                let streams_http = if h2c { client() } else { http.clone() };
+                let streams_http = if h2c || endpoint.tls { client() } else { http.clone() };
                 let (commands, commands_rx) = mpsc::unbounded_channel();
                 let link = Arc::new(Link {
                     endpoint,
@@ -1066,10 +1070,10 @@ struct Link {
     endpoint: Endpoint,
     /// For POSTs and the DELETE.
     http: HttpClient,
-    /// For the streams: over HTTP/2 (h2c), a pool of its own, so that the open streams never
-    /// take the stream slots the POSTs need on the one TCP connection a pool holds (a server
-    /// allows a fixed number of streams at once per connection; 100 is common). Otherwise the
-    /// same pool. (Over TLS, where ALPN may still pick HTTP/2, it is the same pool too.)
+    /// For the streams: wherever HTTP/2 may be spoken (h2c, and TLS, where ALPN may pick it), a
+    /// pool of its own, so that the open streams never take the stream slots the POSTs need on
+    /// the one TCP connection an HTTP/2 pool holds (a server allows a fixed number of streams
+    /// at once per connection; 100 is common). Over plain HTTP/1.1, the same pool.
     streams_http: HttpClient,
     /// The configured extra headers.
     headers: HeaderMap,
