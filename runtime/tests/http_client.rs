@@ -1,7 +1,8 @@
 //! The remote client (`acp_rpc::http::client`) against a scripted server, for what the
-//! official peers cannot be made to do on demand: refused POSTs, streams that end, oversized or
-//! malformed events, idle streams, h2c and HTTP/2 over TLS with few streams allowed, a refused
-//! or closed WebSocket, and bad URLs. (The happy
+//! official peers cannot be made to do on demand: refused POSTs (a 404 about a session among
+//! them), streams that end (after every event too), oversized or malformed events, idle
+//! streams, h2c and HTTP/2 over TLS with few streams allowed, a refused or closed WebSocket,
+//! and bad URLs. (The happy
 //! paths against the official TypeScript server are in `tests/tests/interop_http.rs`.)
 #![cfg(all(feature = "http-client", feature = "http-server"))]
 
@@ -81,6 +82,8 @@ struct State {
     refuse_get: Mutex<HashMap<String, u16>>,
     /// How long to wait before answering POSTs of a JSON-RPC method, in milliseconds.
     slow: Mutex<HashMap<String, u64>>,
+    /// Sessions whose every GET is answered with this one event, then ended.
+    one_event_gets: Mutex<HashMap<String, Value>>,
 }
 
 /// A Streamable HTTP server following the RFD, with knobs: `initialize` answered 200 with
@@ -273,6 +276,10 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
                 return Ok(answer(status, "no such session"));
             }
             let (tx, rx) = mpsc::unbounded_channel();
+            if let Some(event) = session.as_ref().and_then(|s| state.one_event_gets.lock().unwrap().get(s).cloned()) {
+                let _ = tx.send(Event::Data(event.to_string()));
+                let _ = tx.send(Event::Close);
+            }
             state.streams.lock().unwrap().insert(session, tx);
             let mut response = Response::new(SseBody(rx).boxed());
             response.headers_mut().insert("content-type", "text/event-stream".parse().unwrap());
@@ -538,7 +545,92 @@ async fn over_http2_our_server_serves_a_connection_with_hundreds_of_sessions() {
     }
 }
 
-// ---- HTTP/2 over TLS ------------------------------------------------------------------------
+// ---- what a 404 ends, streams that keep ending, HTTP/2 over TLS -----------------------------
+
+/// Calls `method` with `params` on a task of its own, and waits until the server has its POST.
+async fn pending_call(
+    mock: &Mock,
+    peer: &Peer,
+    method: &str,
+    params: Value,
+) -> tokio::task::JoinHandle<Result<Box<RawValue>, Error>> {
+    let session = params["sessionId"].as_str().map(|s| format!(" [{s}]")).unwrap_or_default();
+    let posted = format!("POST {method}{session}");
+    let before = mock.lines().iter().filter(|l| **l == posted).count();
+    let call = tokio::spawn({
+        let (peer, method, params) = (peer.clone(), method.to_owned(), raw(params));
+        async move { peer.request_raw(&method, Some(&params)).await }
+    });
+    mock.wait_for(&posted, before + 1, |l| l == posted).await;
+    call
+}
+
+/// A POST about a session (it carries `Acp-Session-Id`) answered 404: a server that no longer
+/// knows the session, as the RFD's 404 for an unknown `Acp-Session-Id` has it. It ends that
+/// session (its pending requests fail, its stream is dropped), not the connection and its other
+/// sessions; the session's next message opens its stream again. It used to end the connection.
+#[tokio::test]
+async fn a_sessions_post_answered_404_ends_that_session_only() {
+    let mock = Mock::start().await;
+    mock.refuse("_gone", 404, "unknown Acp-Session-Id");
+    let (peer, remote) = connected(Remote::new(mock.url())).await;
+    let s1_pending = pending_call(&mock, &peer, "_never", json!({"sessionId": "s1"})).await;
+    let s2_pending = pending_call(&mock, &peer, "_never", json!({"sessionId": "s2"})).await;
+    let error = rpc_error(within("_gone", peer.request_raw("_gone", Some(&raw(json!({"sessionId": "s1"}))))).await);
+    assert_eq!(error.data.unwrap()["status"], 404);
+    let error = rpc_error(within("s1's pending call", s1_pending).await.unwrap());
+    assert!(error.message.contains("session s1"), "{error:?}");
+    assert!(!peer.is_closed(), "the connection ended: {:?}", remote.end_reason());
+    assert!(!s2_pending.is_finished());
+    // The connection and s2 go on; s1's next message opens its stream again.
+    for session in [None, Some("s2"), Some("s1")] {
+        let params = raw(session.map_or_else(|| json!({}), |s| json!({"sessionId": s})));
+        within("an echo", peer.request_raw("_echo", Some(&params))).await.unwrap();
+    }
+    assert_eq!(mock.lines().iter().filter(|l| *l == "GET [s1]").count(), 2, "{:?}", mock.lines());
+    assert!(remote.end_reason().is_none());
+    within("close", remote.close()).await.unwrap();
+    assert_eq!(mock.lines().last().unwrap(), "DELETE");
+}
+
+/// A session's stream reopened after it ended, answered 404 (the server forgot the session):
+/// the session's pending requests fail, and the connection goes on. Passes before and after
+/// the reopening learned to back off; it guards that a session's 404 stays the session's.
+#[tokio::test]
+async fn a_session_streams_reopening_answered_404_fails_that_session_only() {
+    let mock = Mock::start().await;
+    let (peer, remote) = connected(Remote::new(mock.url())).await;
+    let pending = pending_call(&mock, &peer, "_never", json!({"sessionId": "s1"})).await;
+    mock.state.refuse_get.lock().unwrap().insert("s1".to_owned(), 404);
+    mock.close(Some("s1"));
+    let error = rpc_error(within("the pending call", pending).await.unwrap());
+    assert!(error.message.contains("session s1 is unreachable"), "{error:?}");
+    assert_eq!(error.data.unwrap()["reason"].as_str().map(|r| r.contains("404")), Some(true));
+    within("an echo", peer.request_raw("_echo", None)).await.unwrap();
+    assert!(!peer.is_closed() && remote.end_reason().is_none(), "{:?}", remote.end_reason());
+}
+
+/// A server that ends a session's stream right after each event. Each stream brings something,
+/// so the client keeps reopening it, but with a growing pause: it used to reopen at once, and
+/// made hundreds of GETs a second. (Counts, not times: a slow machine makes fewer GETs.)
+#[tokio::test]
+async fn a_session_stream_that_ends_after_every_event_is_reopened_with_backoff() {
+    let mock = Mock::start().await;
+    mock.state.one_event_gets.lock().unwrap().insert("s1".to_owned(), update("s1", "tick"));
+    let texts = Texts::default();
+    let (peer, remote) = Remote::new(mock.url()).serve(texts.clone()).await.unwrap();
+    within("initialize", peer.request_raw("initialize", Some(&raw(json!({"protocolVersion": 1}))))).await.unwrap();
+    peer.notify_raw("_note", Some(&raw(json!({"sessionId": "s1"})))).await.unwrap();
+    mock.wait_for("the reopened streams", 3, |l| l == "GET [s1]").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let gets = mock.lines().iter().filter(|l| *l == "GET [s1]").count();
+    // Without a pause, thousands; with it, a handful (0, 0.25, 0.5, 1, 2 s apart...).
+    assert!(gets <= 10, "{gets} GETs of s1's stream in about 2 s");
+    // Nothing is lost meanwhile, and the connection goes on.
+    assert!(texts.all().iter().filter(|(_, text)| text == "tick").count() >= 3);
+    within("an echo", peer.request_raw("_echo", None)).await.unwrap();
+    assert!(!peer.is_closed() && remote.end_reason().is_none(), "{:?}", remote.end_reason());
+}
 
 /// Over `https://` with HTTP/2 (ALPN), a server allows so many streams at once per TCP
 /// connection, as over h2c. The open streams used to share the POSTs' connection there and take

@@ -42,25 +42,34 @@
 //!   (awaited too), and when any response carries `result.sessionId` (`session/new`, `fork`,
 //!   `load`). Responses are matched by id whatever stream brings them: the official servers
 //!   disagree on where `session/load`'s answer goes.
-//! - **Errors never hang a call.** A POST answered with a non-2xx status fails the request it
-//!   carried with -32603 and `data: {status, body}` (the body cut to 4 KiB); `401`, `403`,
-//!   `404` and `410` also end the connection. A refused POST that carried no request (a line
-//!   that is not a message) whose body is a JSON-RPC error with a null id (as this crate's
-//!   server answers invalid JSON: 400 with -32700) hands that error over as an incoming
-//!   message. A POST that cannot be sent (connection refused
-//!   or reset) fails its request and ends the connection; one that times out
+//! - **Errors never hang a call.** A POST answered with a non-2xx status fails the request
+//!   it carried with -32603 and `data: {status, body}` (the body cut to 4 KiB); `401`,
+//!   `403`, `404` and `410` also end the connection, except a `404` to a POST that carried
+//!   `Acp-Session-Id`: that session alone ends (its pending requests fail, its stream is
+//!   dropped, its next message opens it again), as the server may no longer know it while
+//!   the connection lives (the RFD's `404` for an unknown session). A refused POST that
+//!   carried no request (a line that is not a message) whose body is a JSON-RPC error with
+//!   a null id (as this crate's server answers invalid JSON: 400 with -32700) hands that
+//!   error over as an incoming message. A POST that cannot be sent (connection refused or
+//!   reset) fails its request and ends the connection; one that times out
 //!   ([`Remote::request_timeout`]) fails its request only. A request whose session stream
 //!   cannot be opened fails without being posted. The connection stream ending ends the
-//!   connection (every pending call fails); a session stream ending is reopened once, and
-//!   when that fails too, the session's pending requests fail. Once our `session/close` or
-//!   `session/delete` succeeded, the session's stream is still read (the turn's last updates
-//!   may follow the answer) until the server ends it, for at most 5 s, and never reopened,
-//!   unless a message of ours names the session again meanwhile (`session/load`): then it is
-//!   its stream again. A session stream that ends while our close of it is in flight is not
-//!   reopened either (the close ended it), unless the close is still unanswered 5 s later.
-//!   [`RemoteAgent::end_reason`] says why a connection ended. TCP keep-alive is on for every
-//!   connection (probes after 30 s of silence, 3 of them 10 s apart), so a server whose host
-//!   or network vanished without a reset ends the connection within about a minute.
+//!   connection (every pending call fails). A session stream ending is reopened: at once
+//!   the first time, then, while its streams keep ending within 5 s of their opening, after
+//!   a pause that doubles from 250 ms up to 5 s, so a server that ends it after every event
+//!   is not asked again at once (a stream that lived longer resets the pause). Reopening
+//!   goes on while the streams bring messages; when a reopened stream ends without bringing
+//!   any, or cannot be opened, the session's pending requests fail. A session stream
+//!   refused with `404` (the server no longer knows the session) ends that session alone.
+//!   Once our `session/close` or `session/delete` succeeded, the session's stream is still
+//!   read (the turn's last updates may follow the answer) until the server ends it, for at
+//!   most 5 s, and never reopened, unless a message of ours names the session again
+//!   meanwhile (`session/load`): then it is its stream again. A session stream that ends
+//!   while our close of it is in flight is not reopened either (the close ended it), unless
+//!   the close is still unanswered 5 s later. [`RemoteAgent::end_reason`] says why a
+//!   connection ended. TCP keep-alive is on for every connection (probes after 30 s of
+//!   silence, 3 of them 10 s apart), so a server whose host or network vanished without a
+//!   reset ends the connection within about a minute.
 //! - **`initialize` first.** Over HTTP it creates the connection, so anything sent before it
 //!   fails (a request with -32600). An `initialize` answered with a JSON-RPC error and no
 //!   `Acp-Connection-Id` leaves the client unconnected: it may try again.
@@ -650,6 +659,7 @@ impl Remote {
                     link,
                     held: VecDeque::new(),
                     streams: HashMap::new(),
+                    reopening: HashMap::new(),
                     next_generation: 0,
                     ended: false,
                     gone: false,
@@ -1138,6 +1148,24 @@ fn keep_alive(tcp: &tokio::net::TcpStream) {
 /// How long a closed session's stream is still read when the server does not end it.
 const CLOSED_STREAM_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// A session stream that ends sooner than this after it was opened ended early: the next
+/// reopening waits [`reopen_pause`]. One that lived longer was a normal stream, and resets it.
+const STEADY_STREAM: std::time::Duration = std::time::Duration::from_secs(5);
+/// The pause before the second reopening in a row of an early-ending stream (the first is at
+/// once); it doubles with each further one, up to [`MAX_REOPEN_PAUSE`].
+const FIRST_REOPEN_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
+const MAX_REOPEN_PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The pause before opening a session's stream again, after `early` streams of it in a row
+/// ended early (this one included): none after the first, so a lone hiccup costs nothing; then
+/// growing, so a server that ends the stream after every event is not asked again at once.
+fn reopen_pause(early: u32) -> std::time::Duration {
+    match early {
+        0 | 1 => std::time::Duration::ZERO,
+        n => FIRST_REOPEN_PAUSE.saturating_mul(1 << (n - 2).min(16)).min(MAX_REOPEN_PAUSE),
+    }
+}
+
 enum Command {
     /// The answer to one of our requests named a session (`result.sessionId`): open its stream.
     OpenSession(String),
@@ -1150,6 +1178,8 @@ enum Command {
     DropClosed { session: String, generation: u64 },
     /// A stream ended.
     StreamEnded { session: Option<String>, generation: u64, delivered: bool, reason: String },
+    /// The pause before reopening a session's stream (see [`reopen_pause`]) is over.
+    Reopen(String),
     /// A session's stream ended while our `session/close` or `session/delete` of it was in
     /// flight, [`CLOSED_STREAM_GRACE`] ago: reopened if that request is still unanswered.
     ReopenIfStillClosing(String),
@@ -1414,6 +1444,10 @@ struct StreamSlot {
     reopened: bool,
     /// Our `session/close` or `session/delete` of its session succeeded: not reopened.
     closed: bool,
+    /// When it was opened, and how many streams of its session in a row before it ended early
+    /// ([`STEADY_STREAM`]): what the pause before reopening it grows with.
+    opened: std::time::Instant,
+    early: u32,
     _reader: AbortOnDrop<()>,
 }
 
@@ -1427,6 +1461,10 @@ struct HttpDriver {
     held: VecDeque<Inbound>,
     /// By session; `None` is the connection stream.
     streams: HashMap<Option<String>, StreamSlot>,
+    /// Sessions whose stream ended early and is to be opened again, with how many of its
+    /// streams in a row ended early: waiting for [`Command::Reopen`] when there is a pause.
+    /// Opening the stream for any reason takes the count over.
+    reopening: HashMap<String, u32>,
     next_generation: u64,
     /// The connection's input has been ended.
     ended: bool,
@@ -1540,9 +1578,21 @@ impl HttpDriver {
                 } else {
                     tracing::warn!(method = ?envelope.method, %status, "acp http client: message refused");
                 }
-                if matches!(status.as_u16(), 401 | 403 | 404 | 410) {
-                    self.gone = matches!(status.as_u16(), 404 | 410);
-                    self.end(format!("a POST was answered {status}"));
+                match (status.as_u16(), &session) {
+                    // It carried `Acp-Session-Id`. The RFD's routing answers a POST 404 for an
+                    // unknown connection, but a GET 404 for an unknown session too, and servers
+                    // built on MCP's transport answer POSTs so: ending the connection would end
+                    // every other session for one the server forgot. A connection the server
+                    // forgot ends its streams as well, which ends ours all the same.
+                    (404, Some(session)) => {
+                        let session = session.clone();
+                        self.end_session(&session, &format!("the server answered a POST about it with {status}"));
+                    }
+                    (401 | 403 | 404 | 410, _) => {
+                        self.gone = matches!(status.as_u16(), 404 | 410);
+                        self.end(format!("a POST was answered {status}"));
+                    }
+                    _ => {}
                 }
             }
             Err(e) => {
@@ -1615,11 +1665,14 @@ impl HttpDriver {
 
     /// Opens a stream and starts reading it.
     async fn open(&mut self, connection: &str, session: Option<String>, reopened: bool) -> Result<(), OpenError> {
+        let early = session.as_ref().and_then(|s| self.reopening.remove(s)).unwrap_or(0);
         let body = self.link.open_stream(connection, session.as_deref()).await?;
         self.next_generation += 1;
         let generation = self.next_generation;
         let reader = AbortOnDrop::spawn(self.link.clone().read_stream(body, session.clone(), generation));
-        self.streams.insert(session, StreamSlot { generation, reopened, closed: false, _reader: reader });
+        let opened = std::time::Instant::now();
+        let slot = StreamSlot { generation, reopened, closed: false, opened, early, _reader: reader };
+        self.streams.insert(session, slot);
         Ok(())
     }
 
@@ -1639,6 +1692,7 @@ impl HttpDriver {
             }
             Command::SessionEnded(session) => {
                 lock(&self.link.routes).just_closed.remove(&session);
+                self.reopening.remove(&session);
                 if let Some(slot) = self.streams.get_mut(&Some(session.clone())) {
                     slot.closed = true;
                     let (commands, generation) = (self.link.commands.clone(), slot.generation);
@@ -1668,23 +1722,40 @@ impl HttpDriver {
                     return self.end(format!("the connection stream ended: {reason}"));
                 };
                 if self.closing(&session) {
-                    // Ended by the close itself, whose answer may come on the connection's
-                    // stream after this: not reopened (the server no longer has the session),
-                    // unless the answer does not come.
+                    return self.reopen_if_still_closing_later(session);
+                }
+                let Some(slot) = slot else { return };
+                if slot.reopened && !delivered {
+                    return self.fail_session(&session, &format!("its stream ended twice: {reason}"));
+                }
+                let early = if slot.opened.elapsed() < STEADY_STREAM { slot.early.saturating_add(1) } else { 1 };
+                self.reopening.insert(session.clone(), early);
+                let pause = reopen_pause(early);
+                tracing::debug!(%session, %reason, ?pause, "acp http client: session stream ended; reopening it");
+                if !pause.is_zero() {
                     let commands = self.link.commands.clone();
                     tokio::spawn(async move {
-                        tokio::time::sleep(CLOSED_STREAM_GRACE).await;
-                        let _ = commands.send(Command::ReopenIfStillClosing(session));
+                        tokio::time::sleep(pause).await;
+                        let _ = commands.send(Command::Reopen(session));
                     });
                     return;
                 }
-                let reopened = slot.is_some_and(|slot| slot.reopened) && !delivered;
-                if reopened {
-                    return self.fail_session(&session, &format!("its stream ended twice: {reason}"));
-                }
-                tracing::debug!(%session, %reason, "acp http client: session stream ended; reopening it");
                 if let Err(e) = self.open(&connection, Some(session.clone()), true).await {
                     self.fail_session(&session, &format!("its stream ended ({reason}) and cannot be reopened: {e}"));
+                }
+            }
+            Command::Reopen(session) => {
+                // Not when something opened the stream meanwhile (a message of ours naming the
+                // session), or the session ended (its close succeeded, a 404, a failure).
+                if !self.reopening.contains_key(&session) || self.streams.contains_key(&Some(session.clone())) {
+                    return;
+                }
+                if self.closing(&session) {
+                    self.reopening.remove(&session);
+                    return self.reopen_if_still_closing_later(session);
+                }
+                if let Err(e) = self.open(&connection, Some(session.clone()), true).await {
+                    self.fail_session(&session, &format!("its stream ended and cannot be reopened: {e}"));
                 }
             }
             Command::ReopenIfStillClosing(session) => {
@@ -1697,6 +1768,17 @@ impl HttpDriver {
                 }
             }
         }
+    }
+
+    /// `session`'s stream ended while our close of it is in flight: the close ended it, and its
+    /// answer may come on the connection's stream after this. Not reopened (the server no longer
+    /// has the session), unless the answer does not come within [`CLOSED_STREAM_GRACE`].
+    fn reopen_if_still_closing_later(&self, session: String) {
+        let commands = self.link.commands.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(CLOSED_STREAM_GRACE).await;
+            let _ = commands.send(Command::ReopenIfStillClosing(session));
+        });
     }
 
     /// Whether our `session/close` or `session/delete` of `session` is in flight (or its success
@@ -1715,8 +1797,18 @@ impl HttpDriver {
         }
     }
 
-    /// Fails our pending requests of `session`.
+    /// The server no longer knows `session` (it answered a POST about it 404): its stream is
+    /// dropped and its pending requests fail; the connection and its other sessions go on. A
+    /// later message naming the session opens its stream again.
+    fn end_session(&mut self, session: &str, reason: &str) {
+        self.streams.remove(&Some(session.to_owned()));
+        self.fail_session(session, reason);
+    }
+
+    /// Fails our pending requests of `session` (and forgets a reopening of its stream waiting
+    /// for its pause).
     fn fail_session(&mut self, session: &str, reason: &str) {
+        self.reopening.remove(session);
         let failed: Vec<String> = {
             let mut routes = lock(&self.link.routes);
             let ids: Vec<String> = routes
@@ -1744,6 +1836,7 @@ impl HttpDriver {
         }
         self.ended = true;
         self.streams.clear();
+        self.reopening.clear();
         let end = self.link.delivery.ending(reason);
         self.hand_over(end);
     }
@@ -1922,6 +2015,13 @@ async fn run_websocket(socket: Socket, mut lines: mpsc::Receiver<Vec<u8>>, deliv
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pause_before_reopening_a_stream_grows_to_its_bound() {
+        let pauses: Vec<u64> = (0..9).map(|early| reopen_pause(early).as_millis() as u64).collect();
+        assert_eq!(pauses, [0, 0, 250, 500, 1000, 2000, 4000, 5000, 5000]);
+        assert_eq!(reopen_pause(u32::MAX), MAX_REOPEN_PAUSE);
+    }
 
     #[test]
     fn tls_schemes_need_the_tls_feature() {
