@@ -43,6 +43,13 @@ impl Reports {
     }
 }
 
+/// The probe with `stdin` and `stdout` as given, and its reports.
+fn probe(stdin: impl Into<Stdio>, stdout: impl Into<Stdio>) -> (Child, Reports) {
+    let mut child = Command::new(PROBE).stdin(stdin).stdout(stdout).stderr(Stdio::piped()).spawn().unwrap();
+    let reports = Reports::of(child.stderr.take().unwrap());
+    (child, reports)
+}
+
 fn wait(mut child: Child) {
     for _ in 0..(LIMIT.as_millis() / 10) {
         if let Some(status) = child.try_wait().unwrap() {
@@ -71,9 +78,7 @@ fn payload() -> Vec<u8> {
 
 #[test]
 fn pipes_are_polled_and_a_full_pipe_loses_nothing() {
-    let mut child =
-        Command::new(PROBE).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let reports = Reports::of(child.stderr.take().unwrap());
+    let (mut child, reports) = probe(Stdio::piped(), Stdio::piped());
     let start = reports.next("start");
     assert_eq!(start["stdin_polled"], true, "{start}");
     assert_eq!(start["stdout_polled"], true, "{start}");
@@ -109,13 +114,7 @@ fn a_file_keeps_blocking_reads_and_a_pipe_next_to_it_is_polled() {
     let path = std::env::temp_dir().join(format!("acp-stdio-probe-{}.jsonl", std::process::id()));
     let sent = payload();
     std::fs::write(&path, &sent).unwrap();
-    let mut child = Command::new(PROBE)
-        .stdin(std::fs::File::open(&path).unwrap())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let reports = Reports::of(child.stderr.take().unwrap());
+    let (mut child, reports) = probe(std::fs::File::open(&path).unwrap(), Stdio::piped());
     let start = reports.next("start");
     assert_eq!(start["stdin_polled"], false, "a regular file cannot be polled: {start}");
     assert_eq!(start["fd0_non_blocking"], false, "{start}");
@@ -132,13 +131,7 @@ fn a_file_keeps_blocking_reads_and_a_pipe_next_to_it_is_polled() {
 fn a_file_as_stdout_gets_every_byte_written_on_a_thread() {
     let path = std::env::temp_dir().join(format!("acp-stdio-probe-out-{}.jsonl", std::process::id()));
     let sent = payload();
-    let mut child = Command::new(PROBE)
-        .stdin(Stdio::piped())
-        .stdout(std::fs::File::create(&path).unwrap())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let reports = Reports::of(child.stderr.take().unwrap());
+    let (mut child, reports) = probe(Stdio::piped(), std::fs::File::create(&path).unwrap());
     let start = reports.next("start");
     assert_eq!(start["stdout_polled"], false, "a regular file cannot be polled: {start}");
     assert_eq!(start["stdin_polled"], true, "{start}");
@@ -155,13 +148,8 @@ fn a_file_as_stdout_gets_every_byte_written_on_a_thread() {
 #[test]
 fn a_failing_stdout_thread_fails_the_writes() {
     // Every write to /dev/full fails (ENOSPC); it is a device, so it is written on a thread.
-    let mut child = Command::new(PROBE)
-        .stdin(Stdio::piped())
-        .stdout(std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let reports = Reports::of(child.stderr.take().unwrap());
+    let (mut child, reports) =
+        probe(Stdio::piped(), std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap());
     assert_eq!(reports.next("start")["stdout_polled"], false);
     // Kept open: the probe must stop on the failed write, not on end of input.
     let mut stdin = child.stdin.take().unwrap();
@@ -197,13 +185,8 @@ fn open_pty() -> (std::fs::File, std::path::PathBuf) {
 #[test]
 fn a_terminal_as_stdin_does_not_hold_the_process_at_exit() {
     let (mut master, terminal) = open_pty();
-    let mut child = Command::new(PROBE)
-        .stdin(std::fs::OpenOptions::new().read(true).write(true).open(&terminal).unwrap())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let reports = Reports::of(child.stderr.take().unwrap());
+    let (child, reports) =
+        probe(std::fs::OpenOptions::new().read(true).write(true).open(&terminal).unwrap(), Stdio::piped());
     let start = reports.next("start");
     assert_eq!(start["stdin_polled"], false, "a terminal is not set non-blocking: {start}");
     // The probe returns from `main` while a read of the terminal waits for a next line that
@@ -216,13 +199,7 @@ fn a_terminal_as_stdin_does_not_hold_the_process_at_exit() {
 #[test]
 fn one_socket_for_stdin_and_stdout_stays_non_blocking_until_both_are_dropped() {
     let (mut ours, theirs) = UnixStream::pair().unwrap();
-    let mut child = Command::new(PROBE)
-        .stdin(OwnedFd::from(theirs.try_clone().unwrap()))
-        .stdout(OwnedFd::from(theirs))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let reports = Reports::of(child.stderr.take().unwrap());
+    let (child, reports) = probe(OwnedFd::from(theirs.try_clone().unwrap()), OwnedFd::from(theirs));
     let start = reports.next("start");
     assert_eq!(start["stdin_polled"], true, "{start}");
     assert_eq!(start["stdout_polled"], true, "{start}");
