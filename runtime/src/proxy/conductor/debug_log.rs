@@ -11,8 +11,11 @@
 //! | `C ! +MSms LINE` | the conductor's own log ([`DebugLog::conductor_line`]; `acp-conductor --log`) |
 //!
 //! `MS` counts milliseconds from the chain's start. JSON-RPC lines are written compact, with
-//! the credentials of MCP server definitions redacted as in the [trace](super::trace); other
-//! lines as they came. A log that cannot be written is given up, never the chain.
+//! the credentials of MCP server definitions redacted as in the [trace](super::trace). A line
+//! that is not JSON is written as it came up to the first word that may begin a credential
+//! (`env`, `headers`, `url` in any case, or a `\u` escape); the rest is withheld and counted.
+//! Other lines are written as they came. A log that cannot be written is given up, never the
+//! chain.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -88,7 +91,7 @@ impl DebugLog {
                 super::trace::redact(&mut msg);
                 msg.to_string()
             }
-            (None, Some(raw)) => raw,
+            (None, Some(raw)) => withhold_credentials(raw),
             (None, None) => return,
         };
         // Toward a component is its stdin; toward the conductor, its stdout. The client's
@@ -123,6 +126,20 @@ impl DebugLog {
             tracing::warn!(error = %e, "acp conductor: the debug log cannot be written; logging stops");
         }
     }
+}
+
+/// A line that is not JSON has no members to redact one by one: it is kept up to the first
+/// word that may begin a credential, and the rest is replaced by a note of its length.
+fn withhold_credentials(mut raw: String) -> String {
+    // ASCII lowercasing keeps every byte's place, so an index into `lower` is one into `raw`.
+    let lower = raw.to_ascii_lowercase();
+    let start = ["env", "headers", "url", "\\u"].iter().filter_map(|word| lower.find(word)).min();
+    if let Some(at) = start {
+        let withheld = raw.len() - at;
+        raw.truncate(at);
+        raw.push_str(&format!("… [{withheld} bytes withheld: not JSON, and may hold credentials]"));
+    }
+    raw
 }
 
 /// `line` without terminal escape sequences: CSI (`ESC [` up to its final character, as in
@@ -196,6 +213,33 @@ mod tests {
         let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
         assert_eq!(text.lines().count(), lines, "{text}");
         assert!(!text.contains("s3cret"), "{text}");
+    }
+
+    /// A line that is not JSON keeps what comes before the first word that may begin a
+    /// credential; nothing after it reaches the log.
+    #[test]
+    fn lines_that_are_not_json_withhold_what_may_be_credentials() {
+        let out = Shared::default();
+        let log = DebugLog::new(out.clone());
+        let cut = r#"{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"mcpServers":[{"name":"m","env":[{"name":"K","value":"s3cret""#;
+        let quoted = serde_json::to_string(cut).unwrap();
+        log.wire(Place::Client, format!(r#"{{"dir":"in","invalid":{quoted}}}"#).as_bytes());
+        for raw in ["{\"URL\": \"https://u:s3cret@h/\"", "{\"h\\u0065aders\": s3cret", "Headers: s3cret"] {
+            let quoted = serde_json::to_string(raw).unwrap();
+            log.wire(Place::Component(0), format!(r#"{{"dir":"out","invalid":{quoted}}}"#).as_bytes());
+        }
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert!(!text.contains("s3cret"), "{text}");
+        let first = text.lines().next().unwrap();
+        let kept = r#"{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"mcpServers":[{"name":"m",""#;
+        assert!(
+            first.ends_with(&format!(
+                "{kept}… [{} bytes withheld: not JSON, and may hold credentials]",
+                cut.len() - kept.len()
+            )),
+            "{first}"
+        );
+        assert_eq!(text.lines().count(), 4, "{text}");
     }
 
     #[test]
