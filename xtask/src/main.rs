@@ -300,20 +300,20 @@ fn run(command: Command) -> Result<(), String> {
         }
         Command::Semver { from, to, root: releases, json, skip_semver_checks } => {
             let releases = releases.unwrap_or_else(|| default_releases(&root));
-            let side = |arg: &str| -> Result<semver::Side, String> {
-                let dir = resolve(arg, &releases)?;
-                semver::Side::generate(&dir, arg)
-            };
-            let old = match from {
-                Some(from) => side(&from)?,
-                None => {
+            // Both folders are found before either side is generated: a mistyped tag is
+            // reported as such, whatever state the pinned schema is in.
+            let to_dir = resolve(&to, &releases)?;
+            let from_dir = from.as_deref().map(|from| resolve(from, &releases)).transpose()?;
+            let old = match (from, from_dir) {
+                (Some(from), Some(dir)) => semver::Side::generate(&dir, &from)?,
+                _ => {
                     let lock = Lock::read(&lock_path).map_err(|e| e.to_string())?;
                     let pinned = root.join("schema/json");
                     lock.verify_dir(&pinned).map_err(|e| format!("{e}\nrun `cargo xtask schema fetch` first"))?;
                     semver::Side::generate(&pinned, &lock.tag)?
                 }
             };
-            let new = side(&to)?;
+            let new = semver::Side::generate(&to_dir, &to)?;
             let tool = if skip_semver_checks { semver::Tool::Skip } else { semver::Tool::Run };
             let report = semver::report(&root, &old, &new, tool).map_err(skip_hint)?;
             if json {
