@@ -32,7 +32,9 @@ pub struct Change {
     /// What changed: `PromptRequest`, `PromptRequest.prompt`, `session/prompt (agent)`,
     /// `$/cancel_request (protocol)`.
     pub target: String,
+    /// How, in a few words (e.g. `new struct`).
     pub detail: String,
+    /// The change breaks code written against the old generated API.
     pub breaking: bool,
     /// The protocol version whose schema changed: `v1`, `v2`.
     pub protocol: String,
@@ -48,16 +50,24 @@ pub struct Change {
 /// A removed and an added definition of the same shape, in one protocol version.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct RenameHint {
+    /// The protocol version: `v1`, `v2`.
     pub protocol: String,
+    /// The removed definition.
     pub old: String,
+    /// The added one.
     pub new: String,
 }
 
+/// What [`diff_dirs`] finds between two schema folders.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// The old folder, as given.
     pub old: String,
+    /// The new folder, as given.
     pub new: String,
+    /// Every change, sorted.
     pub changes: Vec<Change>,
+    /// Definitions that look renamed, sorted.
     pub rename_hints: Vec<RenameHint>,
 }
 
@@ -312,7 +322,7 @@ fn gate_features(model: &Model, scope: &str, target: &str) -> Vec<String> {
 
 /// The changes between two models of one schema each, all labelled stable (see
 /// [`diff_version`] for the labels), and the rename hints.
-pub fn diff(old: &Model, new: &Model, old_schema: &Value, new_schema: &Value) -> LayerDiff {
+fn diff(old: &Model, new: &Model, old_schema: &Value, new_schema: &Value) -> LayerDiff {
     let mut changes = Vec::new();
     methods(&old.methods, &new.methods, &mut changes);
     protocol_methods(&old.protocol_methods, &new.protocol_methods, &mut changes);
@@ -365,10 +375,10 @@ pub fn diff(old: &Model, new: &Model, old_schema: &Value, new_schema: &Value) ->
 }
 
 /// What [`diff`] finds between two models.
-pub struct LayerDiff {
-    pub changes: Vec<Change>,
+struct LayerDiff {
+    changes: Vec<Change>,
     /// Removed + added definitions of the same shape: (old, new).
-    pub rename_hints: Vec<(String, String)>,
+    rename_hints: Vec<(String, String)>,
 }
 
 fn change(scope: &'static str, kind: &'static str, target: &str, detail: &str, breaking: bool) -> Change {
@@ -687,7 +697,8 @@ impl Change {
 }
 
 impl Report {
-    pub fn breaking(&self) -> usize {
+    /// How many changes break users.
+    pub(crate) fn breaking(&self) -> usize {
         self.changes.iter().filter(|c| c.breaking).count()
     }
 

@@ -2,6 +2,8 @@
 //! ([`codegen`]), the pinned-schema handling ([`schema`]), the schema and API change reports
 //! ([`diff`], [`semver`]). `main.rs` is the CLI over them.
 
+#![deny(missing_docs)]
+
 pub mod codegen;
 pub mod diff;
 pub mod releases;

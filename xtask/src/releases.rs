@@ -71,6 +71,10 @@ pub fn plan(lock: &Lock, releases: &Path) -> Result<Vec<(String, Gating)>, Strin
         .collect())
 }
 
+/// `cargo xtask check-releases`: every release under `releases` generated into a scratch crate
+/// under `target/release-check` and compiled, then the pinned release vendored three ways
+/// (stable, unstable, with every `--derive`); prints one line per check and fails naming the
+/// checks that failed.
 pub fn check_all(workspace: &Path, releases: &Path) -> Result<(), String> {
     let lock = Lock::read(&workspace.join("schema/lock.json")).map_err(|e| e.to_string())?;
     let plan = plan(&lock, releases)?;

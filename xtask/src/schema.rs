@@ -9,11 +9,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::codegen::load::sha256_hex;
 
+/// `schema/lock.json`: the pinned release.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Lock {
     /// The upstream repository (`owner/name`).
     pub upstream: String,
+    /// The release tag, e.g. `v1.7.0`.
     pub tag: String,
+    /// The upstream commit of the tag (`unknown` when `schema update` was not told).
     pub commit: String,
     /// The version of the schema artifacts inside the release: upstream publishes them as the
     /// assets of its GitHub release `schema-v{schema_version}`.
@@ -25,26 +28,64 @@ pub struct Lock {
     pub files: BTreeMap<String, String>,
 }
 
+/// Why reading the lock or fetching the pinned files failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SchemaError {
+    /// A file could not be read.
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The lock file does not parse.
     #[error("{path} is not a valid lock file: {source}")]
-    Lock { path: PathBuf, source: serde_json::Error },
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// The JSON error.
+        source: serde_json::Error,
+    },
+    /// A file does not have the sha256 the lock pins.
     #[error("{file}: sha256 {actual} does not match {expected} pinned in schema/lock.json (release {tag})")]
-    Mismatch { file: String, actual: String, expected: String, tag: String },
+    Mismatch {
+        /// The file, as the lock names it (`v1/schema.json`).
+        file: String,
+        /// Its sha256.
+        actual: String,
+        /// The pinned sha256.
+        expected: String,
+        /// The pinned release.
+        tag: String,
+    },
+    /// A release asset could not be downloaded.
     #[error(
         "cannot download {url}: {reason}\n\
          The machine may be offline. Either fetch from a local copy of the release:\n    \
          cargo xtask schema fetch --from ../shared/acp-schema/releases/{tag}\n\
          or retry online (the files are the assets of the upstream release listed in schema/lock.json)."
     )]
-    Download { url: String, tag: String, reason: String },
+    Download {
+        /// The asset's address.
+        url: String,
+        /// The pinned release.
+        tag: String,
+        /// What `curl` said, or why it could not run.
+        reason: String,
+    },
+    /// A fetched file or its folder could not be written.
     #[error("cannot write {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        /// The file or folder.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
 }
 
 impl Lock {
+    /// Reads and parses the lock file at `path`.
     pub fn read(path: &Path) -> Result<Lock, SchemaError> {
         let text =
             std::fs::read_to_string(path).map_err(|source| SchemaError::Read { path: path.to_owned(), source })?;

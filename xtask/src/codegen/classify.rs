@@ -21,7 +21,8 @@ pub fn is_envelope(def: &Value) -> bool {
     def.get("x-docs-ignore").and_then(Value::as_bool) == Some(true)
 }
 
-pub struct Classifier<'s> {
+/// Turns the definitions of one schema into IR items.
+pub(crate) struct Classifier<'s> {
     defs: &'s Map<String, Value>,
     /// Items synthesised for inline constructs, by name (deduplicated by shape).
     extra: BTreeMap<String, Item>,
@@ -552,7 +553,8 @@ fn is_annotation(key: &str) -> bool {
     matches!(key, "description" | "title" | "x-docs-ignore" | "default" | "examples" | "x-side" | "x-method")
 }
 
-pub fn doc_of(v: &Value) -> Option<String> {
+/// The trimmed `description` of a schema, when there is a non-empty one.
+pub(crate) fn doc_of(v: &Value) -> Option<String> {
     v.get("description").and_then(Value::as_str).map(str::trim).filter(|d| !d.is_empty()).map(str::to_owned)
 }
 

@@ -45,14 +45,15 @@ pub fn gated_doc(text: Option<&str>, gate: &Gate) -> Option<String> {
     })
 }
 
-pub fn cfg(gate: &Gate) -> TokenStream {
+/// The `#[cfg(...)]` attribute of a gate; nothing when the gate is always on.
+pub(crate) fn cfg(gate: &Gate) -> TokenStream {
     match cfg_predicate(gate) {
         Some(predicate) => quote!(#[cfg(#predicate)]),
         None => TokenStream::new(),
     }
 }
 
-/// [`cfg`] as a syntax node.
+/// [`cfg()`] as a syntax node.
 fn cfg_attrs(gate: &Gate) -> Vec<syn::Attribute> {
     cfg_predicate(gate).map(|predicate| syntax::attr_list("cfg", predicate)).into_iter().collect()
 }
@@ -73,7 +74,8 @@ fn cfg_predicate(gate: &Gate) -> Option<TokenStream> {
     })
 }
 
-pub fn rust_ty(ty: &Ty) -> TokenStream {
+/// The Rust type of an IR type.
+fn rust_ty(ty: &Ty) -> TokenStream {
     syn_ty(ty).into_token_stream()
 }
 
@@ -116,7 +118,7 @@ fn schemars_derive() -> TokenStream {
 }
 
 /// One item as syntax, for formatting: a struct (the most frequent and most regular item) is
-/// built as nodes ([`syntax`]), any other item parsed from its tokens.
+/// built as nodes (the `syntax` module), any other item parsed from its tokens.
 pub fn item_syntax(item: &Item, model: &Model) -> syn::Result<Vec<syn::Item>> {
     match &item.kind {
         ItemKind::Struct(s) => Ok(structure(item, s)),
@@ -1070,6 +1072,8 @@ fn ext_types(model: &Model) -> [TokenStream; 3] {
     })
 }
 
+/// The body of the `methods` module: the method-name constants, each direction's request,
+/// response and notification enums with its handler trait, and `ProtocolLevelNotification`.
 pub fn methods(model: &Model) -> TokenStream {
     let mut out = TokenStream::new();
     let ext = ext_types(model);

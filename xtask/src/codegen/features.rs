@@ -16,6 +16,7 @@ use super::{CodegenError, Result};
 /// version's unstable schema. A capability that both versions have is one feature (in v2 it
 /// also needs the `v2` module's own feature), so a crate opts into it once for both.
 pub struct Feature {
+    /// The cargo feature, e.g. `unstable_nes`.
     pub name: &'static str,
     /// Roots in protocol v1's `schema.unstable.json`: `method:NAME`, `field:Type.property`,
     /// `variant:Type.tag`, `def:Type`.
@@ -157,7 +158,9 @@ pub enum Gating {
     AllInOne,
 }
 
-pub const UMBRELLA: &str = "unstable";
+/// The generated crate's feature that turns on all the unstable ones (v2's included); under
+/// [`Gating::AllInOne`] it gates every unstable-only item itself.
+pub(crate) const UMBRELLA: &str = "unstable";
 
 /// Merges the stable and the unstable model: the result is the unstable model with every
 /// item, field, variant and method that the stable model lacks gated by its features.

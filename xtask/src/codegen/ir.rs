@@ -11,8 +11,11 @@ use std::collections::BTreeSet;
 pub struct Item {
     /// The Rust type name (the `$defs` key, or a name derived for an inline construct).
     pub name: String,
+    /// The schema's description.
     pub doc: Option<String>,
+    /// The features it is compiled under.
     pub gate: Gate,
+    /// Its shape.
     pub kind: ItemKind,
 }
 
@@ -30,10 +33,12 @@ pub enum Gate {
 }
 
 impl Gate {
-    pub fn feature(name: &str) -> Gate {
+    /// Compiled under the one feature `name`.
+    pub(crate) fn feature(name: &str) -> Gate {
         Gate::Features(BTreeSet::from([name.to_owned()]))
     }
 
+    /// Whether it is always compiled.
     pub fn is_stable(&self) -> bool {
         matches!(self, Gate::Stable)
     }
@@ -49,8 +54,10 @@ impl Gate {
     }
 }
 
+/// What a generated type is.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ItemKind {
+    /// An object with named properties.
     Struct(Struct),
     /// A transparent wrapper: identifiers such as `SessionId(String)`.
     Newtype(Ty),
@@ -60,7 +67,9 @@ pub enum ItemKind {
     StringEnum(Vec<EnumValue>),
     /// An integer with named values and room for any other (`ErrorCode`).
     IntConsts {
+        /// The integer type.
         repr: Prim,
+        /// The named values.
         consts: Vec<IntConst>,
     },
     /// Objects told apart by a string property; unknown tags are kept whole.
@@ -69,27 +78,37 @@ pub enum ItemKind {
     Untagged(Vec<UntaggedVariant>),
 }
 
+/// An object type.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Struct {
+    /// Its properties, in schema order.
     pub fields: Vec<Field>,
     /// A union whose variants add properties to this object (`oneOf`/`anyOf` next to
     /// `properties`), flattened into it.
     pub flatten: Option<Flatten>,
 }
 
+/// The union flattened into a struct, held by a field of its own.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Flatten {
+    /// The Rust field name: after the tag (`type` reads as `kind`) or the union's last word.
     pub field: String,
+    /// The union item's name.
     pub ty: String,
+    /// The field's doc comment.
     pub doc: String,
 }
 
+/// A property of an object type.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Field {
     /// The property name on the wire.
     pub wire: String,
+    /// The property's description.
     pub doc: Option<String>,
+    /// Its type, `null` left out (see `nullable`).
     pub ty: Ty,
+    /// Listed in the schema's `required`.
     pub required: bool,
     /// The schema admits `null` for this property.
     pub nullable: bool,
@@ -105,47 +124,67 @@ pub struct Field {
     pub default_on_error: bool,
     /// `x-deserialize-skip-invalid-items`: malformed array items are dropped.
     pub skip_invalid_items: bool,
+    /// The features it is compiled under.
     pub gate: Gate,
 }
 
+/// One string constant of an [`ItemKind::StringEnum`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct EnumValue {
+    /// The string on the wire.
     pub wire: String,
+    /// The constant's description.
     pub doc: Option<String>,
+    /// The features it is compiled under.
     pub gate: Gate,
 }
 
+/// One named value of an [`ItemKind::IntConsts`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct IntConst {
+    /// The constant's name, from its `title` (`Parse error` → `PARSE_ERROR`).
     pub name: String,
+    /// Its value, within the range of the integer type.
     pub value: i64,
+    /// The constant's description.
     pub doc: Option<String>,
 }
 
+/// A union told apart by a tag property.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tagged {
     /// The discriminating property (`type`, `sessionUpdate`, `outcome`, ...).
     pub tag: String,
+    /// The variants that pin the tag to a string constant, in schema order.
     pub variants: Vec<TaggedVariant>,
     /// The variant used when the tag property is absent (e.g. `McpServer` stdio).
     pub untagged_default: Option<DefaultVariant>,
 }
 
+/// A variant of a [`Tagged`] union.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaggedVariant {
+    /// Its tag value.
     pub wire: String,
+    /// The variant's description.
     pub doc: Option<String>,
+    /// What it carries besides the tag.
     pub payload: Payload,
+    /// The features it is compiled under.
     pub gate: Gate,
 }
 
+/// The variant of a [`Tagged`] union that has no tag property.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DefaultVariant {
+    /// The Rust variant name: its `title`, else its payload type.
     pub name: String,
     /// The variant's own tag value (its `title`, e.g. `stdio`): some peers write the tag
     /// anyway, and it decodes as this variant too. Not written back.
     pub wire: Option<String>,
+    /// The variant's description.
     pub doc: Option<String>,
+    /// What it carries.
     pub payload: Payload,
     /// An unknown tag value decodes as this variant too when the rest of the object reads as
     /// its payload (the unknown value is not kept): the variant leaves the tag unconstrained
@@ -162,43 +201,68 @@ pub enum Payload {
     /// The properties of a named type, side by side with the tag.
     Type(String),
     /// A single property holding a value: `{"type": "boolean", "value": true}`.
-    Property { wire: String, ty: Ty },
+    Property {
+        /// The property name on the wire.
+        wire: String,
+        /// Its type.
+        ty: Ty,
+    },
 }
 
+/// A variant of an [`ItemKind::Untagged`] union.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UntaggedVariant {
+    /// The Rust variant name: its `title`, else the type it names.
     pub name: String,
+    /// The variant's description.
     pub doc: Option<String>,
+    /// The value it holds.
     pub ty: Ty,
 }
 
 /// The type of a field or variant payload.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Ty {
+    /// A JSON primitive.
     Prim(Prim),
     /// Any JSON value.
     Value,
     /// A JSON object with arbitrary members (`_meta`, extension params).
     Object,
+    /// An array.
     Vec(Box<Ty>),
     /// A JSON object whose members all have one type.
     Map(Box<Ty>),
+    /// A generated type, by name.
     Named(String),
 }
 
+/// A JSON primitive, by the Rust type it maps to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Prim {
+    /// `string`.
     String,
+    /// `boolean`.
     Bool,
+    /// `integer`, format `int8`.
     I8,
+    /// `integer`, format `int16`.
     I16,
+    /// `integer`, format `int32`.
     I32,
+    /// `integer`, format `int64`, `int` or none.
     I64,
+    /// `integer`, format `uint8`.
     U8,
+    /// `integer`, format `uint16`.
     U16,
+    /// `integer`, format `uint32`.
     U32,
+    /// `integer`, format `uint64` or `uint`.
     U64,
+    /// `number`.
     F64,
+    /// `null`: `()`.
     Null,
 }
 
@@ -278,12 +342,15 @@ impl Item {
 /// Which peer handles a method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Side {
+    /// The agent (the client sends the method).
     Agent,
+    /// The client (the agent sends the method).
     Client,
 }
 
 impl Side {
-    pub fn other(self) -> Side {
+    /// The peer at the other end.
+    pub(crate) fn other(self) -> Side {
         match self {
             Side::Agent => Side::Client,
             Side::Client => Side::Agent,
@@ -298,19 +365,23 @@ pub struct Method {
     pub name: String,
     /// The Rust function name, e.g. `session_prompt` (from `meta.json`, cross-checked).
     pub rust: String,
+    /// The peer that handles it.
     pub side: Side,
     /// The params type.
     pub params: String,
     /// The result type for requests; `None` for notifications.
     pub response: Option<String>,
+    /// The params type's description.
     pub doc: Option<String>,
     /// The peer cannot work without a handler for it (the spec's baseline methods).
     pub baseline: bool,
+    /// The features it is compiled under.
     pub gate: Gate,
 }
 
 impl Method {
-    pub fn is_request(&self) -> bool {
+    /// Whether it is a request (it has a result) rather than a notification.
+    pub(crate) fn is_request(&self) -> bool {
         self.response.is_some()
     }
 }
@@ -318,7 +389,10 @@ impl Method {
 /// Everything generated from one schema version.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Model {
+    /// The generated types: the definitions in schema order, then those synthesised for
+    /// inline constructs.
     pub items: Vec<Item>,
+    /// The methods of both sides.
     pub methods: Vec<Method>,
     /// `$/cancel_request` and friends, handled by the connection itself: (method, params type).
     pub protocol_methods: Vec<(String, String)>,

@@ -9,14 +9,20 @@ use sha2::{Digest, Sha256};
 
 use super::{CodegenError, Result};
 
+/// The files of one protocol version folder, parsed.
 #[derive(Debug, Clone)]
 pub struct VersionFiles {
+    /// The folder.
     pub dir: PathBuf,
     /// `v1` or `v2`: the folder name.
     pub version: String,
+    /// `schema.json`.
     pub schema: Value,
+    /// `meta.json`: the methods' Rust names, and the protocol version.
     pub meta: Value,
+    /// `schema.unstable.json`, when the release has one.
     pub schema_unstable: Option<Value>,
+    /// `meta.unstable.json`, when the release has one.
     pub meta_unstable: Option<Value>,
     /// File name → sha256 (hex) of every file read.
     pub sha256: BTreeMap<String, String>,
@@ -47,7 +53,8 @@ impl VersionFiles {
     }
 }
 
-pub fn sha256_hex(bytes: &[u8]) -> String {
+/// The sha256 of `bytes`, in lowercase hex.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -20,24 +20,28 @@ use super::ir::{Gate, Model, Side};
 
 /// One capability field, as a JSON path inside the initialize params or result.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Capability {
+pub(crate) struct Capability {
+    /// Property names from the root definition down to the field.
     pub path: Vec<String>,
     /// `true` for a boolean field, `{}` for an object one.
     pub object: bool,
+    /// The methods its description names: the handlers of all of them earn it.
     pub methods: Vec<String>,
 }
 
 /// Handlers that go together (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Group {
+pub(crate) struct Group {
     /// The field whose description names the group; advertised (`{}`) when `advertised`.
     pub path: Vec<String>,
+    /// The field is a capability object (`capabilities.session`).
     pub advertised: bool,
+    /// The methods of the group, as its descriptions name them.
     pub methods: Vec<String>,
 }
 
 /// The groups of the `root` definition's fields (`InitializeResponse`), recursively.
-pub fn groups(defs: &Map<String, Value>, root: &str, model: &Model, side: Side) -> Vec<Group> {
+pub(crate) fn groups(defs: &Map<String, Value>, root: &str, model: &Model, side: Side) -> Vec<Group> {
     let mut out = Vec::new();
     walk_groups(defs, root, &mut Vec::new(), model, side, &mut out, 0);
     out
@@ -88,7 +92,7 @@ fn group_methods(desc: &str, model: &Model, side: Side) -> Vec<String> {
 }
 
 /// The capability fields of the `root` definition (e.g. `InitializeResponse`), recursively.
-pub fn capabilities(defs: &Map<String, Value>, root: &str, model: &Model, side: Side) -> Vec<Capability> {
+pub(crate) fn capabilities(defs: &Map<String, Value>, root: &str, model: &Model, side: Side) -> Vec<Capability> {
     let mut out = Vec::new();
     walk(defs, root, &mut Vec::new(), model, side, &mut out, 0);
     out
@@ -160,15 +164,19 @@ fn methods_named(desc: &str, model: &Model, side: Side) -> Vec<String> {
 }
 
 /// The handlers and capabilities of one protocol version, for the table.
-pub struct VersionTable<'a> {
+pub(crate) struct VersionTable<'a> {
+    /// The version's merged model: its handlers.
     pub model: &'a Model,
+    /// The capability fields of `InitializeResponse`.
     pub agent_caps: Vec<Capability>,
+    /// The capability fields of `InitializeRequest`.
     pub client_caps: Vec<Capability>,
+    /// The handler groups of `InitializeResponse`.
     pub agent_groups: Vec<Group>,
 }
 
 /// `macros/src/table.rs`: v1's tables, and v2's (empty when the release has no v2).
-pub fn table(v1: &VersionTable<'_>, v2: Option<&VersionTable<'_>>) -> TokenStream {
+pub(crate) fn table(v1: &VersionTable<'_>, v2: Option<&VersionTable<'_>>) -> TokenStream {
     let handlers = |model: Option<&Model>, side: Side| {
         let rows = model.into_iter().flat_map(|m| &m.methods).filter(|m| m.side == side).map(|m| {
             let (name, method, params, baseline) = (&m.rust, &m.name, &m.params, m.baseline);

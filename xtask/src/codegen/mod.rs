@@ -30,28 +30,51 @@ pub use features::Gating;
 use ir::{ItemKind, Model};
 use load::VersionFiles;
 
+/// Why the generator stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum CodegenError {
+    /// A schema construct the generator has no Rust shape for.
     #[error("definition `{definition}`: cannot generate {construct}")]
-    Unsupported { definition: String, construct: String },
+    Unsupported {
+        /// The `$defs` entry it sits in.
+        definition: String,
+        /// What could not be generated.
+        construct: String,
+    },
+    /// Anything else that does not fit: a feature or method table at odds with the schema,
+    /// `meta.json`, a `--derive` or feature name, a panicked thread.
     #[error("{0}")]
     Table(String),
+    /// An input file that cannot be read, or lacks what the generator needs.
     #[error("{path}: {message}")]
-    Input { path: PathBuf, message: String },
+    Input {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// Emitted code or a template that is not as expected (mostly: it does not parse), a bug
+    /// in the generator.
     #[error("generated code does not parse ({file}): {message}")]
-    Emit { file: String, message: String },
+    Emit {
+        /// The output file, or the part of a vendored file, being built.
+        file: String,
+        /// What is wrong, usually `syn`'s error.
+        message: String,
+    },
 }
 
 impl CodegenError {
-    pub fn unsupported(definition: &str, construct: &str) -> Self {
+    pub(crate) fn unsupported(definition: &str, construct: &str) -> Self {
         CodegenError::Unsupported { definition: definition.to_owned(), construct: construct.to_owned() }
     }
 
-    pub fn table(message: &str) -> Self {
+    pub(crate) fn table(message: &str) -> Self {
         CodegenError::Table(message.to_owned())
     }
 }
 
+/// The generator's result, failing with [`CodegenError`] by default.
 pub type Result<T, E = CodegenError> = std::result::Result<T, E>;
 
 /// What to generate.
@@ -61,6 +84,7 @@ pub struct Settings {
     pub schema_dir: PathBuf,
     /// The upstream tag named in the preamble.
     pub tag: String,
+    /// How unstable items are gated behind cargo features.
     pub gating: Gating,
     /// The package name written to the generated `Cargo.toml`.
     pub package: String,
@@ -71,6 +95,8 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// What `cargo xtask codegen` generates from `schema_dir` (release `tag`): gated by the
+    /// feature table, package `acp-types`, v2 included, as a workspace member.
     pub fn new(schema_dir: impl Into<PathBuf>, tag: impl Into<String>) -> Self {
         Settings {
             schema_dir: schema_dir.into(),
@@ -86,7 +112,9 @@ impl Settings {
 /// One file of the generated crate, relative to the crate root.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutputFile {
+    /// Where it goes, relative to the crate root.
     pub path: PathBuf,
+    /// Its text.
     pub contents: String,
 }
 
@@ -807,7 +835,9 @@ fn comment_lines(text: &str, width: usize) -> String {
 /// lists every type left out), and warnings.
 #[derive(Debug, Clone)]
 pub struct Vendored {
+    /// The file's contents.
     pub text: String,
+    /// One line per `--derive`: how many types it went on, and the first few left off.
     pub notes: Vec<String>,
     /// A `--derive` that went on no type.
     pub warnings: Vec<String>,

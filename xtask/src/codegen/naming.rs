@@ -117,7 +117,9 @@ pub fn setter_ident(wire: &str) -> proc_macro2::Ident {
     if TAKEN_METHODS.contains(&field) { ident(&format!("{field}_value")) } else { ident(field) }
 }
 
-pub fn ident(name: &str) -> proc_macro2::Ident {
+/// `name` as an identifier: a keyword is written raw (`r#type`), and `self`, `Self`, `super`
+/// and `crate`, which cannot be, get a trailing `_`.
+pub(crate) fn ident(name: &str) -> proc_macro2::Ident {
     const KEYWORDS: &[&str] = &[
         "as", "async", "await", "break", "const", "continue", "crate", "dyn", "else", "enum", "extern", "false", "fn",
         "for", "gen", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return",

@@ -40,6 +40,7 @@ impl Stamp {
         }
     }
 
+    /// The stamp as written to [`STAMP_PATH`].
     pub fn render(&self) -> String {
         let mut text =
             String::from("# Written by `cargo xtask codegen`: lets `codegen --check` answer without regenerating.\n");

@@ -28,6 +28,7 @@ pub struct Verdict {
     /// lint that asks for a minor release, `patch` when no lint failed (cargo-semver-checks
     /// does not look at additions: it cannot tell minor from patch on its own).
     pub level: Level,
+    /// The lints that failed or warned.
     pub lints: Vec<Lint>,
     /// Its summary line: `semver requires new major version: 3 major and 0 minor checks failed`.
     pub summary: String,

@@ -38,7 +38,8 @@ pub enum Level {
 }
 
 impl Level {
-    pub fn as_str(self) -> &'static str {
+    /// Its name in the report: `patch`, `minor`, `major`.
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Level::Patch => "patch",
             Level::Minor => "minor",
@@ -50,12 +51,16 @@ impl Level {
 /// A crate version `MAJOR.MINOR.PATCH` (no pre-release or build part: the generated crate has none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Version {
+    /// `MAJOR`.
     pub major: u64,
+    /// `MINOR`.
     pub minor: u64,
+    /// `PATCH`.
     pub patch: u64,
 }
 
 impl Version {
+    /// Reads `MAJOR.MINOR.PATCH`, surrounding whitespace allowed.
     pub fn parse(text: &str) -> Result<Version, String> {
         let parts: Vec<&str> = text.trim().split('.').collect();
         let numbers: Vec<u64> = parts.iter().filter_map(|p| p.parse().ok()).collect();
@@ -128,11 +133,15 @@ fn section_value(toml: &str, section: &str, key: &str) -> Option<String> {
 pub struct ApiChange {
     /// `added`, `removed` or `changed`.
     pub kind: &'static str,
+    /// Which names the item lives among.
     pub namespace: Namespace,
     /// Relative to the crate root: `AuthMethod::Agent`, `v2::PromptRequest::new`.
     pub path: String,
+    /// The old signature; `None` for an added item.
     pub before: Option<String>,
+    /// The new signature; `None` for a removed item.
     pub after: Option<String>,
+    /// What the change asks of the version number.
     pub level: Level,
     /// The rule that sets the level: `a public item removed`, `field added to a #[non_exhaustive] struct`.
     pub rule: &'static str,
@@ -270,6 +279,7 @@ fn classify(
 pub struct Side {
     /// `v1.7.0`, or the folder.
     pub label: String,
+    /// The crate's files.
     pub files: Vec<OutputFile>,
 }
 
@@ -306,7 +316,9 @@ pub enum Tool {
 pub struct Report {
     /// The package name: `acp-types`.
     pub package: String,
+    /// The old side's label.
     pub old: String,
+    /// The new side's label.
     pub new: String,
     /// The features both surfaces were read with (cargo-semver-checks' default choice).
     pub features: Vec<String>,
@@ -322,7 +334,9 @@ pub struct Report {
     pub tool_note: Option<String>,
     /// The larger of the two levels.
     pub level: Level,
+    /// The generated crate's version now.
     pub current: Version,
+    /// `current` bumped by `level`.
     pub proposed: Version,
 }
 

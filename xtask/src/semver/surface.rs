@@ -21,10 +21,13 @@ use crate::codegen::OutputFile;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Namespace {
+    /// Modules.
     Module,
     /// Structs, enums, traits, type aliases.
     Type,
+    /// Public struct fields.
     Field,
+    /// Enum variants, their fields part of the signature.
     Variant,
     /// Free functions and inherent associated functions (`Type::new`, setters).
     Function,
@@ -84,6 +87,7 @@ pub struct Parsed {
 }
 
 impl Parsed {
+    /// Parses the `.rs` files among `files`; the error names the one that does not parse.
     pub fn new(files: &[OutputFile]) -> Result<Parsed, String> {
         let files = files
             .iter()
