@@ -32,7 +32,9 @@ impl Agent<AgentContext> for Scripted {
         Ok(CloseSessionResponse::new())
     }
 
-    async fn initialize(&self, _: InitializeRequest, _cx: AgentContext) -> Result<InitializeResponse, Error> {
+    async fn initialize(&self, params: InitializeRequest, _cx: AgentContext) -> Result<InitializeResponse, Error> {
+        // A client named `panic` meets an `initialize` handler that fails hard.
+        assert_ne!(params.info.name, "panic", "initialize fails hard");
         Ok(InitializeResponse::new(ProtocolVersion::V2, Implementation::new("scripted", "1.0")))
     }
 
@@ -445,44 +447,12 @@ async fn an_initialize_pipelined_behind_the_first_goes_to_the_version_the_first_
     assert_eq!(peer.recv().await[0]["result"]["protocolVersion"], 2);
 }
 
-/// A v2 agent whose `initialize` handler panics.
-struct PanicsAtInitialize;
-
-impl Agent<AgentContext> for PanicsAtInitialize {
-    async fn session_list(&self, _: ListSessionsRequest, _cx: AgentContext) -> Result<ListSessionsResponse, Error> {
-        Ok(ListSessionsResponse::new(vec![]))
-    }
-
-    async fn session_resume(&self, _: ResumeSessionRequest, _cx: AgentContext) -> Result<ResumeSessionResponse, Error> {
-        Ok(ResumeSessionResponse::new())
-    }
-
-    async fn session_close(&self, _: CloseSessionRequest, _cx: AgentContext) -> Result<CloseSessionResponse, Error> {
-        Ok(CloseSessionResponse::new())
-    }
-
-    async fn initialize(&self, _: InitializeRequest, _cx: AgentContext) -> Result<InitializeResponse, Error> {
-        panic!("initialize fails hard")
-    }
-
-    async fn session_new(&self, _: NewSessionRequest, _cx: AgentContext) -> Result<NewSessionResponse, Error> {
-        Ok(NewSessionResponse::new("s1"))
-    }
-
-    async fn session_prompt(&self, _: PromptRequest, _cx: AgentContext) -> Result<PromptResponse, Error> {
-        Ok(PromptResponse::new())
-    }
-
-    async fn session_cancel(&self, _: CancelSessionNotification, _cx: AgentContext) -> Result<(), Error> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_v2_initialize_that_panics_leaves_the_connection_uninitialized_under_v1_rules() {
-    let router = ProtocolRouter::new().with_v1_agent(v1::Agent1).with_v2_agent(PanicsAtInitialize);
-    let (mut peer, _p, _serve) = start(Connection::new(), router);
-    peer.send_json(initialize(json!(2))).await;
+    let (mut peer, _p, _serve) = dual();
+    let mut panicking = initialize(json!(2));
+    panicking["params"]["info"]["name"] = json!("panic");
+    peer.send_json(panicking).await;
     assert_eq!(peer.recv().await["error"]["code"], codes::INTERNAL_ERROR);
     // Nothing was chosen, and the connection reads under v1's rules again: a batch is one
     // -32600, not an array of per-entry answers.
