@@ -102,6 +102,16 @@ impl Mock {
     /// With at most `max_streams` streams at once on an HTTP/2 connection (hyper's default,
     /// 200, when `None`).
     async fn start_with(max_streams: Option<u32>) -> Mock {
+        Mock::listen(move |state, tcp| serve_connection(state, TokioIo::new(tcp), max_streams)).await
+    }
+
+    /// Listens on a free local port and serves each accepted connection on a task of its own
+    /// with `serve`, all sharing one [`State`].
+    async fn listen<F, Fut>(serve: F) -> Mock
+    where
+        F: Fn(Arc<State>, tokio::net::TcpStream) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(State::default());
@@ -109,7 +119,7 @@ impl Mock {
         tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else { return };
-                tokio::spawn(serve_connection(shared.clone(), TokioIo::new(tcp), max_streams));
+                tokio::spawn(serve(shared.clone(), tcp));
             }
         });
         Mock { addr, state }
@@ -133,22 +143,15 @@ impl Mock {
             .unwrap();
         config.alpn_protocols = vec![b"h2".to_vec()];
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let state = Arc::new(State::default());
-        let shared = state.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else { return };
-                let (state, acceptor) = (shared.clone(), acceptor.clone());
-                tokio::spawn(async move {
-                    if let Ok(tls) = acceptor.accept(tcp).await {
-                        serve_connection(state, TokioIo::new(tls), Some(max_streams)).await;
-                    }
-                });
+        Mock::listen(move |state, tcp| {
+            let acceptor = acceptor.clone();
+            async move {
+                if let Ok(tls) = acceptor.accept(tcp).await {
+                    serve_connection(state, TokioIo::new(tls), Some(max_streams)).await;
+                }
             }
-        });
-        Mock { addr, state }
+        })
+        .await
     }
 
     fn url(&self) -> String {
@@ -303,6 +306,13 @@ impl Handler for Answers {
     }
 }
 
+/// Closes `remote` and checks that the last request the server saw was the connection's
+/// DELETE.
+async fn closed_with_delete(remote: RemoteAgent, mock: &Mock) {
+    within("close", remote.close()).await.unwrap();
+    assert_eq!(mock.lines().last().unwrap(), "DELETE");
+}
+
 /// Connects with the raw handler and initializes.
 async fn connected(remote: Remote) -> (Peer, RemoteAgent) {
     let (peer, remote) = remote.serve(Answers).await.unwrap();
@@ -337,8 +347,7 @@ async fn posts_go_one_at_a_time_in_order_with_the_session_streams_opened_first()
         mock.lines(),
         ["POST initialize", "GET", "GET [s1]", "POST _note [s1]", "POST _echo [s1]", "POST _echo"]
     );
-    within("close", remote.close()).await.unwrap();
-    assert_eq!(mock.lines().last().unwrap(), "DELETE");
+    closed_with_delete(remote, &mock).await;
 }
 
 #[tokio::test]
@@ -589,8 +598,7 @@ async fn a_sessions_post_answered_404_ends_that_session_only() {
     }
     assert_eq!(mock.lines().iter().filter(|l| *l == "GET [s1]").count(), 2, "{:?}", mock.lines());
     assert!(remote.end_reason().is_none());
-    within("close", remote.close()).await.unwrap();
-    assert_eq!(mock.lines().last().unwrap(), "DELETE");
+    closed_with_delete(remote, &mock).await;
 }
 
 /// A session's stream reopened after it ended, answered 404 (the server forgot the session):
