@@ -125,20 +125,20 @@ struct Sides {
 
 impl Sides {
     fn load(files: &VersionFiles) -> Result<Sides, CodegenError> {
-        let alone = |schema: &Value, meta: &Value| -> Result<(Model, Value), CodegenError> {
+        let alone = |schema: &Value, meta: Option<&Value>| -> Result<(Model, Value), CodegenError> {
             let files = VersionFiles {
                 schema: schema.clone(),
-                meta: meta.clone(),
+                meta: meta.cloned(),
                 schema_unstable: None,
                 meta_unstable: None,
                 ..files.clone()
             };
             Ok((codegen::build_model(&files, Gating::AllInOne)?, schema.clone()))
         };
-        let stable = alone(&files.schema, &files.meta)?;
-        let unstable = match (&files.schema_unstable, &files.meta_unstable) {
-            (Some(schema), Some(meta)) => alone(schema, meta)?,
-            _ => stable.clone(),
+        let stable = alone(&files.schema, files.meta.as_ref())?;
+        let unstable = match &files.schema_unstable {
+            Some(schema) => alone(schema, files.meta_unstable.as_ref())?,
+            None => stable.clone(),
         };
         let gated =
             codegen::build_model(files, Gating::Table).or_else(|_| codegen::build_model(files, Gating::AllInOne))?;
@@ -235,6 +235,7 @@ fn method_target(target: &str) -> (&str, Option<Side>) {
     let side = match side.trim_end_matches(')') {
         "agent" => Some(Side::Agent),
         "client" => Some(Side::Client),
+        "proxy" => Some(Side::Proxy),
         _ => None,
     };
     (name, side)
@@ -285,7 +286,7 @@ fn member_gate(item: &Item, member: &str) -> Option<Gate> {
         ItemKind::StringEnum(vs) => vs.iter().find(|v| v.wire == member).map(|v| v.gate.clone()),
         ItemKind::Untagged(vs) => vs.iter().find(|v| v.name == member).map(|_| Gate::Stable),
         ItemKind::IntConsts { consts, .. } => consts.iter().find(|c| c.name == member).map(|_| Gate::Stable),
-        ItemKind::Newtype(_) | ItemKind::Any => None,
+        ItemKind::Newtype(_) | ItemKind::Any | ItemKind::Alias(_) | ItemKind::Untyped { .. } => None,
     }
 }
 
@@ -398,6 +399,7 @@ fn side(s: Side) -> &'static str {
     match s {
         Side::Agent => "agent",
         Side::Client => "client",
+        Side::Proxy => "proxy",
     }
 }
 
@@ -491,6 +493,8 @@ fn kind_name(kind: &ItemKind) -> &'static str {
         ItemKind::Struct(_) => "struct",
         ItemKind::Newtype(_) => "newtype",
         ItemKind::Any => "any-JSON type",
+        ItemKind::Alias(_) => "alias",
+        ItemKind::Untyped { .. } => "untyped (raw JSON) definition",
         ItemKind::StringEnum(_) => "string enum",
         ItemKind::IntConsts { .. } => "integer with named values",
         ItemKind::Tagged(_) => "tagged union",

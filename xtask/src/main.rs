@@ -31,6 +31,10 @@ enum Command {
         /// vouches for them (the stamp only skips work; the verdict is the same).
         #[arg(long, requires = "check")]
         full: bool,
+        /// Fail when a definition has no typing rule, instead of emitting it as raw JSON and
+        /// listing it (CI runs the pinned schema this way).
+        #[arg(long)]
+        strict: bool,
     },
     /// The pinned upstream schema.
     Schema {
@@ -92,12 +96,14 @@ enum Command {
         #[arg(long)]
         schema_dir: Option<PathBuf>,
     },
-    /// Generate every release under ROOT into a scratch crate and compile it without warnings.
+    /// Generate every release under each ROOT into a scratch crate and compile it without
+    /// warnings; list what the generator could not type.
     CheckReleases {
-        /// The folder holding one folder per release tag [default: ../shared/acp-schema/releases
-        /// from the workspace root].
+        /// A folder holding one folder per release tag, repeatable [default:
+        /// ../shared/acp-schema/releases and, when it exists, ../shared/acp-schema/next, from the
+        /// workspace root].
         #[arg(long)]
-        root: Option<PathBuf>,
+        root: Vec<PathBuf>,
     },
     /// Run a client and an agent process against each other for a fixed time; fail if their
     /// memory or file descriptors grow (see xtask/src/soak.rs).
@@ -190,7 +196,7 @@ fn run(command: Command) -> Result<(), String> {
     let root = workspace_root();
     let lock_path = root.join("schema/lock.json");
     match command {
-        Command::Codegen { schema_dir, check, full } => {
+        Command::Codegen { schema_dir, check, full, strict } => {
             let lock_json =
                 std::fs::read(&lock_path).map_err(|e| format!("cannot read {}: {e}", lock_path.display()))?;
             let lock = Lock::read(&lock_path).map_err(|e| e.to_string())?;
@@ -204,7 +210,9 @@ fn run(command: Command) -> Result<(), String> {
                 ));
             }
             lock.verify_dir(&dir).map_err(|e| e.to_string())?;
-            if check && !full && Stamp::vouches(&root, &lock_json) {
+            // The stamp vouches for the output, not for what the generator could not type: a
+            // strict run loads the schema to find out.
+            if check && !full && !strict && Stamp::vouches(&root, &lock_json) {
                 println!(
                     "generated/, macros/src/table.rs and the README tables are up to date with schema {} \
                      ({STAMP_PATH} vouches for them; --full regenerates to compare)",
@@ -215,8 +223,12 @@ fn run(command: Command) -> Result<(), String> {
             let started = std::time::Instant::now();
             let readme_path = root.join("README.md");
             let readme = std::fs::read_to_string(&readme_path).map_err(|e| format!("cannot read README.md: {e}"))?;
-            let (files, table, readme) =
-                codegen::generate_all(&Settings::new(&dir, &lock.tag), &readme).map_err(|e| e.to_string())?;
+            let settings = Settings { strict, ..Settings::new(&dir, &lock.tag) };
+            let codegen::Generated { files, macro_table: table, readme, untyped } =
+                codegen::generate_all(&settings, &readme).map_err(|e| e.to_string())?;
+            for definition in &untyped {
+                eprintln!("warning: not typed, emitted as raw JSON: {definition}");
+            }
             let mut stale =
                 codegen::write_or_check(&root.join("generated"), &files, check).map_err(|e| e.to_string())?;
             stale.extend(
@@ -267,8 +279,14 @@ fn run(command: Command) -> Result<(), String> {
             println!("schema {} ({} files) verified into {}", lock.tag, lock.files.len(), out.display());
             Ok(())
         }
-        Command::CheckReleases { root: releases } => {
-            xtask::releases::check_all(&root, &releases.unwrap_or_else(|| default_releases(&root)))
+        Command::CheckReleases { root: roots } => {
+            let roots = if roots.is_empty() {
+                let next = root.join(xtask::releases::DEFAULT_NEXT);
+                std::iter::once(default_releases(&root)).chain(next.is_dir().then_some(next)).collect()
+            } else {
+                roots
+            };
+            xtask::releases::check_all(&root, &roots)
         }
         Command::Soak { seconds, sessions, max_rss_growth_mib } => {
             let options = xtask::soak::Options { seconds, sessions, max_rss_growth_kib: max_rss_growth_mib * 1024 };

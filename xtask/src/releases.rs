@@ -71,17 +71,25 @@ pub fn plan(lock: &Lock, releases: &Path) -> Result<Vec<(String, Gating)>, Strin
         .collect())
 }
 
-/// `cargo xtask check-releases`: every release under `releases` generated into a scratch crate
-/// under `target/release-check` and compiled, then the pinned release vendored three ways
-/// (stable, unstable, with every `--derive`); prints one line per check and fails naming the
-/// checks that failed.
-pub fn check_all(workspace: &Path, releases: &Path) -> Result<(), String> {
+/// Where newer schemas than the releases are looked up by default (the one an official SDK
+/// package ships, say), relative to the workspace root.
+pub const DEFAULT_NEXT: &str = "../shared/acp-schema/next";
+
+/// `cargo xtask check-releases`: every release under each folder of `roots` generated into a
+/// scratch crate under `target/release-check` and compiled, then the pinned release vendored
+/// three ways (stable, unstable, with every `--derive`); prints one line per check and fails
+/// naming the checks that failed. What a release's generator could not type is listed under it.
+pub fn check_all(workspace: &Path, roots: &[PathBuf]) -> Result<(), String> {
     let lock = Lock::read(&workspace.join("schema/lock.json")).map_err(|e| e.to_string())?;
-    let plan = plan(&lock, releases)?;
+    let mut plan_all = Vec::new();
+    for root in roots {
+        plan_all.extend(plan(&lock, root)?.into_iter().map(|(tag, gating)| (root.join(&tag), tag, gating)));
+    }
+    let plan = plan_all;
     let scratch = workspace.join("target/release-check");
     let mut failures = Vec::new();
-    for (tag, gating) in &plan {
-        match check_one(workspace, &releases.join(tag), tag, *gating, &scratch) {
+    for (dir, tag, gating) in &plan {
+        match check_one(workspace, dir, tag, *gating, &scratch) {
             Ok(summary) => println!("ok   {tag}: {summary}"),
             Err(e) => {
                 println!("FAIL {tag}: {e}");
@@ -215,7 +223,7 @@ fn check_one(workspace: &Path, dir: &Path, tag: &str, gating: Gating, scratch: &
     settings.gating = gating;
     settings.package = format!("acp-types-{}", tag.replace('.', "-"));
     settings.standalone = true;
-    let files = codegen::generate(&settings).map_err(|e| e.to_string())?;
+    let (files, untyped) = codegen::generate_reported(&settings).map_err(|e| e.to_string())?;
     let crate_dir = scratch.join(tag);
     let _ = std::fs::remove_dir_all(crate_dir.join("src"));
     codegen::write_or_check(&crate_dir, &files, false).map_err(|e| e.to_string())?;
@@ -225,5 +233,12 @@ fn check_one(workspace: &Path, dir: &Path, tag: &str, gating: Gating, scratch: &
     for features in [&["--all-features"][..], &["--no-default-features"][..]] {
         cargo_check(&crate_dir, scratch, features)?;
     }
-    Ok(format!("{} files, {lines} lines, compiles with all features and with none", files.len()))
+    let mut summary = format!("{} files, {lines} lines, compiles with all features and with none", files.len());
+    if !untyped.is_empty() {
+        summary.push_str(&format!("; {} definition(s) not typed (raw JSON):", untyped.len()));
+        for definition in &untyped {
+            summary.push_str(&format!("\n     {definition}"));
+        }
+    }
+    Ok(summary)
 }

@@ -65,6 +65,8 @@ fn generate(name: &str, extra: Value) -> Result<String, CodegenError> {
     let dir = fixture(name, Value::Object(defs), base_meta());
     let mut settings = Settings::new(&dir, "fixture");
     settings.gating = Gating::AllInOne;
+    // What the generator cannot type is an error here, so that a test sees why.
+    settings.strict = true;
     let files = codegen::generate(&settings)?;
     Ok(files.into_iter().find(|f| f.path.ends_with("v1/types.rs")).map(|f| f.contents).unwrap_or_default())
 }
@@ -506,6 +508,7 @@ fn generate_files(name: &str, extra: Value, meta: Value) -> Result<Vec<codegen::
     let dir = fixture(name, Value::Object(defs), meta);
     let mut settings = Settings::new(&dir, "fixture");
     settings.gating = Gating::AllInOne;
+    settings.strict = true;
     codegen::generate(&settings)
 }
 

@@ -4,8 +4,9 @@
 //! is unwrapped into its target, and `type: [X, "null"]` / `anyOf: [X, {type: null}]` become
 //! `X` plus a `nullable` flag. Inline constructs that need a name of their own (a union next
 //! to `properties`, an inline object) become extra items with a name derived from their
-//! parent. Anything the generator cannot represent fails with an error naming the
-//! definition and the construct; nothing here panics on unexpected input.
+//! parent. A definition the generator cannot represent becomes an [`ItemKind::Untyped`] item
+//! (raw JSON) with the reason, which the run reports and `--strict` refuses; nothing here
+//! panics on unexpected input.
 
 use std::collections::BTreeMap;
 
@@ -34,14 +35,27 @@ impl<'s> Classifier<'s> {
     }
 
     /// Classifies every non-envelope definition, in schema order, followed by the
-    /// synthesised items.
+    /// synthesised items. A definition with a construct no rule covers is emitted untyped, and
+    /// the items synthesised on the way to that failure are dropped with it.
     pub fn classify_all(mut self) -> Result<Vec<Item>> {
         let mut items = Vec::new();
         for (name, def) in self.defs {
             if is_envelope(def) {
                 continue;
             }
-            items.push(self.classify(name, def)?);
+            if let Some(reason) = unknown_keyword(def, "") {
+                items.push(untyped(name, def, reason));
+                continue;
+            }
+            let extra = self.extra.clone();
+            match self.classify(name, def) {
+                Ok(item) => items.push(item),
+                Err(CodegenError::Unsupported { construct, .. }) => {
+                    self.extra = extra;
+                    items.push(untyped(name, def, construct));
+                }
+                Err(other) => return Err(other),
+            }
         }
         items.extend(self.extra.into_values());
         Ok(items)
@@ -57,6 +71,8 @@ impl<'s> Classifier<'s> {
             ItemKind::Struct(self.structure(name, def)?)
         } else if let Some(variants) = union_variants(def) {
             self.union(name, def, variants)?
+        } else if let Some(target) = alias_target(obj) {
+            ItemKind::Alias(self.ref_name(name, target)?)
         } else if let Some(prim) = prim_of(def) {
             ItemKind::Newtype(Ty::Prim(prim.map_err(|e| err(&e))?))
         } else if is_any(def) {
@@ -98,17 +114,39 @@ impl<'s> Classifier<'s> {
                     ItemKind::Tagged(t) => format!("`{}`", t.tag),
                     _ => "the kind of object".to_owned(),
                 };
-                let doc = format!(
+                let mut doc = format!(
                     "What varies with {what}: a [`{union_name}`], whose members are written next to\n\
                      the others (flattened)."
                 );
+                // The object lists the tag among its own members (`IdleStateUpdate`'s
+                // `stopReason`): the member is the union's tag, so the union takes its place,
+                // and where the member is optional so is the union. Absent, `null`, or a value
+                // no variant reads (a malformed one) then all decode as `None`.
+                let mut optional = false;
+                if let ItemKind::Tagged(t) = &kind
+                    && let Some(at) = fields.iter().position(|f| f.wire == t.tag)
+                {
+                    let member = fields.remove(at);
+                    optional = !member.required;
+                    if let Some(text) = member.doc {
+                        doc = format!("{text}\n\n{doc}");
+                    }
+                    if optional {
+                        doc.push_str(" `None` when the member is absent, `null`, or not one of the variants' shapes.");
+                    }
+                }
                 self.add_extra(Item {
                     name: union_name.clone(),
                     doc: Some(format!("The part of [`{name}`] that varies with its kind.")),
                     gate: Gate::Stable,
                     kind,
                 })?;
-                Some(Flatten { field: if field.is_empty() { "kind".into() } else { field }, ty: union_name, doc })
+                Some(Flatten {
+                    field: if field.is_empty() { "kind".into() } else { field },
+                    ty: union_name,
+                    doc,
+                    optional,
+                })
             }
             None => None,
         };
@@ -415,6 +453,108 @@ impl<'s> Classifier<'s> {
             }
         }
     }
+}
+
+/// The keywords whose meaning the generator knows: those it types by, and those that only
+/// annotate or validate a value without changing its Rust shape (`minimum`, `pattern`: the
+/// types decode what the schema allows and more, never less). Any other keyword in a definition,
+/// at any depth, may change what the values are, so the definition is emitted untyped and
+/// reported rather than typed by a guess.
+const KNOWN_KEYWORDS: &[&str] = &[
+    // Typed by.
+    "type",
+    "$ref",
+    "properties",
+    "required",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "const",
+    "enum",
+    "items",
+    "additionalProperties",
+    "unevaluatedProperties",
+    "format",
+    "discriminator",
+    "x-method",
+    "x-side",
+    "x-docs-ignore",
+    "x-deserialize-default-on-error",
+    "x-deserialize-skip-invalid-items",
+    "x-deserialize-default-on-null",
+    // Annotations and validation only.
+    "description",
+    "title",
+    "default",
+    "examples",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "$comment",
+    "$schema",
+    "$id",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minProperties",
+    "maxProperties",
+    "contentEncoding",
+    "contentMediaType",
+];
+
+/// The first keyword of `node` (a schema, at path `at` in its definition) the generator does not
+/// know, as a reason for the report.
+fn unknown_keyword(node: &Value, at: &str) -> Option<String> {
+    let obj = node.as_object()?;
+    let here = |key: &str| if at.is_empty() { key.to_owned() } else { format!("{at}.{key}") };
+    for (key, value) in obj {
+        if !KNOWN_KEYWORDS.contains(&key.as_str()) {
+            let place = if at.is_empty() { String::new() } else { format!(" (at `{at}`)") };
+            return Some(format!("the keyword `{key}`{place}, which it has no rule for"));
+        }
+        // Descend into the keywords whose values are schemas; the others hold plain values.
+        let found = match (key.as_str(), value) {
+            ("properties", Value::Object(props)) => {
+                props.iter().find_map(|(name, schema)| unknown_keyword(schema, &here(&format!("properties.{name}"))))
+            }
+            ("allOf" | "anyOf" | "oneOf", Value::Array(schemas)) => schemas
+                .iter()
+                .enumerate()
+                .find_map(|(i, schema)| unknown_keyword(schema, &here(&format!("{key}[{i}]")))),
+            ("items" | "additionalProperties" | "unevaluatedProperties" | "not", schema) => {
+                unknown_keyword(schema, &here(key))
+            }
+            _ => None,
+        };
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
+}
+
+/// The item of a definition no rule covers: any JSON value, with the reason.
+pub(crate) fn untyped(name: &str, def: &Value, reason: String) -> Item {
+    Item { name: name.to_owned(), doc: doc_of(def), gate: Gate::Stable, kind: ItemKind::Untyped { reason } }
+}
+
+/// The definition a definition is another name for: `allOf` of exactly one `$ref`, with
+/// nothing but annotations beside it (`InitializeProxyRequest`).
+fn alias_target(obj: &Map<String, Value>) -> Option<&str> {
+    let target = single(obj.get("allOf"))?.as_object()?;
+    if target.len() != 1 || !obj.keys().all(|k| k == "allOf" || is_annotation(k)) {
+        return None;
+    }
+    target.get("$ref")?.as_str()
 }
 
 /// Whether a tagless variant's description says that unknown tag values decode into it

@@ -27,7 +27,19 @@ pub fn doc(text: Option<&str>) -> TokenStream {
 /// item of the generated crate is documented: it warns on `missing_docs`, and CI and
 /// `check-releases` deny warnings).
 fn item_doc(item: &Item) -> String {
-    item.doc.clone().unwrap_or_else(|| format!("The schema's `{}` (the schema does not describe it).", item.name))
+    let doc =
+        item.doc.clone().unwrap_or_else(|| format!("The schema's `{}` (the schema does not describe it).", item.name));
+    match &item.kind {
+        ItemKind::Untyped { reason } => {
+            // Brackets in a reason (a keyword list) would read as links.
+            let reason = reason.replace('[', "\\[").replace(']', "\\]");
+            format!(
+                "{doc}\n\nNot typed: the generator has no rule for {reason}. The value is kept as raw JSON \
+                 and written back unchanged."
+            )
+        }
+        _ => doc,
+    }
 }
 
 /// A description with, for an item compiled only with some cargo feature, a last paragraph
@@ -145,7 +157,11 @@ pub fn item(item: &Item, model: &Model) -> TokenStream {
             body
         }
         ItemKind::Newtype(ty) => newtype(gate, &name, ty),
-        ItemKind::Any => newtype(gate, &name, &Ty::Value),
+        ItemKind::Any | ItemKind::Untyped { .. } => newtype(gate, &name, &Ty::Value),
+        ItemKind::Alias(target) => {
+            let target = ident(target);
+            quote!(#gate pub type #name = #target;)
+        }
         ItemKind::StringEnum(values) => string_enum(gate, &name, values),
         ItemKind::IntConsts { repr, consts } => int_consts(gate, &name, *repr, consts),
         ItemKind::Tagged(t) => {
@@ -222,7 +238,7 @@ pub fn check_names(item: &Item) -> super::Result<()> {
                 return clash("constants", "constant", c);
             }
         }
-        ItemKind::Newtype(_) | ItemKind::Any => {}
+        ItemKind::Newtype(_) | ItemKind::Any | ItemKind::Alias(_) | ItemKind::Untyped { .. } => {}
     }
     Ok(())
 }
@@ -374,10 +390,34 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
         let ty = Ty::Named(flat.ty.clone());
         let mut attrs = syntax::doc_attrs(Some(&flat.doc));
         attrs.push(syntax::attr_list("serde", quote!(flatten)));
-        fields.push(syntax::pub_field(attrs, &id, syn_ty(&ty)));
         let (param_ty, conv) = into_param(&ty, &id);
-        ctor_params.push(syntax::param(Vec::new(), &id, param_ty));
-        ctor_inits.push((Vec::new(), id, conv));
+        if flat.optional {
+            // serde reads a flattened `Option` as `None` when the union does not decode.
+            fields.push(syntax::pub_field(
+                attrs,
+                &id,
+                syntax::path_ty(syntax::generic_path(&["Option"], vec![syn_ty(&ty)])),
+            ));
+            ctor_inits.push((Vec::new(), id.clone(), syntax::expr_path(syntax::path(&["None"]))));
+            let field_name = id.to_string();
+            let setter_doc = format!("Sets [`Self::{}`].", field_name.trim_start_matches("r#"));
+            let mut attrs = syntax::doc_attrs(Some(&setter_doc));
+            attrs.push(syntax::attr_word("must_use"));
+            let body = vec![
+                (syntax::expr_assign_self_field(&id, syntax::expr_call("Some", conv)), true),
+                (syntax::expr_path(syntax::path(&["self"])), false),
+            ];
+            setters.push(syntax::pub_fn_returning_self(
+                attrs,
+                &setter_ident(&flat.field),
+                vec![syntax::mut_self(), syntax::param(Vec::new(), &id, param_ty)],
+                body,
+            ));
+        } else {
+            fields.push(syntax::pub_field(attrs, &id, syn_ty(&ty)));
+            ctor_params.push(syntax::param(Vec::new(), &id, param_ty));
+            ctor_inits.push((Vec::new(), id, conv));
+        }
     }
 
     // A required session id comes first, whatever the schema's member order: every session
@@ -425,9 +465,10 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
 }
 
 /// Whether `item` is a struct that derives `Default`: one whose constructor takes nothing
-/// (every field optional, no flattened union).
+/// (every field optional, no flattened union or an optional one).
 pub fn derives_default(item: &Item) -> bool {
-    matches!(&item.kind, ItemKind::Struct(s) if s.flatten.is_none() && s.fields.iter().all(|f| !f.required))
+    matches!(&item.kind, ItemKind::Struct(s)
+        if s.flatten.as_ref().is_none_or(|f| f.optional) && s.fields.iter().all(|f| !f.required))
 }
 
 /// A streaming `Deserialize` for a plain struct, through `serde_support::deserialize_struct!`
@@ -1042,7 +1083,7 @@ struct Direction {
     side: Side,
 }
 
-const DIRECTIONS: [Direction; 2] = [
+const DIRECTIONS: [Direction; 3] = [
     Direction {
         request: "ClientRequest",
         response: "AgentResponse",
@@ -1056,6 +1097,15 @@ const DIRECTIONS: [Direction; 2] = [
         notification: "AgentNotification",
         handler: "Client",
         side: Side::Client,
+    },
+    // Emitted only for a schema with proxy methods (the unstable schemas since proxy chains),
+    // under the features of those methods.
+    Direction {
+        request: "ProxyRequest",
+        response: "ProxyResponse",
+        notification: "ProxyNotification",
+        handler: "Proxy",
+        side: Side::Proxy,
     },
 ];
 
@@ -1080,11 +1130,23 @@ pub fn methods(model: &Model) -> TokenStream {
     out.extend(method_names(model));
     for dir in &DIRECTIONS {
         let methods: Vec<&Method> = model.methods.iter().filter(|m| m.side == dir.side).collect();
-        out.extend(envelopes(model, dir, &methods, &ext));
-        out.extend(handler_trait(dir, &methods, &ext));
+        let Some(gate) = direction_gate(dir, &methods) else { continue };
+        out.extend(envelopes(model, dir, &methods, &ext, &gate));
+        out.extend(handler_trait(model, dir, &methods, &ext, &gate));
     }
     out.extend(protocol_envelope(model));
     out
+}
+
+/// The `cfg` a direction's enums and trait are compiled under, `None` when the direction is not
+/// emitted at all: the agent's and the client's always are, the proxy's only when the schema
+/// has proxy methods, under the features of those methods.
+fn direction_gate(dir: &Direction, methods: &[&Method]) -> Option<TokenStream> {
+    if dir.side != Side::Proxy {
+        return Some(TokenStream::new());
+    }
+    let gate = methods.iter().map(|m| m.gate.clone()).reduce(|a, b| a.union(&b))?;
+    Some(cfg(&gate))
 }
 
 fn method_names(model: &Model) -> TokenStream {
@@ -1092,7 +1154,14 @@ fn method_names(model: &Model) -> TokenStream {
     for (module, side, doc_text) in [
         ("agent_method", Side::Agent, "Methods the agent handles (the client sends them)."),
         ("client_method", Side::Client, "Methods the client handles (the agent sends them)."),
+        ("proxy_method", Side::Proxy, "Methods between a conductor and its proxies."),
     ] {
+        let side_methods: Vec<&Method> = model.methods.iter().filter(|m| m.side == side).collect();
+        let Some(module_gate) =
+            DIRECTIONS.iter().find(|d| d.side == side).and_then(|d| direction_gate(d, &side_methods))
+        else {
+            continue;
+        };
         let module = ident(module);
         let mut seen = std::collections::BTreeSet::new();
         let consts = model.methods.iter().filter(|m| m.side == side && seen.insert(m.name.clone())).map(|m| {
@@ -1104,6 +1173,7 @@ fn method_names(model: &Model) -> TokenStream {
         });
         out.extend(quote! {
             #[doc = #doc_text]
+            #module_gate
             pub mod #module {
                 #(#consts)*
             }
@@ -1130,7 +1200,7 @@ fn variant_ident(m: &Method) -> proc_macro2::Ident {
 /// Decodes the params of a method from `params`: `null` reads as `{}` where the params are an
 /// object, since JSON-RPC lets a message leave them out (the caller passes `null` then).
 fn decode_params(model: &Model, params_ty: &str) -> TokenStream {
-    let object = model.items.iter().any(|i| i.name == params_ty && matches!(i.kind, ItemKind::Struct(_)));
+    let object = model.resolve(params_ty).is_some_and(|i| matches!(i.kind, ItemKind::Struct(_)));
     if object { quote!(serde_support::null_as_empty(params)) } else { quote!(serde::Deserialize::deserialize(params)) }
 }
 
@@ -1139,6 +1209,7 @@ fn envelopes(
     dir: &Direction,
     methods: &[&Method],
     [ext_req, ext_resp, ext_notif]: &[TokenStream; 3],
+    g: &TokenStream,
 ) -> TokenStream {
     let requests: Vec<&&Method> = methods.iter().filter(|m| m.is_request()).collect();
     let notifications: Vec<&&Method> = methods.iter().filter(|m| !m.is_request()).collect();
@@ -1226,6 +1297,7 @@ fn envelopes(
     });
 
     quote! {
+        #g
         #[doc = #req_doc]
         ///
         /// Serialises as its params; [`Self::method`] gives the method name.
@@ -1242,6 +1314,7 @@ fn envelopes(
             },
         }
 
+        #g
         impl #req {
             /// The method name on the wire.
             pub fn method(&self) -> &str {
@@ -1264,6 +1337,7 @@ fn envelopes(
             }
         }
 
+        #g
         impl serde::Serialize for #req {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 match self {
@@ -1273,6 +1347,7 @@ fn envelopes(
             }
         }
 
+        #g
         #[doc = #resp_doc]
         ///
         /// Serialises as the bare result.
@@ -1284,6 +1359,7 @@ fn envelopes(
             ExtMethod(#ext_resp),
         }
 
+        #g
         impl #resp {
             /// Decodes the result of a call to `method`; `Ok(None)` when the method is unknown.
             pub fn decode<'de, D: serde::Deserializer<'de>>(method: &str, result: D) -> Result<Option<Self>, D::Error> {
@@ -1295,6 +1371,7 @@ fn envelopes(
             }
         }
 
+        #g
         impl serde::Serialize for #resp {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 match self {
@@ -1304,6 +1381,7 @@ fn envelopes(
             }
         }
 
+        #g
         #[doc = #notif_doc]
         ///
         /// Serialises as its params; [`Self::method`] gives the method name.
@@ -1320,6 +1398,7 @@ fn envelopes(
             },
         }
 
+        #g
         impl #notif {
             /// The method name on the wire.
             pub fn method(&self) -> &str {
@@ -1342,6 +1421,7 @@ fn envelopes(
             }
         }
 
+        #g
         impl serde::Serialize for #notif {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 match self {
@@ -1353,23 +1433,45 @@ fn envelopes(
     }
 }
 
+/// `value` (a `serde_json::Value` expression) as the `data` of an `Error`: the value itself
+/// where `data` is any JSON, else the variant of the schema's data union that holds any JSON
+/// (v2's `ErrorData::Other`).
+fn error_data(model: &Model, value: TokenStream) -> TokenStream {
+    let data_ty = model.resolve("Error").and_then(|error| match &error.kind {
+        ItemKind::Struct(s) => s.fields.iter().find(|f| f.wire == "data").map(|f| &f.ty),
+        _ => None,
+    });
+    let Some(Ty::Named(union)) = data_ty else { return value };
+    match model.resolve(union).map(|i| &i.kind) {
+        Some(ItemKind::Untagged(variants)) => match variants.iter().find(|v| v.ty == Ty::Value) {
+            Some(any) => {
+                let (union, variant) = (ident(union), ident(&any.name));
+                quote!(#union::#variant(#value))
+            }
+            None => value,
+        },
+        _ => value,
+    }
+}
+
 fn handler_trait(
+    model: &Model,
     dir: &Direction,
     methods: &[&Method],
     [ext_req, ext_resp, ext_notif]: &[TokenStream; 3],
+    g: &TokenStream,
 ) -> TokenStream {
     let trait_name = ident(dir.handler);
     let req = ident(dir.request);
     let resp = ident(dir.response);
     let notif = ident(dir.notification);
-    let peer = dir.side.other();
     let trait_doc = format!(
         " The {} side: one method per request and notification the {} sends.\n\n \
          `Cx` is the per-call context a runtime passes along (cancellation, the peer handle); \
          it is `()` when there is none. Methods outside the spec's baseline default to \
          \"method not found\" (requests) or do nothing (notifications).",
         dir.handler.to_ascii_lowercase(),
-        format!("{peer:?}").to_ascii_lowercase()
+        dir.side.sender()
     );
     // The signatures, shared by the trait and the forwarding impls.
     let future = |output: TokenStream| quote!(impl std::future::Future<Output = Result<#output, Error>> + Send);
@@ -1390,7 +1492,8 @@ fn handler_trait(
             (_, true) => return quote!(#docs #[doc = ""] #[doc = #wire] #gate #sig;),
             (Some(_), false) => {
                 let name = &m.name;
-                quote!(std::future::ready(Err(Error::method_not_found().data(serde_json::Value::from(#name)))))
+                let data = error_data(model, quote!(serde_json::Value::from(#name)));
+                quote!(std::future::ready(Err(Error::method_not_found().data(#data))))
             }
             (None, false) => quote!(std::future::ready(Ok(()))),
         };
@@ -1402,6 +1505,7 @@ fn handler_trait(
             }
         }
     });
+    let ext_data = error_data(model, quote!(serde_json::Value::from(method)));
     let output = future(ext_resp.clone());
     let ext_method = quote!(fn ext_method(&self, method: &str, params: #ext_req, cx: Cx) -> #output);
     let output = future(quote!(()));
@@ -1419,7 +1523,7 @@ fn handler_trait(
             (TokenStream::new(), &ext_notification, quote!(ext_notification(method, params, cx))),
         ])
         .collect();
-    let forwarding = forwarding_impls(dir, &forwarded);
+    let forwarding = forwarding_impls(dir, &forwarded, g);
     let req_arms = methods.iter().filter(|m| m.is_request()).map(|m| {
         let id = variant_ident(m);
         let f = ident(&m.rust);
@@ -1435,6 +1539,7 @@ fn handler_trait(
     let dispatch_doc = format!(" Calls the [`{}`] method this request is for.", dir.handler);
     let dispatch_notif_doc = format!(" Calls the [`{}`] method this notification is for.", dir.handler);
     quote! {
+        #g
         #[doc = #trait_doc]
         pub trait #trait_name<Cx: Send = ()>: Send + Sync {
             #(#fns)*
@@ -1442,7 +1547,7 @@ fn handler_trait(
             /// An extension request (a method name starting with `_`).
             #ext_method {
                 let _ = (params, cx);
-                std::future::ready(Err(Error::method_not_found().data(serde_json::Value::from(method))))
+                std::future::ready(Err(Error::method_not_found().data(#ext_data)))
             }
 
             /// An extension notification (a method name starting with `_`); ignored by default.
@@ -1454,6 +1559,7 @@ fn handler_trait(
 
         #forwarding
 
+        #g
         impl #req {
             #[doc = #dispatch_doc]
             pub async fn dispatch<H: #trait_name<Cx>, Cx: Send>(self, handler: &H, cx: Cx) -> Result<#resp, Error> {
@@ -1464,6 +1570,7 @@ fn handler_trait(
             }
         }
 
+        #g
         impl #notif {
             #[doc = #dispatch_notif_doc]
             pub async fn dispatch<H: #trait_name<Cx>, Cx: Send>(self, handler: &H, cx: Cx) -> Result<(), Error> {
@@ -1479,7 +1586,11 @@ fn handler_trait(
 /// `Arc<T>` and `Box<T>` are handlers wherever `T` is: each method (its gate, signature and
 /// call in `forwarded`) goes to the `T` inside. A runtime owns what it serves; with these, the
 /// caller can keep a clone of an `Arc` to the handler's state.
-fn forwarding_impls(dir: &Direction, forwarded: &[(TokenStream, &TokenStream, TokenStream)]) -> TokenStream {
+fn forwarding_impls(
+    dir: &Direction,
+    forwarded: &[(TokenStream, &TokenStream, TokenStream)],
+    g: &TokenStream,
+) -> TokenStream {
     let trait_name = ident(dir.handler);
     let side = dir.handler.to_ascii_lowercase();
     let fns: Vec<TokenStream> =
@@ -1500,6 +1611,7 @@ fn forwarding_impls(dir: &Direction, forwarded: &[(TokenStream, &TokenStream, To
             let doc = doc(Some(text));
             quote! {
                 #doc
+                #g
                 impl<Cx: Send, T: #trait_name<Cx> + ?Sized> #trait_name<Cx> for #wrapper {
                     #(#fns)*
                 }

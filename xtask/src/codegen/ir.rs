@@ -76,6 +76,15 @@ pub enum ItemKind {
     Tagged(Tagged),
     /// Values told apart by their shape, tried in order.
     Untagged(Vec<UntaggedVariant>),
+    /// Another name for a definition (`allOf` of one `$ref`, with annotations beside it):
+    /// `InitializeProxyRequest` is `InitializeRequest` under the name of its own method.
+    Alias(String),
+    /// A definition the generator has no rule for, kept as any JSON value so that it still
+    /// decodes and re-encodes unchanged; the reason is reported (and fails `--strict`).
+    Untyped {
+        /// What the generator could not type, as its error says it.
+        reason: String,
+    },
 }
 
 /// An object type.
@@ -97,6 +106,9 @@ pub struct Flatten {
     pub ty: String,
     /// The field's doc comment.
     pub doc: String,
+    /// The tag is an optional member of the object: the field is an `Option`, `None` when no
+    /// variant is there.
+    pub optional: bool,
 }
 
 /// A property of an object type.
@@ -318,6 +330,7 @@ impl Item {
                 }
             }
             ItemKind::Newtype(t) => t.visit_names(&mut out),
+            ItemKind::Alias(target) => out.push(target),
             ItemKind::Tagged(t) => {
                 let payloads = t.variants.iter().map(|v| &v.payload);
                 for p in payloads.chain(t.untagged_default.iter().map(|d| &d.payload)) {
@@ -333,7 +346,7 @@ impl Item {
                     v.ty.visit_names(&mut out);
                 }
             }
-            ItemKind::Any | ItemKind::StringEnum(_) | ItemKind::IntConsts { .. } => {}
+            ItemKind::Any | ItemKind::Untyped { .. } | ItemKind::StringEnum(_) | ItemKind::IntConsts { .. } => {}
         }
         out
     }
@@ -346,14 +359,18 @@ pub enum Side {
     Agent,
     /// The client (the agent sends the method).
     Client,
+    /// A proxy and its conductor (`x-side: "proxy"`): the conductor sends `proxy/initialize`,
+    /// and `proxy/successor` goes both ways between the two.
+    Proxy,
 }
 
 impl Side {
-    /// The peer at the other end.
-    pub(crate) fn other(self) -> Side {
+    /// Who sends the methods this side handles.
+    pub(crate) fn sender(self) -> &'static str {
         match self {
-            Side::Agent => Side::Client,
-            Side::Client => Side::Agent,
+            Side::Agent => "client",
+            Side::Client => "agent",
+            Side::Proxy => "conductor",
         }
     }
 }
@@ -363,7 +380,8 @@ impl Side {
 pub struct Method {
     /// The wire name, e.g. `session/prompt`.
     pub name: String,
-    /// The Rust function name, e.g. `session_prompt` (from `meta.json`, cross-checked).
+    /// The Rust function name, e.g. `session_prompt` (the wire name in snake case, cross-checked
+    /// with `meta.json` where there is one).
     pub rust: String,
     /// The peer that handles it.
     pub side: Side,
@@ -412,7 +430,49 @@ impl Gate {
     }
 }
 
+/// A definition the generator emitted as raw JSON, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UntypedDefinition {
+    /// The definition (the Rust type's name).
+    pub name: String,
+    /// What the generator had no rule for.
+    pub reason: String,
+}
+
+impl std::fmt::Display for UntypedDefinition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "definition `{}`: cannot generate {}", self.name, self.reason)
+    }
+}
+
 impl Model {
+    /// The definitions emitted as raw JSON because no rule typed them, in order.
+    pub fn untyped(&self) -> Vec<UntypedDefinition> {
+        self.items
+            .iter()
+            .filter_map(|i| match &i.kind {
+                ItemKind::Untyped { reason } => {
+                    Some(UntypedDefinition { name: i.name.clone(), reason: reason.clone() })
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The item `name` stands for, through any aliases (`InitializeProxyRequest` →
+    /// `InitializeRequest`).
+    pub fn resolve(&self, name: &str) -> Option<&Item> {
+        let mut item = self.items.iter().find(|i| i.name == name)?;
+        // Bounded: a cycle of aliases (which no schema can mean) resolves to nothing.
+        for _ in 0..self.items.len() {
+            match &item.kind {
+                ItemKind::Alias(target) => item = self.items.iter().find(|i| &i.name == target)?,
+                _ => return Some(item),
+            }
+        }
+        None
+    }
+
     /// The model as compiled with `features`: gated-off items, fields, variants and methods
     /// removed and every gate resolved, for a vendored file that has no cargo features.
     pub fn select(&self, features: &BTreeSet<String>) -> Model {

@@ -1,5 +1,9 @@
 //! Loading: one protocol version folder (`schema.json`, `meta.json` and their `.unstable`
 //! variants) read into JSON values, with the sha256 of every file for the preamble.
+//!
+//! Only `schema.json` is required. Upstream's repository releases carry `meta.json`, but the
+//! schema as the official SDKs' packages ship it does not: the method tables are in the schema
+//! itself (`x-method`, `x-side`), and `meta.json`, where present, is only cross-checked.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,8 +22,9 @@ pub struct VersionFiles {
     pub version: String,
     /// `schema.json`.
     pub schema: Value,
-    /// `meta.json`: the methods' Rust names, and the protocol version.
-    pub meta: Value,
+    /// `meta.json`, when the release has one: the methods' Rust names and the protocol version,
+    /// cross-checked against the schema's own.
+    pub meta: Option<Value>,
     /// `schema.unstable.json`, when the release has one.
     pub schema_unstable: Option<Value>,
     /// `meta.unstable.json`, when the release has one.
@@ -30,12 +35,13 @@ pub struct VersionFiles {
 
 impl VersionFiles {
     /// The protocol version this folder describes: `meta.json`'s `version`, cross-checked with
-    /// the folder name (`v1`); early releases have no `version` and go by the folder name.
-    /// `None` for a folder that says neither (a scratch copy of a schema).
+    /// the folder name (`v1`); a release without `meta.json` (or an early one, without
+    /// `version`) goes by the folder name. `None` for a folder that says neither (a scratch copy
+    /// of a schema).
     pub fn protocol_version(&self) -> Result<Option<u16>> {
         let err = |message: String| CodegenError::Input { path: self.dir.join("meta.json"), message };
         let from_dir = self.version.strip_prefix('v').and_then(|n| n.parse::<u16>().ok());
-        let from_meta = match self.meta.get("version") {
+        let from_meta = match self.meta.as_ref().and_then(|meta| meta.get("version")) {
             None => None,
             Some(v) => Some(
                 v.as_u64()
@@ -74,7 +80,7 @@ pub fn load_version(dir: &Path) -> Result<VersionFiles> {
             .map_err(|e| CodegenError::Input { path, message: format!("not valid JSON: {e}") })
     };
     let schema = read("schema.json", true)?.unwrap_or_default();
-    let meta = read("meta.json", true)?.unwrap_or_default();
+    let meta = read("meta.json", false)?;
     let schema_unstable = read("schema.unstable.json", false)?;
     let meta_unstable = read("meta.unstable.json", false)?;
     let version = dir.file_name().and_then(|n| n.to_str()).unwrap_or("v1").to_owned();

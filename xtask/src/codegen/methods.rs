@@ -2,8 +2,10 @@
 //!
 //! The source of truth is the `x-method` / `x-side` pair on the `*Request`, `*Response` and
 //! `*Notification` definitions: a method with a `*Response` definition is a request, otherwise
-//! a notification. `meta.json` names the Rust functions and is cross-checked against the
-//! schema in both directions.
+//! a notification. A method's Rust name is its wire name in snake case (`document/didOpen` →
+//! `document_did_open`). `meta.json`, which upstream's repository releases carry and the
+//! published packages do not, is cross-checked against that table in both directions: the
+//! same methods on the same sides, under the same Rust names.
 
 use std::collections::BTreeMap;
 
@@ -11,6 +13,7 @@ use serde_json::{Map, Value};
 
 use super::classify::doc_of;
 use super::ir::{Gate, Method, Side};
+use super::naming::snake;
 use super::{CodegenError, Result};
 
 /// The spec's baseline methods (overview page, "Baseline Methods"): a peer is not usable
@@ -49,8 +52,20 @@ struct Forms<'s> {
 /// Protocol-level methods (`$/...`): the method name and its params type.
 pub type ProtocolMethods = Vec<(String, String)>;
 
-/// Builds the method table of a schema, and the protocol-level methods with their params type.
-pub fn method_table(defs: &Map<String, Value>, meta: &Value) -> Result<(Vec<Method>, ProtocolMethods)> {
+/// The Rust name of a method: its wire name in snake case, `/` becoming `_`
+/// (`session/set_mode` → `session_set_mode`, `document/didOpen` → `document_did_open`).
+pub fn rust_name(wire: &str) -> String {
+    snake(wire)
+}
+
+/// Builds the method table of a schema (protocol version `version`), and the protocol-level
+/// methods with their params type; `meta`, when the release has a `meta.json`, is
+/// cross-checked against it.
+pub fn method_table(
+    defs: &Map<String, Value>,
+    meta: Option<&Value>,
+    version: u16,
+) -> Result<(Vec<Method>, ProtocolMethods)> {
     let mut forms: BTreeMap<(Side, &str), Forms> = BTreeMap::new();
     let mut order: Vec<(Side, &str)> = Vec::new();
     let mut protocol = Vec::new();
@@ -64,6 +79,9 @@ pub fn method_table(defs: &Map<String, Value>, meta: &Value) -> Result<(Vec<Meth
             "agent" => &[Side::Agent],
             "client" => &[Side::Client],
             "both" => &[Side::Agent, Side::Client],
+            // What a conductor and its proxies say to each other (`proxy/initialize`,
+            // `proxy/successor`): neither the agent's methods nor the client's.
+            "proxy" => &[Side::Proxy],
             "protocol" => {
                 protocol.push((method.to_owned(), name.clone()));
                 continue;
@@ -96,17 +114,17 @@ pub fn method_table(defs: &Map<String, Value>, meta: &Value) -> Result<(Vec<Meth
         }
     }
 
-    let meta_names = MetaNames::new(meta)?;
-    let version = meta.get("version").and_then(Value::as_u64).unwrap_or(1);
+    let meta_names = meta.map(MetaNames::new).transpose()?;
     let baseline: Vec<(Side, &str)> =
-        BASELINE.iter().filter(|(v, ..)| *v == version).map(|&(_, side, name)| (side, name)).collect();
+        BASELINE.iter().filter(|(v, ..)| *v == u64::from(version)).map(|&(_, side, name)| (side, name)).collect();
     let mut methods = Vec::new();
     for key in order {
         let (side, method) = key;
         let f = &forms[&key];
-        let rust = meta_names.lookup(side, method).ok_or_else(|| {
-            CodegenError::table(&format!("the schema's `{method}` ({side:?} side) is missing from meta.json"))
-        })?;
+        let rust = rust_name(method);
+        if let Some(meta_names) = &meta_names {
+            meta_names.check(side, method, &rust)?;
+        }
         if let Some((params, def)) = f.request {
             let response = f.response.ok_or_else(|| {
                 CodegenError::unsupported(params, &format!("request `{method}` without a *Response definition"))
@@ -145,11 +163,14 @@ pub fn method_table(defs: &Map<String, Value>, meta: &Value) -> Result<(Vec<Meth
             return Err(CodegenError::table(&format!("baseline method `{name}` ({side:?} side) is not in the schema")));
         }
     }
-    meta_names.cross_check(&methods)?;
+    if let Some(meta_names) = &meta_names {
+        meta_names.cross_check(&methods)?;
+    }
     Ok((methods, protocol))
 }
 
-/// `meta.json`: `agentMethods` / `clientMethods` map Rust function names to wire names.
+/// `meta.json`: `agentMethods` / `clientMethods` (and `proxyMethods`, should a release
+/// write one) map Rust function names to wire names.
 struct MetaNames {
     by_side: BTreeMap<(Side, String), String>,
 }
@@ -157,9 +178,15 @@ struct MetaNames {
 impl MetaNames {
     fn new(meta: &Value) -> Result<Self> {
         let mut by_side = BTreeMap::new();
-        for (key, side) in [("agentMethods", Side::Agent), ("clientMethods", Side::Client)] {
-            let Some(table) = meta.get(key).and_then(Value::as_object) else {
-                return Err(CodegenError::table(&format!("meta.json has no `{key}` object")));
+        for (key, side, required) in [
+            ("agentMethods", Side::Agent, true),
+            ("clientMethods", Side::Client, true),
+            ("proxyMethods", Side::Proxy, false),
+        ] {
+            let table = match meta.get(key).and_then(Value::as_object) {
+                Some(table) => table,
+                None if !required => continue,
+                None => return Err(CodegenError::table(&format!("meta.json has no `{key}` object"))),
             };
             for (rust, wire) in table {
                 let wire = wire
@@ -171,12 +198,21 @@ impl MetaNames {
         Ok(MetaNames { by_side })
     }
 
-    fn lookup(&self, side: Side, method: &str) -> Option<String> {
-        self.by_side.get(&(side, method.to_owned())).cloned()
+    /// The schema's method `wire` (on `side`, Rust name `rust`) is in meta.json, under that name.
+    fn check(&self, side: Side, wire: &str, rust: &str) -> Result<()> {
+        match self.by_side.get(&(side, wire.to_owned())) {
+            None => {
+                Err(CodegenError::table(&format!("the schema's `{wire}` ({side:?} side) is missing from meta.json")))
+            }
+            Some(named) if named != rust => Err(CodegenError::table(&format!(
+                "meta.json names the {side:?} side's `{wire}` `{named}`, but the schema's method name gives `{rust}`"
+            ))),
+            Some(_) => Ok(()),
+        }
     }
 
     /// Every meta entry names a schema method of that side (the other direction, every schema
-    /// method in meta, is checked by [`Self::lookup`]'s caller).
+    /// method in meta, is [`Self::check`]).
     fn cross_check(&self, methods: &[Method]) -> Result<()> {
         for ((side, wire), rust) in &self.by_side {
             if !methods.iter().any(|m| m.side == *side && &m.name == wire) {

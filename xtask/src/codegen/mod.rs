@@ -53,6 +53,14 @@ pub enum CodegenError {
         /// What is wrong with it.
         message: String,
     },
+    /// Definitions the generator emitted as raw JSON for want of a rule, refused under
+    /// [`Settings::strict`].
+    #[error(
+        "{} definition(s) have no typing rule (refused by --strict):\n  {}",
+        .0.len(),
+        .0.join("\n  ")
+    )]
+    Untyped(Vec<String>),
     /// Emitted code or a template that is not as expected (mostly: it does not parse), a bug
     /// in the generator.
     #[error("generated code does not parse ({file}): {message}")]
@@ -92,6 +100,9 @@ pub struct Settings {
     pub v2: bool,
     /// Write a `Cargo.toml` that stands alone (scratch crates) rather than a workspace member.
     pub standalone: bool,
+    /// Fail when a definition has no typing rule, instead of emitting it as raw JSON and
+    /// reporting it.
+    pub strict: bool,
 }
 
 impl Settings {
@@ -105,6 +116,7 @@ impl Settings {
             package: "acp-types".into(),
             v2: true,
             standalone: false,
+            strict: false,
         }
     }
 }
@@ -124,19 +136,20 @@ pub const V2_FEATURE: &str = "unstable_protocol_v2";
 /// Builds the merged model of one protocol version folder.
 pub fn build_model(files: &VersionFiles, gating: Gating) -> Result<Model> {
     let version = files.protocol_version()?;
-    let stable = model_of(&files.schema, &files.meta, &files.dir.join("schema.json"), version)?;
-    match (&files.schema_unstable, &files.meta_unstable) {
-        (Some(schema), Some(meta)) => {
-            let unstable = model_of(schema, meta, &files.dir.join("schema.unstable.json"), version)?;
+    let stable = model_of(&files.schema, files.meta.as_ref(), &files.dir.join("schema.json"), version)?;
+    match &files.schema_unstable {
+        Some(schema) => {
+            let path = files.dir.join("schema.unstable.json");
+            let unstable = model_of(schema, files.meta_unstable.as_ref(), &path, version)?;
             features::merge(&stable, &unstable, gating)
         }
-        _ => Ok(stable),
+        None => Ok(stable),
     }
 }
 
 fn model_of(
     schema: &serde_json::Value,
-    meta: &serde_json::Value,
+    meta: Option<&serde_json::Value>,
     path: &Path,
     protocol_version: Option<u16>,
 ) -> Result<Model> {
@@ -145,27 +158,50 @@ fn model_of(
         .or_else(|| schema.get("definitions"))
         .and_then(serde_json::Value::as_object)
         .ok_or_else(|| CodegenError::Input { path: path.to_owned(), message: "no `$defs` object".into() })?;
-    let items = classify::Classifier::new(defs).classify_all()?;
-    for item in &items {
-        emit::check_names(item)?;
+    let mut items = classify::Classifier::new(defs).classify_all()?;
+    for item in &mut items {
+        if let Err(CodegenError::Unsupported { construct, .. }) = emit::check_names(item) {
+            let def = defs.get(&item.name).cloned().unwrap_or_default();
+            *item = classify::untyped(&item.name, &def, construct);
+        }
     }
-    let (methods, protocol_methods) = methods::method_table(defs, meta)?;
+    let (methods, protocol_methods) = methods::method_table(defs, meta, protocol_version.unwrap_or(1))?;
     Ok(Model { items, methods, protocol_methods, protocol_version })
 }
 
 /// Generates every file of the crate.
 pub fn generate(settings: &Settings) -> Result<Vec<OutputFile>> {
-    generate_from(settings, &load_all(settings)?)
+    generate_reported(settings).map(|(files, _)| files)
+}
+
+/// Generates every file of the crate, with the definitions emitted as raw JSON for want of a
+/// rule (`v1 `Name`: reason`; empty when every definition is typed).
+pub fn generate_reported(settings: &Settings) -> Result<(Vec<OutputFile>, Vec<String>)> {
+    let loaded = load_all(settings)?;
+    Ok((generate_from(settings, &loaded)?, loaded.untyped()))
+}
+
+/// Everything `cargo xtask codegen` writes, from one load of the schema.
+#[derive(Debug)]
+pub struct Generated {
+    /// The crate's files.
+    pub files: Vec<OutputFile>,
+    /// The macros' method table.
+    pub macro_table: OutputFile,
+    /// The README with its handler tables regenerated.
+    pub readme: String,
+    /// The definitions emitted as raw JSON, as [`generate_reported`] lists them.
+    pub untyped: Vec<String>,
 }
 
 /// Everything `cargo xtask codegen` writes: the crate, the macro table and the README with its
 /// handler tables, from one load of the schema.
-pub fn generate_all(settings: &Settings, readme_text: &str) -> Result<(Vec<OutputFile>, OutputFile, String)> {
+pub fn generate_all(settings: &Settings, readme_text: &str) -> Result<Generated> {
     let loaded = load_all(settings)?;
     let files = generate_from(settings, &loaded)?;
-    let table = macro_table_from(settings, &loaded)?;
+    let macro_table = macro_table_from(settings, &loaded)?;
     let readme = readme_from(&loaded.v1_model, loaded.v2.as_ref().map(|(_, model)| model), readme_text)?;
-    Ok((files, table, readme))
+    Ok(Generated { files, macro_table, readme, untyped: loaded.untyped() })
 }
 
 /// A release's schema, loaded and classified: v1 with its merged model, and protocol v2 when
@@ -176,15 +212,29 @@ struct Loaded {
     v2: Option<(VersionFiles, Model)>,
 }
 
-/// Loads v1 and v2; v2 on a thread of its own, since the two are independent.
+impl Loaded {
+    /// The definitions of both versions emitted as raw JSON, each with its version and reason.
+    fn untyped(&self) -> Vec<String> {
+        let models = std::iter::once(("v1", &self.v1_model)).chain(self.v2.iter().map(|(_, m)| ("v2", m)));
+        models.flat_map(|(version, model)| model.untyped().into_iter().map(move |u| format!("{version} {u}"))).collect()
+    }
+}
+
+/// Loads v1 and v2; v2 on a thread of its own, since the two are independent. Under
+/// [`Settings::strict`], a definition without a typing rule fails the load.
 fn load_all(settings: &Settings) -> Result<Loaded> {
-    std::thread::scope(|scope| {
+    let loaded = std::thread::scope(|scope| {
         let v2 = scope.spawn(|| load_v2(settings));
         let v1 = load::load_version(&settings.schema_dir.join("v1"))?;
         let v1_model = build_model(&v1, settings.gating)?;
         let v2 = v2.join().map_err(|_| CodegenError::table("the thread loading protocol v2 panicked"))??;
         Ok(Loaded { v1, v1_model, v2 })
-    })
+    })?;
+    let untyped = loaded.untyped();
+    if settings.strict && !untyped.is_empty() {
+        return Err(CodegenError::Untyped(untyped));
+    }
+    Ok(loaded)
 }
 
 fn load_v2(settings: &Settings) -> Result<Option<(VersionFiles, Model)>> {
