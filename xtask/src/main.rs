@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use xtask::codegen::stamp::{self, STAMP_PATH, Stamp};
 use xtask::codegen::{self, Settings};
-use xtask::releases::{DEFAULT_ROOT as DEFAULT_RELEASES, release_dir, resolve};
+use xtask::releases::{DEFAULT_NEXT, DEFAULT_ROOT as DEFAULT_RELEASES, resolve_in};
 use xtask::schema::{self, Lock};
 use xtask::semver;
 
@@ -47,7 +47,8 @@ enum Command {
         old: String,
         /// Same as OLD.
         new: String,
-        /// Where tags are looked up [default: ../shared/acp-schema/releases from the workspace root].
+        /// Where tags are looked up [default: ../shared/acp-schema/releases, then
+        /// ../shared/acp-schema/next, from the workspace root].
         #[arg(long)]
         root: Option<PathBuf>,
         /// JSON instead of Markdown.
@@ -65,7 +66,8 @@ enum Command {
         /// The release to move to: a release folder or a tag under --root.
         #[arg(long)]
         to: String,
-        /// Where tags are looked up [default: ../shared/acp-schema/releases from the workspace root].
+        /// Where tags are looked up [default: ../shared/acp-schema/releases, then
+        /// ../shared/acp-schema/next, from the workspace root].
         #[arg(long)]
         root: Option<PathBuf>,
         /// JSON instead of Markdown.
@@ -128,26 +130,35 @@ enum SchemaCommand {
         #[arg(long)]
         from: Option<PathBuf>,
     },
-    /// Move the pin to another release: verify it generates, update schema/lock.json and
-    /// schema/json, regenerate, and write the change report to schema/CHANGES.md.
+    /// Move the pin to another release or published package: verify it generates, update
+    /// schema/lock.json and schema/json, regenerate, and write the change report to
+    /// schema/CHANGES.md.
     Update {
-        /// The upstream release tag.
-        #[arg(long)]
-        to: String,
-        /// The release folder (holding v1/ and v2/); defaults to ../shared/acp-schema/releases/TAG
-        /// from the workspace root.
-        #[arg(long)]
+        /// The tag to pin: an upstream release tag, or the name a package's schema goes by
+        /// [default with --npm: `npm-sdk-VERSION`].
+        #[arg(long, required_unless_present = "npm")]
+        to: Option<String>,
+        /// The release folder (holding v1/ and v2/); defaults to the folder of that tag under
+        /// ../shared/acp-schema/releases or ../shared/acp-schema/next, from the workspace root.
+        #[arg(long, conflicts_with = "npm")]
         from: Option<PathBuf>,
+        /// Pin the schema a published npm package ships (in its `schema/` folder), fetched with
+        /// `npm pack`: the official TypeScript SDK's package at this version, or --npm-package's.
+        #[arg(long, value_name = "VERSION")]
+        npm: Option<String>,
+        /// The npm package of --npm.
+        #[arg(long, default_value = schema::OFFICIAL_NPM_PACKAGE, requires = "npm")]
+        npm_package: String,
         /// The upstream commit of the release, recorded in the lock (kept when the tag is unchanged).
         #[arg(long)]
         commit: Option<String>,
         /// The version of the release's schema artifacts (e.g. `1.21.0`, published as the
-        /// GitHub release `schema-v1.21.0`); required when the tag changes.
+        /// GitHub release `schema-v1.21.0`); required when the tag changes to another release.
         #[arg(long)]
         schema_version: Option<String>,
         /// Where `schema fetch` downloads the files from; defaults to upstream's
         /// `.../releases/download/schema-v{SCHEMA_VERSION}`.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "npm")]
         release_url: Option<String>,
         /// Write the API report without cargo-semver-checks' verdict (the public items and
         /// their levels only); without it, a missing cargo-semver-checks stops the update.
@@ -169,6 +180,16 @@ fn workspace_root() -> PathBuf {
 fn default_releases(root: &Path) -> PathBuf {
     let dir = root.join(DEFAULT_RELEASES);
     dir.canonicalize().unwrap_or(dir)
+}
+
+/// Where release tags are looked up: the folder given with `--root`, else the upstream releases
+/// and, when it exists, the newer published schemas (`../shared/acp-schema/next`).
+fn release_roots(root: &Path, given: Option<PathBuf>) -> Vec<PathBuf> {
+    if let Some(given) = given {
+        return vec![given];
+    }
+    let next = root.join(DEFAULT_NEXT);
+    std::iter::once(default_releases(root)).chain(next.is_dir().then(|| next.canonicalize().unwrap_or(next))).collect()
 }
 
 /// A missing cargo-semver-checks stops `semver` and `schema update`; the error says how to
@@ -280,12 +301,7 @@ fn run(command: Command) -> Result<(), String> {
             Ok(())
         }
         Command::CheckReleases { root: roots } => {
-            let roots = if roots.is_empty() {
-                let next = root.join(xtask::releases::DEFAULT_NEXT);
-                std::iter::once(default_releases(&root)).chain(next.is_dir().then_some(next)).collect()
-            } else {
-                roots
-            };
+            let roots = if roots.is_empty() { release_roots(&root, None) } else { roots };
             xtask::releases::check_all(&root, &roots)
         }
         Command::Soak { seconds, sessions, max_rss_growth_mib } => {
@@ -295,8 +311,8 @@ fn run(command: Command) -> Result<(), String> {
             if report.passed() { Ok(()) } else { Err(format!("soak failed: {}", report.failures.join("; "))) }
         }
         Command::Diff { old, new, root: releases, json } => {
-            let releases = releases.unwrap_or_else(|| default_releases(&root));
-            let (old, new) = (resolve(&old, &releases)?, resolve(&new, &releases)?);
+            let roots = release_roots(&root, releases);
+            let (old, new) = (resolve_in(&old, &roots)?, resolve_in(&new, &roots)?);
             let report = xtask::diff::diff_dirs(&old, &new).map_err(|e| e.to_string())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
@@ -306,22 +322,43 @@ fn run(command: Command) -> Result<(), String> {
             Ok(())
         }
         Command::Schema {
-            command: SchemaCommand::Update { to, from, commit, schema_version, release_url, skip_semver_checks },
+            command:
+                SchemaCommand::Update {
+                    to,
+                    from,
+                    npm,
+                    npm_package,
+                    commit,
+                    schema_version,
+                    release_url,
+                    skip_semver_checks,
+                },
         } => {
-            let from = match from {
-                Some(from) => from,
-                None => release_dir(&default_releases(&root), &to)?,
+            let npm = npm.map(|version| schema::NpmPackage { package: npm_package, version });
+            let tag = match (&to, &npm) {
+                (Some(to), _) => to.clone(),
+                (None, Some(npm)) => npm.tag(),
+                (None, None) => return Err("--to or --npm is required".into()),
+            };
+            let from = match (from, &npm) {
+                (Some(from), _) => from,
+                (None, Some(npm)) => {
+                    let dir = root.join("target/schema-npm").join(&tag);
+                    let _ = std::fs::remove_dir_all(&dir);
+                    npm.unpack(&dir).map_err(|e| e.to_string())?
+                }
+                (None, None) => resolve_in(&tag, &release_roots(&root, None))?,
             };
             let semver_checks = if skip_semver_checks { semver::Tool::Skip } else { semver::Tool::Run };
-            let options = schema::UpdateOptions { commit, schema_version, release_url, semver_checks };
-            schema::update(&root, &to, &from, &options).map_err(skip_hint)
+            let options = schema::UpdateOptions { commit, schema_version, release_url, semver_checks, npm };
+            schema::update(&root, &tag, &from, &options).map_err(skip_hint)
         }
         Command::Semver { from, to, root: releases, json, skip_semver_checks } => {
-            let releases = releases.unwrap_or_else(|| default_releases(&root));
+            let roots = release_roots(&root, releases);
             // Both folders are found before either side is generated: a mistyped tag is
             // reported as such, whatever state the pinned schema is in.
-            let to_dir = resolve(&to, &releases)?;
-            let from_dir = from.as_deref().map(|from| resolve(from, &releases)).transpose()?;
+            let to_dir = resolve_in(&to, &roots)?;
+            let from_dir = from.as_deref().map(|from| resolve_in(from, &roots)).transpose()?;
             let old = match (from, from_dir) {
                 (Some(from), Some(dir)) => semver::Side::generate(&dir, &from)?,
                 _ => {

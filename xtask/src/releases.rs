@@ -44,6 +44,12 @@ pub fn release_dir(releases: &Path, tag: &str) -> Result<PathBuf, String> {
 
 /// A `diff` argument: an existing folder as given, otherwise a release tag under `releases`.
 pub fn resolve(arg: &str, releases: &Path) -> Result<PathBuf, String> {
+    resolve_in(arg, &[releases.to_owned()])
+}
+
+/// A release argument: an existing folder as given, otherwise a release tag under the first of
+/// `roots` that has it (`v1.7.0` under the releases, `npm-sdk-2.4.0` under the newer schemas).
+pub fn resolve_in(arg: &str, roots: &[PathBuf]) -> Result<PathBuf, String> {
     let path = PathBuf::from(arg);
     if path.exists() {
         return Ok(path);
@@ -51,7 +57,25 @@ pub fn resolve(arg: &str, releases: &Path) -> Result<PathBuf, String> {
     if path.components().count() > 1 {
         return Err(format!("no folder {arg}"));
     }
-    release_dir(releases, arg)
+    if let Some(dir) = roots.iter().map(|root| root.join(arg)).find(|dir| dir.join("v1/schema.json").exists()) {
+        return Ok(dir);
+    }
+    match roots {
+        [one] => release_dir(one, arg),
+        _ => {
+            let known: Vec<String> = roots
+                .iter()
+                .map(|root| match tags(root) {
+                    Ok(tags) => {
+                        format!("{}: {}", root.display(), if tags.is_empty() { "none".into() } else { tags.join(", ") })
+                    }
+                    Err(e) => e,
+                })
+                .collect();
+            let folders: Vec<String> = roots.iter().map(|root| root.display().to_string()).collect();
+            Err(format!("no release `{arg}` under {} (releases in {})", folders.join(" or "), known.join("; ")))
+        }
+    }
 }
 
 /// The releases under `releases` and how each is gated: the feature table describes the

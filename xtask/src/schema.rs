@@ -1,6 +1,11 @@
-//! The pinned upstream schema: `schema/lock.json` names the release (tag, commit, download
-//! address) and the sha256 of every file; `schema fetch` fills `schema/json/` from a local
-//! folder or from the release assets, verifying each file against the lock.
+//! The pinned upstream schema: `schema/lock.json` names where the files come from and the
+//! sha256 of every file; `schema fetch` fills `schema/json/` from a local folder, from an
+//! upstream release's assets, or from a published npm package (the official TypeScript SDK
+//! ships the schema it is built from), verifying each file against the lock.
+//!
+//! Two sources, one lock: an upstream release (`schema_version`, `release_url`: the GitHub
+//! release `schema-v{version}` whose assets are the files) or an npm package (`npm`: package and
+//! version; `npm pack` fetches it through the registry the maintainer's npm is set up for).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,13 +24,85 @@ pub struct Lock {
     /// The upstream commit of the tag (`unknown` when `schema update` was not told).
     pub commit: String,
     /// The version of the schema artifacts inside the release: upstream publishes them as the
-    /// assets of its GitHub release `schema-v{schema_version}`.
-    pub schema_version: String,
+    /// assets of its GitHub release `schema-v{schema_version}`. `None` for a package's schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_version: Option<String>,
     /// Where the release assets are downloaded from: `{release_url}/{asset}`, with the asset
-    /// named by [`asset_name`].
-    pub release_url: String,
+    /// named by [`asset_name`]. `None` for a package's schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_url: Option<String>,
+    /// The npm package whose `schema/` folder holds the files, when the pin comes from one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub npm: Option<NpmPackage>,
     /// `v1/schema.json` → sha256 (hex).
     pub files: BTreeMap<String, String>,
+}
+
+/// A published npm package that ships the schema files under `schema/` (`schema/v1/schema.json`,
+/// ...), as the official TypeScript SDK does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NpmPackage {
+    /// The package name.
+    pub package: String,
+    /// The exact version.
+    pub version: String,
+}
+
+/// The official TypeScript SDK, whose package ships the schema it is built from.
+pub const OFFICIAL_NPM_PACKAGE: &str = "@agentclientprotocol/sdk";
+
+impl NpmPackage {
+    /// The official SDK's package at `version`.
+    pub fn official(version: &str) -> NpmPackage {
+        NpmPackage { package: OFFICIAL_NPM_PACKAGE.to_owned(), version: version.to_owned() }
+    }
+
+    /// The tag a pin from this package gets: `npm-sdk-2.4.0` for the official SDK 2.4.0 (the
+    /// name of its folder under `../shared/acp-schema/next`), `npm-{name}-{version}` otherwise.
+    pub fn tag(&self) -> String {
+        if self.package == OFFICIAL_NPM_PACKAGE {
+            format!("npm-sdk-{}", self.version)
+        } else {
+            let name = self.package.trim_start_matches('@').replace('/', "-");
+            format!("npm-{name}-{}", self.version)
+        }
+    }
+
+    /// Unpacks the package into `dir` with `npm pack` and `tar` (both on a maintainer's and
+    /// CI's machines; no HTTP or archive code in the xtask), and returns the folder holding its
+    /// `v1/` and `v2/` schema folders.
+    pub fn unpack(&self, dir: &Path) -> Result<PathBuf, SchemaError> {
+        let spec = format!("{}@{}", self.package, self.version);
+        let fail = |reason: String| SchemaError::Npm { spec: spec.clone(), reason };
+        std::fs::create_dir_all(dir).map_err(|source| SchemaError::Write { path: dir.to_owned(), source })?;
+        let packed = std::process::Command::new("npm")
+            .args(["pack", "--silent", &spec, "--pack-destination"])
+            .arg(dir)
+            .output()
+            .map_err(|e| fail(format!("cannot run npm: {e}")))?;
+        if !packed.status.success() {
+            return Err(fail(String::from_utf8_lossy(&packed.stderr).trim().to_owned()));
+        }
+        let tarball = String::from_utf8_lossy(&packed.stdout).lines().last().unwrap_or_default().trim().to_owned();
+        if tarball.is_empty() {
+            return Err(fail("npm pack named no tarball".into()));
+        }
+        let unpacked = std::process::Command::new("tar")
+            .arg("xzf")
+            .arg(dir.join(&tarball))
+            .arg("-C")
+            .arg(dir)
+            .output()
+            .map_err(|e| fail(format!("cannot run tar: {e}")))?;
+        if !unpacked.status.success() {
+            return Err(fail(format!("tar: {}", String::from_utf8_lossy(&unpacked.stderr).trim())));
+        }
+        let schema = dir.join("package/schema");
+        if !schema.join("v1/schema.json").exists() {
+            return Err(fail("the package has no schema/v1/schema.json".into()));
+        }
+        Ok(schema)
+    }
 }
 
 /// Why reading the lock or fetching the pinned files failed.
@@ -74,6 +151,24 @@ pub enum SchemaError {
         /// What `curl` said, or why it could not run.
         reason: String,
     },
+    /// An npm package could not be fetched or unpacked.
+    #[error(
+        "cannot fetch the npm package {spec}: {reason}\n\
+         `schema fetch` runs `npm pack` (npm must be installed and reach its registry); offline, fetch \
+         from a copy of the package's schema/ folder with --from DIR"
+    )]
+    Npm {
+        /// `package@version`.
+        spec: String,
+        /// What npm or tar said.
+        reason: String,
+    },
+    /// The lock names no source to download from.
+    #[error("schema/lock.json names neither a release_url nor an npm package for {tag}: fetch with --from DIR")]
+    NoSource {
+        /// The pinned release.
+        tag: String,
+    },
     /// A fetched file or its folder could not be written.
     #[error("cannot write {path}: {source}")]
     Write {
@@ -117,8 +212,24 @@ impl Lock {
     }
 }
 
-/// Fills `out` with the pinned files, from `from` (a release folder) or by download.
+/// Fills `out` with the pinned files, from `from` (a release folder), or from the source the
+/// lock names: the npm package (unpacked in a folder beside `out`), else the release's assets.
 pub fn fetch(lock: &Lock, from: Option<&Path>, out: &Path) -> Result<(), SchemaError> {
+    let scratch = out.with_file_name("npm-package");
+    let from = match (from, &lock.npm) {
+        (Some(dir), _) => Some(dir.to_owned()),
+        (None, Some(package)) => {
+            let _ = std::fs::remove_dir_all(&scratch);
+            Some(package.unpack(&scratch)?)
+        }
+        (None, None) => None,
+    };
+    let fetched = copy_or_download(lock, from.as_deref(), out);
+    let _ = std::fs::remove_dir_all(&scratch);
+    fetched
+}
+
+fn copy_or_download(lock: &Lock, from: Option<&Path>, out: &Path) -> Result<(), SchemaError> {
     for file in lock.files.keys() {
         let bytes = match from {
             Some(dir) => {
@@ -160,7 +271,8 @@ pub fn default_release_url(upstream: &str, schema_version: &str) -> String {
 /// Downloads one release asset with `curl`, which every developer machine and CI image has;
 /// keeping HTTP out of the xtask's dependencies keeps its build small.
 fn download(lock: &Lock, file: &str) -> Result<Vec<u8>, SchemaError> {
-    let url = format!("{}/{}", lock.release_url.trim_end_matches('/'), asset_name(file));
+    let release_url = lock.release_url.as_deref().ok_or_else(|| SchemaError::NoSource { tag: lock.tag.clone() })?;
+    let url = format!("{}/{}", release_url.trim_end_matches('/'), asset_name(file));
     let fail = |reason: String| SchemaError::Download { url: url.clone(), tag: lock.tag.clone(), reason };
     let output = std::process::Command::new("curl")
         .args(["--fail", "--silent", "--show-error", "--location", "--max-time", "60", &url])
@@ -184,6 +296,8 @@ pub struct UpdateOptions {
     pub release_url: Option<String>,
     /// Whether the API report runs cargo-semver-checks (the CLI does unless told not to).
     pub semver_checks: crate::semver::Tool,
+    /// The npm package the files come from, recorded instead of a release.
+    pub npm: Option<NpmPackage>,
 }
 
 /// The lock pinning `tag` with `files` (path → sha256), from the pinned `old` one. Nothing that
@@ -191,22 +305,51 @@ pub struct UpdateOptions {
 /// download address would make a later `schema fetch` download the wrong files.
 pub fn pin(old: &Lock, tag: &str, files: BTreeMap<String, String>, options: &UpdateOptions) -> Result<Lock, String> {
     let same_tag = tag == old.tag;
+    let commit = match &options.commit {
+        Some(c) => c.clone(),
+        None if same_tag => old.commit.clone(),
+        None if options.npm.is_some() => "unknown".to_owned(),
+        None => {
+            eprintln!("warning: no --commit given; the lock records the upstream commit as `unknown`");
+            "unknown".to_owned()
+        }
+    };
+    // A package's schema: the package is the source, and no release address is carried over.
+    let npm = options.npm.clone().or_else(|| if same_tag { old.npm.clone() } else { None });
+    if let Some(npm) = &npm {
+        if options.release_url.is_some() {
+            return Err("--release-url is for an upstream release, not an npm package".to_owned());
+        }
+        let schema_version = options.schema_version.clone();
+        let npm = Some(npm.clone());
+        return Ok(Lock {
+            upstream: old.upstream.clone(),
+            tag: tag.to_owned(),
+            commit,
+            schema_version,
+            release_url: None,
+            npm,
+            files,
+        });
+    }
     let schema_version = match &options.schema_version {
         Some(v) if v.is_empty() || v.contains(['/', ' ']) || v.starts_with('v') => {
             return Err(format!("--schema-version `{v}`: expected a version such as `1.21.0`, without the `v`"));
         }
         Some(v) => v.clone(),
-        None if same_tag => old.schema_version.clone(),
+        None if same_tag && old.schema_version.is_some() => old.schema_version.clone().unwrap_or_default(),
         None => {
             return Err(format!(
                 "--schema-version is required when the pin moves from {} to {tag}: schema/lock.json's \
                  schema_version {} and release_url belong to {} (upstream publishes the files of a release \
                  as the assets of its `schema-v<VERSION>` GitHub release)",
-                old.tag, old.schema_version, old.tag
+                old.tag,
+                old.schema_version.as_deref().unwrap_or("(none)"),
+                old.tag
             ));
         }
     };
-    if !same_tag && schema_version == old.schema_version && files != old.files {
+    if !same_tag && old.schema_version.as_deref() == Some(schema_version.as_str()) && files != old.files {
         return Err(format!(
             "--schema-version {schema_version} is the version pinned for {}, but the files of {tag} differ \
              from {}'s: give the version of {tag}'s schema artifacts",
@@ -218,18 +361,20 @@ pub fn pin(old: &Lock, tag: &str, files: BTreeMap<String, String>, options: &Upd
             return Err(format!("--release-url `{url}`: expected an http(s):// or file:// address"));
         }
         Some(url) => url.trim_end_matches('/').to_owned(),
-        None if schema_version == old.schema_version && same_tag => old.release_url.clone(),
+        None if old.schema_version.as_deref() == Some(schema_version.as_str()) && same_tag => {
+            old.release_url.clone().unwrap_or_else(|| default_release_url(&old.upstream, &schema_version))
+        }
         None => default_release_url(&old.upstream, &schema_version),
     };
-    let commit = match &options.commit {
-        Some(c) => c.clone(),
-        None if same_tag => old.commit.clone(),
-        None => {
-            eprintln!("warning: no --commit given; the lock records the upstream commit as `unknown`");
-            "unknown".to_owned()
-        }
-    };
-    Ok(Lock { upstream: old.upstream.clone(), tag: tag.to_owned(), commit, schema_version, release_url, files })
+    Ok(Lock {
+        upstream: old.upstream.clone(),
+        tag: tag.to_owned(),
+        commit,
+        schema_version: Some(schema_version),
+        release_url: Some(release_url),
+        npm: None,
+        files,
+    })
 }
 
 /// `cargo xtask schema update`: everything is generated and checked in memory first, so a

@@ -385,6 +385,7 @@ fn update_that_cannot_generate_changes_nothing() {
         schema_version: Some("1.18.0".into()),
         release_url: None,
         semver_checks: Default::default(),
+        npm: None,
     };
     let err =
         xtask::schema::update(&ws, "v1.3.0", &releases().join("v1.3.0"), &options).expect_err("the table does not fit");

@@ -38,24 +38,26 @@ fn a_new_tag_gets_its_own_schema_version_and_release_url() {
         UpdateOptions { schema_version: Some("1.22.0".into()), commit: Some("abc".into()), ..Default::default() };
     let lock = schema::pin(&old, "v1.8.0", other_files(), &options).expect("pins");
     assert_eq!(lock.tag, "v1.8.0");
-    assert_eq!(lock.schema_version, "1.22.0");
+    assert_eq!(lock.schema_version.as_deref(), Some("1.22.0"));
     assert_eq!(
-        lock.release_url,
-        "https://github.com/agentclientprotocol/agent-client-protocol/releases/download/schema-v1.22.0"
+        lock.release_url.as_deref(),
+        Some("https://github.com/agentclientprotocol/agent-client-protocol/releases/download/schema-v1.22.0")
     );
     assert_eq!((lock.commit.as_str(), &lock.upstream), ("abc", &old.upstream));
 
     let url = UpdateOptions { release_url: Some("https://example.org/acp/".into()), ..options };
-    assert_eq!(schema::pin(&old, "v1.8.0", other_files(), &url).unwrap().release_url, "https://example.org/acp");
+    let lock = schema::pin(&old, "v1.8.0", other_files(), &url).unwrap();
+    assert_eq!(lock.release_url.as_deref(), Some("https://example.org/acp"));
 }
 
 #[test]
 fn a_new_tag_never_keeps_the_old_release_address() {
     let old = pinned();
     let err = schema::pin(&old, "v1.8.0", other_files(), &UpdateOptions::default()).expect_err("no version");
-    assert!(err.contains("--schema-version is required") && err.contains(&old.schema_version), "{err}");
+    let old_version = old.schema_version.clone().unwrap();
+    assert!(err.contains("--schema-version is required") && err.contains(&old_version), "{err}");
     // The pinned version again, for files that changed: a stale value typed back in.
-    let stale = UpdateOptions { schema_version: Some(old.schema_version.clone()), ..Default::default() };
+    let stale = UpdateOptions { schema_version: Some(old_version), ..Default::default() };
     let err = schema::pin(&old, "v1.8.0", other_files(), &stale).expect_err("same version, other files");
     assert!(err.contains("--schema-version") && err.contains("differ"), "{err}");
     let err = schema::pin(
@@ -88,7 +90,7 @@ fn fetch_without_from_downloads_the_assets_the_lock_names() {
     for file in lock.files.keys() {
         std::fs::copy(releases().join(&lock.tag).join(file), assets.join(schema::asset_name(file))).unwrap();
     }
-    let lock = Lock { release_url: format!("file://{}", assets.display()), ..lock };
+    let lock = Lock { release_url: Some(format!("file://{}", assets.display())), ..lock };
     let out = scratch("fetched");
     schema::fetch(&lock, None, &out).expect("downloads every pinned file");
     lock.verify_dir(&out).unwrap();
@@ -150,6 +152,81 @@ fn update_to_a_new_tag_writes_its_release_into_the_lock() {
         UpdateOptions { schema_version: Some("1.22.0".into()), commit: Some("abc".into()), ..Default::default() };
     schema::update(&ws, "v1.8.0", &next, &options).expect("updates");
     let lock = Lock::read(&ws.join("schema/lock.json")).unwrap();
-    assert_eq!((lock.tag.as_str(), lock.schema_version.as_str()), ("v1.8.0", "1.22.0"));
-    assert!(lock.release_url.ends_with("/releases/download/schema-v1.22.0"), "{}", lock.release_url);
+    assert_eq!((lock.tag.as_str(), lock.schema_version.as_deref()), ("v1.8.0", Some("1.22.0")));
+    let url = lock.release_url.unwrap_or_default();
+    assert!(url.ends_with("/releases/download/schema-v1.22.0"), "{url}");
+}
+
+fn next() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/next")
+}
+
+/// The files of a release folder with their sha256, as a lock names them.
+fn shas(dir: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for version in ["v1", "v2"] {
+        for name in ["schema.json", "schema.unstable.json", "meta.json", "meta.unstable.json"] {
+            if let Ok(bytes) = std::fs::read(dir.join(version).join(name)) {
+                out.insert(format!("{version}/{name}"), xtask::codegen::load::sha256(&bytes));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_pin_from_an_npm_package_records_the_package_and_no_release_address() {
+    let old = pinned();
+    let npm = schema::NpmPackage::official("2.4.0");
+    assert_eq!(npm.tag(), "npm-sdk-2.4.0");
+    let files = shas(&next().join("npm-sdk-2.4.0"));
+    assert_eq!(files.len(), 4, "schema.json and schema.unstable.json of v1 and v2, no meta.json: {files:?}");
+    let options = UpdateOptions { npm: Some(npm.clone()), ..Default::default() };
+    let lock = schema::pin(&old, &npm.tag(), files.clone(), &options).expect("pins without --schema-version");
+    assert_eq!(lock.npm.as_ref(), Some(&npm));
+    assert_eq!((lock.release_url.as_deref(), lock.schema_version.as_deref()), (None, None));
+    assert_eq!(lock.files, files);
+    // Written and read back as the lock file is; a release's lock keeps its fields.
+    let text = serde_json::to_string_pretty(&lock).unwrap();
+    assert!(text.contains("\"npm\"") && !text.contains("release_url"), "{text}");
+    assert_eq!(serde_json::from_str::<Lock>(&text).unwrap(), lock);
+    let pinned_text = std::fs::read_to_string(workspace().join("schema/lock.json")).unwrap();
+    assert_eq!(serde_json::to_string_pretty(&old).unwrap() + "\n", pinned_text, "the release lock is unchanged");
+    // The same tag again keeps the package.
+    let again = schema::pin(&lock, &lock.tag, files, &UpdateOptions::default()).unwrap();
+    assert_eq!(again, lock);
+    let err = schema::pin(
+        &old,
+        "npm-sdk-2.4.0",
+        lock.files.clone(),
+        &UpdateOptions { release_url: Some("https://example.org".into()), ..options },
+    )
+    .expect_err("a package has no release address");
+    assert!(err.contains("--release-url"), "{err}");
+}
+
+#[test]
+fn fetch_gets_a_pinned_package_through_npm_and_verifies_it() {
+    // The official SDK 2.4.0 from the npm registry, checked against the copy in ../shared.
+    let npm = schema::NpmPackage::official("2.4.0");
+    let files = shas(&next().join("npm-sdk-2.4.0"));
+    let options = UpdateOptions { npm: Some(npm.clone()), ..Default::default() };
+    let lock = schema::pin(&pinned(), &npm.tag(), files, &options).unwrap();
+    let out = scratch("npm-fetched").join("json");
+    schema::fetch(&lock, None, &out).expect("npm pack fetches the package");
+    lock.verify_dir(&out).unwrap();
+    assert!(!out.with_file_name("npm-package").exists(), "the unpacked package is cleaned up");
+
+    // A file that does not match is refused, naming it.
+    let mut wrong = lock.clone();
+    wrong.files.insert("v2/schema.json".into(), "00".repeat(32));
+    let err = schema::fetch(&wrong, None, &scratch("npm-wrong").join("json")).expect_err("sha256 mismatch");
+    assert!(err.to_string().contains("v2/schema.json"), "{err}");
+    // A version that does not exist is npm's error, with what to do offline.
+    let missing = Lock { npm: Some(schema::NpmPackage::official("0.0.0-none")), ..lock };
+    let err = schema::fetch(&missing, None, &scratch("npm-missing").join("json")).expect_err("no such version");
+    assert!(
+        err.to_string().contains("@agentclientprotocol/sdk@0.0.0-none") && err.to_string().contains("--from"),
+        "{err}"
+    );
 }

@@ -59,6 +59,11 @@ impl VersionFiles {
     }
 }
 
+/// The sha256 of `bytes`, in lowercase hex, as the lock and the preamble write it.
+pub fn sha256(bytes: &[u8]) -> String {
+    sha256_hex(bytes)
+}
+
 /// The sha256 of `bytes`, in lowercase hex.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
