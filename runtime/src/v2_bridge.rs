@@ -65,9 +65,15 @@
 //!   sessions;
 //! - `session/close` of one without `sessionCapabilities.close` cancels the session's turn and
 //!   is answered `{}`;
-//! - `session/resume` without a replay cursor, of one that can neither resume nor load, is
-//!   answered `{}` for a session open on this connection (created, and not closed) and -32002
-//!   for any other; with a replay cursor, of one that cannot load, -32602.
+//! - `session/resume` of one that cannot load is answered as if it had no replay cursor (a
+//!   successful answer with an empty replay, which the schema allows): `session/resume` where
+//!   the agent can resume; else `{}` for a session open on this connection (created, and not
+//!   closed) and -32002 for any other.
+//!
+//! After `session/close` is answered, the session is gone from this connection, as from a
+//! native v2 agent: a request about it (a prompt, a second close) is answered -32002 until a
+//! `session/resume` opens it again, and what the v1 agent still sends about it is not passed on
+//! (its permission requests are answered `cancelled`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -86,6 +92,12 @@ use crate::{Connection, transport};
 
 /// Bytes buffered each way between the bridge and the v1 implementation.
 const LINK_BUFFER: usize = 256 * 1024;
+
+/// How long `session/close` waits for the turns it cancelled to end before it answers. The
+/// v1 side answers a cancelled prompt within its cancel grace (100 ms by default), so this bound
+/// is only reached by a close batched with its own prompt (whose answer waits for the batch):
+/// the spec says not to batch prompts.
+const CLOSE_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Serves v2 clients with a v1 implementation (see the [module docs](self)). One per
 /// connection: it holds the connection's sessions (a [`ProtocolRouter`] is one per connection
@@ -187,38 +199,51 @@ impl V2Bridge {
                 if cursor.get("type").and_then(Value::as_str) != Some("start") {
                     return Err(ErrorObject::invalid_params_at("replayFrom", "unknown replay cursor"));
                 }
-                if !caps.load {
-                    return Err(ErrorObject::invalid_params_at(
-                        "replayFrom",
-                        "this agent cannot replay a session's history (its v1 side has no `loadSession`)",
-                    ));
+                if caps.load {
+                    "session/load"
+                } else {
+                    // Nothing to replay from: resumed as without a cursor, with an empty replay.
+                    return self.resume_without_replay(agent, &req, &session, &params).await;
                 }
-                "session/load"
             }
-            None if caps.resume => "session/resume",
-            None if caps.load => {
-                // Loading replays the history, which a resume without a cursor must not (until
-                // the load ends, however it ends).
-                let _quiet = Quiet::new(&self.state, &session);
-                let answer = v2_session_answer(&call(agent, "session/load", &params, &req).await?)?;
-                self.state.opened(&session);
-                return Ok(answer);
-            }
-            // The agent can neither resume nor load: a session it has open on this
-            // connection resumes as it is; any other is not found.
-            None if self.state.is_open(&session) => return encode(&json!({})),
-            None => {
-                let mut error = ErrorObject::resource_not_found(None);
-                error.data = Some(json!({
-                    "sessionId": &*session,
-                    "reason": "this agent (v1, without `sessionCapabilities.resume` or `loadSession`) \
-                        can only resume the sessions it has open on this connection",
-                }));
-                return Err(error);
-            }
+            None => return self.resume_without_replay(agent, &req, &session, &params).await,
         };
         let answer = v2_session_answer(&call(agent, method, &params, &req).await?)?;
         self.state.opened(&session);
+        Ok(answer)
+    }
+
+    /// A resume that replays nothing: `session/resume` where the agent can, else a load whose
+    /// replay is dropped, else the session as it is if it is open on this connection.
+    async fn resume_without_replay(
+        &self,
+        agent: &Peer,
+        req: &IncomingRequest,
+        session: &Arc<str>,
+        params: &Value,
+    ) -> Result<Box<RawValue>, ErrorObject> {
+        let caps = self.state.caps();
+        let answer = if caps.resume {
+            v2_session_answer(&call(agent, "session/resume", params, req).await?)?
+        } else if caps.load {
+            // Loading replays the history, which a resume without a cursor must not (until the
+            // load ends, however it ends).
+            let _quiet = Quiet::new(&self.state, session);
+            v2_session_answer(&call(agent, "session/load", params, req).await?)?
+        } else if self.state.is_open(session) {
+            // The agent can neither resume nor load: a session it has open on this connection
+            // resumes as it is; any other is not found.
+            encode(&json!({}))?
+        } else {
+            let mut error = ErrorObject::resource_not_found(None);
+            error.data = Some(json!({
+                "sessionId": &**session,
+                "reason": "this agent (v1, without `sessionCapabilities.resume` or `loadSession`) \
+                    can only resume the sessions it has open on this connection",
+            }));
+            return Err(error);
+        };
+        self.state.opened(session);
         Ok(answer)
     }
 
@@ -226,6 +251,10 @@ impl V2Bridge {
         let Some(session) = req.session_id.clone() else {
             return forward(agent, req).await;
         };
+        if self.state.is_closed(&session) {
+            // Closing a session that is gone succeeds, as the schema asks.
+            return encode(&json!({}));
+        }
         let answer = if self.state.caps().close {
             forward(agent, req).await?
         } else {
@@ -233,7 +262,11 @@ impl V2Bridge {
             agent.notify("session/cancel", &json!({"sessionId": &*session})).await.map_err(ErrorObject::from)?;
             encode(&json!({}))?
         };
+        // The cancelled turns' last updates and their idle `state_update` go before the answer;
+        // nothing about the session goes after it.
+        self.state.settled(&session, CLOSE_SETTLE).await;
         self.state.forget(&session);
+        self.state.close(&session);
         Ok(answer)
     }
 
@@ -320,7 +353,8 @@ impl V2Bridge {
             None => Outcome::Pending(pending),
         };
         turn.accept();
-        tokio::spawn(finish(self.state.clone(), client, turn, answer));
+        let finishing = Finishing::new(&self.state, &session);
+        tokio::spawn(finish(self.state.clone(), client, turn, answer, finishing));
         // v1.7.0's schema answers `{}`; the official SDKs' clients read the user message's id
         // here (as the native v2 turn answers), and a peer expecting `{}` ignores it.
         encode(&json!({"messageId": user_message}))
@@ -328,7 +362,7 @@ impl V2Bridge {
 }
 
 /// An accepted turn, from its start to its idle end.
-async fn finish(state: Arc<State>, client: Peer, turn: Arc<BridgedTurn>, answer: Outcome) {
+async fn finish(state: Arc<State>, client: Peer, turn: Arc<BridgedTurn>, answer: Outcome, _finishing: Finishing) {
     turn.start(&client).await;
     let answer = match answer {
         Outcome::Answered(answer) => answer,
@@ -373,6 +407,13 @@ impl Drop for V2Bridge {
 impl Handler for V2Bridge {
     async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
         let agent = self.link(&req.peer);
+        if let Some(session) = &req.session_id
+            && self.state.is_closed(session)
+            && !matches!(&*req.method, "session/resume" | "session/load" | "session/new" | "session/close")
+        {
+            // As a native v2 agent answers: the session no longer exists on this connection.
+            return Err(closed_session(session));
+        }
         match &*req.method {
             "initialize" => self.initialize(&agent, req).await,
             "session/new" => self.new_session(&agent, req).await,
@@ -389,10 +430,13 @@ impl Handler for V2Bridge {
 
     async fn handle_notification(&self, notification: IncomingNotification) {
         let agent = self.link(&notification.peer);
-        if notification.method == "session/cancel"
-            && let Some(session) = notification.session_id()
-        {
-            self.state.cancel_turns(&session);
+        if let Some(session) = notification.session_id() {
+            if self.state.is_closed(&session) {
+                return;
+            }
+            if notification.method == "session/cancel" {
+                self.state.cancel_turns(&session);
+            }
         }
         if let Err(e) = agent.notify_raw(&notification.method, notification.params.as_deref()).await {
             tracing::debug!(error = %e, method = %notification.method, "acp v2 bridge: not passed on to the v1 agent");
@@ -512,6 +556,15 @@ impl Handler for FromAgent {
             // Not advertised to the agent: v2 has no client file system or terminals.
             return Err(ErrorObject::method_not_found(method));
         }
+        if let Some(session) = &req.session_id
+            && self.state.is_closed(session)
+        {
+            // Nothing more goes to the client about a closed session.
+            return match method {
+                "session/request_permission" => encode(&json!({"outcome": {"outcome": "cancelled"}})),
+                _ => Err(closed_session(session)),
+            };
+        }
         if method == "session/request_permission" {
             return self.permission(&client, req).await;
         }
@@ -538,7 +591,7 @@ impl Handler for FromAgent {
         };
         let session = params.get("sessionId").and_then(Value::as_str).map(str::to_owned);
         if let Some(session) = &session {
-            if self.state.is_quiet(session) {
+            if self.state.is_quiet(session) || self.state.is_closed(session) {
                 return;
             }
             if self.update(session, &mut params).is_none() {
@@ -681,6 +734,10 @@ struct State {
     client: OnceLock<Peer>,
     caps: OnceLock<V1Caps>,
     sessions: Mutex<HashMap<Arc<str>, Track>>,
+    /// Sessions closed on this connection and not resumed since.
+    closed: Mutex<std::collections::HashSet<Arc<str>>>,
+    /// Woken when a turn ends or its last update is sent.
+    changed: tokio::sync::Notify,
     next_id: AtomicU64,
 }
 
@@ -698,6 +755,31 @@ struct Track {
     quiet: u32,
     /// Created, loaded or resumed on this connection, and not closed.
     open: bool,
+    /// Accepted turns whose end is still to be reported.
+    finishing: u32,
+}
+
+/// An accepted turn whose end is not yet reported: counted in its session's [`Track`] from
+/// the prompt's answer until the turn's task is done with it, however it ends.
+struct Finishing {
+    state: Arc<State>,
+    session: Arc<str>,
+}
+
+impl Finishing {
+    fn new(state: &Arc<State>, session: &Arc<str>) -> Self {
+        state.with(session, |track| track.finishing += 1);
+        Finishing { state: state.clone(), session: session.clone() }
+    }
+}
+
+impl Drop for Finishing {
+    fn drop(&mut self) {
+        if let Some(track) = lock(&self.state.sessions).get_mut(&*self.session) {
+            track.finishing = track.finishing.saturating_sub(1);
+        }
+        self.state.changed.notify_waiters();
+    }
 }
 
 impl State {
@@ -731,7 +813,10 @@ impl State {
         let mut sessions = lock(&self.sessions);
         let Some(track) = sessions.get_mut(&*turn.session) else { return 0 };
         track.turns.retain(|other| !Arc::ptr_eq(other, turn));
-        track.turns.iter().filter(|other| other.is_accepted()).count()
+        let others = track.turns.iter().filter(|other| other.is_accepted()).count();
+        drop(sessions);
+        self.changed.notify_waiters();
+        others
     }
 
     /// The turn the agent's work on the session belongs to: the oldest one not ended.
@@ -748,7 +833,41 @@ impl State {
     }
 
     fn opened(&self, session: &str) {
+        lock(&self.closed).remove(session);
         self.with(session, |track| track.open = true);
+    }
+
+    /// `session/close` was answered: the session is gone from the connection.
+    fn close(&self, session: &str) {
+        lock(&self.closed).insert(Arc::from(session));
+    }
+
+    fn is_closed(&self, session: &str) -> bool {
+        lock(&self.closed).contains(session)
+    }
+
+    /// Whether the session has turns not yet ended, or ended turns whose last update is not yet
+    /// sent.
+    fn busy(&self, session: &str) -> bool {
+        lock(&self.sessions).get(session).is_some_and(|track| !track.turns.is_empty() || track.finishing > 0)
+    }
+
+    /// Waits until the session is no longer [busy](Self::busy), at most `bound`.
+    async fn settled(&self, session: &str, bound: std::time::Duration) {
+        let wait = async {
+            loop {
+                let changed = self.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if !self.busy(session) {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        if tokio::time::timeout(bound, wait).await.is_err() {
+            tracing::debug!(session_id = %session, "acp v2 bridge: closing a session whose turns have not ended");
+        }
     }
 
     fn is_open(&self, session: &str) -> bool {
@@ -873,6 +992,13 @@ impl Handler for SharedV1 {
 }
 
 // ---- JSON helpers ----------------------------------------------------------------------------
+
+/// -32002 for a session closed on this connection, as the native v2 agent answers.
+fn closed_session(session: &str) -> ErrorObject {
+    let mut error = ErrorObject::resource_not_found(None);
+    error.data = Some(json!({"sessionId": session, "reason": "the session was closed on this connection"}));
+    error
+}
 
 fn state_update(session: &str, state: &str) -> Value {
     json!({"sessionId": session, "update": {"sessionUpdate": "state_update", "state": state}})

@@ -426,16 +426,40 @@ async fn the_v1_agent_gets_no_client_file_system() {
 }
 
 #[tokio::test]
-async fn close_without_the_capability_cancels_the_turn() {
+async fn close_without_the_capability_cancels_the_turn_and_reports_its_end_first() {
     let agent = V1Agent::default();
     let mut client = bridged(&agent);
     open_session(&mut client).await;
     client.send_json(prompt(2, "work")).await;
-    let (closed, _) = request(&mut client, 3, "session/close", json!({"sessionId": SESSION})).await;
+    let (closed, before) = request(&mut client, 3, "session/close", json!({"sessionId": SESSION})).await;
     assert_eq!(closed["result"], json!({}), "{closed}");
-    let seen = until_idle(&mut client).await;
-    assert_eq!(seen.last().unwrap()["params"]["update"]["stopReason"], "cancelled", "{seen:#?}");
+    // The cancelled turn's idle goes before the close answer (the schema asks for it there).
+    let idle = before.iter().find(|m| m["params"]["update"]["state"] == "idle").expect("the turn's idle");
+    assert_eq!(idle["params"]["update"]["stopReason"], "cancelled", "{before:#?}");
     assert_eq!(agent.seen("session/cancel"), vec![json!({"sessionId": SESSION})]);
+}
+
+#[tokio::test]
+async fn a_closed_session_is_gone_from_the_connection_as_from_a_native_v2_agent() {
+    let agent = V1Agent::default();
+    let mut client = bridged(&agent);
+    open_session(&mut client).await;
+    let (closed, _) = request(&mut client, 2, "session/close", json!({"sessionId": SESSION})).await;
+    assert_eq!(closed["result"], json!({}), "{closed}");
+    // A prompt for it is not found, and the agent never sees it: no update follows.
+    let (refused, _) = request(&mut client, 3, "session/prompt", prompt(3, "hello")["params"].clone()).await;
+    assert_eq!(refused["error"]["code"], -32002, "{refused}");
+    assert_eq!(refused["error"]["data"]["sessionId"], SESSION, "{refused}");
+    assert_eq!(agent.seen("session/prompt").len(), 0, "the v1 agent is not asked");
+    let params = json!({"sessionId": SESSION, "configId": "mode", "value": "ask"});
+    let (config, _) = request(&mut client, 4, "session/set_config_option", params).await;
+    assert_eq!(config["error"]["code"], -32002, "{config}");
+    // Closing it again succeeds, as the schema asks.
+    let (again, _) = request(&mut client, 5, "session/close", json!({"sessionId": SESSION})).await;
+    assert_eq!(again["result"], json!({}), "{again}");
+    // Nothing about it arrives afterwards; the next message is the answer to an unrelated call.
+    let (listed, between) = request(&mut client, 6, "session/list", json!({})).await;
+    assert!(listed.get("result").is_some() && between.is_empty(), "{listed} {between:?}");
 }
 
 #[tokio::test]
@@ -450,10 +474,18 @@ async fn resume_without_resume_or_load_resumes_only_the_open_sessions() {
     let (unknown, _) = request(&mut client, 3, "session/resume", params).await;
     assert_eq!(unknown["error"]["code"], -32002, "{unknown}");
     assert_eq!(unknown["error"]["data"]["sessionId"], "sess-other", "{unknown}");
+    // A replay the agent cannot perform (it cannot load) is a success with an empty replay, as
+    // the schema allows.
     let params = json!({"sessionId": SESSION, "cwd": "/work", "replayFrom": {"type": "start"}});
-    let (replay, _) = request(&mut client, 4, "session/resume", params).await;
-    assert_eq!(replay["error"]["code"], -32602, "{replay}");
-    assert_eq!(replay["error"]["data"]["path"], "replayFrom", "{replay}");
+    let (replay, replayed) = request(&mut client, 4, "session/resume", params).await;
+    assert_eq!(replay["result"], json!({}), "{replay}");
+    assert!(replayed.is_empty(), "{replayed:?}");
+    let params = json!({"sessionId": "sess-other", "cwd": "/work", "replayFrom": {"type": "start"}});
+    let (unknown, _) = request(&mut client, 40, "session/resume", params).await;
+    assert_eq!(unknown["error"]["code"], -32002, "{unknown}");
+    let params = json!({"sessionId": SESSION, "cwd": "/work", "replayFrom": {"type": "later"}});
+    let (cursor, _) = request(&mut client, 41, "session/resume", params).await;
+    assert_eq!(cursor["error"]["code"], -32602, "an unknown cursor: {cursor}");
     // Closed, it is no longer open.
     request(&mut client, 5, "session/close", json!({"sessionId": SESSION})).await;
     let (closed, _) = request(&mut client, 6, "session/resume", json!({"sessionId": SESSION, "cwd": "/work"})).await;
