@@ -141,6 +141,43 @@ async fn a_proxy_crashing_mid_turn_ends_the_chain_with_an_error_answer_and_no_pr
 }
 
 #[tokio::test]
+async fn a_component_that_dies_while_its_child_holds_its_output_ends_the_chain_at_once() {
+    // The proxy exits mid-turn, but a `sleep` it started still holds its stdout: the pipe stays
+    // open, and only watching the process tells that it is gone.
+    let proxy = format!("sh -c 'sleep 300 & echo sleeper $! >&2; exec {COMPONENTS} crash'");
+    let mut editor = conductor(&["agent", &proxy, &format!("{COMPONENTS} echo-agent")]);
+    editor.initialize().await;
+    editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
+    editor.until_answer(1).await;
+    editor
+        .send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"echo-1","prompt":[]}}))
+        .await;
+    let (answer, _) = tokio::time::timeout(Duration::from_secs(10), editor.until_answer(2))
+        .await
+        .expect("the editor is answered while the proxy's child still holds its output");
+    assert_eq!(answer["error"]["code"], json!(-32603), "{answer}");
+    assert_eq!(editor.recv_line().await, None, "the conductor's output ends with the chain");
+    let (code, stderr) = editor.finish().await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("component 0"), "{stderr}");
+    let sleeper: u32 = stderr
+        .lines()
+        .find_map(|l| l.split_once("] sleeper ").map(|(_, pid)| pid.trim().parse().unwrap()))
+        .expect("the sleeper's pid, labelled");
+    // Killed with the proxy's process group; reaped by init, which may take a moment.
+    let gone = async {
+        while !process_is_gone(sleeper) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), gone).await.is_ok(),
+        "the proxy's child {sleeper} was left behind"
+    );
+    assert!(process_is_gone(pid_of_echo_agent(&stderr)), "the agent was left behind");
+}
+
+#[tokio::test]
 async fn a_proxy_that_never_answers_gets_the_prompt_cancelled_on_session_cancel() {
     let mut editor = conductor(&[
         "--cancel-grace-ms",

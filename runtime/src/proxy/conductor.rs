@@ -21,7 +21,7 @@
 //! | event | what the client sees | the chain |
 //! |---|---|---|
 //! | the client closes its side | the answers to what is in flight, as cancelled (see [`Connection::forwarding`]), while it still reads | every component's input is closed; the components are then terminated ([`ComponentCommand`]: SIGTERM, SIGKILL after the grace period, all at once) and reaped |
-//! | a component exits or closes its output | an error answer (-32603, "forwarding failed: connection closed") for every request in flight through it, then the end of output | the other components are closed and reaped, as above |
+//! | a component exits (its process is watched, so a child it left holding its stdout does not hide the exit; see [`Component::ends_with`]) or closes its output | an error answer (-32603, "forwarding failed: connection closed") for every request in flight through it, then the end of output | the other components are closed and reaped, as above |
 //! | a component writes something that is not JSON-RPC | the same: a broken component ends the chain (waiting on it would hang the client) | as above |
 //! | a component never answers | nothing until the client cancels; then the cancellation's answer (for `session/prompt`, `{"stopReason":"cancelled"}`) after the grace period | goes on |
 //!
@@ -71,6 +71,9 @@ pub struct Component {
     pub reader: BoxReader,
     /// Writes to the component (a child's stdin).
     pub writer: BoxWriter,
+    /// Completes when the component has ended whatever its output does (its process exited):
+    /// see [`Component::ends_with`].
+    ended: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
 }
 
 impl Component {
@@ -80,7 +83,16 @@ impl Component {
         reader: impl AsyncRead + Send + Unpin + 'static,
         writer: impl AsyncWrite + Send + Unpin + 'static,
     ) -> Self {
-        Component { name: name.into(), reader: Box::new(reader), writer: Box::new(writer) }
+        Component { name: name.into(), reader: Box::new(reader), writer: Box::new(writer), ended: None }
+    }
+
+    /// The component has ended when `ended` completes, even if its output stays open: a
+    /// process that exited while a child of its own still holds its stdout. The chain then
+    /// ends as when the component closes its output.
+    #[must_use]
+    pub fn ends_with(mut self, ended: impl std::future::Future<Output = ()> + Send + 'static) -> Self {
+        self.ended = Some(Box::pin(ended));
+        self
     }
 }
 
@@ -237,9 +249,18 @@ impl Conductor {
             (tracer, debug) => connection.wire_tap(trace::Tap::new(tracer.clone(), debug.clone(), place)),
         };
         let mut serves = JoinSet::new();
+        // The components' own ends ([`Component::ends_with`]), apart from `serves`: the chain
+        // does not wait for those that never come.
+        let mut exits = JoinSet::new();
         let mut names = Vec::new();
         let mut peers = Vec::new();
-        for (index, component) in components.into_iter().enumerate() {
+        for (index, mut component) in components.into_iter().enumerate() {
+            if let Some(ended) = component.ended.take() {
+                exits.spawn(async move {
+                    ended.await;
+                    index
+                });
+            }
             let connection = Connection::new().forwarding().end_on_bad_input().cancel_grace(self.cancel_grace);
             let connection = tapped(connection, Place::Component(index));
             let link = Link { chain: chain.clone(), at: Place::Component(index) };
@@ -268,8 +289,13 @@ impl Conductor {
         let shutdown = self.shutdown.clone().unwrap_or_default();
         let joined = tokio::select! {
             joined = serves.join_next() => Some(joined),
+            Some(Ok(index)) = exits.join_next() => {
+                tracing::info!(component = %names[index], "acp conductor: a component exited");
+                Some(Some(Ok((Place::Component(index), Ok(())))))
+            }
             () = shutdown.cancelled() => None,
         };
+        drop(exits);
         let end = match joined {
             None => {
                 tracing::info!("acp conductor: shutdown requested; ending the chain");

@@ -208,7 +208,7 @@ where
         let mut child = match ChildProcess::spawn(command.command(), options.clone()) {
             Ok(child) => child,
             Err(e) => {
-                for child in children {
+                for (child, _) in children {
                     let _ = ChildProcess::terminate(child).await;
                 }
                 let what = if command.name == command.program {
@@ -224,28 +224,30 @@ where
             let (index, debug) = (components.len(), conductor.debug.clone());
             labels.push(tokio::spawn(label_stderr(command.name.clone(), stderr, index, debug)));
         }
-        components.push(Component::new(command.name.clone(), stdout, stdin));
-        children.push(child);
+        let exited = tokio_util::sync::CancellationToken::new();
+        components
+            .push(Component::new(command.name.clone(), stdout, stdin).ends_with(exited.clone().cancelled_owned()));
+        children.push((child, exited));
     }
-    let end = conductor.run(reader, writer, components).await?;
+    // Each process is watched while the chain runs: one that exits ends the chain at once,
+    // even while something it started still holds its stdout (waiting kills what is left of
+    // its group and reaps it, so it never lingers as a zombie).
+    let chain_over = tokio_util::sync::CancellationToken::new();
+    let mut reaping = tokio::task::JoinSet::new();
+    for (index, (child, exited)) in children.into_iter().enumerate() {
+        reaping.spawn(watch(index, child, exited, chain_over.clone(), kill_grace));
+    }
+    let end = conductor.run(reader, writer, components).await;
     // The components' inputs are closed by now: a well-behaved one exits by itself. All are
     // waited for at once, so stuck ones cost one grace period (and one for SIGTERM), not one each.
-    let mut statuses = vec![None; children.len()];
-    let mut reaping = tokio::task::JoinSet::new();
-    for (index, mut child) in children.into_iter().enumerate() {
-        reaping.spawn(async move {
-            let status = match tokio::time::timeout(kill_grace, child.wait()).await {
-                Ok(status) => status.ok(),
-                Err(_) => child.terminate().await.ok(),
-            };
-            (index, status)
-        });
-    }
+    chain_over.cancel();
+    let mut statuses = vec![None; reaping.len()];
     while let Some(reaped) = reaping.join_next().await {
         if let Ok((index, status)) = reaped {
             statuses[index] = status;
         }
     }
+    let end = end?;
     // The components are gone, but a process one left behind in a session of its own (out of
     // reach of the group kill) may still hold its stderr: what is left of their lines is
     // copied for one more grace period, not for as long as such a process lives.
@@ -261,6 +263,30 @@ where
         }
     }
     Ok(ChainExit { end, statuses })
+}
+
+/// Watches component `index`'s process: when it exits while the chain runs, `exited` fires;
+/// once `chain_over` fires, it has `kill_grace` to exit before its group is terminated. Returns
+/// the exit status (`None` when it could not be reaped).
+async fn watch(
+    index: usize,
+    mut child: ChildProcess,
+    exited: tokio_util::sync::CancellationToken,
+    chain_over: tokio_util::sync::CancellationToken,
+    kill_grace: std::time::Duration,
+) -> (usize, Option<ExitStatus>) {
+    tokio::select! {
+        status = child.wait() => {
+            exited.cancel();
+            return (index, status.ok());
+        }
+        () = chain_over.cancelled() => {}
+    }
+    let status = match tokio::time::timeout(kill_grace, child.wait()).await {
+        Ok(status) => status.ok(),
+        Err(_) => child.terminate().await.ok(),
+    };
+    (index, status)
 }
 
 /// Copies a component's stderr to ours, each line prefixed with its name (and to the debug
