@@ -18,19 +18,58 @@
 #[path = "common/agent.rs"]
 mod demo_agent;
 
-const USAGE: &str = "usage: agent [--v1-only | --v2-only | --bridged] [--listen ADDR]";
+const USAGE: &str = "\
+usage: agent [--v1-only | --v2-only | --bridged] [--listen ADDR [--token NAME=TOKEN]... [--allow-origin ORIGIN]... [--max-connections N]]
+
+  (no flag)           serve protocol v1 and v2 on stdin/stdout (each connection's initialize picks)
+  --v1-only           protocol v1 only
+  --v2-only           protocol v2 only
+  --bridged           v2 clients served by the v1 agent through the v2 bridge
+  --listen ADDR       serve remote clients on http://ADDR/acp (Streamable HTTP and WebSocket)
+  --token NAME=TOKEN  with --listen: require `Authorization: Bearer TOKEN`; NAME owns the sessions
+                      its connections create (repeat for more clients). Without any, every
+                      connection owns its sessions alone
+  --allow-origin O    with --listen: let a browser page from origin O call (`*` for any)
+  --max-connections N with --listen: open ACP connections at most (default 1024)
+  -h, --help          this text
+";
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let mut flag = None;
     let mut listen = None;
+    let mut options = demo_agent::ListenOptions::default();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
+        let mut value = |what: &str| args.next().ok_or_else(|| format!("{arg} needs {what}"));
         match arg.as_str() {
-            "--listen" => match args.next() {
-                Some(addr) => listen = Some(addr),
-                None => return usage("--listen needs an address, e.g. 127.0.0.1:8080"),
+            "-h" | "--help" => {
+                print!("{USAGE}");
+                return std::process::ExitCode::SUCCESS;
+            }
+            "--listen" => match value("an address, e.g. 127.0.0.1:8080") {
+                Ok(addr) => listen = Some(addr),
+                Err(message) => return usage(&message),
             },
+            "--token" => {
+                match value("NAME=TOKEN").map(|v| v.split_once('=').map(|(n, t)| (n.to_owned(), t.to_owned()))) {
+                    Ok(Some((name, token))) if !name.is_empty() && !token.is_empty() => {
+                        options.tokens.push((token, name))
+                    }
+                    Ok(_) => return usage("--token takes NAME=TOKEN, both non-empty"),
+                    Err(message) => return usage(&message),
+                }
+            }
+            "--allow-origin" => match value("an origin, e.g. https://app.example") {
+                Ok(origin) => options.allowed_origins.push(origin),
+                Err(message) => return usage(&message),
+            },
+            "--max-connections" => match value("a number").map(|v| v.parse::<usize>()) {
+                Ok(Ok(n)) if n > 0 => options.max_connections = Some(n),
+                Ok(_) => return usage("--max-connections takes a positive number"),
+                Err(message) => return usage(&message),
+            },
+            // The version flag; `Versions::from_flag` names what it does not know.
             _ if flag.is_none() => flag = Some(arg),
             _ => return usage(&format!("unexpected argument {arg:?}")),
         }
@@ -39,8 +78,13 @@ async fn main() -> std::process::ExitCode {
         Ok(versions) => versions,
         Err(message) => return usage(&message),
     };
+    let remote_only =
+        !options.tokens.is_empty() || !options.allowed_origins.is_empty() || options.max_connections.is_some();
     if let Some(addr) = listen {
-        return listen_on(versions, &addr).await;
+        return listen_on(versions, &addr, options).await;
+    }
+    if remote_only {
+        return usage("--token, --allow-origin and --max-connections go with --listen");
     }
     match demo_agent::serve(versions).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -49,8 +93,12 @@ async fn main() -> std::process::ExitCode {
 }
 
 #[cfg(feature = "http-server")]
-async fn listen_on(versions: demo_agent::Versions, addr: &str) -> std::process::ExitCode {
-    match demo_agent::listen(versions, addr).await {
+async fn listen_on(
+    versions: demo_agent::Versions,
+    addr: &str,
+    options: demo_agent::ListenOptions,
+) -> std::process::ExitCode {
+    match demo_agent::listen(versions, addr, options).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: listening on {addr}: {error}");
@@ -60,11 +108,11 @@ async fn listen_on(versions: demo_agent::Versions, addr: &str) -> std::process::
 }
 
 #[cfg(not(feature = "http-server"))]
-async fn listen_on(_: demo_agent::Versions, _: &str) -> std::process::ExitCode {
+async fn listen_on(_: demo_agent::Versions, _: &str, _: demo_agent::ListenOptions) -> std::process::ExitCode {
     usage("--listen: built without the `http-server` feature")
 }
 
 fn usage(message: &str) -> std::process::ExitCode {
-    eprintln!("error: {message}\n{USAGE}");
+    eprintln!("error: {message}\n\n{USAGE}");
     std::process::ExitCode::from(2)
 }

@@ -383,6 +383,12 @@ impl AgentContext {
     pub fn peer(&self) -> &Peer {
         &self.inner.handle.peer
     }
+
+    /// Who is asking: the owner of the sessions this connection creates, to keep each
+    /// owner's sessions apart (see [`SessionStore`](crate::sessions::SessionStore)).
+    pub fn owner(&self) -> &crate::owner::Owner {
+        self.inner.handle.peer.owner()
+    }
 }
 
 // ---- the handle -----------------------------------------------------------------------------

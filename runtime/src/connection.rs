@@ -163,7 +163,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -208,6 +208,7 @@ pub struct Connection {
     /// forwarding connection do not carry the envelope's decoder.
     wrapped_cancel: Option<WrappedCancel>,
     end_on_bad_input: bool,
+    owner: Option<crate::owner::Owner>,
 }
 
 /// The params of the `$/cancel_request` that a notification (method, params) carries in a
@@ -256,7 +257,17 @@ impl Connection {
             forwarding: false,
             wrapped_cancel: None,
             end_on_bad_input: false,
+            owner: None,
         }
+    }
+
+    /// The [`Owner`](crate::owner::Owner) of what this connection creates, as its handlers
+    /// read it ([`Peer::owner`], `AgentContext::owner`): by default a new anonymous owner,
+    /// made for this connection alone. The remote transport sets the principal its
+    /// authentication hook names.
+    pub fn owner(mut self, owner: crate::owner::Owner) -> Self {
+        self.owner = Some(owner);
+        self
     }
 
     /// Follows protocol v2's connection rules from the start, for a connection that speaks v2
@@ -443,6 +454,7 @@ impl Connection {
             #[cfg(feature = "unstable_protocol_v2")]
             v2_foreground: Default::default(),
             v2: AtomicBool::new(self.v2_rules),
+            owner: self.owner.map(OnceLock::from).unwrap_or_default(),
             forwarding: self.forwarding,
             session_work: Mutex::new(SessionWork::default()),
             session_work_done: Notify::new(),
@@ -845,6 +857,8 @@ pub(crate) struct Shared {
     /// The connection follows protocol v2's rules: batches are accepted, and `session/prompt`
     /// is not answered `{"stopReason":"cancelled"}` when cancelled (see [`RequestKind::of`]).
     v2: AtomicBool,
+    /// Who is asking (see [`Connection::owner`]); an anonymous owner is made on first use.
+    pub(crate) owner: OnceLock<crate::owner::Owner>,
     /// A link in a chain (see [`Connection::forwarding`]).
     pub(crate) forwarding: bool,
     /// Work tied to a session rather than to a request (see [`crate::peer::SessionScope`]).

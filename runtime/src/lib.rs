@@ -257,8 +257,10 @@ pub mod macro_support;
 #[cfg(any(feature = "mcp-over-acp", feature = "mcp-bridge"))]
 pub mod mcp;
 pub mod methods;
+pub mod owner;
 pub mod peer;
 pub mod proxy;
+pub mod sessions;
 pub mod terminal;
 pub mod transport;
 #[cfg(feature = "unstable_protocol_v2")]
@@ -287,6 +289,7 @@ pub use error::Error;
 pub use handler::{Forward, Handler, IncomingNotification, IncomingRequest};
 pub use jsonrpc::{ErrorObject, Id, codes};
 pub use macro_support::Advertise;
+pub use owner::Owner;
 pub use peer::{Peer, PendingResponse, SessionScope};
 pub use serde_json::value::RawValue;
 pub use terminal::TerminalHandle;

@@ -155,6 +155,12 @@ impl Peer {
         self.shared.closed.is_cancelled()
     }
 
+    /// Who is asking on this connection: the owner of what it creates (see
+    /// [`crate::owner`] and [`crate::sessions::SessionStore`]).
+    pub fn owner(&self) -> &crate::owner::Owner {
+        self.shared.owner.get_or_init(crate::owner::Owner::anonymous)
+    }
+
     /// Completes when the connection ends.
     pub fn closed(&self) -> impl Future<Output = ()> + Send + 'static {
         let fut: WaitForCancellationFutureOwned = self.shared.closed.clone().cancelled_owned();

@@ -864,6 +864,36 @@ async fn bearer_tokens_and_connection_limits() {
 }
 
 #[tokio::test]
+async fn each_principal_reaches_only_its_own_connections_and_the_scheme_is_read_in_any_case() {
+    let url =
+        start_server(HttpServer::new(TestAgent::default).bearer_tokens([("token-a", "alice"), ("token-b", "bob")]))
+            .await;
+    let http = Http::new(&url, Version::Http1);
+    let json_ct = ("content-type", "application/json");
+    // RFC 7235: the scheme is case-insensitive.
+    let alice = ("authorization", "bearer token-a");
+    let first = http.send("POST", &[json_ct, alice], initialize(1).to_string()).await;
+    assert_eq!(first.status, StatusCode::OK, "{:?}", first.body);
+    let conn = first.headers["acp-connection-id"].to_str().unwrap().to_owned();
+    for other in ["Basic dG9rZW4tYQ==", "Bearer", "Bearertoken-a"] {
+        let refused = http.send("POST", &[json_ct, ("authorization", other)], initialize(1).to_string()).await;
+        assert_eq!(refused.status, StatusCode::UNAUTHORIZED, "{other}");
+    }
+
+    // Bob, with a token of his own, gets the answers of an unknown connection on Alice's.
+    let bob = ("authorization", "BEARER token-b");
+    let c = ("acp-connection-id", conn.as_str());
+    let new_session = rpc(2, "session/new", json!({"cwd": "/", "mcpServers": []})).to_string();
+    assert_eq!(http.send("POST", &[json_ct, bob, c], new_session.clone()).await.status, StatusCode::NOT_FOUND);
+    let (status, _) = http.stream(&[bob, c]).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(http.send("DELETE", &[bob, c], "").await.status, StatusCode::NOT_FOUND);
+    // Alice's connection is untouched and serves her.
+    assert_eq!(http.send("POST", &[json_ct, alice, c], new_session).await.status, StatusCode::ACCEPTED);
+    assert_eq!(http.send("DELETE", &[alice, c], "").await.status, StatusCode::ACCEPTED);
+}
+
+#[tokio::test]
 async fn idle_connections_are_closed() {
     let url = start(ServerOptions { idle_timeout: Duration::from_millis(200), ..ServerOptions::default() }).await;
     let http = Http::new(&url, Version::Http1);

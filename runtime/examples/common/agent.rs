@@ -23,10 +23,9 @@
 //! Logs go to stderr; stdout is the protocol. `ACP_DEMO_DELAY_MS` sets the pause between
 //! streamed words (default 40).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use acp_rpc::acp_types::{
@@ -37,6 +36,7 @@ use acp_rpc::acp_types::{
     RequestPermissionOutcome, RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, StopReason,
     TextContent, ToolCall, ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind,
 };
+use acp_rpc::sessions::SessionStore;
 use acp_rpc::{AgentContext, acp_agent};
 
 /// The file read when the prompt names none.
@@ -108,12 +108,12 @@ pub async fn serve(versions: Versions) -> Result<(), acp_rpc::Error> {
     let result = match versions {
         Versions::V1 => acp_rpc::agent::serve_stdio(DemoAgent::new()).await,
         #[cfg(feature = "unstable_protocol_v2")]
-        Versions::V2 => acp_rpc::v2::serve_stdio(v2::DemoAgentV2::new(id_seed(), delay())).await,
+        Versions::V2 => acp_rpc::v2::serve_stdio(v2::DemoAgentV2::new(delay())).await,
         #[cfg(feature = "unstable_protocol_v2")]
         Versions::Both => {
             let router = acp_rpc::version::ProtocolRouter::new()
                 .with_v1_agent(DemoAgent::new())
-                .with_v2_agent(v2::DemoAgentV2::new(id_seed(), delay()));
+                .with_v2_agent(v2::DemoAgentV2::new(delay()));
             let (reader, writer) = acp_rpc::transport::stdio();
             let (_client, serve) = acp_rpc::Connection::new().serve(reader, writer, router);
             serve.await
@@ -130,19 +130,34 @@ pub async fn serve(versions: Versions) -> Result<(), acp_rpc::Error> {
     result
 }
 
+/// How `listen` serves: who may connect, and from which browser origins.
+#[derive(Debug, Default)]
+#[allow(dead_code)] // the `duet` example shares this file and does not listen
+pub struct ListenOptions {
+    /// `(token, principal)`: with any, every request needs `Authorization: Bearer <token>`,
+    /// and the token's principal owns the sessions its connections create (and can re-attach to
+    /// them on a new connection). Without, every connection is an anonymous owner of its own.
+    pub tokens: Vec<(String, String)>,
+    /// Origins a browser may call from (`*` for any); none by default.
+    pub allowed_origins: Vec<String>,
+    /// Open ACP connections at most (the server's default when `None`).
+    pub max_connections: Option<usize>,
+}
+
 /// Serves the demo agent to remote clients on `addr` (Streamable HTTP and WebSocket on
 /// `http://ADDR/acp`) until the process is stopped. Prints `LISTENING <url>` on stdout (unused
-/// by the protocol in this mode) once bound.
+/// by the protocol in this mode) once bound. Each client sees only the sessions of its owner
+/// (see `ListenOptions::tokens`).
 #[cfg(feature = "http-server")]
 #[allow(dead_code)] // the `duet` example shares this file and does not listen
-pub async fn listen(versions: Versions, addr: &str) -> std::io::Result<()> {
-    use acp_rpc::http::server::HttpServer;
+pub async fn listen(versions: Versions, addr: &str, options: ListenOptions) -> std::io::Result<()> {
+    use acp_rpc::http::server::{HttpServer, ServerOptions};
     use acp_rpc::version::ProtocolRouter;
 
     let v1 = DemoAgent::new();
     #[cfg(feature = "unstable_protocol_v2")]
-    let v2 = v2::DemoAgentV2::new(id_seed(), delay());
-    let server = HttpServer::new(move || {
+    let v2 = v2::DemoAgentV2::new(delay());
+    let mut server = HttpServer::new(move || {
         let router = ProtocolRouter::new();
         match versions {
             Versions::V1 => router.with_v1_agent(v1.sibling()),
@@ -154,19 +169,18 @@ pub async fn listen(versions: Versions, addr: &str) -> std::io::Result<()> {
             Versions::Bridged => router.with_v1_agent(v1.sibling()).with_v2_bridge(),
         }
     });
+    let mut server_options = ServerOptions { allowed_origins: options.allowed_origins, ..ServerOptions::default() };
+    if let Some(max) = options.max_connections {
+        server_options.max_connections = max;
+    }
+    server = server.options(server_options);
+    if !options.tokens.is_empty() {
+        server = server.bearer_tokens(options.tokens);
+    }
     let bound = server.bind(addr).await?;
     log!("listening on {} ({versions:?})", bound.url());
     println!("LISTENING {}", bound.url());
     bound.run().await
-}
-
-/// Makes session ids unique across runs, not only within this process.
-fn id_seed() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    (u64::from(std::process::id()) << 32) ^ u64::from(nanos)
 }
 
 /// The pause between streamed words: `ACP_DEMO_DELAY_MS`, 40 ms by default.
@@ -175,11 +189,9 @@ fn delay() -> Duration {
 }
 
 struct DemoAgent {
-    /// Session id -> working directory; shared by the agents of all connections (`sibling`).
-    sessions: Arc<Mutex<HashMap<String, PathBuf>>>,
-    /// Makes session ids unique across runs, not only within this process.
-    id_seed: u64,
-    sessions_made: Arc<AtomicU64>,
+    /// Session id -> working directory, shared by the agents of all connections (`sibling`),
+    /// each session kept under the owner that created it: a client reaches only its own.
+    sessions: Arc<SessionStore<PathBuf>>,
     tool_calls_made: AtomicU64,
     messages_made: AtomicU64,
     /// The pause between streamed words.
@@ -190,8 +202,6 @@ impl DemoAgent {
     fn new() -> Self {
         DemoAgent {
             sessions: Arc::default(),
-            id_seed: id_seed(),
-            sessions_made: Arc::default(),
             tool_calls_made: AtomicU64::new(0),
             messages_made: AtomicU64::new(0),
             delay: delay(),
@@ -203,8 +213,6 @@ impl DemoAgent {
     fn sibling(&self) -> Self {
         DemoAgent {
             sessions: self.sessions.clone(),
-            id_seed: self.id_seed,
-            sessions_made: self.sessions_made.clone(),
             tool_calls_made: AtomicU64::new(0),
             messages_made: AtomicU64::new(0),
             delay: self.delay,
@@ -240,22 +248,22 @@ impl DemoAgent {
         Ok(AuthenticateResponse::new()) // no authentication methods, so nothing to do
     }
 
-    async fn session_new(&self, params: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+    async fn session_new(&self, params: NewSessionRequest, cx: AgentContext) -> Result<NewSessionResponse, Error> {
         let cwd = PathBuf::from(&params.cwd);
         if !cwd.is_absolute() {
             return Err(
                 Error::invalid_params().data(format!("cwd must be an absolute path, got {:?}", params.cwd).into())
             );
         }
-        let id = format!("sess_{:x}_{}", self.id_seed, Self::next(&self.sessions_made));
-        log!("session/new {id} in {}", cwd.display());
-        self.sessions.lock().expect("sessions").insert(id.clone(), cwd);
+        log!("session/new in {}", cwd.display());
+        let id = self.sessions.create(cx.owner(), cwd);
         Ok(NewSessionResponse::new(id))
     }
 
     async fn session_prompt(&self, params: PromptRequest, cx: AgentContext) -> Result<PromptResponse, Error> {
         let session = params.session_id.clone();
-        let Some(cwd) = self.sessions.lock().expect("sessions").get(&session.0).cloned() else {
+        // Another owner's session is as unknown as one nobody created.
+        let Some(cwd) = self.sessions.get(cx.owner(), &session.0) else {
             return Err(Error::invalid_params().data(format!("unknown session {}", session.0).into()));
         };
         log!("session/prompt {}", session.0);

@@ -17,12 +17,11 @@
 //!
 //! `ACP_DEMO_DELAY_MS` sets the pause between streamed words (default 40).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
+use acp_rpc::Owner;
 use acp_rpc::acp_agent;
 use acp_rpc::acp_types::v2::{
     AgentMessage, CancelSessionNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock, Error,
@@ -33,6 +32,7 @@ use acp_rpc::acp_types::v2::{
     TextContent, ToolCallPermissionSubject, ToolCallStatus, ToolCallUpdate, ToolKind, UpdateSessionNotification,
     UserMessage,
 };
+use acp_rpc::sessions::SessionStore;
 use acp_rpc::v2::{AgentContext, Turn};
 
 use super::{DEFAULT_FILE, MAX_LINES, NAME, file_named_in_text, file_of_uri};
@@ -41,11 +41,9 @@ const ALLOW: &str = "allow-once";
 const REJECT: &str = "reject-once";
 
 pub struct DemoAgentV2 {
-    /// Shared by the agents of all connections (`sibling`).
-    sessions: Arc<Mutex<HashMap<String, Session>>>,
-    /// Makes session ids unique across runs, not only within this process.
-    id_seed: u64,
-    sessions_made: Arc<AtomicU64>,
+    /// Shared by the agents of all connections (`sibling`), each session kept under the owner
+    /// that created it: a client sees, resumes and closes only its own.
+    sessions: Arc<SessionStore<Session>>,
     /// The pause between streamed words.
     delay: Duration,
 }
@@ -63,33 +61,23 @@ enum Entry {
 }
 
 impl DemoAgentV2 {
-    pub fn new(id_seed: u64, delay: Duration) -> Self {
-        DemoAgentV2 { sessions: Arc::default(), id_seed, sessions_made: Arc::default(), delay }
+    pub fn new(delay: Duration) -> Self {
+        DemoAgentV2 { sessions: Arc::default(), delay }
     }
 
     /// An agent for another connection that shares this one's sessions.
     #[allow(dead_code)] // for `listen`, which the `duet` example (sharing this file) does not use
     pub fn sibling(&self) -> Self {
-        DemoAgentV2 {
-            sessions: self.sessions.clone(),
-            id_seed: self.id_seed,
-            sessions_made: self.sessions_made.clone(),
-            delay: self.delay,
-        }
+        DemoAgentV2 { sessions: self.sessions.clone(), delay: self.delay }
     }
 
-    fn sessions(&self) -> MutexGuard<'_, HashMap<String, Session>> {
-        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The working directory of `owner`'s session; another owner's session is not found.
+    fn cwd_of(&self, owner: &Owner, session: &SessionId) -> Result<PathBuf, Error> {
+        self.sessions.with(owner, &session.0, |s| s.cwd.clone()).ok_or_else(|| session_not_found(session))
     }
 
-    fn cwd_of(&self, session: &SessionId) -> Result<PathBuf, Error> {
-        self.sessions().get(&session.0).map(|s| s.cwd.clone()).ok_or_else(|| session_not_found(session))
-    }
-
-    fn remember(&self, session: &SessionId, entry: Entry) {
-        if let Some(s) = self.sessions().get_mut(&session.0) {
-            s.history.push(entry);
-        }
+    fn remember(&self, owner: &Owner, session: &SessionId, entry: Entry) {
+        self.sessions.with(owner, &session.0, |s| s.history.push(entry));
     }
 }
 
@@ -115,27 +103,28 @@ impl DemoAgentV2 {
         Ok(InitializeResponse::new(ProtocolVersion::V2, Implementation::new(NAME, env!("CARGO_PKG_VERSION"))))
     }
 
-    async fn session_new(&self, params: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+    async fn session_new(&self, params: NewSessionRequest, cx: AgentContext) -> Result<NewSessionResponse, Error> {
         let cwd = absolute(&params.cwd.0)?;
         if params.mcp_servers.as_ref().is_some_and(|servers| !servers.is_empty()) {
             return Err(Error::invalid_params().data("this agent connects to no MCP servers".into()));
         }
-        let n = self.sessions_made.fetch_add(1, Ordering::Relaxed) + 1;
-        let id = format!("sess_{:x}_{n}", self.id_seed);
-        log!("session/new {id} in {}", cwd.display());
-        self.sessions().insert(id.clone(), Session { cwd, history: Vec::new() });
+        log!("session/new in {}", cwd.display());
+        let id = self.sessions.create(cx.owner(), Session { cwd, history: Vec::new() });
         Ok(NewSessionResponse::new(id))
     }
 
-    async fn session_list(&self, params: ListSessionsRequest) -> Result<ListSessionsResponse, Error> {
+    async fn session_list(&self, params: ListSessionsRequest, cx: AgentContext) -> Result<ListSessionsResponse, Error> {
         let only = params.cwd.into_value().map(|cwd| PathBuf::from(cwd.0));
-        let mut sessions: Vec<SessionInfo> = self
-            .sessions()
-            .iter()
-            .filter(|(_, s)| only.as_ref().is_none_or(|cwd| *cwd == s.cwd))
-            .map(|(id, s)| SessionInfo::new(id.as_str(), s.cwd.to_string_lossy().into_owned()))
+        let sessions: Vec<SessionInfo> = self
+            .sessions
+            .list_with(cx.owner(), |id, s| {
+                only.as_ref()
+                    .is_none_or(|cwd| *cwd == s.cwd)
+                    .then(|| SessionInfo::new(id, s.cwd.to_string_lossy().into_owned()))
+            })
+            .into_iter()
+            .flatten()
             .collect();
-        sessions.sort_by(|a, b| a.session_id.0.cmp(&b.session_id.0));
         Ok(ListSessionsResponse::new(sessions))
     }
 
@@ -152,21 +141,22 @@ impl DemoAgentV2 {
                 return Err(Error::invalid_params().data(format!("unknown replay cursor {other:?}").into()));
             }
         };
-        // Taken under the lock, sent after it.
-        let updates: Vec<SessionUpdate> = {
-            let sessions = self.sessions();
-            let session = sessions.get(&params.session_id.0).ok_or_else(|| session_not_found(&params.session_id))?;
-            let history = if replay { session.history.as_slice() } else { &[] };
-            history
-                .iter()
-                .map(|entry| match entry {
-                    Entry::User(id, content) => UserMessage::new(id.clone()).content(content.clone()).into(),
-                    Entry::Agent(id, text) => {
-                        AgentMessage::new(id.clone()).content(vec![TextContent::new(text.as_str()).into()]).into()
-                    }
-                })
-                .collect()
-        };
+        // Taken under the store's lock, sent after it; another owner's session is not found.
+        let updates: Vec<SessionUpdate> = self
+            .sessions
+            .with(cx.owner(), &params.session_id.0, |session| {
+                let history = if replay { session.history.as_slice() } else { &[] };
+                history
+                    .iter()
+                    .map(|entry| match entry {
+                        Entry::User(id, content) => UserMessage::new(id.clone()).content(content.clone()).into(),
+                        Entry::Agent(id, text) => {
+                            AgentMessage::new(id.clone()).content(vec![TextContent::new(text.as_str()).into()]).into()
+                        }
+                    })
+                    .collect()
+            })
+            .ok_or_else(|| session_not_found(&params.session_id))?;
         log!("session/resume {} (replaying {} messages)", params.session_id.0, updates.len());
         // Every replayed update goes out before the answer.
         for update in updates {
@@ -175,9 +165,14 @@ impl DemoAgentV2 {
         Ok(ResumeSessionResponse::new())
     }
 
-    async fn session_close(&self, params: CloseSessionRequest) -> Result<CloseSessionResponse, Error> {
-        // The runtime has already cancelled the session's turn, as `session/cancel` would.
-        match self.sessions().remove(&params.session_id.0) {
+    async fn session_close(
+        &self,
+        params: CloseSessionRequest,
+        cx: AgentContext,
+    ) -> Result<CloseSessionResponse, Error> {
+        // The runtime has already cancelled the session's turn on this connection, as
+        // `session/cancel` would; another owner's session is not found (and not removed).
+        match self.sessions.remove(cx.owner(), &params.session_id.0) {
             Some(_) => {
                 log!("session/close {}", params.session_id.0);
                 Ok(CloseSessionResponse::new())
@@ -188,13 +183,14 @@ impl DemoAgentV2 {
 
     async fn session_prompt(&self, params: PromptRequest, cx: AgentContext) -> Result<PromptResponse, Error> {
         // An unknown session is refused before acceptance: an error answer, and no update.
-        let cwd = self.cwd_of(&params.session_id)?;
+        let owner = cx.owner().clone();
+        let cwd = self.cwd_of(&owner, &params.session_id)?;
         let turn = cx.turn().expect("a prompt handler has a turn");
         let user_message = turn.accept().await?;
-        self.remember(&params.session_id, Entry::User(user_message, params.prompt.clone()));
+        self.remember(&owner, &params.session_id, Entry::User(user_message, params.prompt.clone()));
         log!("session/prompt {}", params.session_id.0);
         let file = file_named_in(&params.prompt).unwrap_or_else(|| DEFAULT_FILE.to_owned());
-        self.run(turn, &cwd, &file).await?;
+        self.run(turn, &owner, &cwd, &file).await?;
         log!("turn of {} done (cancelled: {})", params.session_id.0, turn.is_cancelled());
         // Returning ends the turn: the runtime sends `idle` with `end_turn`, or `cancelled`.
         Ok(PromptResponse::new())
@@ -208,9 +204,13 @@ impl DemoAgentV2 {
 
 impl DemoAgentV2 {
     /// The turn after acceptance (see the module docs).
-    async fn run(&self, turn: &Turn, cwd: &Path, file: &str) -> Result<(), Error> {
+    async fn run(&self, turn: &Turn, owner: &Owner, cwd: &Path, file: &str) -> Result<(), Error> {
         let session = turn.session_id().clone();
-        if !self.stream(turn, &session, &format!("Let me read {file} for you.")).await? {
+        let stream = |text: String| {
+            let session = session.clone();
+            async move { self.stream(turn, owner, &session, &text).await }
+        };
+        if !stream(format!("Let me read {file} for you.")).await? {
             return Ok(());
         }
 
@@ -240,7 +240,7 @@ impl DemoAgentV2 {
         log!("permission for {}: {}", call.id().0, if allowed { "allowed" } else { "rejected" });
         if !allowed {
             call.fail().await?;
-            self.stream(turn, &session, &format!("Understood, I left {file} alone.")).await?;
+            stream(format!("Understood, I left {file} alone.")).await?;
             return Ok(());
         }
 
@@ -250,13 +250,13 @@ impl DemoAgentV2 {
                 call.append_text(head.join("\n")).await?;
                 call.complete().await?;
                 let first = head.iter().find(|l| !l.trim().is_empty()).map_or("", |l| l.trim());
-                self.stream(turn, &session, &format!("{file} starts with “{first}”.")).await?;
+                stream(format!("{file} starts with “{first}”.")).await?;
             }
             Err(why) => {
                 log!("reading {file} failed: {why}");
                 call.append_text(format!("cannot read {file}: {why}")).await?;
                 call.fail().await?;
-                self.stream(turn, &session, &format!("I could not read {file}.")).await?;
+                stream(format!("I could not read {file}.")).await?;
             }
         }
         Ok(())
@@ -264,7 +264,7 @@ impl DemoAgentV2 {
 
     /// Streams `text` as one agent message, word by word; `false` when the turn was cancelled
     /// meanwhile (what was sent so far stays in the history).
-    async fn stream(&self, turn: &Turn, session: &SessionId, text: &str) -> Result<bool, Error> {
+    async fn stream(&self, turn: &Turn, owner: &Owner, session: &SessionId, text: &str) -> Result<bool, Error> {
         let message = turn.agent_message();
         let mut sent = String::new();
         let mut finished = true;
@@ -281,7 +281,7 @@ impl DemoAgentV2 {
             sent.push_str(word);
         }
         if !sent.is_empty() {
-            self.remember(session, Entry::Agent(message.id().clone(), sent));
+            self.remember(owner, session, Entry::Agent(message.id().clone(), sent));
         }
         Ok(finished)
     }

@@ -13,7 +13,7 @@
 //! |---|---|
 //! | any method, a path other than [`ServerOptions::path`] | 404 |
 //! | `Origin` not in [`ServerOptions::allowed_origins`] | 403 (browsers only send `Origin`; none is allowed by default) |
-//! | the [`HttpServer::authenticate`] hook refuses | its status (401 / 403) |
+//! | the [`HttpServer::authenticate`] (or [`HttpServer::identify`]) hook refuses | its status (401 / 403) |
 //! | `POST`, `Content-Type` not `application/json` | 415 |
 //! | `POST`, body over [`ServerOptions::max_body_bytes`] | 413 |
 //! | `POST`, body not JSON | 400 with a JSON-RPC -32700 body |
@@ -22,7 +22,7 @@
 //! | `POST` `initialize` without `Acp-Connection-Id` | a new connection; 200 with the agent's answer and `Acp-Connection-Id` (429 beyond [`ServerOptions::max_connections`]; 502 when the agent ends first, 504 when it does not answer within [`ServerOptions::initialize_timeout`]) |
 //! | `POST` `initialize` with `Acp-Connection-Id` | 400 |
 //! | `POST`, anything else without `Acp-Connection-Id` | 400 |
-//! | `POST`, unknown `Acp-Connection-Id` | 404 |
+//! | `POST`, unknown `Acp-Connection-Id`, or another principal's | 404 |
 //! | `POST`, a session's request or notification without `Acp-Session-Id` | 400 |
 //! | `POST`, `Acp-Session-Id` ≠ `params.sessionId` | 400 |
 //! | `POST`, a request id already in flight on the connection | 409 |
@@ -30,11 +30,11 @@
 //! | `POST`, otherwise | 202; the answer comes on a stream |
 //! | `GET`, `Upgrade: websocket` | 101 and a new connection on the socket (`Acp-Connection-Id` in the 101); 400 without `Sec-WebSocket-Key`, 426 unless `Sec-WebSocket-Version: 13`, 429 beyond [`ServerOptions::max_connections`] |
 //! | `GET`, `Accept` without `text/event-stream` | 406 |
-//! | `GET`, no / unknown `Acp-Connection-Id` | 400 / 404 |
+//! | `GET`, no / unknown (or another principal's) `Acp-Connection-Id` | 400 / 404 |
 //! | `GET`, a stream that already has a reader | 409 |
 //! | `GET`, `Acp-Session-Id` not known yet | a provisional stream (the RFD's re-attach flow opens it before `session/load`), at most [`ServerOptions::max_provisional_sessions`] open at once, then 404; one closed before anything named its session is forgotten |
 //! | `GET`, otherwise | 200, `text/event-stream` |
-//! | `DELETE`, no / unknown `Acp-Connection-Id` | 400 / 404 |
+//! | `DELETE`, no / unknown (or another principal's) `Acp-Connection-Id` | 400 / 404 |
 //! | `DELETE` | 202; the connection ends, its streams close |
 //! | `OPTIONS` | a CORS preflight: 204 for an allowed origin, else 403 |
 //! | other methods | 405 with `Allow` |
@@ -67,6 +67,16 @@
 //! no POST for [`ServerOptions::idle_timeout`], or when its WebSocket closes. Its runtime
 //! connection then sees end of input, so every call the agent has pending on the client is
 //! answered with an error: nothing waits forever.
+//!
+//! # Who is asking
+//!
+//! Each ACP connection has an [`Owner`](crate::owner::Owner), which its agent reads
+//! (`cx.owner()`) to keep each owner's sessions apart
+//! ([`SessionStore`](crate::sessions::SessionStore)): the principal the [`HttpServer::identify`]
+//! hook names (every connection of one principal shares its sessions, so a client can re-attach
+//! on a new connection), or, without such a hook, an anonymous owner of that connection alone.
+//! A request on a connection is served only for the connection's principal: another
+//! principal's request gets the 404 of an unknown connection.
 //!
 //! Keep-alive: an idle SSE stream gets a `:` comment every [`ServerOptions::keep_alive`]; a
 //! WebSocket gets a ping as often, and is closed when nothing (not even a pong) has come from
@@ -108,6 +118,7 @@ use crate::agent::{AgentContext, AgentHandler};
 use crate::connection::{Connection, Serve};
 use crate::framing::{Frame as LineFrame, LineReader};
 use crate::handler::Handler;
+use crate::owner::Owner;
 use crate::transport::{DuplexEnd, PipeReader, PipeWriter, duplex};
 
 /// Limits and defaults of an [`HttpServer`]. Every limit answers with a clear HTTP status
@@ -198,8 +209,9 @@ impl Rejection {
     }
 }
 
-type AuthHook = dyn Fn(&Parts) -> Result<(), Rejection> + Send + Sync;
-type StartConnection = dyn Fn(DuplexEnd) -> Serve + Send + Sync;
+/// Checks a request; `Some` names its principal (see [`HttpServer::identify`]).
+type AuthHook = dyn Fn(&Parts) -> Result<Option<Owner>, Rejection> + Send + Sync;
+type StartConnection = dyn Fn(DuplexEnd, Owner) -> Serve + Send + Sync;
 
 /// Serves ACP agents over HTTP and WebSocket; see the [module docs](self).
 ///
@@ -265,7 +277,8 @@ impl HttpServer {
         F: Fn() -> H + Send + Sync + 'static,
         C: Fn() -> Connection + Send + Sync + 'static,
     {
-        let start = move |(reader, writer): DuplexEnd| connection().serve(reader, writer, make_handler()).1;
+        let start =
+            move |(reader, writer): DuplexEnd, owner| connection().owner(owner).serve(reader, writer, make_handler()).1;
         HttpServer {
             shared: Arc::new(ServerShared {
                 options: ServerOptions::default(),
@@ -290,22 +303,60 @@ impl HttpServer {
     }
 
     /// Checks every HTTP request (all methods, the WebSocket upgrade included) before anything
-    /// else; a [`Rejection`] is answered with its status.
+    /// else; a [`Rejection`] is answered with its status. It names no principal: each ACP
+    /// connection is then an anonymous owner of its own (see [`HttpServer::identify`]).
     #[must_use]
     pub fn authenticate(mut self, hook: impl Fn(&Parts) -> Result<(), Rejection> + Send + Sync + 'static) -> Self {
-        self.shared_mut().auth = Some(Box::new(hook));
+        self.shared_mut().auth = Some(Box::new(move |parts| hook(parts).map(|()| None)));
+        self
+    }
+
+    /// Checks every HTTP request, as [`HttpServer::authenticate`] does, and names who sends it:
+    /// the [`Owner`] of the ACP connection its `initialize` (or WebSocket upgrade) opens, which
+    /// the agent reads to keep each principal's sessions apart. Every later request on that
+    /// connection must name the same principal, or it gets the 404 of an unknown connection.
+    #[must_use]
+    pub fn identify(mut self, hook: impl Fn(&Parts) -> Result<Owner, Rejection> + Send + Sync + 'static) -> Self {
+        self.shared_mut().auth = Some(Box::new(move |parts| hook(parts).map(Some)));
         self
     }
 
     /// Requires `Authorization: Bearer <token>` on every request: 401 without it, 403 with
-    /// another token.
+    /// another token. Whoever holds the token is one principal (`Owner::principal("bearer")`),
+    /// who can re-attach to its sessions on a new connection; give each client a token of its
+    /// own with [`HttpServer::bearer_tokens`].
     #[must_use]
     pub fn bearer_token(self, token: impl Into<String>) -> Self {
-        let expected = format!("Bearer {}", token.into());
-        self.authenticate(move |parts| match parts.headers.get(header::AUTHORIZATION) {
-            None => Err(Rejection::unauthorized("a bearer token is required")),
-            Some(value) if constant_time_eq(value.as_bytes(), expected.as_bytes()) => Ok(()),
-            Some(_) => Err(Rejection::forbidden("the bearer token is not accepted")),
+        self.bearer_tokens([(token.into(), "bearer".to_owned())])
+    }
+
+    /// Requires `Authorization: Bearer <token>` with one of `tokens` (token, principal name)
+    /// on every request, and names that token's principal as the request's
+    /// ([`HttpServer::identify`]): 401 without a token, 403 with another. The scheme is
+    /// matched in any case (`bearer`, RFC 7235); the tokens are compared in constant time.
+    #[must_use]
+    pub fn bearer_tokens<T, P>(self, tokens: impl IntoIterator<Item = (T, P)>) -> Self
+    where
+        T: Into<String>,
+        P: AsRef<str>,
+    {
+        let tokens: Vec<(Vec<u8>, Owner)> =
+            tokens.into_iter().map(|(token, name)| (token.into().into_bytes(), Owner::principal(name))).collect();
+        self.identify(move |parts| {
+            let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
+                return Err(Rejection::unauthorized("a bearer token is required"));
+            };
+            let Some(given) = bearer_credentials(value.as_bytes()) else {
+                return Err(Rejection::unauthorized("the Authorization header is not a bearer token"));
+            };
+            // Every token is compared, so the time taken does not say which one came close.
+            let mut found = None;
+            for (token, owner) in &tokens {
+                if constant_time_eq(given, token) && found.is_none() {
+                    found = Some(owner.clone());
+                }
+            }
+            found.ok_or_else(|| Rejection::forbidden("the bearer token is not accepted"))
         })
     }
 
@@ -584,6 +635,8 @@ impl Streams {
 
 struct AcpConnection {
     id: String,
+    /// Who opened it ([`HttpServer::identify`]); `None` without such a hook.
+    principal: Option<Owner>,
     to_agent: tokio::sync::Mutex<Option<PipeWriter>>,
     streams: Mutex<Streams>,
     /// Woken whenever a reader takes something from an outbox.
@@ -637,6 +690,12 @@ impl ServerShared {
         self.connections.lock().expect("lock").get(id).cloned()
     }
 
+    /// The connection `id`, if `principal` is its principal: another principal's connection is
+    /// as unknown as one that does not exist.
+    fn connection_of(&self, id: &str, principal: Option<&Owner>) -> Option<Arc<AcpConnection>> {
+        self.connection(id).filter(|connection| connection.principal.as_ref() == principal)
+    }
+
     fn remove(&self, id: &str) {
         if self.connections.lock().expect("lock").remove(id).is_some() {
             self.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -652,9 +711,9 @@ impl ServerShared {
 
     /// Starts the agent side of a new connection: its runtime connection over in-memory
     /// pipes, served on a task. Returns our ends of the pipes.
-    fn start_agent(&self) -> (PipeReader, PipeWriter) {
+    fn start_agent(&self, owner: Owner) -> (PipeReader, PipeWriter) {
         let (agent_end, (from_agent, to_agent)) = duplex(64 * 1024);
-        let serve = (self.start)(agent_end);
+        let serve = (self.start)(agent_end, owner);
         tokio::spawn(async move {
             if let Err(error) = serve.await {
                 tracing::debug!(%error, "an http-served connection ended with an error");
@@ -968,6 +1027,17 @@ impl From<BadHeader> for HttpResponse {
     }
 }
 
+/// The credentials of an `Authorization: Bearer <credentials>` value, the scheme matched in any
+/// case (RFC 7235) and the spaces after it skipped; `None` for another scheme.
+fn bearer_credentials(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = value.split_at_checked(6)?;
+    if !scheme.eq_ignore_ascii_case(b"bearer") || rest.first() != Some(&b' ') {
+        return None;
+    }
+    let credentials = rest.trim_ascii();
+    (!credentials.is_empty()).then_some(credentials)
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -1025,20 +1095,24 @@ impl ServerShared {
             return preflight();
         }
         let (parts, body) = req.into_parts();
-        if let Some(auth) = &self.auth {
-            if let Err(rejection) = auth(&parts) {
+        let principal = match self.auth.as_ref().map(|auth| auth(&parts)) {
+            None => None,
+            Some(Ok(principal)) => principal,
+            Some(Err(rejection)) => {
                 let mut response = text(rejection.status, &rejection.message);
                 if rejection.status == StatusCode::UNAUTHORIZED {
                     response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
                 }
                 return response;
             }
-        }
+        };
         match parts.method {
-            Method::POST => self.post(parts, body).await,
-            Method::GET if is_websocket_upgrade(&parts.headers) => self.upgrade(Request::from_parts(parts, body)),
-            Method::GET => self.get(&parts),
-            Method::DELETE => self.delete(&parts),
+            Method::POST => self.post(parts, body, principal).await,
+            Method::GET if is_websocket_upgrade(&parts.headers) => {
+                self.upgrade(Request::from_parts(parts, body), principal)
+            }
+            Method::GET => self.get(&parts, principal.as_ref()),
+            Method::DELETE => self.delete(&parts, principal.as_ref()),
             _ => {
                 let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "use POST, GET or DELETE");
                 response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE, OPTIONS"));
@@ -1047,7 +1121,7 @@ impl ServerShared {
         }
     }
 
-    async fn post(self: Arc<Self>, parts: Parts, body: Incoming) -> HttpResponse {
+    async fn post(self: Arc<Self>, parts: Parts, body: Incoming, principal: Option<Owner>) -> HttpResponse {
         if !media_type_is(parts.headers.get(header::CONTENT_TYPE), "application/json") {
             return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, "the body must be application/json");
         }
@@ -1091,14 +1165,14 @@ impl ServerShared {
         let is_initialize = envelope.method.as_deref() == Some("initialize");
         let Some(connection_id) = connection_id else {
             return match (is_initialize, &envelope.id) {
-                (true, Some(id)) if !envelope.is_response => self.initialize(id.clone(), line).await,
+                (true, Some(id)) if !envelope.is_response => self.initialize(id.clone(), line, principal).await,
                 _ => text(StatusCode::BAD_REQUEST, "Acp-Connection-Id is required (send initialize first)"),
             };
         };
         if is_initialize {
             return text(StatusCode::BAD_REQUEST, "initialize is not allowed on an existing connection");
         }
-        let Some(connection) = self.connection(&connection_id) else {
+        let Some(connection) = self.connection_of(&connection_id, principal.as_ref()) else {
             return text(StatusCode::NOT_FOUND, "unknown Acp-Connection-Id");
         };
         connection.touch();
@@ -1142,14 +1216,15 @@ impl ServerShared {
         }
     }
 
-    async fn initialize(self: Arc<Self>, id: String, line: Vec<u8>) -> HttpResponse {
+    async fn initialize(self: Arc<Self>, id: String, line: Vec<u8>, principal: Option<Owner>) -> HttpResponse {
         let Some(mut slot) = self.reserve_slot() else {
             return text(StatusCode::TOO_MANY_REQUESTS, "too many connections");
         };
-        let (from_agent, to_agent) = self.start_agent();
+        let (from_agent, to_agent) = self.start_agent(principal.clone().unwrap_or_else(Owner::anonymous));
         let (answer_tx, answer_rx) = oneshot::channel();
         let connection = Arc::new(AcpConnection {
             id: new_id(),
+            principal,
             to_agent: tokio::sync::Mutex::new(Some(to_agent)),
             streams: Mutex::new(Streams { initialize: Some((id, answer_tx)), ..Streams::default() }),
             drained: Notify::new(),
@@ -1187,7 +1262,7 @@ impl ServerShared {
         response
     }
 
-    fn get(&self, parts: &Parts) -> HttpResponse {
+    fn get(&self, parts: &Parts, principal: Option<&Owner>) -> HttpResponse {
         if !accepts_events(&parts.headers) {
             return text(StatusCode::NOT_ACCEPTABLE, "Accept must include text/event-stream");
         }
@@ -1202,7 +1277,7 @@ impl ServerShared {
         let Some(connection_id) = connection_id else {
             return text(StatusCode::BAD_REQUEST, "Acp-Connection-Id is required");
         };
-        let Some(connection) = self.connection(&connection_id) else {
+        let Some(connection) = self.connection_of(&connection_id, principal) else {
             return text(StatusCode::NOT_FOUND, "unknown Acp-Connection-Id");
         };
         {
@@ -1244,13 +1319,13 @@ impl ServerShared {
         response
     }
 
-    fn delete(&self, parts: &Parts) -> HttpResponse {
+    fn delete(&self, parts: &Parts, principal: Option<&Owner>) -> HttpResponse {
         let connection_id = match id_header(&parts.headers, CONNECTION_ID_HEADER, self.options.max_id_bytes) {
             Ok(Some(id)) => id,
             Ok(None) => return text(StatusCode::BAD_REQUEST, "Acp-Connection-Id is required"),
             Err(bad) => return bad.into(),
         };
-        let Some(connection) = self.connection(&connection_id) else {
+        let Some(connection) = self.connection_of(&connection_id, principal) else {
             return text(StatusCode::NOT_FOUND, "unknown Acp-Connection-Id");
         };
         self.remove(&connection.id);
@@ -1260,7 +1335,7 @@ impl ServerShared {
 
     // ---- WebSocket profile ------------------------------------------------------------------
 
-    fn upgrade(self: Arc<Self>, mut req: Request<Incoming>) -> HttpResponse {
+    fn upgrade(self: Arc<Self>, mut req: Request<Incoming>, principal: Option<Owner>) -> HttpResponse {
         let headers = req.headers();
         let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY).map(|k| derive_accept_key(k.as_bytes())) else {
             return text(StatusCode::BAD_REQUEST, "Sec-WebSocket-Key is missing");
@@ -1280,7 +1355,10 @@ impl ServerShared {
         let shared = self.clone();
         tokio::spawn(async move {
             match on_upgrade.await {
-                Ok(upgraded) => serve_websocket(&shared, TokioIo::new(upgraded)).await,
+                Ok(upgraded) => {
+                    let owner = principal.unwrap_or_else(Owner::anonymous);
+                    serve_websocket(&shared, TokioIo::new(upgraded), owner).await;
+                }
                 Err(error) => tracing::debug!(%error, "the WebSocket upgrade failed"),
             }
             shared.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -1353,7 +1431,7 @@ where
 }
 
 /// One ACP connection on a WebSocket: text frames in, text frames out, pings for liveness.
-async fn serve_websocket<S>(shared: &ServerShared, io: S)
+async fn serve_websocket<S>(shared: &ServerShared, io: S, owner: Owner)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -1367,7 +1445,7 @@ where
     // Read and written side by side: a loop that awaited its sends while it read nothing
     // stopped for good against a client doing the same, once both directions' buffers filled.
     let (mut sink, mut stream) = socket.split();
-    let (from_agent, to_agent) = shared.start_agent();
+    let (from_agent, to_agent) = shared.start_agent(owner);
     let mut lines = LineReader::new(from_agent, usize::MAX >> 1);
     // The agent's input is written by a task of its own: the agent's output must keep flowing
     // while the agent is slow to read (it may itself be waiting for room to write). A frame
