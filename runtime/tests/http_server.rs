@@ -1079,14 +1079,75 @@ async fn a_request_head_that_never_ends_has_its_socket_closed() {
     assert!(read.is_ok(), "the socket is still open after {WAIT:?}");
 }
 
-/// Sockets beyond `max_sockets` wait until one closes, whatever they carry.
+/// Every stage before a request has a deadline: a socket that sends nothing, one byte, or part
+/// of the HTTP/2 preface is closed at the header read timeout, as a partial HTTP/1.1 head is.
+#[tokio::test]
+async fn a_socket_that_never_completes_a_first_request_is_closed_whatever_it_sent() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let options = ServerOptions { header_read_timeout: Duration::from_millis(300), ..ServerOptions::default() };
+    let url = start(options).await;
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+    for sent in [&b""[..], b"P", b"PRI * HTTP/2.0\r\n", b"G"] {
+        let mut tcp = TcpStream::connect(&authority).await.unwrap();
+        tcp.write_all(sent).await.unwrap();
+        let started = tokio::time::Instant::now();
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(WAIT, tcp.read_to_end(&mut rest)).await;
+        assert!(read.is_ok(), "a socket that sent {sent:?} is still open after {WAIT:?}");
+        assert!(started.elapsed() < Duration::from_secs(3), "{sent:?}: closed only after {:?}", started.elapsed());
+    }
+}
+
+/// A POST whose body stops coming is answered 408 at the body read timeout.
+#[tokio::test]
+async fn a_body_that_stops_coming_is_answered_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let options = ServerOptions { body_read_timeout: Duration::from_millis(300), ..ServerOptions::default() };
+    let url = start(options).await;
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+    let mut tcp = TcpStream::connect(&authority).await.unwrap();
+    let head = "POST /acp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n";
+    tcp.write_all(format!("{head}{{\"jsonrpc\"").as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 64];
+    let n = tokio::time::timeout(WAIT, tcp.read(&mut answer)).await.expect("an answer in time").unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+}
+
+/// When every socket place is taken, the oldest socket that has not sent a whole request makes
+/// room: silent sockets cannot keep a client out, even before any timeout.
+#[tokio::test]
+async fn silent_sockets_make_room_for_a_client_that_sends_a_request() {
+    let url = start(ServerOptions { max_sockets: 2, ..ServerOptions::default() }).await;
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+    let _silent: Vec<TcpStream> = futures_join(&authority, 4).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let http = Http::new(&url, Version::Http1);
+    let answer = tokio::time::timeout(Duration::from_secs(5), http.post(&[], initialize(1))).await;
+    assert_eq!(answer.expect("served while silent sockets hold every place").status, StatusCode::OK);
+}
+
+async fn futures_join(authority: &str, n: usize) -> Vec<TcpStream> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(TcpStream::connect(authority).await.unwrap());
+    }
+    out
+}
+
+/// Sockets beyond `max_sockets` wait until one closes, when every place holds a socket that
+/// has sent a request (one that has not is closed to make room, see above).
 #[tokio::test]
 async fn sockets_beyond_the_limit_wait_until_one_closes() {
-    use tokio::io::AsyncWriteExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let url = start(ServerOptions { max_sockets: 1, ..ServerOptions::default() }).await;
     let authority = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
     let mut held = TcpStream::connect(&authority).await.unwrap();
-    held.write_all(b"POST /acp HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+    // A whole request, answered; the socket stays open for the next (keep-alive).
+    held.write_all(b"GET /elsewhere HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+    let mut answer = [0u8; 12];
+    held.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 404");
     tokio::time::sleep(Duration::from_millis(100)).await;
     let http = Http::new(&url, Version::Http1);
     let waiting = tokio::spawn(async move { http.send("GET", &[], Bytes::new()).await.status });

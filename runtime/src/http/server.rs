@@ -39,8 +39,9 @@
 //! | `OPTIONS` | a CORS preflight: 204 for an allowed origin, else 403 |
 //! | other methods | 405 with `Allow` |
 //! | an `Acp-Connection-Id` / `Acp-Session-Id` longer than [`ServerOptions::max_id_bytes`] | 400 |
-//! | an HTTP/1.1 request head not complete within [`ServerOptions::header_read_timeout`] | the socket is closed |
-//! | sockets beyond [`ServerOptions::max_sockets`] | not accepted until one closes (they wait in the system's listen queue) |
+//! | a first request (any protocol) or an HTTP/1.1 request head not complete within [`ServerOptions::header_read_timeout`] | the socket is closed |
+//! | `POST`, a body not complete within [`ServerOptions::body_read_timeout`] | 408 |
+//! | sockets beyond [`ServerOptions::max_sockets`] | the oldest socket that has not sent a whole request yet is closed to make room; with none, new ones wait in the system's listen queue until one closes |
 //!
 //! # Streams
 //!
@@ -161,11 +162,15 @@ pub struct ServerOptions {
     /// (`max_connections` counts ACP connections, which a socket that never finishes a
     /// request does not make.)
     pub max_sockets: usize,
-    /// How long a client may take to send an HTTP/1.1 request's head, and to start the next
-    /// one on a kept-alive connection (30 s; zero for no limit): the connection is closed
-    /// beyond. An HTTP/2 connection is pinged every `keep_alive` and closed when a ping goes
-    /// unanswered.
+    /// How long a client may take to send its first request's head after connecting (the
+    /// HTTP/2 preface included: a socket that sends nothing, or part of a preface, is closed
+    /// too), to send an HTTP/1.1 request's head, and to start the next one on a kept-alive
+    /// connection (30 s; zero for no limit): the connection is closed beyond. An HTTP/2
+    /// connection is pinged every `keep_alive` and closed when a ping goes unanswered.
     pub header_read_timeout: Duration,
+    /// How long a POST's body may take to arrive once its head has (30 s; zero for no limit):
+    /// 408 beyond.
+    pub body_read_timeout: Duration,
 }
 
 impl Default for ServerOptions {
@@ -186,6 +191,7 @@ impl Default for ServerOptions {
             max_ws_message_bytes: 16 << 20,
             max_sockets: 4096,
             header_read_timeout: Duration::from_secs(30),
+            body_read_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -377,7 +383,8 @@ impl HttpServer {
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        serve_http_connection(self.shared.clone(), io, SocketAddr::from(([0, 0, 0, 0], 0)))
+        let socket = Arc::new(Unproven::default()).register();
+        serve_http_connection(self.shared.clone(), io, SocketAddr::from(([0, 0, 0, 0], 0)), socket)
     }
 
     /// Serves on an already bound listener.
@@ -471,40 +478,60 @@ impl BoundServer {
         let BoundServer { shared, listener, .. } = self;
         let sweeper = crate::tasks::AbortOnDrop::spawn(sweep_idle(shared.clone()));
         let sockets = Arc::new(tokio::sync::Semaphore::new(shared.options.max_sockets.max(1)));
+        let unproven = Arc::new(Unproven::default());
         loop {
-            // A socket is accepted only with a permit, held until it closes.
-            let permit = tokio::select! {
+            let accepted = tokio::select! {
                 () = shared.shutdown.cancelled() => break,
-                permit = sockets.clone().acquire_owned() => permit.expect("never closed"),
+                accepted = listener.accept() => accepted,
             };
-            tokio::select! {
-                () = shared.shutdown.cancelled() => break,
-                accepted = listener.accept() => match accepted {
-                    Ok((tcp, peer)) => {
-                        let _ = tcp.set_nodelay(true);
-                        let shared = shared.clone();
-                        #[cfg(feature = "http-tls")]
-                        if let Some(tls) = tls.clone() {
-                            tokio::spawn(async move {
-                                match tokio::time::timeout(Duration::from_secs(10), tls.accept(tcp)).await {
-                                    Ok(Ok(stream)) => serve_http_connection(shared, stream, peer).await,
-                                    Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
-                                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                                }
-                                drop(permit);
-                            });
-                            continue;
+            match accepted {
+                Ok((tcp, peer)) => {
+                    // A socket is served only with a permit, held until it closes. With none
+                    // left, the oldest socket that has not sent a whole request yet makes
+                    // room: sockets that send nothing (or a byte at a time) cannot keep out
+                    // clients that do. With none of those either, it waits for a place.
+                    let permit = match sockets.clone().try_acquire_owned() {
+                        Ok(permit) => permit,
+                        Err(_) => {
+                            unproven.evict_oldest();
+                            tokio::select! {
+                                () = shared.shutdown.cancelled() => break,
+                                permit = sockets.clone().acquire_owned() => permit.expect("never closed"),
+                            }
                         }
+                    };
+                    let _ = tcp.set_nodelay(true);
+                    let shared = shared.clone();
+                    let socket = unproven.register();
+                    #[cfg(feature = "http-tls")]
+                    if let Some(tls) = tls.clone() {
                         tokio::spawn(async move {
-                            serve_http_connection(shared, tcp, peer).await;
+                            let handshake = tokio::time::timeout(Duration::from_secs(10), tls.accept(tcp));
+                            let handshake = tokio::select! {
+                                handshake = handshake => handshake,
+                                () = socket.evicted() => {
+                                    drop(permit);
+                                    return;
+                                }
+                            };
+                            match handshake {
+                                Ok(Ok(stream)) => serve_http_connection(shared, stream, peer, socket).await,
+                                Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
+                                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                            }
                             drop(permit);
                         });
+                        continue;
                     }
-                    Err(error) => {
-                        tracing::warn!(%error, "accepting a TCP connection failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                },
+                    tokio::spawn(async move {
+                        serve_http_connection(shared, tcp, peer, socket).await;
+                        drop(permit);
+                    });
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "accepting a TCP connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
             }
         }
         drop(sweeper);
@@ -516,8 +543,69 @@ impl BoundServer {
     }
 }
 
+/// The sockets that have not sent a whole request yet, oldest first: the ones to close when a
+/// new socket needs a place.
+#[derive(Default)]
+struct Unproven {
+    sockets: Mutex<VecDeque<(u64, CancellationToken)>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Unproven {
+    fn register(self: &Arc<Self>) -> Socket {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let evict = CancellationToken::new();
+        self.sockets.lock().expect("lock").push_back((id, evict.clone()));
+        Socket { registry: Arc::downgrade(self), id, evict }
+    }
+
+    /// Closes the oldest socket still waiting for its first request, if any.
+    fn evict_oldest(&self) {
+        if let Some((_, evict)) = self.sockets.lock().expect("lock").pop_front() {
+            tracing::debug!("all socket places taken: closing the oldest socket without a request");
+            evict.cancel();
+        }
+    }
+
+    fn forget(&self, id: u64) {
+        let mut sockets = self.sockets.lock().expect("lock");
+        if let Some(at) = sockets.iter().position(|(other, _)| *other == id) {
+            sockets.remove(at);
+        }
+    }
+}
+
+/// A socket's place among the [`Unproven`] ones, until its first request (or its end).
+struct Socket {
+    registry: std::sync::Weak<Unproven>,
+    id: u64,
+    evict: CancellationToken,
+}
+
+impl Socket {
+    /// Completes when the socket is to be closed to make room.
+    fn evicted(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.evict.cancelled()
+    }
+
+    /// The socket sent a whole request: it is no longer one to close first.
+    fn proven(&self) {
+        if let Some(registry) = self.registry.upgrade() {
+            registry.forget(self.id);
+        }
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        self.proven();
+    }
+}
+
 /// Serves one TCP (or TLS) connection's HTTP requests, HTTP/1.1 or HTTP/2 as the client speaks.
-async fn serve_http_connection<I>(shared: Arc<ServerShared>, io: I, peer: SocketAddr)
+/// Until its first request's head has arrived, the socket is closed when
+/// [`ServerOptions::header_read_timeout`] passes, or when a new socket needs its place.
+async fn serve_http_connection<I>(shared: Arc<ServerShared>, io: I, peer: SocketAddr, socket: Socket)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -528,7 +616,10 @@ where
     let options = &shared.options;
     let streams = options.max_sessions_per_connection + options.max_provisional_sessions + 64;
     let max_streams = u32::try_from(streams).unwrap_or(u32::MAX);
+    let first_request = CancellationToken::new();
+    let first_seen = first_request.clone();
     let service = hyper::service::service_fn(move |req| {
+        first_seen.cancel();
         let shared = shared.clone();
         async move { Ok::<_, Infallible>(shared.handle(req).await) }
     });
@@ -544,7 +635,30 @@ where
         .max_concurrent_streams(max_streams)
         .timer(hyper_util::rt::TokioTimer::new())
         .keep_alive_interval((!keep_alive.is_zero()).then_some(keep_alive));
-    if let Err(error) = builder.serve_connection_with_upgrades(TokioIo::new(io), service).await {
+    let serving = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    tokio::pin!(serving);
+    // Dropping `serving` closes the socket.
+    let first_deadline = async {
+        if header_read_timeout.is_zero() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(header_read_timeout).await;
+    };
+    let ended = tokio::select! {
+        ended = &mut serving => Some(ended),
+        () = first_request.cancelled() => None,
+        () = first_deadline => {
+            tracing::debug!(%peer, "no request within the header read timeout: closing the socket");
+            return;
+        }
+        () = socket.evicted() => return,
+    };
+    socket.proven();
+    let ended = match ended {
+        Some(ended) => ended,
+        None => serving.await,
+    };
+    if let Err(error) = ended {
         tracing::debug!(%peer, %error, "http connection ended with an error");
     }
 }
@@ -1130,7 +1244,17 @@ impl ServerShared {
         if declared.is_some_and(|len| len > limit as u64) {
             return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("the body is over {limit} bytes"));
         }
-        let body = match http_body_util::Limited::new(body, limit).collect().await {
+        let collect = http_body_util::Limited::new(body, limit).collect();
+        let timeout = self.options.body_read_timeout;
+        let collected = if timeout.is_zero() {
+            collect.await
+        } else {
+            match tokio::time::timeout(timeout, collect).await {
+                Ok(collected) => collected,
+                Err(_) => return text(StatusCode::REQUEST_TIMEOUT, "the body did not arrive in time"),
+            }
+        };
+        let body = match collected {
             Ok(collected) => collected.to_bytes(),
             Err(error) if error.is::<http_body_util::LengthLimitError>() => {
                 return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("the body is over {limit} bytes"));
