@@ -856,9 +856,13 @@ async fn bearer_tokens_and_connection_limits() {
     let auth = ("authorization", "Bearer s3cret");
     let first = http.send("POST", &[json_ct, auth], init.clone()).await;
     assert_eq!(first.status, StatusCode::OK);
+    let conn = first.headers["acp-connection-id"].to_str().unwrap().to_owned();
+    // Used (a POST after initialize), it keeps its place.
+    let note = json!({"jsonrpc": "2.0", "method": "_x/note", "params": {}}).to_string();
+    let posted = http.send("POST", &[json_ct, auth, ("acp-connection-id", &conn)], note).await;
+    assert_eq!(posted.status, StatusCode::ACCEPTED);
     // One connection at most: the second initialize is refused until the first is deleted.
     assert_eq!(http.send("POST", &[json_ct, auth], init.clone()).await.status, StatusCode::TOO_MANY_REQUESTS);
-    let conn = first.headers["acp-connection-id"].to_str().unwrap().to_owned();
     assert_eq!(http.send("DELETE", &[auth, ("acp-connection-id", &conn)], "").await.status, StatusCode::ACCEPTED);
     assert_eq!(http.send("POST", &[json_ct, auth], init).await.status, StatusCode::OK);
 }
@@ -891,6 +895,37 @@ async fn each_principal_reaches_only_its_own_connections_and_the_scheme_is_read_
     // Alice's connection is untouched and serves her.
     assert_eq!(http.send("POST", &[json_ct, alice, c], new_session).await.status, StatusCode::ACCEPTED);
     assert_eq!(http.send("DELETE", &[alice, c], "").await.status, StatusCode::ACCEPTED);
+}
+
+/// A flood of `initialize` calls whose connections are never used cannot lock clients out: at
+/// the limit, the connection unused the longest makes room (used ones never do).
+#[tokio::test]
+async fn connections_unused_since_their_initialize_make_room_at_the_limit() {
+    let url = start(ServerOptions { max_connections: 4, ..ServerOptions::default() }).await;
+    let http = Http::new(&url, Version::Http1);
+    let used = connect(&http).await;
+    let (status, _events) = http.stream(&[("acp-connection-id", used.as_str())]).await;
+    assert_eq!(status, StatusCode::OK);
+    // Many more initialize calls than places, none used: each is served.
+    let mut flood = Vec::new();
+    for _ in 0..16 {
+        flood.push(connect(&http).await);
+    }
+    // The used connection kept its place; the oldest unused ones were closed.
+    let note = json!({"jsonrpc": "2.0", "method": "_x/note", "params": {}});
+    assert_eq!(http.post(&[("acp-connection-id", used.as_str())], note.clone()).await.status, StatusCode::ACCEPTED);
+    assert_eq!(
+        http.post(&[("acp-connection-id", flood[0].as_str())], note.clone()).await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(http.post(&[("acp-connection-id", flood[15].as_str())], note).await.status, StatusCode::ACCEPTED);
+    // With every place used, a new one is refused.
+    for _ in 0..2 {
+        let id = connect(&http).await;
+        let note = json!({"jsonrpc": "2.0", "method": "_x/note", "params": {}});
+        assert_eq!(http.post(&[("acp-connection-id", id.as_str())], note).await.status, StatusCode::ACCEPTED);
+    }
+    assert_eq!(http.post(&[], initialize(1)).await.status, StatusCode::TOO_MANY_REQUESTS);
 }
 
 #[tokio::test]

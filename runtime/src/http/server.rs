@@ -749,6 +749,9 @@ impl Streams {
 
 struct AcpConnection {
     id: String,
+    /// The client has done something with the connection since `initialize`: attached a
+    /// stream or posted. Until then, a connection is the first to go when the server is full.
+    used: std::sync::atomic::AtomicBool,
     /// Who opened it ([`HttpServer::identify`]); `None` without such a hook.
     principal: Option<Owner>,
     to_agent: tokio::sync::Mutex<Option<PipeWriter>>,
@@ -762,6 +765,12 @@ struct AcpConnection {
 impl AcpConnection {
     fn touch(&self) {
         *self.last_active.lock().expect("lock") = Instant::now();
+    }
+
+    /// The client used the connection (a stream attached, a POST after `initialize`).
+    fn used(&self) {
+        self.used.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.touch();
     }
 
     /// Ends the connection: the agent sees end of input, every stream ends once drained.
@@ -814,6 +823,27 @@ impl ServerShared {
         if self.connections.lock().expect("lock").remove(id).is_some() {
             self.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         }
+    }
+
+    /// Closes the connection that has been unused since its `initialize` for the longest
+    /// (see [`AcpConnection::used`]); whether there was one.
+    fn evict_unused(&self) -> bool {
+        let unused = {
+            let connections = self.connections.lock().expect("lock");
+            connections
+                .values()
+                .filter(|c| {
+                    !c.used.load(std::sync::atomic::Ordering::Relaxed)
+                        && c.streams.lock().expect("lock").initialize.is_none()
+                })
+                .min_by_key(|c| *c.last_active.lock().expect("lock"))
+                .cloned()
+        };
+        let Some(connection) = unused else { return false };
+        tracing::debug!(connection = %connection.id, "connection limit reached: closing a connection unused since its initialize");
+        self.remove(&connection.id);
+        connection.close();
+        true
     }
 
     /// Reserves a connection slot, or `None` at the limit.
@@ -1299,7 +1329,7 @@ impl ServerShared {
         let Some(connection) = self.connection_of(&connection_id, principal.as_ref()) else {
             return text(StatusCode::NOT_FOUND, "unknown Acp-Connection-Id");
         };
-        connection.touch();
+        connection.used();
         if let (Some(header), Some(param)) = (&session_id, &envelope.params_session) {
             if header != param {
                 return text(StatusCode::BAD_REQUEST, "Acp-Session-Id does not match params.sessionId");
@@ -1341,13 +1371,17 @@ impl ServerShared {
     }
 
     async fn initialize(self: Arc<Self>, id: String, line: Vec<u8>, principal: Option<Owner>) -> HttpResponse {
-        let Some(mut slot) = self.reserve_slot() else {
+        // At the limit, a connection nobody used since its `initialize` makes room: a flood of
+        // `initialize` calls cannot lock out clients that go on to use their connections.
+        let slot = self.reserve_slot().or_else(|| self.evict_unused().then(|| self.reserve_slot()).flatten());
+        let Some(mut slot) = slot else {
             return text(StatusCode::TOO_MANY_REQUESTS, "too many connections");
         };
         let (from_agent, to_agent) = self.start_agent(principal.clone().unwrap_or_else(Owner::anonymous));
         let (answer_tx, answer_rx) = oneshot::channel();
         let connection = Arc::new(AcpConnection {
             id: new_id(),
+            used: Default::default(),
             principal,
             to_agent: tokio::sync::Mutex::new(Some(to_agent)),
             streams: Mutex::new(Streams { initialize: Some((id, answer_tx)), ..Streams::default() }),
@@ -1422,7 +1456,7 @@ impl ServerShared {
             }
             outbox.reader = true;
         }
-        connection.touch();
+        connection.used();
         let every = self.options.keep_alive;
         let events = EventStream {
             connection: connection.clone(),
