@@ -928,6 +928,54 @@ async fn connections_unused_since_their_initialize_make_room_at_the_limit() {
     assert_eq!(http.post(&[], initialize(1)).await.status, StatusCode::TOO_MANY_REQUESTS);
 }
 
+/// An `initialize` whose id no float holds (`1e400`): answered as any other, with the
+/// connection's id, and the connection works.
+#[tokio::test]
+async fn an_initialize_id_beyond_f64_still_opens_the_connection() {
+    let url = start(ServerOptions::default()).await;
+    let http = Http::new(&url, Version::Http1);
+    let body =
+        r#"{"jsonrpc":"2.0","id":1e400,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}"#;
+    let answer = http.send("POST", &[("content-type", "application/json")], body).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let text = String::from_utf8_lossy(&answer.body).into_owned();
+    assert!(text.contains(r#""id":1e400"#) && text.contains(r#""result""#), "{text}");
+    let conn = answer.headers.get("acp-connection-id").expect("the connection's id").to_str().unwrap().to_owned();
+    let note = json!({"jsonrpc": "2.0", "method": "_x/note", "params": {}});
+    assert_eq!(http.post(&[("acp-connection-id", conn.as_str())], note).await.status, StatusCode::ACCEPTED);
+}
+
+/// DNS rebinding: a page whose name now resolves to 127.0.0.1 sends its own name as `Host`.
+/// A loopback server answers only for loopback names unless told others.
+#[tokio::test]
+async fn a_loopback_server_answers_only_for_loopback_host_names() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn status(authority: &str, host: &str) -> String {
+        let mut tcp = TcpStream::connect(authority).await.unwrap();
+        let request = format!("GET /acp HTTP/1.1\r\nhost: {host}\r\naccept: text/event-stream\r\n\r\n");
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut head = [0u8; 12];
+        tcp.read_exact(&mut head).await.unwrap();
+        String::from_utf8_lossy(&head[9..]).into_owned()
+    }
+    let url = start(ServerOptions::default()).await;
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+    let port = authority.rsplit(':').next().unwrap();
+    assert_eq!(status(&authority, &format!("evil.example:{port}")).await, "403");
+    assert_eq!(status(&authority, "evil.example").await, "403");
+    // Loopback names pass the check (and the GET then wants a connection id: 400).
+    for host in
+        [format!("localhost:{port}"), format!("127.0.0.1:{port}"), "LOCALHOST".to_owned(), format!("[::1]:{port}")]
+    {
+        assert_eq!(status(&authority, &host).await, "400", "{host}");
+    }
+    let options = ServerOptions { allowed_hosts: vec!["agent.example".into()], ..ServerOptions::default() };
+    let url = start(options).await;
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+    assert_eq!(status(&authority, "Agent.Example:443").await, "400");
+    assert_eq!(status(&authority, "localhost").await, "403", "the list replaces the loopback default");
+}
+
 #[tokio::test]
 async fn idle_connections_are_closed() {
     let url = start(ServerOptions { idle_timeout: Duration::from_millis(200), ..ServerOptions::default() }).await;
@@ -1141,7 +1189,7 @@ async fn a_body_that_stops_coming_is_answered_408() {
     let url = start(options).await;
     let authority = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
     let mut tcp = TcpStream::connect(&authority).await.unwrap();
-    let head = "POST /acp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n";
+    let head = "POST /acp HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n";
     tcp.write_all(format!("{head}{{\"jsonrpc\"").as_bytes()).await.unwrap();
     let mut answer = vec![0u8; 64];
     let n = tokio::time::timeout(WAIT, tcp.read(&mut answer)).await.expect("an answer in time").unwrap();
@@ -1179,7 +1227,7 @@ async fn sockets_beyond_the_limit_wait_until_one_closes() {
     let authority = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
     let mut held = TcpStream::connect(&authority).await.unwrap();
     // A whole request, answered; the socket stays open for the next (keep-alive).
-    held.write_all(b"GET /elsewhere HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+    held.write_all(b"GET /elsewhere HTTP/1.1\r\nhost: localhost\r\n\r\n").await.unwrap();
     let mut answer = [0u8; 12];
     held.read_exact(&mut answer).await.unwrap();
     assert_eq!(&answer, b"HTTP/1.1 404");

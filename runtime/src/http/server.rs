@@ -11,6 +11,7 @@
 //!
 //! | request | answer |
 //! |---|---|
+//! | a `Host` the server does not answer for ([`ServerOptions::allowed_hosts`]; by default only loopback names on a loopback address) | 403 |
 //! | any method, a path other than [`ServerOptions::path`] | 404 |
 //! | `Origin` not in [`ServerOptions::allowed_origins`] | 403 (browsers only send `Origin`; none is allowed by default) |
 //! | the [`HttpServer::authenticate`] (or [`HttpServer::identify`]) hook refuses | its status (401 / 403) |
@@ -155,6 +156,12 @@ pub struct ServerOptions {
     /// Origins (`https://app.example`) allowed to call from a browser; `*` allows any. Empty
     /// by default: a request carrying `Origin` is refused with 403.
     pub allowed_origins: Vec<String>,
+    /// Host names (`agent.example`, matched without the port, in any case) the server answers
+    /// for; `*` allows any. Empty by default, which means: a server bound to a loopback address
+    /// answers only for loopback names (`localhost`, `127.0.0.1`, `[::1]`), so a web page whose
+    /// DNS name was rebound to 127.0.0.1 is refused (403) even without an `Origin`; a server on
+    /// another address answers for any name.
+    pub allowed_hosts: Vec<String>,
     /// Largest WebSocket message (16 MiB).
     pub max_ws_message_bytes: usize,
     /// TCP (or TLS) connections served at once, whatever they carry (4096). Beyond, the
@@ -188,6 +195,7 @@ impl Default for ServerOptions {
             initialize_timeout: Duration::from_secs(30),
             keep_alive: Duration::from_secs(15),
             allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             max_ws_message_bytes: 16 << 20,
             max_sockets: 4096,
             header_read_timeout: Duration::from_secs(30),
@@ -250,6 +258,9 @@ struct ServerShared {
     start: Box<StartConnection>,
     auth: Option<Box<AuthHook>>,
     connections: Mutex<HashMap<String, Arc<AcpConnection>>>,
+    /// Bound to a loopback address: with no [`ServerOptions::allowed_hosts`], only loopback
+    /// host names are served.
+    loopback: bool,
     /// Connections of both profiles (WebSocket ones are not in `connections`).
     open: std::sync::atomic::AtomicUsize,
     shutdown: CancellationToken,
@@ -291,6 +302,7 @@ impl HttpServer {
                 start: Box::new(start),
                 auth: None,
                 connections: Mutex::new(HashMap::new()),
+                loopback: false,
                 open: Default::default(),
                 shutdown: CancellationToken::new(),
             }),
@@ -388,8 +400,9 @@ impl HttpServer {
     }
 
     /// Serves on an already bound listener.
-    pub fn listen(self, listener: TcpListener) -> std::io::Result<BoundServer> {
+    pub fn listen(mut self, listener: TcpListener) -> std::io::Result<BoundServer> {
         let local_addr = listener.local_addr()?;
+        self.shared_mut().loopback = local_addr.ip().is_loopback();
         Ok(BoundServer {
             shared: self.shared,
             listener,
@@ -1205,6 +1218,9 @@ fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
 
 impl ServerShared {
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> HttpResponse {
+        if !self.host_allowed(&req) {
+            return text(StatusCode::FORBIDDEN, "this host name is not served here");
+        }
         let origin = req.headers().get(header::ORIGIN).cloned();
         let allowed_origin = match &origin {
             None => None,
@@ -1229,6 +1245,28 @@ impl ServerShared {
             headers.append(header::VARY, HeaderValue::from_static("origin"));
         }
         response
+    }
+
+    /// Whether the request names a host this server answers for (see
+    /// [`ServerOptions::allowed_hosts`]). A request without one (HTTP/1.0) cannot come from a
+    /// rebound browser page, which always names it.
+    fn host_allowed(&self, req: &Request<Incoming>) -> bool {
+        let named = req.uri().authority().map(|a| a.host().to_owned()).or_else(|| {
+            let host = req.headers().get(header::HOST)?.to_str().ok()?;
+            Some(host.parse::<hyper::http::uri::Authority>().map_or_else(|_| host.to_owned(), |a| a.host().to_owned()))
+        });
+        let Some(host) = named else { return true };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let allowed = &self.options.allowed_hosts;
+        if !allowed.is_empty() {
+            return allowed
+                .iter()
+                .any(|a| a == "*" || a.trim_start_matches('[').trim_end_matches(']').eq_ignore_ascii_case(host));
+        }
+        if !self.loopback {
+            return true;
+        }
+        host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
     }
 
     async fn route(self: Arc<Self>, req: Request<Incoming>) -> HttpResponse {
@@ -1406,7 +1444,14 @@ impl ServerShared {
             Ok(Err(_)) => return fail(StatusCode::BAD_GATEWAY, "the agent ended without answering initialize"),
             Err(_) => return fail(StatusCode::GATEWAY_TIMEOUT, "the agent did not answer initialize in time"),
         };
-        let succeeded = serde_json::from_slice::<serde_json::Value>(&answer).is_ok_and(|v| v.get("result").is_some());
+        // Read without building numbers: an id the agent echoes as it came (`1e400`, beyond
+        // `f64`) must not make a successful answer look refused.
+        #[derive(serde::Deserialize)]
+        struct Answer<'a> {
+            #[serde(borrow)]
+            result: Option<&'a serde_json::value::RawValue>,
+        }
+        let succeeded = serde_json::from_slice::<Answer>(&answer).is_ok_and(|a| a.result.is_some());
         if !succeeded {
             // A refused initialize creates no connection: the client may try again.
             self.remove(&connection.id);
