@@ -976,6 +976,34 @@ async fn a_loopback_server_answers_only_for_loopback_host_names() {
     assert_eq!(status(&authority, "localhost").await, "403", "the list replaces the loopback default");
 }
 
+/// RFC 6455: a protocol error or an oversized message ends the WebSocket with a close frame
+/// and its code (1002, 1009), not with the TCP connection alone.
+#[tokio::test]
+async fn websocket_errors_close_with_the_rfc_6455_code() {
+    use tokio::io::AsyncWriteExt;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    async fn close_code(socket: &mut tokio_tungstenite::WebSocketStream<TcpStream>) -> Option<CloseCode> {
+        loop {
+            match tokio::time::timeout(WAIT, socket.next()).await.expect("the socket closes in time") {
+                Some(Ok(Message::Close(frame))) => return frame.map(|f| f.code),
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => return None,
+            }
+        }
+    }
+    let url = start(ServerOptions { max_ws_message_bytes: 1024, ..ServerOptions::default() }).await;
+
+    // A frame with a reserved opcode (0x3), masked as a client's must be.
+    let (mut socket, _) = ws_connect(&url).await;
+    socket.get_mut().write_all(&[0x83, 0x80, 1, 2, 3, 4]).await.unwrap();
+    assert_eq!(close_code(&mut socket).await, Some(CloseCode::Protocol));
+
+    // A message over the limit.
+    let (mut socket, _) = ws_connect(&url).await;
+    socket.send(Message::text("x".repeat(4096))).await.unwrap();
+    assert_eq!(close_code(&mut socket).await, Some(CloseCode::Size));
+}
+
 #[tokio::test]
 async fn idle_connections_are_closed() {
     let url = start(ServerOptions { idle_timeout: Duration::from_millis(200), ..ServerOptions::default() }).await;

@@ -110,6 +110,8 @@ use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -1643,7 +1645,11 @@ where
         .max_message_size(Some(max))
         .max_frame_size(Some(max))
         .read_buffer_size(WS_READ_BUFFER)
-        .write_buffer_size(WS_WRITE_BUFFER);
+        .write_buffer_size(WS_WRITE_BUFFER)
+        // Our messages wait for room (the sink flushes before taking the next), but the replies
+        // to pings are buffered as they are read: bounded, a client that pings and never reads
+        // cannot grow the buffer (the pending pong is kept once, replaced by the next).
+        .max_write_buffer_size(WS_WRITE_BUFFER + max + WS_WRITE_BUFFER);
     let socket = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
     // Read and written side by side: a loop that awaited its sends while it read nothing
     // stopped for good against a client doing the same, once both directions' buffers filled.
@@ -1658,7 +1664,7 @@ where
     let mut writer = crate::tasks::AbortOnDrop::spawn(write_to_agent(to_agent, writer_queue));
     let every = shared.options.keep_alive;
     let last_heard = Mutex::new(Instant::now());
-    // The client's frames, to the agent's input.
+    // The client's frames, to the agent's input; ends with the close frame to send, if any.
     let incoming = async {
         loop {
             match stream.next().await {
@@ -1666,7 +1672,7 @@ where
                     *last_heard.lock().expect("lock") = Instant::now();
                     if to_writer.send(one_line(text.as_bytes().to_vec())).await.is_err() {
                         // The agent's input is closed.
-                        return;
+                        return None;
                     }
                 }
                 // Binary frames carry nothing in ACP (the RFD: ignored); pings are answered by
@@ -1674,15 +1680,15 @@ where
                 Some(Ok(Message::Binary(_) | Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {
                     *last_heard.lock().expect("lock") = Instant::now();
                 }
-                Some(Ok(Message::Close(_))) | None => return,
+                Some(Ok(Message::Close(_))) | None => return None,
                 Some(Err(error)) => {
                     tracing::debug!(%error, "WebSocket read failed");
-                    return;
+                    return close_frame_for(&error);
                 }
             }
         }
     };
-    // The agent's output, and the pings, to the client.
+    // The agent's output, and the pings, to the client; ends with the close frame to send.
     let outgoing = async {
         let mut ping = tokio::time::interval_at(Instant::now() + every, every);
         loop {
@@ -1692,43 +1698,60 @@ where
                         let first = Message::text(String::from_utf8_lossy(line).into_owned());
                         match send_burst(&mut sink, &mut lines, first).await {
                             Ok(true) => {}
-                            Ok(false) => {
-                                let _ = sink.close().await;
-                                return;
-                            }
-                            Err(()) => return,
+                            Ok(false) => return Some(close(CloseCode::Normal, "the agent ended the connection")),
+                            Err(()) => return None,
                         }
                     }
                     Ok(Some(LineFrame::Oversized { .. })) => {}
-                    Ok(None) | Err(_) => {
-                        let _ = sink.close().await;
-                        return;
-                    }
+                    Ok(None) | Err(_) => return Some(close(CloseCode::Normal, "the agent ended the connection")),
                 },
                 _ = ping.tick() => {
                     if last_heard.lock().expect("lock").elapsed() > every * 3 {
                         tracing::debug!("closing a WebSocket that stopped answering");
-                        return;
+                        return Some(close(CloseCode::Away, "nothing heard from the client"));
                     }
                     if sink.send(Message::Ping(Bytes::new())).await.is_err() {
-                        return;
+                        return None;
                     }
                 }
             }
         }
     };
-    let shutdown = tokio::select! {
-        () = incoming => false,
-        () = outgoing => false,
-        () = shared.shutdown.cancelled() => true,
+    let frame = tokio::select! {
+        frame = incoming => frame,
+        frame = outgoing => frame,
+        () = shared.shutdown.cancelled() => Some(close(CloseCode::Away, "the server is shutting down")),
     };
-    if shutdown {
-        let _ = sink.close().await;
+    // RFC 6455: a close frame with the reason's code, then the socket, without waiting long on
+    // a client that does not read.
+    if let Some(frame) = frame {
+        let closing = async {
+            let _ = sink.send(Message::Close(Some(frame))).await;
+            let _ = sink.close().await;
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), closing).await;
     }
     // End of input for the agent once what was read is written: its pending calls fail, its
     // connection ends. An agent that no longer reads gets it when the writer is dropped.
     drop(to_writer);
     let _ = tokio::time::timeout(every.max(Duration::from_secs(1)), &mut writer).await;
+}
+
+fn close(code: CloseCode, reason: &'static str) -> CloseFrame {
+    CloseFrame { code, reason: reason.into() }
+}
+
+/// The close frame for a read that failed (RFC 6455, 7.4.1), or `None` when the socket is
+/// gone and nothing can be sent.
+fn close_frame_for(error: &tokio_tungstenite::tungstenite::Error) -> Option<CloseFrame> {
+    use tokio_tungstenite::tungstenite::Error;
+    match error {
+        Error::Capacity(_) => Some(close(CloseCode::Size, "the message is too large")),
+        Error::Protocol(_) => Some(close(CloseCode::Protocol, "a WebSocket protocol error")),
+        Error::Utf8(_) => Some(close(CloseCode::Invalid, "a text frame that is not UTF-8")),
+        Error::WriteBufferFull(_) => Some(close(CloseCode::Policy, "the client does not read its replies")),
+        _ => None,
+    }
 }
 
 /// Writes the WebSocket's messages to the agent, one line each, then ends the agent's input.
