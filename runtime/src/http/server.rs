@@ -44,6 +44,28 @@
 //! | `POST`, a body not complete within [`ServerOptions::body_read_timeout`] | 408 |
 //! | sockets beyond [`ServerOptions::max_sockets`] | the oldest socket that has not sent a whole request yet is closed to make room; with none, new ones wait in the system's listen queue until one closes |
 //!
+//! # Limits
+//!
+//! Every stage of a connection has a deadline and every resource a bound; each is a
+//! [`ServerOptions`] field (tests shorten them):
+//!
+//! | limit | default | beyond it |
+//! |---|---|---|
+//! | [`header_read_timeout`](ServerOptions::header_read_timeout): the first request's head after connecting (the HTTP/2 preface included), each HTTP/1.1 head, the next one on a kept-alive socket | 30 s | the socket is closed |
+//! | [`body_read_timeout`](ServerOptions::body_read_timeout): a POST's body | 30 s | 408 |
+//! | [`max_body_bytes`](ServerOptions::max_body_bytes) | 16 MiB | 413 |
+//! | [`max_sockets`](ServerOptions::max_sockets): sockets served at once | 4096 | the oldest socket without a whole request is closed; with none, new ones wait |
+//! | [`max_connections`](ServerOptions::max_connections): ACP connections (both profiles) | 1024 | the one unused the longest since its `initialize` is closed; with none, 429 |
+//! | [`initialize_timeout`](ServerOptions::initialize_timeout): the agent's `initialize` answer | 30 s | 504 |
+//! | [`idle_timeout`](ServerOptions::idle_timeout): no stream attached and no POST | 5 min | the connection is closed |
+//! | [`max_sessions_per_connection`](ServerOptions::max_sessions_per_connection) | 256 | 429 |
+//! | [`max_provisional_sessions`](ServerOptions::max_provisional_sessions) | 16 | 404 |
+//! | [`max_buffered_bytes`](ServerOptions::max_buffered_bytes) per stream, then [`output_stall`](ServerOptions::output_stall) | 16 MiB, 60 s | the agent's sends wait; then the connection is closed |
+//! | [`max_id_bytes`](ServerOptions::max_id_bytes) | 256 B | 400 |
+//! | [`max_ws_message_bytes`](ServerOptions::max_ws_message_bytes) (a WebSocket's write buffer holds one such message more) | 16 MiB | close 1009 |
+//! | [`keep_alive`](ServerOptions::keep_alive): SSE comments, WebSocket and HTTP/2 pings | 15 s | a WebSocket silent for 3 intervals is closed (1001) |
+//! | [`allowed_origins`](ServerOptions::allowed_origins), [`allowed_hosts`](ServerOptions::allowed_hosts) | none; loopback names on a loopback address | 403 |
+//!
 //! # Streams
 //!
 //! The agent's output is routed by [`Envelope`]: the answer to a POSTed request goes to the
