@@ -94,7 +94,7 @@
 //!
 //! # Who is asking
 //!
-//! Each ACP connection has an [`Owner`](crate::owner::Owner), which its agent reads
+//! Each ACP connection has an [`Owner`], which its agent reads
 //! (`cx.owner()`) to keep each owner's sessions apart
 //! ([`SessionStore`](crate::sessions::SessionStore)): the principal the [`HttpServer::identify`]
 //! hook names (every connection of one principal shares its sessions, so a client can re-attach
