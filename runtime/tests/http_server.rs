@@ -1004,6 +1004,47 @@ async fn websocket_errors_close_with_the_rfc_6455_code() {
     assert_eq!(close_code(&mut socket).await, Some(CloseCode::Size));
 }
 
+/// POST bodies share one server-wide budget: while one large body holds it, another waits,
+/// and goes on once the first is handed to the agent.
+#[tokio::test]
+async fn bodies_share_a_server_wide_budget() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let options =
+        ServerOptions { max_body_bytes: 1 << 20, max_body_bytes_in_flight: 1 << 20, ..ServerOptions::default() };
+    let url = start(options).await;
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+    let http = Http::new(&url, Version::Http1);
+    let conn = connect(&http).await;
+    let post_head = |len: usize| {
+        format!(
+            "POST /acp HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
+             acp-connection-id: {conn}\r\ncontent-length: {len}\r\n\r\n"
+        )
+    };
+    let note =
+        |pad: usize| format!(r#"{{"jsonrpc":"2.0","method":"_x/note","params":{{"pad":"{}"}}}}"#, "x".repeat(pad));
+    // The first body: 900 KiB of its ~1 MiB sent, then it pauses.
+    let big = note(1_000_000);
+    let mut first = TcpStream::connect(&authority).await.unwrap();
+    first.write_all(post_head(big.len()).as_bytes()).await.unwrap();
+    first.write_all(&big.as_bytes()[..900 * 1024]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The second, 200 KiB, does not fit beside it: it waits.
+    let small = note(200 * 1024);
+    let mut second = TcpStream::connect(&authority).await.unwrap();
+    second.write_all(post_head(small.len()).as_bytes()).await.unwrap();
+    second.write_all(small.as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    let early = tokio::time::timeout(Duration::from_millis(500), second.read_exact(&mut head)).await;
+    assert!(early.is_err(), "the second body was taken while the first held the budget");
+    // The first finishes: both are answered.
+    first.write_all(&big.as_bytes()[900 * 1024..]).await.unwrap();
+    first.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 202");
+    tokio::time::timeout(WAIT, second.read_exact(&mut head)).await.expect("answered").unwrap();
+    assert_eq!(&head, b"HTTP/1.1 202");
+}
+
 #[tokio::test]
 async fn idle_connections_are_closed() {
     let url = start(ServerOptions { idle_timeout: Duration::from_millis(200), ..ServerOptions::default() }).await;

@@ -54,6 +54,7 @@
 //! | [`header_read_timeout`](ServerOptions::header_read_timeout): the first request's head after connecting (the HTTP/2 preface included), each HTTP/1.1 head, the next one on a kept-alive socket | 30 s | the socket is closed |
 //! | [`body_read_timeout`](ServerOptions::body_read_timeout): a POST's body | 30 s | 408 |
 //! | [`max_body_bytes`](ServerOptions::max_body_bytes) | 16 MiB | 413 |
+//! | [`max_body_bytes_in_flight`](ServerOptions::max_body_bytes_in_flight): bodies being read, all connections | 64 MiB | a body waits for room (within the body timeout) |
 //! | [`max_sockets`](ServerOptions::max_sockets): sockets served at once | 4096 | the oldest socket without a whole request is closed; with none, new ones wait |
 //! | [`max_connections`](ServerOptions::max_connections): ACP connections (both profiles) | 1024 | the one unused the longest since its `initialize` is closed; with none, 429 |
 //! | [`initialize_timeout`](ServerOptions::initialize_timeout): the agent's `initialize` answer | 30 s | 504 |
@@ -111,7 +112,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -156,6 +157,12 @@ pub struct ServerOptions {
     pub path: String,
     /// Largest POST body (16 MiB): 413 beyond.
     pub max_body_bytes: usize,
+    /// Bytes of POST bodies the server holds at once, all connections together (64 MiB, and
+    /// never less than `max_body_bytes`): a body takes its `Content-Length` (`max_body_bytes`
+    /// when it has none) from this budget before it is read, until its message is handed to
+    /// the agent, and waits for room when it does not fit (within `body_read_timeout`). Many
+    /// large bodies at once cost this much memory, not `max_body_bytes` each.
+    pub max_body_bytes_in_flight: usize,
     /// Bytes one stream's outbox holds before the agent's sends wait (16 MiB).
     pub max_buffered_bytes: usize,
     /// How long an outbox may stay full with nothing read before the connection is closed
@@ -209,6 +216,7 @@ impl Default for ServerOptions {
         ServerOptions {
             path: DEFAULT_PATH.to_owned(),
             max_body_bytes: 16 << 20,
+            max_body_bytes_in_flight: 64 << 20,
             max_buffered_bytes: 16 << 20,
             output_stall: Duration::from_secs(60),
             max_connections: 1024,
@@ -282,6 +290,9 @@ struct ServerShared {
     start: Box<StartConnection>,
     auth: Option<Box<AuthHook>>,
     connections: Mutex<HashMap<String, Arc<AcpConnection>>>,
+    /// The bytes of POST bodies held at once (see [`ServerOptions::max_body_bytes_in_flight`]),
+    /// made when the server is bound.
+    body_budget: OnceLock<Arc<tokio::sync::Semaphore>>,
     /// Bound to a loopback address: with no [`ServerOptions::allowed_hosts`], only loopback
     /// host names are served.
     loopback: bool,
@@ -326,6 +337,7 @@ impl HttpServer {
                 start: Box::new(start),
                 auth: None,
                 connections: Mutex::new(HashMap::new()),
+                body_budget: OnceLock::new(),
                 loopback: false,
                 open: Default::default(),
                 shutdown: CancellationToken::new(),
@@ -426,7 +438,11 @@ impl HttpServer {
     /// Serves on an already bound listener.
     pub fn listen(mut self, listener: TcpListener) -> std::io::Result<BoundServer> {
         let local_addr = listener.local_addr()?;
-        self.shared_mut().loopback = local_addr.ip().is_loopback();
+        let shared = self.shared_mut();
+        shared.loopback = local_addr.ip().is_loopback();
+        let budget = shared.options.max_body_bytes_in_flight.max(shared.options.max_body_bytes);
+        // A semaphore counts at most `usize::MAX >> 3` permits.
+        let _ = shared.body_budget.set(Arc::new(tokio::sync::Semaphore::new(budget.min(usize::MAX >> 4))));
         Ok(BoundServer {
             shared: self.shared,
             listener,
@@ -1271,6 +1287,34 @@ impl ServerShared {
         response
     }
 
+    /// Reads a POST body of at most `limit` bytes, `declared` (its `Content-Length`) if given,
+    /// once its share of the server-wide budget is free: the declared length, or `limit` for a
+    /// body of unknown length, taken whole before the first byte is read (a body that held part
+    /// of the budget while it waited for the rest could wait for a body waiting for it). The
+    /// body, and its share of the budget.
+    async fn read_body(
+        &self,
+        body: Incoming,
+        limit: usize,
+        declared: Option<u64>,
+    ) -> Result<(Bytes, Option<tokio::sync::OwnedSemaphorePermit>), HttpResponse> {
+        let share = declared.map_or(limit, |len| usize::try_from(len).unwrap_or(limit).min(limit));
+        let held = match self.body_budget.get() {
+            Some(budget) => {
+                let n = u32::try_from(share).unwrap_or(u32::MAX);
+                Some(budget.clone().acquire_many_owned(n).await.expect("never closed"))
+            }
+            None => None,
+        };
+        match http_body_util::Limited::new(body, limit).collect().await {
+            Ok(collected) => Ok((collected.to_bytes(), held)),
+            Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+                Err(text(StatusCode::PAYLOAD_TOO_LARGE, &format!("the body is over {limit} bytes")))
+            }
+            Err(_) => Err(text(StatusCode::BAD_REQUEST, "the body could not be read")),
+        }
+    }
+
     /// Whether the request names a host this server answers for (see
     /// [`ServerOptions::allowed_hosts`]). A request without one (HTTP/1.0) cannot come from a
     /// rebound browser page, which always names it.
@@ -1336,22 +1380,20 @@ impl ServerShared {
         if declared.is_some_and(|len| len > limit as u64) {
             return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("the body is over {limit} bytes"));
         }
-        let collect = http_body_util::Limited::new(body, limit).collect();
         let timeout = self.options.body_read_timeout;
-        let collected = if timeout.is_zero() {
-            collect.await
+        let read = self.read_body(body, limit, declared);
+        let read = if timeout.is_zero() {
+            read.await
         } else {
-            match tokio::time::timeout(timeout, collect).await {
-                Ok(collected) => collected,
+            match tokio::time::timeout(timeout, read).await {
+                Ok(read) => read,
                 Err(_) => return text(StatusCode::REQUEST_TIMEOUT, "the body did not arrive in time"),
             }
         };
-        let body = match collected {
-            Ok(collected) => collected.to_bytes(),
-            Err(error) if error.is::<http_body_util::LengthLimitError>() => {
-                return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("the body is over {limit} bytes"));
-            }
-            Err(_) => return text(StatusCode::BAD_REQUEST, "the body could not be read"),
+        // Held until the message is handed to the agent (the end of this function).
+        let (body, _budget) = match read {
+            Ok(read) => read,
+            Err(refused) => return refused,
         };
         let Ok(value) = serde_json::from_slice::<&serde_json::value::RawValue>(&body) else {
             return rpc_error(StatusCode::BAD_REQUEST, -32700, "Parse error: the body is not one JSON value");
