@@ -28,7 +28,8 @@ usage: agent [--v1-only | --v2-only | --bridged] [--listen ADDR [--token NAME=TO
   --listen ADDR       serve remote clients on http://ADDR/acp (Streamable HTTP and WebSocket)
   --token NAME=TOKEN  with --listen: require `Authorization: Bearer TOKEN`; NAME owns the sessions
                       its connections create (repeat for more clients). Without any, every
-                      connection owns its sessions alone
+                      connection owns its sessions alone. (A demo: arguments show in the
+                      process list; a real host reads its tokens from a file or a secret store)
   --allow-origin O    with --listen: let a browser page from origin O call (`*` for any)
   --max-connections N with --listen: open ACP connections at most (default 1024)
   -h, --help          this text
