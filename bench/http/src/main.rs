@@ -9,6 +9,7 @@
 //! acp-http-bench throughput --client ours|official|raw --url URL --n N --label SERVER [--pid SERVER_PID]
 //! acp-http-bench load --url ws://127.0.0.1:PORT/acp --pid PID --n 10000 --streamers 1000
 //!                     [--probes 20] [--samples 2000] [--pause-us 50000,0] [--per-prompt 100] [--sources 4] --label SERVER
+//! acp-http-bench slow --url ws://127.0.0.1:PORT/acp [--silent 4096] [--slowloris 1000] [--clients 100] --label SERVER
 //! acp-http-bench report FILE
 //! ```
 //!
@@ -20,6 +21,7 @@ mod common;
 mod load;
 mod raw_sse;
 mod report;
+mod slow;
 mod throughput;
 
 use std::process::ExitCode;
@@ -86,6 +88,19 @@ fn main() -> ExitCode {
             };
             if let Err(error) = load::run(plan) {
                 eprintln!("load: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+        ("slow", _) => {
+            let plan = slow::Plan {
+                url,
+                label,
+                silent: num("--silent", 4096) as usize,
+                slowloris: num("--slowloris", 1000) as usize,
+                clients: num("--clients", 100) as usize,
+            };
+            if let Err(error) = common::rt().block_on(slow::run(plan)) {
+                eprintln!("slow: {error}");
                 return ExitCode::FAILURE;
             }
         }
