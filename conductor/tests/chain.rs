@@ -120,15 +120,20 @@ async fn a_prompt_arrives_byte_for_byte_but_for_what_a_proxy_changed() {
     editor.finish().await;
 }
 
-#[tokio::test]
-async fn a_proxy_crashing_mid_turn_ends_the_chain_with_an_error_answer_and_no_process_left() {
-    let mut editor = conductor(&["agent", &format!("{COMPONENTS} crash"), &format!("{COMPONENTS} echo-agent")]);
+/// Initializes the chain, opens the echo agent's session and sends a prompt (id 2) into it.
+async fn start_a_turn(editor: &mut Editor) {
     editor.initialize().await;
     editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
     editor.until_answer(1).await;
     editor
         .send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"echo-1","prompt":[]}}))
         .await;
+}
+
+#[tokio::test]
+async fn a_proxy_crashing_mid_turn_ends_the_chain_with_an_error_answer_and_no_process_left() {
+    let mut editor = conductor(&["agent", &format!("{COMPONENTS} crash"), &format!("{COMPONENTS} echo-agent")]);
+    start_a_turn(&mut editor).await;
     let (answer, _) = editor.until_answer(2).await;
     assert_eq!(answer["error"]["code"], json!(-32603), "{answer}");
     assert_eq!(editor.recv_line().await, None, "the conductor's output ends with the chain");
@@ -146,12 +151,7 @@ async fn a_component_that_dies_while_its_child_holds_its_output_ends_the_chain_a
     // open, and only watching the process tells that it is gone.
     let proxy = format!("sh -c 'sleep 300 & echo sleeper $! >&2; exec {COMPONENTS} crash'");
     let mut editor = conductor(&["agent", &proxy, &format!("{COMPONENTS} echo-agent")]);
-    editor.initialize().await;
-    editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
-    editor.until_answer(1).await;
-    editor
-        .send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"echo-1","prompt":[]}}))
-        .await;
+    start_a_turn(&mut editor).await;
     let (answer, _) = tokio::time::timeout(Duration::from_secs(10), editor.until_answer(2))
         .await
         .expect("the editor is answered while the proxy's child still holds its output");
@@ -186,12 +186,7 @@ async fn a_proxy_that_never_answers_gets_the_prompt_cancelled_on_session_cancel(
         &format!("{COMPONENTS} silent"),
         &format!("{COMPONENTS} echo-agent"),
     ]);
-    editor.initialize().await;
-    editor.send(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}})).await;
-    editor.until_answer(1).await;
-    editor
-        .send(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"echo-1","prompt":[]}}))
-        .await;
+    start_a_turn(&mut editor).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     editor.send(&json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"echo-1"}})).await;
     let (answer, _) = editor.until_answer(2).await;

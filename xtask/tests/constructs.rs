@@ -9,44 +9,17 @@ use std::process::Command;
 use serde_json::{Value, json};
 use xtask::codegen::{self, CodegenError, Gating, Settings, load};
 
+mod common;
+use common::base_defs;
+
 fn shared() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema")
 }
 
-/// The smallest schema the generator accepts (the baseline methods, the error types), with
-/// `extra` added; written without `meta.json`, as the published packages ship a schema.
+/// The smallest schema the generator accepts (`common::base_defs`), with `extra` added;
+/// written without `meta.json`, as the published packages ship a schema.
 fn fixture(name: &str, extra: Value) -> PathBuf {
-    let mut defs = serde_json::Map::new();
-    let empty =
-        |method: &str, side: &str| json!({"type": "object", "properties": {}, "x-method": method, "x-side": side});
-    for (def, method, side) in [
-        ("InitializeRequest", "initialize", "agent"),
-        ("InitializeResponse", "initialize", "agent"),
-        ("AuthenticateRequest", "authenticate", "agent"),
-        ("AuthenticateResponse", "authenticate", "agent"),
-        ("NewSessionRequest", "session/new", "agent"),
-        ("NewSessionResponse", "session/new", "agent"),
-        ("PromptRequest", "session/prompt", "agent"),
-        ("PromptResponse", "session/prompt", "agent"),
-        ("CancelNotification", "session/cancel", "agent"),
-        ("RequestPermissionRequest", "session/request_permission", "client"),
-        ("RequestPermissionResponse", "session/request_permission", "client"),
-        ("SessionNotification", "session/update", "client"),
-    ] {
-        defs.insert(def.into(), empty(method, side));
-    }
-    defs.insert(
-        "ErrorCode".into(),
-        json!({"anyOf": [
-            {"title": "Method not found", "type": "integer", "format": "int32", "const": -32601},
-            {"title": "Other", "type": "integer", "format": "int32"}
-        ]}),
-    );
-    defs.insert(
-        "Error".into(),
-        json!({"type": "object", "properties": {"code": {"$ref": "#/$defs/ErrorCode"}, "message": {"type": "string"}, "data": {}},
-               "required": ["code", "message"]}),
-    );
+    let mut defs = base_defs();
     defs.extend(extra.as_object().cloned().unwrap_or_default());
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("constructs").join(name);
     let _ = std::fs::remove_dir_all(&dir);

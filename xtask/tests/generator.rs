@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use xtask::codegen::{self, CodegenError, Gating, Settings};
 
+mod common;
+use common::base_defs;
+
 /// Writes a one-version release folder with the given `$defs` and method tables.
 fn fixture(name: &str, defs: Value, meta: Value) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fixtures").join(name);
@@ -13,42 +16,6 @@ fn fixture(name: &str, defs: Value, meta: Value) -> PathBuf {
     std::fs::write(dir.join("v1/schema.json"), json!({"$defs": defs}).to_string()).unwrap();
     std::fs::write(dir.join("v1/meta.json"), meta.to_string()).unwrap();
     dir
-}
-
-/// The smallest schema the generator accepts: the baseline methods and the error types.
-fn base_defs() -> serde_json::Map<String, Value> {
-    let mut defs = serde_json::Map::new();
-    let empty =
-        |method: &str, side: &str| json!({"type": "object", "properties": {}, "x-method": method, "x-side": side});
-    for (name, method, side) in [
-        ("InitializeRequest", "initialize", "agent"),
-        ("InitializeResponse", "initialize", "agent"),
-        ("AuthenticateRequest", "authenticate", "agent"),
-        ("AuthenticateResponse", "authenticate", "agent"),
-        ("NewSessionRequest", "session/new", "agent"),
-        ("NewSessionResponse", "session/new", "agent"),
-        ("PromptRequest", "session/prompt", "agent"),
-        ("PromptResponse", "session/prompt", "agent"),
-        ("CancelNotification", "session/cancel", "agent"),
-        ("RequestPermissionRequest", "session/request_permission", "client"),
-        ("RequestPermissionResponse", "session/request_permission", "client"),
-        ("SessionNotification", "session/update", "client"),
-    ] {
-        defs.insert(name.into(), empty(method, side));
-    }
-    defs.insert(
-        "ErrorCode".into(),
-        json!({"anyOf": [
-            {"title": "Method not found", "type": "integer", "format": "int32", "const": -32601},
-            {"title": "Other", "type": "integer", "format": "int32"}
-        ]}),
-    );
-    defs.insert(
-        "Error".into(),
-        json!({"type": "object", "properties": {"code": {"$ref": "#/$defs/ErrorCode"}, "message": {"type": "string"}},
-               "required": ["code", "message"]}),
-    );
-    defs
 }
 
 fn base_meta() -> Value {

@@ -370,19 +370,7 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
             } else {
                 format!("Sets {link}.")
             };
-            let mut attrs = syntax::doc_attrs(Some(&setter_doc));
-            attrs.extend(cfg_attrs(&f.gate));
-            attrs.push(syntax::attr_word("must_use"));
-            let body = vec![
-                (syntax::expr_assign_self_field(&id, syntax::expr_call("Some", conv)), true),
-                (syntax::expr_path(syntax::path(&["self"])), false),
-            ];
-            setters.push(syntax::pub_fn_returning_self(
-                attrs,
-                &setter,
-                vec![syntax::mut_self(), syntax::param(Vec::new(), &id, param_ty)],
-                body,
-            ));
+            setters.push(option_setter(&setter_doc, cfg_attrs(&f.gate), &setter, &id, param_ty, conv));
         }
     }
     if let Some(flat) = &s.flatten {
@@ -401,18 +389,7 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
             ctor_inits.push((Vec::new(), id.clone(), syntax::expr_path(syntax::path(&["None"]))));
             let field_name = id.to_string();
             let setter_doc = format!("Sets [`Self::{}`].", field_name.trim_start_matches("r#"));
-            let mut attrs = syntax::doc_attrs(Some(&setter_doc));
-            attrs.push(syntax::attr_word("must_use"));
-            let body = vec![
-                (syntax::expr_assign_self_field(&id, syntax::expr_call("Some", conv)), true),
-                (syntax::expr_path(syntax::path(&["self"])), false),
-            ];
-            setters.push(syntax::pub_fn_returning_self(
-                attrs,
-                &setter_ident(&flat.field),
-                vec![syntax::mut_self(), syntax::param(Vec::new(), &id, param_ty)],
-                body,
-            ));
+            setters.push(option_setter(&setter_doc, Vec::new(), &setter_ident(&flat.field), &id, param_ty, conv));
         } else {
             fields.push(syntax::pub_field(attrs, &id, syn_ty(&ty)));
             ctor_params.push(syntax::param(Vec::new(), &id, param_ty));
@@ -462,6 +439,31 @@ fn structure(item: &Item, s: &Struct) -> Vec<syn::Item> {
         out.push(syn::Item::Macro(deserialize_struct(&item.gate, &name, s)));
     }
     out
+}
+
+/// A setter of an `Option` field: `pub fn setter(mut self, id: param_ty) -> Self`, which stores
+/// `Some(conv)`.
+fn option_setter(
+    doc: &str,
+    cfg: Vec<syn::Attribute>,
+    setter: &proc_macro2::Ident,
+    id: &proc_macro2::Ident,
+    param_ty: syn::Type,
+    conv: syn::Expr,
+) -> syn::ImplItem {
+    let mut attrs = syntax::doc_attrs(Some(doc));
+    attrs.extend(cfg);
+    attrs.push(syntax::attr_word("must_use"));
+    let body = vec![
+        (syntax::expr_assign_self_field(id, syntax::expr_call("Some", conv)), true),
+        (syntax::expr_path(syntax::path(&["self"])), false),
+    ];
+    syntax::pub_fn_returning_self(
+        attrs,
+        setter,
+        vec![syntax::mut_self(), syntax::param(Vec::new(), id, param_ty)],
+        body,
+    )
 }
 
 /// Whether `item` is a struct that derives `Default`: one whose constructor takes nothing
