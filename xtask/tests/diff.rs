@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use xtask::diff::{Change, Report, diff_dirs};
 
+mod common;
+
 fn releases() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/releases")
 }
@@ -117,25 +119,7 @@ fn a_release_against_itself_has_no_changes() {
 // Fixtures: a minimal valid schema (the baseline methods) plus the definitions under test.
 
 fn base_defs() -> serde_json::Map<String, Value> {
-    let mut defs = serde_json::Map::new();
-    let empty =
-        |method: &str, side: &str| json!({"type": "object", "properties": {}, "x-method": method, "x-side": side});
-    for (name, method, side) in [
-        ("InitializeRequest", "initialize", "agent"),
-        ("InitializeResponse", "initialize", "agent"),
-        ("AuthenticateRequest", "authenticate", "agent"),
-        ("AuthenticateResponse", "authenticate", "agent"),
-        ("NewSessionRequest", "session/new", "agent"),
-        ("NewSessionResponse", "session/new", "agent"),
-        ("PromptRequest", "session/prompt", "agent"),
-        ("PromptResponse", "session/prompt", "agent"),
-        ("CancelNotification", "session/cancel", "agent"),
-        ("RequestPermissionRequest", "session/request_permission", "client"),
-        ("RequestPermissionResponse", "session/request_permission", "client"),
-        ("SessionNotification", "session/update", "client"),
-    ] {
-        defs.insert(name.into(), empty(method, side));
-    }
+    let mut defs = common::baseline_methods();
     defs.insert(
         "ErrorCode".into(),
         json!({"anyOf": [{"title": "Method not found", "type": "integer", "format": "int32", "const": -32601}]}),
