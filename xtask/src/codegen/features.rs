@@ -26,43 +26,9 @@ pub struct Feature {
 }
 
 /// The features of the pinned release: every unstable-only method, field and variant of both
-/// protocol versions is reached from exactly the roots listed here.
+/// protocol versions is reached from exactly the roots listed here. Names follow the official
+/// Rust crate's where it has the same capability, so a project can move between the two.
 pub const FEATURES: &[Feature] = &[
-    Feature {
-        name: "unstable_nes",
-        v1: &[
-            "method:nes/start",
-            "method:nes/suggest",
-            "method:nes/accept",
-            "method:nes/reject",
-            "method:nes/close",
-            "method:document/didOpen",
-            "method:document/didChange",
-            "method:document/didClose",
-            "method:document/didSave",
-            "method:document/didFocus",
-            "field:AgentCapabilities.nes",
-            "field:AgentCapabilities.positionEncoding",
-            "field:ClientCapabilities.nes",
-            "field:ClientCapabilities.positionEncodings",
-        ],
-        v2: &[
-            "method:nes/start",
-            "method:nes/suggest",
-            "method:nes/accept",
-            "method:nes/reject",
-            "method:nes/close",
-            "method:document/didOpen",
-            "method:document/didChange",
-            "method:document/didClose",
-            "method:document/didSave",
-            "method:document/didFocus",
-            "field:AgentCapabilities.nes",
-            "field:AgentCapabilities.positionEncoding",
-            "field:ClientCapabilities.nes",
-            "field:ClientCapabilities.positionEncodings",
-        ],
-    },
     Feature {
         name: "unstable_llm_providers",
         v1: &[
@@ -78,40 +44,93 @@ pub const FEATURES: &[Feature] = &[
             "field:AgentCapabilities.providers",
         ],
     },
+    // Since the schema of the TypeScript SDK 2.4 only `mcp/message` remains: a request's
+    // `serverId` names the server, no connection is opened or closed first.
     Feature {
         name: "unstable_mcp_over_acp",
-        v1: &[
-            "method:mcp/connect",
-            "method:mcp/message",
-            "method:mcp/disconnect",
-            "field:McpCapabilities.acp",
-            "variant:McpServer.acp",
-        ],
-        v2: &[
-            "method:mcp/connect",
-            "method:mcp/message",
-            "method:mcp/disconnect",
-            "field:McpCapabilities.acp",
-            "variant:McpServer.acp",
-        ],
+        v1: &["method:mcp/message", "field:McpCapabilities.acp", "variant:McpServer.acp"],
+        v2: &["method:mcp/message", "field:McpCapabilities.acp", "variant:McpServer.acp"],
+    },
+    // What a conductor sends to the proxies of its chain (`x-side: "proxy"`).
+    Feature {
+        name: "unstable_proxy_chains",
+        v1: &["method:proxy/initialize", "method:proxy/successor"],
+        v2: &["method:proxy/initialize", "method:proxy/successor"],
     },
     Feature {
         name: "unstable_session_fork",
         v1: &["method:session/fork", "field:SessionCapabilities.fork"],
         v2: &["method:session/fork", "field:SessionCapabilities.fork"],
     },
+    Feature {
+        name: "unstable_session_archive",
+        v1: &[
+            "method:session/archive",
+            "method:session/unarchive",
+            "field:SessionCapabilities.archive",
+            "field:ListSessionsRequest.archived",
+            "field:SessionInfo.archived",
+        ],
+        v2: &[
+            "method:session/archive",
+            "method:session/unarchive",
+            "field:SessionCapabilities.archive",
+            "field:ListSessionsRequest.archived",
+            "field:SessionInfo.archived",
+        ],
+    },
+    Feature {
+        name: "unstable_session_status",
+        v1: &["method:session/status", "field:SessionCapabilities.status"],
+        v2: &["method:session/status", "field:SessionCapabilities.status"],
+    },
+    Feature {
+        name: "unstable_session_set_title",
+        v1: &["method:session/set_title", "field:SessionCapabilities.title"],
+        v2: &["method:session/set_title", "field:SessionCapabilities.title"],
+    },
+    Feature {
+        name: "unstable_auth_status",
+        v1: &["method:auth/status", "method:auth/status_update", "field:AgentAuthCapabilities.status"],
+        v2: &["method:auth/status", "method:auth/status_update", "field:AgentAuthCapabilities.status"],
+    },
+    // A system prompt chosen by the client when a session starts (`session/fork` has the
+    // field too, under its own feature).
+    Feature {
+        name: "unstable_system_prompt",
+        v1: &[
+            "field:SessionCapabilities.systemPrompt",
+            "field:NewSessionRequest.systemPrompt",
+            "field:LoadSessionRequest.systemPrompt",
+            "field:ResumeSessionRequest.systemPrompt",
+        ],
+        v2: &[
+            "field:SessionCapabilities.systemPrompt",
+            "field:NewSessionRequest.systemPrompt",
+            "field:ResumeSessionRequest.systemPrompt",
+        ],
+    },
+    // Child sessions a session starts and owns, and the background work they are in v2.
+    Feature {
+        name: "unstable_subagents",
+        v1: &["field:ClientCapabilities.subagents", "variant:SessionUpdate.subagent_update"],
+        v2: &["variant:SessionUpdate.subagent_update", "variant:BackgroundWork.subagent"],
+    },
+    // Messages between sessions (a parent and its subagents), whole or streamed.
+    Feature {
+        name: "unstable_session_messages",
+        v1: &["variant:SessionUpdate.session_message", "variant:SessionUpdate.session_message_chunk"],
+        v2: &["variant:SessionUpdate.session_message", "variant:SessionUpdate.session_message_chunk"],
+    },
+    // v2's `state_update` for an agent that cannot tell what it is doing (in v1 the state
+    // updates exist only inside `subagent_update`).
+    Feature { name: "unstable_unknown_state", v1: &[], v2: &["variant:StateUpdate.unknown"] },
     // Token usage of finished foreground work: on the prompt's answer in v1, on the idle
     // `state_update` in v2 (where the turn ends).
     Feature {
         name: "unstable_end_turn_token_usage",
         v1: &["field:PromptResponse.usage"],
         v2: &["field:IdleStateUpdate.usage"],
-    },
-    // v2 has no `tool_call` update: the name is on the upsert only.
-    Feature {
-        name: "unstable_tool_call_name",
-        v1: &["field:ToolCall.name", "field:ToolCallUpdate.name"],
-        v2: &["field:ToolCallUpdate.name"],
     },
     // `plan_update` itself is stable in v2; its removal and its non-item contents are not.
     Feature {
@@ -127,15 +146,15 @@ pub const FEATURES: &[Feature] = &[
             "variant:PlanUpdateContent.markdown",
         ],
     },
-    Feature {
-        name: "unstable_context_compaction",
-        v1: &[
-            "variant:SessionUpdate.compaction_update",
-            "variant:SessionUpdate.compaction_summary_chunk",
-            "field:ClientSessionCapabilities.compaction",
-        ],
-        v2: &["variant:SessionUpdate.compaction_update", "variant:SessionUpdate.compaction_summary_chunk"],
-    },
+];
+
+/// Features of earlier pins whose capability left the unstable schema: stabilised, or removed
+/// upstream. The generated crate still declares them, gating nothing, so that a `Cargo.toml`
+/// naming one keeps building; each line says what became of it.
+pub const RETIRED: &[(&str, &str)] = &[
+    ("unstable_nes", "removed upstream (next edit suggestions and the document notifications)"),
+    ("unstable_context_compaction", "stable: compaction updates need no feature"),
+    ("unstable_tool_call_name", "stable: a tool call's `name` needs no feature"),
 ];
 
 impl Feature {
@@ -416,7 +435,9 @@ fn gate_members(new: &mut Item, old: &Item, gate_of: &dyn Fn(&str) -> Result<Gat
                     None => f.gate = gate_of(&format!("{name}.{}", f.wire))?,
                 }
             }
-            if o.fields.iter().any(|of| !n.fields.iter().any(|f| f.wire == of.wire)) || n.flatten != o.flatten {
+            // The flattened union's doc may differ (an unstable variant mentioned); its shape may not.
+            let shape = |f: &Option<Flatten>| f.as_ref().map(|f| (f.field.clone(), f.ty.clone(), f.optional));
+            if o.fields.iter().any(|of| !n.fields.iter().any(|f| f.wire == of.wire)) || shape(&n.flatten) != shape(&o.flatten) {
                 return Err(changed("set of fields"));
             }
         }

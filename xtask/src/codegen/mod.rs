@@ -739,6 +739,11 @@ fn cargo_toml(settings: &Settings, v2: bool, preamble: &str) -> String {
     if v2 {
         features.push(format!("{V2_FEATURE} = []"));
     }
+    if settings.gating == features::Gating::Table {
+        for (name, fate) in features::RETIRED {
+            features.push(format!("# Gates nothing any more, kept so that crates naming it still build: {fate}\n{name} = []"));
+        }
+    }
     let (package, deps) = if settings.standalone {
         (
             "version = \"0.0.0\"\nedition = \"2024\"\npublish = false",
