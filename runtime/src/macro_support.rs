@@ -120,7 +120,7 @@ macro_rules! version_helpers {
                 .and_then(|raw| crate::jsonrpc::decode_params::<T>(Some(&raw)).err());
             match located {
                 Some(located) => located.into(),
-                None => Error::invalid_params().data(Value::from(e.to_string())),
+                None => Error::invalid_params().data(text_data(e.to_string())),
             }
         }
 
@@ -128,7 +128,7 @@ macro_rules! version_helpers {
         pub fn ext_result<T: Serialize>(result: T) -> Result<ExtResponse, Error> {
             serde_json::to_value(result)
                 .map(ExtResponse)
-                .map_err(|e| Error::internal_error().data(Value::from(e.to_string())))
+                .map_err(|e| Error::internal_error().data(text_data(e.to_string())))
         }
 
         /// What a notification handler may return: nothing, or `Result<(), E>` with
@@ -168,6 +168,11 @@ macro_rules! version_helpers {
     };
 }
 
+/// A message as an error's `data`.
+fn text_data(text: String) -> Value {
+    Value::from(text)
+}
+
 version_helpers!(
     "a notification handler returns `()` or `Result<(), E>` with `E: Into<acp_types::Error>`, not `{Self}`",
     "notifications are never answered: return nothing, or `Result<(), Error>` to have an error logged"
@@ -183,7 +188,12 @@ pub mod v2 {
     pub use serde_json::Value;
 
     pub use super::{Advertise, Capabilities, HandlerError};
-    use crate::acp_types::v2::{Error, ExtResponse};
+    use crate::acp_types::v2::{Error, ErrorData, ExtResponse};
+
+    /// A message as an error's `data` (v2 types it).
+    fn text_data(text: String) -> ErrorData {
+        ErrorData::Other(Value::from(text))
+    }
 
     version_helpers!(
         "a notification handler returns `()` or `Result<(), E>` with `E: Into<acp_types::v2::Error>`, not `{Self}`",

@@ -119,8 +119,9 @@ impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
                     move |turn_cx| async move {
                         match dispatch(agent, ClientRequest::SessionPrompt(params), turn_cx).await? {
                             AgentResponse::SessionPrompt(response) => Ok(response),
-                            _ => Err(acp_types::v2::Error::internal_error()
-                                .data(Value::from("the prompt handler's answer is of another method"))),
+                            _ => Err(acp_types::v2::Error::internal_error().data(acp_types::v2::ErrorData::Other(
+                                Value::from("the prompt handler's answer is of another method"),
+                            ))),
                         }
                     },
                     cx,
@@ -427,5 +428,7 @@ impl ClientHandle {
 }
 
 fn cancelled_permission() -> RequestPermissionResponse {
-    RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled)
+    RequestPermissionResponse::new(
+        RequestPermissionOutcome::Cancelled(acp_types::v2::CancelledPermissionOutcome::new()),
+    )
 }

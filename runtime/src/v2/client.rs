@@ -18,10 +18,11 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use acp_types::v2::{
     AgentNotification, AgentRequest, CancelSessionNotification, Client, CloseSessionRequest, CloseSessionResponse,
-    DeleteSessionRequest, DeleteSessionResponse, InitializeRequest, InitializeResponse, ListSessionsRequest,
-    ListSessionsResponse, LoginAuthRequest, LoginAuthResponse, LogoutAuthRequest, LogoutAuthResponse, MessageId,
-    NewSessionRequest, NewSessionResponse, PromptRequest, ResumeSessionRequest, ResumeSessionResponse,
-    SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, StopReason, agent_method,
+    DeleteSessionRequest, DeleteSessionResponse, IdleStateUpdateStopReason as StopReason, InitializeRequest,
+    InitializeResponse, ListSessionsRequest, ListSessionsResponse, LoginAuthRequest, LoginAuthResponse,
+    LogoutAuthRequest, LogoutAuthResponse, MessageId, NewSessionRequest, NewSessionResponse, PromptRequest,
+    ResumeSessionRequest, ResumeSessionResponse, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
+    agent_method,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -263,8 +264,8 @@ pub struct TurnEnd {
     pub message_id: Option<MessageId>,
     /// The stop reason (`None` when the idle update carried none).
     pub stop_reason: Option<StopReason>,
-    /// The error beside stop reason `error` (the official SDKs' draft reports a failed turn
-    /// so).
+    /// The error of stop reason `error`, as a wire error object (also inside
+    /// [`StopReason::Error`]).
     pub error: Option<ErrorObject>,
 }
 
@@ -453,10 +454,20 @@ impl StateEvent {
             return None;
         }
         let event = match update.state.as_deref() {
-            Some("idle") => StateEvent::Idle {
-                stop_reason: update.stop_reason.and_then(|v| serde_json::from_value(v).ok()),
-                error: update.error.and_then(|v| serde_json::from_value(v).ok()),
-            },
+            Some("idle") => {
+                let error = update.error.clone().and_then(|v| serde_json::from_value(v).ok());
+                // The stop reason is the union flattened into the update: its tag, and for
+                // `error` the error member beside it.
+                let stop_reason = update.stop_reason.and_then(|reason| {
+                    let mut members = Map::new();
+                    members.insert("stopReason".to_owned(), reason);
+                    if let Some(error) = update.error {
+                        members.insert("error".to_owned(), error);
+                    }
+                    serde_json::from_value(Value::Object(members)).ok()
+                });
+                StateEvent::Idle { stop_reason, error }
+            }
             _ => StateEvent::Active,
         };
         Some((session_id, event))

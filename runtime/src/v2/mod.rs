@@ -31,7 +31,9 @@ pub use turn::{MessageStream, ToolCall, Turn};
 impl From<acp_types::v2::Error> for crate::ErrorObject {
     /// A v2 handler's error, answered as is (code, message, data).
     fn from(e: acp_types::v2::Error) -> Self {
-        crate::ErrorObject { code: e.code.0, message: e.message, data: e.data }
+        // An explicit `null` and an absent member both mean no data.
+        let data = e.data.flatten().and_then(|data| serde_json::to_value(data).ok());
+        crate::ErrorObject { code: e.code.0, message: e.message, data }
     }
 }
 
@@ -40,7 +42,9 @@ impl From<crate::ErrorObject> for acp_types::v2::Error {
     fn from(e: crate::ErrorObject) -> Self {
         let error = acp_types::v2::Error::new(e.code, e.message);
         match e.data {
-            Some(data) => error.data(data),
+            Some(data) => {
+                error.data(serde_json::from_value(data.clone()).unwrap_or(acp_types::v2::ErrorData::Other(data)))
+            }
             None => error,
         }
     }

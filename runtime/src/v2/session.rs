@@ -39,9 +39,10 @@ use serde_json::{Map, Value};
 
 use acp_types::serde_support::UnknownVariant;
 use acp_types::v2::{
-    AbsolutePath, AvailableCommand, ContentBlock, Cost, MessageId, Nullable, PlanEntry, PlanId, PlanUpdateContent,
-    SessionConfigOption, SessionUpdate, StateUpdate, StopReason, TerminalExitStatus, TerminalId, ToolCallContent,
-    ToolCallId, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind, UpdateSessionNotification,
+    AbsolutePath, AvailableCommand, ContentBlock, Cost, IdleStateUpdateStopReason as StopReason, MessageId, Nullable,
+    PlanEntry, PlanId, PlanUpdateContent, SessionConfigOption, SessionUpdate, StateUpdate, TerminalExitStatus,
+    TerminalId, ToolCallContent, ToolCallId, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind,
+    UpdateSessionNotification,
 };
 
 /// Who a message is from.
@@ -227,7 +228,7 @@ impl SessionState {
                 }
                 StateUpdate::Idle(idle) => {
                     self.state = RunState::Idle;
-                    if let Some(reason) = idle.stop_reason.value() {
+                    if let Some(reason) = &idle.stop_reason {
                         self.stop_reason = Some(reason.clone());
                     }
                 }

@@ -24,8 +24,7 @@
 //!    `cancelled` if the session was cancelled during the turn, else what the handler set with
 //!    [`Turn::set_stop_reason`], else `end_turn`. A handler that failed or panicked after
 //!    acceptance ends the turn with stop reason `error` and its error object beside it
-//!    (`"error": {code, message, data}`): v1.7.0's schema has no such reason (a peer keeps it
-//!    as an unknown one), the draft the official SDKs implement does. Idle means the session
+//!    (`"error": {code, message, data}`, the schema's `ErrorStopReason`). Idle means the session
 //!    is ready for a new prompt, so while another accepted turn of the same session still
 //!    runs (the client sent a second prompt before the first ended), a turn ends silently and
 //!    the last one to end sends the idle update.
@@ -48,11 +47,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use acp_types::v2::{
-    AgentMessage, AgentThought, Content, ContentBlock, ContentChunk, MessageId, PlanEntry, PlanId, PlanItems,
-    PlanUpdate, PromptRequest, PromptResponse, RequestPermissionRequest, RequestPermissionResponse,
-    RequiresActionStateUpdate, RunningStateUpdate, SessionId, SessionUpdate, StateUpdate, StopReason, TextContent,
-    ToolCallContent, ToolCallContentChunk, ToolCallId, ToolCallStatus, ToolCallUpdate, ToolKind,
-    UpdateSessionNotification, UserMessage,
+    AgentMessage, AgentThought, Content, ContentBlock, ContentChunk, ErrorStopReason,
+    IdleStateUpdateStopReason as StopReason, MessageId, PlanEntry, PlanId, PlanItems, PlanUpdate, PromptRequest,
+    PromptResponse, RequestPermissionRequest, RequestPermissionResponse, RequiresActionStateUpdate, RunningStateUpdate,
+    SessionId, SessionUpdate, StateUpdate, TextContent, ToolCallContent, ToolCallContentChunk, ToolCallId,
+    ToolCallStatus, ToolCallUpdate, ToolKind, UpdateSessionNotification, UserMessage,
 };
 use serde_json::value::RawValue;
 use tokio::sync::{OnceCell, OwnedSemaphorePermit, oneshot};
@@ -518,24 +517,24 @@ impl TurnInner {
     /// The `session/update` that ends the turn (see the [module docs](self) for the reason).
     fn idle_notification(&self) -> IdleNotification<'_> {
         let cancelled = self.token.is_cancelled();
-        let error = if cancelled { None } else { lock(&self.failed).clone() };
+        let failed = if cancelled { None } else { lock(&self.failed).clone() };
         let stop_reason = if cancelled {
             StopReason::Cancelled
-        } else if error.is_some() {
-            StopReason::Other("error".to_owned())
+        } else if let Some(error) = failed {
+            StopReason::Error(ErrorStopReason::new().error(acp_types::v2::Error::from(error)))
         } else {
             lock(&self.stop_reason).clone().unwrap_or(StopReason::EndTurn)
         };
         IdleNotification {
             session_id: &self.session_id,
-            update: IdleUpdate { session_update: "state_update", state: "idle", stop_reason, error },
+            update: IdleUpdate { session_update: "state_update", state: "idle", stop_reason },
         }
     }
 }
 
 /// The idle `session/update`, written as a view of its own rather than built as a
-/// [`SessionUpdate`]: the error member has no place in the generated types, and going through
-/// `serde_json::Value` would compile every update type's encoder a second time.
+/// [`SessionUpdate`]: going through the whole update type would compile every update type's
+/// encoder a second time.
 #[derive(serde::Serialize)]
 struct IdleNotification<'a> {
     #[serde(rename = "sessionId")]
@@ -548,12 +547,9 @@ struct IdleUpdate {
     #[serde(rename = "sessionUpdate")]
     session_update: &'static str,
     state: &'static str,
-    #[serde(rename = "stopReason")]
+    /// `stopReason`, and with `error` the failure beside it.
+    #[serde(flatten)]
     stop_reason: StopReason,
-    /// The shape the official SDKs (npm 2.4, crates.io 5.0) read: the error beside the stop
-    /// reason. A peer that knows neither keeps both as unknown values.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<ErrorObject>,
 }
 
 impl Drop for TurnInner {
