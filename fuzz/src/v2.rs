@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use acp_rpc::acp_types::v2::*;
+use acp_rpc::acp_types::v2::IdleStateUpdateStopReason as StopReason;
 use acp_rpc::v2::AgentContext;
 use acp_rpc::version::ProtocolRouter;
 use serde_json::{Value, json};
@@ -68,7 +69,7 @@ impl Agent<AgentContext> for FuzzAgentV2 {
                 turn.cancelled().await;
                 return Err(Error::internal_error().data(json!("aborted")));
             }
-            "quiet" => return Ok(PromptResponse::new()),
+            "quiet" => return Ok(turn.response().await?),
             "fail" if params.prompt.len() == 1 => return Err(Error::invalid_params()),
             "fail" => {
                 turn.accept().await?;
@@ -93,7 +94,7 @@ impl Agent<AgentContext> for FuzzAgentV2 {
         }
         turn.plan(vec![PlanEntry::new("step", PlanEntryPriority::High, PlanEntryStatus::Completed)]).await?;
         turn.set_stop_reason(StopReason::EndTurn);
-        Ok(PromptResponse::new())
+        Ok(turn.response().await?)
     }
 
     async fn session_cancel(&self, _: CancelSessionNotification, _: AgentContext) -> Result<(), Error> {

@@ -1043,7 +1043,7 @@ fn implement(side: Side, krate: &syn::Path, block: &ItemImpl, bound: &[Bound]) -
                     let _ = (&params, &cx);
                     match method.as_str() {
                         #(#request_arms)*
-                        other => ::core::result::Result::Err(#types::Error::method_not_found().data(#support::Value::from(other))),
+                        other => ::core::result::Result::Err(#types::Error::method_not_found().data(#support::error_data(other))),
                     }
                 }
             }

@@ -537,6 +537,15 @@ impl ClientHandle {
         self.peer.notify(client_method::ELICITATION_COMPLETE, &notification)
     }
 
+    /// `auth/status_update` (unstable): tells the client its sign-in state changed.
+    #[cfg(feature = "unstable_auth_status")]
+    pub fn auth_status_update(
+        &self,
+        notification: acp_types::AuthStatusUpdateNotification,
+    ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.peer.notify(client_method::AUTH_STATUS_UPDATE, &notification)
+    }
+
     /// `mcp/connect` (unstable): opens a connection to an MCP server the client declared with
     /// `"type": "acp"`. To run an rmcp client on it, use `acp_rpc::mcp::McpClients`
     /// (feature `mcp-over-acp`), which makes this call.

@@ -381,6 +381,33 @@ impl AgentHandle {
         fork_session(agent_method::SESSION_FORK, acp_types::ForkSessionRequest) -> acp_types::ForkSessionResponse;
     }
 
+    #[cfg(feature = "unstable_session_archive")]
+    agent_calls! {
+        /// `session/archive` (unstable): archives a session (it leaves the default
+        /// `session/list`).
+        archive_session(agent_method::SESSION_ARCHIVE, acp_types::ArchiveSessionRequest) -> acp_types::ArchiveSessionResponse;
+        /// `session/unarchive` (unstable): brings an archived session back.
+        unarchive_session(agent_method::SESSION_UNARCHIVE, acp_types::UnarchiveSessionRequest) -> acp_types::UnarchiveSessionResponse;
+    }
+
+    #[cfg(feature = "unstable_session_status")]
+    agent_calls! {
+        /// `session/status` (unstable): what a session is doing now.
+        session_status(agent_method::SESSION_STATUS, acp_types::SessionStatusRequest) -> acp_types::SessionStatusResponse;
+    }
+
+    #[cfg(feature = "unstable_session_set_title")]
+    agent_calls! {
+        /// `session/set_title` (unstable): renames a session.
+        set_session_title(agent_method::SESSION_SET_TITLE, acp_types::SetSessionTitleRequest) -> acp_types::SetSessionTitleResponse;
+    }
+
+    #[cfg(feature = "unstable_auth_status")]
+    agent_calls! {
+        /// `auth/status` (unstable): whether, and as whom, the client is signed in to the agent.
+        auth_status(agent_method::AUTH_STATUS, acp_types::AuthStatusRequest) -> acp_types::AuthStatusResponse;
+    }
+
     #[cfg(feature = "unstable_llm_providers")]
     agent_calls! {
         /// `providers/list` (unstable): the agent's LLM providers.

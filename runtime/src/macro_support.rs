@@ -168,9 +168,13 @@ macro_rules! version_helpers {
     };
 }
 
-/// A message as an error's `data`.
+/// A value as an error's `data` (v1 keeps it as JSON).
+pub fn error_data(value: impl Into<Value>) -> Value {
+    value.into()
+}
+
 fn text_data(text: String) -> Value {
-    Value::from(text)
+    error_data(text)
 }
 
 version_helpers!(
@@ -190,9 +194,13 @@ pub mod v2 {
     pub use super::{Advertise, Capabilities, HandlerError};
     use crate::acp_types::v2::{Error, ErrorData, ExtResponse};
 
-    /// A message as an error's `data` (v2 types it).
+    /// A value as an error's `data` (v2 types it: an unknown shape is `ErrorData::Other`).
+    pub fn error_data(value: impl Into<Value>) -> ErrorData {
+        ErrorData::Other(value.into())
+    }
+
     fn text_data(text: String) -> ErrorData {
-        ErrorData::Other(Value::from(text))
+        error_data(text)
     }
 
     version_helpers!(

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use acp_rpc::acp_types::v2::IdleStateUpdateStopReason as StopReason;
 use acp_rpc::acp_types::v2::*;
 use acp_rpc::http::client::{CookieJar, Profile, ReconnectError, Remote};
 use acp_rpc::http::server::HttpServer;
@@ -45,7 +46,7 @@ struct EchoAgent {
 type Said = Vec<(MessageId, String)>;
 
 fn not_found(session: &SessionId) -> Error {
-    Error::resource_not_found().data(json!(format!("no session {}", session.0)))
+    Error::resource_not_found().data(ErrorData::Other(json!(format!("no session {}", session.0))))
 }
 
 #[acp_agent(v2)]
@@ -101,7 +102,7 @@ impl EchoAgent {
         if let Some(said) = lock(&self.sessions).get_mut(&params.session_id.0) {
             said.push((id, text));
         }
-        Ok(PromptResponse::new())
+        Ok(turn.response().await?)
     }
 
     async fn session_cancel(&self, _: CancelSessionNotification) {}
@@ -129,7 +130,7 @@ impl Probe {
         &self,
         _: RequestPermissionRequest,
     ) -> Result<RequestPermissionResponse, Error> {
-        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
+        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled(CancelledPermissionOutcome::new())))
     }
 
     async fn session_update(&self, params: UpdateSessionNotification, _cx: ClientContext) {

@@ -6,10 +6,11 @@
 mod common;
 
 use acp_rpc::acp_types::v2::{
-    Agent, CancelSessionNotification, CloseSessionRequest, CloseSessionResponse, Error, Implementation,
-    InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse, NewSessionRequest,
-    NewSessionResponse, PlanEntry, PlanEntryPriority, PlanEntryStatus, PromptRequest, PromptResponse, ProtocolVersion,
-    ResumeSessionRequest, ResumeSessionResponse, StopReason, ToolKind,
+    Agent, CancelSessionNotification, CloseSessionRequest, CloseSessionResponse, Error,
+    IdleStateUpdateStopReason as StopReason, Implementation, InitializeRequest, InitializeResponse,
+    ListSessionsRequest, ListSessionsResponse, NewSessionRequest, NewSessionResponse, PlanEntry, PlanEntryPriority,
+    PlanEntryStatus, PromptRequest, PromptResponse, ProtocolVersion, ResumeSessionRequest, ResumeSessionResponse,
+    ToolKind,
 };
 use acp_rpc::v2::AgentContext;
 use acp_rpc::version::ProtocolRouter;
@@ -58,12 +59,12 @@ impl Agent<AgentContext> for Scripted {
                 call.in_progress().await?;
                 call.append_text("found nothing").await?;
                 call.complete().await?;
-                Ok(PromptResponse::new())
+                Ok(turn.response().await?)
             }
             "wait" => {
                 turn.accept().await?;
                 turn.cancelled().await;
-                Ok(PromptResponse::new())
+                Ok(turn.response().await?)
             }
             "fail" => {
                 turn.say("about to fail").await?;
@@ -71,9 +72,9 @@ impl Agent<AgentContext> for Scripted {
             }
             "limit" => {
                 turn.set_stop_reason(StopReason::MaxTokens);
-                Ok(PromptResponse::new())
+                Ok(turn.response().await?)
             }
-            _ => Ok(PromptResponse::new()),
+            _ => Ok(turn.response().await?),
         }
     }
 
@@ -246,7 +247,7 @@ async fn session_close_waits_no_longer_than_the_cancel_grace_for_a_turn_that_ign
         async fn session_prompt(&self, _: PromptRequest, cx: AgentContext) -> Result<PromptResponse, Error> {
             cx.turn().expect("a turn").accept().await?;
             std::future::pending::<()>().await; // never looks at its cancellation
-            Ok(PromptResponse::new())
+            Ok(PromptResponse::new("m1"))
         }
         async fn session_cancel(&self, _: CancelSessionNotification, _cx: AgentContext) -> Result<(), Error> {
             Ok(())

@@ -8,11 +8,12 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use acp_rpc::acp_types::v2::{
-    Agent, CancelSessionNotification, Client, CloseSessionRequest, CloseSessionResponse, Error, Implementation,
-    InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse, NewSessionRequest,
-    NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse, ProtocolVersion,
-    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, ResumeSessionRequest,
-    ResumeSessionResponse, SelectedPermissionOutcome, StopReason, TextContent, ToolKind, UpdateSessionNotification,
+    Agent, CancelSessionNotification, Client, CloseSessionRequest, CloseSessionResponse, Error,
+    IdleStateUpdateStopReason as StopReason, Implementation, InitializeRequest, InitializeResponse,
+    ListSessionsRequest, ListSessionsResponse, NewSessionRequest, NewSessionResponse, PermissionOption,
+    PermissionOptionKind, PromptRequest, PromptResponse, ProtocolVersion, RequestPermissionOutcome,
+    RequestPermissionRequest, RequestPermissionResponse, ResumeSessionRequest, ResumeSessionResponse,
+    SelectedPermissionOutcome, TextContent, ToolKind, UpdateSessionNotification,
 };
 use acp_rpc::transport::duplex;
 use acp_rpc::v2::{AgentContext, ClientContext};
@@ -69,7 +70,7 @@ impl Agent<AgentContext> for Scripted {
             turn.cancelled().await;
         }
         turn.set_stop_reason(StopReason::EndTurn);
-        Ok(PromptResponse::new())
+        Ok(turn.response().await?)
     }
 
     async fn session_cancel(&self, _: CancelSessionNotification, _cx: AgentContext) -> Result<(), Error> {
@@ -93,7 +94,9 @@ impl Client<ClientContext> for Recorder {
     ) -> Result<RequestPermissionResponse, Error> {
         if self.hold_permissions {
             cx.cancelled().await;
-            return Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled));
+            return Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled(
+                acp_rpc::acp_types::v2::CancelledPermissionOutcome::new(),
+            )));
         }
         let option = params.options[0].option_id.clone();
         Ok(RequestPermissionResponse::new(SelectedPermissionOutcome::new(option)))

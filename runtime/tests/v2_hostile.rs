@@ -10,8 +10,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use acp_rpc::Connection;
 use acp_rpc::acp_types::v2::{
-    Client, Error, MessageId, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, StopReason, TextContent, ToolCallId, ToolCallStatus, UpdateSessionNotification,
+    Client, Error, IdleStateUpdateStopReason as StopReason, MessageId, PromptRequest, RequestPermissionOutcome,
+    RequestPermissionRequest, RequestPermissionResponse, TextContent, ToolCallId, ToolCallStatus,
+    UpdateSessionNotification,
 };
 use acp_rpc::v2::session::RunState;
 use acp_rpc::v2::{AgentHandle, ClientContext, ClientHandler, SessionState};
@@ -37,7 +38,9 @@ impl Client<ClientContext> for Tracker {
         _: RequestPermissionRequest,
         _cx: ClientContext,
     ) -> Result<RequestPermissionResponse, Error> {
-        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
+        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled(
+            acp_rpc::acp_types::v2::CancelledPermissionOutcome::new(),
+        )))
     }
 
     async fn session_update(&self, params: UpdateSessionNotification, _cx: ClientContext) -> Result<(), Error> {

@@ -7,6 +7,7 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
+use acp_rpc::acp_types::v2::IdleStateUpdateStopReason as StopReason;
 use acp_rpc::acp_types::v2::*;
 use acp_rpc::transport::duplex;
 use acp_rpc::v2::{AgentContext, ClientContext};
@@ -42,7 +43,7 @@ impl Agent2 {
     async fn session_prompt(&self, _: PromptRequest, cx: AgentContext) -> Result<PromptResponse, Error> {
         let turn = cx.turn().expect("a prompt has a turn");
         turn.say("hello from a macro agent").await?;
-        Ok(PromptResponse::new())
+        Ok(turn.response().await?)
     }
     async fn session_cancel(&self, _: CancelSessionNotification) {}
 
@@ -63,7 +64,9 @@ impl Client2 {
         &self,
         _: RequestPermissionRequest,
     ) -> Result<RequestPermissionResponse, Error> {
-        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
+        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled(
+            acp_rpc::acp_types::v2::CancelledPermissionOutcome::new(),
+        )))
     }
     async fn session_update(&self, params: UpdateSessionNotification, _cx: ClientContext) {
         if let SessionUpdate::AgentMessage(m) = params.update {

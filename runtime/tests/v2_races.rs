@@ -12,10 +12,11 @@ use std::time::Duration;
 use acp_rpc::Connection;
 use acp_rpc::acp_types::v2::{
     Agent, CancelSessionNotification, Client, CloseSessionRequest, CloseSessionResponse, Error, ExtNotification,
-    ExtRequest, ExtResponse, Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest,
-    ListSessionsResponse, NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest,
-    PromptResponse, ProtocolVersion, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
-    ResumeSessionRequest, ResumeSessionResponse, StopReason, TextContent, UpdateSessionNotification,
+    ExtRequest, ExtResponse, IdleStateUpdateStopReason as StopReason, Implementation, InitializeRequest,
+    InitializeResponse, ListSessionsRequest, ListSessionsResponse, NewSessionRequest, NewSessionResponse,
+    PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse, ProtocolVersion, RequestPermissionOutcome,
+    RequestPermissionRequest, RequestPermissionResponse, ResumeSessionRequest, ResumeSessionResponse, TextContent,
+    UpdateSessionNotification,
 };
 use acp_rpc::transport::duplex;
 use acp_rpc::v2::{AgentContext, AgentHandle, AgentHandler, ClientContext};
@@ -53,7 +54,8 @@ impl Agent<AgentContext> for Worker {
         let text = serde_json::to_value(&params.prompt[0]).unwrap()["text"].clone();
         if text == "abort" {
             turn.cancelled().await;
-            return Err(Error::internal_error().data(json!("the model request was aborted")));
+            return Err(Error::internal_error()
+                .data(acp_rpc::acp_types::v2::ErrorData::Other(json!("the model request was aborted"))));
         }
         match text.as_str().unwrap_or_default() {
             "work" => {
@@ -94,7 +96,7 @@ impl Agent<AgentContext> for Worker {
                 turn.say("ok").await?;
             }
         }
-        Ok(PromptResponse::new())
+        Ok(turn.response().await?)
     }
     async fn session_cancel(&self, _: CancelSessionNotification, _: AgentContext) -> Result<(), Error> {
         Ok(())
@@ -373,7 +375,9 @@ impl Client<ClientContext> for Recorder {
         _: RequestPermissionRequest,
         _: ClientContext,
     ) -> Result<RequestPermissionResponse, Error> {
-        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
+        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled(
+            acp_rpc::acp_types::v2::CancelledPermissionOutcome::new(),
+        )))
     }
     async fn session_update(&self, params: UpdateSessionNotification, cx: ClientContext) -> Result<(), Error> {
         if self.slow {

@@ -57,7 +57,7 @@ impl Agent<AgentContext> for BenchAgent {
         for _ in 0..self.stream {
             message.text(TEXT).await?;
         }
-        Ok(PromptResponse::new())
+        Ok(turn.response().await?)
     }
     async fn session_cancel(&self, _: CancelSessionNotification, _: AgentContext) -> Result<(), Error> {
         Ok(())

@@ -24,13 +24,13 @@ use std::time::Duration;
 use acp_rpc::Owner;
 use acp_rpc::acp_agent;
 use acp_rpc::acp_types::v2::{
-    AgentMessage, CancelSessionNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock, Error,
+    AgentMessage, CancelSessionNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock, Error, ErrorData,
     Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse, MessageId,
     NewSessionRequest, NewSessionResponse, Nullable, PermissionOption, PermissionOptionKind, PromptRequest,
     PromptResponse, ProtocolVersion, ReplayFrom, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionSubject, ResumeSessionRequest, ResumeSessionResponse, SessionId, SessionInfo, SessionUpdate,
-    TextContent, ToolCallPermissionSubject, ToolCallStatus, ToolCallUpdate, ToolKind, UpdateSessionNotification,
-    UserMessage,
+    RequestPermissionSubject, ResumeSessionRequest, ResumeSessionResponse, SessionId, SessionInfo,
+    SessionNotFoundErrorData, SessionUpdate, TextContent, ToolCallPermissionSubject, ToolCallStatus, ToolCallUpdate,
+    ToolKind, UpdateSessionNotification, UserMessage,
 };
 use acp_rpc::sessions::SessionStore;
 use acp_rpc::v2::{AgentContext, Turn};
@@ -81,9 +81,9 @@ impl DemoAgentV2 {
     }
 }
 
-/// -32002 naming the session (`data.sessionId`, as the official SDKs shape it).
+/// -32002 naming the session (`data.sessionId`, the schema's `SessionNotFoundErrorData`).
 fn session_not_found(session: &SessionId) -> Error {
-    Error::resource_not_found().data(serde_json::json!({ "sessionId": session.0 }))
+    Error::resource_not_found().data(ErrorData::from(SessionNotFoundErrorData::new(session.clone())))
 }
 
 fn absolute(cwd: &str) -> Result<PathBuf, Error> {
@@ -91,7 +91,7 @@ fn absolute(cwd: &str) -> Result<PathBuf, Error> {
     if path.is_absolute() {
         Ok(path)
     } else {
-        Err(Error::invalid_params().data(format!("cwd must be an absolute path, got {cwd:?}").into()))
+        Err(Error::invalid_params().data(ErrorData::Other(format!("cwd must be an absolute path, got {cwd:?}").into())))
     }
 }
 
@@ -106,7 +106,7 @@ impl DemoAgentV2 {
     async fn session_new(&self, params: NewSessionRequest, cx: AgentContext) -> Result<NewSessionResponse, Error> {
         let cwd = absolute(&params.cwd.0)?;
         if params.mcp_servers.as_ref().is_some_and(|servers| !servers.is_empty()) {
-            return Err(Error::invalid_params().data("this agent connects to no MCP servers".into()));
+            return Err(Error::invalid_params().data(ErrorData::Other("this agent connects to no MCP servers".into())));
         }
         log!("session/new in {}", cwd.display());
         let id = self.sessions.create(cx.owner(), Session { cwd, history: Vec::new() });
@@ -138,7 +138,9 @@ impl DemoAgentV2 {
             None => false,
             Some(ReplayFrom::Start(_)) => true,
             Some(other) => {
-                return Err(Error::invalid_params().data(format!("unknown replay cursor {other:?}").into()));
+                return Err(
+                    Error::invalid_params().data(ErrorData::Other(format!("unknown replay cursor {other:?}").into()))
+                );
             }
         };
         // Taken under the store's lock, sent after it; another owner's session is not found.
@@ -193,7 +195,7 @@ impl DemoAgentV2 {
         self.run(turn, &owner, &cwd, &file).await?;
         log!("turn of {} done (cancelled: {})", params.session_id.0, turn.is_cancelled());
         // Returning ends the turn: the runtime sends `idle` with `end_turn`, or `cancelled`.
-        Ok(PromptResponse::new())
+        Ok(turn.response().await?)
     }
 
     async fn session_cancel(&self, params: CancelSessionNotification) {
@@ -229,7 +231,7 @@ impl DemoAgentV2 {
         let answer = turn.request_permission(ask).await?;
         let allowed = match &answer.outcome {
             RequestPermissionOutcome::Selected(selected) => selected.option_id.0 == ALLOW,
-            RequestPermissionOutcome::Cancelled => {
+            RequestPermissionOutcome::Cancelled(_) => {
                 log!("permission for {}: cancelled", call.id().0);
                 // The spec lets the last updates of a cancelled turn precede its idle.
                 call.update(ToolCallUpdate::new(call.id().clone()).status(ToolCallStatus::Cancelled)).await?;

@@ -12,10 +12,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use acp_rpc::acp_client;
 use acp_rpc::acp_types::v2::{
-    CancelSessionNotification, ContentBlock, Error, Implementation, InitializeRequest, InitializeResponse,
-    NewSessionRequest, Nullable, PlanEntryStatus, PlanUpdateContent, PromptRequest, ProtocolVersion,
-    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, RequestPermissionSubject,
-    SelectedPermissionOutcome, SessionUpdate, StateUpdate, TextContent, ToolCallContent, UpdateSessionNotification,
+    CancelSessionNotification, CancelledPermissionOutcome, ContentBlock, Error, Implementation, InitializeRequest,
+    InitializeResponse, NewSessionRequest, Nullable, PlanEntryStatus, PlanUpdateContent, PromptRequest,
+    ProtocolVersion, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+    RequestPermissionSubject, SelectedPermissionOutcome, SessionUpdate, StateUpdate, TextContent, ToolCallContent,
+    UpdateSessionNotification,
 };
 use acp_rpc::transport::{ChildProcess, SpawnOptions};
 use acp_rpc::v2::{AgentHandle, ClientContext, SessionState};
@@ -112,7 +113,7 @@ impl Turn {
         let cancel = agent.cancel(CancelSessionNotification::new(session));
         let end = self.until_done(agent.prompt_turn(prompt), cancel).await?;
         let end = end.map_err(|e| format!("session/prompt: {e}"))?;
-        let reason = end.stop_reason.as_ref().map_or("(none)", |r| r.as_str());
+        let reason = end.stop_reason.as_ref().and_then(|r| r.tag()).unwrap_or("(none)");
         match &end.error {
             Some(error) => self.transcript.line(&format!("■ stop reason: {reason} ({})", error.message)),
             None => self.transcript.line(&format!("■ stop reason: {reason}")),
@@ -156,9 +157,9 @@ impl DemoClientV2 {
         };
         let options: Vec<(&str, &str)> = params.options.iter().map(|o| (o.name.as_str(), o.kind.as_str())).collect();
         // `cx.cancelled()` fires on our own `session/cancel` and on the agent's `$/cancel_request`.
-        let outcome = match self.asker.choose(&title, &options, cx.cancelled()).await {
+        let outcome: RequestPermissionOutcome = match self.asker.choose(&title, &options, cx.cancelled()).await {
             Some(n) => SelectedPermissionOutcome::new(params.options[n].option_id.clone()).into(),
-            None => RequestPermissionOutcome::Cancelled,
+            None => CancelledPermissionOutcome::new().into(),
         };
         Ok(RequestPermissionResponse::new(outcome))
     }

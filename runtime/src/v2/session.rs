@@ -76,9 +76,7 @@ pub struct Message {
 pub struct ToolCall {
     /// Its id.
     pub id: ToolCallId,
-    /// The programmatic name of the tool, if set (an unstable field: acp-rpc's
-    /// `unstable_tool_call_name` feature).
-    #[cfg(feature = "unstable_tool_call_name")]
+    /// The programmatic name of the tool, if set.
     pub name: Option<String>,
     /// The title, if set.
     pub title: Option<String>,
@@ -364,7 +362,6 @@ impl SessionState {
     fn tool_call(&mut self, id: &ToolCallId) -> &mut ToolCall {
         let new = |id: &ToolCallId| ToolCall {
             id: id.clone(),
-            #[cfg(feature = "unstable_tool_call_name")]
             name: None,
             title: None,
             kind: None,
@@ -380,7 +377,6 @@ impl SessionState {
 
     fn patch_tool_call(&mut self, p: &ToolCallUpdate) {
         let call = self.tool_call(&p.tool_call_id);
-        #[cfg(feature = "unstable_tool_call_name")]
         p.name.apply_to(&mut call.name);
         p.title.apply_to(&mut call.title);
         p.kind.apply_to(&mut call.kind);
@@ -594,7 +590,6 @@ mod tests {
         assert_eq!(state.tool_calls[1].status, None);
     }
 
-    #[cfg(feature = "unstable_tool_call_name")]
     #[test]
     fn a_tool_calls_name_is_a_patch_field_like_the_others() {
         let mut state = apply_all(json!([

@@ -9,8 +9,9 @@
 //!    handler returning `Ok`. The runtime then answers the request with the id of the user
 //!    message the prompt became (`{"messageId": ...}`; agent-owned, [`Turn::accept_as`] to
 //!    choose it), and once that answer is queued sends the `user_message` update with the
-//!    prompt under that id and `state_update: running`. (v1.7.0's schema answers `{}`; the
-//!    official SDKs' clients require the id, and a peer expecting `{}` ignores it.) Until then the handler
+//!    prompt under that id and `state_update: running`. A handler that returns without having
+//!    accepted names the id in its `PromptResponse`; [`Turn::response`] builds that answer
+//!    for a turn already accepted. Until then the handler
 //!    may still refuse the prompt by returning an error (e.g. an unknown session), which is
 //!    answered as the request's error, with no update at all; except after a `session/cancel`
 //!    (the error is then taken for the cancellation's: the prompt is accepted and its idle
@@ -211,7 +212,9 @@ impl TurnStart {
             let outcome = CatchUnwind::new(async move { run(turn_cx).await }).await;
             match outcome {
                 Ok(Ok(response)) => {
-                    if let Err(e) = turn.accept_with(None, response.meta).await {
+                    // The handler's id names the user message unless the turn was accepted
+                    // already (then the id it was accepted with stands).
+                    if let Err(e) = turn.accept_with(Some(response.message_id), response.meta).await {
                         tracing::debug!(error = %e, "acp turn: not accepted at the end of its handler");
                     }
                 }
@@ -282,6 +285,12 @@ impl Turn {
     /// was accepted already).
     pub async fn accept_as(&self, message_id: impl Into<MessageId>) -> Result<MessageId, Error> {
         self.accept_with(Some(message_id.into()), None).await
+    }
+
+    /// The answer a prompt handler returns once it is done: accepts the prompt if it was not
+    /// yet, and names the user message it was accepted as.
+    pub async fn response(&self) -> Result<PromptResponse, Error> {
+        self.accept().await.map(PromptResponse::new)
     }
 
     async fn accept_with(
@@ -576,8 +585,7 @@ impl Drop for TurnInner {
 }
 
 /// The answer to an accepted `session/prompt`: `{"messageId": ...}`, the id of the user
-/// message the prompt became. v1.7.0's schema has an empty answer; the official SDKs' clients
-/// require the id, and a peer that expects `{}` ignores a member it does not know.
+/// message the prompt became.
 fn accepted_answer(
     message_id: &MessageId,
     meta: Option<serde_json::Map<String, serde_json::Value>>,

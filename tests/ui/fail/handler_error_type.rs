@@ -38,7 +38,7 @@ impl MyAgent {
         Ok(v2::CloseSessionResponse::new())
     }
     async fn session_prompt(&self, _p: v2::PromptRequest) -> Result<v2::PromptResponse, v2::Error> {
-        Ok(v2::PromptResponse::new())
+        Ok(v2::PromptResponse::new("m1"))
     }
     async fn session_cancel(&self, _p: v2::CancelSessionNotification) {}
 }

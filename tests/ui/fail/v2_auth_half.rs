@@ -28,7 +28,7 @@ impl MyAgent {
         Ok(CloseSessionResponse::new())
     }
     async fn session_prompt(&self, _p: PromptRequest) -> Result<PromptResponse, Error> {
-        Ok(PromptResponse::new())
+        Ok(PromptResponse::new("m1"))
     }
     async fn session_cancel(&self, _p: CancelSessionNotification) {}
 }

@@ -13,7 +13,7 @@ impl MyAgent {
         Ok(NewSessionResponse::new("s"))
     }
     async fn session_prompt(&self, _p: PromptRequest) -> Result<PromptResponse, Error> {
-        Ok(PromptResponse::new())
+        Ok(PromptResponse::new("m1"))
     }
     async fn session_cancel(&self, _p: CancelSessionNotification) {}
 }

@@ -32,7 +32,7 @@ impl MyAgent {
         if let Some(turn) = cx.turn() {
             turn.say("hi").await?;
         }
-        Ok(PromptResponse::new())
+        Ok(PromptResponse::new("m1"))
     }
     async fn session_cancel(&self, _p: CancelSessionNotification) {}
 }
