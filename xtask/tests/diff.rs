@@ -30,9 +30,10 @@ fn snapshot(name: &str, actual: &str) {
 
 #[test]
 fn consecutive_releases() {
-    let tags = ["v0.6.3", "v0.10.8", "v1.3.0", "v1.7.0"];
+    // The last one is the first published schema outside the repository's releases.
+    let tags = ["v0.6.3", "v0.10.8", "v1.3.0", "v1.7.0", "npm-sdk-2.4.0"];
     for pair in tags.windows(2) {
-        let mut report = diff_dirs(&releases().join(pair[0]), &releases().join(pair[1])).expect("diffs");
+        let mut report = diff_dirs(&common::release_dir(pair[0]), &common::release_dir(pair[1])).expect("diffs");
         report.old = pair[0].into();
         report.new = pair[1].into();
         assert!(!report.changes.is_empty(), "{} → {} has changes", pair[0], pair[1]);
@@ -87,23 +88,30 @@ fn protocol_v2_changes_are_named_like_v1_changes() {
     let r = release_diff("v1.3.0", "v1.7.0");
     let c = one(&r, "v2", "variant", "SessionUpdate.terminal_update");
     assert_eq!((c.kind, c.stability, c.breaking), ("added", "stable", false));
-    // One capability, unstable in both versions: the same feature names it in both (v1.7.0 is
-    // described by the feature table).
-    for protocol in ["v1", "v2"] {
-        let c = one(&r, protocol, "variant", "SessionUpdate.compaction_update");
-        assert_eq!((c.kind, c.stability), ("added", "unstable"));
-        assert_eq!(c.features, ["unstable_context_compaction"]);
-        let c = one(&r, protocol, "field", "ToolCallUpdate.name");
-        assert_eq!(c.features, ["unstable_tool_call_name"]);
-    }
+    // Unstable in v1.7.0, which the feature table no longer describes: behind `unstable`.
+    let c = one(&r, "v1", "variant", "SessionUpdate.compaction_update");
+    assert_eq!((c.kind, c.stability, c.features.as_slice()), ("added", "unstable", ["unstable".to_owned()].as_slice()));
     // Stable in v2 from v1.7.0 on, unstable (in v1.3.0, all behind `unstable`) before.
     let c = one(&r, "v2", "variant", "AuthMethod.terminal");
     assert_eq!((c.kind, c.stability), ("stabilised", "stable"));
     let md = r.markdown();
     assert!(md.contains("## Protocol v2 (module `v2`, feature `unstable_protocol_v2`)"), "{md}");
     assert!(md.contains("- added `SessionUpdate.terminal_update`: new variant (`TerminalUpdate`) (stable)\n"), "{md}");
+
+    // One capability, unstable in both versions of the pinned release: the same feature names
+    // it in both (the pin is what the feature table describes).
+    let (pinned, tag) = common::pinned_release();
+    let r = diff_dirs(&releases().join("v1.7.0"), &pinned).expect("diffs");
+    for protocol in ["v1", "v2"] {
+        let c = one(&r, protocol, "variant", "SessionUpdate.subagent_update");
+        assert_eq!((c.kind, c.stability), ("added", "unstable"));
+        assert_eq!(c.features, ["unstable_subagents"], "{tag}");
+        let c = one(&r, protocol, "field", "SessionCapabilities.archive");
+        assert_eq!(c.features, ["unstable_session_archive"]);
+    }
+    let md = r.markdown();
     assert!(
-        md.contains("- added `SessionUpdate.compaction_update`: new variant (`CompactionUpdate`) (unstable, feature `unstable_context_compaction`)\n"),
+        md.contains("- added `SessionUpdate.subagent_update`: new variant (`SubagentUpdate`) (unstable, feature `unstable_subagents`)\n"),
         "{md}"
     );
 }
@@ -332,14 +340,15 @@ fn scratch_workspace(name: &str) -> PathBuf {
         std::fs::copy(root.join(file), ws.join(file)).unwrap();
     }
     let lock = xtask::schema::Lock::read(&root.join("schema/lock.json")).unwrap();
-    xtask::schema::fetch(&lock, Some(&releases().join(&lock.tag)), &ws.join("schema/json")).unwrap();
+    xtask::schema::fetch(&lock, Some(&common::release_dir(&lock.tag)), &ws.join("schema/json")).unwrap();
     ws
 }
 
 #[test]
 fn update_to_the_pinned_release_regenerates_the_checked_in_code() {
     let ws = scratch_workspace("same");
-    xtask::schema::update(&ws, "v1.7.0", &releases().join("v1.7.0"), &Default::default()).expect("updates");
+    let (pinned, tag) = common::pinned_release();
+    xtask::schema::update(&ws, &tag, &pinned, &Default::default()).expect("updates");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     for file in ["generated/src/v1/types.rs", "generated/Cargo.toml", "macros/src/table.rs"] {
         assert_eq!(
@@ -361,7 +370,7 @@ fn update_to_the_pinned_release_regenerates_the_checked_in_code() {
 
 #[test]
 fn update_that_cannot_generate_changes_nothing() {
-    // v1.3.0's unstable schema lacks what the feature table (written for v1.7.0) names.
+    // v1.3.0's unstable schema lacks what the feature table (written for the pin) names.
     let ws = scratch_workspace("refused");
     let before = std::fs::read_to_string(ws.join("schema/lock.json")).unwrap();
     let options = xtask::schema::UpdateOptions {

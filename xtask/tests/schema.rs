@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+
 use xtask::codegen::Gating;
 use xtask::schema::{self, Lock, UpdateOptions};
 
@@ -20,6 +22,22 @@ fn pinned() -> Lock {
     Lock::read(&workspace().join("schema/lock.json")).unwrap()
 }
 
+/// A lock pinning an upstream repository release (v1.7.0), whatever the project pins now:
+/// the tests of release addresses and downloads start from it.
+fn release_pin() -> Lock {
+    Lock {
+        upstream: "agentclientprotocol/agent-client-protocol".into(),
+        tag: "v1.7.0".into(),
+        commit: "272bf799f35a258c6a4107a0410ed361e83683d3".into(),
+        schema_version: Some("1.21.0".into()),
+        release_url: Some(
+            "https://github.com/agentclientprotocol/agent-client-protocol/releases/download/schema-v1.21.0".into(),
+        ),
+        npm: None,
+        files: shas(&releases().join("v1.7.0")),
+    }
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("schema").join(name);
     let _ = std::fs::remove_dir_all(&dir);
@@ -33,7 +51,7 @@ fn other_files() -> BTreeMap<String, String> {
 
 #[test]
 fn a_new_tag_gets_its_own_schema_version_and_release_url() {
-    let old = pinned();
+    let old = release_pin();
     let options =
         UpdateOptions { schema_version: Some("1.22.0".into()), commit: Some("abc".into()), ..Default::default() };
     let lock = schema::pin(&old, "v1.8.0", other_files(), &options).expect("pins");
@@ -52,7 +70,7 @@ fn a_new_tag_gets_its_own_schema_version_and_release_url() {
 
 #[test]
 fn a_new_tag_never_keeps_the_old_release_address() {
-    let old = pinned();
+    let old = release_pin();
     let err = schema::pin(&old, "v1.8.0", other_files(), &UpdateOptions::default()).expect_err("no version");
     let old_version = old.schema_version.clone().unwrap();
     assert!(err.contains("--schema-version is required") && err.contains(&old_version), "{err}");
@@ -85,7 +103,7 @@ fn release_assets_are_flat() {
 fn fetch_without_from_downloads_the_assets_the_lock_names() {
     // A local "release" laid out as upstream publishes it: one flat folder of assets, read with
     // curl through a file:// address, as `schema fetch` reads the GitHub release.
-    let lock = pinned();
+    let lock = release_pin();
     let assets = scratch("assets");
     for file in lock.files.keys() {
         std::fs::copy(releases().join(&lock.tag).join(file), assets.join(schema::asset_name(file))).unwrap();
@@ -99,7 +117,8 @@ fn fetch_without_from_downloads_the_assets_the_lock_names() {
 #[test]
 fn the_feature_table_goes_with_the_pinned_tag() {
     let mut lock = pinned();
-    let plan = xtask::releases::plan(&lock, &releases()).unwrap();
+    let root = common::release_dir(&lock.tag).parent().unwrap().to_owned();
+    let plan = xtask::releases::plan(&lock, &root).unwrap();
     let table: Vec<&str> = plan.iter().filter(|(_, g)| *g == Gating::Table).map(|(t, _)| t.as_str()).collect();
     assert_eq!(table, [lock.tag.as_str()]);
     lock.tag = "v1.3.0".into();
@@ -136,12 +155,15 @@ fn update_to_a_new_tag_writes_its_release_into_the_lock() {
     for file in ["schema/lock.json", "Cargo.toml", "generated/Cargo.toml"] {
         std::fs::copy(workspace().join(file), ws.join(file)).unwrap();
     }
-    let old = pinned();
+    let old = release_pin();
+    std::fs::write(ws.join("schema/lock.json"), serde_json::to_string_pretty(&old).unwrap() + "\n").unwrap();
     schema::fetch(&old, Some(&releases().join(&old.tag)), &ws.join("schema/json")).unwrap();
     let next = scratch("v1.8.0");
-    for file in old.files.keys() {
+    // The files of the release the feature table describes, under a new tag.
+    let (pinned, _) = common::pinned_release();
+    for file in shas(&pinned).keys() {
         std::fs::create_dir_all(next.join(file).parent().unwrap()).unwrap();
-        std::fs::copy(releases().join(&old.tag).join(file), next.join(file)).unwrap();
+        std::fs::copy(pinned.join(file), next.join(file)).unwrap();
     }
 
     let err = schema::update(&ws, "v1.8.0", &next, &UpdateOptions::default()).expect_err("no --schema-version");

@@ -9,6 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
+mod common;
+
 use xtask::codegen::OutputFile;
 use xtask::semver::checks::{self, Verdict};
 use xtask::semver::surface::Namespace;
@@ -175,11 +177,11 @@ fn schema_update_writes_the_api_report() {
     std::fs::create_dir_all(workspace().join("target")).unwrap();
     std::os::unix::fs::symlink(workspace().join("target").canonicalize().unwrap(), ws.join("target")).unwrap();
     let lock = xtask::schema::Lock::read(&ws.join("schema/lock.json")).unwrap();
-    xtask::schema::fetch(&lock, Some(&releases().join(&lock.tag)), &ws.join("schema/json")).unwrap();
+    xtask::schema::fetch(&lock, Some(&common::release_dir(&lock.tag)), &ws.join("schema/json")).unwrap();
     let next = ws.join("v1.8.0");
     for file in lock.files.keys() {
         std::fs::create_dir_all(next.join(file).parent().unwrap()).unwrap();
-        std::fs::copy(releases().join(&lock.tag).join(file), next.join(file)).unwrap();
+        std::fs::copy(common::release_dir(&lock.tag).join(file), next.join(file)).unwrap();
     }
     let options = xtask::schema::UpdateOptions {
         schema_version: Some("1.22.0".into()),

@@ -437,7 +437,9 @@ fn gate_members(new: &mut Item, old: &Item, gate_of: &dyn Fn(&str) -> Result<Gat
             }
             // The flattened union's doc may differ (an unstable variant mentioned); its shape may not.
             let shape = |f: &Option<Flatten>| f.as_ref().map(|f| (f.field.clone(), f.ty.clone(), f.optional));
-            if o.fields.iter().any(|of| !n.fields.iter().any(|f| f.wire == of.wire)) || shape(&n.flatten) != shape(&o.flatten) {
+            if o.fields.iter().any(|of| !n.fields.iter().any(|f| f.wire == of.wire))
+                || shape(&n.flatten) != shape(&o.flatten)
+            {
                 return Err(changed("set of fields"));
             }
         }

@@ -741,7 +741,9 @@ fn cargo_toml(settings: &Settings, v2: bool, preamble: &str) -> String {
     }
     if settings.gating == features::Gating::Table {
         for (name, fate) in features::RETIRED {
-            features.push(format!("# Gates nothing any more, kept so that crates naming it still build: {fate}\n{name} = []"));
+            features.push(format!(
+                "# Gates nothing any more, kept so that crates naming it still build: {fate}\n{name} = []"
+            ));
         }
     }
     let (package, deps) = if settings.standalone {

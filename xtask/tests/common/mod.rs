@@ -45,3 +45,20 @@ pub fn baseline_methods() -> serde_json::Map<String, Value> {
     }
     defs
 }
+
+/// The folder of schema release `tag` under `../shared/acp-schema`: `releases/<tag>`, or
+/// `next/<tag>` for a published schema that is not an upstream repository release (the pin
+/// may be either).
+pub fn release_dir(tag: &str) -> std::path::PathBuf {
+    let shared = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema");
+    let roots = [shared.join("releases"), shared.join("next")];
+    xtask::releases::resolve_in(tag, &roots).unwrap_or_else(|e| panic!("release {tag}: {e}"))
+}
+
+/// The release the project pins (`schema/lock.json`'s tag) and its folder: the one the
+/// feature table describes.
+pub fn pinned_release() -> (std::path::PathBuf, String) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let tag = xtask::schema::Lock::read(&root.join("schema/lock.json")).expect("the lock").tag;
+    (release_dir(&tag), tag)
+}
