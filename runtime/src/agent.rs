@@ -74,8 +74,9 @@ use std::sync::{Arc, OnceLock};
 use acp_types::{
     Agent, ClientCapabilities, ClientNotification, ClientRequest, CompleteElicitationNotification,
     CreateElicitationRequest, CreateElicitationResponse, CreateTerminalRequest, CreateTerminalResponse,
-    InitializeRequest, ReadTextFileRequest, ReadTextFileResponse, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SessionNotification, WriteTextFileRequest, WriteTextFileResponse, client_method,
+    InitializeRequest, Notice, ReadTextFileRequest, ReadTextFileResponse, RequestPermissionOutcome,
+    RequestPermissionRequest, RequestPermissionResponse, SessionId, SessionNotification, WriteTextFileRequest,
+    WriteTextFileResponse, client_method,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -476,6 +477,42 @@ impl ClientHandle {
         notification: SessionNotification,
     ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
         self.peer.notify(client_method::SESSION_UPDATE, &notification)
+    }
+
+    /// Whether the client advertised `clientCapabilities.session.notices`: the schema allows
+    /// [`ClientHandle::notice`] only then.
+    pub fn accepts_notices(&self) -> bool {
+        self.client_capabilities().session.flatten().is_some_and(|s| s.notices.flatten().is_some())
+    }
+
+    /// Whether the client advertised `clientCapabilities.session.compaction`: the schema allows
+    /// compaction updates ([`ClientHandle::start_compaction`]) only then.
+    pub fn accepts_compaction(&self) -> bool {
+        self.client_capabilities().session.flatten().is_some_and(|s| s.compaction.flatten().is_some())
+    }
+
+    /// Sends a live, fire-and-forget notice to the user (a `notice` session update), if the
+    /// client advertised `session.notices`. Returns whether it was sent: without the
+    /// capability nothing is sent (an agent message is the fallback the schema suggests).
+    pub async fn notice(&self, session_id: impl Into<SessionId>, notice: Notice) -> Result<bool, Error> {
+        if !self.accepts_notices() {
+            return Ok(false);
+        }
+        self.session_update(SessionNotification::new(session_id, notice)).await?;
+        Ok(true)
+    }
+
+    /// Starts reporting a context compaction of the session (its first update,
+    /// `in_progress`), if the client advertised `session.compaction`; `None` (nothing sent)
+    /// otherwise. The [`Compaction`](crate::compaction::Compaction) reports the rest.
+    pub async fn start_compaction(
+        &self,
+        session_id: impl Into<SessionId>,
+    ) -> Result<Option<crate::compaction::Compaction>, Error> {
+        if !self.accepts_compaction() {
+            return Ok(None);
+        }
+        crate::compaction::Compaction::start(self.clone(), session_id.into()).await.map(Some)
     }
 
     /// `session/request_permission`: asks the user to allow a tool call.

@@ -246,6 +246,7 @@ pub struct ReadmeDoctest;
 
 pub mod agent;
 pub mod client;
+pub mod compaction;
 pub mod connection;
 pub mod framing;
 pub mod handler;

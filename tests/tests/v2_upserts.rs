@@ -44,7 +44,7 @@ fn parse(text: &str) -> serde_json::Map<String, Value> {
 /// The optional members of a v2 definition, from the stable schema (the unstable features are
 /// off here).
 fn optional_members(definition: &str) -> BTreeSet<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/releases/v1.7.0/v2/schema.json");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/next/npm-sdk-2.4.0/v2/schema.json");
     let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("the v2 schema")).expect("JSON");
     let def = &schema["$defs"][definition];
     let required: Vec<&str> =

@@ -377,10 +377,37 @@ pub fn pin(old: &Lock, tag: &str, files: BTreeMap<String, String>, options: &Upd
     })
 }
 
+/// The changelog entry of a move from `old` to `new`: the proposed version as its heading, and
+/// the reports (`changes`) under it, their headings one level down.
+pub fn changelog_entry(version: &str, old: &str, new: &str, changes: &str) -> String {
+    let mut entry = format!(
+        "## {version} (proposed): regenerated from schema {new}\n\nThe bindings follow schema `{new}` \
+         (before: `{old}`). Drafted by `cargo xtask schema update`; the version is the one its API \
+         report proposes.\n"
+    );
+    for line in changes.lines() {
+        entry.push('\n');
+        if line.starts_with('#') {
+            entry.push_str("##");
+        }
+        entry.push_str(line);
+    }
+    entry.push('\n');
+    entry
+}
+
+/// `changelog` with `entry` first under its title (the title is written when there is none).
+pub fn with_entry(changelog: &str, entry: &str) -> String {
+    const TITLE: &str = "# Changelog of acp-types\n\nEach entry: the schema the bindings were generated from, what changed in it, and what that did to the crate's API.\n";
+    let rest = changelog.strip_prefix(TITLE).unwrap_or(changelog).trim_start_matches('\n');
+    if rest.is_empty() { format!("{TITLE}\n{entry}") } else { format!("{TITLE}\n{entry}\n{rest}") }
+}
+
 /// `cargo xtask schema update`: everything is generated and checked in memory first, so a
 /// release the generator cannot handle (or the feature table does not describe) changes nothing.
 /// `schema/CHANGES.md` gets the schema diff and the API report ([`crate::semver`]), with the
-/// proposed version of the generated crate.
+/// proposed version of the generated crate, and `generated/CHANGELOG.md` a draft entry holding
+/// both ([`changelog_entry`]).
 pub fn update(workspace: &Path, tag: &str, from: &Path, options: &UpdateOptions) -> Result<(), String> {
     use crate::codegen::{self, Settings};
 
@@ -443,7 +470,11 @@ pub fn update(workspace: &Path, tag: &str, from: &Path, options: &UpdateOptions)
         std::fs::write(&readme_path, readme).map_err(|e| e.to_string())?;
     }
     let changes = format!("{}\n{}", report.markdown(), api.markdown());
-    std::fs::write(workspace.join("schema/CHANGES.md"), changes).map_err(|e| e.to_string())?;
+    std::fs::write(workspace.join("schema/CHANGES.md"), &changes).map_err(|e| e.to_string())?;
+    let changelog_path = workspace.join("generated/CHANGELOG.md");
+    let changelog = std::fs::read_to_string(&changelog_path).unwrap_or_default();
+    let entry = changelog_entry(&api.proposed.to_string(), &old_lock.tag, tag, &changes);
+    std::fs::write(&changelog_path, with_entry(&changelog, &entry)).map_err(|e| e.to_string())?;
     println!(
         "pinned {tag} ({} files); regenerated; {} schema changes ({} breaking) and {} API changes written to \
          schema/CHANGES.md\n{}: propose {} → {} ({}{})",

@@ -31,10 +31,11 @@ use std::time::Duration;
 use acp_rpc::acp_types::{
     AgentCapabilities, AuthenticateRequest, AuthenticateResponse, CancelNotification, ClientCapabilities, Content,
     ContentBlock, ContentChunk, Error, Implementation, InitializeRequest, InitializeResponse, NewSessionRequest,
-    NewSessionResponse, Nullable, PermissionOption, PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority,
-    PlanEntryStatus, PromptCapabilities, PromptRequest, PromptResponse, ProtocolVersion, ReadTextFileRequest,
-    RequestPermissionOutcome, RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, StopReason,
-    TextContent, ToolCall, ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind,
+    NewSessionResponse, Notice, NoticeSeverity, Nullable, PermissionOption, PermissionOptionKind, Plan, PlanEntry,
+    PlanEntryPriority, PlanEntryStatus, PromptCapabilities, PromptRequest, PromptResponse, ProtocolVersion,
+    ReadTextFileRequest, RequestPermissionOutcome, RequestPermissionRequest, SessionId, SessionNotification,
+    SessionUpdate, StopReason, TextContent, ToolCall, ToolCallContent, ToolCallLocation, ToolCallStatus,
+    ToolCallUpdate, ToolKind,
 };
 use acp_rpc::sessions::SessionStore;
 use acp_rpc::{AgentContext, acp_agent};
@@ -320,6 +321,9 @@ impl Turn<'_> {
 
 impl DemoAgent {
     async fn turn(&self, turn: &Turn<'_>, prompt: &[ContentBlock], cwd: &Path) -> Result<StopReason, Error> {
+        if asks_to_compact(prompt) {
+            return self.compact(turn).await;
+        }
         let target = file_named_in(prompt).unwrap_or_else(|| DEFAULT_FILE.to_owned());
         let path = cwd.join(&target); // absolute (cwd is); the client decides what it may serve
         let path_text = path.to_string_lossy().into_owned();
@@ -415,6 +419,40 @@ impl DemoAgent {
         }
         Ok(StopReason::EndTurn)
     }
+}
+
+impl DemoAgent {
+    /// `/compact`: a context compaction reported as the schema wants it, announced with a
+    /// notice, each only where the client advertised it (else an agent message says so).
+    async fn compact(&self, turn: &Turn<'_>) -> Result<StopReason, Error> {
+        let client = turn.cx.client();
+        let notice = Notice::new(NoticeSeverity::Info, "Compacting the conversation")
+            .description("Earlier turns are replaced by a summary.".to_owned());
+        client.notice(turn.session.clone(), notice).await?;
+        let Some(compaction) = client.start_compaction(turn.session.clone()).await? else {
+            turn.say("This client does not show compactions; nothing was compacted.").await?;
+            return Ok(StopReason::EndTurn);
+        };
+        log!("compaction {} started", compaction.id().0);
+        compaction.summary_chunk(text_content_block("The user asked about their files; ")).await?;
+        if turn.cx.is_cancelled() {
+            compaction.cancel().await?;
+            return Ok(StopReason::Cancelled);
+        }
+        compaction.summary_chunk(text_content_block("the agent read them with permission.")).await?;
+        compaction.complete(None).await?;
+        turn.say("The conversation is compacted.").await?;
+        Ok(StopReason::EndTurn)
+    }
+}
+
+/// Whether the prompt is the `/compact` command.
+fn asks_to_compact(prompt: &[ContentBlock]) -> bool {
+    matches!(prompt.first(), Some(ContentBlock::Text(text)) if text.text.trim() == "/compact")
+}
+
+fn text_content_block(text: &str) -> ContentBlock {
+    ContentBlock::Text(acp_rpc::acp_types::TextContent::new(text))
 }
 
 /// The file the prompt asks about: a resource link's path, or the first word that looks like

@@ -26,11 +26,11 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use acp_rpc::acp_types::{
-    CancelNotification, ContentBlock, Error, Implementation, InitializeRequest, InitializeResponse, NewSessionRequest,
-    Nullable, PlanEntryStatus, PromptRequest, ProtocolVersion, ReadTextFileRequest, ReadTextFileResponse,
-    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
-    SessionNotification, SessionUpdate, TextContent, ToolCallContent, ToolCallStatus, WriteTextFileRequest,
-    WriteTextFileResponse,
+    CancelNotification, CompactionCapabilities, ContentBlock, Error, Implementation, InitializeRequest,
+    InitializeResponse, NewSessionRequest, NoticeCapabilities, Nullable, PlanEntryStatus, PromptRequest,
+    ProtocolVersion, ReadTextFileRequest, ReadTextFileResponse, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification, SessionUpdate, TextContent,
+    ToolCallContent, ToolCallStatus, WriteTextFileRequest, WriteTextFileResponse,
 };
 use acp_rpc::transport::{SpawnOptions, StderrMode};
 use acp_rpc::{AgentHandle, ClientContext, Connection, acp_client};
@@ -238,10 +238,15 @@ async fn drive(options: Options, agent: Agent) -> Result<(), String> {
 /// The v1 `initialize` request, with the capabilities the handlers below earn (fs read and
 /// write), filled in from the `#[acp_client]` table.
 fn v1_initialize() -> InitializeRequest {
-    acp_rpc::client::with_capabilities::<DemoClient>(
+    let init = acp_rpc::client::with_capabilities::<DemoClient>(
         InitializeRequest::new(ProtocolVersion(1))
             .client_info(Implementation::new("acp-demo-client", env!("CARGO_PKG_VERSION"))),
-    )
+    );
+    // The transcript shows notices and compactions, so the client says it does.
+    let capabilities = init.client_capabilities.clone().unwrap_or_default();
+    let session = capabilities.session.clone().flatten().unwrap_or_default();
+    let session = session.notices(NoticeCapabilities::new()).compaction(CompactionCapabilities::new());
+    init.client_capabilities(capabilities.session(session))
 }
 
 /// The one turn to run, whatever the protocol.
@@ -603,6 +608,23 @@ impl Transcript {
                     push_content(&mut text, content);
                 }
                 self.write(state, &text, true);
+            }
+            SessionUpdate::Notice(notice) => {
+                let mut text = format!("ℹ [{}] {}", notice.severity.as_str(), notice.title);
+                if let Some(description) = notice.description.value() {
+                    text.push_str(&format!(": {description}"));
+                }
+                self.write(state, &text, true);
+            }
+            SessionUpdate::CompactionUpdate(update) => {
+                let mut text = format!("⟳ compaction {}: {}", update.compaction_id.0, update.status.as_str());
+                if let Some(error) = update.error.value() {
+                    text.push_str(&format!(" ({error})"));
+                }
+                self.write(state, &text, true);
+            }
+            SessionUpdate::CompactionSummaryChunk(chunk) => {
+                self.write(state, &format!("  ⟳ summary: {}", block_text(&chunk.content)), true);
             }
             other => {
                 let tag = other.tag().unwrap_or("unknown").to_owned();
