@@ -11,7 +11,9 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use acp_rpc::acp_types::v2::{Nullable, SessionUpdate, StopReason, ToolCallStatus, UpdateSessionNotification};
+use acp_rpc::acp_types::v2::{
+    IdleStateUpdateStopReason as StopReason, Nullable, SessionUpdate, ToolCallStatus, UpdateSessionNotification,
+};
 use acp_rpc::v2::SessionState;
 use acp_rpc::v2::session::Role;
 use serde_json::Value;
@@ -270,8 +272,8 @@ pub fn judge_accepted(o: &Observed, turn: &Turn, reply: &Reply) -> Outcome {
     }
 }
 
-/// `v2-prompt-message-id`: the answer names the user message (what the official SDK clients
-/// require, beyond v1.7.0's `{}`).
+/// `v2-prompt-message-id`: the answer names the user message (`PromptResponse.messageId`,
+/// required; the official SDK clients fail the prompt without it).
 pub fn judge_message_id(o: &Observed, turn: &Turn, reply: &Reply) -> Outcome {
     let Reply::Result(result) = reply else {
         return Outcome::Skip("session/prompt was not answered with a result".into());
@@ -283,10 +285,9 @@ pub fn judge_message_id(o: &Observed, turn: &Turn, reply: &Reply) -> Outcome {
         .find(|u| matches!(kind_of(u), "user_message" | "user_message_chunk"))
         .and_then(message_id_of);
     match (result.get("messageId").and_then(Value::as_str), user) {
-        (None, _) => Outcome::Warn(format!(
-            "the answer is {} without `messageId`: v1.7.0's schema allows that, but the official SDK clients \
-             (TypeScript @agentclientprotocol/sdk 2.x, Rust agent-client-protocol 5.x) require the user message's id \
-             there and fail the prompt without it",
+        (None, _) => Outcome::Fail(format!(
+            "the answer is {} without `messageId`, which the schema requires: the official SDK clients \
+             (TypeScript @agentclientprotocol/sdk 2.x, Rust agent-client-protocol 5.x) fail the prompt without it",
             truncate(&result.to_string(), 80)
         )),
         (Some(id), Some(user)) if id != user => Outcome::Warn(format!(
@@ -376,7 +377,7 @@ pub fn judge_idle(o: &Observed, turn: &Turn, waited: Duration, reply: &Reply) ->
              that ends foreground work carries it"
         )),
         Some(reason) if !is_known_stop_reason(reason) && !reason.starts_with('_') => Outcome::Warn(format!(
-            "idle after {ms} ms with stopReason {reason:?}, which v1.7.0 does not define: custom stop reasons start \
+            "idle after {ms} ms with stopReason {reason:?}, which the schema does not define: custom stop reasons start \
              with `_`, others are reserved for future versions"
         )),
         Some(reason) => Outcome::Pass(format!("idle, stopReason {reason}, {ms} ms after the prompt")),
@@ -384,7 +385,9 @@ pub fn judge_idle(o: &Observed, turn: &Turn, waited: Duration, reply: &Reply) ->
 }
 
 fn is_known_stop_reason(reason: &str) -> bool {
-    !matches!(serde_json::from_value::<StopReason>(Value::String(reason.to_owned())), Ok(StopReason::Other(_)) | Err(_))
+    // The reason is the tag of the union flattened into the idle update.
+    let members = serde_json::json!({ "stopReason": reason });
+    !matches!(serde_json::from_value::<StopReason>(members), Ok(StopReason::Other(_)) | Err(_))
 }
 
 /// The turn's updates after its idle that continue it: chunks or updates of its messages, and
@@ -504,7 +507,7 @@ pub fn judge_update_shape(observed: &[&Observed]) -> Outcome {
             bad.len()
         ))
     } else if !unknown.is_empty() {
-        Outcome::Warn(format!("{seen}{skipped}; not in the v2 schema (v1.7.0): {}", unknown.join(", ")))
+        Outcome::Warn(format!("{seen}{skipped}; not in the v2 schema: {}", unknown.join(", ")))
     } else {
         Outcome::Pass(format!("{seen}{skipped}"))
     }
@@ -764,9 +767,9 @@ mod tests {
         let (o, _) = record(&[user(), state("running"), chunk("a1"), json!("answer"), idle("end_turn")]);
         let turn = Turn::of(&o, &o.sent[0]).unwrap();
         assert_eq!(is(&judge_accepted(&o, &turn, &Reply::Result(json!({})))), "warn");
-        // `{}` is what v1.7.0 shows, but not what the SDK clients accept.
-        let Outcome::Warn(detail) = judge_message_id(&o, &turn, &Reply::Result(json!({}))) else { panic!() };
-        assert!(detail.contains("official SDK clients"), "{detail}");
+        // `{}` was what v1.7.0 showed; the schema now requires the id, as the SDK clients did.
+        let Outcome::Fail(detail) = judge_message_id(&o, &turn, &Reply::Result(json!({}))) else { panic!() };
+        assert!(detail.contains("requires") && detail.contains("official SDK clients"), "{detail}");
     }
 
     #[test]

@@ -63,9 +63,9 @@ const CHECKS: &[(&str, Level, &str)] = &[
     ),
     (
         "v2-prompt-message-id",
-        Level::Should,
-        "the session/prompt answer carries the user message's messageId (v1.7.0's schema shows `{}`; the official \
-         SDK clients require the id)",
+        Level::Must,
+        "the session/prompt answer carries the user message's messageId (required by the schema; the official SDK \
+         clients fail the prompt without it)",
     ),
     (
         "v2-user-message",

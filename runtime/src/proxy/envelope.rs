@@ -1,6 +1,13 @@
 //! The `proxy/successor` envelope: `{"method": M, "params"?: P, "_meta"?: {...}}`, where `M`
 //! and `P` are the wrapped message's. Whether it wraps a request or a notification is told by
 //! the outer message; the envelope's own `_meta` belongs to the hop and is not passed on.
+//!
+//! The schema's types for it are `acp_types::ProxySuccessorRequest` and
+//! `ProxySuccessorNotification` (feature `unstable_proxy_chains`), for code that builds or reads
+//! envelopes itself. The forwarding path here reads and writes the same JSON without them: the
+//! wrapped params stay raw, copied byte for byte rather than decoded into a `Value` and encoded
+//! again (a decode and an encode per hop, and numbers and key order at serde_json's mercy). The
+//! tests below hold the two to the same wire.
 
 use std::borrow::Cow;
 
@@ -85,6 +92,26 @@ mod tests {
         let inner = unwrap(Some(&envelope)).unwrap();
         assert_eq!(inner.params.unwrap().get(), r#"{"_meta":{"msg":2}}"#);
         assert!(unwrap(Some(&raw(r#"{"method":"m","params":null}"#))).unwrap().params.is_none());
+    }
+
+    /// What `wrap` writes is the schema's envelope, and the schema's envelope is what
+    /// `unwrap` reads.
+    #[cfg(feature = "unstable_proxy_chains")]
+    #[test]
+    fn the_envelope_is_the_schemas_proxy_successor_message() {
+        use acp_types::{ProxySuccessorNotification, ProxySuccessorRequest};
+        let params = raw(r#"{"sessionId":"s1","prompt":[]}"#);
+        let wrapped = wrap("session/prompt", Some(&params));
+        let typed: ProxySuccessorRequest = serde_json::from_str(wrapped.get()).unwrap();
+        assert_eq!(typed.method, "session/prompt");
+        assert_eq!(typed.params, Some(serde_json::json!({"sessionId": "s1", "prompt": []})));
+        let typed: ProxySuccessorNotification = serde_json::from_str(wrap("session/cancel", None).get()).unwrap();
+        assert_eq!((typed.method.as_str(), typed.params), ("session/cancel", None));
+
+        let built = ProxySuccessorRequest::new("session/new").params(serde_json::json!({"cwd": "/"}));
+        let text = raw(&serde_json::to_string(&built).unwrap());
+        let inner = unwrap(Some(&text)).unwrap();
+        assert_eq!((&*inner.method, inner.params.map(RawValue::get)), ("session/new", Some(r#"{"cwd":"/"}"#)));
     }
 
     #[test]

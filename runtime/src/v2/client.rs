@@ -328,6 +328,12 @@ impl AgentHandle {
         delete_session(agent_method::SESSION_DELETE, DeleteSessionRequest) -> DeleteSessionResponse;
         /// `session/set_config_option`.
         set_config_option(agent_method::SESSION_SET_CONFIG_OPTION, SetSessionConfigOptionRequest) -> SetSessionConfigOptionResponse;
+        /// `tool_call/cancel`: stops one tool call, foreground or background, that the agent
+        /// said can be cancelled (`capabilities.cancel` on its `tool_call_update`).
+        cancel_tool_call(agent_method::TOOL_CALL_CANCEL, acp_types::v2::CancelToolCallRequest) -> acp_types::v2::CancelToolCallResponse;
+        /// `terminal/cancel`: stops one terminal's command that the agent said can be
+        /// cancelled (`capabilities.cancel` on its `terminal_update`).
+        cancel_terminal(agent_method::TERMINAL_CANCEL, acp_types::v2::CancelTerminalRequest) -> acp_types::v2::CancelTerminalResponse;
     }
 
     /// `session/prompt`: returns when the agent has accepted the prompt. The turn goes on;

@@ -39,10 +39,10 @@ use serde_json::{Map, Value};
 
 use acp_types::serde_support::UnknownVariant;
 use acp_types::v2::{
-    AbsolutePath, AvailableCommand, ContentBlock, Cost, IdleStateUpdateStopReason as StopReason, MessageId, Nullable,
-    PlanEntry, PlanId, PlanUpdateContent, SessionConfigOption, SessionUpdate, StateUpdate, TerminalExitStatus,
-    TerminalId, ToolCallContent, ToolCallId, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind,
-    UpdateSessionNotification,
+    AbsolutePath, AvailableCommand, BackgroundWork, ContentBlock, Cost, IdleStateUpdateStopReason as StopReason,
+    MessageId, Nullable, PlanEntry, PlanId, PlanUpdateContent, SessionConfigOption, SessionUpdate, StateUpdate,
+    TerminalCapabilities, TerminalExitStatus, TerminalId, TerminalSize, ToolCallCapabilities, ToolCallContent,
+    ToolCallId, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind, UpdateSessionNotification,
 };
 
 /// Who a message is from.
@@ -94,6 +94,8 @@ pub struct ToolCall {
     pub raw_output: Option<serde_json::Value>,
     /// Its `_meta`, as the patches left it.
     pub meta: Option<Map<String, Value>>,
+    /// What the client may do with it (`cancel`: `tool_call/cancel`), as the patches left it.
+    pub capabilities: Option<ToolCallCapabilities>,
 }
 
 /// One display terminal of the session.
@@ -113,6 +115,10 @@ pub struct Terminal {
     pub exit_status: Option<TerminalExitStatus>,
     /// Its `_meta`, as the `terminal_update`s left it.
     pub meta: Option<Map<String, Value>>,
+    /// What the client may do with it (`cancel`: `terminal/cancel`), if the agent said.
+    pub capabilities: Option<TerminalCapabilities>,
+    /// Its size in columns and rows, if the agent said.
+    pub size: Option<TerminalSize>,
 }
 
 /// One plan of the session: its latest content.
@@ -179,6 +185,10 @@ pub struct SessionState {
     pub meta: Option<Map<String, Value>>,
     /// Context usage: tokens used, context size, and the cost if reported.
     pub usage: Option<(u64, u64, Option<Cost>)>,
+    /// The background work of the latest `state_update`: a complete snapshot (`Some(vec![])`
+    /// means none runs), or `None` when that update did not report it (which says nothing
+    /// about what runs).
+    pub background: Option<Vec<BackgroundWork>>,
     /// Updates of kinds this schema does not know, kept as they came.
     pub unknown: Vec<UnknownVariant>,
     /// Where each id is in `messages` / `tool_calls`: checked on use, since the caller may
@@ -216,16 +226,19 @@ impl SessionState {
             SessionUpdate::AgentMessage(m) => self.upsert_message(&m.message_id, Role::Agent, &m.content, &m.meta),
             SessionUpdate::AgentThought(m) => self.upsert_message(&m.message_id, Role::Thought, &m.content, &m.meta),
             SessionUpdate::StateUpdate(s) => match s {
-                StateUpdate::Running(_) => {
+                StateUpdate::Running(running) => {
                     self.state = RunState::Running;
                     self.stop_reason = None;
+                    self.background = running.background.clone().flatten();
                 }
-                StateUpdate::RequiresAction(_) => {
+                StateUpdate::RequiresAction(waiting) => {
                     self.state = RunState::RequiresAction;
                     self.stop_reason = None;
+                    self.background = waiting.background.clone().flatten();
                 }
                 StateUpdate::Idle(idle) => {
                     self.state = RunState::Idle;
+                    self.background = idle.background.clone().flatten();
                     if let Some(reason) = &idle.stop_reason {
                         self.stop_reason = Some(reason.clone());
                     }
@@ -245,6 +258,8 @@ impl SessionState {
                 t.cwd.apply_to(&mut terminal.cwd);
                 t.exit_status.apply_to(&mut terminal.exit_status);
                 t.meta.apply_to(&mut terminal.meta);
+                t.capabilities.apply_to(&mut terminal.capabilities);
+                t.size.apply_to(&mut terminal.size);
                 match &t.output {
                     Some(Some(snapshot)) => match decode_base64(&snapshot.data) {
                         Some(bytes) => terminal.output = bytes,
@@ -334,6 +349,8 @@ impl SessionState {
             output: Vec::new(),
             exit_status: None,
             meta: None,
+            capabilities: None,
+            size: None,
         };
         get_or_add(&mut self.terminals, &mut self.terminal_index, id, |t| &t.id, new)
     }
@@ -371,6 +388,7 @@ impl SessionState {
             raw_input: None,
             raw_output: None,
             meta: None,
+            capabilities: None,
         };
         get_or_add(&mut self.tool_calls, &mut self.tool_call_index, id, |c| &c.id, new)
     }
@@ -379,6 +397,7 @@ impl SessionState {
         let call = self.tool_call(&p.tool_call_id);
         p.name.apply_to(&mut call.name);
         p.title.apply_to(&mut call.title);
+        p.capabilities.apply_to(&mut call.capabilities);
         p.kind.apply_to(&mut call.kind);
         p.status.apply_to(&mut call.status);
         patch_list(&mut call.content, &p.content);
@@ -588,6 +607,50 @@ mod tests {
         state.apply(&serde_json::from_value(json!({"sessionUpdate": "tool_call_content_chunk", "toolCallId": "new", "content": {"type": "content", "content": {"type": "text", "text": "x"}}})).unwrap());
         assert_eq!(state.tool_calls.len(), 2);
         assert_eq!(state.tool_calls[1].status, None);
+    }
+
+    #[test]
+    fn background_work_is_the_latest_state_updates_snapshot() {
+        let running = json!({"sessionUpdate": "state_update", "state": "running",
+            "background": [{"type": "terminal", "terminalId": "t1"}, {"type": "tool_call", "toolCallId": "c1"}]});
+        let state = apply_all(json!([running]));
+        let background = state.background.as_deref().expect("reported");
+        assert!(matches!(&background[0], BackgroundWork::Terminal(t) if t.terminal_id.0 == "t1"), "{background:?}");
+        assert!(matches!(&background[1], BackgroundWork::ToolCall(c) if c.tool_call_id.0 == "c1"), "{background:?}");
+        // `[]`: nothing runs; omitted: not reported, so not known.
+        let idle =
+            json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn", "background": []});
+        assert_eq!(apply_all(json!([running, idle])).background, Some(vec![]));
+        let idle = json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"});
+        assert_eq!(apply_all(json!([running, idle])).background, None);
+    }
+
+    #[test]
+    fn cancel_capabilities_and_terminal_sizes_are_kept_as_patched() {
+        let state = apply_all(json!([
+            {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "capabilities": {"cancel": {}}},
+            {"sessionUpdate": "terminal_update", "terminalId": "t1", "capabilities": {"cancel": {}}, "size": {"cols": 80, "rows": 24}},
+        ]));
+        let cancel = state.tool_calls[0].capabilities.as_ref().and_then(|c| c.cancel.clone().flatten());
+        assert!(cancel.is_some(), "{:?}", state.tool_calls[0]);
+        let terminal = &state.terminals[0];
+        assert!(terminal.capabilities.as_ref().and_then(|c| c.cancel.clone().flatten()).is_some());
+        assert_eq!(terminal.size.as_ref().map(|s| (s.cols, s.rows)), Some((80, 24)));
+        // `null` clears what a patch set.
+        let cleared = apply_all(json!([
+            {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "capabilities": {"cancel": {}}},
+            {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "capabilities": null},
+        ]));
+        assert_eq!(cleared.tool_calls[0].capabilities, None);
+    }
+
+    #[test]
+    fn the_stop_reason_of_an_error_keeps_its_error() {
+        let state = apply_all(json!([
+            {"sessionUpdate": "state_update", "state": "idle", "stopReason": "error", "error": {"code": -32603, "message": "boom"}},
+        ]));
+        let Some(StopReason::Error(reason)) = &state.stop_reason else { panic!("{:?}", state.stop_reason) };
+        assert_eq!(reason.error.clone().flatten().map(|e| e.message), Some("boom".to_owned()));
     }
 
     #[test]
