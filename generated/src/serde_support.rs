@@ -454,6 +454,13 @@ fn items<T: DeserializeOwned>(items: Vec<Value>) -> Vec<T> {
     items.iter().filter_map(|item| T::deserialize(item).ok()).collect()
 }
 
+/// `null` decodes as the default (`x-deserialize-default-on-null` on a required member: a
+/// peer that writes `null` for an empty list is understood); any other value must fit.
+#[doc(hidden)]
+pub fn default_on_null<'de, D: Deserializer<'de>, T: DeserializeOwned + Default>(d: D) -> Result<T, D::Error> {
+    Option::<T>::deserialize(d).map(Option::unwrap_or_default)
+}
+
 /// An array whose malformed items are dropped; anything but an array is an error.
 #[doc(hidden)]
 pub fn vec_skip_invalid<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Vec<T>, D::Error> {
@@ -753,6 +760,8 @@ lenient_markers! {
     Present: present => Option<T>, where [DeserializeOwned];
     /// [`default_on_error`]
     DefaultOnError: default_on_error => T, where [DeserializeOwned + Default];
+    /// [`default_on_null`]
+    DefaultOnNull: default_on_null => T, where [DeserializeOwned + Default];
     /// [`vec_skip_invalid`]
     VecSkipInvalid: vec_skip_invalid => Vec<T>, where [DeserializeOwned];
     /// [`vec_skip_invalid_or_default`]

@@ -28,8 +28,8 @@ fn input_defs() -> Map<String, Value> {
 }
 
 fn unstable_input_defs() -> Map<String, Value> {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/next/npm-sdk-2.4.0/v1/schema.unstable.json");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/acp-schema/next/npm-sdk-2.4.0/v1/schema.unstable.json");
     let schema: Value =
         serde_json::from_slice(&std::fs::read(&path).expect("the pinned schema is readable")).expect("JSON");
     schema["$defs"].as_object().cloned().unwrap_or_default()

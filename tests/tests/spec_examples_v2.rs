@@ -36,6 +36,15 @@ const KNOWN_SPEC_ERRATA: &[(&str, usize, &str)] = &[
     ),
     ("session-delete.mdx", 1, "an `initialize` result without `info`, which v2 requires"),
     ("session-setup.mdx", 13, "an `initialize` result without `info`, which v2 requires"),
+    // The pages predate the schema the bindings follow (npm-sdk-2.4.0), whose descriptions win.
+    ("migration.mdx", 8, "a `session/prompt` result without `messageId`, which the schema now requires"),
+    ("prompt-lifecycle.mdx", 2, "a `session/prompt` result without `messageId`, which the schema now requires"),
+    ("migration.mdx", 26, "an available command without `type`: commands are a tagged union now"),
+    (
+        "slash-commands.mdx",
+        1,
+        "available commands without `type`, which the schema's lenient list drops: commands are a tagged union now",
+    ),
 ];
 
 /// Members of a params object that a page shows on their own (an excerpt of a message), with

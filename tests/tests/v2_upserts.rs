@@ -17,7 +17,8 @@ const UPSERTS: &[(&str, &str, &str, &str)] = &[
         "ToolCallUpdate",
         r#"{"toolCallId": "call_1"}"#,
         r#"{"title": "Read", "kind": "read", "status": "pending", "content": [], "locations": [{"path": "/a"}],
-            "rawInput": {"path": "/a"}, "rawOutput": "done", "_meta": {"x": 1}}"#,
+            "rawInput": {"path": "/a"}, "rawOutput": "done", "name": "read_file", "capabilities": {"cancel": {}},
+            "_meta": {"x": 1}}"#,
     ),
     ("user_message", "UserMessage", r#"{"messageId": "m1"}"#, r#"{"content": [], "_meta": {"x": 1}}"#),
     ("agent_message", "AgentMessage", r#"{"messageId": "m1"}"#, r#"{"content": [], "_meta": {"x": 1}}"#),
@@ -27,7 +28,7 @@ const UPSERTS: &[(&str, &str, &str, &str)] = &[
         "TerminalUpdate",
         r#"{"terminalId": "term_1"}"#,
         r#"{"command": "ls", "cwd": "/work", "output": {"data": "aGk="}, "exitStatus": {"exitCode": 0},
-            "_meta": {"x": 1}}"#,
+            "capabilities": {"cancel": {}}, "size": {"cols": 80, "rows": 24}, "_meta": {"x": 1}}"#,
     ),
     (
         "session_info_update",

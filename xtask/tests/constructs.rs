@@ -82,6 +82,13 @@ fn proxy_side() -> Value {
     })
 }
 
+/// `x-deserialize-default-on-null` on a required list (`mcpServers`): `null` reads as empty.
+fn default_on_null() -> Value {
+    json!({"Launch": {"type": "object", "required": ["args"],
+                      "properties": {"args": {"type": "array", "items": {"type": "string"},
+                                              "x-deserialize-default-on-null": true}}}})
+}
+
 /// A definition with a keyword no rule covers.
 fn invented_keyword() -> Value {
     json!({"Hologram": {"description": "A projection.", "type": "object", "frobnicate": {"depth": 3},
@@ -100,6 +107,14 @@ fn a_member_that_selects_the_variant_becomes_an_optional_flattened_union() {
     }
     assert!(types.contains("Why work stopped."), "the member's description goes on the field");
     assert!(types.contains("pub fn stop_reason("), "an optional union gets a setter");
+}
+
+#[test]
+fn a_required_member_that_defaults_on_null_decodes_null_as_its_default() {
+    let files = codegen::generate(&settings(&fixture("on-null", default_on_null()))).expect("generates");
+    let types = types(&files);
+    assert!(types.contains("pub args: Vec<String>,"), "still required, not an Option: {types}");
+    assert!(types.contains(r#"args: "args" => required(DefaultOnNull),"#), "{types}");
 }
 
 #[test]
@@ -151,6 +166,7 @@ fn the_new_constructs_round_trip_in_a_compiled_crate() {
     let extra_map = extra.as_object_mut().unwrap();
     extra_map.extend(proxy_side().as_object().unwrap().clone());
     extra_map.extend(invented_keyword().as_object().unwrap().clone());
+    extra_map.extend(default_on_null().as_object().unwrap().clone());
     let dir = fixture("roundtrip", extra);
     let files = codegen::generate(&settings(&dir)).expect("generates");
     let crate_dir = dir.join("crate");

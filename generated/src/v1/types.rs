@@ -108,6 +108,12 @@ impl From<String> for SessionId {
         SessionId(value)
     }
 }
+impl SessionId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 impl From<&str> for SessionId {
     fn from(value: &str) -> Self {
         SessionId(value.to_owned())
@@ -411,6 +417,12 @@ pub struct ToolCallId(pub String);
 impl From<String> for ToolCallId {
     fn from(value: String) -> Self {
         ToolCallId(value)
+    }
+}
+impl ToolCallId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 impl From<&str> for ToolCallId {
@@ -1627,6 +1639,12 @@ impl From<String> for TerminalId {
         TerminalId(value)
     }
 }
+impl TerminalId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 impl From<&str> for TerminalId {
     fn from(value: &str) -> Self {
         TerminalId(value.to_owned())
@@ -1803,6 +1821,12 @@ pub struct PermissionOptionId(pub String);
 impl From<String> for PermissionOptionId {
     fn from(value: String) -> Self {
         PermissionOptionId(value)
+    }
+}
+impl PermissionOptionId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 impl From<&str> for PermissionOptionId {
@@ -3588,6 +3612,12 @@ impl From<String> for ElicitationId {
         ElicitationId(value)
     }
 }
+impl ElicitationId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 impl From<&str> for ElicitationId {
     fn from(value: &str) -> Self {
         ElicitationId(value.to_owned())
@@ -3739,6 +3769,13 @@ impl From<String> for McpServerAcpId {
     }
 }
 #[cfg(feature = "unstable_mcp_over_acp")]
+impl McpServerAcpId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
 impl From<&str> for McpServerAcpId {
     fn from(value: &str) -> Self {
         McpServerAcpId(value.to_owned())
@@ -3791,6 +3828,13 @@ pub struct McpRequestId(pub String);
 impl From<String> for McpRequestId {
     fn from(value: String) -> Self {
         McpRequestId(value)
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl McpRequestId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 #[cfg(feature = "unstable_mcp_over_acp")]
@@ -5294,6 +5338,12 @@ impl From<String> for AuthMethodId {
         AuthMethodId(value)
     }
 }
+impl AuthMethodId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 impl From<&str> for AuthMethodId {
     fn from(value: &str) -> Self {
         AuthMethodId(value.to_owned())
@@ -5673,6 +5723,13 @@ pub struct ProviderId(pub String);
 impl From<String> for ProviderId {
     fn from(value: String) -> Self {
         ProviderId(value)
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl ProviderId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 #[cfg(feature = "unstable_llm_providers")]
@@ -6344,6 +6401,12 @@ impl From<String> for SessionModeId {
         SessionModeId(value)
     }
 }
+impl SessionModeId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 impl From<&str> for SessionModeId {
     fn from(value: &str) -> Self {
         SessionModeId(value.to_owned())
@@ -6519,6 +6582,12 @@ impl From<String> for SessionConfigId {
         SessionConfigId(value)
     }
 }
+impl SessionConfigId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 impl From<&str> for SessionConfigId {
     fn from(value: &str) -> Self {
         SessionConfigId(value.to_owned())
@@ -6640,6 +6709,12 @@ pub struct SessionConfigValueId(pub String);
 impl From<String> for SessionConfigValueId {
     fn from(value: String) -> Self {
         SessionConfigValueId(value)
+    }
+}
+impl SessionConfigValueId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 impl From<&str> for SessionConfigValueId {
@@ -6788,6 +6863,12 @@ pub struct SessionConfigGroupId(pub String);
 impl From<String> for SessionConfigGroupId {
     fn from(value: String) -> Self {
         SessionConfigGroupId(value)
+    }
+}
+impl SessionConfigGroupId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 impl From<&str> for SessionConfigGroupId {
@@ -8708,6 +8789,12 @@ impl From<String> for MessageId {
         MessageId(value)
     }
 }
+impl MessageId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 impl From<&str> for MessageId {
     fn from(value: &str) -> Self {
         MessageId(value.to_owned())
@@ -9304,6 +9391,13 @@ pub struct PlanId(pub String);
 impl From<String> for PlanId {
     fn from(value: String) -> Self {
         PlanId(value)
+    }
+}
+#[cfg(feature = "unstable_plan_updates")]
+impl PlanId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 #[cfg(feature = "unstable_plan_updates")]
@@ -10069,6 +10163,12 @@ pub struct CompactionId(pub String);
 impl From<String> for CompactionId {
     fn from(value: String) -> Self {
         CompactionId(value)
+    }
+}
+impl CompactionId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 impl From<&str> for CompactionId {
@@ -12333,7 +12433,7 @@ impl NewSessionRequest {
 serde_support::deserialize_struct!(NewSessionRequest {
     cwd: "cwd" => required,
     additional_directories: "additionalDirectories" => optional,
-    mcp_servers: "mcpServers" => required,
+    mcp_servers: "mcpServers" => required(DefaultOnNull),
     #[cfg(feature = "unstable_system_prompt")] system_prompt: "systemPrompt" => optional(Tri),
     meta: "_meta" => optional(DefaultOnError),
 });
@@ -12575,7 +12675,7 @@ impl McpServerHttp {
 serde_support::deserialize_struct!(McpServerHttp {
     name: "name" => required,
     url: "url" => required,
-    headers: "headers" => required,
+    headers: "headers" => required(DefaultOnNull),
     meta: "_meta" => optional(DefaultOnError),
 });
 /// SSE transport configuration for MCP.
@@ -12621,7 +12721,7 @@ impl McpServerSse {
 serde_support::deserialize_struct!(McpServerSse {
     name: "name" => required,
     url: "url" => required,
-    headers: "headers" => required,
+    headers: "headers" => required(DefaultOnNull),
     meta: "_meta" => optional(DefaultOnError),
 });
 /// **UNSTABLE**
@@ -12725,8 +12825,8 @@ impl McpServerStdio {
 serde_support::deserialize_struct!(McpServerStdio {
     name: "name" => required,
     command: "command" => required,
-    args: "args" => required,
-    env: "env" => required,
+    args: "args" => required(DefaultOnNull),
+    env: "env" => required(DefaultOnNull),
     meta: "_meta" => optional(DefaultOnError),
 });
 /// **UNSTABLE**
@@ -12982,7 +13082,7 @@ impl LoadSessionRequest {
     }
 }
 serde_support::deserialize_struct!(LoadSessionRequest {
-    mcp_servers: "mcpServers" => required,
+    mcp_servers: "mcpServers" => required(DefaultOnNull),
     cwd: "cwd" => required,
     additional_directories: "additionalDirectories" => optional,
     session_id: "sessionId" => required,

@@ -143,6 +143,12 @@ impl From<String> for SessionId {
         SessionId(value)
     }
 }
+impl SessionId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 impl From<&str> for SessionId {
     fn from(value: &str) -> Self {
         SessionId(value.to_owned())
@@ -478,6 +484,12 @@ pub struct ToolCallId(pub String);
 impl From<String> for ToolCallId {
     fn from(value: String) -> Self {
         ToolCallId(value)
+    }
+}
+impl ToolCallId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 impl From<&str> for ToolCallId {
@@ -1230,6 +1242,12 @@ pub struct MediaType(pub String);
 impl From<String> for MediaType {
     fn from(value: String) -> Self {
         MediaType(value)
+    }
+}
+impl MediaType {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 impl From<&str> for MediaType {
@@ -2041,6 +2059,12 @@ impl From<String> for AbsolutePath {
         AbsolutePath(value)
     }
 }
+impl AbsolutePath {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 impl From<&str> for AbsolutePath {
     fn from(value: &str) -> Self {
         AbsolutePath(value.to_owned())
@@ -2292,6 +2316,12 @@ pub struct TerminalId(pub String);
 impl From<String> for TerminalId {
     fn from(value: String) -> Self {
         TerminalId(value)
+    }
+}
+impl TerminalId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 impl From<&str> for TerminalId {
@@ -2659,6 +2689,12 @@ pub struct PermissionOptionId(pub String);
 impl From<String> for PermissionOptionId {
     fn from(value: String) -> Self {
         PermissionOptionId(value)
+    }
+}
+impl PermissionOptionId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 impl From<&str> for PermissionOptionId {
@@ -4117,6 +4153,12 @@ impl From<String> for ElicitationId {
         ElicitationId(value)
     }
 }
+impl ElicitationId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 impl From<&str> for ElicitationId {
     fn from(value: &str) -> Self {
         ElicitationId(value.to_owned())
@@ -4265,6 +4307,13 @@ impl From<String> for McpServerAcpId {
     }
 }
 #[cfg(feature = "unstable_mcp_over_acp")]
+impl McpServerAcpId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
 impl From<&str> for McpServerAcpId {
     fn from(value: &str) -> Self {
         McpServerAcpId(value.to_owned())
@@ -4314,6 +4363,13 @@ pub struct McpRequestId(pub String);
 impl From<String> for McpRequestId {
     fn from(value: String) -> Self {
         McpRequestId(value)
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl McpRequestId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 #[cfg(feature = "unstable_mcp_over_acp")]
@@ -5919,6 +5975,12 @@ impl From<String> for AuthMethodId {
         AuthMethodId(value)
     }
 }
+impl AuthMethodId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 impl From<&str> for AuthMethodId {
     fn from(value: &str) -> Self {
         AuthMethodId(value.to_owned())
@@ -6285,6 +6347,13 @@ pub struct ProviderId(pub String);
 impl From<String> for ProviderId {
     fn from(value: String) -> Self {
         ProviderId(value)
+    }
+}
+#[cfg(feature = "unstable_llm_providers")]
+impl ProviderId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 #[cfg(feature = "unstable_llm_providers")]
@@ -7006,6 +7075,12 @@ impl From<String> for SessionConfigId {
         SessionConfigId(value)
     }
 }
+impl SessionConfigId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 impl From<&str> for SessionConfigId {
     fn from(value: &str) -> Self {
         SessionConfigId(value.to_owned())
@@ -7127,6 +7202,12 @@ pub struct SessionConfigValueId(pub String);
 impl From<String> for SessionConfigValueId {
     fn from(value: String) -> Self {
         SessionConfigValueId(value)
+    }
+}
+impl SessionConfigValueId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 impl From<&str> for SessionConfigValueId {
@@ -7278,6 +7359,12 @@ pub struct SessionConfigGroupId(pub String);
 impl From<String> for SessionConfigGroupId {
     fn from(value: String) -> Self {
         SessionConfigGroupId(value)
+    }
+}
+impl SessionConfigGroupId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 impl From<&str> for SessionConfigGroupId {
@@ -7778,6 +7865,12 @@ pub struct SessionListCursor(pub String);
 impl From<String> for SessionListCursor {
     fn from(value: String) -> Self {
         SessionListCursor(value)
+    }
+}
+impl SessionListCursor {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 impl From<&str> for SessionListCursor {
@@ -9574,6 +9667,12 @@ impl From<String> for MessageId {
         MessageId(value)
     }
 }
+impl MessageId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 impl From<&str> for MessageId {
     fn from(value: &str) -> Self {
         MessageId(value.to_owned())
@@ -11291,6 +11390,12 @@ impl From<String> for PlanId {
         PlanId(value)
     }
 }
+impl PlanId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 impl From<&str> for PlanId {
     fn from(value: &str) -> Self {
         PlanId(value.to_owned())
@@ -12111,6 +12216,12 @@ pub struct CompactionId(pub String);
 impl From<String> for CompactionId {
     fn from(value: String) -> Self {
         CompactionId(value)
+    }
+}
+impl CompactionId {
+    /// The value as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 impl From<&str> for CompactionId {

@@ -21,11 +21,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use acp_rpc::acp_types::v2::{
-    CancelSessionNotification, Client, ClientCapabilities, CloseSessionRequest, Error, Implementation,
-    InitializeRequest, ListSessionsRequest, NewSessionRequest, Nullable, PermissionOptionKind, PromptRequest,
-    ProtocolVersion, ReplayFrom, ReplayFromStart, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, RequestPermissionSubject, ResumeSessionRequest, SelectedPermissionOutcome, TextContent,
-    UpdateSessionNotification,
+    CancelSessionNotification, CancelledPermissionOutcome, Client, ClientCapabilities, CloseSessionRequest, Error,
+    ErrorData, Implementation, InitializeRequest, ListSessionsRequest, NewSessionRequest, Nullable,
+    PermissionOptionKind, PromptRequest, ProtocolVersion, ReplayFrom, ReplayFromStart, RequestPermissionOutcome,
+    RequestPermissionRequest, RequestPermissionResponse, RequestPermissionSubject, ResumeSessionRequest,
+    SelectedPermissionOutcome, TextContent, UpdateSessionNotification,
 };
 use acp_rpc::v2::ClientContext;
 use acp_rpc::version::{Negotiated, ProtocolRouter};
@@ -77,11 +77,12 @@ impl Client<ClientContext> for Recorder {
         // cancels this request at once (the runtime answers it `cancelled`).
         cx.agent().cancel(CancelSessionNotification::new(params.session_id)).await?;
         let _ = tokio::time::timeout(WAIT, cx.cancelled()).await;
-        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
+        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled(CancelledPermissionOutcome::new())))
     }
 
     async fn session_update(&self, params: UpdateSessionNotification, _cx: ClientContext) -> Result<(), Error> {
-        let value = serde_json::to_value(&params).map_err(|e| Error::internal_error().data(e.to_string().into()))?;
+        let value = serde_json::to_value(&params)
+            .map_err(|e| Error::internal_error().data(ErrorData::Other(e.to_string().into())))?;
         self.seen().updates.push(value);
         Ok(())
     }

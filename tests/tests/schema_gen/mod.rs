@@ -69,7 +69,8 @@ pub struct Method {
 
 impl Schema {
     pub fn load() -> Self {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/releases/v1.7.0/v1/schema.json");
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/acp-schema/next/npm-sdk-2.4.0/v1/schema.json");
         let text = std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
         let schema: Value = serde_json::from_slice(&text).expect("the schema is JSON");
         Schema { defs: schema["$defs"].as_object().cloned().expect("$defs") }

@@ -24,7 +24,7 @@ impl MyAgent {
         Ok(ForkSessionResponse::new("s2"))
     }
     #[cfg(any())]
-    async fn nes_start(&self, _p: StartNesRequest) -> Result<StartNesResponse, Error> {
+    async fn session_archive(&self, _p: ArchiveSessionRequest) -> Result<ArchiveSessionResponse, Error> {
         unreachable!("configured out: no error")
     }
 }

@@ -42,7 +42,7 @@ struct MyClient;
 #[acp_client(v2)]
 impl MyClient {
     async fn session_request_permission(&self, _p: RequestPermissionRequest) -> Result<RequestPermissionResponse, Error> {
-        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
+        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled(CancelledPermissionOutcome::new())))
     }
     async fn session_update(&self, _p: UpdateSessionNotification) {}
 }

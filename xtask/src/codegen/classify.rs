@@ -170,6 +170,7 @@ impl<'s> Classifier<'s> {
             null_clears: false,
             default_on_error: flag(prop, "x-deserialize-default-on-error"),
             skip_invalid_items: flag(prop, "x-deserialize-skip-invalid-items"),
+            default_on_null: flag(prop, "x-deserialize-default-on-null"),
             gate: Gate::Stable,
         })
     }

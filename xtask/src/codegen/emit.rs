@@ -518,6 +518,8 @@ fn deserialize_helper(f: &Field) -> Option<String> {
         (Presence::Option, true) => "opt_vec_skip_invalid",
         (Presence::Plain, true) => "vec_skip_invalid",
         (_, false) if f.default_on_error => "default_on_error",
+        // An optional member reads `null` as absent already.
+        (Presence::Plain, false) if f.default_on_null => "default_on_null",
         (_, false) => return None,
     };
     let lenient = if f.default_on_error && base != "default_on_error" { "_or_default" } else { "" };
@@ -542,6 +544,10 @@ fn newtype(gate: &TokenStream, name: &proc_macro2::Ident, ty: &Ty) -> TokenStrea
     };
     let string_impls = if string {
         quote! {
+            #gate impl #name {
+                /// The value as a string slice.
+                pub fn as_str(&self) -> &str { &self.0 }
+            }
             #gate impl From<&str> for #name {
                 fn from(value: &str) -> Self { #name(value.to_owned()) }
             }

@@ -136,6 +136,8 @@ pub struct Field {
     pub default_on_error: bool,
     /// `x-deserialize-skip-invalid-items`: malformed array items are dropped.
     pub skip_invalid_items: bool,
+    /// `x-deserialize-default-on-null`: a present `null` decodes as the default.
+    pub default_on_null: bool,
     /// The features it is compiled under.
     pub gate: Gate,
 }
