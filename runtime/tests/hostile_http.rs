@@ -12,7 +12,7 @@ use acp_rpc::{ErrorObject, Handler, IncomingNotification, IncomingRequest, RawVa
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -533,6 +533,78 @@ async fn sockets_beyond_the_limit_wait_until_one_closes() {
     drop(held);
     let answer = tokio::time::timeout(WAIT, waiting).await.expect("served once the first closed").unwrap();
     assert_eq!(answer.expect("an answer").status, 404);
+}
+
+// ---- a limit per peer -----------------------------------------------------------------------
+
+/// A socket from 127.0.0.2 (all of 127/8 is loopback on Linux): a second peer.
+async fn connect_from(ip: [u8; 4], addr: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((ip, 0))).expect("bind a second loopback address");
+    socket.connect(addr).await.expect("connect")
+}
+
+/// One peer holds at most `max_sockets_per_peer` sockets (a WebSocket's included): more are
+/// closed before anything is read, take no place of `max_sockets` and make no other socket
+/// close, while another peer and the peer's open sockets are served. Loopback peers are
+/// counted here only because `limit_loopback_peers` says so.
+#[tokio::test]
+async fn a_peer_over_its_socket_limit_is_refused_and_others_are_served() {
+    let options = ServerOptions {
+        max_sockets_per_peer: 2,
+        limit_loopback_peers: true,
+        max_sockets: 4,
+        ..ServerOptions::default()
+    };
+    let addr = start(options).await;
+    let local = [127, 0, 0, 1];
+    let (mut a, mut b) = (connect_from(local, addr).await, connect_from(local, addr).await);
+    // Many more from the same peer: each closed at once, unread, evicting nobody (a and b have
+    // sent nothing: they would be the first to go).
+    for n in 0..10 {
+        let mut over = connect_from(local, addr).await;
+        let _ = over.write_all(&post(&[], &initialize(1))).await;
+        assert!(closes_within(&mut over, Duration::from_secs(2)).await, "socket {n} over the peer's limit was served");
+    }
+    // Another peer is served; so are the first peer's two sockets.
+    let other = [127, 0, 0, 2];
+    let mut c = connect_from(other, addr).await;
+    c.write_all(&post(&[], &initialize(1))).await.unwrap();
+    assert_eq!(read_response(&mut c).await.expect("the other peer is served").status, 200);
+    for tcp in [&mut a, &mut b] {
+        tcp.write_all(&post(&[], &initialize(1))).await.unwrap();
+        assert_eq!(read_response(tcp).await.expect("the peer's own sockets are served").status, 200);
+    }
+    // A closed socket gives its place back; a WebSocket keeps its place while open.
+    drop(a);
+    let ws = tokio::time::timeout(WAIT, async {
+        loop {
+            let tcp = connect_from(local, addr).await;
+            let url = format!("ws://{addr}/acp").into_client_request().unwrap();
+            if let Ok((ws, _)) = tokio_tungstenite::client_async(url, tcp).await {
+                return ws;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a place freed by a closed socket");
+    let mut over = connect_from(local, addr).await;
+    assert!(closes_within(&mut over, Duration::from_secs(2)).await, "the open WebSocket stopped counting");
+    drop(ws);
+}
+
+/// Loopback peers are not limited by default (local clients, a reverse proxy on the host).
+#[tokio::test]
+async fn loopback_peers_are_not_limited_by_default() {
+    let addr = start(ServerOptions { max_sockets_per_peer: 1, ..ServerOptions::default() }).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(&post(&[], &initialize(1))).await.unwrap();
+        assert_eq!(read_response(&mut tcp).await.expect("served").status, 200);
+        held.push(tcp);
+    }
 }
 
 // ---- connections that were never used -------------------------------------------------------

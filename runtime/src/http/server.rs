@@ -43,6 +43,7 @@
 //! | a first request (any protocol) or an HTTP/1.1 request head not complete within [`ServerOptions::header_read_timeout`] | the socket is closed |
 //! | `POST`, a body not complete within [`ServerOptions::body_read_timeout`] | 408 |
 //! | sockets beyond [`ServerOptions::max_sockets`] | the oldest socket that has not sent a whole request yet is closed to make room; with none, new ones wait in the system's listen queue until one closes |
+//! | a socket from a peer that already holds [`ServerOptions::max_sockets_per_peer`] | closed as soon as it is accepted, unread |
 //!
 //! # Limits
 //!
@@ -55,7 +56,8 @@
 //! | [`body_read_timeout`](ServerOptions::body_read_timeout): a POST's body | 30 s | 408 |
 //! | [`max_body_bytes`](ServerOptions::max_body_bytes) | 16 MiB | 413 |
 //! | [`max_body_bytes_in_flight`](ServerOptions::max_body_bytes_in_flight): bodies being read, all connections | 64 MiB | a body waits for room (within the body timeout) |
-//! | [`max_sockets`](ServerOptions::max_sockets): sockets served at once | 4096 | the oldest socket without a whole request is closed; with none, new ones wait |
+//! | [`max_sockets`](ServerOptions::max_sockets): sockets served at once, a WebSocket's included | 4096 | the oldest socket without a whole request is closed; with none, new ones wait |
+//! | [`max_sockets_per_peer`](ServerOptions::max_sockets_per_peer): sockets of one IPv4 address or IPv6 /64 | 256; loopback not counted unless [`limit_loopback_peers`](ServerOptions::limit_loopback_peers) | the new socket is closed, unread |
 //! | [`max_connections`](ServerOptions::max_connections): ACP connections (both profiles) | 1024 | the one unused the longest since its `initialize` is closed; with none, 429 |
 //! | [`initialize_timeout`](ServerOptions::initialize_timeout): the agent's `initialize` answer | 30 s | 504 |
 //! | [`idle_timeout`](ServerOptions::idle_timeout): no stream attached and no POST | 5 min | the connection is closed |
@@ -102,6 +104,11 @@
 //! on a new connection), or, without such a hook, an anonymous owner of that connection alone.
 //! A request on a connection is served only for the connection's principal: another
 //! principal's request gets the 404 of an unknown connection.
+//!
+//! No peer holds more than
+//! [`ServerOptions::max_sockets_per_peer`] sockets; loopback peers are not counted by
+//! default, since behind a reverse proxy on the same host every client comes from loopback
+//! (such a proxy must then limit its clients itself).
 //!
 //! Keep-alive: an idle SSE stream gets a `:` comment every [`ServerOptions::keep_alive`]; a
 //! WebSocket gets a ping as often, and is closed when nothing (not even a pong) has come from
@@ -195,10 +202,11 @@ pub struct ServerOptions {
     pub allowed_hosts: Vec<String>,
     /// Largest WebSocket message (16 MiB).
     pub max_ws_message_bytes: usize,
-    /// TCP (or TLS) connections served at once, whatever they carry (4096). Beyond, the
-    /// server accepts no more until one closes: new ones wait in the system's listen queue.
-    /// (`max_connections` counts ACP connections, which a socket that never finishes a
-    /// request does not make.)
+    /// TCP (or TLS) connections served at once, whatever they carry, a WebSocket's for as long
+    /// as it is open (4096). Beyond, the oldest socket that has not sent a whole request yet
+    /// is closed to make room; with none, new ones wait in the system's listen queue until
+    /// one closes. (`max_connections` counts ACP connections, which a
+    /// socket that never finishes a request does not make.)
     pub max_sockets: usize,
     /// How long a client may take to send its first request's head after connecting (the
     /// HTTP/2 preface included: a socket that sends nothing, or part of a preface, is closed
@@ -209,6 +217,16 @@ pub struct ServerOptions {
     /// How long a POST's body may take to arrive once its head has (30 s; zero for no limit):
     /// 408 beyond.
     pub body_read_timeout: Duration,
+    /// Sockets one peer holds at once (256), a WebSocket's included for as long as it is open.
+    /// A peer is an IPv4 address, or an IPv6 address's /64 prefix (what one host is usually
+    /// given). A socket beyond is closed as soon as it is accepted, before anything is read:
+    /// it takes no place of `max_sockets` and makes no other socket close. Loopback peers are
+    /// not counted unless `limit_loopback_peers` is set.
+    pub max_sockets_per_peer: usize,
+    /// Counts loopback peers (`127.0.0.0/8`, `::1`) against `max_sockets_per_peer` too (off:
+    /// local clients, and a reverse proxy on the same host, which connects from loopback for
+    /// every client, are not limited).
+    pub limit_loopback_peers: bool,
 }
 
 impl Default for ServerOptions {
@@ -232,6 +250,8 @@ impl Default for ServerOptions {
             max_sockets: 4096,
             header_read_timeout: Duration::from_secs(30),
             body_read_timeout: Duration::from_secs(30),
+            max_sockets_per_peer: 256,
+            limit_loopback_peers: false,
         }
     }
 }
@@ -432,7 +452,8 @@ impl HttpServer {
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let socket = Arc::new(Unproven::default()).register();
-        serve_http_connection(self.shared.clone(), io, SocketAddr::from(([0, 0, 0, 0], 0)), socket)
+        let place = Arc::new(Place { _permit: None, _peer: PeerPlace(None) });
+        serve_http_connection(self.shared.clone(), io, SocketAddr::from(([0, 0, 0, 0], 0)), socket, place)
     }
 
     /// Serves on an already bound listener.
@@ -532,6 +553,11 @@ impl BoundServer {
         let sweeper = crate::tasks::AbortOnDrop::spawn(sweep_idle(shared.clone()));
         let sockets = Arc::new(tokio::sync::Semaphore::new(shared.options.max_sockets.max(1)));
         let unproven = Arc::new(Unproven::default());
+        let peers = Arc::new(Peers {
+            limit: shared.options.max_sockets_per_peer.max(1),
+            loopback: shared.options.limit_loopback_peers,
+            held: Mutex::new(HashMap::new()),
+        });
         loop {
             let accepted = tokio::select! {
                 () = shared.shutdown.cancelled() => break,
@@ -539,6 +565,13 @@ impl BoundServer {
             };
             match accepted {
                 Ok((tcp, peer)) => {
+                    // Checked first: a socket over its peer's limit must neither take a place
+                    // nor make another peer's socket close to free one.
+                    let Some(peer_place) = peers.take(peer.ip()) else {
+                        tracing::debug!(%peer, "too many sockets from this peer: closing the new one");
+                        drop(tcp);
+                        continue;
+                    };
                     // A socket is served only with a permit, held until it closes. With none
                     // left, the oldest socket that has not sent a whole request yet makes
                     // room: sockets that send nothing (or a byte at a time) cannot keep out
@@ -556,30 +589,24 @@ impl BoundServer {
                     let _ = tcp.set_nodelay(true);
                     let shared = shared.clone();
                     let socket = unproven.register();
+                    let place = Arc::new(Place { _permit: Some(permit), _peer: peer_place });
                     #[cfg(feature = "http-tls")]
                     if let Some(tls) = tls.clone() {
                         tokio::spawn(async move {
                             let handshake = tokio::time::timeout(Duration::from_secs(10), tls.accept(tcp));
                             let handshake = tokio::select! {
                                 handshake = handshake => handshake,
-                                () = socket.evicted() => {
-                                    drop(permit);
-                                    return;
-                                }
+                                () = socket.evicted() => return,
                             };
                             match handshake {
-                                Ok(Ok(stream)) => serve_http_connection(shared, stream, peer, socket).await,
+                                Ok(Ok(stream)) => serve_http_connection(shared, stream, peer, socket, place).await,
                                 Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
                                 Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                             }
-                            drop(permit);
                         });
                         continue;
                     }
-                    tokio::spawn(async move {
-                        serve_http_connection(shared, tcp, peer, socket).await;
-                        drop(permit);
-                    });
+                    tokio::spawn(serve_http_connection(shared, tcp, peer, socket, place));
                 }
                 Err(error) => {
                     tracing::warn!(%error, "accepting a TCP connection failed");
@@ -593,6 +620,66 @@ impl BoundServer {
             connection.close();
         }
         Ok(())
+    }
+}
+
+/// A socket's place: its permit among [`ServerOptions::max_sockets`] and its peer's count,
+/// given back when the last holder drops it (the HTTP connection, or the WebSocket it was
+/// upgraded to, which outlives it).
+struct Place {
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    _peer: PeerPlace,
+}
+
+/// The sockets each peer holds (see [`ServerOptions::max_sockets_per_peer`]).
+struct Peers {
+    limit: usize,
+    /// Loopback peers are counted too.
+    loopback: bool,
+    held: Mutex<HashMap<std::net::IpAddr, usize>>,
+}
+
+impl Peers {
+    /// A place for one more socket of `ip`, or `None` when it holds its limit.
+    fn take(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<PeerPlace> {
+        let ip = peer_key(ip);
+        if ip.is_loopback() && !self.loopback {
+            return Some(PeerPlace(None));
+        }
+        let mut held = self.held.lock().expect("lock");
+        let count = held.entry(ip).or_default();
+        if *count >= self.limit {
+            return None;
+        }
+        *count += 1;
+        Some(PeerPlace(Some((self.clone(), ip))))
+    }
+}
+
+/// What one peer is counted as: an IPv4 address (an IPv4-mapped IPv6 one too), or an IPv6
+/// address's /64 prefix, since one host is commonly handed a whole /64.
+fn peer_key(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip.to_canonical() {
+        std::net::IpAddr::V6(v6) if !v6.is_loopback() => {
+            std::net::IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !(u64::MAX as u128)))
+        }
+        other => other,
+    }
+}
+
+/// One socket counted for its peer (`None`: not counted), given back when dropped.
+struct PeerPlace(Option<(Arc<Peers>, std::net::IpAddr)>);
+
+impl Drop for PeerPlace {
+    fn drop(&mut self) {
+        let Some((peers, ip)) = self.0.take() else { return };
+        let mut held = peers.held.lock().expect("lock");
+        if let Some(count) = held.get_mut(&ip) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&ip);
+            }
+        }
     }
 }
 
@@ -658,7 +745,7 @@ impl Drop for Socket {
 /// Serves one TCP (or TLS) connection's HTTP requests, HTTP/1.1 or HTTP/2 as the client speaks.
 /// Until its first request's head has arrived, the socket is closed when
 /// [`ServerOptions::header_read_timeout`] passes, or when a new socket needs its place.
-async fn serve_http_connection<I>(shared: Arc<ServerShared>, io: I, peer: SocketAddr, socket: Socket)
+async fn serve_http_connection<I>(shared: Arc<ServerShared>, io: I, peer: SocketAddr, socket: Socket, place: Arc<Place>)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -671,8 +758,10 @@ where
     let max_streams = u32::try_from(streams).unwrap_or(u32::MAX);
     let first_request = CancellationToken::new();
     let first_seen = first_request.clone();
-    let service = hyper::service::service_fn(move |req| {
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         first_seen.cancel();
+        // A WebSocket takes the socket's place with it (see `upgrade`).
+        req.extensions_mut().insert(place.clone());
         let shared = shared.clone();
         async move { Ok::<_, Infallible>(shared.handle(req).await) }
     });
@@ -1619,6 +1708,9 @@ impl ServerShared {
         };
         slot.keep = true;
         drop(slot);
+        // The socket's place (`max_sockets`, its peer's count) stays taken while the WebSocket
+        // is open, though the HTTP connection that carried the upgrade ends.
+        let place = req.extensions_mut().remove::<Arc<Place>>();
         let id = new_id();
         let on_upgrade = hyper::upgrade::on(&mut req);
         let shared = self.clone();
@@ -1631,6 +1723,7 @@ impl ServerShared {
                 Err(error) => tracing::debug!(%error, "the WebSocket upgrade failed"),
             }
             shared.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            drop(place);
         });
         let mut response = empty(StatusCode::SWITCHING_PROTOCOLS);
         let headers = response.headers_mut();
