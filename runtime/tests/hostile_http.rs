@@ -518,6 +518,31 @@ async fn silent_sockets_make_room_for_a_client_that_sends_a_request() {
         .expect("served while silent sockets hold every place");
 }
 
+/// Sockets that only sent requests the server refused (here 401: no token) earn no place:
+/// they make room for a client that is served, as silent ones do. Before, a socket kept its
+/// place for good once it had sent any whole request, so clients without credentials,
+/// re-sending a request within each header timeout, kept out the ones with them.
+#[tokio::test]
+async fn sockets_with_only_refused_requests_make_room_for_authenticated_clients() {
+    let addr = start_server(
+        HttpServer::new(|| Agent)
+            .options(ServerOptions { max_sockets: 3, ..ServerOptions::default() })
+            .bearer_token("s3cret"),
+    )
+    .await;
+    let mut refused = Vec::new();
+    for _ in 0..3 {
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(&post(&[], &initialize(1))).await.unwrap();
+        assert_eq!(read_response(&mut tcp).await.expect("an answer").status, 401);
+        refused.push(tcp);
+    }
+    let served = tokio::time::timeout(Duration::from_secs(5), serves(addr, &["authorization: Bearer s3cret"])).await;
+    served.expect("an authenticated client served while unauthenticated sockets held every place");
+    // The oldest refused socket made room.
+    assert!(closes_within(&mut refused[0], WAIT).await, "the oldest refused socket is still open");
+}
+
 /// Sockets beyond `max_sockets` wait until one closes, when every place holds a socket that
 /// has been served (one that has not is closed to make room, see above).
 #[tokio::test]
@@ -638,6 +663,38 @@ async fn connections_unused_since_their_initialize_make_room_at_the_limit() {
         assert_eq!(exchange(addr, &post(&[&c(&id)], &note())).await.unwrap().status, 202);
     }
     assert_eq!(exchange(addr, &post(&[], &initialize(1))).await.unwrap().status, 429);
+}
+
+/// WebSockets that never send a message after their first hold no place for good either: at
+/// `max_connections` the one unused the longest is closed (1013, try again later) for a new
+/// connection of either profile, while a WebSocket in use keeps its place. Before, unused
+/// WebSockets were never closed, and a few of them locked everyone out with 429.
+#[tokio::test]
+async fn unused_websockets_make_room_at_the_connection_limit() {
+    let addr = start(ServerOptions { max_connections: 2, ..ServerOptions::default() }).await;
+    let mut used = ws_connect(addr).await;
+    used.send(Message::text(initialize(1))).await.unwrap();
+    assert_eq!(ws_read(&mut used).await["id"], 1);
+    used.send(Message::text(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/", "mcpServers": []}})
+            .to_string(),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(ws_read(&mut used).await["id"], 2);
+    let mut idle = ws_connect(addr).await;
+    // A third connection, over HTTP: the unused WebSocket makes room.
+    serves(addr, &[]).await;
+    assert_eq!(ws_close_code(&mut idle).await, Some(CloseCode::Again));
+    // And a WebSocket: the unused HTTP connection makes room.
+    let mut newer = ws_connect(addr).await;
+    newer.send(Message::text(initialize(3))).await.unwrap();
+    assert_eq!(ws_read(&mut newer).await["id"], 3);
+    // The one in use was never touched.
+    used.send(Message::text(json!({"jsonrpc": "2.0", "id": 4, "method": "_nope", "params": {}}).to_string()))
+        .await
+        .unwrap();
+    assert_eq!(ws_read(&mut used).await["id"], 4);
 }
 
 // ---- Origin and Host ------------------------------------------------------------------------

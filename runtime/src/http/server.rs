@@ -42,7 +42,7 @@
 //! | an `Acp-Connection-Id` / `Acp-Session-Id` longer than [`ServerOptions::max_id_bytes`] | 400 |
 //! | a first request (any protocol) or an HTTP/1.1 request head not complete within [`ServerOptions::header_read_timeout`] | the socket is closed |
 //! | `POST`, a body not complete within [`ServerOptions::body_read_timeout`] | 408 |
-//! | sockets beyond [`ServerOptions::max_sockets`] | the oldest socket that has not sent a whole request yet is closed to make room; with none, new ones wait in the system's listen queue until one closes |
+//! | sockets beyond [`ServerOptions::max_sockets`] | the oldest socket that has had no request served yet (silent, slow, or only refused: 401, 404, ...) is closed to make room; with none, new ones wait in the system's listen queue until one closes |
 //! | a socket from a peer that already holds [`ServerOptions::max_sockets_per_peer`] | closed as soon as it is accepted, unread |
 //!
 //! # Limits
@@ -56,9 +56,9 @@
 //! | [`body_read_timeout`](ServerOptions::body_read_timeout): a POST's body | 30 s | 408 |
 //! | [`max_body_bytes`](ServerOptions::max_body_bytes) | 16 MiB | 413 |
 //! | [`max_body_bytes_in_flight`](ServerOptions::max_body_bytes_in_flight): bodies being read, all connections | 64 MiB | a body waits for room (within the body timeout) |
-//! | [`max_sockets`](ServerOptions::max_sockets): sockets served at once, a WebSocket's included | 4096 | the oldest socket without a whole request is closed; with none, new ones wait |
+//! | [`max_sockets`](ServerOptions::max_sockets): sockets served at once, a WebSocket's included | 4096 | the oldest socket with no request served is closed; with none, new ones wait |
 //! | [`max_sockets_per_peer`](ServerOptions::max_sockets_per_peer): sockets of one IPv4 address or IPv6 /64 | 256; loopback not counted unless [`limit_loopback_peers`](ServerOptions::limit_loopback_peers) | the new socket is closed, unread |
-//! | [`max_connections`](ServerOptions::max_connections): ACP connections (both profiles) | 1024 | the one unused the longest since its `initialize` is closed; with none, 429 |
+//! | [`max_connections`](ServerOptions::max_connections): ACP connections (both profiles) | 1024 | the one unused the longest is closed (HTTP: nothing after its `initialize`; WebSocket: no message after its first, closed 1013); with none, 429 |
 //! | [`initialize_timeout`](ServerOptions::initialize_timeout): the agent's `initialize` answer | 30 s | 504 |
 //! | [`idle_timeout`](ServerOptions::idle_timeout): no stream attached and no POST | 5 min | the connection is closed |
 //! | [`max_sessions_per_connection`](ServerOptions::max_sessions_per_connection) | 256 | 429 |
@@ -105,7 +105,12 @@
 //! A request on a connection is served only for the connection's principal: another
 //! principal's request gets the 404 of an unknown connection.
 //!
-//! No peer holds more than
+//! Places go first to those who got further: a socket keeps its place among
+//! [`ServerOptions::max_sockets`] only once a request of its passed every check (the hook's
+//! included) and was answered with success; until then it is the first closed when a new
+//! socket needs room, so clients without credentials cannot keep out those with them. An ACP
+//! connection unused since it opened is the first closed at
+//! [`ServerOptions::max_connections`]. No peer holds more than
 //! [`ServerOptions::max_sockets_per_peer`] sockets; loopback peers are not counted by
 //! default, since behind a reverse proxy on the same host every client comes from loopback
 //! (such a proxy must then limit its clients itself).
@@ -175,7 +180,8 @@ pub struct ServerOptions {
     /// How long an outbox may stay full with nothing read before the connection is closed
     /// (60 s).
     pub output_stall: Duration,
-    /// Open connections, both profiles (1024): 429 beyond.
+    /// Open connections, both profiles (1024). Beyond, the one unused the longest since it
+    /// opened is closed to make room (see the [module docs](self)); with none, 429.
     pub max_connections: usize,
     /// Sessions (streams) per connection (256): `session/new` is answered 429 beyond. An
     /// HTTP/2 connection may carry this many streams at once, plus the provisional ones and 64
@@ -203,9 +209,9 @@ pub struct ServerOptions {
     /// Largest WebSocket message (16 MiB).
     pub max_ws_message_bytes: usize,
     /// TCP (or TLS) connections served at once, whatever they carry, a WebSocket's for as long
-    /// as it is open (4096). Beyond, the oldest socket that has not sent a whole request yet
-    /// is closed to make room; with none, new ones wait in the system's listen queue until
-    /// one closes. (`max_connections` counts ACP connections, which a
+    /// as it is open (4096). Beyond, the oldest socket that has had no request served (see the
+    /// [module docs](self)) is closed to make room; with none, new ones wait in the system's
+    /// listen queue until one closes. (`max_connections` counts ACP connections, which a
     /// socket that never finishes a request does not make.)
     pub max_sockets: usize,
     /// How long a client may take to send its first request's head after connecting (the
@@ -318,6 +324,10 @@ struct ServerShared {
     loopback: bool,
     /// Connections of both profiles (WebSocket ones are not in `connections`).
     open: std::sync::atomic::AtomicUsize,
+    /// The open WebSocket connections, by a number of their own: the unused ones make room
+    /// at `max_connections` as unused HTTP ones do.
+    websockets: Mutex<HashMap<u64, Arc<WsSlot>>>,
+    next_websocket: std::sync::atomic::AtomicU64,
     shutdown: CancellationToken,
 }
 
@@ -360,6 +370,8 @@ impl HttpServer {
                 body_budget: OnceLock::new(),
                 loopback: false,
                 open: Default::default(),
+                websockets: Mutex::new(HashMap::new()),
+                next_websocket: Default::default(),
                 shutdown: CancellationToken::new(),
             }),
         }
@@ -573,9 +585,9 @@ impl BoundServer {
                         continue;
                     };
                     // A socket is served only with a permit, held until it closes. With none
-                    // left, the oldest socket that has not sent a whole request yet makes
-                    // room: sockets that send nothing (or a byte at a time) cannot keep out
-                    // clients that do. With none of those either, it waits for a place.
+                    // left, the oldest socket that has had no request served yet makes room:
+                    // sockets that send nothing, a byte at a time, or only refused requests
+                    // cannot keep out clients that are served. With none of those either, it waits for a place.
                     let permit = match sockets.clone().try_acquire_owned() {
                         Ok(permit) => permit,
                         Err(_) => {
@@ -683,8 +695,8 @@ impl Drop for PeerPlace {
     }
 }
 
-/// The sockets that have not sent a whole request yet, oldest first: the ones to close when a
-/// new socket needs a place.
+/// The sockets that have had no request answered with success yet (silent ones, slow ones,
+/// refused ones), oldest first: the ones to close when a new socket needs a place.
 #[derive(Default)]
 struct Unproven {
     sockets: Mutex<VecDeque<(u64, CancellationToken)>>,
@@ -699,10 +711,10 @@ impl Unproven {
         Socket { registry: Arc::downgrade(self), id, evict }
     }
 
-    /// Closes the oldest socket still waiting for its first request, if any.
+    /// Closes the oldest socket that has not proven itself, if any.
     fn evict_oldest(&self) {
         if let Some((_, evict)) = self.sockets.lock().expect("lock").pop_front() {
-            tracing::debug!("all socket places taken: closing the oldest socket without a request");
+            tracing::debug!("all socket places taken: closing the oldest socket without a served request");
             evict.cancel();
         }
     }
@@ -715,7 +727,8 @@ impl Unproven {
     }
 }
 
-/// A socket's place among the [`Unproven`] ones, until its first request (or its end).
+/// A socket's place among the [`Unproven`] ones, until a request of its is answered with
+/// success (or its end).
 struct Socket {
     registry: std::sync::Weak<Unproven>,
     id: u64,
@@ -728,7 +741,7 @@ impl Socket {
         self.evict.cancelled()
     }
 
-    /// The socket sent a whole request: it is no longer one to close first.
+    /// A request of the socket's was served: it is no longer one to close first.
     fn proven(&self) {
         if let Some(registry) = self.registry.upgrade() {
             registry.forget(self.id);
@@ -744,7 +757,8 @@ impl Drop for Socket {
 
 /// Serves one TCP (or TLS) connection's HTTP requests, HTTP/1.1 or HTTP/2 as the client speaks.
 /// Until its first request's head has arrived, the socket is closed when
-/// [`ServerOptions::header_read_timeout`] passes, or when a new socket needs its place.
+/// [`ServerOptions::header_read_timeout`] passes; until one of its requests is answered with
+/// success, when a new socket needs its place.
 async fn serve_http_connection<I>(shared: Arc<ServerShared>, io: I, peer: SocketAddr, socket: Socket, place: Arc<Place>)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -758,12 +772,25 @@ where
     let max_streams = u32::try_from(streams).unwrap_or(u32::MAX);
     let first_request = CancellationToken::new();
     let first_seen = first_request.clone();
+    // A request that passed every check (auth included) and was answered with success: only
+    // then does the socket keep its place. Refused requests (401, 404, ...) earn nothing, so
+    // clients without credentials cannot hold places that clients with them need.
+    let succeeded = CancellationToken::new();
+    let success_seen = succeeded.clone();
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         first_seen.cancel();
         // A WebSocket takes the socket's place with it (see `upgrade`).
         req.extensions_mut().insert(place.clone());
         let shared = shared.clone();
-        async move { Ok::<_, Infallible>(shared.handle(req).await) }
+        let success_seen = success_seen.clone();
+        async move {
+            let response = shared.handle(req).await;
+            let status = response.status();
+            if status.is_success() || status == StatusCode::SWITCHING_PROTOCOLS {
+                success_seen.cancel();
+            }
+            Ok::<_, Infallible>(response)
+        }
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     // hyper's timeouts need a timer: without one, a client that never finishes a request's
@@ -795,10 +822,16 @@ where
         }
         () = socket.evicted() => return,
     };
-    socket.proven();
     let ended = match ended {
         Some(ended) => ended,
-        None => serving.await,
+        None => tokio::select! {
+            ended = &mut serving => ended,
+            () = succeeded.cancelled() => {
+                socket.proven();
+                serving.await
+            }
+            () = socket.evicted() => return,
+        },
     };
     if let Err(error) = ended {
         tracing::debug!(%peer, %error, "http connection ended with an error");
@@ -967,10 +1000,10 @@ impl ServerShared {
         }
     }
 
-    /// Closes the connection that has been unused since its `initialize` for the longest
-    /// (see [`AcpConnection::used`]); whether there was one.
+    /// Closes the connection, of either profile, that has been unused since it opened for the
+    /// longest (see [`AcpConnection::used`], [`WsSlot::used`]); whether there was one.
     fn evict_unused(&self) -> bool {
-        let unused = {
+        let http = {
             let connections = self.connections.lock().expect("lock");
             connections
                 .values()
@@ -978,14 +1011,35 @@ impl ServerShared {
                     !c.used.load(std::sync::atomic::Ordering::Relaxed)
                         && c.streams.lock().expect("lock").initialize.is_none()
                 })
-                .min_by_key(|c| *c.last_active.lock().expect("lock"))
+                .map(|c| (*c.last_active.lock().expect("lock"), c.clone()))
+                .min_by_key(|(since, _)| *since)
+        };
+        let websocket = {
+            let websockets = self.websockets.lock().expect("lock");
+            websockets
+                .values()
+                .filter(|w| !w.used.load(std::sync::atomic::Ordering::Relaxed))
+                .min_by_key(|w| w.opened)
                 .cloned()
         };
-        let Some(connection) = unused else { return false };
-        tracing::debug!(connection = %connection.id, "connection limit reached: closing a connection unused since its initialize");
-        self.remove(&connection.id);
-        connection.close();
+        match (http, websocket) {
+            (Some((since, _)), Some(websocket)) if websocket.opened < since => self.evict_websocket(&websocket),
+            (None, Some(websocket)) => self.evict_websocket(&websocket),
+            (Some((_, connection)), _) => {
+                tracing::debug!(connection = %connection.id, "connection limit reached: closing a connection unused since its initialize");
+                self.remove(&connection.id);
+                connection.close();
+            }
+            (None, None) => return false,
+        }
         true
+    }
+
+    fn evict_websocket(&self, websocket: &WsSlot) {
+        tracing::debug!("connection limit reached: closing a WebSocket unused since it opened");
+        self.websockets.lock().expect("lock").remove(&websocket.id);
+        websocket.release(self);
+        websocket.evict.cancel();
     }
 
     /// Reserves a connection slot, or `None` at the limit.
@@ -1019,6 +1073,27 @@ impl Drop for SlotGuard<'_> {
     fn drop(&mut self) {
         if !self.keep {
             self.shared.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// An open WebSocket connection's slot among [`ServerOptions::max_connections`].
+struct WsSlot {
+    id: u64,
+    opened: Instant,
+    /// The client has sent a message after its first (its `initialize`), as an HTTP
+    /// connection is used once it posts after its `initialize`.
+    used: std::sync::atomic::AtomicBool,
+    /// Its count in `open` was given back (once: by the eviction or by the socket's end).
+    released: std::sync::atomic::AtomicBool,
+    /// Closes the WebSocket to make room.
+    evict: CancellationToken,
+}
+
+impl WsSlot {
+    fn release(&self, shared: &ServerShared) {
+        if !self.released.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            shared.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
@@ -1703,11 +1778,21 @@ impl ServerShared {
             response.headers_mut().insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
             return response;
         }
-        let Some(mut slot) = self.reserve_slot() else {
+        // As for `initialize`: at the limit, a connection unused since it opened makes room.
+        let slot = self.reserve_slot().or_else(|| self.evict_unused().then(|| self.reserve_slot()).flatten());
+        let Some(mut slot) = slot else {
             return text(StatusCode::TOO_MANY_REQUESTS, "too many connections");
         };
         slot.keep = true;
         drop(slot);
+        let ws = Arc::new(WsSlot {
+            id: self.next_websocket.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            opened: Instant::now(),
+            used: Default::default(),
+            released: Default::default(),
+            evict: CancellationToken::new(),
+        });
+        self.websockets.lock().expect("lock").insert(ws.id, ws.clone());
         // The socket's place (`max_sockets`, its peer's count) stays taken while the WebSocket
         // is open, though the HTTP connection that carried the upgrade ends.
         let place = req.extensions_mut().remove::<Arc<Place>>();
@@ -1718,11 +1803,12 @@ impl ServerShared {
             match on_upgrade.await {
                 Ok(upgraded) => {
                     let owner = principal.unwrap_or_else(Owner::anonymous);
-                    serve_websocket(&shared, TokioIo::new(upgraded), owner).await;
+                    serve_websocket(&shared, TokioIo::new(upgraded), owner, &ws).await;
                 }
                 Err(error) => tracing::debug!(%error, "the WebSocket upgrade failed"),
             }
-            shared.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            shared.websockets.lock().expect("lock").remove(&ws.id);
+            ws.release(&shared);
             drop(place);
         });
         let mut response = empty(StatusCode::SWITCHING_PROTOCOLS);
@@ -1793,7 +1879,7 @@ where
 }
 
 /// One ACP connection on a WebSocket: text frames in, text frames out, pings for liveness.
-async fn serve_websocket<S>(shared: &ServerShared, io: S, owner: Owner)
+async fn serve_websocket<S>(shared: &ServerShared, io: S, owner: Owner, slot: &WsSlot)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -1823,10 +1909,15 @@ where
     let last_heard = Mutex::new(Instant::now());
     // The client's frames, to the agent's input; ends with the close frame to send, if any.
     let incoming = async {
+        let mut messages = 0u32;
         loop {
             match stream.next().await {
                 Some(Ok(Message::Text(text))) => {
                     *last_heard.lock().expect("lock") = Instant::now();
+                    messages = messages.saturating_add(1);
+                    if messages == 2 {
+                        slot.used.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
                     if to_writer.send(one_line(text.as_bytes().to_vec())).await.is_err() {
                         // The agent's input is closed.
                         return None;
@@ -1878,6 +1969,7 @@ where
         frame = incoming => frame,
         frame = outgoing => frame,
         () = shared.shutdown.cancelled() => Some(close(CloseCode::Away, "the server is shutting down")),
+        () = slot.evict.cancelled() => Some(close(CloseCode::Again, "the server needed the place of an unused connection")),
     };
     // RFC 6455: a close frame with the reason's code, then the socket, without waiting long on
     // a client that does not read.
