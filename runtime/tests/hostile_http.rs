@@ -834,3 +834,78 @@ async fn websocket_frame_abuse_closes_with_the_rfc_6455_code() {
     socket.send(Message::text(initialize(1))).await.unwrap();
     assert_eq!(ws_read(&mut socket).await["id"], 1);
 }
+
+/// A client that pings and never reads: the server answers each ping with a pong, which it
+/// cannot send while the client reads nothing. A server that queued every pong grew without
+/// bound (3M pings: 62 → 430 MB); this one keeps at most its write buffer's worth
+/// (`max_ws_message_bytes` and 32 KiB) and replaces the waiting pong by the next beyond it.
+/// Measured by what arrives once the client reads: all the pongs fit in that buffer and the
+/// kernel's (a few MiB here, the client's receive buffer kept small), so most of 200,000
+/// pings (26 MB of pongs) go unanswered, and the connection still serves.
+#[tokio::test]
+async fn pings_never_read_do_not_queue_their_pongs_without_bound() {
+    let addr = start(ServerOptions { max_ws_message_bytes: 1024, ..ServerOptions::default() }).await;
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(addr).await.unwrap();
+    let url = format!("ws://{addr}/acp").into_client_request().unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(url, tcp).await.expect("upgrade");
+    const PINGS: usize = 200_000;
+    let ping = ws_frame(0x89, &[b'p'; 125], true);
+    let batch: Vec<u8> = ping.iter().copied().cycle().take(ping.len() * 1000).collect();
+    let raw = ws.get_mut();
+    for _ in 0..PINGS / 1000 {
+        tokio::time::timeout(WAIT, raw.write_all(&batch)).await.expect("the server keeps reading").unwrap();
+    }
+    // Then an `initialize`, whose answer comes after every pong the server kept.
+    raw.write_all(&ws_frame(0x81, initialize(1).as_bytes(), true)).await.unwrap();
+    let mut pongs = 0;
+    let answer = loop {
+        match tokio::time::timeout(WAIT, ws.next()).await.expect("the answer in time") {
+            Some(Ok(Message::Pong(_))) => pongs += 1,
+            Some(Ok(Message::Text(text))) => break serde_json::from_str::<Value>(&text).unwrap(),
+            Some(Ok(_)) => {}
+            other => panic!("the socket ended: {other:?}"),
+        }
+    };
+    assert_eq!(answer["id"], 1);
+    assert!(pongs > 0, "no pong at all");
+    assert!(pongs < PINGS / 2, "{pongs} of {PINGS} pings answered: the server queued every pong");
+}
+
+/// The agent's output waits for the room the pongs took, but not for ever: a client that
+/// reads nothing for `output_stall` has its WebSocket closed (the agent's sends do not wait on
+/// it any longer), as an SSE reader's connection is.
+#[tokio::test]
+async fn a_websocket_whose_client_never_reads_is_closed_after_the_output_stall() {
+    let options = ServerOptions {
+        max_ws_message_bytes: 1024,
+        output_stall: Duration::from_millis(300),
+        ..ServerOptions::default()
+    };
+    let addr = start(options).await;
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(addr).await.unwrap();
+    let url = format!("ws://{addr}/acp").into_client_request().unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(url, tcp).await.expect("upgrade");
+    let ping = ws_frame(0x89, &[b'p'; 125], true);
+    let batch: Vec<u8> = ping.iter().copied().cycle().take(ping.len() * 1000).collect();
+    for _ in 0..100 {
+        ws.get_mut().write_all(&batch).await.unwrap();
+    }
+    ws.get_mut().write_all(&ws_frame(0x81, initialize(1).as_bytes(), true)).await.unwrap();
+    // Nothing read for well over the stall; then the socket has ended, unanswered.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ended = async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Text(text))) => panic!("answered after the stall: {text}"),
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => return,
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, ended).await.expect("the WebSocket was closed");
+    serves(addr, &[]).await;
+}

@@ -63,9 +63,9 @@
 //! | [`idle_timeout`](ServerOptions::idle_timeout): no stream attached and no POST | 5 min | the connection is closed |
 //! | [`max_sessions_per_connection`](ServerOptions::max_sessions_per_connection) | 256 | 429 |
 //! | [`max_provisional_sessions`](ServerOptions::max_provisional_sessions) | 16 | 404 |
-//! | [`max_buffered_bytes`](ServerOptions::max_buffered_bytes) per stream, then [`output_stall`](ServerOptions::output_stall) | 16 MiB, 60 s | the agent's sends wait; then the connection is closed |
+//! | [`max_buffered_bytes`](ServerOptions::max_buffered_bytes) per stream, then [`output_stall`](ServerOptions::output_stall) | 16 MiB, 60 s | the agent's sends wait; then the connection is closed (a WebSocket's too, when its client reads nothing for `output_stall`) |
 //! | [`max_id_bytes`](ServerOptions::max_id_bytes) | 256 B | 400 |
-//! | [`max_ws_message_bytes`](ServerOptions::max_ws_message_bytes) (a WebSocket's write buffer holds one such message more) | 16 MiB | close 1009 |
+//! | [`max_ws_message_bytes`](ServerOptions::max_ws_message_bytes) (a WebSocket's write buffer holds one such message and 32 KiB, pongs included: beyond, the waiting pong is replaced by the next) | 16 MiB | close 1009 |
 //! | [`keep_alive`](ServerOptions::keep_alive): SSE comments, WebSocket and HTTP/2 pings | 15 s | a WebSocket silent for 3 intervals is closed (1001) |
 //! | [`allowed_origins`](ServerOptions::allowed_origins), [`allowed_hosts`](ServerOptions::allowed_hosts) | none; loopback names on a loopback address | 403 |
 //!
@@ -143,6 +143,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 // behind tokio's, so keep-alive timers fired again at once, without end.
 use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
@@ -177,8 +178,8 @@ pub struct ServerOptions {
     pub max_body_bytes_in_flight: usize,
     /// Bytes one stream's outbox holds before the agent's sends wait (16 MiB).
     pub max_buffered_bytes: usize,
-    /// How long an outbox may stay full with nothing read before the connection is closed
-    /// (60 s).
+    /// How long an outbox (or a WebSocket's write buffer) may stay full with nothing read
+    /// before the connection is closed (60 s).
     pub output_stall: Duration,
     /// Open connections, both profiles (1024). Beyond, the one unused the longest since it
     /// opened is closed to make room (see the [module docs](self)); with none, 429.
@@ -1851,20 +1852,25 @@ const WS_BURST: usize = 64;
 /// Sends `first` and the agent's further messages that are already waiting (up to
 /// [`WS_BURST`] in all), then flushes once: a busy stream costs one socket write per burst
 /// instead of one per message, and nothing waits for a flush. `Ok(false)` when the agent's
-/// output ended meanwhile; `Err` when the socket failed.
-async fn send_burst<S, R>(socket: &mut S, lines: &mut LineReader<R>, first: Message) -> Result<bool, ()>
+/// output ended meanwhile; `Err` when the socket failed, or stayed full for `stall`.
+async fn send_burst<S, R>(
+    socket: &mut S,
+    lines: &mut LineReader<R>,
+    first: Message,
+    stall: Duration,
+) -> Result<bool, ()>
 where
-    S: futures_util::Sink<Message> + Unpin,
+    S: futures_util::Sink<Message, Error = WsError> + Unpin,
     R: tokio::io::AsyncRead + Unpin,
 {
-    socket.feed(first).await.map_err(drop)?;
+    feed(socket, first, stall).await?;
     let mut open = true;
     for _ in 1..WS_BURST {
         // `next_frame` is cancel safe: a line read only in part stays in the reader.
         match lines.next_frame().now_or_never() {
             Some(Ok(Some(LineFrame::Line(line)))) => {
                 let text = String::from_utf8_lossy(line).into_owned();
-                socket.feed(Message::text(text)).await.map_err(drop)?;
+                feed(socket, Message::text(text), stall).await?;
             }
             Some(Ok(Some(LineFrame::Oversized { .. }))) => {}
             Some(Ok(None) | Err(_)) => {
@@ -1874,8 +1880,61 @@ where
             None => break,
         }
     }
-    socket.flush().await.map_err(drop)?;
+    flush(socket, stall).await?;
     Ok(open)
+}
+
+// The replies to pings go into the socket's write buffer as they are read, without waiting
+// for room: a client that pings faster than it reads fills the buffer (to its bound, then the
+// waiting pong is replaced by the next), and a message of ours then finds no room
+// (`WriteBufferFull`, with the message handed back). `feed` and `flush` then wait for the
+// buffer to drain and send that message again: the agent's output is late, never lost. A
+// client that reads nothing for `stall` has its connection closed, as an SSE reader's is.
+
+/// Feeds `message` to the socket (see above).
+async fn feed<S>(socket: &mut S, message: Message, stall: Duration) -> Result<(), ()>
+where
+    S: futures_util::Sink<Message, Error = WsError> + Unpin,
+{
+    loop {
+        match std::future::poll_fn(|cx| socket.poll_ready_unpin(cx)).await {
+            Ok(()) => return socket.start_send_unpin(message).map_err(drop),
+            // The sink sends the message fed before when asked for room: that one was refused.
+            Err(WsError::WriteBufferFull(earlier)) => refeed(socket, *earlier, stall).await?,
+            Err(_) => return Err(()),
+        }
+    }
+}
+
+/// Flushes the socket (see above).
+async fn flush<S>(socket: &mut S, stall: Duration) -> Result<(), ()>
+where
+    S: futures_util::Sink<Message, Error = WsError> + Unpin,
+{
+    loop {
+        match std::future::poll_fn(|cx| socket.poll_flush_unpin(cx)).await {
+            Ok(()) => return Ok(()),
+            Err(WsError::WriteBufferFull(earlier)) => refeed(socket, *earlier, stall).await?,
+            Err(_) => return Err(()),
+        }
+    }
+}
+
+/// Waits for the write buffer to drain (nothing else is queued: the refused message was the
+/// only one), then queues `refused` again, to go before anything fed after it.
+async fn refeed<S>(socket: &mut S, refused: Message, stall: Duration) -> Result<(), ()>
+where
+    S: futures_util::Sink<Message, Error = WsError> + Unpin,
+{
+    let drain = std::future::poll_fn(|cx| socket.poll_flush_unpin(cx));
+    match tokio::time::timeout(stall, drain).await {
+        Ok(Ok(())) => socket.start_send_unpin(refused).map_err(drop),
+        Ok(Err(_)) => Err(()),
+        Err(_) => {
+            tracing::warn!("closing a WebSocket whose client stopped reading");
+            Err(())
+        }
+    }
 }
 
 /// One ACP connection on a WebSocket: text frames in, text frames out, pings for liveness.
@@ -1889,9 +1948,9 @@ where
         .max_frame_size(Some(max))
         .read_buffer_size(WS_READ_BUFFER)
         .write_buffer_size(WS_WRITE_BUFFER)
-        // Our messages wait for room (the sink flushes before taking the next), but the replies
-        // to pings are buffered as they are read: bounded, a client that pings and never reads
-        // cannot grow the buffer (the pending pong is kept once, replaced by the next).
+        // Our messages wait for room (see `feed`), but the replies to pings are buffered as
+        // they are read: bounded, a client that pings and never reads cannot grow the buffer
+        // past this (the pending pong is kept once, replaced by the next).
         .max_write_buffer_size(WS_WRITE_BUFFER + max + WS_WRITE_BUFFER);
     let socket = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
     // Read and written side by side: a loop that awaited its sends while it read nothing
@@ -1905,7 +1964,7 @@ where
     // (backpressure), and the agent's output still flows.
     let (to_writer, writer_queue) = mpsc::channel::<Vec<u8>>(WS_INPUT_QUEUE);
     let mut writer = crate::tasks::AbortOnDrop::spawn(write_to_agent(to_agent, writer_queue));
-    let every = shared.options.keep_alive;
+    let (every, stall) = (shared.options.keep_alive, shared.options.output_stall);
     let last_heard = Mutex::new(Instant::now());
     // The client's frames, to the agent's input; ends with the close frame to send, if any.
     let incoming = async {
@@ -1944,7 +2003,7 @@ where
                 frame = lines.next_frame() => match frame {
                     Ok(Some(LineFrame::Line(line))) => {
                         let first = Message::text(String::from_utf8_lossy(line).into_owned());
-                        match send_burst(&mut sink, &mut lines, first).await {
+                        match send_burst(&mut sink, &mut lines, first, stall).await {
                             Ok(true) => {}
                             Ok(false) => return Some(close(CloseCode::Normal, "the agent ended the connection")),
                             Err(()) => return None,
@@ -1958,7 +2017,11 @@ where
                         tracing::debug!("closing a WebSocket that stopped answering");
                         return Some(close(CloseCode::Away, "nothing heard from the client"));
                     }
-                    if sink.send(Message::Ping(Bytes::new())).await.is_err() {
+                    let ping = async {
+                        feed(&mut sink, Message::Ping(Bytes::new()), stall).await?;
+                        flush(&mut sink, stall).await
+                    };
+                    if ping.await.is_err() {
                         return None;
                     }
                 }
