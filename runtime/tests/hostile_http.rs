@@ -1,7 +1,10 @@
 //! The HTTP server (`acp_rpc::http::server`) against hostile clients: one test per class of
-//! attack, each asserting the exact status or close code and that a legitimate client is
-//! still served afterwards. Timeouts are shortened through `ServerOptions`, so the suite runs
-//! in seconds. Requests are written by hand on raw sockets: every byte is the test's.
+//! attack (malformed HTTP, smuggling, oversized heads and bodies, JSON bombs, h2c floods,
+//! slow and silent sockets, the places of sockets and connections, a limit per peer, Origin
+//! and Host, WebSocket frame abuse and ping floods), each asserting the exact status or close
+//! code and that a legitimate client is still served. Timeouts are shortened through
+//! `ServerOptions`, so the suite runs in seconds. Requests are written by hand on raw sockets:
+//! every byte is the test's.
 #![cfg(all(feature = "http-server", feature = "http-client"))]
 
 use std::net::SocketAddr;
@@ -562,7 +565,8 @@ async fn sockets_beyond_the_limit_wait_until_one_closes() {
 
 // ---- a limit per peer -----------------------------------------------------------------------
 
-/// A socket from 127.0.0.2 (all of 127/8 is loopback on Linux): a second peer.
+/// A socket bound to `ip` first: with 127.0.0.2 (Linux routes all of 127/8 to loopback), a
+/// second peer on one machine.
 async fn connect_from(ip: [u8; 4], addr: SocketAddr) -> TcpStream {
     let socket = TcpSocket::new_v4().unwrap();
     socket.bind(SocketAddr::from((ip, 0))).expect("bind a second loopback address");
