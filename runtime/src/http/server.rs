@@ -42,7 +42,8 @@
 //! | an `Acp-Connection-Id` / `Acp-Session-Id` longer than [`ServerOptions::max_id_bytes`] | 400 |
 //! | a first request (any protocol) or an HTTP/1.1 request head not complete within [`ServerOptions::header_read_timeout`] | the socket is closed |
 //! | `POST`, a body not complete within [`ServerOptions::body_read_timeout`] | 408 |
-//! | sockets beyond [`ServerOptions::max_sockets`] | the oldest socket that has not sent a whole request yet is closed to make room; with none, new ones wait in the system's listen queue until one closes |
+//! | sockets beyond [`ServerOptions::max_sockets`] | the oldest socket that has had no request served yet (silent, slow, or only refused: 401, 404, ...) is closed to make room; with none, new ones wait in the system's listen queue until one closes |
+//! | a socket from a peer that already holds [`ServerOptions::max_sockets_per_peer`] | closed as soon as it is accepted, unread |
 //!
 //! # Limits
 //!
@@ -55,15 +56,16 @@
 //! | [`body_read_timeout`](ServerOptions::body_read_timeout): a POST's body | 30 s | 408 |
 //! | [`max_body_bytes`](ServerOptions::max_body_bytes) | 16 MiB | 413 |
 //! | [`max_body_bytes_in_flight`](ServerOptions::max_body_bytes_in_flight): bodies being read, all connections | 64 MiB | a body waits for room (within the body timeout) |
-//! | [`max_sockets`](ServerOptions::max_sockets): sockets served at once | 4096 | the oldest socket without a whole request is closed; with none, new ones wait |
-//! | [`max_connections`](ServerOptions::max_connections): ACP connections (both profiles) | 1024 | the one unused the longest since its `initialize` is closed; with none, 429 |
+//! | [`max_sockets`](ServerOptions::max_sockets): sockets served at once, a WebSocket's included | 4096 | the oldest socket with no request served is closed; with none, new ones wait |
+//! | [`max_sockets_per_peer`](ServerOptions::max_sockets_per_peer): sockets of one IPv4 address or IPv6 /64 | 256; loopback not counted unless [`limit_loopback_peers`](ServerOptions::limit_loopback_peers) | the new socket is closed, unread |
+//! | [`max_connections`](ServerOptions::max_connections): ACP connections (both profiles) | 1024 | the one unused the longest is closed (HTTP: nothing after its `initialize`; WebSocket: no message after its first, closed 1013); with none, 429 |
 //! | [`initialize_timeout`](ServerOptions::initialize_timeout): the agent's `initialize` answer | 30 s | 504 |
 //! | [`idle_timeout`](ServerOptions::idle_timeout): no stream attached and no POST | 5 min | the connection is closed |
 //! | [`max_sessions_per_connection`](ServerOptions::max_sessions_per_connection) | 256 | 429 |
 //! | [`max_provisional_sessions`](ServerOptions::max_provisional_sessions) | 16 | 404 |
-//! | [`max_buffered_bytes`](ServerOptions::max_buffered_bytes) per stream, then [`output_stall`](ServerOptions::output_stall) | 16 MiB, 60 s | the agent's sends wait; then the connection is closed |
+//! | [`max_buffered_bytes`](ServerOptions::max_buffered_bytes) per stream, then [`output_stall`](ServerOptions::output_stall) | 16 MiB, 60 s | the agent's sends wait; then the connection is closed (a WebSocket's too, when its client reads nothing for `output_stall`) |
 //! | [`max_id_bytes`](ServerOptions::max_id_bytes) | 256 B | 400 |
-//! | [`max_ws_message_bytes`](ServerOptions::max_ws_message_bytes) (a WebSocket's write buffer holds one such message more) | 16 MiB | close 1009 |
+//! | [`max_ws_message_bytes`](ServerOptions::max_ws_message_bytes) (a WebSocket's write buffer holds one such message and 32 KiB, pongs included: beyond, the waiting pong is replaced by the next) | 16 MiB | close 1009 |
 //! | [`keep_alive`](ServerOptions::keep_alive): SSE comments, WebSocket and HTTP/2 pings | 15 s | a WebSocket silent for 3 intervals is closed (1001) |
 //! | [`allowed_origins`](ServerOptions::allowed_origins), [`allowed_hosts`](ServerOptions::allowed_hosts) | none; loopback names on a loopback address | 403 |
 //!
@@ -103,6 +105,16 @@
 //! A request on a connection is served only for the connection's principal: another
 //! principal's request gets the 404 of an unknown connection.
 //!
+//! Places go first to those who got further: a socket keeps its place among
+//! [`ServerOptions::max_sockets`] only once a request of its passed every check (the hook's
+//! included) and was answered with success; until then it is the first closed when a new
+//! socket needs room, so clients without credentials cannot keep out those with them. An ACP
+//! connection unused since it opened is the first closed at
+//! [`ServerOptions::max_connections`]. No peer holds more than
+//! [`ServerOptions::max_sockets_per_peer`] sockets; loopback peers are not counted by
+//! default, since behind a reverse proxy on the same host every client comes from loopback
+//! (such a proxy must then limit its clients itself).
+//!
 //! Keep-alive: an idle SSE stream gets a `:` comment every [`ServerOptions::keep_alive`]; a
 //! WebSocket gets a ping as often, and is closed when nothing (not even a pong) has come from
 //! the client for three times that.
@@ -131,6 +143,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 // behind tokio's, so keep-alive timers fired again at once, without end.
 use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
@@ -165,10 +178,11 @@ pub struct ServerOptions {
     pub max_body_bytes_in_flight: usize,
     /// Bytes one stream's outbox holds before the agent's sends wait (16 MiB).
     pub max_buffered_bytes: usize,
-    /// How long an outbox may stay full with nothing read before the connection is closed
-    /// (60 s).
+    /// How long an outbox (or a WebSocket's write buffer) may stay full with nothing read
+    /// before the connection is closed (60 s).
     pub output_stall: Duration,
-    /// Open connections, both profiles (1024): 429 beyond.
+    /// Open connections, both profiles (1024). Beyond, the one unused the longest since it
+    /// opened is closed to make room (see the [module docs](self)); with none, 429.
     pub max_connections: usize,
     /// Sessions (streams) per connection (256): `session/new` is answered 429 beyond. An
     /// HTTP/2 connection may carry this many streams at once, plus the provisional ones and 64
@@ -195,10 +209,11 @@ pub struct ServerOptions {
     pub allowed_hosts: Vec<String>,
     /// Largest WebSocket message (16 MiB).
     pub max_ws_message_bytes: usize,
-    /// TCP (or TLS) connections served at once, whatever they carry (4096). Beyond, the
-    /// server accepts no more until one closes: new ones wait in the system's listen queue.
-    /// (`max_connections` counts ACP connections, which a socket that never finishes a
-    /// request does not make.)
+    /// TCP (or TLS) connections served at once, whatever they carry, a WebSocket's for as long
+    /// as it is open (4096). Beyond, the oldest socket that has had no request served (see the
+    /// [module docs](self)) is closed to make room; with none, new ones wait in the system's
+    /// listen queue until one closes. (`max_connections` counts ACP connections, which a
+    /// socket that never finishes a request does not make.)
     pub max_sockets: usize,
     /// How long a client may take to send its first request's head after connecting (the
     /// HTTP/2 preface included: a socket that sends nothing, or part of a preface, is closed
@@ -209,6 +224,16 @@ pub struct ServerOptions {
     /// How long a POST's body may take to arrive once its head has (30 s; zero for no limit):
     /// 408 beyond.
     pub body_read_timeout: Duration,
+    /// Sockets one peer holds at once (256), a WebSocket's included for as long as it is open.
+    /// A peer is an IPv4 address, or an IPv6 address's /64 prefix (what one host is usually
+    /// given). A socket beyond is closed as soon as it is accepted, before anything is read:
+    /// it takes no place of `max_sockets` and makes no other socket close. Loopback peers are
+    /// not counted unless `limit_loopback_peers` is set.
+    pub max_sockets_per_peer: usize,
+    /// Counts loopback peers (`127.0.0.0/8`, `::1`) against `max_sockets_per_peer` too (off:
+    /// local clients, and a reverse proxy on the same host, which connects from loopback for
+    /// every client, are not limited).
+    pub limit_loopback_peers: bool,
 }
 
 impl Default for ServerOptions {
@@ -232,6 +257,8 @@ impl Default for ServerOptions {
             max_sockets: 4096,
             header_read_timeout: Duration::from_secs(30),
             body_read_timeout: Duration::from_secs(30),
+            max_sockets_per_peer: 256,
+            limit_loopback_peers: false,
         }
     }
 }
@@ -298,6 +325,10 @@ struct ServerShared {
     loopback: bool,
     /// Connections of both profiles (WebSocket ones are not in `connections`).
     open: std::sync::atomic::AtomicUsize,
+    /// The open WebSocket connections, by a number of their own: the unused ones make room
+    /// at `max_connections` as unused HTTP ones do.
+    websockets: Mutex<HashMap<u64, Arc<WsSlot>>>,
+    next_websocket: std::sync::atomic::AtomicU64,
     shutdown: CancellationToken,
 }
 
@@ -340,6 +371,8 @@ impl HttpServer {
                 body_budget: OnceLock::new(),
                 loopback: false,
                 open: Default::default(),
+                websockets: Mutex::new(HashMap::new()),
+                next_websocket: Default::default(),
                 shutdown: CancellationToken::new(),
             }),
         }
@@ -432,7 +465,8 @@ impl HttpServer {
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let socket = Arc::new(Unproven::default()).register();
-        serve_http_connection(self.shared.clone(), io, SocketAddr::from(([0, 0, 0, 0], 0)), socket)
+        let place = Arc::new(Place { _permit: None, _peer: PeerPlace(None) });
+        serve_http_connection(self.shared.clone(), io, SocketAddr::from(([0, 0, 0, 0], 0)), socket, place)
     }
 
     /// Serves on an already bound listener.
@@ -532,6 +566,11 @@ impl BoundServer {
         let sweeper = crate::tasks::AbortOnDrop::spawn(sweep_idle(shared.clone()));
         let sockets = Arc::new(tokio::sync::Semaphore::new(shared.options.max_sockets.max(1)));
         let unproven = Arc::new(Unproven::default());
+        let peers = Arc::new(Peers {
+            limit: shared.options.max_sockets_per_peer.max(1),
+            loopback: shared.options.limit_loopback_peers,
+            held: Mutex::new(HashMap::new()),
+        });
         loop {
             let accepted = tokio::select! {
                 () = shared.shutdown.cancelled() => break,
@@ -539,10 +578,17 @@ impl BoundServer {
             };
             match accepted {
                 Ok((tcp, peer)) => {
+                    // Checked first: a socket over its peer's limit must neither take a place
+                    // nor make another peer's socket close to free one.
+                    let Some(peer_place) = peers.take(peer.ip()) else {
+                        tracing::debug!(%peer, "too many sockets from this peer: closing the new one");
+                        drop(tcp);
+                        continue;
+                    };
                     // A socket is served only with a permit, held until it closes. With none
-                    // left, the oldest socket that has not sent a whole request yet makes
-                    // room: sockets that send nothing (or a byte at a time) cannot keep out
-                    // clients that do. With none of those either, it waits for a place.
+                    // left, the oldest socket that has had no request served yet makes room:
+                    // sockets that send nothing, a byte at a time, or only refused requests
+                    // cannot keep out clients that are served. With none of those either, it waits for a place.
                     let permit = match sockets.clone().try_acquire_owned() {
                         Ok(permit) => permit,
                         Err(_) => {
@@ -556,30 +602,24 @@ impl BoundServer {
                     let _ = tcp.set_nodelay(true);
                     let shared = shared.clone();
                     let socket = unproven.register();
+                    let place = Arc::new(Place { _permit: Some(permit), _peer: peer_place });
                     #[cfg(feature = "http-tls")]
                     if let Some(tls) = tls.clone() {
                         tokio::spawn(async move {
                             let handshake = tokio::time::timeout(Duration::from_secs(10), tls.accept(tcp));
                             let handshake = tokio::select! {
                                 handshake = handshake => handshake,
-                                () = socket.evicted() => {
-                                    drop(permit);
-                                    return;
-                                }
+                                () = socket.evicted() => return,
                             };
                             match handshake {
-                                Ok(Ok(stream)) => serve_http_connection(shared, stream, peer, socket).await,
+                                Ok(Ok(stream)) => serve_http_connection(shared, stream, peer, socket, place).await,
                                 Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
                                 Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                             }
-                            drop(permit);
                         });
                         continue;
                     }
-                    tokio::spawn(async move {
-                        serve_http_connection(shared, tcp, peer, socket).await;
-                        drop(permit);
-                    });
+                    tokio::spawn(serve_http_connection(shared, tcp, peer, socket, place));
                 }
                 Err(error) => {
                     tracing::warn!(%error, "accepting a TCP connection failed");
@@ -596,8 +636,68 @@ impl BoundServer {
     }
 }
 
-/// The sockets that have not sent a whole request yet, oldest first: the ones to close when a
-/// new socket needs a place.
+/// A socket's place: its permit among [`ServerOptions::max_sockets`] and its peer's count,
+/// given back when the last holder drops it (the HTTP connection, or the WebSocket it was
+/// upgraded to, which outlives it).
+struct Place {
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    _peer: PeerPlace,
+}
+
+/// The sockets each peer holds (see [`ServerOptions::max_sockets_per_peer`]).
+struct Peers {
+    limit: usize,
+    /// Loopback peers are counted too.
+    loopback: bool,
+    held: Mutex<HashMap<std::net::IpAddr, usize>>,
+}
+
+impl Peers {
+    /// A place for one more socket of `ip`, or `None` when it holds its limit.
+    fn take(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<PeerPlace> {
+        let ip = peer_key(ip);
+        if ip.is_loopback() && !self.loopback {
+            return Some(PeerPlace(None));
+        }
+        let mut held = self.held.lock().expect("lock");
+        let count = held.entry(ip).or_default();
+        if *count >= self.limit {
+            return None;
+        }
+        *count += 1;
+        Some(PeerPlace(Some((self.clone(), ip))))
+    }
+}
+
+/// What one peer is counted as: an IPv4 address (an IPv4-mapped IPv6 one too), or an IPv6
+/// address's /64 prefix, since one host is commonly handed a whole /64.
+fn peer_key(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip.to_canonical() {
+        std::net::IpAddr::V6(v6) if !v6.is_loopback() => {
+            std::net::IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !(u64::MAX as u128)))
+        }
+        other => other,
+    }
+}
+
+/// One socket counted for its peer (`None`: not counted), given back when dropped.
+struct PeerPlace(Option<(Arc<Peers>, std::net::IpAddr)>);
+
+impl Drop for PeerPlace {
+    fn drop(&mut self) {
+        let Some((peers, ip)) = self.0.take() else { return };
+        let mut held = peers.held.lock().expect("lock");
+        if let Some(count) = held.get_mut(&ip) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&ip);
+            }
+        }
+    }
+}
+
+/// The sockets that have had no request answered with success yet (silent ones, slow ones,
+/// refused ones), oldest first: the ones to close when a new socket needs a place.
 #[derive(Default)]
 struct Unproven {
     sockets: Mutex<VecDeque<(u64, CancellationToken)>>,
@@ -612,10 +712,10 @@ impl Unproven {
         Socket { registry: Arc::downgrade(self), id, evict }
     }
 
-    /// Closes the oldest socket still waiting for its first request, if any.
+    /// Closes the oldest socket that has not proven itself, if any.
     fn evict_oldest(&self) {
         if let Some((_, evict)) = self.sockets.lock().expect("lock").pop_front() {
-            tracing::debug!("all socket places taken: closing the oldest socket without a request");
+            tracing::debug!("all socket places taken: closing the oldest socket without a served request");
             evict.cancel();
         }
     }
@@ -628,7 +728,8 @@ impl Unproven {
     }
 }
 
-/// A socket's place among the [`Unproven`] ones, until its first request (or its end).
+/// A socket's place among the [`Unproven`] ones, until a request of its is answered with
+/// success (or its end).
 struct Socket {
     registry: std::sync::Weak<Unproven>,
     id: u64,
@@ -641,7 +742,7 @@ impl Socket {
         self.evict.cancelled()
     }
 
-    /// The socket sent a whole request: it is no longer one to close first.
+    /// A request of the socket's was served: it is no longer one to close first.
     fn proven(&self) {
         if let Some(registry) = self.registry.upgrade() {
             registry.forget(self.id);
@@ -657,8 +758,9 @@ impl Drop for Socket {
 
 /// Serves one TCP (or TLS) connection's HTTP requests, HTTP/1.1 or HTTP/2 as the client speaks.
 /// Until its first request's head has arrived, the socket is closed when
-/// [`ServerOptions::header_read_timeout`] passes, or when a new socket needs its place.
-async fn serve_http_connection<I>(shared: Arc<ServerShared>, io: I, peer: SocketAddr, socket: Socket)
+/// [`ServerOptions::header_read_timeout`] passes; until one of its requests is answered with
+/// success, when a new socket needs its place.
+async fn serve_http_connection<I>(shared: Arc<ServerShared>, io: I, peer: SocketAddr, socket: Socket, place: Arc<Place>)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -671,10 +773,25 @@ where
     let max_streams = u32::try_from(streams).unwrap_or(u32::MAX);
     let first_request = CancellationToken::new();
     let first_seen = first_request.clone();
-    let service = hyper::service::service_fn(move |req| {
+    // A request that passed every check (auth included) and was answered with success: only
+    // then does the socket keep its place. Refused requests (401, 404, ...) earn nothing, so
+    // clients without credentials cannot hold places that clients with them need.
+    let succeeded = CancellationToken::new();
+    let success_seen = succeeded.clone();
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         first_seen.cancel();
+        // A WebSocket takes the socket's place with it (see `upgrade`).
+        req.extensions_mut().insert(place.clone());
         let shared = shared.clone();
-        async move { Ok::<_, Infallible>(shared.handle(req).await) }
+        let success_seen = success_seen.clone();
+        async move {
+            let response = shared.handle(req).await;
+            let status = response.status();
+            if status.is_success() || status == StatusCode::SWITCHING_PROTOCOLS {
+                success_seen.cancel();
+            }
+            Ok::<_, Infallible>(response)
+        }
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     // hyper's timeouts need a timer: without one, a client that never finishes a request's
@@ -706,10 +823,16 @@ where
         }
         () = socket.evicted() => return,
     };
-    socket.proven();
     let ended = match ended {
         Some(ended) => ended,
-        None => serving.await,
+        None => tokio::select! {
+            ended = &mut serving => ended,
+            () = succeeded.cancelled() => {
+                socket.proven();
+                serving.await
+            }
+            () = socket.evicted() => return,
+        },
     };
     if let Err(error) = ended {
         tracing::debug!(%peer, %error, "http connection ended with an error");
@@ -878,10 +1001,10 @@ impl ServerShared {
         }
     }
 
-    /// Closes the connection that has been unused since its `initialize` for the longest
-    /// (see [`AcpConnection::used`]); whether there was one.
+    /// Closes the connection, of either profile, that has been unused since it opened for the
+    /// longest (see [`AcpConnection::used`], [`WsSlot::used`]); whether there was one.
     fn evict_unused(&self) -> bool {
-        let unused = {
+        let http = {
             let connections = self.connections.lock().expect("lock");
             connections
                 .values()
@@ -889,14 +1012,35 @@ impl ServerShared {
                     !c.used.load(std::sync::atomic::Ordering::Relaxed)
                         && c.streams.lock().expect("lock").initialize.is_none()
                 })
-                .min_by_key(|c| *c.last_active.lock().expect("lock"))
+                .map(|c| (*c.last_active.lock().expect("lock"), c.clone()))
+                .min_by_key(|(since, _)| *since)
+        };
+        let websocket = {
+            let websockets = self.websockets.lock().expect("lock");
+            websockets
+                .values()
+                .filter(|w| !w.used.load(std::sync::atomic::Ordering::Relaxed))
+                .min_by_key(|w| w.opened)
                 .cloned()
         };
-        let Some(connection) = unused else { return false };
-        tracing::debug!(connection = %connection.id, "connection limit reached: closing a connection unused since its initialize");
-        self.remove(&connection.id);
-        connection.close();
+        match (http, websocket) {
+            (Some((since, _)), Some(websocket)) if websocket.opened < since => self.evict_websocket(&websocket),
+            (None, Some(websocket)) => self.evict_websocket(&websocket),
+            (Some((_, connection)), _) => {
+                tracing::debug!(connection = %connection.id, "connection limit reached: closing a connection unused since its initialize");
+                self.remove(&connection.id);
+                connection.close();
+            }
+            (None, None) => return false,
+        }
         true
+    }
+
+    fn evict_websocket(&self, websocket: &WsSlot) {
+        tracing::debug!("connection limit reached: closing a WebSocket unused since it opened");
+        self.websockets.lock().expect("lock").remove(&websocket.id);
+        websocket.release(self);
+        websocket.evict.cancel();
     }
 
     /// Reserves a connection slot, or `None` at the limit.
@@ -930,6 +1074,27 @@ impl Drop for SlotGuard<'_> {
     fn drop(&mut self) {
         if !self.keep {
             self.shared.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// An open WebSocket connection's slot among [`ServerOptions::max_connections`].
+struct WsSlot {
+    id: u64,
+    opened: Instant,
+    /// The client has sent a message after its first (its `initialize`), as an HTTP
+    /// connection is used once it posts after its `initialize`.
+    used: std::sync::atomic::AtomicBool,
+    /// Its count in `open` was given back (once: by the eviction or by the socket's end).
+    released: std::sync::atomic::AtomicBool,
+    /// Closes the WebSocket to make room.
+    evict: CancellationToken,
+}
+
+impl WsSlot {
+    fn release(&self, shared: &ServerShared) {
+        if !self.released.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            shared.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
@@ -1614,11 +1779,24 @@ impl ServerShared {
             response.headers_mut().insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
             return response;
         }
-        let Some(mut slot) = self.reserve_slot() else {
+        // As for `initialize`: at the limit, a connection unused since it opened makes room.
+        let slot = self.reserve_slot().or_else(|| self.evict_unused().then(|| self.reserve_slot()).flatten());
+        let Some(mut slot) = slot else {
             return text(StatusCode::TOO_MANY_REQUESTS, "too many connections");
         };
         slot.keep = true;
         drop(slot);
+        let ws = Arc::new(WsSlot {
+            id: self.next_websocket.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            opened: Instant::now(),
+            used: Default::default(),
+            released: Default::default(),
+            evict: CancellationToken::new(),
+        });
+        self.websockets.lock().expect("lock").insert(ws.id, ws.clone());
+        // The socket's place (`max_sockets`, its peer's count) stays taken while the WebSocket
+        // is open, though the HTTP connection that carried the upgrade ends.
+        let place = req.extensions_mut().remove::<Arc<Place>>();
         let id = new_id();
         let on_upgrade = hyper::upgrade::on(&mut req);
         let shared = self.clone();
@@ -1626,11 +1804,13 @@ impl ServerShared {
             match on_upgrade.await {
                 Ok(upgraded) => {
                     let owner = principal.unwrap_or_else(Owner::anonymous);
-                    serve_websocket(&shared, TokioIo::new(upgraded), owner).await;
+                    serve_websocket(&shared, TokioIo::new(upgraded), owner, &ws).await;
                 }
                 Err(error) => tracing::debug!(%error, "the WebSocket upgrade failed"),
             }
-            shared.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            shared.websockets.lock().expect("lock").remove(&ws.id);
+            ws.release(&shared);
+            drop(place);
         });
         let mut response = empty(StatusCode::SWITCHING_PROTOCOLS);
         let headers = response.headers_mut();
@@ -1672,20 +1852,25 @@ const WS_BURST: usize = 64;
 /// Sends `first` and the agent's further messages that are already waiting (up to
 /// [`WS_BURST`] in all), then flushes once: a busy stream costs one socket write per burst
 /// instead of one per message, and nothing waits for a flush. `Ok(false)` when the agent's
-/// output ended meanwhile; `Err` when the socket failed.
-async fn send_burst<S, R>(socket: &mut S, lines: &mut LineReader<R>, first: Message) -> Result<bool, ()>
+/// output ended meanwhile; `Err` when the socket failed, or stayed full for `stall`.
+async fn send_burst<S, R>(
+    socket: &mut S,
+    lines: &mut LineReader<R>,
+    first: Message,
+    stall: Duration,
+) -> Result<bool, ()>
 where
-    S: futures_util::Sink<Message> + Unpin,
+    S: futures_util::Sink<Message, Error = WsError> + Unpin,
     R: tokio::io::AsyncRead + Unpin,
 {
-    socket.feed(first).await.map_err(drop)?;
+    feed(socket, first, stall).await?;
     let mut open = true;
     for _ in 1..WS_BURST {
         // `next_frame` is cancel safe: a line read only in part stays in the reader.
         match lines.next_frame().now_or_never() {
             Some(Ok(Some(LineFrame::Line(line)))) => {
                 let text = String::from_utf8_lossy(line).into_owned();
-                socket.feed(Message::text(text)).await.map_err(drop)?;
+                feed(socket, Message::text(text), stall).await?;
             }
             Some(Ok(Some(LineFrame::Oversized { .. }))) => {}
             Some(Ok(None) | Err(_)) => {
@@ -1695,12 +1880,65 @@ where
             None => break,
         }
     }
-    socket.flush().await.map_err(drop)?;
+    flush(socket, stall).await?;
     Ok(open)
 }
 
+// The replies to pings go into the socket's write buffer as they are read, without waiting
+// for room: a client that pings faster than it reads fills the buffer (to its bound, then the
+// waiting pong is replaced by the next), and a message of ours then finds no room
+// (`WriteBufferFull`, with the message handed back). `feed` and `flush` then wait for the
+// buffer to drain and send that message again: the agent's output is late, never lost. A
+// client that reads nothing for `stall` has its connection closed, as an SSE reader's is.
+
+/// Feeds `message` to the socket (see above).
+async fn feed<S>(socket: &mut S, message: Message, stall: Duration) -> Result<(), ()>
+where
+    S: futures_util::Sink<Message, Error = WsError> + Unpin,
+{
+    loop {
+        match std::future::poll_fn(|cx| socket.poll_ready_unpin(cx)).await {
+            Ok(()) => return socket.start_send_unpin(message).map_err(drop),
+            // The sink sends the message fed before when asked for room: that one was refused.
+            Err(WsError::WriteBufferFull(earlier)) => refeed(socket, *earlier, stall).await?,
+            Err(_) => return Err(()),
+        }
+    }
+}
+
+/// Flushes the socket (see above).
+async fn flush<S>(socket: &mut S, stall: Duration) -> Result<(), ()>
+where
+    S: futures_util::Sink<Message, Error = WsError> + Unpin,
+{
+    loop {
+        match std::future::poll_fn(|cx| socket.poll_flush_unpin(cx)).await {
+            Ok(()) => return Ok(()),
+            Err(WsError::WriteBufferFull(earlier)) => refeed(socket, *earlier, stall).await?,
+            Err(_) => return Err(()),
+        }
+    }
+}
+
+/// Waits for the write buffer to drain (nothing else is queued: the refused message was the
+/// only one), then queues `refused` again, to go before anything fed after it.
+async fn refeed<S>(socket: &mut S, refused: Message, stall: Duration) -> Result<(), ()>
+where
+    S: futures_util::Sink<Message, Error = WsError> + Unpin,
+{
+    let drain = std::future::poll_fn(|cx| socket.poll_flush_unpin(cx));
+    match tokio::time::timeout(stall, drain).await {
+        Ok(Ok(())) => socket.start_send_unpin(refused).map_err(drop),
+        Ok(Err(_)) => Err(()),
+        Err(_) => {
+            tracing::warn!("closing a WebSocket whose client stopped reading");
+            Err(())
+        }
+    }
+}
+
 /// One ACP connection on a WebSocket: text frames in, text frames out, pings for liveness.
-async fn serve_websocket<S>(shared: &ServerShared, io: S, owner: Owner)
+async fn serve_websocket<S>(shared: &ServerShared, io: S, owner: Owner, slot: &WsSlot)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -1710,9 +1948,9 @@ where
         .max_frame_size(Some(max))
         .read_buffer_size(WS_READ_BUFFER)
         .write_buffer_size(WS_WRITE_BUFFER)
-        // Our messages wait for room (the sink flushes before taking the next), but the replies
-        // to pings are buffered as they are read: bounded, a client that pings and never reads
-        // cannot grow the buffer (the pending pong is kept once, replaced by the next).
+        // Our messages wait for room (see `feed`), but the replies to pings are buffered as
+        // they are read: bounded, a client that pings and never reads cannot grow the buffer
+        // past this (the pending pong is kept once, replaced by the next).
         .max_write_buffer_size(WS_WRITE_BUFFER + max + WS_WRITE_BUFFER);
     let socket = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
     // Read and written side by side: a loop that awaited its sends while it read nothing
@@ -1726,14 +1964,19 @@ where
     // (backpressure), and the agent's output still flows.
     let (to_writer, writer_queue) = mpsc::channel::<Vec<u8>>(WS_INPUT_QUEUE);
     let mut writer = crate::tasks::AbortOnDrop::spawn(write_to_agent(to_agent, writer_queue));
-    let every = shared.options.keep_alive;
+    let (every, stall) = (shared.options.keep_alive, shared.options.output_stall);
     let last_heard = Mutex::new(Instant::now());
     // The client's frames, to the agent's input; ends with the close frame to send, if any.
     let incoming = async {
+        let mut messages = 0u32;
         loop {
             match stream.next().await {
                 Some(Ok(Message::Text(text))) => {
                     *last_heard.lock().expect("lock") = Instant::now();
+                    messages = messages.saturating_add(1);
+                    if messages == 2 {
+                        slot.used.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
                     if to_writer.send(one_line(text.as_bytes().to_vec())).await.is_err() {
                         // The agent's input is closed.
                         return None;
@@ -1760,7 +2003,7 @@ where
                 frame = lines.next_frame() => match frame {
                     Ok(Some(LineFrame::Line(line))) => {
                         let first = Message::text(String::from_utf8_lossy(line).into_owned());
-                        match send_burst(&mut sink, &mut lines, first).await {
+                        match send_burst(&mut sink, &mut lines, first, stall).await {
                             Ok(true) => {}
                             Ok(false) => return Some(close(CloseCode::Normal, "the agent ended the connection")),
                             Err(()) => return None,
@@ -1774,7 +2017,11 @@ where
                         tracing::debug!("closing a WebSocket that stopped answering");
                         return Some(close(CloseCode::Away, "nothing heard from the client"));
                     }
-                    if sink.send(Message::Ping(Bytes::new())).await.is_err() {
+                    let ping = async {
+                        feed(&mut sink, Message::Ping(Bytes::new()), stall).await?;
+                        flush(&mut sink, stall).await
+                    };
+                    if ping.await.is_err() {
                         return None;
                     }
                 }
@@ -1785,6 +2032,7 @@ where
         frame = incoming => frame,
         frame = outgoing => frame,
         () = shared.shutdown.cancelled() => Some(close(CloseCode::Away, "the server is shutting down")),
+        () = slot.evict.cancelled() => Some(close(CloseCode::Again, "the server needed the place of an unused connection")),
     };
     // RFC 6455: a close frame with the reason's code, then the socket, without waiting long on
     // a client that does not read.
