@@ -191,7 +191,7 @@ fn our_client_drives_the_python_sdk_agent() {
     let root = Root::new("agent");
     let allowed = run_our_client(&dir, &root, "allow");
     for expected in [
-        "connected to py-sdk-interop-agent 0.12.1 (protocol v1)",
+        "connected to py-sdk-interop-agent 1.0.0rc3 (protocol v1)",
         "Plan:\n  [ ] Read notes.txt (high)",
         "Python agent reading notes.txt.",
         "⚙ Read notes.txt [read] pending  (py_call_1)",

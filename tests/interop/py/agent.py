@@ -12,9 +12,14 @@ import asyncio
 import re
 import sys
 
-from acp import PROTOCOL_VERSION, run_agent, text_block, tool_content, update_agent_message_text, update_plan, plan_entry
+from acp import PROTOCOL_VERSION, run_agent
 from acp.schema import (
     AgentCapabilities,
+    AgentMessageChunk,
+    AgentPlanUpdate,
+    ContentToolCallContent,
+    PlanEntry,
+    TextContentBlock,
     Implementation,
     InitializeResponse,
     NewSessionResponse,
@@ -25,6 +30,18 @@ from acp.schema import (
     ToolCallStart,
     ToolCallUpdate,
 )
+
+
+def text_block(text):
+    return TextContentBlock(type="text", text=text)
+
+
+def update_agent_message_text(text):
+    return AgentMessageChunk(session_update="agent_message_chunk", content=text_block(text))
+
+
+def tool_content(block):
+    return ContentToolCallContent(type="content", content=block)
 
 
 def log(*args):
@@ -48,7 +65,7 @@ class InteropAgent:
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
             agent_capabilities=AgentCapabilities(load_session=False),
             auth_methods=[],
-            agent_info=Implementation(name="py-sdk-interop-agent", version="0.12.1"),
+            agent_info=Implementation(name="py-sdk-interop-agent", version="1.0.0rc3"),
         )
 
     async def authenticate(self, method_id, **kwargs):
@@ -79,7 +96,8 @@ class InteropAgent:
         match = re.search(r"[\w.\-/]+\.\w+", text)
         target = match.group(0) if match else "README.md"
         path = f"{cwd}/{target}"
-        await self.update(session_id, update_plan([plan_entry(f"Read {target}", priority="high")]))
+        plan = [PlanEntry(content=f"Read {target}", priority="high", status="pending")]
+        await self.update(session_id, AgentPlanUpdate(session_update="plan", entries=plan))
         await self.update(session_id, update_agent_message_text(f"Python agent reading {target}."))
         if cancelled.is_set():
             return "cancelled"

@@ -71,7 +71,7 @@ async def main(root, command):
                         "terminal": False,
                         "hologramDisplay": {"depth": 3},
                     },
-                    "clientInfo": {"name": "py-sdk-interop", "version": "0.12.1", "vendorBuild": "x"},
+                    "clientInfo": {"name": "py-sdk-interop", "version": "1.0.0rc3", "vendorBuild": "x"},
                     "aFieldFromTheFuture": [1, 2, 3],
                     "_meta": {"interop.example/trace": "abc"},
                 },
