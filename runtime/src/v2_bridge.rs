@@ -424,6 +424,12 @@ impl Handler for V2Bridge {
             "session/list" if !self.state.caps().list => encode(&json!({"sessions": []})),
             "auth/login" => forward_as(&agent, "authenticate", &req).await,
             "auth/logout" => self.logout(&agent, req).await,
+            // A v1 agent cannot stop one tool call or terminal, so the bridge never advertises
+            // `capabilities.cancel`; a cancel for a call that does not advertise it is -32602.
+            "tool_call/cancel" | "terminal/cancel" => Err(ErrorObject::invalid_params(format_args!(
+                "`{}`: the v1 agent behind this bridge cannot cancel one tool call or terminal",
+                req.method
+            ))),
             _ => forward(&agent, req).await,
         }
     }

@@ -74,6 +74,16 @@ impl Agent<AgentContext> for Scripted {
                 turn.set_stop_reason(StopReason::MaxTokens);
                 Ok(turn.response().await?)
             }
+            // A long tool call the client may cancel; the turn goes on after it.
+            "long" => {
+                let call = turn.start_tool_call("Wait for the build", ToolKind::Execute).await?;
+                let cancel = call.cancellable().await?;
+                call.in_progress().await?;
+                cancel.cancelled().await;
+                call.cancelled().await?;
+                turn.say("the build was stopped").await?;
+                Ok(turn.response().await?)
+            }
             _ => Ok(turn.response().await?),
         }
     }
@@ -276,6 +286,45 @@ async fn a_handler_failing_after_acceptance_ends_the_turn_with_error() {
     let idle = &seen.last().unwrap()["params"]["update"];
     assert_eq!(idle["stopReason"], "error");
     assert_eq!(idle["error"]["code"], codes::INTERNAL_ERROR, "{idle}");
+}
+
+#[tokio::test]
+async fn a_cancellable_tool_call_is_cancelled_by_tool_call_cancel_and_the_turn_goes_on() {
+    let (mut peer, _p, _serve) = v2_agent();
+    peer.send_json(prompt(1, "s1", "long")).await;
+    // Up to the call's `in_progress`: it advertised `capabilities.cancel` first.
+    let mut seen = Vec::new();
+    let call = loop {
+        let msg = peer.recv().await;
+        let u = &msg["params"]["update"];
+        if u["sessionUpdate"] == "tool_call_update" && u["status"] == "in_progress" {
+            break u["toolCallId"].as_str().unwrap().to_owned();
+        }
+        seen.push(msg);
+    };
+    let advertised = seen.iter().any(|m| m["params"]["update"]["capabilities"] == json!({"cancel": {}}));
+    assert!(advertised, "{seen:#?}");
+    let cancel = |id: i64, session: &str, call: &str| json!({"jsonrpc":"2.0","id":id,"method":"tool_call/cancel","params":{"sessionId":session,"toolCallId":call}});
+    // Another session's id for the call, and an unknown call: -32602, nothing stops.
+    peer.send_json(cancel(2, "s2", &call)).await;
+    assert_eq!(peer.recv().await["error"]["code"], codes::INVALID_PARAMS);
+    peer.send_json(cancel(3, "s1", "call_nobody_made")).await;
+    assert_eq!(peer.recv().await["error"]["code"], codes::INVALID_PARAMS);
+    // The call's own: accepted, then its final status, and the turn goes on to `end_turn`.
+    peer.send_json(cancel(4, "s1", &call)).await;
+    let (answer, _) = peer.recv_until_id(json!(4)).await;
+    assert_eq!(answer["result"], json!({}), "{answer}");
+    let rest = until_idle(&mut peer).await;
+    let statuses: Vec<&Value> = rest
+        .iter()
+        .filter(|m| m["params"]["update"]["toolCallId"] == call.as_str())
+        .map(|m| &m["params"]["update"]["status"])
+        .collect();
+    assert_eq!(statuses, [&json!("cancelled")], "{rest:#?}");
+    assert_eq!(rest.last().unwrap()["params"]["update"]["stopReason"], "end_turn", "the turn was not cancelled");
+    // Final: not cancellable any more.
+    peer.send_json(cancel(5, "s1", &call)).await;
+    assert_eq!(peer.recv().await["error"]["code"], codes::INVALID_PARAMS);
 }
 
 // ---- one endpoint, both versions ------------------------------------------------------------

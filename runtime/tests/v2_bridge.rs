@@ -214,6 +214,21 @@ async fn initialize_is_translated_both_ways() {
 }
 
 #[tokio::test]
+async fn cancelling_one_tool_call_or_terminal_is_refused_without_reaching_the_v1_agent() {
+    let agent = V1Agent::default();
+    let mut client = bridged(&agent);
+    initialize_v2(&mut client).await;
+    for (id, method, params) in [
+        (1, "tool_call/cancel", json!({"sessionId": "s1", "toolCallId": "call_1"})),
+        (2, "terminal/cancel", json!({"sessionId": "s1", "terminalId": "term_1"})),
+    ] {
+        let (answer, _) = request(&mut client, id, method, params).await;
+        assert_eq!(answer["error"]["code"], acp_rpc::codes::INVALID_PARAMS, "{answer}");
+        assert!(agent.seen(method).is_empty(), "{method} reached the v1 agent");
+    }
+}
+
+#[tokio::test]
 async fn a_v1_client_still_gets_the_v1_agent_itself() {
     let agent = V1Agent::default();
     let mut client = bridged(&agent);

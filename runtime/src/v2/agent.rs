@@ -22,9 +22,9 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
 use acp_types::v2::{
-    Agent, AgentResponse, ClientNotification, ClientRequest, CompleteElicitationNotification, CreateElicitationRequest,
-    CreateElicitationResponse, InitializeRequest, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, UpdateSessionNotification, client_method,
+    Agent, AgentResponse, CancelToolCallResponse, ClientNotification, ClientRequest, CompleteElicitationNotification,
+    CreateElicitationRequest, CreateElicitationResponse, InitializeRequest, RequestPermissionOutcome,
+    RequestPermissionRequest, RequestPermissionResponse, UpdateSessionNotification, client_method,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -139,6 +139,23 @@ impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
                 let _ = tokio::time::timeout(grace, peer.session_scopes_ended(&params.session_id.0)).await;
                 let response = dispatch(self.agent.clone(), ClientRequest::SessionClose(params), cx.clone()).await?;
                 encode_response(&response, &cx)
+            }
+            ClientRequest::ToolCallCancel(params) => {
+                // A call a turn made cancellable (`ToolCall::cancellable`) is the runtime's to
+                // answer; any other goes to the agent's own handler, if it has one.
+                let foreground = &cx.peer().shared.v2_foreground;
+                if foreground.cancel_tool_call(&params.session_id, &params.tool_call_id).is_ok() {
+                    return encode_response(&AgentResponse::ToolCallCancel(CancelToolCallResponse::new()), &cx);
+                }
+                let id = params.tool_call_id.0.clone();
+                match dispatch(self.agent.clone(), ClientRequest::ToolCallCancel(params), cx.clone()).await {
+                    Ok(response) => encode_response(&response, &cx),
+                    // The schema's answer for a call that cannot be cancelled.
+                    Err(e) if e.code.0 == crate::codes::METHOD_NOT_FOUND => Err(ErrorObject::invalid_params(
+                        format_args!("tool call `{id}` is unknown, final, or not cancellable"),
+                    )),
+                    Err(e) => Err(e.into()),
+                }
             }
             request => {
                 let response = dispatch(self.agent.clone(), request, cx.clone()).await?;

@@ -51,8 +51,9 @@ use acp_types::v2::{
     AgentMessage, AgentThought, Content, ContentBlock, ContentChunk, ErrorStopReason,
     IdleStateUpdateStopReason as StopReason, MessageId, PlanEntry, PlanId, PlanItems, PlanUpdate, PromptRequest,
     PromptResponse, RequestPermissionRequest, RequestPermissionResponse, RequiresActionStateUpdate, RunningStateUpdate,
-    SessionId, SessionUpdate, StateUpdate, TextContent, ToolCallContent, ToolCallContentChunk, ToolCallId,
-    ToolCallStatus, ToolCallUpdate, ToolKind, UpdateSessionNotification, UserMessage,
+    SessionId, SessionUpdate, StateUpdate, TextContent, ToolCallCancelCapabilities, ToolCallCapabilities,
+    ToolCallContent, ToolCallContentChunk, ToolCallId, ToolCallStatus, ToolCallUpdate, ToolKind,
+    UpdateSessionNotification, UserMessage,
 };
 use serde_json::value::RawValue;
 use tokio::sync::{OnceCell, OwnedSemaphorePermit, oneshot};
@@ -497,6 +498,25 @@ type Accepting<'a> = Pin<Box<dyn Future<Output = Result<MessageId, Error>> + Sen
 #[derive(Default)]
 pub(crate) struct Foreground {
     live: tokio::sync::Mutex<HashMap<String, usize>>,
+    /// The tool calls the client may cancel (`tool_call/cancel`), by id: each one's token,
+    /// until the call reaches a final status through its handle.
+    cancellable: Mutex<HashMap<ToolCallId, (SessionId, CancellationToken)>>,
+}
+
+/// Why a `tool_call/cancel` was refused: the call is unknown here, final, or not cancellable.
+pub(crate) struct NotCancellable;
+
+impl Foreground {
+    /// `tool_call/cancel` for a call this connection's turns made cancellable: fires its token.
+    pub(crate) fn cancel_tool_call(&self, session: &SessionId, id: &ToolCallId) -> Result<(), NotCancellable> {
+        match lock(&self.cancellable).get(id) {
+            Some((owner, token)) if owner == session => {
+                token.cancel();
+                Ok(())
+            }
+            _ => Err(NotCancellable),
+        }
+    }
 }
 
 impl TurnInner {
@@ -701,7 +721,32 @@ impl ToolCall {
         self.status(ToolCallStatus::Failed)
     }
 
+    /// `status: cancelled`: the final status of a call stopped before it finished (after a
+    /// `tool_call/cancel`, see [`ToolCall::cancellable`]).
+    pub fn cancelled(&self) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.status(ToolCallStatus::Cancelled)
+    }
+
+    /// Lets the client cancel this call with `tool_call/cancel`: advertises
+    /// `capabilities.cancel` on it and returns the token that fires when the client asks, or
+    /// when the turn is cancelled. The runtime answers the request (`{}` once the token has
+    /// fired, -32602 for a call that is not cancellable, or no longer); the agent then stops
+    /// the work and reports the final status, normally [`ToolCall::cancelled`]. A final status
+    /// sent through this handle ends the call's cancellability.
+    pub async fn cancellable(&self) -> Result<CancellationToken, Error> {
+        let token = self.turn.inner.token.child_token();
+        let foreground = &self.turn.inner.client.peer().shared.v2_foreground;
+        let entry = (self.turn.inner.session_id.clone(), token.clone());
+        lock(&foreground.cancellable).insert(self.id.clone(), entry);
+        let capabilities = ToolCallCapabilities::new().cancel(ToolCallCancelCapabilities::new());
+        self.update(ToolCallUpdate::new(self.id.clone()).capabilities(capabilities)).await?;
+        Ok(token)
+    }
+
     fn status(&self, status: ToolCallStatus) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        if matches!(status, ToolCallStatus::Completed | ToolCallStatus::Failed | ToolCallStatus::Cancelled) {
+            lock(&self.turn.inner.client.peer().shared.v2_foreground.cancellable).remove(&self.id);
+        }
         self.update(ToolCallUpdate::new(self.id.clone()).status(status))
     }
 }
