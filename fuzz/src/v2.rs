@@ -14,8 +14,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use acp_rpc::acp_types::v2::*;
 use acp_rpc::acp_types::v2::IdleStateUpdateStopReason as StopReason;
+use acp_rpc::acp_types::v2::*;
 use acp_rpc::v2::AgentContext;
 use acp_rpc::version::ProtocolRouter;
 use serde_json::{Value, json};
@@ -67,7 +67,7 @@ impl Agent<AgentContext> for FuzzAgentV2 {
         match text.as_str() {
             "wait" => {
                 turn.cancelled().await;
-                return Err(Error::internal_error().data(json!("aborted")));
+                return Err(Error::internal_error().data(ErrorData::Other(json!("aborted"))));
             }
             "quiet" => return Ok(turn.response().await?),
             "fail" if params.prompt.len() == 1 => return Err(Error::invalid_params()),

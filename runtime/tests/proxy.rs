@@ -232,3 +232,57 @@ async fn a_notification_the_typed_handler_cannot_read_is_passed_on_as_it_came() 
     }
     assert_eq!(counts.0.load(std::sync::atomic::Ordering::Relaxed), 2, "the handler saw the readable ones");
 }
+
+/// The messages the schema of the TypeScript SDK 2.4 added, both ways through a proxy that
+/// intercepts nothing of them: wrapped for the successor and unwrapped for the client, with
+/// their params byte for byte (spacing, key order and number spelling included).
+#[tokio::test]
+async fn the_new_schemas_messages_pass_a_proxy_byte_for_byte() {
+    let mut conductor = proxy();
+    let to_agent: &[(&str, &str)] = &[
+        ("session/archive", r#"{"sessionId" : "s", "_meta":{"z":1.50,"a":null}}"#),
+        ("session/unarchive", r#"{"sessionId":"s"}"#),
+        ("session/set_title", r#"{"sessionId":"s","title":"Fix the  build"}"#),
+        ("session/status", r#"{"sessionId":"s"}"#),
+        ("auth/status", r#"{}"#),
+        ("tool_call/cancel", r#"{"sessionId":"s","toolCallId":"call_1"}"#),
+        ("terminal/cancel", r#"{"sessionId":"s","terminalId":"t1"}"#),
+    ];
+    for (n, (method, params)) in to_agent.iter().enumerate() {
+        conductor.send(&format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"{method}","params":{params}}}"#)).await;
+        let wrapped = conductor.recv_line().await;
+        let expected = format!(r#""method":"proxy/successor","params":{{"method":"{method}","params":{params}}}}}"#);
+        assert!(wrapped.ends_with(&expected), "{wrapped}\nwanted …{expected}");
+        // The answer comes back unwrapped, as the successor wrote it.
+        let id: serde_json::Value = serde_json::from_str::<serde_json::Value>(&wrapped).unwrap()["id"].clone();
+        conductor.send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"k" : 1e2}}}}"#)).await;
+        assert_eq!(conductor.recv_line().await, format!(r#"{{"jsonrpc":"2.0","id":{n},"result":{{"k" : 1e2}}}}"#));
+    }
+    let to_client: &[&str] = &[
+        r#"{"sessionId":"s","update":{"sessionUpdate":"notice","severity":"warning","title":"Low disk"}}"#,
+        r#"{"sessionId":"s","update":{"sessionUpdate":"compaction_update","compactionId":"c1","status":"in_progress"}}"#,
+        r#"{"sessionId":"s","update":{"sessionUpdate":"compaction_summary_chunk","compactionId":"c1","content":{"type":"text","text":"so far"}}}"#,
+        r#"{"sessionId":"s","update":{"sessionUpdate":"state_update","state":"idle","stopReason":"error","error":{"code":-32603,"message":"x"},"background":[]}}"#,
+    ];
+    for update in to_client {
+        conductor
+            .send(&format!(
+                r#"{{"jsonrpc":"2.0","method":"proxy/successor","params":{{"method":"session/update","params":{update}}}}}"#
+            ))
+            .await;
+        assert_eq!(
+            conductor.recv_line().await,
+            format!(r#"{{"jsonrpc":"2.0","method":"session/update","params":{update}}}"#)
+        );
+    }
+    let status = r#"{"state":"signed_in","_meta":{}}"#;
+    conductor
+        .send(&format!(
+            r#"{{"jsonrpc":"2.0","method":"proxy/successor","params":{{"method":"auth/status_update","params":{status}}}}}"#
+        ))
+        .await;
+    assert_eq!(
+        conductor.recv_line().await,
+        format!(r#"{{"jsonrpc":"2.0","method":"auth/status_update","params":{status}}}"#)
+    );
+}

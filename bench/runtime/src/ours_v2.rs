@@ -17,10 +17,11 @@ use acp_rpc::v2::{AgentContext, ClientContext, serve_agent, serve_client};
 use acp_rpc::{Connection, Handler, IncomingNotification};
 use acp_types::v2::{
     Agent, AgentCapabilities, CancelSessionNotification, Client, CloseSessionRequest, CloseSessionResponse, Error,
-    Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse,
-    NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse, ProtocolVersion, RequestPermissionOutcome,
-    RequestPermissionRequest, RequestPermissionResponse, ResumeSessionRequest, ResumeSessionResponse,
-    SessionCapabilities, SessionInfo, SessionUpdate, StateUpdate, StopReason, TextContent, UpdateSessionNotification,
+    IdleStateUpdateStopReason as StopReason, Implementation, InitializeRequest, InitializeResponse,
+    ListSessionsRequest, ListSessionsResponse, NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse,
+    ProtocolVersion, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+    ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities, SessionInfo, SessionUpdate, StateUpdate,
+    TextContent, UpdateSessionNotification,
 };
 use tokio::sync::Notify;
 
@@ -77,7 +78,9 @@ impl Client<ClientContext> for Counter {
         _: RequestPermissionRequest,
         _: ClientContext,
     ) -> Result<RequestPermissionResponse, Error> {
-        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
+        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled(
+            acp_types::v2::CancelledPermissionOutcome::new(),
+        )))
     }
     async fn session_update(&self, update: UpdateSessionNotification, _: ClientContext) -> Result<(), Error> {
         if matches!(update.update, SessionUpdate::AgentMessageChunk(_)) {
