@@ -57,7 +57,11 @@ impl McpClient {
         Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
     }
     async fn session_update(&self, _: SessionNotification) {}
-    async fn mcp_message_notification(&self, _: MessageMcpNotification, _cx: ClientContext) {}
+    // The request-scoped MCP binding: the client answers the inner request's outcome.
+    async fn mcp_message(&self, params: MessageMcpRequest, _cx: ClientContext) -> Result<MessageMcpResponse, Error> {
+        let error = McpError::new(-32601, format!("{} has no {}", params.server_id, params.method));
+        Ok(MessageMcpResponse::Error(MessageMcpVariant1::new(error)))
+    }
 }
 
 #[tokio::test]
@@ -87,4 +91,18 @@ async fn unstable_handlers_are_handled_and_advertised_with_their_features_on() {
         Err(acp_rpc::Error::Rpc(e)) => assert_eq!(e.code, acp_rpc::codes::METHOD_NOT_FOUND),
         other => panic!("nes/start is configured out: {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_clients_mcp_message_handler_answers_the_inner_outcome_carrier() {
+    let (agent_end, client_end) = duplex(64 * 1024);
+    let (_agent, client_serve) = acp_rpc::serve_client(McpClient, client_end.0, client_end.1);
+    let (peer, raw_serve) = Connection::new().serve(agent_end.0, agent_end.1, ());
+    tokio::spawn(client_serve);
+    tokio::spawn(raw_serve);
+    let params = json!({"serverId": "s1", "requestId": "r1", "method": "tools/list"});
+    let raw = serde_json::value::to_raw_value(&params).unwrap();
+    let result: Box<RawValue> = peer.request_raw("mcp/message", Some(&raw)).await.unwrap();
+    let result: Value = serde_json::from_str(result.get()).unwrap();
+    assert_eq!(result, json!({"error": {"code": -32601, "message": "s1 has no tools/list"}}));
 }
