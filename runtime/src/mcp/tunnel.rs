@@ -552,6 +552,49 @@ mod tests {
         assert_eq!(outer["code"], -32602);
     }
 
+    /// A local end that does not read holds up the provider's notifications at
+    /// [`LOCAL_QUEUE`], and gets every one of them, in order, once it reads.
+    #[tokio::test]
+    async fn the_providers_notifications_wait_for_a_local_end_that_does_not_read_and_none_is_lost() {
+        const SENT: usize = 10 * LOCAL_QUEUE;
+        let (ours, _far) = crate::transport::duplex(1 << 16);
+        let (peer, serve) = crate::Connection::new().serve(ours.0, ours.1, ());
+        tokio::spawn(serve);
+        let (tunnel, local) = Tunnel::start(McpServerAcpId::from("s"), Route::plain(peer), Box::new(|_| {}), |_| {});
+        let mut inbox = local.inbox;
+        assert!(local.outbox.send_now(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call"})));
+        let request_id = McpRequestId(format!("{}/1", tunnel.tag()));
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !lock(&tunnel.in_flight).values().any(|r| r.request_id == request_id) {
+            assert!(tokio::time::Instant::now() < deadline, "the request never went out");
+            tokio::task::yield_now().await;
+        }
+        let provider = tokio::spawn({
+            let (tunnel, request_id) = (tunnel.clone(), request_id.clone());
+            async move {
+                for n in 0..SENT {
+                    tunnel.provider_notification(&request_id, format!("n/{n}"), None).await;
+                }
+            }
+        });
+        // Given time to run ahead, the provider's side is held at the queue's size.
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert_eq!(inbox.len(), LOCAL_QUEUE);
+        assert!(!provider.is_finished());
+        for n in 0..SENT {
+            let message = tokio::time::timeout(std::time::Duration::from_secs(10), inbox.recv()).await;
+            let message = message.expect("in time").expect("the tunnel still open");
+            assert_eq!(message["method"], format!("n/{n}"));
+        }
+        provider.await.unwrap();
+        // One for a request that is not in flight goes nowhere.
+        tunnel.provider_notification(&McpRequestId("other/1".to_owned()), "late".to_owned(), None).await;
+        assert!(inbox.try_recv().is_err());
+    }
+
     #[test]
     fn request_ids_name_their_tunnel() {
         assert_eq!(tag_of(&McpRequestId("mcp-0123/7".to_owned())), Some("mcp-0123"));
