@@ -5,7 +5,8 @@
 //! an agent that does speak it gets the declarations untouched; a shim for a server nobody
 //! offers is refused with the reason. The same with a proxy that speaks only the older proxy
 //! wire, whose envelopes the bridge's messages and the proxy's own must then use. And a raw
-//! MCP client on the bridge's socket that sends a batch, a bare value or a malformed answer.
+//! MCP client on the bridge's socket that sends a batch or a bare value, calls a tool that asks
+//! the MCP client something, gets a call's notification and cancels the call.
 
 #[path = "../../runtime/tests/mcp_common/mod.rs"]
 mod mcp_common;
@@ -23,6 +24,7 @@ use acp_rpc::proxy::proxy_connection;
 use acp_rpc::transport::{DuplexEnd, duplex};
 use acp_rpc::{AgentContext, AgentHandle, Connection, acp_agent, serve_agent, serve_client};
 use mcp_common::*;
+use serde_json::json;
 use tokio::sync::mpsc;
 
 const CONDUCTOR: &str = env!("CARGO_BIN_EXE_acp-conductor");
@@ -195,8 +197,8 @@ async fn an_agent_without_mcp_over_acp_reaches_the_chains_tools_through_the_brid
     assert!(socket.exists(), "the bridge listens at {socket:?}");
 
     turn_uses_both_servers(&mut chain, session).await;
-    eventually("every bridged connection closed", || {
-        chain.client_servers.connection_count() == 0 && chain.proxy_servers.connection_count() == 0
+    eventually("nothing runs any more", || {
+        chain.client_servers.active_requests() == 0 && chain.proxy_servers.active_requests() == 0
     })
     .await;
 
@@ -208,7 +210,7 @@ async fn an_agent_without_mcp_over_acp_reaches_the_chains_tools_through_the_brid
     let refused = tokio::time::timeout(LIMIT, refused).await.expect("the shim exits").unwrap();
     assert_eq!(refused.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("mcp/connect for `nobody` failed"), "{stderr}");
+    assert!(stderr.contains("no MCP server `nobody` was bridged"), "{stderr}");
 
     end(chain).await;
     assert!(!socket.exists(), "the socket is removed with the chain");
@@ -223,9 +225,9 @@ async fn an_agent_that_speaks_mcp_over_acp_is_not_bridged() {
     let mcp = init.agent_capabilities.and_then(|c| c.mcp_capabilities).unwrap_or_default();
     assert_eq!(mcp.acp, Some(true));
     turn_uses_both_servers(&mut chain, session).await;
-    eventually("every connection closed", || {
-        chain.client_servers.connection_count() == 0
-            && chain.proxy_servers.connection_count() == 0
+    eventually("nothing runs any more", || {
+        chain.client_servers.active_requests() == 0
+            && chain.proxy_servers.active_requests() == 0
             && clients.connection_count() == 0
     })
     .await;
@@ -242,8 +244,8 @@ async fn the_bridge_and_a_proxys_servers_work_through_a_proxy_of_the_older_wire(
     // The tools of the client reach the agent through the bridge, wrapped for the older proxy;
     // the proxy's own, through its tunnel toward the agent, in its wire's envelopes.
     turn_uses_both_servers(&mut chain, session).await;
-    eventually("every bridged connection closed", || {
-        chain.client_servers.connection_count() == 0 && chain.proxy_servers.connection_count() == 0
+    eventually("nothing runs any more", || {
+        chain.client_servers.active_requests() == 0 && chain.proxy_servers.active_requests() == 0
     })
     .await;
     let off_wire = chain.off_wire.lock().unwrap().clone();
@@ -320,20 +322,35 @@ async fn a_batch_or_a_value_that_is_no_message_from_the_bridged_client_is_answer
     end(chain).await;
 }
 
-/// An answer with neither `result` nor `error` to the server's `roots/list` fails that request
-/// (the tool call that asked gets its error) instead of being answered back as a bad request,
-/// under an id of the tunnel's that the client may use for its own calls, while everything
-/// waited for ever.
+/// Through the bridge, on the request-scoped wire: the server's request to the MCP client
+/// fails the call that made it at once (the wire has no place for it; nothing reaches the
+/// shim), the server's notification during a call reaches the shim, and the shim's
+/// `notifications/cancelled` for a call in flight reaches the tool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_malformed_answer_from_the_bridged_client_fails_the_request_it_answers() {
+async fn through_the_bridge_calls_notify_the_shim_and_their_cancellation_reaches_the_tool() {
     let (chain, mut lines, mut write) = raw_shim().await;
     mcp_initialize(&mut lines, &mut write).await;
     send_line(&mut write, r#"{"jsonrpc":"2.0","id":100,"method":"tools/call","params":{"name":"count_roots"}}"#).await;
-    let ask = next_message(&mut lines).await;
-    assert_eq!(ask["method"], "roots/list", "{ask}");
-    send_line(&mut write, &serde_json::json!({"jsonrpc": "2.0", "id": ask["id"]}).to_string()).await;
     let answer = next_message(&mut lines).await;
     assert_eq!(answer["id"], 100, "the tool call is answered, nothing else: {answer}");
-    assert!(answer["error"].is_object() || answer["result"]["isError"] == true, "{answer}");
+    let text = answer.to_string();
+    assert!(["not carried", "not allowed"].iter().any(|m| text.contains(m)), "{answer}");
+
+    send_line(&mut write, r#"{"jsonrpc":"2.0","id":101,"method":"tools/call","params":{"name":"wait"}}"#).await;
+    let log = next_message(&mut lines).await;
+    assert_eq!((&log["method"], &log["params"]["data"]), (&json!("notifications/message"), &json!("waiting")), "{log}");
+    send_line(&mut write, r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":101}}"#).await;
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    for id in 102.. {
+        let count = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "cancellations"}});
+        send_line(&mut write, &count.to_string()).await;
+        let answer = next_message(&mut lines).await;
+        assert_eq!(answer["id"], id, "the cancelled call is not answered: {answer}");
+        if answer["result"]["content"][0]["text"] == "1" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the wait call was not cancelled: {answer}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     end(chain).await;
 }

@@ -1,8 +1,9 @@
 //! A client offering an MCP tool to its agent over the ACP connection itself (MCP over ACP,
 //! feature `mcp-over-acp`): the tool is a plain rmcp tool living in the client's process; the
-//! agent reaches it with rmcp's client API, its messages travelling as `mcp/connect`,
-//! `mcp/message` and `mcp/disconnect`. Both ends run in this process over an in-memory
-//! connection, so the whole exchange is visible in one place:
+//! agent reaches it with rmcp's client API, each of its requests travelling as one
+//! `mcp/message` request (the wire is request-scoped: no connection to open or close). Both
+//! ends run in this process over an in-memory connection, so the whole exchange is visible in
+//! one place:
 //!
 //! `cargo run -p acp-rpc --features mcp-over-acp --example mcp_over_acp`
 
@@ -55,20 +56,9 @@ impl Editor {
             println!("agent: {}", text.text);
         }
     }
-    async fn mcp_connect(&self, params: ConnectMcpRequest, cx: ClientContext) -> Result<ConnectMcpResponse, Error> {
-        println!("client: the agent connects to {}", params.server_id);
-        self.mcp.connect(params, &cx)
-    }
     async fn mcp_message(&self, params: MessageMcpRequest, cx: ClientContext) -> Result<MessageMcpResponse, Error> {
-        println!("client: MCP {} from the agent", params.method);
+        println!("client: MCP {} for {} ({})", params.method, params.server_id, params.request_id);
         self.mcp.message(params, &cx).await
-    }
-    async fn mcp_message_notification(&self, params: MessageMcpNotification) -> Result<(), Error> {
-        self.mcp.message_notification(params).await
-    }
-    async fn mcp_disconnect(&self, params: DisconnectMcpRequest) -> Result<DisconnectMcpResponse, Error> {
-        println!("client: the agent disconnects");
-        self.mcp.disconnect(params)
     }
 }
 
@@ -116,7 +106,7 @@ impl Agent {
             call.arguments = json!({ "text": text }).as_object().cloned();
             let result = mcp.call_tool(call).await.map_err(failed)?;
             let count = result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default();
-            mcp.close().await; // mcp/disconnect
+            mcp.close().await;
             let reply = format!("{} offers {names:?}; your prompt has {count} words", server.name);
             let chunk = ContentChunk::new(ContentBlock::Text(TextContent::new(reply)));
             cx.client()
@@ -129,10 +119,8 @@ impl Agent {
         Ok(PromptResponse::new(StopReason::EndTurn))
     }
     async fn session_cancel(&self, _: CancelNotification) {}
-    async fn mcp_message(&self, params: MessageMcpRequest, cx: AgentContext) -> Result<MessageMcpResponse, Error> {
-        self.mcp.message(params, &cx).await
-    }
-    async fn mcp_message_notification(&self, params: MessageMcpNotification) -> Result<(), Error> {
+    // The server's notifications during a request (progress, logging) reach the rmcp client.
+    async fn mcp_message(&self, params: MessageMcpNotification) -> Result<(), Error> {
         self.mcp.message_notification(params).await
     }
 }

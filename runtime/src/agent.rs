@@ -583,44 +583,17 @@ impl ClientHandle {
         self.peer.notify(client_method::AUTH_STATUS_UPDATE, &notification)
     }
 
-    /// `mcp/connect` (unstable): opens a connection to an MCP server the client declared with
-    /// `"type": "acp"`. To run an rmcp client on it, use `acp_rpc::mcp::McpClients`
-    /// (feature `mcp-over-acp`), which makes this call.
-    #[cfg(feature = "unstable_mcp_over_acp")]
-    pub fn mcp_connect(
-        &self,
-        params: acp_types::ConnectMcpRequest,
-    ) -> impl Future<Output = Result<acp_types::ConnectMcpResponse, Error>> + Send + '_ {
-        self.call(client_method::MCP_CONNECT, &params)
-    }
-
-    /// `mcp/message` (unstable), as a request: one MCP request on an open connection; the
-    /// result is the MCP result.
+    /// `mcp/message` (unstable): one inner MCP request to a server the client (or a proxy)
+    /// declared with `"type": "acp"`; the result carries the inner outcome, `{"result": ..}` or
+    /// `{"error": ..}`, and an ACP error means the binding failed. The caller picks the
+    /// `requestId`. To run an rmcp client over it, use `acp_rpc::mcp::McpClients` (feature
+    /// `mcp-over-acp`), which makes these calls.
     #[cfg(feature = "unstable_mcp_over_acp")]
     pub fn mcp_message(
         &self,
         params: acp_types::MessageMcpRequest,
     ) -> impl Future<Output = Result<acp_types::MessageMcpResponse, Error>> + Send + '_ {
         self.call(client_method::MCP_MESSAGE, &params)
-    }
-
-    /// `mcp/message` (unstable), as a notification: one MCP notification on an open
-    /// connection.
-    #[cfg(feature = "unstable_mcp_over_acp")]
-    pub fn mcp_message_notification(
-        &self,
-        params: acp_types::MessageMcpNotification,
-    ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
-        self.peer.notify(client_method::MCP_MESSAGE, &params)
-    }
-
-    /// `mcp/disconnect` (unstable): closes a connection opened with `mcp/connect`.
-    #[cfg(feature = "unstable_mcp_over_acp")]
-    pub fn mcp_disconnect(
-        &self,
-        params: acp_types::DisconnectMcpRequest,
-    ) -> impl Future<Output = Result<acp_types::DisconnectMcpResponse, Error>> + Send + '_ {
-        self.call(client_method::MCP_DISCONNECT, &params)
     }
 
     /// Calls an extension method; `method` is the full name, starting with `_`. The params

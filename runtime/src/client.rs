@@ -418,15 +418,9 @@ impl AgentHandle {
         disable_provider(agent_method::PROVIDERS_DISABLE, acp_types::DisableProviderRequest) -> acp_types::DisableProviderResponse;
     }
 
-    #[cfg(feature = "unstable_mcp_over_acp")]
-    agent_calls! {
-        /// `mcp/message` (unstable), as a request: an MCP request from a server the client
-        /// offers, on a connection the agent opened; the result is the MCP result.
-        mcp_message(agent_method::MCP_MESSAGE, acp_types::MessageMcpRequest) -> acp_types::MessageMcpResponse;
-    }
-
-    /// `mcp/message` (unstable), as a notification: an MCP notification from a server the
-    /// client offers, on a connection the agent opened.
+    /// `mcp/message` (unstable), as a notification: an MCP notification (progress, ...) from
+    /// a server the client offers, tied to the agent's inner request `requestId` while it is
+    /// active.
     #[cfg(feature = "unstable_mcp_over_acp")]
     #[inline]
     pub fn mcp_message_notification(

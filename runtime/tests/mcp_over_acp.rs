@@ -1,8 +1,9 @@
 //! MCP over ACP end to end, in process: an agent calls rmcp tools that its client offers
 //! through the ACP connection (directly, and through a chain run by the conductor in which a
-//! proxy offers a server of its own), server → client requests and notifications included,
-//! cancellation crossing both ways, connections closed afterwards; and what the providing side
-//! answers to bad MCP-over-ACP messages, on the wire.
+//! proxy offers a server of its own and forwards the `mcp/message`s for the client's), the
+//! server's notifications included, its requests to the MCP client refused, cancellation
+//! crossing; and the request-scoped wire itself, from both sides: the exact `mcp/message`
+//! shapes, the inner outcome carriers, the answers to bad messages.
 
 mod mcp_common;
 
@@ -66,11 +67,8 @@ async fn an_agent_calls_the_clients_rmcp_tools_over_the_acp_connection() {
     turn(&client.agent, session).await;
 
     assert_eq!(next(&mut client.messages).await, format!("calc: {}", expected_report("client")));
-    // The agent dropped its rmcp client: mcp/disconnect ended the connection on both sides.
-    eventually("both sides closed the connection", || {
-        client.mcp.connection_count() == 0 && clients.connection_count() == 0
-    })
-    .await;
+    // The agent dropped its rmcp client; nothing is left running on either side.
+    eventually("both sides are done", || client.mcp.active_requests() == 0 && clients.connection_count() == 0).await;
 }
 
 /// In-process components of a chain: the conductor's ends, each served by a task.
@@ -105,8 +103,8 @@ async fn through_a_chain_the_agent_reaches_the_clients_server_and_a_proxys_own()
     // The client's server first (declared first), then the one the proxy added.
     assert_eq!(next(&mut client.messages).await, format!("client-calc: {}", expected_report("client")));
     assert_eq!(next(&mut client.messages).await, format!("proxy-calc: {}", expected_report("proxy")));
-    eventually("every connection closed", || {
-        client.mcp.connection_count() == 0 && proxy_servers.connection_count() == 0 && clients.connection_count() == 0
+    eventually("every side is done", || {
+        client.mcp.active_requests() == 0 && proxy_servers.active_requests() == 0 && clients.connection_count() == 0
     })
     .await;
 
@@ -115,58 +113,77 @@ async fn through_a_chain_the_agent_reaches_the_clients_server_and_a_proxys_own()
     assert_eq!(end, acp_rpc::proxy::conductor::ChainEnd::ClientClosed);
 }
 
-/// The providing client on the wire, driven by a raw agent side.
+/// The providing client on the wire, driven by a raw agent side: the carriers of inner
+/// outcomes, outer errors only for what cannot be served, and `$/cancel_request` reaching the
+/// tool as MCP's cancellation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_wire_shapes_and_the_answers_to_bad_messages() {
+async fn the_provider_on_the_wire_carriers_outer_errors_and_cancellation() {
     let (agent_end, client_end) = duplex(BUF);
     let mcp = McpServers::new();
     let McpServer::Acp(declaration) = offer(&mcp, "calc", "wire") else { unreachable!() };
+    let server = declaration.server_id.0.clone();
     let _client = client(mcp.clone(), client_end);
     let (peer, serve) = Connection::new().serve(agent_end.0, agent_end.1, ());
     tokio::spawn(serve);
-    let call = async |method: &str, params: Value| -> Result<Value, acp_rpc::ErrorObject> {
+    let call = async |params: Value| -> Result<Value, acp_rpc::ErrorObject> {
         let raw = serde_json::value::to_raw_value(&params).unwrap();
-        match peer.request_raw(method, Some(&raw)).await {
+        match peer.request_raw("mcp/message", Some(&raw)).await {
             Ok(result) => Ok(serde_json::from_str(RawValue::get(&result)).unwrap()),
             Err(acp_rpc::Error::Rpc(e)) => Err(e),
-            Err(e) => panic!("{method}: {e}"),
+            Err(e) => panic!("mcp/message: {e}"),
         }
     };
 
-    let unknown = call("mcp/connect", json!({"serverId": "nobody"})).await.unwrap_err();
+    // Binding failures are ACP errors: a server that is not offered here, a missing requestId.
+    let unknown = call(json!({"serverId": "nobody", "requestId": "r0", "method": "tools/list"})).await.unwrap_err();
     assert_eq!(unknown.code, -32602, "{unknown:?}");
-    let unknown = call("mcp/message", json!({"connectionId": "none", "method": "tools/list"})).await.unwrap_err();
-    assert_eq!(unknown.code, -32602, "{unknown:?}");
-    let missing = call("mcp/message", json!({"method": "tools/list"})).await.unwrap_err();
+    let missing = call(json!({"serverId": server, "method": "tools/list"})).await.unwrap_err();
     assert_eq!(missing.code, -32602, "{missing:?}");
 
-    let connected = call("mcp/connect", json!({"serverId": declaration.server_id})).await.unwrap();
-    let connection = connected["connectionId"].as_str().expect("a connectionId").to_owned();
-    assert_eq!(mcp.connection_count(), 1);
+    // A legacy `initialize` is answered like any request, with no handshake to complete.
     let init = json!({
-        "connectionId": connection, "method": "initialize",
+        "serverId": server, "requestId": "r1", "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
     });
-    // The result is the MCP result itself.
-    let init = call("mcp/message", init).await.unwrap();
-    assert!(init["capabilities"]["tools"].is_object(), "{init}");
-    let initialized = json!({"connectionId": connection, "method": "notifications/initialized"});
-    peer.notify_raw("mcp/message", Some(&serde_json::value::to_raw_value(&initialized).unwrap())).await.unwrap();
-    let add = json!({"connectionId": connection, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 40, "b": 2}}});
-    let added = call("mcp/message", add).await.unwrap();
-    assert_eq!(added["content"][0]["text"], "wire:42", "{added}");
-    // An MCP error is the ACP error.
-    let bad = json!({"connectionId": connection, "method": "no/such/method"});
-    let bad = call("mcp/message", bad).await.unwrap_err();
-    assert_eq!(bad.code, -32601, "{bad:?}");
+    let init = call(init).await.unwrap();
+    assert!(init["result"]["capabilities"]["tools"].is_object(), "{init}");
+    // The outcome is exactly one carrier: `{"result": ..}`.
+    let add = json!({
+        "serverId": server, "requestId": "r2", "method": "tools/call",
+        "params": {"name": "add", "arguments": {"a": 40, "b": 2}},
+    });
+    let added = call(add).await.unwrap();
+    let keys: Vec<&String> = added.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["result"], "{added}");
+    assert_eq!(added["result"]["content"], json!([{"type": "text", "text": "wire:42"}]), "{added}");
+    // An inner MCP error is a successful ACP answer carrying `{"error": ..}`.
+    let bad = call(json!({"serverId": server, "requestId": "r3", "method": "no/such/method"})).await.unwrap();
+    let keys: Vec<&String> = bad.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["error"], "{bad}");
+    assert_eq!(bad["error"]["code"], -32601, "{bad}");
+    let roots =
+        call(json!({"serverId": server, "requestId": "r4", "method": "tools/call", "params": {"name": "count_roots"}}));
+    let roots = roots.await.unwrap();
+    assert!(roots["error"]["message"].as_str().unwrap_or_default().contains("not carried"), "{roots}");
 
-    let bye = call("mcp/disconnect", json!({"connectionId": connection})).await.unwrap();
-    assert_eq!(bye, json!({}));
-    assert_eq!(mcp.connection_count(), 0);
-    let gone = call("mcp/message", json!({"connectionId": connection, "method": "tools/list"})).await.unwrap_err();
-    assert_eq!(gone.code, -32602, "{gone:?}");
-    let again = call("mcp/disconnect", json!({"connectionId": connection})).await.unwrap_err();
-    assert_eq!(again.code, -32602, "{again:?}");
+    // `$/cancel_request` for the outer request reaches the tool as MCP's cancellation.
+    let wait = json!({"serverId": server, "requestId": "r5", "method": "tools/call", "params": {"name": "wait"}});
+    let waiting = serde_json::value::to_raw_value(&wait).unwrap();
+    let pending = peer.send_request_raw("mcp/message", Some(&waiting)).await.unwrap();
+    eventually("the wait call runs", || mcp.active_requests() == 1).await;
+    drop(pending);
+    let count =
+        json!({"serverId": server, "requestId": "r6", "method": "tools/call", "params": {"name": "cancellations"}});
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let counted = call(count.clone()).await.unwrap();
+        if counted["result"]["content"][0]["text"] == "1" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the wait call was not cancelled: {counted}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    eventually("nothing runs any more", || mcp.active_requests() == 0).await;
 }
 
 type Connected = acp_rpc::mcp::McpConnection<Recorder>;
@@ -190,16 +207,15 @@ where
     (tokio::time::timeout(LIMIT, connecting).await.expect("connected in time").expect("connect"), log_rx, served)
 }
 
-/// MCP lets a client cancel a request whose answer has already arrived. The tunnel's ids do
-/// not cross to the other side, so such a cancellation must stop at the tunnel: handed on, it
-/// named another request there (here the `wait` call still in flight) and cancelled it.
+/// MCP lets a client cancel a request whose answer has already arrived. Such a cancellation
+/// must stop at the agent's end: it must not cancel another request (here the `wait` call
+/// still in flight).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_mcp_cancellation_cancels_nothing_on_the_other_side() {
     use acp_rpc::mcp::rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
     use acp_rpc::mcp::rmcp::service::PeerRequestOptions;
 
     let (conn, mut log_rx, _client) = connected(client).await;
-    // The agent's ids: initialize 0, wait 1, add 2; the client's tunnel's: 1, 2, 3.
     let wait = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("wait")));
     let _wait = conn.send_cancellable_request(wait, PeerRequestOptions::no_options()).await.unwrap();
     assert_eq!(next(&mut log_rx).await, "\"waiting\"");
@@ -215,111 +231,91 @@ async fn a_late_mcp_cancellation_cancels_nothing_on_the_other_side() {
     assert_eq!(first_text(&tools), "0", "the `wait` call still running was cancelled");
 }
 
-/// A [`ToolClient`] that never answers `mcp/disconnect`.
-struct MuteOnDisconnect(ToolClient);
-
-#[acp_rpc::acp_client]
-impl MuteOnDisconnect {
-    async fn session_request_permission(
-        &self,
-        _: RequestPermissionRequest,
-    ) -> Result<RequestPermissionResponse, Error> {
-        Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
-    }
-    async fn session_update(&self, _: SessionNotification) {}
-    async fn mcp_connect(
-        &self,
-        params: ConnectMcpRequest,
-        cx: acp_rpc::ClientContext,
-    ) -> Result<ConnectMcpResponse, Error> {
-        self.0.mcp.connect(params, &cx)
-    }
-    async fn mcp_message(
-        &self,
-        params: MessageMcpRequest,
-        cx: acp_rpc::ClientContext,
-    ) -> Result<MessageMcpResponse, Error> {
-        self.0.mcp.message(params, &cx).await
-    }
-    async fn mcp_message_notification(&self, params: MessageMcpNotification) -> Result<(), Error> {
-        self.0.mcp.message_notification(params).await
-    }
-    async fn mcp_disconnect(&self, _: DisconnectMcpRequest) -> Result<DisconnectMcpResponse, Error> {
-        std::future::pending().await
-    }
-}
-
-/// `close` waits for the answer to `mcp/disconnect`, but not for ever.
-#[tokio::test(start_paused = true)]
-async fn closing_a_connection_whose_client_never_answers_the_disconnect_ends_in_time() {
-    let (conn, _logs, _client) = connected(|mcp, end| {
-        let (messages, messages_rx) = mpsc::unbounded_channel();
-        let (agent, serve) = serve_client(MuteOnDisconnect(ToolClient { mcp, messages }), end.0, end.1);
-        tokio::spawn(serve);
-        (agent, messages_rx)
-    })
-    .await;
-    let started = tokio::time::Instant::now();
-    tokio::time::timeout(LIMIT, conn.close()).await.expect("close gives up on the answer");
-    assert!(started.elapsed() >= std::time::Duration::from_secs(5), "it did wait for the answer a while");
-}
-
-/// An `mcp/connect` the agent gave up on (its future dropped, or its token cancelled) whose
-/// answer opens a connection anyway: the agent closes that connection with `mcp/disconnect`,
-/// rather than leave it (and its server instance) open on the client until the ACP connection
-/// ends. The client side here is raw lines, so the answer comes exactly when the test says.
+/// The using agent on the wire, toward a raw client: its rmcp client's requests are
+/// `mcp/message` requests of exactly the schema's shape, with fresh `requestId`s; MCP's
+/// stateless lifecycle (`server/discover`, no `notifications/initialized`); an inner error
+/// carrier becomes the MCP error as sent; a provider notification for a request in flight
+/// reaches the rmcp client, one for no request of ours does not.
 #[tokio::test]
-async fn a_connect_given_up_before_its_answer_closes_what_the_answer_opened() {
+async fn the_consumer_on_the_wire_request_shapes_and_error_carriers() {
+    use acp_rpc::mcp::rmcp::model::{
+        CallToolRequestParams, DiscoverResult, ProtocolVersion, ServerCapabilities, ServerConfig,
+    };
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
     let (agent_end, (client_read, mut client_write)) = duplex(BUF);
-    let (client_handle, serve) = serve_agent(AcpMcpAgent::new(McpClients::new()), agent_end.0, agent_end.1);
+    let clients = McpClients::new();
+    let (client_handle, serve) = serve_agent(AcpMcpAgent::new(clients.clone()), agent_end.0, agent_end.1);
     tokio::spawn(serve);
     let mut lines = BufReader::new(client_read).lines();
-    // What the agent writes, `$/cancel_request`s aside (whether it sends them is not the point).
     let mut read = async || -> Value {
-        loop {
-            let line = tokio::time::timeout(LIMIT, lines.next_line()).await.expect("a message in time").unwrap();
-            let message: Value = serde_json::from_str(&line.expect("the agent's output is open")).unwrap();
-            if message["method"] != "$/cancel_request" {
-                return message;
-            }
-        }
+        let line = tokio::time::timeout(LIMIT, lines.next_line()).await.expect("a message in time").unwrap();
+        serde_json::from_str(&line.expect("the agent's output is open")).unwrap()
     };
-    let clients = McpClients::new();
-
-    // Dropped: the caller stops waiting before the answer.
-    let mut connect = Box::pin(clients.connect(&client_handle, "calc", ()));
-    assert!(tokio::time::timeout(std::time::Duration::from_millis(50), &mut connect).await.is_err());
-    let asked = read().await;
-    assert_eq!(asked["method"], "mcp/connect", "{asked}");
-    drop(connect);
-    // Cancelled: the handle's token fires before the answer.
-    let token = tokio_util::sync::CancellationToken::new();
-    let bound = client_handle.bound_to(token.clone());
-    let cancelled = tokio::spawn({
+    let (logs, mut log_rx) = mpsc::unbounded_channel();
+    let connecting = tokio::spawn({
         let clients = clients.clone();
-        async move { clients.connect(&bound, "calc", ()).await.map(|_| ()) }
+        async move { clients.connect(&client_handle, "calc", Recorder { logs }).await }
     });
-    let asked_again = read().await;
-    assert_eq!(asked_again["method"], "mcp/connect", "{asked_again}");
-    token.cancel();
-    let failed = tokio::time::timeout(LIMIT, cancelled).await.expect("the cancelled connect returns").unwrap();
-    assert!(matches!(failed, Err(acp_rpc::mcp::McpConnectError::Connect(acp_rpc::Error::Cancelled))), "{failed:?}");
 
-    // The client answers both anyway, each with a connection of its own.
-    for (request, connection) in [(&asked, "late-1"), (&asked_again, "late-2")] {
-        let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"connectionId": connection}});
-        client_write.write_all(format!("{answer}\n").as_bytes()).await.unwrap();
+    let discover = read().await;
+    assert_eq!(discover["jsonrpc"], "2.0");
+    assert_eq!(discover["method"], "mcp/message", "{discover}");
+    let mut keys: Vec<&String> = discover["params"].as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["method", "params", "requestId", "serverId"], "{discover}");
+    assert_eq!(discover["params"]["serverId"], "calc");
+    assert_eq!(discover["params"]["method"], "server/discover");
+    let first_id = discover["params"]["requestId"].as_str().expect("a string requestId").to_owned();
+    let info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+    let result =
+        serde_json::to_value(DiscoverResult::from_server_info(vec![ProtocolVersion::V_2026_07_28], info)).unwrap();
+    let answer = json!({"jsonrpc": "2.0", "id": discover["id"], "result": {"result": result}});
+    client_write.write_all(format!("{answer}\n").as_bytes()).await.unwrap();
+    let conn = tokio::time::timeout(LIMIT, connecting).await.expect("connected in time").unwrap().expect("connect");
+    assert_eq!(conn.server_id().0, "calc");
+
+    let mut add = CallToolRequestParams::new("add");
+    add.arguments = json!({"a": 1, "b": 2}).as_object().cloned();
+    let calling = tokio::spawn(async move {
+        let called = conn.call_tool(add).await;
+        (conn, called)
+    });
+    // Next on the wire is the call: no `notifications/initialized` (or any notification).
+    let call = read().await;
+    assert_eq!(call["method"], "mcp/message", "{call}");
+    assert!(call.get("id").is_some(), "{call}");
+    assert_eq!(call["params"]["method"], "tools/call", "{call}");
+    let request_id = call["params"]["requestId"].as_str().unwrap().to_owned();
+    assert_ne!(request_id, first_id, "each inner request has a requestId of its own");
+    assert_eq!(call["params"]["params"]["arguments"], json!({"a": 1, "b": 2}));
+    assert!(call["params"]["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"].is_string(), "{call}");
+
+    // A notification for another requestId is not ours; one for the call reaches the client.
+    for id in ["someone-else/1", request_id.as_str()] {
+        let log = json!({
+            "jsonrpc": "2.0", "method": "mcp/message",
+            "params": {"serverId": "calc", "requestId": id, "method": "notifications/message",
+                       "params": {"level": "info", "data": id}},
+        });
+        client_write.write_all(format!("{log}\n").as_bytes()).await.unwrap();
     }
-    let mut closed = Vec::new();
-    while closed.len() < 2 {
-        let message = read().await;
-        if message["method"] == "mcp/disconnect" {
-            closed.push(message["params"]["connectionId"].as_str().unwrap().to_owned());
+    assert_eq!(next(&mut log_rx).await, format!("\"{request_id}\""));
+
+    let error = json!({"code": -32602, "message": "no such tool here", "data": {"tool": "add"}});
+    let answer = json!({"jsonrpc": "2.0", "id": call["id"], "result": {"error": error}});
+    client_write.write_all(format!("{answer}\n").as_bytes()).await.unwrap();
+    let (conn, called) = tokio::time::timeout(LIMIT, calling).await.expect("answered in time").unwrap();
+    match called {
+        Err(acp_rpc::mcp::rmcp::ServiceError::McpError(e)) => {
+            assert_eq!(e.code.0, -32602);
+            assert_eq!(e.message, "no such tool here");
+            assert_eq!(e.data, Some(json!({"tool": "add"})));
         }
+        other => panic!("expected the inner MCP error: {other:?}"),
     }
-    closed.sort();
-    assert_eq!(closed, ["late-1", "late-2"]);
-    assert_eq!(clients.connection_count(), 0);
+    assert!(log_rx.try_recv().is_err(), "the foreign notification reached the client");
+    assert_eq!(clients.connection_count(), 1);
+    drop(conn);
+    eventually("the connection is gone", || clients.connection_count() == 0).await;
 }

@@ -5,7 +5,7 @@
 #![cfg(all(
     feature = "unstable_session_fork",
     feature = "unstable_llm_providers",
-    feature = "unstable_nes",
+    feature = "unstable_session_archive",
     feature = "unstable_mcp_over_acp"
 ))]
 
@@ -38,10 +38,13 @@ impl Forker {
     async fn providers_list(&self, _: ListProvidersRequest, _cx: AgentContext) -> Result<ListProvidersResponse, Error> {
         Ok(ListProvidersResponse::new(vec![]))
     }
-    async fn nes_accept(&self, _: AcceptNesNotification) {}
+    async fn session_archive(&self, _: ArchiveSessionRequest) -> Result<ArchiveSessionResponse, Error> {
+        Ok(ArchiveSessionResponse::new())
+    }
+    async fn mcp_message(&self, _: MessageMcpNotification) {}
     // Configured out: not handled, and no gate error either.
     #[cfg(any())]
-    async fn nes_start(&self, _: StartNesRequest) -> Result<StartNesResponse, Error> {
+    async fn session_status(&self, _: SessionStatusRequest) -> Result<SessionStatusResponse, Error> {
         unreachable!()
     }
 }
@@ -57,7 +60,11 @@ impl McpClient {
         Ok(RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled))
     }
     async fn session_update(&self, _: SessionNotification) {}
-    async fn mcp_message_notification(&self, _: MessageMcpNotification, _cx: ClientContext) {}
+    // The request-scoped MCP binding: the client answers the inner request's outcome.
+    async fn mcp_message(&self, params: MessageMcpRequest, _cx: ClientContext) -> Result<MessageMcpResponse, Error> {
+        let error = McpError::new(-32601, format!("{} has no {}", params.server_id, params.method));
+        Ok(MessageMcpResponse::Error(MessageMcpVariant1::new(error)))
+    }
 }
 
 #[tokio::test]
@@ -83,8 +90,23 @@ async fn unstable_handlers_are_handled_and_advertised_with_their_features_on() {
     let forked = call("session/fork", json!({"sessionId": "s", "cwd": "/", "mcpServers": []})).await.unwrap();
     assert_eq!(forked["sessionId"], "s_fork");
     assert_eq!(call("providers/list", json!({})).await.unwrap()["providers"], json!([]));
-    match call("nes/start", json!({})).await {
+    assert_eq!(call("session/archive", json!({"sessionId": "s"})).await.unwrap(), json!({}));
+    match call("session/status", json!({"sessionId": "s"})).await {
         Err(acp_rpc::Error::Rpc(e)) => assert_eq!(e.code, acp_rpc::codes::METHOD_NOT_FOUND),
-        other => panic!("nes/start is configured out: {other:?}"),
+        other => panic!("session/status is configured out: {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_clients_mcp_message_handler_answers_the_inner_outcome_carrier() {
+    let (agent_end, client_end) = duplex(64 * 1024);
+    let (_agent, client_serve) = acp_rpc::serve_client(McpClient, client_end.0, client_end.1);
+    let (peer, raw_serve) = Connection::new().serve(agent_end.0, agent_end.1, ());
+    tokio::spawn(client_serve);
+    tokio::spawn(raw_serve);
+    let params = json!({"serverId": "s1", "requestId": "r1", "method": "tools/list"});
+    let raw = serde_json::value::to_raw_value(&params).unwrap();
+    let result: Box<RawValue> = peer.request_raw("mcp/message", Some(&raw)).await.unwrap();
+    let result: Value = serde_json::from_str(result.get()).unwrap();
+    assert_eq!(result, json!({"error": {"code": -32601, "message": "s1 has no tools/list"}}));
 }

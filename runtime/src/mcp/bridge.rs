@@ -4,10 +4,14 @@
 //! `session/new`, `session/load`, `session/resume` and `session/fork` into a stdio server
 //! the agent starts as it starts any other: a small shim process ([`run_shim`]; for
 //! `acp-conductor`, its own `mcp-bridge` subcommand) that connects back to the conductor over
-//! a unix socket and relays the MCP messages, line for line, both ways. The conductor turns
-//! each shim's connection into `mcp/connect`, `mcp/message` and `mcp/disconnect` toward
-//! whoever declared the server (the client, or a proxy of the chain), as the agent would
-//! have sent them.
+//! a unix socket and relays the MCP messages, line for line, both ways. The conductor is
+//! then the consumer the agent would have been: each request of the agent's MCP client
+//! becomes an `mcp/message` request toward whoever declared the server (the client, or a
+//! proxy of the chain), under a fresh `requestId`; the provider's `mcp/message` notifications
+//! for it go back to that shim; the agent's `notifications/cancelled` cancels the ACP request,
+//! and its other notifications (`notifications/initialized`, ...) stop at the conductor, the
+//! wire having no place for them (see `tunnel`). The provider answers the MCP client's
+//! `initialize` like any other request.
 //!
 //! A stdio shim rather than a loopback HTTP endpoint: every MCP client can start a stdio
 //! server (HTTP is optional in ACP's `mcpCapabilities`), the conductor needs no HTTP stack,
@@ -21,17 +25,17 @@
 //! ```
 //!
 //! (its `_meta` kept). Between shim and conductor: the shim's first line is
-//! `{"serverId": S}`, the conductor's first line `{"connected": true}` or
-//! `{"error": "..."}`; then MCP's own newline-delimited messages.
+//! `{"serverId": S}` (one the conductor declared), the conductor's first line
+//! `{"connected": true}` or `{"error": "..."}`; then MCP's own newline-delimited messages.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use acp_types::{ConnectMcpRequest, ConnectMcpResponse, McpConnectionId, agent_method, client_method};
+use acp_types::{McpRequestId, McpServerAcpId, agent_method};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
@@ -40,7 +44,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 
 use super::MCP_SERVER_CARRIERS;
-use super::tunnel::{OnEnd, Route, Tunnel, answer_message};
+use super::tunnel::{Route, Tunnel, answer_message, tag_of};
 use crate::framing::{DEFAULT_MAX_LINE_BYTES, Frame, LineReader};
 use crate::jsonrpc::ErrorObject;
 use crate::peer::Peer;
@@ -90,21 +94,25 @@ pub(crate) struct Bridge {
     /// The agent lacks `mcpCapabilities.acp`: declarations are rewritten.
     active: AtomicBool,
     listening: Mutex<Option<Arc<Listening>>>,
-    tunnels: Mutex<HashMap<McpConnectionId, Arc<Tunnel>>>,
+    /// By their tag.
+    tunnels: Mutex<HashMap<String, Arc<Tunnel>>>,
+    /// The `serverId`s of the declarations rewritten: the shims that may connect.
+    declared: Mutex<HashSet<String>>,
     /// Toward the client from the agent's place in the chain.
     route: OnceLock<Route>,
     shutdown: CancellationToken,
 }
 
 #[derive(Deserialize)]
-struct ConnectionOf<'a> {
-    #[serde(rename = "connectionId", borrow)]
-    connection_id: std::borrow::Cow<'a, str>,
+struct RequestOf {
+    #[serde(rename = "requestId")]
+    request_id: McpRequestId,
 }
 
-fn connection_of(params: Option<&RawValue>) -> Option<String> {
-    let params: ConnectionOf<'_> = serde_json::from_str(params?.get()).ok()?;
-    Some(params.connection_id.into_owned())
+/// The tag of the tunnel whose request an `mcp/message` notification names.
+fn tunnel_of(params: Option<&RawValue>) -> Option<String> {
+    let params: RequestOf = serde_json::from_str(params?.get()).ok()?;
+    tag_of(&params.request_id).map(str::to_owned)
 }
 
 impl Bridge {
@@ -114,12 +122,13 @@ impl Bridge {
             active: AtomicBool::new(false),
             listening: Mutex::new(None),
             tunnels: Mutex::new(HashMap::new()),
+            declared: Mutex::new(HashSet::new()),
             route: OnceLock::new(),
             shutdown: CancellationToken::new(),
         })
     }
 
-    /// Where the bridge's `mcp/*` requests go: toward the client, from the agent's place.
+    /// Where the bridge's `mcp/message` requests go: toward the client, from the agent's place.
     pub(crate) fn set_route(&self, route: Route) {
         let _ = self.route.set(route);
     }
@@ -134,7 +143,7 @@ impl Bridge {
         match method {
             agent_method::INITIALIZE => true,
             agent_method::MCP_MESSAGE => {
-                self.is_active() && connection_of(params).is_some_and(|id| lock(&self.tunnels).contains_key(&*id))
+                self.is_active() && tunnel_of(params).is_some_and(|tag| lock(&self.tunnels).contains_key(&tag))
             }
             other => self.is_active() && MCP_SERVER_CARRIERS.contains(&other),
         }
@@ -157,13 +166,6 @@ impl Bridge {
                 let answer = to_agent(params).await?;
                 Ok(self.on_initialized(answer))
             }
-            agent_method::MCP_MESSAGE if self.is_active() => {
-                let tunnel = connection_of(params).and_then(|id| lock(&self.tunnels).get(&*id).cloned());
-                let Some(tunnel) = tunnel else { return to_agent(params).await };
-                let message: acp_types::MessageMcpRequest = parse(params)?;
-                let answer = tunnel.acp_request(message.method, message.params, cancel).await?;
-                serde_json::value::to_raw_value(&answer).map_err(ErrorObject::internal_error)
-            }
             carrier if self.is_active() && MCP_SERVER_CARRIERS.contains(&carrier) => {
                 let rewritten = self.rewrite(params)?;
                 to_agent(rewritten.as_deref().or(params)).await
@@ -176,9 +178,9 @@ impl Bridge {
     pub(crate) async fn handle_notification(&self, agent: &Peer, method: &str, params: Option<&RawValue>) {
         if method == agent_method::MCP_MESSAGE {
             if let Ok(message) = parse::<acp_types::MessageMcpNotification>(params) {
-                let tunnel = lock(&self.tunnels).get(&message.connection_id).cloned();
+                let tunnel = tag_of(&message.request_id).and_then(|tag| lock(&self.tunnels).get(tag).cloned());
                 if let Some(tunnel) = tunnel {
-                    tunnel.acp_notification(message.method, message.params).await;
+                    tunnel.provider_notification(&message.request_id, message.method, message.params).await;
                     return;
                 }
             }
@@ -228,6 +230,7 @@ impl Bridge {
             let Some(server_id) = acp.get("serverId").and_then(Value::as_str) else {
                 return Err(ErrorObject::invalid_params("an `acp` MCP server without a string `serverId`"));
             };
+            lock(&self.declared).insert(server_id.to_owned());
             let mut args = self.command.args.clone();
             args.extend([
                 "--socket".to_owned(),
@@ -282,7 +285,7 @@ impl Bridge {
         }
     }
 
-    /// One shim: its hello, `mcp/connect`, then the relay until either side ends.
+    /// One shim: its hello, then the relay until either side ends.
     async fn serve_shim(self: Arc<Self>, stream: UnixStream) {
         let (read, mut write) = stream.into_split();
         let mut lines = LineReader::new(read, DEFAULT_MAX_LINE_BYTES);
@@ -332,17 +335,18 @@ impl Bridge {
                         }
                     }
                     Err(error) => {
+                        let error = serde_json::to_value(error).unwrap_or(Value::Null);
                         errors.deliver(answer_message(Value::Null, Err(error))).await;
                     }
                 }
             }
-            // Dropping the outbox ends the tunnel: `mcp/disconnect` goes out.
+            // Dropping the outbox ends the tunnel: its requests in flight are cancelled.
         };
         tokio::join!(to_shim, from_shim);
     }
 
-    /// Reads the shim's hello and connects it: `mcp/connect` toward the client, a tunnel for
-    /// the connection.
+    /// Reads the shim's hello and connects it: a tunnel to the server it names, if the
+    /// conductor declared that server to the agent.
     async fn connect<R>(
         self: &Arc<Self>,
         lines: &mut LineReader<R>,
@@ -366,23 +370,18 @@ impl Bridge {
             }
             _ => return Err("the shim's hello is too long".to_owned()),
         };
+        if !lock(&self.declared).contains(&hello.server_id) {
+            return Err(format!("no MCP server `{}` was bridged", hello.server_id));
+        }
         let route = self.route.get().cloned().ok_or_else(|| "the chain is not connected yet".to_owned())?;
-        let answer = route
-            .request(client_method::MCP_CONNECT, &ConnectMcpRequest::new(hello.server_id.clone()))
-            .await
-            .map_err(|e| format!("mcp/connect for `{}` failed: {e}", hello.server_id))?;
-        let connected: ConnectMcpResponse =
-            serde_json::from_str(answer.get()).map_err(|e| format!("invalid mcp/connect answer: {e}"))?;
         let registry = Arc::downgrade(self);
-        let key = connected.connection_id.clone();
-        let then = Box::new(move || {
+        let on_end = Box::new(move |tag: &str| {
             if let Some(bridge) = registry.upgrade() {
-                lock(&bridge.tunnels).remove(&key);
+                lock(&bridge.tunnels).remove(tag);
             }
         });
-        let id = connected.connection_id;
-        let (tunnel, local) = Tunnel::start(id.clone(), route, OnEnd { disconnect: true, then }, |tunnel| {
-            lock(&self.tunnels).insert(id, tunnel);
+        let (tunnel, local) = Tunnel::start(McpServerAcpId(hello.server_id), route, on_end, |tunnel| {
+            lock(&self.tunnels).insert(tunnel.tag().to_owned(), tunnel);
         });
         Ok((tunnel, local))
     }
@@ -448,7 +447,7 @@ pub async fn run_shim(socket: &Path, server_id: &str) -> io::Result<()> {
     let up = async move {
         let _ = relay(tokio::io::stdin(), &mut write).await;
         let _ = write.shutdown().await;
-        // Keep relaying down until the conductor closes its side (after `mcp/disconnect`).
+        // Keep relaying down until the conductor closes its side (its answers still due).
         std::future::pending::<()>().await;
     };
     let down = async move { relay(read, &mut tokio::io::stdout()).await };
@@ -491,23 +490,20 @@ mod tests {
     /// [`super::super::tunnel`] and the short ACP write queue below) is well under a MiB.
     const CAP: usize = 8 << 20;
 
-    /// A shim connected through a bridge to an ACP peer driven by hand (`far`), which has
-    /// answered `mcp/connect` and reads nothing more unless a test reads it.
+    /// A shim connected through a bridge to an ACP peer driven by hand (`far`), which reads
+    /// nothing unless a test reads it.
     async fn connected_shim() -> (OwnedReadHalf, OwnedWriteHalf, LineReader<PipeReader>, PipeWriter) {
-        let ((ours_r, ours_w), (far_r, mut far_w)) = crate::transport::duplex(4096);
+        let ((ours_r, ours_w), (far_r, far_w)) = crate::transport::duplex(4096);
         let (peer, serve) = crate::Connection::new().write_queue_capacity(4).serve(ours_r, ours_w, ());
         tokio::spawn(serve);
         let bridge = Bridge::new(McpBridge::new("shim", Vec::<String>::new()));
         bridge.set_route(Route::plain(peer));
+        lock(&bridge.declared).insert("s".to_owned());
         let (shim, theirs) = UnixStream::pair().unwrap();
         let (mut shim_read, mut shim_write) = shim.into_split();
         shim_write.write_all(b"{\"serverId\":\"s\"}\n").await.unwrap();
         tokio::spawn(bridge.serve_shim(theirs));
-        let mut far = LineReader::new(far_r, DEFAULT_MAX_LINE_BYTES);
-        let connect = next_message(&mut far).await;
-        assert_eq!(connect["method"], "mcp/connect");
-        let answer = json!({"jsonrpc": "2.0", "id": connect["id"], "result": {"connectionId": "c1"}});
-        far_w.write_all(format!("{answer}\n").as_bytes()).await.unwrap();
+        let far = LineReader::new(far_r, DEFAULT_MAX_LINE_BYTES);
         let mut connected = [0u8; 19];
         shim_read.read_exact(&mut connected).await.unwrap();
         assert_eq!(&connected, b"{\"connected\":true}\n");
@@ -555,7 +551,7 @@ mod tests {
         let (_shim_read, shim_write, mut far, _far_w) = connected_shim().await;
         let pad = "x".repeat(4000);
         let line = |n: usize| {
-            let message = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"n": n, "pad": pad}});
+            let message = json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {"n": n, "pad": pad}});
             format!("{message}\n").into_bytes()
         };
         let (last, rest) = write_until_held(&shim_write, line).await;
@@ -567,6 +563,7 @@ mod tests {
         for n in 0..=last {
             let message = next_message(&mut far).await;
             assert_eq!(message["method"], "mcp/message");
+            assert_eq!(message["params"]["serverId"], "s");
             assert_eq!(message["params"]["params"]["n"], n, "{}", message["params"]["method"]);
         }
         finish.await.unwrap();

@@ -1,49 +1,43 @@
 //! The using side: [`McpClients`], an agent's rmcp clients of the `"type": "acp"` MCP servers
-//! its client declared.
+//! its client (or a proxy) declared.
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use acp_types::{
-    ConnectMcpRequest, ConnectMcpResponse, DisconnectMcpRequest, DisconnectMcpResponse, McpConnectionId, McpServer,
-    McpServerAcp, McpServerAcpId, MessageMcpNotification, MessageMcpRequest, MessageMcpResponse, client_method,
-};
-use rmcp::service::{ClientInitializeError, RoleClient, RunningService, Service};
-use serde_json::Value;
-use tokio::sync::oneshot;
+use acp_types::{McpServer, McpServerAcp, McpServerAcpId, MessageMcpNotification};
+use rmcp::model::ProtocolVersion;
+use rmcp::service::{ClientInitializeError, ClientLifecycleMode, RoleClient, RunningService, Service};
 
 use super::transport::TunnelTransport;
-use super::tunnel::{OnEnd, Route, Tunnel};
-use crate::Peer;
-use crate::agent::{AgentContext, ClientHandle};
-use crate::error::Error;
-use crate::typed;
+use super::tunnel::{Route, Tunnel, tag_of};
+use crate::agent::ClientHandle;
 
 /// Why [`McpClients::connect`] failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum McpConnectError {
-    /// `mcp/connect` failed (e.g. -32602 from a client that offers no such server).
-    #[error("mcp/connect failed: {0}")]
-    Connect(#[from] Error),
-    /// The MCP connection opened, but the MCP session did not start (`initialize`).
+    /// The MCP session did not start: `server/discover` failed (e.g. -32602 from a client
+    /// that offers no such server, or a server that speaks no stateless MCP revision).
     #[error("the MCP session did not start: {0}")]
     Initialize(Box<ClientInitializeError>),
 }
 
-/// An agent's connections to MCP servers offered over ACP. [`McpClients::connect`] opens one
-/// and runs an rmcp client on it, so the agent calls `list_tools`, `call_tool`, ... with rmcp's
-/// client API; dropping the [`McpConnection`] sends `mcp/disconnect`.
+/// An agent's rmcp clients of MCP servers offered over ACP. [`McpClients::connect`] starts
+/// one for a declared server, so the agent calls `list_tools`, `call_tool`, ... with rmcp's
+/// client API; each request travels as an `mcp/message` request with a fresh `requestId`.
 ///
-/// What the server sends on its own (notifications, requests to the client side of MCP such
-/// as sampling) arrives as `mcp/message` from the ACP client; an `#[acp_agent]` passes it on:
+/// The wire is request-scoped, so the client uses MCP's stateless lifecycle
+/// (`server/discover`, then every request carrying its protocol version and capabilities in
+/// `_meta`), as the official SDK's providers expect. Of the client's notifications, only
+/// `notifications/cancelled` for a request in flight has an effect (it cancels the ACP
+/// request); the others have no receiver on this wire.
+///
+/// What the server sends while a request runs (progress, logging) arrives as `mcp/message`
+/// notifications from the ACP client; an `#[acp_agent]` passes them on:
 ///
 /// ```ignore
-/// async fn mcp_message(&self, params: MessageMcpRequest, cx: AgentContext) -> Result<MessageMcpResponse, Error> {
-///     self.mcp.message(params, &cx).await
-/// }
-/// async fn mcp_message_notification(&self, params: MessageMcpNotification) -> Result<(), Error> {
+/// async fn mcp_message(&self, params: MessageMcpNotification) -> Result<(), Error> {
 ///     self.mcp.message_notification(params).await
 /// }
 /// ```
@@ -51,67 +45,12 @@ pub enum McpConnectError {
 /// Cheap to clone; clones share the connections.
 #[derive(Clone, Debug, Default)]
 pub struct McpClients {
-    connections: Arc<Mutex<HashMap<McpConnectionId, Arc<Tunnel>>>>,
+    /// By their tunnel's tag.
+    connections: Arc<Mutex<HashMap<String, Arc<Tunnel>>>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn unknown_connection(id: &McpConnectionId) -> acp_types::Error {
-    acp_types::Error::invalid_params().data(Value::from(format!("no MCP connection `{id}` here")))
-}
-
-type Opened = Result<ConnectMcpResponse, Error>;
-
-/// `mcp/connect`, made by a task of its own so that its answer is read even when the caller
-/// gives up first (see [`McpClients::connect`]); [`Waiting`] closes what such an answer opened.
-async fn open(client: &ClientHandle, params: ConnectMcpRequest) -> Opened {
-    let peer = client.peer().clone();
-    let call = typed::typed_call_owned::<_, ConnectMcpResponse>(peer.clone(), client_method::MCP_CONNECT, &params);
-    let (tx, rx) = oneshot::channel::<Opened>();
-    tokio::spawn({
-        let peer = peer.clone();
-        async move {
-            if let Err(Ok(opened)) = tx.send(call.await) {
-                disconnect(peer, opened.connection_id).await;
-            }
-        }
-    });
-    let mut waiting = Waiting { rx, peer };
-    match client.cancellation_token() {
-        Some(token) => tokio::select! {
-            answer = &mut waiting.rx => answer.unwrap_or(Err(Error::ConnectionClosed)),
-            () = token.cancelled() => Err(if client.peer().is_closed() { Error::ConnectionClosed } else { Error::Cancelled }),
-        },
-        None => (&mut waiting.rx).await.unwrap_or(Err(Error::ConnectionClosed)),
-    }
-}
-
-/// The caller's end of an `mcp/connect` in flight. Dropped before the answer was taken, it
-/// closes the channel, so the task disconnects what the answer opens; an answer already in the
-/// channel is disconnected here.
-struct Waiting {
-    rx: oneshot::Receiver<Opened>,
-    peer: Peer,
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        self.rx.close();
-        if let Ok(Ok(opened)) = self.rx.try_recv()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(disconnect(self.peer.clone(), opened.connection_id));
-        }
-    }
-}
-
-/// `mcp/disconnect` for a connection nobody uses; the answer does not matter.
-async fn disconnect(peer: Peer, connection_id: McpConnectionId) {
-    tracing::debug!(connection = %connection_id, "mcp over acp: closing a connection whose connect was given up");
-    let params = DisconnectMcpRequest::new(connection_id);
-    let _ = typed::typed_call_owned::<_, DisconnectMcpResponse>(peer, client_method::MCP_DISCONNECT, &params).await;
 }
 
 /// The `"type": "acp"` servers among `servers` (e.g. `session/new`'s `mcpServers`).
@@ -128,22 +67,18 @@ impl McpClients {
         Self::default()
     }
 
-    /// How many MCP connections are open.
+    /// How many rmcp clients are running.
     pub fn connection_count(&self) -> usize {
         lock(&self.connections).len()
     }
 
-    /// Connects to the server `server_id` through `client` (`mcp/connect`; bound to the
-    /// handle's cancellation token, as every call of the handle) and starts the rmcp client
-    /// `service` on the connection (`()` for a client without handlers of its own): the MCP
-    /// `initialize` handshake has happened when this returns.
+    /// Starts the rmcp client `service` (`()` for a client without handlers of its own) for
+    /// the server `server_id`, its requests going through `client` as `mcp/message`: MCP's
+    /// `server/discover` has been answered when this returns.
     ///
-    /// The connection outlives the request it was opened in; it ends when the returned
-    /// [`McpConnection`] is dropped or closed (`mcp/disconnect` is then sent), when the rmcp
-    /// client stops, when the server side ends it, or with the ACP connection. A connect given
-    /// up before its answer (this future dropped, or the handle's token cancelled: it then
-    /// fails with [`Error::Cancelled`] at once) still has its answer awaited, and a connection
-    /// that answer opened is closed with `mcp/disconnect`, so none is left open on the client.
+    /// It runs until the returned [`McpConnection`] is dropped or closed, until the rmcp
+    /// client stops, or until the ACP connection ends; its requests still in flight are then
+    /// cancelled (`$/cancel_request`).
     pub async fn connect<C>(
         &self,
         client: &ClientHandle,
@@ -153,87 +88,86 @@ impl McpClients {
     where
         C: Service<RoleClient>,
     {
-        let connection_id = open(client, ConnectMcpRequest::new(server_id)).await?.connection_id;
-        let registry: Weak<Mutex<HashMap<McpConnectionId, Arc<Tunnel>>>> = Arc::downgrade(&self.connections);
-        let key = connection_id.clone();
-        let then = Box::new(move || {
-            if let Some(connections) = registry.upgrade() {
-                lock(&connections).remove(&key);
+        let registry: Weak<Mutex<HashMap<String, Arc<Tunnel>>>> = Arc::downgrade(&self.connections);
+        let route = Route::plain(client.peer().clone());
+        let on_end = Box::new({
+            let registry = registry.clone();
+            move |tag: &str| {
+                if let Some(connections) = registry.upgrade() {
+                    lock(&connections).remove(tag);
+                }
             }
         });
-        let route = Route::plain(client.peer().clone());
-        let on_end = OnEnd { disconnect: true, then };
-        let (tunnel, local) = Tunnel::start(connection_id.clone(), route, on_end, |tunnel| {
-            lock(&self.connections).insert(connection_id.clone(), tunnel);
+        let (tunnel, local) = Tunnel::start(server_id.into(), route, on_end, |tunnel| {
+            lock(&self.connections).insert(tunnel.tag().to_owned(), tunnel);
         });
+        let guard = HangUp { tunnel: tunnel.clone(), registry };
         let transport = TunnelTransport::new(local, tunnel.clone());
-        let guard = HangUp(tunnel);
-        let service =
-            rmcp::serve_client(service, transport).await.map_err(|e| McpConnectError::Initialize(Box::new(e)))?;
-        Ok(McpConnection { service: Some(service), guard, connection_id })
+        let lifecycle = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+        let service = rmcp::service::serve_client_with_lifecycle(service, transport, lifecycle)
+            .await
+            .map_err(|e| McpConnectError::Initialize(Box::new(e)))?;
+        Ok(McpConnection { service: Some(service), guard })
     }
 
-    /// `mcp/message` request from the client (the server asks something of the MCP client):
-    /// the rmcp client's answer.
-    pub async fn message(
-        &self,
-        params: MessageMcpRequest,
-        cx: &AgentContext,
-    ) -> Result<MessageMcpResponse, acp_types::Error> {
-        let tunnel = lock(&self.connections).get(&params.connection_id).cloned();
-        let tunnel = tunnel.ok_or_else(|| unknown_connection(&params.connection_id))?;
-        let answer = tunnel.acp_request(params.method, params.params, cx.cancellation_token()).await?;
-        Ok(MessageMcpResponse(answer))
-    }
-
-    /// `mcp/message` notification from the client (e.g. `notifications/tools/list_changed`):
-    /// passed to the rmcp client, waiting while it has a full queue of messages it has not
-    /// read yet (64), so a client cannot queue them faster than the rmcp client reads.
+    /// `mcp/message` notification from the client (e.g. `notifications/progress`): passed to
+    /// the rmcp client whose request it names while that request is in flight, waiting while
+    /// it has a full queue of messages it has not read yet (64), so a client cannot queue them
+    /// faster than the rmcp client reads. Dropped for a request that is not (or no longer)
+    /// ours.
     pub async fn message_notification(&self, params: MessageMcpNotification) -> Result<(), acp_types::Error> {
-        let tunnel = lock(&self.connections).get(&params.connection_id).cloned();
-        let tunnel = tunnel.ok_or_else(|| unknown_connection(&params.connection_id))?;
-        tunnel.acp_notification(params.method, params.params).await;
+        let tunnel = tag_of(&params.request_id).and_then(|tag| lock(&self.connections).get(tag).cloned());
+        match tunnel {
+            Some(tunnel) => tunnel.provider_notification(&params.request_id, params.method, params.params).await,
+            None => {
+                tracing::debug!(request = %params.request_id, "mcp over acp: notification for no request of ours dropped")
+            }
+        }
         Ok(())
     }
 }
 
-/// Hangs the tunnel up when dropped.
+/// Ends the tunnel and takes it out of the registry when dropped.
 #[derive(Debug)]
-struct HangUp(Arc<Tunnel>);
+struct HangUp {
+    tunnel: Arc<Tunnel>,
+    registry: Weak<Mutex<HashMap<String, Arc<Tunnel>>>>,
+}
 
 impl Drop for HangUp {
     fn drop(&mut self) {
-        self.0.hang_up();
+        self.tunnel.hang_up();
+        if let Some(connections) = self.registry.upgrade() {
+            lock(&connections).remove(self.tunnel.tag());
+        }
     }
 }
 
-/// An open MCP connection over ACP with the rmcp client running on it: it dereferences to
-/// rmcp's [`RunningService`] (and on to its [`Peer`](rmcp::Peer)), so `list_tools`,
-/// `call_tool`, ... are called on it directly. Dropping it sends `mcp/disconnect` (from a
-/// task); [`McpConnection::close`] waits for the answer.
+/// An rmcp client of a server offered over ACP: it dereferences to rmcp's [`RunningService`]
+/// (and on to its [`Peer`](rmcp::Peer)), so `list_tools`, `call_tool`, ... are called on it
+/// directly. Dropping it stops the client and cancels its requests in flight.
 pub struct McpConnection<C: Service<RoleClient>> {
     service: Option<RunningService<RoleClient, C>>,
     guard: HangUp,
-    connection_id: McpConnectionId,
 }
 
 impl<C: Service<RoleClient>> std::fmt::Debug for McpConnection<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("McpConnection").field("connection_id", &self.connection_id).finish_non_exhaustive()
+        f.debug_struct("McpConnection").field("server_id", self.server_id()).finish_non_exhaustive()
     }
 }
 
 impl<C: Service<RoleClient>> McpConnection<C> {
-    /// The `connectionId` the server side gave it.
-    pub fn connection_id(&self) -> &McpConnectionId {
-        &self.connection_id
+    /// The server it calls.
+    pub fn server_id(&self) -> &McpServerAcpId {
+        self.guard.tunnel.server_id()
     }
 
-    /// Ends the connection: `mcp/disconnect` is sent and answered when this returns (or given
-    /// up after 5 s without an answer); the rmcp client is stopped.
+    /// Stops the rmcp client; its requests in flight are cancelled (`$/cancel_request` sent)
+    /// when this returns.
     pub async fn close(mut self) {
-        self.guard.0.hang_up();
-        self.guard.0.ended().await;
+        self.guard.tunnel.hang_up();
+        self.guard.tunnel.ended().await;
         if let Some(service) = self.service.take() {
             service.cancellation_token().cancel();
         }

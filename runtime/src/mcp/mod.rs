@@ -4,40 +4,47 @@
 //!
 //! | side | type | feature |
 //! |---|---|---|
-//! | a client or a proxy offers servers | [`McpServers`]: registers rmcp servers, declares them (`"type": "acp"`), answers `mcp/connect`, `mcp/message`, `mcp/disconnect` | `mcp-over-acp` |
-//! | an agent uses them | [`McpClients`]: `mcp/connect`, then an rmcp client whose messages travel as `mcp/message` | `mcp-over-acp` |
+//! | a client or a proxy offers servers | [`McpServers`]: registers rmcp servers, declares them (`"type": "acp"`), answers `mcp/message` | `mcp-over-acp` |
+//! | an agent uses them | [`McpClients`]: an rmcp client whose requests travel as `mcp/message` | `mcp-over-acp` |
 //! | an agent that cannot | the conductor's bridge (`bridge`, `Conductor::mcp_bridge`): rewrites the declarations into a stdio server the agent spawns (unix) | `mcp-bridge` |
 //!
-//! # The wire (this crate's pinned schema)
+//! # The wire (request-scoped, this crate's pinned schema)
 //!
 //! | message | direction | params | result |
 //! |---|---|---|---|
 //! | `session/new` (and `load`, `resume`, `fork`) | client → agent | `mcpServers: [{"type": "acp", "name": N, "serverId": S}]` | |
-//! | `mcp/connect` | agent → client (toward whoever declared `S`) | `{"serverId": S}` | `{"connectionId": C}`, fresh for every connect |
-//! | `mcp/message` request | both ways | `{"connectionId": C, "method": M, "params"?: P}`: an MCP request | the MCP result itself; an MCP error is the ACP error |
-//! | `mcp/message` notification | both ways | the same: an MCP notification | |
-//! | `mcp/disconnect` | agent → client | `{"connectionId": C}` | `{}` |
+//! | `mcp/message` request | agent → client (toward whoever declared `S`) | `{"serverId": S, "requestId": R, "method": M, "params"?: P}`: one inner MCP request | the inner outcome: `{"result": X}` (`X` may be `null`) or `{"error": {"code", "message", "data"?}}` |
+//! | `mcp/message` notification | client → agent | `{"serverId": S, "requestId": R, "method": M, "params"?: P}`: an MCP notification of the server while `R` is active (progress, logging) | |
 //!
 //! An agent advertises that it speaks this with `agentCapabilities.mcpCapabilities.acp: true`.
-//! Inner MCP request ids do not travel: each ACP hop has its own ids, and each end of a
-//! connection numbers the MCP requests it hands to its rmcp peer itself. Cancelling an
-//! `mcp/message` request (`$/cancel_request`) reaches the other end's rmcp as MCP's
-//! `notifications/cancelled`, and the other way round.
+//! There are no connections: every request names its server, and an ACP error answers only
+//! what cannot be served (an unknown `serverId`, bad params); the server's own errors travel in
+//! the `{"error": ..}` carrier. The caller makes `requestId` (a string, unique among its active
+//! requests on the connection; ours are a random tag per rmcp client and a counter) and it is
+//! also the inner MCP id the server sees, so what the server says about a request names it.
 //!
-//! The official Rust SDK 5.0 follows a later revision of the schema, in which MCP over ACP is
-//! request-scoped: no `mcp/connect` or `mcp/disconnect`, every `mcp/message` names its
-//! `serverId` and an inner `requestId`, its result is a carrier `{"result": ..}` or
-//! `{"error": ..}`, and the inner protocol is MCP's stateless revision. This crate follows the
-//! schema it is generated from (connections, as above); the two do not interoperate on these
-//! methods.
+//! How rmcp maps onto it, as in the official Rust SDK 5.x:
+//!
+//! - Lifecycle: [`McpClients`] uses MCP's stateless revision (`server/discover`, then every
+//!   request carrying its protocol version and capabilities in `_meta`). [`McpServers`] serves
+//!   each request on an rmcp session of its own, without a handshake, over the server's one
+//!   instance; a legacy `initialize` (the bridge's agents send one) is answered like any other
+//!   request, and `notifications/initialized`, which the consumer has no way to send, is not
+//!   needed.
+//! - The consumer's notifications have no place on the wire: `notifications/cancelled` for a
+//!   request in flight cancels its ACP request; the others stop at the consumer.
+//! - The server's requests to the MCP client (sampling, elicitation, roots) are not carried:
+//!   they fail at once, and so does the call that made them, unless the server handles that.
+//! - Cancellation: `$/cancel_request` for an `mcp/message` reaches the server as MCP's
+//!   `notifications/cancelled` for its request.
 //!
 //! # In a chain
 //!
-//! `mcp/connect`, `mcp/message` and `mcp/disconnect` from the agent travel toward the client
-//! like any agent → client message; a proxy offering servers ([`McpServers`] is a
-//! [`Proxy`](crate::proxy::Proxy)) answers those for its own `serverId`s and connections and
-//! forwards the rest. Ids are unique to the process that made them (a random tag), so the
-//! servers of several components never collide.
+//! `mcp/message` requests from the agent travel toward the client like any agent → client
+//! message; a proxy offering servers ([`McpServers`] is a [`Proxy`](crate::proxy::Proxy))
+//! answers those for its own `serverId`s and forwards the rest, and its notifications go
+//! toward the agent. `serverId`s are unique to the process that made them (a random tag), so
+//! the servers of several components never collide.
 //!
 //! A proxy of your own that also offers MCP servers delegates these methods to its
 //! [`McpServers`]:

@@ -1,6 +1,6 @@
-//! An rmcp [`Transport`] over a [`Tunnel`]: rmcp's typed messages become the tunnel's JSON
-//! messages and back. Used by both roles ([`super::McpServers`] runs rmcp servers on it,
-//! [`super::McpClients`] rmcp clients).
+//! The rmcp [`Transport`]s of MCP over ACP: [`TunnelTransport`], an rmcp client's end of a
+//! [`Tunnel`] ([`super::McpClients`]), and [`OperationTransport`], the one-request session an
+//! rmcp server runs for each `mcp/message` ([`super::McpServers`]).
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -74,23 +74,39 @@ impl<R: ServiceRole> Transport<R> for TunnelTransport<R> {
 }
 
 impl<R: ServiceRole> TunnelTransport<R> {
-    /// A message rmcp cannot read: a request of the ACP peer is answered -32602 at once; an
-    /// answer to one of rmcp's requests is handed over as an error, so rmcp does not wait for
-    /// it forever; a notification is dropped.
+    /// A message rmcp cannot read: an answer to one of rmcp's requests is handed over as an
+    /// error, so rmcp does not wait for it forever; a notification is dropped. (The tunnel
+    /// hands on no requests: the provider cannot send any on this wire.)
     fn undecodable(&self, message: Value, e: &serde_json::Error) -> Option<RxJsonRpcMessage<R>> {
-        let id = message.get("id").cloned();
-        let is_request = message.get("method").is_some();
-        tracing::warn!(error = %e, "mcp over acp: an MCP message rmcp cannot read");
-        match id {
-            Some(id) if is_request => {
-                self.tunnel.reject(&id, ErrorObject::invalid_params(format_args!("invalid MCP message: {e}")));
-                None
-            }
-            Some(id) => {
-                let error = ErrorObject::internal_error(format_args!("the MCP peer's answer is invalid: {e}"));
-                serde_json::from_value(answer_message(id, Err(error))).ok()
-            }
-            None => None,
-        }
+        tracing::warn!(server = %self.tunnel.server_id(), error = %e, "mcp over acp: an MCP message rmcp cannot read");
+        let id = message.get("id").cloned().filter(|_| message.get("method").is_none())?;
+        let error = ErrorObject::internal_error(format_args!("the MCP peer's answer is invalid: {e}"));
+        serde_json::from_value(answer_message(id, Err(serde_json::to_value(error).ok()?))).ok()
+    }
+}
+
+/// The transport of one `mcp/message` request's rmcp session: the request (and, once the ACP
+/// request is cancelled, MCP's `notifications/cancelled` for it, or the answers to the
+/// server's own requests) goes in through `inbox`, everything the server sends comes out of
+/// `outbox`.
+pub(crate) struct OperationTransport<R: ServiceRole> {
+    pub(crate) inbox: tokio::sync::mpsc::UnboundedReceiver<RxJsonRpcMessage<R>>,
+    pub(crate) outbox: tokio::sync::mpsc::UnboundedSender<TxJsonRpcMessage<R>>,
+}
+
+impl<R: ServiceRole> Transport<R> for OperationTransport<R> {
+    type Error = TunnelError;
+
+    fn send(&mut self, item: TxJsonRpcMessage<R>) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        std::future::ready(self.outbox.send(item).map_err(|_| TunnelError::Closed))
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<R>> {
+        self.inbox.recv().await
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.inbox.close();
+        Ok(())
     }
 }

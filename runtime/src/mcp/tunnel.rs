@@ -1,28 +1,28 @@
-//! One MCP connection carried over ACP (a `connectionId`), independent of what runs at the
-//! local end: an rmcp server or client, or the stdio shim of the conductor's bridge.
+//! The consuming end of MCP over ACP for one declared server (a `serverId`), independent of
+//! what runs at the local end: an rmcp client, or the stdio shim of the conductor's bridge.
 //!
 //! The local end exchanges whole MCP JSON-RPC messages with the tunnel through two channels
-//! ([`LocalEnd`]). What it sends becomes `mcp/message` toward the ACP peer: its requests are
-//! ACP requests whose answer becomes the MCP response (under the local end's own id), its
-//! notifications ACP notifications, in the order it sent them. What the ACP peer sends with
-//! `mcp/message` reaches the local end under ids of the tunnel's own, and the local end's
-//! answer is the ACP answer. Cancellation crosses both ways: `$/cancel_request` on an ACP
-//! request becomes `notifications/cancelled` for the local end, and the local end's
-//! `notifications/cancelled` for a request in flight cancels the ACP request. MCP ids do not
-//! cross the tunnel, so any other `notifications/cancelled` (a late one, or one the ACP peer
-//! sends) stops here. What the local end sends that is no message (a batch, a bare value) is
-//! answered -32600 with a null id, and an answer with neither `result` nor `error` fails the
-//! request it answers.
-
+//! ([`LocalEnd`]). Each request it sends becomes an `mcp/message` request toward whoever
+//! declared the server, under a fresh `requestId` (the tunnel's tag and a counter, so several
+//! tunnels on one ACP connection never collide); the answer's carrier becomes the MCP response
+//! under the local end's own id: `{"result": ..}` a result, `{"error": ..}` the MCP error as
+//! sent, an ACP error (the binding failed) an MCP error with its code and message. The
+//! provider's `mcp/message` notifications for a request still in flight reach the local end as
+//! MCP notifications. The wire carries nothing else from the consumer, so the local end's
+//! notifications stop here: `notifications/cancelled` for a request in flight cancels its ACP
+//! request (`$/cancel_request`, which the provider turns back into MCP's cancellation), and
+//! every other one (`notifications/initialized`, ...) is dropped; the provider needs none, as
+//! it serves each request on its own. What the local end sends that is no message (a batch, a
+//! bare value) is answered -32600 with a null id.
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use acp_types::{McpConnectionId, client_method};
+use acp_types::{McpRequestId, McpServerAcpId, MessageMcpRequest, MessageMcpResponse, client_method};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
@@ -32,14 +32,10 @@ use crate::proxy::{Wire, envelope};
 
 const MCP_CANCELLED: &str = "notifications/cancelled";
 
-/// Messages from the ACP peer queued for the local end: once it holds this many, handing it
-/// the next one waits (a notification handler, and with it the reading of the ACP connection;
-/// a request's task), so a peer cannot grow the queue faster than the local end reads.
+/// Messages queued for the local end: once it holds this many, handing it the next one waits
+/// (a notification handler, and with it the reading of the ACP connection; an answer's task),
+/// so a provider cannot grow the queue faster than the local end reads.
 const LOCAL_QUEUE: usize = 64;
-
-/// How long a tunnel's end waits for the answer to its `mcp/disconnect`: a peer that never
-/// answers must not keep `McpConnection::close` waiting.
-pub(crate) const DISCONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Where a tunnel's `mcp/message`s go: a peer, directly or (toward a proxy's successor)
 /// wrapped in the successor envelope of the wire that proxy speaks.
@@ -86,12 +82,8 @@ impl Route {
         self.peer.send_request_raw(method, Some(&params)).await
     }
 
-    /// Calls `method` and waits for the answer.
-    pub(crate) async fn request<P: Serialize>(&self, method: &str, params: &P) -> Result<Box<RawValue>, Error> {
-        self.send_request(method, params).await?.await
-    }
-
-    /// Sends a notification.
+    /// Sends a notification (a provider's, for the consumer).
+    #[cfg(feature = "mcp-over-acp")]
     pub(crate) async fn notify<P: Serialize>(&self, method: &str, params: &P) -> Result<(), Error> {
         let (method, params) = self.encode(method, params, true)?;
         self.peer.notify_raw(method, Some(&params)).await
@@ -142,45 +134,47 @@ impl Outbox {
     }
 }
 
-/// What a tunnel does when it ends, besides closing its local end.
-pub(crate) struct OnEnd {
-    /// Send `mcp/disconnect` (the connecting side does; the provider does not).
-    pub(crate) disconnect: bool,
-    /// Called once, e.g. to take the tunnel out of a registry.
-    pub(crate) then: Box<dyn FnOnce() + Send>,
+/// The local end's request in flight over ACP.
+struct InFlight {
+    request_id: McpRequestId,
+    /// Cancelled, it drops the ACP request (which sends `$/cancel_request`).
+    cancel: CancellationToken,
 }
 
-type Answer = Result<Value, ErrorObject>;
-
-/// One MCP connection over ACP; see the [module docs](self).
+/// The consuming end for one declared server; see the [module docs](self).
 pub(crate) struct Tunnel {
-    connection_id: McpConnectionId,
+    server_id: McpServerAcpId,
+    /// The prefix of this tunnel's `requestId`s, unique to it.
+    tag: String,
     route: Route,
     to_local: Mutex<Option<mpsc::Sender<Value>>>,
     /// Room for the tunnel's own answers to the local end waiting for it to read them
     /// ([`Tunnel::deliver_later`]), [`LOCAL_QUEUE`] at most.
     answers: Arc<Semaphore>,
-    /// ACP requests waiting for the local end's answer, by the tunnel's id for them.
-    waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
-    /// The local end's requests in flight over ACP, by their id's JSON text.
-    in_flight: Mutex<HashMap<String, CancellationToken>>,
+    /// The local end's requests in flight, by their MCP id's JSON text.
+    in_flight: Mutex<HashMap<String, InFlight>>,
     next_id: AtomicU64,
-    /// Ended from outside: the other side disconnected, or the registry closed it.
+    /// Ended from outside: the owner closed it, or the ACP connection ended.
     closed: CancellationToken,
     /// Ended by the local end's owner: like the local end going away.
     hung_up: CancellationToken,
-    /// Fires once the tunnel has ended, `mcp/disconnect` answered if it sends one.
+    /// Fires once the tunnel has ended.
     ended: CancellationToken,
 }
 
 impl std::fmt::Debug for Tunnel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tunnel").field("connection_id", &self.connection_id).finish_non_exhaustive()
+        f.debug_struct("Tunnel").field("server_id", &self.server_id).field("tag", &self.tag).finish_non_exhaustive()
     }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The tag of the tunnel that made `request_id` (see [`Tunnel::tag`]).
+pub(crate) fn tag_of(request_id: &McpRequestId) -> Option<&str> {
+    request_id.0.rsplit_once('/').map(|(tag, _)| tag)
 }
 
 /// A message from the local end, by its JSON-RPC shape.
@@ -196,7 +190,8 @@ enum Local {
     },
     Answer {
         id: Value,
-        answer: Answer,
+        #[cfg_attr(not(test), allow(dead_code))]
+        answer: Result<Value, ErrorObject>,
     },
     Invalid {
         id: Option<Value>,
@@ -269,44 +264,50 @@ pub(crate) fn answer_message(id: Value, answer: Answer) -> Value {
     }
 }
 
-#[derive(Serialize)]
-struct McpMessage<'a> {
-    #[serde(rename = "connectionId")]
-    connection_id: &'a McpConnectionId,
-    method: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    params: Option<&'a Map<String, Value>>,
-}
+type Answer = Result<Value, Value>;
 
-/// MCP's cancellation of the tunnel's request `id`.
-fn cancelled(id: u64, reason: &str) -> Value {
-    json!({"jsonrpc": "2.0", "method": MCP_CANCELLED, "params": {"requestId": id, "reason": reason}})
-}
-
-/// The error for a request on a connection that has ended.
+/// The error for a request on a tunnel that has ended.
 pub(crate) fn closed_error() -> ErrorObject {
     ErrorObject::internal_error("the MCP connection over ACP is closed")
 }
 
+fn error_value(error: &ErrorObject) -> Value {
+    serde_json::to_value(error).unwrap_or_else(|_| json!({"code": -32603, "message": "Internal error"}))
+}
+
+/// The MCP answer an `mcp/message` outcome stands for.
+fn outcome(answer: Result<Box<RawValue>, Error>) -> Answer {
+    let raw = answer.map_err(|e| error_value(&failure(e)))?;
+    match serde_json::from_str::<MessageMcpResponse>(raw.get()) {
+        Ok(MessageMcpResponse::Result(carrier)) => Ok(carrier.result),
+        Ok(MessageMcpResponse::Error(carrier)) => {
+            Err(serde_json::to_value(&carrier.error).map_err(|e| error_value(&ErrorObject::internal_error(e)))?)
+        }
+        Ok(_) | Err(_) => Err(error_value(&ErrorObject::internal_error(
+            "the mcp/message answer carries neither `result` nor `error`",
+        ))),
+    }
+}
+
 impl Tunnel {
-    /// Starts a tunnel for `connection_id` whose `mcp/message`s take `route`; the local end
-    /// gets the returned [`LocalEnd`]. `register` puts the tunnel in its registry before it
-    /// runs, so that an end at once (the ACP connection already closed) finds it there for
-    /// `on_end` to take out.
+    /// Starts a tunnel to `server_id` whose `mcp/message`s take `route`; the local end gets
+    /// the returned [`LocalEnd`]. `register` puts the tunnel in its owner's registry (under
+    /// [`Tunnel::tag`]) before it runs, so that an end at once (the ACP connection already
+    /// closed) finds it there for `on_end` (given the tag) to take out.
     pub(crate) fn start(
-        connection_id: McpConnectionId,
+        server_id: McpServerAcpId,
         route: Route,
-        on_end: OnEnd,
+        on_end: Box<dyn FnOnce(&str) + Send>,
         register: impl FnOnce(Arc<Tunnel>),
     ) -> (Arc<Tunnel>, LocalEnd) {
         let (to_local, inbox) = mpsc::channel(LOCAL_QUEUE);
         let (queue, from_local) = mpsc::unbounded_channel();
         let tunnel = Arc::new(Tunnel {
-            connection_id,
+            server_id,
+            tag: format!("mcp-{}", super::random_tag()),
             route,
             to_local: Mutex::new(Some(to_local)),
             answers: Arc::new(Semaphore::new(LOCAL_QUEUE)),
-            waiting: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             closed: CancellationToken::new(),
@@ -319,38 +320,40 @@ impl Tunnel {
         (tunnel, LocalEnd { outbox, inbox })
     }
 
-    /// Ends the tunnel from the local end's side, as if the local end had gone away (the
-    /// connecting side then sends `mcp/disconnect`).
+    /// The prefix of this tunnel's `requestId`s (`TAG/N`), by which its owner finds it for a
+    /// provider's notification.
+    pub(crate) fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The server this tunnel reaches.
+    #[cfg(feature = "mcp-over-acp")]
+    pub(crate) fn server_id(&self) -> &McpServerAcpId {
+        &self.server_id
+    }
+
+    /// Ends the tunnel from the local end's side, as if the local end had gone away.
     pub(crate) fn hang_up(&self) {
         self.hung_up.cancel();
     }
 
-    /// Completes once the tunnel has ended (and its `mcp/disconnect`, if any, was answered).
+    /// Completes once the tunnel has ended.
     #[cfg(feature = "mcp-over-acp")]
     pub(crate) async fn ended(&self) {
         self.ended.cancelled().await;
     }
 
-    /// Ends the connection: the local end's input closes, waiting requests fail, the local
-    /// end's requests in flight are cancelled.
+    /// Ends the tunnel: the local end's input closes, its requests in flight are cancelled.
     pub(crate) fn close(&self) {
         self.closed.cancel();
-        let to_local = lock(&self.to_local).take();
-        // The local end learns that nobody waits for these answers any more, before its input
-        // ends: an rmcp server stops their handlers at once instead of draining them. As far
-        // as its queue has room: they are a courtesy, the end of its input follows anyway.
-        for (id, _) in lock(&self.waiting).drain() {
-            if let Some(to_local) = &to_local {
-                let _ = to_local.try_send(cancelled(id, "the MCP connection over ACP closed"));
-            }
-        }
-        for (_, token) in lock(&self.in_flight).drain() {
-            token.cancel();
+        lock(&self.to_local).take();
+        for (_, request) in lock(&self.in_flight).drain() {
+            request.cancel.cancel();
         }
     }
 
     /// Hands `message` to the local end, waiting while its queue is full; false once it is
-    /// gone or the tunnel closed.
+    /// closed.
     pub(crate) async fn deliver(&self, message: Value) -> bool {
         let Some(to_local) = lock(&self.to_local).clone() else { return false };
         tokio::select! {
@@ -382,53 +385,18 @@ impl Tunnel {
         });
     }
 
-    /// An `mcp/message` request from the ACP peer: the local end's answer, or the request's
-    /// cancellation (the local end is then sent `notifications/cancelled`).
-    pub(crate) async fn acp_request(
-        self: &Arc<Self>,
+    /// An `mcp/message` notification from the provider: handed to the local end while the
+    /// request it names is in flight (waiting while the local end's queue is full), dropped
+    /// otherwise, as MCP ties it to that request.
+    pub(crate) async fn provider_notification(
+        &self,
+        request_id: &McpRequestId,
         method: String,
         params: Option<Map<String, Value>>,
-        cancel: &CancellationToken,
-    ) -> Answer {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        lock(&self.waiting).insert(id, tx);
-        let mut message = json!({"jsonrpc": "2.0", "id": id, "method": method});
-        if let Some(params) = params {
-            message["params"] = Value::Object(params);
-        }
-        // Waiting for room in the local end's queue is cancellable too.
-        let delivered = tokio::select! {
-            delivered = self.deliver(message) => delivered,
-            () = cancel.cancelled() => {
-                lock(&self.waiting).remove(&id);
-                return Err(ErrorObject::request_cancelled());
-            }
-        };
-        if !delivered {
-            lock(&self.waiting).remove(&id);
-            return Err(closed_error());
-        }
-        tokio::select! {
-            answer = rx => answer.unwrap_or_else(|_| Err(closed_error())),
-            () = cancel.cancelled() => {
-                lock(&self.waiting).remove(&id);
-                // Its delivery is not waited for (only room among the tunnel's own answers):
-                // the request is answered now, whenever the local end reads its queue.
-                self.deliver_later(cancelled(id, "cancelled by the ACP peer")).await;
-                Err(ErrorObject::request_cancelled())
-            }
-        }
-    }
-
-    /// An `mcp/message` notification from the ACP peer; waits while the local end's queue is
-    /// full.
-    pub(crate) async fn acp_notification(&self, method: String, params: Option<Map<String, Value>>) {
-        if method == MCP_CANCELLED {
-            // It names a request by the sender's MCP id, which does not cross the tunnel (its
-            // requests reach us as ACP requests, cancelled with `$/cancel_request`): handed
-            // on, it would name an unrelated request of ours.
-            tracing::debug!(connection = %self.connection_id, "mcp over acp: notifications/cancelled from the ACP peer dropped");
+    ) {
+        let active = lock(&self.in_flight).values().any(|r| &r.request_id == request_id);
+        if !active {
+            tracing::debug!(server = %self.server_id, request = %request_id, method, "mcp over acp: notification for no request in flight dropped");
             return;
         }
         let mut message = json!({"jsonrpc": "2.0", "method": method});
@@ -436,17 +404,7 @@ impl Tunnel {
             message["params"] = Value::Object(params);
         }
         if !self.deliver(message).await {
-            tracing::debug!(connection = %self.connection_id, "mcp over acp: notification for a closed connection dropped");
-        }
-    }
-
-    /// Answers the tunnel's own request `id` with an error (the local end could not take it).
-    #[cfg(feature = "mcp-over-acp")]
-    pub(crate) fn reject(&self, id: &Value, error: ErrorObject) -> bool {
-        let Some(id) = id.as_u64() else { return false };
-        match lock(&self.waiting).remove(&id) {
-            Some(tx) => tx.send(Err(error)).is_ok(),
-            None => false,
+            tracing::debug!(server = %self.server_id, "mcp over acp: notification for a closed tunnel dropped");
         }
     }
 
@@ -454,7 +412,7 @@ impl Tunnel {
     async fn pump(
         self: Arc<Self>,
         mut from_local: mpsc::UnboundedReceiver<(Value, Option<OwnedSemaphorePermit>)>,
-        on_end: OnEnd,
+        on_end: Box<dyn FnOnce(&str) + Send>,
     ) {
         let acp_closed = self.route.closed_token();
         loop {
@@ -473,104 +431,77 @@ impl Tunnel {
         // Nothing more is taken from the local end: its sends fail, and what it queued goes
         // (with its permits, so a sender waiting for room learns the end too).
         drop(from_local);
-        let closed_here = !self.closed.is_cancelled();
         self.close();
-        (on_end.then)();
-        if on_end.disconnect && closed_here && !acp_closed.is_cancelled() {
-            let params = acp_types::DisconnectMcpRequest::new(self.connection_id.clone());
-            // Given up, the request is cancelled (`$/cancel_request`) as it drops.
-            match tokio::time::timeout(DISCONNECT_TIMEOUT, self.route.request(client_method::MCP_DISCONNECT, &params))
-                .await
-            {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::debug!(connection = %self.connection_id, error = %e, "mcp over acp: mcp/disconnect failed")
-                }
-                Err(_) => {
-                    tracing::debug!(connection = %self.connection_id, "mcp over acp: mcp/disconnect not answered in time")
-                }
-            }
-        }
+        on_end(&self.tag);
         self.ended.cancel();
     }
 
     async fn from_local(self: &Arc<Self>, message: Value) {
         match classify(message) {
-            Local::Request { id, method, params } => self.local_request(id, &method, params.as_ref()).await,
+            Local::Request { id, method, params } => self.local_request(id, method, params).await,
             Local::Notification { method, params } => {
                 if method == MCP_CANCELLED {
                     let request = params.as_ref().and_then(|p| p.get("requestId")).map(Value::to_string);
                     match request.and_then(|key| lock(&self.in_flight).remove(&key)) {
-                        // Cancelling the ACP request tells the other side (`$/cancel_request`).
-                        Some(token) => token.cancel(),
-                        // Already answered (MCP allows a late cancellation) or never sent: the
-                        // id means nothing on the other side, where it could name another
-                        // request.
+                        // Dropping the ACP request tells the provider (`$/cancel_request`).
+                        Some(request) => request.cancel.cancel(),
+                        // Already answered (MCP allows a late cancellation) or never sent.
                         None => {
-                            tracing::debug!(connection = %self.connection_id, "mcp over acp: cancellation of no request in flight dropped")
+                            tracing::debug!(server = %self.server_id, "mcp over acp: cancellation of no request in flight dropped")
                         }
                     }
                     return;
                 }
-                let message =
-                    McpMessage { connection_id: &self.connection_id, method: &method, params: params.as_ref() };
-                if let Err(e) = self.route.notify(client_method::MCP_MESSAGE, &message).await {
-                    tracing::debug!(connection = %self.connection_id, error = %e, "mcp over acp: notification not sent");
-                }
+                // `mcp/message` notifications only go from the provider to the consumer, and the
+                // provider serves each request on its own: `notifications/initialized` (and any
+                // other) has no receiver.
+                tracing::debug!(server = %self.server_id, method, "mcp over acp: notification from the local MCP end not carried");
             }
-            Local::Answer { id, answer } => {
-                let waiting = our_id(&id).and_then(|id| lock(&self.waiting).remove(&id));
-                match waiting {
-                    Some(tx) => {
-                        let _ = tx.send(answer);
-                    }
-                    None => {
-                        tracing::debug!(connection = %self.connection_id, %id, "mcp over acp: answer to no request dropped")
-                    }
-                }
+            Local::Answer { id, .. } => {
+                // The provider cannot send requests on this wire, so there is nothing to answer.
+                tracing::debug!(server = %self.server_id, %id, "mcp over acp: answer to no request dropped");
             }
             Local::BadNotification { reason } => {
-                tracing::warn!(connection = %self.connection_id, reason, "mcp over acp: notification from the local MCP end dropped");
+                tracing::warn!(server = %self.server_id, reason, "mcp over acp: notification from the local MCP end dropped");
             }
             Local::Invalid { id, reason } => {
-                tracing::warn!(connection = %self.connection_id, reason, "mcp over acp: invalid message from the local MCP end");
+                tracing::warn!(server = %self.server_id, reason, "mcp over acp: invalid message from the local MCP end");
                 // JSON-RPC: an invalid request is answered, with a null id when none can be read.
-                self.deliver_later(answer_message(
-                    id.unwrap_or(Value::Null),
-                    Err(ErrorObject::invalid_request(reason)),
-                ))
-                .await;
+                let error = error_value(&ErrorObject::invalid_request(reason));
+                self.deliver_later(answer_message(id.unwrap_or(Value::Null), Err(error))).await;
             }
         }
     }
 
-    /// Sends the local end's request over ACP (in order with its notifications) and hands the
-    /// answer back under the local end's id.
-    async fn local_request(self: &Arc<Self>, id: Value, method: &str, params: Option<&Map<String, Value>>) {
-        let message = McpMessage { connection_id: &self.connection_id, method, params };
+    /// Sends the local end's request as `mcp/message` (in order with what it sent before) and
+    /// hands the inner outcome back under the local end's id.
+    async fn local_request(self: &Arc<Self>, id: Value, method: String, params: Option<Map<String, Value>>) {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let request_id = McpRequestId(format!("{}/{n}", self.tag));
+        let mut message = MessageMcpRequest::new(self.server_id.clone(), request_id.clone(), method);
+        message.params = params;
+        let key = id.to_string();
+        let cancel = self.closed.child_token();
+        // In flight before it is sent: the provider's first notification may come before the
+        // send returns.
+        lock(&self.in_flight).insert(key.clone(), InFlight { request_id, cancel: cancel.clone() });
         let pending = match self.route.send_request(client_method::MCP_MESSAGE, &message).await {
             Ok(pending) => pending,
             Err(e) => {
-                self.deliver_later(answer_message(id, Err(failure(e)))).await;
+                lock(&self.in_flight).remove(&key);
+                self.deliver_later(answer_message(id, Err(error_value(&failure(e))))).await;
                 return;
             }
         };
-        let key = id.to_string();
-        let token = self.closed.child_token();
-        lock(&self.in_flight).insert(key.clone(), token.clone());
         let tunnel = self.clone();
         tokio::spawn(async move {
             let answer = tokio::select! {
                 answer = pending => answer,
                 // Dropping `pending` sends `$/cancel_request`; the local end expects no answer.
-                () = token.cancelled() => return,
+                () = cancel.cancelled() => return,
             };
             lock(&tunnel.in_flight).remove(&key);
-            let answer = answer.map_err(failure).and_then(|raw| {
-                serde_json::from_str(raw.get())
-                    .map_err(|e| ErrorObject::internal_error(format_args!("invalid result: {e}")))
-            });
-            tunnel.deliver(answer_message(id, answer)).await;
+            tunnel.deliver(answer_message(id, outcome(answer))).await;
         });
     }
 }
@@ -584,18 +515,6 @@ fn failure(e: Error) -> ErrorObject {
         Error::ConnectionClosed => closed_error(),
         other => ErrorObject::internal_error(format_args!("mcp/message failed: {other}")),
     }
-}
-
-/// The id of one of our requests, as the local MCP end wrote it back: our ids are numbers, and
-/// a peer that returns them as strings is understood, but only in the form we wrote (`"7"`,
-/// not `"07"` or `"+7"`), so an answer never reaches a request it was not meant for.
-fn our_id(id: &Value) -> Option<u64> {
-    if let Some(n) = id.as_u64() {
-        return Some(n);
-    }
-    let text = id.as_str()?;
-    let n: u64 = text.parse().ok()?;
-    (n.to_string() == text).then_some(n)
 }
 
 #[cfg(test)]
@@ -618,57 +537,67 @@ mod tests {
         assert!(matches!(neither, Local::Answer { answer: Err(ErrorObject { code: -32603, .. }), .. }));
     }
 
-    /// A local end that does not read holds up the ACP peer's messages at [`LOCAL_QUEUE`],
-    /// and gets every one of them, in order, once it reads. (The queue was unbounded: a peer
-    /// could fill memory as fast as it could write.)
+    #[test]
+    fn carriers_become_mcp_answers() {
+        let raw = |v: Value| Ok(serde_json::value::to_raw_value(&v).unwrap());
+        assert_eq!(outcome(raw(json!({"result": null}))), Ok(Value::Null));
+        assert_eq!(outcome(raw(json!({"result": {"tools": []}}))), Ok(json!({"tools": []})));
+        let error = json!({"code": -32602, "message": "no such tool", "data": null});
+        assert_eq!(outcome(raw(json!({"error": error.clone()}))), Err(error));
+        // Receivers prefer `result` when both are there.
+        assert_eq!(outcome(raw(json!({"result": 1, "error": {"code": 1, "message": "m"}}))), Ok(json!(1)));
+        let neither = outcome(raw(json!({"other": 1}))).unwrap_err();
+        assert_eq!(neither["code"], -32603);
+        let outer = outcome(Err(Error::Rpc(ErrorObject::invalid_params("unknown server")))).unwrap_err();
+        assert_eq!(outer["code"], -32602);
+    }
+
+    /// A local end that does not read holds up the provider's notifications at
+    /// [`LOCAL_QUEUE`], and gets every one of them, in order, once it reads.
     #[tokio::test]
-    async fn the_peers_messages_wait_for_a_local_end_that_does_not_read_and_none_is_lost() {
+    async fn the_providers_notifications_wait_for_a_local_end_that_does_not_read_and_none_is_lost() {
         const SENT: usize = 10 * LOCAL_QUEUE;
         let (ours, _far) = crate::transport::duplex(1 << 16);
         let (peer, serve) = crate::Connection::new().serve(ours.0, ours.1, ());
         tokio::spawn(serve);
-        let on_end = OnEnd { disconnect: false, then: Box::new(|| {}) };
-        let (tunnel, local) = Tunnel::start(McpConnectionId::from("c1".to_owned()), Route::plain(peer), on_end, |_| {});
+        let (tunnel, local) = Tunnel::start(McpServerAcpId::from("s"), Route::plain(peer), Box::new(|_| {}), |_| {});
         let mut inbox = local.inbox;
-        let peer_side = tokio::spawn({
-            let tunnel = tunnel.clone();
+        assert!(local.outbox.send_now(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call"})));
+        let request_id = McpRequestId(format!("{}/1", tunnel.tag()));
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !lock(&tunnel.in_flight).values().any(|r| r.request_id == request_id) {
+            assert!(tokio::time::Instant::now() < deadline, "the request never went out");
+            tokio::task::yield_now().await;
+        }
+        let provider = tokio::spawn({
+            let (tunnel, request_id) = (tunnel.clone(), request_id.clone());
             async move {
                 for n in 0..SENT {
-                    tunnel.acp_notification(format!("n/{n}"), None).await;
+                    tunnel.provider_notification(&request_id, format!("n/{n}"), None).await;
                 }
             }
         });
-        // Given time to run ahead, the peer's side is held at the queue's size.
+        // Given time to run ahead, the provider's side is held at the queue's size.
         for _ in 0..50 {
             tokio::task::yield_now().await;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         assert_eq!(inbox.len(), LOCAL_QUEUE);
-        assert!(!peer_side.is_finished());
-        // A request waiting for room can still be cancelled.
-        let cancel = CancellationToken::new();
-        let request = tokio::spawn({
-            let (tunnel, cancel) = (tunnel.clone(), cancel.clone());
-            async move { tunnel.acp_request("r".to_owned(), None, &cancel).await }
-        });
-        cancel.cancel();
-        let answer = tokio::time::timeout(std::time::Duration::from_secs(10), request).await.expect("in time");
-        assert_eq!(answer.unwrap().unwrap_err().code, ErrorObject::request_cancelled().code);
+        assert!(!provider.is_finished());
         for n in 0..SENT {
             let message = tokio::time::timeout(std::time::Duration::from_secs(10), inbox.recv()).await;
             let message = message.expect("in time").expect("the tunnel still open");
             assert_eq!(message["method"], format!("n/{n}"));
         }
-        peer_side.await.unwrap();
+        provider.await.unwrap();
+        // One for a request that is not in flight goes nowhere.
+        tunnel.provider_notification(&McpRequestId("other/1".to_owned()), "late".to_owned(), None).await;
+        assert!(inbox.try_recv().is_err());
     }
 
     #[test]
-    fn answers_match_our_ids_written_as_numbers_or_as_their_exact_decimal_strings() {
-        assert_eq!(our_id(&json!(7)), Some(7));
-        assert_eq!(our_id(&json!("7")), Some(7));
-        assert_eq!(our_id(&json!("0")), Some(0));
-        for other in [json!("07"), json!("+7"), json!(" 7"), json!("7.0"), json!(-7), json!(7.5), json!(null)] {
-            assert_eq!(our_id(&other), None, "{other}");
-        }
+    fn request_ids_name_their_tunnel() {
+        assert_eq!(tag_of(&McpRequestId("mcp-0123/7".to_owned())), Some("mcp-0123"));
+        assert_eq!(tag_of(&McpRequestId("no-tag".to_owned())), None);
     }
 }
