@@ -101,6 +101,9 @@ macro_rules! version_helpers {
         /// fit). Absent or `null` params arrive as `{}`; when the type does not take an empty
         /// object, they are decoded as `null` instead, so that a handler taking `()` or
         /// `Option<T>` can be called without params.
+        // The error is the handlers' own type (v2's holds typed data): returned as handlers
+        // return it, not boxed.
+        #[allow(clippy::result_large_err)]
         pub fn ext_params<T: DeserializeOwned>(params: Value) -> Result<T, Error> {
             let empty = params.as_object().is_some_and(Map::is_empty);
             match T::deserialize(&params) {
@@ -125,6 +128,7 @@ macro_rules! version_helpers {
         }
 
         /// Encodes an extension handler's result.
+        #[allow(clippy::result_large_err)]
         pub fn ext_result<T: Serialize>(result: T) -> Result<ExtResponse, Error> {
             serde_json::to_value(result)
                 .map(ExtResponse)

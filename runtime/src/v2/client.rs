@@ -421,6 +421,8 @@ fn accepted(raw: &RawValue) -> Result<Accepted, Error> {
 // ---- following turns ------------------------------------------------------------------------
 
 /// A `state_update` as far as the end of a turn is concerned.
+// Made and consumed once per state update: not worth a box for the idle variant.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 enum StateEvent {
     /// `running`, `requires_action`, or a state this schema does not know (not idle).
