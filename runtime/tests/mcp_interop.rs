@@ -3,7 +3,7 @@
 //! the official proxy offers an rmcp server (`McpServer::from_rmcp`) and our agent calls it
 //! with [`McpClients`], on the request-scoped wire (its `server/discover` and per-request
 //! `_meta`, which the official provider requires, and its `{result}` carriers). The peer is
-//! built with `cargo build --locked --offline` into target/tmp/interop-rs-mcp; a failed build
+//! built with `cargo build --locked` into target/tmp/interop-rs-mcp; a failed build
 //! fails the test.
 
 mod mcp_common;
@@ -26,7 +26,7 @@ fn official_proxy() -> PathBuf {
     let manifest = root.join("tests/interop/rs-mcp/Cargo.toml");
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-rs-mcp");
     let status = std::process::Command::new(env!("CARGO"))
-        .args(["build", "--locked", "--offline", "--quiet", "--manifest-path"])
+        .args(["build", "--locked", "--quiet", "--manifest-path"])
         .arg(&manifest)
         .arg("--target-dir")
         .arg(&target)
