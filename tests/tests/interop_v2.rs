@@ -2,7 +2,7 @@
 //!
 //! - the TypeScript SDK's v2 client (npm `@agentclientprotocol/sdk` 2.4, its experimental v2
 //!   API: `tests/interop/ts-v2/client.mjs`) and the Rust crate's v2 client
-//!   (`agent-client-protocol` 5.0 with `unstable_protocol_v2`: `tests/interop/rs-v2`) drive our
+//!   (`agent-client-protocol` 5.2 with `unstable_protocol_v2`: `tests/interop/rs-v2`) drive our
 //!   demo agent (`runtime/examples/agent.rs`, built here as `acp-example-agent`), v2 alone
 //!   (`--v2-only`) and both versions behind our `ProtocolRouter` (its default), through the
 //!   whole scenario of `interop_v2/scenario.rs`; the TypeScript SDK's v1 client gets the v1
