@@ -310,7 +310,11 @@ enum Problem {
 
 /// The params as `T`, refused when they do not decode or lose something in decoding.
 fn decode<T: DeserializeOwned + Serialize + JsonSchema>(params: &Value) -> Result<T, Problem> {
-    let decoded: T = serde_json::from_value(params.clone()).map_err(|e| Problem::Malformed(format!("params: {e}")))?;
+    // Decoded from the text, so that a failure names the member it is in (`params.line: ...`).
+    let decoded: T = acp_rpc::acp_types::decode::from_str(&params.to_string()).map_err(|e| match e.path() {
+        Some(path) => Problem::Malformed(format!("params.{path}: {}", e.message())),
+        None => Problem::Malformed(format!("params: {}", e.message())),
+    })?;
     match shape::first_difference_as(params, &decoded) {
         Some(difference) => Err(Problem::Malformed(difference)),
         None => Ok(decoded),
@@ -451,7 +455,8 @@ mod tests {
         assert_eq!(call.malformed.as_deref(), Some("\"root/a.txt\" is not an absolute path"));
         let path = base.join("root/a.txt").to_string_lossy().into_owned();
         let (_, call) = read(&services, &path, json!({"line": "three"}));
-        assert!(call.malformed.unwrap().starts_with("params.line:"));
+        let malformed = call.malformed.unwrap();
+        assert!(malformed.starts_with("params.line:"), "{malformed}");
         let (_, call) = read(&services, &path, json!({"line": 0}));
         assert_eq!(call.malformed.as_deref(), Some("line 0: lines are numbered from 1"));
         let (_, call) = handle(&services, "fs/read_text_file", json!({"path": path}));
