@@ -63,7 +63,7 @@ impl McpClient {
     // The request-scoped MCP binding: the client answers the inner request's outcome.
     async fn mcp_message(&self, params: MessageMcpRequest, _cx: ClientContext) -> Result<MessageMcpResponse, Error> {
         let error = McpError::new(-32601, format!("{} has no {}", params.server_id, params.method));
-        Ok(MessageMcpResponse::Error(MessageMcpVariant1::new(error)))
+        Ok(MessageMcpResponse::Error(MessageMcpError::new(error)))
     }
 }
 

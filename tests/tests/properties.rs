@@ -48,7 +48,8 @@ const INVALID_CASES: usize = 160;
 // ---- the validator (the test's oracle) ---------------------------------------------------------
 
 /// Whether `v` is an instance of `s`. With `lenient`, a property marked
-/// `x-deserialize-default-on-error` accepts any value and an array marked
+/// `x-deserialize-default-on-error` accepts any value, one marked
+/// `x-deserialize-default-on-null` accepts `null`, and an array marked
 /// `x-deserialize-skip-invalid-items` accepts any items: what the decoder is meant to do.
 fn valid(schema: &Schema, s: &Value, v: &Value, lenient: bool) -> bool {
     let s = match s {
@@ -89,7 +90,11 @@ fn valid(schema: &Schema, s: &Value, v: &Value, lenient: bool) -> bool {
         }
         for (k, item) in obj {
             let ok = match (props.and_then(|p| p.get(k)), s.get("additionalProperties")) {
-                (Some(ps), _) => sub(ps, item) || (lenient && flag(ps, "x-deserialize-default-on-error")),
+                (Some(ps), _) => {
+                    sub(ps, item)
+                        || (lenient && flag(ps, "x-deserialize-default-on-error"))
+                        || (lenient && item.is_null() && flag(ps, "x-deserialize-default-on-null"))
+                }
                 (None, Some(extra)) => sub(extra, item),
                 (None, None) => true,
             };

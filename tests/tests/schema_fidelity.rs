@@ -10,6 +10,9 @@ use serde_json::{Map, Value};
 
 /// Differences that are deliberate, each with its reason.
 const EXPLAINED: &[(&str, &str)] = &[
+    // Only with `unstable_mcp_over_acp`, which `cargo test --workspace` turns on (see `MCP_OVER_ACP`).
+    ("MessageMcpResult", "the inline `Result` alternative of MessageMcpResponse, a struct of its own"),
+    ("MessageMcpError", "the inline `Error` alternative of MessageMcpResponse, a struct of its own"),
     ("CreateElicitationAction", "the inline union of CreateElicitationResponse, given a name so it can be a Rust enum"),
     ("CreateElicitationMode", "the inline union of CreateElicitationRequest, given a name so it can be a Rust enum"),
     ("ElicitationScope", "the inline union shared by ElicitationFormMode and ElicitationUrlMode, given a name"),

@@ -193,8 +193,8 @@ fn schema_update_writes_the_api_report() {
     let changes = std::fs::read_to_string(ws.join("schema/CHANGES.md")).unwrap();
     let current = semver::crate_version(&workspace()).unwrap();
     for expected in [
-        "# Schema changes\n\nFrom `v1.7.0` to `v1.8.0`.".to_owned(),
-        "# Rust API of `acp-types`\n\nFrom `v1.7.0` to `v1.8.0`".to_owned(),
+        format!("# Schema changes\n\nFrom `{}` to `v1.8.0`.", lock.tag),
+        format!("# Rust API of `acp-types`\n\nFrom `{}` to `v1.8.0`", lock.tag),
         format!("**Proposed version: `{current}` → `{}`** (patch", current.bump(Level::Patch)),
         format!("| cargo-semver-checks {} | patch | no lint failed |", checks::PINNED_VERSION),
         "| public items | patch | 0 removed, 0 changed, 0 added |".to_owned(),

@@ -15645,21 +15645,21 @@ serde_support::deserialize_struct!(ElicitationAcceptAction {
 #[non_exhaustive]
 pub enum MessageMcpResponse {
     /// An opaque inner MCP result.
-    Result(MessageMcpVariant0),
+    Result(MessageMcpResult),
     /// A structured inner MCP error.
-    Error(MessageMcpVariant1),
+    Error(MessageMcpError),
     /// A shape this version of the schema does not know, kept as received.
     Other(serde_json::Value),
 }
 #[cfg(feature = "unstable_mcp_over_acp")]
-impl From<MessageMcpVariant0> for MessageMcpResponse {
-    fn from(value: MessageMcpVariant0) -> Self {
+impl From<MessageMcpResult> for MessageMcpResponse {
+    fn from(value: MessageMcpResult) -> Self {
         MessageMcpResponse::Result(value)
     }
 }
 #[cfg(feature = "unstable_mcp_over_acp")]
-impl From<MessageMcpVariant1> for MessageMcpResponse {
-    fn from(value: MessageMcpVariant1) -> Self {
+impl From<MessageMcpError> for MessageMcpResponse {
+    fn from(value: MessageMcpError) -> Self {
         MessageMcpResponse::Error(value)
     }
 }
@@ -16608,46 +16608,6 @@ impl From<ErrorStopReason> for IdleStateUpdateStopReason {
         IdleStateUpdateStopReason::Error(value)
     }
 }
-/// An opaque inner MCP result.
-///
-/// Available with the cargo feature `unstable_mcp_over_acp`.
-#[cfg(feature = "unstable_mcp_over_acp")]
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-#[non_exhaustive]
-pub struct MessageMcpVariant0 {
-    /// Required, even if JSON null.
-    pub result: serde_json::Value,
-    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
-    /// metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
-    /// Implementations MUST NOT assign meaning to keys they do not recognize.
-    /// This is ACP metadata, not the inner MCP message's `_meta`.
-    ///
-    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
-    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
-}
-#[cfg(feature = "unstable_mcp_over_acp")]
-impl MessageMcpVariant0 {
-    /// Creates a value from its required fields; optional fields start unset.
-    pub fn new(result: serde_json::Value) -> Self {
-        MessageMcpVariant0 {
-            result,
-            meta: None,
-        }
-    }
-    /// Sets [`Self::meta`].
-    #[must_use]
-    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.meta = Some(meta);
-        self
-    }
-}
-#[cfg(feature = "unstable_mcp_over_acp")]
-serde_support::deserialize_struct!(MessageMcpVariant0 {
-    result: "result" => required,
-    meta: "_meta" => optional(DefaultOnError),
-});
 /// A structured inner MCP error.
 ///
 /// Available with the cargo feature `unstable_mcp_over_acp`.
@@ -16655,7 +16615,7 @@ serde_support::deserialize_struct!(MessageMcpVariant0 {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
-pub struct MessageMcpVariant1 {
+pub struct MessageMcpError {
     /// Required, non-null MCP error object.
     pub error: McpError,
     /// The _meta property is reserved by ACP to allow clients and agents to attach additional
@@ -16668,10 +16628,10 @@ pub struct MessageMcpVariant1 {
     pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 #[cfg(feature = "unstable_mcp_over_acp")]
-impl MessageMcpVariant1 {
+impl MessageMcpError {
     /// Creates a value from its required fields; optional fields start unset.
     pub fn new(error: impl Into<McpError>) -> Self {
-        MessageMcpVariant1 {
+        MessageMcpError {
             error: error.into(),
             meta: None,
         }
@@ -16684,8 +16644,48 @@ impl MessageMcpVariant1 {
     }
 }
 #[cfg(feature = "unstable_mcp_over_acp")]
-serde_support::deserialize_struct!(MessageMcpVariant1 {
+serde_support::deserialize_struct!(MessageMcpError {
     error: "error" => required,
+    meta: "_meta" => optional(DefaultOnError),
+});
+/// An opaque inner MCP result.
+///
+/// Available with the cargo feature `unstable_mcp_over_acp`.
+#[cfg(feature = "unstable_mcp_over_acp")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct MessageMcpResult {
+    /// Required, even if JSON null.
+    pub result: serde_json::Value,
+    /// The _meta property is reserved by ACP to allow clients and agents to attach additional
+    /// metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
+    /// Implementations MUST NOT assign meaning to keys they do not recognize.
+    /// This is ACP metadata, not the inner MCP message's `_meta`.
+    ///
+    /// See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+impl MessageMcpResult {
+    /// Creates a value from its required fields; optional fields start unset.
+    pub fn new(result: serde_json::Value) -> Self {
+        MessageMcpResult {
+            result,
+            meta: None,
+        }
+    }
+    /// Sets [`Self::meta`].
+    #[must_use]
+    pub fn meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+}
+#[cfg(feature = "unstable_mcp_over_acp")]
+serde_support::deserialize_struct!(MessageMcpResult {
+    result: "result" => required,
     meta: "_meta" => optional(DefaultOnError),
 });
 /// The part of [`SessionConfigOption`] that varies with its kind.
@@ -17226,9 +17226,9 @@ pub fn json_schemas(generator: &mut schemars::SchemaGenerator) {
     generator.subschema_for::<ElicitationScope>();
     generator.subschema_for::<IdleStateUpdateStopReason>();
     #[cfg(feature = "unstable_mcp_over_acp")]
-    generator.subschema_for::<MessageMcpVariant0>();
+    generator.subschema_for::<MessageMcpError>();
     #[cfg(feature = "unstable_mcp_over_acp")]
-    generator.subschema_for::<MessageMcpVariant1>();
+    generator.subschema_for::<MessageMcpResult>();
     generator.subschema_for::<SessionConfigOptionType>();
     generator.subschema_for::<SetSessionConfigOptionType>();
 }

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use acp_types::{
-    McpError, McpServer, McpServerAcp, McpServerAcpId, MessageMcpNotification, MessageMcpRequest, MessageMcpResponse,
-    MessageMcpVariant0, MessageMcpVariant1, agent_method, client_method,
+    McpError, McpServer, McpServerAcp, McpServerAcpId, MessageMcpError, MessageMcpNotification, MessageMcpRequest,
+    MessageMcpResponse, MessageMcpResult, agent_method, client_method,
 };
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, Service, ServiceRole};
@@ -212,7 +212,7 @@ fn backend_failure(reason: impl std::fmt::Display) -> ErrorObject {
 }
 
 fn error_carrier(error: McpError) -> MessageMcpResponse {
-    MessageMcpResponse::Error(MessageMcpVariant1::new(error))
+    MessageMcpResponse::Error(MessageMcpError::new(error))
 }
 
 fn params_of(params: Option<Value>) -> Option<Map<String, Value>> {
@@ -299,7 +299,7 @@ async fn execute<S: Service<RoleServer>>(
                 stop.cancel();
                 drop(running);
                 if let Some(result) = message.remove("result") {
-                    return Ok(MessageMcpResponse::Result(MessageMcpVariant0::new(result)));
+                    return Ok(MessageMcpResponse::Result(MessageMcpResult::new(result)));
                 }
                 let error = message.remove("error").and_then(|e| serde_json::from_value::<McpError>(e).ok());
                 return match error {

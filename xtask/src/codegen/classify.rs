@@ -294,7 +294,9 @@ impl<'s> Classifier<'s> {
         }
         let mut out = Vec::new();
         for (i, v) in variants.iter().enumerate() {
-            let (ty, _) = self.ty(name, &format!("variant {i}"), v)?;
+            // An inline alternative becomes a struct named after the union and its title.
+            let field = v.get("title").and_then(Value::as_str).map_or_else(|| format!("variant {i}"), str::to_owned);
+            let (ty, _) = self.ty(name, &field, v)?;
             let variant_name = match (v.get("title").and_then(Value::as_str), &ty) {
                 (Some(title), _) => pascal(title),
                 (None, Ty::Named(n)) => n.clone(),
