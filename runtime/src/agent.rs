@@ -85,12 +85,12 @@ use serde_json::{Map, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::connection::{Connection, Serve};
-use crate::error::Error;
-use crate::handler::{Handler, IncomingNotification, IncomingRequest, Watch};
-use crate::jsonrpc::{ErrorObject, Id};
+use crate::core::connection::{Connection, Serve};
+use crate::core::error::Error;
+use crate::core::handler::{Handler, IncomingNotification, IncomingRequest, Watch};
+use crate::core::jsonrpc::{ErrorObject, Id};
 use crate::macro_support::Capabilities;
-use crate::peer::Peer;
+use crate::core::peer::Peer;
 pub use crate::terminal::TerminalHandle;
 use crate::typed;
 
@@ -149,7 +149,7 @@ impl Connection {
     where
         A: Agent<AgentContext> + 'static,
     {
-        let (reader, writer) = crate::transport::stdio();
+        let (reader, writer) = crate::core::transport::stdio();
         let (_client, serve) = self.serve_agent(agent, reader, writer);
         serve.await
     }
@@ -387,7 +387,7 @@ impl AgentContext {
 
     /// Who is asking: the owner of the sessions this connection creates, to keep each
     /// owner's sessions apart (see [`SessionStore`](crate::sessions::SessionStore)).
-    pub fn owner(&self) -> &crate::owner::Owner {
+    pub fn owner(&self) -> &crate::core::owner::Owner {
         self.inner.handle.peer.owner()
     }
 }

@@ -43,11 +43,11 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::agent::ContextInner;
-use crate::connection::{Connection, Serve};
-use crate::error::Error;
-use crate::handler::{Handler, IncomingNotification, IncomingRequest};
-use crate::jsonrpc::{ErrorObject, Id};
-use crate::peer::Peer;
+use crate::core::connection::{Connection, Serve};
+use crate::core::error::Error;
+use crate::core::handler::{Handler, IncomingNotification, IncomingRequest};
+use crate::core::jsonrpc::{ErrorObject, Id};
+use crate::core::peer::Peer;
 use crate::typed;
 
 // ---- serving --------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ use acp_types::{
 };
 
 use crate::agent::ClientHandle;
-use crate::error::Error;
+use crate::core::error::Error;
 
 /// One context compaction of a session, started and reported (see the [module docs](self)).
 #[derive(Clone, Debug)]
@@ -27,7 +27,7 @@ pub struct Compaction {
 impl Compaction {
     /// Reports a new compaction (`in_progress`) under a fresh id.
     pub(crate) async fn start(client: ClientHandle, session_id: SessionId) -> Result<Self, Error> {
-        let id = CompactionId::from(format!("compaction_{}", crate::owner::random_id()));
+        let id = CompactionId::from(format!("compaction_{}", crate::core::owner::random_id()));
         let compaction = Compaction { client, session_id, id };
         compaction.send(CompactionUpdate::new(compaction.id.clone(), CompactionStatus::InProgress).into()).await?;
         Ok(compaction)

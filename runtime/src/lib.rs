@@ -244,40 +244,30 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctest;
 
+// The core: framing, JSON-RPC, the connection and the transports (see `core/mod.rs`). Its
+// public modules keep the paths they had before it was a floor of its own.
+mod core;
+pub use self::core::{connection, framing, handler, jsonrpc, methods, owner, peer, transport};
+
 pub mod agent;
 pub mod client;
 pub mod compaction;
-pub mod connection;
-pub mod framing;
-pub mod handler;
 #[cfg(any(feature = "http-server", feature = "http-client"))]
 pub mod http;
-pub mod jsonrpc;
 #[doc(hidden)]
 pub mod macro_support;
 #[cfg(any(feature = "mcp-over-acp", feature = "mcp-bridge"))]
 pub mod mcp;
-pub mod methods;
-pub mod owner;
-pub mod peer;
 pub mod proxy;
 pub mod sessions;
 pub mod terminal;
-pub mod transport;
 #[cfg(feature = "unstable_protocol_v2")]
 pub mod v2;
 #[cfg(feature = "unstable_v2_bridge")]
 pub mod v2_bridge;
 pub mod version;
 
-mod backlog;
-mod batch;
-mod catch_unwind;
-mod error;
-mod router;
-mod tasks;
 mod typed;
-mod writer;
 
 pub use acp_macros::{acp_agent, acp_client, acp_proxy};
 pub use acp_types;
@@ -286,7 +276,7 @@ pub use client::{AgentHandle, ClientContext, serve_client};
 #[cfg(feature = "process")]
 pub use client::{AgentProcess, spawn_agent};
 pub use connection::{Connection, RequestLoad, Serve};
-pub use error::Error;
+pub use self::core::error::Error;
 pub use handler::{Forward, Handler, IncomingNotification, IncomingRequest};
 pub use jsonrpc::{ErrorObject, Id, codes};
 pub use macro_support::Advertise;

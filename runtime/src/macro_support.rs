@@ -120,7 +120,7 @@ macro_rules! version_helpers {
         fn invalid<T: DeserializeOwned>(params: &Value, e: serde_json::Error) -> Error {
             let located = serde_json::value::to_raw_value(params)
                 .ok()
-                .and_then(|raw| crate::jsonrpc::decode_params::<T>(Some(&raw)).err());
+                .and_then(|raw| crate::core::jsonrpc::decode_params::<T>(Some(&raw)).err());
             match located {
                 Some(located) => located.into(),
                 None => Error::invalid_params().data(text_data(e.to_string())),

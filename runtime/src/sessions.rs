@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::owner::{Owner, random_id};
+use crate::core::owner::{Owner, random_id};
 
 /// Sessions by id, each with the owner that created it; see the [module docs](self). Share
 /// one store between the agents of all connections (in an `Arc`) and give each call the

@@ -10,7 +10,7 @@ use acp_types::{
 };
 
 use crate::agent::ClientHandle;
-use crate::error::Error;
+use crate::core::error::Error;
 use crate::typed;
 
 /// A terminal running a command on the client, created by

@@ -11,9 +11,9 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::error::Error;
-use crate::jsonrpc::{self, ErrorObject};
-use crate::peer::{Encoded, decode_after};
+use crate::core::error::Error;
+use crate::core::jsonrpc::{self, ErrorObject};
+use crate::core::peer::{Encoded, decode_after};
 
 /// The params of an incoming message as text: absent (or `null`) params decode as `{}`, which
 /// every ACP params type with only optional fields accepts.

@@ -84,10 +84,10 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Error;
-use crate::handler::{DynHandler, Handler, IncomingNotification, IncomingRequest};
-use crate::jsonrpc::ErrorObject;
-use crate::peer::Peer;
+use crate::core::error::Error;
+use crate::core::handler::{DynHandler, Handler, IncomingNotification, IncomingRequest};
+use crate::core::jsonrpc::ErrorObject;
+use crate::core::peer::Peer;
 use crate::{Connection, transport};
 
 /// Bytes buffered each way between the bridge and the v1 implementation.
@@ -708,7 +708,7 @@ impl BridgedTurn {
 
 enum Outcome {
     Answered(Result<Box<RawValue>, Error>),
-    Pending(crate::peer::PendingResponse),
+    Pending(crate::core::peer::PendingResponse),
 }
 
 /// What the v1 side said it can do, from its `initialize` answer.

@@ -42,8 +42,8 @@ use std::sync::{Arc, OnceLock};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::handler::{DynHandler, Handler, IncomingNotification, IncomingRequest};
-use crate::jsonrpc::ErrorObject;
+use crate::core::handler::{DynHandler, Handler, IncomingNotification, IncomingRequest};
+use crate::core::jsonrpc::ErrorObject;
 
 /// A protocol version a [`ProtocolRouter`] can serve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -200,7 +200,7 @@ impl ProtocolRouter {
         // The version is fixed by the reader as it reads the answer, before it reads what the
         // agent sends next: a request or notification written right behind the answer is
         // routed to the chosen version, not refused as coming before `initialize`.
-        let on_answer: crate::connection::AnswerHook = Box::new({
+        let on_answer: crate::core::connection::AnswerHook = Box::new({
             let chosen = self.chosen.clone();
             let serves = (self.v1.is_some(), self.v2.is_some());
             move |answer, _| {
@@ -337,7 +337,7 @@ impl Handler for ProtocolRouter {
 /// version is chosen: dropped unchosen (refused, cancelled, or unwound by a panic), it puts the
 /// connection back under v1's rules.
 struct Undecided {
-    shared: Arc<crate::connection::Shared>,
+    shared: Arc<crate::core::connection::Shared>,
     chosen: bool,
 }
 

@@ -8,10 +8,10 @@ use std::process::ExitStatus;
 use acp_types::Client;
 
 use super::{AgentHandle, ClientContext};
-use crate::connection::Connection;
-use crate::error::Error;
-use crate::tasks::AbortOnDrop;
-use crate::transport::{ChildProcess, SpawnOptions};
+use crate::core::connection::Connection;
+use crate::core::error::Error;
+use crate::core::tasks::AbortOnDrop;
+use crate::core::transport::{ChildProcess, SpawnOptions};
 
 /// Spawns `command` as an agent process and serves `client` on its stdio with the default
 /// [`Connection`] options: the one-call way for an editor to start an agent. Needs a tokio

@@ -182,14 +182,14 @@ pub use tokio_rustls::rustls;
 
 use super::{CONNECTION_ID_HEADER, EVENT_STREAM, Envelope, SESSION_ID_HEADER, one_line};
 use crate::client::{AgentHandle, ClientContext};
-use crate::connection::{Connection, Serve};
-use crate::error::Error;
-use crate::framing::DEFAULT_MAX_LINE_BYTES;
-use crate::handler::Handler;
-use crate::jsonrpc::codes;
-use crate::peer::Peer;
-use crate::tasks::AbortOnDrop;
-use crate::transport::{PipeReader, PipeWriter, duplex};
+use crate::core::connection::{Connection, Serve};
+use crate::core::error::Error;
+use crate::core::framing::DEFAULT_MAX_LINE_BYTES;
+use crate::core::handler::Handler;
+use crate::core::jsonrpc::codes;
+use crate::core::peer::Peer;
+use crate::core::tasks::AbortOnDrop;
+use crate::core::transport::{PipeReader, PipeWriter, duplex};
 
 /// How much of an error answer's body goes into the JSON-RPC error's `data`.
 const ERROR_BODY_LIMIT: usize = 4096;

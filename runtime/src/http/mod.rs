@@ -166,8 +166,8 @@ impl Envelope {
             // with id `null`, on the connection's stream.
             id: raw
                 .id
-                .and_then(crate::jsonrpc::parse_id)
-                .filter(|id| !matches!(id, crate::jsonrpc::Id::Null))
+                .and_then(crate::core::jsonrpc::parse_id)
+                .filter(|id| !matches!(id, crate::core::jsonrpc::Id::Null))
                 .and_then(|id| serde_json::to_string(&id).ok()),
             method: raw.method,
             params_session: raw.params.and_then(|p| p.0),

@@ -155,11 +155,11 @@ use super::{
     CONNECTION_ID_HEADER, DEFAULT_PATH, EVENT_STREAM, Envelope, SESSION_ID_HEADER, new_id, one_line, push_sse_event,
 };
 use crate::agent::{AgentContext, AgentHandler};
-use crate::connection::{Connection, Serve};
-use crate::framing::{Frame as LineFrame, LineReader};
-use crate::handler::Handler;
-use crate::owner::Owner;
-use crate::transport::{DuplexEnd, PipeReader, PipeWriter, duplex};
+use crate::core::connection::{Connection, Serve};
+use crate::core::framing::{Frame as LineFrame, LineReader};
+use crate::core::handler::Handler;
+use crate::core::owner::Owner;
+use crate::core::transport::{DuplexEnd, PipeReader, PipeWriter, duplex};
 
 /// Limits and defaults of an [`HttpServer`]. Every limit answers with a clear HTTP status
 /// (see the [module docs](self)). Change what you need and take the rest from `default()`:
@@ -563,7 +563,7 @@ impl BoundServer {
         #[cfg(feature = "http-tls")]
         let tls = self.tls.clone();
         let BoundServer { shared, listener, .. } = self;
-        let sweeper = crate::tasks::AbortOnDrop::spawn(sweep_idle(shared.clone()));
+        let sweeper = crate::core::tasks::AbortOnDrop::spawn(sweep_idle(shared.clone()));
         let sockets = Arc::new(tokio::sync::Semaphore::new(shared.options.max_sockets.max(1)));
         let unproven = Arc::new(Unproven::default());
         let peers = Arc::new(Peers {
@@ -1963,7 +1963,7 @@ where
     // read waits for a place in the queue; while it waits, the socket is not read
     // (backpressure), and the agent's output still flows.
     let (to_writer, writer_queue) = mpsc::channel::<Vec<u8>>(WS_INPUT_QUEUE);
-    let mut writer = crate::tasks::AbortOnDrop::spawn(write_to_agent(to_agent, writer_queue));
+    let mut writer = crate::core::tasks::AbortOnDrop::spawn(write_to_agent(to_agent, writer_queue));
     let (every, stall) = (shared.options.keep_alive, shared.options.output_stall);
     let last_heard = Mutex::new(Instant::now());
     // The client's frames, to the agent's input; ends with the close frame to send, if any.

@@ -45,9 +45,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::MCP_SERVER_CARRIERS;
 use super::tunnel::{Route, Tunnel, answer_message, tag_of};
-use crate::framing::{DEFAULT_MAX_LINE_BYTES, Frame, LineReader};
-use crate::jsonrpc::ErrorObject;
-use crate::peer::Peer;
+use crate::core::framing::{DEFAULT_MAX_LINE_BYTES, Frame, LineReader};
+use crate::core::jsonrpc::ErrorObject;
+use crate::core::peer::Peer;
 
 /// How long a shim has to say which server it is for.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -483,7 +483,7 @@ mod tests {
     use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
     use super::*;
-    use crate::transport::{PipeReader, PipeWriter};
+    use crate::core::transport::{PipeReader, PipeWriter};
 
     /// Past this many bytes taken from a shim whose messages cannot go anywhere, the bridge is
     /// queueing them without limit: what it may hold (the socket's buffers, its queues of
@@ -493,7 +493,7 @@ mod tests {
     /// A shim connected through a bridge to an ACP peer driven by hand (`far`), which reads
     /// nothing unless a test reads it.
     async fn connected_shim() -> (OwnedReadHalf, OwnedWriteHalf, LineReader<PipeReader>, PipeWriter) {
-        let ((ours_r, ours_w), (far_r, far_w)) = crate::transport::duplex(4096);
+        let ((ours_r, ours_w), (far_r, far_w)) = crate::core::transport::duplex(4096);
         let (peer, serve) = crate::Connection::new().write_queue_capacity(4).serve(ours_r, ours_w, ());
         tokio::spawn(serve);
         let bridge = Bridge::new(McpBridge::new("shim", Vec::<String>::new()));

@@ -22,8 +22,8 @@ use super::transport::OperationTransport;
 use super::tunnel::Route;
 use super::{MCP_SERVER_CARRIERS, random_tag};
 use crate::client::ClientContext;
-use crate::handler::{IncomingNotification, IncomingRequest};
-use crate::jsonrpc::ErrorObject;
+use crate::core::handler::{IncomingNotification, IncomingRequest};
+use crate::core::jsonrpc::ErrorObject;
 use crate::proxy::{Proxy, ProxyContext, Side};
 
 /// How long a cancelled request's rmcp session is given to see MCP's `notifications/cancelled`

@@ -11,7 +11,7 @@ use rmcp::transport::Transport;
 use serde_json::Value;
 
 use super::tunnel::{LocalEnd, Outbox, Tunnel, answer_message};
-use crate::jsonrpc::ErrorObject;
+use crate::core::jsonrpc::ErrorObject;
 
 /// Why a message could not be sent over the tunnel.
 #[derive(Debug, thiserror::Error)]

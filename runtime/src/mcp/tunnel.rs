@@ -25,9 +25,9 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Error;
-use crate::jsonrpc::ErrorObject;
-use crate::peer::{Peer, PendingResponse};
+use crate::core::error::Error;
+use crate::core::jsonrpc::ErrorObject;
+use crate::core::peer::{Peer, PendingResponse};
 use crate::proxy::{Wire, envelope};
 
 const MCP_CANCELLED: &str = "notifications/cancelled";
@@ -557,7 +557,7 @@ mod tests {
     #[tokio::test]
     async fn the_providers_notifications_wait_for_a_local_end_that_does_not_read_and_none_is_lost() {
         const SENT: usize = 10 * LOCAL_QUEUE;
-        let (ours, _far) = crate::transport::duplex(1 << 16);
+        let (ours, _far) = crate::core::transport::duplex(1 << 16);
         let (peer, serve) = crate::Connection::new().serve(ours.0, ours.1, ());
         tokio::spawn(serve);
         let (tunnel, local) = Tunnel::start(McpServerAcpId::from("s"), Route::plain(peer), Box::new(|_| {}), |_| {});

@@ -46,11 +46,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::{Wire, envelope, is_any_successor_envelope, is_chain_method, mark_as_proxy, marks_a_proxy};
-use crate::connection::Connection;
-use crate::handler::{Forward, Handler, IncomingNotification, IncomingRequest};
-use crate::jsonrpc::ErrorObject;
-use crate::methods::{PROXY_INITIALIZE, SACP_PROXY_INITIALIZE};
-use crate::peer::Peer;
+use crate::core::connection::Connection;
+use crate::core::handler::{Forward, Handler, IncomingNotification, IncomingRequest};
+use crate::core::jsonrpc::ErrorObject;
+use crate::core::methods::{PROXY_INITIALIZE, SACP_PROXY_INITIALIZE};
+use crate::core::peer::Peer;
 
 #[cfg(feature = "process")]
 mod command;
@@ -504,7 +504,7 @@ impl Link {
             }
             match peer.request_raw_until(wire.initialize_method(), params, cancel).await {
                 Err(crate::Error::Rpc(e))
-                    if e.code == crate::jsonrpc::codes::METHOD_NOT_FOUND && attempts.peek().is_some() =>
+                    if e.code == crate::core::jsonrpc::codes::METHOD_NOT_FOUND && attempts.peek().is_some() =>
                 {
                     tracing::debug!(
                         component = index,

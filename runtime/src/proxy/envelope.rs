@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::jsonrpc::ErrorObject;
+use crate::core::jsonrpc::ErrorObject;
 
 /// The wrapped message of a `proxy/successor` envelope: its method and params, the params
 /// byte for byte.

@@ -99,15 +99,15 @@ use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
-use crate::connection::Connection;
-use crate::error::Error;
-use crate::handler::{Forward, Handler, IncomingNotification, IncomingRequest};
-use crate::jsonrpc::{ErrorObject, Id};
-use crate::methods::{
+use crate::core::connection::Connection;
+use crate::core::error::Error;
+use crate::core::handler::{Forward, Handler, IncomingNotification, IncomingRequest};
+use crate::core::jsonrpc::{ErrorObject, Id};
+use crate::core::methods::{
     self, PROXY_INITIALIZE, PROXY_SUCCESSOR, SACP_PROXY_INITIALIZE, SACP_PROXY_SUCCESSOR, SACP_SUCCESSOR_NOTIFICATION,
     SACP_SUCCESSOR_REQUEST,
 };
-use crate::peer::Peer;
+use crate::core::peer::Peer;
 
 /// Where a message comes from, as seen by a proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -413,7 +413,7 @@ impl Hop<'_> {
     {
         let params = serde_json::value::to_raw_value(params).map_err(Error::Encode)?;
         let answer = self.request_raw(method, Some(&params)).await?;
-        crate::jsonrpc::decode_with_path(answer.get())
+        crate::core::jsonrpc::decode_with_path(answer.get())
             .map_err(|(path, message)| Error::Decode { path: path.unwrap_or_default(), message })
     }
 
@@ -541,7 +541,7 @@ pub(crate) fn wrapped_cancel_request<'a>(method: &str, params: Option<&'a RawVal
         return None;
     }
     let inner = envelope::unwrap(params).ok()?;
-    (inner.method == crate::methods::CANCEL_REQUEST).then_some(inner.params)
+    (inner.method == crate::core::methods::CANCEL_REQUEST).then_some(inner.params)
 }
 
 /// Whether a request initializes a hop of a chain: `initialize` and the proxy forms, also
@@ -671,7 +671,7 @@ impl<P: Proxy> Handler for ProxyRouter<P> {
                     }
                     (methods::intern(&inner.method), inner.params.map(ToOwned::to_owned))
                 };
-                req.session_id = crate::handler::session_id_of(params.as_deref());
+                req.session_id = crate::core::handler::session_id_of(params.as_deref());
                 req.method = method;
                 req.params = params;
                 Side::Agent
@@ -772,11 +772,11 @@ impl FromParams for Box<RawValue> {
 
 impl FromParams for serde_json::Value {
     fn from_params(params: Option<Box<RawValue>>) -> Result<Self, ErrorObject> {
-        crate::handler::parse_params(params.as_deref())
+        crate::core::handler::parse_params(params.as_deref())
     }
 
     fn from_params_or_back(params: Option<Box<RawValue>>) -> Result<Self, (ErrorObject, Option<Box<RawValue>>)> {
-        crate::handler::parse_params(params.as_deref()).map_err(|e| (e, params))
+        crate::core::handler::parse_params(params.as_deref()).map_err(|e| (e, params))
     }
 }
 

@@ -35,11 +35,11 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::turn::{Turn, TurnStart};
 use crate::agent::ContextInner;
-use crate::connection::{Connection, Serve};
-use crate::error::Error;
-use crate::handler::{Handler, IncomingNotification, IncomingRequest};
-use crate::jsonrpc::{ErrorObject, Id};
-use crate::peer::Peer;
+use crate::core::connection::{Connection, Serve};
+use crate::core::error::Error;
+use crate::core::handler::{Handler, IncomingNotification, IncomingRequest};
+use crate::core::jsonrpc::{ErrorObject, Id};
+use crate::core::peer::Peer;
 use crate::typed;
 
 // ---- serving --------------------------------------------------------------------------------
@@ -62,7 +62,7 @@ pub async fn serve_stdio<A>(agent: A) -> Result<(), Error>
 where
     A: Agent<AgentContext> + 'static,
 {
-    let (reader, writer) = crate::transport::stdio();
+    let (reader, writer) = crate::core::transport::stdio();
     let (_client, serve) = serve_agent(agent, reader, writer);
     serve.await
 }
@@ -331,7 +331,7 @@ impl AgentContext {
 
     /// Who is asking: the owner of the sessions this connection creates, to keep each
     /// owner's sessions apart (see [`SessionStore`](crate::sessions::SessionStore)).
-    pub fn owner(&self) -> &crate::owner::Owner {
+    pub fn owner(&self) -> &crate::core::owner::Owner {
         self.inner.handle.peer.owner()
     }
 }

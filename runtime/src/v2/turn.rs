@@ -60,10 +60,10 @@ use tokio::sync::{OnceCell, OwnedSemaphorePermit, oneshot};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::agent::{AgentContext, ClientHandle};
-use crate::catch_unwind::{CatchUnwind, panic_message};
-use crate::error::Error;
-use crate::jsonrpc::ErrorObject;
-use crate::peer::{Encoded, SessionScope};
+use crate::core::catch_unwind::{CatchUnwind, panic_message};
+use crate::core::error::Error;
+use crate::core::jsonrpc::ErrorObject;
+use crate::core::peer::{Encoded, SessionScope};
 
 /// One prompt's foreground work (see the [module docs](self)). Cheap to clone; the idle
 /// update goes out when the last clone is dropped, or at [`Turn::end`].

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
 use super::{ChainEnd, Component, Conductor};
-use crate::transport::{ChildProcess, SpawnOptions, StderrMode};
+use crate::core::transport::{ChildProcess, SpawnOptions, StderrMode};
 
 /// A component to spawn: program, arguments and extra environment.
 #[derive(Clone, Debug, PartialEq, Eq)]

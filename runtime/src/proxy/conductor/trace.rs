@@ -33,7 +33,7 @@ use serde_json::Value;
 use tokio::io::AsyncWrite;
 
 use super::Place;
-use crate::methods::PROXY_INITIALIZE;
+use crate::core::methods::PROXY_INITIALIZE;
 
 const INITIALIZE: &str = acp_types::agent_method::INITIALIZE;
 
@@ -211,7 +211,7 @@ pub fn redact_credentials(value: &mut Value) {
 /// with escapes, come back in the same form as the request's), `None` for what is no id.
 fn id_key(id: &Value) -> Option<String> {
     let raw = serde_json::value::to_raw_value(id).ok()?;
-    crate::jsonrpc::parse_id(&raw).map(|id| id.to_string())
+    crate::core::jsonrpc::parse_id(&raw).map(|id| id.to_string())
 }
 
 /// Replaces credentials in `value`, at any depth: see the module docs.

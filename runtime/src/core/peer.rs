@@ -12,11 +12,11 @@ use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use crate::connection::{AnswerHook, Reply, RequestLoad, Shared};
-use crate::error::Error;
-use crate::handler::session_id_of;
-use crate::jsonrpc::{self, Message};
-use crate::methods;
+use crate::core::connection::{AnswerHook, Reply, RequestLoad, Shared};
+use crate::core::error::Error;
+use crate::core::handler::session_id_of;
+use crate::core::jsonrpc::{self, Message};
+use crate::core::methods;
 
 /// A cheap, clonable handle to one connection.
 ///
@@ -157,8 +157,8 @@ impl Peer {
 
     /// Who is asking on this connection: the owner of what it creates (see
     /// [`crate::owner`] and [`crate::sessions::SessionStore`]).
-    pub fn owner(&self) -> &crate::owner::Owner {
-        self.shared.owner.get_or_init(crate::owner::Owner::anonymous)
+    pub fn owner(&self) -> &crate::core::owner::Owner {
+        self.shared.owner.get_or_init(crate::core::owner::Owner::anonymous)
     }
 
     /// Completes when the connection ends.
@@ -360,7 +360,7 @@ pub struct PendingResponse {
     /// The peer's answer has arrived (nothing left to cancel).
     answered: bool,
     /// An answer waiting for the notifications read before it.
-    delivered: Option<(BoxFuture, Result<Box<RawValue>, crate::jsonrpc::ErrorObject>)>,
+    delivered: Option<(BoxFuture, Result<Box<RawValue>, crate::core::jsonrpc::ErrorObject>)>,
 }
 
 type BoxFuture = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;

@@ -16,18 +16,18 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::backlog::{Backlog, Held};
-use crate::batch::{BatchReply, ReplyTo};
-use crate::catch_unwind::{CatchUnwind, panic_message};
-use crate::connection::{InFlight, Options, Reply, RequestKind, Shared, lock_backlog};
-use crate::error::Error;
-use crate::framing::{Frame, LineReader};
-use crate::handler::{DynHandler, IncomingNotification, IncomingRequest, Watch, session_id_of};
-use crate::jsonrpc::{self, DecodeErrorKind, ErrorObject, Id, Message};
-use crate::methods;
-use crate::peer::Peer;
-use crate::tasks::{Counted, RequestTasks};
-use crate::writer::{TapIn, tap_in};
+use crate::core::backlog::{Backlog, Held};
+use crate::core::batch::{BatchReply, ReplyTo};
+use crate::core::catch_unwind::{CatchUnwind, panic_message};
+use crate::core::connection::{InFlight, Options, Reply, RequestKind, Shared, lock_backlog};
+use crate::core::error::Error;
+use crate::core::framing::{Frame, LineReader};
+use crate::core::handler::{DynHandler, IncomingNotification, IncomingRequest, Watch, session_id_of};
+use crate::core::jsonrpc::{self, DecodeErrorKind, ErrorObject, Id, Message};
+use crate::core::methods;
+use crate::core::peer::Peer;
+use crate::core::tasks::{Counted, RequestTasks};
+use crate::core::writer::{TapIn, tap_in};
 
 tokio::task_local! {
     /// Set (to the connection's address) while a notification handler runs, so an outgoing
@@ -280,12 +280,12 @@ impl Router {
         };
         let request_id = serde_json::from_str::<CancelParams<'_>>(params.get())
             .ok()
-            .and_then(|p| crate::jsonrpc::parse_id(p.request_id));
+            .and_then(|p| crate::core::jsonrpc::parse_id(p.request_id));
         let Some(request_id) = request_id else {
             tracing::warn!("acp connection: $/cancel_request with invalid requestId ignored");
             return;
         };
-        let mut inflight = crate::connection::lock_inflight(&self.shared);
+        let mut inflight = crate::core::connection::lock_inflight(&self.shared);
         match inflight.get_mut(&request_id) {
             Some(entry) => {
                 entry.by_cancel_request = true;
@@ -365,7 +365,7 @@ impl Router {
     /// the batch waits for.
     fn register(&self, reply: &ReplyTo, id: &Id, entry: InFlight) -> bool {
         {
-            let mut inflight = crate::connection::lock_inflight(&self.shared);
+            let mut inflight = crate::core::connection::lock_inflight(&self.shared);
             if inflight.contains_key(id) {
                 return false;
             }
@@ -492,7 +492,7 @@ pub(crate) fn spawn_request(
     reply: ReplyTo,
     counted: Counted,
 ) -> tokio::task::JoinHandle<()> {
-    crate::tasks::spawn_boxed(run_request(run, req, slot, reply, counted))
+    crate::core::tasks::spawn_boxed(run_request(run, req, slot, reply, counted))
 }
 
 /// Runs one request handler and sends exactly one answer for it.
@@ -643,7 +643,7 @@ pub(crate) async fn finish(
     watch: &Watch,
 ) {
     // Forget the id *before* answering: once the peer has the answer it may reuse the id.
-    crate::connection::lock_inflight(shared).remove(&id);
+    crate::core::connection::lock_inflight(shared).remove(&id);
     match reply {
         ReplyTo::Line => {
             let mut line = Vec::with_capacity(match &answer {
@@ -757,7 +757,7 @@ async fn start_or_forward_now(
     // Forwarded even when cancelled already: what cancelled it (a `session/cancel`, a
     // `$/cancel_request`) follows it, so the far side sees both in the order they came.
     let sent = forward.to.send_request_raw(&forward.method, forward.params.as_deref()).await;
-    crate::tasks::spawn_boxed(forward_answer(shared.clone(), req, kind, sent, grace, slot, reply, counted));
+    crate::core::tasks::spawn_boxed(forward_answer(shared.clone(), req, kind, sent, grace, slot, reply, counted));
 }
 
 /// Waits for the answer to a forwarded request and passes it back verbatim. A cancelled one
@@ -767,7 +767,7 @@ async fn forward_answer(
     shared: Arc<Shared>,
     req: IncomingRequest,
     kind: RequestKind,
-    sent: Result<crate::peer::PendingResponse, Error>,
+    sent: Result<crate::core::peer::PendingResponse, Error>,
     grace: Duration,
     _slot: Slot,
     reply: ReplyTo,

@@ -17,8 +17,8 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
-use crate::jsonrpc::{ErrorObject, Id};
-use crate::peer::Peer;
+use crate::core::jsonrpc::{ErrorObject, Id};
+use crate::core::peer::Peer;
 
 /// Handles what the peer sends. Requests run concurrently, each in its own task; notifications
 /// run one at a time, in arrival order (see [`crate::connection`] for the full contract).
@@ -268,7 +268,7 @@ impl IncomingNotification {
 }
 
 pub(crate) fn parse_params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, ErrorObject> {
-    crate::jsonrpc::decode_params(params)
+    crate::core::jsonrpc::decode_params(params)
 }
 
 /// The top-level `"sessionId"` string of an object's raw params.

@@ -22,8 +22,8 @@ use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::connection::Shared;
-use crate::error::Error;
+use crate::core::connection::Shared;
+use crate::core::error::Error;
 
 const BATCH: usize = 64;
 const BUFFER: usize = 64 * 1024;
@@ -382,7 +382,7 @@ pub(crate) async fn tap_in(shared: &Shared, item: TapIn<'_>) {
             let at = entry.len();
             entry.extend_from_slice(msg);
             // A lone `\r` between tokens is valid JSON, but some JSONL readers split on it.
-            crate::jsonrpc::one_line(&mut entry[at..]);
+            crate::core::jsonrpc::one_line(&mut entry[at..]);
         }
         TapIn::Invalid(raw) => {
             entry.extend_from_slice(br#"{"dir":"in","invalid":"#);

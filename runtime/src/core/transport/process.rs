@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 
-use crate::framing::{Frame, LineReader};
+use crate::core::framing::{Frame, LineReader};
 
 /// Where a spawned agent's stderr goes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

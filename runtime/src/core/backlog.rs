@@ -18,13 +18,13 @@ use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::ReplyTo;
-use crate::connection::{LoadGauges, RequestKind, Shared, lock_backlog, lock_inflight};
-use crate::handler::{DynHandler, IncomingRequest, Watch};
-use crate::jsonrpc::Id;
-use crate::peer::Peer;
-use crate::router::{Run, Slot, cancelled_answer, finish, forward_held, spawn_request};
-use crate::tasks::RequestTasks;
+use crate::core::batch::ReplyTo;
+use crate::core::connection::{LoadGauges, RequestKind, Shared, lock_backlog, lock_inflight};
+use crate::core::handler::{DynHandler, IncomingRequest, Watch};
+use crate::core::jsonrpc::Id;
+use crate::core::peer::Peer;
+use crate::core::router::{Run, Slot, cancelled_answer, finish, forward_held, spawn_request};
+use crate::core::tasks::RequestTasks;
 
 /// What a held request is charged beyond its params, id and method: the [`Held`] entry in the
 /// backlog's map (136 bytes, in B-tree nodes that sequential inserts leave about half full),
@@ -218,7 +218,7 @@ fn start(starter: &Starter, held: Held, admitted: tokio::sync::OwnedSemaphorePer
     if shared.forwarding {
         // Boxed: what only forwarding connections run costs no task machinery of its own in
         // every binary.
-        crate::tasks::spawn_boxed(forward_held(run, req, slot, reply, counted));
+        crate::core::tasks::spawn_boxed(forward_held(run, req, slot, reply, counted));
     } else {
         spawn_request(run, req, slot, reply, counted);
     }
@@ -233,7 +233,7 @@ pub(crate) async fn answer_all_cancelled(shared: &Shared, stall: Duration) {
         let Some(held) = taken else { return };
         let (answer, watch) = (cancelled_answer(held.kind, None), Watch::default());
         let answered = finish(shared, held.id, answer, &held.reply, &watch);
-        if crate::connection::while_output_moves(shared, stall, answered).await.is_none() {
+        if crate::core::connection::while_output_moves(shared, stall, answered).await.is_none() {
             break;
         }
     }

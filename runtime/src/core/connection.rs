@@ -172,16 +172,16 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::backlog::{self, Backlog};
-use crate::error::Error;
-use crate::framing::DEFAULT_MAX_LINE_BYTES;
-use crate::handler::{DynHandler, Handler};
-use crate::jsonrpc::{self, ErrorObject, Id};
-use crate::methods;
-use crate::peer::Peer;
-use crate::router::Router;
-use crate::tasks::{AbortOnDrop, RequestTasks};
-use crate::writer::{self};
+use crate::core::backlog::{self, Backlog};
+use crate::core::error::Error;
+use crate::core::framing::DEFAULT_MAX_LINE_BYTES;
+use crate::core::handler::{DynHandler, Handler};
+use crate::core::jsonrpc::{self, ErrorObject, Id};
+use crate::core::methods;
+use crate::core::peer::Peer;
+use crate::core::router::Router;
+use crate::core::tasks::{AbortOnDrop, RequestTasks};
+use crate::core::writer::{self};
 
 /// Configuration of a connection; [`Connection::serve`] starts it.
 ///
@@ -208,7 +208,7 @@ pub struct Connection {
     /// forwarding connection do not carry the envelope's decoder.
     wrapped_cancel: Option<WrappedCancel>,
     end_on_bad_input: bool,
-    owner: Option<crate::owner::Owner>,
+    owner: Option<crate::core::owner::Owner>,
 }
 
 /// The params of the `$/cancel_request` that a notification (method, params) carries in a
@@ -265,7 +265,7 @@ impl Connection {
     /// read it ([`Peer::owner`], `AgentContext::owner`): by default a new anonymous owner,
     /// made for this connection alone. The remote transport sets the principal its
     /// authentication hook names.
-    pub fn owner(mut self, owner: crate::owner::Owner) -> Self {
+    pub fn owner(mut self, owner: crate::core::owner::Owner) -> Self {
         self.owner = Some(owner);
         self
     }
@@ -563,7 +563,7 @@ async fn run(
     let mut writer_task = AbortOnDrop::spawn(writer::writer_loop(out_rx, writer, shared.clone(), writer_stop.clone()));
     let (notif_tx, notif_rx) = mpsc::channel(options.notification_queue_capacity);
     let mut notif_task =
-        AbortOnDrop::spawn(crate::router::notification_loop(notif_rx, handler.clone(), shared.clone(), grace));
+        AbortOnDrop::spawn(crate::core::router::notification_loop(notif_rx, handler.clone(), shared.clone(), grace));
     let requests = RequestTasks::default();
 
     let backlog_stop = CancellationToken::new();
@@ -858,7 +858,7 @@ pub(crate) struct Shared {
     /// is not answered `{"stopReason":"cancelled"}` when cancelled (see [`RequestKind::of`]).
     v2: AtomicBool,
     /// Who is asking (see [`Connection::owner`]); an anonymous owner is made on first use.
-    pub(crate) owner: OnceLock<crate::owner::Owner>,
+    pub(crate) owner: OnceLock<crate::core::owner::Owner>,
     /// A link in a chain (see [`Connection::forwarding`]).
     pub(crate) forwarding: bool,
     /// Work tied to a session rather than to a request (see [`crate::peer::SessionScope`]).
@@ -1147,7 +1147,7 @@ impl Shared {
     /// Whether the current task runs one of this connection's notification handlers.
     pub(crate) fn in_notification_handler(&self) -> bool {
         let me = self as *const Shared as usize;
-        crate::router::IN_NOTIFICATION_HANDLER.try_with(|conn| *conn == me).unwrap_or(false)
+        crate::core::router::IN_NOTIFICATION_HANDLER.try_with(|conn| *conn == me).unwrap_or(false)
     }
 
     /// Waits until `barrier` notifications have been handled (contract 3), unless we are inside

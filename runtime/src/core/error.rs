@@ -1,6 +1,6 @@
 //! The runtime's error type: what an outgoing call or the connection itself can fail with.
 
-use crate::jsonrpc::ErrorObject;
+use crate::core::jsonrpc::ErrorObject;
 
 /// Why an outgoing call, a send, or [`crate::Serve`] failed.
 #[derive(Debug, thiserror::Error)]

@@ -13,9 +13,9 @@ use std::sync::{Mutex, PoisonError};
 
 use serde_json::value::RawValue;
 
-use crate::connection::Shared;
-use crate::handler::Watch;
-use crate::jsonrpc::{self, ErrorObject, Id};
+use crate::core::connection::Shared;
+use crate::core::handler::Watch;
+use crate::core::jsonrpc::{self, ErrorObject, Id};
 
 /// Where the answer to an incoming request goes.
 #[derive(Clone)]
