@@ -87,10 +87,11 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::core::connection::{Connection, Serve};
 use crate::core::error::Error;
-use crate::core::handler::{Handler, IncomingNotification, IncomingRequest, Watch};
+use crate::core::handler::{Handler, IncomingNotification, IncomingRequest};
 use crate::core::jsonrpc::{ErrorObject, Id};
-use crate::macro_support::Capabilities;
 use crate::core::peer::Peer;
+use crate::core::watch::Watch;
+use crate::macro_support::Capabilities;
 pub use crate::terminal::TerminalHandle;
 use crate::typed;
 
@@ -200,7 +201,7 @@ fn decode_request(req: IncomingRequest) -> Result<(ClientRequest, AgentContext),
         .ok_or_else(|| ErrorObject::method_not_found(&req.method))?;
     if let ClientRequest::Initialize(params) = &request {
         // Kept before the handler runs, so that it and everything after it can read it.
-        req.peer.shared.set_client_init(params.clone());
+        req.peer.extensions().insert(params.clone());
     }
     let meta = typed::scan_envelope(req.params.as_deref(), false).meta;
     let cx = AgentContext {
@@ -417,7 +418,7 @@ impl ClientHandle {
     /// `clientInfo`), from the moment it arrived (its handler sees it too); the latest one if
     /// it sent several, `None` before the first.
     pub fn client_init(&self) -> Option<Arc<InitializeRequest>> {
-        self.peer.shared.client_init()
+        self.peer.extensions().get::<acp_types::InitializeRequest>()
     }
 
     /// The capabilities the client advertised in `initialize`: what may be called on it

@@ -269,6 +269,7 @@ pub mod version;
 
 mod typed;
 
+pub use self::core::error::Error;
 pub use acp_macros::{acp_agent, acp_client, acp_proxy};
 pub use acp_types;
 pub use agent::{AgentContext, ClientHandle, serve_agent};
@@ -276,7 +277,6 @@ pub use client::{AgentHandle, ClientContext, serve_client};
 #[cfg(feature = "process")]
 pub use client::{AgentProcess, spawn_agent};
 pub use connection::{Connection, RequestLoad, Serve};
-pub use self::core::error::Error;
 pub use handler::{Forward, Handler, IncomingNotification, IncomingRequest};
 pub use jsonrpc::{ErrorObject, Id, codes};
 pub use macro_support::Advertise;

@@ -330,7 +330,7 @@ impl V2Bridge {
                         ending = true;
                         continue;
                     }
-                    if client.shared.cancelled_by_cancel_request(&req.id) && turn.refuse() {
+                    if client.cancelled_by_cancel_request(&req.id) && turn.refuse() {
                         // The request itself is withdrawn: answered -32800, the v1 prompt
                         // dropped (which withdraws it there too).
                         self.state.end_turn(&turn);

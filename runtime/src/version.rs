@@ -191,26 +191,26 @@ impl ProtocolRouter {
             }
             // A batch the agent sends with its answer is read under v2's rules; a v1 answer
             // turns them off again before the next message is read.
-            peer.shared.set_v2(true);
+            peer.follow_v2_rules(true);
         }
         // Until the answer is read, v1's rules come back however the call ends without one
         // (given up, cancelled, the connection gone): the guard goes with the hook, which the
         // connection either runs on the answer or drops unrun.
-        let mut undecided = Undecided { shared: peer.shared.clone(), chosen: false };
+        let mut undecided = Undecided { peer: peer.clone(), chosen: false };
         // The version is fixed by the reader as it reads the answer, before it reads what the
         // agent sends next: a request or notification written right behind the answer is
         // routed to the chosen version, not refused as coming before `initialize`.
-        let on_answer: crate::core::connection::AnswerHook = Box::new({
+        let on_answer: crate::core::peer::AnswerHook = Box::new({
             let chosen = self.chosen.clone();
             let serves = (self.v1.is_some(), self.v2.is_some());
             move |answer, _| {
                 undecided.chosen = true;
-                let shared = &undecided.shared;
+                let peer = &undecided.peer;
                 let version = answer.as_ref().ok().and_then(|raw| answered_version(raw, serves));
                 if let Some(version) = version {
                     let _ = chosen.set(version);
                 }
-                shared.set_v2(version == Some(Version::V2));
+                peer.follow_v2_rules(version == Some(Version::V2));
             }
         });
         let request = peer.encode_request(acp_types::agent_method::INITIALIZE, Some(&request));
@@ -218,7 +218,7 @@ impl ProtocolRouter {
         let raw = match answer {
             Ok(raw) => raw,
             Err(e) => {
-                peer.shared.set_v2(false);
+                peer.follow_v2_rules(false);
                 return Err(e);
             }
         };
@@ -310,12 +310,12 @@ impl Handler for ProtocolRouter {
                 // under the chosen version's rules. Until a version is chosen, the guard puts
                 // v1's rules back however this ends: refused, cancelled, or panicking (the
                 // panic is answered further up); the client may then try again.
-                let mut undecided = Undecided { shared: req.peer.shared.clone(), chosen: false };
-                undecided.shared.set_v2(version == Version::V2);
+                let mut undecided = Undecided { peer: req.peer.clone(), chosen: false };
+                undecided.peer.follow_v2_rules(version == Version::V2);
                 let answer = self.handler(version).handle_request_boxed(req).await;
                 if answer.is_ok() {
                     let chosen = *self.chosen.get_or_init(|| version);
-                    undecided.shared.set_v2(chosen == Version::V2);
+                    undecided.peer.follow_v2_rules(chosen == Version::V2);
                     undecided.chosen = true;
                     tracing::debug!(requested, chosen = chosen.number(), "acp: protocol version chosen");
                 }
@@ -337,14 +337,14 @@ impl Handler for ProtocolRouter {
 /// version is chosen: dropped unchosen (refused, cancelled, or unwound by a panic), it puts the
 /// connection back under v1's rules.
 struct Undecided {
-    shared: Arc<crate::core::connection::Shared>,
+    peer: crate::Peer,
     chosen: bool,
 }
 
 impl Drop for Undecided {
     fn drop(&mut self) {
         if !self.chosen {
-            self.shared.set_v2(false);
+            self.peer.follow_v2_rules(false);
         }
     }
 }

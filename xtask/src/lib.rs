@@ -6,6 +6,7 @@
 
 pub mod codegen;
 pub mod diff;
+pub mod layers;
 pub mod releases;
 pub mod schema;
 pub mod semver;

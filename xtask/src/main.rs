@@ -41,6 +41,15 @@ enum Command {
         #[command(subcommand)]
         command: SchemaCommand,
     },
+    /// Check that the runtime's modules refer only down its floors (see docs/architecture.md).
+    Layers {
+        /// The crate's `src` folder [default: runtime/src].
+        #[arg(long)]
+        src: Option<PathBuf>,
+        /// Print every reference between modules found.
+        #[arg(long)]
+        graph: bool,
+    },
     /// Report what changed between two schema versions (breaking changes flagged).
     Diff {
         /// A release folder, a version folder (with schema.json), or a release tag under --root.
@@ -303,6 +312,24 @@ fn run(command: Command) -> Result<(), String> {
         Command::CheckReleases { root: roots } => {
             let roots = if roots.is_empty() { release_roots(&root, None) } else { roots };
             xtask::releases::check_all(&root, &roots)
+        }
+        Command::Layers { src, graph } => {
+            let src = src.unwrap_or_else(|| root.join("runtime/src"));
+            let report = xtask::layers::check(&src, xtask::layers::ACP_RPC)?;
+            if graph {
+                for (from, to) in &report.edges {
+                    println!("{from} -> {to}");
+                }
+            }
+            if report.violations.is_empty() {
+                println!("layers: {} references between modules, all down the floors", report.edges.len());
+                Ok(())
+            } else {
+                for violation in &report.violations {
+                    eprintln!("{violation}");
+                }
+                Err(format!("layers: {} rules broken in {}", report.violations.len(), src.display()))
+            }
         }
         Command::Soak { seconds, sessions, max_rss_growth_mib } => {
             let options = xtask::soak::Options { seconds, sessions, max_rss_growth_kib: max_rss_growth_mib * 1024 };

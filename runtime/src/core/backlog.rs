@@ -15,16 +15,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::batch::ReplyTo;
-use crate::core::connection::{LoadGauges, RequestKind, Shared, lock_backlog, lock_inflight};
-use crate::core::handler::{DynHandler, IncomingRequest, Watch};
 use crate::core::jsonrpc::Id;
-use crate::core::peer::Peer;
-use crate::core::router::{Run, Slot, cancelled_answer, finish, forward_held, spawn_request};
-use crate::core::tasks::RequestTasks;
+use crate::core::load::LoadGauges;
+use crate::core::methods::RequestKind;
 
 /// What a held request is charged beyond its params, id and method: the [`Held`] entry in the
 /// backlog's map (136 bytes, in B-tree nodes that sequential inserts leave about half full),
@@ -98,14 +94,14 @@ impl Backlog {
     }
 
     /// Takes the oldest held request.
-    fn take_oldest(&mut self, gauges: &LoadGauges) -> Option<Held> {
+    pub(crate) fn take_oldest(&mut self, gauges: &LoadGauges) -> Option<Held> {
         let (_, held) = self.held.pop_first()?;
         Some(self.taken(held, gauges))
     }
 
     /// Takes the held request `id` if it was cancelled (a report may be stale: the request it
     /// was about has started, and a new one reuses its id).
-    fn take_cancelled(&mut self, id: &Id, gauges: &LoadGauges) -> Option<Held> {
+    pub(crate) fn take_cancelled(&mut self, id: &Id, gauges: &LoadGauges) -> Option<Held> {
         let seq = *self.by_id.get(id)?;
         if !self.held.get(&seq).is_some_and(|held| held.token.is_cancelled()) {
             return None;
@@ -130,118 +126,13 @@ impl Backlog {
         }
     }
 
+    /// The ids of the held requests.
+    pub(crate) fn ids(&self) -> impl Iterator<Item = &Id> {
+        self.held.values().map(|held| &held.id)
+    }
+
     /// Bytes charged now.
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
-}
-
-/// What the backlog task needs to start requests.
-pub(crate) struct Starter {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) handler: Arc<dyn DynHandler>,
-    pub(crate) grace: Duration,
-    pub(crate) tasks: RequestTasks,
-}
-
-/// The backlog task: while requests are held, answers the ones cancelled on request (reported
-/// through `held_cancels`, see [`crate::connection::InFlight::cancel_on_request`]) and gives
-/// each freed task slot to the oldest; sleeps while nothing is held. Returns when `stop` fires
-/// (then [`answer_all_cancelled`] takes over).
-pub(crate) async fn backlog_loop(
-    starter: Starter,
-    mut held_cancels: mpsc::UnboundedReceiver<Id>,
-    stop: CancellationToken,
-) {
-    let shared = &starter.shared;
-    let admitted = shared.load.admitted.clone();
-    loop {
-        if shared.load.backlog_is_empty() {
-            // The reader notifies after each request it holds; a notification sent before
-            // this wait starts is kept, so none is missed.
-            tokio::select! {
-                biased;
-                () = stop.cancelled() => return,
-                () = shared.backlog_grew.notified() => continue,
-            }
-        }
-        tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            Some(id) = held_cancels.recv() => {
-                // Gone already when it started before the report was read.
-                let taken = lock_backlog(shared).take_cancelled(&id, &shared.load);
-                if let Some(held) = taken {
-                    // Never started: answered at once, without running.
-                    let answer = cancelled_answer(held.kind, None);
-                    finish(shared, held.id, answer, &held.reply, &Watch::default()).await;
-                }
-            }
-            // The semaphore is never closed.
-            Ok(permit) = admitted.clone().acquire_owned() => {
-                let taken = lock_backlog(shared).take_oldest(&shared.load);
-                // Emptied by cancellations meanwhile: the slot goes back.
-                let Some(held) = taken else { continue };
-                if let Some(entry) = lock_inflight(shared).get_mut(&held.id) {
-                    // From now on its task answers a cancellation (a report already sent for
-                    // it finds nothing held).
-                    entry.held = false;
-                }
-                start(&starter, held, permit);
-            }
-        }
-    }
-}
-
-fn start(starter: &Starter, held: Held, admitted: tokio::sync::OwnedSemaphorePermit) {
-    let Held { id, method, params, session_id, kind, token, barrier, reply, .. } = held;
-    let shared = &starter.shared;
-    let req = IncomingRequest {
-        id,
-        method,
-        params,
-        session_id,
-        cancel: token,
-        peer: Peer { shared: shared.clone() },
-        watch: Watch::default(),
-    };
-    let slot = Slot::new(shared.load.running.clone(), admitted);
-    let counted = starter.tasks.count();
-    let run = Run {
-        shared: shared.clone(),
-        handler: starter.handler.clone(),
-        kind,
-        grace: starter.grace,
-        barrier,
-        in_order: false,
-    };
-    if shared.forwarding {
-        // Boxed: what only forwarding connections run costs no task machinery of its own in
-        // every binary.
-        crate::core::tasks::spawn_boxed(forward_held(run, req, slot, reply, counted));
-    } else {
-        spawn_request(run, req, slot, reply, counted);
-    }
-}
-
-/// The connection ends (the backlog task has stopped): every held request is answered as
-/// cancelled, oldest first, without running, until the output stalls for `stall` (a peer
-/// that no longer reads); the rest are dropped unanswered.
-pub(crate) async fn answer_all_cancelled(shared: &Shared, stall: Duration) {
-    loop {
-        let taken = lock_backlog(shared).take_oldest(&shared.load);
-        let Some(held) = taken else { return };
-        let (answer, watch) = (cancelled_answer(held.kind, None), Watch::default());
-        let answered = finish(shared, held.id, answer, &held.reply, &watch);
-        if crate::core::connection::while_output_moves(shared, stall, answered).await.is_none() {
-            break;
-        }
-    }
-    let forgotten = std::mem::take(&mut *lock_backlog(shared));
-    let mut inflight = lock_inflight(shared);
-    for held in forgotten.held.values() {
-        inflight.remove(&held.id);
-    }
-    drop(inflight);
-    shared.load.set_backlog(0, 0);
 }

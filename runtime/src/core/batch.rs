@@ -13,9 +13,9 @@ use std::sync::{Mutex, PoisonError};
 
 use serde_json::value::RawValue;
 
-use crate::core::connection::Shared;
-use crate::core::handler::Watch;
 use crate::core::jsonrpc::{self, ErrorObject, Id};
+use crate::core::watch::Watch;
+use crate::core::writer::Output;
 
 /// Where the answer to an incoming request goes.
 #[derive(Clone)]
@@ -54,15 +54,9 @@ impl BatchReply {
 
     /// Adds an answer that was expected (see [`BatchReply::expect`]); `watch` is told when
     /// the batch's line is queued.
-    pub(crate) async fn answer(
-        &self,
-        shared: &Shared,
-        id: &Id,
-        result: Result<&RawValue, &ErrorObject>,
-        watch: &Watch,
-    ) {
+    pub(crate) async fn answer(&self, out: &Output, id: &Id, result: Result<&RawValue, &ErrorObject>, watch: &Watch) {
         let line = self.push(id, result, Some(watch));
-        write(shared, line).await;
+        write(out, line).await;
     }
 
     /// Adds an answer the reader gives itself (an invalid entry, a refused request).
@@ -72,13 +66,13 @@ impl BatchReply {
     }
 
     /// The reader has routed every entry; the batch goes out now if nothing is outstanding.
-    pub(crate) async fn routed(&self, shared: &Shared) {
+    pub(crate) async fn routed(&self, out: &Output) {
         let line = {
             let mut state = self.lock();
             state.outstanding -= 1;
             state.take_if_done()
         };
-        write(shared, line).await;
+        write(out, line).await;
     }
 
     /// `watch`: the expected answer's request; `None` for the reader's own answers.
@@ -125,10 +119,10 @@ impl State {
     }
 }
 
-async fn write(shared: &Shared, done: Option<(Vec<u8>, Vec<Watch>)>) {
+async fn write(out: &Output, done: Option<(Vec<u8>, Vec<Watch>)>) {
     if let Some((line, watches)) = done {
         // A closed connection has nobody to answer.
-        let _ = shared.send_line_direct(line).await;
+        let _ = out.send(line, true).await;
         for watch in watches {
             watch.mark_answered();
         }

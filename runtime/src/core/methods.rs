@@ -3,7 +3,12 @@
 //! The names come from the generated method constants (`acp-types`), which own the full
 //! method table; the runtime only names the ones its cancellation rules depend on.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use acp_types::{agent_method, client_method, protocol_method};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 
 /// Cancels one request by id (protocol level, both directions). Params: `{"requestId": ID}`.
 pub const CANCEL_REQUEST: &str = protocol_method::CANCEL_REQUEST;
@@ -70,4 +75,45 @@ pub(crate) fn intern(method: &str) -> std::borrow::Cow<'static, str> {
         Some(m) => std::borrow::Cow::Borrowed(m),
         None => std::borrow::Cow::Owned(method.to_owned()),
     }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RequestKind {
+    Prompt,
+    Permission,
+    /// A protocol v2 `session/prompt`: `session/cancel` does not cancel the request (it only
+    /// acknowledges the prompt) but the turn it starts, through the session's scopes; it marks
+    /// the request ([`Shared::mark_turns_cancelled`]) so that a turn whose handler has not
+    /// started yet, and has no scope yet, starts cancelled.
+    Turn,
+    Other,
+}
+
+impl RequestKind {
+    /// The kind of an incoming request. On a protocol v2 connection `session/prompt` only
+    /// acknowledges the prompt, and the turn it starts is cancelled through
+    /// [`Shared::session_work`] instead (see [`RequestKind::Turn`]).
+    pub(crate) fn of(method: &str, v2: bool) -> Self {
+        match method {
+            SESSION_PROMPT if v2 => RequestKind::Turn,
+            SESSION_PROMPT => RequestKind::Prompt,
+            SESSION_REQUEST_PERMISSION => RequestKind::Permission,
+            _ => RequestKind::Other,
+        }
+    }
+}
+
+/// The top-level `"sessionId"` string of an object's raw params.
+pub(crate) fn session_id_of(params: Option<&RawValue>) -> Option<Arc<str>> {
+    #[derive(Deserialize)]
+    struct SessionOnly<'a> {
+        #[serde(rename = "sessionId", borrow, default)]
+        session_id: Option<Cow<'a, str>>,
+    }
+    let params = params?;
+    // Objects only: a derived struct would also read an array positionally.
+    if !params.get().starts_with('{') {
+        return None;
+    }
+    serde_json::from_str::<SessionOnly<'_>>(params.get()).ok()?.session_id.map(|s| Arc::from(&*s))
 }

@@ -3,7 +3,8 @@
 //! version beyond the rules it is told to follow, and nothing of the layers above it: they
 //! reach it through [`Peer`](peer::Peer), [`Handler`](handler::Handler), the builder
 //! [`Connection`](connection::Connection), and the seams documented on `Peer` (the
-//! per-connection [`Extensions`](extensions::Extensions) and the switches of `peer::Seams`).
+//! per-connection [`Extensions`](extensions::Extensions), the version's rules, the readings of
+//! a request's cancellation); `docs/architecture.md` lists them.
 //!
 //! Inside, every module looks only at the ones listed before it (the layering check,
 //! `cargo xtask layers`, holds the tree to that):
@@ -33,13 +34,19 @@ pub(crate) mod batch;
 pub(crate) mod catch_unwind;
 pub mod connection;
 pub(crate) mod error;
+pub mod extensions;
 pub mod framing;
 pub mod handler;
 pub mod jsonrpc;
+pub(crate) mod load;
 pub mod methods;
+pub(crate) mod notifications;
 pub mod owner;
 pub mod peer;
-pub(crate) mod router;
+pub(crate) mod reader;
+pub(crate) mod requests;
+pub(crate) mod state;
 pub(crate) mod tasks;
 pub mod transport;
+pub(crate) mod watch;
 pub(crate) mod writer;

@@ -5,6 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -12,11 +13,14 @@ use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use crate::core::connection::{AnswerHook, Reply, RequestLoad, Shared};
 use crate::core::error::Error;
-use crate::core::handler::session_id_of;
-use crate::core::jsonrpc::{self, Message};
+use crate::core::extensions::Extensions;
+use crate::core::jsonrpc::{self, Id, Message};
+use crate::core::load::RequestLoad;
 use crate::core::methods;
+use crate::core::methods::session_id_of;
+pub(crate) use crate::core::state::AnswerHook;
+use crate::core::state::{Reply, Shared};
 
 /// A cheap, clonable handle to one connection.
 ///
@@ -179,6 +183,18 @@ impl Peer {
         self.shared.load.snapshot()
     }
 
+    /// The connection's slots for the layers above the core, and for an application's own
+    /// per-connection state: one value per type, and hooks run when the connection ends.
+    pub fn extensions(&self) -> &Extensions {
+        &self.shared.extensions
+    }
+
+    /// How long a cancelled handler may run on before it is answered without it (see
+    /// [`Connection::cancel_grace`](crate::Connection::cancel_grace)).
+    pub fn cancel_grace(&self) -> Duration {
+        self.shared.cancel_grace
+    }
+
     /// Ties work to a session rather than to a request: the scope's token fires when the
     /// peer sends `session/cancel` for `session_id` (read at once, ahead of queued
     /// notifications) and when the connection ends. For work that outlives the request that
@@ -212,6 +228,43 @@ impl Peer {
     // acp-rpc, once: the crate that is edited and rebuilt most is an agent's, and an agent
     // binary keeps one copy of each. The client role's calls (`AgentHandle`) are `#[inline]`,
     // compiled in the crate that makes them: an agent does not build them.
+
+    // ---- seams: the switches and readings the layers above the core use ------------------
+
+    /// Switches the connection to protocol v2's rules (batches accepted; a cancelled
+    /// `session/prompt` only acknowledges the prompt) or back to v1's. The version router
+    /// flips it before the `initialize` answer that chooses v2 goes out, so that what the peer
+    /// sends after reading it is read under these rules.
+    pub(crate) fn follow_v2_rules(&self, v2: bool) {
+        self.shared.set_v2(v2);
+    }
+
+    /// Whether in-flight incoming request `id` was cancelled by a `$/cancel_request` (rather
+    /// than by `session/cancel` or the connection's end).
+    pub(crate) fn cancelled_by_cancel_request(&self, id: &Id) -> bool {
+        self.shared.cancelled_by_cancel_request(id)
+    }
+
+    /// Whether the session of in-flight v2 prompt `id` was cancelled since it was read (its
+    /// turn then starts cancelled).
+    #[cfg(feature = "unstable_protocol_v2")]
+    pub(crate) fn turn_cancelled(&self, id: &Id) -> bool {
+        self.shared.turn_cancelled(id)
+    }
+
+    /// Whether the current task runs one of this connection's notification handlers (which
+    /// must not wait for anything the notification task would have to handle first).
+    #[cfg(feature = "unstable_protocol_v2")]
+    pub(crate) fn in_notification_handler(&self) -> bool {
+        self.shared.in_notification_handler()
+    }
+
+    /// How many incoming request handlers may run at once
+    /// ([`Connection::max_concurrent_requests`](crate::Connection::max_concurrent_requests)).
+    #[cfg(feature = "unstable_protocol_v2")]
+    pub(crate) fn request_slots(&self) -> usize {
+        self.shared.load.max_concurrent()
+    }
 
     /// Encodes a notification; `session/cancel` remembers its session for
     /// [`Peer::send_notification`].

@@ -15,14 +15,13 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 use std::task::{Context, Poll, Waker};
 
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::core::connection::Shared;
 use crate::core::error::Error;
 
 const BATCH: usize = 64;
@@ -43,6 +42,8 @@ pub(crate) struct Output {
     progress: AtomicU64,
     /// The error the writer task ended with (see [`Output::take_failure`]).
     failure: Mutex<Option<io::Error>>,
+    /// The wire tap's queue, when there is one (see [`tap_loop`]).
+    tap: Option<mpsc::Sender<Vec<u8>>>,
 }
 
 /// The transport and what was accepted for it but not written yet. Only ever locked for the
@@ -63,10 +64,26 @@ struct Sink {
 }
 
 impl Output {
-    pub(crate) fn new(capacity: usize, direct: bool) -> (Output, mpsc::Receiver<Vec<u8>>) {
+    /// An output whose queue holds `capacity` lines; with a `tap`, every line is recorded there
+    /// first (and senders do not write themselves, so that the tap sees the wire's order).
+    pub(crate) fn new(capacity: usize, tap: Option<mpsc::Sender<Vec<u8>>>) -> (Output, mpsc::Receiver<Vec<u8>>) {
         let (queue, rx) = mpsc::channel(capacity);
         let sink = Sink { io: None, buf: Vec::new(), done: 0, unflushed: false, error: None, waker: None };
-        (Output { queue, sink: Mutex::new(sink), direct, progress: AtomicU64::new(0), failure: Mutex::new(None) }, rx)
+        let direct = tap.is_none();
+        let output = Output {
+            queue,
+            sink: Mutex::new(sink),
+            direct,
+            progress: AtomicU64::new(0),
+            failure: Mutex::new(None),
+            tap,
+        };
+        (output, rx)
+    }
+
+    /// Whether the wire tap is on.
+    pub(crate) fn tapped(&self) -> bool {
+        self.tap.is_some()
     }
 
     /// Sends one line: with `direct`, written at once when nothing is queued or being written;
@@ -239,27 +256,28 @@ fn lock(sink: &Mutex<Sink>) -> MutexGuard<'_, Sink> {
 
 /// Writes queued lines until `stop` fires (then writes what is still queued and returns) or a
 /// write fails (then the connection is closed, the queue refuses further sends and the error
-/// is kept for [`Output::take_failure`]). It reports through `shared` rather than returning
+/// is kept for [`Output::take_failure`] and `closed` fires). It reports through `out` rather than returning
 /// the error so that its task has the output type of the connection's other tasks: tokio
 /// compiles its task machinery once per spawned type.
 pub(crate) async fn writer_loop(
     mut rx: mpsc::Receiver<Vec<u8>>,
     writer: BoxWriter,
-    shared: Arc<Shared>,
+    output: &Output,
+    closed: &CancellationToken,
     stop: CancellationToken,
 ) {
-    let result = if shared.tap.is_some() {
+    let result = if output.tap.is_some() {
         // The tap records each line before it goes out, so this task keeps the transport.
         let mut out = BufWriter::with_capacity(BUFFER, writer);
-        pump(&mut rx, &mut out, &stop, Some(&shared), &shared.out.progress).await
+        pump(&mut rx, &mut out, &stop, output.tap.as_ref(), &output.progress).await
     } else {
-        write_until_stopped(&mut rx, writer, &shared.out, &stop).await
+        write_until_stopped(&mut rx, writer, output, &stop).await
     };
     if let Err(e) = result {
         tracing::warn!(error = %e, "acp connection: write failed, closing");
-        *shared.out.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
+        *output.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
         rx.close();
-        shared.closed.cancel();
+        closed.cancel();
     }
 }
 
@@ -303,7 +321,7 @@ async fn pump<W: AsyncWrite + Unpin>(
     rx: &mut mpsc::Receiver<Vec<u8>>,
     out: &mut BufWriter<W>,
     stop: &CancellationToken,
-    tap_to: Option<&Shared>,
+    tap_to: Option<&mpsc::Sender<Vec<u8>>>,
     progress: &AtomicU64,
 ) -> io::Result<()> {
     let mut batch = Vec::with_capacity(BATCH);
@@ -317,8 +335,8 @@ async fn pump<W: AsyncWrite + Unpin>(
             break;
         }
         for line in batch.drain(..) {
-            if let Some(shared) = tap_to {
-                tap_out(shared, &line).await;
+            if let Some(tap) = tap_to {
+                tap_out(tap, &line).await;
             }
             out.write_all(&line).await?;
             progress.fetch_add(line.len() as u64, Ordering::Relaxed);
@@ -329,8 +347,8 @@ async fn pump<W: AsyncWrite + Unpin>(
     }
     rx.close();
     while let Some(line) = rx.recv().await {
-        if let Some(shared) = tap_to {
-            tap_out(shared, &line).await;
+        if let Some(tap) = tap_to {
+            tap_out(tap, &line).await;
         }
         out.write_all(&line).await?;
         progress.fetch_add(line.len() as u64, Ordering::Relaxed);
@@ -338,15 +356,13 @@ async fn pump<W: AsyncWrite + Unpin>(
     out.flush().await
 }
 
-async fn tap_out(shared: &Shared, line: &[u8]) {
-    if let Some(tap) = &shared.tap {
-        let msg = line.strip_suffix(b"\n").unwrap_or(line);
-        let mut entry = Vec::with_capacity(msg.len() + 24);
-        entry.extend_from_slice(br#"{"dir":"out","msg":"#);
-        entry.extend_from_slice(msg);
-        entry.extend_from_slice(b"}\n");
-        let _ = tap.send(entry).await;
-    }
+async fn tap_out(tap: &mpsc::Sender<Vec<u8>>, line: &[u8]) {
+    let msg = line.strip_suffix(b"\n").unwrap_or(line);
+    let mut entry = Vec::with_capacity(msg.len() + 24);
+    entry.extend_from_slice(br#"{"dir":"out","msg":"#);
+    entry.extend_from_slice(msg);
+    entry.extend_from_slice(b"}\n");
+    let _ = tap.send(entry).await;
 }
 
 /// Writes tap entries (already formatted JSON lines) until `stop`, then the rest.
@@ -372,8 +388,8 @@ pub(crate) enum TapIn<'a> {
     Oversized(u64),
 }
 
-pub(crate) async fn tap_in(shared: &Shared, item: TapIn<'_>) {
-    let Some(tap) = &shared.tap else { return };
+pub(crate) async fn tap_in(output: &Output, item: TapIn<'_>) {
+    let Some(tap) = &output.tap else { return };
     let mut entry = Vec::new();
     match item {
         TapIn::Json(msg) => {

@@ -261,7 +261,11 @@ impl Conductor {
                     index
                 });
             }
-            let connection = Connection::new().forwarding().end_on_bad_input().cancel_grace(self.cancel_grace);
+            let connection = Connection::new()
+                .forwarding()
+                .wrapped_cancels(crate::proxy::wrapped_cancel_request)
+                .end_on_bad_input()
+                .cancel_grace(self.cancel_grace);
             let connection = tapped(connection, Place::Component(index));
             let link = Link { chain: chain.clone(), at: Place::Component(index) };
             let (peer, serve) = connection.serve(component.reader, component.writer, link);
@@ -271,7 +275,13 @@ impl Conductor {
             serves.spawn(async move { (Place::Component(index), serve.await) });
         }
         let link = Link { chain: chain.clone(), at: Place::Client };
-        let connection = tapped(Connection::new().forwarding().cancel_grace(self.cancel_grace), Place::Client);
+        let connection = tapped(
+            Connection::new()
+                .forwarding()
+                .wrapped_cancels(crate::proxy::wrapped_cancel_request)
+                .cancel_grace(self.cancel_grace),
+            Place::Client,
+        );
         let (client, client_serve) = connection.serve(reader, writer, link);
         let _ = chain.client.set(client.clone());
         serves.spawn(async move { (Place::Client, client_serve.await) });
@@ -434,7 +444,7 @@ impl Chain {
         let v2 = version >= 2;
         let hops = self.client.get().into_iter().chain(self.components.iter().filter_map(OnceLock::get));
         for peer in hops {
-            peer.shared.set_v2(v2);
+            peer.follow_v2_rules(v2);
         }
     }
 }

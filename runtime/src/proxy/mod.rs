@@ -225,9 +225,8 @@ where
     W: AsyncWrite + Send + Unpin + 'static,
 {
     let proxy = Arc::new(proxy);
-    connection.forwarding().serve_with(reader, writer, move |peer| ProxyRouter {
-        proxy,
-        cx: ProxyContext { peer: peer.clone(), wire: Arc::default() },
+    connection.forwarding().wrapped_cancels(wrapped_cancel_request).serve_with(reader, writer, move |peer| {
+        ProxyRouter { proxy, cx: ProxyContext { peer: peer.clone(), wire: Arc::default() } }
     })
 }
 
@@ -457,7 +456,7 @@ async fn forward_prompt(
         biased;
         answer = &mut pending => answer,
         () = cancel.cancelled() => {
-            if from.shared.cancelled_by_cancel_request(id) {
+            if from.cancelled_by_cancel_request(id) {
                 pending.cancel();
             }
             pending.await
@@ -671,7 +670,7 @@ impl<P: Proxy> Handler for ProxyRouter<P> {
                     }
                     (methods::intern(&inner.method), inner.params.map(ToOwned::to_owned))
                 };
-                req.session_id = crate::core::handler::session_id_of(params.as_deref());
+                req.session_id = crate::core::methods::session_id_of(params.as_deref());
                 req.method = method;
                 req.params = params;
                 Side::Agent

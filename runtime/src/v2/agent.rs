@@ -97,6 +97,17 @@ fn dispatch<A: Agent<AgentContext> + 'static>(
     Box::pin(async move { request.dispatch(&*agent, cx).await })
 }
 
+/// One permit per v2 turn running after its prompt was answered, as many as requests may
+/// run: a turn outlives its request, and is counted here instead (see `v2::turn`).
+struct TurnSlots(Arc<tokio::sync::Semaphore>);
+
+fn turn_slots(peer: &Peer) -> Arc<tokio::sync::Semaphore> {
+    peer.extensions()
+        .get_or_insert_with(|| TurnSlots(Arc::new(tokio::sync::Semaphore::new(peer.request_slots()))))
+        .0
+        .clone()
+}
+
 impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
     async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
         // The prompt's answer depends on the turn, not on the handler's return (see above).
@@ -108,7 +119,7 @@ impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
                 // A turn goes on after its prompt is answered, and is counted apart from the
                 // requests, with as many slots: a client cannot start turns without bound.
                 // Until a slot frees, the prompt waits unanswered (as a running request).
-                let slots = cx.peer().shared.v2_turn_slots.clone();
+                let slots = turn_slots(cx.peer());
                 let slot = tokio::select! {
                     slot = slots.acquire_owned() => slot.ok(),
                     () = cx.inner.cancel.cancelled() => return Err(ErrorObject::request_cancelled()),
@@ -135,7 +146,7 @@ impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
                 // cancelled handler may run on: the connection's `cancel_grace`).
                 let peer = cx.peer().clone();
                 peer.cancel_session_scopes(&params.session_id.0);
-                let grace = peer.shared.cancel_grace;
+                let grace = peer.cancel_grace();
                 let _ = tokio::time::timeout(grace, peer.session_scopes_ended(&params.session_id.0)).await;
                 let response = dispatch(self.agent.clone(), ClientRequest::SessionClose(params), cx.clone()).await?;
                 encode_response(&response, &cx)
@@ -143,7 +154,7 @@ impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
             ClientRequest::ToolCallCancel(params) => {
                 // A call a turn made cancellable (`ToolCall::cancellable`) is the runtime's to
                 // answer; any other goes to the agent's own handler, if it has one.
-                let foreground = &cx.peer().shared.v2_foreground;
+                let foreground = &*crate::v2::turn::foreground(cx.peer());
                 if foreground.cancel_tool_call(&params.session_id, &params.tool_call_id).is_ok() {
                     return encode_response(&AgentResponse::ToolCallCancel(CancelToolCallResponse::new()), &cx);
                 }
@@ -188,7 +199,7 @@ fn decode_request(req: IncomingRequest) -> Result<(ClientRequest, AgentContext),
     let request = typed::decode_incoming(text, |de| ClientRequest::decode(&req.method, de))?
         .ok_or_else(|| ErrorObject::method_not_found(&req.method))?;
     if let ClientRequest::Initialize(params) = &request {
-        req.peer.shared.set_client_init_v2(params.clone());
+        req.peer.extensions().insert(params.clone());
     }
     let meta = typed::scan_envelope(req.params.as_deref(), false).meta;
     let cx = AgentContext {
@@ -354,7 +365,7 @@ impl ClientHandle {
 
     /// The params of the client's (v2) `initialize` request, from the moment it arrived.
     pub fn client_init(&self) -> Option<Arc<InitializeRequest>> {
-        self.peer.shared.client_init_v2()
+        self.peer.extensions().get::<acp_types::v2::InitializeRequest>()
     }
 
     /// This handle bound to `token`: once it fires, a pending call returns

@@ -33,10 +33,11 @@ use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::agent::ContextInner;
-use crate::core::connection::{AnswerHook, Connection, Serve};
+use crate::core::connection::{Connection, Serve};
 use crate::core::error::Error;
 use crate::core::handler::{Handler, IncomingNotification, IncomingRequest};
 use crate::core::jsonrpc::{ErrorObject, Id};
+use crate::core::peer::AnswerHook;
 use crate::core::peer::Peer;
 use crate::typed;
 
@@ -122,7 +123,7 @@ struct ObserveOnDrop {
 impl Drop for ObserveOnDrop {
     fn drop(&mut self) {
         if let Some(event) = self.event.take() {
-            self.peer.shared.v2_turns.observe(&self.session, self.seq, event);
+            turn_watches(&self.peer).observe(&self.session, self.seq, event);
         }
     }
 }
@@ -355,10 +356,10 @@ impl AgentHandle {
     /// instead.
     #[inline]
     pub fn prompt_turn(&self, params: PromptRequest) -> impl Future<Output = Result<TurnEnd, Error>> + Send + '_ {
-        let turns = &self.peer.shared.v2_turns;
+        let turns = turn_watches(&self.peer);
         // Watching before the prompt goes out: nothing of the turn can slip by.
         let mut watch = turns.watch(&params.session_id.0);
-        let in_handler = self.peer.shared.in_notification_handler();
+        let in_handler = self.peer.in_notification_handler();
         let request = self.peer.encode_request(agent_method::SESSION_PROMPT, Some(&params));
         let request = request.map(|request| request.on_answer(watch.on_answer()));
         async move {
@@ -539,11 +540,29 @@ impl StateEvent {
     }
 }
 
+/// The connection's [`TurnWatches`], kept in its extensions; made on first use, and closed
+/// when the connection ends.
+pub(crate) fn turn_watches(peer: &Peer) -> Arc<TurnWatches> {
+    if let Some(watches) = peer.extensions().get::<TurnWatches>() {
+        return watches;
+    }
+    let mut made = false;
+    let watches = peer.extensions().get_or_insert_with(|| {
+        made = true;
+        TurnWatches::default()
+    });
+    if made {
+        let closing = watches.clone();
+        peer.extensions().on_close(move || closing.close());
+    }
+    watches
+}
+
 impl TurnWatches {
-    fn watch(&self, session: &str) -> TurnWatch<'_> {
+    fn watch(self: &Arc<Self>, session: &str) -> TurnWatch {
         let state = Arc::new(WatchState::default());
         lock(&self.sessions).entry(session.to_owned()).or_default().push(state.clone());
-        TurnWatch { watches: self, session: session.to_owned(), state }
+        TurnWatch { watches: self.clone(), session: session.to_owned(), state }
     }
 
     /// The connection ended and every notification it read was handled: the turns still
@@ -580,13 +599,13 @@ impl TurnWatches {
 }
 
 /// One `prompt_turn`'s view of its session's state updates; unregisters when dropped.
-struct TurnWatch<'a> {
-    watches: &'a TurnWatches,
+struct TurnWatch {
+    watches: Arc<TurnWatches>,
     session: String,
     state: Arc<WatchState>,
 }
 
-impl TurnWatch<'_> {
+impl TurnWatch {
     /// For the prompt's request: marks where, among the notifications, its answer was read.
     fn on_answer(&self) -> AnswerHook {
         let state = self.state.clone();
@@ -612,7 +631,7 @@ impl TurnWatch<'_> {
     }
 }
 
-impl Drop for TurnWatch<'_> {
+impl Drop for TurnWatch {
     fn drop(&mut self) {
         let mut sessions = lock(&self.watches.sessions);
         if let Some(states) = sessions.get_mut(&self.session) {

@@ -163,7 +163,7 @@ impl TurnStart {
         let scope = cx.peer().session_scope(&params.session_id.0);
         let token = scope.token().clone();
         // A `session/cancel` read after the prompt but before this scope existed.
-        if cx.request_id().is_some_and(|id| cx.peer().shared.turn_cancelled(id)) {
+        if cx.request_id().is_some_and(|id| cx.peer().turn_cancelled(id)) {
             token.cancel();
         }
         let (tx, rx) = oneshot::channel();
@@ -318,7 +318,8 @@ impl Turn {
                 let running = self.send(StateUpdate::from(RunningStateUpdate::new()).into());
                 // Counted, and reported, under the session's foreground lock: an idle update
                 // of another turn of the session cannot slip in after this `running`.
-                let mut live = peer.shared.v2_foreground.live.lock().await;
+                let foreground = foreground(peer);
+                let mut live = foreground.live.lock().await;
                 *live.entry(self.inner.session_id.0.clone()).or_default() += 1;
                 user_message.await?;
                 running.await?;
@@ -503,6 +504,11 @@ pub(crate) struct Foreground {
     cancellable: Mutex<HashMap<ToolCallId, (SessionId, CancellationToken)>>,
 }
 
+/// The connection's [`Foreground`], kept in its extensions (made on first use).
+pub(crate) fn foreground(peer: &crate::Peer) -> Arc<Foreground> {
+    peer.extensions().get_or_insert_with(Foreground::default)
+}
+
 /// Why a `tool_call/cancel` was refused: the call is unknown here, final, or not cancellable.
 pub(crate) struct NotCancellable;
 
@@ -529,7 +535,8 @@ impl TurnInner {
         let notification =
             peer.encode_notification(acp_types::v2::client_method::SESSION_UPDATE, Some(&self.idle_notification()));
         async move {
-            let mut live = peer.shared.v2_foreground.live.lock().await;
+            let foreground = foreground(&peer);
+            let mut live = foreground.live.lock().await;
             let others = live.get_mut(&session).map_or(0, |count| {
                 *count = count.saturating_sub(1);
                 *count
@@ -735,7 +742,7 @@ impl ToolCall {
     /// sent through this handle ends the call's cancellability.
     pub async fn cancellable(&self) -> Result<CancellationToken, Error> {
         let token = self.turn.inner.token.child_token();
-        let foreground = &self.turn.inner.client.peer().shared.v2_foreground;
+        let foreground = &*foreground(self.turn.inner.client.peer());
         let entry = (self.turn.inner.session_id.clone(), token.clone());
         lock(&foreground.cancellable).insert(self.id.clone(), entry);
         let capabilities = ToolCallCapabilities::new().cancel(ToolCallCancelCapabilities::new());
@@ -745,7 +752,7 @@ impl ToolCall {
 
     fn status(&self, status: ToolCallStatus) -> impl Future<Output = Result<(), Error>> + Send + '_ {
         if matches!(status, ToolCallStatus::Completed | ToolCallStatus::Failed | ToolCallStatus::Cancelled) {
-            lock(&self.turn.inner.client.peer().shared.v2_foreground.cancellable).remove(&self.id);
+            lock(&foreground(self.turn.inner.client.peer()).cancellable).remove(&self.id);
         }
         self.update(ToolCallUpdate::new(self.id.clone()).status(status))
     }
