@@ -67,6 +67,11 @@
 //! }
 //! ```
 
+// The handles a `ClientHandle` gives out, public as `acp_rpc::terminal` and
+// `acp_rpc::compaction`.
+pub mod compaction;
+pub mod terminal;
+
 use std::borrow::Cow;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
@@ -85,15 +90,15 @@ use serde_json::{Map, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+use crate::advertise::Capabilities;
 use crate::core::connection::{Connection, Serve};
 use crate::core::error::Error;
 use crate::core::handler::{Handler, IncomingNotification, IncomingRequest};
 use crate::core::jsonrpc::{ErrorObject, Id};
 use crate::core::peer::Peer;
 use crate::core::watch::Watch;
-use crate::macro_support::Capabilities;
-pub use crate::terminal::TerminalHandle;
 use crate::typed;
+pub use terminal::TerminalHandle;
 
 // ---- serving --------------------------------------------------------------------------------
 
@@ -225,7 +230,7 @@ fn encode_response(response: &acp_types::AgentResponse, cx: &AgentContext) -> Re
     let raw = typed::encode_result(response)?;
     match cx.inner.earned.get() {
         Some(capabilities) if matches!(response, acp_types::AgentResponse::Initialize(_)) => {
-            Ok(crate::macro_support::advertise_raw(raw, capabilities))
+            Ok(crate::advertise::advertise_raw(raw, capabilities))
         }
         _ => Ok(raw),
     }
@@ -505,15 +510,15 @@ impl ClientHandle {
 
     /// Starts reporting a context compaction of the session (its first update,
     /// `in_progress`), if the client advertised `session.compaction`; `None` (nothing sent)
-    /// otherwise. The [`Compaction`](crate::compaction::Compaction) reports the rest.
+    /// otherwise. The [`Compaction`](compaction::Compaction) reports the rest.
     pub async fn start_compaction(
         &self,
         session_id: impl Into<SessionId>,
-    ) -> Result<Option<crate::compaction::Compaction>, Error> {
+    ) -> Result<Option<compaction::Compaction>, Error> {
         if !self.accepts_compaction() {
             return Ok(None);
         }
-        crate::compaction::Compaction::start(self.clone(), session_id.into()).await.map(Some)
+        compaction::Compaction::start(self.clone(), session_id.into()).await.map(Some)
     }
 
     /// `session/request_permission`: asks the user to allow a tool call.

@@ -466,5 +466,5 @@ impl AgentHandle {
 /// `terminal` when it handles every `terminal/*` method, and so on. `C` is a type under
 /// `#[acp_client]`, which implements [`Advertise`](crate::Advertise) for it.
 pub fn with_capabilities<C: crate::Advertise>(request: acp_types::InitializeRequest) -> acp_types::InitializeRequest {
-    crate::macro_support::advertise_request(request, C::CAPABILITIES)
+    crate::advertise::advertise_request(request, C::CAPABILITIES)
 }

@@ -249,9 +249,10 @@ pub struct ReadmeDoctest;
 mod core;
 pub use self::core::{connection, framing, handler, jsonrpc, methods, owner, peer, transport};
 
+mod advertise;
 pub mod agent;
+pub use agent::{compaction, terminal};
 pub mod client;
-pub mod compaction;
 #[cfg(any(feature = "http-server", feature = "http-client"))]
 pub mod http;
 #[doc(hidden)]
@@ -260,7 +261,6 @@ pub mod macro_support;
 pub mod mcp;
 pub mod proxy;
 pub mod sessions;
-pub mod terminal;
 #[cfg(feature = "unstable_protocol_v2")]
 pub mod v2;
 #[cfg(feature = "unstable_v2_bridge")]
@@ -272,6 +272,7 @@ mod typed;
 pub use self::core::error::Error;
 pub use acp_macros::{acp_agent, acp_client, acp_proxy};
 pub use acp_types;
+pub use advertise::Advertise;
 pub use agent::{AgentContext, ClientHandle, serve_agent};
 pub use client::{AgentHandle, ClientContext, serve_client};
 #[cfg(feature = "process")]
@@ -279,7 +280,6 @@ pub use client::{AgentProcess, spawn_agent};
 pub use connection::{Connection, RequestLoad, Serve};
 pub use handler::{Forward, Handler, IncomingNotification, IncomingRequest};
 pub use jsonrpc::{ErrorObject, Id, codes};
-pub use macro_support::Advertise;
 pub use owner::Owner;
 pub use peer::{Peer, PendingResponse, SessionScope};
 pub use serde_json::value::RawValue;

@@ -37,6 +37,7 @@ pub const ACP_RPC: &[Floor] = &[
         name: "typed layers",
         parts: &[
             "typed",
+            "advertise",
             "terminal",
             "sessions",
             "agent",
@@ -47,9 +48,7 @@ pub const ACP_RPC: &[Floor] = &[
             "v2_bridge",
             "version",
         ],
-        // A few of its modules still refer to each other (the v1 agent and its terminal and
-        // compaction handles, v2's agent and turn); the core has none.
-        strict: false,
+        strict: true,
         neighbours: None,
     },
     Floor {
@@ -393,7 +392,7 @@ mod tests {
 
     const FLOORS: &[Floor] = &[
         Floor { name: "core", parts: &["core"], strict: true, neighbours: None },
-        Floor { name: "top", parts: &["http", "proxy", "mcp"], strict: false, neighbours: Some(&[("mcp", "proxy")]) },
+        Floor { name: "top", parts: &["http", "proxy", "mcp"], strict: true, neighbours: Some(&[("mcp", "proxy")]) },
     ];
 
     #[test]

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use tokio::sync::Semaphore;
 
-/// How busy a connection is with the peer's requests: a snapshot from [`Peer::request_load`]
-/// (see the [overload section](self#overload-a-peer-that-sends-more-than-it-lets-us-finish)).
+/// How busy a connection is with the peer's requests: a snapshot from [`Peer::request_load`](crate::Peer::request_load)
+/// (see the [overload section](crate::connection#overload-a-peer-that-sends-more-than-it-lets-us-finish)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RequestLoad {

@@ -17,6 +17,9 @@
 //! and waits (up to the connection's `cancel_grace`) for the turn's idle update to be queued, so
 //! the client reads the turn's end before the close's answer.
 
+// The prompt lifecycle of a turn, public as `acp_rpc::v2::turn`.
+pub mod turn;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
@@ -33,7 +36,6 @@ use serde_json::{Map, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use super::turn::{Turn, TurnStart};
 use crate::agent::ContextInner;
 use crate::core::connection::{Connection, Serve};
 use crate::core::error::Error;
@@ -41,6 +43,7 @@ use crate::core::handler::{Handler, IncomingNotification, IncomingRequest};
 use crate::core::jsonrpc::{ErrorObject, Id};
 use crate::core::peer::Peer;
 use crate::typed;
+use turn::{Turn, TurnStart};
 
 // ---- serving --------------------------------------------------------------------------------
 
@@ -154,7 +157,7 @@ impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
             ClientRequest::ToolCallCancel(params) => {
                 // A call a turn made cancellable (`ToolCall::cancellable`) is the runtime's to
                 // answer; any other goes to the agent's own handler, if it has one.
-                let foreground = &*crate::v2::turn::foreground(cx.peer());
+                let foreground = &*turn::foreground(cx.peer());
                 if foreground.cancel_tool_call(&params.session_id, &params.tool_call_id).is_ok() {
                     return encode_response(&AgentResponse::ToolCallCancel(CancelToolCallResponse::new()), &cx);
                 }
@@ -223,7 +226,7 @@ fn encode_response(response: &acp_types::v2::AgentResponse, cx: &AgentContext) -
     let raw = typed::encode_result(response)?;
     match cx.inner.earned.get() {
         Some(capabilities) if matches!(response, acp_types::v2::AgentResponse::Initialize(_)) => {
-            Ok(crate::macro_support::advertise_raw(raw, capabilities))
+            Ok(crate::advertise::advertise_raw(raw, capabilities))
         }
         _ => Ok(raw),
     }

@@ -62,7 +62,7 @@ where
 pub fn with_capabilities<C: crate::Advertise>(
     request: acp_types::v2::InitializeRequest,
 ) -> acp_types::v2::InitializeRequest {
-    crate::macro_support::advertise_request(request, C::CAPABILITIES)
+    crate::advertise::advertise_request(request, C::CAPABILITIES)
 }
 
 /// The raw [`Handler`] that serves a [`Client<ClientContext>`](Client) of protocol v2 and

@@ -19,7 +19,7 @@
 pub mod agent;
 pub mod client;
 pub mod session;
-pub mod turn;
+pub use agent::turn;
 
 pub use agent::{AgentContext, AgentHandler, ClientHandle, serve_agent, serve_stdio};
 pub use client::{Accepted, AgentHandle, ClientContext, ClientHandler, TurnEnd, serve_client, with_capabilities};

@@ -13,7 +13,7 @@ use acp_types::{
     SessionNotification, SessionUpdate,
 };
 
-use crate::agent::ClientHandle;
+use super::ClientHandle;
 use crate::core::error::Error;
 
 /// One context compaction of a session, started and reported (see the [module docs](self)).

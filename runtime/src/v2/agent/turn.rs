@@ -59,7 +59,7 @@ use serde_json::value::RawValue;
 use tokio::sync::{OnceCell, OwnedSemaphorePermit, oneshot};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use super::agent::{AgentContext, ClientHandle};
+use super::{AgentContext, ClientHandle};
 use crate::core::catch_unwind::{CatchUnwind, panic_message};
 use crate::core::error::Error;
 use crate::core::jsonrpc::ErrorObject;

@@ -9,7 +9,7 @@ use acp_types::{
     client_method,
 };
 
-use crate::agent::ClientHandle;
+use super::ClientHandle;
 use crate::core::error::Error;
 use crate::typed;
 
