@@ -321,7 +321,7 @@ struct ServerShared {
     auth: Option<Box<AuthHook>>,
     connections: Mutex<HashMap<String, Arc<AcpConnection>>>,
     /// The bytes of POST bodies held at once (see [`ServerOptions::max_body_bytes_in_flight`]),
-    /// made when the server is bound.
+    /// made by the first body read.
     body_budget: OnceLock<Arc<BodyBudget>>,
     /// Bound to a loopback address: with no [`ServerOptions::allowed_hosts`], only loopback
     /// host names are served.
@@ -477,8 +477,6 @@ impl HttpServer {
         let local_addr = listener.local_addr()?;
         let shared = self.shared_mut();
         shared.loopback = local_addr.ip().is_loopback();
-        let budget = shared.options.max_body_bytes_in_flight.max(shared.options.max_body_bytes);
-        let _ = shared.body_budget.set(Arc::new(BodyBudget { free: std::sync::atomic::AtomicUsize::new(budget) }));
         Ok(BoundServer {
             shared: self.shared,
             listener,
@@ -1350,16 +1348,15 @@ struct BodyBudget {
 
 /// The bytes one body has taken from the [`BodyBudget`]; given back when dropped.
 struct BodyShare {
-    budget: Option<Arc<BodyBudget>>,
+    budget: Arc<BodyBudget>,
     held: usize,
 }
 
 impl BodyShare {
-    /// Takes `n` more bytes if the budget has them (always, for a server not bound yet).
+    /// Takes `n` more bytes if the budget has them.
     fn take(&mut self, n: usize) -> bool {
-        let Some(budget) = &self.budget else { return true };
         use std::sync::atomic::Ordering::{AcqRel, Acquire};
-        let taken = budget.free.fetch_update(AcqRel, Acquire, |free| free.checked_sub(n)).is_ok();
+        let taken = self.budget.free.fetch_update(AcqRel, Acquire, |free| free.checked_sub(n)).is_ok();
         if taken {
             self.held += n;
         }
@@ -1369,9 +1366,7 @@ impl BodyShare {
 
 impl Drop for BodyShare {
     fn drop(&mut self) {
-        if let Some(budget) = &self.budget {
-            budget.free.fetch_add(self.held, std::sync::atomic::Ordering::AcqRel);
-        }
+        self.budget.free.fetch_add(self.held, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -1493,7 +1488,12 @@ impl ServerShared {
     /// waits for room: a body that held part of the budget while it waited for more could wait
     /// for bodies waiting for it. The body, and its share of the budget.
     async fn read_body(&self, mut body: Incoming, limit: usize) -> Result<(Bytes, BodyShare), HttpResponse> {
-        let mut share = BodyShare { budget: self.body_budget.get().cloned(), held: 0 };
+        // Made on first use, once the options are final: a server on `serve_io` has one too.
+        let budget = self.body_budget.get_or_init(|| {
+            let total = self.options.max_body_bytes_in_flight.max(self.options.max_body_bytes);
+            Arc::new(BodyBudget { free: std::sync::atomic::AtomicUsize::new(total) })
+        });
+        let mut share = BodyShare { budget: budget.clone(), held: 0 };
         let too_large = || text(StatusCode::PAYLOAD_TOO_LARGE, &format!("the body is over {limit} bytes"));
         let mut chunks: Vec<Bytes> = Vec::new();
         let mut len = 0usize;
