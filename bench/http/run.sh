@@ -5,7 +5,7 @@
 # (alternating, RUNS repetitions, medians). Prints markdown on stdout; progress and the raw
 # result lines go to stderr. See BENCHMARKS.md ("## Remote transport (issue 13)").
 #
-#   CARGO_TARGET_DIR=/work/target-httpbench bench/http/run.sh [all|throughput|conns]
+#   CARGO_TARGET_DIR=/work/target-httpbench bench/http/run.sh [all|throughput|conns|slow]
 #
 # throughput: `session/update` throughput of one prompt turn to one client, over WebSocket and
 #   over SSE, from each server to each client (a raw frame reader, acp-rpc's client, the
@@ -13,18 +13,24 @@
 # conns: CONNS WebSocket connections, each initialized with a session, on one server process:
 #   the server's RSS per idle connection, then the prompt round trip while STREAMERS of them
 #   stream (once per pace in PAUSES).
+# slow: the slow-client run (issue 32, not part of `all`): SILENT silent sockets and SLOWLORIS
+#   sockets sending a head a byte a second, then CLIENTS honest WebSocket clients each run a
+#   turn; our server with its default socket limit (4096), the official Rust one as it is.
 # Options (environment): RUNS (5), N (100000 updates per timed turn), CONNS (10000),
 # OFFICIAL_CONNS (CONNS), TS_CONNS (CONNS), STREAMERS (1000), PROBES (20), SAMPLES (2000),
 # PAUSES (µs between a streamer's updates, one phase each: "50000,0"), PER_PROMPT (100),
 # SOURCES (4 source addresses 127.0.0.x), TS (1: include the TypeScript server, installed by
-# `npm ci` from ts/package-lock.json; needs node and npm), RESULTS (keep the raw lines here).
+# `npm ci` from ts/package-lock.json; needs node and npm), RESULTS (keep the raw lines here),
+# BEFORE_BIN (an acp-http-bench binary built from an older tree: its `server --impl ours` runs
+# as the server "before" beside the others, for an A/B in the same run; its own client code is
+# not used), SILENT (4096), SLOWLORIS (1000), CLIENTS (100).
 set -euo pipefail
 
 mode="${1:-all}"
 case "$mode" in
-all | throughput | conns) ;;
+all | throughput | conns | slow) ;;
 *)
-    echo "usage: $0 [all|throughput|conns]" >&2
+    echo "usage: $0 [all|throughput|conns|slow]" >&2
     exit 2
     ;;
 esac
@@ -44,11 +50,16 @@ PAUSES="${PAUSES:-50000,0}"
 PER_PROMPT="${PER_PROMPT:-100}"
 SOURCES="${SOURCES:-4}"
 TS="${TS:-1}"
+BEFORE_BIN="${BEFORE_BIN:-}"
+SILENT="${SILENT:-4096}"
+SLOWLORIS="${SLOWLORIS:-1000}"
+CLIENTS="${CLIENTS:-100}"
 
 # Each connection is a socket in the server and one in the load generator: raise the soft
 # open-file limit of this shell (inherited by both) to the hard one. Done here, not in the
 # library.
 need=$((CONNS + 256))
+if [[ $mode == slow ]]; then need=$((SILENT + SLOWLORIS + CLIENTS + 256)); fi
 ulimit -n "$(ulimit -Hn)"
 if (($(ulimit -n) < need)); then
     echo "the open-file limit is $(ulimit -n) (hard); $need are needed for CONNS=$CONNS" >&2
@@ -77,12 +88,29 @@ results="${RESULTS:-$(mktemp)}"
 
 declare -A server_pid server_port
 
-# Starts a server (ours, official, ts) on a free port of 127.0.0.1.
+# The servers of one repetition, in the order given by its number (so none always runs on a
+# warmer machine): ours and official alternate, "before" (BEFORE_BIN) goes beside ours.
+servers_of() {
+    local rep=$1 first=(ours)
+    if [[ -n $BEFORE_BIN ]]; then
+        if (((rep / 2) % 2)); then first=(before ours); else first=(ours before); fi
+    fi
+    if ((rep % 2)); then servers=("${first[@]}" official); else servers=(official "${first[@]}"); fi
+    if [[ $TS == 1 && $mode != slow ]]; then servers+=(ts); fi
+}
+
+# Starts a server (ours, before, official, ts) on a free port of 127.0.0.1; extra arguments go
+# to our server.
 start_server() {
     local impl=$1 out
+    shift
     out="$(mktemp)"
     if [[ $impl == ts ]]; then
         (cd ts && PORT=0 exec node server.mjs) >"$out" 2>&1 &
+    elif [[ $impl == before ]]; then
+        "$BEFORE_BIN" server --impl ours >"$out" 2>&1 &
+    elif [[ $impl == ours ]]; then
+        "$bin" server --impl ours "$@" >"$out" 2>&1 &
     else
         "$bin" server --impl "$impl" >"$out" 2>&1 &
     fi
@@ -117,9 +145,7 @@ one() {
 
 throughput() {
     local rep=$1 servers impl client scheme
-    # Alternate which server goes first, so none always runs on a warmer machine.
-    if ((rep % 2)); then servers=(ours official); else servers=(official ours); fi
-    if [[ $TS == 1 ]]; then servers+=(ts); fi
+    servers_of "$rep"
     for impl in "${servers[@]}"; do start_server "$impl"; done
     for client in raw ours official; do
         for scheme in ws http; do
@@ -134,8 +160,7 @@ throughput() {
 
 conns() {
     local rep=$1 servers impl n
-    if ((rep % 2)); then servers=(ours official); else servers=(official ours); fi
-    if [[ $TS == 1 ]]; then servers+=(ts); fi
+    servers_of "$rep"
     for impl in "${servers[@]}"; do
         n=$CONNS
         if [[ $impl == official ]]; then n=$OFFICIAL_CONNS; fi
@@ -150,8 +175,25 @@ conns() {
     done
 }
 
+# The older build ("before") has no socket limit to pass: it had none.
+slow() {
+    local rep=$1 servers impl
+    servers_of "$rep"
+    for impl in "${servers[@]}"; do
+        start_server "$impl" --max-sockets 4096
+        one "$bin" slow --url "ws://127.0.0.1:${server_port[$impl]}/acp" --silent "$SILENT" \
+            --slowloris "$SLOWLORIS" --clients "$CLIENTS" --label "$impl"
+        stop_server "$impl"
+        sleep 2
+    done
+}
+
 for ((rep = 1; rep <= RUNS; rep++)); do
     echo "--- repetition $rep/$RUNS (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+    if [[ $mode == slow ]]; then
+        slow "$rep"
+        continue
+    fi
     if [[ $mode != conns ]]; then throughput "$rep"; fi
     if [[ $mode != throughput ]]; then conns "$rep"; fi
 done

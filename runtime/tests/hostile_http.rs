@@ -271,12 +271,18 @@ async fn oversized_heads_get_431_and_oversized_bodies_413() {
     serves(addr, &[]).await;
 }
 
-/// POST bodies share one server-wide budget: while one large body holds it, another waits,
-/// and goes on once the first is handed to the agent.
+/// POST bodies share one server-wide budget, counted in the bytes that arrived: while one
+/// large body holds most of it, another that does not fit beside it is refused 503 at once
+/// (no body waits for another), and the bytes come back when the first is handed to the agent,
+/// or when a body that stopped coming is answered 408.
 #[tokio::test]
 async fn bodies_share_a_server_wide_budget() {
-    let options =
-        ServerOptions { max_body_bytes: 1 << 20, max_body_bytes_in_flight: 1 << 20, ..ServerOptions::default() };
+    let options = ServerOptions {
+        max_body_bytes: 1 << 20,
+        max_body_bytes_in_flight: 1 << 20,
+        body_read_timeout: Duration::from_secs(2),
+        ..ServerOptions::default()
+    };
     let addr = start(options).await;
     let conn = serves(addr, &[]).await;
     let post_head = |len: usize| {
@@ -287,26 +293,68 @@ async fn bodies_share_a_server_wide_budget() {
     };
     let note =
         |pad: usize| format!(r#"{{"jsonrpc":"2.0","method":"_x/note","params":{{"pad":"{}"}}}}"#, "x".repeat(pad));
+    let whole = |body: &str| [post_head(body.len()).as_bytes(), body.as_bytes()].concat();
     // The first body: 900 KiB of its ~1 MiB sent, then it pauses.
     let big = note(1_000_000);
     let mut first = TcpStream::connect(addr).await.unwrap();
     first.write_all(post_head(big.len()).as_bytes()).await.unwrap();
     first.write_all(&big.as_bytes()[..900 * 1024]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    // The second, 200 KiB, does not fit beside it: it waits.
+    // The second, 200 KiB, does not fit beside those 900 KiB: refused, to be sent again.
     let small = note(200 * 1024);
-    let mut second = TcpStream::connect(addr).await.unwrap();
-    second.write_all(post_head(small.len()).as_bytes()).await.unwrap();
-    second.write_all(small.as_bytes()).await.unwrap();
-    let mut head = [0u8; 12];
-    let early = tokio::time::timeout(Duration::from_millis(500), second.read_exact(&mut head)).await;
-    assert!(early.is_err(), "the second body was taken while the first held the budget");
-    // The first finishes: both are answered.
+    let busy = exchange(addr, &whole(&small)).await.expect("an answer");
+    assert_eq!(busy.status, 503, "{}", busy.head);
+    assert_eq!(busy.header("retry-after"), Some("1"));
+    // The first finishes; its bytes come back once it is with the agent, and the second fits.
     first.write_all(&big.as_bytes()[900 * 1024..]).await.unwrap();
-    first.read_exact(&mut head).await.unwrap();
-    assert_eq!(&head, b"HTTP/1.1 202");
-    tokio::time::timeout(WAIT, second.read_exact(&mut head)).await.expect("answered").unwrap();
-    assert_eq!(&head, b"HTTP/1.1 202");
+    assert_eq!(read_response(&mut first).await.expect("an answer").status, 202);
+    assert_eq!(exchange(addr, &whole(&small)).await.expect("an answer").status, 202, "sent again");
+    // A body that stops after 900 KiB holds them until it is answered 408, then gives them back.
+    let mut stalled = TcpStream::connect(addr).await.unwrap();
+    stalled.write_all(post_head(big.len()).as_bytes()).await.unwrap();
+    stalled.write_all(&big.as_bytes()[..900 * 1024]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(exchange(addr, &whole(&small)).await.expect("an answer").status, 503, "beside the stalled body");
+    assert_eq!(read_response(&mut stalled).await.expect("an answer").status, 408);
+    assert_eq!(exchange(addr, &whole(&small)).await.expect("an answer").status, 202, "after the 408");
+}
+
+/// Sockets that declare the largest body allowed and send a byte at a time hold only the bytes
+/// they sent, not their `Content-Length`: eight of them (twice the budget, declared) do not keep
+/// an honest client's `initialize` and a 1 MiB POST waiting. Before, each took its declared
+/// length from the budget before reading, so four such sockets held all 64 MiB until the body
+/// timeout and every other POST waited.
+#[tokio::test]
+async fn declared_lengths_that_never_arrive_hold_nothing_of_the_budget() {
+    let options = ServerOptions::default();
+    let declared = options.max_body_bytes;
+    assert!(8 * declared >= 2 * options.max_body_bytes_in_flight);
+    let addr = start(options).await;
+    let head = format!(
+        "POST /acp HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {declared}\r\n\r\n{{"
+    );
+    let mut liars = Vec::new();
+    for _ in 0..8 {
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        liars.push(tcp);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let quick = Duration::from_secs(2);
+    let conn = tokio::time::timeout(quick, serves(addr, &[])).await.expect("initialize served at once");
+    for liar in &mut liars {
+        liar.write_all(b" ").await.unwrap();
+    }
+    let pad = format!(r#"{{"jsonrpc":"2.0","method":"_x/note","params":{{"pad":"{}"}}}}"#, "x".repeat(1 << 20));
+    let header = format!("acp-connection-id: {conn}");
+    let answer = tokio::time::timeout(quick, exchange(addr, &post(&[&header], &pad))).await.expect("in time");
+    assert_eq!(answer.expect("an answer").status, 202);
+    // The liars are still within their body timeout: not answered, not closed.
+    for liar in &mut liars {
+        let mut byte = [0u8; 1];
+        let early = tokio::time::timeout(Duration::from_millis(20), liar.read(&mut byte)).await;
+        assert!(early.is_err(), "a slow body was answered before its timeout");
+    }
 }
 
 // ---- JSON bombs -----------------------------------------------------------------------------

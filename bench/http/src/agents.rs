@@ -67,11 +67,12 @@ mod ours {
     }
 }
 
-/// acp-rpc's server on 127.0.0.1 (the connection and socket limits raised for the 10k test:
-/// an open WebSocket holds its socket's place; every other option at its default).
-pub async fn serve_ours(port: u16) {
+/// acp-rpc's server on 127.0.0.1 (the connection limit raised for the 10k test, and the socket
+/// limit to `max_sockets`, since an open WebSocket holds its socket's place; every other option
+/// at its default).
+pub async fn serve_ours(port: u16, max_sockets: usize) {
     use acp_rpc::http::server::{HttpServer, ServerOptions};
-    let options = ServerOptions { max_connections: 1_000_000, max_sockets: 1_000_000, ..ServerOptions::default() };
+    let options = ServerOptions { max_connections: 1_000_000, max_sockets, ..ServerOptions::default() };
     let server = HttpServer::agent(|| ours::BenchAgent).options(options).bind(("127.0.0.1", port)).await.expect("bind");
     println!("LISTENING {}", server.local_addr().port());
     server.run().await.expect("serve");

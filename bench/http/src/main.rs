@@ -5,7 +5,7 @@
 //! the implementations, repeats, and `report` turns the lines into markdown.
 //!
 //! ```text
-//! acp-http-bench server --impl ours|official            # prints `LISTENING <port>`, serves 127.0.0.1
+//! acp-http-bench server --impl ours|official [--max-sockets 1000000]   # prints `LISTENING <port>`, serves 127.0.0.1
 //! acp-http-bench throughput --client ours|official|raw --url URL --n N --label SERVER [--pid SERVER_PID]
 //! acp-http-bench load --url ws://127.0.0.1:PORT/acp --pid PID --n 10000 --streamers 1000
 //!                     [--probes 20] [--samples 2000] [--pause-us 50000,0] [--per-prompt 100] [--sources 4] --label SERVER
@@ -44,7 +44,10 @@ fn main() -> ExitCode {
             };
             report::report(path);
         }
-        ("server", "ours") => common::rt().block_on(agents::serve_ours(num("--port", 0) as u16)),
+        // The slow-client run passes the default (4096): the 10k test needs more.
+        ("server", "ours") => {
+            common::rt().block_on(agents::serve_ours(num("--port", 0) as u16, num("--max-sockets", 1_000_000) as usize))
+        }
         ("server", "official") => common::rt().block_on(agents::serve_official(num("--port", 0) as u16)),
         ("throughput", _) => {
             let client = opt("--client").unwrap_or_else(|| "ours".into());

@@ -63,6 +63,7 @@ fn server_name(label: &str) -> String {
         "ours" => "acp-rpc `HttpServer`".into(),
         "official" => "official Rust `AcpHttpServer` 5.0.0".into(),
         "ts" => "official TypeScript `AcpServer` 2.4.0 (node)".into(),
+        "before" => "acp-rpc `HttpServer`, the older build (`BEFORE_BIN`)".into(),
         other => other.into(),
     }
 }
@@ -98,7 +99,7 @@ pub fn report(path: &str) {
             order.push(key);
         }
     }
-    let rank = |s: &str| ["ours", "official", "ts"].iter().position(|x| *x == s).unwrap_or(9);
+    let rank = |s: &str| ["ours", "before", "official", "ts"].iter().position(|x| *x == s).unwrap_or(9);
     order.sort_by_key(|(server, client)| (rank(client), rank(server)));
 
     // ---- throughput ----
@@ -110,6 +111,10 @@ pub fn report(path: &str) {
     let cpu = |server: &str, profile: &str, client: &str| -> f64 {
         median(select("tput", &[(0, server), (1, profile), (2, client)]).iter().map(|r| r.num(7)).collect())
     };
+    slow_table(&rows, rank);
+    if order.is_empty() && !rows.iter().any(|r| r.kind == "mem" || r.kind == "rtt") {
+        return;
+    }
     println!(
         "#### 1. `session/update` throughput to one client, loopback (msg/s; N = {} per turn; median (min–max))",
         thousands(n.parse().unwrap_or(f64::NAN))
@@ -309,4 +314,89 @@ pub fn report(path: &str) {
             verdict(a.is_finite().then_some(a < 10.0))
         );
     }
+
+    // ---- A/B against the older build ----
+    let has_before = rows.iter().any(|r| r.fields.first().map(String::as_str) == Some("before"));
+    if !has_before {
+        return;
+    }
+    println!();
+    println!("#### A/B: this build (ours) against the older one (before), same run (medians)");
+    println!();
+    println!("| Measurement | runs (ours / before) | ours | before | ours / before |");
+    println!("|---|---|---:|---:|---:|");
+    let line = |what: String, a: Vec<f64>, b: Vec<f64>, decimals: usize| {
+        if a.is_empty() && b.is_empty() {
+            return;
+        }
+        let (na, nb) = (a.len(), b.len());
+        let (ma, mb) = (median(a), median(b));
+        let show = |x: f64| if decimals == 0 { thousands(x) } else { fixed(x, decimals) };
+        println!("| {what} | {na} / {nb} | {} | {} | {} |", show(ma), show(mb), share(ma, mb));
+    };
+    for client in ["raw", "ours", "official"] {
+        for (profile, name) in [("ws", "WebSocket"), ("sse", "SSE")] {
+            line(
+                format!("`session/update` throughput, {name}, {} (msg/s)", client_name(client)),
+                tput("ours", profile, client),
+                tput("before", profile, client),
+                0,
+            );
+        }
+    }
+    let per = |server: &str| mem_col(server, 4).iter().map(|x| x / 1024.0).collect::<Vec<_>>();
+    line("server RSS per idle WebSocket connection with a session (KiB)".into(), per("ours"), per("before"), 1);
+    for pause in &pauses {
+        let pace = if pause == "0" { "flat out".to_owned() } else { format!("pause {pause} µs") };
+        for (i, p) in [(3, "p50"), (4, "p99")] {
+            line(
+                format!("prompt round trip {p} under load, {pace} (ms)"),
+                rtt_col("ours", pause, i),
+                rtt_col("before", pause, i),
+                2,
+            );
+        }
+    }
+}
+
+/// The slow-client runs (`slow` lines), one row per server.
+fn slow_table(rows: &[Row], rank: impl Fn(&str) -> usize) {
+    let slow: Vec<&Row> = rows.iter().filter(|r| r.kind == "slow").collect();
+    if slow.is_empty() {
+        return;
+    }
+    let mut servers: Vec<&str> = Vec::new();
+    for r in &slow {
+        if !servers.contains(&r.fields[0].as_str()) {
+            servers.push(&r.fields[0]);
+        }
+    }
+    servers.sort_by_key(|s| rank(s));
+    let first = &slow[0];
+    println!(
+        "#### The slow-client run: {} silent and {} slowloris sockets, then {} honest clients (ms from a client's first byte to its turn's answer)",
+        first.fields[1], first.fields[2], first.fields[3]
+    );
+    println!();
+    println!(
+        "| Server | runs | completed, each run | p50 (median) | p99 (median) | p99 of each run | hostile sockets still open (median) |"
+    );
+    println!("|---|---:|---|---:|---:|---|---:|");
+    for server in servers {
+        let of: Vec<&&Row> = slow.iter().filter(|r| r.fields[0] == server).collect();
+        let col = |i: usize| of.iter().map(|r| r.num(i)).collect::<Vec<f64>>();
+        let done: Vec<String> = of.iter().map(|r| format!("{} of {}", r.fields[4], r.fields[3])).collect();
+        let each: Vec<String> = col(6).iter().map(|x| fixed(*x, 0)).collect();
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            server_name(server),
+            of.len(),
+            done.join(", "),
+            fixed(median(col(5)), 0),
+            fixed(median(col(6)), 0),
+            each.join(", "),
+            thousands(median(col(8))),
+        );
+    }
+    println!();
 }

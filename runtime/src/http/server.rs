@@ -17,6 +17,7 @@
 //! | the [`HttpServer::authenticate`] (or [`HttpServer::identify`]) hook refuses | its status (401 / 403) |
 //! | `POST`, `Content-Type` not `application/json` | 415 |
 //! | `POST`, body over [`ServerOptions::max_body_bytes`] | 413 |
+//! | `POST`, a body whose bytes do not fit in what is left of [`ServerOptions::max_body_bytes_in_flight`] | 503 with `Retry-After: 1` |
 //! | `POST`, body not JSON | 400 with a JSON-RPC -32700 body |
 //! | `POST`, a batch (JSON array) | 501 with a JSON-RPC -32600 body (the RFD's answer) |
 //! | `POST`, JSON that is not a message object | 400 with a JSON-RPC -32600 body |
@@ -54,8 +55,8 @@
 //! |---|---|---|
 //! | [`header_read_timeout`](ServerOptions::header_read_timeout): the first request's head after connecting (the HTTP/2 preface included), each HTTP/1.1 head, the next one on a kept-alive socket | 30 s | the socket is closed |
 //! | [`body_read_timeout`](ServerOptions::body_read_timeout): a POST's body | 30 s | 408 |
-//! | [`max_body_bytes`](ServerOptions::max_body_bytes) | 16 MiB | 413 |
-//! | [`max_body_bytes_in_flight`](ServerOptions::max_body_bytes_in_flight): bodies being read, all connections | 64 MiB | a body waits for room (within the body timeout) |
+//! | [`max_body_bytes`](ServerOptions::max_body_bytes) | 16 MiB | 413 (at once when `Content-Length` says so) |
+//! | [`max_body_bytes_in_flight`](ServerOptions::max_body_bytes_in_flight): bytes of bodies received and not yet handed to the agent, all connections (counted as they arrive, not as declared) | 64 MiB | 503 with `Retry-After: 1` for the body whose bytes do not fit |
 //! | [`max_sockets`](ServerOptions::max_sockets): sockets served at once, a WebSocket's included | 4096 | the oldest socket with no request served is closed; with none, new ones wait |
 //! | [`max_sockets_per_peer`](ServerOptions::max_sockets_per_peer): sockets of one IPv4 address or IPv6 /64 | 256; loopback not counted unless [`limit_loopback_peers`](ServerOptions::limit_loopback_peers) | the new socket is closed, unread |
 //! | [`max_connections`](ServerOptions::max_connections): ACP connections (both profiles) | 1024 | the one unused the longest is closed (HTTP: nothing after its `initialize`; WebSocket: no message after its first, closed 1013); with none, 429 |
@@ -171,10 +172,12 @@ pub struct ServerOptions {
     /// Largest POST body (16 MiB): 413 beyond.
     pub max_body_bytes: usize,
     /// Bytes of POST bodies the server holds at once, all connections together (64 MiB, and
-    /// never less than `max_body_bytes`): a body takes its `Content-Length` (`max_body_bytes`
-    /// when it has none) from this budget before it is read, until its message is handed to
-    /// the agent, and waits for room when it does not fit (within `body_read_timeout`). Many
-    /// large bodies at once cost this much memory, not `max_body_bytes` each.
+    /// never less than `max_body_bytes`). Bytes are counted as they arrive, not as declared,
+    /// and given back once the message is handed to the agent or the request fails: a client
+    /// that declares a large `Content-Length` and sends little holds only what it sent. A
+    /// body whose next bytes do not fit is refused with 503 (`Retry-After: 1`) and its bytes
+    /// given back at once, so bodies never wait for each other. Many large bodies at once
+    /// cost this much memory, not `max_body_bytes` each.
     pub max_body_bytes_in_flight: usize,
     /// Bytes one stream's outbox holds before the agent's sends wait (16 MiB).
     pub max_buffered_bytes: usize,
@@ -318,8 +321,8 @@ struct ServerShared {
     auth: Option<Box<AuthHook>>,
     connections: Mutex<HashMap<String, Arc<AcpConnection>>>,
     /// The bytes of POST bodies held at once (see [`ServerOptions::max_body_bytes_in_flight`]),
-    /// made when the server is bound.
-    body_budget: OnceLock<Arc<tokio::sync::Semaphore>>,
+    /// made by the first body read.
+    body_budget: OnceLock<Arc<BodyBudget>>,
     /// Bound to a loopback address: with no [`ServerOptions::allowed_hosts`], only loopback
     /// host names are served.
     loopback: bool,
@@ -474,9 +477,6 @@ impl HttpServer {
         let local_addr = listener.local_addr()?;
         let shared = self.shared_mut();
         shared.loopback = local_addr.ip().is_loopback();
-        let budget = shared.options.max_body_bytes_in_flight.max(shared.options.max_body_bytes);
-        // A semaphore counts at most `usize::MAX >> 3` permits.
-        let _ = shared.body_budget.set(Arc::new(tokio::sync::Semaphore::new(budget.min(usize::MAX >> 4))));
         Ok(BoundServer {
             shared: self.shared,
             listener,
@@ -1340,6 +1340,36 @@ impl Drop for EventStream {
     }
 }
 
+/// The bytes of POST bodies the server may still take (see
+/// [`ServerOptions::max_body_bytes_in_flight`]).
+struct BodyBudget {
+    free: std::sync::atomic::AtomicUsize,
+}
+
+/// The bytes one body has taken from the [`BodyBudget`]; given back when dropped.
+struct BodyShare {
+    budget: Arc<BodyBudget>,
+    held: usize,
+}
+
+impl BodyShare {
+    /// Takes `n` more bytes if the budget has them.
+    fn take(&mut self, n: usize) -> bool {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire};
+        let taken = self.budget.free.fetch_update(AcqRel, Acquire, |free| free.checked_sub(n)).is_ok();
+        if taken {
+            self.held += n;
+        }
+        taken
+    }
+}
+
+impl Drop for BodyShare {
+    fn drop(&mut self) {
+        self.budget.free.fetch_add(self.held, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 type HttpResponse = Response<ResponseBody>;
 
 fn text(status: StatusCode, message: &str) -> HttpResponse {
@@ -1452,32 +1482,51 @@ impl ServerShared {
         response
     }
 
-    /// Reads a POST body of at most `limit` bytes, `declared` (its `Content-Length`) if given,
-    /// once its share of the server-wide budget is free: the declared length, or `limit` for a
-    /// body of unknown length, taken whole before the first byte is read (a body that held part
-    /// of the budget while it waited for the rest could wait for a body waiting for it). The
-    /// body, and its share of the budget.
-    async fn read_body(
-        &self,
-        body: Incoming,
-        limit: usize,
-        declared: Option<u64>,
-    ) -> Result<(Bytes, Option<tokio::sync::OwnedSemaphorePermit>), HttpResponse> {
-        let share = declared.map_or(limit, |len| usize::try_from(len).unwrap_or(limit).min(limit));
-        let held = match self.body_budget.get() {
-            Some(budget) => {
-                let n = u32::try_from(share).unwrap_or(u32::MAX);
-                Some(budget.clone().acquire_many_owned(n).await.expect("never closed"))
+    /// Reads a POST body of at most `limit` bytes, counting each chunk against the server-wide
+    /// budget as it arrives (see [`ServerOptions::max_body_bytes_in_flight`]). Nothing is taken
+    /// ahead of the bytes, so a `Content-Length` that is never sent costs nothing, and nothing
+    /// waits for room: a body that held part of the budget while it waited for more could wait
+    /// for bodies waiting for it. The body, and its share of the budget.
+    async fn read_body(&self, mut body: Incoming, limit: usize) -> Result<(Bytes, BodyShare), HttpResponse> {
+        // Made on first use, once the options are final: a server on `serve_io` has one too.
+        let budget = self.body_budget.get_or_init(|| {
+            let total = self.options.max_body_bytes_in_flight.max(self.options.max_body_bytes);
+            Arc::new(BodyBudget { free: std::sync::atomic::AtomicUsize::new(total) })
+        });
+        let mut share = BodyShare { budget: budget.clone(), held: 0 };
+        let too_large = || text(StatusCode::PAYLOAD_TOO_LARGE, &format!("the body is over {limit} bytes"));
+        let mut chunks: Vec<Bytes> = Vec::new();
+        let mut len = 0usize;
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else {
+                return Err(text(StatusCode::BAD_REQUEST, "the body could not be read"));
+            };
+            let Ok(chunk) = frame.into_data() else { continue }; // trailers
+            len += chunk.len();
+            if len > limit {
+                return Err(too_large());
             }
-            None => None,
-        };
-        match http_body_util::Limited::new(body, limit).collect().await {
-            Ok(collected) => Ok((collected.to_bytes(), held)),
-            Err(error) if error.is::<http_body_util::LengthLimitError>() => {
-                Err(text(StatusCode::PAYLOAD_TOO_LARGE, &format!("the body is over {limit} bytes")))
+            if !share.take(chunk.len()) {
+                let mut busy = text(StatusCode::SERVICE_UNAVAILABLE, "the server holds too many request bodies; retry");
+                busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                return Err(busy);
             }
-            Err(_) => Err(text(StatusCode::BAD_REQUEST, "the body could not be read")),
+            if !chunk.is_empty() {
+                chunks.push(chunk);
+            }
         }
+        let body = match chunks.len() {
+            0 => Bytes::new(),
+            1 => chunks.pop().expect("one"),
+            _ => {
+                let mut whole = bytes::BytesMut::with_capacity(len);
+                for chunk in chunks {
+                    whole.extend_from_slice(&chunk);
+                }
+                whole.freeze()
+            }
+        };
+        Ok((body, share))
     }
 
     /// Whether the request names a host this server answers for (see
@@ -1546,7 +1595,7 @@ impl ServerShared {
             return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("the body is over {limit} bytes"));
         }
         let timeout = self.options.body_read_timeout;
-        let read = self.read_body(body, limit, declared);
+        let read = self.read_body(body, limit);
         let read = if timeout.is_zero() {
             read.await
         } else {
@@ -1555,7 +1604,8 @@ impl ServerShared {
                 Err(_) => return text(StatusCode::REQUEST_TIMEOUT, "the body did not arrive in time"),
             }
         };
-        // Held until the message is handed to the agent (the end of this function).
+        // Held until the message is handed to the agent (the end of this function); a read
+        // that fails or times out gives its bytes back as it is dropped.
         let (body, _budget) = match read {
             Ok(read) => read,
             Err(refused) => return refused,
