@@ -1,9 +1,10 @@
 //! `acp-check-compat`: runs `acp-check` against real agents from the npm, PyPI and crates.io
-//! registries and keeps the README's compatibility table (`table.rs`) up to date.
+//! registries and keeps the book's compatibility table (`table.rs`, in
+//! `docs/book/src/compatibility.md`) up to date.
 //!
 //! ```text
 //! acp-check-compat run [--scratch DIR] [--reinstall] [ID...]   install, check, save, render
-//! acp-check-compat render                                      the README from the saved results
+//! acp-check-compat render                                      the book's table from the saved results
 //! ```
 //!
 //! The agents and their exact versions are pinned in `check/compat/agents.json`. `run` installs
@@ -30,8 +31,8 @@ usage: acp-check-compat run [--scratch DIR] [--reinstall] [ID...]
 run      installs the agents of check/compat/agents.json (all, or those named) into the scratch
          directory (default: $TMPDIR/acp-check-compat; kept, so that a second run reuses the
          installs), checks each with acp-check without credentials, saves the results to
-         check/compat/results/ and rewrites the README's table
-render   rewrites the README's table from the saved results";
+         check/compat/results/ and rewrites the table in docs/book/src/compatibility.md
+render   rewrites that table from the saved results";
 
 /// How long one agent's whole check may take before `timeout` ends it.
 const RUN_LIMIT_SECS: u64 = 30 * 60;
@@ -69,8 +70,9 @@ fn results_dir() -> PathBuf {
     package_dir().join("compat/results")
 }
 
+/// The book's page that holds the table, between the markers of [`table::BEGIN`] and [`table::END`].
 fn readme_path() -> PathBuf {
-    package_dir().join("../README.md")
+    package_dir().join("../docs/book/src/compatibility.md")
 }
 
 fn read_json(path: &Path) -> Result<Value, String> {
@@ -96,7 +98,7 @@ fn agents(manifest: &Value) -> Result<&[Value], String> {
     Ok(agents)
 }
 
-/// The README's table from the saved results.
+/// The book's table from the saved results.
 fn render() -> Result<(), String> {
     let manifest = read_json(&manifest_path())?;
     let agents = agents(&manifest)?;
@@ -107,12 +109,13 @@ fn render() -> Result<(), String> {
             path.exists().then(|| read_json(&path)).transpose()
         })
         .collect::<Result<_, _>>()?;
-    let readme = std::fs::read_to_string(readme_path()).map_err(|e| format!("cannot read the README: {e}"))?;
+    let readme =
+        std::fs::read_to_string(readme_path()).map_err(|e| format!("cannot read {}: {e}", readme_path().display()))?;
     let updated = table::splice(&readme, &table::render(&manifest, &results))?;
     if updated != readme {
-        std::fs::write(readme_path(), updated).map_err(|e| format!("cannot write the README: {e}"))?;
+        std::fs::write(readme_path(), updated).map_err(|e| format!("cannot write {}: {e}", readme_path().display()))?;
     }
-    println!("README.md: table of {} agent(s) written", agents.len());
+    println!("docs/book/src/compatibility.md: table of {} agent(s) written", agents.len());
     Ok(())
 }
 
@@ -430,7 +433,7 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), agents.len(), "agent ids are unique");
-        // The README holds the table rendered from the committed results, as `render` writes it.
+        // The book holds the table rendered from the committed results, as `render` writes it.
         let results: Vec<Option<Value>> = agents
             .iter()
             .map(|a| {
@@ -440,7 +443,7 @@ mod tests {
             .collect();
         let readme = std::fs::read_to_string(readme_path()).unwrap();
         let expected = table::splice(&readme, &table::render(&manifest, &results)).unwrap();
-        assert!(readme == expected, "the README's table is stale: run `acp-check-compat render`");
+        assert!(readme == expected, "the book's compatibility table is stale: run `acp-check-compat render`");
     }
 
     #[test]

@@ -1,10 +1,10 @@
-//! The README's compatibility table, rendered from the results `run` saved: one row per agent
+//! The compatibility table (in the book's `compatibility.md`), rendered from the results `run` saved: one row per agent
 //! of the manifest, in its order, and the notes under it. Pure functions of the JSON, so that
 //! the rendering is tested without installing anything.
 
 use serde_json::Value;
 
-/// The markers between which the table lives in the README.
+/// The markers between which the table lives on that page.
 pub const BEGIN: &str = "<!-- compat:begin -->";
 pub const END: &str = "<!-- compat:end -->";
 

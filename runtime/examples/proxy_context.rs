@@ -29,6 +29,7 @@ async fn main() -> std::process::ExitCode {
             }
         }
     }
+    // ANCHOR: serve_proxy
     let (stdin, stdout) = acp_rpc::transport::stdio();
     match serve_proxy(AddContext { context }, stdin, stdout).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -37,4 +38,5 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+    // ANCHOR_END: serve_proxy
 }

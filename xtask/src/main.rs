@@ -116,6 +116,12 @@ enum Command {
         #[arg(long)]
         root: Vec<PathBuf>,
     },
+    /// Check the book's links, heading anchors and includes (see xtask/src/book.rs).
+    BookLinks {
+        /// The book's source folder.
+        #[arg(long, default_value = "docs/book/src")]
+        src: PathBuf,
+    },
     /// Run a client and an agent process against each other for a fixed time; fail if their
     /// memory or file descriptors grow (see xtask/src/soak.rs).
     Soak {
@@ -244,15 +250,16 @@ fn run(command: Command) -> Result<(), String> {
             // strict run loads the schema to find out.
             if check && !full && !strict && Stamp::vouches(&root, &lock_json) {
                 println!(
-                    "generated/, macros/src/table.rs and the README tables are up to date with schema {} \
+                    "generated/, macros/src/table.rs and the book's handler tables are up to date with schema {} \
                      ({STAMP_PATH} vouches for them; --full regenerates to compare)",
                     lock.tag
                 );
                 return Ok(());
             }
             let started = std::time::Instant::now();
-            let readme_path = root.join("README.md");
-            let readme = std::fs::read_to_string(&readme_path).map_err(|e| format!("cannot read README.md: {e}"))?;
+            let readme_path = root.join(stamp::HANDLER_TABLES_FILE);
+            let readme = std::fs::read_to_string(&readme_path)
+                .map_err(|e| format!("cannot read {}: {e}", stamp::HANDLER_TABLES_FILE))?;
             let settings = Settings { strict, ..Settings::new(&dir, &lock.tag) };
             let codegen::Generated { files, macro_table: table, readme, untyped } =
                 codegen::generate_all(&settings, &readme).map_err(|e| e.to_string())?;
@@ -271,7 +278,7 @@ fn run(command: Command) -> Result<(), String> {
                 .chain([(format!("macros/{}", slash_path(&table.path)), table.contents.as_str())])
                 .chain(codegen::macro_table::readme_region(&readme).map(|r| (stamp::README_TABLES.to_owned(), r)));
             let stamp = Stamp::new(&lock_json, outputs).render();
-            let file = codegen::OutputFile { path: "README.md".into(), contents: readme };
+            let file = codegen::OutputFile { path: stamp::HANDLER_TABLES_FILE.into(), contents: readme };
             stale.extend(codegen::write_or_check(&root, &[file], check).map_err(|e| e.to_string())?);
             // Last, so that a run interrupted before it leaves the old stamp, which then vouches
             // for nothing.
@@ -280,7 +287,7 @@ fn run(command: Command) -> Result<(), String> {
             if check {
                 if stale.is_empty() {
                     println!(
-                        "generated/, macros/src/table.rs and the README tables are up to date with schema {} ({} files)",
+                        "generated/, macros/src/table.rs and the book's handler tables are up to date with schema {} ({} files)",
                         lock.tag,
                         files.len() + 2
                     );
@@ -330,6 +337,16 @@ fn run(command: Command) -> Result<(), String> {
                 }
                 Err(format!("layers: {} rules broken in {}", report.violations.len(), src.display()))
             }
+        }
+        Command::BookLinks { src } => {
+            let src = if src.is_absolute() { src } else { root.join(src) };
+            let problems = xtask::book::check(&src)?;
+            if problems.is_empty() {
+                println!("{}: every link, heading anchor and include resolves", src.display());
+                return Ok(());
+            }
+            let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+            Err(format!("{} broken in {}:\n{}", problems.len(), src.display(), list.join("\n")))
         }
         Command::Soak { seconds, sessions, max_rss_growth_mib } => {
             let options = xtask::soak::Options { seconds, sessions, max_rss_growth_kib: max_rss_growth_mib * 1024 };

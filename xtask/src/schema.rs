@@ -438,7 +438,7 @@ pub fn update(workspace: &Path, tag: &str, from: &Path, options: &UpdateOptions)
     let settings = Settings::new(from, tag);
     let files = codegen::generate(&settings).map_err(|e| format!("release {tag} does not generate: {e}"))?;
     let table = codegen::macro_table(&settings).map_err(|e| e.to_string())?;
-    let readme_path = workspace.join("README.md");
+    let readme_path = workspace.join(codegen::stamp::HANDLER_TABLES_FILE);
     let readme = match std::fs::read_to_string(&readme_path) {
         Ok(text) => Some(codegen::readme(&settings, &text).map_err(|e| e.to_string())?),
         Err(_) => None,

@@ -3,9 +3,11 @@
 //! proposed version. On the real releases v1.3.0 → v1.7.0, and on a small hand-written crate
 //! pair that measures the item rules against cargo-semver-checks case by case.
 //!
-//! The tests that run cargo-semver-checks need it installed (`bash .ci/install-cargo-semver-checks`);
-//! without it they fail saying so, unless `ACP_SEMVER_CHECKS_REQUIRED=0`, which skips them
-//! (CI sets it to 1, so they never skip there).
+//! The tests that run cargo-semver-checks need it installed (`bash .ci/install-cargo-semver-checks`).
+//! Without it they print `SKIPPED:` with the reason and how to install it, and pass, unless
+//! `ACP_SEMVER_CHECKS_REQUIRED` is set to anything but `0` (CI sets it to 1), which makes the
+//! missing tool a failure with the same message. The interop tests skip the same way
+//! (`ACP_INTEROP_REQUIRED`).
 
 use std::path::{Path, PathBuf};
 
@@ -28,8 +30,9 @@ fn release(tag: &str) -> Side {
     Side::generate(&releases().join(tag), tag).expect("generates")
 }
 
-/// Whether cargo-semver-checks (the pinned version) can run; without it, a failure that says
-/// how to install it, or with `ACP_SEMVER_CHECKS_REQUIRED=0` a skip that says so.
+/// Whether cargo-semver-checks (the pinned version) can run. Without it: a skip that says why
+/// and how to install it, or, with `ACP_SEMVER_CHECKS_REQUIRED` set (and not `0`), a failure
+/// that says the same.
 fn semver_checks_available(test: &str) -> bool {
     let why = match checks::installed() {
         Ok(version) if version == checks::PINNED_VERSION => return true,
@@ -40,11 +43,11 @@ fn semver_checks_available(test: &str) -> bool {
         ),
         Err(why) => why,
     };
-    if std::env::var_os("ACP_SEMVER_CHECKS_REQUIRED").is_some_and(|v| v == "0") {
-        eprintln!("SKIPPED: {test}: {why} (ACP_SEMVER_CHECKS_REQUIRED=0)");
-        return false;
+    if std::env::var_os("ACP_SEMVER_CHECKS_REQUIRED").is_some_and(|v| v != "0") {
+        panic!("{test}: {why}\n(ACP_SEMVER_CHECKS_REQUIRED is set, so a missing cargo-semver-checks fails the test)");
     }
-    panic!("{test}: {why}\n(set ACP_SEMVER_CHECKS_REQUIRED=0 to skip the tests that need it)");
+    eprintln!("SKIPPED: {test}: {why} (set ACP_SEMVER_CHECKS_REQUIRED=1 to fail instead)");
+    false
 }
 
 /// The one change to `path` in `namespace` among `changes`.

@@ -112,16 +112,20 @@ pub async fn serve(versions: Versions) -> Result<(), acp_rpc::Error> {
         Versions::V2 => acp_rpc::v2::serve_stdio(v2::DemoAgentV2::new(delay())).await,
         #[cfg(feature = "unstable_protocol_v2")]
         Versions::Both => {
+            // ANCHOR: router
             let router = acp_rpc::version::ProtocolRouter::new()
                 .with_v1_agent(DemoAgent::new())
                 .with_v2_agent(v2::DemoAgentV2::new(delay()));
             let (reader, writer) = acp_rpc::transport::stdio();
             let (_client, serve) = acp_rpc::Connection::new().serve(reader, writer, router);
             serve.await
+            // ANCHOR_END: router
         }
         #[cfg(feature = "unstable_v2_bridge")]
         Versions::Bridged => {
+            // ANCHOR: bridge
             let router = acp_rpc::version::ProtocolRouter::new().with_v1_agent(DemoAgent::new()).with_v2_bridge();
+            // ANCHOR_END: bridge
             let (reader, writer) = acp_rpc::transport::stdio();
             let (_client, serve) = acp_rpc::Connection::new().serve(reader, writer, router);
             serve.await

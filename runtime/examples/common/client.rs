@@ -205,6 +205,7 @@ async fn drive(options: Options, agent: Agent) -> Result<(), String> {
     let turn = Turn { root, prompt: options.prompt, transcript };
     match (options.protocol, agent) {
         (Protocol::V1, Agent::Command(command)) => {
+            // ANCHOR: spawn
             let (agent, process) = Connection::new()
                 .spawn_agent(client, command, spawn)
                 .map_err(|e| format!("cannot start the agent: {e}"))?;
@@ -213,6 +214,7 @@ async fn drive(options: Options, agent: Agent) -> Result<(), String> {
             // Our agent is done; a well-behaved one exits on SIGTERM (or on end of input).
             let _ = process.terminate().await;
             Ok(())
+            // ANCHOR_END: spawn
         }
         #[cfg(feature = "http-client")]
         (Protocol::V1, Agent::Url(url)) => {

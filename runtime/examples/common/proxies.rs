@@ -20,6 +20,7 @@ use serde_json::Value;
 /// The text `AddContext` adds when not told otherwise.
 pub const DEFAULT_CONTEXT: &str = "Context from the proxy: keep the answer short.";
 
+// ANCHOR: add_context
 /// Adds a text block in front of every `session/prompt`'s content.
 pub struct AddContext {
     /// The text put in front of each prompt.
@@ -37,6 +38,7 @@ impl AddContext {
         call.forward().await
     }
 }
+// ANCHOR_END: add_context
 
 /// Rejects, on the user's behalf, the permission requests of tool calls of a denied kind.
 /// A permission request need not repeat its tool call's kind, so the kinds are learnt from

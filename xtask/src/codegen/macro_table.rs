@@ -278,8 +278,8 @@ pub(crate) fn table(v1: &VersionTable<'_>, v2: Option<&VersionTable<'_>>) -> Tok
     }
 }
 
-/// The README's handler tables (between `<!-- handlers:begin -->` and `<!-- handlers:end -->`),
-/// regenerated with the macro table so the README cannot drift from it.
+/// The handler tables of the book's `handlers.md` page (between `<!-- handlers:begin -->` and
+/// `<!-- handlers:end -->`), regenerated with the macro table so the page cannot drift from it.
 pub fn readme_tables(v1: &Model, v2: Option<&Model>) -> String {
     let mut out = String::new();
     let v1_tables = [

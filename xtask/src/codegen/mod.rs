@@ -900,7 +900,8 @@ pub struct Vendored {
     pub warnings: Vec<String>,
 }
 
-/// The README with its handler tables regenerated (see [`macro_table::readme_tables`]).
+/// The book's handler page (`docs/book/src/handlers.md`) with its tables regenerated (see
+/// [`macro_table::readme_tables`]).
 pub fn readme(settings: &Settings, readme: &str) -> Result<String> {
     let loaded = load_all(settings)?;
     readme_from(&loaded.v1_model, loaded.v2.as_ref().map(|(_, model)| model), readme)
@@ -908,7 +909,10 @@ pub fn readme(settings: &Settings, readme: &str) -> Result<String> {
 
 fn readme_from(v1: &Model, v2: Option<&Model>, readme: &str) -> Result<String> {
     macro_table::splice_readme(readme, &macro_table::readme_tables(v1, v2)).ok_or_else(|| {
-        CodegenError::table("README.md has no `<!-- handlers:begin ... -->` / `<!-- handlers:end -->` markers")
+        CodegenError::table(&format!(
+            "{} has no `<!-- handlers:begin ... -->` / `<!-- handlers:end -->` markers",
+            stamp::HANDLER_TABLES_FILE
+        ))
     })
 }
 
