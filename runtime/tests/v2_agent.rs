@@ -10,7 +10,7 @@ use acp_rpc::acp_types::v2::{
     IdleStateUpdateStopReason as StopReason, Implementation, InitializeRequest, InitializeResponse,
     ListSessionsRequest, ListSessionsResponse, NewSessionRequest, NewSessionResponse, PlanEntry, PlanEntryPriority,
     PlanEntryStatus, PromptRequest, PromptResponse, ProtocolVersion, ResumeSessionRequest, ResumeSessionResponse,
-    ToolKind,
+    TerminalExitStatus, ToolKind,
 };
 use acp_rpc::v2::AgentContext;
 use acp_rpc::version::ProtocolRouter;
@@ -82,6 +82,16 @@ impl Agent<AgentContext> for Scripted {
                 cancel.cancelled().await;
                 call.cancelled().await?;
                 turn.say("the build was stopped").await?;
+                Ok(turn.response().await?)
+            }
+            // A command in an agent-owned terminal the client may cancel; the turn goes on.
+            "serve" => {
+                let terminal = turn.start_terminal("npm run serve", None).await?;
+                let cancel = terminal.cancellable().await?;
+                terminal.output(b"listening on :8080\n").await?;
+                cancel.cancelled().await;
+                terminal.exited(TerminalExitStatus::new().signal("SIGTERM".to_owned())).await?;
+                turn.say("the server was stopped").await?;
                 Ok(turn.response().await?)
             }
             _ => Ok(turn.response().await?),
@@ -321,9 +331,66 @@ async fn a_cancellable_tool_call_is_cancelled_by_tool_call_cancel_and_the_turn_g
         .map(|m| &m["params"]["update"]["status"])
         .collect();
     assert_eq!(statuses, [&json!("cancelled")], "{rest:#?}");
+    // The final status withdraws the capability in the same patch.
+    let last = rest.iter().find(|m| m["params"]["update"]["status"] == "cancelled").unwrap();
+    assert_eq!(last["params"]["update"]["capabilities"], Value::Null, "{last}");
+    assert!(last["params"]["update"].as_object().unwrap().contains_key("capabilities"), "{last}");
     assert_eq!(rest.last().unwrap()["params"]["update"]["stopReason"], "end_turn", "the turn was not cancelled");
     // Final: not cancellable any more.
     peer.send_json(cancel(5, "s1", &call)).await;
+    assert_eq!(peer.recv().await["error"]["code"], codes::INVALID_PARAMS);
+}
+
+#[tokio::test]
+async fn a_cancellable_terminal_is_cancelled_by_terminal_cancel_and_the_turn_goes_on() {
+    let (mut peer, _p, _serve) = v2_agent();
+    peer.send_json(prompt(1, "s1", "serve")).await;
+    // Up to the first output: the terminal was created with its command, then made cancellable.
+    let mut seen = Vec::new();
+    let (terminal, data) = loop {
+        let msg = peer.recv().await;
+        let u = &msg["params"]["update"];
+        if u["sessionUpdate"] == "terminal_output_chunk" {
+            break (u["terminalId"].as_str().unwrap().to_owned(), u["data"].clone());
+        }
+        seen.push(msg);
+    };
+    assert_eq!(data, "bGlzdGVuaW5nIG9uIDo4MDgwCg==", "base64 of the output");
+    let updates: Vec<&Value> =
+        seen.iter().map(|m| &m["params"]["update"]).filter(|u| u["sessionUpdate"] == "terminal_update").collect();
+    assert_eq!(
+        updates,
+        [
+            &json!({"sessionUpdate": "terminal_update", "terminalId": terminal, "command": "npm run serve"}),
+            &json!({"sessionUpdate": "terminal_update", "terminalId": terminal, "capabilities": {"cancel": {}}}),
+        ],
+        "{seen:#?}"
+    );
+    let cancel = |id: i64, session: &str, t: &str| json!({"jsonrpc":"2.0","id":id,"method":"terminal/cancel","params":{"sessionId":session,"terminalId":t}});
+    // Another session's, and an unknown terminal: -32602.
+    peer.send_json(cancel(2, "s2", &terminal)).await;
+    assert_eq!(peer.recv().await["error"]["code"], codes::INVALID_PARAMS);
+    peer.send_json(cancel(3, "s1", "term_nobody_made")).await;
+    let refused = peer.recv().await;
+    assert_eq!(refused["error"]["code"], codes::INVALID_PARAMS, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("term_nobody_made"), "{refused}");
+    // Its own: accepted, then the exit (capabilities withdrawn), and the turn ends `end_turn`.
+    peer.send_json(cancel(4, "s1", &terminal)).await;
+    let (answer, _) = peer.recv_until_id(json!(4)).await;
+    assert_eq!(answer["result"], json!({}), "{answer}");
+    let rest = until_idle(&mut peer).await;
+    let exit = rest
+        .iter()
+        .map(|m| &m["params"]["update"])
+        .find(|u| u["sessionUpdate"] == "terminal_update")
+        .expect("the exit");
+    assert_eq!(
+        *exit,
+        json!({"sessionUpdate": "terminal_update", "terminalId": terminal, "exitStatus": {"signal": "SIGTERM"}, "capabilities": null})
+    );
+    assert_eq!(rest.last().unwrap()["params"]["update"]["stopReason"], "end_turn", "the turn was not cancelled");
+    // Exited: not cancellable any more.
+    peer.send_json(cancel(5, "s1", &terminal)).await;
     assert_eq!(peer.recv().await["error"]["code"], codes::INVALID_PARAMS);
 }
 

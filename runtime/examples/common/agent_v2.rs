@@ -15,7 +15,21 @@
 //!   while a message streams): the tool call is marked `cancelled` and the turn returns, which
 //!   the runtime ends with `idle` / `cancelled`.
 //!
-//! `ACP_DEMO_DELAY_MS` sets the pause between streamed words (default 40).
+//! Two commands start work the client can cancel on its own, while the turn goes on:
+//!
+//! - `/slow`: a tool call that advertises `capabilities.cancel` and reports progress until the
+//!   client sends `tool_call/cancel` for it; it then ends `cancelled`, and the turn goes on to a
+//!   closing message and `end_turn`.
+//! - `/ticker`: a tool call showing an agent-owned terminal that runs the demo's built-in ticker
+//!   (a line of output per tick; no process is spawned), the terminal advertising
+//!   `capabilities.cancel`. After `terminal/cancel` the terminal reports its exit (`SIGTERM`),
+//!   the tool call completes, and the turn ends `end_turn`.
+//!
+//! Both also stop when the turn is cancelled (`session/cancel`, `session/close`), which ends it
+//! `cancelled`.
+//!
+//! `ACP_DEMO_DELAY_MS` sets the pause between streamed words (default 40); a tick of the
+//! cancellable work is ten of them, at least 100 ms.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,8 +43,8 @@ use acp_rpc::acp_types::v2::{
     NewSessionRequest, NewSessionResponse, Nullable, PermissionOption, PermissionOptionKind, PromptRequest,
     PromptResponse, ProtocolVersion, ReplayFrom, RequestPermissionOutcome, RequestPermissionRequest,
     RequestPermissionSubject, ResumeSessionRequest, ResumeSessionResponse, SessionId, SessionInfo,
-    SessionNotFoundErrorData, SessionUpdate, TextContent, ToolCallPermissionSubject, ToolCallStatus, ToolCallUpdate,
-    ToolKind, UpdateSessionNotification, UserMessage,
+    SessionNotFoundErrorData, SessionUpdate, Terminal, TerminalExitStatus, TextContent, ToolCallContent,
+    ToolCallPermissionSubject, ToolCallStatus, ToolCallUpdate, ToolKind, UpdateSessionNotification, UserMessage,
 };
 use acp_rpc::sessions::SessionStore;
 use acp_rpc::v2::{AgentContext, Turn};
@@ -195,8 +209,14 @@ impl DemoAgentV2 {
         let user_message = turn.accept().await?;
         self.remember(&owner, &params.session_id, Entry::User(user_message, params.prompt.clone()));
         log!("session/prompt {}", params.session_id.0);
-        let file = file_named_in(&params.prompt).unwrap_or_else(|| DEFAULT_FILE.to_owned());
-        self.run(turn, &owner, &cwd, &file).await?;
+        match command_of(&params.prompt) {
+            Some("/slow") => self.slow(turn, &owner).await?,
+            Some("/ticker") => self.ticker(turn, &owner, &cwd).await?,
+            _ => {
+                let file = file_named_in(&params.prompt).unwrap_or_else(|| DEFAULT_FILE.to_owned());
+                self.run(turn, &owner, &cwd, &file).await?;
+            }
+        }
         log!("turn of {} done (cancelled: {})", params.session_id.0, turn.is_cancelled());
         // Returning ends the turn: the runtime sends `idle` with `end_turn`, or `cancelled`.
         Ok(turn.response().await?)
@@ -268,6 +288,72 @@ impl DemoAgentV2 {
         Ok(())
     }
 
+    /// How often cancellable work reports progress.
+    fn tick(&self) -> Duration {
+        (self.delay * 10).max(Duration::from_millis(100))
+    }
+
+    /// `/slow`: a cancellable tool call that works until the client cancels it (see the
+    /// module docs).
+    async fn slow(&self, turn: &Turn, owner: &Owner) -> Result<(), Error> {
+        let session = turn.session_id().clone();
+        self.stream(turn, owner, &session, "Starting a slow task; cancel it whenever you like.").await?;
+        let call = turn.start_tool_call("Slow task (runs until cancelled)", ToolKind::Other).await?;
+        // Fires on `tool_call/cancel` for this call, or when the turn is cancelled.
+        let stop = call.cancellable().await?;
+        call.in_progress().await?;
+        let mut ticks = 0u32;
+        loop {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(self.tick()) => {}
+            }
+            ticks += 1;
+            call.append_text(format!("still working ({ticks})")).await?;
+        }
+        log!("slow task {} cancelled after {ticks} ticks", call.id().0);
+        call.cancelled().await?;
+        if !turn.is_cancelled() {
+            // Only the call was cancelled: the turn goes on.
+            self.stream(turn, owner, &session, &format!("Stopped the slow task after {ticks} updates.")).await?;
+        }
+        Ok(())
+    }
+
+    /// `/ticker`: a tool call showing a terminal the client can cancel (see the module docs).
+    async fn ticker(&self, turn: &Turn, owner: &Owner, cwd: &Path) -> Result<(), Error> {
+        let session = turn.session_id().clone();
+        let call = turn.start_tool_call("Run the demo ticker", ToolKind::Execute).await?;
+        let cwd = cwd.to_string_lossy().into_owned();
+        let terminal = turn.start_terminal("demo-ticker (built in: a line per tick)", Some(cwd.into())).await?;
+        call.append(ToolCallContent::Terminal(Terminal::new(terminal.id().clone()))).await?;
+        // Fires on `terminal/cancel` for this terminal, or when the turn is cancelled.
+        let stop = terminal.cancellable().await?;
+        call.in_progress().await?;
+        let mut ticks = 0u32;
+        loop {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(self.tick()) => {}
+            }
+            ticks += 1;
+            terminal.output(format!("tick {ticks}\r\n").as_bytes()).await?;
+        }
+        log!("ticker {} stopped after {ticks} ticks", terminal.id().0);
+        terminal.exited(TerminalExitStatus::new().signal("SIGTERM".to_owned())).await?;
+        if turn.is_cancelled() {
+            call.cancelled().await?;
+            return Ok(());
+        }
+        // The terminal's exit leaves the tool call's status to the agent: the ticker ran
+        // until it was stopped, which is what it was asked to do.
+        call.complete().await?;
+        self.stream(turn, owner, &session, &format!("The ticker stopped after {ticks} ticks.")).await?;
+        Ok(())
+    }
+
     /// Streams `text` as one agent message, word by word; `false` when the turn was cancelled
     /// meanwhile (what was sent so far stays in the history).
     async fn stream(&self, turn: &Turn, owner: &Owner, session: &SessionId, text: &str) -> Result<bool, Error> {
@@ -290,6 +376,14 @@ impl DemoAgentV2 {
             self.remember(owner, session, Entry::Agent(message.id().clone(), sent));
         }
         Ok(finished)
+    }
+}
+
+/// The command a prompt starts with (`/slow`, `/ticker`), if it is one.
+fn command_of(prompt: &[ContentBlock]) -> Option<&str> {
+    match prompt.first() {
+        Some(ContentBlock::Text(text)) => text.text.split_whitespace().next().filter(|w| w.starts_with('/')),
+        _ => None,
     }
 }
 

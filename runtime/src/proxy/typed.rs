@@ -277,4 +277,3 @@ impl Undecodable {
         cx.forward_notification(from, notification).await;
     }
 }
-

@@ -25,9 +25,10 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
 use acp_types::v2::{
-    Agent, AgentResponse, CancelToolCallResponse, ClientNotification, ClientRequest, CompleteElicitationNotification,
-    CreateElicitationRequest, CreateElicitationResponse, InitializeRequest, RequestPermissionOutcome,
-    RequestPermissionRequest, RequestPermissionResponse, UpdateSessionNotification, client_method,
+    Agent, AgentResponse, CancelTerminalResponse, CancelToolCallResponse, ClientNotification, ClientRequest,
+    CompleteElicitationNotification, CreateElicitationRequest, CreateElicitationResponse, InitializeRequest,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, UpdateSessionNotification,
+    client_method,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -167,6 +168,22 @@ impl<A: Agent<AgentContext> + 'static> Handler for AgentHandler<A> {
                     // The schema's answer for a call that cannot be cancelled.
                     Err(e) if e.code.0 == crate::codes::METHOD_NOT_FOUND => Err(ErrorObject::invalid_params(
                         format_args!("tool call `{id}` is unknown, final, or not cancellable"),
+                    )),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            ClientRequest::TerminalCancel(params) => {
+                // As for tool calls: a terminal made cancellable (`TerminalHandle::cancellable`)
+                // is answered here, any other by the agent's handler, if it has one.
+                let foreground = &*turn::foreground(cx.peer());
+                if foreground.cancel_terminal(&params.session_id, &params.terminal_id).is_ok() {
+                    return encode_response(&AgentResponse::TerminalCancel(CancelTerminalResponse::new()), &cx);
+                }
+                let id = params.terminal_id.0.clone();
+                match dispatch(self.agent.clone(), ClientRequest::TerminalCancel(params), cx.clone()).await {
+                    Ok(response) => encode_response(&response, &cx),
+                    Err(e) if e.code.0 == crate::codes::METHOD_NOT_FOUND => Err(ErrorObject::invalid_params(
+                        format_args!("terminal `{id}` is unknown, exited, or not cancellable"),
                     )),
                     Err(e) => Err(e.into()),
                 }

@@ -24,7 +24,7 @@ pub use agent::turn;
 pub use agent::{AgentContext, AgentHandler, ClientHandle, serve_agent, serve_stdio};
 pub use client::{Accepted, AgentHandle, ClientContext, ClientHandler, TurnEnd, serve_client, with_capabilities};
 pub use session::SessionState;
-pub use turn::{MessageStream, ToolCall, Turn};
+pub use turn::{MessageStream, TerminalHandle, ToolCall, Turn};
 
 // ---- errors ---------------------------------------------------------------------------------
 

@@ -48,6 +48,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use acp_types::v2::{
+    AbsolutePath, TerminalCancelCapabilities, TerminalCapabilities, TerminalExitStatus, TerminalId,
+    TerminalOutputChunk, TerminalUpdate,
+};
+use acp_types::v2::{
     AgentMessage, AgentThought, Content, ContentBlock, ContentChunk, ErrorStopReason,
     IdleStateUpdateStopReason as StopReason, MessageId, PlanEntry, PlanId, PlanItems, PlanUpdate, PromptRequest,
     PromptResponse, RequestPermissionRequest, RequestPermissionResponse, RequiresActionStateUpdate, RunningStateUpdate,
@@ -410,6 +414,23 @@ impl Turn {
         async move { sent.await.map(|()| call) }
     }
 
+    /// Starts an agent-owned terminal: sends its first `terminal_update` (which creates it on
+    /// the client) with the command and, when given, its working directory. The agent runs the
+    /// command; the handle reports its output and exit (v2 has no client-side terminals).
+    pub fn start_terminal(
+        &self,
+        command: impl Into<String>,
+        cwd: Option<AbsolutePath>,
+    ) -> impl Future<Output = Result<TerminalHandle, Error>> + Send + '_ {
+        let terminal = TerminalHandle { turn: self.clone(), id: fresh_id("term").into() };
+        let mut patch = TerminalUpdate::new(terminal.id.clone()).command(command.into());
+        if let Some(cwd) = cwd {
+            patch = patch.cwd(cwd);
+        }
+        let sent = self.send_accepted(patch.into());
+        async move { sent.await.map(|()| terminal) }
+    }
+
     /// Reports the turn's plan: the first call creates it, later ones replace its entries.
     pub fn plan(&self, entries: Vec<PlanEntry>) -> impl Future<Output = Result<(), Error>> + Send + '_ {
         let plan_id = lock(&self.inner.plan_id).get_or_insert_with(|| fresh_id("plan").into()).clone();
@@ -502,6 +523,8 @@ pub(crate) struct Foreground {
     /// The tool calls the client may cancel (`tool_call/cancel`), by id: each one's token,
     /// until the call reaches a final status through its handle.
     cancellable: Mutex<HashMap<ToolCallId, (SessionId, CancellationToken)>>,
+    /// Likewise for terminals (`terminal/cancel`), until the terminal reports its exit.
+    cancellable_terminals: Mutex<HashMap<TerminalId, (SessionId, CancellationToken)>>,
 }
 
 /// The connection's [`Foreground`], kept in its extensions (made on first use).
@@ -516,6 +539,17 @@ impl Foreground {
     /// `tool_call/cancel` for a call this connection's turns made cancellable: fires its token.
     pub(crate) fn cancel_tool_call(&self, session: &SessionId, id: &ToolCallId) -> Result<(), NotCancellable> {
         match lock(&self.cancellable).get(id) {
+            Some((owner, token)) if owner == session => {
+                token.cancel();
+                Ok(())
+            }
+            _ => Err(NotCancellable),
+        }
+    }
+
+    /// `terminal/cancel` for a terminal this connection's turns made cancellable: fires its token.
+    pub(crate) fn cancel_terminal(&self, session: &SessionId, id: &TerminalId) -> Result<(), NotCancellable> {
+        match lock(&self.cancellable_terminals).get(id) {
             Some((owner, token)) if owner == session => {
                 token.cancel();
                 Ok(())
@@ -751,11 +785,82 @@ impl ToolCall {
     }
 
     fn status(&self, status: ToolCallStatus) -> impl Future<Output = Result<(), Error>> + Send + '_ {
-        if matches!(status, ToolCallStatus::Completed | ToolCallStatus::Failed | ToolCallStatus::Cancelled) {
-            lock(&foreground(self.turn.inner.client.peer()).cancellable).remove(&self.id);
+        let mut patch = ToolCallUpdate::new(self.id.clone()).status(status.clone());
+        if matches!(status, ToolCallStatus::Completed | ToolCallStatus::Failed | ToolCallStatus::Cancelled)
+            && lock(&foreground(self.turn.inner.client.peer()).cancellable).remove(&self.id).is_some()
+        {
+            // The schema: stop advertising `cancel` once the call is final.
+            patch = patch.capabilities(None);
         }
-        self.update(ToolCallUpdate::new(self.id.clone()).status(status))
+        self.update(patch)
     }
+}
+
+/// An agent-owned terminal of a turn, by id (see [`Turn::start_terminal`]): each method sends
+/// one `terminal_update` patch or one `terminal_output_chunk`.
+#[derive(Clone, Debug)]
+pub struct TerminalHandle {
+    turn: Turn,
+    id: TerminalId,
+}
+
+impl TerminalHandle {
+    /// The terminal's id (for a `terminal` content item of a tool call).
+    pub fn id(&self) -> &TerminalId {
+        &self.id
+    }
+
+    /// Sends a patch; its `terminalId` is set to this terminal's.
+    pub fn update(&self, mut patch: TerminalUpdate) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        patch.terminal_id = self.id.clone();
+        self.turn.send_accepted(patch.into())
+    }
+
+    /// Appends output bytes (a `terminal_output_chunk`, base64 on the wire).
+    pub fn output(&self, bytes: &[u8]) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        let chunk = TerminalOutputChunk::new(self.id.clone(), encode_base64(bytes));
+        self.turn.send_accepted(chunk.into())
+    }
+
+    /// Reports the command's exit (`exitStatus`), which ends the terminal's cancellability:
+    /// its `capabilities` are cleared in the same patch, as the schema asks.
+    pub fn exited(&self, status: TerminalExitStatus) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        lock(&foreground(self.turn.inner.client.peer()).cancellable_terminals).remove(&self.id);
+        self.update(TerminalUpdate::new(self.id.clone()).exit_status(status).capabilities(None))
+    }
+
+    /// Lets the client cancel this terminal's command with `terminal/cancel`: advertises
+    /// `capabilities.cancel` and returns the token that fires when the client asks, or when the
+    /// turn is cancelled. The runtime answers the request (`{}` once the token has fired,
+    /// -32602 for a terminal that is not cancellable, or has exited); the agent then stops the
+    /// command and reports it with [`TerminalHandle::exited`]. Cancelling a terminal leaves the
+    /// status of a tool call showing it to the agent.
+    pub async fn cancellable(&self) -> Result<CancellationToken, Error> {
+        let token = self.turn.inner.token.child_token();
+        let foreground = &*foreground(self.turn.inner.client.peer());
+        let entry = (self.turn.inner.session_id.clone(), token.clone());
+        lock(&foreground.cancellable_terminals).insert(self.id.clone(), entry);
+        let capabilities = TerminalCapabilities::new().cancel(TerminalCancelCapabilities::new());
+        self.update(TerminalUpdate::new(self.id.clone()).capabilities(capabilities)).await?;
+        Ok(token)
+    }
+}
+
+/// RFC 4648 base64 with padding, as `terminal_output_chunk.data` is written.
+fn encode_base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for group in bytes.chunks(3) {
+        let n = group.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= group.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -771,4 +876,18 @@ pub(crate) fn fresh_id(prefix: &str) -> String {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
     });
     format!("{prefix}_{start:x}_{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_is_rfc_4648_with_padding() {
+        // RFC 4648's own test vectors.
+        for (bytes, text) in
+            [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("foobar", "Zm9vYmFy")]
+        {
+            assert_eq!(super::encode_base64(bytes.as_bytes()), text, "{bytes:?}");
+        }
+        assert_eq!(super::encode_base64(&[0xff, 0xfe, 0x00]), "//4A");
+    }
 }
