@@ -182,11 +182,6 @@ enum SchemaCommand {
     },
 }
 
-/// `path` with `/` separators, as the stamp records it on every platform.
-fn slash_path(path: &Path) -> String {
-    path.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/")
-}
-
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_owned).unwrap_or_default()
 }
@@ -272,12 +267,7 @@ fn run(command: Command) -> Result<(), String> {
                 codegen::write_or_check(&root.join("macros"), std::slice::from_ref(&table), check)
                     .map_err(|e| e.to_string())?,
             );
-            let outputs = files
-                .iter()
-                .map(|f| (format!("generated/{}", slash_path(&f.path)), f.contents.as_str()))
-                .chain([(format!("macros/{}", slash_path(&table.path)), table.contents.as_str())])
-                .chain(codegen::macro_table::readme_region(&readme).map(|r| (stamp::README_TABLES.to_owned(), r)));
-            let stamp = Stamp::new(&lock_json, outputs).render();
+            let stamp = Stamp::of_run(&lock_json, &files, &table, Some(&readme)).render();
             let file = codegen::OutputFile { path: stamp::HANDLER_TABLES_FILE.into(), contents: readme };
             stale.extend(codegen::write_or_check(&root, &[file], check).map_err(|e| e.to_string())?);
             // Last, so that a run interrupted before it leaves the old stamp, which then vouches

@@ -463,12 +463,16 @@ pub fn update(workspace: &Path, tag: &str, from: &Path, options: &UpdateOptions)
         std::fs::write(&path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     let text = serde_json::to_string_pretty(&lock).map_err(|e| e.to_string())? + "\n";
-    std::fs::write(&lock_path, text).map_err(|e| e.to_string())?;
+    std::fs::write(&lock_path, &text).map_err(|e| e.to_string())?;
     codegen::write_or_check(&workspace.join("generated"), &files, false).map_err(|e| e.to_string())?;
-    codegen::write_or_check(&workspace.join("macros"), &[table], false).map_err(|e| e.to_string())?;
-    if let Some(readme) = readme {
+    codegen::write_or_check(&workspace.join("macros"), std::slice::from_ref(&table), false)
+        .map_err(|e| e.to_string())?;
+    if let Some(readme) = &readme {
         std::fs::write(&readme_path, readme).map_err(|e| e.to_string())?;
     }
+    // The stamp last, as `codegen` writes it: the next `codegen --check` answers from it.
+    let stamp = codegen::stamp::Stamp::of_run(text.as_bytes(), &files, &table, readme.as_deref()).render();
+    std::fs::write(workspace.join(codegen::stamp::STAMP_PATH), stamp).map_err(|e| e.to_string())?;
     let changes = format!("{}\n{}", report.markdown(), api.markdown());
     std::fs::write(workspace.join("schema/CHANGES.md"), &changes).map_err(|e| e.to_string())?;
     let changelog_path = workspace.join("generated/CHANGELOG.md");

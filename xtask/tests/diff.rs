@@ -366,6 +366,10 @@ fn update_to_the_pinned_release_regenerates_the_checked_in_code() {
         std::fs::read_to_string(root.join("schema/lock.json")).unwrap(),
         "same tag, same lock (commit kept)"
     );
+    // The update leaves a stamp that vouches for what it wrote, so the next `codegen --check`
+    // answers from it instead of regenerating.
+    let stamp = std::fs::read_to_string(ws.join(xtask::codegen::stamp::STAMP_PATH)).expect("a stamp is written");
+    assert!(xtask::codegen::stamp::Stamp::vouches(&ws, lock.as_bytes()), "{stamp}");
 }
 
 #[test]

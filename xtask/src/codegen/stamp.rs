@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::OutputFile;
 use super::load::sha256_hex;
 use super::macro_table;
 
@@ -24,6 +25,11 @@ pub const HANDLER_TABLES_FILE: &str = "docs/book/src/handlers.md";
 
 /// The key of that page's generated region among the outputs.
 pub const README_TABLES: &str = "docs/book/src/handlers.md#handlers";
+
+/// `path` with `/` separators, as the stamp records it on every platform.
+fn slash_path(path: &Path) -> String {
+    path.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/")
+}
 
 /// What one run of the generator read and wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +48,17 @@ impl Stamp {
             lock: sha256_hex(lock_json),
             outputs: outputs.into_iter().map(|(key, contents)| (key, sha256_hex(contents.as_bytes()))).collect(),
         }
+    }
+
+    /// The stamp of one generator run: the files it wrote under `generated/` and `macros/`, and
+    /// the generated region of the handler tables page (`tables_page`, the whole page).
+    pub fn of_run(lock_json: &[u8], generated: &[OutputFile], table: &OutputFile, tables_page: Option<&str>) -> Stamp {
+        let outputs = generated
+            .iter()
+            .map(|f| (format!("generated/{}", slash_path(&f.path)), f.contents.as_str()))
+            .chain([(format!("macros/{}", slash_path(&table.path)), table.contents.as_str())])
+            .chain(tables_page.and_then(macro_table::readme_region).map(|r| (README_TABLES.to_owned(), r)));
+        Stamp::new(lock_json, outputs)
     }
 
     /// The stamp as written to [`STAMP_PATH`].
