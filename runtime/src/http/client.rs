@@ -167,6 +167,7 @@ use tokio::sync::mpsc;
 
 pub use cookies::CookieJar;
 /// rustls, for building the [`Remote::tls_config`] configuration (feature `http-tls`).
+/// Its version (0.23) is part of this API: a major release of rustls is one of this module.
 #[cfg(feature = "http-tls")]
 pub use tokio_rustls::rustls;
 

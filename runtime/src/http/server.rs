@@ -474,6 +474,7 @@ impl HttpServer {
 }
 
 /// rustls, for building the [`BoundServer::tls`] configuration (feature `http-tls`).
+/// Its version (0.23) is part of this API: a major release of rustls is one of this module.
 #[cfg(feature = "http-tls")]
 pub use tokio_rustls::rustls;
 

@@ -78,6 +78,8 @@ pub(crate) mod tunnel;
 pub use consumer::{McpClients, McpConnectError, McpConnection, acp_servers};
 #[cfg(feature = "mcp-over-acp")]
 pub use provider::McpServers;
+/// The rmcp this module is built on (3.x), whose service traits its API takes: a major release
+/// of rmcp is one of this module too (see `docs/architecture.md`, "Crates").
 #[cfg(feature = "mcp-over-acp")]
 pub use rmcp;
 
