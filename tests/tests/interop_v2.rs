@@ -5,7 +5,9 @@
 //!   (`agent-client-protocol` 5.2 with `unstable_protocol_v2`: `tests/interop/rs-v2`) drive our
 //!   demo agent (`runtime/examples/agent.rs`, built here as `acp-example-agent`), v2 alone
 //!   (`--v2-only`) and both versions behind our `ProtocolRouter` (its default), through the
-//!   whole scenario of `interop_v2/scenario.rs`; the TypeScript SDK's v1 client gets the v1
+//!   whole scenario of `interop_v2/scenario.rs` (against the v2-only agent, then its cancellable
+//!   work: `tool_call/cancel` and `terminal/cancel`, the TypeScript client through its session's
+//!   `cancelToolCall` / `cancelTerminal`); the TypeScript SDK's v1 client gets the v1
 //!   turn from the same executable; and both v2 clients drive the demo's v1 agent through the
 //!   v2 bridge (`--bridged`, `acp_rpc::v2_bridge`) as far as a v1 agent goes;
 //! - both official v2 clients against the demo agent serving v1 only (`--v1-only`): it
@@ -153,8 +155,9 @@ fn ended_cleanly(outcome: &Outcome) {
 fn the_ts_v2_client_drives_our_v2_agent() {
     let Some(ts) = ts() else { return };
     let root = Root::new("ts-client");
-    let outcome = connect(node(&ts, "client.mjs", &[root.as_str()]), our_agent(&["--v2-only"]), LIMIT);
+    let outcome = connect(node(&ts, "client.mjs", &["--cancel-work", root.as_str()]), our_agent(&["--v2-only"]), LIMIT);
     scenario::full(&outcome, &root, "acp-demo-agent");
+    scenario::cancel_work(&outcome);
     ended_cleanly(&outcome);
 }
 
@@ -225,8 +228,9 @@ fn the_ts_v2_client_rejects_our_v1_only_agent() {
 fn the_rs_v2_client_drives_our_v2_agent() {
     let Some(rs) = rs() else { return };
     let root = Root::new("rs-client");
-    let outcome = connect(bin(rs.join("client"), &[root.as_str()]), our_agent(&["--v2-only"]), LIMIT);
+    let outcome = connect(bin(rs.join("client"), &["--cancel-work", root.as_str()]), our_agent(&["--v2-only"]), LIMIT);
     scenario::full(&outcome, &root, "acp-demo-agent");
+    scenario::cancel_work(&outcome);
     ended_cleanly(&outcome);
 }
 
