@@ -21,10 +21,12 @@
 //   session-close
 //   prompt-closed  a prompt to the closed session (the agent must refuse it)
 //   tool-call-cancel      (--cancel-work) `/slow`: once the SDK's session says the tool call
-//                  can be cancelled, `tool_call/cancel` for an unknown call (sent raw: the SDK
-//                  refuses it unsent), then the SDK's `cancelToolCall`; read to the idle update
-//   terminal-cancel       (--cancel-work) `/ticker`: likewise with the terminal, `terminal/cancel`
-//                  and the SDK's `cancelTerminal`; the output decoded as the SDK's types carry it
+//                  can be cancelled and its first progress arrived, `tool_call/cancel` for an
+//                  unknown call (sent raw: the SDK refuses it unsent), then the SDK's
+//                  `cancelToolCall`; read to the idle update
+//   terminal-cancel       (--cancel-work) `/ticker`: likewise with the terminal (after its first
+//                  output), `terminal/cancel` and the SDK's `cancelTerminal`; the output decoded
+//                  as the SDK's types carry it
 import { Readable, Writable } from "node:stream";
 import * as v2 from "@agentclientprotocol/sdk/experimental/v2";
 import * as v1 from "@agentclientprotocol/sdk";
@@ -201,15 +203,18 @@ async function errorFrom(request) {
 
 /**
  * Prompts `text`, reads updates until `cancellable(update)` names an id the SDK's session lets
- * us cancel, runs `cancel(id)`, then reads to the idle update. What the turn showed is returned.
+ * us cancel and `progress(update, id)` shows that work under way (so that the cancel stops
+ * running work), runs `cancel(id)`, then reads to the idle update. What the turn showed is
+ * returned.
  */
-async function cancelTurn(session, text, cancellable, cancel) {
+async function cancelTurn(session, text, cancellable, progress, cancel) {
   const accepted = await session.prompt(text);
   const kinds = [];
   const statuses = [];
   const terminals = [];
   let output = "";
   let said = "";
+  let target = null;
   let id = null;
   let cancelled = null;
   let active = false;
@@ -227,8 +232,11 @@ async function cancelTurn(session, text, cancellable, cancel) {
     if (update.sessionUpdate === "terminal_output_chunk") output += Buffer.from(update.data, "base64").toString("utf8");
     if (update.sessionUpdate === "agent_message_chunk" && cancelled) said += update.content.text ?? "";
     if (id === null) {
-      id = cancellable(update);
-      if (id !== null) cancelled = await cancel(id);
+      target ??= cancellable(update);
+      if (target !== null && progress(update, target)) {
+        id = target;
+        cancelled = await cancel(id);
+      }
     }
   }
 }
@@ -238,7 +246,8 @@ async function runCancelWork(cx) {
   await step("tool-call-cancel", async () => {
     session = await cx.buildSession(cwd).start();
     const cancellable = (u) => (u.sessionUpdate === "tool_call_update" && session.canCancelToolCall(u.toolCallId) ? u.toolCallId : null);
-    const turn = await cancelTurn(session, "/slow", cancellable, async (id) => {
+    const progress = (u, id) => u.sessionUpdate === "tool_call_content_chunk" && u.toolCallId === id;
+    const turn = await cancelTurn(session, "/slow", cancellable, progress, async (id) => {
       const unknown = await errorFrom(
         cx.request(v2.methods.agent.toolCall.cancel, { sessionId: session.sessionId, toolCallId: "call_nobody_made" }),
       );
@@ -249,7 +258,8 @@ async function runCancelWork(cx) {
   });
   await step("terminal-cancel", async () => {
     const cancellable = (u) => (u.sessionUpdate === "terminal_update" && session.canCancelTerminal(u.terminalId) ? u.terminalId : null);
-    const turn = await cancelTurn(session, "/ticker", cancellable, async (id) => {
+    const progress = (u, id) => u.sessionUpdate === "terminal_output_chunk" && u.terminalId === id;
+    const turn = await cancelTurn(session, "/ticker", cancellable, progress, async (id) => {
       const unknown = await errorFrom(
         cx.request(v2.methods.agent.terminal.cancel, { sessionId: session.sessionId, terminalId: "term_nobody_made" }),
       );

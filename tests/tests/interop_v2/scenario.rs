@@ -216,8 +216,12 @@ fn check_closed(msgs: &[Msg], report: &HashMap<String, Value>) -> Result<(), Str
     let after = wire::request(msgs, Dir::ToAgent, "session/prompt", 2)?;
     let refused = &msgs[wire::answer(msgs, after)?].json;
     ensure!(refused["error"]["code"] == -32002, "a prompt to a closed session: {refused}");
+    // Only the closed session's: a client may go on with another one (`--cancel-work`).
+    let session = &msgs[after].json["params"]["sessionId"];
     ensure!(
-        !msgs[after..].iter().any(|m| m.dir == Dir::ToClient && m.method() == Some("session/update")),
+        !msgs[after..].iter().any(|m| m.dir == Dir::ToClient
+            && m.method() == Some("session/update")
+            && m.json["params"]["sessionId"] == *session),
         "updates after the refused prompt"
     );
     let seen = step(report, "prompt-closed")?;
@@ -408,7 +412,8 @@ pub fn cancel_work(outcome: &Outcome) {
         let slow = wire::request(msgs, Dir::ToAgent, "session/prompt", 3)?;
         ensure!(msgs[slow].json["params"]["prompt"][0]["text"] == "/slow", "{}", msgs[slow].json);
         ensure!(msgs[slow].json["params"]["sessionId"] != *first, "the work runs on a session of its own");
-        let (call, rest) = cancelled(msgs, slow, "tool_call/cancel", "tool_call_update", "toolCallId")?;
+        let (call, rest) =
+            cancelled(msgs, slow, "tool_call/cancel", ("tool_call_update", "tool_call_content_chunk"), "toolCallId")?;
         let final_status = rest
             .iter()
             .map(|&i| &msgs[i].json["params"]["update"])
@@ -427,7 +432,8 @@ pub fn cancel_work(outcome: &Outcome) {
 
         let ticker = wire::request(msgs, Dir::ToAgent, "session/prompt", 4)?;
         ensure!(msgs[ticker].json["params"]["prompt"][0]["text"] == "/ticker", "{}", msgs[ticker].json);
-        let (terminal, rest) = cancelled(msgs, ticker, "terminal/cancel", "terminal_update", "terminalId")?;
+        let (terminal, rest) =
+            cancelled(msgs, ticker, "terminal/cancel", ("terminal_update", "terminal_output_chunk"), "terminalId")?;
         let updates: Vec<&Value> = rest.iter().map(|&i| &msgs[i].json["params"]["update"]).collect();
         let exit = updates
             .iter()
@@ -458,10 +464,17 @@ pub fn cancel_work(outcome: &Outcome) {
 }
 
 /// The turn of the prompt at `at`, in which the client cancels with `method` what a `kind`
-/// update made cancellable: the id, and the indices of the turn's messages after the answer
-/// to the real cancel (checked: the unknown id refused -32602 first, the real one answered
-/// `{}` after the capability was advertised, the turn ending `end_turn`).
-fn cancelled(msgs: &[Msg], at: usize, method: &str, kind: &str, key: &str) -> Result<(String, Vec<usize>), String> {
+/// update made cancellable, once a `progress` update showed it running: the id, and the
+/// indices of the turn's messages after the answer to the real cancel (checked: the unknown id
+/// refused -32602 first, the real one answered `{}` after the capability was advertised and
+/// the progress shown, the turn ending `end_turn`).
+fn cancelled(
+    msgs: &[Msg],
+    at: usize,
+    method: &str,
+    (kind, progress): (&str, &str),
+    key: &str,
+) -> Result<(String, Vec<usize>), String> {
     let turn = wire::turn(msgs, at)?;
     ensure!(turn.stop_reason == "end_turn", "cancelling one piece of work ended the turn: {:?}", turn.events);
     let advertised = turn
@@ -478,6 +491,11 @@ fn cancelled(msgs: &[Msg], at: usize, method: &str, kind: &str, key: &str) -> Re
     let unknown = wire::request(msgs, Dir::ToAgent, method, 0)?;
     let real = wire::request(msgs, Dir::ToAgent, method, 1)?;
     ensure!(advertised < unknown && real < end, "the cancels are not within the turn");
+    let running = turn.indices.iter().copied().find(|&i| {
+        let u = &msgs[i].json["params"]["update"];
+        u["sessionUpdate"] == progress && u[key] == id.as_str()
+    });
+    ensure!(running.is_some_and(|p| advertised < p && p < unknown), "no {progress} before the client's {method}");
     ensure!(msgs[unknown].json["params"][key] != id.as_str(), "{}", msgs[unknown].json);
     let refused = &msgs[wire::answer(msgs, unknown)?].json;
     ensure!(refused["error"]["code"] == -32602, "{method} of an unknown id: {refused}");

@@ -11,9 +11,10 @@
 //! prompt-cancel (session/cancel from the permission handler, then the `cancelled` outcome once
 //! the agent's `$/cancel_request` arrives), session-resume (replay from the start),
 //! session-close, prompt-closed. With `--cancel-work`, then on a second session the
-//! cancellable work of our demo agent, as client.mjs does it: tool-call-cancel (`/slow`, then
-//! `tool_call/cancel` for an unknown call and for the one that advertised `capabilities.cancel`)
-//! and terminal-cancel (`/ticker`, `terminal/cancel` likewise).
+//! cancellable work of our demo agent, as client.mjs does it: tool-call-cancel (`/slow`; after
+//! the call advertised `capabilities.cancel` and reported progress, `tool_call/cancel` for an
+//! unknown call, then for that one) and terminal-cancel (`/ticker`, after the terminal's first
+//! output, `terminal/cancel` likewise).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -138,11 +139,12 @@ enum Work {
 }
 
 impl Work {
-    /// The update that advertises the capability, and the member naming the work.
-    fn keys(self) -> (&'static str, &'static str) {
+    /// The update that advertises the capability, the one that shows the work's progress, and
+    /// the member naming the work.
+    fn keys(self) -> (&'static str, &'static str, &'static str) {
         match self {
-            Work::ToolCall => ("tool_call_update", "toolCallId"),
-            Work::Terminal => ("terminal_update", "terminalId"),
+            Work::ToolCall => ("tool_call_update", "tool_call_content_chunk", "toolCallId"),
+            Work::Terminal => ("terminal_update", "terminal_output_chunk", "terminalId"),
         }
     }
 
@@ -162,8 +164,9 @@ impl Work {
     }
 }
 
-/// Prompts `text`; once an update advertises `capabilities.cancel` for `work`, cancels an
-/// unknown one (the SDK sends what it is given) and then that one; reads to the idle update.
+/// Prompts `text`; once an update advertises `capabilities.cancel` for `work` and its first
+/// progress arrived (so that the cancel stops running work), cancels an unknown one (the SDK
+/// sends what it is given) and then that one; reads to the idle update.
 async fn cancel_turn(
     cx: &ConnectionTo<Agent>,
     session: &str,
@@ -173,10 +176,11 @@ async fn cancel_turn(
 ) -> Result<Value, Value> {
     let prompt = schema::PromptRequest::new(session.to_owned(), vec![text.to_string().into()]);
     let accepted = cx.send_request(prompt).block_task().await.map_err(failed)?;
-    let (advertises, key) = work.keys();
+    let (advertises, progress, key) = work.keys();
     let (mut kinds, mut statuses, mut terminals) = (Vec::new(), Vec::new(), Vec::new());
     let (mut output, mut said) = (Vec::new(), String::new());
-    let mut id: Option<String> = None;
+    // The work that advertised the capability, and the same once it is cancelled.
+    let (mut target, mut id): (Option<String>, Option<String>) = (None, None);
     let mut cancelled = json!({});
     let mut cancellable = false;
     let mut active = false;
@@ -216,13 +220,18 @@ async fn cancel_turn(
             terminals.push(update.clone());
         }
         // The capability as the patches leave it: an object sets it, `null` clears it.
-        if kind == advertises && id.as_deref().is_none_or(|known| update[key] == known) {
-            if let Some(capabilities) = update.get("capabilities") {
-                cancellable = capabilities["cancel"].is_object();
+        if kind == advertises
+            && target.as_deref().is_none_or(|known| update[key] == known)
+            && let Some(capabilities) = update.get("capabilities")
+        {
+            cancellable = capabilities["cancel"].is_object();
+            if cancellable && target.is_none() {
+                target = update[key].as_str().map(str::to_owned);
             }
         }
-        if id.is_none() && kind == advertises && cancellable {
-            let target = update[key].as_str().unwrap_or_default().to_owned();
+        let under_way = kind == progress && target.as_deref().is_some_and(|known| update[key] == known);
+        if id.is_none() && cancellable && under_way {
+            let target = target.clone().unwrap_or_default();
             let unknown = match work.cancel(cx, session, &format!("{}_nobody_made", &key[..key.len() - 2])).await {
                 Ok(answer) => json!({ "answer": answer }),
                 Err(error) => error_fields(&error),
@@ -257,7 +266,11 @@ fn decode_base64(text: &str) -> Vec<u8> {
     out
 }
 
-async fn cancel_work(cx: ConnectionTo<Agent>, cwd: String, updates: &mut UnboundedReceiver<Value>) -> Result<(), Stopped> {
+async fn cancel_work(
+    cx: ConnectionTo<Agent>,
+    cwd: String,
+    updates: &mut UnboundedReceiver<Value>,
+) -> Result<(), Stopped> {
     let session = step("session-new-2", async {
         let setup = cx.build_session(&cwd).start_session().block_task().await.map_err(failed)?;
         let fields = json!({ "sessionId": setup.session.session_id() });
@@ -265,7 +278,8 @@ async fn cancel_work(cx: ConnectionTo<Agent>, cwd: String, updates: &mut Unbound
     })
     .await?;
     let id = session.session_id().to_string();
-    for (name, text, work) in [("tool-call-cancel", "/slow", Work::ToolCall), ("terminal-cancel", "/ticker", Work::Terminal)]
+    for (name, text, work) in
+        [("tool-call-cancel", "/slow", Work::ToolCall), ("terminal-cancel", "/ticker", Work::Terminal)]
     {
         step(name, async { Ok(((), cancel_turn(&cx, &id, updates, text, work).await?)) }).await?;
     }
