@@ -5,17 +5,25 @@
 //!   (`agent-client-protocol` 5.2 with `unstable_protocol_v2`: `tests/interop/rs-v2`) drive our
 //!   demo agent (`runtime/examples/agent.rs`, built here as `acp-example-agent`), v2 alone
 //!   (`--v2-only`) and both versions behind our `ProtocolRouter` (its default), through the
-//!   whole scenario of `interop_v2/scenario.rs` (against the v2-only agent, then its cancellable
-//!   work: `tool_call/cancel` and `terminal/cancel`, the TypeScript client through its session's
-//!   `cancelToolCall` / `cancelTerminal`); the TypeScript SDK's v1 client gets the v1
+//!   whole scenario of `interop_v2/scenario.rs`; the TypeScript SDK's v1 client gets the v1
 //!   turn from the same executable; and both v2 clients drive the demo's v1 agent through the
 //!   v2 bridge (`--bridged`, `acp_rpc::v2_bridge`) as far as a v1 agent goes;
+//! - against the v2-only agent, both v2 clients then cancel its cancellable work on a second
+//!   session (`--cancel-work`, `scenario::cancel_work`): the `/slow` tool call with
+//!   `tool_call/cancel` and the `/ticker` terminal with `terminal/cancel`, each once it
+//!   advertised `capabilities.cancel` and showed progress (the TypeScript client through its
+//!   session's `canCancelToolCall` / `cancelToolCall` and the terminal's likewise, the Rust
+//!   client with the crate's typed requests), an unknown id first (-32602); the agent's final
+//!   patch withdraws the capability and the turn goes on to `end_turn`;
 //! - both official v2 clients against the demo agent serving v1 only (`--v1-only`): it
 //!   answers `protocolVersion: 1`; the TypeScript client rejects the answer, the Rust client
 //!   reports `LowerVersion`, and neither goes on;
 //! - our v2 client (`src/bin/v2_client.rs`) drives both SDKs' v2 agents (behind their own
 //!   protocol routers) through the same scenario, goes on with v1 against their v1-only agents,
-//!   and stops there when it speaks v2 only.
+//!   and stops there when it speaks v2 only. Not covered here: our client cancelling an agent's
+//!   tool call or terminal. Neither SDK ships a v2 agent that advertises `capabilities.cancel`
+//!   (the npm package carries no examples; the crate's example and test agents never do), and
+//!   the agents in `tests/interop` are written on the SDKs' APIs to the scenario above.
 //!
 //! Each test connects a client and an agent through this process (`interop_v2/relay.rs`),
 //! which records the wire; `interop_v2/wire.rs` checks each turn for the spec's order.
