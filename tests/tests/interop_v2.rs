@@ -8,12 +8,22 @@
 //!   whole scenario of `interop_v2/scenario.rs`; the TypeScript SDK's v1 client gets the v1
 //!   turn from the same executable; and both v2 clients drive the demo's v1 agent through the
 //!   v2 bridge (`--bridged`, `acp_rpc::v2_bridge`) as far as a v1 agent goes;
+//! - against the v2-only agent, both v2 clients then cancel its cancellable work on a second
+//!   session (`--cancel-work`, `scenario::cancel_work`): the `/slow` tool call with
+//!   `tool_call/cancel` and the `/ticker` terminal with `terminal/cancel`, each once it
+//!   advertised `capabilities.cancel` and showed progress (the TypeScript client through its
+//!   session's `canCancelToolCall` / `cancelToolCall` and the terminal's likewise, the Rust
+//!   client with the crate's typed requests), an unknown id first (-32602); the agent's final
+//!   patch withdraws the capability and the turn goes on to `end_turn`;
 //! - both official v2 clients against the demo agent serving v1 only (`--v1-only`): it
 //!   answers `protocolVersion: 1`; the TypeScript client rejects the answer, the Rust client
 //!   reports `LowerVersion`, and neither goes on;
 //! - our v2 client (`src/bin/v2_client.rs`) drives both SDKs' v2 agents (behind their own
 //!   protocol routers) through the same scenario, goes on with v1 against their v1-only agents,
-//!   and stops there when it speaks v2 only.
+//!   and stops there when it speaks v2 only. Not covered here: our client cancelling an agent's
+//!   tool call or terminal. Neither SDK ships a v2 agent that advertises `capabilities.cancel`
+//!   (the npm package carries no examples; the crate's example and test agents never do), and
+//!   the agents in `tests/interop` are written on the SDKs' APIs to the scenario above.
 //!
 //! Each test connects a client and an agent through this process (`interop_v2/relay.rs`),
 //! which records the wire; `interop_v2/wire.rs` checks each turn for the spec's order.
@@ -153,8 +163,9 @@ fn ended_cleanly(outcome: &Outcome) {
 fn the_ts_v2_client_drives_our_v2_agent() {
     let Some(ts) = ts() else { return };
     let root = Root::new("ts-client");
-    let outcome = connect(node(&ts, "client.mjs", &[root.as_str()]), our_agent(&["--v2-only"]), LIMIT);
+    let outcome = connect(node(&ts, "client.mjs", &["--cancel-work", root.as_str()]), our_agent(&["--v2-only"]), LIMIT);
     scenario::full(&outcome, &root, "acp-demo-agent");
+    scenario::cancel_work(&outcome);
     ended_cleanly(&outcome);
 }
 
@@ -225,8 +236,9 @@ fn the_ts_v2_client_rejects_our_v1_only_agent() {
 fn the_rs_v2_client_drives_our_v2_agent() {
     let Some(rs) = rs() else { return };
     let root = Root::new("rs-client");
-    let outcome = connect(bin(rs.join("client"), &[root.as_str()]), our_agent(&["--v2-only"]), LIMIT);
+    let outcome = connect(bin(rs.join("client"), &["--cancel-work", root.as_str()]), our_agent(&["--v2-only"]), LIMIT);
     scenario::full(&outcome, &root, "acp-demo-agent");
+    scenario::cancel_work(&outcome);
     ended_cleanly(&outcome);
 }
 

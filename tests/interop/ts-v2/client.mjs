@@ -6,6 +6,8 @@
 //   node client.mjs <session cwd>        the v2 scenario (below)
 //   node client.mjs --v1 <session cwd>   the SDK's v1 client: initialize, session/new, a prompt
 //                                        (permission requests allowed)
+//   node client.mjs --cancel-work <cwd>  the v2 scenario, then the cancellable work of our demo
+//                                        agent, on a second session (the last two steps below)
 //
 // The v2 scenario stops at the first step that fails (its RESULT says why):
 //   initialize     protocolVersion 2 (the SDK rejects an answer naming another version)
@@ -18,6 +20,13 @@
 //   session-resume with `replayFrom: start`
 //   session-close
 //   prompt-closed  a prompt to the closed session (the agent must refuse it)
+//   tool-call-cancel      (--cancel-work) `/slow`: once the SDK's session says the tool call
+//                  can be cancelled and its first progress arrived, `tool_call/cancel` for an
+//                  unknown call (sent raw: the SDK refuses it unsent), then the SDK's
+//                  `cancelToolCall`; read to the idle update
+//   terminal-cancel       (--cancel-work) `/ticker`: likewise with the terminal (after its first
+//                  output), `terminal/cancel` and the SDK's `cancelTerminal`; the output decoded
+//                  as the SDK's types carry it
 import { Readable, Writable } from "node:stream";
 import * as v2 from "@agentclientprotocol/sdk/experimental/v2";
 import * as v1 from "@agentclientprotocol/sdk";
@@ -29,9 +38,10 @@ const CANCEL_REQUEST_WAIT_MS = 5_000;
 
 const args = process.argv.slice(2);
 const useV1 = args[0] === "--v1";
-const cwd = useV1 ? args[1] : args[0];
+const cancelWork = args[0] === "--cancel-work";
+const cwd = useV1 || cancelWork ? args[1] : args[0];
 if (!cwd) {
-  console.error("usage: node client.mjs [--v1] <session cwd>");
+  console.error("usage: node client.mjs [--v1 | --cancel-work] <session cwd>");
   process.exit(2);
 }
 const report = (step, value) => console.error(`RESULT ${JSON.stringify({ step, ...value })}`);
@@ -179,6 +189,88 @@ async function runV2(cx) {
   });
 }
 
+// ---- cancellable work (`--cancel-work`) -------------------------------------------------------
+
+/** A JSON-RPC error as the agent sent it, or null when the request succeeded. */
+async function errorFrom(request) {
+  try {
+    await request;
+    return null;
+  } catch (e) {
+    return errorOf(e);
+  }
+}
+
+/**
+ * Prompts `text`, reads updates until `cancellable(update)` names an id the SDK's session lets
+ * us cancel and `progress(update, id)` shows that work under way (so that the cancel stops
+ * running work), runs `cancel(id)`, then reads to the idle update. What the turn showed is
+ * returned.
+ */
+async function cancelTurn(session, text, cancellable, progress, cancel) {
+  const accepted = await session.prompt(text);
+  const kinds = [];
+  const statuses = [];
+  const terminals = [];
+  let output = "";
+  let said = "";
+  let target = null;
+  let id = null;
+  let cancelled = null;
+  let active = false;
+  for (;;) {
+    const message = await session.nextUpdate();
+    const update = message.update;
+    if (message.kind === "stop" && !active) continue;
+    kinds.push(update.state ? `${update.sessionUpdate} ${update.state}` : update.sessionUpdate);
+    if (message.kind === "stop") {
+      return { messageId: accepted.messageId, id, kinds, statuses, terminals, output, said, ...cancelled, stopReason: message.stopReason ?? null };
+    }
+    if (update.sessionUpdate === "state_update") active = true;
+    if (update.sessionUpdate === "tool_call_update" && update.status) statuses.push(update.status);
+    if (update.sessionUpdate === "terminal_update") terminals.push(update);
+    if (update.sessionUpdate === "terminal_output_chunk") output += Buffer.from(update.data, "base64").toString("utf8");
+    if (update.sessionUpdate === "agent_message_chunk" && cancelled) said += update.content.text ?? "";
+    if (id === null) {
+      target ??= cancellable(update);
+      if (target !== null && progress(update, target)) {
+        id = target;
+        cancelled = await cancel(id);
+      }
+    }
+  }
+}
+
+async function runCancelWork(cx) {
+  let session;
+  await step("tool-call-cancel", async () => {
+    session = await cx.buildSession(cwd).start();
+    const cancellable = (u) => (u.sessionUpdate === "tool_call_update" && session.canCancelToolCall(u.toolCallId) ? u.toolCallId : null);
+    const progress = (u, id) => u.sessionUpdate === "tool_call_content_chunk" && u.toolCallId === id;
+    const turn = await cancelTurn(session, "/slow", cancellable, progress, async (id) => {
+      const unknown = await errorFrom(
+        cx.request(v2.methods.agent.toolCall.cancel, { sessionId: session.sessionId, toolCallId: "call_nobody_made" }),
+      );
+      const answer = await session.cancelToolCall(id);
+      return { unknown, answer };
+    });
+    return { ...turn, cancellableAfter: turn.id !== null && session.canCancelToolCall(turn.id) };
+  });
+  await step("terminal-cancel", async () => {
+    const cancellable = (u) => (u.sessionUpdate === "terminal_update" && session.canCancelTerminal(u.terminalId) ? u.terminalId : null);
+    const progress = (u, id) => u.sessionUpdate === "terminal_output_chunk" && u.terminalId === id;
+    const turn = await cancelTurn(session, "/ticker", cancellable, progress, async (id) => {
+      const unknown = await errorFrom(
+        cx.request(v2.methods.agent.terminal.cancel, { sessionId: session.sessionId, terminalId: "term_nobody_made" }),
+      );
+      const answer = await session.cancelTerminal(id);
+      return { unknown, answer };
+    });
+    return { ...turn, cancellableAfter: turn.id !== null && session.canCancelTerminal(turn.id) };
+  });
+  session.dispose();
+}
+
 // ---- the v1 client (`--v1`) -----------------------------------------------------------------
 
 async function runV1(cx) {
@@ -214,7 +306,10 @@ try {
   if (useV1) {
     await v1App.connectWith(v1.ndJsonStream(Writable.toWeb(process.stdout), Readable.toWeb(process.stdin)), runV1);
   } else {
-    await app.connectWith(stream(), runV2);
+    await app.connectWith(stream(), async (cx) => {
+      await runV2(cx);
+      if (cancelWork) await runCancelWork(cx);
+    });
   }
 } catch (e) {
   if (!stopped) report("connection", { ok: false, error: errorOf(e) });

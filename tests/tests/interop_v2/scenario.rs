@@ -216,8 +216,12 @@ fn check_closed(msgs: &[Msg], report: &HashMap<String, Value>) -> Result<(), Str
     let after = wire::request(msgs, Dir::ToAgent, "session/prompt", 2)?;
     let refused = &msgs[wire::answer(msgs, after)?].json;
     ensure!(refused["error"]["code"] == -32002, "a prompt to a closed session: {refused}");
+    // Only the closed session's: a client may go on with another one (`--cancel-work`).
+    let session = &msgs[after].json["params"]["sessionId"];
     ensure!(
-        !msgs[after..].iter().any(|m| m.dir == Dir::ToClient && m.method() == Some("session/update")),
+        !msgs[after..].iter().any(|m| m.dir == Dir::ToClient
+            && m.method() == Some("session/update")
+            && m.json["params"]["sessionId"] == *session),
         "updates after the refused prompt"
     );
     let seen = step(report, "prompt-closed")?;
@@ -395,4 +399,117 @@ pub fn refused_v1(msgs: &[Msg]) -> Result<Value, String> {
         msgs.iter().filter(|m| m.dir == Dir::ToAgent && m.method() != Some("initialize")).map(|m| &m.json).collect();
     ensure!(more.is_empty(), "the client went on after a v1 answer: {more:?}");
     Ok(answer)
+}
+
+/// The cancellable work of our demo agent (`--cancel-work` of both SDKs' clients), after the
+/// scenario, on a second session: `/slow` and `/ticker`, each cancelled by the client once the
+/// agent advertised `capabilities.cancel`, first with an unknown id (-32602), then with the
+/// real one (`{}`); the agent confirms with the final status or the exit, withdraws the
+/// capability in the same patch, and the turn goes on to `end_turn`.
+pub fn cancel_work(outcome: &Outcome) {
+    verify(outcome, |msgs, report| {
+        let first = &msgs[wire::request(msgs, Dir::ToAgent, "session/prompt", 0)?].json["params"]["sessionId"];
+        let slow = wire::request(msgs, Dir::ToAgent, "session/prompt", 3)?;
+        ensure!(msgs[slow].json["params"]["prompt"][0]["text"] == "/slow", "{}", msgs[slow].json);
+        ensure!(msgs[slow].json["params"]["sessionId"] != *first, "the work runs on a session of its own");
+        let (call, rest) =
+            cancelled(msgs, slow, "tool_call/cancel", ("tool_call_update", "tool_call_content_chunk"), "toolCallId")?;
+        let final_status = rest
+            .iter()
+            .map(|&i| &msgs[i].json["params"]["update"])
+            .find(|u| u["sessionUpdate"] == "tool_call_update" && u["toolCallId"] == call.as_str())
+            .ok_or("no tool_call_update after the cancel")?;
+        ensure!(
+            final_status["status"] == "cancelled" && final_status["capabilities"].is_null(),
+            "the call's final patch: {final_status}"
+        );
+        let seen = step(report, "tool-call-cancel")?;
+        ensure!(seen["unknown"]["code"] == -32602, "the unknown call: {seen}");
+        ensure!(seen["answer"] == json!({}) && seen["id"] == call.as_str(), "{seen}");
+        ensure!(seen["statuses"] == json!(["pending", "in_progress", "cancelled"]), "client statuses: {seen}");
+        ensure!(seen["stopReason"] == "end_turn" && seen["cancellableAfter"] == false, "{seen}");
+        ensure!(seen["said"].as_str().is_some_and(|t| t.contains("Stopped the slow task")), "{seen}");
+
+        let ticker = wire::request(msgs, Dir::ToAgent, "session/prompt", 4)?;
+        ensure!(msgs[ticker].json["params"]["prompt"][0]["text"] == "/ticker", "{}", msgs[ticker].json);
+        let (terminal, rest) =
+            cancelled(msgs, ticker, "terminal/cancel", ("terminal_update", "terminal_output_chunk"), "terminalId")?;
+        let updates: Vec<&Value> = rest.iter().map(|&i| &msgs[i].json["params"]["update"]).collect();
+        let exit = updates
+            .iter()
+            .position(|u| u["sessionUpdate"] == "terminal_update" && u["terminalId"] == terminal.as_str())
+            .ok_or("no terminal_update after the cancel")?;
+        let expected = json!({"sessionUpdate": "terminal_update", "terminalId": terminal,
+                              "exitStatus": {"signal": "SIGTERM"}, "capabilities": null});
+        ensure!(*updates[exit] == expected, "the terminal's exit: {}", updates[exit]);
+        // The terminal's exit leaves the tool call to the agent, which completes it.
+        let completed =
+            updates.iter().position(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "completed");
+        ensure!(completed.is_some_and(|c| c > exit), "the tool call is not completed after the exit: {updates:?}");
+        let shown = msgs.iter().skip(ticker).any(|m| {
+            m.json["params"]["update"]["sessionUpdate"] == "tool_call_content_chunk"
+                && m.json["params"]["update"]["content"] == json!({"type": "terminal", "terminalId": terminal})
+        });
+        ensure!(shown, "no tool call shows the terminal");
+        let seen = step(report, "terminal-cancel")?;
+        ensure!(seen["unknown"]["code"] == -32602, "the unknown terminal: {seen}");
+        ensure!(seen["answer"] == json!({}) && seen["id"] == terminal.as_str(), "{seen}");
+        ensure!(seen["statuses"] == json!(["pending", "in_progress", "completed"]), "client statuses: {seen}");
+        ensure!(seen["stopReason"] == "end_turn" && seen["cancellableAfter"] == false, "{seen}");
+        ensure!(seen["output"].as_str().is_some_and(|o| o.starts_with("tick 1\r\n")), "the output as decoded: {seen}");
+        let exited = seen["terminals"].as_array().and_then(|t| t.last()).map(|t| &t["exitStatus"]);
+        ensure!(exited == Some(&json!({"signal": "SIGTERM"})), "the client's last terminal update: {seen}");
+        Ok(())
+    });
+}
+
+/// The turn of the prompt at `at`, in which the client cancels with `method` what a `kind`
+/// update made cancellable, once a `progress` update showed it running: the id, and the
+/// indices of the turn's messages after the answer to the real cancel (checked: the unknown id
+/// refused -32602 first, the real one answered `{}` after the capability was advertised and
+/// the progress shown, the turn ending `end_turn`).
+fn cancelled(
+    msgs: &[Msg],
+    at: usize,
+    method: &str,
+    (kind, progress): (&str, &str),
+    key: &str,
+) -> Result<(String, Vec<usize>), String> {
+    let turn = wire::turn(msgs, at)?;
+    ensure!(turn.stop_reason == "end_turn", "cancelling one piece of work ended the turn: {:?}", turn.events);
+    let advertised = turn
+        .indices
+        .iter()
+        .copied()
+        .find(|&i| {
+            let u = &msgs[i].json["params"]["update"];
+            u["sessionUpdate"] == kind && u["capabilities"] == json!({"cancel": {}})
+        })
+        .ok_or_else(|| format!("no {kind} advertised capabilities.cancel: {:?}", turn.events))?;
+    let id = msgs[advertised].json["params"]["update"][key].as_str().unwrap_or_default().to_owned();
+    let end = *turn.indices.last().unwrap();
+    let unknown = wire::request(msgs, Dir::ToAgent, method, 0)?;
+    let real = wire::request(msgs, Dir::ToAgent, method, 1)?;
+    ensure!(advertised < unknown && real < end, "the cancels are not within the turn");
+    let running = turn.indices.iter().copied().find(|&i| {
+        let u = &msgs[i].json["params"]["update"];
+        u["sessionUpdate"] == progress && u[key] == id.as_str()
+    });
+    ensure!(running.is_some_and(|p| advertised < p && p < unknown), "no {progress} before the client's {method}");
+    ensure!(msgs[unknown].json["params"][key] != id.as_str(), "{}", msgs[unknown].json);
+    let refused = &msgs[wire::answer(msgs, unknown)?].json;
+    ensure!(refused["error"]["code"] == -32602, "{method} of an unknown id: {refused}");
+    ensure!(msgs[real].json["params"][key] == id.as_str(), "{}", msgs[real].json);
+    ensure!(msgs[real].json["params"]["sessionId"] == msgs[at].json["params"]["sessionId"], "another session");
+    let answered = wire::answer(msgs, real)?;
+    ensure!(msgs[answered].json["result"] == json!({}), "{method}: {}", msgs[answered].json);
+    let rest: Vec<usize> = turn.indices.iter().copied().filter(|&i| i > answered).collect();
+    // Before the cancel was answered, the work had not stopped on its own.
+    let early = turn.indices.iter().copied().filter(|&i| i < answered).any(|i| {
+        let u = &msgs[i].json["params"]["update"];
+        u[key] == id.as_str()
+            && (u["exitStatus"].is_object() || ["cancelled", "completed", "failed"].iter().any(|s| u["status"] == *s))
+    });
+    ensure!(!early, "the work ended before the client's {method} was answered");
+    Ok((id, rest))
 }

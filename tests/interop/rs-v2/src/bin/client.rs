@@ -3,13 +3,18 @@
 //! `RESULT {"step": ..., "ok": ...}` line per step on stderr, then `END`.
 //!
 //!   client <session cwd>
+//!   client --cancel-work <session cwd>
 //!
 //! The scenario and its step names are those of tests/interop/ts-v2/client.mjs, so that the
 //! test checks both SDKs the same way: initialize (v2; an agent that selects a lower version is
 //! reported as `LowerVersion` and ends the run), session-new, session-list, prompt-allow,
 //! prompt-cancel (session/cancel from the permission handler, then the `cancelled` outcome once
 //! the agent's `$/cancel_request` arrives), session-resume (replay from the start),
-//! session-close, prompt-closed.
+//! session-close, prompt-closed. With `--cancel-work`, then on a second session the
+//! cancellable work of our demo agent, as client.mjs does it: tool-call-cancel (`/slow`; after
+//! the call advertised `capabilities.cancel` and reported progress, `tool_call/cancel` for an
+//! unknown call, then for that one) and terminal-cancel (`/ticker`, after the terminal's first
+//! output, `terminal/cancel` likewise).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -126,6 +131,161 @@ async fn read_turn(updates: &mut UnboundedReceiver<Value>, session: &str) -> Res
     }
 }
 
+/// What a turn of cancellable work cancels: a tool call or a terminal.
+#[derive(Clone, Copy)]
+enum Work {
+    ToolCall,
+    Terminal,
+}
+
+impl Work {
+    /// The update that advertises the capability, the one that shows the work's progress, and
+    /// the member naming the work.
+    fn keys(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Work::ToolCall => ("tool_call_update", "tool_call_content_chunk", "toolCallId"),
+            Work::Terminal => ("terminal_update", "terminal_output_chunk", "terminalId"),
+        }
+    }
+
+    async fn cancel(self, cx: &ConnectionTo<Agent>, session: &str, id: &str) -> Result<Value, Error> {
+        match self {
+            Work::ToolCall => {
+                let request = schema::CancelToolCallRequest::new(session.to_owned(), id.to_owned());
+                let answer = cx.send_request(request).block_task().await?;
+                serde_json::to_value(answer).map_err(Error::into_internal_error)
+            }
+            Work::Terminal => {
+                let request = schema::CancelTerminalRequest::new(session.to_owned(), id.to_owned());
+                let answer = cx.send_request(request).block_task().await?;
+                serde_json::to_value(answer).map_err(Error::into_internal_error)
+            }
+        }
+    }
+}
+
+/// Prompts `text`; once an update advertises `capabilities.cancel` for `work` and its first
+/// progress arrived (so that the cancel stops running work), cancels an unknown one (the SDK
+/// sends what it is given) and then that one; reads to the idle update.
+async fn cancel_turn(
+    cx: &ConnectionTo<Agent>,
+    session: &str,
+    updates: &mut UnboundedReceiver<Value>,
+    text: &str,
+    work: Work,
+) -> Result<Value, Value> {
+    let prompt = schema::PromptRequest::new(session.to_owned(), vec![text.to_string().into()]);
+    let accepted = cx.send_request(prompt).block_task().await.map_err(failed)?;
+    let (advertises, progress, key) = work.keys();
+    let (mut kinds, mut statuses, mut terminals) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut output, mut said) = (Vec::new(), String::new());
+    // The work that advertised the capability, and the same once it is cancelled.
+    let (mut target, mut id): (Option<String>, Option<String>) = (None, None);
+    let mut cancelled = json!({});
+    let mut cancellable = false;
+    let mut active = false;
+    loop {
+        let notification =
+            updates.recv().await.ok_or_else(|| json!({ "error": { "message": "the connection ended" } }))?;
+        if notification["sessionId"] != session {
+            continue;
+        }
+        let update = &notification["update"];
+        let kind = update["sessionUpdate"].as_str().unwrap_or("?");
+        let idle = kind == "state_update" && update["state"] == "idle";
+        if idle && !active {
+            continue;
+        }
+        kinds.push(match update["state"].as_str() {
+            Some(state) => format!("{kind} {state}"),
+            None => kind.to_owned(),
+        });
+        if idle {
+            let mut fields = json!({
+                "messageId": accepted.message_id, "id": id, "kinds": kinds, "statuses": statuses,
+                "terminals": terminals, "output": String::from_utf8_lossy(&output), "said": said,
+                "stopReason": update["stopReason"], "cancellableAfter": cancellable,
+            });
+            fields.as_object_mut().unwrap().extend(cancelled.as_object().cloned().unwrap_or_default());
+            return Ok(fields);
+        }
+        match kind {
+            "state_update" => active = true,
+            "tool_call_update" if update["status"].is_string() => statuses.push(update["status"].clone()),
+            "terminal_output_chunk" => output.extend(decode_base64(update["data"].as_str().unwrap_or_default())),
+            "agent_message_chunk" if id.is_some() => said.push_str(update["content"]["text"].as_str().unwrap_or("")),
+            _ => {}
+        }
+        if kind == "terminal_update" {
+            terminals.push(update.clone());
+        }
+        // The capability as the patches leave it: an object sets it, `null` clears it.
+        if kind == advertises
+            && target.as_deref().is_none_or(|known| update[key] == known)
+            && let Some(capabilities) = update.get("capabilities")
+        {
+            cancellable = capabilities["cancel"].is_object();
+            if cancellable && target.is_none() {
+                target = update[key].as_str().map(str::to_owned);
+            }
+        }
+        let under_way = kind == progress && target.as_deref().is_some_and(|known| update[key] == known);
+        if id.is_none() && cancellable && under_way {
+            let target = target.clone().unwrap_or_default();
+            let unknown = match work.cancel(cx, session, &format!("{}_nobody_made", &key[..key.len() - 2])).await {
+                Ok(answer) => json!({ "answer": answer }),
+                Err(error) => error_fields(&error),
+            };
+            let answer = work.cancel(cx, session, &target).await.map_err(failed)?;
+            cancelled = json!({ "unknown": unknown, "answer": answer });
+            id = Some(target);
+        }
+    }
+}
+
+/// RFC 4648 base64, as terminal output is sent (what is not base64 is skipped).
+fn decode_base64(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    let (mut bits, mut n) = (0u32, 0);
+    for c in text.bytes().filter_map(value) {
+        bits = bits << 6 | u32::from(c);
+        n += 6;
+        if n >= 8 {
+            n -= 8;
+            out.push((bits >> n) as u8);
+        }
+    }
+    out
+}
+
+async fn cancel_work(
+    cx: ConnectionTo<Agent>,
+    cwd: String,
+    updates: &mut UnboundedReceiver<Value>,
+) -> Result<(), Stopped> {
+    let session = step("session-new-2", async {
+        let setup = cx.build_session(&cwd).start_session().block_task().await.map_err(failed)?;
+        let fields = json!({ "sessionId": setup.session.session_id() });
+        Ok((setup.session, fields))
+    })
+    .await?;
+    let id = session.session_id().to_string();
+    for (name, text, work) in
+        [("tool-call-cancel", "/slow", Work::ToolCall), ("terminal-cancel", "/ticker", Work::Terminal)]
+    {
+        step(name, async { Ok(((), cancel_turn(&cx, &id, updates, text, work).await?)) }).await?;
+    }
+    Ok(())
+}
+
 async fn scenario(
     cx: ConnectionTo<Agent>,
     cwd: String,
@@ -217,8 +377,13 @@ async fn scenario(
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let Some(cwd) = std::env::args().nth(1) else {
-        eprintln!("usage: client <session cwd>");
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let work = args.first().is_some_and(|a| a == "--cancel-work");
+    if work {
+        args.remove(0);
+    }
+    let Some(cwd) = args.into_iter().next() else {
+        eprintln!("usage: client [--cancel-work] <session cwd>");
         std::process::exit(2);
     };
     let (tx, mut updates) = unbounded_channel();
@@ -272,7 +437,9 @@ async fn main() {
             agent_client_protocol::on_receive_request!(),
         )
         .connect_with(Stdio::new(), async move |cx: ConnectionTo<Agent>| {
-            let _ = scenario(cx, cwd, &mut updates, permissions).await;
+            if scenario(cx.clone(), cwd.clone(), &mut updates, permissions).await.is_ok() && work {
+                let _ = cancel_work(cx, cwd, &mut updates).await;
+            }
             Ok(())
         })
         .await;
