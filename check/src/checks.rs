@@ -66,6 +66,8 @@ pub struct Options {
     pub launch: Launch,
     /// The limit for each answer (a prompt turn included).
     pub timeout: Duration,
+    /// Prompts that make the agent start work the client can cancel (`--work-prompt`, v2).
+    pub work_prompts: Vec<String>,
 }
 
 /// Which protocol versions to check (`--protocol`).
@@ -210,7 +212,7 @@ impl Run {
     }
 }
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) enum Outcome {
     Pass(String),
     Fail(String),

@@ -48,8 +48,8 @@ macro_rules! say {
 }
 
 const USAGE: &str = "\
-usage: acp-check [--protocol 1|2|auto] [--json] [--timeout-ms N] [-v] -- <agent command...>
-       acp-check [--protocol 1|2|auto] [--json] [--timeout-ms N] --url <http://... | ws://...>
+usage: acp-check [--protocol 1|2|auto] [--json] [--timeout-ms N] [--work-prompt TEXT]... [-v] -- <agent command...>
+       acp-check [--protocol 1|2|auto] [--json] [--timeout-ms N] [--work-prompt TEXT]... --url <http://... | ws://...>
 
 Spawns the agent over stdio and checks what the ACP spec asks of it.
 
@@ -62,7 +62,8 @@ when they are offered.
 Protocol v2 (serves-v2 and the checks named v2-*): v2 capabilities, the prompt lifecycle (the
 answer at acceptance, user_message, state_update running ... idle with the stop reason), the
 shape and order of the upserts, cancellation and permissions, $/cancel_request, session/close,
-the baseline methods and JSON-RPC batches.
+the baseline methods and JSON-RPC batches, background work, and, with --work-prompt,
+tool_call/cancel and terminal/cancel.
 
   --protocol P    1: the v1 checks only; 2: the v2 checks only (an agent that does not answer
                   2 fails serves-v2, and the rest is skipped); auto (the default): ask fresh
@@ -72,6 +73,10 @@ the baseline methods and JSON-RPC batches.
   --json          print the report as JSON
   --timeout-ms N  how long to wait for each answer, a whole prompt turn included (default 10000);
                   raise it for an agent that is slow to start (built on its first run, say)
+  --work-prompt TEXT
+                  (v2) a prompt that makes the agent start a tool call or terminal it advertises
+                  as cancellable; each is sent on a new session, and what it offers is cancelled
+                  (repeat it for more prompts); without it the cancel checks are skipped
   -v, --verbose   show the agent's stderr
 
 exit status: 0 when no MUST fails (an inconclusive or skipped check does not fail), 1 when one
@@ -84,6 +89,7 @@ struct Cli {
     timeout: Duration,
     verbose: bool,
     command: Vec<String>,
+    work_prompts: Vec<String>,
     /// A remote agent's endpoint instead of a command.
     url: Option<String>,
 }
@@ -95,6 +101,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Cli>, String> 
         timeout: Duration::from_millis(10_000),
         verbose: false,
         command: Vec::new(),
+        work_prompts: Vec::new(),
         url: None,
     };
     let mut args = args.into_iter();
@@ -114,6 +121,10 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Cli>, String> 
             other if other.starts_with("--protocol=") => cli.protocol = protocol(&other["--protocol=".len()..])?,
             "--url" => {
                 cli.url = Some(args.next().ok_or("--url needs the agent's endpoint, e.g. http://127.0.0.1:8080/acp")?)
+            }
+            "--work-prompt" => cli.work_prompts.push(args.next().ok_or("--work-prompt needs the prompt's text")?),
+            other if other.starts_with("--work-prompt=") => {
+                cli.work_prompts.push(other["--work-prompt=".len()..].to_owned())
             }
             other if other.starts_with("--url=") => cli.url = Some(other["--url=".len()..].to_owned()),
             "--timeout-ms" => {
@@ -174,6 +185,7 @@ async fn main() -> ExitCode {
             live: live.clone(),
         },
         timeout: cli.timeout,
+        work_prompts: cli.work_prompts.clone(),
     };
     let run = match scratch::ScratchDir::create() {
         Ok(scratch) => {

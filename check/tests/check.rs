@@ -49,11 +49,18 @@ fn check_with(command: &[&str], timeout_ms: u64) -> (i32, Value) {
 /// Runs `acp-check --protocol <protocol> --json --timeout-ms <timeout_ms> -- <command...>` with a
 /// TMPDIR of its own, which must be empty again afterwards (the scratch directory is removed).
 fn check_protocol(protocol: &str, command: &[&str], timeout_ms: u64) -> (i32, Value) {
+    check_protocol_with(protocol, &[], command, timeout_ms)
+}
+
+/// `check_protocol` with more options (`options`) before the agent command.
+fn check_protocol_with(protocol: &str, options: &[&str], command: &[&str], timeout_ms: u64) -> (i32, Value) {
     let tmp = TempDir::new(
         &command.iter().map(|c| Path::new(c).file_name().unwrap().to_string_lossy()).collect::<Vec<_>>().join("-"),
     );
     let output = Command::new(CHECK)
-        .args(["--protocol", protocol, "--json", "--timeout-ms", &timeout_ms.to_string(), "--"])
+        .args(["--protocol", protocol, "--json", "--timeout-ms", &timeout_ms.to_string()])
+        .args(options)
+        .arg("--")
         .args(command)
         // The example agent's pause between streamed words: short, nothing depends on it.
         .env("ACP_DEMO_DELAY_MS", "5")
@@ -79,6 +86,17 @@ fn detail<'a>(report: &'a Value, id: &str) -> &'a str {
 
 fn find<'a>(report: &'a Value, id: &str) -> &'a Value {
     report["checks"].as_array().unwrap().iter().find(|c| c["id"] == id).unwrap_or_else(|| panic!("no check {id}"))
+}
+
+/// The checks judged only when the agent offers the work they need (`--work-prompt`, background
+/// work): skipped for an agent that does not.
+const WORK_CHECKS: [&str; 4] =
+    ["v2-tool-call-cancel", "v2-terminal-cancel", "v2-cancel-capability-withdrawn", "v2-background-work"];
+
+/// `failures`, leaving out the work checks that were skipped.
+fn failures_but_work_skipped(report: &Value) -> Vec<String> {
+    let skipped = |c: &str| WORK_CHECKS.iter().any(|id| c.starts_with(&format!("\"skip\" \"{id}\"")));
+    failures(report).into_iter().filter(|c| !skipped(c)).collect()
 }
 
 fn failures(report: &Value) -> Vec<String> {
@@ -812,8 +830,9 @@ fn auto_mode_finds_both_versions_of_a_dual_agent_and_checks_each() {
     // With v2's fields beside v1's, the probe for a version nobody supports gets v2's answer.
     assert_eq!(detail(&report, "version-negotiation"), "asked for 65535, the agent answered 2");
     let v2 = v2_checks(&report);
-    assert_eq!(v2.len(), 25, "{v2:?}");
-    let not_passed: Vec<_> = v2.iter().filter(|(_, status)| status != "pass").collect();
+    assert_eq!(v2.len(), 29, "{v2:?}");
+    let work_skipped = |id: &str, status: &str| status == "skip" && WORK_CHECKS.contains(&id);
+    let not_passed: Vec<_> = v2.iter().filter(|(id, status)| status != "pass" && !work_skipped(id, status)).collect();
     assert!(not_passed.is_empty(), "{not_passed:?}\n{report:#}");
     assert_eq!(report["agent_v2"]["info"]["name"], "acp-demo-agent");
     // The runtime's turn asks permission: pending at the cancel (unless a loaded machine kept the
@@ -834,7 +853,7 @@ fn conforming_v2_agents_pass_the_v2_checks() {
     let demo = env!("CARGO_BIN_EXE_acp-check-example-agent");
     for agent in [&[demo, "--v2-only"][..], &[demo, "--bridged"], &[V2_FLAWED]] {
         let (code, report) = check_protocol("2", agent, 20_000);
-        assert_eq!(failures(&report), Vec::<String>::new(), "{report:#}");
+        assert_eq!(failures_but_work_skipped(&report), Vec::<String>::new(), "{report:#}");
         assert_eq!(code, 0);
         assert_eq!(report["versions"]["served"], json!([2]));
         assert_eq!(v2_checks(&report).len(), report["checks"].as_array().unwrap().len(), "only v2 checks");
@@ -852,13 +871,77 @@ fn conforming_v2_agents_pass_the_v2_checks() {
 }
 
 #[test]
+fn the_demo_agents_cancellable_work_passes_the_cancel_checks() {
+    let demo = env!("CARGO_BIN_EXE_acp-check-example-agent");
+    let prompts = ["--work-prompt", "/slow", "--work-prompt", "/ticker"];
+    let (code, report) = check_protocol_with("2", &prompts, &[demo, "--v2-only"], 20_000);
+    assert_eq!(failures_but_work_skipped(&report), Vec::<String>::new(), "{report:#}");
+    assert_eq!(code, 0);
+    for id in ["v2-tool-call-cancel", "v2-terminal-cancel", "v2-cancel-capability-withdrawn"] {
+        assert_eq!(find(&report, id)["status"], "pass", "{id}: {}", find(&report, id));
+    }
+    let call = detail(&report, "v2-tool-call-cancel");
+    assert!(
+        call.starts_with("-32602 for an unknown id; tool call ") && call.contains("status \"cancelled\""),
+        "{call}"
+    );
+    assert!(call.ends_with("the turn went on to `end_turn`"), "{call}");
+    let terminal = detail(&report, "v2-terminal-cancel");
+    assert!(terminal.contains("then exitStatus {\"signal\":\"SIGTERM\"}"), "{terminal}");
+    // The demo reports no background work: judged only when reported.
+    assert_eq!(find(&report, "v2-background-work")["status"], "skip");
+
+    // Without --work-prompt, the cancel checks are skipped, never passed.
+    let (_, report) = check_protocol("2", &[demo, "--v2-only"], 20_000);
+    for id in ["v2-tool-call-cancel", "v2-terminal-cancel", "v2-cancel-capability-withdrawn"] {
+        assert_eq!(find(&report, id)["status"], "skip", "{id}");
+    }
+    assert!(detail(&report, "v2-tool-call-cancel").starts_with("no --work-prompt was given"));
+}
+
+#[test]
+fn cancellable_and_background_work_of_the_hand_rolled_agent() {
+    let work = ["--work-prompt", "/work"];
+    let (code, report) = check_protocol_with("2", &work, &[V2_FLAWED], 20_000);
+    assert_eq!(failures_but_work_skipped(&report), Vec::<String>::new(), "{report:#}");
+    assert_eq!(code, 0);
+    assert_eq!(find(&report, "v2-tool-call-cancel")["status"], "pass");
+    assert_eq!(detail(&report, "v2-terminal-cancel"), "the --work-prompt turns offered no cancellable terminal");
+    assert_eq!(find(&report, "v2-cancel-capability-withdrawn")["status"], "pass");
+    let background = detail(&report, "v2-background-work");
+    assert!(background.ends_with("background snapshot(s), each complete and consistent"), "{background}");
+
+    let flawed = [V2_FLAWED, "cancel-unknown-ok", "keep-cancel-capability", "background-unannounced"];
+    let (code, report) = check_protocol_with("2", &work, &flawed, 20_000);
+    assert_eq!(code, 1, "{report:#}");
+    let call = find(&report, "v2-tool-call-cancel");
+    assert_eq!(call["status"], "fail");
+    assert!(
+        call["detail"].as_str().unwrap().starts_with("tool_call/cancel of an id the agent never made got a result")
+    );
+    let kept = find(&report, "v2-cancel-capability-withdrawn");
+    assert_eq!((&kept["status"], &kept["level"]), (&json!("warn"), &json!("SHOULD")), "{kept}");
+    assert!(kept["detail"].as_str().unwrap().contains("still advertises capabilities.cancel"), "{kept}");
+    let background = detail(&report, "v2-background-work");
+    assert!(background.contains("never announced before"), "{background}");
+
+    let (code, report) =
+        check_protocol_with("2", &work, &[V2_FLAWED, "cancel-ends-turn", "background-omitted"], 20_000);
+    assert_eq!(code, 1, "{report:#}");
+    let call = detail(&report, "v2-tool-call-cancel");
+    assert!(call.contains("ended the turn `cancelled`"), "{call}");
+    let background = detail(&report, "v2-background-work");
+    assert!(background.contains("a state_update without `background` after one with it"), "{background}");
+}
+
+#[test]
 fn v2_checks_of_a_v1_only_agent_fail_on_the_version_and_skip_the_rest() {
     let (code, report) = check_protocol("2", &[env!("CARGO_BIN_EXE_acp-check-agent-ok")], 20_000);
     assert_eq!(code, 1, "{report:#}");
     let serves = find(&report, "serves-v2");
     assert_eq!((&serves["status"], &serves["level"]), (&json!("fail"), &json!("MUST")));
     assert_eq!(serves["detail"], "asked for protocol version 2, the agent answered 1: it does not serve v2");
-    assert_eq!(failures(&report).len(), 25, "{:#?}", failures(&report));
+    assert_eq!(failures(&report).len(), 29, "{:#?}", failures(&report));
     assert!(report["checks"].as_array().unwrap().iter().skip(1).all(|c| c["status"] == "skip"));
     assert_eq!(report["versions"]["served"], json!([1]));
 
@@ -899,7 +982,7 @@ fn v1_capabilities_misordered_upserts_and_late_updates_are_caught() {
     assert_eq!((&late["status"], &late["level"]), (&json!("fail"), &json!("MUST")), "{late}");
     let said = late["detail"].as_str().unwrap();
     assert!(said.starts_with("1 update(s) of the turn after the idle state_update that ended it; the first: `tool_call_update` of tool call"), "{said}");
-    assert_eq!(failures(&report).len(), 4, "{:#?}", failures(&report));
+    assert_eq!(failures_but_work_skipped(&report).len(), 4, "{:#?}", failures(&report));
 }
 
 #[test]
@@ -944,7 +1027,7 @@ fn a_v2_agent_that_refuses_batches_fails_the_batch_checks() {
     assert!(notifications["detail"].as_str().unwrap().starts_with("1 answer(s) to a batch of notifications"));
     // An empty batch gets one -32600 either way.
     assert_eq!(find(&report, "v2-batch-empty")["status"], "pass");
-    assert_eq!(failures(&report).len(), 2, "{:#?}", failures(&report));
+    assert_eq!(failures_but_work_skipped(&report).len(), 2, "{:#?}", failures(&report));
 }
 
 #[test]
@@ -963,7 +1046,7 @@ fn a_prompt_answered_at_the_end_of_the_turn_and_an_ignored_cancel_fail() {
             && said.ends_with(" ms after session/cancel was written, not `cancelled`"),
         "{said}"
     );
-    assert_eq!(failures(&report).len(), 2, "{:#?}", failures(&report));
+    assert_eq!(failures_but_work_skipped(&report).len(), 2, "{:#?}", failures(&report));
 }
 
 #[test]
@@ -984,7 +1067,7 @@ fn a_v2_turn_without_an_idle_update_and_a_cancelled_request_never_answered_fail(
         "session/list, cancelled with $/cancel_request, got no answer within 1000 ms: a cancelled request still gets \
          its response"
     );
-    assert_eq!(failures(&report).len(), 3, "{:#?}", failures(&report));
+    assert_eq!(failures_but_work_skipped(&report).len(), 3, "{:#?}", failures(&report));
 }
 
 /// The demo agent listening on a free port (feature `http-server`); its URL. Killed on drop.
@@ -1076,7 +1159,7 @@ fn version_probes_that_time_out_leave_v2_inconclusive_and_the_run_incomplete() {
     assert!(v1.iter().all(|c| c["status"] != "fail"), "{report:#}");
     assert_eq!(find(&report, "initialize")["status"], "pass");
     let v2 = v2_checks(&report);
-    assert_eq!(v2.len(), 25, "every v2 check is listed: {v2:?}");
+    assert_eq!(v2.len(), 29, "every v2 check is listed: {v2:?}");
     for (id, _) in &v2 {
         let check = find(&report, id);
         assert_eq!((&check["status"], &check["inconclusive"]), (&json!("warn"), &json!(true)), "{check}");

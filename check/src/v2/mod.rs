@@ -7,6 +7,7 @@
 //! client that negotiates (`ProtocolRouter::negotiate`) sends it.
 
 pub mod judge;
+pub mod work;
 
 use std::time::{Duration, Instant};
 
@@ -150,6 +151,32 @@ const CHECKS: &[(&str, Level, &str)] = &[
         "v2-cancel-request",
         Level::Must,
         "a request the client cancels with `$/cancel_request` still gets its response: a result, or error -32800",
+    ),
+    (
+        "v2-tool-call-cancel",
+        Level::Must,
+        "a tool call that advertises `capabilities.cancel` (in a --work-prompt turn) is cancelled by \
+         tool_call/cancel: -32602 for an id the agent never made, a result for its own, then a final status, and the \
+         turn is not ended `cancelled` by it",
+    ),
+    (
+        "v2-terminal-cancel",
+        Level::Must,
+        "a terminal that advertises `capabilities.cancel` (in a --work-prompt turn) is cancelled by terminal/cancel: \
+         -32602 for an id the agent never made, a result for its own, then a terminal_update with its exitStatus, and \
+         the turn is not ended `cancelled` by it",
+    ),
+    (
+        "v2-cancel-capability-withdrawn",
+        Level::Should,
+        "a cancelled tool call or terminal stops advertising `capabilities.cancel` once it reports its final status \
+         or exit",
+    ),
+    (
+        "v2-background-work",
+        Level::Must,
+        "background work, once a session reports it, is on every later state_update of the session; it lists tool \
+         calls and terminals announced before, each once, and drops one only after its final status or exitStatus",
     ),
     ("v2-stdout-json-only", Level::Must, "the agent writes only JSON-RPC messages, or batches of them, on stdout"),
 ];
@@ -413,6 +440,13 @@ async fn lifecycle(run: &mut Run, options: &Options, cwd: &str, observed: &mut V
         Err(SessionError::AuthRequired(why) | SessionError::Failed(why)) => Err(why),
     };
 
+    // The work the client can cancel, on sessions of its own.
+    let found = work::cancel_work(&agent, &options.work_prompts, cwd, &auth, limit).await;
+    for kind in [work::Kind::ToolCall, work::Kind::Terminal] {
+        record(run, kind.check(), found.outcome(kind, &options.work_prompts));
+    }
+    record(run, "v2-cancel-capability-withdrawn", found.withdrawal(&options.work_prompts));
+
     let o = agent.close().await;
     if o.updates.iter().any(judge::stopped_for_auth) {
         run.stopped_at_auth(auth.stop(2, "session/prompt"));
@@ -444,6 +478,9 @@ fn skip_session_checks(run: &mut Run, why: &str) {
         "v2-cancel-permission",
         "v2-close",
         "v2-close-cancels",
+        "v2-tool-call-cancel",
+        "v2-terminal-cancel",
+        "v2-cancel-capability-withdrawn",
     ] {
         record(run, id, Outcome::Skip(why.to_owned()));
     }
@@ -601,6 +638,7 @@ fn judge_updates(run: &mut Run, observed: &[Observed]) {
     record(run, "v2-message-ids", judge::judge_message_ids(&all));
     record(run, "v2-upserts", judge::judge_upserts(&all));
     record(run, "v2-requires-action", judge::judge_requires_action(&all));
+    record(run, "v2-background-work", work::judge_background(&all));
 }
 
 /// `v2-initialize`: the answer as a v2 `InitializeResponse`, its capabilities left to

@@ -39,6 +39,16 @@ pub struct Flaws {
     /// `session/list` (outside a batch) is answered after 100 ms, and not at all when
     /// `$/cancel_request` named it meanwhile.
     pub silent_on_cancel: bool,
+    /// `tool_call/cancel` of a tool call nobody made is answered `{}`, not -32602.
+    pub cancel_unknown_ok: bool,
+    /// Cancelling `/work`'s tool call ends the whole turn `cancelled`.
+    pub cancel_ends_turn: bool,
+    /// `/work`'s cancelled tool call keeps advertising `capabilities.cancel`.
+    pub keep_cancel_capability: bool,
+    /// `/work` lists its watcher as background work without announcing it first.
+    pub background_unannounced: bool,
+    /// `/work`'s last state update leaves out the background work reported before.
+    pub background_omitted: bool,
     /// Not a flaw: sessions are made without a login, but `session/list` answers
     /// auth_required and each turn ends at once, idle with stopReason `error` and the
     /// auth_required error (as `@agentclientprotocol/claude-agent-acp` ends its turns).
@@ -61,6 +71,11 @@ impl Flaws {
                 "update-after-idle" => flaws.update_after_idle = true,
                 "silent-on-cancel" => flaws.silent_on_cancel = true,
                 "requires-auth" => flaws.requires_auth = true,
+                "cancel-unknown-ok" => flaws.cancel_unknown_ok = true,
+                "cancel-ends-turn" => flaws.cancel_ends_turn = true,
+                "keep-cancel-capability" => flaws.keep_cancel_capability = true,
+                "background-unannounced" => flaws.background_unannounced = true,
+                "background-omitted" => flaws.background_omitted = true,
                 other => panic!("unknown flaw {other}"),
             }
         }
@@ -107,6 +122,8 @@ struct Agent {
     pending: Mutex<HashMap<String, std::sync::mpsc::Sender<Value>>>,
     /// The ids the client named in `$/cancel_request`.
     cancelled: Mutex<Vec<Value>>,
+    /// `/work`'s running tool calls the client may cancel: id → (session, stop flag).
+    work: Mutex<HashMap<String, (String, Arc<AtomicBool>)>>,
     next: AtomicU64,
 }
 
@@ -117,6 +134,7 @@ pub fn run(flaws: Flaws) {
         sessions: Mutex::default(),
         pending: Mutex::default(),
         cancelled: Mutex::default(),
+        work: Mutex::default(),
         next: AtomicU64::new(1),
     });
     for line in std::io::stdin().lock().lines() {
@@ -229,6 +247,18 @@ impl Agent {
                 error(id, -32002, "Resource not found")
             }
             "session/prompt" => return self.prompt(id, &session, params["prompt"].clone()),
+            "tool_call/cancel" => {
+                let call = params["toolCallId"].as_str().unwrap_or_default();
+                let work = self.work.lock().unwrap();
+                match work.get(call).filter(|(owner, _)| *owner == session) {
+                    Some((_, stop)) => {
+                        stop.store(true, Ordering::SeqCst);
+                        result(id, json!({}))
+                    }
+                    None if self.flaws.cancel_unknown_ok => result(id, json!({})),
+                    None => error(id, -32602, "Invalid params: no cancellable tool call with that id"),
+                }
+            }
             _ => error(id, -32601, "Method not found"),
         })
     }
@@ -296,6 +326,9 @@ impl Agent {
         let up = |update: Value| out.update(session, update);
         let state = |state: &str| json!({"sessionUpdate": "state_update", "state": state});
         up(json!({"sessionUpdate": "user_message", "messageId": user, "content": prompt}));
+        if prompt[0]["text"] == "/work" {
+            return self.work_turn(session, n, cancelled);
+        }
         up(state("running"));
         if self.flaws.requires_auth {
             up(json!({"sessionUpdate": "state_update", "state": "idle", "stopReason": "error",
@@ -362,5 +395,57 @@ impl Agent {
         if stop == "cancelled" && self.flaws.update_after_idle {
             up(json!({"sessionUpdate": "tool_call_update", "toolCallId": call, "rawOutput": {"late": true}}));
         }
+    }
+
+    /// `/work`: a tool call the client may cancel with `tool_call/cancel`, beside a watcher
+    /// listed as background work; after the cancel the turn goes on and ends `end_turn`.
+    fn work_turn(&self, session: &str, n: u64, cancelled: &AtomicBool) {
+        let flaws = self.flaws;
+        let up = |update: Value| self.out.update(session, update);
+        let state = |state: &str, stop: Option<&str>, background: Value| {
+            let mut update = json!({"sessionUpdate": "state_update", "state": state});
+            if let Some(stop) = stop {
+                update["stopReason"] = json!(stop);
+            }
+            if !background.is_null() {
+                update["background"] = background;
+            }
+            update
+        };
+        let (call, watcher) = (format!("work_{n}"), format!("watch_{n}"));
+        up(state("running", None, json!([])));
+        if !flaws.background_unannounced {
+            up(json!({"sessionUpdate": "tool_call_update", "toolCallId": watcher, "title": "Watch the files",
+                      "kind": "other", "status": "in_progress"}));
+        }
+        up(state("running", None, json!([{"type": "tool_call", "toolCallId": watcher}])));
+        let stop = Arc::new(AtomicBool::new(false));
+        self.work.lock().unwrap().insert(call.clone(), (session.to_owned(), stop.clone()));
+        up(json!({"sessionUpdate": "tool_call_update", "toolCallId": call, "title": "A long task",
+                  "kind": "execute", "status": "in_progress", "capabilities": {"cancel": {}}}));
+        // At most 5 s, unless cancelled.
+        for _ in 0..250 {
+            if stop.load(Ordering::SeqCst) || cancelled.load(Ordering::SeqCst) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.work.lock().unwrap().remove(&call);
+        let stopped = stop.load(Ordering::SeqCst) || cancelled.load(Ordering::SeqCst);
+        let mut last = json!({"sessionUpdate": "tool_call_update", "toolCallId": call,
+                              "status": if stopped { "cancelled" } else { "completed" }});
+        if !flaws.keep_cancel_capability {
+            last["capabilities"] = Value::Null;
+        }
+        up(last);
+        up(json!({"sessionUpdate": "tool_call_update", "toolCallId": watcher, "status": "completed"}));
+        let background = if flaws.background_omitted { Value::Null } else { json!([]) };
+        if cancelled.load(Ordering::SeqCst) || (stopped && flaws.cancel_ends_turn) {
+            up(state("idle", Some("cancelled"), background));
+            return;
+        }
+        up(json!({"sessionUpdate": "agent_message_chunk", "messageId": format!("msg_agent_{n}"),
+                  "content": {"type": "text", "text": "Stopped the long task."}}));
+        up(state("idle", Some("end_turn"), background));
     }
 }
