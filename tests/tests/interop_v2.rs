@@ -20,10 +20,15 @@
 //!   reports `LowerVersion`, and neither goes on;
 //! - our v2 client (`src/bin/v2_client.rs`) drives both SDKs' v2 agents (behind their own
 //!   protocol routers) through the same scenario, goes on with v1 against their v1-only agents,
-//!   and stops there when it speaks v2 only. Not covered here: our client cancelling an agent's
-//!   tool call or terminal. Neither SDK ships a v2 agent that advertises `capabilities.cancel`
-//!   (the npm package carries no examples; the crate's example and test agents never do), and
-//!   the agents in `tests/interop` are written on the SDKs' APIs to the scenario above.
+//!   and stops there when it speaks v2 only;
+//! - our v2 client cancels those agents' work too (`--cancel-work`, `scenario::slow_cancelled`):
+//!   `/slow`, a tool call advertising `capabilities.cancel` with progress, cancelled with
+//!   `AgentHandle::cancel_tool_call` (an unknown id first, -32602). Neither SDK ships a v2 agent
+//!   that offers cancellable work (the npm package carries no examples; the crate's example and
+//!   test agents never do), so this is the peer scripts' (`tests/interop/ts-v2/agent.mjs`,
+//!   `tests/interop/rs-v2/src/bin/agent.rs`): written on each SDK's agent API, `tool_call/cancel`
+//!   reaching them through its own dispatch (`onRequest` and a typed request handler). No peer
+//!   script offers a cancellable terminal: our client's `cancel_terminal` is not covered here.
 //!
 //! Each test connects a client and an agent through this process (`interop_v2/relay.rs`),
 //! which records the wire; `interop_v2/wire.rs` checks each turn for the spec's order.
@@ -285,16 +290,18 @@ const OUR_CLIENT: &str = env!("CARGO_BIN_EXE_v2_client");
 fn our_v2_client_drives_the_ts_v2_agent() {
     let Some(ts) = ts() else { return };
     let root = Root::new("our-client-ts");
-    let outcome = connect(bin(OUR_CLIENT, &[root.as_str()]), node(&ts, "agent.mjs", &[]), LIMIT);
+    let outcome = connect(bin(OUR_CLIENT, &["--cancel-work", root.as_str()]), node(&ts, "agent.mjs", &[]), LIMIT);
     scenario::full(&outcome, &root, "ts-sdk-v2-interop-agent");
+    verify(&outcome, scenario::slow_cancelled);
 }
 
 #[test]
 fn our_v2_client_drives_the_rs_v2_agent() {
     let Some(rs) = rs() else { return };
     let root = Root::new("our-client-rs");
-    let outcome = connect(bin(OUR_CLIENT, &[root.as_str()]), bin(rs.join("agent"), &[]), LIMIT);
+    let outcome = connect(bin(OUR_CLIENT, &["--cancel-work", root.as_str()]), bin(rs.join("agent"), &[]), LIMIT);
     scenario::full(&outcome, &root, "rs-sdk-v2-interop-agent");
+    verify(&outcome, scenario::slow_cancelled);
 }
 
 /// Our client asked for v2 with v1's fields beside (`ProtocolRouter::negotiate`), got v1, and

@@ -13,6 +13,13 @@
 // the tool call is marked `cancelled`, then idle `cancelled`. It also serves session/list,
 // session/resume (replaying the conversation when asked) and session/close. The v1 agent only
 // initializes and opens sessions: enough for a client to see which version it got.
+//
+// The prompt `/slow` starts cancellable work, as our demo agent's does: a tool call that
+// advertises `capabilities: {cancel: {}}` and reports progress until the client sends
+// `tool_call/cancel` for it (handled with the SDK's `onRequest`; an unknown or settled id gets
+// -32602). The agent answers `{}`, marks the call `cancelled` withdrawing the capability
+// (`capabilities: null`), and the turn goes on to a closing message and `end_turn`.
+// `session/cancel` or `session/close` stops it too, and ends the turn `cancelled`.
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { Readable, Writable } from "node:stream";
@@ -22,9 +29,14 @@ import * as v1 from "@agentclientprotocol/sdk";
 const NAME = "ts-sdk-v2-interop-agent";
 const ALLOW = "allow-once";
 const MAX_LINES = 8;
+/** How often the slow task reports progress. */
+const TICK_MS = 100;
 const log = (...args) => console.error("[ts-agent]", ...args);
 
-/** sessionId -> { cwd, history: [{kind, messageId, content}], turn?: AbortController } */
+/**
+ * sessionId -> { cwd, history: [{kind, messageId, content}], turn?: AbortController,
+ *                cancellable: Map<toolCallId, stop()> }
+ */
 const sessions = new Map();
 let counter = 0;
 const freshId = (prefix) => `${prefix}-${++counter}`;
@@ -62,6 +74,7 @@ async function runTurn(client, sessionId, messageId, prompt) {
   await report.send({ sessionUpdate: "user_message", messageId, content: prompt });
   session.history.push({ kind: "user_message", messageId, content: prompt });
   await report.state("running");
+  if (prompt[0]?.type === "text" && prompt[0].text.trim() === "/slow") return slowTask(session, report, abort);
 
   const words = prompt.filter((b) => b.type === "text").flatMap((b) => b.text.split(/\s+/));
   const file = words.map((w) => w.replace(/^[^\w]+|[^\w]+$/g, "")).find((w) => w.includes(".")) ?? "notes.txt";
@@ -122,6 +135,33 @@ async function runTurn(client, sessionId, messageId, prompt) {
   await report.state("idle", "end_turn");
 }
 
+/** `/slow` (see the header): runs until `tool_call/cancel` or the turn's cancel stops it. */
+async function slowTask(session, report, abort) {
+  await report.say("Starting a slow task; cancel it whenever you like.");
+  const toolCallId = freshId("call");
+  let stop;
+  const stopped = new Promise((resolve) => (stop = resolve));
+  abort.signal.addEventListener("abort", () => stop());
+  session.cancellable.set(toolCallId, stop);
+  await report.tool({ toolCallId, title: "Slow task (runs until cancelled)", kind: "other", status: "pending", capabilities: { cancel: {} } });
+  await report.tool({ toolCallId, status: "in_progress" });
+  let ticks = 0;
+  const tick = () => new Promise((resolve) => setTimeout(() => resolve(true), TICK_MS));
+  while (await Promise.race([stopped.then(() => false), tick()])) {
+    ticks += 1;
+    await report.send({ sessionUpdate: "tool_call_content_chunk", toolCallId, content: { type: "content", content: { type: "text", text: `still working (${ticks})` } } });
+  }
+  session.cancellable.delete(toolCallId);
+  session.turn = undefined;
+  log(`slow task ${toolCallId} stopped after ${ticks} ticks`);
+  // `null`, not omitted: an omitted field leaves the client's stored capability as it was.
+  await report.tool({ toolCallId, status: "cancelled", capabilities: null });
+  if (abort.signal.aborted) return report.state("idle", "cancelled");
+  // Only the call was cancelled: the turn goes on.
+  await report.say(`Stopped the slow task after ${ticks} updates.`);
+  await report.state("idle", "end_turn");
+}
+
 const v2App = v2
   .agent({ name: NAME })
   .onRequest(v2.methods.agent.initialize, ({ params }) => {
@@ -130,7 +170,7 @@ const v2App = v2
   })
   .onRequest(v2.methods.agent.session.new, ({ params }) => {
     const sessionId = freshId("ts-sess");
-    sessions.set(sessionId, { cwd: params.cwd, history: [] });
+    sessions.set(sessionId, { cwd: params.cwd, history: [], cancellable: new Map() });
     return { sessionId };
   })
   .onRequest(v2.methods.agent.session.list, () => ({
@@ -160,6 +200,16 @@ const v2App = v2
     // Acceptance first (the SDK's schema requires the user message's id), then the turn.
     setTimeout(() => runTurn(client, params.sessionId, messageId, params.prompt).catch((e) => log("turn failed:", e)), 0);
     return { messageId };
+  })
+  .onRequest(v2.methods.agent.toolCall.cancel, ({ params }) => {
+    const stop = sessions.get(params.sessionId)?.cancellable.get(params.toolCallId);
+    if (!stop) {
+      throw v2.RequestError.invalidParams({ toolCallId: params.toolCallId }, "the tool call is unknown or not cancellable");
+    }
+    log("tool_call/cancel", params.toolCallId);
+    // After this answer has gone out: the final `cancelled` patch confirms an accepted cancel.
+    setTimeout(stop, 0);
+    return {};
   })
   .onNotification(v2.methods.agent.session.cancel, ({ params }) => {
     log("session/cancel", params.sessionId);

@@ -7,8 +7,9 @@
 //! wire) and reports like the official clients the test also runs: one
 //! `RESULT {"step": ..., "ok": ...}` line per step on stderr, then `END`.
 //!
-//!   v2_client <session cwd>              negotiates v2, or v1 with a v1-only agent
-//!   v2_client --v2-only <session cwd>    speaks v2 only: a v1 answer ends the run
+//!   v2_client <session cwd>                negotiates v2, or v1 with a v1-only agent
+//!   v2_client --v2-only <session cwd>      speaks v2 only: a v1 answer ends the run
+//!   v2_client --cancel-work <session cwd>  the v2 scenario, then `tool-call-cancel` (below)
 //!
 //! With v2 it runs the scenario of `tests/interop/ts-v2/client.mjs` (initialize, session-new,
 //! session-list, prompt-allow, prompt-cancel, session-resume, session-close, prompt-closed).
@@ -16,16 +17,22 @@
 //! once, without waiting for the agent's `$/cancel_request` (the spec allows either; the
 //! runtime answers a permission request of a session we cancelled by itself). With v1 it opens
 //! a session through the v1 handle and stops.
+//!
+//! `tool-call-cancel` (`--cancel-work`), on a second session: the prompt `/slow`; once a tool
+//! call advertised `capabilities.cancel` and its first progress arrived,
+//! `AgentHandle::cancel_tool_call` for an unknown id (reported as the error it got), then for
+//! that call; the turn is read to its idle update. Whether the call is still cancellable at the
+//! end is the capability as the patches left it (omitted: unchanged, `null`: withdrawn).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use acp_rpc::acp_types::v2::{
-    CancelSessionNotification, CancelledPermissionOutcome, Client, ClientCapabilities, CloseSessionRequest, Error,
-    ErrorData, Implementation, InitializeRequest, ListSessionsRequest, NewSessionRequest, Nullable,
-    PermissionOptionKind, PromptRequest, ProtocolVersion, ReplayFrom, ReplayFromStart, RequestPermissionOutcome,
-    RequestPermissionRequest, RequestPermissionResponse, RequestPermissionSubject, ResumeSessionRequest,
-    SelectedPermissionOutcome, TextContent, UpdateSessionNotification,
+    CancelSessionNotification, CancelToolCallRequest, CancelledPermissionOutcome, Client, ClientCapabilities,
+    CloseSessionRequest, Error, ErrorData, Implementation, InitializeRequest, ListSessionsRequest, NewSessionRequest,
+    Nullable, PermissionOptionKind, PromptRequest, ProtocolVersion, ReplayFrom, ReplayFromStart,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, RequestPermissionSubject,
+    ResumeSessionRequest, SelectedPermissionOutcome, TextContent, UpdateSessionNotification,
 };
 use acp_rpc::v2::ClientContext;
 use acp_rpc::version::{Negotiated, ProtocolRouter};
@@ -47,12 +54,37 @@ struct Seen {
 #[derive(Clone, Default)]
 struct Recorder {
     seen: Arc<Mutex<Seen>>,
+    /// Woken at each session update (a stored permit: no wake-up is lost).
+    arrived: Arc<tokio::sync::Notify>,
 }
 
 impl Recorder {
     fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
         self.seen.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Waits for a tool call of `session` that advertised `capabilities.cancel` and then showed
+    /// progress (a content chunk): its id.
+    async fn running_cancellable(&self, session: &str) -> String {
+        loop {
+            if let Some(id) = running_cancellable(&self.seen().updates, session) {
+                return id;
+            }
+            self.arrived.notified().await;
+        }
+    }
+}
+
+fn running_cancellable(updates: &[Value], session: &str) -> Option<String> {
+    let updates: Vec<&Value> = updates.iter().filter(|n| n["sessionId"] == session).map(|n| &n["update"]).collect();
+    let advertised = updates
+        .iter()
+        .position(|u| u["sessionUpdate"] == "tool_call_update" && u["capabilities"]["cancel"].is_object())?;
+    let id = &updates[advertised]["toolCallId"];
+    updates[advertised..]
+        .iter()
+        .any(|u| u["sessionUpdate"] == "tool_call_content_chunk" && u["toolCallId"] == *id)
+        .then(|| id.as_str().unwrap_or_default().to_owned())
 }
 
 impl Client<ClientContext> for Recorder {
@@ -84,6 +116,7 @@ impl Client<ClientContext> for Recorder {
         let value = serde_json::to_value(&params)
             .map_err(|e| Error::internal_error().data(ErrorData::Other(e.to_string().into())))?;
         self.seen().updates.push(value);
+        self.arrived.notify_one();
         Ok(())
     }
 }
@@ -198,7 +231,65 @@ fn turn_fields(updates: &[Value], session: &str) -> Value {
     json!({ "kinds": kinds, "stopReason": stop_reason, "text": text, "userMessageId": user_message, "tools": tools })
 }
 
-async fn scenario(agent: acp_rpc::v2::AgentHandle, recorder: &Recorder, cwd: &str) -> Result<(), Stopped> {
+/// `tool-call-cancel` (see the module docs): what the turn showed, for the report.
+async fn cancel_slow(
+    agent: &acp_rpc::v2::AgentHandle,
+    recorder: &Recorder,
+    cwd: &str,
+) -> Result<Value, acp_rpc::Error> {
+    let session = agent.new_session(NewSessionRequest::new(cwd)).await?.session_id;
+    *recorder.seen() = Seen::default();
+    let prompt = PromptRequest::new(session.clone(), vec![TextContent::new("/slow").into()]);
+    let cancels = async {
+        let id = recorder.running_cancellable(&session.0).await;
+        let unknown = agent.cancel_tool_call(CancelToolCallRequest::new(session.clone(), "call_nobody_made")).await;
+        let answer = agent.cancel_tool_call(CancelToolCallRequest::new(session.clone(), id.clone())).await;
+        (id, unknown, answer)
+    };
+    // Both at once: the turn ends only after the cancel, which waits for the turn's updates.
+    let (end, (id, unknown, answer)) = tokio::join!(agent.prompt_turn(prompt), cancels);
+    let end = end?;
+    let answer = answer?;
+    let seen = recorder.seen();
+    let mut statuses = Vec::new();
+    let mut cancellable = false;
+    // What the agent said after the call's last patch (its confirmation of the cancel).
+    let mut said = String::new();
+    for notification in seen.updates.iter().filter(|n| n["sessionId"] == session.0.as_str()) {
+        let update = &notification["update"];
+        if update["sessionUpdate"] == "tool_call_update" && update["toolCallId"] == id.as_str() {
+            said.clear();
+            statuses.extend(update["status"].as_str().map(str::to_owned));
+            // Patch semantics: an omitted field leaves the capability as it was.
+            if let Some(capabilities) = update.get("capabilities") {
+                cancellable = capabilities["cancel"].is_object();
+            }
+        }
+        if update["sessionUpdate"] == "agent_message_chunk" {
+            said.push_str(update["content"]["text"].as_str().unwrap_or_default());
+        }
+    }
+    Ok(json!({
+        "id": id,
+        "unknown": match &unknown {
+            Ok(answer) => json!({ "answer": answer }),
+            Err(error) => error_fields(error),
+        },
+        "answer": answer,
+        "statuses": statuses,
+        "cancellableAfter": cancellable,
+        "said": said,
+        // As the runtime saw the turn end (its encoding is the idle update's: `{"stopReason": ...}`).
+        "stopReason": json!(end.stop_reason)["stopReason"],
+    }))
+}
+
+async fn scenario(
+    agent: acp_rpc::v2::AgentHandle,
+    recorder: &Recorder,
+    cwd: &str,
+    cancel_work: bool,
+) -> Result<(), Stopped> {
     let created =
         step("session-new", agent.new_session(NewSessionRequest::new(cwd)), |r| json!({ "sessionId": r.session_id }))
             .await?;
@@ -232,6 +323,9 @@ async fn scenario(agent: acp_rpc::v2::AgentHandle, recorder: &Recorder, cwd: &st
         Err(_) => json!({ "refused": false, "error": { "message": "timed out" } }),
     };
     report("prompt-closed", true, refused);
+    if cancel_work {
+        step("tool-call-cancel", cancel_slow(&agent, recorder, cwd), Value::clone).await?;
+    }
     Ok(())
 }
 
@@ -239,8 +333,9 @@ async fn scenario(agent: acp_rpc::v2::AgentHandle, recorder: &Recorder, cwd: &st
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let v2_only = args.iter().any(|a| a == "--v2-only");
+    let cancel_work = args.iter().any(|a| a == "--cancel-work");
     let Some(cwd) = args.iter().find(|a| !a.starts_with("--")).cloned() else {
-        eprintln!("usage: v2_client [--v2-only] <session cwd>");
+        eprintln!("usage: v2_client [--v2-only] [--cancel-work] <session cwd>");
         std::process::exit(2);
     };
     let recorder = Recorder::default();
@@ -275,7 +370,7 @@ async fn main() {
     .await;
     match negotiated {
         Ok(Negotiated::V2 { agent, .. }) => {
-            let _ = scenario(agent, &recorder, &cwd).await;
+            let _ = scenario(agent, &recorder, &cwd, cancel_work).await;
         }
         Ok(Negotiated::V1 { agent, .. }) => {
             let request = acp_rpc::acp_types::NewSessionRequest::new(cwd.as_str(), vec![]);

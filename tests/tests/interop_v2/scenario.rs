@@ -408,28 +408,7 @@ pub fn refused_v1(msgs: &[Msg]) -> Result<Value, String> {
 /// capability in the same patch, and the turn goes on to `end_turn`.
 pub fn cancel_work(outcome: &Outcome) {
     verify(outcome, |msgs, report| {
-        let first = &msgs[wire::request(msgs, Dir::ToAgent, "session/prompt", 0)?].json["params"]["sessionId"];
-        let slow = wire::request(msgs, Dir::ToAgent, "session/prompt", 3)?;
-        ensure!(msgs[slow].json["params"]["prompt"][0]["text"] == "/slow", "{}", msgs[slow].json);
-        ensure!(msgs[slow].json["params"]["sessionId"] != *first, "the work runs on a session of its own");
-        let (call, rest) =
-            cancelled(msgs, slow, "tool_call/cancel", ("tool_call_update", "tool_call_content_chunk"), "toolCallId")?;
-        let final_status = rest
-            .iter()
-            .map(|&i| &msgs[i].json["params"]["update"])
-            .find(|u| u["sessionUpdate"] == "tool_call_update" && u["toolCallId"] == call.as_str())
-            .ok_or("no tool_call_update after the cancel")?;
-        ensure!(
-            final_status["status"] == "cancelled" && final_status["capabilities"].is_null(),
-            "the call's final patch: {final_status}"
-        );
-        let seen = step(report, "tool-call-cancel")?;
-        ensure!(seen["unknown"]["code"] == -32602, "the unknown call: {seen}");
-        ensure!(seen["answer"] == json!({}) && seen["id"] == call.as_str(), "{seen}");
-        ensure!(seen["statuses"] == json!(["pending", "in_progress", "cancelled"]), "client statuses: {seen}");
-        ensure!(seen["stopReason"] == "end_turn" && seen["cancellableAfter"] == false, "{seen}");
-        ensure!(seen["said"].as_str().is_some_and(|t| t.contains("Stopped the slow task")), "{seen}");
-
+        slow_cancelled(msgs, report)?;
         let ticker = wire::request(msgs, Dir::ToAgent, "session/prompt", 4)?;
         ensure!(msgs[ticker].json["params"]["prompt"][0]["text"] == "/ticker", "{}", msgs[ticker].json);
         let (terminal, rest) =
@@ -461,6 +440,35 @@ pub fn cancel_work(outcome: &Outcome) {
         ensure!(exited == Some(&json!({"signal": "SIGTERM"})), "the client's last terminal update: {seen}");
         Ok(())
     });
+}
+
+/// `/slow` after the scenario, on a second session (the fourth prompt), its tool call cancelled
+/// by the client (see [`cancel_work`]), as the agent (ours, or a peer script on an SDK's agent
+/// API) sent it and as the client reported it (`tool-call-cancel`).
+pub fn slow_cancelled(msgs: &[Msg], report: &HashMap<String, Value>) -> Result<(), String> {
+    let first = &msgs[wire::request(msgs, Dir::ToAgent, "session/prompt", 0)?].json["params"]["sessionId"];
+    let slow = wire::request(msgs, Dir::ToAgent, "session/prompt", 3)?;
+    ensure!(msgs[slow].json["params"]["prompt"][0]["text"] == "/slow", "{}", msgs[slow].json);
+    ensure!(msgs[slow].json["params"]["sessionId"] != *first, "the work runs on a session of its own");
+    let (call, rest) =
+        cancelled(msgs, slow, "tool_call/cancel", ("tool_call_update", "tool_call_content_chunk"), "toolCallId")?;
+    let final_status = rest
+        .iter()
+        .map(|&i| &msgs[i].json["params"]["update"])
+        .find(|u| u["sessionUpdate"] == "tool_call_update" && u["toolCallId"] == call.as_str())
+        .ok_or("no tool_call_update after the cancel")?;
+    // `null`, not omitted: an omitted field would leave the capability advertised.
+    ensure!(
+        final_status["status"] == "cancelled" && final_status.get("capabilities") == Some(&Value::Null),
+        "the call's final patch: {final_status}"
+    );
+    let seen = step(report, "tool-call-cancel")?;
+    ensure!(seen["unknown"]["code"] == -32602, "the unknown call: {seen}");
+    ensure!(seen["answer"] == json!({}) && seen["id"] == call.as_str(), "{seen}");
+    ensure!(seen["statuses"] == json!(["pending", "in_progress", "cancelled"]), "client statuses: {seen}");
+    ensure!(seen["stopReason"] == "end_turn" && seen["cancellableAfter"] == false, "{seen}");
+    ensure!(seen["said"].as_str().is_some_and(|t| t.contains("Stopped the slow task")), "{seen}");
+    Ok(())
 }
 
 /// The turn of the prompt at `at`, in which the client cancels with `method` what a `kind`

@@ -13,19 +13,30 @@
 //! `cancelled`, then idle `cancelled`. It also serves session/list, session/resume (replaying
 //! the conversation when asked) and session/close. The v1 agent only initializes and opens
 //! sessions: enough for a client to see which version it got.
+//!
+//! The prompt `/slow` starts cancellable work, as our demo agent's does: a tool call that
+//! advertises `capabilities: {cancel: {}}` and reports progress until the client sends
+//! `tool_call/cancel` for it (a typed `CancelToolCallRequest` handler; an unknown or settled id
+//! gets -32602). The agent answers `{}`, marks the call `cancelled` withdrawing the capability
+//! (`capabilities: null`), and the turn goes on to a closing message and `end_turn`.
+//! `session/cancel` or `session/close` stops it too, and ends the turn `cancelled`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use agent_client_protocol::schema::ProtocolVersion;
+use tokio::sync::oneshot;
+
+use agent_client_protocol::schema::{MaybeUndefined, ProtocolVersion};
 use agent_client_protocol::v1::schema as v1s;
 use agent_client_protocol::v2::{ConnectionTo, Responder, schema};
-use agent_client_protocol::{Agent, Client, ConnectTo, Error, RequestCancellationHandle, Result, Stdio};
+use agent_client_protocol::{Agent, Client, ConnectTo, Error, ErrorCode, RequestCancellationHandle, Result, Stdio};
 
 const NAME: &str = "rs-sdk-v2-interop-agent";
 const ALLOW: &str = "allow-once";
 /// How much of the file the tool reads.
 const MAX_LINES: usize = 8;
+/// How often the slow task reports progress.
+const TICK: std::time::Duration = std::time::Duration::from_millis(100);
 
 macro_rules! log {
     ($($arg:tt)*) => { eprintln!("[rs-agent] {}", format_args!($($arg)*)) };
@@ -44,6 +55,9 @@ struct Session {
     cancelled: bool,
     /// The turn's pending permission request, to withdraw on `session/cancel`.
     pending: Option<RequestCancellationHandle>,
+    /// The running slow task's tool call, and what stops it (`tool_call/cancel`,
+    /// `session/cancel`; dropped with the session on `session/close`).
+    slow: Option<(schema::ToolCallId, oneshot::Sender<()>)>,
 }
 
 /// The agent's sessions, shared by the handlers and the turns they spawn.
@@ -122,6 +136,9 @@ async fn run_turn(
     ))?;
     sessions.with(&session, |s| s.history.push(Entry::User(user_message, prompt.clone())));
     reporter.state(schema::StateUpdate::Running(schema::RunningStateUpdate::new()))?;
+    if matches!(prompt.first(), Some(schema::ContentBlock::Text(t)) if t.text.trim() == "/slow") {
+        return slow_task(reporter).await;
+    }
 
     let file = file_named_in(&prompt).unwrap_or_else(|| "notes.txt".to_owned());
     reporter.say(&format!("Let me read {file} for you."))?;
@@ -175,6 +192,52 @@ async fn run_turn(
     reporter.tool(schema::ToolCallUpdate::new(call).status(schema::ToolCallStatus::Completed))?;
     let first = head.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
     reporter.say(&format!("{file} starts with “{first}”."))?;
+    reporter.idle(schema::StopReason::EndTurn)
+}
+
+/// `/slow` (see the module docs): runs until `tool_call/cancel` or the turn's cancel stops it.
+async fn slow_task(reporter: Reporter) -> Result<()> {
+    let (sessions, session) = (reporter.sessions.clone(), reporter.session.clone());
+    reporter.say("Starting a slow task; cancel it whenever you like.")?;
+    let call = schema::ToolCallId::new(sessions.fresh_id("call"));
+    let (stop, mut stopped) = oneshot::channel();
+    sessions.with(&session, |s| s.slow = Some((call.clone(), stop))).ok_or_else(|| not_found(&session))?;
+    reporter.tool(
+        schema::ToolCallUpdate::new(call.clone())
+            .title("Slow task (runs until cancelled)")
+            .kind(schema::ToolKind::Other)
+            .status(schema::ToolCallStatus::Pending)
+            .capabilities(schema::ToolCallCapabilities::new().cancel(schema::ToolCallCancelCapabilities::new())),
+    )?;
+    reporter.tool(schema::ToolCallUpdate::new(call.clone()).status(schema::ToolCallStatus::InProgress))?;
+    let mut ticks = 0u32;
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stopped => break,
+            () = tokio::time::sleep(TICK) => {}
+        }
+        ticks += 1;
+        reporter.send(schema::SessionUpdate::ToolCallContentChunk(schema::ToolCallContentChunk::new(
+            call.clone(),
+            schema::ToolCallContent::from(format!("still working ({ticks})")),
+        )))?;
+    }
+    let cancelled = sessions.with(&session, |s| {
+        s.slow = None;
+        s.cancelled
+    });
+    log!("slow task {call} stopped after {ticks} ticks");
+    // `Null`, not left out: an omitted field leaves the client's stored capability as it was.
+    reporter.tool(
+        schema::ToolCallUpdate::new(call).status(schema::ToolCallStatus::Cancelled).capabilities(MaybeUndefined::Null),
+    )?;
+    // A session gone meanwhile (closed) counts as the turn cancelled.
+    if cancelled.unwrap_or(true) {
+        return reporter.idle(schema::StopReason::Cancelled);
+    }
+    // Only the call was cancelled: the turn goes on.
+    reporter.say(&format!("Stopped the slow task after {ticks} updates."))?;
     reporter.idle(schema::StopReason::EndTurn)
 }
 
@@ -247,7 +310,8 @@ async fn main() -> Result<()> {
                             responder: Responder<schema::NewSessionResponse>,
                             _cx: ConnectionTo<Client>| {
                     let id = schema::SessionId::new(sessions.fresh_id("rs-sess"));
-                    let session = Session { cwd: request.cwd, history: Vec::new(), cancelled: false, pending: None };
+                    let session =
+                        Session { cwd: request.cwd, history: Vec::new(), cancelled: false, pending: None, slow: None };
                     sessions.inner.lock().unwrap().1.insert(id.clone(), session);
                     responder.respond(schema::NewSessionResponse::new(id))
                 }
@@ -351,6 +415,37 @@ async fn main() -> Result<()> {
             },
             agent_client_protocol::on_receive_request!(),
         )
+        .on_receive_request(
+            {
+                let sessions = sessions.clone();
+                async move |request: schema::CancelToolCallRequest,
+                            responder: Responder<schema::CancelToolCallResponse>,
+                            _cx: ConnectionTo<Client>| {
+                    let stop = sessions
+                        .with(&request.session_id, |s| match s.slow.take() {
+                            Some((id, stop)) if id == request.tool_call_id => Some(stop),
+                            other => {
+                                s.slow = other;
+                                None
+                            }
+                        })
+                        .flatten();
+                    let Some(stop) = stop else {
+                        let error =
+                            Error::new(ErrorCode::INVALID_PARAMS, "the tool call is unknown or not cancellable")
+                                .data(serde_json::json!({ "toolCallId": request.tool_call_id }));
+                        return responder.respond_with_error(error);
+                    };
+                    log!("tool_call/cancel {}", request.tool_call_id);
+                    // The answer goes out first: the final `cancelled` patch confirms an
+                    // accepted cancel.
+                    responder.respond(schema::CancelToolCallResponse::new())?;
+                    let _ = stop.send(());
+                    Ok(())
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
         .on_receive_notification(
             {
                 let sessions = sessions.clone();
@@ -361,6 +456,9 @@ async fn main() -> Result<()> {
                         // The SDK sends `$/cancel_request` for it.
                         if let Some(pending) = s.pending.take() {
                             let _ = pending.cancel();
+                        }
+                        if let Some((_, stop)) = s.slow.take() {
+                            let _ = stop.send(());
                         }
                     });
                     Ok(())
