@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The decoding cost of acp-types' `float_roundtrip` (serde_json's exact float parsing): the
 # bench built with and without it, run alternately, each line the median of its repetitions.
-# See BENCHMARKS.md ("float_roundtrip: what exact floats cost").
+# See BENCHMARKS.md ("acp-types: what exact floats cost").
 #
 #   CARGO_TARGET_DIR=/work/target-floats bench/floats/run.sh
 #
