@@ -925,6 +925,11 @@ fn cancellable_and_background_work_of_the_hand_rolled_agent() {
     let background = detail(&report, "v2-background-work");
     assert!(background.contains("never announced before"), "{background}");
 
+    let (code, report) = check_protocol_with("2", &work, &[V2_FLAWED, "cancel-ignored"], 2_000);
+    assert_eq!(code, 1, "{report:#}");
+    let call = detail(&report, "v2-tool-call-cancel");
+    assert!(call.contains("was answered, but no tool_call_update reported a final status"), "{call}");
+
     let (code, report) =
         check_protocol_with("2", &work, &[V2_FLAWED, "cancel-ends-turn", "background-omitted"], 20_000);
     assert_eq!(code, 1, "{report:#}");

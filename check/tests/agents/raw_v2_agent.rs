@@ -41,6 +41,8 @@ pub struct Flaws {
     pub silent_on_cancel: bool,
     /// `tool_call/cancel` of a tool call nobody made is answered `{}`, not -32602.
     pub cancel_unknown_ok: bool,
+    /// `tool_call/cancel` of `/work`'s tool call is answered `{}`, and the call runs on.
+    pub cancel_ignored: bool,
     /// Cancelling `/work`'s tool call ends the whole turn `cancelled`.
     pub cancel_ends_turn: bool,
     /// `/work`'s cancelled tool call keeps advertising `capabilities.cancel`.
@@ -72,6 +74,7 @@ impl Flaws {
                 "silent-on-cancel" => flaws.silent_on_cancel = true,
                 "requires-auth" => flaws.requires_auth = true,
                 "cancel-unknown-ok" => flaws.cancel_unknown_ok = true,
+                "cancel-ignored" => flaws.cancel_ignored = true,
                 "cancel-ends-turn" => flaws.cancel_ends_turn = true,
                 "keep-cancel-capability" => flaws.keep_cancel_capability = true,
                 "background-unannounced" => flaws.background_unannounced = true,
@@ -252,7 +255,7 @@ impl Agent {
                 let work = self.work.lock().unwrap();
                 match work.get(call).filter(|(owner, _)| *owner == session) {
                     Some((_, stop)) => {
-                        stop.store(true, Ordering::SeqCst);
+                        stop.store(!self.flaws.cancel_ignored, Ordering::SeqCst);
                         result(id, json!({}))
                     }
                     None if self.flaws.cancel_unknown_ok => result(id, json!({})),
@@ -423,8 +426,9 @@ impl Agent {
         self.work.lock().unwrap().insert(call.clone(), (session.to_owned(), stop.clone()));
         up(json!({"sessionUpdate": "tool_call_update", "toolCallId": call, "title": "A long task",
                   "kind": "execute", "status": "in_progress", "capabilities": {"cancel": {}}}));
-        // At most 5 s, unless cancelled.
-        for _ in 0..250 {
+        // At most 5 s (30 s when cancels are ignored), unless cancelled.
+        let ticks = if flaws.cancel_ignored { 1500 } else { 250 };
+        for _ in 0..ticks {
             if stop.load(Ordering::SeqCst) || cancelled.load(Ordering::SeqCst) {
                 break;
             }
