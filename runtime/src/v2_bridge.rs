@@ -416,10 +416,9 @@ impl Drop for V2Bridge {
 impl Handler for V2Bridge {
     async fn handle_request(&self, req: IncomingRequest) -> Result<Box<RawValue>, ErrorObject> {
         let agent = self.link(&req.peer);
-        if let Some(session) = &req.session_id
-            && self.state.is_closed(session)
-            && !matches!(&*req.method, "session/resume" | "session/load" | "session/new" | "session/close")
-        {
+        let open_or_close = matches!(&*req.method, "session/resume" | "session/load" | "session/new" | "session/close");
+        let closed = req.session_id.as_ref().filter(|session| !open_or_close && self.state.is_closed(session));
+        if let Some(session) = closed {
             // As a native v2 agent answers: the session no longer exists on this connection.
             return Err(closed_session(session));
         }

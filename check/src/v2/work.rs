@@ -307,9 +307,8 @@ pub fn judge_background(observed: &[&Observed]) -> Outcome {
             let session = sessions.entry(id).or_default();
             let inner = &update.params["update"];
             for kind in Kind::ALL {
-                if kind_of(update) == kind.update()
-                    && let Some(work) = inner[kind.key()].as_str()
-                {
+                let work = inner[kind.key()].as_str().filter(|_| kind_of(update) == kind.update());
+                if let Some(work) = work {
                     session.announced.insert((kind, work.to_owned()));
                     if kind.finished(inner) {
                         session.finished.insert((kind, work.to_owned()));

@@ -201,9 +201,7 @@ impl Reader {
         // request it sent on this connection, by its id here: it cancels that request as a
         // plain one does (which passes the cancellation on with the next hop's id). Passed on
         // as it is, it would name whatever has that id on the next hop.
-        if let Some(wrapped_cancel) = self.options.wrapped_cancel
-            && let Some(inner) = wrapped_cancel(&method, params)
-        {
+        if let Some(inner) = self.options.wrapped_cancel.and_then(|find| find(&method, params)) {
             return self.on_cancel_request(inner);
         }
         match &*method {

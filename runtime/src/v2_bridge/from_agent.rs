@@ -27,9 +27,7 @@ impl FromAgent {
         let mut v1 = object_params(&req)?;
         let session = req.session_id.clone().unwrap_or_default();
         // A sign of work on the session's turn: after its start (the held updates first).
-        if let Some(turn) = self.state.working_turn(&session)
-            && turn.accept()
-        {
+        if let Some(turn) = self.state.working_turn(&session).filter(|turn| turn.accept()) {
             turn.started().await;
         }
         let mut tool_call = v1.remove("toolCall").unwrap_or_else(|| json!({}));
@@ -125,9 +123,7 @@ impl Handler for FromAgent {
             // Not advertised to the agent: v2 has no client file system or terminals.
             return Err(ErrorObject::method_not_found(method));
         }
-        if let Some(session) = &req.session_id
-            && self.state.is_closed(session)
-        {
+        if let Some(session) = req.session_id.as_ref().filter(|session| self.state.is_closed(session)) {
             // Nothing more goes to the client about a closed session.
             return match method {
                 "session/request_permission" => encode(&json!({"outcome": {"outcome": "cancelled"}})),
@@ -137,10 +133,8 @@ impl Handler for FromAgent {
         if method == "session/request_permission" {
             return self.permission(&client, req).await;
         }
-        if let Some(session) = &req.session_id
-            && let Some(turn) = self.state.working_turn(session)
-            && turn.accept()
-        {
+        let turn = req.session_id.as_ref().and_then(|session| self.state.working_turn(session));
+        if let Some(turn) = turn.filter(|turn| turn.accept()) {
             turn.started().await;
         }
         forward(&client, req).await
@@ -166,9 +160,7 @@ impl Handler for FromAgent {
             if self.update(session, &mut params).is_none() {
                 return;
             }
-            if let Some(turn) = self.state.working_turn(session)
-                && turn.accept()
-            {
+            if let Some(turn) = self.state.working_turn(session).filter(|turn| turn.accept()) {
                 let mut held = turn.out.lock().await;
                 if !held.started {
                     held.updates.push(params);

@@ -354,9 +354,8 @@ impl Drop for Asking {
         if self.ended {
             return;
         }
-        if let Some(report) = self.state.asking(&self.session, false)
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
+        let report = self.state.asking(&self.session, false);
+        if let (Some(report), Ok(runtime)) = (report, tokio::runtime::Handle::try_current()) {
             let (client, update) = (self.client.clone(), state_update(&self.session, report));
             runtime.spawn(async move {
                 let _ = client.notify("session/update", &update).await;
