@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runtime benchmarks: acp-rpc vs the official `agent-client-protocol` 5.0.0 SDK, side by
+# Runtime benchmarks: acp-rpc vs the official `agent-client-protocol` 5.2.0 SDK, side by
 # side in one run (alternating, RUNS repetitions, medians). Prints markdown on stdout; progress
 # and the raw result lines go to stderr. See BENCHMARKS.md ("## Runtime").
 #

@@ -1,5 +1,5 @@
 //! Runtime benchmarks: acp-rpc (+ acp-types) against the official `agent-client-protocol`
-//! 5.0.0 SDK. Each subcommand does one run and prints one tab-separated result line; `run.sh`
+//! 5.2.0 SDK. Each subcommand does one run and prints one tab-separated result line; `run.sh`
 //! alternates the implementations, repeats, and `report` turns the lines into a markdown table.
 //!
 //! ```text

@@ -1,5 +1,6 @@
-//! The official SDK side: `agent-client-protocol` 5.0.0, used the way its docs and examples
-//! show (`Agent.v1()` / `Client.v1()` builders, `Stdio`, `AcpAgent`, `ByteStreams`).
+//! The official SDK side: `agent-client-protocol` (5.2.0, pinned in `Cargo.toml`), used the
+//! way its docs and examples show (`Agent.v1()` / `Client.v1()` builders, `Stdio`, `AcpAgent`,
+//! `ByteStreams`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,4 @@
-//! Protocol v2, the official SDK's side: `agent-client-protocol` 5.0.0 with its feature
+//! Protocol v2, the official SDK's side: `agent-client-protocol` 5.2.0 with its feature
 //! `unstable_protocol_v2` (`Agent.v2()` / `Client.v2()`), written the way its
 //! `simple_agent_v2` and `v2_one_shot_client` examples are: the prompt is acknowledged with the
 //! user message's id first, and the turn runs in `cx.spawn`, ending with an idle update.

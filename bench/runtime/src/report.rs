@@ -2,6 +2,9 @@
 
 use std::collections::BTreeMap;
 
+/// The official SDK's version, as the lock file resolved it (`build.rs`).
+const OFFICIAL: &str = env!("OFFICIAL_SDK_VERSION");
+
 /// One result line: kind, impl, n, then numbers.
 struct Row {
     kind: String,
@@ -132,7 +135,7 @@ fn report_v1(d: &Data) {
 
     println!("### Summary (medians; goals from the brief)\n");
     println!("MT = tokio multi-thread runtime (2 workers), CT = current-thread runtime.\n");
-    println!("| # | Measurement | acp-rpc | official 5.0.0 | Ratio ours / official | Goal | |");
+    println!("| # | Measurement | acp-rpc | official {OFFICIAL} | Ratio ours / official | Goal | |");
     println!("|---|---|---:|---:|---:|---|---|");
     println!(
         "| 1 | `session/update` throughput over stdio pipes, N = {} (msg/s) | {} | {} | {:.1}× | ≥ 10× | {} |",
@@ -220,7 +223,9 @@ fn report_v1(d: &Data) {
 
     // ---- details ----
     println!("\n### 1. Throughput, agent → client `session/update` over stdio pipes (msg/s)\n");
-    println!("| N | runs | acp-rpc | official 5.0.0 | ours / official | ceiling (bare serde_json) | ours / ceiling |");
+    println!(
+        "| N | runs | acp-rpc | official {OFFICIAL} | ours / official | ceiling (bare serde_json) | ours / ceiling |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     for &n in &ns {
         let (o, f, r) = (
@@ -332,7 +337,7 @@ fn report_v2(d: &Data) {
     let rtt = |kind: &str, imp: &str, col: usize| d.med(kind, imp, None, col);
 
     println!("\n### Protocol v2: summary (medians; goals from the brief)\n");
-    println!("| # | Measurement | acp-rpc | official 5.0.0 | Ratio ours / official | Goal | |");
+    println!("| # | Measurement | acp-rpc | official {OFFICIAL} | Ratio ours / official | Goal | |");
     println!("|---|---|---:|---:|---:|---|---|");
     if !ns.is_empty() {
         let (o, f) = (tp("ours", n_tp), tp("official", n_tp));
@@ -386,7 +391,7 @@ fn report_v2(d: &Data) {
     if !ns.is_empty() {
         println!("\n### Protocol v2: 1. throughput, agent → client `session/update` over stdio pipes (msg/s)\n");
         println!(
-            "| N | runs | acp-rpc (`Turn` → `serve_client`) | acp-rpc agent, raw `Handler` client | official 5.0.0 | ours / official | ceiling (bare serde_json) | ours / ceiling | raw client / ceiling |"
+            "| N | runs | acp-rpc (`Turn` → `serve_client`) | acp-rpc agent, raw `Handler` client | official {OFFICIAL} | ours / official | ceiling (bare serde_json) | ours / ceiling | raw client / ceiling |"
         );
         println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for &n in &ns {
