@@ -21,14 +21,15 @@
 //! - our v2 client (`src/bin/v2_client.rs`) drives both SDKs' v2 agents (behind their own
 //!   protocol routers) through the same scenario, goes on with v1 against their v1-only agents,
 //!   and stops there when it speaks v2 only;
-//! - our v2 client cancels those agents' work too (`--cancel-work`, `scenario::slow_cancelled`):
-//!   `/slow`, a tool call advertising `capabilities.cancel` with progress, cancelled with
-//!   `AgentHandle::cancel_tool_call` (an unknown id first, -32602). Neither SDK ships a v2 agent
-//!   that offers cancellable work (the npm package carries no examples; the crate's example and
-//!   test agents never do), so this is the peer scripts' (`tests/interop/ts-v2/agent.mjs`,
-//!   `tests/interop/rs-v2/src/bin/agent.rs`): written on each SDK's agent API, `tool_call/cancel`
-//!   reaching them through its own dispatch (`onRequest` and a typed request handler). No peer
-//!   script offers a cancellable terminal: our client's `cancel_terminal` is not covered here.
+//! - our v2 client cancels those agents' work too (`--cancel-work`, the same
+//!   `scenario::cancel_work`): `/slow`, a tool call advertising `capabilities.cancel` with
+//!   progress, cancelled with `AgentHandle::cancel_tool_call`, and `/ticker`, a terminal
+//!   advertising it with output, cancelled with `AgentHandle::cancel_terminal` (an unknown id
+//!   first each time, -32602). Neither SDK ships a v2 agent that offers cancellable work (the
+//!   npm package carries no examples; the crate's example and test agents never do), so this is
+//!   the peer scripts' (`tests/interop/ts-v2/agent.mjs`, `tests/interop/rs-v2/src/bin/agent.rs`):
+//!   written on each SDK's agent API, `tool_call/cancel` and `terminal/cancel` reaching them
+//!   through its own dispatch (`onRequest` and typed request handlers).
 //!
 //! Each test connects a client and an agent through this process (`interop_v2/relay.rs`),
 //! which records the wire; `interop_v2/wire.rs` checks each turn for the spec's order.
@@ -292,7 +293,7 @@ fn our_v2_client_drives_the_ts_v2_agent() {
     let root = Root::new("our-client-ts");
     let outcome = connect(bin(OUR_CLIENT, &["--cancel-work", root.as_str()]), node(&ts, "agent.mjs", &[]), LIMIT);
     scenario::full(&outcome, &root, "ts-sdk-v2-interop-agent");
-    verify(&outcome, scenario::slow_cancelled);
+    scenario::cancel_work(&outcome);
 }
 
 #[test]
@@ -301,7 +302,7 @@ fn our_v2_client_drives_the_rs_v2_agent() {
     let root = Root::new("our-client-rs");
     let outcome = connect(bin(OUR_CLIENT, &["--cancel-work", root.as_str()]), bin(rs.join("agent"), &[]), LIMIT);
     scenario::full(&outcome, &root, "rs-sdk-v2-interop-agent");
-    verify(&outcome, scenario::slow_cancelled);
+    scenario::cancel_work(&outcome);
 }
 
 /// Our client asked for v2 with v1's fields beside (`ProtocolRouter::negotiate`), got v1, and

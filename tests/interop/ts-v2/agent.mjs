@@ -20,6 +20,13 @@
 // -32602). The agent answers `{}`, marks the call `cancelled` withdrawing the capability
 // (`capabilities: null`), and the turn goes on to a closing message and `end_turn`.
 // `session/cancel` or `session/close` stops it too, and ends the turn `cancelled`.
+//
+// The prompt `/ticker` does the same with a terminal, as our demo agent's does: a tool call
+// (`execute`) shows a terminal (`terminal_update` with its command and cwd) that advertises
+// `capabilities: {cancel: {}}` and prints `tick N\r\n` (`terminal_output_chunk`, base64) until
+// the client sends `terminal/cancel` for it (-32602 for an id it does not know). The agent
+// answers `{}`, reports the exit (`exitStatus: {signal: "SIGTERM"}`, `capabilities: null`),
+// completes the tool call, and the turn goes on to a closing message and `end_turn`.
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { Readable, Writable } from "node:stream";
@@ -35,7 +42,7 @@ const log = (...args) => console.error("[ts-agent]", ...args);
 
 /**
  * sessionId -> { cwd, history: [{kind, messageId, content}], turn?: AbortController,
- *                cancellable: Map<toolCallId, stop()> }
+ *                cancellable: Map<toolCallId, stop()>, terminals: Map<terminalId, stop()> }
  */
 const sessions = new Map();
 let counter = 0;
@@ -74,7 +81,9 @@ async function runTurn(client, sessionId, messageId, prompt) {
   await report.send({ sessionUpdate: "user_message", messageId, content: prompt });
   session.history.push({ kind: "user_message", messageId, content: prompt });
   await report.state("running");
-  if (prompt[0]?.type === "text" && prompt[0].text.trim() === "/slow") return slowTask(session, report, abort);
+  const command = prompt[0]?.type === "text" ? prompt[0].text.trim() : "";
+  if (command === "/slow") return slowTask(session, report, abort);
+  if (command === "/ticker") return ticker(session, report, abort);
 
   const words = prompt.filter((b) => b.type === "text").flatMap((b) => b.text.split(/\s+/));
   const file = words.map((w) => w.replace(/^[^\w]+|[^\w]+$/g, "")).find((w) => w.includes(".")) ?? "notes.txt";
@@ -162,6 +171,42 @@ async function slowTask(session, report, abort) {
   await report.state("idle", "end_turn");
 }
 
+/** `/ticker` (see the header): runs until `terminal/cancel` or the turn's cancel stops it. */
+async function ticker(session, report, abort) {
+  const toolCallId = freshId("call");
+  await report.tool({ toolCallId, title: "Run the demo ticker", kind: "execute", status: "pending" });
+  const terminalId = freshId("term");
+  const terminal = (patch) => report.send({ sessionUpdate: "terminal_update", terminalId, ...patch });
+  await terminal({ command: "demo-ticker (a line per tick)", cwd: session.cwd });
+  await report.send({ sessionUpdate: "tool_call_content_chunk", toolCallId, content: { type: "terminal", terminalId } });
+  let stop;
+  const stopped = new Promise((resolve) => (stop = resolve));
+  abort.signal.addEventListener("abort", () => stop());
+  session.terminals.set(terminalId, stop);
+  await terminal({ capabilities: { cancel: {} } });
+  await report.tool({ toolCallId, status: "in_progress" });
+  let ticks = 0;
+  const tick = () => new Promise((resolve) => setTimeout(() => resolve(true), TICK_MS));
+  while (await Promise.race([stopped.then(() => false), tick()])) {
+    ticks += 1;
+    const data = Buffer.from(`tick ${ticks}\r\n`, "utf8").toString("base64");
+    await report.send({ sessionUpdate: "terminal_output_chunk", terminalId, data });
+  }
+  session.terminals.delete(terminalId);
+  session.turn = undefined;
+  log(`ticker ${terminalId} stopped after ${ticks} ticks`);
+  // `null`, not omitted: an omitted field leaves the client's stored capability as it was.
+  await terminal({ exitStatus: { signal: "SIGTERM" }, capabilities: null });
+  if (abort.signal.aborted) {
+    await report.tool({ toolCallId, status: "cancelled" });
+    return report.state("idle", "cancelled");
+  }
+  // The ticker ran until it was stopped, which is what it was asked to do.
+  await report.tool({ toolCallId, status: "completed" });
+  await report.say(`The ticker stopped after ${ticks} ticks.`);
+  await report.state("idle", "end_turn");
+}
+
 const v2App = v2
   .agent({ name: NAME })
   .onRequest(v2.methods.agent.initialize, ({ params }) => {
@@ -170,7 +215,7 @@ const v2App = v2
   })
   .onRequest(v2.methods.agent.session.new, ({ params }) => {
     const sessionId = freshId("ts-sess");
-    sessions.set(sessionId, { cwd: params.cwd, history: [], cancellable: new Map() });
+    sessions.set(sessionId, { cwd: params.cwd, history: [], cancellable: new Map(), terminals: new Map() });
     return { sessionId };
   })
   .onRequest(v2.methods.agent.session.list, () => ({
@@ -208,6 +253,16 @@ const v2App = v2
     }
     log("tool_call/cancel", params.toolCallId);
     // After this answer has gone out: the final `cancelled` patch confirms an accepted cancel.
+    setTimeout(stop, 0);
+    return {};
+  })
+  .onRequest(v2.methods.agent.terminal.cancel, ({ params }) => {
+    const stop = sessions.get(params.sessionId)?.terminals.get(params.terminalId);
+    if (!stop) {
+      throw v2.RequestError.invalidParams({ terminalId: params.terminalId }, "the terminal is unknown or not cancellable");
+    }
+    log("terminal/cancel", params.terminalId);
+    // After this answer has gone out: the exit confirms an accepted cancel.
     setTimeout(stop, 0);
     return {};
   })

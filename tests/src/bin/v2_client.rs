@@ -9,7 +9,8 @@
 //!
 //!   v2_client <session cwd>                negotiates v2, or v1 with a v1-only agent
 //!   v2_client --v2-only <session cwd>      speaks v2 only: a v1 answer ends the run
-//!   v2_client --cancel-work <session cwd>  the v2 scenario, then `tool-call-cancel` (below)
+//!   v2_client --cancel-work <session cwd>  the v2 scenario, then `tool-call-cancel` and
+//!                                          `terminal-cancel` (below)
 //!
 //! With v2 it runs the scenario of `tests/interop/ts-v2/client.mjs` (initialize, session-new,
 //! session-list, prompt-allow, prompt-cancel, session-resume, session-close, prompt-closed).
@@ -23,18 +24,23 @@
 //! `AgentHandle::cancel_tool_call` for an unknown id (reported as the error it got), then for
 //! that call; the turn is read to its idle update. Whether the call is still cancellable at the
 //! end is the capability as the patches left it (omitted: unchanged, `null`: withdrawn).
+//!
+//! `terminal-cancel` (`--cancel-work`), on the same session: the prompt `/ticker`; likewise with
+//! the first terminal that advertised `capabilities.cancel` and then sent output, through
+//! `AgentHandle::cancel_terminal`. The terminal's output and capability are reported as the
+//! runtime's `SessionState` keeps them (its output decoded from base64, its patches merged).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use acp_rpc::acp_types::v2::{
-    CancelSessionNotification, CancelToolCallRequest, CancelledPermissionOutcome, Client, ClientCapabilities,
-    CloseSessionRequest, Error, ErrorData, Implementation, InitializeRequest, ListSessionsRequest, NewSessionRequest,
-    Nullable, PermissionOptionKind, PromptRequest, ProtocolVersion, ReplayFrom, ReplayFromStart,
+    CancelSessionNotification, CancelTerminalRequest, CancelToolCallRequest, CancelledPermissionOutcome, Client,
+    ClientCapabilities, CloseSessionRequest, Error, ErrorData, Implementation, InitializeRequest, ListSessionsRequest,
+    NewSessionRequest, Nullable, PermissionOptionKind, PromptRequest, ProtocolVersion, ReplayFrom, ReplayFromStart,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, RequestPermissionSubject,
-    ResumeSessionRequest, SelectedPermissionOutcome, TextContent, UpdateSessionNotification,
+    ResumeSessionRequest, SelectedPermissionOutcome, SessionId, TerminalId, TextContent, UpdateSessionNotification,
 };
-use acp_rpc::v2::ClientContext;
+use acp_rpc::v2::{ClientContext, SessionState};
 use acp_rpc::version::{Negotiated, ProtocolRouter};
 use serde_json::{Value, json};
 
@@ -48,6 +54,8 @@ struct Seen {
     permissions: Vec<Value>,
     /// Every session update of the current turn, as received.
     updates: Vec<Value>,
+    /// The same updates applied with the spec's merge rules.
+    state: SessionState,
 }
 
 /// The v2 client: permission answers by policy, and a record of what arrived.
@@ -63,11 +71,11 @@ impl Recorder {
         self.seen.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Waits for a tool call of `session` that advertised `capabilities.cancel` and then showed
-    /// progress (a content chunk): its id.
-    async fn running_cancellable(&self, session: &str) -> String {
+    /// Waits for `work` of `session` that advertised `capabilities.cancel` and then showed
+    /// progress: its id.
+    async fn running_cancellable(&self, session: &str, work: Work) -> String {
         loop {
-            if let Some(id) = running_cancellable(&self.seen().updates, session) {
+            if let Some(id) = running_cancellable(&self.seen().updates, session, work) {
                 return id;
             }
             self.arrived.notified().await;
@@ -75,15 +83,28 @@ impl Recorder {
     }
 }
 
-fn running_cancellable(updates: &[Value], session: &str) -> Option<String> {
+/// A kind of cancellable work, by the updates that carry it.
+#[derive(Clone, Copy)]
+struct Work {
+    /// The update that advertises `capabilities.cancel`.
+    patch: &'static str,
+    /// The update that shows it under way.
+    progress: &'static str,
+    /// The field that names it.
+    key: &'static str,
+}
+
+const TOOL_CALL: Work = Work { patch: "tool_call_update", progress: "tool_call_content_chunk", key: "toolCallId" };
+const TERMINAL: Work = Work { patch: "terminal_update", progress: "terminal_output_chunk", key: "terminalId" };
+
+fn running_cancellable(updates: &[Value], session: &str, work: Work) -> Option<String> {
     let updates: Vec<&Value> = updates.iter().filter(|n| n["sessionId"] == session).map(|n| &n["update"]).collect();
-    let advertised = updates
-        .iter()
-        .position(|u| u["sessionUpdate"] == "tool_call_update" && u["capabilities"]["cancel"].is_object())?;
-    let id = &updates[advertised]["toolCallId"];
+    let advertised =
+        updates.iter().position(|u| u["sessionUpdate"] == work.patch && u["capabilities"]["cancel"].is_object())?;
+    let id = &updates[advertised][work.key];
     updates[advertised..]
         .iter()
-        .any(|u| u["sessionUpdate"] == "tool_call_content_chunk" && u["toolCallId"] == *id)
+        .any(|u| u["sessionUpdate"] == work.progress && u[work.key] == *id)
         .then(|| id.as_str().unwrap_or_default().to_owned())
 }
 
@@ -115,7 +136,10 @@ impl Client<ClientContext> for Recorder {
     async fn session_update(&self, params: UpdateSessionNotification, _cx: ClientContext) -> Result<(), Error> {
         let value = serde_json::to_value(&params)
             .map_err(|e| Error::internal_error().data(ErrorData::Other(e.to_string().into())))?;
-        self.seen().updates.push(value);
+        let mut seen = self.seen();
+        seen.state.apply_notification(&params);
+        seen.updates.push(value);
+        drop(seen);
         self.arrived.notify_one();
         Ok(())
     }
@@ -231,17 +255,18 @@ fn turn_fields(updates: &[Value], session: &str) -> Value {
     json!({ "kinds": kinds, "stopReason": stop_reason, "text": text, "userMessageId": user_message, "tools": tools })
 }
 
-/// `tool-call-cancel` (see the module docs): what the turn showed, for the report.
+/// `tool-call-cancel` (see the module docs), on a new session: that session, and what the turn
+/// showed, for the report.
 async fn cancel_slow(
     agent: &acp_rpc::v2::AgentHandle,
     recorder: &Recorder,
     cwd: &str,
-) -> Result<Value, acp_rpc::Error> {
+) -> Result<(SessionId, Value), acp_rpc::Error> {
     let session = agent.new_session(NewSessionRequest::new(cwd)).await?.session_id;
     *recorder.seen() = Seen::default();
     let prompt = PromptRequest::new(session.clone(), vec![TextContent::new("/slow").into()]);
     let cancels = async {
-        let id = recorder.running_cancellable(&session.0).await;
+        let id = recorder.running_cancellable(&session.0, TOOL_CALL).await;
         let unknown = agent.cancel_tool_call(CancelToolCallRequest::new(session.clone(), "call_nobody_made")).await;
         let answer = agent.cancel_tool_call(CancelToolCallRequest::new(session.clone(), id.clone())).await;
         (id, unknown, answer)
@@ -269,19 +294,62 @@ async fn cancel_slow(
             said.push_str(update["content"]["text"].as_str().unwrap_or_default());
         }
     }
-    Ok(json!({
+    let fields = json!({
         "id": id,
-        "unknown": match &unknown {
-            Ok(answer) => json!({ "answer": answer }),
-            Err(error) => error_fields(error),
-        },
+        "unknown": unknown_fields(&unknown),
         "answer": answer,
         "statuses": statuses,
         "cancellableAfter": cancellable,
         "said": said,
         // As the runtime saw the turn end (its encoding is the idle update's: `{"stopReason": ...}`).
         "stopReason": json!(end.stop_reason)["stopReason"],
+    });
+    Ok((session, fields))
+}
+
+/// `terminal-cancel` (see the module docs), on the session of `tool-call-cancel`.
+async fn cancel_ticker(
+    agent: &acp_rpc::v2::AgentHandle,
+    recorder: &Recorder,
+    session: &SessionId,
+) -> Result<Value, acp_rpc::Error> {
+    *recorder.seen() = Seen::default();
+    let prompt = PromptRequest::new(session.clone(), vec![TextContent::new("/ticker").into()]);
+    let cancels = async {
+        let id = recorder.running_cancellable(&session.0, TERMINAL).await;
+        let unknown = agent.cancel_terminal(CancelTerminalRequest::new(session.clone(), "term_nobody_made")).await;
+        let answer = agent.cancel_terminal(CancelTerminalRequest::new(session.clone(), id.clone())).await;
+        (id, unknown, answer)
+    };
+    let (end, (id, unknown, answer)) = tokio::join!(agent.prompt_turn(prompt), cancels);
+    let end = end?;
+    let answer = answer?;
+    let seen = recorder.seen();
+    let updates: Vec<&Value> =
+        seen.updates.iter().filter(|n| n["sessionId"] == session.0.as_str()).map(|n| &n["update"]).collect();
+    let of_kind = |kind: &'static str| updates.iter().copied().filter(move |u| u["sessionUpdate"] == kind);
+    let statuses: Vec<&str> = of_kind("tool_call_update").filter_map(|u| u["status"].as_str()).collect();
+    let terminals: Vec<&Value> = of_kind("terminal_update").collect();
+    let terminal = seen.state.terminal_by_id(&TerminalId::from(id.clone()));
+    let cancellable = terminal.and_then(|t| t.capabilities.as_ref()).is_some_and(|c| c.cancel.value().is_some());
+    Ok(json!({
+        "id": id,
+        "unknown": unknown_fields(&unknown),
+        "answer": answer,
+        "statuses": statuses,
+        "terminals": terminals,
+        "output": terminal.map(|t| String::from_utf8_lossy(&t.output).into_owned()),
+        "cancellableAfter": cancellable,
+        "stopReason": json!(end.stop_reason)["stopReason"],
     }))
+}
+
+/// A cancel of an id nobody made, as the report shows it: the error, or the answer it got.
+fn unknown_fields<T: serde::Serialize>(unknown: &Result<T, acp_rpc::Error>) -> Value {
+    match unknown {
+        Ok(answer) => json!({ "answer": answer }),
+        Err(error) => error_fields(error),
+    }
 }
 
 async fn scenario(
@@ -324,7 +392,9 @@ async fn scenario(
     };
     report("prompt-closed", true, refused);
     if cancel_work {
-        step("tool-call-cancel", cancel_slow(&agent, recorder, cwd), Value::clone).await?;
+        let (work, _) =
+            step("tool-call-cancel", cancel_slow(&agent, recorder, cwd), |(_, fields)| fields.clone()).await?;
+        step("terminal-cancel", cancel_ticker(&agent, recorder, &work), Value::clone).await?;
     }
     Ok(())
 }

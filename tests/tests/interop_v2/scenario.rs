@@ -409,37 +409,43 @@ pub fn refused_v1(msgs: &[Msg]) -> Result<Value, String> {
 pub fn cancel_work(outcome: &Outcome) {
     verify(outcome, |msgs, report| {
         slow_cancelled(msgs, report)?;
-        let ticker = wire::request(msgs, Dir::ToAgent, "session/prompt", 4)?;
-        ensure!(msgs[ticker].json["params"]["prompt"][0]["text"] == "/ticker", "{}", msgs[ticker].json);
-        let (terminal, rest) =
-            cancelled(msgs, ticker, "terminal/cancel", ("terminal_update", "terminal_output_chunk"), "terminalId")?;
-        let updates: Vec<&Value> = rest.iter().map(|&i| &msgs[i].json["params"]["update"]).collect();
-        let exit = updates
-            .iter()
-            .position(|u| u["sessionUpdate"] == "terminal_update" && u["terminalId"] == terminal.as_str())
-            .ok_or("no terminal_update after the cancel")?;
-        let expected = json!({"sessionUpdate": "terminal_update", "terminalId": terminal,
-                              "exitStatus": {"signal": "SIGTERM"}, "capabilities": null});
-        ensure!(*updates[exit] == expected, "the terminal's exit: {}", updates[exit]);
-        // The terminal's exit leaves the tool call to the agent, which completes it.
-        let completed =
-            updates.iter().position(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "completed");
-        ensure!(completed.is_some_and(|c| c > exit), "the tool call is not completed after the exit: {updates:?}");
-        let shown = msgs.iter().skip(ticker).any(|m| {
-            m.json["params"]["update"]["sessionUpdate"] == "tool_call_content_chunk"
-                && m.json["params"]["update"]["content"] == json!({"type": "terminal", "terminalId": terminal})
-        });
-        ensure!(shown, "no tool call shows the terminal");
-        let seen = step(report, "terminal-cancel")?;
-        ensure!(seen["unknown"]["code"] == -32602, "the unknown terminal: {seen}");
-        ensure!(seen["answer"] == json!({}) && seen["id"] == terminal.as_str(), "{seen}");
-        ensure!(seen["statuses"] == json!(["pending", "in_progress", "completed"]), "client statuses: {seen}");
-        ensure!(seen["stopReason"] == "end_turn" && seen["cancellableAfter"] == false, "{seen}");
-        ensure!(seen["output"].as_str().is_some_and(|o| o.starts_with("tick 1\r\n")), "the output as decoded: {seen}");
-        let exited = seen["terminals"].as_array().and_then(|t| t.last()).map(|t| &t["exitStatus"]);
-        ensure!(exited == Some(&json!({"signal": "SIGTERM"})), "the client's last terminal update: {seen}");
-        Ok(())
+        ticker_cancelled(msgs, report)
     });
+}
+
+/// `/ticker` after `/slow` (the fifth prompt), its terminal cancelled by the client (see
+/// [`cancel_work`]), as the agent (ours, or a peer script on an SDK's agent API) sent it and as
+/// the client reported it (`terminal-cancel`).
+fn ticker_cancelled(msgs: &[Msg], report: &HashMap<String, Value>) -> Result<(), String> {
+    let ticker = wire::request(msgs, Dir::ToAgent, "session/prompt", 4)?;
+    ensure!(msgs[ticker].json["params"]["prompt"][0]["text"] == "/ticker", "{}", msgs[ticker].json);
+    let (terminal, rest) =
+        cancelled(msgs, ticker, "terminal/cancel", ("terminal_update", "terminal_output_chunk"), "terminalId")?;
+    let updates: Vec<&Value> = rest.iter().map(|&i| &msgs[i].json["params"]["update"]).collect();
+    let exit = updates
+        .iter()
+        .position(|u| u["sessionUpdate"] == "terminal_update" && u["terminalId"] == terminal.as_str())
+        .ok_or("no terminal_update after the cancel")?;
+    let expected = json!({"sessionUpdate": "terminal_update", "terminalId": terminal,
+                          "exitStatus": {"signal": "SIGTERM"}, "capabilities": null});
+    ensure!(*updates[exit] == expected, "the terminal's exit: {}", updates[exit]);
+    // The terminal's exit leaves the tool call to the agent, which completes it.
+    let completed = updates.iter().position(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "completed");
+    ensure!(completed.is_some_and(|c| c > exit), "the tool call is not completed after the exit: {updates:?}");
+    let shown = msgs.iter().skip(ticker).any(|m| {
+        m.json["params"]["update"]["sessionUpdate"] == "tool_call_content_chunk"
+            && m.json["params"]["update"]["content"] == json!({"type": "terminal", "terminalId": terminal})
+    });
+    ensure!(shown, "no tool call shows the terminal");
+    let seen = step(report, "terminal-cancel")?;
+    ensure!(seen["unknown"]["code"] == -32602, "the unknown terminal: {seen}");
+    ensure!(seen["answer"] == json!({}) && seen["id"] == terminal.as_str(), "{seen}");
+    ensure!(seen["statuses"] == json!(["pending", "in_progress", "completed"]), "client statuses: {seen}");
+    ensure!(seen["stopReason"] == "end_turn" && seen["cancellableAfter"] == false, "{seen}");
+    ensure!(seen["output"].as_str().is_some_and(|o| o.starts_with("tick 1\r\n")), "the output as decoded: {seen}");
+    let exited = seen["terminals"].as_array().and_then(|t| t.last()).map(|t| &t["exitStatus"]);
+    ensure!(exited == Some(&json!({"signal": "SIGTERM"})), "the client's last terminal update: {seen}");
+    Ok(())
 }
 
 /// `/slow` after the scenario, on a second session (the fourth prompt), its tool call cancelled

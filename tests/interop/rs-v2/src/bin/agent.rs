@@ -20,6 +20,14 @@
 //! gets -32602). The agent answers `{}`, marks the call `cancelled` withdrawing the capability
 //! (`capabilities: null`), and the turn goes on to a closing message and `end_turn`.
 //! `session/cancel` or `session/close` stops it too, and ends the turn `cancelled`.
+//!
+//! The prompt `/ticker` does the same with a terminal, as our demo agent's does: a tool call
+//! (`execute`) shows a terminal (`terminal_update` with its command and cwd) that advertises
+//! `capabilities: {cancel: {}}` and prints `tick N\r\n` (`terminal_output_chunk`, base64)
+//! until the client sends `terminal/cancel` for it (a typed `CancelTerminalRequest` handler;
+//! -32602 for an id it does not know). The agent answers `{}`, reports the exit
+//! (`exitStatus: {signal: "SIGTERM"}`, `capabilities: null`), completes the tool call, and the
+//! turn goes on to a closing message and `end_turn`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -58,6 +66,8 @@ struct Session {
     /// The running slow task's tool call, and what stops it (`tool_call/cancel`,
     /// `session/cancel`; dropped with the session on `session/close`).
     slow: Option<(schema::ToolCallId, oneshot::Sender<()>)>,
+    /// The running ticker's terminal, and what stops it (`terminal/cancel`, `session/cancel`).
+    ticker: Option<(schema::TerminalId, oneshot::Sender<()>)>,
 }
 
 /// The agent's sessions, shared by the handlers and the turns they spawn.
@@ -136,8 +146,10 @@ async fn run_turn(
     ))?;
     sessions.with(&session, |s| s.history.push(Entry::User(user_message, prompt.clone())));
     reporter.state(schema::StateUpdate::Running(schema::RunningStateUpdate::new()))?;
-    if matches!(prompt.first(), Some(schema::ContentBlock::Text(t)) if t.text.trim() == "/slow") {
-        return slow_task(reporter).await;
+    match prompt.first() {
+        Some(schema::ContentBlock::Text(t)) if t.text.trim() == "/slow" => return slow_task(reporter).await,
+        Some(schema::ContentBlock::Text(t)) if t.text.trim() == "/ticker" => return ticker(reporter, cwd).await,
+        _ => {}
     }
 
     let file = file_named_in(&prompt).unwrap_or_else(|| "notes.txt".to_owned());
@@ -241,6 +253,76 @@ async fn slow_task(reporter: Reporter) -> Result<()> {
     reporter.idle(schema::StopReason::EndTurn)
 }
 
+/// `/ticker` (see the module docs): a terminal printing a line per tick until `terminal/cancel`
+/// or the turn's cancel stops it.
+async fn ticker(reporter: Reporter, cwd: schema::AbsolutePath) -> Result<()> {
+    let (sessions, session) = (reporter.sessions.clone(), reporter.session.clone());
+    let call = schema::ToolCallId::new(sessions.fresh_id("call"));
+    reporter.tool(
+        schema::ToolCallUpdate::new(call.clone())
+            .title("Run the demo ticker")
+            .kind(schema::ToolKind::Execute)
+            .status(schema::ToolCallStatus::Pending),
+    )?;
+    let terminal = schema::TerminalId::new(sessions.fresh_id("term"));
+    let terminal_update = || schema::TerminalUpdate::new(terminal.clone());
+    let send_terminal = |update| reporter.send(schema::SessionUpdate::TerminalUpdate(update));
+    send_terminal(terminal_update().command("demo-ticker (a line per tick)".to_owned()).cwd(cwd))?;
+    reporter.send(schema::SessionUpdate::ToolCallContentChunk(schema::ToolCallContentChunk::new(
+        call.clone(),
+        schema::ToolCallContent::from(schema::Terminal::new(terminal.clone())),
+    )))?;
+    let (stop, mut stopped) = oneshot::channel();
+    sessions.with(&session, |s| s.ticker = Some((terminal.clone(), stop))).ok_or_else(|| not_found(&session))?;
+    let cancel = schema::TerminalCapabilities::new().cancel(schema::TerminalCancelCapabilities::new());
+    send_terminal(terminal_update().capabilities(cancel))?;
+    reporter.tool(schema::ToolCallUpdate::new(call.clone()).status(schema::ToolCallStatus::InProgress))?;
+    let mut ticks = 0u32;
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stopped => break,
+            () = tokio::time::sleep(TICK) => {}
+        }
+        ticks += 1;
+        let line = format!("tick {ticks}\r\n");
+        reporter.send(schema::SessionUpdate::TerminalOutputChunk(schema::TerminalOutputChunk::new(
+            terminal.clone(),
+            base64(line.as_bytes()),
+        )))?;
+    }
+    let cancelled = sessions.with(&session, |s| {
+        s.ticker = None;
+        s.cancelled
+    });
+    log!("ticker {terminal} stopped after {ticks} ticks");
+    // `Null`, not left out: an omitted field leaves the client's stored capability as it was.
+    let exit = schema::TerminalExitStatus::new().signal("SIGTERM".to_owned());
+    send_terminal(terminal_update().exit_status(exit).capabilities(MaybeUndefined::Null))?;
+    if cancelled.unwrap_or(true) {
+        reporter.tool(schema::ToolCallUpdate::new(call).status(schema::ToolCallStatus::Cancelled))?;
+        return reporter.idle(schema::StopReason::Cancelled);
+    }
+    // The ticker ran until it was stopped, which is what it was asked to do.
+    reporter.tool(schema::ToolCallUpdate::new(call).status(schema::ToolCallStatus::Completed))?;
+    reporter.say(&format!("The ticker stopped after {ticks} ticks."))?;
+    reporter.idle(schema::StopReason::EndTurn)
+}
+
+/// Standard base64 with padding (RFC 4648), as `terminal_output_chunk` carries its bytes.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            let sextet = (n >> (18 - 6 * i)) & 0x3f;
+            out.push(if i <= chunk.len() { char::from(ALPHABET[sextet as usize]) } else { '=' });
+        }
+    }
+    out
+}
+
 /// The first word of the prompt that looks like a file name.
 fn file_named_in(prompt: &[schema::ContentBlock]) -> Option<String> {
     prompt.iter().find_map(|block| match block {
@@ -310,8 +392,14 @@ async fn main() -> Result<()> {
                             responder: Responder<schema::NewSessionResponse>,
                             _cx: ConnectionTo<Client>| {
                     let id = schema::SessionId::new(sessions.fresh_id("rs-sess"));
-                    let session =
-                        Session { cwd: request.cwd, history: Vec::new(), cancelled: false, pending: None, slow: None };
+                    let session = Session {
+                        cwd: request.cwd,
+                        history: Vec::new(),
+                        cancelled: false,
+                        pending: None,
+                        slow: None,
+                        ticker: None,
+                    };
                     sessions.inner.lock().unwrap().1.insert(id.clone(), session);
                     responder.respond(schema::NewSessionResponse::new(id))
                 }
@@ -446,6 +534,35 @@ async fn main() -> Result<()> {
             },
             agent_client_protocol::on_receive_request!(),
         )
+        .on_receive_request(
+            {
+                let sessions = sessions.clone();
+                async move |request: schema::CancelTerminalRequest,
+                            responder: Responder<schema::CancelTerminalResponse>,
+                            _cx: ConnectionTo<Client>| {
+                    let stop = sessions
+                        .with(&request.session_id, |s| match s.ticker.take() {
+                            Some((id, stop)) if id == request.terminal_id => Some(stop),
+                            other => {
+                                s.ticker = other;
+                                None
+                            }
+                        })
+                        .flatten();
+                    let Some(stop) = stop else {
+                        let error = Error::new(ErrorCode::INVALID_PARAMS, "the terminal is unknown or not cancellable")
+                            .data(serde_json::json!({ "terminalId": request.terminal_id }));
+                        return responder.respond_with_error(error);
+                    };
+                    log!("terminal/cancel {}", request.terminal_id);
+                    // The answer goes out first: the exit confirms an accepted cancel.
+                    responder.respond(schema::CancelTerminalResponse::new())?;
+                    let _ = stop.send(());
+                    Ok(())
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
         .on_receive_notification(
             {
                 let sessions = sessions.clone();
@@ -457,8 +574,10 @@ async fn main() -> Result<()> {
                         if let Some(pending) = s.pending.take() {
                             let _ = pending.cancel();
                         }
-                        if let Some((_, stop)) = s.slow.take() {
-                            let _ = stop.send(());
+                        for stop in [s.slow.take().map(|(_, stop)| stop), s.ticker.take().map(|(_, stop)| stop)] {
+                            if let Some(stop) = stop {
+                                let _ = stop.send(());
+                            }
                         }
                     });
                     Ok(())
