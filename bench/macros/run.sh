@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 4: release build time and binary size of the same 13-handler agent, written with
-# `#[acp_agent]` (ours/) and with the official `agent-client-protocol` 5.0.0 SDK (official/).
+# `#[acp_agent]` (ours/) and with the official `agent-client-protocol` SDK (official/; the
+# version official/Cargo.toml pins, which the report names as Cargo.lock resolved it).
 #
 #   CARGO_TARGET_DIR=/work/target-benchmacro bench/macros/run.sh
 #
@@ -140,13 +141,16 @@ fm_o=$(tr ' ' '\n' <<<"${FULL[ours]}" | grep . | median)
 fm_f=$(tr ' ' '\n' <<<"${FULL[official]}" | grep . | median)
 rng() { tr ' ' '\n' <<<"$1" | grep . | minmax | awk -F'–' '{printf "%.2f–%.2f", $1/1000, $2/1000}'; }
 
+# The official SDK's version as this workspace's lock file resolved it.
+official_version=$(grep -A1 '^name = "agent-client-protocol"$' "$HERE/Cargo.lock" | sed -n 's/^version = "\(.*\)"$/\1/p')
+
 cat <<EOF
 Machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), nproc $(nproc),
 $(free -g | awk '/^Mem:/{print $2}') GiB RAM, $(rustc -V), $(cargo -V | cut -d' ' -f1-2); load average (1/5/15 min) at the start: $LOAD0, at the end: $(cut -d" " -f1-3 /proc/loadavg).
 Tree: HEAD $(git -C "$HERE" rev-parse --short HEAD)$(git -C "$HERE/../.." status --porcelain -- runtime macros generated | grep -q . && echo ", runtime/macros/generated modified" || echo ", runtime/ macros/ generated/ clean").
 Runs: $RUNS agent-crate builds and $SCRATCH_RUNS from-scratch builds per agent. Smoke: ${SMOKE%; }.
 
-| What (default release profile) | ours (\`#[acp_agent]\`) | official SDK 5.0.0 | ours / official | goal ≤ 0.50 |
+| What (default release profile) | ours (\`#[acp_agent]\`) | official SDK $official_version | ours / official | goal ≤ 0.50 |
 |---|---:|---:|---:|---|
 | Agent crate build, deps built (s, median (min–max)) | $(secs "$cm_o") ($(rng "${CRATE[ours]}")) | $(secs "$cm_f") ($(rng "${CRATE[official]}")) | $(ratio "$cm_o" "$cm_f") | $(verdict "$(ratio "$cm_o" "$cm_f")") |
 | From-scratch build incl. deps (s, median (min–max)) | $(secs "$fm_o") ($(rng "${FULL[ours]}")) | $(secs "$fm_f") ($(rng "${FULL[official]}")) | $(ratio "$fm_o" "$fm_f") | $(verdict "$(ratio "$fm_o" "$fm_f")") |

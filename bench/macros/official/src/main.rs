@@ -1,4 +1,4 @@
-//! The 13-handler agent on the official SDK (`agent-client-protocol` 5.0.0, the `Agent.v1()`
+//! The 13-handler agent on the official SDK (`agent-client-protocol` 5.2.0, the `Agent.v1()`
 //! builder its docs and examples show), served on stdio.
 //! Keep the handler bodies in step with ../../ours/src/main.rs.
 use agent_client_protocol::v1::schema::*;
