@@ -89,6 +89,17 @@ impl Sessions {
     }
 }
 
+/// What stops the running work in `slot`, taken out, if that work is `id`'s.
+fn take_stop<Id: PartialEq>(slot: &mut Option<(Id, oneshot::Sender<()>)>, id: &Id) -> Option<oneshot::Sender<()>> {
+    match slot.take() {
+        Some((running, stop)) if running == *id => Some(stop),
+        other => {
+            *slot = other;
+            None
+        }
+    }
+}
+
 fn not_found(id: &schema::SessionId) -> Error {
     schema::Error::session_not_found(id.clone()).into()
 }
@@ -509,15 +520,8 @@ async fn main() -> Result<()> {
                 async move |request: schema::CancelToolCallRequest,
                             responder: Responder<schema::CancelToolCallResponse>,
                             _cx: ConnectionTo<Client>| {
-                    let stop = sessions
-                        .with(&request.session_id, |s| match s.slow.take() {
-                            Some((id, stop)) if id == request.tool_call_id => Some(stop),
-                            other => {
-                                s.slow = other;
-                                None
-                            }
-                        })
-                        .flatten();
+                    let stop = sessions.with(&request.session_id, |s| take_stop(&mut s.slow, &request.tool_call_id));
+                    let stop = stop.flatten();
                     let Some(stop) = stop else {
                         let error =
                             Error::new(ErrorCode::INVALID_PARAMS, "the tool call is unknown or not cancellable")
@@ -540,15 +544,8 @@ async fn main() -> Result<()> {
                 async move |request: schema::CancelTerminalRequest,
                             responder: Responder<schema::CancelTerminalResponse>,
                             _cx: ConnectionTo<Client>| {
-                    let stop = sessions
-                        .with(&request.session_id, |s| match s.ticker.take() {
-                            Some((id, stop)) if id == request.terminal_id => Some(stop),
-                            other => {
-                                s.ticker = other;
-                                None
-                            }
-                        })
-                        .flatten();
+                    let stop = sessions.with(&request.session_id, |s| take_stop(&mut s.ticker, &request.terminal_id));
+                    let stop = stop.flatten();
                     let Some(stop) = stop else {
                         let error = Error::new(ErrorCode::INVALID_PARAMS, "the terminal is unknown or not cancellable")
                             .data(serde_json::json!({ "terminalId": request.terminal_id }));
