@@ -521,8 +521,7 @@ async fn main() -> Result<()> {
                             responder: Responder<schema::CancelToolCallResponse>,
                             _cx: ConnectionTo<Client>| {
                     let stop = sessions.with(&request.session_id, |s| take_stop(&mut s.slow, &request.tool_call_id));
-                    let stop = stop.flatten();
-                    let Some(stop) = stop else {
+                    let Some(stop) = stop.flatten() else {
                         let error =
                             Error::new(ErrorCode::INVALID_PARAMS, "the tool call is unknown or not cancellable")
                                 .data(serde_json::json!({ "toolCallId": request.tool_call_id }));
@@ -545,8 +544,7 @@ async fn main() -> Result<()> {
                             responder: Responder<schema::CancelTerminalResponse>,
                             _cx: ConnectionTo<Client>| {
                     let stop = sessions.with(&request.session_id, |s| take_stop(&mut s.ticker, &request.terminal_id));
-                    let stop = stop.flatten();
-                    let Some(stop) = stop else {
+                    let Some(stop) = stop.flatten() else {
                         let error = Error::new(ErrorCode::INVALID_PARAMS, "the terminal is unknown or not cancellable")
                             .data(serde_json::json!({ "terminalId": request.terminal_id }));
                         return responder.respond_with_error(error);
